@@ -1,0 +1,3 @@
+//! Target descriptions (and, in later stages, the PTX and HIP printers).
+
+pub mod arch;

@@ -1,0 +1,294 @@
+//! The salsa database every front door queries.
+//!
+//! Incrementality comes from how a file is cut up: `file_items` splits a file into
+//! top-level items and interns each item's *text* (`ItemSource`). Every per-item
+//! query (`parse_item`, `check_item`) is keyed by that interned text, so its spans
+//! are relative to the item and an edit elsewhere in the file — even one that moves
+//! this item — leaves its key, and so its cached results, untouched. Cross-item
+//! facts (signatures, consts, imports) flow through `module_scope`, which carries no
+//! absolute spans and is therefore backdated when an edit changes only a body.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use file_map::FileMap;
+
+use crate::backend::arch::Arch;
+use crate::check;
+use crate::diag::Diagnostic;
+use crate::syntax::{self, ast};
+
+/// One source file: a path (real or virtual, e.g. `<repl>`) and its text.
+#[salsa::input(debug)]
+pub struct SourceFile {
+    #[returns(ref)]
+    pub path: PathBuf,
+    #[returns(ref)]
+    pub text: String,
+}
+
+/// Compilation options shared by every query.
+#[salsa::input(debug)]
+pub struct Options {
+    #[returns(copy)]
+    pub arch: Arch,
+}
+
+/// The text of one top-level item of one file.
+#[salsa::interned(debug)]
+pub struct ItemSource<'db> {
+    #[returns(copy)]
+    pub file: SourceFile,
+    #[returns(ref)]
+    pub text: String,
+}
+
+/// Where each item of a file starts, in file order.
+#[derive(Clone, Debug, PartialEq, Eq, salsa::SalsaValue)]
+pub struct FileItems<'db> {
+    pub items: Vec<(ItemSource<'db>, u32)>,
+}
+
+/// The parse of one item: its AST (item-relative spans) and syntax diagnostics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedItem {
+    pub item: Option<Arc<ast::Item>>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[salsa::tracked(returns(ref))]
+pub fn file_items(db: &dyn salsa::Database, file: SourceFile) -> FileItems<'_> {
+    let text = file.text(db);
+    let items = syntax::split_items(text)
+        .into_iter()
+        .map(|r| {
+            let source = ItemSource::new(db, file, text[r.start as usize..r.end as usize].to_string());
+            (source, r.start)
+        })
+        .collect();
+    FileItems { items }
+}
+
+#[salsa::tracked(returns(ref))]
+pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemSource<'db>) -> ParsedItem {
+    let parsed = syntax::parse_item(item.text(db));
+    ParsedItem {
+        item: parsed.item.map(Arc::new),
+        diagnostics: parsed.diagnostics,
+    }
+}
+
+/// The names a file defines and imports, with their signatures and const values.
+/// Holds no absolute spans, so it is equal (backdated) after an edit inside a body.
+#[salsa::tracked(returns(ref))]
+pub fn module_scope(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
+    let items: Vec<Arc<ast::Item>> = file_items(db, file)
+        .items
+        .iter()
+        .filter_map(|(source, _)| parse_item(db, *source).item.clone())
+        .collect();
+    check::build_module_scope(&items, &|path: &[String]| {
+        db.resolve_module(file, path)
+            .map(|m| module_scope(db, m).clone())
+    })
+}
+
+/// Diagnostics about the file as a whole (duplicate definitions, unresolved
+/// imports), with absolute spans.
+#[salsa::tracked(returns(ref))]
+pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
+    let items: Vec<(Arc<ast::Item>, u32)> = file_items(db, file)
+        .items
+        .iter()
+        .filter_map(|(source, offset)| parse_item(db, *source).item.clone().map(|i| (i, *offset)))
+        .collect();
+    check::module_diagnostics(&items, &|path: &[String]| {
+        db.resolve_module(file, path)
+            .map(|m| module_scope(db, m).clone())
+    })
+}
+
+/// Type, shape and resource checking of one item against its module's scope.
+#[salsa::tracked(returns(ref))]
+pub fn check_item<'db>(db: &'db dyn Db, item: ItemSource<'db>, options: Options) -> check::ItemCheck {
+    let parsed = parse_item(db, item);
+    let Some(ast) = &parsed.item else {
+        return check::ItemCheck::default();
+    };
+    let scope = module_scope(db, item.file(db));
+    check::check_item(ast, scope, options.arch(db))
+}
+
+/// Every diagnostic of a file, with absolute spans, sorted by position.
+#[salsa::tracked(returns(ref))]
+pub fn file_diagnostics(db: &dyn Db, file: SourceFile, options: Options) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for (source, offset) in &file_items(db, file).items {
+        let parsed = parse_item(db, *source);
+        out.extend(parsed.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+        let checked = check_item(db, *source, options);
+        out.extend(checked.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+    }
+    out.extend(module_diagnostics(db, file).iter().cloned());
+    out.sort_by(|a, b| (a.span.start, a.span.end, a.code).cmp(&(b.span.start, b.span.end, b.code)));
+    out.dedup();
+    out
+}
+
+/// What queries need from the database beyond salsa itself: finding modules.
+#[salsa::db]
+pub trait Db: salsa::Database {
+    /// The file for a dotted module path imported from `from`: `std.*` comes from the
+    /// embedded stdlib, anything else from `PATH.tsr` next to the importing file.
+    fn resolve_module(&self, from: SourceFile, path: &[String]) -> Option<SourceFile>;
+}
+
+/// The database behind `tsrc`, the REPL and the language server.
+#[salsa::db]
+#[derive(Clone)]
+pub struct Database {
+    storage: salsa::Storage<Self>,
+    files: FileMap,
+    options: Option<Options>,
+    events: Arc<Mutex<Option<Vec<String>>>>,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Database {
+    pub fn new() -> Self {
+        let events: Arc<Mutex<Option<Vec<String>>>> = Arc::default();
+        let log = events.clone();
+        let mut db = Database {
+            storage: salsa::Storage::new(Some(Box::new(move |event: salsa::Event| {
+                if let salsa::EventKind::WillExecute { database_key } = event.kind {
+                    if let Some(log) = &mut *log.lock().unwrap() {
+                        log.push(format!("{database_key:?}"));
+                    }
+                }
+            }))),
+            files: FileMap::default(),
+            options: None,
+            events,
+        };
+        db.options = Some(Options::new(&db, Arch::default()));
+        db
+    }
+
+    pub fn options(&self) -> Options {
+        self.options.expect("options are set in Database::new")
+    }
+
+    pub fn set_arch(&mut self, arch: Arch) {
+        use salsa::Setter;
+        let options = self.options();
+        if options.arch(self) != arch {
+            options.set_arch(self).to(arch);
+        }
+    }
+
+    /// A file with the given text, created or updated (virtual files included).
+    pub fn set_source(&mut self, path: impl Into<PathBuf>, text: String) -> SourceFile {
+        use salsa::Setter;
+        let path = path.into();
+        if let Some(file) = self.files.get(&path) {
+            if file.text(self) != &text {
+                file.set_text(self).to(text);
+            }
+            return file;
+        }
+        let file = SourceFile::new(self, path.clone(), text);
+        self.files.insert(path, file);
+        file
+    }
+
+    /// Reads a file from disk into the database.
+    pub fn load_file(&mut self, path: &Path) -> std::io::Result<SourceFile> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(self.set_source(path.to_path_buf(), text))
+    }
+
+    /// The file at `path`, if the database has it.
+    pub fn file(&self, path: &Path) -> Option<SourceFile> {
+        self.files.get(path)
+    }
+
+    /// Every diagnostic of `file` under the current options.
+    pub fn diagnostics(&self, file: SourceFile) -> &[Diagnostic] {
+        file_diagnostics(self, file, self.options())
+    }
+
+    /// Starts recording which queries execute (for reuse tests and benchmarks).
+    pub fn start_event_log(&self) {
+        *self.events.lock().unwrap() = Some(Vec::new());
+    }
+
+    /// The queries executed since `start_event_log`, as `query(id)` strings.
+    pub fn take_event_log(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+#[salsa::db]
+impl salsa::Database for Database {}
+
+#[salsa::db]
+impl Db for Database {
+    fn resolve_module(&self, from: SourceFile, path: &[String]) -> Option<SourceFile> {
+        if path.first().map(String::as_str) == Some("std") {
+            let dotted = path.join(".");
+            let key = PathBuf::from(format!("<{dotted}>"));
+            if let Some(file) = self.files.get(&key) {
+                return Some(file);
+            }
+            let text = crate::stdlib::source(&dotted)?;
+            let file = SourceFile::new(self, key.clone(), text.to_string());
+            self.files.insert(key, file);
+            return Some(file);
+        }
+        // User modules live next to the importing file; read on first use, like the
+        // lazy inputs of salsa's examples. Later edits arrive through `set_source`.
+        let mut candidate = from.path(self).parent().map(Path::to_path_buf).unwrap_or_default();
+        for part in path {
+            candidate.push(part);
+        }
+        candidate.set_extension("tsr");
+        if let Some(file) = self.files.get(&candidate) {
+            return Some(file);
+        }
+        let text = std::fs::read_to_string(&candidate).ok()?;
+        let file = SourceFile::new(self, candidate.clone(), text);
+        self.files.insert(candidate, file);
+        Some(file)
+    }
+}
+
+/// A small path → file map that is cheap to clone with the database (snapshots).
+mod file_map {
+    use super::SourceFile;
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::{Arc, RwLock};
+
+    #[derive(Clone, Default)]
+    pub struct FileMap(Arc<RwLock<HashMap<PathBuf, SourceFile>>>);
+
+    impl FileMap {
+        pub fn get(&self, path: &Path) -> Option<SourceFile> {
+            self.0.read().unwrap().get(path).copied()
+        }
+
+        pub fn insert(&self, path: PathBuf, file: SourceFile) {
+            self.0.write().unwrap().insert(path, file);
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The catalogue of diagnostic codes. Codes are stable: never renumber one, and
+//! retire a code by leaving it out of new output rather than reusing it.
+//! `docs/diagnostics.md` documents each entry with an example, and the UI tests
+//! require every code here to be produced by at least one case.
+
+use super::Severity;
+
+#[derive(Clone, Copy, Debug)]
+pub struct CodeInfo {
+    pub code: &'static str,
+    pub severity: Severity,
+    pub title: &'static str,
+}
+
+const fn e(code: &'static str, title: &'static str) -> CodeInfo {
+    CodeInfo {
+        code,
+        severity: Severity::Error,
+        title,
+    }
+}
+
+const fn w(code: &'static str, title: &'static str) -> CodeInfo {
+    CodeInfo {
+        code,
+        severity: Severity::Warning,
+        title,
+    }
+}
+
+pub const CATALOGUE: &[CodeInfo] = &[
+    // E01xx syntax
+    e("E0101", "unexpected token"),
+    e("E0102", "unexpected end of input (unclosed bracket or block)"),
+    e("E0103", "tab in indentation"),
+    e("E0104", "dedent does not match any outer indentation level"),
+    e("E0105", "unexpected indent"),
+    e("E0106", "expected an indented block"),
+    e("E0107", "invalid character"),
+    e("E0108", "unterminated string literal"),
+    e("E0109", "invalid numeric literal"),
+    e("E0110", "invalid assignment target"),
+    e("E0111", "invalid dim expression"),
+    e("E0112", "positional argument after keyword argument"),
+    e("E0113", "decorator not followed by a def"),
+    e("E0114", "`break` or `continue` outside a loop"),
+    e("E0115", "`return` outside a function"),
+    // E02xx names and imports
+    e("E0201", "unknown name"),
+    e("E0202", "unknown module"),
+    e("E0203", "name not found in module"),
+    e("E0204", "duplicate definition"),
+    e("E0205", "unknown keyword argument"),
+    e("E0206", "duplicate parameter or argument"),
+    e("E0207", "unknown decorator or decorator option"),
+    e("E0208", "assignment to a constant, parameter dim or builtin"),
+    e("E0209", "name may be used before it is assigned"),
+    // E03xx types and dtypes
+    e("E0301", "dtype mismatch"),
+    e("E0302", "argument has the wrong kind of type"),
+    e("E0303", "unknown attribute"),
+    e("E0304", "wrong number of arguments"),
+    e("E0305", "unknown type or dtype"),
+    e("E0306", "malformed type annotation"),
+    e("E0307", "return type mismatch"),
+    e("E0308", "condition is not a scalar"),
+    e("E0309", "value is not callable"),
+    e("E0310", "value is not a compile-time constant"),
+    e("E0311", "unsupported dtype for this operation"),
+    e("E0312", "invalid cast"),
+    e("E0313", "tensor used where a tile or scalar is needed (load it first)"),
+    e("E0314", "operation needs integer or bool operands"),
+    e("E0315", "constant evaluation failed"),
+    // E04xx shapes
+    e("E0401", "dim bound to two different sizes"),
+    e("E0402", "shapes do not broadcast"),
+    e("E0403", "inner dims of dot/matmul differ"),
+    e("E0404", "axis out of range"),
+    e("E0405", "slice length is not a compile-time constant"),
+    e("E0406", "tile dim is not known at compile time"),
+    e("E0407", "loop-carried or branch-merged value changes shape or dtype"),
+    e("E0408", "stored tile does not match the slice shape"),
+    e("E0409", "returned shape does not match the signature"),
+    e("E0410", "wrong number of indices"),
+    e("E0411", "wrong rank for this operation"),
+    e("E0412", "reshape changes the number of elements"),
+    e("E0413", "constant index out of range"),
+    // E05xx kernels and launches
+    e("E0501", "kernel launched without a grid"),
+    e("E0502", "invalid grid"),
+    e("E0503", "kernel-only builtin used outside a kernel"),
+    e("E0504", "kernel returns a value"),
+    e("E0505", "const parameter needs a compile-time value"),
+    e("E0506", "invalid decorator option value"),
+    e("E0507", "program axis out of range"),
+    e("E0508", "whole-tensor operation inside a kernel"),
+    e("E0509", "invalid autotune space"),
+    e("E0510", "parameter type not allowed here"),
+    // E06xx targets and resources
+    e("E0602", "tiles exceed the register file"),
+    e("E0603", "tiles exceed shared memory"),
+    e("E0604", "too many threads per block"),
+    e("E0605", "dot shape not supported by the target's tensor cores"),
+    e("E0606", "dtype not supported on this target"),
+    // W0xxx warnings
+    w("W0001", "unused variable"),
+    w("W0002", "unused import"),
+    w("W0005", "unreachable code"),
+];
+
+pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
+    CATALOGUE.iter().find(|c| c.code == code)
+}

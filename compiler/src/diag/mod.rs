@@ -1,0 +1,93 @@
+//! The diagnostics model shared by every front door: a stable code, a severity,
+//! a message, a primary span, labelled secondary spans and an optional help line.
+//! Rendering lives in `render` (ariadne for terminals, JSON lines for tools).
+
+pub mod codes;
+pub mod render;
+
+use crate::syntax::span::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// A secondary span with its message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Diagnostic {
+    /// Stable code from `codes::CATALOGUE`, e.g. `"E0401"`.
+    pub code: &'static str,
+    pub severity: Severity,
+    pub message: String,
+    /// Primary span, and the message printed under it (may be empty).
+    pub span: Span,
+    pub primary_label: String,
+    pub labels: Vec<Label>,
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic whose severity comes from its code's catalogue entry.
+    pub fn new(code: &'static str, span: Span, message: impl Into<String>) -> Self {
+        let severity = codes::lookup(code)
+            .map(|c| c.severity)
+            .unwrap_or(Severity::Error);
+        debug_assert!(codes::lookup(code).is_some(), "unknown diagnostic code {code}");
+        Diagnostic {
+            code,
+            severity,
+            message: message.into(),
+            span,
+            primary_label: String::new(),
+            labels: Vec::new(),
+            help: None,
+        }
+    }
+
+    pub fn with_primary_label(mut self, message: impl Into<String>) -> Self {
+        self.primary_label = message.into();
+        self
+    }
+
+    pub fn with_label(mut self, span: Span, message: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            span,
+            message: message.into(),
+        });
+        self
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// The same diagnostic with every span moved by `by` bytes (item-relative → file).
+    pub fn shifted(mut self, by: u32) -> Self {
+        self.span = self.span.shift(by);
+        for l in &mut self.labels {
+            l.span = l.span.shift(by);
+        }
+        self
+    }
+}

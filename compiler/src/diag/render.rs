@@ -1,0 +1,1 @@
+//! Terminal (ariadne) and JSON rendering of diagnostics (PLACEHOLDER).

@@ -1,0 +1,8 @@
+//! Tessera compiler core: syntax → check → ir → backend, on one salsa database.
+
+pub mod backend;
+pub mod check;
+pub mod db;
+pub mod diag;
+pub mod stdlib;
+pub mod syntax;
