@@ -6,7 +6,7 @@
 //! does both for callers that want a whole file at once.
 
 pub mod ast;
-
+pub mod dim;
 pub mod lexer;
 pub mod parser;
 pub mod span;
