@@ -673,29 +673,36 @@ pub fn lex(text: &str) -> Lexed<'_> {
                     );
                 }
             } else if col < top {
-                while levels.len() > 1 && levels[levels.len() - 1].0 > col {
+                loop {
+                    let n = levels.len();
+                    if n < 2 || levels[n - 1].0 <= col {
+                        break;
+                    }
+                    let below = levels[n - 2].0;
+                    if below < col {
+                        // between two levels: report it and keep the line in the
+                        // inner block, so that the parser sees one block
+                        diagnostics.push(
+                            Diagnostic::new(
+                                "E0104",
+                                span,
+                                "unindent does not match any outer indentation level",
+                            )
+                            .with_primary_label(format!("this line starts at column {}", col + 1))
+                            .with_help(format!(
+                                "indent this line to column {} or {} to match an enclosing block",
+                                below + 1,
+                                levels[n - 1].0 + 1
+                            )),
+                        );
+                        break;
+                    }
                     let (_, real) = levels.pop().unwrap();
                     if real {
                         // a dedent sits right after the newline that ends the block
                         let at = last_newline_end(&tokens).unwrap_or(span.start);
                         tokens.push((at, Tok::Dedent, at));
                     }
-                }
-                let top = levels.last().map_or(0, |l| l.0);
-                if top < col {
-                    diagnostics.push(
-                        Diagnostic::new(
-                            "E0104",
-                            span,
-                            "unindent does not match any outer indentation level",
-                        )
-                        .with_primary_label(format!("this line is at column {}", col + 1))
-                        .with_help(format!(
-                            "indent this line to column {} to match an enclosing block",
-                            top + 1
-                        )),
-                    );
-                    levels.push((col, false));
                 }
             }
             line_first = Some(raw);

@@ -76,7 +76,7 @@ pub fn make_function(
     ret: Option<TypeExpr>,
     body: Vec<Stmt>,
     header_span: Span,
-) -> Function {
+) -> Box<Function> {
     let docstring = match body.first().map(|s| &s.kind) {
         Some(StmtKind::Expr(Expr {
             kind: ExprKind::Str(s),
@@ -85,7 +85,7 @@ pub fn make_function(
         _ => None,
     };
     let end = block_end(&body, header_span.end);
-    Function {
+    Box::new(Function {
         decorators: Vec::new(),
         name,
         params,
@@ -94,7 +94,7 @@ pub fn make_function(
         body,
         span: Span::new(header_span.start, end),
         header_span,
-    }
+    })
 }
 
 /// Docstring text without its common indentation and surrounding blank lines
@@ -220,7 +220,7 @@ pub fn parse(text: &str) -> ParsedItem {
         syntax.push(ctx.convert(rec.error));
     }
     let item = match result {
-        Ok(item) => item,
+        Ok(item) => item.map(|b| *b),
         Err(e) => {
             syntax.push(ctx.convert(e));
             None
@@ -237,6 +237,12 @@ pub fn parse(text: &str) -> ParsedItem {
         } else {
             true
         }
+    });
+    // a line the lexer already reported as mis-indented needs no second report
+    syntax.retain(|d| {
+        !diagnostics
+            .iter()
+            .any(|l| matches!(l.code, "E0104" | "E0105") && l.span.start == d.span.start)
     });
     diagnostics.extend(syntax);
     diagnostics.append(&mut sink.diags);
@@ -307,7 +313,7 @@ impl ErrCtx<'_, '_> {
                 if let Some((open, c)) = self.unclosed.last().copied() {
                     return self.unclosed_diag(open, c, at, &expected);
                 }
-                if expected.iter().any(|e| e == "INDENT") {
+                if expected.len() == 1 && expected[0] == "INDENT" {
                     return self.expected_block(self.last_line_span());
                 }
                 let exp = human_expected(&expected);
@@ -369,7 +375,7 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if expected.iter().any(|e| e == "INDENT") {
+        if expected.len() == 1 && expected[0] == "INDENT" {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,
@@ -388,20 +394,13 @@ impl ErrCtx<'_, '_> {
             _ => span,
         };
         let exp = human_expected(expected);
-        let (message, label) = if exp.is_empty() {
-            (format!("unexpected {found}"), "unexpected here".to_string())
-        } else {
-            (
-                format!("expected {exp}, found {found}"),
-                format!("expected {exp}"),
-            )
-        };
         let code = if at_end { "E0102" } else { "E0101" };
-        let mut d = Diagnostic::new(code, span, message).with_primary_label(label);
-        if let Some(h) = hint(tok, expected) {
-            d = d.with_help(h);
-        } else if !exp.is_empty() {
-            d = d.with_help(format!("expected {exp}"));
+        let mut d = Diagnostic::new(code, span, format!("unexpected {found}"));
+        match (hint(tok, expected), exp.is_empty()) {
+            (Some(h), true) => d = d.with_help(h),
+            (Some(h), false) => d = d.with_primary_label(format!("expected {exp}")).with_help(h),
+            (None, false) => d = d.with_help(format!("expected {exp}")),
+            (None, true) => {}
         }
         d
     }
@@ -429,6 +428,14 @@ fn hint(tok: Tok<'_>, expected: &[String]) -> Option<String> {
             Some("functions are defined at top level (nested `def` is not supported)".into())
         }
         Tok::Import | Tok::From => Some("imports go at top level".into()),
+        Tok::Else | Tok::Elif => Some(format!(
+            "`{}` must line up with an `if` whose block ends right above it",
+            tok.symbol()
+        )),
+        Tok::Const => Some(
+            "`const` declarations go at top level; in a parameter list write `NAME: const = value`"
+                .into(),
+        ),
         _ => None,
     }
 }
@@ -450,6 +457,15 @@ const EXPR_START: &[&str] = &[
     "\"None\"",
     "\"inf\"",
 ];
+const STMT_START: &[&str] = &[
+    "\"return\"",
+    "\"pass\"",
+    "\"break\"",
+    "\"continue\"",
+    "\"if\"",
+    "\"for\"",
+    "\"while\"",
+];
 const OPERATORS: &[&str] = &[
     "\"+\"", "\"-\"", "\"*\"", "\"/\"", "\"//\"", "\"%\"", "\"**\"", "\"@\"", "\"&\"", "\"|\"",
     "\"^\"", "\"==\"", "\"!=\"", "\"<\"", "\"<=\"", "\">\"", "\">=\"", "\"and\"", "\"or\"",
@@ -469,7 +485,15 @@ pub fn human_expected(expected: &[String]) -> String {
     if expr {
         skip.extend(EXPR_START);
     }
-    let ops = OPERATORS.iter().filter(|o| has(o)).count() >= 6;
+    let stmt = expr && has("\"pass\"") && has("\"return\"");
+    if stmt {
+        skip.extend(STMT_START);
+    }
+    let ops = OPERATORS
+        .iter()
+        .filter(|o| has(o) && !skip.contains(o))
+        .count()
+        >= 5;
     if ops {
         skip.extend(OPERATORS);
     }
@@ -497,7 +521,9 @@ pub fn human_expected(expected: &[String]) -> String {
     if ops {
         tail.push("an operator".into());
     }
-    if expr {
+    if stmt {
+        tail.push("a statement".into());
+    } else if expr {
         tail.push("an expression".into());
     }
     // `end of line` reads best last
