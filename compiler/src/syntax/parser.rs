@@ -53,6 +53,165 @@ impl Sink<'_> {
     }
 }
 
+/// One operand of an operator sequence: a factor with its `not` prefixes.
+pub struct Operand {
+    expr: Expr,
+    /// The factor's full span (parentheses included).
+    span: Span,
+    /// Start offsets of the `not` prefixes, outermost first.
+    nots: Vec<u32>,
+    nots_used: usize,
+}
+
+impl Operand {
+    pub fn new(expr: Expr, span: Span) -> Self {
+        Operand {
+            expr,
+            span,
+            nots: Vec::new(),
+            nots_used: 0,
+        }
+    }
+
+    pub fn with_not(mut self, at: u32) -> Self {
+        self.nots.insert(0, at);
+        self
+    }
+}
+
+/// A flat sequence `operand (op operand)*` as read by the grammar; `finish`
+/// arranges it by precedence. A lone operand (the common case) allocates nothing.
+pub enum OpSeq {
+    Single(Operand),
+    Many(Vec<Operand>, Vec<(BinOp, Span)>),
+}
+
+impl OpSeq {
+    pub fn new(o: Operand) -> Self {
+        OpSeq::Single(o)
+    }
+
+    pub fn push(&mut self, op: BinOp, op_span: Span, o: Operand) {
+        match self {
+            OpSeq::Many(operands, ops) => {
+                operands.push(o);
+                ops.push((op, op_span));
+            }
+            OpSeq::Single(_) => {
+                let OpSeq::Single(first) =
+                    std::mem::replace(self, OpSeq::Many(Vec::new(), Vec::new()))
+                else {
+                    unreachable!("matched Single above")
+                };
+                *self = OpSeq::Many(vec![first, o], vec![(op, op_span)]);
+            }
+        }
+    }
+
+    pub fn finish(self, sink: &mut Sink<'_>) -> Expr {
+        let (operands, ops) = match self {
+            OpSeq::Single(o) if o.nots.is_empty() => return o.expr,
+            OpSeq::Single(o) => (vec![o], Vec::new()),
+            OpSeq::Many(operands, ops) => (operands, ops),
+        };
+        let mut c = Climb {
+            operands,
+            ops,
+            i: 0,
+            sink,
+        };
+        c.expr(0).0
+    }
+}
+
+const NOT_PREC: u8 = 3;
+const CMP_PREC: u8 = 4;
+
+fn prec(op: BinOp) -> u8 {
+    match op {
+        BinOp::Or => 1,
+        BinOp::And => 2,
+        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => CMP_PREC,
+        BinOp::BitOr => 5,
+        BinOp::BitXor => 6,
+        BinOp::BitAnd => 7,
+        BinOp::Add | BinOp::Sub => 8,
+        BinOp::Mul | BinOp::Div | BinOp::FloorDiv | BinOp::Mod | BinOp::MatMul => 9,
+        BinOp::Pow => 10,
+    }
+}
+
+/// Precedence climbing over an `OpSeq`: `ops[k]` sits between `operands[k]` and
+/// `operands[k + 1]`; `i` is the current operand (and the next operator).
+struct Climb<'s, 'a> {
+    operands: Vec<Operand>,
+    ops: Vec<(BinOp, Span)>,
+    i: usize,
+    sink: &'s mut Sink<'a>,
+}
+
+impl Climb<'_, '_> {
+    /// Reads operators of precedence `min` or more; returns the expression and its
+    /// full span (parentheses of the outer operands included).
+    fn expr(&mut self, min: u8) -> (Expr, Span) {
+        let (mut lhs, mut full) = self.prefix(min);
+        let mut lhs_is_cmp = false;
+        while let Some(&(op, op_span)) = self.ops.get(self.i) {
+            let p = prec(op);
+            if p < min {
+                break;
+            }
+            self.i += 1;
+            let (rhs, rfull) = self.expr(p + 1);
+            if op.is_comparison() && lhs_is_cmp {
+                self.sink.chained_comparison(&lhs, op_span);
+            }
+            full = Span::new(full.start, rfull.end);
+            lhs = Expr::new(
+                ExprKind::Binary {
+                    op,
+                    lhs: Box::new(lhs),
+                    rhs: Box::new(rhs),
+                },
+                full,
+            );
+            lhs_is_cmp = op.is_comparison();
+        }
+        (lhs, full)
+    }
+
+    fn prefix(&mut self, min: u8) -> (Expr, Span) {
+        let o = &mut self.operands[self.i];
+        if o.nots_used < o.nots.len() {
+            let at = o.nots[o.nots_used];
+            o.nots_used += 1;
+            if min > NOT_PREC {
+                self.sink.diags.push(
+                    Diagnostic::new(
+                        "E0101",
+                        Span::new(at, at + 3),
+                        "`not` cannot follow this operator",
+                    )
+                    .with_primary_label("`not` binds more loosely than the operator before it")
+                    .with_help("put the negation in parentheses: `a == (not b)`"),
+                );
+            }
+            let (inner, ifull) = self.expr(CMP_PREC);
+            let span = Span::new(at, ifull.end);
+            let e = Expr::new(
+                ExprKind::Unary {
+                    op: UnaryOp::Not,
+                    operand: Box::new(inner),
+                },
+                span,
+            );
+            return (e, span);
+        }
+        let placeholder = Expr::new(ExprKind::Error, o.span);
+        (std::mem::replace(&mut o.expr, placeholder), o.span)
+    }
+}
+
 pub fn sp(l: u32, r: u32) -> Span {
     Span::new(l, r.max(l))
 }
