@@ -386,15 +386,13 @@ fn scan_number(lex: &mut logos::Lexer<Raw>) -> Number {
             }
         }
         if n < rest.len() && (rest[n] == b'e' || rest[n] == b'E') {
-            let mut m = n + 1;
-            if m < rest.len() && (rest[m] == b'+' || rest[m] == b'-') {
-                m += 1;
+            // the exponent, signed; `1e` and `1e+` are bad numbers, reported whole
+            n += 1;
+            if n < rest.len() && (rest[n] == b'+' || rest[n] == b'-') {
+                n += 1;
             }
-            if m < rest.len() && rest[m].is_ascii_digit() {
-                n = m;
-                while n < rest.len() && (rest[n].is_ascii_digit() || rest[n] == b'_') {
-                    n += 1;
-                }
+            while n < rest.len() && (rest[n].is_ascii_digit() || rest[n] == b'_') {
+                n += 1;
             }
         }
         while n < rest.len() && is_ident(rest[n]) {

@@ -71,6 +71,10 @@ pub fn split_items(text: &str) -> Vec<Span> {
                     decorators_only = is_deco;
                 }
             } else {
+                if starts.is_empty() {
+                    // indented code at the very start is an item of its own
+                    starts.push(0);
+                }
                 decorators_only = false;
             }
         }
