@@ -94,6 +94,9 @@ pub enum Tok<'a> {
     Newline,
     Indent,
     Dedent,
+    /// Stands for the missing indented block after a line that ends in `:`
+    /// (already reported as E0106), so that the parser can go on.
+    EmptyBlock,
 }
 
 impl Tok<'_> {
@@ -106,6 +109,7 @@ impl Tok<'_> {
             Tok::Newline => "end of line".to_string(),
             Tok::Indent => "indent".to_string(),
             Tok::Dedent => "end of the indented block".to_string(),
+            Tok::EmptyBlock => "a line that is not indented".to_string(),
             other => format!("`{}`", other.symbol()),
         }
     }
@@ -181,7 +185,8 @@ impl Tok<'_> {
             | Tok::Str(_)
             | Tok::Newline
             | Tok::Indent
-            | Tok::Dedent => "",
+            | Tok::Dedent
+            | Tok::EmptyBlock => "",
         }
     }
 }
@@ -598,6 +603,9 @@ pub fn lex(text: &str) -> Lexed<'_> {
     let mut line_first: Option<Raw> = None;
     let mut last_in_line: Option<Raw> = None;
     let mut pending_invalid: Option<Span> = None;
+    let mut last_span = Span::default();
+    // the `:` ending a block header line, until the next line shows its block
+    let mut pending_block: Option<Span> = None;
     let bytes = text.as_bytes();
 
     let mut lx = Raw::lexer(text);
@@ -625,6 +633,9 @@ pub fn lex(text: &str) -> Lexed<'_> {
             if brackets.is_empty() && !at_line_start {
                 tokens.push((span.start, Tok::Newline, span.end));
                 at_line_start = true;
+                if last_in_line == Some(Raw::Colon) && opens_block(line_first) {
+                    pending_block = Some(last_span);
+                }
             }
             continue;
         }
@@ -653,13 +664,13 @@ pub fn lex(text: &str) -> Lexed<'_> {
                 );
             }
             let top = levels.last().map_or(0, |l| l.0);
+            if let Some(colon) = pending_block.take() {
+                if col <= top {
+                    missing_block(&mut tokens, &mut diagnostics, colon, Some(span));
+                }
+            }
             if col > top {
-                let opens_block = last_in_line == Some(Raw::Colon)
-                    || matches!(
-                        line_first,
-                        Some(Raw::Def | Raw::If | Raw::Elif | Raw::Else | Raw::For | Raw::While)
-                    );
-                if opens_block {
+                if last_in_line == Some(Raw::Colon) || opens_block(line_first) {
                     levels.push((col, true));
                     tokens.push((span.start, Tok::Indent, span.start));
                 } else {
@@ -706,6 +717,7 @@ pub fn lex(text: &str) -> Lexed<'_> {
             line_first = Some(raw);
         }
         last_in_line = Some(raw);
+        last_span = span;
         let tok = match raw {
             Raw::Newline => unreachable!("handled above"),
             Raw::Def => Tok::Def,
@@ -819,6 +831,12 @@ pub fn lex(text: &str) -> Lexed<'_> {
     let end = text.len() as u32;
     if !at_line_start {
         tokens.push((end, Tok::Newline, end));
+        if brackets.is_empty() && last_in_line == Some(Raw::Colon) && opens_block(line_first) {
+            pending_block = Some(last_span);
+        }
+    }
+    if let Some(colon) = pending_block.take() {
+        missing_block(&mut tokens, &mut diagnostics, colon, None);
     }
     let dedent_at = last_newline_end(&tokens).unwrap_or(end);
     for &(_, real) in levels[1..].iter().rev() {
@@ -833,10 +851,37 @@ pub fn lex(text: &str) -> Lexed<'_> {
     }
 }
 
+/// Whether a logical line starting with `first` opens an indented block.
+fn opens_block(first: Option<Raw>) -> bool {
+    matches!(
+        first,
+        Some(Raw::Def | Raw::If | Raw::Elif | Raw::Else | Raw::For | Raw::While)
+    )
+}
+
+/// E0106 for a block header whose next line (`next`, or the end of input) is not
+/// indented, and the `EmptyBlock` token that stands for the missing block.
+fn missing_block(
+    tokens: &mut Vec<Spanned<'_>>,
+    diagnostics: &mut Vec<Diagnostic>,
+    colon: Span,
+    next: Option<Span>,
+) {
+    let mut d = Diagnostic::new("E0106", colon, "expected an indented block")
+        .with_primary_label("this `:` opens a block, but no indented line follows")
+        .with_help("indent the body under this line (write `pass` for an empty body)");
+    if let Some(next) = next {
+        d = d.with_label(next, "this line is not indented");
+    }
+    diagnostics.push(d);
+    let at = last_newline_end(tokens).unwrap_or(colon.end);
+    tokens.push((at, Tok::EmptyBlock, at));
+}
+
 fn last_newline_end(tokens: &[Spanned<'_>]) -> Option<u32> {
     tokens.iter().rev().find_map(|t| match t.1 {
         Tok::Newline => Some(t.2),
-        Tok::Dedent => Some(t.0),
+        Tok::Dedent | Tok::EmptyBlock => Some(t.0),
         _ => None,
     })
 }
@@ -860,6 +905,8 @@ fn invalid_char(text: &str, span: Span) -> Diagnostic {
     .with_primary_label("not part of any token");
     if s.starts_with('!') {
         d = d.with_help("use `not x` for logical negation and `!=` for inequality");
+    } else if s.starts_with(';') {
+        d = d.with_help("put each statement on its own line");
     } else if s.starts_with(['$', '?', '`']) {
         d = d.with_help("remove this character");
     }

@@ -397,11 +397,17 @@ pub fn parse(text: &str) -> ParsedItem {
             true
         }
     });
-    // a line the lexer already reported as mis-indented needs no second report
+    // a line the lexer already reported as mis-indented needs no second report,
+    // nor does an error that follows an invalid character on its line
     syntax.retain(|d| {
-        !diagnostics
-            .iter()
-            .any(|l| matches!(l.code, "E0104" | "E0105") && l.span.start == d.span.start)
+        !diagnostics.iter().any(|l| match l.code {
+            "E0104" | "E0105" => l.span.start == d.span.start,
+            "E0107" => {
+                l.span.start <= d.span.start
+                    && !text[l.span.start as usize..d.span.start as usize].contains('\n')
+            }
+            _ => false,
+        })
     });
     diagnostics.extend(syntax);
     diagnostics.append(&mut sink.diags);
@@ -472,7 +478,7 @@ impl ErrCtx<'_, '_> {
                 if let Some((open, c)) = self.unclosed.last().copied() {
                     return self.unclosed_diag(open, c, at, &expected);
                 }
-                if expected.len() == 1 && expected[0] == "INDENT" {
+                if only_block(&expected) {
                     return self.expected_block(self.last_line_span());
                 }
                 let exp = human_expected(&expected);
@@ -501,7 +507,12 @@ impl ErrCtx<'_, '_> {
         self.tokens
             .iter()
             .rev()
-            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .find(|t| {
+                !matches!(
+                    t.1,
+                    Tok::Newline | Tok::Dedent | Tok::Indent | Tok::EmptyBlock
+                )
+            })
             .map_or(Span::new(0, 0), |t| Span::new(t.0, t.2))
     }
 
@@ -516,7 +527,7 @@ impl ErrCtx<'_, '_> {
         let i = self.tokens.partition_point(|t| t.0 < at);
         self.tokens[i..]
             .iter()
-            .find(|t| !matches!(t.1, Tok::Indent | Tok::Dedent))
+            .find(|t| !matches!(t.1, Tok::Indent | Tok::Dedent | Tok::EmptyBlock))
             .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
     }
 
@@ -534,7 +545,7 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if expected.len() == 1 && expected[0] == "INDENT" {
+        if only_block(expected) {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,
@@ -555,7 +566,10 @@ impl ErrCtx<'_, '_> {
         let exp = human_expected(expected);
         let code = if at_end { "E0102" } else { "E0101" };
         let mut d = Diagnostic::new(code, span, format!("unexpected {found}"));
-        match (hint(tok, expected), exp.is_empty()) {
+        let prev = self.tokens[..self.tokens.partition_point(|t| t.0 < span.start)]
+            .last()
+            .map(|t| t.1);
+        match (hint(tok, prev, expected), exp.is_empty()) {
             (Some(h), true) => d = d.with_help(h),
             (Some(h), false) => d = d.with_primary_label(format!("expected {exp}")).with_help(h),
             (None, false) => d = d.with_help(format!("expected {exp}")),
@@ -570,19 +584,48 @@ impl ErrCtx<'_, '_> {
         self.tokens[..i]
             .iter()
             .rev()
-            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .find(|t| {
+                !matches!(
+                    t.1,
+                    Tok::Newline | Tok::Dedent | Tok::Indent | Tok::EmptyBlock
+                )
+            })
             .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
     }
 }
 
+/// The parser wants an indented block and nothing else.
+fn only_block(expected: &[String]) -> bool {
+    !expected.is_empty() && expected.iter().all(|e| e == "INDENT" || e == "EMPTY_BLOCK")
+}
+
 /// A more specific help line for common mistakes.
-fn hint(tok: Tok<'_>, expected: &[String]) -> Option<String> {
+fn hint(tok: Tok<'_>, prev: Option<Tok<'_>>, expected: &[String]) -> Option<String> {
     let expects = |s: &str| expected.iter().any(|e| e == s);
+    if let Some(Tok::Name(kw)) = prev {
+        if let Some(h) = python_only(kw) {
+            return Some(h);
+        }
+    }
     match tok {
+        Tok::Name("is") => Some("use `==` and `!=` to compare (there is no `is`)".into()),
+        Tok::Name(kw) if python_only(kw).is_some() => python_only(kw),
+        Tok::Not if !expects("NAME") => {
+            Some("`in` is only used in `for` loops; there is no `not in` test".into())
+        }
+        Tok::In if !expects("NAME") => Some("`in` is only used in `for` loops".into()),
+        Tok::For if expects("\"]\"") || expects("\")\"") => {
+            Some("comprehensions are not supported; build the value with a `for` loop".into())
+        }
+        Tok::Assign if expects("NEWLINE") && !expects("\"==\"") => {
+            Some("chained assignment `a = b = c` is not supported: assign on separate lines".into())
+        }
         Tok::Newline if expects("\":\"") => {
             Some("add `:` at the end of this line to open a block".into())
         }
-        Tok::Assign if expects("\"==\"") => Some("use `==` to compare; `=` assigns".into()),
+        Tok::Assign if expects("\"==\"") || expects("\":\"") => {
+            Some("use `==` to compare; `=` assigns".into())
+        }
         Tok::Def => {
             Some("functions are defined at top level (nested `def` is not supported)".into())
         }
@@ -597,6 +640,21 @@ fn hint(tok: Tok<'_>, expected: &[String]) -> Option<String> {
         ),
         _ => None,
     }
+}
+
+/// Help for Python statements and keywords that Tessera does not have.
+fn python_only(word: &str) -> Option<String> {
+    let what = match word {
+        "class" => "classes are not part of Tessera: use functions and kernels",
+        "lambda" => "`lambda` is not supported: define a function with `def`",
+        "with" | "try" | "except" | "finally" | "raise" | "assert" | "del" | "global"
+        | "nonlocal" | "yield" | "async" | "await" => {
+            "this Python statement is not part of Tessera"
+        }
+        "print" => "`print` is a function here: write `print(x)`",
+        _ => return None,
+    };
+    Some(what.to_string())
 }
 
 const EXPR_START: &[&str] = &[
@@ -670,6 +728,7 @@ pub fn human_expected(expected: &[String]) -> String {
             "STR" => "a string".to_string(),
             "NEWLINE" => "end of line".to_string(),
             "INDENT" => "an indented block".to_string(),
+            "EMPTY_BLOCK" => continue,
             "DEDENT" => "end of the block".to_string(),
             other => format!("`{}`", other.trim_matches('"')),
         };

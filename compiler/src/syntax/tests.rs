@@ -549,7 +549,10 @@ fn at_lines(text: &str) -> Vec<(&'static str, usize)> {
 #[test]
 fn error_codes_and_lines() {
     assert_eq!(at_lines("def f():\n"), [("E0106", 1)]);
-    assert_eq!(at_lines("def f():\n    if x:\n    y = 1\n"), [("E0106", 3)]);
+    assert_eq!(at_lines("def f():\n    if x:\n    y = 1\n"), [("E0106", 2)]);
+    assert_eq!(at_lines("def f():\n    for i in x:\n# c\n"), [("E0106", 2)]);
+    assert_eq!(at_lines("if x:\nelse:\n    pass\n"), [("E0106", 1)]);
+    assert_eq!(at_lines("x = 1; y = 2\n"), [("E0107", 1)]);
     assert_eq!(at_lines("x = (1,\n     2\ny = 3\n"), [("E0102", 1)]);
     assert_eq!(at_lines("x = [1,\n     2\n"), [("E0102", 1)]);
     assert_eq!(
@@ -584,7 +587,7 @@ fn error_codes_and_lines() {
     assert_eq!(at_lines("f(x) += 1\n"), [("E0110", 1)]);
     assert_eq!(at_lines("a, b: i32 = y\n"), [("E0110", 1)]);
     assert_eq!(at_lines("x = a == not b\n"), [("E0101", 1)]);
-    assert_eq!(at_lines("x = $\n"), [("E0107", 1), ("E0101", 1)]);
+    assert_eq!(at_lines("x = $\n"), [("E0107", 1)]);
 }
 
 #[test]
@@ -817,4 +820,38 @@ mod props {
             check(&text);
         }
     }
+}
+
+#[test]
+fn missing_blocks_keep_the_item() {
+    // the header's body is missing: reported once, and the item (with an error
+    // statement standing for the body) is still produced
+    for text in [
+        "def f():\n",
+        "def f():\n    if x:\n",
+        "def f():\n    if x:\n    y = 1\n    return y\n",
+    ] {
+        let p = parse_item(text);
+        assert_eq!(
+            p.diagnostics.iter().map(|d| d.code).collect::<Vec<_>>(),
+            ["E0106"],
+            "{text:?}"
+        );
+        assert!(matches!(p.item, Some(Item::Function(_))), "{text:?}");
+    }
+    let d = &parse_item("def f():\n    if x:\n    y = 1\n").diagnostics[0];
+    assert_eq!(d.span, Span::new(17, 18));
+    assert_eq!(d.labels[0].span, Span::new(23, 24));
+}
+
+#[test]
+fn hints_for_python_habits() {
+    let help = |t: &str| diags(t)[0].help.clone().unwrap_or_default();
+    assert!(help("x = [i for i in y]\n").contains("comprehensions"));
+    assert!(help("x = y = 1\n").contains("chained assignment"));
+    assert!(help("class A:\n    pass\n").contains("classes"));
+    assert!(help("x = a is b\n").contains("`==`"));
+    assert!(help("x = a not in b\n").contains("`in`"));
+    assert!(help("if x = 1:\n    pass\n").contains("`==`"));
+    assert!(help("else:\n    pass\n").contains("line up"));
 }
