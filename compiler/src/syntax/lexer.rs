@@ -202,7 +202,7 @@ pub(crate) enum Number {
 
 /// Raw tokens, as logos sees them (no layout yet).
 #[derive(Logos, Clone, Copy, Debug, PartialEq)]
-#[logos(skip r"[ \t\f\r]+")]
+#[logos(skip r"[ \t\f\r\u{FEFF}]+")]
 #[logos(skip(r"#[^\n]*", allow_greedy = true))]
 #[logos(skip r"\\\r?\n")]
 pub(crate) enum Raw {
@@ -645,11 +645,15 @@ pub fn lex(text: &str) -> Lexed<'_> {
             let mut col = 0u32;
             let mut tab: Option<usize> = None;
             for (i, &b) in bytes[line_start..range.start].iter().enumerate() {
-                if b == b'\t' {
-                    tab.get_or_insert(line_start + i);
-                    col = (col / 8 + 1) * 8;
-                } else {
-                    col += 1;
+                match b {
+                    b'\t' => {
+                        tab.get_or_insert(line_start + i);
+                        col = (col / 8 + 1) * 8;
+                    }
+                    b' ' => col += 1,
+                    // form feed resets the column, like Python; a byte-order mark counts nothing
+                    0x0c => col = 0,
+                    _ => {}
                 }
             }
             if let Some(t) = tab {

@@ -103,6 +103,45 @@ pub fn split_items(text: &str) -> Vec<Span> {
     out
 }
 
+/// Whether `text` (an interactive input so far) needs more lines before it can
+/// be parsed: a bracket or triple-quoted string is still open, the last line
+/// opens a block (ends in `:`), or the input ends inside an indented block (the
+/// REPL convention: a blank line ends a block).
+pub fn needs_more_input(text: &str) -> bool {
+    let lexed = lexer::lex(text);
+    if !lexed.unclosed.is_empty() {
+        return true;
+    }
+    if lexed
+        .diagnostics
+        .iter()
+        .any(|d| d.code == "E0108" && text[d.span.range()].len() == 3)
+    {
+        return true;
+    }
+    if text
+        .strip_suffix('\n')
+        .unwrap_or(text)
+        .trim_end_matches('\r')
+        .ends_with('\\')
+    {
+        return true;
+    }
+    let ends_blank = text.ends_with("\n\n") || text.ends_with("\n\r\n");
+    let toks = &lexed.tokens;
+    let last_real = toks.iter().rev().find(|t| {
+        !matches!(
+            t.1,
+            lexer::Tok::Newline | lexer::Tok::Dedent | lexer::Tok::Indent | lexer::Tok::EmptyBlock
+        )
+    });
+    match last_real {
+        None => false,
+        Some((_, lexer::Tok::Colon, _)) => !ends_blank,
+        Some(_) => !ends_blank && toks.iter().any(|t| t.1 == lexer::Tok::Indent),
+    }
+}
+
 /// Parses one item's text (as cut by `split_items`); spans are relative to `text`.
 pub fn parse_item(text: &str) -> ParsedItem {
     parser::parse(text)

@@ -855,3 +855,29 @@ fn hints_for_python_habits() {
     assert!(help("if x = 1:\n    pass\n").contains("`==`"));
     assert!(help("else:\n    pass\n").contains("line up"));
 }
+
+#[test]
+fn needs_more_input_for_the_repl() {
+    assert!(!needs_more_input(""));
+    assert!(!needs_more_input("x = 1\n"));
+    assert!(
+        !needs_more_input("x = 1 +\n"),
+        "complete, but an error: report it"
+    );
+    assert!(needs_more_input("x = f(1,\n"));
+    assert!(needs_more_input("s = \"\"\"doc\n"));
+    assert!(needs_more_input("x = 1 + \\\n"));
+    assert!(needs_more_input("def f():\n"));
+    assert!(needs_more_input("def f():\n    return 1\n"));
+    assert!(!needs_more_input("def f():\n    return 1\n\n"));
+    assert!(!needs_more_input("if x: pass\n"));
+}
+
+#[test]
+fn byte_order_mark_and_form_feed() {
+    let text = "\u{FEFF}import a\ndef f():\n    pass\n";
+    let (items, d) = parse_file(text);
+    assert!(d.is_empty(), "{d:#?}");
+    assert_eq!(items.len(), 2);
+    assert!(lex("\x0cx = 1\n").diagnostics.is_empty());
+}
