@@ -668,6 +668,14 @@ pub fn lex(text: &str) -> Lexed<'_> {
                 );
             }
             let top = levels.last().map_or(0, |l| l.0);
+            if tab.is_some()
+                && !levels.iter().any(|l| l.0 == col)
+                && !(col > top && last_in_line == Some(Raw::Colon))
+            {
+                // the tab is reported; read the line at the current level rather
+                // than guess a width and report an indentation error as well
+                col = top;
+            }
             if let Some(colon) = pending_block.take() {
                 if col <= top {
                     missing_block(&mut tokens, &mut diagnostics, colon, Some(span));
@@ -871,12 +879,16 @@ fn missing_block(
     colon: Span,
     next: Option<Span>,
 ) {
-    let mut d = Diagnostic::new("E0106", colon, "expected an indented block")
-        .with_primary_label("this `:` opens a block, but no indented line follows")
-        .with_help("indent the body under this line (write `pass` for an empty body)");
-    if let Some(next) = next {
-        d = d.with_label(next, "this line is not indented");
+    // reported on the line that should be indented (like Python), or at the `:`
+    // when the input ends first
+    let d = match next {
+        Some(next) => Diagnostic::new("E0106", next, "expected an indented block")
+            .with_primary_label("this line should be indented")
+            .with_label(colon, "the block opened here has no body"),
+        None => Diagnostic::new("E0106", colon, "expected an indented block")
+            .with_primary_label("this `:` opens a block, but no indented line follows"),
     }
+    .with_help("indent the body under the line ending in `:` (write `pass` for an empty body)");
     diagnostics.push(d);
     let at = last_newline_end(tokens).unwrap_or(colon.end);
     tokens.push((at, Tok::EmptyBlock, at));

@@ -32,7 +32,8 @@ pub struct ParsedItem {
 ///
 /// A new item starts at each logical line whose first token is at column 0, except
 /// a line continuing a bracket, an `else:`/`elif` line (top-level `if` statements)
-/// and the `def` (or further decorators) following decorator lines. Blank and
+/// and the `def` (or further decorators) following decorator lines. A decorator
+/// followed by anything else than a `def` is an item of its own (E0113). Blank and
 /// comment lines belong to the item before them (leading ones to the first item).
 /// The ranges tile the text: they are contiguous, in order, and cover every byte.
 /// A line at column 0 starting with `def`, `import`, `from` or `const` always starts
@@ -62,8 +63,12 @@ pub fn split_items(text: &str) -> Vec<Span> {
             at_line_start = false;
             let is_deco = raw == Some(Raw::At);
             if col0 {
+                // decorators glue to the `def` (or further decorators) below them;
+                // a decorator above anything else is an item of its own (E0113)
                 let continues = matches!(raw, Some(Raw::Else | Raw::Elif))
-                    || (decorators_only && !starts.is_empty());
+                    || (decorators_only
+                        && !starts.is_empty()
+                        && matches!(raw, Some(Raw::Def | Raw::At)));
                 if continues {
                     decorators_only = decorators_only && is_deco;
                 } else {

@@ -402,6 +402,7 @@ pub fn parse(text: &str) -> ParsedItem {
     syntax.retain(|d| {
         !diagnostics.iter().any(|l| match l.code {
             "E0104" | "E0105" => l.span.start == d.span.start,
+            "E0108" => same_line(text, l.span.start, d.span.start),
             "E0107" => {
                 l.span.start <= d.span.start
                     && !text[l.span.start as usize..d.span.start as usize].contains('\n')
@@ -416,6 +417,12 @@ pub fn parse(text: &str) -> ParsedItem {
     }
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
     ParsedItem { item, diagnostics }
+}
+
+/// Whether two offsets are on the same line of `text`.
+fn same_line(text: &str, a: u32, b: u32) -> bool {
+    let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);
+    !text[lo..hi.min(text.len())].contains('\n')
 }
 
 struct ErrCtx<'t, 'a> {

@@ -461,7 +461,13 @@ fn layout_blocks() {
 fn layout_errors() {
     assert_eq!(lex_codes("if a:\n\tb\n"), ["E0103"]);
     assert_eq!(lex_codes("if a:\n  \t b\n"), ["E0103"]);
-    assert_eq!(lex_codes("x = 1\n\ty = 2\n"), ["E0103", "E0105"]);
+    // a tab that makes the width ambiguous is reported once, not as an indent too
+    assert_eq!(lex_codes("x = 1\n\ty = 2\n"), ["E0103"]);
+    assert_eq!(lex_codes("def f():\n    x = 1\n    \ty = 2\n"), ["E0103"]);
+    assert_eq!(
+        lex_codes("def f():\n\tx = 1\n\ty = 2\n"),
+        ["E0103", "E0103"]
+    );
     // a tab inside a line is fine
     assert!(lex_codes("x =\t1\n").is_empty());
     assert_eq!(lex_codes("if a:\n    b\n  c\n"), ["E0104"]);
@@ -549,9 +555,9 @@ fn at_lines(text: &str) -> Vec<(&'static str, usize)> {
 #[test]
 fn error_codes_and_lines() {
     assert_eq!(at_lines("def f():\n"), [("E0106", 1)]);
-    assert_eq!(at_lines("def f():\n    if x:\n    y = 1\n"), [("E0106", 2)]);
+    assert_eq!(at_lines("def f():\n    if x:\n    y = 1\n"), [("E0106", 3)]);
     assert_eq!(at_lines("def f():\n    for i in x:\n# c\n"), [("E0106", 2)]);
-    assert_eq!(at_lines("if x:\nelse:\n    pass\n"), [("E0106", 1)]);
+    assert_eq!(at_lines("if x:\nelse:\n    pass\n"), [("E0106", 2)]);
     assert_eq!(at_lines("x = 1; y = 2\n"), [("E0107", 1)]);
     assert_eq!(at_lines("x = (1,\n     2\ny = 3\n"), [("E0102", 1)]);
     assert_eq!(at_lines("x = [1,\n     2\n"), [("E0102", 1)]);
@@ -839,9 +845,13 @@ fn missing_blocks_keep_the_item() {
         );
         assert!(matches!(p.item, Some(Item::Function(_))), "{text:?}");
     }
+    // primary span: the line that should be indented; label: the opening `:`
     let d = &parse_item("def f():\n    if x:\n    y = 1\n").diagnostics[0];
+    assert_eq!(d.span, Span::new(23, 24));
+    assert_eq!(d.labels[0].span, Span::new(17, 18));
+    // at the end of the item, the `:` itself
+    let d = &parse_item("def f():\n    if x:\n").diagnostics[0];
     assert_eq!(d.span, Span::new(17, 18));
-    assert_eq!(d.labels[0].span, Span::new(23, 24));
 }
 
 #[test]
