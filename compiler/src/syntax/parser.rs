@@ -60,7 +60,6 @@ pub struct Operand {
     span: Span,
     /// Start offsets of the `not` prefixes, outermost first.
     nots: Vec<u32>,
-    nots_used: usize,
 }
 
 impl Operand {
@@ -69,7 +68,6 @@ impl Operand {
             expr,
             span,
             nots: Vec::new(),
-            nots_used: 0,
         }
     }
 
@@ -182,9 +180,11 @@ impl Climb<'_, '_> {
 
     fn prefix(&mut self, min: u8) -> (Expr, Span) {
         let o = &mut self.operands[self.i];
-        if o.nots_used < o.nots.len() {
-            let at = o.nots[o.nots_used];
-            o.nots_used += 1;
+        if !o.nots.is_empty() {
+            // every `not` of this operand applies to the same comparison-level
+            // operand: wrap it iteratively (no recursion per `not`)
+            let nots = std::mem::take(&mut o.nots);
+            let at = nots[0];
             if min > NOT_PREC {
                 self.sink.diags.push(
                     Diagnostic::new(
@@ -196,16 +196,17 @@ impl Climb<'_, '_> {
                     .with_help("put the negation in parentheses: `a == (not b)`"),
                 );
             }
-            let (inner, ifull) = self.expr(CMP_PREC);
-            let span = Span::new(at, ifull.end);
-            let e = Expr::new(
-                ExprKind::Unary {
-                    op: UnaryOp::Not,
-                    operand: Box::new(inner),
-                },
-                span,
-            );
-            return (e, span);
+            let (mut e, ifull) = self.expr(CMP_PREC);
+            for &start in nots.iter().rev() {
+                e = Expr::new(
+                    ExprKind::Unary {
+                        op: UnaryOp::Not,
+                        operand: Box::new(e),
+                    },
+                    Span::new(start, ifull.end),
+                );
+            }
+            return (e, Span::new(at, ifull.end));
         }
         let placeholder = Expr::new(ExprKind::Error, o.span);
         (std::mem::replace(&mut o.expr, placeholder), o.span)
@@ -365,6 +366,13 @@ pub fn parse(text: &str) -> ParsedItem {
             diagnostics,
         };
     }
+    if let Some(d) = too_deep(&lexed.tokens) {
+        diagnostics.push(d);
+        return ParsedItem {
+            item: None,
+            diagnostics,
+        };
+    }
     let mut sink = Sink::default();
     let tokens = &lexed.tokens;
     let result =
@@ -417,6 +425,41 @@ pub fn parse(text: &str) -> ParsedItem {
     }
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
     ParsedItem { item, diagnostics }
+}
+
+/// How deeply brackets and prefix operators may nest. Deeper input is refused
+/// with one diagnostic rather than built into a tree that every later pass would
+/// have to recurse through.
+pub const MAX_NESTING: usize = 200;
+
+fn too_deep(tokens: &[Spanned<'_>]) -> Option<Diagnostic> {
+    let mut depth = 0usize;
+    let mut run = 0usize;
+    for &(l, t, r) in tokens {
+        match t {
+            Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
+            Tok::RParen | Tok::RBracket | Tok::RBrace => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        run = match t {
+            Tok::Minus
+            | Tok::Plus
+            | Tok::Tilde
+            | Tok::Not
+            | Tok::LParen
+            | Tok::LBracket
+            | Tok::LBrace => run + 1,
+            _ => 0,
+        };
+        if depth > MAX_NESTING || run > MAX_NESTING {
+            return Some(
+                Diagnostic::new("E0101", Span::new(l, r), "expression nested too deeply")
+                    .with_primary_label(format!("more than {MAX_NESTING} levels of nesting here"))
+                    .with_help("split the expression into several assignments"),
+            );
+        }
+    }
+    None
 }
 
 /// Whether two offsets are on the same line of `text`.

@@ -891,3 +891,24 @@ fn byte_order_mark_and_form_feed() {
     assert_eq!(items.len(), 2);
     assert!(lex("\x0cx = 1\n").diagnostics.is_empty());
 }
+
+#[test]
+fn deep_nesting_is_refused_not_overflowed() {
+    for text in [
+        format!("x = {}1{}\n", "(".repeat(5000), ")".repeat(5000)),
+        format!("x = {}1\n", "-".repeat(5000)),
+        format!("x = {}1\n", "not ".repeat(5000)),
+        format!("x = {}\n", "[".repeat(5000)),
+    ] {
+        let p = parse_item(&text);
+        assert!(p.item.is_none());
+        let d = p.diagnostics.last().unwrap();
+        assert_eq!(d.code, "E0101");
+        assert!(d.message.contains("too deeply"));
+    }
+    // within the limit, `not` chains and brackets are fine
+    assert_eq!(p("not not a < b"), "(not (not (a < b)))");
+    assert_eq!(p("a and not not b"), "(a and (not (not b)))");
+    let text = format!("x = {}1{}\n", "(".repeat(150), ")".repeat(150));
+    assert!(parse_item(&text).diagnostics.is_empty());
+}
