@@ -602,7 +602,8 @@ impl ErrCtx<'_, '_> {
             };
             return self.expected_block(at);
         }
-        let found = if at_end && matches!(tok, Tok::Newline | Tok::Dedent) {
+        // (a missing final newline reads as one: same report as with it)
+        let found = if at_end && tok == Tok::Dedent {
             "end of input".to_string()
         } else if let Tok::Int(_) | Tok::Float(_) = tok {
             format!("number `{}`", &self.text[span.range()])
@@ -614,8 +615,7 @@ impl ErrCtx<'_, '_> {
             _ => span,
         };
         let exp = human_expected(expected);
-        let code = if at_end { "E0102" } else { "E0101" };
-        let mut d = Diagnostic::new(code, span, format!("unexpected {found}"));
+        let mut d = Diagnostic::new("E0101", span, format!("unexpected {found}"));
         let prev = self.tokens[..self.tokens.partition_point(|t| t.0 < span.start)]
             .last()
             .map(|t| t.1);

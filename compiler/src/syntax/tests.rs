@@ -912,3 +912,18 @@ fn deep_nesting_is_refused_not_overflowed() {
     let text = format!("x = {}1{}\n", "(".repeat(150), ")".repeat(150));
     assert!(parse_item(&text).diagnostics.is_empty());
 }
+
+#[test]
+fn missing_final_newline_reads_the_same() {
+    for (a, b) in [
+        ("x = 1 +\n", "x = 1 +"),
+        ("def f():\n    return (\n", "def f():\n    return ("),
+        ("if x\n", "if x"),
+    ] {
+        let da: Vec<_> = diags(a).into_iter().map(|d| (d.code, d.message)).collect();
+        let db: Vec<_> = diags(b).into_iter().map(|d| (d.code, d.message)).collect();
+        assert_eq!(da, db, "{a:?} vs {b:?}");
+    }
+    assert!(diags("x = 1").is_empty());
+    assert!(diags("def f():\n    return 1").is_empty());
+}
