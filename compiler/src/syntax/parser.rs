@@ -17,13 +17,73 @@ lalrpop_mod!(
 );
 
 /// Where grammar actions report what they find besides the tree.
-#[derive(Default)]
 pub struct Sink<'a> {
     pub recovered: Vec<ErrorRecovery<u32, Tok<'a>, ()>>,
     pub diags: Vec<Diagnostic>,
+    /// The whole token stream, to salvage what a bad statement shows of its shape.
+    pub tokens: &'a [Spanned<'a>],
 }
 
 impl Sink<'_> {
+    /// The statement kind for a statement that could not be parsed (tokens in
+    /// `l..r`, and the block after it if any): its shape where its first tokens
+    /// show it (`x = ...`, `x += ...`, `return ...`, `for i in ...:`, `while ...:`,
+    /// `if ...:`) with `ExprKind::Error` for the unreadable part, so that names it
+    /// binds and blocks it holds are still seen; `StmtKind::Error` otherwise.
+    pub fn salvage(&self, l: u32, r: u32, block: Option<Vec<Stmt>>) -> StmtKind {
+        let lo = self.tokens.partition_point(|t| t.0 < l);
+        let hi = self.tokens.partition_point(|t| t.0 < r).max(lo);
+        let mut toks = &self.tokens[lo..hi];
+        while let [(_, Tok::Indent | Tok::Dedent | Tok::EmptyBlock | Tok::Newline, _), rest @ ..] =
+            toks
+        {
+            toks = rest;
+        }
+        let error_from = |i: usize| {
+            let start = toks.get(i).map_or(r, |t| t.0);
+            Expr::new(ExprKind::Error, Span::new(start, r.max(start)))
+        };
+        let name = |t: &Spanned<'_>| match t.1 {
+            Tok::Name(n) => Some(Ident::new(n, Span::new(t.0, t.2))),
+            _ => None,
+        };
+        let target = |id: Ident| Expr::new(ExprKind::Name(id.clone()), id.span);
+        match (toks, block) {
+            ([n, (_, Tok::Assign | Tok::Colon, _), ..], None) if name(n).is_some() => {
+                StmtKind::Assign {
+                    target: target(name(n).unwrap()),
+                    ty: None,
+                    value: error_from(2),
+                }
+            }
+            ([n, (_, op, _), ..], None) if name(n).is_some() && aug_op(*op).is_some() => {
+                StmtKind::AugAssign {
+                    target: target(name(n).unwrap()),
+                    op: aug_op(*op).unwrap(),
+                    value: error_from(2),
+                }
+            }
+            ([(_, Tok::Return, _)], None) => StmtKind::Return(None),
+            ([(_, Tok::Return, _), ..], None) => StmtKind::Return(Some(error_from(1))),
+            ([(_, Tok::For, _), n, (_, Tok::In, _), ..], Some(body)) if name(n).is_some() => {
+                StmtKind::For {
+                    target: name(n).unwrap(),
+                    iter: error_from(3),
+                    body,
+                }
+            }
+            ([(_, Tok::While, _), ..], Some(body)) => StmtKind::While {
+                cond: error_from(1),
+                body,
+            },
+            ([(_, Tok::If, _), ..], Some(body)) => StmtKind::If {
+                branches: vec![(error_from(1), body)],
+                orelse: None,
+            },
+            _ => StmtKind::Error,
+        }
+    }
+
     pub fn decorator_without_def(&mut self, decorators: &[Decorator], stmt: Option<Span>) {
         let Some(last) = decorators.last() else {
             return;
@@ -213,6 +273,23 @@ impl Climb<'_, '_> {
     }
 }
 
+fn aug_op(t: Tok<'_>) -> Option<BinOp> {
+    Some(match t {
+        Tok::PlusEq => BinOp::Add,
+        Tok::MinusEq => BinOp::Sub,
+        Tok::StarEq => BinOp::Mul,
+        Tok::SlashEq => BinOp::Div,
+        Tok::DoubleSlashEq => BinOp::FloorDiv,
+        Tok::PercentEq => BinOp::Mod,
+        Tok::DoubleStarEq => BinOp::Pow,
+        Tok::AtEq => BinOp::MatMul,
+        Tok::AmpEq => BinOp::BitAnd,
+        Tok::PipeEq => BinOp::BitOr,
+        Tok::CaretEq => BinOp::BitXor,
+        _ => return None,
+    })
+}
+
 pub fn sp(l: u32, r: u32) -> Span {
     Span::new(l, r.max(l))
 }
@@ -373,8 +450,12 @@ pub fn parse(text: &str) -> ParsedItem {
             diagnostics,
         };
     }
-    let mut sink = Sink::default();
     let tokens = &lexed.tokens;
+    let mut sink = Sink {
+        recovered: Vec::new(),
+        diags: Vec::new(),
+        tokens,
+    };
     let result =
         tessera::ItemParser::new().parse(&mut sink, tokens.iter().map(|&t| Ok::<_, ()>(t)));
     let ctx = ErrCtx {

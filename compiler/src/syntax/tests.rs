@@ -651,17 +651,36 @@ fn recovery_reports_each_bad_statement_and_keeps_the_rest() {
     let kinds: Vec<&str> = f
         .body
         .iter()
-        .map(|s| match s.kind {
+        .map(|s| match &s.kind {
             StmtKind::Error => "error",
+            StmtKind::Assign { value, .. } if value.kind == ExprKind::Error => "assign-error",
             StmtKind::Assign { .. } => "assign",
+            StmtKind::If { .. } => "if",
             StmtKind::Return(_) => "return",
             _ => "other",
         })
         .collect();
+    // bad statements keep the shape their first tokens show
     assert_eq!(
         kinds,
-        ["error", "assign", "error", "error", "error", "return"]
+        [
+            "assign-error",
+            "assign",
+            "assign-error",
+            "if",
+            "assign-error",
+            "return"
+        ]
     );
+    let StmtKind::If { branches, .. } = &f.body[3].kind else {
+        panic!()
+    };
+    assert_eq!(
+        branches[0].1.len(),
+        1,
+        "the block under the bad header is parsed"
+    );
+    assert!(matches!(branches[0].0.kind, ExprKind::Error));
     // a header that cannot be read still yields the function with its body
     let p = parse_item("def f(x: , y):\n    return 1\n");
     assert_eq!(p.diagnostics.len(), 1);
@@ -926,4 +945,35 @@ fn missing_final_newline_reads_the_same() {
     }
     assert!(diags("x = 1").is_empty());
     assert!(diags("def f():\n    return 1").is_empty());
+}
+
+#[test]
+fn salvaged_statement_shapes() {
+    let body = |text: &str| match parse_item(text).item {
+        Some(Item::Function(f)) => f.body,
+        other => panic!("{other:?}"),
+    };
+    let b = body("def f(x):\n    for i in range(3) x:\n        y = i\n    while x y:\n        pass\n    x += = 1\n    return )\n    y = 1 +\n    z: = 3\n");
+    assert!(
+        matches!(&b[0].kind, StmtKind::For { target, body, .. } if target.name == "i" && body.len() == 1)
+    );
+    assert!(matches!(&b[1].kind, StmtKind::While { body, .. } if body.len() == 1));
+    assert!(matches!(
+        &b[2].kind,
+        StmtKind::AugAssign { op: BinOp::Add, .. }
+    ));
+    assert!(matches!(
+        &b[3].kind,
+        StmtKind::Return(Some(Expr {
+            kind: ExprKind::Error,
+            ..
+        }))
+    ));
+    assert!(
+        matches!(&b[4].kind, StmtKind::Assign { target, .. } if matches!(&target.kind, ExprKind::Name(n) if n.name == "y"))
+    );
+    assert!(matches!(&b[5].kind, StmtKind::Assign { .. }));
+    // unrecognisable statements stay errors
+    let b = body("def f(x):\n    ) = 1\n");
+    assert!(matches!(b[0].kind, StmtKind::Error));
 }
