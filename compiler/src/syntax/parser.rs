@@ -30,6 +30,50 @@ impl Sink<'_> {
     /// show it (`x = ...`, `x += ...`, `return ...`, `for i in ...:`, `while ...:`,
     /// `if ...:`) with `ExprKind::Error` for the unreadable part, so that names it
     /// binds and blocks it holds are still seen; `StmtKind::Error` otherwise.
+    /// The parameter names of a `def` header that could not be parsed (tokens in
+    /// `l..r`, after the function name): each comma-separated part of the
+    /// parenthesised list that starts with a name gives a parameter with that name
+    /// (its annotation and default are dropped), so the body still sees them.
+    pub fn salvage_params(&self, l: u32, r: u32) -> Vec<Param> {
+        let lo = self.tokens.partition_point(|t| t.0 < l);
+        let hi = self.tokens.partition_point(|t| t.0 < r).max(lo);
+        let toks = &self.tokens[lo..hi];
+        let mut out: Vec<Param> = Vec::new();
+        if !matches!(toks.first(), Some((_, Tok::LParen, _))) {
+            return out;
+        }
+        let mut depth = 0usize;
+        let mut at_part_start = false;
+        for &(a, t, b) in toks {
+            let was_start = std::mem::replace(&mut at_part_start, false);
+            match t {
+                Tok::LParen | Tok::LBracket | Tok::LBrace => {
+                    depth += 1;
+                    at_part_start = depth == 1;
+                }
+                Tok::RParen | Tok::RBracket | Tok::RBrace => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                Tok::Comma if depth == 1 => at_part_start = true,
+                Tok::Name(n)
+                    if depth == 1 && was_start && !out.iter().any(|p| p.name.name == n) =>
+                {
+                    out.push(Param {
+                        name: Ident::new(n, Span::new(a, b)),
+                        ty: None,
+                        default: None,
+                        span: Span::new(a, b),
+                    });
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     pub fn salvage(&self, l: u32, r: u32, block: Option<Vec<Stmt>>) -> StmtKind {
         let lo = self.tokens.partition_point(|t| t.0 < l);
         let hi = self.tokens.partition_point(|t| t.0 < r).max(lo);

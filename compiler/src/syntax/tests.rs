@@ -977,3 +977,17 @@ fn salvaged_statement_shapes() {
     let b = body("def f(x):\n    ) = 1\n");
     assert!(matches!(b[0].kind, StmtKind::Error));
 }
+
+#[test]
+fn salvaged_def_header_keeps_parameter_names() {
+    let p = parse_item(
+        "def f(x: Tensor[\"M\", f32], y: , z: i32 = (1, 2), w) -> :\n    return x + y\n",
+    );
+    assert_eq!(p.diagnostics.len(), 1);
+    let Some(Item::Function(f)) = p.item else {
+        panic!("no function")
+    };
+    let names: Vec<&str> = f.params.iter().map(|p| p.name.name.as_str()).collect();
+    assert_eq!(names, ["x", "y", "z", "w"]);
+    assert_eq!(f.body.len(), 1);
+}
