@@ -123,13 +123,22 @@ pub fn check_item<'db>(db: &'db dyn Db, item: ItemSource<'db>, options: Options)
 #[salsa::tracked(returns(ref))]
 pub fn file_diagnostics(db: &dyn Db, file: SourceFile, options: Options) -> Vec<Diagnostic> {
     let mut out = Vec::new();
+    let mut imports = Vec::new();
+    let mut used = std::collections::HashSet::new();
     for (source, offset) in &file_items(db, file).items {
         let parsed = parse_item(db, *source);
         out.extend(parsed.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+        if let Some(item) = &parsed.item {
+            if matches!(**item, ast::Item::Import(_) | ast::Item::FromImport(_)) {
+                imports.push((item.clone(), *offset));
+            }
+        }
         let checked = check_item(db, *source, options);
         out.extend(checked.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+        used.extend(checked.uses.iter().map(String::as_str));
     }
     out.extend(module_diagnostics(db, file).iter().cloned());
+    out.extend(check::unused_imports(&imports, &used));
     out.sort_by(|a, b| (a.span.start, a.span.end, a.code).cmp(&(b.span.start, b.span.end, b.code)));
     out.dedup();
     out
