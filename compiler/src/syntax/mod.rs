@@ -1,24 +1,125 @@
 //! Lexing, parsing and the AST.
+//!
+//! A file is cut into top-level items by `split_items` (cheap: one pass of the raw
+//! lexer), and each item's text is parsed on its own by `parse_item`, so every span
+//! in an item's AST and diagnostics is relative to the item's text. `parse_file`
+//! does both for callers that want a whole file at once.
 
 pub mod ast;
+pub mod dim;
+pub mod lexer;
+pub mod parser;
 pub mod span;
 
+#[cfg(test)]
+mod tests;
+
 use crate::diag::Diagnostic;
+use lexer::Raw;
 use span::Span;
 
 /// The result of parsing one top-level item's text.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParsedItem {
+    /// `None` when the text holds no item (only blank lines and comments) or when
+    /// the item could not be read at all; the diagnostics then say why.
     pub item: Option<ast::Item>,
+    /// Lexical and syntax diagnostics, sorted by position, spans relative to the item.
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Splits a file into the byte ranges of its top-level items (PLACEHOLDER: whole file).
+/// Splits a file into the byte ranges of its top-level items.
+///
+/// A new item starts at each logical line whose first token is at column 0, except
+/// a line continuing a bracket, an `else:`/`elif` line (top-level `if` statements)
+/// and the `def` (or further decorators) following decorator lines. Blank and
+/// comment lines belong to the item before them (leading ones to the first item).
+/// The ranges tile the text: they are contiguous, in order, and cover every byte.
+/// A line at column 0 starting with `def`, `import`, `from` or `const` always starts
+/// a new item, even inside an unclosed bracket, so that an unfinished call being
+/// typed in one function does not swallow the rest of the file.
 pub fn split_items(text: &str) -> Vec<Span> {
-    vec![Span::new(0, text.len() as u32)]
+    let bytes = text.as_bytes();
+    let mut starts: Vec<u32> = Vec::new();
+    let mut depth: u32 = 0;
+    let mut at_line_start = true;
+    // the current item so far consists of decorator lines only
+    let mut decorators_only = false;
+    for (raw, s, _) in lexer::raw_tokens(text) {
+        if raw == Some(Raw::Newline) {
+            if depth == 0 {
+                at_line_start = true;
+            }
+            continue;
+        }
+        let col0 = s == 0 || bytes[s - 1] == b'\n';
+        if depth > 0 && col0 && matches!(raw, Some(Raw::Def | Raw::Import | Raw::From | Raw::Const))
+        {
+            depth = 0;
+            at_line_start = true;
+        }
+        if at_line_start {
+            at_line_start = false;
+            let is_deco = raw == Some(Raw::At);
+            if col0 {
+                let continues = matches!(raw, Some(Raw::Else | Raw::Elif))
+                    || (decorators_only && !starts.is_empty());
+                if continues {
+                    decorators_only = decorators_only && is_deco;
+                } else {
+                    starts.push(s as u32);
+                    decorators_only = is_deco;
+                }
+            } else {
+                decorators_only = false;
+            }
+        }
+        match raw {
+            Some(Raw::LParen | Raw::LBracket | Raw::LBrace) => depth += 1,
+            Some(Raw::RParen | Raw::RBracket | Raw::RBrace) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    let len = text.len() as u32;
+    if len == 0 {
+        return Vec::new();
+    }
+    if starts.first() != Some(&0) {
+        if starts.is_empty() {
+            starts.push(0);
+        } else {
+            starts[0] = 0;
+        }
+    }
+    let mut out = Vec::with_capacity(starts.len());
+    for (i, &s) in starts.iter().enumerate() {
+        let e = starts.get(i + 1).copied().unwrap_or(len);
+        out.push(Span::new(s, e));
+    }
+    out
 }
 
-/// Parses one item's text (PLACEHOLDER until the parser lands).
-pub fn parse_item(_text: &str) -> ParsedItem {
-    ParsedItem { item: None, diagnostics: Vec::new() }
+/// Parses one item's text (as cut by `split_items`); spans are relative to `text`.
+pub fn parse_item(text: &str) -> ParsedItem {
+    parser::parse(text)
+}
+
+/// Splits and parses a whole file: each item with the offset of its text, and
+/// every diagnostic with absolute spans.
+pub fn parse_file(text: &str) -> (Vec<(ast::Item, u32)>, Vec<Diagnostic>) {
+    let mut items = Vec::new();
+    let mut diagnostics = Vec::new();
+    for range in split_items(text) {
+        let parsed = parse_item(&text[range.range()]);
+        diagnostics.extend(
+            parsed
+                .diagnostics
+                .into_iter()
+                .map(|d| d.shifted(range.start)),
+        );
+        if let Some(item) = parsed.item {
+            items.push((item, range.start));
+        }
+    }
+    (items, diagnostics)
 }

@@ -1,0 +1,568 @@
+//! The parser: drives the lalrpop grammar (`grammar/tessera.lalrpop`) over the
+//! layout token stream, turns lalrpop's errors into catalogue diagnostics with
+//! human-worded expectations, and runs the small post-parse checks (break,
+//! continue and return placement).
+
+use lalrpop_util::{lalrpop_mod, ErrorRecovery, ParseError};
+
+use crate::diag::Diagnostic;
+use crate::syntax::ast::*;
+use crate::syntax::lexer::{self, Spanned, Tok};
+use crate::syntax::span::Span;
+use crate::syntax::ParsedItem;
+
+lalrpop_mod!(
+    #[allow(clippy::all, clippy::pedantic, unused, dead_code)]
+    tessera
+);
+
+/// Where grammar actions report what they find besides the tree.
+#[derive(Default)]
+pub struct Sink<'a> {
+    pub recovered: Vec<ErrorRecovery<u32, Tok<'a>, ()>>,
+    pub diags: Vec<Diagnostic>,
+}
+
+impl Sink<'_> {
+    pub fn decorator_without_def(&mut self, decorators: &[Decorator], stmt: Option<Span>) {
+        let Some(last) = decorators.last() else {
+            return;
+        };
+        let mut d = Diagnostic::new(
+            "E0113",
+            last.span,
+            format!("decorator `@{}` is not followed by a `def`", last.name.name),
+        )
+        .with_primary_label("this decorator needs a function below it")
+        .with_help("put the decorator directly above the `def` it applies to, or remove it");
+        if let Some(s) = stmt {
+            d = d.with_label(s, "this is not a `def`");
+        }
+        self.diags.push(d);
+    }
+
+    pub fn chained_comparison(&mut self, lhs: &Expr, op: Span) {
+        self.diags.push(
+            Diagnostic::new("E0101", op, "comparison operators cannot be chained")
+                .with_primary_label("second comparison here")
+                .with_label(lhs.span, "this is already a comparison")
+                .with_help(
+                    "write `a < b and b < c`, or add parentheses to compare a comparison's result",
+                ),
+        );
+    }
+}
+
+pub fn sp(l: u32, r: u32) -> Span {
+    Span::new(l, r.max(l))
+}
+
+/// The end of a block: the end of its last statement (`default` when empty).
+pub fn block_end(stmts: &[Stmt], default: u32) -> u32 {
+    stmts.last().map_or(default, |s| s.span.end)
+}
+
+/// The value of adjacent string literals (concatenated, like Python).
+pub fn str_value(parts: &[&str]) -> String {
+    if let [one] = parts {
+        return lexer::unescape(one);
+    }
+    parts.iter().map(|p| lexer::unescape(p)).collect()
+}
+
+pub fn make_function(
+    name: Ident,
+    params: Vec<Param>,
+    ret: Option<TypeExpr>,
+    body: Vec<Stmt>,
+    header_span: Span,
+) -> Function {
+    let docstring = match body.first().map(|s| &s.kind) {
+        Some(StmtKind::Expr(Expr {
+            kind: ExprKind::Str(s),
+            ..
+        })) => Some(clean_docstring(s)),
+        _ => None,
+    };
+    let end = block_end(&body, header_span.end);
+    Function {
+        decorators: Vec::new(),
+        name,
+        params,
+        ret,
+        docstring,
+        body,
+        span: Span::new(header_span.start, end),
+        header_span,
+    }
+}
+
+/// Docstring text without its common indentation and surrounding blank lines
+/// (what Python's `inspect.cleandoc` does).
+fn clean_docstring(s: &str) -> String {
+    let mut lines = s.lines();
+    let first = lines.next().unwrap_or("").trim();
+    let rest: Vec<&str> = lines.collect();
+    let indent = rest
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let mut out: Vec<&str> = Vec::with_capacity(rest.len() + 1);
+    out.push(first);
+    for l in &rest {
+        out.push(if l.len() >= indent {
+            l[indent..].trim_end()
+        } else {
+            l.trim()
+        });
+    }
+    while out.last().is_some_and(|l| l.is_empty()) {
+        out.pop();
+    }
+    while out.first().is_some_and(|l| l.is_empty()) {
+        out.remove(0);
+    }
+    out.join("\n")
+}
+
+fn describe_expr(e: &Expr) -> &'static str {
+    match &e.kind {
+        ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Str(_)
+        | ExprKind::Bool(_)
+        | ExprKind::None => "a literal",
+        ExprKind::Call { .. } => "a function call",
+        ExprKind::Binary { op, .. } if op.is_comparison() => "a comparison",
+        ExprKind::Binary { .. } | ExprKind::Unary { .. } => "an operator expression",
+        ExprKind::IfElse { .. } => "a conditional expression",
+        ExprKind::Tuple(_) => "a tuple",
+        ExprKind::List(_) => "a list",
+        ExprKind::Dict(_) => "a dict",
+        ExprKind::Name(_) => "a name",
+        ExprKind::Subscript { .. } => "a subscript",
+        ExprKind::Attribute { .. } => "an attribute",
+        ExprKind::Error => "an invalid expression",
+    }
+}
+
+/// Reports E0110 unless `target` can be assigned to. `single`: the statement
+/// takes one target (augmented or annotated assignment), not a tuple.
+pub fn check_target(sink: &mut Sink<'_>, target: &Expr, single: bool) {
+    match &target.kind {
+        ExprKind::Name(_) | ExprKind::Subscript { .. } | ExprKind::Attribute { .. } | ExprKind::Error => {}
+        ExprKind::Tuple(items) if !single && !items.is_empty() => {
+            for t in items {
+                check_target(sink, t, true);
+            }
+        }
+        ExprKind::Tuple(_) if single => sink.diags.push(
+            Diagnostic::new("E0110", target.span, "a tuple cannot be the target of this assignment")
+                .with_primary_label("only one name, subscript or attribute is allowed here")
+                .with_help("assign each element on its own line"),
+        ),
+        _ => sink.diags.push(
+            Diagnostic::new("E0110", target.span, format!("cannot assign to {}", describe_expr(target)))
+                .with_primary_label("not an assignable place")
+                .with_help(if matches!(&target.kind, ExprKind::Binary { op, .. } if op.is_comparison()) {
+                    "to compare, use `==` in a condition; to assign, put a name on the left of `=`"
+                } else {
+                    "the left of `=` must be a name, a subscript `t[i]`, an attribute `x.a` or a tuple of these"
+                }),
+        ),
+    }
+}
+
+/// Reports E0112 for each positional argument after a keyword argument.
+pub fn check_args(sink: &mut Sink<'_>, args: &[Arg]) {
+    let mut first_kw: Option<&Arg> = None;
+    for a in args {
+        match (&a.name, first_kw) {
+            (Some(_), None) => first_kw = Some(a),
+            (None, Some(kw)) => sink.diags.push(
+                Diagnostic::new(
+                    "E0112",
+                    a.span,
+                    "positional argument follows a keyword argument",
+                )
+                .with_primary_label("positional argument")
+                .with_label(kw.span, "first keyword argument here")
+                .with_help("move positional arguments before the keyword arguments"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// Parses one item's text (see `syntax::parse_item`).
+pub fn parse(text: &str) -> ParsedItem {
+    let lexed = lexer::lex(text);
+    let mut diagnostics = lexed.diagnostics;
+    if lexed.tokens.is_empty() {
+        return ParsedItem {
+            item: None,
+            diagnostics,
+        };
+    }
+    let mut sink = Sink::default();
+    let tokens = &lexed.tokens;
+    let result =
+        tessera::ItemParser::new().parse(&mut sink, tokens.iter().map(|&t| Ok::<_, ()>(t)));
+    let ctx = ErrCtx {
+        text,
+        tokens,
+        unclosed: &lexed.unclosed,
+    };
+    let mut syntax: Vec<Diagnostic> = Vec::new();
+    for rec in std::mem::take(&mut sink.recovered) {
+        syntax.push(ctx.convert(rec.error));
+    }
+    let item = match result {
+        Ok(item) => item,
+        Err(e) => {
+            syntax.push(ctx.convert(e));
+            None
+        }
+    };
+    // one report per place: recovery can meet the same bad token twice
+    syntax.sort_by_key(|d| (d.span.start, d.span.end));
+    syntax.dedup_by(|a, b| a.span == b.span && a.code == b.code);
+    // an unclosed bracket is reported once, however many errors it caused
+    let mut seen_unclosed = false;
+    syntax.retain(|d| {
+        if d.code == "E0102" && d.message.starts_with("unclosed") {
+            !std::mem::replace(&mut seen_unclosed, true)
+        } else {
+            true
+        }
+    });
+    diagnostics.extend(syntax);
+    diagnostics.append(&mut sink.diags);
+    if let Some(item) = &item {
+        check_placement(item, &mut diagnostics);
+    }
+    diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
+    ParsedItem { item, diagnostics }
+}
+
+struct ErrCtx<'t, 'a> {
+    text: &'t str,
+    tokens: &'t [Spanned<'a>],
+    unclosed: &'t [(Span, char)],
+}
+
+fn closer(open: char) -> char {
+    match open {
+        '(' => ')',
+        '[' => ']',
+        _ => '}',
+    }
+}
+
+impl ErrCtx<'_, '_> {
+    fn line_of(&self, offset: u32) -> usize {
+        let o = (offset as usize).min(self.text.len());
+        self.text.as_bytes()[..o]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+    }
+
+    /// The innermost bracket left open at the end that was opened before `at` on an
+    /// earlier line (the likely cause of an error at `at`).
+    fn unclosed_before(&self, at: u32) -> Option<(Span, char)> {
+        let &(span, c) = self.unclosed.iter().rev().find(|(s, _)| s.end <= at)?;
+        (at as usize >= self.text.len() || self.line_of(span.start) < self.line_of(at))
+            .then_some((span, c))
+    }
+
+    fn unclosed_diag(&self, open: Span, c: char, at: Span, expected: &[String]) -> Diagnostic {
+        let mut d = Diagnostic::new("E0102", open, format!("unclosed `{c}`"))
+            .with_primary_label(format!("`{c}` opened here is never closed"))
+            .with_help(format!("add `{}` where the bracketed part ends", closer(c)));
+        let found = if at.start as usize >= self.text.len() {
+            "the input ends here".to_string()
+        } else {
+            let exp = human_expected(expected);
+            if exp.is_empty() {
+                "the parser stopped here".to_string()
+            } else {
+                format!("expected {exp} here")
+            }
+        };
+        d = d.with_label(at, found);
+        d
+    }
+
+    fn convert(&self, e: ParseError<u32, Tok<'_>, ()>) -> Diagnostic {
+        match e {
+            ParseError::UnrecognizedToken {
+                token: (l, tok, r),
+                expected,
+            } => self.unrecognized(Span::new(l, r), tok, &expected),
+            ParseError::UnrecognizedEof { location, expected } => {
+                let at = Span::new(location, location);
+                if let Some((open, c)) = self.unclosed.last().copied() {
+                    return self.unclosed_diag(open, c, at, &expected);
+                }
+                if expected.iter().any(|e| e == "INDENT") {
+                    return self.expected_block(self.last_line_span());
+                }
+                let exp = human_expected(&expected);
+                let mut d =
+                    Diagnostic::new("E0102", self.last_line_span(), "unexpected end of input")
+                        .with_primary_label("the item ends here");
+                if !exp.is_empty() {
+                    d = d.with_help(format!("expected {exp}"));
+                }
+                d
+            }
+            ParseError::ExtraToken { token: (l, tok, r) } => {
+                self.unrecognized(Span::new(l, r), tok, &[])
+            }
+            ParseError::InvalidToken { location } => Diagnostic::new(
+                "E0101",
+                Span::new(location, location + 1),
+                "unexpected token",
+            ),
+            ParseError::User { .. } => Diagnostic::new("E0101", Span::new(0, 0), "syntax error"),
+        }
+    }
+
+    /// The span of the last real token (the end of the item's last line).
+    fn last_line_span(&self) -> Span {
+        self.tokens
+            .iter()
+            .rev()
+            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .map_or(Span::new(0, 0), |t| Span::new(t.0, t.2))
+    }
+
+    fn expected_block(&self, at: Span) -> Diagnostic {
+        Diagnostic::new("E0106", at, "expected an indented block")
+            .with_primary_label("the block should start on the next line, indented")
+            .with_help("indent the body of the statement ending in `:` (or write `pass` for an empty body)")
+    }
+
+    /// The real token that follows a zero-width layout token at `at`.
+    fn token_at(&self, at: u32) -> Span {
+        let i = self.tokens.partition_point(|t| t.0 < at);
+        self.tokens[i..]
+            .iter()
+            .find(|t| !matches!(t.1, Tok::Indent | Tok::Dedent))
+            .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
+    }
+
+    fn unrecognized(&self, span: Span, tok: Tok<'_>, expected: &[String]) -> Diagnostic {
+        let at_end = span.start as usize >= self.text.len();
+        if let Some((open, c)) = self.unclosed_before(span.start) {
+            if at_end || !matches!(tok, Tok::Indent) {
+                return self.unclosed_diag(open, c, span, expected);
+            }
+        }
+        if tok == Tok::Indent {
+            return Diagnostic::new("E0105", self.token_at(span.start), "unexpected indent")
+                .with_primary_label("this line is indented more than the line before it")
+                .with_help(
+                    "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
+                );
+        }
+        if expected.iter().any(|e| e == "INDENT") {
+            let at = match tok {
+                Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
+                _ => span,
+            };
+            return self.expected_block(at);
+        }
+        let found = if at_end && matches!(tok, Tok::Newline | Tok::Dedent) {
+            "end of input".to_string()
+        } else if let Tok::Int(_) | Tok::Float(_) = tok {
+            format!("number `{}`", &self.text[span.range()])
+        } else {
+            tok.describe()
+        };
+        let span = match tok {
+            Tok::Dedent => self.token_at(span.start),
+            _ => span,
+        };
+        let exp = human_expected(expected);
+        let (message, label) = if exp.is_empty() {
+            (format!("unexpected {found}"), "unexpected here".to_string())
+        } else {
+            (
+                format!("expected {exp}, found {found}"),
+                format!("expected {exp}"),
+            )
+        };
+        let code = if at_end { "E0102" } else { "E0101" };
+        let mut d = Diagnostic::new(code, span, message).with_primary_label(label);
+        if let Some(h) = hint(tok, expected) {
+            d = d.with_help(h);
+        } else if !exp.is_empty() {
+            d = d.with_help(format!("expected {exp}"));
+        }
+        d
+    }
+
+    /// The last real token before `at` (for errors found on a layout token).
+    fn last_line_before(&self, at: u32) -> Span {
+        let i = self.tokens.partition_point(|t| t.0 < at);
+        self.tokens[..i]
+            .iter()
+            .rev()
+            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
+    }
+}
+
+/// A more specific help line for common mistakes.
+fn hint(tok: Tok<'_>, expected: &[String]) -> Option<String> {
+    let expects = |s: &str| expected.iter().any(|e| e == s);
+    match tok {
+        Tok::Newline if expects("\":\"") => {
+            Some("add `:` at the end of this line to open a block".into())
+        }
+        Tok::Assign if expects("\"==\"") => Some("use `==` to compare; `=` assigns".into()),
+        Tok::Def => {
+            Some("functions are defined at top level (nested `def` is not supported)".into())
+        }
+        Tok::Import | Tok::From => Some("imports go at top level".into()),
+        _ => None,
+    }
+}
+
+const EXPR_START: &[&str] = &[
+    "NAME",
+    "INT",
+    "FLOAT",
+    "STR",
+    "\"(\"",
+    "\"[\"",
+    "\"{\"",
+    "\"-\"",
+    "\"+\"",
+    "\"~\"",
+    "\"not\"",
+    "\"True\"",
+    "\"False\"",
+    "\"None\"",
+    "\"inf\"",
+];
+const OPERATORS: &[&str] = &[
+    "\"+\"", "\"-\"", "\"*\"", "\"/\"", "\"//\"", "\"%\"", "\"**\"", "\"@\"", "\"&\"", "\"|\"",
+    "\"^\"", "\"==\"", "\"!=\"", "\"<\"", "\"<=\"", "\">\"", "\">=\"", "\"and\"", "\"or\"",
+    "\"if\"", "\"(\"", "\"[\"", "\".\"",
+];
+const AUG: &[&str] = &[
+    "\"+=\"", "\"-=\"", "\"*=\"", "\"/=\"", "\"//=\"", "\"%=\"", "\"**=\"", "\"@=\"", "\"&=\"",
+    "\"|=\"", "\"^=\"",
+];
+
+/// lalrpop's expected terminals in human words: "`:`, `)` or an expression".
+pub fn human_expected(expected: &[String]) -> String {
+    let has = |s: &str| expected.iter().any(|e| e == s);
+    let mut words: Vec<String> = Vec::new();
+    let mut skip: Vec<&str> = Vec::new();
+    let expr = has("NAME") && has("INT") && has("\"(\"");
+    if expr {
+        skip.extend(EXPR_START);
+    }
+    let ops = OPERATORS.iter().filter(|o| has(o)).count() >= 6;
+    if ops {
+        skip.extend(OPERATORS);
+    }
+    if AUG.iter().filter(|o| has(o)).count() >= 3 {
+        skip.extend(AUG);
+    }
+    let mut tail: Vec<String> = Vec::new();
+    for e in expected {
+        if skip.contains(&e.as_str()) {
+            continue;
+        }
+        let w = match e.as_str() {
+            "NAME" => "a name".to_string(),
+            "INT" | "FLOAT" => "a number".to_string(),
+            "STR" => "a string".to_string(),
+            "NEWLINE" => "end of line".to_string(),
+            "INDENT" => "an indented block".to_string(),
+            "DEDENT" => "end of the block".to_string(),
+            other => format!("`{}`", other.trim_matches('"')),
+        };
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    if ops {
+        tail.push("an operator".into());
+    }
+    if expr {
+        tail.push("an expression".into());
+    }
+    // `end of line` reads best last
+    if let Some(i) = words.iter().position(|w| w == "end of line") {
+        let w = words.remove(i);
+        tail.push(w);
+    }
+    words.extend(tail);
+    match words.len() {
+        0 => String::new(),
+        1 => words.pop().unwrap(),
+        n => {
+            let last = words.pop().unwrap();
+            let mut s = words.join(", ");
+            if n > 8 {
+                s = words[..6].join(", ") + ", ...";
+            }
+            format!("{s} or {last}")
+        }
+    }
+}
+
+/// E0114 (`break`/`continue` outside a loop) and E0115 (`return` outside a `def`).
+fn check_placement(item: &Item, out: &mut Vec<Diagnostic>) {
+    match item {
+        Item::Function(f) => walk(&f.body, true, false, out),
+        Item::Stmt(s) => walk(std::slice::from_ref(s), false, false, out),
+        _ => {}
+    }
+}
+
+fn walk(stmts: &[Stmt], in_def: bool, in_loop: bool, out: &mut Vec<Diagnostic>) {
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Break | StmtKind::Continue if !in_loop => {
+                let kw = if matches!(s.kind, StmtKind::Break) {
+                    "break"
+                } else {
+                    "continue"
+                };
+                out.push(
+                    Diagnostic::new("E0114", s.span, format!("`{kw}` outside a loop"))
+                        .with_primary_label(format!(
+                            "`{kw}` must be inside a `for` or `while` body"
+                        ))
+                        .with_help("remove it, or move it into the loop it is meant for"),
+                );
+            }
+            StmtKind::Return(_) if !in_def => out.push(
+                Diagnostic::new("E0115", s.span, "`return` outside a function")
+                    .with_primary_label("not inside a `def`")
+                    .with_help("`return` is only allowed in the body of a `def`"),
+            ),
+            StmtKind::If { branches, orelse } => {
+                for (_, b) in branches {
+                    walk(b, in_def, in_loop, out);
+                }
+                if let Some(b) = orelse {
+                    walk(b, in_def, in_loop, out);
+                }
+            }
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                walk(body, in_def, true, out)
+            }
+            _ => {}
+        }
+    }
+}
