@@ -138,7 +138,7 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, options: Options) -> Vec<
         used.extend(checked.uses.iter().map(String::as_str));
     }
     out.extend(module_diagnostics(db, file).iter().cloned());
-    out.extend(check::unused_imports(&imports, &used));
+    out.extend(check::unused_imports(&imports, &used, module_scope(db, file)));
     out.sort_by(|a, b| (a.span.start, a.span.end, a.code).cmp(&(b.span.start, b.span.end, b.code)));
     out.dedup();
     out

@@ -240,7 +240,7 @@ impl Checker<'_> {
                     if self.in_kernel {
                         if let Some(sym) = self.runtime_symbol(&d) {
                             self.report(
-                                Diagnostic::new("E0406", span, format!("tile dim `{d}` is not known at compile time: `{sym}` is a run-time value"))
+                                Diagnostic::new("E0406", span, format!("tile dim `{d}` is not known at compile time: `{sym}` is a run-time value; it would need to be a `const` or a tensor dim the kernel is specialised on"))
                                     .with_help(format!("make `{sym}` a `const` parameter (e.g. `{sym}: const = 64`), or use a tensor dim the kernel is specialised on")),
                             );
                             return None;
@@ -490,7 +490,7 @@ impl Checker<'_> {
                 };
                 if let Some(sym) = self.runtime_symbol(&len) {
                     self.report(
-                        Diagnostic::new("E0406", span, format!("`arange` has length `{len}`, which is not known at compile time: `{sym}` is a run-time value"))
+                        Diagnostic::new("E0406", span, format!("`arange` has length `{len}`, which is not known at compile time: `{sym}` is a run-time value; it would need to be a `const` or a tensor dim the kernel is specialised on"))
                             .with_help(format!("write `arange(start, start + SIZE)` with a constant SIZE, or make `{sym}` a `const` parameter or a tensor dim")),
                     );
                     return Val::err();

@@ -158,7 +158,7 @@ impl<'a> Checker<'a> {
             }
         }
         self.record(span, &val.ty);
-        if !self.env.contains_key(name) && !self.top_level {
+        if !self.env.contains_key(name) && !self.top_level && !val.ty.is_err() {
             self.local_defs.push((name.to_string(), span));
         }
         let kind = match self.env.get(name) {

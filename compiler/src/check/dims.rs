@@ -219,7 +219,8 @@ pub fn display_symbol(s: &str) -> &str {
 impl fmt::Display for Dim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        for (m, c) in &self.terms {
+        let ordered = self.terms.iter().filter(|(_, c)| *c > 0).chain(self.terms.iter().filter(|(_, c)| *c < 0));
+        for (m, c) in ordered {
             let names: Vec<&str> = m.iter().map(|s| display_symbol(s)).collect();
             let names = names.join("*");
             let (neg, abs) = (*c < 0, c.unsigned_abs());
@@ -262,6 +263,7 @@ mod tests {
         assert_eq!(d.to_string(), "3*D + 1");
         assert_eq!(Dim::parse("M*N").unwrap(), Dim::parse("N * M").unwrap());
         assert_eq!(Dim::parse("-(M - 2)").unwrap().to_string(), "-M + 2");
+        assert_eq!(Dim::parse("b - a").unwrap().to_string(), "b - a");
         assert!(Dim::parse("M +").is_err());
         assert!(Dim::parse("M / 2").is_err());
     }

@@ -254,10 +254,10 @@ impl Checker<'_> {
             if ok {
                 return Some((s, false));
             }
-        } else if let Some(d) = DType::join(a, b) {
-            return Some((d, false));
         } else if same_category(a, b) && (lk == Kind::Scalar) != (rk == Kind::Scalar) {
             return Some((if lk == Kind::Scalar { b } else { a }, false));
+        } else if let Some(d) = DType::join(a, b) {
+            return Some((d, false));
         }
         let target = if a.is_float() && !b.is_float() {
             (re, a)
@@ -602,7 +602,7 @@ impl Checker<'_> {
                                         Diagnostic::new(
                                             "E0405",
                                             *span,
-                                            format!("this slice has length `{len}`, which is not a compile-time constant: `{sym}` is a run-time value"),
+                                            format!("this slice has length `{len}`, which is not a compile-time constant: `{sym}` is a run-time value; it would need to be a `const` or a tensor dim the kernel is specialised on"),
                                         )
                                         .with_help(format!(
                                             "write `start : start + SIZE` with a constant SIZE (e.g. `i : i + BLOCK`), or make `{sym}` a `const` parameter or a tensor dim the kernel is specialised on"

@@ -23,6 +23,9 @@ pub mod scope;
 pub mod stmt;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
 use crate::backend::arch::Arch;
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{self, Item};
@@ -97,7 +100,7 @@ pub fn check_item(item: &Item, scope: &ModuleScope, arch: Arch) -> ItemCheck {
             let mut ch = ctx::Checker::new(scope, arch);
             ch.top_level = true;
             let v = ch.expr(&c.value);
-            if !v.ty.is_err() && !ch.is_compile_time(&v.value) {
+            if !v.ty.is_err() && ch.diags.is_empty() && !ch.is_compile_time(&v.value) {
                 ch.report(
                     Diagnostic::new("E0310", c.value.span, format!("the value of `const {}` is not a compile-time constant", c.name.name))
                         .with_help("constants are built from literals, other constants, arithmetic, `cdiv`, `min` and `max`"),

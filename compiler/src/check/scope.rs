@@ -460,7 +460,7 @@ fn unknown_module(path: &[String], span: crate::syntax::span::Span) -> Diagnosti
 }
 
 /// W0002 for each imported name no item uses (absolute spans).
-pub fn unused_imports(items: &[(Arc<Item>, u32)], used: &HashSet<&str>) -> Vec<Diagnostic> {
+pub fn unused_imports(items: &[(Arc<Item>, u32)], used: &HashSet<&str>, scope: &ModuleScope) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for (item, off) in items {
         let names: Vec<(&ast::Ident, crate::syntax::span::Span)> = match &**item {
@@ -472,7 +472,8 @@ pub fn unused_imports(items: &[(Arc<Item>, u32)], used: &HashSet<&str>) -> Vec<D
             _ => continue,
         };
         for (id, span) in names {
-            if !used.contains(id.name.as_str()) && !id.name.starts_with('_') {
+            let broken = matches!(scope.get(&id.name), Some(Entry::Broken) | None);
+            if !broken && !used.contains(id.name.as_str()) && !id.name.starts_with('_') {
                 out.push(
                     Diagnostic::new("W0002", span.shift(*off), format!("unused import `{}`", id.name))
                         .with_help("remove the import"),

@@ -361,6 +361,9 @@ impl Checker<'_> {
             let Some(b1) = self.env.get(name) else { continue };
             if b1.span != b0.span && !Self::compatible(&b0.ty, &b1.ty) {
                 let (s1, t1) = (b1.span, b1.ty.clone());
+                if let Some(b) = self.env.get_mut(name) {
+                    b.ty = b0.ty.clone();
+                }
                 self.report(
                     Diagnostic::new("E0407", s1, format!("`{name}` is carried around the loop but changes from `{}` to `{t1}`", b0.ty))
                         .with_label(b0.span, format!("before the loop, `{name}` is `{}`", b0.ty))
