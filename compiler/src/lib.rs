@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod check;
+pub mod cli;
 pub mod db;
 pub mod diag;
 pub mod stdlib;

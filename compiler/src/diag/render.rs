@@ -1,1 +1,455 @@
-//! Terminal (ariadne) and JSON rendering of diagnostics (PLACEHOLDER).
+//! Rendering of diagnostics: for terminals (ariadne) and for tools (JSON lines),
+//! plus the byte-offset → line/column index both of them (and the language
+//! server) use.
+//!
+//! Positions are 1-based; a column counts characters (not bytes), so a span
+//! after `é` or `→` lands in the column a reader sees. Offsets past the end of the
+//! text or inside a multi-byte character are clamped (to the end, or down to the
+//! start of that character) rather than trusted, so a bad span can never make
+//! rendering panic.
+
+use std::ops::Range;
+
+use ariadne::{CharSet, Color, Config, IndexType, Label as ALabel, Report, ReportKind, Source};
+use codespan_reporting::files;
+use serde::Serialize;
+
+use super::{Diagnostic, Severity};
+use crate::syntax::span::Span;
+
+/// A 1-based line and character column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Position {
+    pub line: u32,
+    pub column: u32,
+}
+
+/// Line starts of one text, built with codespan-reporting's `files::line_starts`
+/// (lines end at `\n`; a `\r` before it is part of the line's last column).
+#[derive(Clone, Debug)]
+pub struct LineIndex<'a> {
+    text: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub fn new(text: &'a str) -> Self {
+        LineIndex {
+            text,
+            line_starts: files::line_starts(text).collect(),
+        }
+    }
+
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// Number of lines (a text ending in `\n` has an empty last line).
+    pub fn line_count(&self) -> usize {
+        self.line_starts.len()
+    }
+
+    /// `offset` moved into the text and down onto a character boundary.
+    pub fn clamp(&self, offset: u32) -> usize {
+        let mut o = (offset as usize).min(self.text.len());
+        while !self.text.is_char_boundary(o) {
+            o -= 1;
+        }
+        o
+    }
+
+    /// A span with both ends clamped (see `clamp`) and `start <= end`.
+    pub fn clamp_span(&self, span: Span) -> Range<usize> {
+        let start = self.clamp(span.start);
+        let end = self.clamp(span.end).max(start);
+        start..end
+    }
+
+    /// 0-based index of the line holding `offset` (already clamped).
+    fn line_of(&self, offset: usize) -> usize {
+        match self.line_starts.binary_search(&offset) {
+            Ok(line) => line,
+            Err(next) => next - 1,
+        }
+    }
+
+    /// Byte range of a 0-based line, without its `\n`.
+    pub fn line_range(&self, line: usize) -> Range<usize> {
+        let start = self.line_starts[line];
+        let end = self
+            .line_starts
+            .get(line + 1)
+            .map(|next| next - 1)
+            .unwrap_or(self.text.len());
+        start..end
+    }
+
+    /// The 1-based line and character column of a byte offset.
+    pub fn position(&self, offset: u32) -> Position {
+        let offset = self.clamp(offset);
+        let line = self.line_of(offset);
+        let column = files::column_index(self.text, self.line_range(line), offset);
+        Position {
+            line: line as u32 + 1,
+            column: column as u32 + 1,
+        }
+    }
+
+    /// The byte offset of a 1-based position; a column past the end of its line
+    /// gives the line's end, a line past the end of the text the text's end.
+    pub fn offset(&self, pos: Position) -> u32 {
+        let Some(line) = (pos.line as usize).checked_sub(1) else {
+            return 0;
+        };
+        if line >= self.line_count() {
+            return self.text.len() as u32;
+        }
+        let range = self.line_range(line);
+        let skip = (pos.column as usize).saturating_sub(1);
+        let offset = self.text[range.clone()]
+            .char_indices()
+            .nth(skip)
+            .map(|(i, _)| range.start + i)
+            .unwrap_or(range.end);
+        offset as u32
+    }
+}
+
+/// Human rendering of one diagnostic: `error[E0401]: message`, the file, line and
+/// column, the source with the primary and secondary labels, and the help line.
+/// `color` should be true only when writing to a terminal and `NO_COLOR` is unset.
+pub fn render_human(path: &str, text: &str, diag: &Diagnostic, color: bool) -> String {
+    render_human_all(path, text, std::slice::from_ref(diag), color)
+}
+
+/// Human rendering of several diagnostics of one file, each followed by a blank line.
+pub fn render_human_all(path: &str, text: &str, diags: &[Diagnostic], color: bool) -> String {
+    let index = LineIndex::new(text);
+    let source = Source::from(text);
+    let mut out = Vec::new();
+    for diag in diags {
+        write_report(path, &index, &source, diag, color, &mut out);
+        out.push(b'\n');
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn write_report(
+    path: &str,
+    index: &LineIndex<'_>,
+    source: &Source<&str>,
+    diag: &Diagnostic,
+    color: bool,
+    out: &mut Vec<u8>,
+) {
+    let (word, accent) = match diag.severity {
+        Severity::Error => ("error", Color::Red),
+        Severity::Warning => ("warning", Color::Yellow),
+    };
+    let kind = format!("{word}[{}]", diag.code);
+    let id = path.to_string();
+    let primary = index.clamp_span(diag.span);
+    let config = Config::new()
+        .with_color(color)
+        .with_index_type(IndexType::Byte)
+        .with_char_set(CharSet::Unicode);
+    // ariadne draws no underline for a label without a message: fall back to the
+    // code's catalogue title so the primary span is always visible.
+    let primary_message = if diag.primary_label.is_empty() {
+        super::codes::lookup(diag.code).map_or("here", |c| c.title)
+    } else {
+        &diag.primary_label
+    };
+    let mut primary_label = ALabel::new((id.clone(), primary.clone()))
+        .with_order(0)
+        .with_message(primary_message);
+    if color {
+        primary_label = primary_label.with_color(accent);
+    }
+    let mut report = Report::build(ReportKind::Custom(&kind, accent), (id.clone(), primary))
+        .with_config(config)
+        .with_message(&diag.message)
+        .with_label(primary_label);
+    for (i, label) in diag.labels.iter().enumerate() {
+        let mut l = ALabel::new((id.clone(), index.clamp_span(label.span)))
+            .with_message(&label.message)
+            .with_order(i as i32 + 1);
+        if color {
+            l = l.with_color(Color::Blue);
+        }
+        report = report.with_label(l);
+    }
+    if let Some(help) = &diag.help {
+        report = report.with_help(help);
+    }
+    // Writing into a Vec cannot fail, and the source is in the cache.
+    let mut buf = Vec::new();
+    let _ = report.finish().write((id, source), &mut buf);
+    if color {
+        out.extend_from_slice(&buf);
+    } else {
+        // ariadne colours a custom report kind even with colour off.
+        out.extend_from_slice(strip_ansi(&String::from_utf8_lossy(&buf)).as_bytes());
+    }
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... final-byte`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One labelled span in JSON output. Ends are exclusive (the position just after
+/// the last character), like the language server protocol's ranges.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JsonLabel {
+    pub line: u32,
+    pub column: u32,
+    pub end_line: u32,
+    pub end_column: u32,
+    pub message: String,
+}
+
+/// One diagnostic as `--message-format json` prints it (one object per line).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JsonDiagnostic {
+    pub code: &'static str,
+    pub severity: &'static str,
+    pub message: String,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub end_line: u32,
+    pub end_column: u32,
+    /// The message printed under the primary span; null when it has none.
+    pub label: Option<String>,
+    pub help: Option<String>,
+    pub labels: Vec<JsonLabel>,
+}
+
+impl JsonDiagnostic {
+    pub fn new(path: &str, index: &LineIndex<'_>, diag: &Diagnostic) -> Self {
+        let range = index.clamp_span(diag.span);
+        let start = index.position(range.start as u32);
+        let end = index.position(range.end as u32);
+        JsonDiagnostic {
+            code: diag.code,
+            severity: diag.severity.as_str(),
+            message: diag.message.clone(),
+            file: path.to_string(),
+            line: start.line,
+            column: start.column,
+            end_line: end.line,
+            end_column: end.column,
+            label: (!diag.primary_label.is_empty()).then(|| diag.primary_label.clone()),
+            help: diag.help.clone(),
+            labels: diag
+                .labels
+                .iter()
+                .map(|l| {
+                    let range = index.clamp_span(l.span);
+                    let start = index.position(range.start as u32);
+                    let end = index.position(range.end as u32);
+                    JsonLabel {
+                        line: start.line,
+                        column: start.column,
+                        end_line: end.line,
+                        end_column: end.column,
+                        message: l.message.clone(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One diagnostic as a single line of JSON (no trailing newline).
+pub fn render_json(path: &str, index: &LineIndex<'_>, diag: &Diagnostic) -> String {
+    serde_json::to_string(&JsonDiagnostic::new(path, index, diag))
+        .expect("a JsonDiagnostic always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::Diagnostic;
+
+    const GEMM_CALL: &str = "def f(a: Tensor[128, 64, f16], b: Tensor[32, 256, f16]):\n    \
+        c = gemm(a, b)\n    return c\n";
+
+    fn find(text: &str, needle: &str) -> Span {
+        let start = text.find(needle).unwrap();
+        Span::from_range(start..start + needle.len())
+    }
+
+    fn dim_conflict() -> Diagnostic {
+        let t = GEMM_CALL;
+        Diagnostic::new("E0401", find(t, "b)"), "dim `K` is bound to 64 and to 32")
+            .with_primary_label("`K` is 32 here (dim 0 of `B`)")
+            .with_label(find(t, "a,"), "`K` is 64 here (dim 1 of `A`)")
+            .with_help("the inner dims of `A` and `B` must be equal")
+    }
+
+    #[test]
+    fn positions_are_one_based_and_count_characters() {
+        let text = "ab\n→x é\n\nlast";
+        let idx = LineIndex::new(text);
+        assert_eq!(idx.line_count(), 4);
+        assert_eq!(idx.position(0), Position { line: 1, column: 1 });
+        assert_eq!(idx.position(2), Position { line: 1, column: 3 });
+        assert_eq!(idx.position(3), Position { line: 2, column: 1 });
+        // `→` is 3 bytes: `x` is at byte 6, column 2.
+        assert_eq!(idx.position(6), Position { line: 2, column: 2 });
+        let e = text.find('é').unwrap() as u32;
+        assert_eq!(idx.position(e), Position { line: 2, column: 4 });
+        // Inside `é`: rounded down to its start.
+        assert_eq!(idx.position(e + 1), Position { line: 2, column: 4 });
+        assert_eq!(idx.position(e + 2), Position { line: 2, column: 5 });
+        assert_eq!(
+            idx.position(text.find("\n\n").unwrap() as u32 + 1),
+            Position { line: 3, column: 1 }
+        );
+        assert_eq!(
+            idx.position(text.len() as u32),
+            Position { line: 4, column: 5 }
+        );
+        assert_eq!(idx.position(9999), Position { line: 4, column: 5 });
+    }
+
+    #[test]
+    fn offset_inverts_position() {
+        let text = "ab\n→x é\r\n\nlast";
+        let idx = LineIndex::new(text);
+        for (o, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            assert_eq!(idx.offset(idx.position(o as u32)) as usize, o, "offset {o}");
+        }
+        assert_eq!(
+            idx.offset(Position {
+                line: 1,
+                column: 99
+            }),
+            2
+        );
+        assert_eq!(
+            idx.offset(Position {
+                line: 99,
+                column: 1
+            }),
+            text.len() as u32
+        );
+    }
+
+    #[test]
+    fn empty_text_has_one_line() {
+        let idx = LineIndex::new("");
+        assert_eq!(idx.line_count(), 1);
+        assert_eq!(idx.position(0), Position { line: 1, column: 1 });
+        assert_eq!(idx.position(5), Position { line: 1, column: 1 });
+    }
+
+    #[test]
+    fn human_error_with_labels_and_help() {
+        let out = render_human("gemm_call.tsr", GEMM_CALL, &dim_conflict(), false);
+        insta::assert_snapshot!(out);
+    }
+
+    #[test]
+    fn human_warning_without_labels() {
+        let text = "def f(x: f32):\n    unused = x * 2.0\n    return x\n";
+        let d = Diagnostic::new(
+            "W0001",
+            find(text, "unused"),
+            "variable `unused` is never used",
+        )
+        .with_help("remove it, or name it `_unused`");
+        insta::assert_snapshot!(render_human("w.tsr", text, &d, false));
+    }
+
+    #[test]
+    fn human_span_at_end_of_file_and_unicode() {
+        let text = "# données → sortie\ndef f(x: f32):\n    return (x";
+        let eof = text.len() as u32;
+        let d = Diagnostic::new("E0102", Span::new(eof, eof), "unexpected end of input")
+            .with_primary_label("expected `)`")
+            .with_label(
+                Span::new(
+                    text.rfind('(').unwrap() as u32,
+                    text.rfind('(').unwrap() as u32 + 1,
+                ),
+                "this `(` is never closed",
+            );
+        insta::assert_snapshot!(render_human("eof.tsr", text, &d, false));
+    }
+
+    #[test]
+    fn human_rendering_survives_bad_spans() {
+        let text = "é\nx";
+        for span in [
+            Span::new(1, 2),
+            Span::new(50, 60),
+            Span::new(3, 1),
+            Span::new(0, 0),
+        ] {
+            let d = Diagnostic::new("E0107", span, "bad").with_label(span, "here");
+            let out = render_human("bad.tsr", text, &d, false);
+            assert!(out.starts_with("error[E0107]: bad"), "{out}");
+        }
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let plain = render_human("gemm_call.tsr", GEMM_CALL, &dim_conflict(), false);
+        let coloured = render_human("gemm_call.tsr", GEMM_CALL, &dim_conflict(), true);
+        assert!(!plain.contains('\u{1b}'));
+        assert!(coloured.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn json_line_has_the_documented_fields() {
+        let idx = LineIndex::new(GEMM_CALL);
+        let line = render_json("gemm_call.tsr", &idx, &dim_conflict());
+        assert!(!line.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["code"], "E0401");
+        assert_eq!(v["severity"], "error");
+        assert_eq!(v["message"], "dim `K` is bound to 64 and to 32");
+        assert_eq!(v["file"], "gemm_call.tsr");
+        assert_eq!(
+            (v["line"].as_u64(), v["column"].as_u64()),
+            (Some(2), Some(17))
+        );
+        assert_eq!(
+            (v["end_line"].as_u64(), v["end_column"].as_u64()),
+            (Some(2), Some(19))
+        );
+        assert_eq!(v["label"], "`K` is 32 here (dim 0 of `B`)");
+        assert_eq!(v["help"], "the inner dims of `A` and `B` must be equal");
+        let labels = v["labels"].as_array().unwrap();
+        assert_eq!(labels.len(), 1);
+        assert_eq!(labels[0]["line"], 2);
+        assert_eq!(labels[0]["column"], 14);
+        assert_eq!(labels[0]["end_column"], 16);
+        assert_eq!(labels[0]["message"], "`K` is 64 here (dim 1 of `A`)");
+
+        let bare = Diagnostic::new("W0002", Span::new(0, 3), "unused import");
+        let v: serde_json::Value =
+            serde_json::from_str(&render_json("x.tsr", &idx, &bare)).unwrap();
+        assert!(v["help"].is_null());
+        assert!(v["label"].is_null());
+        assert_eq!(v["severity"], "warning");
+        assert_eq!(v["labels"].as_array().unwrap().len(), 0);
+    }
+}

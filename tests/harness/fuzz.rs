@@ -1,0 +1,318 @@
+//! Property tests: whatever text arrives (arbitrary unicode, random token
+//! sequences, mutated real programs), lexing, parsing and checking never panic,
+//! every diagnostic span lies inside the text on character boundaries, every
+//! code is in the catalogue, rendering never panics, and an incremental re-check
+//! after an edit equals a check from scratch.
+
+use proptest::prelude::*;
+use tessera::db::Database;
+use tessera::diag::codes;
+use tessera::diag::render::{render_human_all, render_json, LineIndex};
+use tessera::diag::Diagnostic;
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn assert_well_formed(text: &str, diags: &[Diagnostic]) {
+    let ok = |s: tessera::syntax::span::Span| {
+        s.start <= s.end
+            && (s.end as usize) <= text.len()
+            && text.is_char_boundary(s.start as usize)
+            && text.is_char_boundary(s.end as usize)
+    };
+    for d in diags {
+        assert!(codes::lookup(d.code).is_some(), "unknown code {}", d.code);
+        assert!(
+            ok(d.span),
+            "{} span {:?} outside {} bytes / off a char boundary",
+            d.code,
+            d.span,
+            text.len()
+        );
+        for l in &d.labels {
+            assert!(
+                ok(l.span),
+                "{} label span {:?} outside the text",
+                d.code,
+                l.span
+            );
+        }
+    }
+    let _ = render_human_all("fuzz.tsr", text, diags, false);
+    let index = LineIndex::new(text);
+    for d in diags {
+        let _ = render_json("fuzz.tsr", &index, d);
+    }
+}
+
+fn check(text: &str) -> Vec<Diagnostic> {
+    let mut db = Database::new();
+    let file = db.set_source("fuzz.tsr", text.to_string());
+    let diags = db.diagnostics(file).to_vec();
+    assert_well_formed(text, &diags);
+    diags
+}
+
+/// The language's vocabulary, plus some things that are not in it.
+const VOCAB: &[&str] = &[
+    "def",
+    "return",
+    "if",
+    "elif",
+    "else",
+    "for",
+    "in",
+    "while",
+    "break",
+    "continue",
+    "pass",
+    "import",
+    "from",
+    "as",
+    "and",
+    "or",
+    "not",
+    "const",
+    "True",
+    "False",
+    "None",
+    "inf",
+    "@kernel",
+    "@autotune",
+    "kernel",
+    "grid",
+    "num_warps",
+    "Tensor",
+    "Tile",
+    "f32",
+    "f16",
+    "bf16",
+    "i32",
+    "bool",
+    "f8e4m3",
+    "u8",
+    "load",
+    "store",
+    "dot",
+    "zeros",
+    "full",
+    "arange",
+    "program_id",
+    "cdiv",
+    "range",
+    "sum",
+    "max",
+    "exp",
+    "where",
+    "matmul",
+    "softmax",
+    "std",
+    "std.nn",
+    ".T",
+    ".to",
+    ".shape",
+    "x",
+    "y",
+    "BM",
+    "K",
+    "\"M\"",
+    "\"N\"",
+    "\"4*D\"",
+    "\"M+1\"",
+    "\"",
+    "'",
+    "0",
+    "1",
+    "128",
+    "0x80",
+    "1_024",
+    "1.0",
+    "1e-5",
+    "0.125",
+    "1e",
+    "0x",
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "**",
+    "==",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "&",
+    "|",
+    "~",
+    "=",
+    "+=",
+    "-=",
+    "*=",
+    "->",
+    ":",
+    ",",
+    ".",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    "@",
+    "#",
+    "# comment",
+    "\\",
+    "$",
+    "?",
+    "é",
+    "→",
+];
+
+const SEPARATORS: &[&str] = &[
+    " ",
+    " ",
+    " ",
+    "",
+    "\n",
+    "\n    ",
+    "\n        ",
+    "\n  ",
+    "\t",
+    "\n\t",
+    "\r\n",
+];
+
+fn token_text() -> impl Strategy<Value = String> {
+    prop::collection::vec((0..VOCAB.len(), 0..SEPARATORS.len()), 0..80).prop_map(|toks| {
+        let mut s = String::new();
+        for (t, sep) in toks {
+            s.push_str(VOCAB[t]);
+            s.push_str(SEPARATORS[sep]);
+        }
+        s
+    })
+}
+
+fn unicode_text() -> impl Strategy<Value = String> {
+    let structural = prop::sample::select(vec![
+        '\n', '\t', ' ', ' ', '(', ')', '[', ':', '#', '"', '\r', '\\',
+    ]);
+    prop::collection::vec(prop_oneof![3 => any::<char>(), 2 => structural], 0..200)
+        .prop_map(|cs| cs.into_iter().collect())
+}
+
+/// Real programs to mutate: the embedded stdlib and `examples/`.
+fn seeds() -> Vec<String> {
+    let mut out: Vec<String> = tessera::stdlib::modules()
+        .filter_map(tessera::stdlib::source)
+        .map(str::to_string)
+        .collect();
+    let examples = tessera_tests::workspace_root().join("examples");
+    let mut paths: Vec<_> = std::fs::read_dir(examples)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    paths.sort();
+    for p in paths {
+        if p.extension().is_some_and(|e| e == "tsr") {
+            out.push(std::fs::read_to_string(p).unwrap());
+        }
+    }
+    assert!(!out.is_empty(), "there are seed programs");
+    out
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    Insert(usize, u8),
+    Delete(usize, usize),
+    Replace(usize, u8),
+    InsertToken(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let byte = prop_oneof![
+        4 => prop::sample::select(b" \n\t()[]:,.=#\"'0123456789+-*/@abcxyzMNK_".to_vec()),
+        1 => any::<u8>(),
+    ];
+    prop_oneof![
+        (any::<usize>(), byte.clone()).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        (any::<usize>(), 1usize..12).prop_map(|(p, n)| Mutation::Delete(p, n)),
+        (any::<usize>(), byte).prop_map(|(p, b)| Mutation::Replace(p, b)),
+        (any::<usize>(), 0..VOCAB.len()).prop_map(|(p, t)| Mutation::InsertToken(p, t)),
+    ]
+}
+
+fn mutate(seed: &str, muts: &[Mutation]) -> String {
+    let mut bytes = seed.as_bytes().to_vec();
+    for m in muts {
+        let len = bytes.len();
+        match *m {
+            Mutation::Insert(p, b) => bytes.insert(p % (len + 1), b),
+            Mutation::Delete(p, n) if len > 0 => {
+                let at = p % len;
+                bytes.drain(at..(at + n).min(len));
+            }
+            Mutation::Delete(..) => {}
+            Mutation::Replace(p, b) if len > 0 => bytes[p % len] = b,
+            Mutation::Replace(..) => {}
+            Mutation::InsertToken(p, t) => {
+                let at = p % (len + 1);
+                bytes.splice(at..at, VOCAB[t].bytes());
+            }
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+proptest! {
+    #![proptest_config(config(200))]
+
+    #[test]
+    fn arbitrary_unicode_never_panics(text in unicode_text()) {
+        check(&text);
+    }
+
+    #[test]
+    fn token_soup_never_panics(text in token_text()) {
+        check(&text);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(120))]
+
+    #[test]
+    fn mutated_programs_never_panic_and_recheck_incrementally(
+        pick in any::<prop::sample::Index>(),
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let seeds = seeds();
+        let seed = &seeds[pick.index(seeds.len())];
+        let text = mutate(seed, &muts);
+        let fresh = check(&text);
+
+        // The same text reached by an edit of an already-checked file.
+        let mut db = Database::new();
+        let file = db.set_source("fuzz.tsr", seed.clone());
+        let _ = db.diagnostics(file);
+        db.set_source("fuzz.tsr", text.clone());
+        let incremental = db.diagnostics(file).to_vec();
+        prop_assert_eq!(incremental, fresh);
+    }
+}
+
+#[test]
+fn seed_programs_check_without_panic() {
+    // Not a property: the seeds themselves must check without a panic.
+    for seed in seeds() {
+        check(&seed);
+    }
+}

@@ -1,0 +1,141 @@
+//! Salsa reuse: an edit inside one function's body re-parses and re-checks only
+//! that function, even when the edit moves every later function in the file.
+//! Read from the database's event log (`query(Id(..))` per executed query).
+
+use salsa::plumbing::AsId;
+use tessera::db::{file_items, Database, SourceFile};
+
+const PROGRAM: &str = r#"const BLOCK = 1024
+
+@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)
+def vadd(x: Tensor["N", f32], y: Tensor["N", f32], out: Tensor["N", f32]):
+    i = program_id(0) * BLOCK
+    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))
+
+def scaled_sum(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return a * 0.5 + b
+
+def twice(a: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return scaled_sum(a, a)
+
+def broken(a: Tensor["M", f32]) -> Tensor["M", f32]:
+    return a + missing_name
+"#;
+
+fn executed<'a>(log: &'a [String], query: &str) -> Vec<&'a str> {
+    let prefix = format!("{query}(");
+    log.iter()
+        .filter(|e| e.starts_with(&prefix))
+        .map(String::as_str)
+        .collect()
+}
+
+/// The `parse_item(Id(..))` log entry of the item whose text contains `needle`.
+fn parse_key_of(db: &Database, file: SourceFile, needle: &str) -> String {
+    let items = &file_items(db, file).items;
+    let matching: Vec<_> = items
+        .iter()
+        .filter(|(s, _)| s.text(db).contains(needle))
+        .collect();
+    assert_eq!(matching.len(), 1, "exactly one item contains {needle:?}");
+    format!("parse_item({:?})", matching[0].0.as_id())
+}
+
+fn fresh_diagnostics(text: &str) -> Vec<tessera::diag::Diagnostic> {
+    let mut db = Database::new();
+    let file = db.set_source("reuse.tsr", text.to_string());
+    db.diagnostics(file).to_vec()
+}
+
+/// Applies `from → to` (which must occur once), recomputes, and checks that
+/// exactly one item was re-parsed and re-checked: the one now containing `to`.
+fn edit_and_check(db: &mut Database, file: SourceFile, text: &mut String, from: &str, to: &str) {
+    assert_eq!(text.matches(from).count(), 1, "{from:?} occurs once");
+    *text = text.replace(from, to);
+    db.start_event_log();
+    db.set_source("reuse.tsr", text.clone());
+    let diags = db.diagnostics(file).to_vec();
+    let log = db.take_event_log();
+
+    let parsed = executed(&log, "parse_item");
+    let checked = executed(&log, "check_item");
+    assert_eq!(
+        parsed.len(),
+        1,
+        "one item re-parsed after {from:?} -> {to:?}; log: {log:#?}"
+    );
+    assert_eq!(
+        checked.len(),
+        1,
+        "one item re-checked after {from:?} -> {to:?}; log: {log:#?}"
+    );
+    assert_eq!(
+        parsed[0],
+        parse_key_of(db, file, to),
+        "the edited item is the one re-parsed"
+    );
+
+    // Reused results, shifted, equal a from-scratch check of the new text.
+    assert_eq!(
+        diags,
+        fresh_diagnostics(text),
+        "incremental diagnostics equal fresh ones"
+    );
+}
+
+#[test]
+fn an_edit_inside_one_body_rechecks_only_that_item() {
+    let mut db = Database::new();
+    let mut text = PROGRAM.to_string();
+    db.start_event_log();
+    let file = db.set_source("reuse.tsr", text.clone());
+    let first = db.diagnostics(file).to_vec();
+    let log = db.take_event_log();
+    let items = file_items(&db, file).items.len();
+    assert!(items >= 5, "the file splits into its 5 items, got {items}");
+    assert_eq!(
+        executed(&log, "check_item").len(),
+        items,
+        "cold: every item checked once"
+    );
+    assert!(
+        first.iter().any(|d| d.code == "E0201"),
+        "the program's one error (unknown name) is reported: {first:#?}"
+    );
+    let old_checks: Vec<String> = executed(&log, "check_item")
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+
+    // Same length: nothing moves.
+    edit_and_check(&mut db, file, &mut text, "a * 0.5 + b", "a * 0.7 + b");
+    // One byte longer: `twice` and `broken` move by one byte but are reused.
+    edit_and_check(&mut db, file, &mut text, "a * 0.7 + b", "a * 0.75 + b");
+    // In the first function: everything after it moves.
+    edit_and_check(
+        &mut db,
+        file,
+        &mut text,
+        "i = program_id(0) * BLOCK\n",
+        "i = program_id(0) * BLOCK * 1\n",
+    );
+
+    // The broken function's diagnostic moved with it.
+    let now = db.diagnostics(file);
+    let e0201 = now
+        .iter()
+        .find(|d| d.code == "E0201")
+        .expect("still reported");
+    assert_eq!(&text[e0201.span.range()], "missing_name");
+
+    // An edit elsewhere never re-ran the old per-item checks either.
+    db.start_event_log();
+    db.set_source("reuse.tsr", text.clone());
+    let _ = db.diagnostics(file);
+    let log = db.take_event_log();
+    assert!(
+        executed(&log, "check_item").is_empty(),
+        "no edit, no work: {log:#?}"
+    );
+    assert!(!old_checks.is_empty());
+}
