@@ -34,7 +34,9 @@ fn make(kind: Kind, dims: Vec<Dim>, dtype: DType, weak: bool) -> Ty {
 }
 
 fn certainly_differ(a: &Dim, b: &Dim) -> bool {
-    a.checked_sub(b).and_then(|d| d.as_const()).is_some_and(|c| c != 0)
+    a.checked_sub(b)
+        .and_then(|d| d.as_const())
+        .is_some_and(|c| c != 0)
 }
 
 fn tensor_only_help(name: &str) -> &'static str {
@@ -70,7 +72,12 @@ impl Checker<'_> {
         };
         let argv: Vec<ArgV> = args
             .iter()
-            .map(|a| ArgV { name: a.name.as_ref(), val: self.expr(&a.value), expr: &a.value, span: a.span })
+            .map(|a| ArgV {
+                name: a.name.as_ref(),
+                val: self.expr(&a.value),
+                expr: &a.value,
+                span: a.span,
+            })
             .collect();
         match &fval.ty {
             Ty::Callable(Callee::Builtin(n)) => match builtins::lookup(n) {
@@ -88,8 +95,16 @@ impl Checker<'_> {
             Ty::Err => Val::err(),
             other => {
                 self.report(
-                    Diagnostic::new("E0309", func.span, format!("`{}` is a {} (`{other}`), not a function", describe(func), other.kind_name()))
-                        .with_primary_label("called here"),
+                    Diagnostic::new(
+                        "E0309",
+                        func.span,
+                        format!(
+                            "`{}` is a {} (`{other}`), not a function",
+                            describe(func),
+                            other.kind_name()
+                        ),
+                    )
+                    .with_primary_label("called here"),
                 );
                 Val::err()
             }
@@ -97,7 +112,14 @@ impl Checker<'_> {
     }
 
     /// Binds arguments to parameters by position and name (`dim=` is `axis=`).
-    pub fn bind_args(&mut self, fname: &str, params: &[&str], required: &[bool], args: &[ArgV], span: Span) -> Option<Vec<Option<usize>>> {
+    pub fn bind_args(
+        &mut self,
+        fname: &str,
+        params: &[&str],
+        required: &[bool],
+        args: &[ArgV],
+        span: Span,
+    ) -> Option<Vec<Option<usize>>> {
         let mut slots: Vec<Option<usize>> = vec![None; params.len()];
         let mut ok = true;
         let mut pos = 0;
@@ -113,7 +135,11 @@ impl Checker<'_> {
                             Diagnostic::new(
                                 "E0304",
                                 a.span,
-                                format!("`{fname}` takes at most {} argument{}, {positional} given", params.len(), if params.len() == 1 { "" } else { "s" }),
+                                format!(
+                                    "`{fname}` takes at most {} argument{}, {positional} given",
+                                    params.len(),
+                                    if params.len() == 1 { "" } else { "s" }
+                                ),
                             )
                             .with_primary_label("unexpected argument")
                             .with_help(format!("`{fname}` takes ({})", params.join(", "))),
@@ -123,13 +149,21 @@ impl Checker<'_> {
                 }
                 Some(n) => {
                     let key = n.name.as_str();
-                    let j = params.iter().position(|p| *p == key || (key == "dim" && *p == "axis") || (key == "axis" && *p == "dim"));
+                    let j = params.iter().position(|p| {
+                        *p == key
+                            || (key == "dim" && *p == "axis")
+                            || (key == "axis" && *p == "dim")
+                    });
                     match j {
                         Some(j) => {
                             if let Some(prev) = slots[j] {
                                 self.report(
-                                    Diagnostic::new("E0206", a.span, format!("argument `{}` of `{fname}` is given twice", params[j]))
-                                        .with_label(args[prev].span, "first given here"),
+                                    Diagnostic::new(
+                                        "E0206",
+                                        a.span,
+                                        format!("argument `{key}` of `{fname}` is given twice"),
+                                    )
+                                    .with_label(args[prev].span, "first given here"),
                                 );
                                 ok = false;
                             } else {
@@ -137,7 +171,11 @@ impl Checker<'_> {
                             }
                         }
                         None => {
-                            let mut d = Diagnostic::new("E0205", n.span, format!("`{fname}` has no parameter named `{key}`"));
+                            let mut d = Diagnostic::new(
+                                "E0205",
+                                n.span,
+                                format!("`{fname}` has no parameter named `{key}`"),
+                            );
                             if let Some(s) = suggest(key, params.iter().copied()) {
                                 d = d.with_help(format!("did you mean `{s}`?"));
                             } else {
@@ -150,13 +188,27 @@ impl Checker<'_> {
                 }
             }
         }
-        let missing: Vec<&str> = params.iter().zip(required).zip(&slots).filter(|((_, r), s)| **r && s.is_none()).map(|((p, _), _)| *p).collect();
+        let missing: Vec<&str> = params
+            .iter()
+            .zip(required)
+            .zip(&slots)
+            .filter(|((_, r), s)| **r && s.is_none())
+            .map(|((p, _), _)| *p)
+            .collect();
         if !missing.is_empty() && ok {
             self.report(
                 Diagnostic::new(
                     "E0304",
                     span,
-                    format!("`{fname}` is missing argument{} {}", if missing.len() == 1 { "" } else { "s" }, missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")),
+                    format!(
+                        "`{fname}` is missing argument{} {}",
+                        if missing.len() == 1 { "" } else { "s" },
+                        missing
+                            .iter()
+                            .map(|m| format!("`{m}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 )
                 .with_help(format!("`{fname}` takes ({})", params.join(", "))),
             );
@@ -173,8 +225,12 @@ impl Checker<'_> {
             Some(i) if matches!(a.val.value, Some(Value::Int(_))) => Some(i),
             _ => {
                 self.report(
-                    Diagnostic::new("E0310", a.expr.span, format!("{what} must be a compile-time integer"))
-                        .with_help("use an integer literal, a module `const` or a `const` parameter"),
+                    Diagnostic::new(
+                        "E0310",
+                        a.expr.span,
+                        format!("{what} must be a compile-time integer"),
+                    )
+                    .with_help("use an integer literal, a module `const` or a `const` parameter"),
                 );
                 None
             }
@@ -187,7 +243,11 @@ impl Checker<'_> {
             Some(Value::Int(d)) if d.as_const().is_some() => d.as_const().map(|i| i != 0),
             _ if a.val.ty.is_err() => None,
             _ => {
-                self.report(Diagnostic::new("E0310", a.expr.span, format!("{what} must be a compile-time `True` or `False`")));
+                self.report(Diagnostic::new(
+                    "E0310",
+                    a.expr.span,
+                    format!("{what} must be a compile-time `True` or `False`"),
+                ));
                 None
             }
         }
@@ -198,7 +258,11 @@ impl Checker<'_> {
             Some(Value::DType(d)) => Some(*d),
             _ if a.val.ty.is_err() => None,
             _ => {
-                let mut d = Diagnostic::new("E0302", a.expr.span, format!("expected a dtype (e.g. `f32`), found `{}`", a.val.ty));
+                let mut d = Diagnostic::new(
+                    "E0302",
+                    a.expr.span,
+                    format!("expected a dtype (e.g. `f32`), found `{}`", a.val.ty),
+                );
                 if let Some(Value::Str(s)) = &a.val.value {
                     if DType::from_name(s).is_some() {
                         d = d.with_help(format!("write the dtype without quotes: `{s}`"));
@@ -223,17 +287,19 @@ impl Checker<'_> {
                 vals.into_iter().zip(es.iter().map(|e| e.span)).collect()
             }
             (Ty::Shape(dims), _) => return Some(dims.clone()),
-            (Ty::Scalar { dtype, .. }, _) if dtype.is_int() => vec![(a.val.value.clone(), a.expr.span)],
+            (Ty::Scalar { dtype, .. }, _) if dtype.is_int() => {
+                vec![(a.val.value.clone(), a.expr.span)]
+            }
             (other, _) => {
-                self.report(Diagnostic::new("E0302", a.expr.span, format!("expected a shape like `[BM, BN]`, found `{other}`")));
+                self.report(Diagnostic::new(
+                    "E0302",
+                    a.expr.span,
+                    format!("expected a shape like `[BM, BN]`, found `{other}`"),
+                ));
                 return None;
             }
         };
         let mut out = Vec::with_capacity(items.len());
-        let es: Vec<&Expr> = match &a.expr.kind {
-            ExprKind::Tuple(es) | ExprKind::List(es) => es.iter().collect(),
-            _ => vec![a.expr],
-        };
         for (k, (v, span)) in items.into_iter().enumerate() {
             match v {
                 Some(Value::Int(d)) => {
@@ -247,19 +313,24 @@ impl Checker<'_> {
                         }
                     }
                     if d.as_const().is_some_and(|n| n < 0) {
-                        self.report(Diagnostic::new("E0406", span, format!("a dim cannot be negative ({d})")));
+                        self.report(Diagnostic::new(
+                            "E0406",
+                            span,
+                            format!("a dim cannot be negative ({d})"),
+                        ));
                         return None;
                     }
                     out.push(d);
                 }
                 _ => {
-                    let ty_ok = match es.get(k) {
-                        Some(e) => {
-                            let ty = &self.types.iter().rev().find(|(s, _)| *s == e.span).map(|(_, t)| t.clone());
-                            ty.is_none() || ty.as_deref().is_some_and(|t| t.starts_with('i') || t == "int")
-                        }
-                        None => true,
+                    let elem = match &a.val.ty {
+                        Ty::Tuple(t) | Ty::List(t) => t.get(k).cloned().unwrap_or(Ty::Err),
+                        t => t.clone(),
                     };
+                    if elem.is_err() {
+                        return None;
+                    }
+                    let ty_ok = matches!(elem, Ty::Scalar { dtype, .. } if dtype.is_int());
                     if self.in_kernel {
                         self.report(
                             Diagnostic::new("E0406", span, "this tile dim is not known at compile time")
@@ -281,14 +352,26 @@ impl Checker<'_> {
     fn norm_axis(&mut self, axis: i64, rank: usize, ty: &Ty, span: Span) -> Option<usize> {
         let r = rank as i64;
         if axis >= r || axis < -r {
-            let range = if rank == 0 { "none (it is a scalar)".to_string() } else { format!("{} to {}", -r, r - 1) };
+            let range = if rank == 0 {
+                "none (it is a scalar)".to_string()
+            } else {
+                format!("{} to {}", -r, r - 1)
+            };
             self.report(
-                Diagnostic::new("E0404", span, format!("axis {axis} is out of range for `{ty}` (rank {rank})"))
-                    .with_help(format!("valid axes are {range}")),
+                Diagnostic::new(
+                    "E0404",
+                    span,
+                    format!("axis {axis} is out of range for `{ty}` (rank {rank})"),
+                )
+                .with_help(format!("valid axes are {range}")),
             );
             return None;
         }
-        Some(if axis < 0 { (axis + r) as usize } else { axis as usize })
+        Some(if axis < 0 {
+            (axis + r) as usize
+        } else {
+            axis as usize
+        })
     }
 
     fn array(&mut self, a: &ArgV) -> Option<(Kind, Vec<Dim>, DType)> {
@@ -297,7 +380,13 @@ impl Checker<'_> {
     }
 
     /// `l` and `r` combined elementwise: shape, dtype, weakness.
-    fn elementwise(&mut self, what: &str, l: &ArgV, r: &ArgV, span: Span) -> Option<(Kind, Vec<Dim>, DType, bool)> {
+    fn elementwise(
+        &mut self,
+        what: &str,
+        l: &ArgV,
+        r: &ArgV,
+        span: Span,
+    ) -> Option<(Kind, Vec<Dim>, DType, bool)> {
         let (lk, ld) = self.operand(&l.val, l.expr)?;
         let (rk, rd) = self.operand(&r.val, r.expr)?;
         let Some(dims) = broadcast(&ld, &rd) else {
@@ -324,8 +413,15 @@ impl Checker<'_> {
             }
             Ctx::Tensor if self.in_kernel => {
                 self.report(
-                    Diagnostic::new("E0508", span, format!("`{}` is a whole-tensor operation and cannot be used inside a kernel", b.name))
-                        .with_help(tensor_only_help(b.name)),
+                    Diagnostic::new(
+                        "E0508",
+                        span,
+                        format!(
+                            "`{}` is a whole-tensor operation and cannot be used inside a kernel",
+                            b.name
+                        ),
+                    )
+                    .with_help(tensor_only_help(b.name)),
                 );
                 return Val::err();
             }
@@ -350,12 +446,19 @@ impl Checker<'_> {
                     let rank = self.kernel.grid_rank;
                     if !(0..3).contains(&axis) || rank.is_some_and(|r| axis as usize >= r) {
                         let why = match rank {
-                            Some(r) if (0..3).contains(&axis) => format!("the kernel's grid has {r} ax{}", if r == 1 { "is" } else { "es" }),
+                            Some(r) if (0..3).contains(&axis) => format!(
+                                "the kernel's grid has {r} ax{}",
+                                if r == 1 { "is" } else { "es" }
+                            ),
                             _ => "grids have at most 3 axes (0, 1, 2)".to_string(),
                         };
                         self.report(
-                            Diagnostic::new("E0507", a0.expr.span, format!("program axis {axis} is out of range: {why}"))
-                                .with_help("use an axis of the grid, or give the grid more axes"),
+                            Diagnostic::new(
+                                "E0507",
+                                a0.expr.span,
+                                format!("program axis {axis} is out of range: {why}"),
+                            )
+                            .with_help("use an axis of the grid, or give the grid more axes"),
                         );
                     }
                 }
@@ -365,7 +468,11 @@ impl Checker<'_> {
                 let Some(a1) = arg(1) else { return Val::err() };
                 for a in [a0, a1] {
                     if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
-                        self.report(Diagnostic::new("E0302", a.expr.span, format!("`cdiv` takes integers, found `{}`", a.val.ty)));
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            a.expr.span,
+                            format!("`cdiv` takes integers, found `{}`", a.val.ty),
+                        ));
                         return Val::err();
                     }
                 }
@@ -374,24 +481,55 @@ impl Checker<'_> {
                     (Some(x), Some(y)) => match fold_call("cdiv", &[x.clone(), y.clone()]) {
                         Ok(v) => v,
                         Err(m) => {
-                            self.report(Diagnostic::new("E0315", span, format!("constant evaluation failed: {m}")));
+                            self.report(Diagnostic::new(
+                                "E0315",
+                                span,
+                                format!("constant evaluation failed: {m}"),
+                            ));
                             None
                         }
                     },
                     _ => None,
                 };
-                Val::with(Ty::Scalar { dtype: DType::I32, weak }, value)
+                Val::with(
+                    Ty::Scalar {
+                        dtype: DType::I32,
+                        weak,
+                    },
+                    value,
+                )
             }
             "min" | "max" | "sum" | "mean" => self.reduce(b.name, a0, arg(1), arg(2)),
-            "exp" | "exp2" | "log" | "log2" | "sqrt" | "rsqrt" | "abs" | "sigmoid" | "tanh" | "erf" | "relu" | "gelu" | "silu" => {
-                let Some((k, dims, dt)) = self.array(a0) else { return Val::err() };
+            "exp" | "exp2" | "log" | "log2" | "sqrt" | "rsqrt" | "abs" | "sigmoid" | "tanh"
+            | "erf" | "relu" | "gelu" | "silu" => {
+                let Some((k, dims, dt)) = self.array(a0) else {
+                    return Val::err();
+                };
                 if dt == DType::Bool {
-                    self.report(Diagnostic::new("E0311", a0.expr.span, format!("`{}` needs a numeric operand, found `{}`", b.name, a0.val.ty)));
+                    self.report(Diagnostic::new(
+                        "E0311",
+                        a0.expr.span,
+                        format!(
+                            "`{}` needs a numeric operand, found `{}`",
+                            b.name, a0.val.ty
+                        ),
+                    ));
                     return Val::err();
                 }
-                let rdt = if b.name == "abs" || dt.is_float() { dt } else { DType::F32 };
+                let rdt = if b.name == "abs" || dt.is_float() {
+                    dt
+                } else {
+                    DType::F32
+                };
                 let weak = a0.val.ty.is_weak();
-                let value = if b.name == "abs" { a0.val.value.as_ref().and_then(|v| fold_call("abs", std::slice::from_ref(v)).ok().flatten()) } else { None };
+                let value = if b.name == "abs" {
+                    a0.val
+                        .value
+                        .as_ref()
+                        .and_then(|v| fold_call("abs", std::slice::from_ref(v)).ok().flatten())
+                } else {
+                    None
+                };
                 Val::with(make(k, dims, rdt, weak), value)
             }
             "maximum" | "minimum" => {
@@ -402,28 +540,55 @@ impl Checker<'_> {
                 }
             }
             "where" => {
-                let (Some(a1), Some(a2)) = (arg(1), arg(2)) else { return Val::err() };
-                let Some((ck, cd, cdt)) = self.array(a0) else { return Val::err() };
+                let (Some(a1), Some(a2)) = (arg(1), arg(2)) else {
+                    return Val::err();
+                };
+                let Some((ck, cd, cdt)) = self.array(a0) else {
+                    return Val::err();
+                };
                 if cdt != DType::Bool {
                     self.report(
-                        Diagnostic::new("E0301", a0.expr.span, format!("the condition of `where` must be bool, found `{}`", a0.val.ty))
-                            .with_help("compare to get a bool tile, e.g. `x > 0`"),
+                        Diagnostic::new(
+                            "E0301",
+                            a0.expr.span,
+                            format!(
+                                "the condition of `where` must be bool, found `{}`",
+                                a0.val.ty
+                            ),
+                        )
+                        .with_help("compare to get a bool tile, e.g. `x > 0`"),
                     );
                     return Val::err();
                 }
-                let Some((k, dims, dt, weak)) = self.elementwise("`where`", a1, a2, span) else { return Val::err() };
+                let Some((k, dims, dt, weak)) = self.elementwise("`where`", a1, a2, span) else {
+                    return Val::err();
+                };
                 let Some(all) = broadcast(&cd, &dims) else {
                     self.report(
-                        Diagnostic::new("E0402", span, format!("shapes {} and {} do not broadcast in `where`", render_dims(&cd), render_dims(&dims)))
-                            .with_label(a0.span, format!("the condition is `{}`", a0.val.ty)),
+                        Diagnostic::new(
+                            "E0402",
+                            span,
+                            format!(
+                                "shapes {} and {} do not broadcast in `where`",
+                                render_dims(&cd),
+                                render_dims(&dims)
+                            ),
+                        )
+                        .with_label(a0.span, format!("the condition is `{}`", a0.val.ty)),
                     );
                     return Val::err();
                 };
                 Val::of(make(k.max(ck), all, dt, weak))
             }
             "zeros" | "empty" | "ones" | "randn" | "full" => {
-                let Some(dims) = self.shape_arg(a0) else { return Val::err() };
-                let (dtype_slot, value_slot) = if b.name == "full" { (2, Some(1)) } else { (1, None) };
+                let Some(dims) = self.shape_arg(a0) else {
+                    return Val::err();
+                };
+                let (dtype_slot, value_slot) = if b.name == "full" {
+                    (2, Some(1))
+                } else {
+                    (1, None)
+                };
                 let dt = match arg(dtype_slot) {
                     Some(a) => match self.dtype_arg(a) {
                         Some(d) => d,
@@ -434,37 +599,70 @@ impl Checker<'_> {
                 if let Some(v) = value_slot.and_then(arg) {
                     match &v.val.ty {
                         Ty::Scalar { dtype, weak } => {
-                            if (dtype.is_float() && !dt.is_float()) || (!*weak && !dtype.widens_to(dt)) {
+                            if (dtype.is_float() && !dt.is_float())
+                                || (!*weak && !dtype.widens_to(dt))
+                            {
                                 self.report(
-                                    Diagnostic::new("E0301", v.expr.span, format!("a `{}` fill value for a `{dt}` {}", v.val.ty, if self.in_kernel { "tile" } else { "tensor" }))
-                                        .with_help(format!("convert the value: `{}.to({dt})`", describe(v.expr))),
+                                    Diagnostic::new(
+                                        "E0301",
+                                        v.expr.span,
+                                        format!(
+                                            "a `{}` fill value for a `{dt}` {}",
+                                            v.val.ty,
+                                            if self.in_kernel { "tile" } else { "tensor" }
+                                        ),
+                                    )
+                                    .with_help(format!(
+                                        "convert the value: `{}.to({dt})`",
+                                        describe(v.expr)
+                                    )),
                                 );
                             }
                         }
                         other => {
-                            self.report(Diagnostic::new("E0302", v.expr.span, format!("the fill value must be a scalar, found `{other}`")));
+                            self.report(Diagnostic::new(
+                                "E0302",
+                                v.expr.span,
+                                format!("the fill value must be a scalar, found `{other}`"),
+                            ));
                         }
                     }
                 }
                 if let Some(seed) = arg(2).filter(|_| b.name == "randn") {
                     if !matches!(seed.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
-                        self.report(Diagnostic::new("E0302", seed.expr.span, format!("the seed must be an integer, found `{}`", seed.val.ty)));
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            seed.expr.span,
+                            format!("the seed must be an integer, found `{}`", seed.val.ty),
+                        ));
                     }
                 }
-                Val::of(if self.in_kernel { Ty::tile(dims, dt) } else { Ty::Tensor { dims, dtype: dt } })
+                Val::of(if self.in_kernel {
+                    Ty::tile(dims, dt)
+                } else {
+                    Ty::Tensor { dims, dtype: dt }
+                })
             }
             "range" => {
                 for j in 0..3 {
                     if let Some(a) = arg(j) {
                         if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
-                            self.report(Diagnostic::new("E0302", a.expr.span, format!("`range` takes integers, found `{}`", a.val.ty)));
+                            self.report(Diagnostic::new(
+                                "E0302",
+                                a.expr.span,
+                                format!("`range` takes integers, found `{}`", a.val.ty),
+                            ));
                             return Val::err();
                         }
                     }
                 }
                 if let Some(step) = arg(2) {
                     if step.val.value.as_ref().and_then(Value::as_int) == Some(0) {
-                        self.report(Diagnostic::new("E0315", step.expr.span, "`range` step cannot be zero"));
+                        self.report(Diagnostic::new(
+                            "E0315",
+                            step.expr.span,
+                            "`range` step cannot be zero",
+                        ));
                     }
                 }
                 Val::of(Ty::Range)
@@ -473,7 +671,11 @@ impl Checker<'_> {
                 let Some(a1) = arg(1) else { return Val::err() };
                 for a in [a0, a1] {
                     if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
-                        self.report(Diagnostic::new("E0302", a.expr.span, format!("`arange` takes integers, found `{}`", a.val.ty)));
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            a.expr.span,
+                            format!("`arange` takes integers, found `{}`", a.val.ty),
+                        ));
                         return Val::err();
                     }
                 }
@@ -483,8 +685,12 @@ impl Checker<'_> {
                 };
                 let Some(len) = len else {
                     self.report(
-                        Diagnostic::new("E0406", span, "the length of this `arange` is not known at compile time")
-                            .with_help("write `arange(start, start + SIZE)` with a constant SIZE"),
+                        Diagnostic::new(
+                            "E0406",
+                            span,
+                            "the length of this `arange` is not known at compile time",
+                        )
+                        .with_help("write `arange(start, start + SIZE)` with a constant SIZE"),
                     );
                     return Val::err();
                 };
@@ -496,7 +702,11 @@ impl Checker<'_> {
                     return Val::err();
                 }
                 if len.as_const().is_some_and(|n| n <= 0) {
-                    self.report(Diagnostic::new("E0406", span, format!("`arange` has length {len}; it must be positive")));
+                    self.report(Diagnostic::new(
+                        "E0406",
+                        span,
+                        format!("`arange` has length {len}; it must be positive"),
+                    ));
                     return Val::err();
                 }
                 Val::of(Ty::tile(vec![len], DType::I32))
@@ -513,9 +723,18 @@ impl Checker<'_> {
                 self.matmul_op(&a0.val, &a1.val, span, a0.expr, a1.expr)
             }
             "softmax" => {
-                let Some((k, dims, dt)) = self.array(a0) else { return Val::err() };
+                let Some((k, dims, dt)) = self.array(a0) else {
+                    return Val::err();
+                };
                 if !dt.is_float() {
-                    self.report(Diagnostic::new("E0311", a0.expr.span, format!("`softmax` needs a float tensor, found `{}`", a0.val.ty)).with_help("convert it first: `.to(f32)`"));
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            a0.expr.span,
+                            format!("`softmax` needs a float tensor, found `{}`", a0.val.ty),
+                        )
+                        .with_help("convert it first: `.to(f32)`"),
+                    );
                     return Val::err();
                 }
                 let axis = match arg(1) {
@@ -532,9 +751,15 @@ impl Checker<'_> {
                 Val::of(make(k, dims, dt, false))
             }
             "layer_norm" | "rms_norm" => {
-                let Some((k, dims, dt)) = self.array(a0) else { return Val::err() };
+                let Some((k, dims, dt)) = self.array(a0) else {
+                    return Val::err();
+                };
                 if !dt.is_float() {
-                    self.report(Diagnostic::new("E0311", a0.expr.span, format!("`{}` needs a float tensor, found `{}`", b.name, a0.val.ty)));
+                    self.report(Diagnostic::new(
+                        "E0311",
+                        a0.expr.span,
+                        format!("`{}` needs a float tensor, found `{}`", b.name, a0.val.ty),
+                    ));
                     return Val::err();
                 }
                 let n_affine = if b.name == "layer_norm" { 2 } else { 1 };
@@ -546,25 +771,50 @@ impl Checker<'_> {
                     if let Some((_, wd, wdt)) = self.array(w) {
                         if broadcast(&wd, &dims).as_deref() != Some(&dims[..]) {
                             self.report(
-                                Diagnostic::new("E0402", w.expr.span, format!("`{}` does not broadcast to the input's shape {}", w.val.ty, render_dims(&dims)))
-                                    .with_label(a0.span, format!("the input is `{}`", a0.val.ty)),
+                                Diagnostic::new(
+                                    "E0402",
+                                    w.expr.span,
+                                    format!(
+                                        "`{}` does not broadcast to the input's shape {}",
+                                        w.val.ty,
+                                        render_dims(&dims)
+                                    ),
+                                )
+                                .with_label(a0.span, format!("the input is `{}`", a0.val.ty)),
                             );
                         } else if wdt != dt {
-                            self.report(Diagnostic::new("E0301", w.expr.span, format!("`{}` has dtype `{wdt}` but the input is `{dt}`", w.val.ty)));
+                            self.report(Diagnostic::new(
+                                "E0301",
+                                w.expr.span,
+                                format!("`{}` has dtype `{wdt}` but the input is `{dt}`", w.val.ty),
+                            ));
                         }
                     }
                 }
                 if let Some(eps) = arg(n_affine + 1) {
                     if !matches!(eps.val.ty, Ty::Scalar { .. }) {
-                        self.report(Diagnostic::new("E0302", eps.expr.span, format!("`eps` must be a scalar, found `{}`", eps.val.ty)));
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            eps.expr.span,
+                            format!("`eps` must be a scalar, found `{}`", eps.val.ty),
+                        ));
                     }
                 }
                 Val::of(make(k, dims, dt, false))
             }
             "transpose" => {
-                let (Some(a1), Some(a2)) = (arg(1), arg(2)) else { return Val::err() };
-                let Some((k, mut dims, dt)) = self.array(a0) else { return Val::err() };
-                let (Some(x), Some(y)) = (self.const_int(a1, "a transpose axis"), self.const_int(a2, "a transpose axis")) else { return Val::err() };
+                let (Some(a1), Some(a2)) = (arg(1), arg(2)) else {
+                    return Val::err();
+                };
+                let Some((k, mut dims, dt)) = self.array(a0) else {
+                    return Val::err();
+                };
+                let (Some(x), Some(y)) = (
+                    self.const_int(a1, "a transpose axis"),
+                    self.const_int(a2, "a transpose axis"),
+                ) else {
+                    return Val::err();
+                };
                 let (Some(x), Some(y)) = (
                     self.norm_axis(x, dims.len(), &a0.val.ty, a1.expr.span),
                     self.norm_axis(y, dims.len(), &a0.val.ty, a2.expr.span),
@@ -576,10 +826,19 @@ impl Checker<'_> {
             }
             "reshape" => {
                 let Some(a1) = arg(1) else { return Val::err() };
-                let Some((k, dims, dt)) = self.array(a0) else { return Val::err() };
-                let Some(new) = self.shape_arg(a1) else { return Val::err() };
-                let prod = |ds: &[Dim]| ds.iter().try_fold(Dim::constant(1), |acc, d| acc.checked_mul(d));
-                let unknown = new.iter().any(|d| d.as_const() == Some(-1) || d.as_symbol() == Some("?"));
+                let Some((k, dims, dt)) = self.array(a0) else {
+                    return Val::err();
+                };
+                let Some(new) = self.shape_arg(a1) else {
+                    return Val::err();
+                };
+                let prod = |ds: &[Dim]| {
+                    ds.iter()
+                        .try_fold(Dim::constant(1), |acc, d| acc.checked_mul(d))
+                };
+                let unknown = new
+                    .iter()
+                    .any(|d| d.as_const() == Some(-1) || d.as_symbol() == Some("?"));
                 if !unknown {
                     if let (Some(p), Some(q)) = (prod(&dims), prod(&new)) {
                         if p != q {
@@ -615,7 +874,11 @@ impl Checker<'_> {
                     }
                 }
                 let Some((dims, is_float)) = shape_of(&a0.val.ty) else {
-                    self.report(Diagnostic::new("E0302", a0.expr.span, "`tensor` takes nested lists of numbers with a rectangular shape"));
+                    self.report(Diagnostic::new(
+                        "E0302",
+                        a0.expr.span,
+                        "`tensor` takes nested lists of numbers with a rectangular shape",
+                    ));
                     return Val::err();
                 };
                 let dt = match arg(1) {
@@ -636,8 +899,12 @@ impl Checker<'_> {
     fn minmax(&mut self, name: &'static str, args: &[ArgV], span: Span) -> Val {
         if let Some(a) = args.iter().find(|a| a.name.is_some()) {
             self.report(
-                Diagnostic::new("E0205", a.span, format!("`{name}` of several values takes no keyword arguments"))
-                    .with_help(format!("reduce one value with `{name}(t, axis=k)`")),
+                Diagnostic::new(
+                    "E0205",
+                    a.span,
+                    format!("`{name}` of several values takes no keyword arguments"),
+                )
+                .with_help(format!("reduce one value with `{name}(t, axis=k)`")),
             );
             return Val::err();
         }
@@ -647,7 +914,9 @@ impl Checker<'_> {
         let mut acc = (Kind::Scalar, Vec::new(), DType::I32, true);
         let mut first = true;
         for w in args.windows(2) {
-            let Some(r) = self.elementwise(&format!("`{name}`"), &w[0], &w[1], span) else { return Val::err() };
+            let Some(r) = self.elementwise(&format!("`{name}`"), &w[0], &w[1], span) else {
+                return Val::err();
+            };
             if first {
                 acc = r;
                 first = false;
@@ -657,16 +926,38 @@ impl Checker<'_> {
                 acc.3 &= r.3;
             }
         }
-        let value = args.iter().map(|a| a.val.value.clone()).collect::<Option<Vec<_>>>().and_then(|vs| fold_call(name, &vs).ok().flatten());
-        Val::with(make(acc.0, acc.1, acc.2, acc.3), if acc.0 == Kind::Scalar { value } else { None })
+        let value = args
+            .iter()
+            .map(|a| a.val.value.clone())
+            .collect::<Option<Vec<_>>>()
+            .and_then(|vs| fold_call(name, &vs).ok().flatten());
+        Val::with(
+            make(acc.0, acc.1, acc.2, acc.3),
+            if acc.0 == Kind::Scalar { value } else { None },
+        )
     }
 
-    fn reduce(&mut self, name: &str, x: &ArgV, axis: Option<&ArgV>, keepdims: Option<&ArgV>) -> Val {
-        let Some((k, dims, dt)) = self.array(x) else { return Val::err() };
+    fn reduce(
+        &mut self,
+        name: &str,
+        x: &ArgV,
+        axis: Option<&ArgV>,
+        keepdims: Option<&ArgV>,
+    ) -> Val {
+        let Some((k, dims, dt)) = self.array(x) else {
+            return Val::err();
+        };
         if k == Kind::Scalar {
             self.report(
-                Diagnostic::new("E0411", x.expr.span, format!("`{name}` reduces a tile or tensor, found the scalar `{}`", x.val.ty))
-                    .with_help(format!("for two scalars write `{name}(a, b)`")),
+                Diagnostic::new(
+                    "E0411",
+                    x.expr.span,
+                    format!(
+                        "`{name}` reduces a tile or tensor, found the scalar `{}`",
+                        x.val.ty
+                    ),
+                )
+                .with_help(format!("for two scalars write `{name}(a, b)`")),
             );
             return Val::err();
         }
@@ -678,13 +969,15 @@ impl Checker<'_> {
             None => false,
         };
         let axis = match axis {
-            Some(a) if !matches!(a.val.value, Some(Value::None)) => match self.const_int(a, "the reduction axis") {
-                Some(ax) => match self.norm_axis(ax, dims.len(), &x.val.ty, a.expr.span) {
-                    Some(j) => Some(j),
+            Some(a) if !matches!(a.val.value, Some(Value::None)) => {
+                match self.const_int(a, "the reduction axis") {
+                    Some(ax) => match self.norm_axis(ax, dims.len(), &x.val.ty, a.expr.span) {
+                        Some(j) => Some(j),
+                        None => return Val::err(),
+                    },
                     None => return Val::err(),
-                },
-                None => return Val::err(),
-            },
+                }
+            }
             _ => None,
         };
         let out: Vec<Dim> = match axis {
@@ -693,7 +986,13 @@ impl Checker<'_> {
             Some(j) => dims
                 .iter()
                 .enumerate()
-                .filter_map(|(i, d)| if i == j { keep.then(|| Dim::constant(1)) } else { Some(d.clone()) })
+                .filter_map(|(i, d)| {
+                    if i == j {
+                        keep.then(|| Dim::constant(1))
+                    } else {
+                        Some(d.clone())
+                    }
+                })
                 .collect(),
         };
         let rdt = match (name, dt) {
@@ -702,32 +1001,79 @@ impl Checker<'_> {
             (_, d) => d,
         };
         Val::of(match k {
-            Kind::Tensor => Ty::Tensor { dims: out, dtype: rdt },
+            Kind::Tensor => Ty::Tensor {
+                dims: out,
+                dtype: rdt,
+            },
             _ => Ty::tile(out, rdt),
         })
     }
 
-    fn memory(&mut self, name: &str, ptr: &ArgV, second: Option<&ArgV>, third: Option<&ArgV>) -> Val {
+    fn memory(
+        &mut self,
+        name: &str,
+        ptr: &ArgV,
+        second: Option<&ArgV>,
+        third: Option<&ArgV>,
+    ) -> Val {
         let (dims, dtype) = match &ptr.val.ty {
             Ty::Ref { dims, dtype } | Ty::Tensor { dims, dtype } => (dims.clone(), *dtype),
-            Ty::Err => return if name == "load" { Val::err() } else { Val::of(Ty::NoneV) },
+            Ty::Err => {
+                return if name == "load" {
+                    Val::err()
+                } else {
+                    Val::of(Ty::NoneV)
+                }
+            }
             other => {
                 self.report(
-                    Diagnostic::new("E0302", ptr.expr.span, format!("`{name}` takes a slice of a tensor, found {} `{other}`", other.kind_name()))
-                        .with_help(format!("write e.g. `{name}(x[i : i + BLOCK]{})`", if name == "load" { "" } else { ", tile" })),
+                    Diagnostic::new(
+                        "E0302",
+                        ptr.expr.span,
+                        format!(
+                            "`{name}` takes a slice of a tensor, found {} `{other}`",
+                            other.kind_name()
+                        ),
+                    )
+                    .with_help(format!(
+                        "write e.g. `{name}(x[i : i + BLOCK]{})`",
+                        if name == "load" { "" } else { ", tile" }
+                    )),
                 );
                 return Val::err();
             }
         };
-        let (mask, other, value) = if name == "load" { (second, third, None) } else { (third, None, second) };
+        let (mask, other, value) = if name == "load" {
+            (second, third, None)
+        } else {
+            (third, None, second)
+        };
         if let Some(m) = mask {
             if let Some((_, md, mdt)) = self.array(m) {
                 if mdt != DType::Bool {
-                    self.report(Diagnostic::new("E0301", m.expr.span, format!("`mask=` must be a bool tile, found `{}`", m.val.ty)).with_help("compare to get a mask, e.g. `offs < N`"));
+                    self.report(
+                        Diagnostic::new(
+                            "E0301",
+                            m.expr.span,
+                            format!("`mask=` must be a bool tile, found `{}`", m.val.ty),
+                        )
+                        .with_help("compare to get a mask, e.g. `offs < N`"),
+                    );
                 } else if broadcast(&md, &dims).as_deref() != Some(&dims[..]) {
                     self.report(
-                        Diagnostic::new("E0402", m.expr.span, format!("mask of shape {} does not broadcast to the slice shape {}", render_dims(&md), render_dims(&dims)))
-                            .with_label(ptr.expr.span, format!("this slice is {}", render_dims(&dims))),
+                        Diagnostic::new(
+                            "E0402",
+                            m.expr.span,
+                            format!(
+                                "mask of shape {} does not broadcast to the slice shape {}",
+                                render_dims(&md),
+                                render_dims(&dims)
+                            ),
+                        )
+                        .with_label(
+                            ptr.expr.span,
+                            format!("this slice is {}", render_dims(&dims)),
+                        ),
                     );
                 }
             }
@@ -735,11 +1081,25 @@ impl Checker<'_> {
         if let Some(o) = other {
             if let Some((_, od, odt)) = self.array(o) {
                 if broadcast(&od, &dims).as_deref() != Some(&dims[..]) {
-                    self.report(Diagnostic::new("E0402", o.expr.span, format!("`other=` of shape {} does not broadcast to the slice shape {}", render_dims(&od), render_dims(&dims))));
-                } else if !(o.val.ty.is_weak() && (dtype.is_float() || !odt.is_float())) && !odt.widens_to(dtype) {
+                    self.report(Diagnostic::new(
+                        "E0402",
+                        o.expr.span,
+                        format!(
+                            "`other=` of shape {} does not broadcast to the slice shape {}",
+                            render_dims(&od),
+                            render_dims(&dims)
+                        ),
+                    ));
+                } else if !(o.val.ty.is_weak() && (dtype.is_float() || !odt.is_float()))
+                    && !odt.widens_to(dtype)
+                {
                     self.report(
-                        Diagnostic::new("E0301", o.expr.span, format!("`other=` is `{odt}` but the tensor is `{dtype}`"))
-                            .with_help(format!("convert it: `{}.to({dtype})`", describe(o.expr))),
+                        Diagnostic::new(
+                            "E0301",
+                            o.expr.span,
+                            format!("`other=` is `{odt}` but the tensor is `{dtype}`"),
+                        )
+                        .with_help(format!("convert it: `{}.to({dtype})`", describe(o.expr))),
                     );
                 }
             }
@@ -747,11 +1107,15 @@ impl Checker<'_> {
         if name == "load" {
             return Val::of(Ty::tile(dims, dtype));
         }
-        let Some(v) = value else { return Val::of(Ty::NoneV) };
+        let Some(v) = value else {
+            return Val::of(Ty::NoneV);
+        };
         if v.val.ty.is_err() {
             return Val::of(Ty::NoneV);
         }
-        let Some((k, vd, vdt)) = self.array(v) else { return Val::of(Ty::NoneV) };
+        let Some((k, vd, vdt)) = self.array(v) else {
+            return Val::of(Ty::NoneV);
+        };
         if k != Kind::Scalar && vd != dims {
             self.report(
                 Diagnostic::new(
@@ -767,21 +1131,41 @@ impl Checker<'_> {
         let weak_ok = v.val.ty.is_weak() && (dtype.is_float() || !vdt.is_float());
         if !weak_ok && !vdt.widens_to(dtype) {
             self.report(
-                Diagnostic::new("E0301", v.expr.span, format!("storing `{vdt}` values into a `{dtype}` tensor would narrow them"))
-                    .with_label(ptr.expr.span, format!("this is a `{dtype}` tensor"))
-                    .with_help(format!("cast explicitly: `{}.to({dtype})`", describe(v.expr))),
+                Diagnostic::new(
+                    "E0301",
+                    v.expr.span,
+                    format!("storing `{vdt}` values into a `{dtype}` tensor would narrow them"),
+                )
+                .with_label(ptr.expr.span, format!("this is a `{dtype}` tensor"))
+                .with_help(format!(
+                    "cast explicitly: `{}.to({dtype})`",
+                    describe(v.expr)
+                )),
             );
         }
         Val::of(Ty::NoneV)
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn dot_op(&mut self, l: &Val, r: &Val, acc: Option<(&Val, &Expr)>, precision: Option<(&Val, &Expr)>, span: Span, le: &Expr, re: &Expr) -> Val {
+    pub fn dot_op(
+        &mut self,
+        l: &Val,
+        r: &Val,
+        acc: Option<(&Val, &Expr)>,
+        precision: Option<(&Val, &Expr)>,
+        span: Span,
+        le: &Expr,
+        re: &Expr,
+    ) -> Val {
         if l.ty.is_err() || r.ty.is_err() {
             return Val::err();
         }
-        let Some((_, ld)) = self.operand(l, le) else { return Val::err() };
-        let Some((_, rd)) = self.operand(r, re) else { return Val::err() };
+        let Some((_, ld)) = self.operand(l, le) else {
+            return Val::err();
+        };
+        let Some((_, rd)) = self.operand(r, re) else {
+            return Val::err();
+        };
         for (d, v, e) in [(&ld, l, le), (&rd, r, re)] {
             if d.len() != 2 {
                 self.report(
@@ -801,21 +1185,40 @@ impl Checker<'_> {
             );
             return Val::err();
         }
-        let (a, b) = (l.ty.dtype().unwrap_or(DType::F32), r.ty.dtype().unwrap_or(DType::F32));
+        let (a, b) = (
+            l.ty.dtype().unwrap_or(DType::F32),
+            r.ty.dtype().unwrap_or(DType::F32),
+        );
         if a != b {
             let widest = DType::join(a, b).unwrap_or(DType::F16);
             self.report(
-                Diagnostic::new("E0301", span, format!("`dot` operands must have the same dtype: `{a}` and `{b}`"))
-                    .with_label(le.span, format!("this is `{}`", l.ty))
-                    .with_label(re.span, format!("this is `{}`", r.ty))
-                    .with_help(format!("cast one side, e.g. `{}.to({widest})`", describe(if widest == a { re } else { le }))),
+                Diagnostic::new(
+                    "E0301",
+                    span,
+                    format!("`dot` operands must have the same dtype: `{a}` and `{b}`"),
+                )
+                .with_label(le.span, format!("this is `{}`", l.ty))
+                .with_label(re.span, format!("this is `{}`", r.ty))
+                .with_help(format!(
+                    "cast one side, e.g. `{}.to({widest})`",
+                    describe(if widest == a { re } else { le })
+                )),
             );
             return Val::err();
         }
-        if !matches!(a, DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::F32 | DType::I8) {
+        if !matches!(
+            a,
+            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::F32 | DType::I8
+        ) {
             self.report(
-                Diagnostic::new("E0311", span, format!("`dot` does not support `{a}` operands"))
-                    .with_help("dot takes f16, bf16, f8e4m3, f8e5m2, f32 (or i8); cast with `.to(f16)`"),
+                Diagnostic::new(
+                    "E0311",
+                    span,
+                    format!("`dot` does not support `{a}` operands"),
+                )
+                .with_help(
+                    "dot takes f16, bf16, f8e4m3, f8e5m2, f32 (or i8); cast with `.to(f16)`",
+                ),
             );
             return Val::err();
         }
@@ -826,10 +1229,18 @@ impl Checker<'_> {
                 Some(Value::Str(s)) if s == "ieee" || s == "f32" => {}
                 Some(Value::None) => {}
                 _ if p.ty.is_err() => {}
-                _ => self.report(Diagnostic::new("E0302", pe.span, "`precision=` must be \"tf32\" or \"ieee\"")),
+                _ => self.report(Diagnostic::new(
+                    "E0302",
+                    pe.span,
+                    "`precision=` must be \"tf32\" or \"ieee\"",
+                )),
             }
         }
-        let out = if a == DType::I8 { DType::I32 } else { DType::F32 };
+        let out = if a == DType::I8 {
+            DType::I32
+        } else {
+            DType::F32
+        };
         let result = vec![m.clone(), n.clone()];
         if let Some((acc, ae)) = acc {
             match &acc.ty {
@@ -837,25 +1248,51 @@ impl Checker<'_> {
                 Ty::Tile { dims, dtype } => {
                     if *dims != result {
                         self.report(
-                            Diagnostic::new("E0402", ae.span, format!("the accumulator `{}` does not match the product shape {}", acc.ty, render_dims(&result)))
-                                .with_help(format!("accumulate into `zeros({}, {out})`", render_dims(&result))),
+                            Diagnostic::new(
+                                "E0402",
+                                ae.span,
+                                format!(
+                                    "the accumulator `{}` does not match the product shape {}",
+                                    acc.ty,
+                                    render_dims(&result)
+                                ),
+                            )
+                            .with_help(format!(
+                                "accumulate into `zeros({}, {out})`",
+                                render_dims(&result)
+                            )),
                         );
                     } else if *dtype != out {
                         self.report(
-                            Diagnostic::new("E0301", ae.span, format!("the accumulator is `{dtype}` but `dot` accumulates in `{out}`"))
-                                .with_help(format!("accumulate into a `{out}` tile and cast the result afterwards")),
+                            Diagnostic::new(
+                                "E0301",
+                                ae.span,
+                                format!(
+                                    "the accumulator is `{dtype}` but `dot` accumulates in `{out}`"
+                                ),
+                            )
+                            .with_help(format!(
+                                "accumulate into a `{out}` tile and cast the result afterwards"
+                            )),
                         );
                     }
                 }
                 other => {
                     self.operand(acc, ae);
                     if !matches!(other, Ty::Tensor { .. } | Ty::Ref { .. }) {
-                        self.report(Diagnostic::new("E0302", ae.span, format!("the accumulator must be a tile, found `{other}`")));
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            ae.span,
+                            format!("the accumulator must be a tile, found `{other}`"),
+                        ));
                     }
                 }
             }
         }
-        let tensor_cores = matches!(a, DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::I8) || tf32;
+        let tensor_cores = matches!(
+            a,
+            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::I8
+        ) || tf32;
         if tensor_cores {
             self.check_mma(a, tf32, [m, n, k1], span);
             self.usage.note_dot(&ld, &rd, a, span, self.loop_depth > 0);
@@ -867,17 +1304,36 @@ impl Checker<'_> {
         if l.ty.is_err() || r.ty.is_err() {
             return Val::err();
         }
-        let Some((lk, ld)) = self.operand(l, le) else { return Val::err() };
-        let Some((rk, rd)) = self.operand(r, re) else { return Val::err() };
+        let Some((lk, ld)) = self.operand(l, le) else {
+            return Val::err();
+        };
+        let Some((rk, rd)) = self.operand(r, re) else {
+            return Val::err();
+        };
         for (d, v, e) in [(&ld, l, le), (&rd, r, re)] {
             if d.is_empty() {
-                self.report(Diagnostic::new("E0411", e.span, format!("`matmul` takes tensors of rank 1 or more, found `{}`", v.ty)).with_help("multiply by a scalar with `*`"));
+                self.report(
+                    Diagnostic::new(
+                        "E0411",
+                        e.span,
+                        format!("`matmul` takes tensors of rank 1 or more, found `{}`", v.ty),
+                    )
+                    .with_help("multiply by a scalar with `*`"),
+                );
                 return Val::err();
             }
         }
         let (a1, b1) = (ld.len() == 1, rd.len() == 1);
-        let a: Vec<Dim> = if a1 { vec![Dim::constant(1), ld[0].clone()] } else { ld.clone() };
-        let b: Vec<Dim> = if b1 { vec![rd[0].clone(), Dim::constant(1)] } else { rd.clone() };
+        let a: Vec<Dim> = if a1 {
+            vec![Dim::constant(1), ld[0].clone()]
+        } else {
+            ld.clone()
+        };
+        let b: Vec<Dim> = if b1 {
+            vec![rd[0].clone(), Dim::constant(1)]
+        } else {
+            rd.clone()
+        };
         let (ka, kb) = (&a[a.len() - 1], &b[b.len() - 2]);
         if ka != kb {
             self.report(
@@ -893,20 +1349,31 @@ impl Checker<'_> {
                 Diagnostic::new(
                     "E0402",
                     span,
-                    format!("batch dims {} and {} of `matmul` do not broadcast", render_dims(&a[..a.len() - 2]), render_dims(&b[..b.len() - 2])),
+                    format!(
+                        "batch dims {} and {} of `matmul` do not broadcast",
+                        render_dims(&a[..a.len() - 2]),
+                        render_dims(&b[..b.len() - 2])
+                    ),
                 )
                 .with_label(le.span, format!("this is `{}`", l.ty))
                 .with_label(re.span, format!("this is `{}`", r.ty)),
             );
             return Val::err();
         };
-        let (x, y) = (l.ty.dtype().unwrap_or(DType::F32), r.ty.dtype().unwrap_or(DType::F32));
+        let (x, y) = (
+            l.ty.dtype().unwrap_or(DType::F32),
+            r.ty.dtype().unwrap_or(DType::F32),
+        );
         if x != y {
             self.report(
-                Diagnostic::new("E0301", span, format!("`matmul` operands must have the same dtype: `{x}` and `{y}`"))
-                    .with_label(le.span, format!("this is `{}`", l.ty))
-                    .with_label(re.span, format!("this is `{}`", r.ty))
-                    .with_help(format!("cast one side, e.g. `{}.to({x})`", describe(re))),
+                Diagnostic::new(
+                    "E0301",
+                    span,
+                    format!("`matmul` operands must have the same dtype: `{x}` and `{y}`"),
+                )
+                .with_label(le.span, format!("this is `{}`", l.ty))
+                .with_label(re.span, format!("this is `{}`", r.ty))
+                .with_help(format!("cast one side, e.g. `{}.to({x})`", describe(re))),
             );
             return Val::err();
         }
@@ -920,15 +1387,25 @@ impl Checker<'_> {
     }
 
     fn cast(&mut self, recv: &Ty, args: &[ArgV], span: Span, func: &Expr) -> Val {
-        let Some(slots) = self.bind_args("to", &["dtype"], &[true], args, span) else { return Val::err() };
-        let Some(a) = slots[0].map(|i| &args[i]) else { return Val::err() };
+        let Some(slots) = self.bind_args("to", &["dtype"], &[true], args, span) else {
+            return Val::err();
+        };
+        let Some(a) = slots[0].map(|i| &args[i]) else {
+            return Val::err();
+        };
         let dt = match &a.val.value {
             Some(Value::DType(d)) => *d,
             _ if a.val.ty.is_err() => return Val::err(),
             _ => {
-                let mut d = Diagnostic::new("E0312", a.expr.span, format!("`.to()` takes a dtype, found `{}`", a.val.ty));
+                let mut d = Diagnostic::new(
+                    "E0312",
+                    a.expr.span,
+                    format!("`.to()` takes a dtype, found `{}`", a.val.ty),
+                );
                 d = match &a.val.value {
-                    Some(Value::Str(s)) if DType::from_name(s).is_some() => d.with_help(format!("write the dtype without quotes: `.to({s})`")),
+                    Some(Value::Str(s)) if DType::from_name(s).is_some() => {
+                        d.with_help(format!("write the dtype without quotes: `.to({s})`"))
+                    }
                     _ => d.with_help("e.g. `.to(f32)` or `.to(bf16)`"),
                 };
                 self.report(d);
@@ -938,7 +1415,10 @@ impl Checker<'_> {
         match recv {
             Ty::Scalar { .. } => Val::of(Ty::scalar(dt)),
             Ty::Tile { dims, .. } => Val::of(Ty::tile(dims.clone(), dt)),
-            Ty::Tensor { dims, .. } if !self.in_kernel => Val::of(Ty::Tensor { dims: dims.clone(), dtype: dt }),
+            Ty::Tensor { dims, .. } if !self.in_kernel => Val::of(Ty::Tensor {
+                dims: dims.clone(),
+                dtype: dt,
+            }),
             _ => {
                 let base = match &func.kind {
                     ExprKind::Attribute { value, .. } => value,
@@ -954,17 +1434,29 @@ impl Checker<'_> {
         let mut exprs: Vec<&Expr> = Vec::new();
         for i in indices {
             match i {
-                Index::Expr(Expr { kind: ExprKind::Tuple(items) | ExprKind::List(items), .. }) if indices.len() == 1 => exprs.extend(items.iter()),
+                Index::Expr(Expr {
+                    kind: ExprKind::Tuple(items) | ExprKind::List(items),
+                    ..
+                }) if indices.len() == 1 => exprs.extend(items.iter()),
                 Index::Expr(e) => exprs.push(e),
                 Index::Slice { span, .. } => {
-                    self.report(Diagnostic::new("E0502", *span, "a launch grid is a tuple of sizes, e.g. `k[(cdiv(N, BLOCK),)](...)`"));
+                    self.report(Diagnostic::new(
+                        "E0502",
+                        *span,
+                        "a launch grid is a tuple of sizes, e.g. `k[(cdiv(N, BLOCK),)](...)`",
+                    ));
                     return None;
                 }
             }
         }
         if exprs.is_empty() || exprs.len() > 3 {
             self.report(
-                Diagnostic::new("E0502", span, format!("a grid has 1 to 3 axes; this one has {}", exprs.len())).with_help("e.g. `k[(cdiv(M, BM), cdiv(N, BN))](...)`"),
+                Diagnostic::new(
+                    "E0502",
+                    span,
+                    format!("a grid has 1 to 3 axes; this one has {}", exprs.len()),
+                )
+                .with_help("e.g. `k[(cdiv(M, BM), cdiv(N, BN))](...)`"),
             );
             return None;
         }
@@ -975,7 +1467,14 @@ impl Checker<'_> {
                 Ty::Scalar { dtype, .. } if dtype.is_int() => {}
                 Ty::Err => ok = false,
                 other => {
-                    self.report(Diagnostic::new("E0502", e.span, format!("grid sizes must be integers, found `{other}`")).with_help("e.g. `cdiv(N, BLOCK)`"));
+                    self.report(
+                        Diagnostic::new(
+                            "E0502",
+                            e.span,
+                            format!("grid sizes must be integers, found `{other}`"),
+                        )
+                        .with_help("e.g. `cdiv(N, BLOCK)`"),
+                    );
                     ok = false;
                 }
             }
@@ -984,7 +1483,14 @@ impl Checker<'_> {
     }
 
     /// A call of a user function or a kernel launch.
-    pub fn call_fn(&mut self, sig: &Arc<FnSig>, grid: Option<Option<usize>>, args: &[ArgV], span: Span, func: &Expr) -> Val {
+    pub fn call_fn(
+        &mut self,
+        sig: &Arc<FnSig>,
+        grid: Option<Option<usize>>,
+        args: &[ArgV],
+        span: Span,
+        func: &Expr,
+    ) -> Val {
         let what = if sig.is_kernel { "kernel" } else { "function" };
         if self.in_kernel {
             self.report(
@@ -1014,36 +1520,50 @@ impl Checker<'_> {
             }
             if p.is_const && !self.is_compile_time(&a.val.value) {
                 self.report(
-                    Diagnostic::new("E0505", a.span, format!("`{}` is a const parameter of `{}` and needs a compile-time value", p.name, sig.name))
-                        .with_help("pass a literal, a module `const` or a `const` parameter"),
+                    Diagnostic::new(
+                        "E0505",
+                        a.span,
+                        format!(
+                            "`{}` is a const parameter of `{}` and needs a compile-time value",
+                            p.name, sig.name
+                        ),
+                    )
+                    .with_help("pass a literal, a module `const` or a `const` parameter"),
                 );
                 continue;
             }
             match &p.ty {
-                Ty::Tensor { dims: pd, dtype: pdt } => match &a.val.ty {
-                    Ty::Tensor { dims: ad, dtype: adt } => {
-                        if pd.len() != ad.len() {
-                            self.report(
+                Ty::Tensor {
+                    dims: pd,
+                    dtype: pdt,
+                } => {
+                    match &a.val.ty {
+                        Ty::Tensor {
+                            dims: ad,
+                            dtype: adt,
+                        } => {
+                            if pd.len() != ad.len() {
+                                self.report(
                                 Diagnostic::new(
                                     "E0411",
                                     a.span,
                                     format!("argument `{}` of `{}` has rank {} (`{}`) but the parameter is `{}` (rank {})", p.name, sig.name, ad.len(), a.val.ty, p.ty, pd.len()),
                                 ),
                             );
-                            continue;
-                        }
-                        if pdt != adt {
-                            self.report(
+                                continue;
+                            }
+                            if pdt != adt {
+                                self.report(
                                 Diagnostic::new("E0301", a.span, format!("argument `{}` of `{}` is a `{adt}` tensor but the parameter is `{}`", p.name, sig.name, p.ty))
                                     .with_help(format!("convert it: `{}.to({pdt})`", describe(a.expr))),
                             );
-                        }
-                        for (k, (pdim, adim)) in pd.iter().zip(ad).enumerate() {
-                            match pdim.as_symbol() {
-                                Some(s) => match binds.get(s) {
-                                    Some((prev, pspan, pname)) => {
-                                        if certainly_differ(prev, adim) {
-                                            self.report(
+                            }
+                            for (k, (pdim, adim)) in pd.iter().zip(ad).enumerate() {
+                                match pdim.as_symbol() {
+                                    Some(s) => match binds.get(s) {
+                                        Some((prev, pspan, pname)) => {
+                                            if certainly_differ(prev, adim) {
+                                                self.report(
                                                 Diagnostic::new(
                                                     "E0401",
                                                     a.span,
@@ -1053,26 +1573,32 @@ impl Checker<'_> {
                                                 .with_label(*pspan, format!("`{s}` = {prev} here"))
                                                 .with_help(format!("every `{s}` in the signature of `{}` must have the same size", sig.name)),
                                             );
+                                            }
                                         }
-                                    }
-                                    None => {
-                                        binds.insert(s.to_string(), (adim.clone(), a.span, p.name.clone()));
-                                    }
-                                },
-                                None => deferred.push((pdim.clone(), adim.clone(), i, k)),
+                                        None => {
+                                            binds.insert(
+                                                s.to_string(),
+                                                (adim.clone(), a.span, p.name.clone()),
+                                            );
+                                        }
+                                    },
+                                    None => deferred.push((pdim.clone(), adim.clone(), i, k)),
+                                }
                             }
                         }
-                    }
-                    other => {
-                        self.report(
+                        other => {
+                            self.report(
                             Diagnostic::new("E0302", a.span, format!("argument `{}` of `{}` must be a tensor (`{}`), found {} `{other}`", p.name, sig.name, p.ty, other.kind_name())),
                         );
+                        }
                     }
-                },
+                }
                 Ty::Scalar { dtype: pdt, .. } => match &a.val.ty {
                     Ty::Scalar { dtype: adt, weak } => {
                         let ok = if *weak {
-                            !(adt.is_float() && !pdt.is_float()) && ((*adt == DType::Bool) == (*pdt == DType::Bool))
+                            !adt.is_float()
+                                || pdt.is_float()
+                                    && ((*adt == DType::Bool) == (*pdt == DType::Bool))
                         } else {
                             adt.widens_to(*pdt)
                         };
@@ -1086,7 +1612,12 @@ impl Checker<'_> {
                     other => self.report(Diagnostic::new(
                         "E0302",
                         a.span,
-                        format!("argument `{}` of `{}` must be a `{pdt}` scalar, found {} `{other}`", p.name, sig.name, other.kind_name()),
+                        format!(
+                            "argument `{}` of `{}` must be a `{pdt}` scalar, found {} `{other}`",
+                            p.name,
+                            sig.name,
+                            other.kind_name()
+                        ),
                     )),
                 },
                 _ => {}
@@ -1097,10 +1628,20 @@ impl Checker<'_> {
             if !all_bound {
                 continue;
             }
-            let Some(expected) = pdim.substitute(&|s| binds.get(s).map(|b| b.0.clone())) else { continue };
+            let Some(expected) = pdim.substitute(&|s| binds.get(s).map(|b| b.0.clone())) else {
+                continue;
+            };
             if certainly_differ(&expected, &adim) {
                 let a = &args[i];
-                let mut d = Diagnostic::new("E0401", a.span, format!("dim `{pdim}` of `{}` should be {expected} but argument `{}` has {adim}", sig.name, describe(a.expr)));
+                let mut d = Diagnostic::new(
+                    "E0401",
+                    a.span,
+                    format!(
+                        "dim `{pdim}` of `{}` should be {expected} but argument `{}` has {adim}",
+                        sig.name,
+                        describe(a.expr)
+                    ),
+                );
                 for s in pdim.symbols() {
                     if let Some((v, sp, pname)) = binds.get(s) {
                         d = d.with_label(*sp, format!("`{s}` = {v} from argument `{pname}`"));
@@ -1119,7 +1660,10 @@ impl Checker<'_> {
                 let subst = |s: &str| binds.get(s).map(|b| b.0.clone());
                 let dims: Option<Vec<Dim>> = dims.iter().map(|d| d.substitute(&subst)).collect();
                 match dims {
-                    Some(dims) => Val::of(Ty::Tensor { dims, dtype: *dtype }),
+                    Some(dims) => Val::of(Ty::Tensor {
+                        dims,
+                        dtype: *dtype,
+                    }),
                     None => Val::err(),
                 }
             }

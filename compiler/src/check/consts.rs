@@ -9,12 +9,20 @@ use crate::syntax::span::Span;
 
 fn floor_div(a: i64, b: i64) -> Option<i64> {
     let q = a.checked_div(b)?;
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 fn floor_mod(a: i64, b: i64) -> Option<i64> {
     let r = a.checked_rem(b)?;
-    Some(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
+    Some(if r != 0 && ((r < 0) != (b < 0)) {
+        r + b
+    } else {
+        r
+    })
 }
 
 fn as_f64(v: &Value) -> Option<f64> {
@@ -35,9 +43,24 @@ pub fn fold_binary(op: BinOp, a: &Value, b: &Value) -> Result<Option<Value>, Str
         (Value::Int(x), Value::Int(y)) => {
             let (cx, cy) = (x.as_const(), y.as_const());
             match op {
-                Add => return x.checked_add(y).map(|d| Some(Value::Int(d))).ok_or_else(overflow),
-                Sub => return x.checked_sub(y).map(|d| Some(Value::Int(d))).ok_or_else(overflow),
-                Mul => return x.checked_mul(y).map(|d| Some(Value::Int(d))).ok_or_else(overflow),
+                Add => {
+                    return x
+                        .checked_add(y)
+                        .map(|d| Some(Value::Int(d)))
+                        .ok_or_else(overflow)
+                }
+                Sub => {
+                    return x
+                        .checked_sub(y)
+                        .map(|d| Some(Value::Int(d)))
+                        .ok_or_else(overflow)
+                }
+                Mul => {
+                    return x
+                        .checked_mul(y)
+                        .map(|d| Some(Value::Int(d)))
+                        .ok_or_else(overflow)
+                }
                 Eq if x == y => return Ok(Some(Value::Bool(true))),
                 _ => {}
             }
@@ -45,13 +68,18 @@ pub fn fold_binary(op: BinOp, a: &Value, b: &Value) -> Result<Option<Value>, Str
                 return Ok(None);
             };
             let r = match op {
-                FloorDiv | Mod if q == 0 => return Err(format!("division by zero in `{p} {} {q}`", op.symbol())),
+                FloorDiv | Mod if q == 0 => {
+                    return Err(format!("division by zero in `{p} {} {q}`", op.symbol()))
+                }
                 FloorDiv => Value::int(floor_div(p, q).ok_or_else(overflow)?),
                 Mod => Value::int(floor_mod(p, q).ok_or_else(overflow)?),
                 Div if q == 0 => return Err(format!("division by zero in `{p} / {q}`")),
                 Div => Value::Float(p as f64 / q as f64),
                 Pow if q < 0 => Value::Float((p as f64).powf(q as f64)),
-                Pow => Value::int(p.checked_pow(u32::try_from(q).map_err(|_| overflow())?).ok_or_else(overflow)?),
+                Pow => Value::int(
+                    p.checked_pow(u32::try_from(q).map_err(|_| overflow())?)
+                        .ok_or_else(overflow)?,
+                ),
                 BitAnd => Value::int(p & q),
                 BitOr => Value::int(p | q),
                 BitXor => Value::int(p ^ q),
@@ -119,16 +147,20 @@ pub fn fold_unary(op: UnaryOp, v: &Value) -> Option<Value> {
 
 /// Folds a call of a scalar builtin (`cdiv`, `min`, `max`, `abs`).
 pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
-    let ints: Option<Vec<i64>> = args.iter().map(|a| match a {
-        Value::Int(d) => d.as_const(),
-        _ => None,
-    }).collect();
+    let ints: Option<Vec<i64>> = args
+        .iter()
+        .map(|a| match a {
+            Value::Int(d) => d.as_const(),
+            _ => None,
+        })
+        .collect();
     match (name, ints.as_deref()) {
         ("cdiv", Some([a, b])) => {
             if *b == 0 {
                 return Err(format!("division by zero in `cdiv({a}, {b})`"));
             }
-            let r = floor_div(a.checked_add(b - 1).ok_or("integer overflow")?, *b).ok_or("integer overflow")?;
+            let r = floor_div(a.checked_add(b - 1).ok_or("integer overflow")?, *b)
+                .ok_or("integer overflow")?;
             Ok(Some(Value::int(r)))
         }
         ("min", Some(v)) if !v.is_empty() => Ok(v.iter().min().map(|x| Value::int(*x))),
@@ -137,8 +169,18 @@ pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
         ("min" | "max", None) => {
             let fl: Option<Vec<f64>> = args.iter().map(as_f64).collect();
             Ok(fl.filter(|v| !v.is_empty()).map(|v| {
-                let init = if name == "min" { f64::INFINITY } else { f64::NEG_INFINITY };
-                Value::Float(v.into_iter().fold(init, |a, b| if name == "min" { a.min(b) } else { a.max(b) }))
+                let init = if name == "min" {
+                    f64::INFINITY
+                } else {
+                    f64::NEG_INFINITY
+                };
+                Value::Float(v.into_iter().fold(init, |a, b| {
+                    if name == "min" {
+                        a.min(b)
+                    } else {
+                        a.max(b)
+                    }
+                }))
             }))
         }
         _ => Ok(None),
@@ -171,7 +213,10 @@ pub fn eval_const(e: &Expr, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Va
             if let Some(d) = DType::from_name(&id.name) {
                 return Ok(Value::DType(d));
             }
-            Err(ConstError::NotConst { name: id.name.clone(), span: id.span })
+            Err(ConstError::NotConst {
+                name: id.name.clone(),
+                span: id.span,
+            })
         }
         ExprKind::Unary { op, operand } => {
             let v = eval_const(operand, lookup)?;
@@ -183,29 +228,46 @@ pub fn eval_const(e: &Expr, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Va
             match fold_binary(*op, &a, &b) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => Err(ConstError::Unsupported(e.span)),
-                Err(message) => Err(ConstError::Failed { message, span: e.span }),
+                Err(message) => Err(ConstError::Failed {
+                    message,
+                    span: e.span,
+                }),
             }
         }
-        ExprKind::IfElse { cond, then, otherwise } => match eval_const(cond, lookup)? {
+        ExprKind::IfElse {
+            cond,
+            then,
+            otherwise,
+        } => match eval_const(cond, lookup)? {
             Value::Bool(true) => eval_const(then, lookup),
             Value::Bool(false) => eval_const(otherwise, lookup),
             _ => Err(ConstError::Unsupported(cond.span)),
         },
-        ExprKind::Tuple(items) | ExprKind::List(items) => {
-            items.iter().map(|i| eval_const(i, lookup)).collect::<Result<Vec<_>, _>>().map(Value::Tuple)
-        }
+        ExprKind::Tuple(items) | ExprKind::List(items) => items
+            .iter()
+            .map(|i| eval_const(i, lookup))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Tuple),
         ExprKind::Call { func, args } => {
             let ExprKind::Name(f) = &func.kind else {
                 return Err(ConstError::Unsupported(e.span));
             };
-            if args.iter().any(|a| a.name.is_some()) || !matches!(f.name.as_str(), "cdiv" | "min" | "max" | "abs") {
+            if args.iter().any(|a| a.name.is_some())
+                || !matches!(f.name.as_str(), "cdiv" | "min" | "max" | "abs")
+            {
                 return Err(ConstError::Unsupported(e.span));
             }
-            let vals = args.iter().map(|a| eval_const(&a.value, lookup)).collect::<Result<Vec<_>, _>>()?;
+            let vals = args
+                .iter()
+                .map(|a| eval_const(&a.value, lookup))
+                .collect::<Result<Vec<_>, _>>()?;
             match fold_call(&f.name, &vals) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => Err(ConstError::Unsupported(e.span)),
-                Err(message) => Err(ConstError::Failed { message, span: e.span }),
+                Err(message) => Err(ConstError::Failed {
+                    message,
+                    span: e.span,
+                }),
             }
         }
         _ => Err(ConstError::Unsupported(e.span)),
@@ -223,12 +285,26 @@ mod tests {
 
     #[test]
     fn folding() {
-        assert_eq!(fold_call("cdiv", &[Value::int(1000), Value::int(128)]).unwrap(), Some(Value::int(8)));
+        assert_eq!(
+            fold_call("cdiv", &[Value::int(1000), Value::int(128)]).unwrap(),
+            Some(Value::int(8))
+        );
         assert!(fold_call("cdiv", &[Value::int(1), Value::int(0)]).is_err());
-        assert_eq!(fold_binary(BinOp::FloorDiv, &Value::int(-7), &Value::int(2)).unwrap(), Some(Value::int(-4)));
-        assert_eq!(fold_binary(BinOp::Mod, &Value::int(-7), &Value::int(2)).unwrap(), Some(Value::int(1)));
+        assert_eq!(
+            fold_binary(BinOp::FloorDiv, &Value::int(-7), &Value::int(2)).unwrap(),
+            Some(Value::int(-4))
+        );
+        assert_eq!(
+            fold_binary(BinOp::Mod, &Value::int(-7), &Value::int(2)).unwrap(),
+            Some(Value::int(1))
+        );
         let r = Value::Int(Dim::symbol("r"));
-        let end = fold_binary(BinOp::Add, &r, &Value::int(64)).unwrap().unwrap();
-        assert_eq!(fold_binary(BinOp::Sub, &end, &r).unwrap(), Some(Value::int(64)));
+        let end = fold_binary(BinOp::Add, &r, &Value::int(64))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            fold_binary(BinOp::Sub, &end, &r).unwrap(),
+            Some(Value::int(64))
+        );
     }
 }

@@ -20,7 +20,10 @@ pub struct Val {
 
 impl Val {
     pub fn err() -> Val {
-        Val { ty: Ty::Err, value: None }
+        Val {
+            ty: Ty::Err,
+            value: None,
+        }
     }
 
     pub fn of(ty: Ty) -> Val {
@@ -82,6 +85,8 @@ pub struct Checker<'a> {
     /// The declared return type of the function being checked.
     pub ret: Option<(Ty, Span)>,
     pub fn_name: String,
+    /// Every name the function body assigns (Python scoping: local throughout).
+    pub fn_locals: HashSet<String>,
     pub loop_depth: u32,
     pub usage: Usage,
 }
@@ -103,6 +108,7 @@ impl<'a> Checker<'a> {
             types: Vec::new(),
             ret: None,
             fn_name: String::new(),
+            fn_locals: HashSet::new(),
             loop_depth: 0,
             usage: Usage::default(),
         }
@@ -123,7 +129,11 @@ impl<'a> Checker<'a> {
         let mut sym = name.to_string();
         let mut n = 1;
         while self.runtime_syms.contains(&sym)
-            || (n == 1 && matches!(self.env.get(name).map(|b| b.kind), Some(BindKind::Dim | BindKind::ConstParam)))
+            || (n == 1
+                && matches!(
+                    self.env.get(name).map(|b| b.kind),
+                    Some(BindKind::Dim | BindKind::ConstParam)
+                ))
         {
             n += 1;
             sym = format!("{name}#{n}");
@@ -145,7 +155,9 @@ impl<'a> Checker<'a> {
         match v {
             None => false,
             Some(Value::Int(d)) => self.runtime_symbol(d).is_none(),
-            Some(Value::Tuple(items)) => items.iter().all(|i| self.is_compile_time(&Some(i.clone()))),
+            Some(Value::Tuple(items)) => {
+                items.iter().all(|i| self.is_compile_time(&Some(i.clone())))
+            }
             Some(_) => true,
         }
     }
@@ -167,7 +179,13 @@ impl<'a> Checker<'a> {
         };
         self.env.insert(
             name.to_string(),
-            Binding { ty: val.ty, value: val.value, kind, span, maybe_unbound: false },
+            Binding {
+                ty: val.ty,
+                value: val.value,
+                kind,
+                span,
+                maybe_unbound: false,
+            },
         );
     }
 }

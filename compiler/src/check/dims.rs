@@ -17,11 +17,17 @@ pub struct Dim {
 
 impl Dim {
     pub fn constant(c: i64) -> Dim {
-        Dim { terms: Vec::new(), constant: c }
+        Dim {
+            terms: Vec::new(),
+            constant: c,
+        }
     }
 
     pub fn symbol(name: impl Into<String>) -> Dim {
-        Dim { terms: vec![(vec![name.into()], 1)], constant: 0 }
+        Dim {
+            terms: vec![(vec![name.into()], 1)],
+            constant: 0,
+        }
     }
 
     pub fn as_const(&self) -> Option<i64> {
@@ -66,13 +72,19 @@ impl Dim {
             }
         }
         out.retain(|(_, c)| *c != 0);
-        Dim { terms: out, constant }
+        Dim {
+            terms: out,
+            constant,
+        }
     }
 
     pub fn checked_add(&self, other: &Dim) -> Option<Dim> {
         let mut terms = self.terms.clone();
         terms.extend(other.terms.iter().cloned());
-        Some(Dim::normalise(terms, self.constant.checked_add(other.constant)?))
+        Some(Dim::normalise(
+            terms,
+            self.constant.checked_add(other.constant)?,
+        ))
     }
 
     pub fn checked_neg(&self) -> Option<Dim> {
@@ -80,7 +92,10 @@ impl Dim {
         for (m, c) in &self.terms {
             terms.push((m.clone(), c.checked_neg()?));
         }
-        Some(Dim { terms, constant: self.constant.checked_neg()? })
+        Some(Dim {
+            terms,
+            constant: self.constant.checked_neg()?,
+        })
     }
 
     pub fn checked_sub(&self, other: &Dim) -> Option<Dim> {
@@ -107,7 +122,10 @@ impl Dim {
         if terms.len() > 64 {
             return None;
         }
-        Some(Dim::normalise(terms, self.constant.checked_mul(other.constant)?))
+        Some(Dim::normalise(
+            terms,
+            self.constant.checked_mul(other.constant)?,
+        ))
     }
 
     /// Replaces symbols by dims (`subst` returns `None` to keep a symbol).
@@ -126,7 +144,10 @@ impl Dim {
 
     /// Parses a dim string: integers, names, `+ - *` and parentheses (`"4*D"`, `"M+1"`).
     pub fn parse(text: &str) -> Result<Dim, String> {
-        let mut p = Parser { s: text.as_bytes(), i: 0 };
+        let mut p = Parser {
+            s: text.as_bytes(),
+            i: 0,
+        };
         let d = p.expr()?;
         p.skip_ws();
         if p.i != p.s.len() {
@@ -158,8 +179,12 @@ impl Parser<'_> {
         while let Some(c @ (b'+' | b'-')) = self.peek() {
             self.i += 1;
             let t = self.term()?;
-            acc = if c == b'+' { acc.checked_add(&t) } else { acc.checked_sub(&t) }
-                .ok_or("integer overflow")?;
+            acc = if c == b'+' {
+                acc.checked_add(&t)
+            } else {
+                acc.checked_sub(&t)
+            }
+            .ok_or("integer overflow")?;
         }
         Ok(acc)
     }
@@ -178,7 +203,9 @@ impl Parser<'_> {
         match self.peek() {
             Some(b'-') => {
                 self.i += 1;
-                self.factor()?.checked_neg().ok_or_else(|| "integer overflow".to_string())
+                self.factor()?
+                    .checked_neg()
+                    .ok_or_else(|| "integer overflow".to_string())
             }
             Some(b'(') => {
                 self.i += 1;
@@ -191,15 +218,26 @@ impl Parser<'_> {
             }
             Some(c) if c.is_ascii_digit() => {
                 let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'_') {
+                while self.i < self.s.len()
+                    && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'_')
+                {
                     self.i += 1;
                 }
-                let digits: String = self.s[start..self.i].iter().filter(|c| **c != b'_').map(|c| *c as char).collect();
-                digits.parse::<i64>().map(Dim::constant).map_err(|_| "integer too large".to_string())
+                let digits: String = self.s[start..self.i]
+                    .iter()
+                    .filter(|c| **c != b'_')
+                    .map(|c| *c as char)
+                    .collect();
+                digits
+                    .parse::<i64>()
+                    .map(Dim::constant)
+                    .map_err(|_| "integer too large".to_string())
             }
             Some(c) if c.is_ascii_alphabetic() || c == b'_' => {
                 let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_') {
+                while self.i < self.s.len()
+                    && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_')
+                {
                     self.i += 1;
                 }
                 let name = std::str::from_utf8(&self.s[start..self.i]).unwrap_or_default();
@@ -219,7 +257,11 @@ pub fn display_symbol(s: &str) -> &str {
 impl fmt::Display for Dim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        let ordered = self.terms.iter().filter(|(_, c)| *c > 0).chain(self.terms.iter().filter(|(_, c)| *c < 0));
+        let ordered = self
+            .terms
+            .iter()
+            .filter(|(_, c)| *c > 0)
+            .chain(self.terms.iter().filter(|(_, c)| *c < 0));
         for (m, c) in ordered {
             let names: Vec<&str> = m.iter().map(|s| display_symbol(s)).collect();
             let names = names.join("*");
@@ -271,7 +313,9 @@ mod tests {
     #[test]
     fn substitution() {
         let d = Dim::parse("2*K + 1").unwrap();
-        let s = d.substitute(&|s| (s == "K").then(|| Dim::constant(32))).unwrap();
+        let s = d
+            .substitute(&|s| (s == "K").then(|| Dim::constant(32)))
+            .unwrap();
         assert_eq!(s.as_const(), Some(65));
     }
 }

@@ -62,7 +62,10 @@ impl Checker<'_> {
         let v = self.expr_inner(e);
         if matches!(
             e.kind,
-            ExprKind::Name(_) | ExprKind::Call { .. } | ExprKind::Subscript { .. } | ExprKind::Attribute { .. }
+            ExprKind::Name(_)
+                | ExprKind::Call { .. }
+                | ExprKind::Subscript { .. }
+                | ExprKind::Attribute { .. }
         ) {
             self.record(e.span, &v.ty);
         }
@@ -88,7 +91,11 @@ impl Checker<'_> {
                 let r = self.expr(rhs);
                 self.binary(*op, &l, &r, e.span, lhs, rhs)
             }
-            ExprKind::IfElse { cond, then, otherwise } => {
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => {
                 let c = self.expr(cond);
                 self.condition(&c, cond);
                 let t = self.expr(then);
@@ -103,9 +110,17 @@ impl Checker<'_> {
             ExprKind::Attribute { value, attr } => self.attribute(value, attr),
             ExprKind::Tuple(items) | ExprKind::List(items) => {
                 let vals: Vec<Val> = items.iter().map(|i| self.expr(i)).collect();
-                let value = vals.iter().map(|v| v.value.clone()).collect::<Option<Vec<_>>>().map(Value::Tuple);
+                let value = vals
+                    .iter()
+                    .map(|v| v.value.clone())
+                    .collect::<Option<Vec<_>>>()
+                    .map(Value::Tuple);
                 let tys = vals.into_iter().map(|v| v.ty).collect();
-                let ty = if matches!(e.kind, ExprKind::Tuple(_)) { Ty::Tuple(tys) } else { Ty::List(tys) };
+                let ty = if matches!(e.kind, ExprKind::Tuple(_)) {
+                    Ty::Tuple(tys)
+                } else {
+                    Ty::List(tys)
+                };
                 Val::with(ty, value)
             }
             ExprKind::Dict(pairs) => {
@@ -125,7 +140,9 @@ impl Checker<'_> {
             Entry::Const { ty, value } => Val::with(ty.clone(), value.clone()),
             Entry::Function(sig) => Val::of(Ty::Callable(Callee::Function(sig.clone()))),
             Entry::Module(m) => Val::of(Ty::Module(m.clone())),
-            Entry::Namespace(map) => Val::of(Ty::Module(Arc::new(ModuleScope { entries: map.clone() }))),
+            Entry::Namespace(map) => Val::of(Ty::Module(Arc::new(ModuleScope {
+                entries: map.clone(),
+            }))),
             Entry::Global | Entry::Broken => Val::err(),
         }
     }
@@ -136,15 +153,39 @@ impl Checker<'_> {
             self.reads.insert(id.name.clone());
             if maybe {
                 self.report(
-                    Diagnostic::new("E0209", id.span, format!("`{}` may be used before it is assigned", id.name))
-                        .with_label(span, "assigned here, but not on every path that reaches the use")
-                        .with_help(format!("assign `{}` before the `if`/loop, on every path", id.name)),
+                    Diagnostic::new(
+                        "E0209",
+                        id.span,
+                        format!("`{}` may be used before it is assigned", id.name),
+                    )
+                    .with_label(
+                        span,
+                        "assigned here, but not on every path that reaches the use",
+                    )
+                    .with_help(format!(
+                        "assign `{}` before the `if`/loop, on every path",
+                        id.name
+                    )),
                 );
                 if let Some(b) = self.env.get_mut(&id.name) {
                     b.maybe_unbound = false;
                 }
             }
             return Val::with(ty, value);
+        }
+        if self.fn_locals.contains(&id.name) {
+            self.report(
+                Diagnostic::new(
+                    "E0209",
+                    id.span,
+                    format!("`{}` is used before it is assigned", id.name),
+                )
+                .with_help(format!(
+                    "`{}` is assigned later in this function; assign it before this use",
+                    id.name
+                )),
+            );
+            return Val::err();
         }
         if let Some(entry) = self.scope.get(&id.name) {
             self.uses.insert(id.name.clone());
@@ -159,7 +200,9 @@ impl Checker<'_> {
         }
         match id.name.as_str() {
             "inf" => return Val::with(Ty::weak(DType::F32), Some(Value::Float(f64::INFINITY))),
-            "True" | "False" => return Val::with(Ty::weak(DType::Bool), Some(Value::Bool(id.name == "True"))),
+            "True" | "False" => {
+                return Val::with(Ty::weak(DType::Bool), Some(Value::Bool(id.name == "True")))
+            }
             _ => {}
         }
         let mut d = Diagnostic::new("E0201", id.span, format!("unknown name `{}`", id.name));
@@ -174,6 +217,8 @@ impl Checker<'_> {
             .collect();
         if let Some(s) = suggest(&id.name, candidates.iter().map(String::as_str)) {
             d = d.with_help(format!("did you mean `{s}`?"));
+            // The user probably meant the local: do not also call it unused.
+            self.reads.insert(s.to_string());
         }
         self.report(d);
         Val::err()
@@ -218,7 +263,10 @@ impl Checker<'_> {
                 self.report(Diagnostic::new(
                     "E0302",
                     e.span,
-                    format!("expected a number, tile or tensor, found {} `{other}`", other.kind_name()),
+                    format!(
+                        "expected a number, tile or tensor, found {} `{other}`",
+                        other.kind_name()
+                    ),
                 ));
                 None
             }
@@ -229,7 +277,17 @@ impl Checker<'_> {
     /// dtypes only widen (f16 + f32 -> f32); a scalar takes the dtype of the
     /// tile/tensor it meets when both are floats (or both integers).
     #[allow(clippy::too_many_arguments)]
-    pub fn promote(&mut self, l: &Ty, r: &Ty, lk: Kind, rk: Kind, what: &str, span: Span, le: &Expr, re: &Expr) -> Option<(DType, bool)> {
+    pub fn promote(
+        &mut self,
+        l: &Ty,
+        r: &Ty,
+        lk: Kind,
+        rk: Kind,
+        what: &str,
+        span: Span,
+        le: &Expr,
+        re: &Expr,
+    ) -> Option<(DType, bool)> {
         let (a, b) = (l.dtype()?, r.dtype()?);
         let (aw, bw) = (l.is_weak(), r.is_weak());
         if aw && bw {
@@ -268,14 +326,18 @@ impl Checker<'_> {
         } else {
             (re, a)
         };
-        let mut d = Diagnostic::new("E0301", span, format!("mismatched dtypes in {what}: `{a}` and `{b}`"))
-            .with_label(le.span, format!("this is `{l}`"))
-            .with_label(re.span, format!("this is `{r}`"))
-            .with_help(format!(
-                "dtypes never narrow implicitly; convert explicitly, e.g. `{}.to({})`",
-                describe(target.0),
-                target.1
-            ));
+        let mut d = Diagnostic::new(
+            "E0301",
+            span,
+            format!("mismatched dtypes in {what}: `{a}` and `{b}`"),
+        )
+        .with_label(le.span, format!("this is `{l}`"))
+        .with_label(re.span, format!("this is `{r}`"))
+        .with_help(format!(
+            "dtypes never narrow implicitly; convert explicitly, e.g. `{}.to({})`",
+            describe(target.0),
+            target.1
+        ));
         if a.widens_to(DType::F32) && b.widens_to(DType::F32) && a.is_float() && b.is_float() {
             d = d.with_help(format!(
                 "`{a}` and `{b}` do not widen to each other; convert one side explicitly, e.g. `{}.to(f32)`",
@@ -294,8 +356,15 @@ impl Checker<'_> {
             for (v, e) in [(l, le), (r, re)] {
                 if !v.ty.is_scalar() {
                     self.report(
-                        Diagnostic::new("E0302", e.span, format!("`{}` takes scalars, found `{}`", op.symbol(), v.ty))
-                            .with_help(format!("use `{}` for elementwise logic on tiles", if op == BinOp::And { "&" } else { "|" })),
+                        Diagnostic::new(
+                            "E0302",
+                            e.span,
+                            format!("`{}` takes scalars, found `{}`", op.symbol(), v.ty),
+                        )
+                        .with_help(format!(
+                            "use `{}` for elementwise logic on tiles",
+                            if op == BinOp::And { "&" } else { "|" }
+                        )),
                     );
                     return Val::err();
                 }
@@ -304,7 +373,13 @@ impl Checker<'_> {
                 (Some(a), Some(b)) => fold_binary(op, a, b).ok().flatten(),
                 _ => None,
             };
-            return Val::with(Ty::Scalar { dtype: DType::Bool, weak: l.ty.is_weak() && r.ty.is_weak() }, value);
+            return Val::with(
+                Ty::Scalar {
+                    dtype: DType::Bool,
+                    weak: l.ty.is_weak() && r.ty.is_weak(),
+                },
+                value,
+            );
         }
         if op == BinOp::MatMul {
             return if self.in_kernel {
@@ -313,8 +388,12 @@ impl Checker<'_> {
                 self.matmul_op(l, r, span, le, re)
             };
         }
-        let Some((lk, ld)) = self.operand(l, le) else { return Val::err() };
-        let Some((rk, rd)) = self.operand(r, re) else { return Val::err() };
+        let Some((lk, ld)) = self.operand(l, le) else {
+            return Val::err();
+        };
+        let Some((rk, rd)) = self.operand(r, re) else {
+            return Val::err();
+        };
         let Some(dims) = broadcast(&ld, &rd) else {
             self.report(
                 Diagnostic::new(
@@ -329,7 +408,16 @@ impl Checker<'_> {
             return Val::err();
         };
         let kind = lk.max(rk);
-        let Some((dt, weak)) = self.promote(&l.ty, &r.ty, lk, rk, &format!("`{}`", op.symbol()), span, le, re) else {
+        let Some((dt, weak)) = self.promote(
+            &l.ty,
+            &r.ty,
+            lk,
+            rk,
+            &format!("`{}`", op.symbol()),
+            span,
+            le,
+            re,
+        ) else {
             return Val::err();
         };
         use BinOp::*;
@@ -338,9 +426,16 @@ impl Checker<'_> {
             BitAnd | BitOr | BitXor => {
                 if !(dt.is_int() || dt == DType::Bool) {
                     self.report(
-                        Diagnostic::new("E0314", span, format!("`{}` needs integer or bool operands, found `{dt}`", op.symbol()))
-                            .with_label(le.span, format!("this is `{}`", l.ty))
-                            .with_label(re.span, format!("this is `{}`", r.ty)),
+                        Diagnostic::new(
+                            "E0314",
+                            span,
+                            format!(
+                                "`{}` needs integer or bool operands, found `{dt}`",
+                                op.symbol()
+                            ),
+                        )
+                        .with_label(le.span, format!("this is `{}`", l.ty))
+                        .with_label(re.span, format!("this is `{}`", r.ty)),
                     );
                     return Val::err();
                 }
@@ -349,8 +444,12 @@ impl Checker<'_> {
             Div if !dt.is_float() => DType::F32,
             _ if dt == DType::Bool => {
                 self.report(
-                    Diagnostic::new("E0311", span, format!("`{}` is not defined on `bool` values", op.symbol()))
-                        .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"),
+                    Diagnostic::new(
+                        "E0311",
+                        span,
+                        format!("`{}` is not defined on `bool` values", op.symbol()),
+                    )
+                    .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"),
                 );
                 return Val::err();
             }
@@ -361,7 +460,11 @@ impl Checker<'_> {
             if let (Some(a), Some(b)) = (&l.value, &r.value) {
                 match fold_binary(op, a, b) {
                     Ok(v) => value = v,
-                    Err(msg) => self.report(Diagnostic::new("E0315", span, format!("constant evaluation failed: {msg}"))),
+                    Err(msg) => self.report(Diagnostic::new(
+                        "E0315",
+                        span,
+                        format!("constant evaluation failed: {msg}"),
+                    )),
                 }
             }
         }
@@ -378,23 +481,45 @@ impl Checker<'_> {
         if v.ty.is_err() {
             return v;
         }
-        let Some((kind, _)) = self.operand(&v, operand) else { return Val::err() };
+        let Some((kind, _)) = self.operand(&v, operand) else {
+            return Val::err();
+        };
         let dt = v.ty.dtype().unwrap_or(DType::F32);
         match op {
             UnaryOp::Neg | UnaryOp::Pos if dt == DType::Bool => {
-                self.report(Diagnostic::new("E0311", operand.span, format!("`{}` is not defined on `bool` values", op.symbol().trim())));
+                self.report(Diagnostic::new(
+                    "E0311",
+                    operand.span,
+                    format!("`{}` is not defined on `bool` values", op.symbol().trim()),
+                ));
                 return Val::err();
             }
             UnaryOp::Not if kind != Kind::Scalar => {
                 self.report(
-                    Diagnostic::new("E0302", operand.span, format!("`not` takes a scalar, found `{}`", v.ty))
-                        .with_help("use `~` for elementwise negation of a bool tile"),
+                    Diagnostic::new(
+                        "E0302",
+                        operand.span,
+                        format!("`not` takes a scalar, found `{}`", v.ty),
+                    )
+                    .with_help("use `~` for elementwise negation of a bool tile"),
                 );
                 return Val::err();
             }
-            UnaryOp::Not => return Val::with(Ty::Scalar { dtype: DType::Bool, weak: v.ty.is_weak() }, v.value.as_ref().and_then(|x| fold_unary(op, x))),
+            UnaryOp::Not => {
+                return Val::with(
+                    Ty::Scalar {
+                        dtype: DType::Bool,
+                        weak: v.ty.is_weak(),
+                    },
+                    v.value.as_ref().and_then(|x| fold_unary(op, x)),
+                )
+            }
             UnaryOp::Invert if !(dt.is_int() || dt == DType::Bool) => {
-                self.report(Diagnostic::new("E0314", operand.span, format!("`~` needs integer or bool operands, found `{dt}`")));
+                self.report(Diagnostic::new(
+                    "E0314",
+                    operand.span,
+                    format!("`~` needs integer or bool operands, found `{dt}`"),
+                ));
                 return Val::err();
             }
             _ => {}
@@ -408,7 +533,11 @@ impl Checker<'_> {
         match (a, b) {
             (Ty::Err, _) | (_, Ty::Err) => true,
             (Ty::Scalar { dtype: x, weak: xw }, Ty::Scalar { dtype: y, weak: yw }) => {
-                x == y || ((*xw || *yw) && (same_category(*x, *y) || (*xw && y.is_float() && x.is_int()) || (*yw && x.is_float() && y.is_int())))
+                x == y
+                    || ((*xw || *yw)
+                        && (same_category(*x, *y)
+                            || (*xw && y.is_float() && x.is_int())
+                            || (*yw && x.is_float() && y.is_int())))
             }
             (Ty::Scalar { .. }, _) | (_, Ty::Scalar { .. }) => false,
             _ => a == b,
@@ -422,9 +551,16 @@ impl Checker<'_> {
         }
         if !Self::compatible(&t.ty, &o.ty) {
             self.report(
-                Diagnostic::new("E0407", te.span.to(oe.span), format!("the two branches have different types: `{}` and `{}`", t.ty, o.ty))
-                    .with_label(te.span, format!("this is `{}`", t.ty))
-                    .with_label(oe.span, format!("this is `{}`", o.ty)),
+                Diagnostic::new(
+                    "E0407",
+                    te.span.to(oe.span),
+                    format!(
+                        "the two branches have different types: `{}` and `{}`",
+                        t.ty, o.ty
+                    ),
+                )
+                .with_label(te.span, format!("this is `{}`", t.ty))
+                .with_label(oe.span, format!("this is `{}`", o.ty)),
             );
             return Val::err();
         }
@@ -432,7 +568,11 @@ impl Checker<'_> {
             (Ty::Scalar { weak: true, .. }, x) => x.clone(),
             (x, _) => x.clone(),
         };
-        let value = if t.value == o.value { t.value.clone() } else { None };
+        let value = if t.value == o.value {
+            t.value.clone()
+        } else {
+            None
+        };
         Val::with(ty, value)
     }
 
@@ -442,7 +582,11 @@ impl Checker<'_> {
             Ty::Scalar { dtype, .. } if dtype.is_int() => Ok(v.value.clone()),
             Ty::Err => Err(()),
             other => {
-                self.report(Diagnostic::new("E0302", e.span, format!("an index must be an integer, found `{other}`")));
+                self.report(Diagnostic::new(
+                    "E0302",
+                    e.span,
+                    format!("an index must be an integer, found `{other}`"),
+                ));
                 Err(())
             }
         }
@@ -450,7 +594,9 @@ impl Checker<'_> {
 
     pub fn subscript(&mut self, v: Val, value_expr: &Expr, indices: &[Index]) -> Val {
         match v.ty.clone() {
-            Ty::Tensor { dims, dtype } => self.index_tensor(&dims, dtype, indices, value_expr, &v.ty),
+            Ty::Tensor { dims, dtype } => {
+                self.index_tensor(&dims, dtype, indices, value_expr, &v.ty)
+            }
             Ty::Tile { dims, dtype } => self.index_tile(&dims, dtype, indices, &v.ty),
             Ty::Shape(_) | Ty::Tuple(_) | Ty::List(_) if indices.len() == 1 => {
                 let dims: Vec<Dim> = match &v.ty {
@@ -458,13 +604,22 @@ impl Checker<'_> {
                     _ => Vec::new(),
                 };
                 let Index::Expr(ie) = &indices[0] else {
-                    self.report(Diagnostic::new("E0302", indices[0].span(), "slices of shapes and tuples are not supported"));
+                    self.report(Diagnostic::new(
+                        "E0302",
+                        indices[0].span(),
+                        "slices of shapes and tuples are not supported",
+                    ));
                     return Val::err();
                 };
                 let iv = self.expr(ie);
-                let Ok(Some(i)) = self.int_index(&iv, ie).map(|x| x.and_then(|x| x.as_int())) else {
+                let Ok(Some(i)) = self.int_index(&iv, ie).map(|x| x.and_then(|x| x.as_int()))
+                else {
                     if !iv.ty.is_err() {
-                        self.report(Diagnostic::new("E0310", ie.span, "this index must be a compile-time constant"));
+                        self.report(Diagnostic::new(
+                            "E0310",
+                            ie.span,
+                            "this index must be a compile-time constant",
+                        ));
                     }
                     return Val::err();
                 };
@@ -475,12 +630,18 @@ impl Checker<'_> {
                 };
                 let j = if i < 0 { i + len as i64 } else { i };
                 if j < 0 || j >= len as i64 {
-                    self.report(Diagnostic::new("E0413", ie.span, format!("index {i} is out of range for `{}` of length {len}", v.ty)));
+                    self.report(Diagnostic::new(
+                        "E0413",
+                        ie.span,
+                        format!("index {i} is out of range for `{}` of length {len}", v.ty),
+                    ));
                     return Val::err();
                 }
                 let j = j as usize;
                 match &v.ty {
-                    Ty::Shape(_) => Val::with(Ty::scalar(DType::I32), Some(Value::Int(dims[j].clone()))),
+                    Ty::Shape(_) => {
+                        Val::with(Ty::scalar(DType::I32), Some(Value::Int(dims[j].clone())))
+                    }
                     Ty::Tuple(t) | Ty::List(t) => {
                         let value = match &v.value {
                             Some(Value::Tuple(vs)) => vs.get(j).cloned(),
@@ -497,7 +658,11 @@ impl Checker<'_> {
             }
             other => {
                 self.index_exprs(indices);
-                self.report(Diagnostic::new("E0302", value_expr.span, format!("a {} (`{other}`) cannot be indexed", other.kind_name())));
+                self.report(Diagnostic::new(
+                    "E0302",
+                    value_expr.span,
+                    format!("a {} (`{other}`) cannot be indexed", other.kind_name()),
+                ));
                 Val::err()
             }
         }
@@ -509,7 +674,9 @@ impl Checker<'_> {
                 Index::Expr(e) => {
                     self.expr(e);
                 }
-                Index::Slice { start, end, step, .. } => {
+                Index::Slice {
+                    start, end, step, ..
+                } => {
                     for e in [start, end, step].into_iter().flatten() {
                         self.expr(e);
                     }
@@ -519,12 +686,32 @@ impl Checker<'_> {
     }
 
     fn too_many_indices(&mut self, indices: &[Index], ty: &Ty, rank: usize) -> bool {
-        let n = indices.iter().filter(|i| !matches!(i, Index::Expr(Expr { kind: ExprKind::None, .. }))).count();
+        let n = indices
+            .iter()
+            .filter(|i| {
+                !matches!(
+                    i,
+                    Index::Expr(Expr {
+                        kind: ExprKind::None,
+                        ..
+                    })
+                )
+            })
+            .count();
         if n > rank {
-            let span = indices[rank.min(indices.len() - 1)].span().to(indices[indices.len() - 1].span());
+            let span = indices[rank.min(indices.len() - 1)]
+                .span()
+                .to(indices[indices.len() - 1].span());
             self.report(
-                Diagnostic::new("E0410", span, format!("{n} indices for `{ty}`, which has {rank} dim{}", if rank == 1 { "" } else { "s" }))
-                    .with_primary_label("extra index"),
+                Diagnostic::new(
+                    "E0410",
+                    span,
+                    format!(
+                        "{n} indices for `{ty}`, which has {rank} dim{}",
+                        if rank == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_primary_label("extra index"),
             );
             self.index_exprs(indices);
             return true;
@@ -532,7 +719,14 @@ impl Checker<'_> {
         false
     }
 
-    fn index_tensor(&mut self, dims: &[Dim], dtype: DType, indices: &[Index], value_expr: &Expr, ty: &Ty) -> Val {
+    fn index_tensor(
+        &mut self,
+        dims: &[Dim],
+        dtype: DType,
+        indices: &[Index],
+        value_expr: &Expr,
+        ty: &Ty,
+    ) -> Val {
         if self.too_many_indices(indices, ty, dims.len()) {
             return Val::err();
         }
@@ -541,11 +735,16 @@ impl Checker<'_> {
         let mut failed = false;
         for idx in indices {
             match idx {
-                Index::Expr(Expr { kind: ExprKind::None, .. }) => out.push(Dim::constant(1)),
+                Index::Expr(Expr {
+                    kind: ExprKind::None,
+                    ..
+                }) => out.push(Dim::constant(1)),
                 Index::Expr(e) => {
                     let v = self.expr(e);
                     match &v.ty {
-                        Ty::Tile { dims: td, dtype } | Ty::Tensor { dims: td, dtype } if dtype.is_int() => {
+                        Ty::Tile { dims: td, dtype } | Ty::Tensor { dims: td, dtype }
+                            if dtype.is_int() =>
+                        {
                             out.extend(td.iter().cloned());
                         }
                         _ => match self.int_index(&v, e) {
@@ -565,17 +764,23 @@ impl Checker<'_> {
                     }
                     d += 1;
                 }
-                Index::Slice { start, end, step, span } => {
+                Index::Slice {
+                    start,
+                    end,
+                    step,
+                    span,
+                } => {
                     let full = dims[d].clone();
                     d += 1;
-                    let part = |c: &mut Self, e: &Option<Expr>| -> Result<Option<Option<Dim>>, ()> {
-                        let Some(e) = e else { return Ok(None) };
-                        let v = c.expr(e);
-                        match c.int_index(&v, e)? {
-                            Some(Value::Int(x)) => Ok(Some(Some(x))),
-                            _ => Ok(Some(None)),
-                        }
-                    };
+                    let part =
+                        |c: &mut Self, e: &Option<Expr>| -> Result<Option<Option<Dim>>, ()> {
+                            let Some(e) = e else { return Ok(None) };
+                            let v = c.expr(e);
+                            match c.int_index(&v, e)? {
+                                Some(Value::Int(x)) => Ok(Some(Some(x))),
+                                _ => Ok(Some(None)),
+                            }
+                        };
                     let (Ok(s), Ok(en)) = (part(self, start), part(self, end)) else {
                         failed = true;
                         continue;
@@ -583,7 +788,11 @@ impl Checker<'_> {
                     if let Some(st) = step {
                         let sv = self.expr(st);
                         if sv.value.as_ref().and_then(Value::as_int) != Some(1) && !sv.ty.is_err() {
-                            self.report(Diagnostic::new("E0302", st.span, "slices with a step are not supported"));
+                            self.report(Diagnostic::new(
+                                "E0302",
+                                st.span,
+                                "slices with a step are not supported",
+                            ));
                         }
                     }
                     let zero = Dim::constant(0);
@@ -650,7 +859,10 @@ impl Checker<'_> {
         let mut d = 0;
         for idx in indices {
             match idx {
-                Index::Expr(Expr { kind: ExprKind::None, .. }) => out.push(Dim::constant(1)),
+                Index::Expr(Expr {
+                    kind: ExprKind::None,
+                    ..
+                }) => out.push(Dim::constant(1)),
                 Index::Expr(e) => {
                     let v = self.expr(e);
                     match self.int_index(&v, e) {
@@ -674,11 +886,18 @@ impl Checker<'_> {
                     }
                     d += 1;
                 }
-                Index::Slice { start: None, end: None, step: None, .. } => {
+                Index::Slice {
+                    start: None,
+                    end: None,
+                    step: None,
+                    ..
+                } => {
                     out.push(dims[d].clone());
                     d += 1;
                 }
-                Index::Slice { start, end, span, .. } => {
+                Index::Slice {
+                    start, end, span, ..
+                } => {
                     let s = start.as_ref().map(|e| self.expr(e).value);
                     let en = end.as_ref().map(|e| self.expr(e).value);
                     let a = match s {
@@ -692,11 +911,18 @@ impl Checker<'_> {
                         _ => None,
                     };
                     match (a, b) {
-                        (Some(a), Some(b)) if b.checked_sub(&a).is_some_and(|l| l.as_const().is_some_and(|n| n > 0)) => {
+                        (Some(a), Some(b))
+                            if b.checked_sub(&a)
+                                .is_some_and(|l| l.as_const().is_some_and(|n| n > 0)) =>
+                        {
                             out.push(b.checked_sub(&a).unwrap_or_default());
                         }
                         _ => {
-                            self.report(Diagnostic::new("E0405", *span, "a slice of a tile needs constant bounds"));
+                            self.report(Diagnostic::new(
+                                "E0405",
+                                *span,
+                                "a slice of a tile needs constant bounds",
+                            ));
                             return Val::err();
                         }
                     }
@@ -719,7 +945,11 @@ impl Checker<'_> {
                     self.entry_val(&entry)
                 }
                 None => {
-                    let mut d = Diagnostic::new("E0203", attr.span, format!("`{name}` is not defined in module `{}`", describe(value)));
+                    let mut d = Diagnostic::new(
+                        "E0203",
+                        attr.span,
+                        format!("`{name}` is not defined in module `{}`", describe(value)),
+                    );
                     if let Some(s) = suggest(name, m.names()) {
                         d = d.with_help(format!("did you mean `{s}`?"));
                     }
@@ -734,24 +964,52 @@ impl Checker<'_> {
             (Ty::Tile { dims, dtype } | Ty::Tensor { dims, dtype }, "T") => {
                 if dims.len() != 2 {
                     self.report(
-                        Diagnostic::new("E0411", attr.span, format!("`.T` transposes 2-D values; `{}` has rank {}", v.ty, dims.len()))
-                            .with_help("use `transpose(x, a, b)` for other ranks"),
+                        Diagnostic::new(
+                            "E0411",
+                            attr.span,
+                            format!(
+                                "`.T` transposes 2-D values; `{}` has rank {}",
+                                v.ty,
+                                dims.len()
+                            ),
+                        )
+                        .with_help("use `transpose(x, a, b)` for other ranks"),
                     );
                     return Val::err();
                 }
                 let t = vec![dims[1].clone(), dims[0].clone()];
-                Val::of(if matches!(v.ty, Ty::Tile { .. }) { Ty::tile(t, *dtype) } else { Ty::Tensor { dims: t, dtype: *dtype } })
+                Val::of(if matches!(v.ty, Ty::Tile { .. }) {
+                    Ty::tile(t, *dtype)
+                } else {
+                    Ty::Tensor {
+                        dims: t,
+                        dtype: *dtype,
+                    }
+                })
             }
-            (Ty::Tile { dims, .. } | Ty::Tensor { dims, .. } | Ty::Ref { dims, .. }, "shape") => Val::of(Ty::Shape(dims.clone())),
+            (Ty::Tile { dims, .. } | Ty::Tensor { dims, .. } | Ty::Ref { dims, .. }, "shape") => {
+                Val::of(Ty::Shape(dims.clone()))
+            }
             (Ty::Scalar { .. }, "shape") => Val::of(Ty::Shape(Vec::new())),
-            (Ty::Tile { dtype, .. } | Ty::Tensor { dtype, .. } | Ty::Ref { dtype, .. } | Ty::Scalar { dtype, .. }, "dtype") => {
-                Val::with(Ty::DTypeV, Some(Value::DType(*dtype)))
-            }
+            (
+                Ty::Tile { dtype, .. }
+                | Ty::Tensor { dtype, .. }
+                | Ty::Ref { dtype, .. }
+                | Ty::Scalar { dtype, .. },
+                "dtype",
+            ) => Val::with(Ty::DTypeV, Some(Value::DType(*dtype))),
             (Ty::Tile { .. } | Ty::Tensor { .. } | Ty::Scalar { .. } | Ty::Ref { .. }, "to") => {
-                Val::of(Ty::Callable(Callee::Method { recv: Box::new(v.ty.clone()), name: "to" }))
+                Val::of(Ty::Callable(Callee::Method {
+                    recv: Box::new(v.ty.clone()),
+                    name: "to",
+                }))
             }
             (other, _) => {
-                let mut d = Diagnostic::new("E0303", attr.span, format!("no attribute `{name}` on {} `{other}`", other.kind_name()));
+                let mut d = Diagnostic::new(
+                    "E0303",
+                    attr.span,
+                    format!("no attribute `{name}` on {} `{other}`", other.kind_name()),
+                );
                 if let Some(s) = suggest(name, ["T", "shape", "dtype", "to"].into_iter()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }

@@ -31,7 +31,9 @@ use crate::diag::Diagnostic;
 use crate::syntax::ast::{self, Item};
 use crate::syntax::span::Span;
 
-pub use scope::{build_module_scope, module_diagnostics, unused_imports, Entry, FnSig, ModuleScope, ParamSig};
+pub use scope::{
+    build_module_scope, module_diagnostics, unused_imports, Entry, FnSig, ModuleScope, ParamSig,
+};
 pub use types::{DType, Ty, Value};
 
 /// The signature of a `def` or kernel, for hover.
@@ -75,7 +77,7 @@ pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
         .filter(|c| *c != name)
         .map(|c| (strsim::damerau_levenshtein(name, c), c))
         .filter(|(d, c)| *d <= limit || (c.eq_ignore_ascii_case(name)))
-        .min_by_key(|(d, c)| (*d, c.len()))
+        .min_by_key(|(d, c)| (*d, c.len(), *c))
         .map(|(_, c)| c)
 }
 
@@ -84,11 +86,21 @@ impl ctx::Checker<'_> {
         let signature = f.map(|f| {
             let scope = self.scope;
             let sig = scope::signature(f, &|n| scope.const_value(n));
-            Signature { name: f.name.name.clone(), span: f.name.span, rendered: sig.rendered, doc: f.docstring.clone() }
+            Signature {
+                name: f.name.name.clone(),
+                span: f.name.span,
+                rendered: sig.rendered,
+                doc: f.docstring.clone(),
+            }
         });
         let mut diagnostics = self.diags;
         diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
-        ItemCheck { diagnostics, types: self.types, signature, uses: self.uses.into_iter().collect() }
+        ItemCheck {
+            diagnostics,
+            types: self.types,
+            signature,
+            uses: self.uses.into_iter().collect(),
+        }
     }
 }
 
@@ -110,10 +122,25 @@ pub fn check_item(item: &Item, scope: &ModuleScope, arch: Arch) -> ItemCheck {
                 let mut ann = Vec::new();
                 let a = scope::annotation(t, &|n| scope.const_value(n), &mut ann);
                 ch.diags.extend(ann);
-                if let (scope::Annot::Ty(Ty::Scalar { dtype, .. }), Ty::Scalar { dtype: vd, weak }) = (&a, &v.ty) {
-                    let ok = if *weak { !(vd.is_float() && !dtype.is_float()) } else { vd.widens_to(*dtype) };
+                if let (
+                    scope::Annot::Ty(Ty::Scalar { dtype, .. }),
+                    Ty::Scalar { dtype: vd, weak },
+                ) = (&a, &v.ty)
+                {
+                    let ok = if *weak {
+                        !vd.is_float() || dtype.is_float()
+                    } else {
+                        vd.widens_to(*dtype)
+                    };
                     if !ok {
-                        ch.report(Diagnostic::new("E0301", c.value.span, format!("`{}` does not fit `{dtype}`", v.ty)).with_label(t.span, "declared here"));
+                        ch.report(
+                            Diagnostic::new(
+                                "E0301",
+                                c.value.span,
+                                format!("`{}` does not fit `{dtype}`", v.ty),
+                            )
+                            .with_label(t.span, "declared here"),
+                        );
                     }
                 }
             }

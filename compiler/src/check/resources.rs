@@ -18,21 +18,32 @@ pub struct Usage {
 }
 
 fn elements(dims: &[Dim]) -> Option<u64> {
-    dims.iter().try_fold(1u64, |acc, d| acc.checked_mul(u64::try_from(d.as_const()?).ok()?))
+    dims.iter().try_fold(1u64, |acc, d| {
+        acc.checked_mul(u64::try_from(d.as_const()?).ok()?)
+    })
 }
 
 impl Usage {
     pub fn note_tile(&mut self, dims: &[Dim], dtype: DType, span: Span) {
         let Some(n) = elements(dims) else { return };
         let bytes = n.saturating_mul(dtype.bytes());
-        if self.largest_tile.as_ref().is_none_or(|(b, _, _)| bytes > *b) {
-            self.largest_tile = Some((bytes, span, format!("Tile{}", render_dims(dims)).replace("]", &format!(", {dtype}]"))));
+        if self
+            .largest_tile
+            .as_ref()
+            .is_none_or(|(b, _, _)| bytes > *b)
+        {
+            self.largest_tile = Some((
+                bytes,
+                span,
+                format!("Tile{}", render_dims(dims)).replace("]", &format!(", {dtype}]")),
+            ));
         }
     }
 
     pub fn note_dot(&mut self, a: &[Dim], b: &[Dim], dtype: DType, span: Span, in_loop: bool) {
         if let (Some(x), Some(y)) = (elements(a), elements(b)) {
-            self.dots.push((x * dtype.bytes(), y * dtype.bytes(), span, in_loop));
+            self.dots
+                .push((x * dtype.bytes(), y * dtype.bytes(), span, in_loop));
         }
     }
 }
@@ -43,7 +54,11 @@ impl Checker<'_> {
         let info = self.arch.info();
         let name = if tf32 { "f32" } else { dtype.name() };
         if dtype != DType::I8 && !info.mma_dtypes.contains(&name) {
-            let what = if tf32 { "tf32 (f32 inputs with precision=\"tf32\")".to_string() } else { format!("`{dtype}`") };
+            let what = if tf32 {
+                "tf32 (f32 inputs with precision=\"tf32\")".to_string()
+            } else {
+                format!("`{dtype}`")
+            };
             self.report(
                 Diagnostic::new("E0606", span, format!("{what} `dot` is not supported by the tensor cores of {}", info.name))
                     .with_help(format!(
@@ -58,7 +73,11 @@ impl Checker<'_> {
         let bad: Vec<String> = mnk
             .iter()
             .zip(labels)
-            .filter_map(|(d, l)| d.as_const().filter(|n| n % 16 != 0).map(|n| format!("{l} = {n}")))
+            .filter_map(|(d, l)| {
+                d.as_const()
+                    .filter(|n| n % 16 != 0)
+                    .map(|n| format!("{l} = {n}"))
+            })
             .collect();
         if !bad.is_empty() {
             self.report(

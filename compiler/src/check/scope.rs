@@ -22,7 +22,10 @@ pub struct ModuleScope {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
     /// `const NAME = value` (value `None` when it could not be evaluated).
-    Const { ty: Ty, value: Option<Value> },
+    Const {
+        ty: Ty,
+        value: Option<Value>,
+    },
     Function(Arc<FnSig>),
     /// `import std.linalg as la` binds `la` to the module.
     Module(Arc<ModuleScope>),
@@ -84,7 +87,11 @@ pub enum Annot {
 }
 
 /// Resolves a type annotation; problems are pushed to `diags` (item-relative spans).
-pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: &mut Vec<Diagnostic>) -> Annot {
+pub fn annotation(
+    te: &TypeExpr,
+    consts: &dyn Fn(&str) -> Option<Value>,
+    diags: &mut Vec<Diagnostic>,
+) -> Annot {
     match &te.kind {
         TypeExprKind::Name(id) => {
             if let Some(d) = DType::from_name(&id.name) {
@@ -92,8 +99,12 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
             }
             if id.name == "Tensor" || id.name == "Tile" {
                 diags.push(
-                    Diagnostic::new("E0306", te.span, format!("`{}` needs dims and a dtype", id.name))
-                        .with_help(format!("write e.g. `{}[\"N\", f32]`", id.name)),
+                    Diagnostic::new(
+                        "E0306",
+                        te.span,
+                        format!("`{}` needs dims and a dtype", id.name),
+                    )
+                    .with_help(format!("write e.g. `{}[\"N\", f32]`", id.name)),
                 );
             } else {
                 diags.push(unknown_type(id));
@@ -107,8 +118,12 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
                 Annot::Ty(Ty::Err) => Annot::Const(None),
                 _ => {
                     diags.push(
-                        Diagnostic::new("E0306", t.span, "a `const` parameter takes a scalar dtype")
-                            .with_help("write `const`, `const i32` or `const bool`"),
+                        Diagnostic::new(
+                            "E0306",
+                            t.span,
+                            "a `const` parameter takes a scalar dtype",
+                        )
+                        .with_help("write `const`, `const i32` or `const bool`"),
                     );
                     Annot::Const(None)
                 }
@@ -117,7 +132,8 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
         TypeExprKind::Generic { base, args } => {
             let is_tensor = base.name == "Tensor";
             if !is_tensor && base.name != "Tile" {
-                let mut d = Diagnostic::new("E0305", base.span, format!("unknown type `{}`", base.name));
+                let mut d =
+                    Diagnostic::new("E0305", base.span, format!("unknown type `{}`", base.name));
                 if let Some(s) = suggest(&base.name, ["Tensor", "Tile"].into_iter()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
@@ -126,8 +142,12 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
             }
             let Some((last, dim_args)) = args.split_last() else {
                 diags.push(
-                    Diagnostic::new("E0306", te.span, format!("`{}[...]` needs dims and a dtype", base.name))
-                        .with_help(format!("write e.g. `{}[\"N\", f32]`", base.name)),
+                    Diagnostic::new(
+                        "E0306",
+                        te.span,
+                        format!("`{}[...]` needs dims and a dtype", base.name),
+                    )
+                    .with_help(format!("write e.g. `{}[\"N\", f32]`", base.name)),
                 );
                 return Annot::Ty(Ty::Err);
             };
@@ -136,7 +156,9 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
                 ExprKind::Name(id) => match DType::from_name(&id.name) {
                     Some(d) => Some(d),
                     None => {
-                        if consts(&id.name).is_some() || id.name.len() == 1 && id.name.chars().all(|c| c.is_ascii_uppercase()) {
+                        if consts(&id.name).is_some()
+                            || id.name.len() == 1 && id.name.chars().all(|c| c.is_ascii_uppercase())
+                        {
                             diags.push(missing_dtype(base, last.span));
                         } else {
                             diags.push(unknown_type(id));
@@ -160,7 +182,11 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
                 }
             }
             match dtype {
-                Some(dtype) if ok => Annot::Ty(if is_tensor { Ty::Tensor { dims, dtype } } else { Ty::Tile { dims, dtype } }),
+                Some(dtype) if ok => Annot::Ty(if is_tensor {
+                    Ty::Tensor { dims, dtype }
+                } else {
+                    Ty::Tile { dims, dtype }
+                }),
                 _ => Annot::Ty(Ty::Err),
             }
         }
@@ -168,8 +194,15 @@ pub fn annotation(te: &TypeExpr, consts: &dyn Fn(&str) -> Option<Value>, diags: 
 }
 
 fn unknown_type(id: &ast::Ident) -> Diagnostic {
-    let mut d = Diagnostic::new("E0305", id.span, format!("unknown type or dtype `{}`", id.name));
-    let cands = DType::ALL.iter().map(|d| d.name()).chain(["Tensor", "Tile"]);
+    let mut d = Diagnostic::new(
+        "E0305",
+        id.span,
+        format!("unknown type or dtype `{}`", id.name),
+    );
+    let cands = DType::ALL
+        .iter()
+        .map(|d| d.name())
+        .chain(["Tensor", "Tile"]);
     if let Some(s) = suggest(&id.name, cands) {
         d = d.with_help(format!("did you mean `{s}`?"));
     } else {
@@ -179,15 +212,24 @@ fn unknown_type(id: &ast::Ident) -> Diagnostic {
 }
 
 fn missing_dtype(base: &ast::Ident, span: crate::syntax::span::Span) -> Diagnostic {
-    Diagnostic::new("E0306", span, format!("the last argument of `{}[...]` must be a dtype", base.name))
-        .with_help(format!("add the element type: `{}[..., f32]`", base.name))
+    Diagnostic::new(
+        "E0306",
+        span,
+        format!("the last argument of `{}[...]` must be a dtype", base.name),
+    )
+    .with_help(format!("add the element type: `{}[..., f32]`", base.name))
 }
 
 /// One dim of a `Tensor[...]`/`Tile[...]` annotation.
+#[allow(clippy::result_large_err)]
 fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagnostic> {
     let lookup = |n: &str| consts(n).or_else(|| Some(Value::Int(Dim::symbol(n))));
     let bad = |span| {
-        Diagnostic::new("E0306", span, "a dim must be a name string (\"N\"), an integer or a dim expression (\"4*D\")")
+        Diagnostic::new(
+            "E0306",
+            span,
+            "a dim must be a name string (\"N\"), an integer or a dim expression (\"4*D\")",
+        )
     };
     match eval_const(a, &lookup) {
         Ok(Value::Int(d)) => Ok(d),
@@ -229,7 +271,12 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
         }
         if p.default.is_some() {
             r.push_str(" = ");
-            r.push_str(&default.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "...".into()));
+            r.push_str(
+                &default
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "...".into()),
+            );
         }
         rendered_params.push(r);
         params.push(ParamSig {
@@ -240,23 +287,35 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
             default,
         });
     }
-    let ret = f.ret.as_ref().map(|t| match annotation(t, consts, &mut sink) {
-        Annot::Ty(t) => t,
-        Annot::Const(dt) => dt.map(Ty::scalar).unwrap_or(Ty::Err),
-    });
-    let grid_rank = f.decorator("kernel").and_then(|d| d.args.as_ref()).and_then(|args| {
-        args.iter().find(|a| a.name.as_ref().is_some_and(|n| n.name == "grid")).map(|a| match &a.value.kind {
-            ExprKind::Tuple(v) | ExprKind::List(v) => v.len(),
-            _ => 1,
-        })
-    });
+    let ret = f
+        .ret
+        .as_ref()
+        .map(|t| match annotation(t, consts, &mut sink) {
+            Annot::Ty(t) => t,
+            Annot::Const(dt) => dt.map(Ty::scalar).unwrap_or(Ty::Err),
+        });
+    let grid_rank = f
+        .decorator("kernel")
+        .and_then(|d| d.args.as_ref())
+        .and_then(|args| {
+            args.iter()
+                .find(|a| a.name.as_ref().is_some_and(|n| n.name == "grid"))
+                .map(|a| match &a.value.kind {
+                    ExprKind::Tuple(v) | ExprKind::List(v) => v.len(),
+                    _ => 1,
+                })
+        });
     let mut rendered = String::new();
     for d in &f.decorators {
         rendered.push('@');
         rendered.push_str(&d.name.name);
         rendered.push('\n');
     }
-    rendered.push_str(&format!("def {}({})", f.name.name, rendered_params.join(", ")));
+    rendered.push_str(&format!(
+        "def {}({})",
+        f.name.name,
+        rendered_params.join(", ")
+    ));
     if let Some(r) = &ret {
         rendered.push_str(&format!(" -> {r}"));
     }
@@ -276,7 +335,9 @@ fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf
         entries.insert(first.clone(), leaf);
         return;
     }
-    let slot = entries.entry(first.clone()).or_insert_with(|| Entry::Namespace(BTreeMap::new()));
+    let slot = entries
+        .entry(first.clone())
+        .or_insert_with(|| Entry::Namespace(BTreeMap::new()));
     if !matches!(slot, Entry::Namespace(_)) {
         *slot = Entry::Namespace(BTreeMap::new());
     }
@@ -292,7 +353,9 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
         match &**item {
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
-                let entry = resolve(&path).map(|m| Entry::Module(Arc::new(m))).unwrap_or(Entry::Broken);
+                let entry = resolve(&path)
+                    .map(|m| Entry::Module(Arc::new(m)))
+                    .unwrap_or(Entry::Broken);
                 match &imp.alias {
                     Some(a) => {
                         scope.entries.entry(a.name.clone()).or_insert(entry);
@@ -303,7 +366,10 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
             Item::FromImport(imp) => {
                 let module = resolve(&path_of(&imp.module));
                 for n in &imp.names {
-                    let entry = module.as_ref().and_then(|m| m.get(&n.name.name).cloned()).unwrap_or(Entry::Broken);
+                    let entry = module
+                        .as_ref()
+                        .and_then(|m| m.get(&n.name.name).cloned())
+                        .unwrap_or(Entry::Broken);
                     let bound = n.alias.as_ref().unwrap_or(&n.name);
                     scope.entries.entry(bound.name.clone()).or_insert(entry);
                 }
@@ -324,7 +390,9 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
                     Some(Value::Str(_)) => Ty::Str,
                     _ => Ty::Err,
                 };
-                scope.entries.insert(c.name.name.clone(), Entry::Const { ty, value });
+                scope
+                    .entries
+                    .insert(c.name.name.clone(), Entry::Const { ty, value });
             }
             Item::Function(f) => {
                 if scope.entries.contains_key(&f.name.name) {
@@ -334,12 +402,16 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
                     let s = &scope;
                     signature(f, &|n| s.const_value(n))
                 };
-                scope.entries.insert(f.name.name.clone(), Entry::Function(Arc::new(sig)));
+                scope
+                    .entries
+                    .insert(f.name.name.clone(), Entry::Function(Arc::new(sig)));
             }
             Item::Stmt(s) => {
                 let mut names = Vec::new();
                 match &s.kind {
-                    StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => target_names(target, &mut names),
+                    StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                        target_names(target, &mut names)
+                    }
                     StmtKind::For { target, .. } => names.push(target.name.clone()),
                     _ => {}
                 }
@@ -364,7 +436,11 @@ fn target_names(e: &Expr, out: &mut Vec<String>) {
 fn defined_names(item: &Item) -> Vec<&ast::Ident> {
     match item {
         Item::Import(i) => vec![i.alias.as_ref().unwrap_or(&i.path[0])],
-        Item::FromImport(i) => i.names.iter().map(|n| n.alias.as_ref().unwrap_or(&n.name)).collect(),
+        Item::FromImport(i) => i
+            .names
+            .iter()
+            .map(|n| n.alias.as_ref().unwrap_or(&n.name))
+            .collect(),
         Item::Const(c) => vec![&c.name],
         Item::Function(f) => vec![&f.name],
         Item::Stmt(_) => vec![],
@@ -391,16 +467,27 @@ pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<
             }
             if builtins::is_builtin(&id.name) && matches!(&**item, Item::Const(_)) {
                 out.push(
-                    Diagnostic::new("E0208", span, format!("`{}` is a builtin and cannot be redefined as a constant", id.name))
-                        .with_help("choose another name"),
+                    Diagnostic::new(
+                        "E0208",
+                        span,
+                        format!(
+                            "`{}` is a builtin and cannot be redefined as a constant",
+                            id.name
+                        ),
+                    )
+                    .with_help("choose another name"),
                 );
             }
             match seen.get(id.name.as_str()) {
                 Some(first) => out.push(
-                    Diagnostic::new("E0204", span, format!("`{}` is defined more than once", id.name))
-                        .with_primary_label("redefined here")
-                        .with_label(*first, format!("`{}` first defined here", id.name))
-                        .with_help("rename or remove one of the definitions"),
+                    Diagnostic::new(
+                        "E0204",
+                        span,
+                        format!("`{}` is defined more than once", id.name),
+                    )
+                    .with_primary_label("redefined here")
+                    .with_label(*first, format!("`{}` first defined here", id.name))
+                    .with_help("rename or remove one of the definitions"),
                 ),
                 None => {
                     seen.insert(&id.name, span);
@@ -411,12 +498,21 @@ pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
                 if resolve(&path).is_none() {
-                    out.push(unknown_module(&path, imp.path[0].span.to(imp.path[imp.path.len() - 1].span).shift(*off)));
+                    out.push(unknown_module(
+                        &path,
+                        imp.path[0]
+                            .span
+                            .to(imp.path[imp.path.len() - 1].span)
+                            .shift(*off),
+                    ));
                 }
             }
             Item::FromImport(imp) => {
                 let path = path_of(&imp.module);
-                let mspan = imp.module[0].span.to(imp.module[imp.module.len() - 1].span).shift(*off);
+                let mspan = imp.module[0]
+                    .span
+                    .to(imp.module[imp.module.len() - 1].span)
+                    .shift(*off);
                 match resolve(&path) {
                     None => out.push(unknown_module(&path, mspan)),
                     Some(m) => {
@@ -425,7 +521,11 @@ pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<
                                 let mut d = Diagnostic::new(
                                     "E0203",
                                     n.name.span.shift(*off),
-                                    format!("`{}` is not defined in module `{}`", n.name.name, path.join(".")),
+                                    format!(
+                                        "`{}` is not defined in module `{}`",
+                                        n.name.name,
+                                        path.join(".")
+                                    ),
                                 )
                                 .with_label(mspan, "in this module");
                                 if let Some(s) = suggest(&n.name.name, m.names()) {
@@ -454,13 +554,20 @@ fn unknown_module(path: &[String], span: crate::syntax::span::Span) -> Diagnosti
             d = d.with_help(format!("the standard library has: {}", all.join(", ")));
         }
     } else {
-        d = d.with_help(format!("user modules are files next to the importing one: `{}.tsr`", path.join("/")));
+        d = d.with_help(format!(
+            "user modules are files next to the importing one: `{}.tsr`",
+            path.join("/")
+        ));
     }
     d
 }
 
 /// W0002 for each imported name no item uses (absolute spans).
-pub fn unused_imports(items: &[(Arc<Item>, u32)], used: &HashSet<&str>, scope: &ModuleScope) -> Vec<Diagnostic> {
+pub fn unused_imports(
+    items: &[(Arc<Item>, u32)],
+    used: &HashSet<&str>,
+    scope: &ModuleScope,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for (item, off) in items {
         let names: Vec<(&ast::Ident, crate::syntax::span::Span)> = match &**item {
@@ -468,15 +575,28 @@ pub fn unused_imports(items: &[(Arc<Item>, u32)], used: &HashSet<&str>, scope: &
                 let bound = i.alias.as_ref().unwrap_or(&i.path[0]);
                 vec![(bound, i.span)]
             }
-            Item::FromImport(i) => i.names.iter().map(|n| (n.alias.as_ref().unwrap_or(&n.name), n.name.span.to(n.alias.as_ref().unwrap_or(&n.name).span))).collect(),
+            Item::FromImport(i) => i
+                .names
+                .iter()
+                .map(|n| {
+                    (
+                        n.alias.as_ref().unwrap_or(&n.name),
+                        n.name.span.to(n.alias.as_ref().unwrap_or(&n.name).span),
+                    )
+                })
+                .collect(),
             _ => continue,
         };
         for (id, span) in names {
             let broken = matches!(scope.get(&id.name), Some(Entry::Broken) | None);
             if !broken && !used.contains(id.name.as_str()) && !id.name.starts_with('_') {
                 out.push(
-                    Diagnostic::new("W0002", span.shift(*off), format!("unused import `{}`", id.name))
-                        .with_help("remove the import"),
+                    Diagnostic::new(
+                        "W0002",
+                        span.shift(*off),
+                        format!("unused import `{}`", id.name),
+                    )
+                    .with_help("remove the import"),
                 );
             }
         }

@@ -12,7 +12,7 @@ use crate::syntax::ast::{Block, Expr, ExprKind, Ident, Stmt, StmtKind, TypeExpr}
 use crate::syntax::span::Span;
 
 /// Names assigned anywhere in a block (loop pre-scan).
-fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
+pub fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
     fn targets(e: &Expr, out: &mut Vec<String>) {
         match &e.kind {
             ExprKind::Name(id) => out.push(id.name.clone()),
@@ -22,7 +22,9 @@ fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
     }
     for s in body {
         match &s.kind {
-            StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => targets(target, out),
+            StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                targets(target, out)
+            }
             StmtKind::If { branches, orelse } => {
                 for (_, b) in branches {
                     assigned_names(b, out);
@@ -49,8 +51,9 @@ impl Checker<'_> {
         for s in stmts {
             if terminated && !warned {
                 self.report(
-                    Diagnostic::new("W0005", s.span, "unreachable code")
-                        .with_help("it follows a `return`, `break` or `continue`; remove it or move it before"),
+                    Diagnostic::new("W0005", s.span, "unreachable code").with_help(
+                        "it follows a `return`, `break` or `continue`; remove it or move it before",
+                    ),
                 );
                 warned = true;
             }
@@ -86,8 +89,12 @@ impl Checker<'_> {
                 let it = self.expr(iter);
                 if !matches!(it.ty, Ty::Range | Ty::Err) {
                     self.report(
-                        Diagnostic::new("E0302", iter.span, format!("`for` loops iterate over `range(...)`, found `{}`", it.ty))
-                            .with_help("write `for i in range(start, end, step):`"),
+                        Diagnostic::new(
+                            "E0302",
+                            iter.span,
+                            format!("`for` loops iterate over `range(...)`, found `{}`", it.ty),
+                        )
+                        .with_help("write `for i in range(start, end, step):`"),
                     );
                 }
                 self.loop_body(Some(target), body);
@@ -120,16 +127,37 @@ impl Checker<'_> {
         let fits = match (&t, &v.ty) {
             (Ty::Scalar { dtype: d, .. }, Ty::Scalar { dtype: vd, weak }) => {
                 if *weak {
-                    !(vd.is_float() && !d.is_float())
+                    !vd.is_float() || d.is_float()
                 } else {
                     vd.widens_to(*d)
                 }
             }
-            (Ty::Tile { dims, dtype }, Ty::Tile { dims: vd, dtype: vdt }) | (Ty::Tensor { dims, dtype }, Ty::Tensor { dims: vd, dtype: vdt }) => {
+            (
+                Ty::Tile { dims, dtype },
+                Ty::Tile {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            )
+            | (
+                Ty::Tensor { dims, dtype },
+                Ty::Tensor {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            ) => {
                 if dims != vd {
                     self.report(
-                        Diagnostic::new("E0409", value.span, format!("this value is `{}`, but the annotation declares shape {}", v.ty, render_dims(dims)))
-                            .with_label(te.span, format!("declared `{t}`")),
+                        Diagnostic::new(
+                            "E0409",
+                            value.span,
+                            format!(
+                                "this value is `{}`, but the annotation declares shape {}",
+                                v.ty,
+                                render_dims(dims)
+                            ),
+                        )
+                        .with_label(te.span, format!("declared `{t}`")),
                     );
                     return Val::with(t, None);
                 }
@@ -137,8 +165,16 @@ impl Checker<'_> {
             }
             _ => {
                 self.report(
-                    Diagnostic::new("E0302", value.span, format!("this is a {} (`{}`), but the annotation declares `{t}`", v.ty.kind_name(), v.ty))
-                        .with_label(te.span, "declared here"),
+                    Diagnostic::new(
+                        "E0302",
+                        value.span,
+                        format!(
+                            "this is a {} (`{}`), but the annotation declares `{t}`",
+                            v.ty.kind_name(),
+                            v.ty
+                        ),
+                    )
+                    .with_label(te.span, "declared here"),
                 );
                 return Val::with(t, None);
             }
@@ -146,9 +182,16 @@ impl Checker<'_> {
         if !fits {
             let dt = t.dtype().unwrap_or(DType::F32);
             self.report(
-                Diagnostic::new("E0301", value.span, format!("`{}` does not convert implicitly to `{t}`", v.ty))
-                    .with_label(te.span, format!("declared `{t}`"))
-                    .with_help(format!("convert explicitly: `{}.to({dt})`", describe(value))),
+                Diagnostic::new(
+                    "E0301",
+                    value.span,
+                    format!("`{}` does not convert implicitly to `{t}`", v.ty),
+                )
+                .with_label(te.span, format!("declared `{t}`"))
+                .with_help(format!(
+                    "convert explicitly: `{}.to({dt})`",
+                    describe(value)
+                )),
             );
         }
         Val::with(t, v.value)
@@ -161,10 +204,16 @@ impl Checker<'_> {
                 let parts: Vec<Val> = match &v.ty {
                     Ty::Tuple(tys) if tys.len() == items.len() => {
                         let vals = match &v.value {
-                            Some(Value::Tuple(vs)) if vs.len() == tys.len() => vs.iter().cloned().map(Some).collect(),
+                            Some(Value::Tuple(vs)) if vs.len() == tys.len() => {
+                                vs.iter().cloned().map(Some).collect()
+                            }
                             _ => vec![None; tys.len()],
                         };
-                        tys.iter().cloned().zip(vals).map(|(t, v)| Val::with(t, v)).collect()
+                        tys.iter()
+                            .cloned()
+                            .zip(vals)
+                            .map(|(t, v)| Val::with(t, v))
+                            .collect()
                     }
                     Ty::Err => vec![Val::err(); items.len()],
                     other => {
@@ -195,14 +244,22 @@ impl Checker<'_> {
                         self.report(Diagnostic::new(
                             "E0402",
                             target.span,
-                            format!("a value of shape {} cannot be assigned to a slice of shape {}", render_dims(vd), render_dims(sd)),
+                            format!(
+                                "a value of shape {} cannot be assigned to a slice of shape {}",
+                                render_dims(vd),
+                                render_dims(sd)
+                            ),
                         ));
                     }
                 }
             }
             _ => {
                 self.expr(target);
-                self.report(Diagnostic::new("E0302", target.span, "this cannot be assigned to"));
+                self.report(Diagnostic::new(
+                    "E0302",
+                    target.span,
+                    "this cannot be assigned to",
+                ));
             }
         }
     }
@@ -217,22 +274,34 @@ impl Checker<'_> {
             };
             if let Some(why) = why {
                 self.report(
-                    Diagnostic::new("E0208", id.span, format!("cannot assign to `{name}`: it is {why}"))
-                        .with_label(b.span, "defined here")
-                        .with_help("use a new name for the new value"),
+                    Diagnostic::new(
+                        "E0208",
+                        id.span,
+                        format!("cannot assign to `{name}`: it is {why}"),
+                    )
+                    .with_label(b.span, "defined here")
+                    .with_help("use a new name for the new value"),
                 );
                 return;
             }
         } else if matches!(self.scope.get(name), Some(Entry::Const { .. })) {
             self.report(
-                Diagnostic::new("E0208", id.span, format!("cannot assign to `{name}`: it is a module constant"))
-                    .with_help("use a new name for the new value"),
+                Diagnostic::new(
+                    "E0208",
+                    id.span,
+                    format!("cannot assign to `{name}`: it is a module constant"),
+                )
+                .with_help("use a new name for the new value"),
             );
             return;
         } else if builtins::is_builtin(name) || DType::from_name(name).is_some() {
             self.report(
-                Diagnostic::new("E0208", id.span, format!("cannot assign to `{name}`: it is a builtin"))
-                    .with_help(format!("choose another name, e.g. `{name}_`")),
+                Diagnostic::new(
+                    "E0208",
+                    id.span,
+                    format!("cannot assign to `{name}`: it is a builtin"),
+                )
+                .with_help(format!("choose another name, e.g. `{name}_`")),
             );
             return;
         }
@@ -280,12 +349,18 @@ impl Checker<'_> {
         all_term
     }
 
-    fn merge_envs(&mut self, mut a: HashMap<String, Binding>, b: HashMap<String, Binding>) -> HashMap<String, Binding> {
+    fn merge_envs(
+        &mut self,
+        mut a: HashMap<String, Binding>,
+        b: HashMap<String, Binding>,
+    ) -> HashMap<String, Binding> {
         let mut names: Vec<&String> = a.keys().collect();
         names.sort();
         let names: Vec<String> = names.into_iter().cloned().collect();
         for name in names {
-            let Some(x) = a.get(&name).cloned() else { continue };
+            let Some(x) = a.get(&name).cloned() else {
+                continue;
+            };
             match b.get(&name) {
                 None => {
                     if let Some(x) = a.get_mut(&name) {
@@ -294,7 +369,11 @@ impl Checker<'_> {
                 }
                 Some(y) => {
                     if !Self::compatible(&x.ty, &y.ty) {
-                        let (later, earlier, lt, et) = if x.span.start >= y.span.start { (x.span, y.span, &x.ty, &y.ty) } else { (y.span, x.span, &y.ty, &x.ty) };
+                        let (later, earlier, lt, et) = if x.span.start >= y.span.start {
+                            (x.span, y.span, &x.ty, &y.ty)
+                        } else {
+                            (y.span, x.span, &y.ty, &x.ty)
+                        };
                         self.report(
                             Diagnostic::new("E0407", later, format!("`{name}` is `{lt}` here but `{et}` on another path into the same point"))
                                 .with_label(earlier, format!("`{name}` is `{et}` here"))
@@ -319,7 +398,10 @@ impl Checker<'_> {
             }
         }
         for (name, y) in b {
-            a.entry(name).or_insert_with(|| Binding { maybe_unbound: true, ..y });
+            a.entry(name).or_insert_with(|| Binding {
+                maybe_unbound: true,
+                ..y
+            });
         }
         a
     }
@@ -343,12 +425,28 @@ impl Checker<'_> {
             let sym = self.fresh_runtime(&t.name);
             let ty = Ty::scalar(DType::I32);
             self.record(t.span, &ty);
-            if matches!(self.env.get(&t.name).map(|b| b.kind), Some(BindKind::Dim | BindKind::ConstParam)) {
-                self.report(Diagnostic::new("E0208", t.span, format!("cannot use `{}` as a loop variable: it is a dim or `const` parameter", t.name)));
+            if matches!(
+                self.env.get(&t.name).map(|b| b.kind),
+                Some(BindKind::Dim | BindKind::ConstParam)
+            ) {
+                self.report(Diagnostic::new(
+                    "E0208",
+                    t.span,
+                    format!(
+                        "cannot use `{}` as a loop variable: it is a dim or `const` parameter",
+                        t.name
+                    ),
+                ));
             }
             self.env.insert(
                 t.name.clone(),
-                Binding { ty, value: Some(Value::Int(sym)), kind: BindKind::LoopVar, span: t.span, maybe_unbound: false },
+                Binding {
+                    ty,
+                    value: Some(Value::Int(sym)),
+                    kind: BindKind::LoopVar,
+                    span: t.span,
+                    maybe_unbound: false,
+                },
             );
         }
         self.loop_depth += 1;
@@ -358,7 +456,9 @@ impl Checker<'_> {
         names.sort();
         for name in names {
             let b0 = &before[name];
-            let Some(b1) = self.env.get(name) else { continue };
+            let Some(b1) = self.env.get(name) else {
+                continue;
+            };
             if b1.span != b0.span && !Self::compatible(&b0.ty, &b1.ty) {
                 let (s1, t1) = (b1.span, b1.ty.clone());
                 if let Some(b) = self.env.get_mut(name) {
@@ -371,7 +471,11 @@ impl Checker<'_> {
                 );
             }
         }
-        let fresh: Vec<String> = assigned.iter().filter(|n| before.contains_key(*n)).cloned().collect();
+        let fresh: Vec<String> = assigned
+            .iter()
+            .filter(|n| before.contains_key(*n))
+            .cloned()
+            .collect();
         for n in fresh {
             let is_int = matches!(self.env.get(&n), Some(Binding { ty: Ty::Scalar { dtype, .. }, .. }) if dtype.is_int());
             if is_int {
@@ -393,8 +497,9 @@ impl Checker<'_> {
             if let Some(e) = e {
                 self.expr(e);
                 self.report(
-                    Diagnostic::new("E0504", e.span, "a kernel cannot return a value")
-                        .with_help("write results to an output tensor with `store(out[...], tile)`"),
+                    Diagnostic::new("E0504", e.span, "a kernel cannot return a value").with_help(
+                        "write results to an output tensor with `store(out[...], tile)`",
+                    ),
                 );
             }
             return;
@@ -406,8 +511,12 @@ impl Checker<'_> {
         let name = self.fn_name.clone();
         match (self.ret.clone(), v, e) {
             (None, Some(v), Some(e)) if !matches!(v.ty, Ty::Err | Ty::NoneV) => self.report(
-                Diagnostic::new("E0307", e.span, format!("`{name}` declares no return type but returns `{}`", v.ty))
-                    .with_help(format!("declare it: `-> {}`", v.ty)),
+                Diagnostic::new(
+                    "E0307",
+                    e.span,
+                    format!("`{name}` declares no return type but returns `{}`", v.ty),
+                )
+                .with_help(format!("declare it: `-> {}`", v.ty)),
             ),
             (Some((rt, rspan)), None, _) if !rt.is_err() => self.report(
                 Diagnostic::new("E0307", span, format!("`{name}` must return `{rt}`"))
@@ -422,11 +531,29 @@ impl Checker<'_> {
         let name = self.fn_name.clone();
         match (rt, &v.ty) {
             (Ty::Err, _) | (_, Ty::Err) => {}
-            (Ty::Tensor { dims: rd, dtype: rdt }, Ty::Tensor { dims: vd, dtype: vdt }) => {
+            (
+                Ty::Tensor {
+                    dims: rd,
+                    dtype: rdt,
+                },
+                Ty::Tensor {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            ) => {
                 if rd.len() != vd.len() {
                     self.report(
-                        Diagnostic::new("E0409", e.span, format!("`{name}` returns `{}` (rank {}) but declares `{rt}` (rank {})", v.ty, vd.len(), rd.len()))
-                            .with_label(rspan, "declared here"),
+                        Diagnostic::new(
+                            "E0409",
+                            e.span,
+                            format!(
+                                "`{name}` returns `{}` (rank {}) but declares `{rt}` (rank {})",
+                                v.ty,
+                                vd.len(),
+                                rd.len()
+                            ),
+                        )
+                        .with_label(rspan, "declared here"),
                     );
                 } else if let Some(i) = (0..rd.len()).find(|&i| rd[i] != vd[i]) {
                     self.report(
@@ -438,27 +565,47 @@ impl Checker<'_> {
                         .with_label(rspan, "declared here")
                         .with_help("distinct dim names are distinct sizes: a function declared for all sizes may not assume two of them are equal"),
                     );
-                } else if !vdt.widens_to(*rdt) {
+                } else if vdt != rdt {
                     self.report(
-                        Diagnostic::new("E0307", e.span, format!("`{name}` returns `{vdt}` values but declares `{rt}`"))
-                            .with_label(rspan, "declared here")
-                            .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
+                        Diagnostic::new(
+                            "E0307",
+                            e.span,
+                            format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
+                        )
+                        .with_label(rspan, "declared here")
+                        .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
                     );
                 }
             }
             (Ty::Scalar { dtype: rdt, .. }, Ty::Scalar { dtype: vdt, weak }) => {
-                let ok = if *weak { !(vdt.is_float() && !rdt.is_float()) } else { vdt.widens_to(*rdt) };
+                let ok = if *weak {
+                    !vdt.is_float() || rdt.is_float()
+                } else {
+                    vdt.widens_to(*rdt)
+                };
                 if !ok {
                     self.report(
-                        Diagnostic::new("E0307", e.span, format!("`{name}` returns `{}` but declares `{rt}`", v.ty))
-                            .with_label(rspan, "declared here")
-                            .with_help(format!("convert explicitly: `.to({rdt})`")),
+                        Diagnostic::new(
+                            "E0307",
+                            e.span,
+                            format!("`{name}` returns `{}` but declares `{rt}`", v.ty),
+                        )
+                        .with_label(rspan, "declared here")
+                        .with_help(format!("convert explicitly: `.to({rdt})`")),
                     );
                 }
             }
             _ => self.report(
-                Diagnostic::new("E0307", e.span, format!("`{name}` returns a {} (`{}`) but declares `{rt}`", v.ty.kind_name(), v.ty))
-                    .with_label(rspan, "declared here"),
+                Diagnostic::new(
+                    "E0307",
+                    e.span,
+                    format!(
+                        "`{name}` returns a {} (`{}`) but declares `{rt}`",
+                        v.ty.kind_name(),
+                        v.ty
+                    ),
+                )
+                .with_label(rspan, "declared here"),
             ),
         }
     }

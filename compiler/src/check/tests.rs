@@ -32,7 +32,11 @@ fn expectations(text: &str) -> Vec<Expect> {
                 needles.push(s[a + 1..a + 1 + b].to_string());
                 s = &s[a + b + 2..];
             }
-            out.push(Expect { line: i + 1 - ups, code, needles });
+            out.push(Expect {
+                line: i + 1 - ups,
+                code,
+                needles,
+            });
             rest = &rest[end..];
         }
     }
@@ -40,7 +44,10 @@ fn expectations(text: &str) -> Vec<Expect> {
 }
 
 fn line_of(text: &str, offset: u32) -> usize {
-    text[..(offset as usize).min(text.len())].matches('\n').count() + 1
+    text[..(offset as usize).min(text.len())]
+        .matches('\n')
+        .count()
+        + 1
 }
 
 /// Checks one file; returns a description of every mismatch.
@@ -55,23 +62,40 @@ fn run_case(path: &Path, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for d in &diags {
         let line = line_of(text, d.span.start);
-        let found = expects.iter().position(|e| e.line == line && e.code == d.code && e.needles.iter().all(|n| d.message.contains(n.as_str())));
+        let found = expects.iter().position(|e| {
+            e.line == line
+                && e.code == d.code
+                && e.needles.iter().all(|n| d.message.contains(n.as_str()))
+        });
         match found {
             Some(i) => {
                 expects.remove(i);
             }
-            None => problems.push(format!("{}:{line}: unexpected {} {}", path.display(), d.code, d.message)),
+            None => problems.push(format!(
+                "{}:{line}: unexpected {} {}",
+                path.display(),
+                d.code,
+                d.message
+            )),
         }
     }
     for e in expects {
-        problems.push(format!("{}:{}: expected {} {:?} not produced", path.display(), e.line, e.code, e.needles));
+        problems.push(format!(
+            "{}:{}: expected {} {:?} not produced",
+            path.display(),
+            e.line,
+            e.code,
+            e.needles
+        ));
     }
     problems
 }
 
 fn ui_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for e in rd.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -92,7 +116,10 @@ fn root() -> PathBuf {
 fn ui_check_cases() {
     let mut problems = Vec::new();
     let mut n = 0;
-    let mut dirs: Vec<PathBuf> = ["tests/ui/check", "tests/ui/valid"].iter().map(|d| root().join(d)).collect();
+    let mut dirs: Vec<PathBuf> = ["tests/ui/check", "tests/ui/valid"]
+        .iter()
+        .map(|d| root().join(d))
+        .collect();
     if let Ok(extra) = std::env::var("TSR_UI_EXTRA") {
         dirs.push(PathBuf::from(extra));
     }
@@ -104,7 +131,12 @@ fn ui_check_cases() {
         }
     }
     assert!(n > 0, "no UI cases found");
-    assert!(problems.is_empty(), "{} problem(s) in {n} cases:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problem(s) in {n} cases:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -126,8 +158,17 @@ fn every_checker_code_has_a_case() {
     let missing: Vec<&str> = crate::diag::codes::CATALOGUE
         .iter()
         .map(|c| c.code)
-        .filter(|c| c.starts_with("E03") || c.starts_with("E04") || c.starts_with("E05") || c.starts_with("E06") || c.starts_with('W'))
+        .filter(|c| {
+            c.starts_with("E03")
+                || c.starts_with("E04")
+                || c.starts_with("E05")
+                || c.starts_with("E06")
+                || c.starts_with('W')
+        })
         .filter(|c| !text.contains(&format!(" {c}")))
         .collect();
-    assert!(missing.is_empty(), "codes without a tests/ui/check case: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "codes without a tests/ui/check case: {missing:?}"
+    );
 }

@@ -175,7 +175,9 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Int(d) => write!(f, "{d}"),
-            Value::Float(x) if x.is_infinite() => f.write_str(if *x > 0.0 { "inf" } else { "-inf" }),
+            Value::Float(x) if x.is_infinite() => {
+                f.write_str(if *x > 0.0 { "inf" } else { "-inf" })
+            }
             Value::Float(x) => write!(f, "{x:?}"),
             Value::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
             Value::Str(s) => write!(f, "{s:?}"),
@@ -205,7 +207,10 @@ pub enum Callee {
     /// A user (or imported) `def` or kernel.
     Function(Arc<FnSig>),
     /// `x.to` — a method bound to its receiver.
-    Method { recv: Box<Ty>, name: &'static str },
+    Method {
+        recv: Box<Ty>,
+        name: &'static str,
+    },
 }
 
 /// The type of a value.
@@ -216,13 +221,25 @@ pub enum Ty {
     Err,
     /// A scalar; `weak` marks literals (and consts built from literals), which
     /// adapt to the dtype of the other operand.
-    Scalar { dtype: DType, weak: bool },
+    Scalar {
+        dtype: DType,
+        weak: bool,
+    },
     /// An on-chip value inside a kernel.
-    Tile { dims: Vec<Dim>, dtype: DType },
+    Tile {
+        dims: Vec<Dim>,
+        dtype: DType,
+    },
     /// A tensor in global memory.
-    Tensor { dims: Vec<Dim>, dtype: DType },
+    Tensor {
+        dims: Vec<Dim>,
+        dtype: DType,
+    },
     /// `T[slices]` of a tensor inside a kernel: what `load`/`store`/`atomic_add` take.
-    Ref { dims: Vec<Dim>, dtype: DType },
+    Ref {
+        dims: Vec<Dim>,
+        dtype: DType,
+    },
     /// A dtype used as a value (`f32` in `zeros([BM], f32)`).
     DTypeV,
     Str,
@@ -256,9 +273,10 @@ impl Ty {
 
     pub fn dtype(&self) -> Option<DType> {
         match self {
-            Ty::Scalar { dtype, .. } | Ty::Tile { dtype, .. } | Ty::Tensor { dtype, .. } | Ty::Ref { dtype, .. } => {
-                Some(*dtype)
-            }
+            Ty::Scalar { dtype, .. }
+            | Ty::Tile { dtype, .. }
+            | Ty::Tensor { dtype, .. }
+            | Ty::Ref { dtype, .. } => Some(*dtype),
             _ => None,
         }
     }
@@ -325,7 +343,10 @@ impl fmt::Display for Ty {
         match self {
             Ty::Err => f.write_str("?"),
             Ty::Scalar { dtype, weak: true } if dtype.is_float() => f.write_str("float"),
-            Ty::Scalar { dtype: DType::Bool, weak: true } => f.write_str("bool"),
+            Ty::Scalar {
+                dtype: DType::Bool,
+                weak: true,
+            } => f.write_str("bool"),
             Ty::Scalar { weak: true, .. } => f.write_str("int"),
             Ty::Scalar { dtype, .. } => write!(f, "{dtype}"),
             Ty::Tile { dims, dtype } => shaped(f, "Tile", dims, *dtype),
@@ -335,8 +356,16 @@ impl fmt::Display for Ty {
             Ty::Str => f.write_str("str"),
             Ty::NoneV => f.write_str("None"),
             Ty::Tuple(v) | Ty::List(v) => {
-                let open = if matches!(self, Ty::Tuple(_)) { "(" } else { "[" };
-                let close = if matches!(self, Ty::Tuple(_)) { ")" } else { "]" };
+                let open = if matches!(self, Ty::Tuple(_)) {
+                    "("
+                } else {
+                    "["
+                };
+                let close = if matches!(self, Ty::Tuple(_)) {
+                    ")"
+                } else {
+                    "]"
+                };
                 f.write_str(open)?;
                 for (i, t) in v.iter().enumerate() {
                     if i > 0 {
