@@ -30,8 +30,8 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --workspace"
-cargo test --workspace
+step "cargo test --workspace --no-fail-fast"
+cargo test --workspace --no-fail-fast
 
 step "tsrc check on examples/*.tsr and every stdlib/ file (must exit 0)"
 mapfile -t files < <({ find examples -maxdepth 1 -name '*.tsr'; find stdlib -name '*.tsr'; } | sort)
