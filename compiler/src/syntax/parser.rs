@@ -781,6 +781,16 @@ fn hint(tok: Tok<'_>, prev: Option<Tok<'_>>, expected: &[String]) -> Option<Stri
         if let Some(h) = python_only(kw) {
             return Some(h);
         }
+        if matches!(tok, Tok::Str(_))
+            && matches!(
+                kw.to_ascii_lowercase().as_str(),
+                "r" | "b" | "f" | "u" | "rb" | "br" | "fr" | "rf"
+            )
+        {
+            return Some(format!(
+                "string prefixes such as `{kw}\"...\"` are not supported: write a plain string"
+            ));
+        }
     }
     match tok {
         Tok::Name("is") => Some("use `==` and `!=` to compare (there is no `is`)".into()),

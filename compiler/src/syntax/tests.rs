@@ -883,6 +883,7 @@ fn hints_for_python_habits() {
     assert!(help("x = a not in b\n").contains("`in`"));
     assert!(help("if x = 1:\n    pass\n").contains("`==`"));
     assert!(help("else:\n    pass\n").contains("line up"));
+    assert!(help("x = f\"{y}\"\n").contains("string prefixes"));
 }
 
 #[test]
