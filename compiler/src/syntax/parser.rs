@@ -495,29 +495,71 @@ pub fn parse(text: &str) -> ParsedItem {
         };
     }
     let tokens = &lexed.tokens;
-    let mut sink = Sink {
-        recovered: Vec::new(),
-        diags: Vec::new(),
-        tokens,
-    };
-    let result =
-        tessera::ItemParser::new().parse(&mut sink, tokens.iter().map(|&t| Ok::<_, ()>(t)));
     let ctx = ErrCtx {
         text,
         tokens,
         unclosed: &lexed.unclosed,
     };
     let mut syntax: Vec<Diagnostic> = Vec::new();
-    for rec in std::mem::take(&mut sink.recovered) {
-        syntax.push(ctx.convert(rec.error));
-    }
-    let item = match result {
-        Ok(item) => item.map(|b| *b),
-        Err(e) => {
-            syntax.push(ctx.convert(e));
+    // Parse; while an error sits inside a closed bracket group, report it, cut the
+    // bad argument/element/index out (an ERROR_EXPR token takes its place) and parse
+    // again, so that the rest of the statement keeps its tree. Errors that remain
+    // are recovered at statement level.
+    let mut toks: Vec<Spanned<'_>> = tokens.clone();
+    let mut repaired: Vec<u32> = Vec::new();
+    let (item, sink_diags) = loop {
+        let mut sink = Sink {
+            recovered: Vec::new(),
+            diags: Vec::new(),
+            tokens: &toks,
+        };
+        let result =
+            tessera::ItemParser::new().parse(&mut sink, toks.iter().map(|&t| Ok::<_, ()>(t)));
+        let mut errors: Vec<ParseError<u32, Tok<'_>, ()>> =
+            sink.recovered.drain(..).map(|r| r.error).collect();
+        let item = match result {
+            Ok(item) => item.map(|b| *b),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        let repair = if repaired.len() < MAX_REPAIRS {
+            errors
+                .iter()
+                .enumerate()
+                .find_map(|(i, e)| repair_range(&toks, e, &repaired).map(|r| (i, r)))
+        } else {
             None
+        };
+        if let Some((i, (range, at))) = repair {
+            syntax.push(ctx.convert(errors.swap_remove(i)));
+            repaired.push(at);
+            let cut = if range.is_empty() {
+                (at, Tok::ErrorExpr, at)
+            } else {
+                (toks[range.start].0, Tok::ErrorExpr, toks[range.end - 1].2)
+            };
+            drop(errors);
+            drop(sink);
+            toks.splice(range, [cut]);
+            continue;
         }
+        for e in errors {
+            // an error on a cut-out part repeats one already reported
+            if !matches!(
+                e,
+                ParseError::UnrecognizedToken {
+                    token: (_, Tok::ErrorExpr, _),
+                    ..
+                }
+            ) {
+                syntax.push(ctx.convert(e));
+            }
+        }
+        break (item, sink.diags);
     };
+    let mut sink_diags = sink_diags;
     // one report per place: recovery can meet the same bad token twice
     syntax.sort_by_key(|d| (d.span.start, d.span.end));
     syntax.dedup_by(|a, b| a.span == b.span && a.code == b.code);
@@ -544,12 +586,148 @@ pub fn parse(text: &str) -> ParsedItem {
         })
     });
     diagnostics.extend(syntax);
-    diagnostics.append(&mut sink.diags);
+    diagnostics.append(&mut sink_diags);
     if let Some(item) = &item {
         check_placement(item, &mut diagnostics);
     }
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
     ParsedItem { item, diagnostics }
+}
+
+/// At most this many repairs (re-parses) per item.
+const MAX_REPAIRS: usize = 16;
+
+fn is_open(t: Tok<'_>) -> bool {
+    matches!(t, Tok::LParen | Tok::LBracket | Tok::LBrace)
+}
+
+fn is_close(t: Tok<'_>) -> bool {
+    matches!(t, Tok::RParen | Tok::RBracket | Tok::RBrace)
+}
+
+fn is_layout(t: Tok<'_>) -> bool {
+    matches!(
+        t,
+        Tok::Newline | Tok::Indent | Tok::Dedent | Tok::EmptyBlock
+    )
+}
+
+/// For an error on a token inside a closed bracket group: the token range of the
+/// comma- (or, in `[]`/`{}`, colon-) separated part holding it, after a `name=`
+/// keyword prefix, and the error token's offset. `None` when the error is not in
+/// such a group, the group is a `def` parameter list or an import list, the
+/// brackets do not match, or this token already caused a repair.
+fn repair_range(
+    toks: &[Spanned<'_>],
+    e: &ParseError<u32, Tok<'_>, ()>,
+    repaired: &[u32],
+) -> Option<(std::ops::Range<usize>, u32)> {
+    let ParseError::UnrecognizedToken {
+        token: (l, tok, r), ..
+    } = e
+    else {
+        return None;
+    };
+    if *tok == Tok::ErrorExpr || repaired.contains(l) {
+        return None;
+    }
+    let from = toks.partition_point(|t| t.0 < *l);
+    let idx = from
+        + toks[from..]
+            .iter()
+            .position(|t| t.0 == *l && t.2 == *r && t.1 == *tok)?;
+    // the innermost group opened before the error token
+    let mut depth = 0usize;
+    let mut open = None;
+    for j in (0..idx).rev() {
+        let t = toks[j].1;
+        if is_close(t) {
+            depth += 1;
+        } else if is_open(t) {
+            if depth == 0 {
+                open = Some(j);
+                break;
+            }
+            depth -= 1;
+        } else if is_layout(t) {
+            return None;
+        }
+    }
+    let open = open?;
+    let opener = toks[open].1;
+    // not in parameter lists (the header recovery keeps their names) or imports
+    if opener == Tok::LParen
+        && open >= 2
+        && matches!(
+            (toks[open - 2].1, toks[open - 1].1),
+            (Tok::Def, Tok::Name(_))
+        )
+    {
+        return None;
+    }
+    if open >= 1 && toks[open - 1].1 == Tok::Import {
+        return None;
+    }
+    // its closer, on the same logical line
+    let mut depth = 0usize;
+    let mut close = None;
+    for (j, t) in toks.iter().enumerate().skip(open + 1) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            if depth == 0 {
+                close = Some(j);
+                break;
+            }
+            depth -= 1;
+        } else if is_layout(t.1) {
+            return None;
+        }
+    }
+    let close = close?;
+    let matching = match opener {
+        Tok::LParen => Tok::RParen,
+        Tok::LBracket => Tok::RBracket,
+        _ => Tok::RBrace,
+    };
+    if toks[close].1 != matching {
+        return None;
+    }
+    let is_sep = |t: Tok<'_>| t == Tok::Comma || (opener != Tok::LParen && t == Tok::Colon);
+    let mut start = open + 1;
+    let mut depth = 0usize;
+    for (j, t) in toks.iter().enumerate().take(idx).skip(open + 1) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && is_sep(t.1) {
+            start = j + 1;
+        }
+    }
+    let mut end = close;
+    let mut depth = 0usize;
+    for (j, t) in toks.iter().enumerate().take(close).skip(idx) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && is_sep(t.1) {
+            end = j;
+            break;
+        }
+    }
+    if opener == Tok::LParen
+        && start + 2 <= idx
+        && matches!(
+            (toks[start].1, toks[start + 1].1),
+            (Tok::Name(_), Tok::Assign)
+        )
+    {
+        start += 2;
+    }
+    let end = end.max(start);
+    Some((start..end, *l))
 }
 
 /// How deeply brackets and prefix operators may nest. Deeper input is refused
@@ -913,7 +1091,7 @@ pub fn human_expected(expected: &[String]) -> String {
             "STR" => "a string".to_string(),
             "NEWLINE" => "end of line".to_string(),
             "INDENT" => "an indented block".to_string(),
-            "EMPTY_BLOCK" => continue,
+            "EMPTY_BLOCK" | "ERROR_EXPR" => continue,
             "DEDENT" => "end of the block".to_string(),
             other => format!("`{}`", other.trim_matches('"')),
         };

@@ -992,3 +992,64 @@ fn salvaged_def_header_keeps_parameter_names() {
     assert_eq!(names, ["x", "y", "z", "w"]);
     assert_eq!(f.body.len(), 1);
 }
+
+#[test]
+fn errors_inside_brackets_are_cut_out_and_the_rest_kept() {
+    let expr = |text: &str| {
+        let p = parse_item(text);
+        let d: Vec<_> = p
+            .diagnostics
+            .iter()
+            .map(|d| (d.code, d.span.start))
+            .collect();
+        let e = match p.item {
+            Some(Item::Stmt(Stmt {
+                kind: StmtKind::Assign { value, .. },
+                ..
+            })) => sexp(&value),
+            Some(Item::Stmt(Stmt {
+                kind: StmtKind::Expr(e),
+                ..
+            })) => sexp(&e),
+            other => panic!("{other:?}"),
+        };
+        (e, d)
+    };
+    assert_eq!(
+        expr("x = f(a, b c, d)\n"),
+        ("f(a, <error>, d)".to_string(), vec![("E0101", 11)])
+    );
+    assert_eq!(
+        expr("store(out[i], load(x[i : ]) + )\n"),
+        ("store(out[i], <error>)".to_string(), vec![("E0101", 30)])
+    );
+    assert_eq!(
+        expr("y = g(k=, n=2)\n"),
+        ("g(k=<error>, n=2)".to_string(), vec![("E0101", 8)])
+    );
+    assert_eq!(
+        expr("z = [1, 2 3, 4]\n"),
+        ("[1, <error>, 4]".to_string(), vec![("E0101", 10)])
+    );
+    assert_eq!(
+        expr("z = t[a b, 1:]\n"),
+        ("t[<error>, 1:]".to_string(), vec![("E0101", 8)])
+    );
+    assert_eq!(
+        expr("z = f(g(1 2), h(3 4))\n"),
+        (
+            "f(g(<error>), h(<error>))".to_string(),
+            vec![("E0101", 10), ("E0101", 18)]
+        )
+    );
+    // mismatched brackets are not repaired: the statement is
+    assert_eq!(expr("x = [1, 2)\n").1, vec![("E0101", 9)]);
+    // a type annotation with a bad dim keeps the parameters and their other types
+    let p = parse_item("def f(x: Tensor[\"M\" f32], y: f32):\n    return x\n");
+    assert_eq!(p.diagnostics.len(), 1);
+    let Some(Item::Function(f)) = p.item else {
+        panic!()
+    };
+    assert_eq!(f.params.len(), 2);
+    assert!(f.params[1].ty.is_some());
+}
