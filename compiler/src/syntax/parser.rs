@@ -524,7 +524,10 @@ pub fn parse(text: &str) -> ParsedItem {
                 None
             }
         };
-        let repair = if repaired.len() < MAX_REPAIRS {
+        // bounded: at most MAX_REPAIRS re-parses, and fewer for very large items
+        let repair = if repaired.len() < MAX_REPAIRS
+            && (repaired.len() + 1) * toks.len() <= REPAIR_TOKEN_BUDGET
+        {
             errors
                 .iter()
                 .enumerate()
@@ -594,8 +597,11 @@ pub fn parse(text: &str) -> ParsedItem {
     ParsedItem { item, diagnostics }
 }
 
-/// At most this many repairs (re-parses) per item.
+/// At most this many repairs (re-parses) per item...
 const MAX_REPAIRS: usize = 16;
+/// ...and at most this many tokens parsed in all, so that a huge broken item
+/// costs a few parses, not sixteen.
+const REPAIR_TOKEN_BUDGET: usize = 200_000;
 
 fn is_open(t: Tok<'_>) -> bool {
     matches!(t, Tok::LParen | Tok::LBracket | Tok::LBrace)
