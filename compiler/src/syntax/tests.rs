@@ -1053,3 +1053,16 @@ fn errors_inside_brackets_are_cut_out_and_the_rest_kept() {
     assert_eq!(f.params.len(), 2);
     assert!(f.params[1].ty.is_some());
 }
+
+#[test]
+fn stdlib_parses_cleanly() {
+    let mut n = 0;
+    for module in crate::stdlib::modules() {
+        let text = crate::stdlib::source(module).unwrap();
+        let (items, d) = parse_file(text);
+        assert!(d.is_empty(), "{module}: {d:#?}");
+        assert!(!items.is_empty(), "{module} has items");
+        n += 1;
+    }
+    assert!(n > 0, "the stdlib is embedded");
+}
