@@ -1066,3 +1066,168 @@ fn stdlib_parses_cleanly() {
     }
     assert!(n > 0, "the stdlib is embedded");
 }
+
+// ------------------------------------------------------------------ span invariants
+
+/// Every node's span lies inside its parent's and inside the text.
+fn check_spans(item: &Item, len: u32) {
+    fn within(outer: Span, inner: Span, what: &str) {
+        assert!(
+            outer.start <= inner.start && inner.end <= outer.end,
+            "{what} span {inner:?} outside {outer:?}"
+        );
+    }
+    fn expr(outer: Span, e: &Expr) {
+        within(outer, e.span, "expr");
+        let s = e.span;
+        match &e.kind {
+            ExprKind::Unary { operand, .. } => expr(s, operand),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                expr(s, lhs);
+                expr(s, rhs);
+                assert!(lhs.span.end <= rhs.span.start, "operands out of order");
+            }
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => {
+                expr(s, cond);
+                expr(s, then);
+                expr(s, otherwise);
+            }
+            ExprKind::Call { func, args } => {
+                expr(s, func);
+                for a in args {
+                    within(s, a.span, "arg");
+                    expr(a.span, &a.value);
+                }
+            }
+            ExprKind::Subscript { value, indices } => {
+                expr(s, value);
+                for i in indices {
+                    within(s, i.span(), "index");
+                    if let Index::Slice {
+                        start,
+                        end,
+                        step,
+                        span,
+                    } = i
+                    {
+                        for x in [start, end, step].into_iter().flatten() {
+                            expr(*span, x);
+                        }
+                    }
+                }
+            }
+            ExprKind::Attribute { value, attr } => {
+                expr(s, value);
+                within(s, attr.span, "attr");
+            }
+            ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| expr(s, x)),
+            ExprKind::Dict(v) => v.iter().for_each(|(k, x)| {
+                expr(s, k);
+                expr(s, x);
+            }),
+            ExprKind::Name(n) => within(s, n.span, "name"),
+            _ => {}
+        }
+    }
+    fn block(outer: Span, b: &[Stmt]) {
+        for st in b {
+            stmt(outer, st);
+        }
+    }
+    fn stmt(outer: Span, st: &Stmt) {
+        within(outer, st.span, "stmt");
+        let s = st.span;
+        match &st.kind {
+            StmtKind::Expr(e) | StmtKind::Return(Some(e)) => expr(s, e),
+            StmtKind::Assign { target, value, .. } | StmtKind::AugAssign { target, value, .. } => {
+                expr(s, target);
+                expr(s, value);
+            }
+            StmtKind::If { branches, orelse } => {
+                for (c, b) in branches {
+                    expr(s, c);
+                    block(s, b);
+                }
+                if let Some(b) = orelse {
+                    block(s, b);
+                }
+            }
+            StmtKind::For { target, iter, body } => {
+                within(s, target.span, "for target");
+                expr(s, iter);
+                block(s, body);
+            }
+            StmtKind::While { cond, body } => {
+                expr(s, cond);
+                block(s, body);
+            }
+            _ => {}
+        }
+    }
+    let all = Span::new(0, len);
+    within(all, item.span(), "item");
+    match item {
+        Item::Function(f) => {
+            within(f.span, f.header_span, "header");
+            for d in &f.decorators {
+                within(f.span, d.span, "decorator");
+            }
+            for p in &f.params {
+                within(f.header_span, p.span, "param");
+                if let Some(d) = &p.default {
+                    expr(p.span, d);
+                }
+            }
+            block(f.span, &f.body);
+        }
+        Item::Stmt(s) => stmt(all, s),
+        Item::Const(c) => expr(c.span, &c.value),
+        _ => {}
+    }
+}
+
+#[test]
+fn reference_spans_nest() {
+    for src in REFERENCE {
+        for r in split_items(src) {
+            let text = &src[r.range()];
+            if let Some(item) = parse_item(text).item {
+                check_spans(&item, text.len() as u32);
+            }
+        }
+    }
+}
+
+mod span_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Broken programs still give trees whose spans nest.
+        #[test]
+        fn mutated_spans_nest(i in 0usize..6, cut in 0usize..2000, len in 0usize..6, junk in "[ a-z0-9()\\[\\]:,=+*.\\n]{0,4}") {
+            let src = REFERENCE[i];
+            let mut at = cut % (src.len() + 1);
+            while !src.is_char_boundary(at) {
+                at -= 1;
+            }
+            let mut end = (at + len).min(src.len());
+            while !src.is_char_boundary(end) {
+                end -= 1;
+            }
+            let text = format!("{}{}{}", &src[..at], junk, &src[end..]);
+            for r in split_items(&text) {
+                let piece = &text[r.range()];
+                if let Some(item) = parse_item(piece).item {
+                    check_spans(&item, piece.len() as u32);
+                }
+            }
+        }
+    }
+}
