@@ -588,6 +588,22 @@ pub fn parse(text: &str) -> ParsedItem {
             _ => false,
         })
     });
+    // an indented line right after a line with a syntax error is most likely its
+    // continuation (`x = a +` / `    b`): the first report is enough
+    diagnostics.retain(|l| {
+        l.code != "E0105" || {
+            let line_start = text[..l.span.start as usize]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            let prev_start = text[..line_start.saturating_sub(1)]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            line_start == 0
+                || !syntax
+                    .iter()
+                    .any(|d| (prev_start as u32..line_start as u32).contains(&d.span.start))
+        }
+    });
     diagnostics.extend(syntax);
     diagnostics.append(&mut sink_diags);
     if let Some(item) = &item {

@@ -594,6 +594,15 @@ fn error_codes_and_lines() {
     assert_eq!(at_lines("a, b: i32 = y\n"), [("E0110", 1)]);
     assert_eq!(at_lines("x = a == not b\n"), [("E0101", 1)]);
     assert_eq!(at_lines("x = $\n"), [("E0107", 1)]);
+    // a continuation line after an incomplete one is not an extra error
+    assert_eq!(
+        at_lines("def f(a, b):\n    x = a +\n        b\n    return x\n"),
+        [("E0101", 2)]
+    );
+    assert_eq!(
+        at_lines("def f(a, b):\n    x = a\n        b\n"),
+        [("E0105", 3)]
+    );
 }
 
 #[test]
