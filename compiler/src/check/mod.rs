@@ -32,7 +32,8 @@ use crate::syntax::ast::{self, Item};
 use crate::syntax::span::Span;
 
 pub use scope::{
-    build_module_scope, module_diagnostics, unused_imports, Entry, FnSig, ModuleScope, ParamSig,
+    build_module_scope, build_module_scope_with, module_diagnostics, unused_imports, Entry, FnSig,
+    ModuleScope, ParamSig,
 };
 pub use types::{DType, Ty, Value};
 

@@ -348,8 +348,18 @@ fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf
 
 /// Builds the scope of a module from its items (in file order).
 pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope {
+    build_module_scope_with(items, resolve, &|_| None)
+}
+
+/// `build_module_scope`, taking function signatures from `sig_of(item index)`
+/// where it gives one (the database caches them per item).
+pub fn build_module_scope_with(
+    items: &[Arc<Item>],
+    resolve: Resolver,
+    sig_of: &dyn Fn(usize) -> Option<Arc<FnSig>>,
+) -> ModuleScope {
     let mut scope = ModuleScope::default();
-    for item in items {
+    for (index, item) in items.iter().enumerate() {
         match &**item {
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
@@ -398,13 +408,13 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
                 if scope.entries.contains_key(&f.name.name) {
                     continue;
                 }
-                let sig = {
+                let sig = sig_of(index).unwrap_or_else(|| {
                     let s = &scope;
-                    signature(f, &|n| s.const_value(n))
-                };
+                    Arc::new(signature(f, &|n| s.const_value(n)))
+                });
                 scope
                     .entries
-                    .insert(f.name.name.clone(), Entry::Function(Arc::new(sig)));
+                    .insert(f.name.name.clone(), Entry::Function(sig));
             }
             Item::Stmt(s) => {
                 let mut names = Vec::new();

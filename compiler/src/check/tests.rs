@@ -172,3 +172,58 @@ fn every_checker_code_has_a_case() {
         "codes without a tests/ui/check case: {missing:?}"
     );
 }
+
+/// Timing of a cold check of a 10,000-line file and of a re-check after a
+/// one-character edit (run with `--release --ignored --nocapture`).
+#[test]
+#[ignore]
+fn timing_10k_lines() {
+    let unit = |i: usize| {
+        format!(
+            "@kernel(grid=(cdiv(M, BM), cdiv(N, BN)), num_warps=8, num_stages=3)\ndef gemm{i}(A: Tensor[\"M\", \"K\", f16], B: Tensor[\"K\", \"N\", f16], C: Tensor[\"M\", \"N\", f32],\n         BM: const = 128, BN: const = 128, BK: const = 32):\n    m0 = program_id(0) * BM\n    n0 = program_id(1) * BN\n    acc = zeros([BM, BN], f32)\n    for k in range(0, K, BK):\n        acc = dot(load(A[m0 : m0 + BM, k : k + BK]), load(B[k : k + BK, n0 : n0 + BN]), acc)\n    store(C[m0 : m0 + BM, n0 : n0 + BN], acc)\n\ndef fn_{i}(a: Tensor[\"M\", \"N\", f32], b: Tensor[\"M\", \"N\", f32]) -> Tensor[\"M\", \"N\", f32]:\n    c = a * 0.5 + b\n    return c * 2.0\n\n"
+        )
+    };
+    let mut text = String::new();
+    let mut i = 0;
+    while text.lines().count() < 10_000 {
+        text.push_str(&unit(i));
+        i += 1;
+    }
+    let t = std::time::Instant::now();
+    let spans = crate::syntax::split_items(&text);
+    let t_split = t.elapsed();
+    let items: Vec<std::sync::Arc<crate::syntax::ast::Item>> = spans
+        .iter()
+        .filter_map(|r| {
+            crate::syntax::parse_item(&text[r.start as usize..r.end as usize])
+                .item
+                .map(std::sync::Arc::new)
+        })
+        .collect();
+    let t_parse = t.elapsed();
+    let scope = super::build_module_scope(&items, &|_| None);
+    let t_scope = t.elapsed();
+    for it in &items {
+        super::check_item(it, &scope, Arch::Sm90);
+    }
+    let t_check = t.elapsed();
+    eprintln!(
+        "split {t_split:?} parse {t_parse:?} scope {t_scope:?} check {t_check:?} (cumulative)"
+    );
+    let t = std::time::Instant::now();
+    let mut db = Database::new();
+    let file = db.set_source("big.tsr", text.clone());
+    let n = db.diagnostics(file).len();
+    let cold = t.elapsed();
+    let edited = text.replacen("c = a * 0.5 + b", "c = a * 0.7 + b", 1);
+    let t = std::time::Instant::now();
+    db.set_source("big.tsr", edited);
+    let m = db.diagnostics(file).len();
+    let edit = t.elapsed();
+    eprintln!(
+        "lines {} items {} diags {n}/{m}: cold {cold:?}, edit {edit:?}",
+        text.lines().count(),
+        i * 2
+    );
+    assert_eq!(n, 0, "{:?}", db.diagnostics(file).first());
+}
