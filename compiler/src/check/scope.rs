@@ -51,6 +51,11 @@ pub struct FnSig {
     pub rendered: String,
 }
 
+/// `Eq` (floats in defaults compare by `==`; a NaN default only costs a
+/// re-check) lets `Arc<FnSig>` compare by pointer first, so comparing the
+/// scope after an edit is cheap for the signatures salsa reused.
+impl Eq for FnSig {}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamSig {
     pub name: String,

@@ -215,11 +215,26 @@ fn timing_10k_lines() {
     let file = db.set_source("big.tsr", text.clone());
     let n = db.diagnostics(file).len();
     let cold = t.elapsed();
-    let edited = text.replacen("c = a * 0.5 + b", "c = a * 0.7 + b", 1);
-    let t = std::time::Instant::now();
-    db.set_source("big.tsr", edited);
-    let m = db.diagnostics(file).len();
-    let edit = t.elapsed();
+    let mut edit = std::time::Duration::ZERO;
+    let mut m = 0;
+    let rounds: usize = std::env::var("TSR_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    for round in 0..rounds {
+        let edited = text.replacen("c = a * 0.5 + b", &format!("c = a * {round}.5 + b"), 1);
+        let t = std::time::Instant::now();
+        db.set_source("big.tsr", edited);
+        let t0 = t.elapsed();
+        crate::db::file_items(&db, file);
+        let t1 = t.elapsed();
+        crate::db::module_consts(&db, file);
+        let t2 = t.elapsed();
+        crate::db::module_scope(&db, file);
+        let t3 = t.elapsed();
+        crate::db::module_diagnostics(&db, file);
+        let t4 = t.elapsed();
+        m = db.diagnostics(file).len();
+        edit = t.elapsed();
+        if round < 5 { eprintln!("edit: set {t0:?} items {t1:?} consts {t2:?} scope {t3:?} moddiag {t4:?} all {edit:?} (cumulative)"); }
+    }
     eprintln!(
         "lines {} items {} diags {n}/{m}: cold {cold:?}, edit {edit:?}",
         text.lines().count(),
