@@ -185,8 +185,11 @@ fn timing_10k_lines() {
     };
     let mut text = String::new();
     let mut i = 0;
-    while text.lines().count() < 10_000 {
-        text.push_str(&unit(i));
+    let mut lines = 0;
+    while lines < 10_000 {
+        let u = unit(i);
+        lines += u.lines().count();
+        text.push_str(&u);
         i += 1;
     }
     let t = std::time::Instant::now();
@@ -203,10 +206,15 @@ fn timing_10k_lines() {
     let t_parse = t.elapsed();
     let scope = super::build_module_scope(&items, &|_| None);
     let t_scope = t.elapsed();
-    for it in &items {
-        super::check_item(it, &scope, Arch::Sm90);
+    let mut best = std::time::Duration::MAX;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for it in &items {
+            super::check_item(it, &scope, Arch::Sm90);
+        }
+        best = best.min(t.elapsed());
     }
-    let t_check = t.elapsed();
+    let t_check = best;
     eprintln!(
         "split {t_split:?} parse {t_parse:?} scope {t_scope:?} check {t_check:?} (cumulative)"
     );
@@ -217,7 +225,10 @@ fn timing_10k_lines() {
     let cold = t.elapsed();
     let mut edit = std::time::Duration::ZERO;
     let mut m = 0;
-    let rounds: usize = std::env::var("TSR_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let rounds: usize = std::env::var("TSR_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     for round in 0..rounds {
         let edited = text.replacen("c = a * 0.5 + b", &format!("c = a * {round}.5 + b"), 1);
         let t = std::time::Instant::now();
@@ -233,7 +244,9 @@ fn timing_10k_lines() {
         let t4 = t.elapsed();
         m = db.diagnostics(file).len();
         edit = t.elapsed();
-        if round < 5 { eprintln!("edit: set {t0:?} items {t1:?} consts {t2:?} scope {t3:?} moddiag {t4:?} all {edit:?} (cumulative)"); }
+        if round < 5 {
+            eprintln!("edit: set {t0:?} items {t1:?} consts {t2:?} scope {t3:?} moddiag {t4:?} all {edit:?} (cumulative)");
+        }
     }
     eprintln!(
         "lines {} items {} diags {n}/{m}: cold {cold:?}, edit {edit:?}",
@@ -241,4 +254,37 @@ fn timing_10k_lines() {
         i * 2
     );
     assert_eq!(n, 0, "{:?}", db.diagnostics(file).first());
+}
+
+#[test]
+fn hover_types_and_signatures() {
+    let text = std::fs::read_to_string(root().join("tests/ui/valid/flash_attn.tsr")).unwrap();
+    let items = crate::syntax::split_items(&text);
+    let item_text = items
+        .iter()
+        .map(|r| &text[r.start as usize..r.end as usize])
+        .find(|t| t.contains("def flash_attn"))
+        .expect("flash_attn item");
+    let item = crate::syntax::parse_item(item_text).item.expect("parses");
+    let scope = super::build_module_scope(&[std::sync::Arc::new(item.clone())], &|_| None);
+    let checked = super::check_item(&item, &scope, Arch::Sm90);
+    assert!(checked.diagnostics.is_empty(), "{:?}", checked.diagnostics);
+    let at = |needle: &str| {
+        let off = item_text
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle} in the item")) as u32;
+        checked.type_at(off).map(str::to_string)
+    };
+    assert_eq!(at("qt = ").as_deref(), Some("Tile[128, D, bf16]"));
+    assert_eq!(at("acc = zeros").as_deref(), Some("Tile[128, D, f32]"));
+    assert_eq!(at("s = dot").as_deref(), Some("Tile[128, 64, f32]"));
+    assert_eq!(at("m_new = ").as_deref(), Some("Tile[128, f32]"));
+    let sig = checked.signature.expect("signature");
+    assert!(
+        sig.rendered
+            .contains("def flash_attn(q: Tensor[B, H, S, D, bf16]"),
+        "{}",
+        sig.rendered
+    );
+    assert!(sig.rendered.contains("BM: const = 128"), "{}", sig.rendered);
 }
