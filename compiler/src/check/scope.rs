@@ -31,8 +31,9 @@ pub enum Entry {
     Module(Arc<ModuleScope>),
     /// `import std.linalg` binds `std`, a namespace holding `linalg`.
     Namespace(BTreeMap<String, Entry>),
-    /// A variable assigned by a top-level statement (scripts, the REPL).
-    Global,
+    /// A variable assigned by a top-level statement (scripts, the REPL), with
+    /// the type of its last assignment (`Ty::Err` where it is not tracked).
+    Global(Ty),
     /// An import that failed; `module_diagnostics` reports it once.
     Broken,
 }
@@ -430,8 +431,28 @@ pub fn build_module_scope_with(
                     StmtKind::For { target, .. } => names.push(target.name.clone()),
                     _ => {}
                 }
-                for n in names {
-                    scope.entries.entry(n).or_insert(Entry::Global);
+                // The statement is checked against the scope so far, so that later
+                // statements (and functions) see the types of script variables.
+                let mut typed = Vec::with_capacity(names.len());
+                {
+                    let mut ch = super::ctx::Checker::new(&scope, crate::backend::arch::Arch::default());
+                    ch.top_level = true;
+                    ch.block(std::slice::from_ref(s));
+                    for n in names {
+                        let ty = match (&s.kind, ch.env.get(&n)) {
+                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => b.ty.clone(),
+                            _ => Ty::Err,
+                        };
+                        typed.push((n, ty));
+                    }
+                }
+                for (n, ty) in typed {
+                    match scope.entries.get(&n) {
+                        None | Some(Entry::Global(_)) => {
+                            scope.entries.insert(n, Entry::Global(ty));
+                        }
+                        Some(_) => {}
+                    }
                 }
             }
         }
