@@ -29,14 +29,21 @@ fn embed_stdlib(dir: &Path, dest: &Path) {
     let mut code = String::from("pub static STDLIB_FILES: &[(&str, &str)] = &[\n");
     for (module, path) in files {
         println!("cargo:rerun-if-changed={}", path.display());
-        writeln!(code, "    ({module:?}, include_str!({:?})),", path.display().to_string()).unwrap();
+        writeln!(
+            code,
+            "    ({module:?}, include_str!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
     }
     code.push_str("];\n");
     std::fs::write(dest, code).unwrap();
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -44,7 +51,10 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
             collect(root, &path, out);
         } else if path.extension().is_some_and(|e| e == "tsr") {
             let rel = path.strip_prefix(root).unwrap().with_extension("");
-            let module: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+            let module: Vec<String> = rel
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect();
             out.push((module.join("."), path.canonicalize().unwrap()));
         }
     }

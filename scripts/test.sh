@@ -30,15 +30,26 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --workspace"
-cargo test --workspace
+step "cargo test --workspace --no-fail-fast"
+cargo test --workspace --no-fail-fast
 
-step "tsrc check on every file of examples/ and stdlib/ (must exit 0)"
-mapfile -t files < <(find examples stdlib -name '*.tsr' | sort)
+step "tsrc check on examples/*.tsr and every stdlib/ file (must exit 0)"
+mapfile -t files < <({ find examples -maxdepth 1 -name '*.tsr'; find stdlib -name '*.tsr'; } | sort)
 if [ "${#files[@]}" -eq 0 ]; then
     echo "error: no .tsr files under examples/ or stdlib/" >&2
     exit 1
 fi
 cargo run --quiet -p tessera-compiler --bin tsrc -- check "${files[@]}"
+
+step "tsrc check on each of examples/errors/*.tsr (must exit 1)"
+for f in examples/errors/*.tsr; do
+    status=0
+    cargo run --quiet -p tessera-compiler --bin tsrc -- check "$f" 2>/dev/null || status=$?
+    if [ "$status" -ne 1 ]; then
+        echo "error: tsrc check $f exited $status, expected 1" >&2
+        exit 1
+    fi
+    echo "$f: exit 1 as expected"
+done
 
 step "all tests passed"

@@ -62,7 +62,8 @@ pub fn file_items(db: &dyn salsa::Database, file: SourceFile) -> FileItems<'_> {
     let items = syntax::split_items(text)
         .into_iter()
         .map(|r| {
-            let source = ItemSource::new(db, file, text[r.start as usize..r.end as usize].to_string());
+            let source =
+                ItemSource::new(db, file, text[r.start as usize..r.end as usize].to_string());
             (source, r.start)
         })
         .collect();
@@ -110,26 +111,62 @@ pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
 
 /// Type, shape and resource checking of one item against its module's scope.
 #[salsa::tracked(returns(ref))]
-pub fn check_item<'db>(db: &'db dyn Db, item: ItemSource<'db>, options: Options) -> check::ItemCheck {
+pub fn check_item<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+) -> check::ItemCheck {
     let parsed = parse_item(db, item);
     let Some(ast) = &parsed.item else {
         return check::ItemCheck::default();
     };
     let scope = module_scope(db, item.file(db));
-    check::check_item(ast, scope, options.arch(db))
+    let mut checked = check::check_item(ast, scope, options.arch(db));
+    // The parser recovered from a syntax error in this item: what the checker
+    // would say about the recovered tree is mostly noise, so only the syntax
+    // errors are reported (types, signature and uses are still kept).
+    if parsed.diagnostics.iter().any(|d| d.is_error()) {
+        checked.diagnostics.clear();
+    }
+    checked
 }
 
 /// Every diagnostic of a file, with absolute spans, sorted by position.
 #[salsa::tracked(returns(ref))]
 pub fn file_diagnostics(db: &dyn Db, file: SourceFile, options: Options) -> Vec<Diagnostic> {
     let mut out = Vec::new();
+    let mut imports = Vec::new();
+    let mut used = std::collections::HashSet::new();
     for (source, offset) in &file_items(db, file).items {
         let parsed = parse_item(db, *source);
-        out.extend(parsed.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+        out.extend(
+            parsed
+                .diagnostics
+                .iter()
+                .cloned()
+                .map(|d| d.shifted(*offset)),
+        );
+        if let Some(item) = &parsed.item {
+            if matches!(**item, ast::Item::Import(_) | ast::Item::FromImport(_)) {
+                imports.push((item.clone(), *offset));
+            }
+        }
         let checked = check_item(db, *source, options);
-        out.extend(checked.diagnostics.iter().cloned().map(|d| d.shifted(*offset)));
+        out.extend(
+            checked
+                .diagnostics
+                .iter()
+                .cloned()
+                .map(|d| d.shifted(*offset)),
+        );
+        used.extend(checked.uses.iter().map(String::as_str));
     }
     out.extend(module_diagnostics(db, file).iter().cloned());
+    out.extend(check::unused_imports(
+        &imports,
+        &used,
+        module_scope(db, file),
+    ));
     out.sort_by(|a, b| (a.span.start, a.span.end, a.code).cmp(&(b.span.start, b.span.end, b.code)));
     out.dedup();
     out
@@ -257,7 +294,11 @@ impl Db for Database {
         }
         // User modules live next to the importing file; read on first use, like the
         // lazy inputs of salsa's examples. Later edits arrive through `set_source`.
-        let mut candidate = from.path(self).parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut candidate = from
+            .path(self)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         for part in path {
             candidate.push(part);
         }

@@ -70,19 +70,22 @@ impl Arch {
     ];
 
     pub fn info(self) -> ArchInfo {
-        let nv = |name, max_smem_per_block, smem_per_sm, max_warps_per_sm, max_blocks_per_sm, mma| ArchInfo {
-            name,
-            vendor: Vendor::Nvidia,
-            warp_size: 32,
-            max_threads_per_block: 1024,
-            regs_per_sm: 65536,
-            max_regs_per_thread: 255,
-            max_smem_per_block,
-            smem_per_sm,
-            max_warps_per_sm,
-            max_blocks_per_sm,
-            mma_dtypes: mma,
-        };
+        let nv =
+            |name, max_smem_per_block, smem_per_sm, max_warps_per_sm, max_blocks_per_sm, mma| {
+                ArchInfo {
+                    name,
+                    vendor: Vendor::Nvidia,
+                    warp_size: 32,
+                    max_threads_per_block: 1024,
+                    regs_per_sm: 65536,
+                    max_regs_per_thread: 255,
+                    max_smem_per_block,
+                    smem_per_sm,
+                    max_warps_per_sm,
+                    max_blocks_per_sm,
+                    mma_dtypes: mma,
+                }
+            };
         match self {
             Arch::Sm70 => nv("sm_70", 98_304, 98_304, 64, 32, NV_MMA_70),
             Arch::Sm75 => nv("sm_75", 65_536, 65_536, 32, 16, NV_MMA_70),
@@ -92,7 +95,11 @@ impl Arch {
             Arch::Sm90 => nv("sm_90", 232_448, 233_472, 64, 32, NV_MMA_89),
             Arch::Sm90a => nv("sm_90a", 232_448, 233_472, 64, 32, NV_MMA_89),
             Arch::Gfx90a | Arch::Gfx942 => ArchInfo {
-                name: if self == Arch::Gfx90a { "gfx90a" } else { "gfx942" },
+                name: if self == Arch::Gfx90a {
+                    "gfx90a"
+                } else {
+                    "gfx942"
+                },
                 vendor: Vendor::Amd,
                 warp_size: 64,
                 max_threads_per_block: 1024,
@@ -103,7 +110,11 @@ impl Arch {
                 smem_per_sm: 65_536,
                 max_warps_per_sm: 32,
                 max_blocks_per_sm: 32,
-                mma_dtypes: if self == Arch::Gfx90a { AMD_MMA_CDNA2 } else { AMD_MMA_CDNA3 },
+                mma_dtypes: if self == Arch::Gfx90a {
+                    AMD_MMA_CDNA2
+                } else {
+                    AMD_MMA_CDNA3
+                },
             },
             Arch::Gfx1100 => ArchInfo {
                 name: "gfx1100",
@@ -143,7 +154,12 @@ pub struct UnknownArch(pub String);
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
-        write!(f, "unknown architecture `{}` (expected one of: {})", self.0, names.join(", "))
+        write!(
+            f,
+            "unknown architecture `{}` (expected one of: {})",
+            self.0,
+            names.join(", ")
+        )
     }
 }
 

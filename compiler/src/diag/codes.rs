@@ -31,7 +31,10 @@ const fn w(code: &'static str, title: &'static str) -> CodeInfo {
 pub const CATALOGUE: &[CodeInfo] = &[
     // E01xx syntax
     e("E0101", "unexpected token"),
-    e("E0102", "unexpected end of input (unclosed bracket or block)"),
+    e(
+        "E0102",
+        "unexpected end of input (unclosed bracket or block)",
+    ),
     e("E0103", "tab in indentation"),
     e("E0104", "dedent does not match any outer indentation level"),
     e("E0105", "unexpected indent"),
@@ -53,7 +56,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0205", "unknown keyword argument"),
     e("E0206", "duplicate parameter or argument"),
     e("E0207", "unknown decorator or decorator option"),
-    e("E0208", "assignment to a constant, parameter dim or builtin"),
+    e(
+        "E0208",
+        "assignment to a constant, parameter dim or builtin",
+    ),
     e("E0209", "name may be used before it is assigned"),
     // E03xx types and dtypes
     e("E0301", "dtype mismatch"),
@@ -68,7 +74,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0310", "value is not a compile-time constant"),
     e("E0311", "unsupported dtype for this operation"),
     e("E0312", "invalid cast"),
-    e("E0313", "tensor used where a tile or scalar is needed (load it first)"),
+    e(
+        "E0313",
+        "tensor used where a tile or scalar is needed (load it first)",
+    ),
     e("E0314", "operation needs integer or bool operands"),
     e("E0315", "constant evaluation failed"),
     // E04xx shapes
@@ -78,7 +87,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0404", "axis out of range"),
     e("E0405", "slice length is not a compile-time constant"),
     e("E0406", "tile dim is not known at compile time"),
-    e("E0407", "loop-carried or branch-merged value changes shape or dtype"),
+    e(
+        "E0407",
+        "loop-carried or branch-merged value changes shape or dtype",
+    ),
     e("E0408", "stored tile does not match the slice shape"),
     e("E0409", "returned shape does not match the signature"),
     e("E0410", "wrong number of indices"),
@@ -100,7 +112,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0602", "tiles exceed the register file"),
     e("E0603", "tiles exceed shared memory"),
     e("E0604", "too many threads per block"),
-    e("E0605", "dot shape not supported by the target's tensor cores"),
+    e(
+        "E0605",
+        "dot shape not supported by the target's tensor cores",
+    ),
     e("E0606", "dtype not supported on this target"),
     // W0xxx warnings
     w("W0001", "unused variable"),

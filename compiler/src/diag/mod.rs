@@ -48,7 +48,10 @@ impl Diagnostic {
         let severity = codes::lookup(code)
             .map(|c| c.severity)
             .unwrap_or(Severity::Error);
-        debug_assert!(codes::lookup(code).is_some(), "unknown diagnostic code {code}");
+        debug_assert!(
+            codes::lookup(code).is_some(),
+            "unknown diagnostic code {code}"
+        );
         Diagnostic {
             code,
             severity,

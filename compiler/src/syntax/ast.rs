@@ -16,7 +16,10 @@ pub struct Ident {
 
 impl Ident {
     pub fn new(name: impl Into<String>, span: Span) -> Self {
-        Ident { name: name.into(), span }
+        Ident {
+            name: name.into(),
+            span,
+        }
     }
 }
 
@@ -156,15 +159,26 @@ pub enum StmtKind {
         value: Expr,
     },
     /// `target op= value`
-    AugAssign { target: Expr, op: BinOp, value: Expr },
+    AugAssign {
+        target: Expr,
+        op: BinOp,
+        value: Expr,
+    },
     /// `if c: ... elif c2: ... else: ...` — `branches` holds the `if` and each `elif`.
     If {
         branches: Vec<(Expr, Block)>,
         orelse: Option<Block>,
     },
     /// `for target in iter:` (`iter` is usually `range(...)`).
-    For { target: Ident, iter: Expr, body: Block },
-    While { cond: Expr, body: Block },
+    For {
+        target: Ident,
+        iter: Expr,
+        body: Block,
+    },
+    While {
+        cond: Expr,
+        body: Block,
+    },
     Return(Option<Expr>),
     Break,
     Continue,

@@ -94,6 +94,9 @@ pub enum Tok<'a> {
     Newline,
     Indent,
     Dedent,
+    /// Stands for the missing indented block after a line that ends in `:`
+    /// (already reported as E0106), so that the parser can go on.
+    EmptyBlock,
 }
 
 impl Tok<'_> {
@@ -106,6 +109,7 @@ impl Tok<'_> {
             Tok::Newline => "end of line".to_string(),
             Tok::Indent => "indent".to_string(),
             Tok::Dedent => "end of the indented block".to_string(),
+            Tok::EmptyBlock => "a line that is not indented".to_string(),
             other => format!("`{}`", other.symbol()),
         }
     }
@@ -181,7 +185,8 @@ impl Tok<'_> {
             | Tok::Str(_)
             | Tok::Newline
             | Tok::Indent
-            | Tok::Dedent => "",
+            | Tok::Dedent
+            | Tok::EmptyBlock => "",
         }
     }
 }
@@ -197,7 +202,7 @@ pub(crate) enum Number {
 
 /// Raw tokens, as logos sees them (no layout yet).
 #[derive(Logos, Clone, Copy, Debug, PartialEq)]
-#[logos(skip r"[ \t\f\r]+")]
+#[logos(skip r"[ \t\f\r\u{FEFF}]+")]
 #[logos(skip(r"#[^\n]*", allow_greedy = true))]
 #[logos(skip r"\\\r?\n")]
 pub(crate) enum Raw {
@@ -386,15 +391,13 @@ fn scan_number(lex: &mut logos::Lexer<Raw>) -> Number {
             }
         }
         if n < rest.len() && (rest[n] == b'e' || rest[n] == b'E') {
-            let mut m = n + 1;
-            if m < rest.len() && (rest[m] == b'+' || rest[m] == b'-') {
-                m += 1;
+            // the exponent, signed; `1e` and `1e+` are bad numbers, reported whole
+            n += 1;
+            if n < rest.len() && (rest[n] == b'+' || rest[n] == b'-') {
+                n += 1;
             }
-            if m < rest.len() && rest[m].is_ascii_digit() {
-                n = m;
-                while n < rest.len() && (rest[n].is_ascii_digit() || rest[n] == b'_') {
-                    n += 1;
-                }
+            while n < rest.len() && (rest[n].is_ascii_digit() || rest[n] == b'_') {
+                n += 1;
             }
         }
         while n < rest.len() && is_ident(rest[n]) {
@@ -600,6 +603,9 @@ pub fn lex(text: &str) -> Lexed<'_> {
     let mut line_first: Option<Raw> = None;
     let mut last_in_line: Option<Raw> = None;
     let mut pending_invalid: Option<Span> = None;
+    let mut last_span = Span::default();
+    // the `:` ending a block header line, until the next line shows its block
+    let mut pending_block: Option<Span> = None;
     let bytes = text.as_bytes();
 
     let mut lx = Raw::lexer(text);
@@ -627,6 +633,9 @@ pub fn lex(text: &str) -> Lexed<'_> {
             if brackets.is_empty() && !at_line_start {
                 tokens.push((span.start, Tok::Newline, span.end));
                 at_line_start = true;
+                if last_in_line == Some(Raw::Colon) && opens_block(line_first) {
+                    pending_block = Some(last_span);
+                }
             }
             continue;
         }
@@ -636,11 +645,15 @@ pub fn lex(text: &str) -> Lexed<'_> {
             let mut col = 0u32;
             let mut tab: Option<usize> = None;
             for (i, &b) in bytes[line_start..range.start].iter().enumerate() {
-                if b == b'\t' {
-                    tab.get_or_insert(line_start + i);
-                    col = (col / 8 + 1) * 8;
-                } else {
-                    col += 1;
+                match b {
+                    b'\t' => {
+                        tab.get_or_insert(line_start + i);
+                        col = (col / 8 + 1) * 8;
+                    }
+                    b' ' => col += 1,
+                    // form feed resets the column, like Python; a byte-order mark counts nothing
+                    0x0c => col = 0,
+                    _ => {}
                 }
             }
             if let Some(t) = tab {
@@ -655,13 +668,21 @@ pub fn lex(text: &str) -> Lexed<'_> {
                 );
             }
             let top = levels.last().map_or(0, |l| l.0);
+            if tab.is_some()
+                && !levels.iter().any(|l| l.0 == col)
+                && !(col > top && last_in_line == Some(Raw::Colon))
+            {
+                // the tab is reported; read the line at the current level rather
+                // than guess a width and report an indentation error as well
+                col = top;
+            }
+            if let Some(colon) = pending_block.take() {
+                if col <= top {
+                    missing_block(&mut tokens, &mut diagnostics, colon, Some(span));
+                }
+            }
             if col > top {
-                let opens_block = last_in_line == Some(Raw::Colon)
-                    || matches!(
-                        line_first,
-                        Some(Raw::Def | Raw::If | Raw::Elif | Raw::Else | Raw::For | Raw::While)
-                    );
-                if opens_block {
+                if last_in_line == Some(Raw::Colon) || opens_block(line_first) {
                     levels.push((col, true));
                     tokens.push((span.start, Tok::Indent, span.start));
                 } else {
@@ -673,7 +694,30 @@ pub fn lex(text: &str) -> Lexed<'_> {
                     );
                 }
             } else if col < top {
-                while levels.len() > 1 && levels[levels.len() - 1].0 > col {
+                loop {
+                    let n = levels.len();
+                    if n < 2 || levels[n - 1].0 <= col {
+                        break;
+                    }
+                    let below = levels[n - 2].0;
+                    if below < col {
+                        // between two levels: report it and keep the line in the
+                        // inner block, so that the parser sees one block
+                        diagnostics.push(
+                            Diagnostic::new(
+                                "E0104",
+                                span,
+                                "unindent does not match any outer indentation level",
+                            )
+                            .with_primary_label(format!("this line starts at column {}", col + 1))
+                            .with_help(format!(
+                                "indent this line to column {} or {} to match an enclosing block",
+                                below + 1,
+                                levels[n - 1].0 + 1
+                            )),
+                        );
+                        break;
+                    }
                     let (_, real) = levels.pop().unwrap();
                     if real {
                         // a dedent sits right after the newline that ends the block
@@ -681,26 +725,11 @@ pub fn lex(text: &str) -> Lexed<'_> {
                         tokens.push((at, Tok::Dedent, at));
                     }
                 }
-                let top = levels.last().map_or(0, |l| l.0);
-                if top < col {
-                    diagnostics.push(
-                        Diagnostic::new(
-                            "E0104",
-                            span,
-                            "unindent does not match any outer indentation level",
-                        )
-                        .with_primary_label(format!("this line is at column {}", col + 1))
-                        .with_help(format!(
-                            "indent this line to column {} to match an enclosing block",
-                            top + 1
-                        )),
-                    );
-                    levels.push((col, false));
-                }
             }
             line_first = Some(raw);
         }
         last_in_line = Some(raw);
+        last_span = span;
         let tok = match raw {
             Raw::Newline => unreachable!("handled above"),
             Raw::Def => Tok::Def,
@@ -814,6 +843,12 @@ pub fn lex(text: &str) -> Lexed<'_> {
     let end = text.len() as u32;
     if !at_line_start {
         tokens.push((end, Tok::Newline, end));
+        if brackets.is_empty() && last_in_line == Some(Raw::Colon) && opens_block(line_first) {
+            pending_block = Some(last_span);
+        }
+    }
+    if let Some(colon) = pending_block.take() {
+        missing_block(&mut tokens, &mut diagnostics, colon, None);
     }
     let dedent_at = last_newline_end(&tokens).unwrap_or(end);
     for &(_, real) in levels[1..].iter().rev() {
@@ -828,10 +863,41 @@ pub fn lex(text: &str) -> Lexed<'_> {
     }
 }
 
+/// Whether a logical line starting with `first` opens an indented block.
+fn opens_block(first: Option<Raw>) -> bool {
+    matches!(
+        first,
+        Some(Raw::Def | Raw::If | Raw::Elif | Raw::Else | Raw::For | Raw::While)
+    )
+}
+
+/// E0106 for a block header whose next line (`next`, or the end of input) is not
+/// indented, and the `EmptyBlock` token that stands for the missing block.
+fn missing_block(
+    tokens: &mut Vec<Spanned<'_>>,
+    diagnostics: &mut Vec<Diagnostic>,
+    colon: Span,
+    next: Option<Span>,
+) {
+    // reported on the line that should be indented (like Python), or at the `:`
+    // when the input ends first
+    let d = match next {
+        Some(next) => Diagnostic::new("E0106", next, "expected an indented block")
+            .with_primary_label("this line should be indented")
+            .with_label(colon, "the block opened here has no body"),
+        None => Diagnostic::new("E0106", colon, "expected an indented block")
+            .with_primary_label("this `:` opens a block, but no indented line follows"),
+    }
+    .with_help("indent the body under the line ending in `:` (write `pass` for an empty body)");
+    diagnostics.push(d);
+    let at = last_newline_end(tokens).unwrap_or(colon.end);
+    tokens.push((at, Tok::EmptyBlock, at));
+}
+
 fn last_newline_end(tokens: &[Spanned<'_>]) -> Option<u32> {
     tokens.iter().rev().find_map(|t| match t.1 {
         Tok::Newline => Some(t.2),
-        Tok::Dedent => Some(t.0),
+        Tok::Dedent | Tok::EmptyBlock => Some(t.0),
         _ => None,
     })
 }
@@ -855,6 +921,8 @@ fn invalid_char(text: &str, span: Span) -> Diagnostic {
     .with_primary_label("not part of any token");
     if s.starts_with('!') {
         d = d.with_help("use `not x` for logical negation and `!=` for inequality");
+    } else if s.starts_with(';') {
+        d = d.with_help("put each statement on its own line");
     } else if s.starts_with(['$', '?', '`']) {
         d = d.with_help("remove this character");
     }

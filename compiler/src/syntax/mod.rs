@@ -32,7 +32,8 @@ pub struct ParsedItem {
 ///
 /// A new item starts at each logical line whose first token is at column 0, except
 /// a line continuing a bracket, an `else:`/`elif` line (top-level `if` statements)
-/// and the `def` (or further decorators) following decorator lines. Blank and
+/// and the `def` (or further decorators) following decorator lines. A decorator
+/// followed by anything else than a `def` is an item of its own (E0113). Blank and
 /// comment lines belong to the item before them (leading ones to the first item).
 /// The ranges tile the text: they are contiguous, in order, and cover every byte.
 /// A line at column 0 starting with `def`, `import`, `from` or `const` always starts
@@ -62,8 +63,12 @@ pub fn split_items(text: &str) -> Vec<Span> {
             at_line_start = false;
             let is_deco = raw == Some(Raw::At);
             if col0 {
+                // decorators glue to the `def` (or further decorators) below them;
+                // a decorator above anything else is an item of its own (E0113)
                 let continues = matches!(raw, Some(Raw::Else | Raw::Elif))
-                    || (decorators_only && !starts.is_empty());
+                    || (decorators_only
+                        && !starts.is_empty()
+                        && matches!(raw, Some(Raw::Def | Raw::At)));
                 if continues {
                     decorators_only = decorators_only && is_deco;
                 } else {
@@ -71,6 +76,10 @@ pub fn split_items(text: &str) -> Vec<Span> {
                     decorators_only = is_deco;
                 }
             } else {
+                if starts.is_empty() {
+                    // indented code at the very start is an item of its own
+                    starts.push(0);
+                }
                 decorators_only = false;
             }
         }
@@ -97,6 +106,45 @@ pub fn split_items(text: &str) -> Vec<Span> {
         out.push(Span::new(s, e));
     }
     out
+}
+
+/// Whether `text` (an interactive input so far) needs more lines before it can
+/// be parsed: a bracket or triple-quoted string is still open, the last line
+/// opens a block (ends in `:`), or the input ends inside an indented block (the
+/// REPL convention: a blank line ends a block).
+pub fn needs_more_input(text: &str) -> bool {
+    let lexed = lexer::lex(text);
+    if !lexed.unclosed.is_empty() {
+        return true;
+    }
+    if lexed
+        .diagnostics
+        .iter()
+        .any(|d| d.code == "E0108" && text[d.span.range()].len() == 3)
+    {
+        return true;
+    }
+    if text
+        .strip_suffix('\n')
+        .unwrap_or(text)
+        .trim_end_matches('\r')
+        .ends_with('\\')
+    {
+        return true;
+    }
+    let ends_blank = text.ends_with("\n\n") || text.ends_with("\n\r\n");
+    let toks = &lexed.tokens;
+    let last_real = toks.iter().rev().find(|t| {
+        !matches!(
+            t.1,
+            lexer::Tok::Newline | lexer::Tok::Dedent | lexer::Tok::Indent | lexer::Tok::EmptyBlock
+        )
+    });
+    match last_real {
+        None => false,
+        Some((_, lexer::Tok::Colon, _)) => !ends_blank,
+        Some(_) => !ends_blank && toks.iter().any(|t| t.1 == lexer::Tok::Indent),
+    }
 }
 
 /// Parses one item's text (as cut by `split_items`); spans are relative to `text`.

@@ -53,6 +53,165 @@ impl Sink<'_> {
     }
 }
 
+/// One operand of an operator sequence: a factor with its `not` prefixes.
+pub struct Operand {
+    expr: Expr,
+    /// The factor's full span (parentheses included).
+    span: Span,
+    /// Start offsets of the `not` prefixes, outermost first.
+    nots: Vec<u32>,
+    nots_used: usize,
+}
+
+impl Operand {
+    pub fn new(expr: Expr, span: Span) -> Self {
+        Operand {
+            expr,
+            span,
+            nots: Vec::new(),
+            nots_used: 0,
+        }
+    }
+
+    pub fn with_not(mut self, at: u32) -> Self {
+        self.nots.insert(0, at);
+        self
+    }
+}
+
+/// A flat sequence `operand (op operand)*` as read by the grammar; `finish`
+/// arranges it by precedence. A lone operand (the common case) allocates nothing.
+pub enum OpSeq {
+    Single(Operand),
+    Many(Vec<Operand>, Vec<(BinOp, Span)>),
+}
+
+impl OpSeq {
+    pub fn new(o: Operand) -> Self {
+        OpSeq::Single(o)
+    }
+
+    pub fn push(&mut self, op: BinOp, op_span: Span, o: Operand) {
+        match self {
+            OpSeq::Many(operands, ops) => {
+                operands.push(o);
+                ops.push((op, op_span));
+            }
+            OpSeq::Single(_) => {
+                let OpSeq::Single(first) =
+                    std::mem::replace(self, OpSeq::Many(Vec::new(), Vec::new()))
+                else {
+                    unreachable!("matched Single above")
+                };
+                *self = OpSeq::Many(vec![first, o], vec![(op, op_span)]);
+            }
+        }
+    }
+
+    pub fn finish(self, sink: &mut Sink<'_>) -> Expr {
+        let (operands, ops) = match self {
+            OpSeq::Single(o) if o.nots.is_empty() => return o.expr,
+            OpSeq::Single(o) => (vec![o], Vec::new()),
+            OpSeq::Many(operands, ops) => (operands, ops),
+        };
+        let mut c = Climb {
+            operands,
+            ops,
+            i: 0,
+            sink,
+        };
+        c.expr(0).0
+    }
+}
+
+const NOT_PREC: u8 = 3;
+const CMP_PREC: u8 = 4;
+
+fn prec(op: BinOp) -> u8 {
+    match op {
+        BinOp::Or => 1,
+        BinOp::And => 2,
+        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => CMP_PREC,
+        BinOp::BitOr => 5,
+        BinOp::BitXor => 6,
+        BinOp::BitAnd => 7,
+        BinOp::Add | BinOp::Sub => 8,
+        BinOp::Mul | BinOp::Div | BinOp::FloorDiv | BinOp::Mod | BinOp::MatMul => 9,
+        BinOp::Pow => 10,
+    }
+}
+
+/// Precedence climbing over an `OpSeq`: `ops[k]` sits between `operands[k]` and
+/// `operands[k + 1]`; `i` is the current operand (and the next operator).
+struct Climb<'s, 'a> {
+    operands: Vec<Operand>,
+    ops: Vec<(BinOp, Span)>,
+    i: usize,
+    sink: &'s mut Sink<'a>,
+}
+
+impl Climb<'_, '_> {
+    /// Reads operators of precedence `min` or more; returns the expression and its
+    /// full span (parentheses of the outer operands included).
+    fn expr(&mut self, min: u8) -> (Expr, Span) {
+        let (mut lhs, mut full) = self.prefix(min);
+        let mut lhs_is_cmp = false;
+        while let Some(&(op, op_span)) = self.ops.get(self.i) {
+            let p = prec(op);
+            if p < min {
+                break;
+            }
+            self.i += 1;
+            let (rhs, rfull) = self.expr(p + 1);
+            if op.is_comparison() && lhs_is_cmp {
+                self.sink.chained_comparison(&lhs, op_span);
+            }
+            full = Span::new(full.start, rfull.end);
+            lhs = Expr::new(
+                ExprKind::Binary {
+                    op,
+                    lhs: Box::new(lhs),
+                    rhs: Box::new(rhs),
+                },
+                full,
+            );
+            lhs_is_cmp = op.is_comparison();
+        }
+        (lhs, full)
+    }
+
+    fn prefix(&mut self, min: u8) -> (Expr, Span) {
+        let o = &mut self.operands[self.i];
+        if o.nots_used < o.nots.len() {
+            let at = o.nots[o.nots_used];
+            o.nots_used += 1;
+            if min > NOT_PREC {
+                self.sink.diags.push(
+                    Diagnostic::new(
+                        "E0101",
+                        Span::new(at, at + 3),
+                        "`not` cannot follow this operator",
+                    )
+                    .with_primary_label("`not` binds more loosely than the operator before it")
+                    .with_help("put the negation in parentheses: `a == (not b)`"),
+                );
+            }
+            let (inner, ifull) = self.expr(CMP_PREC);
+            let span = Span::new(at, ifull.end);
+            let e = Expr::new(
+                ExprKind::Unary {
+                    op: UnaryOp::Not,
+                    operand: Box::new(inner),
+                },
+                span,
+            );
+            return (e, span);
+        }
+        let placeholder = Expr::new(ExprKind::Error, o.span);
+        (std::mem::replace(&mut o.expr, placeholder), o.span)
+    }
+}
+
 pub fn sp(l: u32, r: u32) -> Span {
     Span::new(l, r.max(l))
 }
@@ -76,7 +235,7 @@ pub fn make_function(
     ret: Option<TypeExpr>,
     body: Vec<Stmt>,
     header_span: Span,
-) -> Function {
+) -> Box<Function> {
     let docstring = match body.first().map(|s| &s.kind) {
         Some(StmtKind::Expr(Expr {
             kind: ExprKind::Str(s),
@@ -85,7 +244,7 @@ pub fn make_function(
         _ => None,
     };
     let end = block_end(&body, header_span.end);
-    Function {
+    Box::new(Function {
         decorators: Vec::new(),
         name,
         params,
@@ -94,7 +253,7 @@ pub fn make_function(
         body,
         span: Span::new(header_span.start, end),
         header_span,
-    }
+    })
 }
 
 /// Docstring text without its common indentation and surrounding blank lines
@@ -220,7 +379,7 @@ pub fn parse(text: &str) -> ParsedItem {
         syntax.push(ctx.convert(rec.error));
     }
     let item = match result {
-        Ok(item) => item,
+        Ok(item) => item.map(|b| *b),
         Err(e) => {
             syntax.push(ctx.convert(e));
             None
@@ -238,6 +397,19 @@ pub fn parse(text: &str) -> ParsedItem {
             true
         }
     });
+    // a line the lexer already reported as mis-indented needs no second report,
+    // nor does an error that follows an invalid character on its line
+    syntax.retain(|d| {
+        !diagnostics.iter().any(|l| match l.code {
+            "E0104" | "E0105" => l.span.start == d.span.start,
+            "E0108" => same_line(text, l.span.start, d.span.start),
+            "E0107" => {
+                l.span.start <= d.span.start
+                    && !text[l.span.start as usize..d.span.start as usize].contains('\n')
+            }
+            _ => false,
+        })
+    });
     diagnostics.extend(syntax);
     diagnostics.append(&mut sink.diags);
     if let Some(item) = &item {
@@ -245,6 +417,12 @@ pub fn parse(text: &str) -> ParsedItem {
     }
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
     ParsedItem { item, diagnostics }
+}
+
+/// Whether two offsets are on the same line of `text`.
+fn same_line(text: &str, a: u32, b: u32) -> bool {
+    let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);
+    !text[lo..hi.min(text.len())].contains('\n')
 }
 
 struct ErrCtx<'t, 'a> {
@@ -307,7 +485,7 @@ impl ErrCtx<'_, '_> {
                 if let Some((open, c)) = self.unclosed.last().copied() {
                     return self.unclosed_diag(open, c, at, &expected);
                 }
-                if expected.iter().any(|e| e == "INDENT") {
+                if only_block(&expected) {
                     return self.expected_block(self.last_line_span());
                 }
                 let exp = human_expected(&expected);
@@ -336,7 +514,12 @@ impl ErrCtx<'_, '_> {
         self.tokens
             .iter()
             .rev()
-            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .find(|t| {
+                !matches!(
+                    t.1,
+                    Tok::Newline | Tok::Dedent | Tok::Indent | Tok::EmptyBlock
+                )
+            })
             .map_or(Span::new(0, 0), |t| Span::new(t.0, t.2))
     }
 
@@ -351,7 +534,7 @@ impl ErrCtx<'_, '_> {
         let i = self.tokens.partition_point(|t| t.0 < at);
         self.tokens[i..]
             .iter()
-            .find(|t| !matches!(t.1, Tok::Indent | Tok::Dedent))
+            .find(|t| !matches!(t.1, Tok::Indent | Tok::Dedent | Tok::EmptyBlock))
             .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
     }
 
@@ -369,7 +552,7 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if expected.iter().any(|e| e == "INDENT") {
+        if only_block(expected) {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,
@@ -388,20 +571,16 @@ impl ErrCtx<'_, '_> {
             _ => span,
         };
         let exp = human_expected(expected);
-        let (message, label) = if exp.is_empty() {
-            (format!("unexpected {found}"), "unexpected here".to_string())
-        } else {
-            (
-                format!("expected {exp}, found {found}"),
-                format!("expected {exp}"),
-            )
-        };
         let code = if at_end { "E0102" } else { "E0101" };
-        let mut d = Diagnostic::new(code, span, message).with_primary_label(label);
-        if let Some(h) = hint(tok, expected) {
-            d = d.with_help(h);
-        } else if !exp.is_empty() {
-            d = d.with_help(format!("expected {exp}"));
+        let mut d = Diagnostic::new(code, span, format!("unexpected {found}"));
+        let prev = self.tokens[..self.tokens.partition_point(|t| t.0 < span.start)]
+            .last()
+            .map(|t| t.1);
+        match (hint(tok, prev, expected), exp.is_empty()) {
+            (Some(h), true) => d = d.with_help(h),
+            (Some(h), false) => d = d.with_primary_label(format!("expected {exp}")).with_help(h),
+            (None, false) => d = d.with_help(format!("expected {exp}")),
+            (None, true) => {}
         }
         d
     }
@@ -412,25 +591,77 @@ impl ErrCtx<'_, '_> {
         self.tokens[..i]
             .iter()
             .rev()
-            .find(|t| !matches!(t.1, Tok::Newline | Tok::Dedent | Tok::Indent))
+            .find(|t| {
+                !matches!(
+                    t.1,
+                    Tok::Newline | Tok::Dedent | Tok::Indent | Tok::EmptyBlock
+                )
+            })
             .map_or(Span::new(at, at), |t| Span::new(t.0, t.2))
     }
 }
 
+/// The parser wants an indented block and nothing else.
+fn only_block(expected: &[String]) -> bool {
+    !expected.is_empty() && expected.iter().all(|e| e == "INDENT" || e == "EMPTY_BLOCK")
+}
+
 /// A more specific help line for common mistakes.
-fn hint(tok: Tok<'_>, expected: &[String]) -> Option<String> {
+fn hint(tok: Tok<'_>, prev: Option<Tok<'_>>, expected: &[String]) -> Option<String> {
     let expects = |s: &str| expected.iter().any(|e| e == s);
+    if let Some(Tok::Name(kw)) = prev {
+        if let Some(h) = python_only(kw) {
+            return Some(h);
+        }
+    }
     match tok {
+        Tok::Name("is") => Some("use `==` and `!=` to compare (there is no `is`)".into()),
+        Tok::Name(kw) if python_only(kw).is_some() => python_only(kw),
+        Tok::Not if !expects("NAME") => {
+            Some("`in` is only used in `for` loops; there is no `not in` test".into())
+        }
+        Tok::In if !expects("NAME") => Some("`in` is only used in `for` loops".into()),
+        Tok::For if expects("\"]\"") || expects("\")\"") => {
+            Some("comprehensions are not supported; build the value with a `for` loop".into())
+        }
+        Tok::Assign if expects("NEWLINE") && !expects("\"==\"") => {
+            Some("chained assignment `a = b = c` is not supported: assign on separate lines".into())
+        }
         Tok::Newline if expects("\":\"") => {
             Some("add `:` at the end of this line to open a block".into())
         }
-        Tok::Assign if expects("\"==\"") => Some("use `==` to compare; `=` assigns".into()),
+        Tok::Assign if expects("\"==\"") || expects("\":\"") => {
+            Some("use `==` to compare; `=` assigns".into())
+        }
         Tok::Def => {
             Some("functions are defined at top level (nested `def` is not supported)".into())
         }
         Tok::Import | Tok::From => Some("imports go at top level".into()),
+        Tok::Else | Tok::Elif => Some(format!(
+            "`{}` must line up with an `if` whose block ends right above it",
+            tok.symbol()
+        )),
+        Tok::Const => Some(
+            "`const` declarations go at top level; in a parameter list write `NAME: const = value`"
+                .into(),
+        ),
         _ => None,
     }
+}
+
+/// Help for Python statements and keywords that Tessera does not have.
+fn python_only(word: &str) -> Option<String> {
+    let what = match word {
+        "class" => "classes are not part of Tessera: use functions and kernels",
+        "lambda" => "`lambda` is not supported: define a function with `def`",
+        "with" | "try" | "except" | "finally" | "raise" | "assert" | "del" | "global"
+        | "nonlocal" | "yield" | "async" | "await" => {
+            "this Python statement is not part of Tessera"
+        }
+        "print" => "`print` is a function here: write `print(x)`",
+        _ => return None,
+    };
+    Some(what.to_string())
 }
 
 const EXPR_START: &[&str] = &[
@@ -449,6 +680,15 @@ const EXPR_START: &[&str] = &[
     "\"False\"",
     "\"None\"",
     "\"inf\"",
+];
+const STMT_START: &[&str] = &[
+    "\"return\"",
+    "\"pass\"",
+    "\"break\"",
+    "\"continue\"",
+    "\"if\"",
+    "\"for\"",
+    "\"while\"",
 ];
 const OPERATORS: &[&str] = &[
     "\"+\"", "\"-\"", "\"*\"", "\"/\"", "\"//\"", "\"%\"", "\"**\"", "\"@\"", "\"&\"", "\"|\"",
@@ -469,7 +709,15 @@ pub fn human_expected(expected: &[String]) -> String {
     if expr {
         skip.extend(EXPR_START);
     }
-    let ops = OPERATORS.iter().filter(|o| has(o)).count() >= 6;
+    let stmt = expr && has("\"pass\"") && has("\"return\"");
+    if stmt {
+        skip.extend(STMT_START);
+    }
+    let ops = OPERATORS
+        .iter()
+        .filter(|o| has(o) && !skip.contains(o))
+        .count()
+        >= 5;
     if ops {
         skip.extend(OPERATORS);
     }
@@ -487,6 +735,7 @@ pub fn human_expected(expected: &[String]) -> String {
             "STR" => "a string".to_string(),
             "NEWLINE" => "end of line".to_string(),
             "INDENT" => "an indented block".to_string(),
+            "EMPTY_BLOCK" => continue,
             "DEDENT" => "end of the block".to_string(),
             other => format!("`{}`", other.trim_matches('"')),
         };
@@ -497,7 +746,9 @@ pub fn human_expected(expected: &[String]) -> String {
     if ops {
         tail.push("an operator".into());
     }
-    if expr {
+    if stmt {
+        tail.push("a statement".into());
+    } else if expr {
         tail.push("an expression".into());
     }
     // `end of line` reads best last

@@ -402,3 +402,492 @@ fn basic_error_codes() {
     assert_eq!(d[0].code, "E0101");
     assert!(d[0].message.contains("end of line"), "{}", d[0].message);
 }
+
+// ------------------------------------------------------------------ lexer
+
+fn kinds(text: &str) -> Vec<String> {
+    lex(text)
+        .tokens
+        .iter()
+        .map(|t| match t.1 {
+            Tok::Newline => "NL".to_string(),
+            Tok::Indent => "IN".to_string(),
+            Tok::Dedent => "DE".to_string(),
+            Tok::Name(n) => n.to_string(),
+            Tok::Int(v) => v.to_string(),
+            Tok::Float(v) => format!("{v:?}"),
+            Tok::Str(s) => s.to_string(),
+            other => other.symbol().to_string(),
+        })
+        .collect()
+}
+
+fn lex_codes(text: &str) -> Vec<&'static str> {
+    lex(text).diagnostics.iter().map(|d| d.code).collect()
+}
+
+#[test]
+fn layout_blocks() {
+    assert_eq!(
+        kinds("def f():\n    x = 1\n    if x:\n        y\n    z\nw\n").join(" "),
+        "def f ( ) : NL IN x = 1 NL if x : NL IN y NL DE z NL DE w NL"
+    );
+    // blank lines, comment lines (at any column) and trailing comments are ignored
+    assert_eq!(
+        kinds("if a:  # c\n\n# top\n        # deep\n    b\n\n").join(" "),
+        "if a : NL IN b NL DE"
+    );
+    // implicit joining inside brackets, explicit after a backslash
+    assert_eq!(
+        kinds("f(a,\n  b,\n\n)\nx = 1 + \\\n  2\n").join(" "),
+        "f ( a , b , ) NL x = 1 + 2 NL"
+    );
+    // no trailing newline: NEWLINE and DEDENTs are still produced
+    assert_eq!(
+        kinds("if a:\n  if b:\n    c").join(" "),
+        "if a : NL IN if b : NL IN c NL DE DE"
+    );
+    // CRLF line ends
+    assert_eq!(
+        kinds("if a:\r\n    b\r\n").join(" "),
+        "if a : NL IN b NL DE"
+    );
+    assert!(kinds("").is_empty());
+    assert!(kinds("# only a comment\n\n   \n").is_empty());
+    assert!(lex("# c\n").diagnostics.is_empty());
+}
+
+#[test]
+fn layout_errors() {
+    assert_eq!(lex_codes("if a:\n\tb\n"), ["E0103"]);
+    assert_eq!(lex_codes("if a:\n  \t b\n"), ["E0103"]);
+    // a tab that makes the width ambiguous is reported once, not as an indent too
+    assert_eq!(lex_codes("x = 1\n\ty = 2\n"), ["E0103"]);
+    assert_eq!(lex_codes("def f():\n    x = 1\n    \ty = 2\n"), ["E0103"]);
+    assert_eq!(
+        lex_codes("def f():\n\tx = 1\n\ty = 2\n"),
+        ["E0103", "E0103"]
+    );
+    // a tab inside a line is fine
+    assert!(lex_codes("x =\t1\n").is_empty());
+    assert_eq!(lex_codes("if a:\n    b\n  c\n"), ["E0104"]);
+    assert_eq!(lex_codes("x\n    y\n"), ["E0105"]);
+    // an indent after a block header with a missing `:` is left to the parser
+    assert!(lex_codes("if a\n    b\n").is_empty());
+    let d = &lex("if a:\n    b\n  c\n").diagnostics[0];
+    assert_eq!(d.span, Span::new(14, 15));
+}
+
+#[test]
+fn lexical_errors() {
+    let l = lex("x = $$ + 1 ? y\n");
+    assert_eq!(
+        l.diagnostics
+            .iter()
+            .map(|d| (d.code, d.span))
+            .collect::<Vec<_>>(),
+        [("E0107", Span::new(4, 6)), ("E0107", Span::new(11, 12))]
+    );
+    // non-ASCII characters are reported whole
+    let l = lex("x = é\n");
+    assert_eq!(l.diagnostics[0].code, "E0107");
+    assert_eq!(l.diagnostics[0].span, Span::new(4, 6));
+    assert_eq!(lex_codes("x = 'abc\ny = 2\n"), ["E0108"]);
+    assert_eq!(kinds("x = 'abc\ny = 2\n").join(" "), "x = 'abc NL y = 2 NL");
+    assert_eq!(lex_codes("x = \"\"\"abc\n"), ["E0108"]);
+    for bad in [
+        "0x",
+        "1__0",
+        "1_",
+        "99999999999999999999",
+        "1e",
+        "1e+",
+        "12abc",
+        "0x1g",
+        "0b12",
+        "0o8",
+        "1e400",
+    ] {
+        let l = lex(bad);
+        assert_eq!(lex_codes(bad), ["E0109"], "{bad}");
+        assert_eq!(
+            l.diagnostics[0].span,
+            Span::new(0, bad.len() as u32),
+            "{bad}"
+        );
+        assert_eq!(l.tokens.len(), 2, "{bad}: one number token and NEWLINE");
+    }
+    for good in [
+        "0",
+        "007",
+        "1_000_000",
+        "0x_80",
+        "0xFF",
+        "9223372036854775807",
+        "1.5e-3",
+        "1E5",
+        ".5",
+        "5.",
+    ] {
+        assert!(lex_codes(good).is_empty(), "{good}");
+    }
+    // strings: escapes, both quotes, an escaped newline
+    assert_eq!(lexer::unescape(r#""a\tb\\c\"d""#), "a\tb\\c\"d");
+    assert_eq!(lexer::unescape(r"'it\'s \q'"), "it's \\q");
+    assert_eq!(p("'a\\\nb'"), "\"ab\"");
+}
+
+// ------------------------------------------------------------------ errors
+
+/// (code, 1-based line of the primary span) for each diagnostic of a file.
+fn at_lines(text: &str) -> Vec<(&'static str, usize)> {
+    diags(text)
+        .iter()
+        .map(|d| {
+            (
+                d.code,
+                text[..d.span.start as usize].matches('\n').count() + 1,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn error_codes_and_lines() {
+    assert_eq!(at_lines("def f():\n"), [("E0106", 1)]);
+    assert_eq!(at_lines("def f():\n    if x:\n    y = 1\n"), [("E0106", 3)]);
+    assert_eq!(at_lines("def f():\n    for i in x:\n# c\n"), [("E0106", 2)]);
+    assert_eq!(at_lines("if x:\nelse:\n    pass\n"), [("E0106", 2)]);
+    assert_eq!(at_lines("x = 1; y = 2\n"), [("E0107", 1)]);
+    assert_eq!(at_lines("x = (1,\n     2\ny = 3\n"), [("E0102", 1)]);
+    assert_eq!(at_lines("x = [1,\n     2\n"), [("E0102", 1)]);
+    assert_eq!(
+        at_lines("def f():\n    x = g(1,\n    return x\n"),
+        [("E0102", 2)]
+    );
+    assert_eq!(at_lines("x = 1 +\n"), [("E0101", 1)]);
+    assert_eq!(at_lines("if x\n    pass\n"), [("E0101", 1)]);
+    assert_eq!(
+        at_lines("def f(x: Tensor[\"M\", f32]:\n    return x\n"),
+        [("E0101", 1)]
+    );
+    assert_eq!(at_lines("@kernel\n@autotune()\n"), [("E0113", 2)]);
+    assert_eq!(at_lines("@kernel\nx = 1\n"), [("E0113", 1)]);
+    assert_eq!(
+        at_lines("for i in range(3):\n    pass\ncontinue\n"),
+        [("E0114", 3)]
+    );
+    assert_eq!(
+        at_lines("def f():\n    while x:\n        break\n    break\n"),
+        [("E0114", 4)]
+    );
+    assert_eq!(at_lines("if x:\n    return\n"), [("E0115", 2)]);
+    assert_eq!(at_lines("f(a, k=1, b, c)\n"), [("E0112", 1), ("E0112", 1)]);
+    assert_eq!(
+        at_lines("@kernel(grid=1, 4)\ndef f(): pass\n"),
+        [("E0112", 1)]
+    );
+    assert_eq!(at_lines("x + 1 = y\n"), [("E0110", 1)]);
+    assert_eq!(at_lines("(a, f()) = y\n"), [("E0110", 1)]);
+    assert_eq!(at_lines("[a, b] = y\n"), [("E0110", 1)]);
+    assert_eq!(at_lines("f(x) += 1\n"), [("E0110", 1)]);
+    assert_eq!(at_lines("a, b: i32 = y\n"), [("E0110", 1)]);
+    assert_eq!(at_lines("x = a == not b\n"), [("E0101", 1)]);
+    assert_eq!(at_lines("x = $\n"), [("E0107", 1)]);
+}
+
+#[test]
+fn error_messages_name_found_and_expected() {
+    let d = &diags("x = (1 +)\n")[0];
+    assert_eq!(d.code, "E0101");
+    assert_eq!(d.message, "unexpected `)`");
+    assert_eq!(d.help.as_deref(), Some("expected an expression"));
+    assert_eq!(d.span, Span::new(8, 9));
+
+    let d = &diags("def f(x)\n    pass\n")[0];
+    assert_eq!(d.message, "unexpected end of line");
+    assert_eq!(d.primary_label, "expected `->` or `:`");
+    assert!(d.help.as_deref().unwrap().contains("add `:`"));
+
+    let d = &diags("x = [1, 2)\n")[0];
+    assert_eq!(d.help.as_deref(), Some("expected `,` or `]`"));
+
+    let d = &diags("f(x, y\ny = 1\n")[0];
+    assert_eq!((d.code, d.span), ("E0102", Span::new(1, 2)));
+    assert_eq!(d.message, "unclosed `(`");
+    assert!(d.labels[0].message.contains("expected"), "{:?}", d.labels);
+
+    let d = &diags("x = a < b < c\n")[0];
+    assert_eq!(d.message, "comparison operators cannot be chained");
+    assert_eq!(d.span, Span::new(10, 11));
+    assert!(d.help.as_deref().unwrap().contains("and"));
+
+    let d = &diags("def f():\n    def g(): pass\n")[0];
+    assert_eq!(d.message, "unexpected `def`");
+    assert!(d.help.as_deref().unwrap().contains("top level"));
+
+    let d = &diags("f(a=1, 2)\n")[0];
+    assert_eq!(d.span, Span::new(7, 8));
+    assert_eq!(d.labels[0].span, Span::new(2, 5));
+
+    let d = &diags("@kernel\nx = 1\n")[0];
+    assert_eq!(d.span, Span::new(0, 7));
+    assert!(d.message.contains("`@kernel`"));
+}
+
+#[test]
+fn recovery_reports_each_bad_statement_and_keeps_the_rest() {
+    let text = "def f(x):\n    a = x +\n    b = 1\n    c = (2 3)\n    if x\n        d = 4\n    e = 5 5\n    return e\n";
+    let p = parse_item(text);
+    let lines: Vec<usize> = p
+        .diagnostics
+        .iter()
+        .map(|d| text[..d.span.start as usize].matches('\n').count() + 1)
+        .collect();
+    assert_eq!(lines, [2, 4, 5, 7], "{:#?}", p.diagnostics);
+    let Some(Item::Function(f)) = p.item else {
+        panic!("no function")
+    };
+    let kinds: Vec<&str> = f
+        .body
+        .iter()
+        .map(|s| match s.kind {
+            StmtKind::Error => "error",
+            StmtKind::Assign { .. } => "assign",
+            StmtKind::Return(_) => "return",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["error", "assign", "error", "error", "error", "return"]
+    );
+    // a header that cannot be read still yields the function with its body
+    let p = parse_item("def f(x: , y):\n    return 1\n");
+    assert_eq!(p.diagnostics.len(), 1);
+    let Some(Item::Function(f)) = p.item else {
+        panic!("no function")
+    };
+    assert_eq!(f.name.name, "f");
+    assert_eq!(f.body.len(), 1);
+}
+
+// ------------------------------------------------------------------ split_items
+
+fn pieces(text: &str) -> Vec<&str> {
+    split_items(text).iter().map(|s| &text[s.range()]).collect()
+}
+
+fn assert_tiles(text: &str, spans: &[Span]) {
+    let mut at = 0;
+    for s in spans {
+        assert_eq!(s.start, at, "gap or overlap in {spans:?} for {text:?}");
+        assert!(s.end > s.start, "empty range in {spans:?} for {text:?}");
+        at = s.end;
+    }
+    assert_eq!(
+        at as usize,
+        text.len(),
+        "ranges {spans:?} do not cover {text:?}"
+    );
+}
+
+#[test]
+fn split_items_cases() {
+    let text = "# header\nimport a\n\nconst B = 1\n@kernel(\n  grid=(1,))\n@autotune\n# between\ndef f():\n    x = 1\n# comment at column 0 inside the body\n    y = (1,\n2)\n    s = \"\"\"\nnot an item\n\"\"\"\n\nif x:\n    pass\nelif y:\n    pass\nelse:\n    pass\nz = 1";
+    let p = pieces(text);
+    assert_eq!(p.len(), 5, "{p:#?}");
+    assert!(p[0].starts_with("# header\nimport a"));
+    assert!(p[1].starts_with("const B"));
+    assert!(p[2].starts_with("@kernel(") && p[2].contains("y = (1,\n2)"));
+    assert!(p[3].starts_with("if x:") && p[3].contains("else:"));
+    assert_eq!(p[4], "z = 1");
+    assert_tiles(text, &split_items(text));
+    // each piece parses on its own
+    for piece in &p {
+        let parsed = parse_item(piece);
+        assert!(
+            parsed.diagnostics.is_empty(),
+            "{piece:?}: {:#?}",
+            parsed.diagnostics
+        );
+    }
+    assert!(split_items("").is_empty());
+    assert_eq!(pieces("  # only\n\n"), ["  # only\n\n"]);
+    assert_eq!(pieces("  x = 1\ny = 2\n"), ["  x = 1\n", "y = 2\n"]);
+}
+
+#[test]
+fn split_items_is_robust_to_unfinished_code() {
+    // an unclosed call does not swallow the next def
+    let text = "def f():\n    g(1,\n\ndef h():\n    pass\n";
+    assert_eq!(
+        pieces(text),
+        ["def f():\n    g(1,\n\n", "def h():\n    pass\n"]
+    );
+    let (items, d) = parse_file(text);
+    assert_eq!(items.len(), 2);
+    assert_eq!(
+        d.iter().map(|d| (d.code, d.span.start)).collect::<Vec<_>>(),
+        [("E0102", 14)]
+    );
+    // an unterminated one-line string ends at the end of its line
+    assert_eq!(pieces("x = 'abc\ny = 1\n").len(), 2);
+    // stray closers do not underflow
+    assert_eq!(pieces(")\n]\nx\n").len(), 3);
+    // diagnostics of later items are shifted to file offsets
+    let (_, d) = parse_file("x = 1\ny = (\n");
+    assert_eq!(d[0].span.start, 10);
+}
+
+#[test]
+fn parse_file_reference_offsets() {
+    let (items, d) = parse_file(REFERENCE[0]);
+    assert!(d.is_empty());
+    let names: Vec<&str> = items
+        .iter()
+        .map(|(i, _)| match i {
+            Item::Import(_) => "import",
+            Item::FromImport(_) => "from",
+            Item::Const(_) => "const",
+            Item::Function(f) => f.name.name.as_str(),
+            Item::Stmt(_) => "stmt",
+        })
+        .collect();
+    assert_eq!(names, ["from", "import", "const", "vadd", "scaled_sum"]);
+    let (vadd, off) = &items[3];
+    assert!(REFERENCE[0][*off as usize..].starts_with("@kernel"));
+    let Item::Function(f) = vadd else { panic!() };
+    let item_text = &REFERENCE[0][*off as usize..];
+    assert_eq!(&item_text[f.name.span.range()], "vadd");
+    assert_eq!(f.decorators[0].args.as_ref().map(Vec::len), Some(2));
+}
+
+// ------------------------------------------------------------------ properties
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SOUP: &[&str] = &[
+        "def", "return", "if", "elif", "else", "for", "in", "while", "break", "continue", "pass",
+        "import", "from", "as", "and", "or", "not", "const", "True", "False", "None", "inf", "x",
+        "Tensor", "f32", "1", "0x", "1_", "2.5", "1e", "\"s\"", "'t", "\"\"\"", "+", "-", "*", "/",
+        "//", "%", "**", "@", "&", "|", "^", "~", "==", "!=", "<", "<=", ">", ">=", "=", "+=",
+        "**=", "->", ":", ",", ".", "(", ")", "[", "]", "{", "}", "\n", "\n    ", "\n  ", "\n\t",
+        " ", "# c", "\\\n", "$", "é", "\r\n",
+    ];
+
+    fn soup() -> impl Strategy<Value = String> {
+        proptest::collection::vec(proptest::sample::select(SOUP), 0..60).prop_map(|v| v.join(" "))
+    }
+
+    fn check(text: &str) {
+        let spans = split_items(text);
+        if !text.is_empty() {
+            assert_tiles(text, &spans);
+        }
+        for s in &spans {
+            let piece = &text[s.range()];
+            let p = parse_item(piece);
+            for d in &p.diagnostics {
+                assert!(d.span.end as usize <= piece.len(), "{d:?} out of {piece:?}");
+                assert!(crate::diag::codes::lookup(d.code).is_some());
+            }
+        }
+        let l = lex(text);
+        assert!(
+            l.tokens.windows(2).all(|w| w[0].0 <= w[1].0),
+            "tokens out of order"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_text_never_panics(text in "\\PC{0,80}") {
+            check(&text);
+        }
+
+        #[test]
+        fn token_soup_never_panics(text in soup()) {
+            check(&text);
+        }
+
+        #[test]
+        fn reference_mutations_never_panic(i in 0usize..6, cut in 0usize..2000, junk in proptest::sample::select(SOUP)) {
+            let src = REFERENCE[i];
+            let mut at = cut % (src.len() + 1);
+            while !src.is_char_boundary(at) {
+                at -= 1;
+            }
+            let text = format!("{}{}{}", &src[..at], junk, &src[at..]);
+            check(&text);
+        }
+    }
+}
+
+#[test]
+fn missing_blocks_keep_the_item() {
+    // the header's body is missing: reported once, and the item (with an error
+    // statement standing for the body) is still produced
+    for text in [
+        "def f():\n",
+        "def f():\n    if x:\n",
+        "def f():\n    if x:\n    y = 1\n    return y\n",
+    ] {
+        let p = parse_item(text);
+        assert_eq!(
+            p.diagnostics.iter().map(|d| d.code).collect::<Vec<_>>(),
+            ["E0106"],
+            "{text:?}"
+        );
+        assert!(matches!(p.item, Some(Item::Function(_))), "{text:?}");
+    }
+    // primary span: the line that should be indented; label: the opening `:`
+    let d = &parse_item("def f():\n    if x:\n    y = 1\n").diagnostics[0];
+    assert_eq!(d.span, Span::new(23, 24));
+    assert_eq!(d.labels[0].span, Span::new(17, 18));
+    // at the end of the item, the `:` itself
+    let d = &parse_item("def f():\n    if x:\n").diagnostics[0];
+    assert_eq!(d.span, Span::new(17, 18));
+}
+
+#[test]
+fn hints_for_python_habits() {
+    let help = |t: &str| diags(t)[0].help.clone().unwrap_or_default();
+    assert!(help("x = [i for i in y]\n").contains("comprehensions"));
+    assert!(help("x = y = 1\n").contains("chained assignment"));
+    assert!(help("class A:\n    pass\n").contains("classes"));
+    assert!(help("x = a is b\n").contains("`==`"));
+    assert!(help("x = a not in b\n").contains("`in`"));
+    assert!(help("if x = 1:\n    pass\n").contains("`==`"));
+    assert!(help("else:\n    pass\n").contains("line up"));
+}
+
+#[test]
+fn needs_more_input_for_the_repl() {
+    assert!(!needs_more_input(""));
+    assert!(!needs_more_input("x = 1\n"));
+    assert!(
+        !needs_more_input("x = 1 +\n"),
+        "complete, but an error: report it"
+    );
+    assert!(needs_more_input("x = f(1,\n"));
+    assert!(needs_more_input("s = \"\"\"doc\n"));
+    assert!(needs_more_input("x = 1 + \\\n"));
+    assert!(needs_more_input("def f():\n"));
+    assert!(needs_more_input("def f():\n    return 1\n"));
+    assert!(!needs_more_input("def f():\n    return 1\n\n"));
+    assert!(!needs_more_input("if x: pass\n"));
+}
+
+#[test]
+fn byte_order_mark_and_form_feed() {
+    let text = "\u{FEFF}import a\ndef f():\n    pass\n";
+    let (items, d) = parse_file(text);
+    assert!(d.is_empty(), "{d:#?}");
+    assert_eq!(items.len(), 2);
+    assert!(lex("\x0cx = 1\n").diagnostics.is_empty());
+}

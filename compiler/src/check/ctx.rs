@@ -1,0 +1,191 @@
+//! The checker's state while walking one item: local bindings, symbols, and
+//! what it reports (diagnostics, expression types, module names used).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::dims::{display_symbol, Dim};
+use super::resources::Usage;
+use super::scope::ModuleScope;
+use super::types::{Ty, Value};
+use crate::backend::arch::Arch;
+use crate::diag::Diagnostic;
+use crate::syntax::span::Span;
+
+/// A checked expression: its type and, where known, its (possibly symbolic) value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Val {
+    pub ty: Ty,
+    pub value: Option<Value>,
+}
+
+impl Val {
+    pub fn err() -> Val {
+        Val {
+            ty: Ty::Err,
+            value: None,
+        }
+    }
+
+    pub fn of(ty: Ty) -> Val {
+        Val { ty, value: None }
+    }
+
+    pub fn with(ty: Ty, value: Option<Value>) -> Val {
+        Val { ty, value }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindKind {
+    Local,
+    LoopVar,
+    Param,
+    ConstParam,
+    /// A dim name of a tensor parameter, in scope as an `i32`.
+    Dim,
+}
+
+#[derive(Clone, Debug)]
+pub struct Binding {
+    pub ty: Ty,
+    pub value: Option<Value>,
+    pub kind: BindKind,
+    /// Where the name was (last) bound.
+    pub span: Span,
+    /// Bound on some paths only (one branch of an `if`, inside a loop).
+    pub maybe_unbound: bool,
+}
+
+/// Facts about the kernel being checked.
+#[derive(Clone, Debug, Default)]
+pub struct KernelInfo {
+    pub num_warps: Option<u64>,
+    pub num_stages: Option<u64>,
+    pub grid_rank: Option<usize>,
+}
+
+pub struct Checker<'a> {
+    pub scope: &'a ModuleScope,
+    pub arch: Arch,
+    pub in_kernel: bool,
+    /// Checking top-level statements (script variables are module globals).
+    pub top_level: bool,
+    pub kernel: KernelInfo,
+    pub env: HashMap<String, Binding>,
+    /// Symbols standing for run-time values (loop variables, `program_id`
+    /// results, scalar parameters); every other symbol is compile-time known
+    /// (const parameters, tensor dims the kernel is specialised on).
+    pub runtime_syms: HashSet<String>,
+    pub reads: HashSet<String>,
+    /// Locals in order of first binding, for W0001.
+    pub local_defs: Vec<(String, Span)>,
+    pub uses: BTreeSet<String>,
+    pub diags: Vec<Diagnostic>,
+    pub types: Vec<(Span, String)>,
+    /// The declared return type of the function being checked.
+    pub ret: Option<(Ty, Span)>,
+    pub fn_name: String,
+    /// Every name the function body assigns (Python scoping: local throughout).
+    pub fn_locals: HashSet<String>,
+    pub loop_depth: u32,
+    pub usage: Usage,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(scope: &'a ModuleScope, arch: Arch) -> Self {
+        Checker {
+            scope,
+            arch,
+            in_kernel: false,
+            top_level: false,
+            kernel: KernelInfo::default(),
+            env: HashMap::new(),
+            runtime_syms: HashSet::new(),
+            reads: HashSet::new(),
+            local_defs: Vec::new(),
+            uses: BTreeSet::new(),
+            diags: Vec::new(),
+            types: Vec::new(),
+            ret: None,
+            fn_name: String::new(),
+            fn_locals: HashSet::new(),
+            loop_depth: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    pub fn report(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    pub fn record(&mut self, span: Span, ty: &Ty) {
+        if !ty.is_err() {
+            self.types.push((span, ty.to_string()));
+        }
+    }
+
+    /// A fresh run-time symbol for a value bound to `name`.
+    pub fn fresh_runtime(&mut self, name: &str) -> Dim {
+        let mut sym = name.to_string();
+        let mut n = 1;
+        while self.runtime_syms.contains(&sym)
+            || (n == 1
+                && matches!(
+                    self.env.get(name).map(|b| b.kind),
+                    Some(BindKind::Dim | BindKind::ConstParam)
+                ))
+        {
+            n += 1;
+            sym = format!("{name}#{n}");
+        }
+        self.runtime_syms.insert(sym.clone());
+        Dim::symbol(sym)
+    }
+
+    /// The first run-time symbol in `d` (display form), if any.
+    pub fn runtime_symbol(&self, d: &Dim) -> Option<String> {
+        d.symbols()
+            .into_iter()
+            .find(|s| self.runtime_syms.contains(*s))
+            .map(|s| display_symbol(s).to_string())
+    }
+
+    /// Whether a value is known at compile time.
+    pub fn is_compile_time(&self, v: &Option<Value>) -> bool {
+        match v {
+            None => false,
+            Some(Value::Int(d)) => self.runtime_symbol(d).is_none(),
+            Some(Value::Tuple(items)) => {
+                items.iter().all(|i| self.is_compile_time(&Some(i.clone())))
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// Binds a local variable.
+    pub fn bind_local(&mut self, name: &str, mut val: Val, span: Span) {
+        if let Ty::Scalar { dtype, .. } = &val.ty {
+            if dtype.is_int() && !matches!(val.value, Some(Value::Int(_))) {
+                val.value = Some(Value::Int(self.fresh_runtime(name)));
+            }
+        }
+        self.record(span, &val.ty);
+        if !self.env.contains_key(name) && !self.top_level && !val.ty.is_err() {
+            self.local_defs.push((name.to_string(), span));
+        }
+        let kind = match self.env.get(name) {
+            Some(b) if b.kind == BindKind::LoopVar => BindKind::LoopVar,
+            _ => BindKind::Local,
+        };
+        self.env.insert(
+            name.to_string(),
+            Binding {
+                ty: val.ty,
+                value: val.value,
+                kind,
+                span,
+                maybe_unbound: false,
+            },
+        );
+    }
+}

@@ -1,0 +1,626 @@
+//! Function items: parameters, decorators (`@kernel` options, `@autotune`
+//! spaces), the body walk, and the per-function warnings.
+
+use std::collections::HashSet;
+
+use super::ctx::{BindKind, Binding, Checker};
+use super::dims::Dim;
+use super::scope::{annotation, Annot, ModuleScope};
+use super::suggest;
+use super::types::{Ty, Value};
+use super::ItemCheck;
+use crate::backend::arch::Arch;
+use crate::diag::Diagnostic;
+use crate::syntax::ast::{Decorator, Expr, ExprKind, Function};
+
+impl Checker<'_> {
+    fn params(&mut self, f: &Function) {
+        let mut seen: HashSet<&str> = HashSet::new();
+        let scope: &ModuleScope = self.scope;
+        for p in &f.params {
+            if !seen.insert(&p.name.name) {
+                self.report(Diagnostic::new(
+                    "E0206",
+                    p.name.span,
+                    format!("duplicate parameter `{}`", p.name.name),
+                ));
+                continue;
+            }
+            let annot = match &p.ty {
+                Some(t) => annotation(t, &|n| scope.const_value(n), &mut self.diags),
+                None => {
+                    if self.in_kernel {
+                        self.report(
+                            Diagnostic::new("E0510", p.name.span, format!("kernel parameter `{}` needs a type", p.name.name))
+                                .with_help("kernel parameters are `Tensor[...]`, scalars (`n: i32`) or `const`"),
+                        );
+                    }
+                    Annot::Ty(Ty::Err)
+                }
+            };
+            let default = p.default.as_ref().map(|d| (self.expr(d), d));
+            let tspan = p.ty.as_ref().map(|t| t.span).unwrap_or(p.name.span);
+            match annot {
+                Annot::Ty(Ty::Tensor { dims, dtype }) => {
+                    if let Some((_, d)) = &default {
+                        self.report(Diagnostic::new(
+                            "E0510",
+                            d.span,
+                            "tensor parameters cannot have defaults",
+                        ));
+                    }
+                    for d in &dims {
+                        for s in d.symbols() {
+                            if !self.env.contains_key(s) && !seen.contains(s) {
+                                self.env.insert(
+                                    s.to_string(),
+                                    Binding {
+                                        ty: Ty::scalar(super::types::DType::I32),
+                                        value: Some(Value::Int(Dim::symbol(s))),
+                                        kind: BindKind::Dim,
+                                        span: tspan,
+                                        maybe_unbound: false,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    let ty = Ty::Tensor { dims, dtype };
+                    self.record(p.name.span, &ty);
+                    self.env.insert(
+                        p.name.name.clone(),
+                        Binding {
+                            ty,
+                            value: None,
+                            kind: BindKind::Param,
+                            span: p.name.span,
+                            maybe_unbound: false,
+                        },
+                    );
+                }
+                Annot::Ty(Ty::Tile { .. }) => {
+                    self.report(
+                        Diagnostic::new(
+                            "E0510",
+                            tspan,
+                            format!(
+                                "parameter `{}` cannot be a `Tile`: tiles live inside kernels",
+                                p.name.name
+                            ),
+                        )
+                        .with_help("take a `Tensor[...]` and `load` tiles from it"),
+                    );
+                    self.env.insert(
+                        p.name.name.clone(),
+                        Binding {
+                            ty: Ty::Err,
+                            value: None,
+                            kind: BindKind::Param,
+                            span: p.name.span,
+                            maybe_unbound: false,
+                        },
+                    );
+                }
+                Annot::Ty(ty) => {
+                    let value = match &ty {
+                        Ty::Scalar { dtype, .. } if dtype.is_int() => {
+                            Some(Value::Int(self.fresh_runtime(&p.name.name)))
+                        }
+                        _ => None,
+                    };
+                    if let (Ty::Scalar { dtype, .. }, Some((dv, de))) = (&ty, &default) {
+                        match &dv.ty {
+                            Ty::Scalar { dtype: vd, weak } => {
+                                let ok = if *weak { !vd.is_float() || dtype.is_float() } else { vd.widens_to(*dtype) };
+                                if !ok {
+                                    self.report(Diagnostic::new("E0301", de.span, format!("the default `{}` does not fit `{dtype}`", dv.ty)));
+                                }
+                            }
+                            Ty::Err => {}
+                            other => self.report(Diagnostic::new("E0302", de.span, format!("the default of a `{dtype}` parameter must be a scalar, found `{other}`"))),
+                        }
+                    }
+                    self.record(p.name.span, &ty);
+                    self.env.insert(
+                        p.name.name.clone(),
+                        Binding {
+                            ty,
+                            value,
+                            kind: BindKind::Param,
+                            span: p.name.span,
+                            maybe_unbound: false,
+                        },
+                    );
+                }
+                Annot::Const(dt) => {
+                    let (ty, value) = match &default {
+                        Some((dv, de)) => {
+                            if !dv.ty.is_err() && !self.is_compile_time(&dv.value) {
+                                self.report(
+                                    Diagnostic::new("E0505", de.span, format!("the default of const parameter `{}` is not a compile-time value", p.name.name))
+                                        .with_help("use a literal or a module `const`"),
+                                );
+                            }
+                            let ty = match (dt, &dv.ty) {
+                                (Some(d), _) => Ty::weak(d),
+                                (None, Ty::Scalar { dtype, .. }) => Ty::weak(*dtype),
+                                (None, Ty::DTypeV) => Ty::DTypeV,
+                                (None, Ty::Str) => Ty::Str,
+                                (None, _) => Ty::Err,
+                            };
+                            if let (Some(d), Ty::Scalar { dtype: vd, .. }) = (dt, &dv.ty) {
+                                if (vd.is_float() && !d.is_float())
+                                    || ((*vd == super::types::DType::Bool)
+                                        != (d == super::types::DType::Bool))
+                                {
+                                    self.report(Diagnostic::new(
+                                        "E0301",
+                                        de.span,
+                                        format!("the default `{}` does not fit `const {d}`", dv.ty),
+                                    ));
+                                }
+                            }
+                            (ty, dv.value.clone())
+                        }
+                        None => (
+                            Ty::weak(dt.unwrap_or(super::types::DType::I32)),
+                            Some(Value::Int(Dim::symbol(p.name.name.clone()))),
+                        ),
+                    };
+                    self.record(p.name.span, &ty);
+                    self.env.insert(
+                        p.name.name.clone(),
+                        Binding {
+                            ty,
+                            value,
+                            kind: BindKind::ConstParam,
+                            span: p.name.span,
+                            maybe_unbound: false,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn decorators(&mut self, f: &Function) {
+        for (i, d) in f.decorators.iter().enumerate() {
+            match d.name.name.as_str() {
+                "kernel" => self.kernel_options(d),
+                "autotune" => {
+                    if !f.decorators[i + 1..]
+                        .iter()
+                        .any(|x| x.name.name == "kernel")
+                    {
+                        self.report(
+                            Diagnostic::new("E0207", d.name.span, "`@autotune` must be placed above `@kernel`")
+                                .with_help("autotuning searches the options of a kernel: add `@kernel(...)` below it"),
+                        );
+                    }
+                    self.autotune(d, f);
+                }
+                other => {
+                    let mut diag = Diagnostic::new(
+                        "E0207",
+                        d.name.span,
+                        format!("unknown decorator `@{other}`"),
+                    );
+                    diag = match suggest(other, ["kernel", "autotune"].into_iter()) {
+                        Some(s) => diag.with_help(format!("did you mean `@{s}`?")),
+                        None => {
+                            diag.with_help("the decorators are `@kernel(...)` and `@autotune(...)`")
+                        }
+                    };
+                    self.report(diag);
+                }
+            }
+        }
+    }
+
+    fn option_int(&mut self, e: &Expr) -> Option<i64> {
+        let v = self.expr(e);
+        if v.ty.is_err() {
+            return None;
+        }
+        match v.value.as_ref().and_then(Value::as_int) {
+            Some(i) if self.is_compile_time(&v.value) => Some(i),
+            _ => {
+                self.report(Diagnostic::new(
+                    "E0506",
+                    e.span,
+                    format!(
+                        "this option must be a compile-time integer, found `{}`",
+                        v.ty
+                    ),
+                ));
+                None
+            }
+        }
+    }
+
+    fn kernel_options(&mut self, d: &Decorator) {
+        let Some(args) = &d.args else { return };
+        for a in args {
+            let Some(name) = &a.name else {
+                self.expr(&a.value);
+                self.report(
+                    Diagnostic::new("E0207", a.span, "`@kernel` options are given by name")
+                        .with_help("write `@kernel(grid=(...), num_warps=4, num_stages=2)`"),
+                );
+                continue;
+            };
+            match name.name.as_str() {
+                "grid" => self.grid_option(&a.value),
+                "num_warps" => {
+                    if let Some(n) = self.option_int(&a.value) {
+                        if n <= 0 || (n as u64).count_ones() != 1 {
+                            self.report(
+                                Diagnostic::new(
+                                    "E0506",
+                                    a.value.span,
+                                    format!(
+                                        "`num_warps` must be a positive power of two, found {n}"
+                                    ),
+                                )
+                                .with_help("typical values are 2, 4, 8 or 16"),
+                            );
+                        } else {
+                            self.kernel.num_warps =
+                                Some(self.kernel.num_warps.unwrap_or(0).max(n as u64));
+                            self.check_threads(n as u64, a.value.span);
+                        }
+                    }
+                }
+                "num_stages" => {
+                    if let Some(n) = self.option_int(&a.value) {
+                        if n < 1 {
+                            self.report(
+                                Diagnostic::new(
+                                    "E0506",
+                                    a.value.span,
+                                    format!("`num_stages` must be at least 1, found {n}"),
+                                )
+                                .with_help("1 disables pipelining; 2 to 4 is typical"),
+                            );
+                        } else {
+                            self.kernel.num_stages = Some(n as u64);
+                        }
+                    }
+                }
+                other => {
+                    self.expr(&a.value);
+                    let mut diag = Diagnostic::new(
+                        "E0207",
+                        name.span,
+                        format!("unknown option `{other}` of `@kernel`"),
+                    );
+                    diag = match suggest(other, ["grid", "num_warps", "num_stages"].into_iter()) {
+                        Some(s) => diag.with_help(format!("did you mean `{s}`?")),
+                        None => diag.with_help("`@kernel` takes grid=, num_warps= and num_stages="),
+                    };
+                    self.report(diag);
+                }
+            }
+        }
+    }
+
+    fn check_threads(&mut self, warps: u64, span: crate::syntax::span::Span) {
+        let info = self.arch.info();
+        let threads = warps * info.warp_size as u64;
+        if threads > info.max_threads_per_block as u64 {
+            self.report(
+                Diagnostic::new(
+                    "E0604",
+                    span,
+                    format!(
+                        "{warps} warps are {threads} threads per block, more than the {} {} allows",
+                        info.max_threads_per_block, info.name
+                    ),
+                )
+                .with_help(format!(
+                    "use at most {} warps",
+                    info.max_threads_per_block / info.warp_size
+                )),
+            );
+        }
+    }
+
+    fn grid_option(&mut self, e: &Expr) {
+        let items: Vec<&Expr> = match &e.kind {
+            ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().collect(),
+            _ => vec![e],
+        };
+        if items.is_empty() || items.len() > 3 {
+            self.report(
+                Diagnostic::new(
+                    "E0502",
+                    e.span,
+                    format!("a grid has 1 to 3 axes; this one has {}", items.len()),
+                )
+                .with_help("e.g. `grid=(cdiv(M, BM), cdiv(N, BN))`"),
+            );
+            return;
+        }
+        let mut ok = true;
+        for it in &items {
+            let v = self.expr(it);
+            match &v.ty {
+                Ty::Scalar { dtype, .. } if dtype.is_int() => {}
+                Ty::Err => ok = false,
+                other => {
+                    ok = false;
+                    self.report(
+                        Diagnostic::new(
+                            "E0502",
+                            it.span,
+                            format!("grid sizes must be integers, found `{other}`"),
+                        )
+                        .with_help("e.g. `cdiv(N, BLOCK)`"),
+                    );
+                }
+            }
+        }
+        if ok {
+            self.kernel.grid_rank = Some(items.len());
+        }
+    }
+
+    fn autotune(&mut self, d: &Decorator, f: &Function) {
+        let Some(args) = &d.args else {
+            self.report(
+                Diagnostic::new("E0509", d.span, "`@autotune` needs a search space")
+                    .with_help("write `@autotune(space={\"BM\": [64, 128]}, key=[\"M\"])`"),
+            );
+            return;
+        };
+        let const_params: Vec<&str> = f
+            .params
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.ty.as_ref().map(|t| &t.kind),
+                    Some(crate::syntax::ast::TypeExprKind::Const(_))
+                )
+            })
+            .map(|p| p.name.name.as_str())
+            .collect();
+        let mut has_space = false;
+        let mut bad_option = false;
+        for a in args {
+            let name = a.name.as_ref().map(|n| n.name.as_str());
+            match name {
+                Some("space") => {
+                    has_space = true;
+                    let ExprKind::Dict(pairs) = &a.value.kind else {
+                        self.report(Diagnostic::new(
+                            "E0509",
+                            a.value.span,
+                            "the autotune space must be a dict of option name to a list of values",
+                        ));
+                        continue;
+                    };
+                    for (k, v) in pairs {
+                        let key = match &k.kind {
+                            ExprKind::Str(s) => s.as_str(),
+                            _ => {
+                                self.report(Diagnostic::new("E0509", k.span, "autotune space keys are strings naming const parameters or kernel options"));
+                                continue;
+                            }
+                        };
+                        if !const_params.contains(&key) && key != "num_warps" && key != "num_stages"
+                        {
+                            let cands = const_params
+                                .iter()
+                                .copied()
+                                .chain(["num_warps", "num_stages"]);
+                            let mut diag = Diagnostic::new(
+                                "E0509",
+                                k.span,
+                                format!(
+                                    "`{key}` is not a const parameter of `{}` nor a kernel option",
+                                    f.name.name
+                                ),
+                            );
+                            diag = match suggest(key, cands) {
+                                Some(s) => diag.with_help(format!("did you mean `{s}`?")),
+                                None => diag.with_help("autotune the kernel's `const` parameters, `num_warps` and `num_stages`"),
+                            };
+                            self.report(diag);
+                            continue;
+                        }
+                        let vals = self.expr(v);
+                        let ints: Option<Vec<i64>> = match (&v.kind, &vals.value) {
+                            (ExprKind::List(_) | ExprKind::Tuple(_), Some(Value::Tuple(items)))
+                                if !items.is_empty() =>
+                            {
+                                items
+                                    .iter()
+                                    .map(|x| match x {
+                                        Value::Int(d) => d.as_const(),
+                                        Value::Bool(b) => Some(*b as i64),
+                                        _ => None,
+                                    })
+                                    .collect()
+                            }
+                            _ => None,
+                        };
+                        match ints {
+                            None => self.report(Diagnostic::new(
+                                "E0509",
+                                v.span,
+                                format!(
+                                    "the values of `{key}` must be a non-empty list of constants"
+                                ),
+                            )),
+                            Some(vs) if key == "num_warps" => {
+                                for n in vs {
+                                    if n <= 0 || (n as u64).count_ones() != 1 {
+                                        self.report(Diagnostic::new("E0509", v.span, format!("`num_warps` must be a positive power of two, found {n}")));
+                                    } else {
+                                        self.check_threads(n as u64, v.span);
+                                        self.kernel.num_warps =
+                                            Some(self.kernel.num_warps.unwrap_or(0).max(n as u64));
+                                    }
+                                }
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+                Some("key") => {
+                    let dims: Vec<String> = self
+                        .env
+                        .iter()
+                        .filter(|(_, b)| b.kind == BindKind::Dim)
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    let items: Vec<&Expr> = match &a.value.kind {
+                        ExprKind::List(v) | ExprKind::Tuple(v) => v.iter().collect(),
+                        _ => {
+                            self.report(Diagnostic::new(
+                                "E0509",
+                                a.value.span,
+                                "the autotune key must be a list of dim or parameter names",
+                            ));
+                            continue;
+                        }
+                    };
+                    for it in items {
+                        match &it.kind {
+                            ExprKind::Str(s)
+                                if dims.contains(s)
+                                    || f.params.iter().any(|p| &p.name.name == s) => {}
+                            _ => {
+                                let shown = match &it.kind {
+                                    ExprKind::Str(s) => format!("`{s}`"),
+                                    _ => "this".to_string(),
+                                };
+                                let mut diag = Diagnostic::new(
+                                    "E0509",
+                                    it.span,
+                                    format!(
+                                        "{shown} is not a dim or parameter of `{}`",
+                                        f.name.name
+                                    ),
+                                );
+                                if let ExprKind::Str(s) = &it.kind {
+                                    if let Some(sug) = suggest(s, dims.iter().map(String::as_str)) {
+                                        diag = diag.with_help(format!("did you mean `{sug}`?"));
+                                    }
+                                }
+                                self.report(diag);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    bad_option = true;
+                    let msg = match name {
+                        Some(n) => format!("unknown option `{n}` of `@autotune`"),
+                        None => "`@autotune` options are given by name".to_string(),
+                    };
+                    let help = match name.and_then(|n| suggest(n, ["space", "key"].into_iter())) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => {
+                            "write `@autotune(space={\"BM\": [64, 128]}, key=[\"M\"])`".to_string()
+                        }
+                    };
+                    self.report(Diagnostic::new("E0207", a.span, msg).with_help(help));
+                }
+            }
+        }
+        if !has_space && !bad_option {
+            self.report(Diagnostic::new(
+                "E0509",
+                d.span,
+                "`@autotune` needs `space=`",
+            ));
+        }
+    }
+}
+
+/// Checks one function or kernel item.
+pub fn check_function(f: &Function, scope: &ModuleScope, arch: Arch) -> ItemCheck {
+    let mut c = Checker::new(scope, arch);
+    c.in_kernel = f.is_kernel();
+    c.fn_name = f.name.name.clone();
+    c.params(f);
+    let mut assigned = Vec::new();
+    super::stmt::assigned_names(&f.body, &mut assigned);
+    c.fn_locals = assigned
+        .into_iter()
+        .filter(|n| {
+            !c.env.contains_key(n)
+                && !matches!(scope.get(n), Some(super::scope::Entry::Const { .. }))
+                && !super::builtins::is_builtin(n)
+                && super::types::DType::from_name(n).is_none()
+        })
+        .collect();
+    if let Some(rt) = &f.ret {
+        let mut ann = Vec::new();
+        let a = annotation(rt, &|n| scope.const_value(n), &mut ann);
+        c.diags.extend(ann);
+        if c.in_kernel {
+            c.report(
+                Diagnostic::new("E0504", rt.span, "a kernel cannot return a value").with_help(
+                    "remove the return type and write results with `store(out[...], tile)`",
+                ),
+            );
+        } else {
+            let ty = match a {
+                Annot::Ty(t) => t,
+                Annot::Const(dt) => dt.map(Ty::scalar).unwrap_or(Ty::Err),
+            };
+            if matches!(ty, Ty::Tile { .. }) {
+                c.report(Diagnostic::new(
+                    "E0510",
+                    rt.span,
+                    "a function cannot return a `Tile`: tiles live inside kernels",
+                ));
+                c.ret = Some((Ty::Err, rt.span));
+            } else {
+                c.ret = Some((ty, rt.span));
+            }
+        }
+    }
+    c.decorators(f);
+    let terminated = c.block(&f.body);
+    if !terminated && !c.in_kernel {
+        if let Some((rt, span)) = c.ret.clone() {
+            let has_return = f
+                .body
+                .iter()
+                .any(|s| matches!(s.kind, crate::syntax::ast::StmtKind::Return(_)));
+            if !rt.is_err() && !has_return {
+                c.report(
+                    Diagnostic::new(
+                        "E0307",
+                        f.name.span,
+                        format!(
+                            "`{}` declares `-> {rt}` but never returns a value",
+                            f.name.name
+                        ),
+                    )
+                    .with_label(span, "declared here")
+                    .with_help("add a `return` at the end of the body"),
+                );
+            }
+        }
+    }
+    if c.in_kernel {
+        c.finish_resources();
+    }
+    let mut defs = std::mem::take(&mut c.local_defs);
+    defs.sort_by_key(|(_, s)| s.start);
+    for (name, span) in defs {
+        if !c.reads.contains(&name) && !name.starts_with('_') {
+            c.report(
+                Diagnostic::new("W0001", span, format!("unused variable `{name}`")).with_help(
+                    format!("remove it, or call it `_{name}` if it is intentional"),
+                ),
+            );
+        }
+    }
+
+    c.into_check(Some(f))
+}

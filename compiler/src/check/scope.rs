@@ -1,0 +1,605 @@
+//! Module scopes: what a module defines and imports, with signatures and const
+//! values. A scope holds no spans at all and nothing derived from a body, so it
+//! is equal after an edit inside a function (salsa then reuses every other
+//! item's check).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use super::consts::eval_const;
+use super::dims::Dim;
+use super::types::{DType, Ty, Value};
+use super::{builtins, suggest};
+use crate::diag::Diagnostic;
+use crate::syntax::ast::{self, Expr, ExprKind, Item, StmtKind, TypeExpr, TypeExprKind};
+
+/// The names a module defines or imports.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModuleScope {
+    pub entries: BTreeMap<String, Entry>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    /// `const NAME = value` (value `None` when it could not be evaluated).
+    Const {
+        ty: Ty,
+        value: Option<Value>,
+    },
+    Function(Arc<FnSig>),
+    /// `import std.linalg as la` binds `la` to the module.
+    Module(Arc<ModuleScope>),
+    /// `import std.linalg` binds `std`, a namespace holding `linalg`.
+    Namespace(BTreeMap<String, Entry>),
+    /// A variable assigned by a top-level statement (scripts, the REPL).
+    Global,
+    /// An import that failed; `module_diagnostics` reports it once.
+    Broken,
+}
+
+/// The signature of a `def` or kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FnSig {
+    pub name: String,
+    pub is_kernel: bool,
+    pub params: Vec<ParamSig>,
+    /// The declared return type (`None`: returns nothing).
+    pub ret: Option<Ty>,
+    /// `@kernel(grid=...)`: the grid's rank, if the decorator gives one.
+    pub grid_rank: Option<usize>,
+    /// `def name(params) -> T`, as shown on hover.
+    pub rendered: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSig {
+    pub name: String,
+    /// Tensor, scalar (for consts: the const's dtype if given) or `Err` (untyped).
+    pub ty: Ty,
+    pub is_const: bool,
+    pub has_default: bool,
+    pub default: Option<Value>,
+}
+
+impl ModuleScope {
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    pub fn const_value(&self, name: &str) -> Option<Value> {
+        match self.entries.get(name) {
+            Some(Entry::Const { value, .. }) => value.clone(),
+            _ => None,
+        }
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+}
+
+/// A resolved type annotation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Annot {
+    Ty(Ty),
+    /// `const` or `const T`.
+    Const(Option<DType>),
+}
+
+/// Resolves a type annotation; problems are pushed to `diags` (item-relative spans).
+pub fn annotation(
+    te: &TypeExpr,
+    consts: &dyn Fn(&str) -> Option<Value>,
+    diags: &mut Vec<Diagnostic>,
+) -> Annot {
+    match &te.kind {
+        TypeExprKind::Name(id) => {
+            if let Some(d) = DType::from_name(&id.name) {
+                return Annot::Ty(Ty::scalar(d));
+            }
+            if id.name == "Tensor" || id.name == "Tile" {
+                diags.push(
+                    Diagnostic::new(
+                        "E0306",
+                        te.span,
+                        format!("`{}` needs dims and a dtype", id.name),
+                    )
+                    .with_help(format!("write e.g. `{}[\"N\", f32]`", id.name)),
+                );
+            } else {
+                diags.push(unknown_type(id));
+            }
+            Annot::Ty(Ty::Err)
+        }
+        TypeExprKind::Const(inner) => match inner {
+            None => Annot::Const(None),
+            Some(t) => match annotation(t, consts, diags) {
+                Annot::Ty(Ty::Scalar { dtype, .. }) => Annot::Const(Some(dtype)),
+                Annot::Ty(Ty::Err) => Annot::Const(None),
+                _ => {
+                    diags.push(
+                        Diagnostic::new(
+                            "E0306",
+                            t.span,
+                            "a `const` parameter takes a scalar dtype",
+                        )
+                        .with_help("write `const`, `const i32` or `const bool`"),
+                    );
+                    Annot::Const(None)
+                }
+            },
+        },
+        TypeExprKind::Generic { base, args } => {
+            let is_tensor = base.name == "Tensor";
+            if !is_tensor && base.name != "Tile" {
+                let mut d =
+                    Diagnostic::new("E0305", base.span, format!("unknown type `{}`", base.name));
+                if let Some(s) = suggest(&base.name, ["Tensor", "Tile"].into_iter()) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+                diags.push(d);
+                return Annot::Ty(Ty::Err);
+            }
+            let Some((last, dim_args)) = args.split_last() else {
+                diags.push(
+                    Diagnostic::new(
+                        "E0306",
+                        te.span,
+                        format!("`{}[...]` needs dims and a dtype", base.name),
+                    )
+                    .with_help(format!("write e.g. `{}[\"N\", f32]`", base.name)),
+                );
+                return Annot::Ty(Ty::Err);
+            };
+            let mut ok = true;
+            let dtype = match &last.kind {
+                ExprKind::Name(id) => match DType::from_name(&id.name) {
+                    Some(d) => Some(d),
+                    None => {
+                        if consts(&id.name).is_some()
+                            || id.name.len() == 1 && id.name.chars().all(|c| c.is_ascii_uppercase())
+                        {
+                            diags.push(missing_dtype(base, last.span));
+                        } else {
+                            diags.push(unknown_type(id));
+                        }
+                        None
+                    }
+                },
+                _ => {
+                    diags.push(missing_dtype(base, last.span));
+                    None
+                }
+            };
+            let mut dims = Vec::with_capacity(dim_args.len());
+            for a in dim_args {
+                match dim_of(a, consts) {
+                    Ok(d) => dims.push(d),
+                    Err(d) => {
+                        ok = false;
+                        diags.push(d);
+                    }
+                }
+            }
+            match dtype {
+                Some(dtype) if ok => Annot::Ty(if is_tensor {
+                    Ty::Tensor { dims, dtype }
+                } else {
+                    Ty::Tile { dims, dtype }
+                }),
+                _ => Annot::Ty(Ty::Err),
+            }
+        }
+    }
+}
+
+fn unknown_type(id: &ast::Ident) -> Diagnostic {
+    let mut d = Diagnostic::new(
+        "E0305",
+        id.span,
+        format!("unknown type or dtype `{}`", id.name),
+    );
+    let cands = DType::ALL
+        .iter()
+        .map(|d| d.name())
+        .chain(["Tensor", "Tile"]);
+    if let Some(s) = suggest(&id.name, cands) {
+        d = d.with_help(format!("did you mean `{s}`?"));
+    } else {
+        d = d.with_help("dtypes are f64 f32 f16 bf16 f8e4m3 f8e5m2 i64 i32 i16 i8 u32 u8 bool");
+    }
+    d
+}
+
+fn missing_dtype(base: &ast::Ident, span: crate::syntax::span::Span) -> Diagnostic {
+    Diagnostic::new(
+        "E0306",
+        span,
+        format!("the last argument of `{}[...]` must be a dtype", base.name),
+    )
+    .with_help(format!("add the element type: `{}[..., f32]`", base.name))
+}
+
+/// One dim of a `Tensor[...]`/`Tile[...]` annotation.
+#[allow(clippy::result_large_err)]
+fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagnostic> {
+    let lookup = |n: &str| consts(n).or_else(|| Some(Value::Int(Dim::symbol(n))));
+    let bad = |span| {
+        Diagnostic::new(
+            "E0306",
+            span,
+            "a dim must be a name string (\"N\"), an integer or a dim expression (\"4*D\")",
+        )
+    };
+    match eval_const(a, &lookup) {
+        Ok(Value::Int(d)) => Ok(d),
+        Ok(Value::Str(s)) => Dim::parse(&s).map_err(|m| {
+            Diagnostic::new("E0111", a.span, format!("invalid dim expression \"{s}\": {m}"))
+                .with_help("dims are names and integers combined with `+`, `-` and `*`, e.g. \"4*D\" or \"M+1\"")
+        }),
+        _ => Err(bad(a.span)),
+    }
+}
+
+type Resolver<'a> = &'a dyn Fn(&[String]) -> Option<ModuleScope>;
+
+fn path_of(ids: &[ast::Ident]) -> Vec<String> {
+    ids.iter().map(|i| i.name.clone()).collect()
+}
+
+/// The signature of a function item, using `consts` for module constants.
+pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> FnSig {
+    let mut sink = Vec::new();
+    let mut params = Vec::with_capacity(f.params.len());
+    let mut rendered_params = Vec::with_capacity(f.params.len());
+    for p in &f.params {
+        let annot = p.ty.as_ref().map(|t| annotation(t, consts, &mut sink));
+        let (ty, is_const) = match annot {
+            Some(Annot::Ty(t)) => (t, false),
+            Some(Annot::Const(dt)) => (dt.map(Ty::scalar).unwrap_or(Ty::Err), true),
+            None => (Ty::Err, false),
+        };
+        let default = p.default.as_ref().and_then(|d| eval_const(d, consts).ok());
+        let mut r = p.name.name.clone();
+        if p.ty.is_some() {
+            r.push_str(": ");
+            r.push_str(&match (&ty, is_const) {
+                (Ty::Err, true) => "const".to_string(),
+                (t, true) => format!("const {t}"),
+                (t, false) => t.to_string(),
+            });
+        }
+        if p.default.is_some() {
+            r.push_str(" = ");
+            r.push_str(
+                &default
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "...".into()),
+            );
+        }
+        rendered_params.push(r);
+        params.push(ParamSig {
+            name: p.name.name.clone(),
+            ty,
+            is_const,
+            has_default: p.default.is_some(),
+            default,
+        });
+    }
+    let ret = f
+        .ret
+        .as_ref()
+        .map(|t| match annotation(t, consts, &mut sink) {
+            Annot::Ty(t) => t,
+            Annot::Const(dt) => dt.map(Ty::scalar).unwrap_or(Ty::Err),
+        });
+    let grid_rank = f
+        .decorator("kernel")
+        .and_then(|d| d.args.as_ref())
+        .and_then(|args| {
+            args.iter()
+                .find(|a| a.name.as_ref().is_some_and(|n| n.name == "grid"))
+                .map(|a| match &a.value.kind {
+                    ExprKind::Tuple(v) | ExprKind::List(v) => v.len(),
+                    _ => 1,
+                })
+        });
+    let mut rendered = String::new();
+    for d in &f.decorators {
+        rendered.push('@');
+        rendered.push_str(&d.name.name);
+        rendered.push('\n');
+    }
+    rendered.push_str(&format!(
+        "def {}({})",
+        f.name.name,
+        rendered_params.join(", ")
+    ));
+    if let Some(r) = &ret {
+        rendered.push_str(&format!(" -> {r}"));
+    }
+    FnSig {
+        name: f.name.name.clone(),
+        is_kernel: f.is_kernel(),
+        params,
+        ret,
+        grid_rank,
+        rendered,
+    }
+}
+
+fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf: Entry) {
+    let (first, rest) = path.split_first().expect("import paths are non-empty");
+    if rest.is_empty() {
+        entries.insert(first.clone(), leaf);
+        return;
+    }
+    let slot = entries
+        .entry(first.clone())
+        .or_insert_with(|| Entry::Namespace(BTreeMap::new()));
+    if !matches!(slot, Entry::Namespace(_)) {
+        *slot = Entry::Namespace(BTreeMap::new());
+    }
+    if let Entry::Namespace(inner) = slot {
+        bind_import_path(inner, rest, leaf);
+    }
+}
+
+/// Builds the scope of a module from its items (in file order).
+pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope {
+    let mut scope = ModuleScope::default();
+    for item in items {
+        match &**item {
+            Item::Import(imp) => {
+                let path = path_of(&imp.path);
+                let entry = resolve(&path)
+                    .map(|m| Entry::Module(Arc::new(m)))
+                    .unwrap_or(Entry::Broken);
+                match &imp.alias {
+                    Some(a) => {
+                        scope.entries.entry(a.name.clone()).or_insert(entry);
+                    }
+                    None => bind_import_path(&mut scope.entries, &path, entry),
+                }
+            }
+            Item::FromImport(imp) => {
+                let module = resolve(&path_of(&imp.module));
+                for n in &imp.names {
+                    let entry = module
+                        .as_ref()
+                        .and_then(|m| m.get(&n.name.name).cloned())
+                        .unwrap_or(Entry::Broken);
+                    let bound = n.alias.as_ref().unwrap_or(&n.name);
+                    scope.entries.entry(bound.name.clone()).or_insert(entry);
+                }
+            }
+            Item::Const(c) => {
+                if scope.entries.contains_key(&c.name.name) {
+                    continue;
+                }
+                let value = {
+                    let s = &scope;
+                    eval_const(&c.value, &|n| s.const_value(n)).ok()
+                };
+                let ty = match &value {
+                    Some(Value::Int(_)) => Ty::weak(DType::I32),
+                    Some(Value::Float(_)) => Ty::weak(DType::F32),
+                    Some(Value::Bool(_)) => Ty::weak(DType::Bool),
+                    Some(Value::DType(_)) => Ty::DTypeV,
+                    Some(Value::Str(_)) => Ty::Str,
+                    _ => Ty::Err,
+                };
+                scope
+                    .entries
+                    .insert(c.name.name.clone(), Entry::Const { ty, value });
+            }
+            Item::Function(f) => {
+                if scope.entries.contains_key(&f.name.name) {
+                    continue;
+                }
+                let sig = {
+                    let s = &scope;
+                    signature(f, &|n| s.const_value(n))
+                };
+                scope
+                    .entries
+                    .insert(f.name.name.clone(), Entry::Function(Arc::new(sig)));
+            }
+            Item::Stmt(s) => {
+                let mut names = Vec::new();
+                match &s.kind {
+                    StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                        target_names(target, &mut names)
+                    }
+                    StmtKind::For { target, .. } => names.push(target.name.clone()),
+                    _ => {}
+                }
+                for n in names {
+                    scope.entries.entry(n).or_insert(Entry::Global);
+                }
+            }
+        }
+    }
+    scope
+}
+
+fn target_names(e: &Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ExprKind::Name(id) => out.push(id.name.clone()),
+        ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| target_names(x, out)),
+        _ => {}
+    }
+}
+
+/// The names an item binds at module level, with their (item-relative) spans.
+fn defined_names(item: &Item) -> Vec<&ast::Ident> {
+    match item {
+        Item::Import(i) => vec![i.alias.as_ref().unwrap_or(&i.path[0])],
+        Item::FromImport(i) => i
+            .names
+            .iter()
+            .map(|n| n.alias.as_ref().unwrap_or(&n.name))
+            .collect(),
+        Item::Const(c) => vec![&c.name],
+        Item::Function(f) => vec![&f.name],
+        Item::Stmt(_) => vec![],
+    }
+}
+
+/// Diagnostics about the module as a whole (absolute spans): duplicate
+/// definitions and imports that do not resolve.
+pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let mut seen: BTreeMap<&str, crate::syntax::span::Span> = BTreeMap::new();
+    let mut plain_imports: HashSet<&str> = HashSet::new();
+    for (item, off) in items {
+        for id in defined_names(item) {
+            let span = id.span.shift(*off);
+            // `import std.nn` and `import std.linalg` both bind `std`: not a duplicate.
+            if let Item::Import(i) = &**item {
+                if i.alias.is_none() {
+                    if plain_imports.contains(id.name.as_str()) {
+                        continue;
+                    }
+                    plain_imports.insert(&id.name);
+                }
+            }
+            if builtins::is_builtin(&id.name) && matches!(&**item, Item::Const(_)) {
+                out.push(
+                    Diagnostic::new(
+                        "E0208",
+                        span,
+                        format!(
+                            "`{}` is a builtin and cannot be redefined as a constant",
+                            id.name
+                        ),
+                    )
+                    .with_help("choose another name"),
+                );
+            }
+            match seen.get(id.name.as_str()) {
+                Some(first) => out.push(
+                    Diagnostic::new(
+                        "E0204",
+                        span,
+                        format!("`{}` is defined more than once", id.name),
+                    )
+                    .with_primary_label("redefined here")
+                    .with_label(*first, format!("`{}` first defined here", id.name))
+                    .with_help("rename or remove one of the definitions"),
+                ),
+                None => {
+                    seen.insert(&id.name, span);
+                }
+            }
+        }
+        match &**item {
+            Item::Import(imp) => {
+                let path = path_of(&imp.path);
+                if resolve(&path).is_none() {
+                    out.push(unknown_module(
+                        &path,
+                        imp.path[0]
+                            .span
+                            .to(imp.path[imp.path.len() - 1].span)
+                            .shift(*off),
+                    ));
+                }
+            }
+            Item::FromImport(imp) => {
+                let path = path_of(&imp.module);
+                let mspan = imp.module[0]
+                    .span
+                    .to(imp.module[imp.module.len() - 1].span)
+                    .shift(*off);
+                match resolve(&path) {
+                    None => out.push(unknown_module(&path, mspan)),
+                    Some(m) => {
+                        for n in &imp.names {
+                            if m.get(&n.name.name).is_none() {
+                                let mut d = Diagnostic::new(
+                                    "E0203",
+                                    n.name.span.shift(*off),
+                                    format!(
+                                        "`{}` is not defined in module `{}`",
+                                        n.name.name,
+                                        path.join(".")
+                                    ),
+                                )
+                                .with_label(mspan, "in this module");
+                                if let Some(s) = suggest(&n.name.name, m.names()) {
+                                    d = d.with_help(format!("did you mean `{s}`?"));
+                                }
+                                out.push(d);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn unknown_module(path: &[String], span: crate::syntax::span::Span) -> Diagnostic {
+    let dotted = path.join(".");
+    let mut d = Diagnostic::new("E0202", span, format!("unknown module `{dotted}`"));
+    if path.first().map(String::as_str) == Some("std") {
+        if let Some(s) = suggest(&dotted, crate::stdlib::modules()) {
+            d = d.with_help(format!("did you mean `{s}`?"));
+        } else {
+            let all: Vec<&str> = crate::stdlib::modules().collect();
+            d = d.with_help(format!("the standard library has: {}", all.join(", ")));
+        }
+    } else {
+        d = d.with_help(format!(
+            "user modules are files next to the importing one: `{}.tsr`",
+            path.join("/")
+        ));
+    }
+    d
+}
+
+/// W0002 for each imported name no item uses (absolute spans).
+pub fn unused_imports(
+    items: &[(Arc<Item>, u32)],
+    used: &HashSet<&str>,
+    scope: &ModuleScope,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for (item, off) in items {
+        let names: Vec<(&ast::Ident, crate::syntax::span::Span)> = match &**item {
+            Item::Import(i) => {
+                let bound = i.alias.as_ref().unwrap_or(&i.path[0]);
+                vec![(bound, i.span)]
+            }
+            Item::FromImport(i) => i
+                .names
+                .iter()
+                .map(|n| {
+                    (
+                        n.alias.as_ref().unwrap_or(&n.name),
+                        n.name.span.to(n.alias.as_ref().unwrap_or(&n.name).span),
+                    )
+                })
+                .collect(),
+            _ => continue,
+        };
+        for (id, span) in names {
+            let broken = matches!(scope.get(&id.name), Some(Entry::Broken) | None);
+            if !broken && !used.contains(id.name.as_str()) && !id.name.starts_with('_') {
+                out.push(
+                    Diagnostic::new(
+                        "W0002",
+                        span.shift(*off),
+                        format!("unused import `{}`", id.name),
+                    )
+                    .with_help("remove the import"),
+                );
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,612 @@
+//! Statements: assignments, branches and loops (with the merge rules for
+//! branch-merged and loop-carried values), returns, unreachable code.
+
+use std::collections::HashMap;
+
+use super::ctx::{BindKind, Binding, Checker, Val};
+use super::scope::{annotation, Annot, Entry};
+use super::types::{render_dims, DType, Ty, Value};
+use super::{builtins, expr::describe};
+use crate::diag::Diagnostic;
+use crate::syntax::ast::{Block, Expr, ExprKind, Ident, Stmt, StmtKind, TypeExpr};
+use crate::syntax::span::Span;
+
+/// Names assigned anywhere in a block (loop pre-scan).
+pub fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
+    fn targets(e: &Expr, out: &mut Vec<String>) {
+        match &e.kind {
+            ExprKind::Name(id) => out.push(id.name.clone()),
+            ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| targets(x, out)),
+            _ => {}
+        }
+    }
+    for s in body {
+        match &s.kind {
+            StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                targets(target, out)
+            }
+            StmtKind::If { branches, orelse } => {
+                for (_, b) in branches {
+                    assigned_names(b, out);
+                }
+                if let Some(b) = orelse {
+                    assigned_names(b, out);
+                }
+            }
+            StmtKind::For { target, body, .. } => {
+                out.push(target.name.clone());
+                assigned_names(body, out);
+            }
+            StmtKind::While { body, .. } => assigned_names(body, out),
+            _ => {}
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// Checks a block; returns whether it always ends in return/break/continue.
+    pub fn block(&mut self, stmts: &[Stmt]) -> bool {
+        let mut terminated = false;
+        let mut warned = false;
+        for s in stmts {
+            if terminated && !warned {
+                self.report(
+                    Diagnostic::new("W0005", s.span, "unreachable code").with_help(
+                        "it follows a `return`, `break` or `continue`; remove it or move it before",
+                    ),
+                );
+                warned = true;
+            }
+            terminated |= self.stmt(s);
+        }
+        terminated
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> bool {
+        match &s.kind {
+            StmtKind::Expr(e) => {
+                self.expr(e);
+                false
+            }
+            StmtKind::Assign { target, ty, value } => {
+                let v = self.expr(value);
+                let v = match ty {
+                    Some(t) => self.annotated(v, t, value),
+                    None => v,
+                };
+                self.assign(target, v);
+                false
+            }
+            StmtKind::AugAssign { target, op, value } => {
+                let cur = self.expr(target);
+                let r = self.expr(value);
+                let res = self.binary(*op, &cur, &r, s.span, target, value);
+                self.assign(target, res);
+                false
+            }
+            StmtKind::If { branches, orelse } => self.if_stmt(branches, orelse.as_ref()),
+            StmtKind::For { target, iter, body } => {
+                let it = self.expr(iter);
+                if !matches!(it.ty, Ty::Range | Ty::Err) {
+                    self.report(
+                        Diagnostic::new(
+                            "E0302",
+                            iter.span,
+                            format!("`for` loops iterate over `range(...)`, found `{}`", it.ty),
+                        )
+                        .with_help("write `for i in range(start, end, step):`"),
+                    );
+                }
+                self.loop_body(Some(target), body);
+                false
+            }
+            StmtKind::While { cond, body } => {
+                let c = self.expr(cond);
+                self.condition(&c, cond);
+                self.loop_body(None, body);
+                false
+            }
+            StmtKind::Return(e) => {
+                self.return_stmt(e.as_ref(), s.span);
+                true
+            }
+            StmtKind::Break | StmtKind::Continue => true,
+            StmtKind::Pass | StmtKind::Error => false,
+        }
+    }
+
+    /// `x: T = value`: the value must fit the annotation.
+    fn annotated(&mut self, v: Val, te: &TypeExpr, value: &Expr) -> Val {
+        let scope = self.scope;
+        let Annot::Ty(t) = annotation(te, &|n| scope.const_value(n), &mut self.diags) else {
+            return v;
+        };
+        if v.ty.is_err() || t.is_err() {
+            return Val::with(if t.is_err() { v.ty } else { t }, v.value);
+        }
+        let fits = match (&t, &v.ty) {
+            (Ty::Scalar { dtype: d, .. }, Ty::Scalar { dtype: vd, weak }) => {
+                if *weak {
+                    !vd.is_float() || d.is_float()
+                } else {
+                    vd.widens_to(*d)
+                }
+            }
+            (
+                Ty::Tile { dims, dtype },
+                Ty::Tile {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            )
+            | (
+                Ty::Tensor { dims, dtype },
+                Ty::Tensor {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            ) => {
+                if dims != vd {
+                    self.report(
+                        Diagnostic::new(
+                            "E0409",
+                            value.span,
+                            format!(
+                                "this value is `{}`, but the annotation declares shape {}",
+                                v.ty,
+                                render_dims(dims)
+                            ),
+                        )
+                        .with_label(te.span, format!("declared `{t}`")),
+                    );
+                    return Val::with(t, None);
+                }
+                vdt.widens_to(*dtype)
+            }
+            _ => {
+                self.report(
+                    Diagnostic::new(
+                        "E0302",
+                        value.span,
+                        format!(
+                            "this is a {} (`{}`), but the annotation declares `{t}`",
+                            v.ty.kind_name(),
+                            v.ty
+                        ),
+                    )
+                    .with_label(te.span, "declared here"),
+                );
+                return Val::with(t, None);
+            }
+        };
+        if !fits {
+            let dt = t.dtype().unwrap_or(DType::F32);
+            self.report(
+                Diagnostic::new(
+                    "E0301",
+                    value.span,
+                    format!("`{}` does not convert implicitly to `{t}`", v.ty),
+                )
+                .with_label(te.span, format!("declared `{t}`"))
+                .with_help(format!(
+                    "convert explicitly: `{}.to({dt})`",
+                    describe(value)
+                )),
+            );
+        }
+        Val::with(t, v.value)
+    }
+
+    pub fn assign(&mut self, target: &Expr, v: Val) {
+        match &target.kind {
+            ExprKind::Name(id) => self.assign_name(id, v),
+            ExprKind::Tuple(items) | ExprKind::List(items) => {
+                let parts: Vec<Val> = match &v.ty {
+                    Ty::Tuple(tys) if tys.len() == items.len() => {
+                        let vals = match &v.value {
+                            Some(Value::Tuple(vs)) if vs.len() == tys.len() => {
+                                vs.iter().cloned().map(Some).collect()
+                            }
+                            _ => vec![None; tys.len()],
+                        };
+                        tys.iter()
+                            .cloned()
+                            .zip(vals)
+                            .map(|(t, v)| Val::with(t, v))
+                            .collect()
+                    }
+                    Ty::Err => vec![Val::err(); items.len()],
+                    other => {
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            target.span,
+                            format!("cannot unpack `{other}` into {} names", items.len()),
+                        ));
+                        vec![Val::err(); items.len()]
+                    }
+                };
+                for (t, p) in items.iter().zip(parts) {
+                    self.assign(t, p);
+                }
+            }
+            ExprKind::Subscript { value, indices } => {
+                let base = self.expr(value);
+                if self.in_kernel {
+                    self.report(
+                        Diagnostic::new("E0302", target.span, "tiles and tensors cannot be assigned element-wise inside a kernel")
+                            .with_help("write to memory with `store(T[slices], tile)`, or build a new tile with `where(...)`"),
+                    );
+                    return;
+                }
+                let slot = self.subscript(base, value, indices);
+                if let (Some(sd), Some(vd)) = (slot.ty.dims(), v.ty.dims()) {
+                    if super::expr::broadcast(vd, sd).as_deref() != Some(sd) {
+                        self.report(Diagnostic::new(
+                            "E0402",
+                            target.span,
+                            format!(
+                                "a value of shape {} cannot be assigned to a slice of shape {}",
+                                render_dims(vd),
+                                render_dims(sd)
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                self.expr(target);
+                self.report(Diagnostic::new(
+                    "E0302",
+                    target.span,
+                    "this cannot be assigned to",
+                ));
+            }
+        }
+    }
+
+    fn assign_name(&mut self, id: &Ident, v: Val) {
+        let name = id.name.as_str();
+        if let Some(b) = self.env.get(name) {
+            let why = match b.kind {
+                BindKind::Dim => Some("a dim of a tensor parameter"),
+                BindKind::ConstParam => Some("a `const` parameter"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.report(
+                    Diagnostic::new(
+                        "E0208",
+                        id.span,
+                        format!("cannot assign to `{name}`: it is {why}"),
+                    )
+                    .with_label(b.span, "defined here")
+                    .with_help("use a new name for the new value"),
+                );
+                return;
+            }
+        } else if matches!(self.scope.get(name), Some(Entry::Const { .. })) {
+            self.report(
+                Diagnostic::new(
+                    "E0208",
+                    id.span,
+                    format!("cannot assign to `{name}`: it is a module constant"),
+                )
+                .with_help("use a new name for the new value"),
+            );
+            return;
+        } else if builtins::is_builtin(name) || DType::from_name(name).is_some() {
+            self.report(
+                Diagnostic::new(
+                    "E0208",
+                    id.span,
+                    format!("cannot assign to `{name}`: it is a builtin"),
+                )
+                .with_help(format!("choose another name, e.g. `{name}_`")),
+            );
+            return;
+        }
+        self.bind_local(name, v, id.span);
+    }
+
+    fn if_stmt(&mut self, branches: &[(Expr, Block)], orelse: Option<&Block>) -> bool {
+        let before = self.env.clone();
+        let mut outs: Vec<HashMap<String, Binding>> = Vec::new();
+        let mut all_term = true;
+        for (cond, body) in branches {
+            self.env = before.clone();
+            let c = self.expr(cond);
+            self.condition(&c, cond);
+            let t = self.block(body);
+            if !t {
+                outs.push(std::mem::take(&mut self.env));
+            }
+            all_term &= t;
+        }
+        match orelse {
+            Some(b) => {
+                self.env = before.clone();
+                let t = self.block(b);
+                if !t {
+                    outs.push(std::mem::take(&mut self.env));
+                }
+                all_term &= t;
+            }
+            None => {
+                outs.push(before.clone());
+                all_term = false;
+            }
+        }
+        if outs.is_empty() {
+            self.env = before;
+            return all_term;
+        }
+        let mut it = outs.into_iter();
+        let mut merged = it.next().unwrap_or_default();
+        for other in it {
+            merged = self.merge_envs(merged, other);
+        }
+        self.env = merged;
+        all_term
+    }
+
+    fn merge_envs(
+        &mut self,
+        mut a: HashMap<String, Binding>,
+        b: HashMap<String, Binding>,
+    ) -> HashMap<String, Binding> {
+        let mut names: Vec<&String> = a.keys().collect();
+        names.sort();
+        let names: Vec<String> = names.into_iter().cloned().collect();
+        for name in names {
+            let Some(x) = a.get(&name).cloned() else {
+                continue;
+            };
+            match b.get(&name) {
+                None => {
+                    if let Some(x) = a.get_mut(&name) {
+                        x.maybe_unbound = true;
+                    }
+                }
+                Some(y) => {
+                    if !Self::compatible(&x.ty, &y.ty) {
+                        let (later, earlier, lt, et) = if x.span.start >= y.span.start {
+                            (x.span, y.span, &x.ty, &y.ty)
+                        } else {
+                            (y.span, x.span, &y.ty, &x.ty)
+                        };
+                        self.report(
+                            Diagnostic::new("E0407", later, format!("`{name}` is `{lt}` here but `{et}` on another path into the same point"))
+                                .with_label(earlier, format!("`{name}` is `{et}` here"))
+                                .with_help("a value assigned in branches must keep one shape and dtype; cast with `.to()` or make the shapes agree"),
+                        );
+                    }
+                    let mut m = x.clone();
+                    if matches!(m.ty, Ty::Scalar { weak: true, .. }) || m.ty.is_err() {
+                        m.ty = y.ty.clone();
+                    }
+                    if x.value != y.value {
+                        m.value = None;
+                        if let Ty::Scalar { dtype, .. } = &m.ty {
+                            if dtype.is_int() {
+                                m.value = Some(Value::Int(self.fresh_runtime(&name)));
+                            }
+                        }
+                    }
+                    m.maybe_unbound |= y.maybe_unbound;
+                    a.insert(name, m);
+                }
+            }
+        }
+        for (name, y) in b {
+            a.entry(name).or_insert_with(|| Binding {
+                maybe_unbound: true,
+                ..y
+            });
+        }
+        a
+    }
+
+    fn loop_body(&mut self, target: Option<&Ident>, body: &[Stmt]) {
+        let mut assigned = Vec::new();
+        assigned_names(body, &mut assigned);
+        assigned.sort();
+        assigned.dedup();
+        for n in &assigned {
+            let is_int = matches!(self.env.get(n), Some(Binding { ty: Ty::Scalar { dtype, .. }, kind: BindKind::Local | BindKind::LoopVar | BindKind::Param, .. }) if dtype.is_int());
+            if is_int {
+                let sym = self.fresh_runtime(n);
+                if let Some(b) = self.env.get_mut(n) {
+                    b.value = Some(Value::Int(sym));
+                }
+            }
+        }
+        let before = self.env.clone();
+        if let Some(t) = target {
+            let sym = self.fresh_runtime(&t.name);
+            let ty = Ty::scalar(DType::I32);
+            self.record(t.span, &ty);
+            if matches!(
+                self.env.get(&t.name).map(|b| b.kind),
+                Some(BindKind::Dim | BindKind::ConstParam)
+            ) {
+                self.report(Diagnostic::new(
+                    "E0208",
+                    t.span,
+                    format!(
+                        "cannot use `{}` as a loop variable: it is a dim or `const` parameter",
+                        t.name
+                    ),
+                ));
+            }
+            self.env.insert(
+                t.name.clone(),
+                Binding {
+                    ty,
+                    value: Some(Value::Int(sym)),
+                    kind: BindKind::LoopVar,
+                    span: t.span,
+                    maybe_unbound: false,
+                },
+            );
+        }
+        self.loop_depth += 1;
+        self.block(body);
+        self.loop_depth -= 1;
+        let mut names: Vec<&String> = before.keys().collect();
+        names.sort();
+        for name in names {
+            let b0 = &before[name];
+            let Some(b1) = self.env.get(name) else {
+                continue;
+            };
+            if b1.span != b0.span && !Self::compatible(&b0.ty, &b1.ty) {
+                let (s1, t1) = (b1.span, b1.ty.clone());
+                if let Some(b) = self.env.get_mut(name) {
+                    b.ty = b0.ty.clone();
+                }
+                self.report(
+                    Diagnostic::new("E0407", s1, format!("`{name}` is carried around the loop but changes from `{}` to `{t1}`", b0.ty))
+                        .with_label(b0.span, format!("before the loop, `{name}` is `{}`", b0.ty))
+                        .with_help("a value carried around a loop must keep its shape and dtype; cast with `.to()` or make the shapes agree"),
+                );
+            }
+        }
+        let fresh: Vec<String> = assigned
+            .iter()
+            .filter(|n| before.contains_key(*n))
+            .cloned()
+            .collect();
+        for n in fresh {
+            let is_int = matches!(self.env.get(&n), Some(Binding { ty: Ty::Scalar { dtype, .. }, .. }) if dtype.is_int());
+            if is_int {
+                let sym = self.fresh_runtime(&n);
+                if let Some(b) = self.env.get_mut(&n) {
+                    b.value = Some(Value::Int(sym));
+                }
+            }
+        }
+        for (name, b) in self.env.iter_mut() {
+            if !before.contains_key(name) {
+                b.maybe_unbound = true;
+            }
+        }
+    }
+
+    fn return_stmt(&mut self, e: Option<&Expr>, span: Span) {
+        if self.in_kernel {
+            if let Some(e) = e {
+                self.expr(e);
+                self.report(
+                    Diagnostic::new("E0504", e.span, "a kernel cannot return a value").with_help(
+                        "write results to an output tensor with `store(out[...], tile)`",
+                    ),
+                );
+            }
+            return;
+        }
+        let v = e.map(|e| self.expr(e));
+        if self.top_level {
+            return;
+        }
+        let name = self.fn_name.clone();
+        match (self.ret.clone(), v, e) {
+            (None, Some(v), Some(e)) if !matches!(v.ty, Ty::Err | Ty::NoneV) => self.report(
+                Diagnostic::new(
+                    "E0307",
+                    e.span,
+                    format!("`{name}` declares no return type but returns `{}`", v.ty),
+                )
+                .with_help(format!("declare it: `-> {}`", v.ty)),
+            ),
+            (Some((rt, rspan)), None, _) if !rt.is_err() => self.report(
+                Diagnostic::new("E0307", span, format!("`{name}` must return `{rt}`"))
+                    .with_label(rspan, "declared here"),
+            ),
+            (Some((rt, rspan)), Some(v), Some(e)) => self.check_return(&rt, rspan, &v, e),
+            _ => {}
+        }
+    }
+
+    fn check_return(&mut self, rt: &Ty, rspan: Span, v: &Val, e: &Expr) {
+        let name = self.fn_name.clone();
+        match (rt, &v.ty) {
+            (Ty::Err, _) | (_, Ty::Err) => {}
+            (
+                Ty::Tensor {
+                    dims: rd,
+                    dtype: rdt,
+                },
+                Ty::Tensor {
+                    dims: vd,
+                    dtype: vdt,
+                },
+            ) => {
+                if rd.len() != vd.len() {
+                    self.report(
+                        Diagnostic::new(
+                            "E0409",
+                            e.span,
+                            format!(
+                                "`{name}` returns `{}` (rank {}) but declares `{rt}` (rank {})",
+                                v.ty,
+                                vd.len(),
+                                rd.len()
+                            ),
+                        )
+                        .with_label(rspan, "declared here"),
+                    );
+                } else if let Some(i) = (0..rd.len()).find(|&i| rd[i] != vd[i]) {
+                    self.report(
+                        Diagnostic::new(
+                            "E0409",
+                            e.span,
+                            format!("`{name}` returns `{}` but declares `{rt}`: dim {i} is `{}`, declared `{}`", v.ty, vd[i], rd[i]),
+                        )
+                        .with_label(rspan, "declared here")
+                        .with_help("distinct dim names are distinct sizes: a function declared for all sizes may not assume two of them are equal"),
+                    );
+                } else if vdt != rdt {
+                    self.report(
+                        Diagnostic::new(
+                            "E0307",
+                            e.span,
+                            format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
+                        )
+                        .with_label(rspan, "declared here")
+                        .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
+                    );
+                }
+            }
+            (Ty::Scalar { dtype: rdt, .. }, Ty::Scalar { dtype: vdt, weak }) => {
+                let ok = if *weak {
+                    !vdt.is_float() || rdt.is_float()
+                } else {
+                    vdt.widens_to(*rdt)
+                };
+                if !ok {
+                    self.report(
+                        Diagnostic::new(
+                            "E0307",
+                            e.span,
+                            format!("`{name}` returns `{}` but declares `{rt}`", v.ty),
+                        )
+                        .with_label(rspan, "declared here")
+                        .with_help(format!("convert explicitly: `.to({rdt})`")),
+                    );
+                }
+            }
+            _ => self.report(
+                Diagnostic::new(
+                    "E0307",
+                    e.span,
+                    format!(
+                        "`{name}` returns a {} (`{}`) but declares `{rt}`",
+                        v.ty.kind_name(),
+                        v.ty
+                    ),
+                )
+                .with_label(rspan, "declared here"),
+            ),
+        }
+    }
+}

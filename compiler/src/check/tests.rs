@@ -1,0 +1,174 @@
+//! Checker tests: the UI cases of `tests/ui/check` (and the stdlib and valid
+//! programs when present) run through the database with the inline annotation
+//! format of the UI harness, plus salsa reuse.
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::arch::Arch;
+use crate::db::Database;
+use crate::diag::Diagnostic;
+
+struct Expect {
+    line: usize,
+    code: String,
+    needles: Vec<String>,
+}
+
+fn expectations(text: &str) -> Vec<Expect> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(pos) = rest.find("#~") {
+            rest = &rest[pos + 2..];
+            let ups = rest.chars().take_while(|c| *c == '^').count();
+            rest = &rest[ups..];
+            let end = rest.find("#~").unwrap_or(rest.len());
+            let spec = rest[..end].trim();
+            let code = spec.split_whitespace().next().unwrap_or("").to_string();
+            let mut needles = Vec::new();
+            let mut s = &spec[code.len()..];
+            while let Some(a) = s.find('"') {
+                let Some(b) = s[a + 1..].find('"') else { break };
+                needles.push(s[a + 1..a + 1 + b].to_string());
+                s = &s[a + b + 2..];
+            }
+            out.push(Expect {
+                line: i + 1 - ups,
+                code,
+                needles,
+            });
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+fn line_of(text: &str, offset: u32) -> usize {
+    text[..(offset as usize).min(text.len())]
+        .matches('\n')
+        .count()
+        + 1
+}
+
+/// Checks one file; returns a description of every mismatch.
+fn run_case(path: &Path, text: &str) -> Vec<String> {
+    let mut db = Database::new();
+    if let Some(arch) = text.lines().next().and_then(|l| l.strip_prefix("# arch:")) {
+        db.set_arch(arch.trim().parse::<Arch>().expect("valid arch"));
+    }
+    let file = db.set_source(path.to_path_buf(), text.to_string());
+    let diags: Vec<Diagnostic> = db.diagnostics(file).to_vec();
+    let mut expects = expectations(text);
+    let mut problems = Vec::new();
+    for d in &diags {
+        let line = line_of(text, d.span.start);
+        let found = expects.iter().position(|e| {
+            e.line == line
+                && e.code == d.code
+                && e.needles.iter().all(|n| d.message.contains(n.as_str()))
+        });
+        match found {
+            Some(i) => {
+                expects.remove(i);
+            }
+            None => problems.push(format!(
+                "{}:{line}: unexpected {} {}",
+                path.display(),
+                d.code,
+                d.message
+            )),
+        }
+    }
+    for e in expects {
+        problems.push(format!(
+            "{}:{}: expected {} {:?} not produced",
+            path.display(),
+            e.line,
+            e.code,
+            e.needles
+        ));
+    }
+    problems
+}
+
+fn ui_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(ui_files(&p));
+        } else if p.extension().is_some_and(|x| x == "tsr") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn ui_check_cases() {
+    let mut problems = Vec::new();
+    let mut n = 0;
+    let mut dirs: Vec<PathBuf> = ["tests/ui/check", "tests/ui/valid"]
+        .iter()
+        .map(|d| root().join(d))
+        .collect();
+    if let Ok(extra) = std::env::var("TSR_UI_EXTRA") {
+        dirs.push(PathBuf::from(extra));
+    }
+    for dir in dirs {
+        for p in ui_files(&dir) {
+            let text = std::fs::read_to_string(&p).unwrap();
+            problems.extend(run_case(&p, &text));
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no UI cases found");
+    assert!(
+        problems.is_empty(),
+        "{} problem(s) in {n} cases:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn stdlib_checks_clean() {
+    let mut problems = Vec::new();
+    for m in crate::stdlib::modules() {
+        let text = crate::stdlib::source(m).unwrap();
+        problems.extend(run_case(Path::new(&format!("<{m}>")), text));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_checker_code_has_a_case() {
+    let mut text = String::new();
+    for p in ui_files(&root().join("tests/ui/check")) {
+        text.push_str(&std::fs::read_to_string(&p).unwrap());
+    }
+    let missing: Vec<&str> = crate::diag::codes::CATALOGUE
+        .iter()
+        .map(|c| c.code)
+        .filter(|c| {
+            c.starts_with("E03")
+                || c.starts_with("E04")
+                || c.starts_with("E05")
+                || c.starts_with("E06")
+                || c.starts_with('W')
+        })
+        .filter(|c| !text.contains(&format!(" {c}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes without a tests/ui/check case: {missing:?}"
+    );
+}
