@@ -79,19 +79,60 @@ pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemSource<'db>) -> P
     }
 }
 
-/// The names a file defines and imports, with their signatures and const values.
-/// Holds no absolute spans, so it is equal (backdated) after an edit inside a body.
+/// The imports and constants of a file (what signatures may refer to).
 #[salsa::tracked(returns(ref))]
-pub fn module_scope(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
+pub fn module_consts(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
     let items: Vec<Arc<ast::Item>> = file_items(db, file)
         .items
         .iter()
         .filter_map(|(source, _)| parse_item(db, *source).item.clone())
+        .filter(|i| {
+            matches!(
+                **i,
+                ast::Item::Import(_) | ast::Item::FromImport(_) | ast::Item::Const(_)
+            )
+        })
         .collect();
     check::build_module_scope(&items, &|path: &[String]| {
         db.resolve_module(file, path)
             .map(|m| module_scope(db, m).clone())
     })
+}
+
+/// The signature of a function item, cached per item text: rebuilding the
+/// module scope after an edit reuses every other item's signature.
+#[salsa::tracked(returns(ref))]
+pub fn item_signature<'db>(db: &'db dyn Db, item: ItemSource<'db>) -> Option<Arc<check::FnSig>> {
+    let parsed = parse_item(db, item);
+    let ast::Item::Function(f) = parsed.item.as_deref()? else {
+        return None;
+    };
+    let consts = module_consts(db, item.file(db));
+    Some(Arc::new(check::scope::signature(f, &|n| {
+        consts.const_value(n)
+    })))
+}
+
+/// The names a file defines and imports, with their signatures and const values.
+/// Holds no absolute spans, so it is equal (backdated) after an edit inside a body.
+#[salsa::tracked(returns(ref))]
+pub fn module_scope(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
+    let mut sources = Vec::new();
+    let mut items: Vec<Arc<ast::Item>> = Vec::new();
+    for (source, _) in &file_items(db, file).items {
+        if let Some(item) = parse_item(db, *source).item.clone() {
+            sources.push(*source);
+            items.push(item);
+        }
+    }
+    check::build_module_scope_with(
+        &items,
+        &|path: &[String]| {
+            db.resolve_module(file, path)
+                .map(|m| module_scope(db, m).clone())
+        },
+        &|index| item_signature(db, sources[index]).clone(),
+    )
 }
 
 /// Diagnostics about the file as a whole (duplicate definitions, unresolved
@@ -331,5 +372,58 @@ mod file_map {
         pub fn insert(&self, path: PathBuf, file: SourceFile) {
             self.0.write().unwrap().insert(path, file);
         }
+    }
+}
+
+#[cfg(test)]
+mod reuse_tests {
+    use super::*;
+
+    const TEXT: &str = "const B = 64\n\n@kernel(grid=(cdiv(N, B),))\ndef k(x: Tensor[\"N\", f32]):\n    i = program_id(0) * B\n    store(x[i : i + B], load(x[i : i + B]) * 2.0)\n\ndef f(a: Tensor[\"M\", f32]) -> Tensor[\"M\", f32]:\n    return a * 0.5\n\ndef g(a: Tensor[\"M\", f32]) -> Tensor[\"M\", f32]:\n    return f(a) + a\n";
+
+    #[test]
+    fn body_edit_rechecks_only_that_function() {
+        let mut db = Database::new();
+        let file = db.set_source("r.tsr", TEXT.to_string());
+        assert!(
+            db.diagnostics(file).is_empty(),
+            "{:?}",
+            db.diagnostics(file)
+        );
+        let scope_before = module_scope(&db, file).clone();
+        db.start_event_log();
+        db.set_source("r.tsr", TEXT.replace("a * 0.5", "a * 0.25"));
+        assert!(db.diagnostics(file).is_empty());
+        let log = db.take_event_log();
+        let checks: Vec<&String> = log
+            .iter()
+            .filter(|e| e.starts_with("check_item("))
+            .collect();
+        assert_eq!(
+            checks.len(),
+            1,
+            "only the edited function is re-checked: {log:?}"
+        );
+        assert_eq!(
+            &scope_before,
+            module_scope(&db, file),
+            "the module scope is unchanged by a body edit"
+        );
+        // A signature edit changes the scope and re-checks its users.
+        db.start_event_log();
+        db.set_source(
+            "r.tsr",
+            TEXT.replace(
+                "def f(a: Tensor[\"M\", f32])",
+                "def f(a: Tensor[\"M\", f16])",
+            ),
+        );
+        let diags = db.diagnostics(file).to_vec();
+        let log = db.take_event_log();
+        assert!(
+            log.iter().filter(|e| e.starts_with("check_item(")).count() >= 2,
+            "{log:?}"
+        );
+        assert!(diags.iter().any(|d| d.code == "E0301"), "{diags:?}");
     }
 }

@@ -1,7 +1,9 @@
 //! The checker's state while walking one item: local bindings, symbols, and
 //! what it reports (diagnostics, expression types, module names used).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use super::fxhash::{FxHashMap, FxHashSet};
 
 use super::dims::{display_symbol, Dim};
 use super::resources::Usage;
@@ -71,12 +73,12 @@ pub struct Checker<'a> {
     /// Checking top-level statements (script variables are module globals).
     pub top_level: bool,
     pub kernel: KernelInfo,
-    pub env: HashMap<String, Binding>,
+    pub env: FxHashMap<String, Binding>,
     /// Symbols standing for run-time values (loop variables, `program_id`
     /// results, scalar parameters); every other symbol is compile-time known
     /// (const parameters, tensor dims the kernel is specialised on).
-    pub runtime_syms: HashSet<String>,
-    pub reads: HashSet<String>,
+    pub runtime_syms: FxHashSet<String>,
+    pub reads: FxHashSet<String>,
     /// Locals in order of first binding, for W0001.
     pub local_defs: Vec<(String, Span)>,
     pub uses: BTreeSet<String>,
@@ -86,7 +88,7 @@ pub struct Checker<'a> {
     pub ret: Option<(Ty, Span)>,
     pub fn_name: String,
     /// Every name the function body assigns (Python scoping: local throughout).
-    pub fn_locals: HashSet<String>,
+    pub fn_locals: FxHashSet<String>,
     pub loop_depth: u32,
     pub usage: Usage,
 }
@@ -99,16 +101,16 @@ impl<'a> Checker<'a> {
             in_kernel: false,
             top_level: false,
             kernel: KernelInfo::default(),
-            env: HashMap::new(),
-            runtime_syms: HashSet::new(),
-            reads: HashSet::new(),
+            env: FxHashMap::default(),
+            runtime_syms: FxHashSet::default(),
+            reads: FxHashSet::default(),
             local_defs: Vec::new(),
             uses: BTreeSet::new(),
             diags: Vec::new(),
             types: Vec::new(),
             ret: None,
             fn_name: String::new(),
-            fn_locals: HashSet::new(),
+            fn_locals: FxHashSet::default(),
             loop_depth: 0,
             usage: Usage::default(),
         }

@@ -4,39 +4,49 @@
 //! be compared for `reshape`.
 
 use std::fmt;
+use std::sync::Arc;
+
+type Terms = Vec<(Vec<String>, i64)>;
 
 /// A dim or integer value: `sum(coef * monomial) + constant`, kept normalised
 /// (terms sorted, no zero coefficients), so equality is structural.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Dim {
     /// `(monomial, coefficient)`, monomials sorted and non-empty; a monomial
-    /// is a sorted list of symbol names.
-    terms: Vec<(Vec<String>, i64)>,
+    /// is a sorted list of symbol names. `None` for a constant; shared, so
+    /// that cloning a dim (types are cloned a lot) does not allocate.
+    terms: Option<Arc<Terms>>,
     constant: i64,
 }
+
+const NO_TERMS: &Terms = &Vec::new();
 
 impl Dim {
     pub fn constant(c: i64) -> Dim {
         Dim {
-            terms: Vec::new(),
+            terms: None,
             constant: c,
         }
     }
 
     pub fn symbol(name: impl Into<String>) -> Dim {
         Dim {
-            terms: vec![(vec![name.into()], 1)],
+            terms: Some(Arc::new(vec![(vec![name.into()], 1)])),
             constant: 0,
         }
     }
 
+    fn terms(&self) -> &Terms {
+        self.terms.as_deref().unwrap_or(NO_TERMS)
+    }
+
     pub fn as_const(&self) -> Option<i64> {
-        self.terms.is_empty().then_some(self.constant)
+        self.terms().is_empty().then_some(self.constant)
     }
 
     /// The single symbol this dim is, if it is exactly one name.
     pub fn as_symbol(&self) -> Option<&str> {
-        match (self.terms.as_slice(), self.constant) {
+        match (self.terms().as_slice(), self.constant) {
             ([(m, 1)], 0) if m.len() == 1 => Some(&m[0]),
             _ => None,
         }
@@ -49,7 +59,7 @@ impl Dim {
     /// Every symbol the dim mentions, in order, without repeats.
     pub fn symbols(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
-        for (m, _) in &self.terms {
+        for (m, _) in self.terms() {
             for s in m {
                 if !out.contains(&s.as_str()) {
                     out.push(s);
@@ -59,7 +69,7 @@ impl Dim {
         out
     }
 
-    fn normalise(mut terms: Vec<(Vec<String>, i64)>, constant: i64) -> Dim {
+    fn normalise(mut terms: Terms, constant: i64) -> Dim {
         for (m, _) in &mut terms {
             m.sort();
         }
@@ -73,14 +83,26 @@ impl Dim {
         }
         out.retain(|(_, c)| *c != 0);
         Dim {
-            terms: out,
+            terms: (!out.is_empty()).then(|| Arc::new(out)),
             constant,
         }
     }
 
     pub fn checked_add(&self, other: &Dim) -> Option<Dim> {
-        let mut terms = self.terms.clone();
-        terms.extend(other.terms.iter().cloned());
+        if other.terms.is_none() {
+            return Some(Dim {
+                terms: self.terms.clone(),
+                constant: self.constant.checked_add(other.constant)?,
+            });
+        }
+        if self.terms.is_none() {
+            return Some(Dim {
+                terms: other.terms.clone(),
+                constant: self.constant.checked_add(other.constant)?,
+            });
+        }
+        let mut terms = self.terms().clone();
+        terms.extend(other.terms().iter().cloned());
         Some(Dim::normalise(
             terms,
             self.constant.checked_add(other.constant)?,
@@ -88,12 +110,12 @@ impl Dim {
     }
 
     pub fn checked_neg(&self) -> Option<Dim> {
-        let mut terms = Vec::with_capacity(self.terms.len());
-        for (m, c) in &self.terms {
+        let mut terms = Vec::with_capacity(self.terms().len());
+        for (m, c) in self.terms() {
             terms.push((m.clone(), c.checked_neg()?));
         }
         Some(Dim {
-            terms,
+            terms: (!terms.is_empty()).then(|| Arc::new(terms)),
             constant: self.constant.checked_neg()?,
         })
     }
@@ -103,9 +125,9 @@ impl Dim {
     }
 
     pub fn checked_mul(&self, other: &Dim) -> Option<Dim> {
-        let mut terms: Vec<(Vec<String>, i64)> = Vec::new();
-        for (m, c) in &self.terms {
-            for (m2, c2) in &other.terms {
+        let mut terms: Terms = Vec::new();
+        for (m, c) in self.terms() {
+            for (m2, c2) in other.terms() {
                 let mut mm = m.clone();
                 mm.extend(m2.iter().cloned());
                 terms.push((mm, c.checked_mul(*c2)?));
@@ -115,7 +137,7 @@ impl Dim {
             }
         }
         if self.constant != 0 {
-            for (m2, c2) in &other.terms {
+            for (m2, c2) in other.terms() {
                 terms.push((m2.clone(), c2.checked_mul(self.constant)?));
             }
         }
@@ -131,7 +153,7 @@ impl Dim {
     /// Replaces symbols by dims (`subst` returns `None` to keep a symbol).
     pub fn substitute(&self, subst: &dyn Fn(&str) -> Option<Dim>) -> Option<Dim> {
         let mut acc = Dim::constant(self.constant);
-        for (m, c) in &self.terms {
+        for (m, c) in self.terms() {
             let mut term = Dim::constant(*c);
             for s in m {
                 let v = subst(s).unwrap_or_else(|| Dim::symbol(s.clone()));
@@ -258,10 +280,10 @@ impl fmt::Display for Dim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         let ordered = self
-            .terms
+            .terms()
             .iter()
             .filter(|(_, c)| *c > 0)
-            .chain(self.terms.iter().filter(|(_, c)| *c < 0));
+            .chain(self.terms().iter().filter(|(_, c)| *c < 0));
         for (m, c) in ordered {
             let names: Vec<&str> = m.iter().map(|s| display_symbol(s)).collect();
             let names = names.join("*");

@@ -143,7 +143,8 @@ impl Checker<'_> {
             Entry::Namespace(map) => Val::of(Ty::Module(Arc::new(ModuleScope {
                 entries: map.clone(),
             }))),
-            Entry::Global | Entry::Broken => Val::err(),
+            Entry::Global(ty) => Val::of(ty.clone()),
+            Entry::Broken => Val::err(),
         }
     }
 

@@ -17,6 +17,7 @@ pub mod consts;
 pub mod ctx;
 pub mod dims;
 pub mod expr;
+pub mod fxhash;
 pub mod kernel;
 pub mod resources;
 pub mod scope;
@@ -32,7 +33,8 @@ use crate::syntax::ast::{self, Item};
 use crate::syntax::span::Span;
 
 pub use scope::{
-    build_module_scope, module_diagnostics, unused_imports, Entry, FnSig, ModuleScope, ParamSig,
+    build_module_scope, build_module_scope_with, module_diagnostics, unused_imports, Entry, FnSig,
+    ModuleScope, ParamSig,
 };
 pub use types::{DType, Ty, Value};
 
@@ -85,11 +87,16 @@ impl ctx::Checker<'_> {
     pub fn into_check(self, f: Option<&ast::Function>) -> ItemCheck {
         let signature = f.map(|f| {
             let scope = self.scope;
-            let sig = scope::signature(f, &|n| scope.const_value(n));
+            let rendered = match scope.get(&f.name.name) {
+                Some(Entry::Function(sig)) if sig.params.len() == f.params.len() => {
+                    sig.rendered.clone()
+                }
+                _ => scope::signature(f, &|n| scope.const_value(n)).rendered,
+            };
             Signature {
                 name: f.name.name.clone(),
                 span: f.name.span,
-                rendered: sig.rendered,
+                rendered,
                 doc: f.docstring.clone(),
             }
         });

@@ -31,8 +31,9 @@ pub enum Entry {
     Module(Arc<ModuleScope>),
     /// `import std.linalg` binds `std`, a namespace holding `linalg`.
     Namespace(BTreeMap<String, Entry>),
-    /// A variable assigned by a top-level statement (scripts, the REPL).
-    Global,
+    /// A variable assigned by a top-level statement (scripts, the REPL), with
+    /// the type of its last assignment (`Ty::Err` where it is not tracked).
+    Global(Ty),
     /// An import that failed; `module_diagnostics` reports it once.
     Broken,
 }
@@ -50,6 +51,11 @@ pub struct FnSig {
     /// `def name(params) -> T`, as shown on hover.
     pub rendered: String,
 }
+
+/// `Eq` (floats in defaults compare by `==`; a NaN default only costs a
+/// re-check) lets `Arc<FnSig>` compare by pointer first, so comparing the
+/// scope after an edit is cheap for the signatures salsa reused.
+impl Eq for FnSig {}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamSig {
@@ -348,8 +354,18 @@ fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf
 
 /// Builds the scope of a module from its items (in file order).
 pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope {
+    build_module_scope_with(items, resolve, &|_| None)
+}
+
+/// `build_module_scope`, taking function signatures from `sig_of(item index)`
+/// where it gives one (the database caches them per item).
+pub fn build_module_scope_with(
+    items: &[Arc<Item>],
+    resolve: Resolver,
+    sig_of: &dyn Fn(usize) -> Option<Arc<FnSig>>,
+) -> ModuleScope {
     let mut scope = ModuleScope::default();
-    for item in items {
+    for (index, item) in items.iter().enumerate() {
         match &**item {
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
@@ -398,13 +414,13 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
                 if scope.entries.contains_key(&f.name.name) {
                     continue;
                 }
-                let sig = {
+                let sig = sig_of(index).unwrap_or_else(|| {
                     let s = &scope;
-                    signature(f, &|n| s.const_value(n))
-                };
+                    Arc::new(signature(f, &|n| s.const_value(n)))
+                });
                 scope
                     .entries
-                    .insert(f.name.name.clone(), Entry::Function(Arc::new(sig)));
+                    .insert(f.name.name.clone(), Entry::Function(sig));
             }
             Item::Stmt(s) => {
                 let mut names = Vec::new();
@@ -415,8 +431,28 @@ pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope
                     StmtKind::For { target, .. } => names.push(target.name.clone()),
                     _ => {}
                 }
-                for n in names {
-                    scope.entries.entry(n).or_insert(Entry::Global);
+                // The statement is checked against the scope so far, so that later
+                // statements (and functions) see the types of script variables.
+                let mut typed = Vec::with_capacity(names.len());
+                {
+                    let mut ch = super::ctx::Checker::new(&scope, crate::backend::arch::Arch::default());
+                    ch.top_level = true;
+                    ch.block(std::slice::from_ref(s));
+                    for n in names {
+                        let ty = match (&s.kind, ch.env.get(&n)) {
+                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => b.ty.clone(),
+                            _ => Ty::Err,
+                        };
+                        typed.push((n, ty));
+                    }
+                }
+                for (n, ty) in typed {
+                    match scope.entries.get(&n) {
+                        None | Some(Entry::Global(_)) => {
+                            scope.entries.insert(n, Entry::Global(ty));
+                        }
+                        Some(_) => {}
+                    }
                 }
             }
         }

@@ -1,9 +1,8 @@
 //! Statements: assignments, branches and loops (with the merge rules for
 //! branch-merged and loop-carried values), returns, unreachable code.
 
-use std::collections::HashMap;
-
 use super::ctx::{BindKind, Binding, Checker, Val};
+use super::fxhash::FxHashMap;
 use super::scope::{annotation, Annot, Entry};
 use super::types::{render_dims, DType, Ty, Value};
 use super::{builtins, expr::describe};
@@ -310,7 +309,7 @@ impl Checker<'_> {
 
     fn if_stmt(&mut self, branches: &[(Expr, Block)], orelse: Option<&Block>) -> bool {
         let before = self.env.clone();
-        let mut outs: Vec<HashMap<String, Binding>> = Vec::new();
+        let mut outs: Vec<FxHashMap<String, Binding>> = Vec::new();
         let mut all_term = true;
         for (cond, body) in branches {
             self.env = before.clone();
@@ -351,9 +350,9 @@ impl Checker<'_> {
 
     fn merge_envs(
         &mut self,
-        mut a: HashMap<String, Binding>,
-        b: HashMap<String, Binding>,
-    ) -> HashMap<String, Binding> {
+        mut a: FxHashMap<String, Binding>,
+        b: FxHashMap<String, Binding>,
+    ) -> FxHashMap<String, Binding> {
         let mut names: Vec<&String> = a.keys().collect();
         names.sort();
         let names: Vec<String> = names.into_iter().cloned().collect();
@@ -510,14 +509,6 @@ impl Checker<'_> {
         }
         let name = self.fn_name.clone();
         match (self.ret.clone(), v, e) {
-            (None, Some(v), Some(e)) if !matches!(v.ty, Ty::Err | Ty::NoneV) => self.report(
-                Diagnostic::new(
-                    "E0307",
-                    e.span,
-                    format!("`{name}` declares no return type but returns `{}`", v.ty),
-                )
-                .with_help(format!("declare it: `-> {}`", v.ty)),
-            ),
             (Some((rt, rspan)), None, _) if !rt.is_err() => self.report(
                 Diagnostic::new("E0307", span, format!("`{name}` must return `{rt}`"))
                     .with_label(rspan, "declared here"),
