@@ -393,11 +393,8 @@ fn clean_docstring(s: &str) -> String {
     let mut out: Vec<&str> = Vec::with_capacity(rest.len() + 1);
     out.push(first);
     for l in &rest {
-        out.push(if l.len() >= indent {
-            l[indent..].trim_end()
-        } else {
-            l.trim()
-        });
+        // `get`: whitespace of other widths (U+3000) must not split a character
+        out.push(l.get(indent..).map_or_else(|| l.trim(), str::trim_end));
     }
     while out.last().is_some_and(|l| l.is_empty()) {
         out.pop();

@@ -844,6 +844,12 @@ mod props {
         }
 
         #[test]
+        fn docstring_content_never_panics(body in "(\\PC|\n|\t|\u{3000}){0,40}") {
+            let text = format!("def f():\n    \"\"\"{body}\"\"\"\n    pass\n");
+            check(&text);
+        }
+
+        #[test]
         fn reference_mutations_never_panic(i in 0usize..6, cut in 0usize..2000, junk in proptest::sample::select(SOUP)) {
             let src = REFERENCE[i];
             let mut at = cut % (src.len() + 1);
@@ -1239,4 +1245,17 @@ mod span_props {
             }
         }
     }
+}
+
+#[test]
+fn docstrings_with_odd_whitespace() {
+    let text = "def f():\n    \"\"\"a\n  b\n\u{3000}c\n\t\td\"\"\"\n    pass\n";
+    let Some(Item::Function(f)) = parse_item(text).item else {
+        panic!()
+    };
+    assert_eq!(f.docstring.as_deref(), Some("a\nb\nc\nd"));
+    let Some(Item::Function(f)) = parse_item("def f():\n    'one line'\n").item else {
+        panic!()
+    };
+    assert_eq!(f.docstring.as_deref(), Some("one line"));
 }
