@@ -79,6 +79,21 @@ pub fn parse_item<'db>(db: &'db dyn salsa::Database, item: ItemSource<'db>) -> P
     }
 }
 
+/// What a module offers to the modules importing it: its own definitions
+/// (consts, functions, script variables), not the names it imports itself.
+/// Depending on no other module, it cannot take part in an import cycle
+/// (`a` imports `b` imports `a`, or a module importing itself).
+#[salsa::tracked(returns(ref))]
+pub fn module_exports(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
+    let items: Vec<Arc<ast::Item>> = file_items(db, file)
+        .items
+        .iter()
+        .filter_map(|(source, _)| parse_item(db, *source).item.clone())
+        .filter(|i| !matches!(**i, ast::Item::Import(_) | ast::Item::FromImport(_)))
+        .collect();
+    check::build_module_scope(&items, &|_| None)
+}
+
 /// The imports and constants of a file (what signatures may refer to).
 #[salsa::tracked(returns(ref))]
 pub fn module_consts(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
@@ -95,7 +110,7 @@ pub fn module_consts(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
         .collect();
     check::build_module_scope(&items, &|path: &[String]| {
         db.resolve_module(file, path)
-            .map(|m| module_scope(db, m).clone())
+            .map(|m| module_exports(db, m).clone())
     })
 }
 
@@ -129,7 +144,7 @@ pub fn module_scope(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
         &items,
         &|path: &[String]| {
             db.resolve_module(file, path)
-                .map(|m| module_scope(db, m).clone())
+                .map(|m| module_exports(db, m).clone())
         },
         &|index| item_signature(db, sources[index]).clone(),
     )
@@ -146,7 +161,7 @@ pub fn module_diagnostics(db: &dyn Db, file: SourceFile) -> Vec<Diagnostic> {
         .collect();
     check::module_diagnostics(&items, &|path: &[String]| {
         db.resolve_module(file, path)
-            .map(|m| module_scope(db, m).clone())
+            .map(|m| module_exports(db, m).clone())
     })
 }
 
@@ -425,5 +440,16 @@ mod reuse_tests {
             "{log:?}"
         );
         assert!(diags.iter().any(|d| d.code == "E0301"), "{diags:?}");
+    }
+
+    #[test]
+    fn import_cycles_do_not_panic() {
+        let mut db = Database::new();
+        db.set_source("/v/b.tsr", "from a import f\n\ndef g(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return f(x)\n".to_string());
+        let a = db.set_source(
+            "/v/a.tsr",
+            "import a\nfrom b import g\n\ndef f(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return g(x) + a.f(x)\n".to_string(),
+        );
+        assert!(db.diagnostics(a).is_empty(), "{:?}", db.diagnostics(a));
     }
 }

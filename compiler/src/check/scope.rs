@@ -435,12 +435,15 @@ pub fn build_module_scope_with(
                 // statements (and functions) see the types of script variables.
                 let mut typed = Vec::with_capacity(names.len());
                 {
-                    let mut ch = super::ctx::Checker::new(&scope, crate::backend::arch::Arch::default());
+                    let mut ch =
+                        super::ctx::Checker::new(&scope, crate::backend::arch::Arch::default());
                     ch.top_level = true;
                     ch.block(std::slice::from_ref(s));
                     for n in names {
                         let ty = match (&s.kind, ch.env.get(&n)) {
-                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => b.ty.clone(),
+                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => {
+                                b.ty.clone()
+                            }
                             _ => Ty::Err,
                         };
                         typed.push((n, ty));
