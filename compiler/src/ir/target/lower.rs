@@ -1,0 +1,2109 @@
+//! Tile IR → Target IR.
+//!
+//! Every tile gets a [`Layout`]; elementwise ops keep their first operand's
+//! layout (other operands are converted), loads/splats/aranges use the default
+//! blocked layout of their shape, reductions produce slices, `ExpandDims` and
+//! `Transpose` only re-label a layout. A conversion that moves data between
+//! threads goes through the shared scratch buffer (store, barrier, load,
+//! barrier). Reductions combine within a thread, then across lanes with
+//! butterfly shuffles, then across warps through shared memory; every thread
+//! ends up with the result (an all-reduce), so scalars stay uniform and
+//! control flow on them never diverges. `dot` is computed with FMAs from
+//! operands staged in shared memory (the tensor-core path is not built yet).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::layout::{Layout, Term};
+use super::{
+    ArchFeatures, BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Space,
+    Special, UnOp,
+};
+use crate::backend::arch::Arch;
+use crate::check::DType;
+use crate::diag::Diagnostic;
+use crate::ir::tile::{
+    self, Access, BinaryOp, Constant, Dim, OpKind, ParamKind, ReduceOp, UnaryOp, Value,
+};
+use crate::syntax::span::Span;
+
+/// Lowers one Tile IR kernel for `arch`. Constructs the backend cannot lower
+/// yet are a diagnostic (spans are the Tile IR op's, item-relative).
+pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Box<Diagnostic>> {
+    let info = arch.info();
+    if !arch.is_nvidia() {
+        return Err(Box::new(Diagnostic::new(
+            "E0606",
+            Span::default(),
+            format!(
+                "no code generator for {} yet (only NVIDIA targets have one)",
+                info.name
+            ),
+        )));
+    }
+    let num_threads = tk.num_warps * info.warp_size;
+    let mut l = Lower {
+        tk,
+        arch,
+        feat: ArchFeatures::of(arch),
+        warp_size: info.warp_size,
+        num_warps: tk.num_warps,
+        tid_bits: num_threads.trailing_zeros() as u8,
+        regs: Vec::new(),
+        prologue: Vec::new(),
+        blocks: vec![Vec::new()],
+        vals: HashMap::new(),
+        div: HashMap::new(),
+        tid: Reg(0),
+        base_cache: HashMap::new(),
+        params: Vec::new(),
+        tensors: Vec::new(),
+        scalars: Vec::new(),
+        scratch_bytes: 0,
+        layouts: Vec::new(),
+        span: Span::default(),
+    };
+    l.tid = l.new_reg(RegTy::I32);
+    let tid = l.tid;
+    l.prologue.push(Inst::Special {
+        dst: tid,
+        which: Special::ThreadId,
+    });
+    l.params()?;
+    let body = &tk.body;
+    l.region_ops(&body.ops)?;
+    let mut insts = std::mem::take(&mut l.prologue);
+    insts.extend(l.blocks.pop().unwrap_or_default());
+    let mut smem = Vec::new();
+    if l.scratch_bytes > 0 {
+        smem.push(SmemBuffer {
+            name: "scratch".into(),
+            bytes: l.scratch_bytes,
+            align: 16,
+            purpose: "layout conversions, cross-warp reductions, dot operands".into(),
+        });
+    }
+    Ok(Kernel {
+        name: tk.name.clone(),
+        arch,
+        num_threads,
+        params: l.params,
+        smem,
+        regs: l.regs,
+        body: insts,
+        layouts: l.layouts,
+    })
+}
+
+/// A lowered Tile IR value: one operand per layout slot.
+#[derive(Clone, Debug)]
+struct TV {
+    layout: Rc<Layout>,
+    ops: Vec<Operand>,
+    ty: RegTy,
+    dtype: DType,
+}
+
+struct TensorInfo {
+    ptr: Reg,
+    dims: Vec<Operand>,
+    static_dims: Vec<Option<u64>>,
+    strides: Vec<Operand>,
+    mem: MemTy,
+    dtype: DType,
+}
+
+struct Lower<'a> {
+    tk: &'a tile::Kernel,
+    arch: Arch,
+    feat: ArchFeatures,
+    warp_size: u32,
+    num_warps: u32,
+    tid_bits: u8,
+    regs: Vec<RegTy>,
+    prologue: Vec<Inst>,
+    blocks: Vec<Vec<Inst>>,
+    vals: HashMap<Value, TV>,
+    /// A known divisor of integer scalars (for alignment proofs).
+    div: HashMap<Value, u64>,
+    tid: Reg,
+    base_cache: HashMap<Vec<Term>, Reg>,
+    params: Vec<Param>,
+    tensors: Vec<Option<TensorInfo>>,
+    scalars: Vec<Option<(Reg, DType)>>,
+    scratch_bytes: u32,
+    layouts: Vec<(u32, Layout)>,
+    span: Span,
+}
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The register type a dtype is computed in.
+fn compute_ty(d: DType) -> Option<RegTy> {
+    Some(match d {
+        DType::F64 => RegTy::F64,
+        DType::F32 | DType::F16 | DType::BF16 => RegTy::F32,
+        DType::I64 => RegTy::I64,
+        DType::I32 | DType::I16 | DType::I8 => RegTy::I32,
+        DType::U32 | DType::U8 => RegTy::U32,
+        DType::Bool => RegTy::Pred,
+        DType::F8E4M3 | DType::F8E5M2 => return None,
+    })
+}
+
+fn mem_ty(d: DType) -> Option<MemTy> {
+    Some(match d {
+        DType::F64 => MemTy::F64,
+        DType::F32 => MemTy::F32,
+        DType::F16 => MemTy::F16,
+        DType::BF16 => MemTy::BF16,
+        DType::I64 => MemTy::I64,
+        DType::I32 => MemTy::I32,
+        DType::I16 => MemTy::I16,
+        DType::I8 => MemTy::I8,
+        DType::U32 => MemTy::U32,
+        DType::U8 | DType::Bool => MemTy::U8,
+        DType::F8E4M3 | DType::F8E5M2 => return None,
+    })
+}
+
+/// The register a value of `mem` is loaded into (before conversion).
+fn raw_ty(mem: MemTy) -> RegTy {
+    match mem {
+        MemTy::F64 => RegTy::F64,
+        MemTy::F32 => RegTy::F32,
+        MemTy::F16 => RegTy::B16,
+        MemTy::I64 => RegTy::I64,
+        MemTy::I32 | MemTy::I16 | MemTy::I8 => RegTy::I32,
+        MemTy::BF16 | MemTy::U32 | MemTy::U16 | MemTy::U8 => RegTy::U32,
+    }
+}
+
+fn const_operand(c: Constant, d: DType) -> Operand {
+    let float = d.is_float();
+    match c {
+        Constant::Int(i) if float => Operand::Float(i as f64),
+        Constant::Int(i) => Operand::Int(i),
+        Constant::Float(f) if float => Operand::Float(f),
+        Constant::Float(f) => Operand::Int(f as i64),
+        Constant::Bool(b) if float => Operand::Float(if b { 1.0 } else { 0.0 }),
+        Constant::Bool(b) => Operand::Int(b as i64),
+    }
+}
+
+/// Rounds an f32 value to the nearest bf16 / f16 value (for constants).
+fn round_const(f: f64, d: DType) -> f64 {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let x = f as f32;
+            if d == DType::BF16 && x.is_finite() {
+                let u = x.to_bits();
+                let r = (u.wrapping_add(0x7fff + ((u >> 16) & 1))) & 0xffff_0000;
+                f32::from_bits(r) as f64
+            } else {
+                // f16 constants are rounded by the hardware at the next cast; the
+                // f32 value is what the f32 compute type holds.
+                x as f64
+            }
+        }
+        _ => f,
+    }
+}
+
+type R<T> = Result<T, Box<Diagnostic>>;
+
+impl<'a> Lower<'a> {
+    fn err<T>(&self, code: &'static str, msg: impl Into<String>) -> R<T> {
+        Err(Box::new(Diagnostic::new(code, self.span, msg.into())))
+    }
+
+    fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
+        let what = what.into();
+        self.err(
+            "E0606",
+            format!(
+                "{what} is not supported by the {} code generator yet",
+                self.arch
+            ),
+        )
+    }
+
+    fn new_reg(&mut self, ty: RegTy) -> Reg {
+        self.regs.push(ty);
+        Reg(self.regs.len() as u32 - 1)
+    }
+
+    fn emit(&mut self, i: Inst) {
+        self.blocks.last_mut().expect("a block").push(i);
+    }
+
+    fn reg_ty(&self, o: Operand) -> Option<RegTy> {
+        o.reg().map(|r| self.regs[r.0 as usize])
+    }
+
+    // ---- scalar instruction helpers -------------------------------------
+
+    fn bin(&mut self, op: BinOp, ty: RegTy, a: Operand, b: Operand) -> Operand {
+        // Fold the identities the address arithmetic produces a lot of.
+        match (op, a, b) {
+            (BinOp::Add, x, Operand::Int(0)) | (BinOp::Add, Operand::Int(0), x) => return x,
+            (BinOp::Mul, x, Operand::Int(1)) | (BinOp::Mul, Operand::Int(1), x) => return x,
+            (BinOp::Add, Operand::Int(x), Operand::Int(y)) if !ty.is_float() => {
+                return Operand::Int(x + y)
+            }
+            (BinOp::Mul, Operand::Int(x), Operand::Int(y)) if !ty.is_float() => {
+                return Operand::Int(x * y)
+            }
+            _ => {}
+        }
+        let (a, b) = if matches!(a, Operand::Reg(_)) || matches!(b, Operand::Reg(_)) {
+            (a, b)
+        } else {
+            (self.materialize(ty, a), b)
+        };
+        let dst = self.new_reg(ty);
+        self.emit(Inst::Binary { op, dst, a, b });
+        Operand::Reg(dst)
+    }
+
+    fn un(&mut self, op: UnOp, ty: RegTy, x: Operand) -> Operand {
+        let dst = self.new_reg(ty);
+        self.emit(Inst::Unary { op, dst, x });
+        Operand::Reg(dst)
+    }
+
+    fn materialize(&mut self, ty: RegTy, x: Operand) -> Operand {
+        if let Operand::Reg(_) = x {
+            return x;
+        }
+        let dst = self.new_reg(ty);
+        self.emit(Inst::Mov { dst, src: x });
+        Operand::Reg(dst)
+    }
+
+    fn cmp(&mut self, op: CmpOp, ty: RegTy, a: Operand, b: Operand) -> Operand {
+        let a = self.materialize(ty, a);
+        let dst = self.new_reg(RegTy::Pred);
+        self.emit(Inst::Cmp { op, ty, dst, a, b });
+        Operand::Reg(dst)
+    }
+
+    fn select(&mut self, ty: RegTy, cond: Operand, a: Operand, b: Operand) -> Operand {
+        let cond = match cond {
+            Operand::Reg(r) => r,
+            Operand::Int(0) => return b,
+            _ => return a,
+        };
+        if ty == RegTy::Pred {
+            let a = self.materialize(ty, a);
+            let b = self.materialize(ty, b);
+            let t = self.bin(BinOp::And, ty, Operand::Reg(cond), a);
+            let nc = self.un(UnOp::Not, ty, Operand::Reg(cond));
+            let e = self.bin(BinOp::And, ty, nc, b);
+            return self.bin(BinOp::Or, ty, t, e);
+        }
+        let dst = self.new_reg(ty);
+        self.emit(Inst::Select { dst, cond, a, b });
+        Operand::Reg(dst)
+    }
+
+    fn cvt(&mut self, to: RegTy, src: Operand, narrow: Option<MemTy>) -> Operand {
+        let from = self.reg_ty(src).unwrap_or(RegTy::I32);
+        let src = match src {
+            Operand::Reg(r) => r,
+            other => match self.materialize(from, other) {
+                Operand::Reg(r) => r,
+                _ => unreachable!("materialize gives a register"),
+            },
+        };
+        let dst = self.new_reg(to);
+        self.emit(Inst::Cvt { dst, src, narrow });
+        Operand::Reg(dst)
+    }
+
+    fn and_preds(&mut self, preds: &[Operand]) -> Option<Operand> {
+        let mut acc: Option<Operand> = None;
+        for &p in preds {
+            acc = Some(match acc {
+                None => p,
+                Some(a) => self.bin(BinOp::And, RegTy::Pred, a, p),
+            });
+        }
+        acc
+    }
+
+    fn pred_reg(&mut self, p: Option<Operand>) -> Option<Reg> {
+        p.map(|p| match self.materialize(RegTy::Pred, p) {
+            Operand::Reg(r) => r,
+            _ => unreachable!(),
+        })
+    }
+
+    // ---- layouts -----------------------------------------------------------
+
+    fn blocked(&self, shape: &[u32]) -> Rc<Layout> {
+        Rc::new(Layout::blocked(shape, self.num_warps, self.warp_size, 4))
+    }
+
+    /// The per-thread base coordinate for a list of terms (computed once, in the prologue).
+    fn base(&mut self, terms: &[Term]) -> Operand {
+        if terms.is_empty() {
+            return Operand::Int(0);
+        }
+        if let Some(r) = self.base_cache.get(terms) {
+            return Operand::Reg(*r);
+        }
+        let saved = std::mem::replace(&mut self.blocks, vec![Vec::new()]);
+        let mut acc = Operand::Int(0);
+        for t in terms {
+            let mut v = Operand::Reg(self.tid);
+            if t.shift > 0 {
+                v = self.bin(BinOp::Shr, RegTy::I32, v, Operand::Int(t.shift as i64));
+            }
+            let mask = (1i64 << t.bits) - 1;
+            if t.shift as u32 + t.bits as u32 != self.tid_bits as u32 {
+                v = self.bin(BinOp::And, RegTy::I32, v, Operand::Int(mask));
+            }
+            if t.mul > 1 {
+                v = if t.mul.is_power_of_two() {
+                    self.bin(
+                        BinOp::Shl,
+                        RegTy::I32,
+                        v,
+                        Operand::Int(t.mul.trailing_zeros() as i64),
+                    )
+                } else {
+                    self.bin(BinOp::Mul, RegTy::I32, v, Operand::Int(t.mul as i64))
+                };
+            }
+            acc = self.bin(BinOp::Add, RegTy::I32, acc, v);
+        }
+        let acc = self.materialize(RegTy::I32, acc);
+        let code = std::mem::replace(&mut self.blocks, saved)
+            .pop()
+            .unwrap_or_default();
+        self.prologue.extend(code);
+        if let Operand::Reg(r) = acc {
+            self.base_cache.insert(terms.to_vec(), r);
+        }
+        acc
+    }
+
+    /// The row-major linear index of a thread's base element within `shape`.
+    fn linear_base(&mut self, layout: &Layout) -> Operand {
+        let strides = row_major(&layout.shape);
+        let mut acc = Operand::Int(0);
+        for (terms, stride) in layout.terms.iter().zip(strides) {
+            let b = self.base(terms);
+            let t = self.bin(BinOp::Mul, RegTy::I32, b, Operand::Int(stride as i64));
+            acc = self.bin(BinOp::Add, RegTy::I32, acc, t);
+        }
+        acc
+    }
+
+    fn reserve_scratch(&mut self, bytes: u32) {
+        self.scratch_bytes = self.scratch_bytes.max(bytes);
+    }
+
+    fn scratch_addr(&mut self) -> Reg {
+        let dst = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr { dst, buffer: 0 });
+        dst
+    }
+
+    /// Moves a tile into layout `to` (same shape), through shared memory when
+    /// threads must exchange elements.
+    fn convert(&mut self, v: &TV, to: &Rc<Layout>) -> R<TV> {
+        if *v.layout == **to {
+            return Ok(v.clone());
+        }
+        if let Some(map) = v.layout.register_map_to(to) {
+            if v.layout.shape == to.shape {
+                return Ok(TV {
+                    layout: to.clone(),
+                    ops: map.iter().map(|&i| v.ops[i]).collect(),
+                    ty: v.ty,
+                    dtype: v.dtype,
+                });
+            }
+        }
+        self.emit(Inst::Comment(format!(
+            "convert layout {} -> {}",
+            v.layout, to
+        )));
+        let (ety, bytes) = match v.ty {
+            RegTy::Pred | RegTy::I32 | RegTy::U32 | RegTy::B32 => (RegTy::U32, 4u32),
+            RegTy::F32 => (RegTy::F32, 4),
+            RegTy::I64 | RegTy::U64 => (RegTy::U64, 8),
+            RegTy::F64 => (RegTy::F64, 8),
+            RegTy::B16 => return self.unsupported("a layout conversion of raw 16-bit values"),
+        };
+        let mem = match ety {
+            RegTy::U32 => MemTy::U32,
+            RegTy::F32 => MemTy::F32,
+            RegTy::U64 => MemTy::I64,
+            _ => MemTy::F64,
+        };
+        let n: u64 = v.layout.shape.iter().map(|&d| d as u64).product();
+        self.reserve_scratch((n * bytes as u64) as u32);
+        let strides = row_major(&v.layout.shape);
+        let smem = self.scratch_addr();
+        // Store every slot at its element.
+        let lb = self.linear_base(&v.layout.clone());
+        let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(bytes as i64));
+        let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
+        let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+        for (s, op) in v.layout.slots.clone().iter().zip(v.ops.clone()) {
+            let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+            let src = if v.ty == RegTy::Pred {
+                self.select(RegTy::U32, op, Operand::Int(1), Operand::Int(0))
+            } else {
+                op
+            };
+            self.emit(Inst::St {
+                space: Space::Shared,
+                mem,
+                src: vec![src],
+                addr,
+                offset: (lin * bytes as u64) as i64,
+                pred: None,
+            });
+        }
+        self.emit(Inst::Barrier);
+        let lb = self.linear_base(&to.clone());
+        let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(bytes as i64));
+        let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
+        let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+        let mut ops = Vec::new();
+        for s in to.slots.clone() {
+            let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+            let dst = self.new_reg(ety);
+            self.emit(Inst::Ld {
+                space: Space::Shared,
+                mem,
+                dst: vec![dst],
+                addr,
+                offset: (lin * bytes as u64) as i64,
+                pred: None,
+            });
+            let r = if v.ty == RegTy::Pred {
+                self.cmp(CmpOp::Ne, RegTy::U32, Operand::Reg(dst), Operand::Int(0))
+            } else if v.ty != ety {
+                let d2 = self.new_reg(v.ty);
+                self.emit(Inst::Mov {
+                    dst: d2,
+                    src: Operand::Reg(dst),
+                });
+                Operand::Reg(d2)
+            } else {
+                Operand::Reg(dst)
+            };
+            ops.push(r);
+        }
+        self.emit(Inst::Barrier);
+        Ok(TV {
+            layout: to.clone(),
+            ops,
+            ty: v.ty,
+            dtype: v.dtype,
+        })
+    }
+
+    // ---- parameters ---------------------------------------------------------
+
+    fn params(&mut self) -> R<()> {
+        let tk = self.tk;
+        let mut dyn_dims: Vec<String> = Vec::new();
+        for p in &tk.params {
+            if let ParamKind::Tensor { dims, .. } = &p.kind {
+                for d in dims {
+                    if let Dim::Dynamic(n) = d {
+                        if !dyn_dims.contains(n) {
+                            dyn_dims.push(n.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for p in &tk.params {
+            match &p.kind {
+                ParamKind::Tensor { .. } => {
+                    self.params.push(Param {
+                        name: p.name.clone(),
+                        ty: RegTy::U64,
+                    });
+                    self.tensors.push(None);
+                    self.scalars.push(None);
+                }
+                ParamKind::Scalar(d) => {
+                    let ty = match d {
+                        DType::F64 => RegTy::F64,
+                        DType::F32 => RegTy::F32,
+                        DType::F16 | DType::BF16 => RegTy::B16,
+                        DType::I64 => RegTy::I64,
+                        DType::U32 | DType::U8 | DType::Bool => RegTy::U32,
+                        DType::I32 | DType::I16 | DType::I8 => RegTy::I32,
+                        DType::F8E4M3 | DType::F8E5M2 => {
+                            return self.unsupported(format!("an {} scalar parameter", d.name()))
+                        }
+                    };
+                    self.params.push(Param {
+                        name: p.name.clone(),
+                        ty,
+                    });
+                    self.tensors.push(None);
+                    self.scalars.push(None);
+                }
+            }
+        }
+        let first_dim = self.params.len();
+        for n in &dyn_dims {
+            self.params.push(Param {
+                name: n.clone(),
+                ty: RegTy::I32,
+            });
+        }
+        // Load what is used: all parameters, in the prologue (ptxas drops the unused).
+        let mut dim_regs: HashMap<String, Reg> = HashMap::new();
+        for (i, n) in dyn_dims.iter().enumerate() {
+            let dst = self.new_reg(RegTy::I32);
+            self.prologue.push(Inst::Param {
+                dst,
+                index: first_dim + i,
+            });
+            dim_regs.insert(n.clone(), dst);
+        }
+        for (i, p) in tk.params.iter().enumerate() {
+            match &p.kind {
+                ParamKind::Tensor { dims, dtype } => {
+                    let Some(mem) = mem_ty(*dtype) else { continue };
+                    let ptr = self.new_reg(RegTy::U64);
+                    self.prologue.push(Inst::Param { dst: ptr, index: i });
+                    let dim_ops: Vec<Operand> = dims
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Static(n) => Operand::Int(*n as i64),
+                            Dim::Dynamic(n) => Operand::Reg(dim_regs[n]),
+                        })
+                        .collect();
+                    let static_dims: Vec<Option<u64>> = dims
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Static(n) => Some(*n),
+                            Dim::Dynamic(_) => None,
+                        })
+                        .collect();
+                    // Strides, computed in the prologue.
+                    let saved = std::mem::replace(&mut self.blocks, vec![Vec::new()]);
+                    let mut strides = vec![Operand::Int(1); dims.len()];
+                    for a in (0..dims.len().saturating_sub(1)).rev() {
+                        strides[a] =
+                            self.bin(BinOp::Mul, RegTy::I32, strides[a + 1], dim_ops[a + 1]);
+                    }
+                    let code = std::mem::replace(&mut self.blocks, saved)
+                        .pop()
+                        .unwrap_or_default();
+                    self.prologue.extend(code);
+                    self.tensors[i] = Some(TensorInfo {
+                        ptr,
+                        dims: dim_ops,
+                        static_dims,
+                        strides,
+                        mem,
+                        dtype: *dtype,
+                    });
+                }
+                ParamKind::Scalar(d) => {
+                    let ty = self.params[i].ty;
+                    let raw = self.new_reg(ty);
+                    self.prologue.push(Inst::Param { dst: raw, index: i });
+                    let reg = match d {
+                        DType::F16 => {
+                            let dst = self.new_reg(RegTy::F32);
+                            self.prologue.push(Inst::Cvt {
+                                dst,
+                                src: raw,
+                                narrow: None,
+                            });
+                            dst
+                        }
+                        DType::BF16 => {
+                            // The parameter holds the bf16 bits in the low half.
+                            let bits = self.new_reg(RegTy::U32);
+                            self.prologue.push(Inst::Cvt {
+                                dst: bits,
+                                src: raw,
+                                narrow: None,
+                            });
+                            let sh = self.new_reg(RegTy::U32);
+                            self.prologue.push(Inst::Binary {
+                                op: BinOp::Shl,
+                                dst: sh,
+                                a: Operand::Reg(bits),
+                                b: Operand::Int(16),
+                            });
+                            let f = self.new_reg(RegTy::F32);
+                            self.prologue.push(Inst::Mov {
+                                dst: f,
+                                src: Operand::Reg(sh),
+                            });
+                            f
+                        }
+                        DType::Bool => {
+                            let p = self.new_reg(RegTy::Pred);
+                            self.prologue.push(Inst::Cmp {
+                                op: CmpOp::Ne,
+                                ty: RegTy::U32,
+                                dst: p,
+                                a: Operand::Reg(raw),
+                                b: Operand::Int(0),
+                            });
+                            p
+                        }
+                        _ => raw,
+                    };
+                    self.scalars[i] = Some((reg, *d));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tensor(&self, i: usize) -> R<&TensorInfo> {
+        match self.tensors.get(i).and_then(|t| t.as_ref()) {
+            Some(t) => Ok(t),
+            None => {
+                let d = match &self.tk.params.get(i).map(|p| &p.kind) {
+                    Some(ParamKind::Tensor { dtype, .. }) => dtype.name(),
+                    _ => "?",
+                };
+                self.unsupported(format!("a {d} tensor"))
+            }
+        }
+    }
+
+    // ---- values ---------------------------------------------------------------
+
+    fn val(&self, v: Value) -> TV {
+        self.vals
+            .get(&v)
+            .cloned()
+            .unwrap_or_else(|| panic!("Tile IR value %{} used before its definition", v.0))
+    }
+
+    fn scalar(&self, v: Value) -> Operand {
+        let t = self.val(v);
+        debug_assert_eq!(t.ops.len(), 1);
+        t.ops[0]
+    }
+
+    fn divisor(&self, v: Value) -> u64 {
+        self.div.get(&v).copied().unwrap_or(1)
+    }
+
+    fn define(&mut self, v: Value, tv: TV) {
+        if !tv.layout.shape.is_empty() {
+            self.layouts.push((v.0, (*tv.layout).clone()));
+        }
+        self.vals.insert(v, tv);
+    }
+
+    fn scalar_tv(&self, op: Operand, ty: RegTy, dtype: DType) -> TV {
+        TV {
+            layout: Rc::new(Layout::scalar()),
+            ops: vec![op],
+            ty,
+            dtype,
+        }
+    }
+
+    fn cty(&self, d: DType) -> R<RegTy> {
+        match compute_ty(d) {
+            Some(t) => Ok(t),
+            None => self.unsupported(format!("arithmetic on {}", d.name())),
+        }
+    }
+
+    // ---- ops --------------------------------------------------------------------
+
+    fn region_ops(&mut self, ops: &[tile::Op]) -> R<Option<Vec<TV>>> {
+        for op in ops {
+            self.span = op.span;
+            if let OpKind::Yield(vs) = &op.kind {
+                return Ok(Some(vs.iter().map(|v| self.val(*v)).collect()));
+            }
+            self.op(op)?;
+        }
+        Ok(None)
+    }
+
+    fn op(&mut self, op: &tile::Op) -> R<()> {
+        let tk = self.tk;
+        let res = |i: usize| op.results[i];
+        match &op.kind {
+            OpKind::Const(c) => {
+                let d = tk.ty(res(0)).dtype();
+                let ty = self.cty(d)?;
+                let mut o = const_operand(*c, d);
+                if let Operand::Float(f) = o {
+                    o = Operand::Float(round_const(f, d));
+                }
+                if let (Constant::Int(n), true) = (c, d.is_int()) {
+                    self.div
+                        .insert(res(0), if *n == 0 { 1 << 30 } else { n.unsigned_abs() });
+                }
+                let o = if ty == RegTy::Pred {
+                    self.materialize(ty, o)
+                } else {
+                    o
+                };
+                let tv = self.scalar_tv(o, ty, d);
+                self.define(res(0), tv);
+            }
+            OpKind::ProgramId(a) | OpKind::NumPrograms(a) => {
+                let dst = self.new_reg(RegTy::I32);
+                let which = if matches!(op.kind, OpKind::ProgramId(_)) {
+                    Special::BlockId(*a)
+                } else {
+                    Special::NumBlocks(*a)
+                };
+                self.emit(Inst::Special { dst, which });
+                let tv = self.scalar_tv(Operand::Reg(dst), RegTy::I32, DType::I32);
+                self.define(res(0), tv);
+            }
+            OpKind::TensorDim { param, axis } => {
+                let t = self.tensor(*param)?;
+                let o = t.dims[*axis];
+                if let Some(n) = t.static_dims[*axis] {
+                    self.div.insert(res(0), n.max(1));
+                }
+                let tv = self.scalar_tv(o, RegTy::I32, DType::I32);
+                self.define(res(0), tv);
+            }
+            OpKind::ScalarParam(i) => {
+                let Some((r, d)) = self.scalars.get(*i).copied().flatten() else {
+                    return self.unsupported("this scalar parameter");
+                };
+                let ty = self.cty(d)?;
+                let tv = self.scalar_tv(Operand::Reg(r), ty, d);
+                self.define(res(0), tv);
+            }
+            OpKind::Unary { op: u, x } => {
+                let x = self.val(*x);
+                let mut ops = Vec::with_capacity(x.ops.len());
+                for &o in &x.ops {
+                    ops.push(self.unary(*u, x.ty, x.dtype, o)?);
+                }
+                let tv = TV { ops, ..x };
+                self.define(res(0), tv);
+            }
+            OpKind::Binary {
+                op: b,
+                a: av,
+                b: bv,
+            } => {
+                let a = self.val(*av);
+                let bt = self.val(*bv);
+                let bt = self.convert(&bt, &a.layout)?;
+                let mut ops = Vec::with_capacity(a.ops.len());
+                for (&x, &y) in a.ops.iter().zip(&bt.ops) {
+                    ops.push(self.binary(*b, a.ty, a.dtype, x, y)?);
+                }
+                if a.layout.shape.is_empty() && a.dtype.is_int() {
+                    let (da, db) = (self.divisor(*av), self.divisor(*bv));
+                    let d = match b {
+                        BinaryOp::Mul => da.saturating_mul(db).min(1 << 30),
+                        BinaryOp::Add | BinaryOp::Sub => gcd(da, db),
+                        _ => 1,
+                    };
+                    self.div.insert(res(0), d);
+                }
+                let ty = if b.is_comparison() { RegTy::Pred } else { a.ty };
+                let dtype = tk.ty(res(0)).dtype();
+                let tv = TV {
+                    layout: a.layout.clone(),
+                    ops,
+                    ty,
+                    dtype,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Select { cond, a, b } => {
+                let a = self.val(*a);
+                let c = self.val(*cond);
+                let c = self.convert(&c, &a.layout)?;
+                let bt = self.val(*b);
+                let bt = self.convert(&bt, &a.layout)?;
+                let mut ops = Vec::new();
+                for i in 0..a.ops.len() {
+                    ops.push(self.select(a.ty, c.ops[i], a.ops[i], bt.ops[i]));
+                }
+                let tv = TV { ops, ..a };
+                self.define(res(0), tv);
+            }
+            OpKind::Cast { x: xv, to } => {
+                let x = self.val(*xv);
+                let ty = self.cty(*to)?;
+                let mut ops = Vec::new();
+                for &o in &x.ops {
+                    ops.push(self.cast(o, x.ty, x.dtype, ty, *to)?);
+                }
+                if x.layout.shape.is_empty() && x.dtype.is_int() && to.is_int() {
+                    let d = self.divisor(*xv);
+                    self.div.insert(res(0), d);
+                }
+                let tv = TV {
+                    layout: x.layout,
+                    ops,
+                    ty,
+                    dtype: *to,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Splat { x, shape } => {
+                let x = self.val(*x);
+                let layout = self.blocked(shape);
+                let tv = TV {
+                    ops: vec![x.ops[0]; layout.num_slots()],
+                    layout,
+                    ty: x.ty,
+                    dtype: x.dtype,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Broadcast { x, shape } => {
+                let x = self.val(*x);
+                let to = self.blocked(shape);
+                let tv = self.broadcast(&x, &to)?;
+                self.define(res(0), tv);
+            }
+            OpKind::ExpandDims { x, axis } => {
+                let x = self.val(*x);
+                let tv = TV {
+                    layout: Rc::new(x.layout.expand(*axis)),
+                    ..x
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Transpose { x } => {
+                let x = self.val(*x);
+                let tv = TV {
+                    layout: Rc::new(x.layout.transpose()),
+                    ..x
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Arange { start, len } => {
+                let s = self.scalar(*start);
+                let layout = self.blocked(&[*len]);
+                let b = self.base(&layout.terms[0].clone());
+                let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
+                let sb = self.materialize(RegTy::I32, sb);
+                let mut ops = Vec::new();
+                for slot in layout.slots.clone() {
+                    ops.push(self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(slot[0] as i64)));
+                }
+                let tv = TV {
+                    layout,
+                    ops,
+                    ty: RegTy::I32,
+                    dtype: DType::I32,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Load {
+                tensor,
+                access,
+                mask,
+                other,
+            } => {
+                let tv = self.load(res(0), *tensor, access, *mask, *other)?;
+                self.define(res(0), tv);
+            }
+            OpKind::Store {
+                tensor,
+                access,
+                value,
+                mask,
+            } => self.store(*tensor, access, *value, *mask, false)?,
+            OpKind::AtomicAdd {
+                tensor,
+                access,
+                value,
+                mask,
+            } => self.store(*tensor, access, *value, *mask, true)?,
+            OpKind::Dot { a, b, acc, .. } => {
+                let tv = self.dot(res(0), *a, *b, *acc)?;
+                self.define(res(0), tv);
+            }
+            OpKind::Reduce {
+                op: r,
+                x,
+                axis,
+                keepdims,
+            } => {
+                let x = self.val(*x);
+                let tv = self.reduce(*r, &x, *axis, *keepdims)?;
+                self.define(res(0), tv);
+            }
+            OpKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => self.for_loop(op, *lo, *hi, *step, init, body)?,
+            OpKind::While { init, cond, body } => self.while_loop(op, init, cond, body)?,
+            OpKind::If {
+                cond,
+                then,
+                otherwise,
+            } => self.if_op(op, *cond, then, otherwise)?,
+            OpKind::Yield(_) => unreachable!("handled by region_ops"),
+        }
+        Ok(())
+    }
+
+    fn unary(&mut self, u: UnaryOp, ty: RegTy, d: DType, x: Operand) -> R<Operand> {
+        let f32 = ty == RegTy::F32;
+        let float = ty.is_float();
+        Ok(match u {
+            UnaryOp::Neg => self.un(UnOp::Neg, ty, x),
+            UnaryOp::Not | UnaryOp::Invert => {
+                let x = self.materialize(ty, x);
+                self.un(UnOp::Not, ty, x)
+            }
+            UnaryOp::Abs => self.un(UnOp::Abs, ty, x),
+            UnaryOp::Sqrt if float => self.un(UnOp::Sqrt, ty, x),
+            UnaryOp::Rsqrt if float => self.un(UnOp::RsqrtApprox, ty, x),
+            _ if !f32 => return self.unsupported(format!("`{}` on {}", unary_name(u), d.name())),
+            UnaryOp::Exp => {
+                let t = self.bin(BinOp::Mul, ty, x, Operand::Float(LOG2E));
+                self.un(UnOp::Exp2Approx, ty, t)
+            }
+            UnaryOp::Exp2 => self.un(UnOp::Exp2Approx, ty, x),
+            UnaryOp::Log => {
+                let t = self.un(UnOp::Log2Approx, ty, x);
+                self.bin(BinOp::Mul, ty, t, Operand::Float(LN2))
+            }
+            UnaryOp::Log2 => self.un(UnOp::Log2Approx, ty, x),
+            UnaryOp::Sigmoid => {
+                let t = self.bin(BinOp::Mul, ty, x, Operand::Float(-LOG2E));
+                let e = self.un(UnOp::Exp2Approx, ty, t);
+                let d = self.bin(BinOp::Add, ty, e, Operand::Float(1.0));
+                self.un(UnOp::Rcp, ty, d)
+            }
+            UnaryOp::Tanh if self.feat.fast_tanh => self.un(UnOp::TanhApprox, ty, x),
+            UnaryOp::Tanh => {
+                // tanh(x) = sign(x) (1 - t) / (1 + t), t = e^(-2|x|).
+                let a = self.un(UnOp::Abs, ty, x);
+                let s = self.bin(BinOp::Mul, ty, a, Operand::Float(-2.0 * LOG2E));
+                let t = self.un(UnOp::Exp2Approx, ty, s);
+                let n = self.bin(BinOp::Sub, ty, Operand::Float(1.0), t);
+                let dd = self.bin(BinOp::Add, ty, t, Operand::Float(1.0));
+                let q = self.bin(BinOp::Div, ty, n, dd);
+                self.copysign(q, x)
+            }
+            UnaryOp::Erf => {
+                // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7).
+                let a = self.un(UnOp::Abs, ty, x);
+                let p = self.fma(ty, a, Operand::Float(0.327_591_1), Operand::Float(1.0));
+                let t = self.un(UnOp::Rcp, ty, p);
+                let mut poly = Operand::Float(1.061_405_429);
+                for c in [-1.453_152_027, 1.421_413_741, -0.284_496_736, 0.254_829_592] {
+                    poly = self.fma(ty, poly, t, Operand::Float(c));
+                }
+                let poly = self.bin(BinOp::Mul, ty, poly, t);
+                let a2 = self.bin(BinOp::Mul, ty, a, a);
+                let s = self.bin(BinOp::Mul, ty, a2, Operand::Float(-LOG2E));
+                let e = self.un(UnOp::Exp2Approx, ty, s);
+                let np = self.un(UnOp::Neg, ty, poly);
+                let y = self.fma(ty, np, e, Operand::Float(1.0));
+                self.copysign(y, x)
+            }
+            UnaryOp::Sqrt | UnaryOp::Rsqrt => unreachable!("handled above"),
+        })
+    }
+
+    fn fma(&mut self, ty: RegTy, a: Operand, b: Operand, c: Operand) -> Operand {
+        let a = self.materialize(ty, a);
+        let dst = self.new_reg(ty);
+        self.emit(Inst::Fma { dst, a, b, c });
+        Operand::Reg(dst)
+    }
+
+    /// `|y|` with the sign of `x` (y >= 0).
+    fn copysign(&mut self, y: Operand, x: Operand) -> Operand {
+        let neg = self.cmp(CmpOp::Lt, RegTy::F32, x, Operand::Float(0.0));
+        let ny = self.un(UnOp::Neg, RegTy::F32, y);
+        self.select(RegTy::F32, neg, ny, y)
+    }
+
+    fn binary(&mut self, b: BinaryOp, ty: RegTy, d: DType, x: Operand, y: Operand) -> R<Operand> {
+        let float = ty.is_float();
+        let signed = matches!(ty, RegTy::I32 | RegTy::I64);
+        let cmp = |b| match b {
+            BinaryOp::Eq => CmpOp::Eq,
+            BinaryOp::Ne => CmpOp::Ne,
+            BinaryOp::Lt => CmpOp::Lt,
+            BinaryOp::Le => CmpOp::Le,
+            BinaryOp::Gt => CmpOp::Gt,
+            _ => CmpOp::Ge,
+        };
+        Ok(match b {
+            BinaryOp::Add => self.bin(BinOp::Add, ty, x, y),
+            BinaryOp::Sub => self.bin(BinOp::Sub, ty, x, y),
+            BinaryOp::Mul => self.bin(BinOp::Mul, ty, x, y),
+            BinaryOp::Max => self.bin(BinOp::Max, ty, x, y),
+            BinaryOp::Min => self.bin(BinOp::Min, ty, x, y),
+            BinaryOp::And => self.bin(BinOp::And, ty, x, y),
+            BinaryOp::Or => self.bin(BinOp::Or, ty, x, y),
+            BinaryOp::Xor => self.bin(BinOp::Xor, ty, x, y),
+            BinaryOp::Div if float => self.bin(BinOp::Div, ty, x, y),
+            BinaryOp::Div => self.bin(BinOp::Div, ty, x, y),
+            BinaryOp::FloorDiv if float => {
+                let q = self.bin(BinOp::Div, ty, x, y);
+                self.un(UnOp::Floor, ty, q)
+            }
+            BinaryOp::Mod if float => {
+                let q = self.bin(BinOp::Div, ty, x, y);
+                let f = self.un(UnOp::Floor, ty, q);
+                let m = self.bin(BinOp::Mul, ty, f, y);
+                self.bin(BinOp::Sub, ty, x, m)
+            }
+            BinaryOp::FloorDiv | BinaryOp::Mod if !signed => {
+                let op = if b == BinaryOp::Mod {
+                    BinOp::Rem
+                } else {
+                    BinOp::Div
+                };
+                self.bin(op, ty, x, y)
+            }
+            BinaryOp::FloorDiv | BinaryOp::Mod => {
+                // Python semantics: round the quotient toward -inf; the remainder
+                // takes the divisor's sign.
+                let r = self.bin(BinOp::Rem, ty, x, y);
+                let sx = self.bin(BinOp::Xor, ty, r, y);
+                let p1 = self.cmp(CmpOp::Ne, ty, r, Operand::Int(0));
+                let p2 = self.cmp(CmpOp::Lt, ty, sx, Operand::Int(0));
+                let fix = self.bin(BinOp::And, RegTy::Pred, p1, p2);
+                if b == BinaryOp::Mod {
+                    let ry = self.bin(BinOp::Add, ty, r, y);
+                    self.select(ty, fix, ry, r)
+                } else {
+                    let q = self.bin(BinOp::Div, ty, x, y);
+                    let q1 = self.bin(BinOp::Sub, ty, q, Operand::Int(1));
+                    self.select(ty, fix, q1, q)
+                }
+            }
+            BinaryOp::Pow if ty == RegTy::F32 => {
+                let l = self.un(UnOp::Log2Approx, ty, x);
+                let m = self.bin(BinOp::Mul, ty, l, y);
+                self.un(UnOp::Exp2Approx, ty, m)
+            }
+            BinaryOp::Pow => return self.unsupported(format!("`**` on {}", d.name())),
+            _ if ty == RegTy::Pred => {
+                // Eq / Ne on bools.
+                let x = self.materialize(ty, x);
+                let ne = self.bin(BinOp::Xor, ty, x, y);
+                if b == BinaryOp::Ne {
+                    ne
+                } else if b == BinaryOp::Eq {
+                    self.un(UnOp::Not, ty, ne)
+                } else {
+                    return self.unsupported("ordering comparisons of bools");
+                }
+            }
+            _ => self.cmp(cmp(b), ty, x, y),
+        })
+    }
+
+    fn cast(&mut self, x: Operand, fty: RegTy, from: DType, tty: RegTy, to: DType) -> R<Operand> {
+        if from == to {
+            return Ok(x);
+        }
+        if to == DType::Bool {
+            let zero = if fty.is_float() {
+                Operand::Float(0.0)
+            } else {
+                Operand::Int(0)
+            };
+            return Ok(self.cmp(CmpOp::Ne, fty, x, zero));
+        }
+        if from == DType::Bool {
+            let (one, zero) = if tty.is_float() {
+                (Operand::Float(1.0), Operand::Float(0.0))
+            } else {
+                (Operand::Int(1), Operand::Int(0))
+            };
+            return Ok(self.select(tty, x, one, zero));
+        }
+        let x = self.materialize(fty, x);
+        let mut v = if fty == tty {
+            x
+        } else {
+            self.cvt(tty, x, None)
+        };
+        // Round to the storage type where it is narrower than the compute type.
+        v = match to {
+            DType::F16 => {
+                let h = self.cvt(RegTy::B16, v, None);
+                self.cvt(RegTy::F32, h, None)
+            }
+            DType::BF16 => self.round_bf16(v),
+            DType::I8 => self.cvt(RegTy::I32, v, Some(MemTy::I8)),
+            DType::I16 => self.cvt(RegTy::I32, v, Some(MemTy::I16)),
+            DType::U8 => self.cvt(RegTy::U32, v, Some(MemTy::U8)),
+            _ => v,
+        };
+        Ok(v)
+    }
+
+    /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
+    /// are not preserved), keeping it in f32.
+    fn round_bf16(&mut self, v: Operand) -> Operand {
+        let u = self.new_reg(RegTy::U32);
+        self.emit(Inst::Mov { dst: u, src: v });
+        let u = Operand::Reg(u);
+        let lsb = self.bin(BinOp::Shr, RegTy::U32, u, Operand::Int(16));
+        let lsb = self.bin(BinOp::And, RegTy::U32, lsb, Operand::Int(1));
+        let a = self.bin(BinOp::Add, RegTy::U32, u, Operand::Int(0x7fff));
+        let a = self.bin(BinOp::Add, RegTy::U32, a, lsb);
+        let m = self.bin(BinOp::And, RegTy::U32, a, Operand::Int(0xffff_0000));
+        let f = self.new_reg(RegTy::F32);
+        self.emit(Inst::Mov { dst: f, src: m });
+        Operand::Reg(f)
+    }
+
+    fn broadcast(&mut self, x: &TV, to: &Rc<Layout>) -> R<TV> {
+        if let Some(map) = x.layout.register_map_to(to) {
+            return Ok(TV {
+                layout: to.clone(),
+                ops: map.iter().map(|&i| x.ops[i]).collect(),
+                ty: x.ty,
+                dtype: x.dtype,
+            });
+        }
+        let collapse: Vec<usize> = (0..to.rank())
+            .filter(|&d| x.layout.shape[d] == 1 && to.shape[d] != 1)
+            .collect();
+        let c = Rc::new(to.collapsed(&collapse));
+        let xc = self.convert(x, &c)?;
+        match c.register_map_to(to) {
+            Some(map) => Ok(TV {
+                layout: to.clone(),
+                ops: map.iter().map(|&i| xc.ops[i]).collect(),
+                ty: x.ty,
+                dtype: x.dtype,
+            }),
+            None => self.unsupported("this broadcast"),
+        }
+    }
+
+    // ---- memory -------------------------------------------------------------------
+
+    /// Per slot: the address register, byte offset and in-bounds predicate of an
+    /// access of `layout`'s elements; plus the vector width that is proven safe.
+    fn plan_access(&mut self, tensor: usize, access: &[Access], layout: &Layout) -> R<AccessPlan> {
+        let t = self.tensor(tensor)?;
+        let (ptr, dims, static_dims, strides, mem) = (
+            t.ptr,
+            t.dims.clone(),
+            t.static_dims.clone(),
+            t.strides.clone(),
+            t.mem,
+        );
+        let bytes = mem.bytes() as i64;
+        let mut thread_off = Operand::Int(0);
+        let mut point_preds = Vec::new();
+        // For each tile axis: (tensor axis, start + base, upper bound check needed).
+        let mut axes = Vec::new();
+        let mut d = 0usize;
+        for (a, acc) in access.iter().enumerate() {
+            match acc {
+                Access::Point(v) => {
+                    let idx = self.scalar(*v);
+                    let safe = matches!((idx, static_dims[a]), (Operand::Int(i), Some(n)) if i >= 0 && (i as u64) < n);
+                    if !safe {
+                        point_preds.push(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]));
+                    }
+                    let t = self.bin(BinOp::Mul, RegTy::I32, idx, strides[a]);
+                    thread_off = self.bin(BinOp::Add, RegTy::I32, thread_off, t);
+                }
+                Access::Range { start, len: _ } => {
+                    let s = self.scalar(*start);
+                    let b = self.base(&layout.terms[d].clone());
+                    let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
+                    let sb = self.materialize(RegTy::I32, sb);
+                    let t = self.bin(BinOp::Mul, RegTy::I32, sb, strides[a]);
+                    thread_off = self.bin(BinOp::Add, RegTy::I32, thread_off, t);
+                    let max_base: u64 = layout.terms[d]
+                        .iter()
+                        .map(|t| ((1u64 << t.bits) - 1) * t.mul as u64)
+                        .sum();
+                    axes.push((a, sb, *start, max_base, s));
+                    d += 1;
+                }
+            }
+        }
+        let off64 = self.new_reg(RegTy::I64);
+        let thread_off = self.materialize(RegTy::I32, thread_off);
+        self.emit(Inst::MulWide {
+            dst: off64,
+            a: thread_off,
+            b: Operand::Int(bytes),
+        });
+        let base_addr = self.new_reg(RegTy::U64);
+        self.emit(Inst::Binary {
+            op: BinOp::Add,
+            dst: base_addr,
+            a: Operand::Reg(ptr),
+            b: Operand::Reg(off64),
+        });
+        // Per (tile axis, offset): the bounds predicate (None when provably in bounds).
+        let mut pred_cache: HashMap<(usize, u32), Option<Operand>> = HashMap::new();
+        let mut addr_cache: HashMap<Vec<(usize, u32)>, Reg> = HashMap::new();
+        let mut combined: HashMap<Vec<Option<Reg>>, Option<Reg>> = HashMap::new();
+        let mut slots = Vec::new();
+        for slot in &layout.slots {
+            let mut preds = point_preds.clone();
+            let mut static_off = 0i64;
+            let mut dyn_key = Vec::new();
+            for (d, &(a, sb, _, max_base, s)) in axes.iter().enumerate() {
+                let o = slot[d];
+                let p = match pred_cache.get(&(d, o)) {
+                    Some(p) => *p,
+                    None => {
+                        let safe = matches!((s, static_dims[a]), (Operand::Int(st), Some(n))
+                            if st >= 0 && (st as u64 + max_base + o as u64) < n);
+                        let p = if safe {
+                            None
+                        } else {
+                            let idx = self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(o as i64));
+                            Some(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]))
+                        };
+                        pred_cache.insert((d, o), p);
+                        p
+                    }
+                };
+                preds.extend(p);
+                match strides[a] {
+                    Operand::Int(st) => static_off += o as i64 * st * bytes,
+                    _ if o == 0 => {}
+                    _ => dyn_key.push((a, o)),
+                }
+            }
+            let addr = if dyn_key.is_empty() {
+                base_addr
+            } else if let Some(r) = addr_cache.get(&dyn_key) {
+                *r
+            } else {
+                let mut e = Operand::Int(0);
+                for &(a, o) in &dyn_key {
+                    let t = self.bin(BinOp::Mul, RegTy::I32, strides[a], Operand::Int(o as i64));
+                    e = self.bin(BinOp::Add, RegTy::I32, e, t);
+                }
+                let e = self.materialize(RegTy::I32, e);
+                let w = self.new_reg(RegTy::I64);
+                self.emit(Inst::MulWide {
+                    dst: w,
+                    a: e,
+                    b: Operand::Int(bytes),
+                });
+                let r = self.new_reg(RegTy::U64);
+                self.emit(Inst::Binary {
+                    op: BinOp::Add,
+                    dst: r,
+                    a: Operand::Reg(base_addr),
+                    b: Operand::Reg(w),
+                });
+                addr_cache.insert(dyn_key, r);
+                r
+            };
+            let key: Vec<Option<Reg>> = preds.iter().map(|p| p.reg()).collect();
+            let pred = match combined.get(&key) {
+                Some(p) => *p,
+                None => {
+                    let p = self.and_preds(&preds);
+                    let p = self.pred_reg(p);
+                    combined.insert(key, p);
+                    p
+                }
+            };
+            slots.push(SlotAccess {
+                addr,
+                offset: static_off,
+                pred,
+            });
+        }
+        // Vector width: contiguous runs along the last tile axis when it is the
+        // tensor's last axis, with alignment and uniform bounds proven.
+        let mut vec = 1u32;
+        if let Some(&(a, _, start, max_base, s)) = axes.last() {
+            let last = access.len() - 1;
+            let rank = layout.rank();
+            if a == last {
+                let mut v = (16 / mem.bytes()).min(4);
+                let terms_ok = |v: u32| layout.terms[rank - 1].iter().all(|t| t.mul % v == 0);
+                let start_div = match s {
+                    Operand::Int(i) => i.unsigned_abs().max(1 << 30),
+                    _ => self.divisor(start),
+                };
+                let strides_ok = |v: u32| {
+                    strides[..last].iter().all(
+                        |s| matches!(s, Operand::Int(x) if (*x as u64).is_multiple_of(v as u64)),
+                    )
+                };
+                let dim_ok = |v: u32| match static_dims[a] {
+                    Some(n) => n % v as u64 == 0,
+                    None => false,
+                };
+                let _ = max_base;
+                while v > 1 {
+                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
+                        break;
+                    }
+                    v /= 2;
+                }
+                vec = v;
+            }
+        }
+        Ok(AccessPlan { slots, vec })
+    }
+
+    /// Groups of `vec` slots that are contiguous and aligned along the last axis.
+    fn vector_groups(layout: &Layout, vec: u32) -> Vec<Vec<usize>> {
+        let rank = layout.rank();
+        let mut used = vec![false; layout.num_slots()];
+        let mut groups = Vec::new();
+        for i in 0..layout.num_slots() {
+            if used[i] {
+                continue;
+            }
+            let s = &layout.slots[i];
+            let mut group = vec![i];
+            if vec > 1 && rank > 0 && s[rank - 1].is_multiple_of(vec) {
+                let mut all = true;
+                let mut members = vec![i];
+                for k in 1..vec {
+                    let mut t = s.clone();
+                    t[rank - 1] += k;
+                    match layout.find_slot(&t) {
+                        Some(j) if !used[j] => members.push(j),
+                        _ => {
+                            all = false;
+                            break;
+                        }
+                    }
+                }
+                if all {
+                    group = members;
+                }
+            }
+            for &j in &group {
+                used[j] = true;
+            }
+            groups.push(group);
+        }
+        groups
+    }
+
+    fn load(
+        &mut self,
+        res: Value,
+        tensor: usize,
+        access: &[Access],
+        mask: Option<Value>,
+        other: Constant,
+    ) -> R<TV> {
+        let ty = self.tk.ty(res).clone();
+        let layout = self.blocked(ty.shape());
+        let t = self.tensor(tensor)?;
+        let (mem, dtype) = (t.mem, t.dtype);
+        let cty = self.cty(dtype)?;
+        self.emit(Inst::Comment(format!(
+            "load {}[{}] {}",
+            self.tk.params[tensor].name,
+            layout
+                .shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            layout
+        )));
+        let mask = match mask {
+            Some(m) => {
+                let m = self.val(m);
+                Some(self.convert(&m, &layout)?)
+            }
+            None => None,
+        };
+        let mut plan = self.plan_access(tensor, access, &layout)?;
+        if mask.is_some() {
+            plan.vec = 1;
+        }
+        let rty = raw_ty(mem);
+        let direct = rty == cty;
+        let other_op = const_operand(other, dtype);
+        let other_op = match other_op {
+            Operand::Float(f) => Operand::Float(round_const(f, dtype)),
+            o => o,
+        };
+        let mut ops = vec![Operand::Int(0); layout.num_slots()];
+        for group in Self::vector_groups(&layout, plan.vec) {
+            let first = plan.slots[group[0]];
+            let mut pred = first.pred;
+            if let Some(m) = &mask {
+                let mut ps: Vec<Operand> = pred.into_iter().map(Operand::Reg).collect();
+                ps.push(m.ops[group[0]]);
+                let p = self.and_preds(&ps);
+                pred = self.pred_reg(p);
+            }
+            let dsts: Vec<Reg> = group.iter().map(|_| self.new_reg(rty)).collect();
+            if pred.is_some() {
+                for &d in &dsts {
+                    let init = if direct { other_op } else { Operand::Int(0) };
+                    self.emit(Inst::Mov { dst: d, src: init });
+                }
+            }
+            self.emit(Inst::Ld {
+                space: Space::Global,
+                mem,
+                dst: dsts.clone(),
+                addr: first.addr,
+                offset: first.offset,
+                pred,
+            });
+            for (k, &slot) in group.iter().enumerate() {
+                let raw = Operand::Reg(dsts[k]);
+                let v = if direct {
+                    raw
+                } else {
+                    let v = match mem {
+                        MemTy::F16 => self.cvt(RegTy::F32, raw, None),
+                        MemTy::BF16 => {
+                            let sh = self.bin(BinOp::Shl, RegTy::U32, raw, Operand::Int(16));
+                            let f = self.new_reg(RegTy::F32);
+                            self.emit(Inst::Mov { dst: f, src: sh });
+                            Operand::Reg(f)
+                        }
+                        MemTy::U8 if dtype == DType::Bool => {
+                            self.cmp(CmpOp::Ne, RegTy::U32, raw, Operand::Int(0))
+                        }
+                        _ => raw,
+                    };
+                    match pred {
+                        Some(p)
+                            if other_op != Operand::Int(0) && other_op != Operand::Float(0.0) =>
+                        {
+                            self.select(cty, Operand::Reg(p), v, other_op)
+                        }
+                        Some(p) if cty == RegTy::Pred => {
+                            // `other` False: in-bounds and loaded.
+                            self.bin(BinOp::And, RegTy::Pred, Operand::Reg(p), v)
+                        }
+                        _ => v,
+                    }
+                };
+                ops[slot] = v;
+            }
+        }
+        Ok(TV {
+            layout,
+            ops,
+            ty: cty,
+            dtype,
+        })
+    }
+
+    fn store(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        value: Value,
+        mask: Option<Value>,
+        atomic: bool,
+    ) -> R<()> {
+        let v = self.val(value);
+        let t = self.tensor(tensor)?;
+        let mem = t.mem;
+        let dtype = t.dtype;
+        let layout = v.layout.clone();
+        self.emit(Inst::Comment(format!(
+            "{} {} {}",
+            if atomic { "atomic_add" } else { "store" },
+            self.tk.params[tensor].name,
+            layout
+        )));
+        if atomic && !matches!(mem, MemTy::F32 | MemTy::I32 | MemTy::U32 | MemTy::F64) {
+            return self.unsupported(format!("atomic_add on {}", dtype.name()));
+        }
+        let mask = match mask {
+            Some(m) => {
+                let m = self.val(m);
+                Some(self.convert(&m, &layout)?)
+            }
+            None => None,
+        };
+        let mut plan = self.plan_access(tensor, access, &layout)?;
+        if mask.is_some() || atomic {
+            plan.vec = 1;
+        }
+        // Replicated threads hold the same elements: only one of them writes.
+        let rep = layout.replication_mask(self.tid_bits);
+        let owner = if rep != 0 {
+            let t = self.bin(
+                BinOp::And,
+                RegTy::U32,
+                Operand::Reg(self.tid),
+                Operand::Int(rep as i64),
+            );
+            Some(self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(0)))
+        } else {
+            None
+        };
+        for group in Self::vector_groups(&layout, plan.vec) {
+            let first = plan.slots[group[0]];
+            let mut ps: Vec<Operand> = first.pred.into_iter().map(Operand::Reg).collect();
+            ps.extend(owner);
+            if let Some(m) = &mask {
+                ps.push(m.ops[group[0]]);
+            }
+            let p = self.and_preds(&ps);
+            let pred = self.pred_reg(p);
+            let mut srcs = Vec::new();
+            for &slot in &group {
+                let x = v.ops[slot];
+                let s = match mem {
+                    MemTy::F16 => {
+                        let x = self.materialize(RegTy::F32, x);
+                        self.cvt(RegTy::B16, x, None)
+                    }
+                    MemTy::BF16 => {
+                        // The value is already a bf16 value held in f32: take the high half.
+                        let x = self.materialize(RegTy::F32, x);
+                        let u = self.new_reg(RegTy::U32);
+                        self.emit(Inst::Mov { dst: u, src: x });
+                        self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                    }
+                    MemTy::U8 if dtype == DType::Bool => {
+                        self.select(RegTy::U32, x, Operand::Int(1), Operand::Int(0))
+                    }
+                    _ => self.materialize(raw_ty(mem), x),
+                };
+                srcs.push(s);
+            }
+            if atomic {
+                self.emit(Inst::AtomAdd {
+                    mem,
+                    src: srcs[0],
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+            } else {
+                self.emit(Inst::St {
+                    space: Space::Global,
+                    mem,
+                    src: srcs,
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    // ---- reductions -----------------------------------------------------------------
+
+    fn combine(&mut self, r: ReduceOp, ty: RegTy, a: Operand, b: Operand) -> Operand {
+        let op = match r {
+            ReduceOp::Sum => BinOp::Add,
+            ReduceOp::Max => BinOp::Max,
+            ReduceOp::Min => BinOp::Min,
+        };
+        self.bin(op, ty, a, b)
+    }
+
+    fn reduce(&mut self, r: ReduceOp, x: &TV, axis: usize, keepdims: bool) -> R<TV> {
+        if !matches!(x.ty, RegTy::F32 | RegTy::I32 | RegTy::U32) {
+            return self.unsupported(format!("a reduction over {}", x.dtype.name()));
+        }
+        let ty = x.ty;
+        self.emit(Inst::Comment(format!("reduce axis {axis} of {}", x.layout)));
+        let out = Rc::new(x.layout.slice(axis, keepdims));
+        // 1. Within the thread.
+        let mut partial: Vec<Option<Operand>> = vec![None; out.num_slots()];
+        for (s, &o) in x.layout.slots.iter().zip(&x.ops) {
+            let mut key = s.clone();
+            if keepdims {
+                key[axis] = 0;
+            } else {
+                key.remove(axis);
+            }
+            let j = out.find_slot(&key).expect("slice slot");
+            partial[j] = Some(match partial[j] {
+                None => o,
+                Some(p) => self.combine(r, ty, p, o),
+            });
+        }
+        let mut partial: Vec<Operand> = partial.into_iter().map(|p| p.expect("slot")).collect();
+        // 2. Across lanes.
+        let warp_bits = self.warp_size.trailing_zeros() as u8;
+        let terms = x.layout.terms[axis].clone();
+        for t in terms.iter().filter(|t| t.shift < warp_bits) {
+            for bit in t.shift..t.shift + t.bits {
+                for p in partial.iter_mut() {
+                    let src = match self.materialize(ty, *p) {
+                        Operand::Reg(r) => r,
+                        _ => unreachable!(),
+                    };
+                    let dst = self.new_reg(ty);
+                    self.emit(Inst::ShflXor {
+                        dst,
+                        src,
+                        lane_mask: 1 << bit,
+                    });
+                    *p = self.combine(r, ty, Operand::Reg(src), Operand::Reg(dst));
+                }
+            }
+        }
+        // 3. Across warps, through shared memory.
+        let wterms: Vec<Term> = terms
+            .iter()
+            .filter(|t| t.shift >= warp_bits)
+            .copied()
+            .collect();
+        if !wterms.is_empty() {
+            let nw: u32 = wterms.iter().map(|t| 1u32 << t.bits).product();
+            let n_out: u64 = out.shape.iter().map(|&d| d as u64).product();
+            self.reserve_scratch((n_out * nw as u64 * 4) as u32);
+            // The warp's index along the axis.
+            let mut widx = Operand::Int(0);
+            let mut acc_bits = 0u8;
+            for t in &wterms {
+                let mut v = self.bin(
+                    BinOp::Shr,
+                    RegTy::I32,
+                    Operand::Reg(self.tid),
+                    Operand::Int(t.shift as i64),
+                );
+                v = self.bin(BinOp::And, RegTy::I32, v, Operand::Int((1 << t.bits) - 1));
+                if acc_bits > 0 {
+                    v = self.bin(BinOp::Shl, RegTy::I32, v, Operand::Int(acc_bits as i64));
+                }
+                widx = self.bin(BinOp::Add, RegTy::I32, widx, v);
+                acc_bits += t.bits;
+            }
+            let smem = self.scratch_addr();
+            let lb = self.linear_base(&out.clone());
+            let row = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(nw as i64 * 4));
+            let rbase = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), row);
+            let rbase = self.materialize(RegTy::U32, rbase);
+            let wo = self.bin(BinOp::Mul, RegTy::I32, widx, Operand::Int(4));
+            let waddr = self.bin(BinOp::Add, RegTy::U32, rbase, wo);
+            let waddr = self.materialize(RegTy::U32, waddr).reg().expect("reg");
+            let rbase = rbase.reg().expect("reg");
+            let strides = row_major(&out.shape);
+            let mem = if ty == RegTy::F32 {
+                MemTy::F32
+            } else {
+                MemTy::U32
+            };
+            let lins: Vec<i64> = out
+                .slots
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .zip(&strides)
+                        .map(|(&o, &st)| o as i64 * st as i64)
+                        .sum()
+                })
+                .collect();
+            for (j, p) in partial.iter().enumerate() {
+                self.emit(Inst::St {
+                    space: Space::Shared,
+                    mem,
+                    src: vec![*p],
+                    addr: waddr,
+                    offset: lins[j] * nw as i64 * 4,
+                    pred: None,
+                });
+            }
+            self.emit(Inst::Barrier);
+            for (j, p) in partial.iter_mut().enumerate() {
+                let mut acc: Option<Operand> = None;
+                for w in 0..nw as i64 {
+                    let dst = self.new_reg(ty);
+                    self.emit(Inst::Ld {
+                        space: Space::Shared,
+                        mem,
+                        dst: vec![dst],
+                        addr: rbase,
+                        offset: lins[j] * nw as i64 * 4 + w * 4,
+                        pred: None,
+                    });
+                    acc = Some(match acc {
+                        None => Operand::Reg(dst),
+                        Some(a) => self.combine(r, ty, a, Operand::Reg(dst)),
+                    });
+                }
+                *p = acc.expect("nw >= 1");
+            }
+            self.emit(Inst::Barrier);
+        }
+        Ok(TV {
+            layout: out,
+            ops: partial,
+            ty,
+            dtype: x.dtype,
+        })
+    }
+
+    // ---- dot (FMA path) -------------------------------------------------------------
+
+    fn dot(&mut self, res: Value, a: Value, b: Value, acc: Option<Value>) -> R<TV> {
+        let shape = self.tk.ty(res).shape().to_vec();
+        let (m, n) = (shape[0], shape[1]);
+        let k = self.tk.ty(a).shape()[1];
+        let layout = self.blocked(&shape);
+        let av = self.val(a);
+        let bv = self.val(b);
+        if av.ty != RegTy::F32 || bv.ty != RegTy::F32 {
+            return self.unsupported(format!("`dot` on {}", av.dtype.name()));
+        }
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
+        )));
+        // Accumulator registers (written by every k step).
+        let init = match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, &layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
+        };
+        let accs: Vec<Reg> = init
+            .iter()
+            .map(|&o| {
+                let dst = self.new_reg(RegTy::F32);
+                self.emit(Inst::Mov { dst, src: o });
+                dst
+            })
+            .collect();
+        // Stage A ([m,k], row-major) and B ([k,n]) in shared memory.
+        let a_bytes = m * k * 4;
+        self.reserve_scratch(a_bytes + k * n * 4);
+        let smem = self.scratch_addr();
+        for (tv, base) in [(&av, 0u32), (&bv, a_bytes)] {
+            let strides = row_major(&tv.layout.shape);
+            let lb = self.linear_base(&tv.layout.clone());
+            let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(4));
+            let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
+            let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+            for (s, &o) in tv.layout.slots.iter().zip(&tv.ops) {
+                let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+                self.emit(Inst::St {
+                    space: Space::Shared,
+                    mem: MemTy::F32,
+                    src: vec![o],
+                    addr,
+                    offset: base as i64 + lin as i64 * 4,
+                    pred: None,
+                });
+            }
+        }
+        self.emit(Inst::Barrier);
+        // Row and column base addresses of this thread's accumulator slots.
+        let bm = self.base(&layout.terms[0].clone());
+        let bn = self.base(&layout.terms[1].clone());
+        let arow = self.bin(BinOp::Mul, RegTy::I32, bm, Operand::Int(k as i64 * 4));
+        let arow = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), arow);
+        let bcol = self.bin(BinOp::Mul, RegTy::I32, bn, Operand::Int(4));
+        let bcol = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), bcol);
+        let arow = self.materialize(RegTy::U32, arow);
+        let bcol = self.materialize(RegTy::U32, bcol);
+        let iv = self.new_reg(RegTy::I32);
+        self.blocks.push(Vec::new());
+        let ka = self.bin(BinOp::Mul, RegTy::I32, Operand::Reg(iv), Operand::Int(4));
+        let pa = self.bin(BinOp::Add, RegTy::U32, arow, ka);
+        let pa = self.materialize(RegTy::U32, pa).reg().expect("reg");
+        let kb = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            Operand::Reg(iv),
+            Operand::Int(n as i64 * 4),
+        );
+        let pb = self.bin(BinOp::Add, RegTy::U32, bcol, kb);
+        let pb = self.materialize(RegTy::U32, pb).reg().expect("reg");
+        let mut rows: HashMap<u32, Reg> = HashMap::new();
+        let mut cols: HashMap<u32, Reg> = HashMap::new();
+        for s in layout.slots.clone() {
+            if let std::collections::hash_map::Entry::Vacant(e) = rows.entry(s[0]) {
+                let dst = self.regs.len() as u32;
+                self.regs.push(RegTy::F32);
+                e.insert(Reg(dst));
+                self.blocks.last_mut().expect("block").push(Inst::Ld {
+                    space: Space::Shared,
+                    mem: MemTy::F32,
+                    dst: vec![Reg(dst)],
+                    addr: pa,
+                    offset: s[0] as i64 * k as i64 * 4,
+                    pred: None,
+                });
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = cols.entry(s[1]) {
+                let dst = self.regs.len() as u32;
+                self.regs.push(RegTy::F32);
+                e.insert(Reg(dst));
+                self.blocks.last_mut().expect("block").push(Inst::Ld {
+                    space: Space::Shared,
+                    mem: MemTy::F32,
+                    dst: vec![Reg(dst)],
+                    addr: pb,
+                    offset: a_bytes as i64 + s[1] as i64 * 4,
+                    pred: None,
+                });
+            }
+        }
+        for (i, s) in layout.slots.clone().iter().enumerate() {
+            self.emit(Inst::Fma {
+                dst: accs[i],
+                a: Operand::Reg(rows[&s[0]]),
+                b: Operand::Reg(cols[&s[1]]),
+                c: Operand::Reg(accs[i]),
+            });
+        }
+        let body = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::For {
+            iv,
+            lo: Operand::Int(0),
+            hi: Operand::Int(k as i64),
+            step: Operand::Int(1),
+            body,
+        });
+        self.emit(Inst::Barrier);
+        Ok(TV {
+            layout,
+            ops: accs.into_iter().map(Operand::Reg).collect(),
+            ty: RegTy::F32,
+            dtype: DType::F32,
+        })
+    }
+
+    // ---- control flow ---------------------------------------------------------------
+
+    /// Fresh registers to carry `init` around a loop (moved in now).
+    fn carried(&mut self, init: &[Value]) -> Vec<TV> {
+        init.iter()
+            .map(|v| {
+                let t = self.val(*v);
+                let ops = t
+                    .ops
+                    .iter()
+                    .map(|&o| {
+                        let dst = self.new_reg(t.ty);
+                        self.emit(Inst::Mov { dst, src: o });
+                        Operand::Reg(dst)
+                    })
+                    .collect();
+                TV { ops, ..t }
+            })
+            .collect()
+    }
+
+    /// Moves `vals` into the registers of `into` (converting layouts), as a
+    /// parallel copy.
+    fn assign(&mut self, into: &[TV], vals: &[TV]) -> R<()> {
+        let mut temps = Vec::new();
+        for (dst, v) in into.iter().zip(vals) {
+            let v = self.convert(v, &dst.layout)?;
+            for &o in &v.ops {
+                let t = self.new_reg(dst.ty);
+                self.emit(Inst::Mov { dst: t, src: o });
+                temps.push(t);
+            }
+        }
+        let mut k = 0;
+        for dst in into {
+            for &o in &dst.ops {
+                let r = o.reg().expect("carried registers");
+                self.emit(Inst::Mov {
+                    dst: r,
+                    src: Operand::Reg(temps[k]),
+                });
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn for_loop(
+        &mut self,
+        op: &tile::Op,
+        lo: Value,
+        hi: Value,
+        step: Value,
+        init: &[Value],
+        body: &tile::Region,
+    ) -> R<()> {
+        let (lo_o, hi_o, step_o) = (self.scalar(lo), self.scalar(hi), self.scalar(step));
+        if step_o == Operand::Int(0) {
+            return self.err("E0506", "`range` step must not be zero");
+        }
+        let carried = self.carried(init);
+        let iv = self.new_reg(RegTy::I32);
+        let d = gcd(self.divisor(lo), self.divisor(step));
+        self.div.insert(body.args[0], d);
+        self.vals.insert(
+            body.args[0],
+            self.scalar_tv(Operand::Reg(iv), RegTy::I32, DType::I32),
+        );
+        for (a, c) in body.args[1..].iter().zip(&carried) {
+            self.vals.insert(*a, c.clone());
+        }
+        self.blocks.push(Vec::new());
+        let yields = self.region_ops(&body.ops)?.unwrap_or_default();
+        self.assign(&carried, &yields)?;
+        let code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::For {
+            iv,
+            lo: lo_o,
+            hi: hi_o,
+            step: step_o,
+            body: code,
+        });
+        for (r, c) in op.results.iter().zip(carried) {
+            self.define(*r, c);
+        }
+        Ok(())
+    }
+
+    fn while_loop(
+        &mut self,
+        op: &tile::Op,
+        init: &[Value],
+        cond: &tile::Region,
+        body: &tile::Region,
+    ) -> R<()> {
+        let carried = self.carried(init);
+        for (a, c) in cond.args.iter().zip(&carried) {
+            self.vals.insert(*a, c.clone());
+        }
+        self.blocks.push(Vec::new());
+        let y = self.region_ops(&cond.ops)?.unwrap_or_default();
+        let p = match y.first() {
+            Some(t) => self.materialize(RegTy::Pred, t.ops[0]),
+            None => return self.unsupported("a `while` condition without a value"),
+        };
+        let cond_code = self.blocks.pop().unwrap_or_default();
+        for (a, c) in body.args.iter().zip(&carried) {
+            self.vals.insert(*a, c.clone());
+        }
+        self.blocks.push(Vec::new());
+        let yields = self.region_ops(&body.ops)?.unwrap_or_default();
+        self.assign(&carried, &yields)?;
+        let body_code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::While {
+            cond: cond_code,
+            pred: p.reg().expect("reg"),
+            body: body_code,
+        });
+        for (r, c) in op.results.iter().zip(carried) {
+            self.define(*r, c);
+        }
+        Ok(())
+    }
+
+    fn if_op(
+        &mut self,
+        op: &tile::Op,
+        cond: Value,
+        then: &tile::Region,
+        otherwise: &tile::Region,
+    ) -> R<()> {
+        let c = self.scalar(cond);
+        let c = self.materialize(RegTy::Pred, c).reg().expect("reg");
+        self.blocks.push(Vec::new());
+        let ty_then = self.region_ops(&then.ops)?.unwrap_or_default();
+        // The merged results: fresh registers in the then-branch's layouts.
+        let results: Vec<TV> = ty_then
+            .iter()
+            .map(|t| TV {
+                ops: t
+                    .ops
+                    .iter()
+                    .map(|_| Operand::Reg(self.new_reg(t.ty)))
+                    .collect(),
+                ..t.clone()
+            })
+            .collect();
+        self.assign(&results, &ty_then)?;
+        let then_code = self.blocks.pop().unwrap_or_default();
+        self.blocks.push(Vec::new());
+        let ty_else = self.region_ops(&otherwise.ops)?.unwrap_or_default();
+        self.assign(&results, &ty_else)?;
+        let else_code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::If {
+            cond: c,
+            then: then_code,
+            otherwise: else_code,
+        });
+        for (r, t) in op.results.iter().zip(results) {
+            self.define(*r, t);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SlotAccess {
+    addr: Reg,
+    offset: i64,
+    pred: Option<Reg>,
+}
+
+struct AccessPlan {
+    slots: Vec<SlotAccess>,
+    vec: u32,
+}
+
+fn row_major(shape: &[u32]) -> Vec<u64> {
+    let mut s = vec![1u64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1] as u64;
+    }
+    s
+}
+
+fn unary_name(u: UnaryOp) -> &'static str {
+    match u {
+        UnaryOp::Neg => "-",
+        UnaryOp::Not => "not",
+        UnaryOp::Invert => "~",
+        UnaryOp::Exp => "exp",
+        UnaryOp::Exp2 => "exp2",
+        UnaryOp::Log => "log",
+        UnaryOp::Log2 => "log2",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Rsqrt => "rsqrt",
+        UnaryOp::Abs => "abs",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Erf => "erf",
+    }
+}
