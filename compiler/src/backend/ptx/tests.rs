@@ -111,6 +111,11 @@ fn ptxas_accepts_every_kernel_for_every_arch() {
             .map(|k| lower(k, arch).unwrap())
             .collect();
         let ptx = module(arch, &kernels);
+        // For running the kernels on a GPU elsewhere (see the module doc).
+        if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
+            std::fs::write(PathBuf::from(dir).join(format!("{arch}.ptx")), &ptx)
+                .expect("write TESSERA_PTX_DIR");
+        }
         match assemble(&ptxas, &ptx, arch, "all") {
             Ok(report) => {
                 for k in &kernels {

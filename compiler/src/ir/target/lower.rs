@@ -21,25 +21,41 @@ use super::{
 };
 use crate::backend::arch::Arch;
 use crate::check::DType;
-use crate::diag::Diagnostic;
 use crate::ir::tile::{
     self, Access, BinaryOp, Constant, Dim, OpKind, ParamKind, ReduceOp, UnaryOp, Value,
 };
 use crate::syntax::span::Span;
 
-/// Lowers one Tile IR kernel for `arch`. Constructs the backend cannot lower
-/// yet are a diagnostic (spans are the Tile IR op's, item-relative).
-pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Box<Diagnostic>> {
+/// A construct the code generator cannot lower yet (no catalogue code: the
+/// front door reports it as "not supported yet"). The span is the Tile IR op's
+/// (item-relative).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    pub span: Span,
+    pub message: String,
+}
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// Lowers one Tile IR kernel for `arch`.
+pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     let info = arch.info();
     if !arch.is_nvidia() {
-        return Err(Box::new(Diagnostic::new(
-            "E0606",
-            Span::default(),
+        return Err(Unsupported {
+            span: Span::default(),
+            message:
             format!(
                 "no code generator for {} yet (only NVIDIA targets have one)",
                 info.name
             ),
-        )));
+        ),
+        });
     }
     let num_threads = tk.num_warps * info.warp_size;
     let mut l = Lower {
@@ -219,22 +235,18 @@ fn round_const(f: f64, d: DType) -> f64 {
     }
 }
 
-type R<T> = Result<T, Box<Diagnostic>>;
+type R<T> = Result<T, Unsupported>;
 
 impl<'a> Lower<'a> {
-    fn err<T>(&self, code: &'static str, msg: impl Into<String>) -> R<T> {
-        Err(Box::new(Diagnostic::new(code, self.span, msg.into())))
-    }
-
     fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
-        let what = what.into();
-        self.err(
-            "E0606",
-            format!(
-                "{what} is not supported by the {} code generator yet",
+        Err(Unsupported {
+            span: self.span,
+            message: format!(
+                "{} is not supported by the {} code generator yet",
+                what.into(),
                 self.arch
             ),
-        )
+        })
     }
 
     fn new_reg(&mut self, ty: RegTy) -> Reg {
@@ -1960,7 +1972,7 @@ impl<'a> Lower<'a> {
     ) -> R<()> {
         let (lo_o, hi_o, step_o) = (self.scalar(lo), self.scalar(hi), self.scalar(step));
         if step_o == Operand::Int(0) {
-            return self.err("E0506", "`range` step must not be zero");
+            return self.unsupported("a `range` with step 0");
         }
         let carried = self.carried(init);
         let iv = self.new_reg(RegTy::I32);

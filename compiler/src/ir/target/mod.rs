@@ -42,7 +42,7 @@ mod dump;
 
 use crate::backend::arch::Arch;
 pub use layout::{Layout, LayoutKind, Term};
-pub use lower::lower;
+pub use lower::{lower, Unsupported};
 
 /// A virtual register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -637,9 +637,8 @@ fn every_test_kernel_lowers_and_verifies_for_every_nvidia_arch() {
 }
 
 #[test]
-fn amd_targets_are_a_diagnostic() {
+fn amd_targets_are_not_supported_yet() {
     let d = lower(&vadd(), Arch::Gfx942).unwrap_err();
-    assert_eq!(d.code, "E0606");
     assert!(d.message.contains("gfx942"), "{}", d.message);
 }
 
