@@ -306,7 +306,7 @@ impl Checker<'_> {
 
     fn check_threads(&mut self, warps: u64, span: crate::syntax::span::Span) {
         let info = self.arch.info();
-        let threads = warps * info.warp_size as u64;
+        let threads = warps.saturating_mul(info.warp_size as u64);
         if threads > info.max_threads_per_block as u64 {
             self.report(
                 Diagnostic::new(
