@@ -354,18 +354,33 @@ fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf
 
 /// Builds the scope of a module from its items (in file order).
 pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope {
-    build_module_scope_with(items, resolve, &|_| None)
+    let items: Vec<ScopeItem> = items.iter().cloned().map(ScopeItem::Item).collect();
+    build_module_scope_with(&items, resolve)
 }
 
-/// `build_module_scope`, taking function signatures from `sig_of(item index)`
-/// where it gives one (the database caches them per item).
-pub fn build_module_scope_with(
-    items: &[Arc<Item>],
-    resolve: Resolver,
-    sig_of: &dyn Fn(usize) -> Option<Arc<FnSig>>,
-) -> ModuleScope {
+/// An item as `build_module_scope_with` takes it: a function whose signature
+/// is already known (the database caches them per item), or any item.
+#[derive(Clone, Debug)]
+pub enum ScopeItem {
+    Function(Arc<FnSig>),
+    Item(Arc<Item>),
+}
+
+/// Builds the scope of a module from its items (in file order).
+pub fn build_module_scope_with(items: &[ScopeItem], resolve: Resolver) -> ModuleScope {
     let mut scope = ModuleScope::default();
-    for (index, item) in items.iter().enumerate() {
+    for item in items {
+        let item = match item {
+            ScopeItem::Function(sig) => {
+                if !scope.entries.contains_key(&sig.name) {
+                    scope
+                        .entries
+                        .insert(sig.name.clone(), Entry::Function(sig.clone()));
+                }
+                continue;
+            }
+            ScopeItem::Item(item) => item,
+        };
         match &**item {
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
@@ -414,10 +429,10 @@ pub fn build_module_scope_with(
                 if scope.entries.contains_key(&f.name.name) {
                     continue;
                 }
-                let sig = sig_of(index).unwrap_or_else(|| {
+                let sig = {
                     let s = &scope;
                     Arc::new(signature(f, &|n| s.const_value(n)))
-                });
+                };
                 scope
                     .entries
                     .insert(f.name.name.clone(), Entry::Function(sig));
