@@ -164,6 +164,15 @@ impl Dim {
         Some(acc)
     }
 
+    /// Parses a dim string of a type annotation with the language's dim grammar
+    /// (`syntax::dim`: affine in its names, e.g. `"4*D"`, `"M+1"`, `"(2*N)//2"`).
+    pub fn parse_affine(text: &str) -> Result<Dim, String> {
+        let a = crate::syntax::dim::parse_affine(text).map_err(|e| e.message)?;
+        let mut terms: Terms = a.terms.into_iter().map(|(n, c)| (vec![n], c)).collect();
+        terms.retain(|(_, c)| *c != 0);
+        Ok(Dim::normalise(terms, a.constant))
+    }
+
     /// Parses a dim string: integers, names, `+ - *` and parentheses (`"4*D"`, `"M+1"`).
     pub fn parse(text: &str) -> Result<Dim, String> {
         let mut p = Parser {

@@ -239,7 +239,7 @@ fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagn
     };
     match eval_const(a, &lookup) {
         Ok(Value::Int(d)) => Ok(d),
-        Ok(Value::Str(s)) => Dim::parse(&s).map_err(|m| {
+        Ok(Value::Str(s)) => Dim::parse_affine(&s).map_err(|m| {
             Diagnostic::new("E0111", a.span, format!("invalid dim expression \"{s}\": {m}"))
                 .with_help("dims are names and integers combined with `+`, `-` and `*`, e.g. \"4*D\" or \"M+1\"")
         }),
