@@ -917,7 +917,10 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if only_block(expected) {
+        // (only right after a block header's `:`; after a recovered error the
+        // block is one option among others)
+        let after_colon = self.text.get(self.last_line_before(span.start).range()) == Some(":");
+        if only_block(expected) && after_colon {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,

@@ -573,6 +573,9 @@ fn error_codes_and_lines() {
     );
     assert_eq!(at_lines("@kernel\n@autotune()\n"), [("E0113", 2)]);
     assert_eq!(at_lines("@kernel\nx = 1\n"), [("E0113", 1)]);
+    // a broken decorator line does not lose the def below it
+    assert_eq!(at_lines("@\ndef f(): pass\n"), [("E0101", 1)]);
+    assert_eq!(at_lines("@kernel(grid=)\ndef f(): pass\n"), [("E0101", 1)]);
     assert_eq!(
         at_lines("for i in range(3):\n    pass\ncontinue\n"),
         [("E0114", 3)]
