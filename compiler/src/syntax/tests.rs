@@ -1262,3 +1262,14 @@ fn docstrings_with_odd_whitespace() {
     };
     assert_eq!(f.docstring.as_deref(), Some("one line"));
 }
+
+#[test]
+fn parse_item_on_two_statements_reports_the_second() {
+    // parse_item takes one item (as cut by split_items); the REPL should use
+    // parse_file for several lines
+    let p = parse_item("x = 1\ny = 2\n");
+    assert_eq!(p.diagnostics.len(), 1, "{:#?}", p.diagnostics);
+    assert_eq!(p.diagnostics[0].span.start, 6);
+    let (items, d) = parse_file("x = 1\ny = 2\n");
+    assert_eq!((items.len(), d.len()), (2, 0));
+}
