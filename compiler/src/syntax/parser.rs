@@ -12,6 +12,7 @@
 //!    tokens show (`x = ...`, `for i in ...:`), with `Expr::Error` inside;
 //! 3. a `def` header that cannot be read keeps its name, parameter names and body;
 //!    a decorator line that cannot be read keeps its place.
+//!
 //! Each error is reported once: follow-on reports on the same line as a lexical
 //! error, on a mis-indented line, or for the same unclosed bracket are dropped.
 
