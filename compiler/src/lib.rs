@@ -5,5 +5,6 @@ pub mod check;
 pub mod cli;
 pub mod db;
 pub mod diag;
+pub mod ir;
 pub mod stdlib;
 pub mod syntax;

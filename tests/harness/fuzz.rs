@@ -10,6 +10,8 @@ use tessera::diag::codes;
 use tessera::diag::render::{render_human_all, render_json, LineIndex};
 use tessera::diag::Diagnostic;
 
+static SEEDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
@@ -209,24 +211,37 @@ fn unicode_text() -> impl Strategy<Value = String> {
         .prop_map(|cs| cs.into_iter().collect())
 }
 
-/// Real programs to mutate: the embedded stdlib and `examples/`.
+/// Real programs to mutate: the embedded stdlib, `examples/` and every UI case
+/// (valid programs and programs with each kind of error).
 fn seeds() -> Vec<String> {
     let mut out: Vec<String> = tessera::stdlib::modules()
         .filter_map(tessera::stdlib::source)
         .map(str::to_string)
         .collect();
-    let examples = tessera_tests::workspace_root().join("examples");
-    let mut paths: Vec<_> = std::fs::read_dir(examples)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+    let root = tessera_tests::workspace_root();
+    let mut paths = Vec::new();
+    collect_tsr(&root.join("examples"), &mut paths);
+    collect_tsr(&root.join("tests").join("ui"), &mut paths);
     paths.sort();
     for p in paths {
-        if p.extension().is_some_and(|e| e == "tsr") {
-            out.push(std::fs::read_to_string(p).unwrap());
+        out.push(std::fs::read_to_string(p).unwrap());
+    }
+    assert!(out.len() > 10, "there are seed programs");
+    out
+}
+
+fn collect_tsr(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_tsr(&path, out);
+        } else if path.extension().is_some_and(|e| e == "tsr") {
+            out.push(path);
         }
     }
-    assert!(!out.is_empty(), "there are seed programs");
-    out
 }
 
 #[derive(Clone, Debug)]
@@ -287,14 +302,14 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(120))]
+    #![proptest_config(config(200))]
 
     #[test]
     fn mutated_programs_never_panic_and_recheck_incrementally(
         pick in any::<prop::sample::Index>(),
         muts in prop::collection::vec(mutation(), 1..6),
     ) {
-        let seeds = seeds();
+        let seeds = SEEDS.get_or_init(seeds);
         let seed = &seeds[pick.index(seeds.len())];
         let text = mutate(seed, &muts);
         let fresh = check(&text);

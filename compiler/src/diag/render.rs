@@ -160,8 +160,16 @@ fn write_report(
     } else {
         &diag.primary_label
     };
+    // ariadne starts a new snippet (with a repeated, misleading `├─[ file:line:col ]`
+    // header) whenever a label sorts before the line of the previous one, so labels
+    // are ordered by the line they end on, the primary first within its line.
+    let order = |r: &Range<usize>, secondary: bool| {
+        let last = if r.is_empty() { r.start } else { r.end - 1 };
+        let line = index.position(last as u32).line as i32;
+        line.saturating_mul(2).saturating_add(secondary as i32)
+    };
     let mut primary_label = ALabel::new((id.clone(), primary.clone()))
-        .with_order(0)
+        .with_order(order(&primary, false))
         .with_message(primary_message);
     if color {
         primary_label = primary_label.with_color(accent);
@@ -170,10 +178,11 @@ fn write_report(
         .with_config(config)
         .with_message(&diag.message)
         .with_label(primary_label);
-    for (i, label) in diag.labels.iter().enumerate() {
-        let mut l = ALabel::new((id.clone(), index.clamp_span(label.span)))
+    for label in &diag.labels {
+        let range = index.clamp_span(label.span);
+        let mut l = ALabel::new((id.clone(), range.clone()))
             .with_message(&label.message)
-            .with_order(i as i32 + 1);
+            .with_order(order(&range, true));
         if color {
             l = l.with_color(Color::Blue);
         }
@@ -392,6 +401,27 @@ mod tests {
                 "this `(` is never closed",
             );
         insta::assert_snapshot!(render_human("eof.tsr", text, &d, false));
+    }
+
+    #[test]
+    fn human_label_above_the_primary_stays_in_one_snippet() {
+        let text = "def k():\n    acc = zeros([16], f32)\n    for i in range(0, 4):\n        acc = zeros([32], f32)\n";
+        let second = text.rfind("acc").unwrap() as u32;
+        let first = text.find("acc").unwrap() as u32;
+        let d = Diagnostic::new(
+            "E0407",
+            Span::new(second, second + 3),
+            "`acc` changes shape in the loop",
+        )
+        .with_primary_label("now `Tile[32, f32]`")
+        .with_label(
+            Span::new(first, first + 3),
+            "before the loop, `Tile[16, f32]`",
+        );
+        let out = render_human("loop.tsr", text, &d, false);
+        assert!(!out.contains("├─["), "{out}");
+        assert!(out.contains("loop.tsr:4:9"), "{out}");
+        insta::assert_snapshot!(out);
     }
 
     #[test]

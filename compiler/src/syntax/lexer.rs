@@ -97,6 +97,9 @@ pub enum Tok<'a> {
     /// Stands for the missing indented block after a line that ends in `:`
     /// (already reported as E0106), so that the parser can go on.
     EmptyBlock,
+    /// Stands for an unreadable part of a bracketed list (an argument, element or
+    /// index) that the parser's repair pass cut out; never produced by `lex`.
+    ErrorExpr,
 }
 
 impl Tok<'_> {
@@ -110,6 +113,7 @@ impl Tok<'_> {
             Tok::Indent => "indent".to_string(),
             Tok::Dedent => "end of the indented block".to_string(),
             Tok::EmptyBlock => "a line that is not indented".to_string(),
+            Tok::ErrorExpr => "an invalid expression".to_string(),
             other => format!("`{}`", other.symbol()),
         }
     }
@@ -186,7 +190,8 @@ impl Tok<'_> {
             | Tok::Newline
             | Tok::Indent
             | Tok::Dedent
-            | Tok::EmptyBlock => "",
+            | Tok::EmptyBlock
+            | Tok::ErrorExpr => "",
         }
     }
 }

@@ -2,6 +2,19 @@
 //! layout token stream, turns lalrpop's errors into catalogue diagnostics with
 //! human-worded expectations, and runs the small post-parse checks (break,
 //! continue and return placement).
+//!
+//! Error recovery, from the finest to the coarsest:
+//! 1. an error inside a closed bracket group is reported, the comma- (or colon-)
+//!    separated part holding it is replaced by an `ERROR_EXPR` token (an
+//!    `Expr::Error` in the tree) and the item is parsed again (`repair_range`);
+//! 2. otherwise the grammar's `!` productions skip to the end of the statement
+//!    (and the block it opens), and `Sink::salvage` keeps the shape its first
+//!    tokens show (`x = ...`, `for i in ...:`), with `Expr::Error` inside;
+//! 3. a `def` header that cannot be read keeps its name, parameter names and body;
+//!    a decorator line that cannot be read keeps its place.
+//!
+//! Each error is reported once: follow-on reports on the same line as a lexical
+//! error, on a mis-indented line, or for the same unclosed bracket are dropped.
 
 use lalrpop_util::{lalrpop_mod, ErrorRecovery, ParseError};
 
@@ -17,13 +30,117 @@ lalrpop_mod!(
 );
 
 /// Where grammar actions report what they find besides the tree.
-#[derive(Default)]
 pub struct Sink<'a> {
     pub recovered: Vec<ErrorRecovery<u32, Tok<'a>, ()>>,
     pub diags: Vec<Diagnostic>,
+    /// The whole token stream, to salvage what a bad statement shows of its shape.
+    pub tokens: &'a [Spanned<'a>],
 }
 
 impl Sink<'_> {
+    /// The statement kind for a statement that could not be parsed (tokens in
+    /// `l..r`, and the block after it if any): its shape where its first tokens
+    /// show it (`x = ...`, `x += ...`, `return ...`, `for i in ...:`, `while ...:`,
+    /// `if ...:`) with `ExprKind::Error` for the unreadable part, so that names it
+    /// binds and blocks it holds are still seen; `StmtKind::Error` otherwise.
+    /// The parameter names of a `def` header that could not be parsed (tokens in
+    /// `l..r`, after the function name): each comma-separated part of the
+    /// parenthesised list that starts with a name gives a parameter with that name
+    /// (its annotation and default are dropped), so the body still sees them.
+    pub fn salvage_params(&self, l: u32, r: u32) -> Vec<Param> {
+        let lo = self.tokens.partition_point(|t| t.0 < l);
+        let hi = self.tokens.partition_point(|t| t.0 < r).max(lo);
+        let toks = &self.tokens[lo..hi];
+        let mut out: Vec<Param> = Vec::new();
+        if !matches!(toks.first(), Some((_, Tok::LParen, _))) {
+            return out;
+        }
+        let mut depth = 0usize;
+        let mut at_part_start = false;
+        for &(a, t, b) in toks {
+            let was_start = std::mem::replace(&mut at_part_start, false);
+            match t {
+                Tok::LParen | Tok::LBracket | Tok::LBrace => {
+                    depth += 1;
+                    at_part_start = depth == 1;
+                }
+                Tok::RParen | Tok::RBracket | Tok::RBrace => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                Tok::Comma if depth == 1 => at_part_start = true,
+                Tok::Name(n)
+                    if depth == 1 && was_start && !out.iter().any(|p| p.name.name == n) =>
+                {
+                    out.push(Param {
+                        name: Ident::new(n, Span::new(a, b)),
+                        ty: None,
+                        default: None,
+                        span: Span::new(a, b),
+                    });
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    pub fn salvage(&self, l: u32, r: u32, block: Option<Vec<Stmt>>) -> StmtKind {
+        let lo = self.tokens.partition_point(|t| t.0 < l);
+        let hi = self.tokens.partition_point(|t| t.0 < r).max(lo);
+        let mut toks = &self.tokens[lo..hi];
+        while let [(_, Tok::Indent | Tok::Dedent | Tok::EmptyBlock | Tok::Newline, _), rest @ ..] =
+            toks
+        {
+            toks = rest;
+        }
+        let error_from = |i: usize| {
+            let start = toks.get(i).map_or(r, |t| t.0);
+            Expr::new(ExprKind::Error, Span::new(start, r.max(start)))
+        };
+        let name = |t: &Spanned<'_>| match t.1 {
+            Tok::Name(n) => Some(Ident::new(n, Span::new(t.0, t.2))),
+            _ => None,
+        };
+        let target = |id: Ident| Expr::new(ExprKind::Name(id.clone()), id.span);
+        match (toks, block) {
+            ([n, (_, Tok::Assign | Tok::Colon, _), ..], None) if name(n).is_some() => {
+                StmtKind::Assign {
+                    target: target(name(n).unwrap()),
+                    ty: None,
+                    value: error_from(2),
+                }
+            }
+            ([n, (_, op, _), ..], None) if name(n).is_some() && aug_op(*op).is_some() => {
+                StmtKind::AugAssign {
+                    target: target(name(n).unwrap()),
+                    op: aug_op(*op).unwrap(),
+                    value: error_from(2),
+                }
+            }
+            ([(_, Tok::Return, _)], None) => StmtKind::Return(None),
+            ([(_, Tok::Return, _), ..], None) => StmtKind::Return(Some(error_from(1))),
+            ([(_, Tok::For, _), n, (_, Tok::In, _), ..], Some(body)) if name(n).is_some() => {
+                StmtKind::For {
+                    target: name(n).unwrap(),
+                    iter: error_from(3),
+                    body,
+                }
+            }
+            ([(_, Tok::While, _), ..], Some(body)) => StmtKind::While {
+                cond: error_from(1),
+                body,
+            },
+            ([(_, Tok::If, _), ..], Some(body)) => StmtKind::If {
+                branches: vec![(error_from(1), body)],
+                orelse: None,
+            },
+            _ => StmtKind::Error,
+        }
+    }
+
     pub fn decorator_without_def(&mut self, decorators: &[Decorator], stmt: Option<Span>) {
         let Some(last) = decorators.last() else {
             return;
@@ -60,7 +177,6 @@ pub struct Operand {
     span: Span,
     /// Start offsets of the `not` prefixes, outermost first.
     nots: Vec<u32>,
-    nots_used: usize,
 }
 
 impl Operand {
@@ -69,7 +185,6 @@ impl Operand {
             expr,
             span,
             nots: Vec::new(),
-            nots_used: 0,
         }
     }
 
@@ -182,9 +297,11 @@ impl Climb<'_, '_> {
 
     fn prefix(&mut self, min: u8) -> (Expr, Span) {
         let o = &mut self.operands[self.i];
-        if o.nots_used < o.nots.len() {
-            let at = o.nots[o.nots_used];
-            o.nots_used += 1;
+        if !o.nots.is_empty() {
+            // every `not` of this operand applies to the same comparison-level
+            // operand: wrap it iteratively (no recursion per `not`)
+            let nots = std::mem::take(&mut o.nots);
+            let at = nots[0];
             if min > NOT_PREC {
                 self.sink.diags.push(
                     Diagnostic::new(
@@ -196,20 +313,38 @@ impl Climb<'_, '_> {
                     .with_help("put the negation in parentheses: `a == (not b)`"),
                 );
             }
-            let (inner, ifull) = self.expr(CMP_PREC);
-            let span = Span::new(at, ifull.end);
-            let e = Expr::new(
-                ExprKind::Unary {
-                    op: UnaryOp::Not,
-                    operand: Box::new(inner),
-                },
-                span,
-            );
-            return (e, span);
+            let (mut e, ifull) = self.expr(CMP_PREC);
+            for &start in nots.iter().rev() {
+                e = Expr::new(
+                    ExprKind::Unary {
+                        op: UnaryOp::Not,
+                        operand: Box::new(e),
+                    },
+                    Span::new(start, ifull.end),
+                );
+            }
+            return (e, Span::new(at, ifull.end));
         }
         let placeholder = Expr::new(ExprKind::Error, o.span);
         (std::mem::replace(&mut o.expr, placeholder), o.span)
     }
+}
+
+fn aug_op(t: Tok<'_>) -> Option<BinOp> {
+    Some(match t {
+        Tok::PlusEq => BinOp::Add,
+        Tok::MinusEq => BinOp::Sub,
+        Tok::StarEq => BinOp::Mul,
+        Tok::SlashEq => BinOp::Div,
+        Tok::DoubleSlashEq => BinOp::FloorDiv,
+        Tok::PercentEq => BinOp::Mod,
+        Tok::DoubleStarEq => BinOp::Pow,
+        Tok::AtEq => BinOp::MatMul,
+        Tok::AmpEq => BinOp::BitAnd,
+        Tok::PipeEq => BinOp::BitOr,
+        Tok::CaretEq => BinOp::BitXor,
+        _ => return None,
+    })
 }
 
 pub fn sp(l: u32, r: u32) -> Span {
@@ -271,11 +406,8 @@ fn clean_docstring(s: &str) -> String {
     let mut out: Vec<&str> = Vec::with_capacity(rest.len() + 1);
     out.push(first);
     for l in &rest {
-        out.push(if l.len() >= indent {
-            l[indent..].trim_end()
-        } else {
-            l.trim()
-        });
+        // `get`: whitespace of other widths (U+3000) must not split a character
+        out.push(l.get(indent..).map_or_else(|| l.trim(), str::trim_end));
     }
     while out.last().is_some_and(|l| l.is_empty()) {
         out.pop();
@@ -365,26 +497,82 @@ pub fn parse(text: &str) -> ParsedItem {
             diagnostics,
         };
     }
-    let mut sink = Sink::default();
+    if let Some(d) = too_deep(&lexed.tokens) {
+        diagnostics.push(d);
+        return ParsedItem {
+            item: None,
+            diagnostics,
+        };
+    }
     let tokens = &lexed.tokens;
-    let result =
-        tessera::ItemParser::new().parse(&mut sink, tokens.iter().map(|&t| Ok::<_, ()>(t)));
     let ctx = ErrCtx {
         text,
         tokens,
         unclosed: &lexed.unclosed,
     };
     let mut syntax: Vec<Diagnostic> = Vec::new();
-    for rec in std::mem::take(&mut sink.recovered) {
-        syntax.push(ctx.convert(rec.error));
-    }
-    let item = match result {
-        Ok(item) => item.map(|b| *b),
-        Err(e) => {
-            syntax.push(ctx.convert(e));
+    // Parse; while an error sits inside a closed bracket group, report it, cut the
+    // bad argument/element/index out (an ERROR_EXPR token takes its place) and parse
+    // again, so that the rest of the statement keeps its tree. Errors that remain
+    // are recovered at statement level.
+    let mut toks: Vec<Spanned<'_>> = tokens.clone();
+    let mut repaired: Vec<u32> = Vec::new();
+    let (item, sink_diags) = loop {
+        let mut sink = Sink {
+            recovered: Vec::new(),
+            diags: Vec::new(),
+            tokens: &toks,
+        };
+        let result =
+            tessera::ItemParser::new().parse(&mut sink, toks.iter().map(|&t| Ok::<_, ()>(t)));
+        let mut errors: Vec<ParseError<u32, Tok<'_>, ()>> =
+            sink.recovered.drain(..).map(|r| r.error).collect();
+        let item = match result {
+            Ok(item) => item.map(|b| *b),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        // bounded: at most MAX_REPAIRS re-parses, and fewer for very large items
+        let repair = if repaired.len() < MAX_REPAIRS
+            && (repaired.len() + 1) * toks.len() <= REPAIR_TOKEN_BUDGET
+        {
+            errors
+                .iter()
+                .enumerate()
+                .find_map(|(i, e)| repair_range(&toks, e, &repaired).map(|r| (i, r)))
+        } else {
             None
+        };
+        if let Some((i, (range, at))) = repair {
+            syntax.push(ctx.convert(errors.swap_remove(i)));
+            repaired.push(at);
+            let cut = if range.is_empty() {
+                (at, Tok::ErrorExpr, at)
+            } else {
+                (toks[range.start].0, Tok::ErrorExpr, toks[range.end - 1].2)
+            };
+            drop(errors);
+            drop(sink);
+            toks.splice(range, [cut]);
+            continue;
         }
+        for e in errors {
+            // an error on a cut-out part repeats one already reported
+            if !matches!(
+                e,
+                ParseError::UnrecognizedToken {
+                    token: (_, Tok::ErrorExpr, _),
+                    ..
+                }
+            ) {
+                syntax.push(ctx.convert(e));
+            }
+        }
+        break (item, sink.diags);
     };
+    let mut sink_diags = sink_diags;
     // one report per place: recovery can meet the same bad token twice
     syntax.sort_by_key(|d| (d.span.start, d.span.end));
     syntax.dedup_by(|a, b| a.span == b.span && a.code == b.code);
@@ -410,13 +598,203 @@ pub fn parse(text: &str) -> ParsedItem {
             _ => false,
         })
     });
+    // an indented line right after a line with a syntax error is most likely its
+    // continuation (`x = a +` / `    b`): the first report is enough
+    diagnostics.retain(|l| {
+        l.code != "E0105" || {
+            let line_start = text[..l.span.start as usize]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            let prev_start = text[..line_start.saturating_sub(1)]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            line_start == 0
+                || !syntax
+                    .iter()
+                    .any(|d| (prev_start as u32..line_start as u32).contains(&d.span.start))
+        }
+    });
     diagnostics.extend(syntax);
-    diagnostics.append(&mut sink.diags);
+    diagnostics.append(&mut sink_diags);
     if let Some(item) = &item {
         check_placement(item, &mut diagnostics);
     }
     diagnostics.sort_by_key(|d| (d.span.start, d.span.end));
     ParsedItem { item, diagnostics }
+}
+
+/// At most this many repairs (re-parses) per item...
+const MAX_REPAIRS: usize = 16;
+/// ...and at most this many tokens parsed in all, so that a huge broken item
+/// costs a few parses, not sixteen.
+const REPAIR_TOKEN_BUDGET: usize = 200_000;
+
+fn is_open(t: Tok<'_>) -> bool {
+    matches!(t, Tok::LParen | Tok::LBracket | Tok::LBrace)
+}
+
+fn is_close(t: Tok<'_>) -> bool {
+    matches!(t, Tok::RParen | Tok::RBracket | Tok::RBrace)
+}
+
+fn is_layout(t: Tok<'_>) -> bool {
+    matches!(
+        t,
+        Tok::Newline | Tok::Indent | Tok::Dedent | Tok::EmptyBlock
+    )
+}
+
+/// For an error on a token inside a closed bracket group: the token range of the
+/// comma- (or, in `[]`/`{}`, colon-) separated part holding it, after a `name=`
+/// keyword prefix, and the error token's offset. `None` when the error is not in
+/// such a group, the group is a `def` parameter list or an import list, the
+/// brackets do not match, or this token already caused a repair.
+fn repair_range(
+    toks: &[Spanned<'_>],
+    e: &ParseError<u32, Tok<'_>, ()>,
+    repaired: &[u32],
+) -> Option<(std::ops::Range<usize>, u32)> {
+    let ParseError::UnrecognizedToken {
+        token: (l, tok, r), ..
+    } = e
+    else {
+        return None;
+    };
+    if *tok == Tok::ErrorExpr || repaired.contains(l) {
+        return None;
+    }
+    let from = toks.partition_point(|t| t.0 < *l);
+    let idx = from
+        + toks[from..]
+            .iter()
+            .position(|t| t.0 == *l && t.2 == *r && t.1 == *tok)?;
+    // the innermost group opened before the error token
+    let mut depth = 0usize;
+    let mut open = None;
+    for j in (0..idx).rev() {
+        let t = toks[j].1;
+        if is_close(t) {
+            depth += 1;
+        } else if is_open(t) {
+            if depth == 0 {
+                open = Some(j);
+                break;
+            }
+            depth -= 1;
+        } else if is_layout(t) {
+            return None;
+        }
+    }
+    let open = open?;
+    let opener = toks[open].1;
+    // not in parameter lists (the header recovery keeps their names) or imports
+    if opener == Tok::LParen
+        && open >= 2
+        && matches!(
+            (toks[open - 2].1, toks[open - 1].1),
+            (Tok::Def, Tok::Name(_))
+        )
+    {
+        return None;
+    }
+    if open >= 1 && toks[open - 1].1 == Tok::Import {
+        return None;
+    }
+    // its closer, on the same logical line
+    let mut depth = 0usize;
+    let mut close = None;
+    for (j, t) in toks.iter().enumerate().skip(open + 1) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            if depth == 0 {
+                close = Some(j);
+                break;
+            }
+            depth -= 1;
+        } else if is_layout(t.1) {
+            return None;
+        }
+    }
+    let close = close?;
+    let matching = match opener {
+        Tok::LParen => Tok::RParen,
+        Tok::LBracket => Tok::RBracket,
+        _ => Tok::RBrace,
+    };
+    if toks[close].1 != matching {
+        return None;
+    }
+    let is_sep = |t: Tok<'_>| t == Tok::Comma || (opener != Tok::LParen && t == Tok::Colon);
+    let mut start = open + 1;
+    let mut depth = 0usize;
+    for (j, t) in toks.iter().enumerate().take(idx).skip(open + 1) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && is_sep(t.1) {
+            start = j + 1;
+        }
+    }
+    let mut end = close;
+    let mut depth = 0usize;
+    for (j, t) in toks.iter().enumerate().take(close).skip(idx) {
+        if is_open(t.1) {
+            depth += 1;
+        } else if is_close(t.1) {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && is_sep(t.1) {
+            end = j;
+            break;
+        }
+    }
+    if opener == Tok::LParen
+        && start + 2 <= idx
+        && matches!(
+            (toks[start].1, toks[start + 1].1),
+            (Tok::Name(_), Tok::Assign)
+        )
+    {
+        start += 2;
+    }
+    let end = end.max(start);
+    Some((start..end, *l))
+}
+
+/// How deeply brackets and prefix operators may nest. Deeper input is refused
+/// with one diagnostic rather than built into a tree that every later pass would
+/// have to recurse through.
+pub const MAX_NESTING: usize = 200;
+
+fn too_deep(tokens: &[Spanned<'_>]) -> Option<Diagnostic> {
+    let mut depth = 0usize;
+    let mut run = 0usize;
+    for &(l, t, r) in tokens {
+        match t {
+            Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
+            Tok::RParen | Tok::RBracket | Tok::RBrace => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        run = match t {
+            Tok::Minus
+            | Tok::Plus
+            | Tok::Tilde
+            | Tok::Not
+            | Tok::LParen
+            | Tok::LBracket
+            | Tok::LBrace => run + 1,
+            _ => 0,
+        };
+        if depth > MAX_NESTING || run > MAX_NESTING {
+            return Some(
+                Diagnostic::new("E0101", Span::new(l, r), "expression nested too deeply")
+                    .with_primary_label(format!("more than {MAX_NESTING} levels of nesting here"))
+                    .with_help("split the expression into several assignments"),
+            );
+        }
+    }
+    None
 }
 
 /// Whether two offsets are on the same line of `text`.
@@ -552,14 +930,18 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if only_block(expected) {
+        // (only right after a block header's `:`; after a recovered error the
+        // block is one option among others)
+        let after_colon = self.text.get(self.last_line_before(span.start).range()) == Some(":");
+        if only_block(expected) && after_colon {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,
             };
             return self.expected_block(at);
         }
-        let found = if at_end && matches!(tok, Tok::Newline | Tok::Dedent) {
+        // (a missing final newline reads as one: same report as with it)
+        let found = if at_end && tok == Tok::Dedent {
             "end of input".to_string()
         } else if let Tok::Int(_) | Tok::Float(_) = tok {
             format!("number `{}`", &self.text[span.range()])
@@ -571,8 +953,7 @@ impl ErrCtx<'_, '_> {
             _ => span,
         };
         let exp = human_expected(expected);
-        let code = if at_end { "E0102" } else { "E0101" };
-        let mut d = Diagnostic::new(code, span, format!("unexpected {found}"));
+        let mut d = Diagnostic::new("E0101", span, format!("unexpected {found}"));
         let prev = self.tokens[..self.tokens.partition_point(|t| t.0 < span.start)]
             .last()
             .map(|t| t.1);
@@ -612,6 +993,16 @@ fn hint(tok: Tok<'_>, prev: Option<Tok<'_>>, expected: &[String]) -> Option<Stri
     if let Some(Tok::Name(kw)) = prev {
         if let Some(h) = python_only(kw) {
             return Some(h);
+        }
+        if matches!(tok, Tok::Str(_))
+            && matches!(
+                kw.to_ascii_lowercase().as_str(),
+                "r" | "b" | "f" | "u" | "rb" | "br" | "fr" | "rf"
+            )
+        {
+            return Some(format!(
+                "string prefixes such as `{kw}\"...\"` are not supported: write a plain string"
+            ));
         }
     }
     match tok {
@@ -735,7 +1126,7 @@ pub fn human_expected(expected: &[String]) -> String {
             "STR" => "a string".to_string(),
             "NEWLINE" => "end of line".to_string(),
             "INDENT" => "an indented block".to_string(),
-            "EMPTY_BLOCK" => continue,
+            "EMPTY_BLOCK" | "ERROR_EXPR" => continue,
             "DEDENT" => "end of the block".to_string(),
             other => format!("`{}`", other.trim_matches('"')),
         };

@@ -573,6 +573,9 @@ fn error_codes_and_lines() {
     );
     assert_eq!(at_lines("@kernel\n@autotune()\n"), [("E0113", 2)]);
     assert_eq!(at_lines("@kernel\nx = 1\n"), [("E0113", 1)]);
+    // a broken decorator line does not lose the def below it
+    assert_eq!(at_lines("@\ndef f(): pass\n"), [("E0101", 1)]);
+    assert_eq!(at_lines("@kernel(grid=)\ndef f(): pass\n"), [("E0101", 1)]);
     assert_eq!(
         at_lines("for i in range(3):\n    pass\ncontinue\n"),
         [("E0114", 3)]
@@ -594,6 +597,15 @@ fn error_codes_and_lines() {
     assert_eq!(at_lines("a, b: i32 = y\n"), [("E0110", 1)]);
     assert_eq!(at_lines("x = a == not b\n"), [("E0101", 1)]);
     assert_eq!(at_lines("x = $\n"), [("E0107", 1)]);
+    // a continuation line after an incomplete one is not an extra error
+    assert_eq!(
+        at_lines("def f(a, b):\n    x = a +\n        b\n    return x\n"),
+        [("E0101", 2)]
+    );
+    assert_eq!(
+        at_lines("def f(a, b):\n    x = a\n        b\n"),
+        [("E0105", 3)]
+    );
 }
 
 #[test]
@@ -651,17 +663,36 @@ fn recovery_reports_each_bad_statement_and_keeps_the_rest() {
     let kinds: Vec<&str> = f
         .body
         .iter()
-        .map(|s| match s.kind {
+        .map(|s| match &s.kind {
             StmtKind::Error => "error",
+            StmtKind::Assign { value, .. } if value.kind == ExprKind::Error => "assign-error",
             StmtKind::Assign { .. } => "assign",
+            StmtKind::If { .. } => "if",
             StmtKind::Return(_) => "return",
             _ => "other",
         })
         .collect();
+    // bad statements keep the shape their first tokens show
     assert_eq!(
         kinds,
-        ["error", "assign", "error", "error", "error", "return"]
+        [
+            "assign-error",
+            "assign",
+            "assign-error",
+            "if",
+            "assign-error",
+            "return"
+        ]
     );
+    let StmtKind::If { branches, .. } = &f.body[3].kind else {
+        panic!()
+    };
+    assert_eq!(
+        branches[0].1.len(),
+        1,
+        "the block under the bad header is parsed"
+    );
+    assert!(matches!(branches[0].0.kind, ExprKind::Error));
     // a header that cannot be read still yields the function with its body
     let p = parse_item("def f(x: , y):\n    return 1\n");
     assert_eq!(p.diagnostics.len(), 1);
@@ -816,6 +847,12 @@ mod props {
         }
 
         #[test]
+        fn docstring_content_never_panics(body in "(\\PC|\n|\t|\u{3000}){0,40}") {
+            let text = format!("def f():\n    \"\"\"{body}\"\"\"\n    pass\n");
+            check(&text);
+        }
+
+        #[test]
         fn reference_mutations_never_panic(i in 0usize..6, cut in 0usize..2000, junk in proptest::sample::select(SOUP)) {
             let src = REFERENCE[i];
             let mut at = cut % (src.len() + 1);
@@ -864,6 +901,7 @@ fn hints_for_python_habits() {
     assert!(help("x = a not in b\n").contains("`in`"));
     assert!(help("if x = 1:\n    pass\n").contains("`==`"));
     assert!(help("else:\n    pass\n").contains("line up"));
+    assert!(help("x = f\"{y}\"\n").contains("string prefixes"));
 }
 
 #[test]
@@ -890,4 +928,348 @@ fn byte_order_mark_and_form_feed() {
     assert!(d.is_empty(), "{d:#?}");
     assert_eq!(items.len(), 2);
     assert!(lex("\x0cx = 1\n").diagnostics.is_empty());
+}
+
+#[test]
+fn deep_nesting_is_refused_not_overflowed() {
+    for text in [
+        format!("x = {}1{}\n", "(".repeat(5000), ")".repeat(5000)),
+        format!("x = {}1\n", "-".repeat(5000)),
+        format!("x = {}1\n", "not ".repeat(5000)),
+        format!("x = {}\n", "[".repeat(5000)),
+    ] {
+        let p = parse_item(&text);
+        assert!(p.item.is_none());
+        let d = p.diagnostics.last().unwrap();
+        assert_eq!(d.code, "E0101");
+        assert!(d.message.contains("too deeply"));
+    }
+    // within the limit, `not` chains and brackets are fine
+    assert_eq!(p("not not a < b"), "(not (not (a < b)))");
+    assert_eq!(p("a and not not b"), "(a and (not (not b)))");
+    let text = format!("x = {}1{}\n", "(".repeat(150), ")".repeat(150));
+    assert!(parse_item(&text).diagnostics.is_empty());
+}
+
+#[test]
+fn missing_final_newline_reads_the_same() {
+    for (a, b) in [
+        ("x = 1 +\n", "x = 1 +"),
+        ("def f():\n    return (\n", "def f():\n    return ("),
+        ("if x\n", "if x"),
+    ] {
+        let da: Vec<_> = diags(a).into_iter().map(|d| (d.code, d.message)).collect();
+        let db: Vec<_> = diags(b).into_iter().map(|d| (d.code, d.message)).collect();
+        assert_eq!(da, db, "{a:?} vs {b:?}");
+    }
+    assert!(diags("x = 1").is_empty());
+    assert!(diags("def f():\n    return 1").is_empty());
+}
+
+#[test]
+fn salvaged_statement_shapes() {
+    let body = |text: &str| match parse_item(text).item {
+        Some(Item::Function(f)) => f.body,
+        other => panic!("{other:?}"),
+    };
+    let b = body("def f(x):\n    for i in range(3) x:\n        y = i\n    while x y:\n        pass\n    x += = 1\n    return )\n    y = 1 +\n    z: = 3\n");
+    assert!(
+        matches!(&b[0].kind, StmtKind::For { target, body, .. } if target.name == "i" && body.len() == 1)
+    );
+    assert!(matches!(&b[1].kind, StmtKind::While { body, .. } if body.len() == 1));
+    assert!(matches!(
+        &b[2].kind,
+        StmtKind::AugAssign { op: BinOp::Add, .. }
+    ));
+    assert!(matches!(
+        &b[3].kind,
+        StmtKind::Return(Some(Expr {
+            kind: ExprKind::Error,
+            ..
+        }))
+    ));
+    assert!(
+        matches!(&b[4].kind, StmtKind::Assign { target, .. } if matches!(&target.kind, ExprKind::Name(n) if n.name == "y"))
+    );
+    assert!(matches!(&b[5].kind, StmtKind::Assign { .. }));
+    // unrecognisable statements stay errors
+    let b = body("def f(x):\n    ) = 1\n");
+    assert!(matches!(b[0].kind, StmtKind::Error));
+}
+
+#[test]
+fn salvaged_def_header_keeps_parameter_names() {
+    let p = parse_item(
+        "def f(x: Tensor[\"M\", f32], y: , z: i32 = (1, 2), w) -> :\n    return x + y\n",
+    );
+    assert_eq!(p.diagnostics.len(), 1);
+    let Some(Item::Function(f)) = p.item else {
+        panic!("no function")
+    };
+    let names: Vec<&str> = f.params.iter().map(|p| p.name.name.as_str()).collect();
+    assert_eq!(names, ["x", "y", "z", "w"]);
+    assert_eq!(f.body.len(), 1);
+}
+
+#[test]
+fn errors_inside_brackets_are_cut_out_and_the_rest_kept() {
+    let expr = |text: &str| {
+        let p = parse_item(text);
+        let d: Vec<_> = p
+            .diagnostics
+            .iter()
+            .map(|d| (d.code, d.span.start))
+            .collect();
+        let e = match p.item {
+            Some(Item::Stmt(Stmt {
+                kind: StmtKind::Assign { value, .. },
+                ..
+            })) => sexp(&value),
+            Some(Item::Stmt(Stmt {
+                kind: StmtKind::Expr(e),
+                ..
+            })) => sexp(&e),
+            other => panic!("{other:?}"),
+        };
+        (e, d)
+    };
+    assert_eq!(
+        expr("x = f(a, b c, d)\n"),
+        ("f(a, <error>, d)".to_string(), vec![("E0101", 11)])
+    );
+    assert_eq!(
+        expr("store(out[i], load(x[i : ]) + )\n"),
+        ("store(out[i], <error>)".to_string(), vec![("E0101", 30)])
+    );
+    assert_eq!(
+        expr("y = g(k=, n=2)\n"),
+        ("g(k=<error>, n=2)".to_string(), vec![("E0101", 8)])
+    );
+    assert_eq!(
+        expr("z = [1, 2 3, 4]\n"),
+        ("[1, <error>, 4]".to_string(), vec![("E0101", 10)])
+    );
+    assert_eq!(
+        expr("z = t[a b, 1:]\n"),
+        ("t[<error>, 1:]".to_string(), vec![("E0101", 8)])
+    );
+    assert_eq!(
+        expr("z = f(g(1 2), h(3 4))\n"),
+        (
+            "f(g(<error>), h(<error>))".to_string(),
+            vec![("E0101", 10), ("E0101", 18)]
+        )
+    );
+    // mismatched brackets are not repaired: the statement is
+    assert_eq!(expr("x = [1, 2)\n").1, vec![("E0101", 9)]);
+    // a type annotation with a bad dim keeps the parameters and their other types
+    let p = parse_item("def f(x: Tensor[\"M\" f32], y: f32):\n    return x\n");
+    assert_eq!(p.diagnostics.len(), 1);
+    let Some(Item::Function(f)) = p.item else {
+        panic!()
+    };
+    assert_eq!(f.params.len(), 2);
+    assert!(f.params[1].ty.is_some());
+}
+
+#[test]
+fn stdlib_parses_cleanly() {
+    let mut n = 0;
+    for module in crate::stdlib::modules() {
+        let text = crate::stdlib::source(module).unwrap();
+        let (items, d) = parse_file(text);
+        assert!(d.is_empty(), "{module}: {d:#?}");
+        assert!(!items.is_empty(), "{module} has items");
+        n += 1;
+    }
+    assert!(n > 0, "the stdlib is embedded");
+}
+
+// ------------------------------------------------------------------ span invariants
+
+/// Every node's span lies inside its parent's and inside the text.
+fn check_spans(item: &Item, len: u32) {
+    fn within(outer: Span, inner: Span, what: &str) {
+        assert!(
+            outer.start <= inner.start && inner.end <= outer.end,
+            "{what} span {inner:?} outside {outer:?}"
+        );
+    }
+    fn expr(outer: Span, e: &Expr) {
+        within(outer, e.span, "expr");
+        let s = e.span;
+        match &e.kind {
+            ExprKind::Unary { operand, .. } => expr(s, operand),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                expr(s, lhs);
+                expr(s, rhs);
+                assert!(lhs.span.end <= rhs.span.start, "operands out of order");
+            }
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => {
+                expr(s, cond);
+                expr(s, then);
+                expr(s, otherwise);
+            }
+            ExprKind::Call { func, args } => {
+                expr(s, func);
+                for a in args {
+                    within(s, a.span, "arg");
+                    expr(a.span, &a.value);
+                }
+            }
+            ExprKind::Subscript { value, indices } => {
+                expr(s, value);
+                for i in indices {
+                    within(s, i.span(), "index");
+                    if let Index::Slice {
+                        start,
+                        end,
+                        step,
+                        span,
+                    } = i
+                    {
+                        for x in [start, end, step].into_iter().flatten() {
+                            expr(*span, x);
+                        }
+                    }
+                }
+            }
+            ExprKind::Attribute { value, attr } => {
+                expr(s, value);
+                within(s, attr.span, "attr");
+            }
+            ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| expr(s, x)),
+            ExprKind::Dict(v) => v.iter().for_each(|(k, x)| {
+                expr(s, k);
+                expr(s, x);
+            }),
+            ExprKind::Name(n) => within(s, n.span, "name"),
+            _ => {}
+        }
+    }
+    fn block(outer: Span, b: &[Stmt]) {
+        for st in b {
+            stmt(outer, st);
+        }
+    }
+    fn stmt(outer: Span, st: &Stmt) {
+        within(outer, st.span, "stmt");
+        let s = st.span;
+        match &st.kind {
+            StmtKind::Expr(e) | StmtKind::Return(Some(e)) => expr(s, e),
+            StmtKind::Assign { target, value, .. } | StmtKind::AugAssign { target, value, .. } => {
+                expr(s, target);
+                expr(s, value);
+            }
+            StmtKind::If { branches, orelse } => {
+                for (c, b) in branches {
+                    expr(s, c);
+                    block(s, b);
+                }
+                if let Some(b) = orelse {
+                    block(s, b);
+                }
+            }
+            StmtKind::For { target, iter, body } => {
+                within(s, target.span, "for target");
+                expr(s, iter);
+                block(s, body);
+            }
+            StmtKind::While { cond, body } => {
+                expr(s, cond);
+                block(s, body);
+            }
+            _ => {}
+        }
+    }
+    let all = Span::new(0, len);
+    within(all, item.span(), "item");
+    match item {
+        Item::Function(f) => {
+            within(f.span, f.header_span, "header");
+            for d in &f.decorators {
+                within(f.span, d.span, "decorator");
+            }
+            for p in &f.params {
+                within(f.header_span, p.span, "param");
+                if let Some(d) = &p.default {
+                    expr(p.span, d);
+                }
+            }
+            block(f.span, &f.body);
+        }
+        Item::Stmt(s) => stmt(all, s),
+        Item::Const(c) => expr(c.span, &c.value),
+        _ => {}
+    }
+}
+
+#[test]
+fn reference_spans_nest() {
+    for src in REFERENCE {
+        for r in split_items(src) {
+            let text = &src[r.range()];
+            if let Some(item) = parse_item(text).item {
+                check_spans(&item, text.len() as u32);
+            }
+        }
+    }
+}
+
+mod span_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Broken programs still give trees whose spans nest.
+        #[test]
+        fn mutated_spans_nest(i in 0usize..6, cut in 0usize..2000, len in 0usize..6, junk in "[ a-z0-9()\\[\\]:,=+*.\\n]{0,4}") {
+            let src = REFERENCE[i];
+            let mut at = cut % (src.len() + 1);
+            while !src.is_char_boundary(at) {
+                at -= 1;
+            }
+            let mut end = (at + len).min(src.len());
+            while !src.is_char_boundary(end) {
+                end -= 1;
+            }
+            let text = format!("{}{}{}", &src[..at], junk, &src[end..]);
+            for r in split_items(&text) {
+                let piece = &text[r.range()];
+                if let Some(item) = parse_item(piece).item {
+                    check_spans(&item, piece.len() as u32);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn docstrings_with_odd_whitespace() {
+    let text = "def f():\n    \"\"\"a\n  b\n\u{3000}c\n\t\td\"\"\"\n    pass\n";
+    let Some(Item::Function(f)) = parse_item(text).item else {
+        panic!()
+    };
+    assert_eq!(f.docstring.as_deref(), Some("a\nb\nc\nd"));
+    let Some(Item::Function(f)) = parse_item("def f():\n    'one line'\n").item else {
+        panic!()
+    };
+    assert_eq!(f.docstring.as_deref(), Some("one line"));
+}
+
+#[test]
+fn parse_item_on_two_statements_reports_the_second() {
+    // parse_item takes one item (as cut by split_items); the REPL should use
+    // parse_file for several lines
+    let p = parse_item("x = 1\ny = 2\n");
+    assert_eq!(p.diagnostics.len(), 1, "{:#?}", p.diagnostics);
+    assert_eq!(p.diagnostics[0].span.start, 6);
+    let (items, d) = parse_file("x = 1\ny = 2\n");
+    assert_eq!((items.len(), d.len()), (2, 0));
 }

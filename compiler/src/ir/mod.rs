@@ -1,0 +1,5 @@
+//! The intermediate representations between checked source and target code:
+//! Graph IR (whole-tensor functions), Schedule IR (launch plans), Tile IR (one
+//! specialised kernel) and Target IR (one kernel on one arch).
+
+pub mod tile;
