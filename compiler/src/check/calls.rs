@@ -1508,8 +1508,13 @@ impl Checker<'_> {
         let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
         let required: Vec<bool> = sig.params.iter().map(|p| !p.has_default).collect();
         let Some(slots) = self.bind_args(&sig.name, &names, &required, args, span) else {
-            return self.call_result(sig, &HashMap::new());
+            return if sig.is_kernel {
+                Val::of(Ty::NoneV)
+            } else {
+                Val::err()
+            };
         };
+        let errors_before = self.diags.len();
         let mut binds: HashMap<String, (Dim, Span, String)> = HashMap::new();
         let mut deferred: Vec<(Dim, Dim, usize, usize)> = Vec::new();
         for (j, p) in sig.params.iter().enumerate() {
@@ -1650,12 +1655,21 @@ impl Checker<'_> {
                 self.report(d);
             }
         }
+        if self.diags[errors_before..].iter().any(|d| d.is_error()) {
+            return if sig.is_kernel {
+                Val::of(Ty::NoneV)
+            } else {
+                Val::err()
+            };
+        }
         self.call_result(sig, &binds)
     }
 
     fn call_result(&mut self, sig: &FnSig, binds: &HashMap<String, (Dim, Span, String)>) -> Val {
         match (&sig.ret, sig.is_kernel) {
-            (_, true) | (None, _) => Val::of(Ty::NoneV),
+            (_, true) => Val::of(Ty::NoneV),
+            // No `->`: the value (if any) is not part of the signature.
+            (None, _) => Val::err(),
             (Some(Ty::Tensor { dims, dtype }), _) => {
                 let subst = |s: &str| binds.get(s).map(|b| b.0.clone());
                 let dims: Option<Vec<Dim>> = dims.iter().map(|d| d.substitute(&subst)).collect();

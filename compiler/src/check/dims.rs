@@ -166,8 +166,13 @@ impl Dim {
 
     /// Parses a dim string of a type annotation with the language's dim grammar
     /// (`syntax::dim`: affine in its names, e.g. `"4*D"`, `"M+1"`, `"(2*N)//2"`).
+    /// Products of names (`"M*N"`, for flattened shapes) are accepted too: the
+    /// checker's dims are polynomials.
     pub fn parse_affine(text: &str) -> Result<Dim, String> {
-        let a = crate::syntax::dim::parse_affine(text).map_err(|e| e.message)?;
+        let a = match crate::syntax::dim::parse_affine(text) {
+            Ok(a) => a,
+            Err(e) => return Dim::parse(text).map_err(|_| e.message),
+        };
         let mut terms: Terms = a.terms.into_iter().map(|(n, c)| (vec![n], c)).collect();
         terms.retain(|(_, c)| *c != 0);
         Ok(Dim::normalise(terms, a.constant))
