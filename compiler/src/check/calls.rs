@@ -312,7 +312,9 @@ impl Checker<'_> {
                             return None;
                         }
                     }
-                    if d.as_const().is_some_and(|n| n < 0) {
+                    if d.as_const().is_some_and(|n| n < 0)
+                        && !(self.allow_infer_dim && d.as_const() == Some(-1))
+                    {
                         self.report(Diagnostic::new(
                             "E0406",
                             span,
@@ -829,16 +831,50 @@ impl Checker<'_> {
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
                 };
-                let Some(new) = self.shape_arg(a1) else {
+                self.allow_infer_dim = true;
+                let new = self.shape_arg(a1);
+                self.allow_infer_dim = false;
+                let Some(mut new) = new else {
                     return Val::err();
                 };
                 let prod = |ds: &[Dim]| {
                     ds.iter()
                         .try_fold(Dim::constant(1), |acc, d| acc.checked_mul(d))
                 };
-                let unknown = new
-                    .iter()
-                    .any(|d| d.as_const() == Some(-1) || d.as_symbol() == Some("?"));
+                let inferred: Vec<usize> = (0..new.len())
+                    .filter(|&i| new[i].as_const() == Some(-1))
+                    .collect();
+                if inferred.len() > 1 {
+                    self.report(Diagnostic::new(
+                        "E0412",
+                        a1.expr.span,
+                        "`reshape` can infer at most one dim (-1)",
+                    ));
+                    return Val::err();
+                }
+                if let Some(&i) = inferred.first() {
+                    let known: Vec<Dim> = new
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, d)| d.clone())
+                        .collect();
+                    let dim = match (prod(&dims), prod(&known).and_then(|k| k.as_const())) {
+                        (Some(total), Some(k)) if k > 0 => total.exact_div(k),
+                        _ => None,
+                    };
+                    match dim {
+                        Some(d) => new[i] = d,
+                        None => {
+                            self.report(
+                                Diagnostic::new("E0412", a1.expr.span, format!("cannot infer the -1 dim of reshaping {} to {}", render_dims(&dims), render_dims(&new)))
+                                    .with_help("the other dims must divide the number of elements exactly; write the dim out"),
+                            );
+                            return Val::err();
+                        }
+                    }
+                }
+                let unknown = new.iter().any(|d| d.as_symbol() == Some("?"));
                 if !unknown {
                     if let (Some(p), Some(q)) = (prod(&dims), prod(&new)) {
                         if p != q {

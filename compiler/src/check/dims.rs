@@ -150,6 +150,18 @@ impl Dim {
         ))
     }
 
+    /// `self / k` when every coefficient is divisible by `k`.
+    pub fn exact_div(&self, k: i64) -> Option<Dim> {
+        let div = |c: i64| -> Option<i64> {
+            (c.checked_rem(k)? == 0).then(|| c.checked_div(k)).flatten()
+        };
+        let mut terms: Terms = Vec::with_capacity(self.terms().len());
+        for (m, c) in self.terms() {
+            terms.push((m.clone(), div(*c)?));
+        }
+        Some(Dim::normalise(terms, div(self.constant)?))
+    }
+
     /// Replaces symbols by dims (`subst` returns `None` to keep a symbol).
     pub fn substitute(&self, subst: &dyn Fn(&str) -> Option<Dim>) -> Option<Dim> {
         let mut acc = Dim::constant(self.constant);
