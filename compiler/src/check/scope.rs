@@ -505,8 +505,8 @@ fn defined_names(item: &Item) -> Vec<&ast::Ident> {
 /// definitions and imports that do not resolve.
 pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let mut seen: BTreeMap<&str, crate::syntax::span::Span> = BTreeMap::new();
-    let mut plain_imports: HashSet<&str> = HashSet::new();
+    let mut seen: super::fxhash::FxHashMap<&str, crate::syntax::span::Span> = Default::default();
+    let mut plain_imports: super::fxhash::FxHashSet<&str> = Default::default();
     for (item, off) in items {
         for id in defined_names(item) {
             let span = id.span.shift(*off);
