@@ -49,12 +49,10 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     if !arch.is_nvidia() {
         return Err(Unsupported {
             span: Span::default(),
-            message:
-            format!(
+            message: format!(
                 "no code generator for {} yet (only NVIDIA targets have one)",
                 info.name
             ),
-        ),
         });
     }
     let num_threads = tk.num_warps * info.warp_size;
