@@ -34,7 +34,16 @@ def fn(name):
     return f
 
 
-FMT = {"f32": "f", "f16": "e", "i32": "i"}
+FMT = {"f32": "f", "f16": "e", "i32": "i", "bf16": "H"}
+
+
+def bf16_bits(x):
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def bf16_val(bits):
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
 
 class Buf:
@@ -116,18 +125,38 @@ for r in range(M):
 ok &= close(bo.get(), ref, 2e-3, "softmax_block_f16")
 
 
+def rnd(dt):
+    x = random.uniform(-1, 1)
+    if dt == "f16":
+        return float(struct.unpack("<e", struct.pack("<e", x))[0])
+    if dt == "bf16":
+        return bf16_val(bf16_bits(x))
+    return x
+
+
 def gemm_check(name, BM, BN, warps):
     global ok
+    dt = name.split("_")[1]
     M, N, K = 100, 70, 50
-    A = [float(struct.unpack("<e", struct.pack("<e", random.uniform(-1, 1)))[0]) for _ in range(M * K)]
-    B = [float(struct.unpack("<e", struct.pack("<e", random.uniform(-1, 1)))[0]) for _ in range(K * N)]
-    ba, bb, bc = Buf(A, "f16"), Buf(B, "f16"), Buf([0.0] * (M * N), "f32")
+    A = [rnd(dt) for _ in range(M * K)]
+    B = [rnd(dt) for _ in range(K * N)]
+    if dt == "bf16":
+        ba, bb = Buf([bf16_bits(v) for v in A], "bf16"), Buf([bf16_bits(v) for v in B], "bf16")
+    else:
+        ba, bb = Buf(A, dt), Buf(B, dt)
+    bc = Buf([0.0] * (M * N), "f32")
     launch(name, (cdiv(M, BM), cdiv(N, BN)), 32 * warps, [ba, bb, bc, M, K, N])
     ref = [sum(A[i * K + k] * B[k * N + j] for k in range(K)) for i in range(M) for j in range(N)]
     ok &= close(bc.get(), ref, 1e-3, name)
 
 
-for name, bm, bn, w in [("gemm_64x64x32", 64, 64, 4), ("gemm_128x128x32", 128, 128, 8)]:
+for name, bm, bn, w in [
+    ("gemm_f16_64x64x32", 64, 64, 4),
+    ("gemm_f16_128x128x32", 128, 128, 8),
+    ("gemm_bf16_64x32x64", 64, 32, 4),
+    ("gemm_f16_16x16x16", 16, 16, 4),
+    ("gemm_f32_32x32x16", 32, 32, 2),
+]:
     try:
         fn(name)
     except RuntimeError:

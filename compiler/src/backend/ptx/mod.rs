@@ -452,6 +452,36 @@ impl Printer<'_> {
                 )
             }
             Inst::Barrier => "bar.sync 0;".to_string(),
+            Inst::LdMatrix { dst, addr, trans } => format!(
+                "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {{{}}}, [{}];",
+                dst.len(),
+                if *trans { ".trans" } else { "" },
+                dst.iter()
+                    .map(|d| self.r(*d))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.r(*addr)
+            ),
+            Inst::Mma {
+                m,
+                n,
+                k,
+                input,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let list = |v: &[Reg]| v.iter().map(|x| self.r(*x)).collect::<Vec<_>>().join(", ");
+                let t = if *input == MemTy::BF16 { "bf16" } else { "f16" };
+                format!(
+                    "mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{t}.{t}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}};",
+                    list(d),
+                    list(a),
+                    list(b),
+                    list(c)
+                )
+            }
             Inst::ShflXor {
                 dst,
                 src,

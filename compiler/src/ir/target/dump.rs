@@ -173,6 +173,32 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 pred(k, p)
             ),
             Inst::Barrier => "barrier".to_string(),
+            Inst::LdMatrix { dst, addr, trans } => format!(
+                "{} = load_matrix{} [{}]",
+                dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
+                if *trans { ".trans" } else { "" },
+                r(k, *addr)
+            ),
+            Inst::Mma {
+                m,
+                n,
+                k: kk,
+                input,
+                d: dd,
+                a,
+                b,
+                c,
+            } => {
+                let list = |v: &[Reg]| v.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", ");
+                format!(
+                    "{} = mma.m{m}n{n}k{kk}.{} [{}] x [{}] + [{}]",
+                    dd.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
+                    input.name(),
+                    list(a),
+                    list(b),
+                    list(c)
+                )
+            }
             Inst::ShflXor {
                 dst,
                 src,

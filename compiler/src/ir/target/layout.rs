@@ -43,6 +43,10 @@ pub enum LayoutKind {
     Expanded { axis: usize },
     /// The two axes of a 2-D layout swapped.
     Transposed,
+    /// The accumulator of warp-level `m x n` matrix instructions: warps tile the
+    /// shape `warps[0] x warps[1]`, each warp owning a contiguous block of
+    /// `m`-by-`n` instruction tiles.
+    Mma { warps: [u32; 2], instr: [u32; 2] },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -158,6 +162,70 @@ impl Layout {
             terms,
             slots,
         }
+    }
+
+    /// The accumulator layout of `m16n8` matrix instructions over `num_warps`
+    /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
+    /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
+    pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+        if !rows.is_multiple_of(16) || !cols.is_multiple_of(8) {
+            return None;
+        }
+        let (mut wm, mut wn) = (1u32, 1u32);
+        while wm * wn < num_warps {
+            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
+            let can_n = (cols / (wn * 2)).is_multiple_of(8) && cols / (wn * 2) >= 8;
+            let prefer_m = rows / wm / 16 >= cols / wn / 8;
+            if can_m && (prefer_m || !can_n) {
+                wm *= 2;
+            } else if can_n {
+                wn *= 2;
+            } else {
+                return None;
+            }
+        }
+        let (tm, tn) = (rows / wm, cols / wn);
+        let mut t0 = vec![Term {
+            shift: 2,
+            bits: 3,
+            mul: 1,
+        }];
+        let mut t1 = vec![Term {
+            shift: 0,
+            bits: 2,
+            mul: 2,
+        }];
+        if wm > 1 {
+            t0.push(Term {
+                shift: 5,
+                bits: log2(wm),
+                mul: tm,
+            });
+        }
+        if wn > 1 {
+            t1.push(Term {
+                shift: 5 + log2(wm),
+                bits: log2(wn),
+                mul: tn,
+            });
+        }
+        let mut slots = Vec::new();
+        for im in 0..tm / 16 {
+            for jn in 0..tn / 8 {
+                for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
+                    slots.push(vec![16 * im + dr, 8 * jn + dc]);
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr: [16, 8],
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
     }
 
     pub fn rank(&self) -> usize {
@@ -333,6 +401,11 @@ impl fmt::Display for Layout {
             )?,
             LayoutKind::Expanded { axis } => write!(f, "expanded<axis={axis}>")?,
             LayoutKind::Transposed => write!(f, "transposed")?,
+            LayoutKind::Mma { warps, instr } => write!(
+                f,
+                "mma<warps={}x{} instr={}x{}>",
+                warps[0], warps[1], instr[0], instr[1]
+            )?,
         }
         write!(f, "[{}] {{", list(&self.shape))?;
         for (d, ts) in self.terms.iter().enumerate() {

@@ -74,6 +74,7 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         tensors: Vec::new(),
         scalars: Vec::new(),
         scratch_bytes: 0,
+        buffers: Vec::new(),
         layouts: Vec::new(),
         span: Span::default(),
     };
@@ -94,9 +95,33 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
             name: "scratch".into(),
             bytes: l.scratch_bytes,
             align: 16,
-            purpose: "layout conversions, cross-warp reductions, dot operands".into(),
+            purpose: "layout conversions, cross-warp reductions, FMA dot operands".into(),
+            swizzle: None,
         });
+    } else {
+        // No scratch buffer: the dedicated buffers move down one index.
+        fn shift(insts: &mut [Inst]) {
+            for i in insts {
+                match i {
+                    Inst::SmemAddr { buffer, .. } => *buffer -= 1,
+                    Inst::For { body, .. } => shift(body),
+                    Inst::While { cond, body, .. } => {
+                        shift(cond);
+                        shift(body);
+                    }
+                    Inst::If {
+                        then, otherwise, ..
+                    } => {
+                        shift(then);
+                        shift(otherwise);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        shift(&mut insts);
     }
+    smem.extend(std::mem::take(&mut l.buffers));
     Ok(Kernel {
         name: tk.name.clone(),
         arch,
@@ -146,6 +171,9 @@ struct Lower<'a> {
     tensors: Vec<Option<TensorInfo>>,
     scalars: Vec<Option<(Reg, DType)>>,
     scratch_bytes: u32,
+    /// Dedicated buffers (dot operands); `Inst::SmemAddr` indices start at 1
+    /// (0 is the scratch buffer).
+    buffers: Vec<SmemBuffer>,
     layouts: Vec<(u32, Layout)>,
     span: Span,
 }
@@ -1793,6 +1821,9 @@ impl<'a> Lower<'a> {
         if av.ty != RegTy::F32 || bv.ty != RegTy::F32 {
             return self.unsupported(format!("`dot` on {}", av.dtype.name()));
         }
+        if let Some(acc_layout) = self.mma_layout(av.dtype, bv.dtype, m, n, k) {
+            return self.dot_mma(&av, &bv, acc, acc_layout, k);
+        }
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
         )));
@@ -1912,13 +1943,318 @@ impl<'a> Lower<'a> {
         })
     }
 
+    // ---- dot on tensor cores ---------------------------------------------------------
+
+    /// The accumulator layout of a tensor-core `dot` of these operand dtypes and
+    /// shape on this arch, if one fits (else the FMA path is used).
+    fn mma_layout(&self, a: DType, b: DType, m: u32, n: u32, k: u32) -> Option<Rc<Layout>> {
+        if a != b || !self.arch.has_ldmatrix() || !k.is_multiple_of(16) {
+            return None;
+        }
+        let shape = self
+            .arch
+            .mma_shapes()
+            .iter()
+            .find(|s| s.input == a.name())?;
+        let _ = shape;
+        Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
+    }
+
+    /// Stages a `[rows, cols]` tile (values of a 16-bit dtype held in f32) in a new
+    /// swizzled shared buffer, row-major; returns the buffer index and swizzle.
+    fn stage_16bit(&mut self, v: &TV, what: &str) -> R<(usize, super::Swizzle)> {
+        let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
+        let sw = super::Swizzle::for_rows(cols * 2);
+        let index = 1 + self.buffers.len();
+        self.buffers.push(SmemBuffer {
+            name: format!("dot{}_{what}", index - 1),
+            bytes: rows * cols * 2,
+            align: 128,
+            purpose: format!("`dot` operand {what} ([{rows}, {cols}] 16-bit, swizzled)"),
+            swizzle: Some(sw),
+        });
+        let mem = if v.dtype == DType::BF16 {
+            MemTy::U16
+        } else {
+            MemTy::F16
+        };
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: index,
+        });
+        let br = self.base(&v.layout.terms[0].clone());
+        let bc = self.base(&v.layout.terms[1].clone());
+        let lpp = sw.per_phase.trailing_zeros() as i64;
+        let mut rows_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
+        let mut cols_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
+        for group in Self::vector_groups(&v.layout, 4.min(pow2_run(&v.layout))) {
+            let s0 = v.layout.slots[group[0]].clone();
+            let (rowaddr, phase) = match rows_cache.get(&s0[0]) {
+                Some(x) => *x,
+                None => {
+                    let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s0[0] as i64));
+                    let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+                    let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+                    let ph = self.bin(BinOp::Shr, RegTy::U32, r, Operand::Int(lpp));
+                    let ph = self.bin(
+                        BinOp::And,
+                        RegTy::U32,
+                        ph,
+                        Operand::Int(sw.max_phase as i64 - 1),
+                    );
+                    rows_cache.insert(s0[0], (ra, ph));
+                    (ra, ph)
+                }
+            };
+            let (chunk, within) = match cols_cache.get(&s0[1]) {
+                Some(x) => *x,
+                None => {
+                    let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s0[1] as i64));
+                    let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
+                    let w = self.bin(BinOp::And, RegTy::U32, c, Operand::Int(7));
+                    let w = self.bin(BinOp::Shl, RegTy::U32, w, Operand::Int(1));
+                    cols_cache.insert(s0[1], (ch, w));
+                    (ch, w)
+                }
+            };
+            let swz = self.bin(BinOp::Xor, RegTy::U32, chunk, phase);
+            let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
+            let a = self.bin(BinOp::Add, RegTy::U32, rowaddr, swz);
+            let a = self.bin(BinOp::Add, RegTy::U32, a, within);
+            let addr = self.materialize(RegTy::U32, a).reg().expect("reg");
+            let mut srcs = Vec::new();
+            for &slot in &group {
+                let x = self.materialize(RegTy::F32, v.ops[slot]);
+                srcs.push(if mem == MemTy::F16 {
+                    self.cvt(RegTy::B16, x, None)
+                } else {
+                    let u = self.new_reg(RegTy::U32);
+                    self.emit(Inst::Mov { dst: u, src: x });
+                    self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                });
+            }
+            self.emit(Inst::St {
+                space: Space::Shared,
+                mem,
+                src: srcs,
+                addr,
+                offset: 0,
+                pred: None,
+            });
+        }
+        Ok((index, sw))
+    }
+
+    /// `dot` with `mma.sync` (m16n8k16 on sm_80+, two m16n8k8 on sm_75): operands
+    /// staged in swizzled shared memory, fragments loaded with `ldmatrix`.
+    fn dot_mma(
+        &mut self,
+        av: &TV,
+        bv: &TV,
+        acc: Option<Value>,
+        layout: Rc<Layout>,
+        k: u32,
+    ) -> R<TV> {
+        let (m, n) = (layout.shape[0], layout.shape[1]);
+        let (wm, wn) = match layout.kind {
+            super::LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
+            _ => unreachable!("mma layout"),
+        };
+        let (tm, tn) = (m / wm, n / wn);
+        let input = if av.dtype == DType::BF16 {
+            MemTy::BF16
+        } else {
+            MemTy::F16
+        };
+        let k16 = self.arch >= Arch::Sm80;
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] {} on tensor cores, {layout}",
+            av.dtype.name()
+        )));
+        let init = match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, &layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
+        };
+        let mut accs: Vec<Reg> = Vec::with_capacity(init.len());
+        for o in init {
+            accs.push(match o {
+                Operand::Reg(r) => r,
+                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
+            });
+        }
+        let (abuf, asw) = self.stage_16bit(av, "a")?;
+        let (bbuf, bsw) = self.stage_16bit(bv, "b")?;
+        self.emit(Inst::Barrier);
+        // Per-lane row addresses for ldmatrix.
+        let tid = Operand::Reg(self.tid);
+        let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
+        let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
+        let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
+        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
+        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
+        let warp_n = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            warp,
+            Operand::Int(wm.trailing_zeros() as i64),
+        );
+        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        let abase = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: abase,
+            buffer: abuf,
+        });
+        let bbase = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: bbase,
+            buffer: bbuf,
+        });
+        // Swizzled address of 16-byte chunk `chunk` (+ `hi` when `lane_chunk`) of row `r`.
+        let addr_of = |l: &mut Self, base: Reg, sw: super::Swizzle, r: Operand, chunk: Operand| {
+            let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
+            let ra = l.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), ra);
+            let ph = l.bin(
+                BinOp::Shr,
+                RegTy::U32,
+                r,
+                Operand::Int(sw.per_phase.trailing_zeros() as i64),
+            );
+            let ph = l.bin(
+                BinOp::And,
+                RegTy::U32,
+                ph,
+                Operand::Int(sw.max_phase as i64 - 1),
+            );
+            let c = l.bin(BinOp::Xor, RegTy::U32, chunk, ph);
+            let c = l.bin(BinOp::Shl, RegTy::U32, c, Operand::Int(4));
+            let a = l.bin(BinOp::Add, RegTy::U32, ra, c);
+            l.materialize(RegTy::U32, a).reg().expect("reg")
+        };
+        let arow0 = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
+        let arow0 = self.bin(BinOp::Add, RegTy::U32, arow0, l15);
+        let bcol0 = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64 / 8));
+        let n_tiles = tn / 8;
+        let b_x4 = n_tiles % 2 == 0;
+        let bchunk0 = if b_x4 {
+            self.bin(BinOp::Add, RegTy::U32, bcol0, hi)
+        } else {
+            bcol0
+        };
+        let mut cur = accs;
+        for kk in 0..k / 16 {
+            // A fragments: one x4 per 16-row tile.
+            let mut afrag = Vec::new();
+            for im in 0..tm / 16 {
+                let r = self.bin(BinOp::Add, RegTy::U32, arow0, Operand::Int(16 * im as i64));
+                let ch = self.bin(BinOp::Add, RegTy::U32, hi, Operand::Int(2 * kk as i64));
+                let addr = addr_of(self, abase, asw, r, ch);
+                let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
+                self.emit(Inst::LdMatrix {
+                    dst: dst.clone(),
+                    addr,
+                    trans: false,
+                });
+                afrag.push(dst);
+            }
+            // B fragments (transposed loads of the row-major [k, n] tile).
+            let mut bfrag: Vec<Vec<Reg>> = Vec::new();
+            let kr = self.bin(BinOp::Add, RegTy::U32, l15, Operand::Int(16 * kk as i64));
+            let step = if b_x4 { 2 } else { 1 };
+            for jn in (0..n_tiles).step_by(step) {
+                let ch = self.bin(BinOp::Add, RegTy::U32, bchunk0, Operand::Int(jn as i64));
+                let addr = addr_of(self, bbase, bsw, kr, ch);
+                let cnt = if b_x4 { 4 } else { 2 };
+                let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
+                self.emit(Inst::LdMatrix {
+                    dst: dst.clone(),
+                    addr,
+                    trans: true,
+                });
+                bfrag.push(dst[..2].to_vec());
+                if b_x4 {
+                    bfrag.push(dst[2..].to_vec());
+                }
+            }
+            let mut next = cur.clone();
+            for (im, af) in afrag.iter().enumerate() {
+                for (jn, bf) in bfrag.iter().enumerate() {
+                    let t = (im * n_tiles as usize + jn) * 4;
+                    let c: Vec<Reg> = cur[t..t + 4].to_vec();
+                    let d: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+                    if k16 {
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 16,
+                            input,
+                            d: d.clone(),
+                            a: af.clone(),
+                            b: bf.clone(),
+                            c,
+                        });
+                    } else {
+                        let mid: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 8,
+                            input,
+                            d: mid.clone(),
+                            a: af[..2].to_vec(),
+                            b: bf[..1].to_vec(),
+                            c,
+                        });
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 8,
+                            input,
+                            d: d.clone(),
+                            a: af[2..].to_vec(),
+                            b: bf[1..].to_vec(),
+                            c: mid,
+                        });
+                    }
+                    next[t..t + 4].copy_from_slice(&d);
+                }
+            }
+            cur = next;
+        }
+        // The buffers are rewritten by the next call (in a loop).
+        self.emit(Inst::Barrier);
+        Ok(TV {
+            layout,
+            ops: cur.into_iter().map(Operand::Reg).collect(),
+            ty: RegTy::F32,
+            dtype: DType::F32,
+        })
+    }
+
     // ---- control flow ---------------------------------------------------------------
 
     /// Fresh registers to carry `init` around a loop (moved in now).
-    fn carried(&mut self, init: &[Value]) -> Vec<TV> {
+    /// `hint` gives, per carried value, the layout the loop body will yield it
+    /// in where known; a uniform initial value (a splat) takes that layout, so
+    /// the loop needs no conversion on its back edge.
+    fn carried(&mut self, init: &[Value], hint: &[Option<Rc<Layout>>]) -> Vec<TV> {
         init.iter()
-            .map(|v| {
-                let t = self.val(*v);
+            .enumerate()
+            .map(|(i, v)| {
+                let mut t = self.val(*v);
+                if let Some(Some(l)) = hint.get(i) {
+                    let uniform = t.ops.iter().all(|o| *o == t.ops[0]);
+                    if uniform && l.shape == t.layout.shape && *l != t.layout {
+                        t = TV {
+                            ops: vec![t.ops[0]; l.num_slots()],
+                            layout: l.clone(),
+                            ..t
+                        };
+                    }
+                }
                 let ops = t
                     .ops
                     .iter()
@@ -1929,6 +2265,28 @@ impl<'a> Lower<'a> {
                     })
                     .collect();
                 TV { ops, ..t }
+            })
+            .collect()
+    }
+
+    /// The layouts a loop body yields its values in, where an op at the top of
+    /// the body decides it (`dot` results).
+    fn yield_layouts(&self, body: &tile::Region) -> Vec<Option<Rc<Layout>>> {
+        let Some(OpKind::Yield(ys)) = body.ops.last().map(|o| &o.kind) else {
+            return vec![];
+        };
+        ys.iter()
+            .map(|y| {
+                let op = body.ops.iter().find(|o| o.results.contains(y))?;
+                let OpKind::Dot { a, b, .. } = &op.kind else {
+                    return None;
+                };
+                let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
+                let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+                Some(
+                    self.mma_layout(ta.dtype(), tb.dtype(), m, n, k)
+                        .unwrap_or_else(|| self.blocked(&[m, n])),
+                )
             })
             .collect()
     }
@@ -1972,7 +2330,8 @@ impl<'a> Lower<'a> {
         if step_o == Operand::Int(0) {
             return self.unsupported("a `range` with step 0");
         }
-        let carried = self.carried(init);
+        let hint = self.yield_layouts(body);
+        let carried = self.carried(init, &hint);
         let iv = self.new_reg(RegTy::I32);
         let d = gcd(self.divisor(lo), self.divisor(step));
         self.div.insert(body.args[0], d);
@@ -2008,7 +2367,8 @@ impl<'a> Lower<'a> {
         cond: &tile::Region,
         body: &tile::Region,
     ) -> R<()> {
-        let carried = self.carried(init);
+        let hint = self.yield_layouts(body);
+        let carried = self.carried(init, &hint);
         for (a, c) in cond.args.iter().zip(&carried) {
             self.vals.insert(*a, c.clone());
         }
@@ -2090,6 +2450,17 @@ struct SlotAccess {
 struct AccessPlan {
     slots: Vec<SlotAccess>,
     vec: u32,
+}
+
+/// The length of the contiguous runs along the last axis of a layout's slots
+/// (its size per thread there), a power of two.
+fn pow2_run(l: &Layout) -> u32 {
+    match &l.kind {
+        super::LayoutKind::Blocked {
+            size_per_thread, ..
+        } => *size_per_thread.last().unwrap_or(&1),
+        _ => 1,
+    }
 }
 
 fn row_major(shape: &[u32]) -> Vec<u64> {

@@ -323,6 +323,29 @@ pub enum Inst {
     },
     /// Block-wide barrier.
     Barrier,
+    /// Warp-wide load of `dst.len()` (1, 2 or 4) 8x8 matrices of 16-bit elements
+    /// from shared memory; each lane gives the address of one 16-byte row (lanes
+    /// 8i..8i+7 the rows of matrix i) and receives, per matrix, the two elements
+    /// of row `lane / 4`, columns `2 (lane % 4)` and `+1` (packed in one `B32`),
+    /// or of the transposed matrix when `trans`.
+    LdMatrix {
+        dst: Vec<Reg>,
+        addr: Reg,
+        trans: bool,
+    },
+    /// Warp-wide `d = a x b + c` on tensor cores: `[m, k] x [k, n]`, inputs of
+    /// `input` packed two per `B32` register, f32 accumulators `c`/`d` (fragment
+    /// layouts of the PTX ISA's `mma.m16n8k16`/`m16n8k8`, row-major A, column-major B).
+    Mma {
+        m: u32,
+        n: u32,
+        k: u32,
+        input: MemTy,
+        d: Vec<Reg>,
+        a: Vec<Reg>,
+        b: Vec<Reg>,
+        c: Vec<Reg>,
+    },
     /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole warp).
     ShflXor {
         dst: Reg,
@@ -369,7 +392,8 @@ impl Inst {
             | Inst::Select { dst, .. }
             | Inst::Cvt { dst, .. }
             | Inst::ShflXor { dst, .. } => vec![*dst],
-            Inst::Ld { dst, .. } => dst.clone(),
+            Inst::Ld { dst, .. } | Inst::LdMatrix { dst, .. } => dst.clone(),
+            Inst::Mma { d, .. } => d.clone(),
             Inst::For { iv, .. } => vec![*iv],
             Inst::St { .. }
             | Inst::AtomAdd { .. }
@@ -403,6 +427,8 @@ impl Inst {
                 v
             }
             Inst::Cvt { src, .. } => vec![*src],
+            Inst::LdMatrix { addr, .. } => vec![*addr],
+            Inst::Mma { a, b, c, .. } => a.iter().chain(b).chain(c).copied().collect(),
             Inst::ShflXor { src, .. } => vec![*src],
             Inst::Ld {
                 dst, addr, pred, ..
@@ -465,6 +491,40 @@ pub struct SmemBuffer {
     pub align: u32,
     /// Why the buffer exists (layout conversions, reductions, dot operands).
     pub purpose: String,
+    /// How a row-major 2-D tile of 16-bit elements is laid out to avoid bank
+    /// conflicts, if it is.
+    pub swizzle: Option<Swizzle>,
+}
+
+/// The XOR swizzle of a row-major tile in shared memory: element `(r, c)` of a
+/// tile with `row_bytes` per row lives in 16-byte chunk
+/// `(c * elem / 16) ^ ((r / per_phase) % max_phase)` of its row. Eight lanes
+/// reading the same column of eight consecutive rows (as `ldmatrix` does) then
+/// touch eight different chunks: no bank conflicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Swizzle {
+    pub row_bytes: u32,
+    pub per_phase: u32,
+    pub max_phase: u32,
+}
+
+impl Swizzle {
+    /// The swizzle for rows of `row_bytes` (a multiple of 16).
+    pub fn for_rows(row_bytes: u32) -> Swizzle {
+        let chunks = row_bytes / 16;
+        Swizzle {
+            row_bytes,
+            per_phase: (128 / row_bytes).max(1),
+            max_phase: chunks.clamp(1, 8),
+        }
+    }
+
+    /// The byte offset of element `(r, c)` of `elem_bytes` each.
+    pub fn offset(&self, r: u32, c: u32, elem_bytes: u32) -> u32 {
+        let byte = c * elem_bytes;
+        let chunk = (byte / 16) ^ ((r / self.per_phase) % self.max_phase);
+        r * self.row_bytes + chunk * 16 + byte % 16
+    }
 }
 
 /// Features of an arch the lowering chooses instructions by.
@@ -477,7 +537,7 @@ pub struct ArchFeatures {
 impl ArchFeatures {
     pub fn of(arch: Arch) -> ArchFeatures {
         ArchFeatures {
-            fast_tanh: arch >= Arch::Sm75 && arch.is_nvidia(),
+            fast_tanh: arch.has_fast_tanh(),
         }
     }
 }

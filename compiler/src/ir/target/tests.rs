@@ -302,8 +302,7 @@ pub(crate) fn softmax_block_f16() -> Kernel {
 }
 
 /// The brief's tiled gemm (f16 in, f32 out) with a loop-carried accumulator.
-pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32) -> Kernel {
-    let h = DType::F16;
+pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32, h: DType) -> Kernel {
     let mut b = Builder::new(vec![
         tensor("A", &["M", "K"], h),
         tensor("B", &["K", "N"], h),
@@ -349,7 +348,7 @@ pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32) -> Kernel {
         vec![tile(&[bm, bn], DType::F32)],
     )[0];
     b.store(2, vec![range(m0, bm), range(n0, bn)], res);
-    b.finish(&format!("gemm_{bm}x{bn}x{bk}"), num_warps)
+    b.finish(&format!("gemm_{}_{bm}x{bn}x{bk}", h.name()), num_warps)
 }
 
 /// Every elementwise op, casts between dtypes, a user mask, `where`, `arange`,
@@ -607,8 +606,11 @@ pub(crate) fn all_kernels() -> Vec<Kernel> {
         vadd(),
         softmax_rows(),
         softmax_block_f16(),
-        gemm(64, 64, 32, 4),
-        gemm(128, 128, 32, 8),
+        gemm(64, 64, 32, 4, DType::F16),
+        gemm(128, 128, 32, 8, DType::F16),
+        gemm(64, 32, 64, 4, DType::BF16),
+        gemm(16, 16, 16, 4, DType::F16),
+        gemm(32, 32, 16, 2, DType::F32),
         everything(),
         causal_mask(),
     ]
@@ -735,4 +737,33 @@ fn target_ir_dumps() {
     insta::assert_snapshot!("vadd_sm80", t.to_string());
     let t = lower(&softmax_block_f16(), Arch::Sm90).unwrap();
     insta::assert_snapshot!("softmax_block_f16_sm90", t.to_string());
+}
+
+#[test]
+fn dot_uses_tensor_cores_where_the_arch_has_them() {
+    let count = |k: &Kernel, arch| {
+        let t = lower(k, arch).unwrap();
+        let (mut mma, mut ldm, mut fma) = (0, 0, 0);
+        t.walk(&mut |i| match i {
+            Inst::Mma { .. } => mma += 1,
+            Inst::LdMatrix { .. } => ldm += 1,
+            Inst::Fma { .. } => fma += 1,
+            _ => {}
+        });
+        (mma, ldm, fma)
+    };
+    let g = gemm(64, 64, 32, 4, DType::F16);
+    // 4 warps as 2x2, each 32x32 = 2x4 tiles of 16x8, two k16 steps.
+    assert_eq!(count(&g, Arch::Sm80), (16, 2 * (2 + 2), 0));
+    // sm_75: two m16n8k8 per m16n8k16.
+    assert_eq!(count(&g, Arch::Sm75).0, 32);
+    // sm_70: no mma yet (FMA path); bf16 on sm_75 too; f32 everywhere.
+    assert_eq!(count(&g, Arch::Sm70).0, 0);
+    assert_eq!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm75).0, 0);
+    assert!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm90).0 > 0);
+    assert_eq!(count(&gemm(32, 32, 16, 2, DType::F32), Arch::Sm90).0, 0);
+    // The accumulator is carried in the mma layout: no conversion in the loop.
+    let t = lower(&g, Arch::Sm80).unwrap();
+    assert!(!t.to_string().contains("convert layout"), "{t}");
+    assert_eq!(t.smem.iter().map(|b| b.bytes).sum::<u32>(), 64 * 32 * 2 * 2);
 }
