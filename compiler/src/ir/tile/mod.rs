@@ -309,3 +309,13 @@ pub enum OpKind {
     /// Ends a region with its values.
     Yield(Vec<Value>),
 }
+
+mod builder;
+mod dump;
+mod verify;
+
+#[cfg(test)]
+mod tests;
+
+pub use builder::Builder;
+pub use verify::verify;
