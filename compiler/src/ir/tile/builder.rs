@@ -58,6 +58,16 @@ impl Builder {
         self.stack.push(Vec::new());
     }
 
+    /// Reopens a closed region's ops as the innermost region (to append to it).
+    pub fn resume(&mut self, ops: Vec<Op>) {
+        self.stack.push(ops);
+    }
+
+    /// Inserts an op at `index` of the kernel body (for hoisted definitions).
+    pub fn insert_entry(&mut self, index: usize, op: Op) {
+        self.stack[0].insert(index, op);
+    }
+
     /// Closes the innermost nested region.
     pub fn end(&mut self, args: Vec<Value>) -> Region {
         assert!(self.stack.len() > 1, "end() without begin()");

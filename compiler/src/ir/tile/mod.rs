@@ -311,11 +311,16 @@ pub enum OpKind {
 }
 
 mod builder;
+mod cleanup;
 mod dump;
+pub mod lower;
 mod verify;
 
+#[cfg(test)]
+mod lower_tests;
 #[cfg(test)]
 mod tests;
 
 pub use builder::Builder;
+pub use lower::{lower_kernel, Specialization};
 pub use verify::verify;
