@@ -132,3 +132,37 @@ fn stdlib_kernels() {
     }
     assert!(count >= 15, "{count} kernels");
 }
+
+const FEATURES: &str = include_str!("testdata/features.tsr");
+
+/// Run-time `if`/`elif`/`else` merging, `while`, a run-time conditional
+/// expression, masks, promotions, reductions without an axis, atomics.
+#[test]
+fn control_flow_and_promotion() {
+    let k = lowered("/t/features.tsr", FEATURES, &Specialization::new(), "control");
+    let text = k.dump();
+    insta::assert_snapshot!("features_control", text);
+    // `k` and `acc` merge out of the if/elif/else; `acc` and `j` are carried by the while.
+    assert!(text.contains("= if %"), "{text}");
+    assert!(text.contains("while ("), "{text}");
+    // f16 + 1.5: the literal takes f16; `.to(f32)` and `/ lim` (i32 -> f32) are casts.
+    assert!(text.contains("const 1.5 : f16"), "{text}");
+    assert!(text.contains("to f32"), "{text}");
+    assert!(text.contains("load %x[%"), "{text}");
+    assert!(text.contains(" mask %"), "{text}");
+    assert!(text.contains("atomic_add %hist["), "{text}");
+    let ifs = text.matches(" if %").count();
+    assert!(ifs >= 3, "if, elif and the conditional expression: {text}");
+}
+
+#[test]
+fn static_shapes_tf32_and_full_reductions() {
+    let k = lowered("/t/features.tsr", FEATURES, &Specialization::new(), "small");
+    let text = k.dump();
+    insta::assert_snapshot!("features_small", text);
+    assert!(text.contains("precision tf32"), "{text}");
+    assert!(text.contains("%a: tensor<16 x 32 x f32>"), "{text}");
+    // max(z) reduces both axes to a scalar.
+    assert!(text.contains("-> f32"), "{text}");
+    assert!(text.contains("keepdims"), "{text}");
+}
