@@ -262,6 +262,30 @@ pub fn tile_ir<'db>(
     crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec).map(Arc::new)
 }
 
+/// The lowering diagnostics (E0511, E0512) of every kernel of `file` under
+/// `spec`, with absolute spans, in source order. Empty when the file has
+/// check errors: those are what `file_diagnostics` reports.
+pub fn tile_ir_diagnostics(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Vec<Diagnostic> {
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (_, item, offset) in file_kernels(db, file) {
+        if let Err(diags) = tile_ir(db, item, options, spec.clone()) {
+            out.extend(diags.iter().cloned().map(|d| d.shifted(offset)));
+        }
+    }
+    out
+}
+
 /// The kernel items of a file in source order, with their names and offsets.
 pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, ItemSource<'db>, u32)> {
     file_items(db, file)

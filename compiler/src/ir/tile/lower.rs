@@ -59,6 +59,47 @@ impl Specialization {
     pub fn get(&self, name: &str) -> Option<i64> {
         self.values.get(name).copied()
     }
+
+    /// Parses `NAME=VALUE` (`-D` on the command line): an integer (`128`,
+    /// `0x80`, `1_024`, `-1`) or a bool (`True`/`False`, `true`/`false`).
+    pub fn parse_define(text: &str) -> Result<(String, i64), String> {
+        let Some((name, value)) = text.split_once('=') else {
+            return Err(format!("`{text}` is not NAME=VALUE"));
+        };
+        let name = name.trim();
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!("`{name}` is not a name"));
+        }
+        let v = value.trim().replace('_', "");
+        let parsed = match v.as_str() {
+            "True" | "true" => Some(1),
+            "False" | "false" => Some(0),
+            _ => {
+                let (neg, digits) = match v.strip_prefix('-') {
+                    Some(d) => (true, d),
+                    None => (false, v.as_str()),
+                };
+                let n = match digits
+                    .strip_prefix("0x")
+                    .or_else(|| digits.strip_prefix("0X"))
+                {
+                    Some(hex) => i64::from_str_radix(hex, 16).ok(),
+                    None => digits.parse::<i64>().ok(),
+                };
+                n.map(|n| if neg { -n } else { n })
+            }
+        };
+        match parsed {
+            Some(n) => Ok((name.to_string(), n)),
+            None => Err(format!(
+                "`{}` is not an integer or a bool (for `{name}`)",
+                value.trim()
+            )),
+        }
+    }
 }
 
 /// Lowers the kernel `f` (which must have passed the checker) to Tile IR.

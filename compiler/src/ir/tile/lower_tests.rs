@@ -139,7 +139,12 @@ const FEATURES: &str = include_str!("testdata/features.tsr");
 /// expression, masks, promotions, reductions without an axis, atomics.
 #[test]
 fn control_flow_and_promotion() {
-    let k = lowered("/t/features.tsr", FEATURES, &Specialization::new(), "control");
+    let k = lowered(
+        "/t/features.tsr",
+        FEATURES,
+        &Specialization::new(),
+        "control",
+    );
     let text = k.dump();
     insta::assert_snapshot!("features_control", text);
     // `k` and `acc` merge out of the if/elif/else; `acc` and `j` are carried by the while.
