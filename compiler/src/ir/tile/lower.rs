@@ -309,6 +309,56 @@ fn block_reads(stmts: &[Stmt], out: &mut HashSet<String>) {
     }
 }
 
+/// Synthetic variables of a loop with `break`/`continue`: whether the current
+/// iteration still runs, and whether the loop was broken.
+const CONT: &str = "%continuing";
+const BRK: &str = "%broken";
+
+fn flag(b: bool) -> LV {
+    LV::Const {
+        c: CValue::Bool(b),
+        dtype: DType::Bool,
+        weak: false,
+    }
+}
+
+/// The `break`s and `continue`s of a block that belong to the enclosing loop
+/// (nested loops own theirs).
+#[derive(Clone, Copy, Default)]
+struct Jumps {
+    brk: bool,
+    cont: bool,
+}
+
+impl Jumps {
+    fn any(self) -> bool {
+        self.brk || self.cont
+    }
+}
+
+fn jumps(stmts: &[Stmt]) -> Jumps {
+    let mut j = Jumps::default();
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Break => j.brk = true,
+            StmtKind::Continue => j.cont = true,
+            StmtKind::If { branches, orelse } => {
+                for b in branches
+                    .iter()
+                    .map(|(_, b)| b.as_slice())
+                    .chain(orelse.as_deref())
+                {
+                    let x = jumps(b);
+                    j.brk |= x.brk;
+                    j.cont |= x.cont;
+                }
+            }
+            _ => {}
+        }
+    }
+    j
+}
+
 fn unary_math(name: &str) -> Option<UnaryOp> {
     Some(match name {
         "exp" => UnaryOp::Exp,
@@ -596,7 +646,12 @@ impl<'a> Lowerer<'a> {
             }
         }
         let empty = HashSet::new();
-        self.block(&f.body, &empty)?;
+        // A final bare `return` ends the kernel as falling off its end does.
+        let body = match f.body.split_last() {
+            Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
+            _ => &f.body[..],
+        };
+        self.block(body, &empty)?;
         let b = std::mem::take(&mut self.b);
         let (body, types) = b.finish();
         let mut k = Kernel {
@@ -903,12 +958,25 @@ impl<'a> Lowerer<'a> {
         for (i, s) in stmts.iter().enumerate() {
             let mut live = live_after.clone();
             block_reads(&stmts[i + 1..], &mut live);
-            self.stmt(s, &live, i + 1 == stmts.len())?;
+            self.stmt(s, &live)?;
+            let rest = &stmts[i + 1..];
+            if rest.is_empty() || !jumps(std::slice::from_ref(s)).any() {
+                continue;
+            }
+            // After a `break`/`continue` that may have run, the rest is guarded.
+            match self.env.get(CONT).cloned() {
+                Some(LV::Const {
+                    c: CValue::Bool(false),
+                    ..
+                }) => return Ok(()),
+                Some(LV::Val { v, .. }) => return self.guarded(v, rest, live_after, s.span),
+                _ => {}
+            }
         }
         Ok(())
     }
 
-    fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>, last: bool) -> R<()> {
+    fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>) -> R<()> {
         self.b.span = s.span;
         match &s.kind {
             StmtKind::Expr(e) => {
@@ -919,14 +987,20 @@ impl<'a> Lowerer<'a> {
                 Ok(())
             }
             StmtKind::Pass => Ok(()),
-            StmtKind::Return(None) if last => Ok(()),
             StmtKind::Return(_) => {
                 self.unsupported(s.span, "an early `return` in a kernel");
                 Err(())
             }
             StmtKind::Break | StmtKind::Continue => {
-                self.unsupported(s.span, "`break`/`continue` in a kernel");
-                Err(())
+                if !self.env.contains_key(CONT) {
+                    self.internal(s.span, "`break`/`continue` outside a loop");
+                    return Err(());
+                }
+                self.env.insert(CONT.to_string(), flag(false));
+                if matches!(s.kind, StmtKind::Break) {
+                    self.env.insert(BRK.to_string(), flag(true));
+                }
+                Ok(())
             }
             StmtKind::Error => {
                 self.internal(s.span, "a statement with a syntax error");
@@ -1052,7 +1126,6 @@ impl<'a> Lowerer<'a> {
                 self.if_chain(rest, orelse, live_after)?;
                 let else_env = std::mem::replace(&mut self.env, before.clone());
                 let else_r = self.b.end(vec![]);
-                // Names assigned in a branch, live after, and bound on both paths.
                 let mut assigned = Vec::new();
                 assigned_names(then, &mut assigned);
                 for (_, b) in rest {
@@ -1061,33 +1134,70 @@ impl<'a> Lowerer<'a> {
                 if let Some(b) = orelse {
                     assigned_names(b, &mut assigned);
                 }
-                assigned.sort();
-                assigned.dedup();
-                let mut merged = Vec::new();
-                for name in assigned {
-                    if !live_after.contains(&name) {
-                        continue;
-                    }
-                    let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
-                        continue;
-                    };
-                    if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (t, o) {
-                        if a == b {
-                            self.env.insert(name, t.clone());
-                            continue;
-                        }
-                    }
-                    if let (LV::Val { v: a, .. }, LV::Val { v: b, .. }) = (t, o) {
-                        if a == b {
-                            self.env.insert(name, t.clone());
-                            continue;
-                        }
-                    }
-                    merged.push((name, t.clone(), o.clone()));
-                }
+                let merged = self.merged(assigned, live_after, &then_env, &else_env);
                 self.emit_if(c, then_r, else_r, merged, span)
             }
         }
+    }
+
+    /// The variables an `if` must yield: assigned in a branch (or the loop
+    /// flags), live after, bound on both paths and different. Variables equal on
+    /// both paths are bound directly.
+    fn merged(
+        &mut self,
+        mut assigned: Vec<String>,
+        live_after: &HashSet<String>,
+        then_env: &HashMap<String, LV>,
+        else_env: &HashMap<String, LV>,
+    ) -> Vec<(String, LV, LV)> {
+        assigned.extend([CONT.to_string(), BRK.to_string()]);
+        assigned.sort();
+        assigned.dedup();
+        let mut merged = Vec::new();
+        for name in assigned {
+            if !live_after.contains(&name) && name != CONT && name != BRK {
+                continue;
+            }
+            let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
+                continue;
+            };
+            if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (t, o) {
+                if a == b {
+                    self.env.insert(name, t.clone());
+                    continue;
+                }
+            }
+            if let (LV::Val { v: a, .. }, LV::Val { v: b, .. }) = (t, o) {
+                if a == b {
+                    self.env.insert(name, t.clone());
+                    continue;
+                }
+            }
+            merged.push((name, t.clone(), o.clone()));
+        }
+        merged
+    }
+
+    /// Lowers `rest` only where `cond` holds (the statements after a
+    /// `break`/`continue` that may have happened).
+    fn guarded(
+        &mut self,
+        cond: Value,
+        rest: &[Stmt],
+        live_after: &HashSet<String>,
+        span: Span,
+    ) -> R<()> {
+        let before = self.env.clone();
+        self.b.begin();
+        self.block(rest, live_after)?;
+        let then_env = std::mem::replace(&mut self.env, before.clone());
+        let then_r = self.b.end(vec![]);
+        self.b.begin();
+        let else_r = self.b.end(vec![]);
+        let mut assigned = Vec::new();
+        assigned_names(rest, &mut assigned);
+        let merged = self.merged(assigned, live_after, &then_env, &before);
+        self.emit_if(cond, then_r, else_r, merged, span)
     }
 
     /// Emits an `If` yielding the merged `(name, then, else)` values and binds the results.
@@ -1176,16 +1286,20 @@ impl<'a> Lowerer<'a> {
         args
     }
 
-    /// The yield of carried names, converted to their carried types.
-    fn yield_carried(&mut self, names: &[String], init: &[(Value, bool)], span: Span) -> R<()> {
+    /// The values of carried names at the end of a body, in their carried types.
+    fn carried_values(
+        &mut self,
+        names: &[String],
+        init: &[(Value, bool)],
+        span: Span,
+    ) -> R<Vec<Value>> {
         let mut vs = Vec::new();
         for (n, (v, _)) in names.iter().zip(init) {
             let t = self.b.ty(*v).clone();
             let lv = self.env[n].clone();
             vs.push(self.coerce(&lv, t.dtype(), t.shape(), span)?);
         }
-        self.b.push(OpKind::Yield(vs), vec![]);
-        Ok(())
+        Ok(vs)
     }
 
     fn for_loop(
@@ -1244,15 +1358,115 @@ impl<'a> Lowerer<'a> {
         block_reads(body, &mut live);
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
+        let j = jumps(body);
         let saved = self.env.clone();
+        if j.brk {
+            // `for` with `break`: a `while` over (iv, broken, carried...).
+            let step_c = match self.sym_of(&step.0).and_then(|d| d.as_const()) {
+                Some(c) => c,
+                None => {
+                    self.unsupported(step.1, "a `for` loop with `break` and a run-time step");
+                    return Err(());
+                }
+            };
+            let false_v = self.constant(Constant::Bool(false), DType::Bool);
+            let cmp = if step_c > 0 {
+                BinaryOp::Lt
+            } else {
+                BinaryOp::Gt
+            };
+            // The condition: iv < hi and not broken.
+            let iv_c = self.b.value(Type::Scalar(dt));
+            let brk_c = self.b.value(Type::Scalar(DType::Bool));
+            let mut cargs = vec![iv_c, brk_c];
+            cargs.extend(self.bind_args(&names, &init));
+            self.b.begin();
+            let more = self.b.push1(
+                OpKind::Binary {
+                    op: cmp,
+                    a: iv_c,
+                    b: hi_v,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            let not_broken = self.b.push1(
+                OpKind::Unary {
+                    op: UnaryOp::Not,
+                    x: brk_c,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            let c = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: more,
+                    b: not_broken,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.b.push(OpKind::Yield(vec![c]), vec![]);
+            let cond_r = self.b.end(cargs);
+            self.env = saved.clone();
+            // The body, then iv += step.
+            let iv_b = self.b.value(Type::Scalar(dt));
+            let brk_b = self.b.value(Type::Scalar(DType::Bool));
+            let iv_lv = self.val(iv_b, false);
+            self.env.insert(target.name.clone(), iv_lv);
+            self.enter_loop_body(j);
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v: brk_b,
+                    weak: false,
+                    sym: None,
+                },
+            );
+            let mut bargs = vec![iv_b, brk_b];
+            bargs.extend(self.bind_args(&names, &init));
+            self.b.begin();
+            self.block(body, &live)?;
+            let next = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Add,
+                    a: iv_b,
+                    b: step_v,
+                },
+                Type::Scalar(dt),
+            );
+            let brk_lv = self.env[BRK].clone();
+            let brk_now = self.materialize(&brk_lv, DType::Bool, span)?;
+            let mut vs = vec![next, brk_now];
+            vs.extend(self.carried_values(&names, &init, span)?);
+            self.b.push(OpKind::Yield(vs), vec![]);
+            let body_r = self.b.end(bargs);
+            self.env = saved;
+            let mut all_init = vec![lo_v, false_v];
+            all_init.extend(init.iter().map(|(v, _)| *v));
+            let types: Vec<Type> = all_init.iter().map(|v| self.b.ty(*v).clone()).collect();
+            let results = self.b.push(
+                OpKind::While {
+                    init: all_init,
+                    cond: cond_r,
+                    body: body_r,
+                },
+                types,
+            );
+            for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[2..]) {
+                let lv = self.val(*r, *w);
+                self.env.insert(n.clone(), lv);
+            }
+            return Ok(());
+        }
         let iv = self.b.value(Type::Scalar(dt));
         let iv_lv = self.val(iv, false);
         self.env.insert(target.name.clone(), iv_lv);
+        self.enter_loop_body(j);
         let mut args = vec![iv];
         args.extend(self.bind_args(&names, &init));
         self.b.begin();
         self.block(body, &live)?;
-        self.yield_carried(&names, &init, span)?;
+        let vs = self.carried_values(&names, &init, span)?;
+        self.b.push(OpKind::Yield(vs), vec![]);
         let region = self.b.end(args);
         self.env = saved;
         let results = self.b.push(
@@ -1272,6 +1486,18 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
+    /// The loop flags at the start of a body: this loop's own, never an outer one's.
+    fn enter_loop_body(&mut self, j: Jumps) {
+        self.env.remove(CONT);
+        self.env.remove(BRK);
+        if j.any() {
+            self.env.insert(CONT.to_string(), flag(true));
+        }
+        if j.brk {
+            self.env.insert(BRK.to_string(), flag(false));
+        }
+    }
+
     fn while_loop(&mut self, cond: &Expr, body: &[Stmt], live_after: &HashSet<String>) -> R<()> {
         let span = cond.span;
         let mut live = live_after.clone();
@@ -1279,34 +1505,87 @@ impl<'a> Lowerer<'a> {
         expr_reads(cond, &mut live);
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
+        let j = jumps(body);
         let saved = self.env.clone();
+        // With `break`, a `broken` flag is carried first.
+        let mut all_init: Vec<(Value, bool)> = Vec::new();
+        if j.brk {
+            all_init.push((self.constant(Constant::Bool(false), DType::Bool), false));
+        }
+        all_init.extend(init.iter().copied());
+        let flag_arg = |this: &mut Self| -> Option<Value> {
+            j.brk.then(|| this.b.value(Type::Scalar(DType::Bool)))
+        };
         // The condition region.
-        let cargs = self.bind_args(&names, &init);
+        let brk_c = flag_arg(self);
+        let mut cargs: Vec<Value> = brk_c.into_iter().collect();
+        cargs.extend(self.bind_args(&names, &init));
         self.b.begin();
-        let c = match self.condition(cond)? {
+        let mut c = match self.condition(cond)? {
             Ok(b) => self.constant(Constant::Bool(b), DType::Bool),
             Err(v) => v,
         };
+        if let Some(brk) = brk_c {
+            let not_broken = self.b.push1(
+                OpKind::Unary {
+                    op: UnaryOp::Not,
+                    x: brk,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            c = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: c,
+                    b: not_broken,
+                },
+                Type::Scalar(DType::Bool),
+            );
+        }
         self.b.push(OpKind::Yield(vec![c]), vec![]);
         let cond_r = self.b.end(cargs);
         self.env = saved.clone();
         // The body region.
-        let bargs = self.bind_args(&names, &init);
+        let brk_b = flag_arg(self);
+        self.enter_loop_body(j);
+        if let Some(v) = brk_b {
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        let mut bargs: Vec<Value> = brk_b.into_iter().collect();
+        bargs.extend(self.bind_args(&names, &init));
         self.b.begin();
         self.block(body, &live)?;
-        self.yield_carried(&names, &init, span)?;
+        let mut vs = Vec::new();
+        if j.brk {
+            let brk_lv = self.env[BRK].clone();
+            vs.push(self.materialize(&brk_lv, DType::Bool, span)?);
+        }
+        vs.extend(self.carried_values(&names, &init, span)?);
+        self.b.push(OpKind::Yield(vs), vec![]);
         let body_r = self.b.end(bargs);
         self.env = saved;
+        let types: Vec<Type> = all_init
+            .iter()
+            .map(|(v, _)| self.b.ty(*v).clone())
+            .collect();
         let results = self.b.push(
             OpKind::While {
-                init: init.iter().map(|(v, _)| *v).collect(),
+                init: all_init.iter().map(|(v, _)| *v).collect(),
                 cond: cond_r,
                 body: body_r,
             },
-            init.iter().map(|(v, _)| self.b.ty(*v).clone()).collect(),
+            types,
         );
-        for ((n, (_, w)), r) in names.iter().zip(&init).zip(results) {
-            let lv = self.val(r, *w);
+        let skip = usize::from(j.brk);
+        for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[skip..]) {
+            let lv = self.val(*r, *w);
             self.env.insert(n.clone(), lv);
         }
         Ok(())

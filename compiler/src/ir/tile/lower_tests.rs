@@ -171,3 +171,97 @@ fn static_shapes_tf32_and_full_reductions() {
     assert!(text.contains("-> f32"), "{text}");
     assert!(text.contains("keepdims"), "{text}");
 }
+
+/// Every kernel of every UI case and example that checks without errors
+/// lowers and verifies: with its defaults, or (E0511) with every tensor dim
+/// specialised to 64. E0512 (not supported yet) is allowed only for the
+/// constructs listed in `tests/ui/emit/unsupported.tsr`'s kind.
+#[test]
+fn corpus_kernels_lower_and_verify() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("tests/ui"), root.join("examples")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "tsr") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let (mut lowered_n, mut unsupported) = (0, Vec::new());
+    let mut failures = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("# emit:") {
+            continue;
+        }
+        let mut db = Database::new();
+        let file = db.load_file(&path).unwrap();
+        if db.diagnostics(file).iter().any(|d| d.is_error()) {
+            continue;
+        }
+        for (name, item, _) in file_kernels(&db, file) {
+            let mut r = tile_ir(&db, item, db.options(), Specialization::new()).clone();
+            if matches!(&r, Err(d) if d.iter().any(|d| d.code == "E0511")) {
+                let mut spec = Specialization::new();
+                if let Some(sig) = crate::db::item_signature(&db, item) {
+                    for p in &sig.params {
+                        if let crate::check::Ty::Tensor { dims, .. } = &p.ty {
+                            for d in dims {
+                                for s in d.symbols() {
+                                    spec.values.insert(s.to_string(), 64);
+                                }
+                            }
+                        }
+                        if p.is_const && !p.has_default {
+                            spec.values.insert(p.name.clone(), 64);
+                        }
+                    }
+                }
+                r = tile_ir(&db, item, db.options(), spec).clone();
+            }
+            let where_ = format!("{}: {name}", path.display());
+            match r {
+                Ok(k) => {
+                    let errs = verify(&k);
+                    if !errs.is_empty() {
+                        failures.push(format!("{where_}: verify: {errs:?}\n{}", k.dump()));
+                    }
+                    lowered_n += 1;
+                }
+                Err(d) if d.iter().all(|d| d.code == "E0512") => {
+                    unsupported.push(format!("{where_}: {}", d[0].message));
+                }
+                Err(d) => failures.push(format!("{where_}: {d:?}")),
+            }
+        }
+    }
+    println!("{lowered_n} kernels lowered; unsupported: {unsupported:#?}");
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(lowered_n >= 37, "{lowered_n}");
+}
+
+#[test]
+fn break_and_continue() {
+    let src = "@kernel(grid=(M,), num_warps=4)\ndef partial_row_sum(x: Tensor[\"M\", \"N\", f32], out: Tensor[\"M\", f32], limit: i32, BLOCK: const = 128):\n    row = program_id(0)\n    acc = zeros([BLOCK], f32)\n    for c in range(0, N, BLOCK):\n        if c >= limit:\n            break\n        if c % (2 * BLOCK) != 0:\n            continue\n        acc += load(x[row, c : c + BLOCK])\n    store(out[row : row + 1], sum(acc, axis=0, keepdims=True))\n\n@kernel(grid=(1,))\ndef count(x: Tensor[16, i32], n: i32):\n    i = 0\n    s = 0\n    while i < n:\n        i += 1\n        if i % 3 == 0:\n            continue\n        s += i\n        if s > 100:\n            break\n    store(x[0 : 1], zeros([1], i32) + s)\n";
+    let k = lowered(
+        "/t/jumps.tsr",
+        src,
+        &Specialization::new(),
+        "partial_row_sum",
+    );
+    let text = k.dump();
+    insta::assert_snapshot!("break_continue_for", text);
+    // A `for` with `break` becomes a `while` carrying (iv, broken, acc).
+    assert!(text.contains("while ("), "{text}");
+    assert!(!text.contains(" for "), "{text}");
+    let k = lowered("/t/jumps.tsr", src, &Specialization::new(), "count");
+    insta::assert_snapshot!("break_continue_while", k.dump());
+}
