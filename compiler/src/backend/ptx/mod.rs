@@ -5,7 +5,9 @@
 //! (`.f32`, `.f64`, `.s64`, 32-bit integers and bools as `.s32`/`.u32`, f16/bf16
 //! as `.b16` bits); then each distinct run-time tensor dim, by name, as `.s32`,
 //! in order of first appearance. The block is one-dimensional with
-//! `num_warps * 32` threads; the grid is the kernel's.
+//! `num_warps * 32` threads; the grid is the kernel's. Shared memory is one
+//! arena per kernel, static up to 48 KiB and dynamic above (see
+//! [`needs_dynamic_smem`]).
 //!
 //! Register names: `%p` predicates, `%r` 32-bit integers, `%rd` 64-bit
 //! integers, `%f` f32, `%fd` f64, `%h` 16-bit, numbered per class in order of the
@@ -29,6 +31,17 @@ pub fn ptx_version(arch: Arch) -> &'static str {
         Arch::Sm90a => "8.0",
         _ => "7.0",
     }
+}
+
+/// The most static shared memory a kernel may declare (CUDA's 48 KiB); beyond
+/// it the arena is dynamic shared memory.
+pub const MAX_STATIC_SMEM: u32 = 48 * 1024;
+
+/// Whether `k`'s shared memory is declared dynamic: the launcher must then
+/// pass `k.smem_bytes()` bytes of dynamic shared memory (and, above 48 KiB,
+/// raise the function's `MAX_DYNAMIC_SHARED_SIZE_BYTES` attribute).
+pub fn needs_dynamic_smem(k: &Kernel) -> bool {
+    k.smem_bytes() > MAX_STATIC_SMEM
 }
 
 /// One PTX module holding `kernels` (all lowered for `arch`).
@@ -91,11 +104,20 @@ fn kernel(k: &Kernel, out: &mut String) {
         out: String::new(),
     };
     p.block(&k.body, 1);
-    for b in &k.smem {
+    if needs_dynamic_smem(k) {
         let _ = writeln!(
             out,
-            ".shared .align {} .b8 {}_{}[{}];",
-            b.align, k.name, b.name, b.bytes
+            "// {}: {} bytes of dynamic shared memory (pass them at launch)\n.extern .shared .align 128 .b8 {}_smem[];",
+            k.name,
+            k.smem_bytes(),
+            k.name
+        );
+    } else if k.smem_bytes() > 0 {
+        let _ = writeln!(
+            out,
+            ".shared .align 128 .b8 {}_smem[{}];",
+            k.name,
+            k.smem_bytes()
         );
     }
     let _ = writeln!(out, ".visible .entry {}(", k.name);
@@ -105,7 +127,7 @@ fn kernel(k: &Kernel, out: &mut String) {
             "\t.param {} {}_param_{}{}",
             param_ty(prm.ty),
             k.name,
-            prm.name,
+            ident(&prm.name),
             if i + 1 < k.params.len() { "," } else { "" }
         );
     }
@@ -119,6 +141,21 @@ fn kernel(k: &Kernel, out: &mut String) {
     out.push('\n');
     out.push_str(&p.out);
     out.push_str("\tret;\n}\n");
+}
+
+/// A PTX identifier for a parameter name: letters, digits and `_` kept, any
+/// other character `c` written `_xHH_` (run-time dims may be named by
+/// expressions such as `M+1`).
+fn ident(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            out.push(c);
+        } else {
+            out.push_str(&format!("_x{:02x}_", c as u32));
+        }
+    }
+    out
 }
 
 fn param_ty(t: RegTy) -> &'static str {
@@ -232,7 +269,7 @@ impl Printer<'_> {
             Inst::Comment(c) => format!("// {c}"),
             Inst::Param { dst, index } => {
                 let t = self.ty(*dst);
-                let name = format!("{}_param_{}", k.name, k.params[*index].name);
+                let name = format!("{}_param_{}", k.name, ident(&k.params[*index].name));
                 let d = self.r(*dst).to_string();
                 if t == RegTy::U64 {
                     self.line(depth, &format!("ld.param.u64 {d}, [{name}];"));
@@ -250,12 +287,16 @@ impl Printer<'_> {
                 };
                 format!("mov.u32 {}, {src};", self.r(*dst))
             }
-            Inst::SmemAddr { dst, buffer } => format!(
-                "mov.u32 {}, {}_{};",
-                self.r(*dst),
-                k.name,
-                k.smem[*buffer].name
-            ),
+            Inst::SmemAddr { dst, buffer } => {
+                let b = &k.smem[*buffer];
+                format!(
+                    "mov.u32 {}, {}_smem{}; // {}",
+                    self.r(*dst),
+                    k.name,
+                    off(b.offset as i64),
+                    b.name
+                )
+            }
             Inst::Mov { dst, src } => {
                 let t = self.ty(*dst);
                 match src {

@@ -20,8 +20,17 @@ impl fmt::Display for Kernel {
         for (i, b) in self.smem.iter().enumerate() {
             writeln!(
                 f,
-                "  smem {i} {}: {} bytes, align {} ({})",
-                b.name, b.bytes, b.align, b.purpose
+                "  smem {i} {}: {} bytes at {}{} ({})",
+                b.name,
+                b.bytes,
+                b.offset,
+                b.swizzle
+                    .map(|s| format!(
+                        ", swizzle row={}B per_phase={} max_phase={}",
+                        s.row_bytes, s.per_phase, s.max_phase
+                    ))
+                    .unwrap_or_default(),
+                b.purpose
             )?;
         }
         for (v, l) in &self.layouts {

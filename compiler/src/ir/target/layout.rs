@@ -171,12 +171,14 @@ impl Layout {
         if !rows.is_multiple_of(16) || !cols.is_multiple_of(8) {
             return None;
         }
+        // Warps go along the rows first (as far as 16-row tiles allow): every
+        // dot with the same row count then shares its row distribution, so
+        // row reductions and row broadcasts (softmax, attention) stay in registers.
         let (mut wm, mut wn) = (1u32, 1u32);
         while wm * wn < num_warps {
             let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
             let can_n = (cols / (wn * 2)).is_multiple_of(8) && cols / (wn * 2) >= 8;
-            let prefer_m = rows / wm / 16 >= cols / wn / 8;
-            if can_m && (prefer_m || !can_n) {
+            if can_m {
                 wm *= 2;
             } else if can_n {
                 wn *= 2;

@@ -73,7 +73,8 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         params: Vec::new(),
         tensors: Vec::new(),
         scalars: Vec::new(),
-        scratch_bytes: 0,
+        scratch: None,
+        seen: Vec::new(),
         buffers: Vec::new(),
         layouts: Vec::new(),
         span: Span::default(),
@@ -89,39 +90,7 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     l.region_ops(&body.ops)?;
     let mut insts = std::mem::take(&mut l.prologue);
     insts.extend(l.blocks.pop().unwrap_or_default());
-    let mut smem = Vec::new();
-    if l.scratch_bytes > 0 {
-        smem.push(SmemBuffer {
-            name: "scratch".into(),
-            bytes: l.scratch_bytes,
-            align: 16,
-            purpose: "layout conversions, cross-warp reductions, FMA dot operands".into(),
-            swizzle: None,
-        });
-    } else {
-        // No scratch buffer: the dedicated buffers move down one index.
-        fn shift(insts: &mut [Inst]) {
-            for i in insts {
-                match i {
-                    Inst::SmemAddr { buffer, .. } => *buffer -= 1,
-                    Inst::For { body, .. } => shift(body),
-                    Inst::While { cond, body, .. } => {
-                        shift(cond);
-                        shift(body);
-                    }
-                    Inst::If {
-                        then, otherwise, ..
-                    } => {
-                        shift(then);
-                        shift(otherwise);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        shift(&mut insts);
-    }
-    smem.extend(std::mem::take(&mut l.buffers));
+    let smem = std::mem::take(&mut l.buffers);
     Ok(Kernel {
         name: tk.name.clone(),
         arch,
@@ -170,8 +139,11 @@ struct Lower<'a> {
     params: Vec<Param>,
     tensors: Vec<Option<TensorInfo>>,
     scalars: Vec<Option<(Reg, DType)>>,
-    scratch_bytes: u32,
-    /// Dedicated buffers (dot operands); `Inst::SmemAddr` indices start at 1
+    /// Layouts of 2-D+ tiles made so far, newest last (broadcast targets).
+    seen: Vec<Rc<Layout>>,
+    /// The index of the scratch buffer in `buffers`, once used.
+    scratch: Option<usize>,
+    /// Shared-memory buffers, all at offsets in one arena; see `SmemBuffer`.
     /// (0 is the scratch buffer).
     buffers: Vec<SmemBuffer>,
     layouts: Vec<(u32, Layout)>,
@@ -449,12 +421,26 @@ impl<'a> Lower<'a> {
     }
 
     fn reserve_scratch(&mut self, bytes: u32) {
-        self.scratch_bytes = self.scratch_bytes.max(bytes);
+        match self.scratch {
+            Some(i) => self.buffers[i].bytes = self.buffers[i].bytes.max(bytes),
+            None => {
+                self.scratch = Some(self.buffers.len());
+                self.buffers.push(SmemBuffer {
+                    name: "scratch".into(),
+                    offset: 0,
+                    bytes,
+                    align: 16,
+                    purpose: "layout conversions, cross-warp reductions, FMA dot operands".into(),
+                    swizzle: None,
+                });
+            }
+        }
     }
 
     fn scratch_addr(&mut self) -> Reg {
         let dst = self.new_reg(RegTy::U32);
-        self.emit(Inst::SmemAddr { dst, buffer: 0 });
+        let buffer = self.scratch.expect("reserve_scratch first");
+        self.emit(Inst::SmemAddr { dst, buffer });
         dst
     }
 
@@ -463,6 +449,15 @@ impl<'a> Lower<'a> {
     fn convert(&mut self, v: &TV, to: &Rc<Layout>) -> R<TV> {
         if *v.layout == **to {
             return Ok(v.clone());
+        }
+        // A uniform tile (a splat) is the same value in every slot of any layout.
+        if !v.ops.is_empty() && v.ops.iter().all(|o| *o == v.ops[0]) && v.layout.shape == to.shape {
+            return Ok(TV {
+                layout: to.clone(),
+                ops: vec![v.ops[0]; to.num_slots()],
+                ty: v.ty,
+                dtype: v.dtype,
+            });
         }
         if let Some(map) = v.layout.register_map_to(to) {
             if v.layout.shape == to.shape {
@@ -749,6 +744,12 @@ impl<'a> Lower<'a> {
     }
 
     fn define(&mut self, v: Value, tv: TV) {
+        if tv.layout.rank() >= 2
+            && tv.layout.shape.iter().all(|&d| d > 1)
+            && !self.seen.contains(&tv.layout)
+        {
+            self.seen.push(tv.layout.clone());
+        }
         if !tv.layout.shape.is_empty() {
             self.layouts.push((v.0, (*tv.layout).clone()));
         }
@@ -920,7 +921,15 @@ impl<'a> Lower<'a> {
             }
             OpKind::Broadcast { x, shape } => {
                 let x = self.val(*x);
-                let to = self.blocked(shape);
+                // Into the newest layout of that shape the tile already fits
+                // (e.g. a row statistic back into the mma layout it came from).
+                let to = self
+                    .seen
+                    .iter()
+                    .rev()
+                    .find(|l| l.shape == *shape && x.layout.register_map_to(l).is_some())
+                    .cloned()
+                    .unwrap_or_else(|| self.blocked(shape));
                 let tv = self.broadcast(&x, &to)?;
                 self.define(res(0), tv);
             }
@@ -1965,9 +1974,19 @@ impl<'a> Lower<'a> {
     fn stage_16bit(&mut self, v: &TV, what: &str) -> R<(usize, super::Swizzle)> {
         let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
         let sw = super::Swizzle::for_rows(cols * 2);
-        let index = 1 + self.buffers.len();
+        let index = self.buffers.len();
+        // Operand a starts the arena; b follows it (both live together).
+        let offset = match what {
+            "b" => {
+                let a = &self.buffers[index - 1];
+                (a.offset + a.bytes).div_ceil(128) * 128
+            }
+            _ => 0,
+        };
+        let n = self.buffers.iter().filter(|b| b.swizzle.is_some()).count() / 2;
         self.buffers.push(SmemBuffer {
-            name: format!("dot{}_{what}", index - 1),
+            name: format!("dot{n}_{what}"),
+            offset,
             bytes: rows * cols * 2,
             align: 128,
             purpose: format!("`dot` operand {what} ([{rows}, {cols}] 16-bit, swizzled)"),
@@ -2269,26 +2288,39 @@ impl<'a> Lower<'a> {
             .collect()
     }
 
-    /// The layouts a loop body yields its values in, where an op at the top of
-    /// the body decides it (`dot` results).
+    /// The layouts a loop body will yield its values in, where the ops that
+    /// compute them decide it: a `dot` result, its reductions, and elementwise
+    /// ops over those (an elementwise op keeps its first operand's layout; when
+    /// that operand is the carried value itself, the other operand decides).
     fn yield_layouts(&self, body: &tile::Region) -> Vec<Option<Rc<Layout>>> {
         let Some(OpKind::Yield(ys)) = body.ops.last().map(|o| &o.kind) else {
             return vec![];
         };
-        ys.iter()
-            .map(|y| {
-                let op = body.ops.iter().find(|o| o.results.contains(y))?;
-                let OpKind::Dot { a, b, .. } = &op.kind else {
-                    return None;
-                };
+        ys.iter().map(|y| self.predict(body, *y, 8)).collect()
+    }
+
+    fn predict(&self, body: &tile::Region, v: Value, depth: u32) -> Option<Rc<Layout>> {
+        if depth == 0 {
+            return None;
+        }
+        let op = body.ops.iter().find(|o| o.results.contains(&v))?;
+        let p = |x: Value| self.predict(body, x, depth - 1);
+        match &op.kind {
+            OpKind::Dot { a, b, .. } => {
                 let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
                 let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
                 Some(
                     self.mma_layout(ta.dtype(), tb.dtype(), m, n, k)
                         .unwrap_or_else(|| self.blocked(&[m, n])),
                 )
-            })
-            .collect()
+            }
+            OpKind::Reduce {
+                x, axis, keepdims, ..
+            } => p(*x).map(|l| Rc::new(l.slice(*axis, *keepdims))),
+            OpKind::Unary { x, .. } | OpKind::Cast { x, .. } => p(*x),
+            OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } => p(*a).or_else(|| p(*b)),
+            _ => None,
+        }
     }
 
     /// Moves `vals` into the registers of `into` (converting layouts), as a
@@ -2340,7 +2372,7 @@ impl<'a> Lower<'a> {
             self.scalar_tv(Operand::Reg(iv), RegTy::I32, DType::I32),
         );
         for (a, c) in body.args[1..].iter().zip(&carried) {
-            self.vals.insert(*a, c.clone());
+            self.define(*a, c.clone());
         }
         self.blocks.push(Vec::new());
         let yields = self.region_ops(&body.ops)?.unwrap_or_default();
@@ -2370,7 +2402,7 @@ impl<'a> Lower<'a> {
         let hint = self.yield_layouts(body);
         let carried = self.carried(init, &hint);
         for (a, c) in cond.args.iter().zip(&carried) {
-            self.vals.insert(*a, c.clone());
+            self.define(*a, c.clone());
         }
         self.blocks.push(Vec::new());
         let y = self.region_ops(&cond.ops)?.unwrap_or_default();
@@ -2380,7 +2412,7 @@ impl<'a> Lower<'a> {
         };
         let cond_code = self.blocks.pop().unwrap_or_default();
         for (a, c) in body.args.iter().zip(&carried) {
-            self.vals.insert(*a, c.clone());
+            self.define(*a, c.clone());
         }
         self.blocks.push(Vec::new());
         let yields = self.region_ops(&body.ops)?.unwrap_or_default();

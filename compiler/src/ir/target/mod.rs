@@ -11,8 +11,9 @@
 //! # Resource facts (for the estimator)
 //!
 //! * Threads per block: [`Kernel::num_threads`].
-//! * Shared memory: [`Kernel::smem`], each [`SmemBuffer`] with its byte size;
-//!   [`Kernel::smem_bytes`] is their total (static shared memory).
+//! * Shared memory: [`Kernel::smem`], each [`SmemBuffer`] a region (offset, byte
+//!   size) of one arena; [`Kernel::smem_bytes`] is the arena's size (static
+//!   shared memory).
 //! * Registers: every virtual register is a [`Reg`] with a [`RegTy`] in
 //!   [`Kernel::regs`]; [`RegTy::words`] is its cost in 32-bit registers (pred: 0,
 //!   64-bit: 2). Instructions are in [`Kernel::body`] (the prologue first, then the
@@ -483,10 +484,16 @@ pub struct Param {
     pub ty: RegTy,
 }
 
-/// A shared-memory buffer.
+/// A region of the kernel's shared-memory arena. Regions may overlap: every
+/// use of shared memory (a layout conversion, a cross-warp reduction, the
+/// operands of one `dot`) starts after a barrier that ends the previous use
+/// and ends with a barrier, so uses never overlap in time; only the regions
+/// of one use (a dot's `a` and `b`) are disjoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmemBuffer {
     pub name: String,
+    /// Byte offset in the arena.
+    pub offset: u32,
     pub bytes: u32,
     pub align: u32,
     /// Why the buffer exists (layout conversions, reductions, dot operands).
@@ -563,13 +570,13 @@ impl Kernel {
         self.regs[r.0 as usize]
     }
 
-    /// Total static shared memory in bytes (each buffer aligned).
+    /// Static shared memory in bytes: the size of the arena.
     pub fn smem_bytes(&self) -> u32 {
-        let mut total = 0u32;
-        for b in &self.smem {
-            total = total.div_ceil(b.align) * b.align + b.bytes;
-        }
-        total
+        self.smem
+            .iter()
+            .map(|b| b.offset + b.bytes)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Calls `f` on every instruction, nested ones included, in program order.

@@ -753,8 +753,9 @@ fn dot_uses_tensor_cores_where_the_arch_has_them() {
         (mma, ldm, fma)
     };
     let g = gemm(64, 64, 32, 4, DType::F16);
-    // 4 warps as 2x2, each 32x32 = 2x4 tiles of 16x8, two k16 steps.
-    assert_eq!(count(&g, Arch::Sm80), (16, 2 * (2 + 2), 0));
+    // 4 warps along the rows, each 16x64 = 1x8 tiles of 16x8, two k16 steps:
+    // per step one x4 ldmatrix for A and four x4.trans for B.
+    assert_eq!(count(&g, Arch::Sm80), (16, 2 * (1 + 4), 0));
     // sm_75: two m16n8k8 per m16n8k16.
     assert_eq!(count(&g, Arch::Sm75).0, 32);
     // sm_70: no mma yet (FMA path); bf16 on sm_75 too; f32 everywhere.
