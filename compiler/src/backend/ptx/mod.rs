@@ -493,6 +493,24 @@ impl Printer<'_> {
                 )
             }
             Inst::Barrier => "bar.sync 0;".to_string(),
+            Inst::CpAsync {
+                dst,
+                src,
+                src_offset,
+                bytes,
+                src_size,
+            } => format!(
+                "cp.async.{}.shared.global [{}], [{}{}], {bytes}{};",
+                if *bytes == 16 { "cg" } else { "ca" },
+                self.r(*dst),
+                self.r(*src),
+                off(*src_offset),
+                src_size
+                    .map(|s| format!(", {}", self.r(s)))
+                    .unwrap_or_default()
+            ),
+            Inst::CpAsyncCommit => "cp.async.commit_group;".to_string(),
+            Inst::CpAsyncWait { pending } => format!("cp.async.wait_group {pending};"),
             Inst::LdMatrix { dst, addr, trans } => format!(
                 "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {{{}}}, [{}];",
                 dst.len(),

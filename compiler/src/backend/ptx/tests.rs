@@ -243,3 +243,39 @@ fn corpus_kernels_assemble_with_ptxas() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(lowered >= 4 * 40, "{lowered}");
 }
+
+/// The brief's flash attention (D specialised): its q, k and v tiles feed only
+/// tensor-core dots, so on sm_80+ they are copied with cp.async straight into
+/// the swizzled operand buffers (no registers), and ordinary loads elsewhere.
+#[test]
+fn dot_operands_use_async_copies_where_alignment_is_proven() {
+    use crate::db::{file_kernels, target_ir, Database};
+    use crate::ir::target::Inst;
+    let src = include_str!("../../ir/tile/testdata/brief.tsr");
+    let spec = crate::ir::tile::Specialization::new().with("D", 64);
+    let count = |arch: Arch, name: &str| {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/brief.tsr", src.to_string());
+        let (_, item, _) = file_kernels(&db, file)
+            .into_iter()
+            .find(|k| k.0 == name)
+            .unwrap();
+        let k = target_ir(&db, item, db.options(), spec.clone())
+            .clone()
+            .unwrap();
+        let mut n = 0;
+        k.walk(&mut |i| {
+            if let Inst::CpAsync { bytes: 16, .. } = i {
+                n += 1
+            }
+        });
+        n
+    };
+    // q [128, 64] bf16 = 1024 chunks of 16 bytes over 128 threads, k and v 512.
+    assert_eq!(count(Arch::Sm80, "flash_attn"), 8 + 4 + 4);
+    assert_eq!(count(Arch::Sm90, "flash_attn"), 16);
+    assert_eq!(count(Arch::Sm75, "flash_attn"), 0);
+    // The brief's gemm has run-time K and N: row alignment is not provable.
+    assert_eq!(count(Arch::Sm80, "gemm"), 0);
+}

@@ -182,6 +182,23 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 pred(k, p)
             ),
             Inst::Barrier => "barrier".to_string(),
+            Inst::CpAsync {
+                dst,
+                src,
+                src_offset,
+                bytes,
+                src_size,
+            } => format!(
+                "copy_async.{bytes} [{}] <- [{} + {}]{}",
+                r(k, *dst),
+                r(k, *src),
+                src_offset,
+                src_size
+                    .map(|s| format!(" size {}", r(k, s)))
+                    .unwrap_or_default()
+            ),
+            Inst::CpAsyncCommit => "copy_async_commit".to_string(),
+            Inst::CpAsyncWait { pending } => format!("copy_async_wait {pending}"),
             Inst::LdMatrix { dst, addr, trans } => format!(
                 "{} = load_matrix{} [{}]",
                 dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),

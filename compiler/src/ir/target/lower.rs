@@ -74,6 +74,8 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         tensors: Vec::new(),
         scalars: Vec::new(),
         scratch: None,
+        defer_ok: Default::default(),
+        deferred: HashMap::new(),
         seen: Vec::new(),
         buffers: Vec::new(),
         layouts: Vec::new(),
@@ -86,6 +88,9 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         which: Special::ThreadId,
     });
     l.params()?;
+    if arch.has_cp_async() {
+        l.defer_ok = l.find_deferrable();
+    }
     let body = &tk.body;
     l.region_ops(&body.ops)?;
     let mut insts = std::mem::take(&mut l.prologue);
@@ -113,6 +118,8 @@ struct TV {
 }
 
 struct TensorInfo {
+    /// A known divisor of each axis' stride (the product of the static dims after it).
+    stride_div: Vec<u64>,
     ptr: Reg,
     dims: Vec<Operand>,
     static_dims: Vec<Option<u64>>,
@@ -139,6 +146,12 @@ struct Lower<'a> {
     params: Vec<Param>,
     tensors: Vec<Option<TensorInfo>>,
     scalars: Vec<Option<(Reg, DType)>>,
+    /// Loads whose only uses are tensor-core `dot` operands (possibly through a
+    /// transpose), found before lowering (sm_80+).
+    defer_ok: std::collections::HashSet<Value>,
+    /// Deferred loads: copied with `cp.async` straight into the dot's staging
+    /// buffer when the dot runs; `bool` is whether the value is transposed.
+    deferred: HashMap<Value, (Rc<Deferred>, bool)>,
     /// Layouts of 2-D+ tiles made so far, newest last (broadcast targets).
     seen: Vec<Rc<Layout>>,
     /// The index of the scratch buffer in `buffers`, once used.
@@ -646,7 +659,16 @@ impl<'a> Lower<'a> {
                         .pop()
                         .unwrap_or_default();
                     self.prologue.extend(code);
+                    let stride_div = (0..dims.len())
+                        .map(|a| {
+                            static_dims[a + 1..]
+                                .iter()
+                                .map(|d| d.unwrap_or(1))
+                                .product()
+                        })
+                        .collect();
                     self.tensors[i] = Some(TensorInfo {
+                        stride_div,
                         ptr,
                         dims: dim_ops,
                         static_dims,
@@ -942,6 +964,9 @@ impl<'a> Lower<'a> {
                 self.define(res(0), tv);
             }
             OpKind::Transpose { x } => {
+                if let Some((d, t)) = self.deferred.get(x).cloned() {
+                    self.deferred.insert(res(0), (d, !t));
+                }
                 let x = self.val(*x);
                 let tv = TV {
                     layout: Rc::new(x.layout.transpose()),
@@ -1262,12 +1287,13 @@ impl<'a> Lower<'a> {
     /// access of `layout`'s elements; plus the vector width that is proven safe.
     fn plan_access(&mut self, tensor: usize, access: &[Access], layout: &Layout) -> R<AccessPlan> {
         let t = self.tensor(tensor)?;
-        let (ptr, dims, static_dims, strides, mem) = (
+        let (ptr, dims, static_dims, strides, mem, stride_div) = (
             t.ptr,
             t.dims.clone(),
             t.static_dims.clone(),
             t.strides.clone(),
             t.mem,
+            t.stride_div.clone(),
         );
         let bytes = mem.bytes() as i64;
         let mut thread_off = Operand::Int(0);
@@ -1406,9 +1432,9 @@ impl<'a> Lower<'a> {
                     _ => self.divisor(start),
                 };
                 let strides_ok = |v: u32| {
-                    strides[..last].iter().all(
-                        |s| matches!(s, Operand::Int(x) if (*x as u64).is_multiple_of(v as u64)),
-                    )
+                    stride_div[..last]
+                        .iter()
+                        .all(|s| s.is_multiple_of(v as u64))
                 };
                 let dim_ok = |v: u32| match static_dims[a] {
                     Some(n) => n % v as u64 == 0,
@@ -1474,6 +1500,17 @@ impl<'a> Lower<'a> {
     ) -> R<TV> {
         let ty = self.tk.ty(res).clone();
         let layout = self.blocked(ty.shape());
+        if self.defer_ok.contains(&res) && mask.is_none() {
+            if let Some(d) = self.defer_load(tensor, access, other, ty.shape())? {
+                self.deferred.insert(res, (Rc::new(d), false));
+                return Ok(TV {
+                    layout,
+                    ops: vec![],
+                    ty: RegTy::F32,
+                    dtype: ty.dtype(),
+                });
+            }
+        }
         let t = self.tensor(tensor)?;
         let (mem, dtype) = (t.mem, t.dtype);
         let cty = self.cty(dtype)?;
@@ -1831,7 +1868,7 @@ impl<'a> Lower<'a> {
             return self.unsupported(format!("`dot` on {}", av.dtype.name()));
         }
         if let Some(acc_layout) = self.mma_layout(av.dtype, bv.dtype, m, n, k) {
-            return self.dot_mma(&av, &bv, acc, acc_layout, k);
+            return self.dot_mma(a, b, &av, &bv, acc, acc_layout, k);
         }
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
@@ -1952,27 +1989,141 @@ impl<'a> Lower<'a> {
         })
     }
 
-    // ---- dot on tensor cores ---------------------------------------------------------
+    // ---- loads deferred to cp.async --------------------------------------------
 
-    /// The accumulator layout of a tensor-core `dot` of these operand dtypes and
-    /// shape on this arch, if one fits (else the FMA path is used).
-    fn mma_layout(&self, a: DType, b: DType, m: u32, n: u32, k: u32) -> Option<Rc<Layout>> {
-        if a != b || !self.arch.has_ldmatrix() || !k.is_multiple_of(16) {
-            return None;
+    /// The loads of 16-bit tiles used only as tensor-core `dot` operands (`a` or
+    /// `b` as loaded, or `b` transposed) of tensors the kernel never writes.
+    fn find_deferrable(&self) -> std::collections::HashSet<Value> {
+        #[derive(Clone, Copy)]
+        enum Use {
+            DotA(bool),
+            DotB(bool),
+            Transpose(Value),
+            Other,
         }
-        let shape = self
-            .arch
-            .mma_shapes()
-            .iter()
-            .find(|s| s.input == a.name())?;
-        let _ = shape;
-        Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
+        fn walk(
+            l: &Lower,
+            r: &tile::Region,
+            uses: &mut HashMap<Value, Vec<Use>>,
+            loads: &mut Vec<(Value, usize)>,
+            written: &mut Vec<usize>,
+        ) {
+            for op in &r.ops {
+                match &op.kind {
+                    OpKind::Dot { a, b, acc, .. } => {
+                        let (ta, tb) = (l.tk.ty(*a), l.tk.ty(*b));
+                        let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+                        let ok = l.mma_layout(ta.dtype(), tb.dtype(), m, n, k).is_some();
+                        uses.entry(*a).or_default().push(Use::DotA(ok));
+                        uses.entry(*b).or_default().push(Use::DotB(ok));
+                        if let Some(c) = acc {
+                            uses.entry(*c).or_default().push(Use::Other);
+                        }
+                    }
+                    OpKind::Transpose { x } => uses
+                        .entry(*x)
+                        .or_default()
+                        .push(Use::Transpose(op.results[0])),
+                    kind => {
+                        for v in kind.operands() {
+                            uses.entry(v).or_default().push(Use::Other);
+                        }
+                    }
+                }
+                match &op.kind {
+                    OpKind::Load { tensor, .. } => {
+                        let d = l.tk.ty(op.results[0]).dtype();
+                        if matches!(d, DType::F16 | DType::BF16) {
+                            loads.push((op.results[0], *tensor));
+                        }
+                    }
+                    OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } => {
+                        written.push(*tensor)
+                    }
+                    _ => {}
+                }
+                for region in op.kind.regions() {
+                    walk(l, region, uses, loads, written);
+                }
+            }
+        }
+        let mut uses = HashMap::new();
+        let (mut loads, mut written) = (Vec::new(), Vec::new());
+        walk(self, &self.tk.body, &mut uses, &mut loads, &mut written);
+        let none = Vec::new();
+        loads
+            .into_iter()
+            .filter(|(v, t)| {
+                let us = uses.get(v).unwrap_or(&none);
+                !written.contains(t)
+                    && !us.is_empty()
+                    && us.iter().all(|u| match u {
+                        Use::DotA(ok) | Use::DotB(ok) => *ok,
+                        Use::Transpose(t) => {
+                            let ts = uses.get(t).unwrap_or(&none);
+                            !ts.is_empty() && ts.iter().all(|u| matches!(u, Use::DotB(true)))
+                        }
+                        Use::Other => false,
+                    })
+            })
+            .map(|(v, _)| v)
+            .collect()
     }
 
-    /// Stages a `[rows, cols]` tile (values of a 16-bit dtype held in f32) in a new
-    /// swizzled shared buffer, row-major; returns the buffer index and swizzle.
-    fn stage_16bit(&mut self, v: &TV, what: &str) -> R<(usize, super::Swizzle)> {
-        let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
+    /// Plans a load of a 16-bit `[rows, cols]` tile as 16-byte chunks when every
+    /// chunk is provably aligned and wholly in or out of bounds; `None` otherwise.
+    fn defer_load(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        other: Constant,
+        shape: &[u32],
+    ) -> R<Option<Deferred>> {
+        let t = self.tensor(tensor)?;
+        let last = access.len() - 1;
+        let zero =
+            matches!(other, Constant::Int(0)) || matches!(other, Constant::Float(f) if f == 0.0);
+        let Access::Range { start, len } = &access[last] else {
+            return Ok(None);
+        };
+        let start_div = match self.scalar(*start) {
+            Operand::Int(i) => i.unsigned_abs().max(1 << 30),
+            _ => self.divisor(*start),
+        };
+        let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
+        let dim_ok = t.static_dims[last].is_some_and(|d| d.is_multiple_of(8));
+        if shape.len() != 2
+            || !zero
+            || !len.is_multiple_of(8)
+            || !start_div.is_multiple_of(8)
+            || !strides_ok
+            || !dim_ok
+        {
+            return Ok(None);
+        }
+        let (rows, cols) = (shape[0], shape[1]);
+        self.emit(Inst::Comment(format!(
+            "load {}[{rows},{cols}] deferred: copied asynchronously where used",
+            self.tk.params[tensor].name
+        )));
+        let mut layout = Layout::blocked(&[rows, cols / 8], self.num_warps, self.warp_size, 1);
+        layout.shape = vec![rows, cols];
+        for t in layout.terms[1].iter_mut() {
+            t.mul *= 8;
+        }
+        for s in layout.slots.iter_mut() {
+            s[1] *= 8;
+        }
+        let plan = self.plan_access(tensor, access, &layout)?;
+        Ok(Some(Deferred {
+            layout,
+            slots: plan.slots,
+        }))
+    }
+
+    /// A new shared buffer for a `[rows, cols]` 16-bit dot operand, row-major
+    /// and swizzled.
+    fn operand_buffer(&mut self, rows: u32, cols: u32, what: &str) -> (usize, super::Swizzle) {
         let sw = super::Swizzle::for_rows(cols * 2);
         let index = self.buffers.len();
         // Operand a starts the arena; b follows it (both live together).
@@ -1992,6 +2143,98 @@ impl<'a> Lower<'a> {
             purpose: format!("`dot` operand {what} ([{rows}, {cols}] 16-bit, swizzled)"),
             swizzle: Some(sw),
         });
+        (index, sw)
+    }
+
+    /// The swizzled shared address of element `(r, c)` (`c` a multiple of 8)
+    /// of buffer `buf`.
+    fn swizzled(&mut self, buf: Reg, sw: super::Swizzle, r: Operand, c: Operand) -> Reg {
+        let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+        let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+        let ph = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            r,
+            Operand::Int(sw.per_phase.trailing_zeros() as i64),
+        );
+        let ph = self.bin(
+            BinOp::And,
+            RegTy::U32,
+            ph,
+            Operand::Int(sw.max_phase as i64 - 1),
+        );
+        let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
+        let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
+        let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
+        let a = self.bin(BinOp::Add, RegTy::U32, ra, swz);
+        self.materialize(RegTy::U32, a).reg().expect("reg")
+    }
+
+    /// Issues the async copies of a deferred load into a new operand buffer.
+    fn stage_async(&mut self, d: &Deferred, what: &str) -> (usize, super::Swizzle) {
+        let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
+        let (index, sw) = self.operand_buffer(rows, cols, what);
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: index,
+        });
+        let br = self.base(&d.layout.terms[0].clone());
+        let bc = self.base(&d.layout.terms[1].clone());
+        let mut sizes: HashMap<Reg, Reg> = HashMap::new();
+        for (s, acc) in d.layout.slots.clone().iter().zip(d.slots.clone()) {
+            let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s[0] as i64));
+            let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s[1] as i64));
+            let dst = self.swizzled(buf, sw, r, c);
+            let mut src_size = None;
+            if let Some(p) = acc.pred {
+                let r = match sizes.get(&p) {
+                    Some(r) => *r,
+                    None => {
+                        let o = self.select(
+                            RegTy::U32,
+                            Operand::Reg(p),
+                            Operand::Int(16),
+                            Operand::Int(0),
+                        );
+                        let r = o.reg().expect("reg");
+                        sizes.insert(p, r);
+                        r
+                    }
+                };
+                src_size = Some(r);
+            }
+            self.emit(Inst::CpAsync {
+                dst,
+                src: acc.addr,
+                src_offset: acc.offset,
+                bytes: 16,
+                src_size,
+            });
+        }
+        (index, sw)
+    }
+
+    // ---- dot on tensor cores ---------------------------------------------------------
+
+    /// The accumulator layout of a tensor-core `dot` of these operand dtypes and
+    /// shape on this arch, if one fits (else the FMA path is used).
+    fn mma_layout(&self, a: DType, b: DType, m: u32, n: u32, k: u32) -> Option<Rc<Layout>> {
+        if a != b || !self.arch.has_ldmatrix() || !k.is_multiple_of(16) {
+            return None;
+        }
+        self.arch
+            .mma_shapes()
+            .iter()
+            .find(|s| s.input == a.name())?;
+        Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
+    }
+
+    /// Stages a `[rows, cols]` tile (values of a 16-bit dtype held in f32) in a new
+    /// swizzled shared buffer, row-major; returns the buffer index and swizzle.
+    fn stage_16bit(&mut self, v: &TV, what: &str) -> R<(usize, super::Swizzle)> {
+        let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
+        let (index, sw) = self.operand_buffer(rows, cols, what);
         let mem = if v.dtype == DType::BF16 {
             MemTy::U16
         } else {
@@ -2067,8 +2310,11 @@ impl<'a> Lower<'a> {
 
     /// `dot` with `mma.sync` (m16n8k16 on sm_80+, two m16n8k8 on sm_75): operands
     /// staged in swizzled shared memory, fragments loaded with `ldmatrix`.
+    #[allow(clippy::too_many_arguments)]
     fn dot_mma(
         &mut self,
+        a: Value,
+        b: Value,
         av: &TV,
         bv: &TV,
         acc: Option<Value>,
@@ -2105,8 +2351,27 @@ impl<'a> Lower<'a> {
                 o => self.materialize(RegTy::F32, o).reg().expect("reg"),
             });
         }
-        let (abuf, asw) = self.stage_16bit(av, "a")?;
-        let (bbuf, bsw) = self.stage_16bit(bv, "b")?;
+        let da = self.deferred.get(&a).cloned();
+        let db = self.deferred.get(&b).cloned();
+        let (abuf, asw) = match &da {
+            Some((d, _)) => self.stage_async(d, "a"),
+            None => self.stage_16bit(av, "a")?,
+        };
+        // `b_nk`: b is stored as its transpose ([n, k] row-major).
+        let (bbuf, bsw, b_nk) = match &db {
+            Some((d, trans)) => {
+                let (i, sw) = self.stage_async(d, "b");
+                (i, sw, *trans)
+            }
+            None => {
+                let (i, sw) = self.stage_16bit(bv, "b")?;
+                (i, sw, false)
+            }
+        };
+        if da.is_some() || db.is_some() {
+            self.emit(Inst::CpAsyncCommit);
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+        }
         self.emit(Inst::Barrier);
         // Per-lane row addresses for ldmatrix.
         let tid = Operand::Reg(self.tid);
@@ -2184,14 +2449,31 @@ impl<'a> Lower<'a> {
             let kr = self.bin(BinOp::Add, RegTy::U32, l15, Operand::Int(16 * kk as i64));
             let step = if b_x4 { 2 } else { 1 };
             for jn in (0..n_tiles).step_by(step) {
-                let ch = self.bin(BinOp::Add, RegTy::U32, bchunk0, Operand::Int(jn as i64));
-                let addr = addr_of(self, bbase, bsw, kr, ch);
+                let addr = if b_nk {
+                    // Rows are n: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
+                    // first n tile, lanes 16-31 the same of the second.
+                    let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
+                    let mut r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, Operand::Int(8 * jn as i64));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, l7);
+                    if b_x4 {
+                        let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
+                        r = self.bin(BinOp::Add, RegTy::U32, r, h8);
+                    }
+                    let kc = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
+                    let kc = self.bin(BinOp::And, RegTy::U32, kc, Operand::Int(1));
+                    let kc = self.bin(BinOp::Add, RegTy::U32, kc, Operand::Int(2 * kk as i64));
+                    addr_of(self, bbase, bsw, r, kc)
+                } else {
+                    let ch = self.bin(BinOp::Add, RegTy::U32, bchunk0, Operand::Int(jn as i64));
+                    addr_of(self, bbase, bsw, kr, ch)
+                };
                 let cnt = if b_x4 { 4 } else { 2 };
                 let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
                 self.emit(Inst::LdMatrix {
                     dst: dst.clone(),
                     addr,
-                    trans: true,
+                    trans: !b_nk,
                 });
                 bfrag.push(dst[..2].to_vec());
                 if b_x4 {
@@ -2477,6 +2759,15 @@ struct SlotAccess {
     addr: Reg,
     offset: i64,
     pred: Option<Reg>,
+}
+
+/// A load of a 16-bit tile planned as 16-byte chunks (one per slot of
+/// `layout`, whose slots are the chunks' first elements), issued later as
+/// async copies.
+#[derive(Debug)]
+struct Deferred {
+    layout: Layout,
+    slots: Vec<SlotAccess>,
 }
 
 struct AccessPlan {

@@ -324,6 +324,22 @@ pub enum Inst {
     },
     /// Block-wide barrier.
     Barrier,
+    /// Asynchronous copy of `bytes` (4, 8 or 16) from global `src + src_offset`
+    /// to shared `dst`; `src_size` (a register holding `bytes` or 0) zero-fills
+    /// the copy where it is 0 (out-of-bounds chunks). Completes at `CpAsyncWait`.
+    CpAsync {
+        dst: Reg,
+        src: Reg,
+        src_offset: i64,
+        bytes: u32,
+        src_size: Option<Reg>,
+    },
+    /// Closes the group of async copies issued since the last commit.
+    CpAsyncCommit,
+    /// Waits until at most `pending` committed groups are still in flight.
+    CpAsyncWait {
+        pending: u32,
+    },
     /// Warp-wide load of `dst.len()` (1, 2 or 4) 8x8 matrices of 16-bit elements
     /// from shared memory; each lane gives the address of one 16-byte row (lanes
     /// 8i..8i+7 the rows of matrix i) and receives, per matrix, the two elements
@@ -398,6 +414,9 @@ impl Inst {
             Inst::For { iv, .. } => vec![*iv],
             Inst::St { .. }
             | Inst::AtomAdd { .. }
+            | Inst::CpAsync { .. }
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
             | Inst::Barrier
             | Inst::While { .. }
             | Inst::If { .. }
@@ -415,7 +434,16 @@ impl Inst {
             | Inst::Special { .. }
             | Inst::SmemAddr { .. }
             | Inst::Barrier
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
             | Inst::Comment(_) => vec![],
+            Inst::CpAsync {
+                dst, src, src_size, ..
+            } => {
+                let mut v = vec![*dst, *src];
+                v.extend(src_size.iter().copied());
+                v
+            }
             Inst::Mov { src, .. } => ops(&[*src]),
             Inst::Unary { x, .. } => ops(&[*x]),
             Inst::Binary { a, b, .. } | Inst::MulWide { a, b, .. } | Inst::Cmp { a, b, .. } => {
