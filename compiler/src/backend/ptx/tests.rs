@@ -272,10 +272,50 @@ fn dot_operands_use_async_copies_where_alignment_is_proven() {
         });
         n
     };
-    // q [128, 64] bf16 = 1024 chunks of 16 bytes over 128 threads, k and v 512.
-    assert_eq!(count(Arch::Sm80, "flash_attn"), 8 + 4 + 4);
-    assert_eq!(count(Arch::Sm90, "flash_attn"), 16);
+    // q [128, 64] bf16 = 1024 chunks of 16 bytes over 128 threads (copied at
+    // its dot), k and v 512 each, pipelined (num_stages = 2): copied in the
+    // prologue and again one iteration ahead in the loop.
+    assert_eq!(count(Arch::Sm80, "flash_attn"), 8 + 2 * (4 + 4));
+    assert_eq!(count(Arch::Sm90, "flash_attn"), 24);
     assert_eq!(count(Arch::Sm75, "flash_attn"), 0);
     // The brief's gemm has run-time K and N: row alignment is not provable.
     assert_eq!(count(Arch::Sm80, "gemm"), 0);
+}
+
+/// The brief's gemm with K and N specialised (rows 16-byte aligned) is
+/// software-pipelined over its num_stages = 3: two iterations of copies in
+/// flight, three stages of each operand in shared memory.
+#[test]
+fn gemm_loads_are_pipelined_over_num_stages() {
+    use crate::db::{file_kernels, target_ir, Database};
+    use crate::ir::target::Inst;
+    let src = include_str!("../../ir/tile/testdata/brief.tsr");
+    let spec = crate::ir::tile::Specialization::new()
+        .with("K", 96)
+        .with("N", 160);
+    let mut db = Database::new();
+    db.set_arch(Arch::Sm80);
+    let file = db.set_source("/t/brief.tsr", src.to_string());
+    let (_, item, _) = file_kernels(&db, file)
+        .into_iter()
+        .find(|k| k.0 == "gemm")
+        .unwrap();
+    let k = target_ir(&db, item, db.options(), spec).clone().unwrap();
+    let mut waits = Vec::new();
+    k.walk(&mut |i| {
+        if let Inst::CpAsyncWait { pending } = i {
+            waits.push(*pending)
+        }
+    });
+    // In the loop: wait until at most 2 groups are pending; after it: drain.
+    assert_eq!(waits, vec![2, 0]);
+    let pipes: Vec<_> = k
+        .smem
+        .iter()
+        .filter(|b| b.name.starts_with("pipe"))
+        .collect();
+    assert_eq!(pipes.len(), 2);
+    // A [128, 32] and B [32, 128] f16, three stages each.
+    assert!(pipes.iter().all(|b| b.bytes == 3 * 128 * 32 * 2));
+    assert_eq!(k.smem_bytes(), 2 * 3 * 128 * 32 * 2);
 }

@@ -76,6 +76,11 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         scratch: None,
         defer_ok: Default::default(),
         deferred: HashMap::new(),
+        pipelined: HashMap::new(),
+        pipelined_pending: HashMap::new(),
+        pipes: Vec::new(),
+        persistent: Vec::new(),
+        overrides: HashMap::new(),
         seen: Vec::new(),
         buffers: Vec::new(),
         layouts: Vec::new(),
@@ -95,7 +100,20 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     l.region_ops(&body.ops)?;
     let mut insts = std::mem::take(&mut l.prologue);
     insts.extend(l.blocks.pop().unwrap_or_default());
-    let smem = std::mem::take(&mut l.buffers);
+    let mut smem = std::mem::take(&mut l.buffers);
+    // Pipeline stages live through their loop: after every transient region.
+    let transient_end = smem
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !l.persistent.contains(i))
+        .map(|(_, b)| b.offset + b.bytes)
+        .max()
+        .unwrap_or(0);
+    let mut offset = transient_end.div_ceil(128) * 128;
+    for &i in &l.persistent {
+        smem[i].offset = offset;
+        offset = (offset + smem[i].bytes).div_ceil(128) * 128;
+    }
     Ok(Kernel {
         name: tk.name.clone(),
         arch,
@@ -152,6 +170,17 @@ struct Lower<'a> {
     /// Deferred loads: copied with `cp.async` straight into the dot's staging
     /// buffer when the dot runs; `bool` is whether the value is transposed.
     deferred: HashMap<Value, (Rc<Deferred>, bool)>,
+    /// Software-pipelined loads (`num_stages` >= 2): the pipe and whether the
+    /// value is transposed.
+    pipelined: HashMap<Value, (usize, bool)>,
+    /// Loads of the loop body being lowered that are pipelined (value → pipe).
+    pipelined_pending: HashMap<Value, usize>,
+    pipes: Vec<Pipe>,
+    /// Buffers live across a whole loop (pipeline stages): placed after every
+    /// other region of the arena.
+    persistent: Vec<usize>,
+    /// Values standing for others while planning a future iteration's loads.
+    overrides: HashMap<Value, Operand>,
     /// Layouts of 2-D+ tiles made so far, newest last (broadcast targets).
     seen: Vec<Rc<Layout>>,
     /// The index of the scratch buffer in `buffers`, once used.
@@ -756,6 +785,9 @@ impl<'a> Lower<'a> {
     }
 
     fn scalar(&self, v: Value) -> Operand {
+        if let Some(o) = self.overrides.get(&v) {
+            return *o;
+        }
         let t = self.val(v);
         debug_assert_eq!(t.ops.len(), 1);
         t.ops[0]
@@ -966,6 +998,9 @@ impl<'a> Lower<'a> {
             OpKind::Transpose { x } => {
                 if let Some((d, t)) = self.deferred.get(x).cloned() {
                     self.deferred.insert(res(0), (d, !t));
+                }
+                if let Some((p, t)) = self.pipelined.get(x).copied() {
+                    self.pipelined.insert(res(0), (p, !t));
                 }
                 let x = self.val(*x);
                 let tv = TV {
@@ -1428,7 +1463,8 @@ impl<'a> Lower<'a> {
                 let mut v = (16 / mem.bytes()).min(4);
                 let terms_ok = |v: u32| layout.terms[rank - 1].iter().all(|t| t.mul % v == 0);
                 let start_div = match s {
-                    Operand::Int(i) => i.unsigned_abs().max(1 << 30),
+                    Operand::Int(0) => 1 << 30,
+                    Operand::Int(i) => i.unsigned_abs(),
                     _ => self.divisor(start),
                 };
                 let strides_ok = |v: u32| {
@@ -1500,6 +1536,20 @@ impl<'a> Lower<'a> {
     ) -> R<TV> {
         let ty = self.tk.ty(res).clone();
         let layout = self.blocked(ty.shape());
+        if let Some(pi) = self.pipelined_pending.get(&res).copied() {
+            self.pipelined.insert(res, (pi, false));
+            self.emit(Inst::Comment(format!(
+                "load {} pipelined: copied asynchronously {} iterations ahead",
+                self.tk.params[tensor].name,
+                self.tk.num_stages - 1
+            )));
+            return Ok(TV {
+                layout,
+                ops: vec![],
+                ty: RegTy::F32,
+                dtype: ty.dtype(),
+            });
+        }
         if self.defer_ok.contains(&res) && mask.is_none() {
             if let Some(d) = self.defer_load(tensor, access, other, ty.shape())? {
                 self.deferred.insert(res, (Rc::new(d), false));
@@ -2072,22 +2122,20 @@ impl<'a> Lower<'a> {
 
     /// Plans a load of a 16-bit `[rows, cols]` tile as 16-byte chunks when every
     /// chunk is provably aligned and wholly in or out of bounds; `None` otherwise.
-    fn defer_load(
-        &mut self,
-        tensor: usize,
-        access: &[Access],
-        other: Constant,
-        shape: &[u32],
-    ) -> R<Option<Deferred>> {
-        let t = self.tensor(tensor)?;
+    /// Whether a load can be planned as aligned 16-byte chunks (see `defer_load`).
+    fn can_defer(&self, tensor: usize, access: &[Access], other: Constant, shape: &[u32]) -> bool {
+        let Ok(t) = self.tensor(tensor) else {
+            return false;
+        };
         let last = access.len() - 1;
         let zero =
             matches!(other, Constant::Int(0)) || matches!(other, Constant::Float(f) if f == 0.0);
         let Access::Range { start, len } = &access[last] else {
-            return Ok(None);
+            return false;
         };
         let start_div = match self.scalar(*start) {
-            Operand::Int(i) => i.unsigned_abs().max(1 << 30),
+            Operand::Int(0) => 1 << 30,
+            Operand::Int(i) => i.unsigned_abs(),
             _ => self.divisor(*start),
         };
         let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
@@ -2099,6 +2147,19 @@ impl<'a> Lower<'a> {
             || !strides_ok
             || !dim_ok
         {
+            return false;
+        }
+        true
+    }
+
+    fn defer_load(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        other: Constant,
+        shape: &[u32],
+    ) -> R<Option<Deferred>> {
+        if !self.can_defer(tensor, access, other, shape) {
             return Ok(None);
         }
         let (rows, cols) = (shape[0], shape[1]);
@@ -2123,16 +2184,22 @@ impl<'a> Lower<'a> {
 
     /// A new shared buffer for a `[rows, cols]` 16-bit dot operand, row-major
     /// and swizzled.
-    fn operand_buffer(&mut self, rows: u32, cols: u32, what: &str) -> (usize, super::Swizzle) {
+    /// `after`: the buffer this one must not overlap (the same dot's `a`).
+    fn operand_buffer(
+        &mut self,
+        rows: u32,
+        cols: u32,
+        what: &str,
+        after: Option<usize>,
+    ) -> (usize, super::Swizzle) {
         let sw = super::Swizzle::for_rows(cols * 2);
         let index = self.buffers.len();
-        // Operand a starts the arena; b follows it (both live together).
-        let offset = match what {
-            "b" => {
-                let a = &self.buffers[index - 1];
+        let offset = match after {
+            Some(a) => {
+                let a = &self.buffers[a];
                 (a.offset + a.bytes).div_ceil(128) * 128
             }
-            _ => 0,
+            None => 0,
         };
         let n = self.buffers.iter().filter(|b| b.swizzle.is_some()).count() / 2;
         self.buffers.push(SmemBuffer {
@@ -2171,14 +2238,25 @@ impl<'a> Lower<'a> {
     }
 
     /// Issues the async copies of a deferred load into a new operand buffer.
-    fn stage_async(&mut self, d: &Deferred, what: &str) -> (usize, super::Swizzle) {
+    fn stage_async(
+        &mut self,
+        d: &Deferred,
+        what: &str,
+        after: Option<usize>,
+    ) -> (usize, super::Swizzle) {
         let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
-        let (index, sw) = self.operand_buffer(rows, cols, what);
+        let (index, sw) = self.operand_buffer(rows, cols, what, after);
         let buf = self.new_reg(RegTy::U32);
         self.emit(Inst::SmemAddr {
             dst: buf,
             buffer: index,
         });
+        self.issue_copies(d, buf, sw);
+        (index, sw)
+    }
+
+    /// The async copies of a deferred load into the swizzled tile at `buf`.
+    fn issue_copies(&mut self, d: &Deferred, buf: Reg, sw: super::Swizzle) {
         let br = self.base(&d.layout.terms[0].clone());
         let bc = self.base(&d.layout.terms[1].clone());
         let mut sizes: HashMap<Reg, Reg> = HashMap::new();
@@ -2212,7 +2290,6 @@ impl<'a> Lower<'a> {
                 src_size,
             });
         }
-        (index, sw)
     }
 
     // ---- dot on tensor cores ---------------------------------------------------------
@@ -2230,11 +2307,65 @@ impl<'a> Lower<'a> {
         Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
     }
 
+    /// Where a dot operand is in shared memory: the base register of its
+    /// swizzled tile, the swizzle, whether it is stored transposed, and the
+    /// transient buffer it got (if any). Pipelined operands are in the current
+    /// stage of their loop's buffer; deferred ones are copied now (`issued`);
+    /// others are stored from registers.
+    fn operand_source(
+        &mut self,
+        v: Value,
+        tv: &TV,
+        what: &str,
+        after: Option<usize>,
+        issued: &mut bool,
+    ) -> R<(Reg, super::Swizzle, bool, Option<usize>)> {
+        if let Some((pi, trans)) = self.pipelined.get(&v).copied() {
+            let p = self.pipes[pi];
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr {
+                dst: buf,
+                buffer: p.buffer,
+            });
+            let off = self.bin(
+                BinOp::Mul,
+                RegTy::U32,
+                Operand::Reg(p.stage),
+                Operand::Int(p.stage_bytes as i64),
+            );
+            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
+            return Ok((base, p.sw, trans, None));
+        }
+        let (index, sw, trans) = match self.deferred.get(&v).cloned() {
+            Some((d, trans)) => {
+                *issued = true;
+                let (i, sw) = self.stage_async(&d, what, after);
+                (i, sw, trans)
+            }
+            None => {
+                let (i, sw) = self.stage_16bit(tv, what, after)?;
+                (i, sw, false)
+            }
+        };
+        let base = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: base,
+            buffer: index,
+        });
+        Ok((base, sw, trans, Some(index)))
+    }
+
     /// Stages a `[rows, cols]` tile (values of a 16-bit dtype held in f32) in a new
     /// swizzled shared buffer, row-major; returns the buffer index and swizzle.
-    fn stage_16bit(&mut self, v: &TV, what: &str) -> R<(usize, super::Swizzle)> {
+    fn stage_16bit(
+        &mut self,
+        v: &TV,
+        what: &str,
+        after: Option<usize>,
+    ) -> R<(usize, super::Swizzle)> {
         let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
-        let (index, sw) = self.operand_buffer(rows, cols, what);
+        let (index, sw) = self.operand_buffer(rows, cols, what, after);
         let mem = if v.dtype == DType::BF16 {
             MemTy::U16
         } else {
@@ -2351,24 +2482,11 @@ impl<'a> Lower<'a> {
                 o => self.materialize(RegTy::F32, o).reg().expect("reg"),
             });
         }
-        let da = self.deferred.get(&a).cloned();
-        let db = self.deferred.get(&b).cloned();
-        let (abuf, asw) = match &da {
-            Some((d, _)) => self.stage_async(d, "a"),
-            None => self.stage_16bit(av, "a")?,
-        };
+        let mut issued = false;
+        let (abase, asw, _, abuf) = self.operand_source(a, av, "a", None, &mut issued)?;
         // `b_nk`: b is stored as its transpose ([n, k] row-major).
-        let (bbuf, bsw, b_nk) = match &db {
-            Some((d, trans)) => {
-                let (i, sw) = self.stage_async(d, "b");
-                (i, sw, *trans)
-            }
-            None => {
-                let (i, sw) = self.stage_16bit(bv, "b")?;
-                (i, sw, false)
-            }
-        };
-        if da.is_some() || db.is_some() {
+        let (bbase, bsw, b_nk, _) = self.operand_source(b, bv, "b", abuf, &mut issued)?;
+        if issued {
             self.emit(Inst::CpAsyncCommit);
             self.emit(Inst::CpAsyncWait { pending: 0 });
         }
@@ -2387,16 +2505,6 @@ impl<'a> Lower<'a> {
             Operand::Int(wm.trailing_zeros() as i64),
         );
         let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
-        let abase = self.new_reg(RegTy::U32);
-        self.emit(Inst::SmemAddr {
-            dst: abase,
-            buffer: abuf,
-        });
-        let bbase = self.new_reg(RegTy::U32);
-        self.emit(Inst::SmemAddr {
-            dst: bbase,
-            buffer: bbuf,
-        });
         // Swizzled address of 16-byte chunk `chunk` (+ `hi` when `lane_chunk`) of row `r`.
         let addr_of = |l: &mut Self, base: Reg, sw: super::Swizzle, r: Operand, chunk: Operand| {
             let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
@@ -2570,6 +2678,173 @@ impl<'a> Lower<'a> {
             .collect()
     }
 
+    /// Sets up software pipelining of a `for` loop (`num_stages` >= 2, sm_80+):
+    /// the loads at the top of its body that feed only tensor-core dots, whose
+    /// indices are the induction variable or values from outside the loop, get
+    /// `num_stages` buffers; the copies of the first `num_stages - 1`
+    /// iterations are issued now, one commit group per iteration.
+    fn pipeline_prologue(
+        &mut self,
+        body: &tile::Region,
+        lo: Operand,
+        step: Operand,
+    ) -> R<Option<LoopPipe>> {
+        let stages = self.tk.num_stages;
+        if !self.arch.has_cp_async() || stages < 2 {
+            return Ok(None);
+        }
+        let iv = body.args[0];
+        let outside = |l: &Self, v: &Value| !body.args.contains(v) && l.vals.contains_key(v);
+        let mut loads = Vec::new();
+        for op in &body.ops {
+            let OpKind::Load {
+                tensor,
+                access,
+                mask: None,
+                other,
+            } = &op.kind
+            else {
+                continue;
+            };
+            let v = op.results[0];
+            let uses_iv = access
+                .iter()
+                .any(|a| matches!(a, Access::Range { start, .. } if *start == iv));
+            let indices_ok = access.iter().all(|a| match a {
+                Access::Point(x) => outside(self, x),
+                Access::Range { start, .. } => *start == iv || outside(self, start),
+            });
+            let shape = self.tk.ty(v).shape().to_vec();
+            if self.defer_ok.contains(&v)
+                && uses_iv
+                && indices_ok
+                && self.can_defer(*tensor, access, *other, &shape)
+            {
+                loads.push((v, *tensor, access.clone(), *other, shape));
+            }
+        }
+        if loads.is_empty() {
+            return Ok(None);
+        }
+        self.emit(Inst::Comment(format!(
+            "software pipeline: {} loads, {stages} stages",
+            loads.len()
+        )));
+        let stage = self.new_reg(RegTy::U32);
+        self.emit(Inst::Mov {
+            dst: stage,
+            src: Operand::Int(0),
+        });
+        let mut pipes = Vec::new();
+        for (v, tensor, _, _, shape) in &loads {
+            let (rows, cols) = (shape[0], shape[1]);
+            let stage_bytes = rows * cols * 2;
+            let sw = super::Swizzle::for_rows(cols * 2);
+            let buffer = self.buffers.len();
+            self.buffers.push(SmemBuffer {
+                name: format!("pipe{}_{}", self.pipes.len(), self.tk.params[*tensor].name),
+                offset: 0,
+                bytes: stage_bytes * stages,
+                align: 128,
+                purpose: format!("{stages} stages of a pipelined `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"),
+                swizzle: Some(sw),
+            });
+            self.persistent.push(buffer);
+            self.pipes.push(Pipe {
+                buffer,
+                sw,
+                stage_bytes,
+                stage,
+            });
+            let pi = self.pipes.len() - 1;
+            self.pipelined_pending.insert(*v, pi);
+            pipes.push(pi);
+        }
+        let p = LoopPipe {
+            loads: loads
+                .into_iter()
+                .zip(pipes)
+                .map(|((v, t, a, o, sh), pi)| (v, t, a, o, sh, pi))
+                .collect(),
+            stage,
+            stages,
+        };
+        for s in 0..stages - 1 {
+            let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
+            let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
+            self.issue_stage(body, &p, ivs, Operand::Int(s as i64))?;
+            self.emit(Inst::CpAsyncCommit);
+        }
+        Ok(Some(p))
+    }
+
+    /// At the top of the loop body: the copies for `num_stages - 1` iterations
+    /// ahead (into the stage the previous iteration finished with), then a wait
+    /// for this iteration's stage.
+    fn pipeline_prefetch(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        iv: Operand,
+        step: Operand,
+    ) -> R<()> {
+        let ahead = p.stages as i64 - 1;
+        let t = self.bin(
+            BinOp::Add,
+            RegTy::U32,
+            Operand::Reg(p.stage),
+            Operand::Int(ahead),
+        );
+        let wrap = self.cmp(CmpOp::Ge, RegTy::U32, t, Operand::Int(p.stages as i64));
+        let u = self.bin(BinOp::Sub, RegTy::U32, t, Operand::Int(p.stages as i64));
+        let next = self.select(RegTy::U32, wrap, u, t);
+        let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(ahead));
+        let ivn = self.bin(BinOp::Add, RegTy::I32, iv, off);
+        self.issue_stage(body, p, ivn, next)?;
+        self.emit(Inst::CpAsyncCommit);
+        self.emit(Inst::CpAsyncWait {
+            pending: p.stages - 1,
+        });
+        self.emit(Inst::Barrier);
+        Ok(())
+    }
+
+    /// The copies of every pipelined load for the iteration whose induction
+    /// variable is `ivv`, into stage `stage`.
+    fn issue_stage(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        ivv: Operand,
+        stage: Operand,
+    ) -> R<()> {
+        let ivv = self.materialize(RegTy::I32, ivv);
+        self.overrides.insert(body.args[0], ivv);
+        for (_, tensor, access, other, shape, pi) in &p.loads {
+            let Some(d) = self.defer_load(*tensor, access, *other, shape)? else {
+                self.overrides.clear();
+                return self.unsupported("a pipelined load whose alignment changed");
+            };
+            let pipe = self.pipes[*pi];
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr {
+                dst: buf,
+                buffer: pipe.buffer,
+            });
+            let off = self.bin(
+                BinOp::Mul,
+                RegTy::U32,
+                stage,
+                Operand::Int(pipe.stage_bytes as i64),
+            );
+            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
+            self.issue_copies(&d, base, pipe.sw);
+        }
+        self.overrides.clear();
+        Ok(())
+    }
+
     /// The layouts a loop body will yield its values in, where the ops that
     /// compute them decide it: a `dot` result, its reductions, and elementwise
     /// ops over those (an elementwise op keeps its first operand's layout; when
@@ -2656,9 +2931,28 @@ impl<'a> Lower<'a> {
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
+        let pipe = self.pipeline_prologue(body, lo_o, step_o)?;
         self.blocks.push(Vec::new());
+        if let Some(p) = &pipe {
+            self.pipeline_prefetch(body, p, Operand::Reg(iv), step_o)?;
+        }
         let yields = self.region_ops(&body.ops)?.unwrap_or_default();
         self.assign(&carried, &yields)?;
+        if let Some(p) = &pipe {
+            // Next stage, cyclically.
+            let t = self.bin(
+                BinOp::Add,
+                RegTy::U32,
+                Operand::Reg(p.stage),
+                Operand::Int(1),
+            );
+            let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(p.stages as i64));
+            let n = self.select(RegTy::U32, wrap, Operand::Int(0), t);
+            self.emit(Inst::Mov {
+                dst: p.stage,
+                src: n,
+            });
+        }
         let code = self.blocks.pop().unwrap_or_default();
         self.span = op.span;
         self.emit(Inst::For {
@@ -2668,6 +2962,13 @@ impl<'a> Lower<'a> {
             step: step_o,
             body: code,
         });
+        if let Some(p) = pipe {
+            // Copies for iterations that did not run.
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+            for v in p.loads.iter().map(|l| l.0) {
+                self.pipelined_pending.remove(&v);
+            }
+        }
         for (r, c) in op.results.iter().zip(carried) {
             self.define(*r, c);
         }
@@ -2759,6 +3060,25 @@ struct SlotAccess {
     addr: Reg,
     offset: i64,
     pred: Option<Reg>,
+}
+
+/// The software pipeline of one loop: its loads (value, tensor, access,
+/// other, shape, pipe) and the stage register.
+struct LoopPipe {
+    #[allow(clippy::type_complexity)]
+    loads: Vec<(Value, usize, Vec<Access>, Constant, Vec<u32>, usize)>,
+    stage: Reg,
+    stages: u32,
+}
+
+/// A software pipeline of one load in a loop: `stages` copies of its tile in
+/// `buffer`, the loop's current stage in register `stage`.
+#[derive(Clone, Copy, Debug)]
+struct Pipe {
+    buffer: usize,
+    sw: super::Swizzle,
+    stage_bytes: u32,
+    stage: Reg,
 }
 
 /// A load of a 16-bit tile planned as 16-byte chunks (one per slot of
