@@ -3,13 +3,24 @@
 //! Every tile gets a [`Layout`]; elementwise ops keep their first operand's
 //! layout (other operands are converted), loads/splats/aranges use the default
 //! blocked layout of their shape, reductions produce slices, `ExpandDims` and
-//! `Transpose` only re-label a layout. A conversion that moves data between
-//! threads goes through the shared scratch buffer (store, barrier, load,
-//! barrier). Reductions combine within a thread, then across lanes with
-//! butterfly shuffles, then across warps through shared memory; every thread
-//! ends up with the result (an all-reduce), so scalars stay uniform and
-//! control flow on them never diverges. `dot` is computed with FMAs from
-//! operands staged in shared memory (the tensor-core path is not built yet).
+//! `Transpose` only re-label a layout, a broadcast goes into the newest layout
+//! of its shape it fits, and loop-carried values take the layout their body
+//! will yield them in (predicted from `dot`s and what is computed from them).
+//! A conversion that moves data between threads goes through the shared
+//! scratch region (store, barrier, load, barrier). Reductions combine within a
+//! thread, then across lanes with butterfly shuffles, then across warps through
+//! shared memory; every thread ends up with the result (an all-reduce), so
+//! scalars stay uniform and control flow on them never diverges.
+//!
+//! `dot` of f16/bf16 runs on tensor cores where the arch has them (`mma.sync`
+//! m16n8k16 on sm_80+, m16n8k8 f16 on sm_75): operands are staged in XOR-swizzled
+//! shared memory and read with `ldmatrix`; the accumulator stays in the mma
+//! layout. Operand loads that feed only such dots are not loaded into registers:
+//! on sm_80+, when 16-byte alignment is provable, they are copied with
+//! `cp.async` straight into the swizzled buffers — at the dot, once before a
+//! loop for loop-invariant operands, or software-pipelined over `num_stages`
+//! for loads indexed by a loop's induction variable. Other dots (f32, sm_70,
+//! shapes the warps cannot tile) use FMAs over operands staged in shared memory.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -2327,6 +2338,9 @@ impl<'a> Lower<'a> {
                 dst: buf,
                 buffer: p.buffer,
             });
+            if p.stage_bytes == 0 {
+                return Ok((buf, p.sw, trans, None));
+            }
             let off = self.bin(
                 BinOp::Mul,
                 RegTy::U32,
@@ -2678,6 +2692,64 @@ impl<'a> Lower<'a> {
             .collect()
     }
 
+    /// Deferred loads from outside a loop used as dot operands in its body
+    /// (attention's q): copied once, before the loop, into a buffer that lives
+    /// through it, instead of at every iteration's dot. Returns them.
+    fn hoist_invariant_operands(&mut self, body: &tile::Region) -> Vec<Value> {
+        let mut found = Vec::new();
+        for op in &body.ops {
+            let cands: Vec<Value> = match &op.kind {
+                OpKind::Dot { a, b, .. } => vec![*a, *b],
+                OpKind::Transpose { x } => vec![*x],
+                _ => vec![],
+            };
+            for v in cands {
+                if self.deferred.contains_key(&v)
+                    && !self.pipelined.contains_key(&v)
+                    && !found.contains(&v)
+                {
+                    found.push(v);
+                }
+            }
+        }
+        if found.is_empty() {
+            return found;
+        }
+        self.emit(Inst::Comment(format!(
+            "{} loop-invariant dot operands copied once",
+            found.len()
+        )));
+        for &v in &found {
+            let (d, trans) = self.deferred[&v].clone();
+            let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
+            let sw = super::Swizzle::for_rows(cols * 2);
+            let buffer = self.buffers.len();
+            self.buffers.push(SmemBuffer {
+                name: format!("invariant{}", self.pipes.len()),
+                offset: 0,
+                bytes: rows * cols * 2,
+                align: 128,
+                purpose: format!(
+                    "a loop-invariant `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"
+                ),
+                swizzle: Some(sw),
+            });
+            self.persistent.push(buffer);
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr { dst: buf, buffer });
+            self.issue_copies(&d, buf, sw);
+            self.pipes.push(Pipe {
+                buffer,
+                sw,
+                stage_bytes: 0,
+                stage: self.tid,
+            });
+            self.pipelined.insert(v, (self.pipes.len() - 1, trans));
+        }
+        self.emit(Inst::CpAsyncCommit);
+        found
+    }
+
     /// Sets up software pipelining of a `for` loop (`num_stages` >= 2, sm_80+):
     /// the loads at the top of its body that feed only tensor-core dots, whose
     /// indices are the induction variable or values from outside the loop, get
@@ -2931,7 +3003,12 @@ impl<'a> Lower<'a> {
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
+        let hoisted = self.hoist_invariant_operands(body);
         let pipe = self.pipeline_prologue(body, lo_o, step_o)?;
+        if pipe.is_none() && !hoisted.is_empty() {
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+            self.emit(Inst::Barrier);
+        }
         self.blocks.push(Vec::new());
         if let Some(p) = &pipe {
             self.pipeline_prefetch(body, p, Operand::Reg(iv), step_o)?;
@@ -2962,6 +3039,9 @@ impl<'a> Lower<'a> {
             step: step_o,
             body: code,
         });
+        for v in hoisted {
+            self.pipelined.remove(&v);
+        }
         if let Some(p) = pipe {
             // Copies for iterations that did not run.
             self.emit(Inst::CpAsyncWait { pending: 0 });
