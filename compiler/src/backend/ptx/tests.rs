@@ -232,6 +232,14 @@ fn corpus_kernels_assemble_with_ptxas() {
                 let ptx = ptx_module(&db, &[(name.clone(), item, off)], db.options(), &spec_k)
                     .expect("lowered above");
                 let tag = format!("corpus-{name}");
+                if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
+                    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+                    std::fs::write(
+                        PathBuf::from(dir).join(format!("corpus-{arch}-{stem}-{name}.ptx")),
+                        &ptx,
+                    )
+                    .expect("write TESSERA_PTX_DIR");
+                }
                 match assemble(ptxas, &ptx, arch, &tag) {
                     Ok(_) => assembled += 1,
                     Err(e) => failures.push(format!("{arch} {}: {name}: {e}", path.display())),
