@@ -123,6 +123,7 @@ pub fn lower_kernel(
         params: Vec::new(),
         specialization: BTreeMap::new(),
         next_sym: 0,
+        loop_depth: 0,
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -202,6 +203,8 @@ struct Lowerer<'a> {
     params: Vec<Param>,
     specialization: BTreeMap<String, i64>,
     next_sym: u32,
+    /// How many loops enclose the statement being lowered.
+    loop_depth: u32,
     diags: Vec<Diagnostic>,
 }
 
@@ -328,11 +331,13 @@ fn flag(b: bool) -> LV {
 struct Jumps {
     brk: bool,
     cont: bool,
+    /// An early `return` (outside loops it guards the rest of the kernel).
+    ret: bool,
 }
 
 impl Jumps {
     fn any(self) -> bool {
-        self.brk || self.cont
+        self.brk || self.cont || self.ret
     }
 }
 
@@ -342,6 +347,7 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
         match &s.kind {
             StmtKind::Break => j.brk = true,
             StmtKind::Continue => j.cont = true,
+            StmtKind::Return(_) => j.ret = true,
             StmtKind::If { branches, orelse } => {
                 for b in branches
                     .iter()
@@ -351,6 +357,7 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
                     let x = jumps(b);
                     j.brk |= x.brk;
                     j.cont |= x.cont;
+                    j.ret |= x.ret;
                 }
             }
             _ => {}
@@ -651,6 +658,10 @@ impl<'a> Lowerer<'a> {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
             _ => &f.body[..],
         };
+        if jumps(body).ret {
+            // `if row >= M: return` guards the rest of the kernel.
+            self.env.insert(CONT.to_string(), flag(true));
+        }
         self.block(body, &empty)?;
         let b = std::mem::take(&mut self.b);
         let (body, types) = b.finish();
@@ -987,8 +998,16 @@ impl<'a> Lowerer<'a> {
                 Ok(())
             }
             StmtKind::Pass => Ok(()),
-            StmtKind::Return(_) => {
-                self.unsupported(s.span, "an early `return` in a kernel");
+            StmtKind::Return(Some(_)) => {
+                self.internal(s.span, "a kernel returns a value");
+                Err(())
+            }
+            StmtKind::Return(None) if self.loop_depth == 0 && self.env.contains_key(CONT) => {
+                self.env.insert(CONT.to_string(), flag(false));
+                Ok(())
+            }
+            StmtKind::Return(None) => {
+                self.unsupported(s.span, "a `return` inside a loop of a kernel");
                 Err(())
             }
             StmtKind::Break | StmtKind::Continue => {
@@ -1424,7 +1443,9 @@ impl<'a> Lowerer<'a> {
             let mut bargs = vec![iv_b, brk_b];
             bargs.extend(self.bind_args(&names, &init));
             self.b.begin();
+            self.loop_depth += 1;
             self.block(body, &live)?;
+            self.loop_depth -= 1;
             let next = self.b.push1(
                 OpKind::Binary {
                     op: BinaryOp::Add,
@@ -1464,7 +1485,9 @@ impl<'a> Lowerer<'a> {
         let mut args = vec![iv];
         args.extend(self.bind_args(&names, &init));
         self.b.begin();
+        self.loop_depth += 1;
         self.block(body, &live)?;
+        self.loop_depth -= 1;
         let vs = self.carried_values(&names, &init, span)?;
         self.b.push(OpKind::Yield(vs), vec![]);
         let region = self.b.end(args);
@@ -1561,7 +1584,9 @@ impl<'a> Lowerer<'a> {
         let mut bargs: Vec<Value> = brk_b.into_iter().collect();
         bargs.extend(self.bind_args(&names, &init));
         self.b.begin();
+        self.loop_depth += 1;
         self.block(body, &live)?;
+        self.loop_depth -= 1;
         let mut vs = Vec::new();
         if j.brk {
             let brk_lv = self.env[BRK].clone();
@@ -1675,6 +1700,50 @@ impl<'a> Lowerer<'a> {
                         Ok(self.val(r, false))
                     }
                     ("to", LV::Val { .. } | LV::Const { .. }) => Ok(LV::ToMethod(Box::new(v))),
+                    ("shape", LV::Val { .. } | LV::Const { .. } | LV::Ref { .. }) => {
+                        let shape = match &v {
+                            LV::Ref { shape, .. } => shape.clone(),
+                            _ => self.shape_of(&v, e.span)?,
+                        };
+                        Ok(LV::List(
+                            shape
+                                .into_iter()
+                                .map(|n| LV::Const {
+                                    c: CValue::int(n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                })
+                                .collect(),
+                        ))
+                    }
+                    ("shape", LV::Tensor(t)) => {
+                        let t = *t;
+                        let ParamKind::Tensor { dims, .. } = self.params[t].kind.clone() else {
+                            return Err(());
+                        };
+                        let mut items = Vec::new();
+                        for (axis, d) in dims.iter().enumerate() {
+                            items.push(match d {
+                                Dim::Static(n) => LV::Const {
+                                    c: CValue::int(*n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                },
+                                Dim::Dynamic(name) => {
+                                    let sym = match SymDim::parse(name) {
+                                        Ok(d) => d,
+                                        Err(_) => self.fresh_sym(),
+                                    };
+                                    LV::Val {
+                                        v: self.tensor_dim(t, axis),
+                                        weak: false,
+                                        sym: Some(sym),
+                                    }
+                                }
+                            });
+                        }
+                        Ok(LV::List(items))
+                    }
                     ("dtype", _) => {
                         let (d, _, _) = self.info(&v, e.span)?;
                         Ok(LV::DType(d))
@@ -1878,6 +1947,22 @@ impl<'a> Lowerer<'a> {
     fn subscript(&mut self, v: LV, indices: &[Index], span: Span) -> R<LV> {
         match v {
             LV::Tensor(t) => self.tensor_slice(t, indices, span),
+            LV::List(items) => {
+                let [Index::Expr(ie)] = indices else {
+                    self.internal(span, "a list takes one constant index");
+                    return Err(());
+                };
+                let iv = self.expr(ie)?;
+                let i = self.const_int(&iv, ie.span, "the index")?;
+                let j = if i < 0 { i + items.len() as i64 } else { i };
+                match usize::try_from(j).ok().and_then(|j| items.get(j)) {
+                    Some(x) => Ok(x.clone()),
+                    None => {
+                        self.internal(ie.span, format!("index {i} is out of range"));
+                        Err(())
+                    }
+                }
+            }
             LV::Val { v: x, weak, .. } => {
                 // Tiles take `:` and `None` only here.
                 let t = self.b.ty(x).clone();

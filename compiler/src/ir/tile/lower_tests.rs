@@ -265,3 +265,32 @@ fn break_and_continue() {
     let k = lowered("/t/jumps.tsr", src, &Specialization::new(), "count");
     insta::assert_snapshot!("break_continue_while", k.dump());
 }
+
+#[test]
+fn early_return_guards_the_rest() {
+    let src = "@kernel(grid=(M,))\ndef rows(x: Tensor[\"M\", 64, f32], limit: i32):\n    row = program_id(0)\n    if row >= limit:\n        return\n    v = load(x[row, 0 : 64])\n    store(x[row, 0 : 64], v * 2.0)\n    return\n";
+    let k = lowered("/t/ret.tsr", src, &Specialization::new(), "rows");
+    let text = k.dump();
+    insta::assert_snapshot!("early_return", text);
+    // The load and store run only where the kernel did not return.
+    let guard = text.find("if %").expect("a guard");
+    assert!(text.find("load %x").unwrap() > guard, "{text}");
+}
+
+#[test]
+fn shapes_scalar_loads_and_logic() {
+    let src = "@kernel(grid=(M,))\ndef k(x: Tensor[\"M\", 32, f32], y: Tensor[\"M\", f32], n: i32):\n    row = program_id(0)\n    t = load(x[row, :])\n    z = zeros(t.shape, f32) + t\n    w = x.shape[1]\n    first = load(y[row])\n    if row < M and not (n == 0 or n > 5):\n        first = first * -abs(first) ** 2.0\n    store(x[row, 0 : w], z // 2.0 + first)\n    store(y[row], first)\n";
+    let k = lowered("/t/shape.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    insta::assert_snapshot!("shapes_scalars_logic", text);
+    // `load(y[row])` is a scalar load; `x.shape[1]` is the constant 32.
+    assert!(
+        text.contains("load %y[%") && text.contains("] other 0.0 : f32"),
+        "{text}"
+    );
+    assert!(
+        text.contains("store %x[%") && text.contains(" : +32], %"),
+        "{text}"
+    );
+    assert!(text.contains("pow "), "{text}");
+}
