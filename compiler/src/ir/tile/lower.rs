@@ -23,6 +23,20 @@
 //! loop); an `if` (statement or expression) yields the variables assigned in a
 //! branch that are read after it. Conditions known at compile time (const
 //! parameters such as `causal`) select one branch and emit no `If`.
+//! `break`/`continue` guard the rest of the body with a `continuing` flag; a
+//! `for` with `break` becomes a `While` over `(iv, broken, carried...)`; an
+//! early `return` outside loops guards the rest of the kernel.
+//!
+//! What a lowered kernel looks like (beyond what `verify` checks):
+//! * constants, `TensorDim`s and `ScalarParam`s are defined once at the top of
+//!   the body; values are numbered densely in definition order (`renumber`) and
+//!   pure ops whose results are unused are removed;
+//! * integer scalars are `i32` (an `i64` only where the source says so); `For`
+//!   bounds and induction variables are `i32`;
+//! * `mean` is `Reduce(Sum)` times a constant `1/n`; a reduction over several
+//!   axes is one `Reduce` per axis, highest axis first;
+//! * `dot` operands have one dtype; the accumulator is f32 of the result shape;
+//! * `Load::other` is a `Float` for float tensors, an `Int` for integer ones.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -294,3 +294,16 @@ fn shapes_scalar_loads_and_logic() {
     );
     assert!(text.contains("pow "), "{text}");
 }
+
+#[test]
+fn autotune_first_configuration_and_overrides() {
+    let src = "@autotune(space={\"BM\": [64, 128], \"num_warps\": [2, 8]}, key=[\"N\"])\n@kernel(grid=(cdiv(N, BM),), num_warps=4, num_stages=2)\ndef k(x: Tensor[\"N\", f32], BM: const = 256):\n    i = program_id(0) * BM\n    store(x[i : i + BM], load(x[i : i + BM]) + 1.0)\n";
+    let k = lowered("/t/tune.tsr", src, &Specialization::new(), "k");
+    assert_eq!(k.specialization, vec![("BM".into(), 64)]);
+    assert_eq!((k.num_warps, k.num_stages), (2, 2));
+    let spec = Specialization::new().with("BM", 32).with("num_warps", 1);
+    let k = lowered("/t/tune.tsr", src, &spec, "k");
+    assert_eq!(k.specialization, vec![("BM".into(), 32)]);
+    assert_eq!(k.num_warps, 1);
+    assert!(k.dump().contains("tile<32xf32>"), "{}", k.dump());
+}
