@@ -2067,11 +2067,30 @@ impl<'a> Lowerer<'a> {
                 }
                 Some(Index::Expr(e)) => {
                     let v = self.expr(e)?;
-                    let (d, _, s) = self.info(&v, e.span)?;
-                    if !s.is_empty() || !d.is_int() {
+                    let (idt, _, s) = self.info(&v, e.span)?;
+                    if !s.is_empty() || !idt.is_int() {
                         self.unsupported(e.span, "indexing a tensor with a tile (gather)");
                         return Err(());
                     }
+                    // A negative constant index counts from the end (Python).
+                    let v = match (&v, self.sym_of(&v).and_then(|d| d.as_const())) {
+                        (LV::Const { .. }, Some(i)) if i < 0 => match d {
+                            Dim::Static(n) => LV::Const {
+                                c: CValue::int(*n as i64 + i),
+                                dtype: DType::I32,
+                                weak: true,
+                            },
+                            Dim::Dynamic(_) => {
+                                let n = LV::Val {
+                                    v: self.tensor_dim(t, axis),
+                                    weak: false,
+                                    sym: None,
+                                };
+                                self.binary(BinOp::Add, n, v.clone(), e.span, e, e)?
+                            }
+                        },
+                        _ => v,
+                    };
                     let iv = self.index_value(&v, e.span)?;
                     access.push(Access::Point(iv));
                 }

@@ -307,3 +307,14 @@ fn autotune_first_configuration_and_overrides() {
     assert_eq!(k.num_warps, 1);
     assert!(k.dump().contains("tile<32xf32>"), "{}", k.dump());
 }
+
+#[test]
+fn negative_constant_indices_count_from_the_end() {
+    let src = "@kernel(grid=(1,))\ndef k(x: Tensor[\"M\", 8, f32], y: Tensor[4, f32]):\n    store(y[0 : 4], load(x[-1, 0 : 4]) + load(y[-2]))\n";
+    let k = lowered("/t/neg.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    // x[-1] is row M - 1 (a run-time dim); y[-2] is the constant 2.
+    assert!(text.contains("dim %x, 0"), "{text}");
+    assert!(text.contains("const 2 : i32"), "{text}");
+    assert!(!text.contains("const -2"), "{text}");
+}
