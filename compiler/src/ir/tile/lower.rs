@@ -482,12 +482,24 @@ impl<'a> Lowerer<'a> {
             }
         }
         let mut const_vals: HashMap<String, CValue> = HashMap::new();
-        for p in &f.params {
+        // Const parameters first: a tensor dim may name one (`Tensor["M", "BM", f32]`).
+        let annots: Vec<(&ast::Param, Annot)> = f
+            .params
+            .iter()
+            .map(|p| {
+                let annot = match &p.ty {
+                    Some(t) => annotation(t, &|n| scope.const_value(n), &mut Vec::new()),
+                    None => Annot::Ty(Ty::Err),
+                };
+                (p, annot)
+            })
+            .collect();
+        let (consts, others): (Vec<_>, Vec<_>) = annots
+            .into_iter()
+            .partition(|(_, a)| matches!(a, Annot::Const(_)));
+        let ordered = consts.into_iter().chain(others);
+        for (p, annot) in ordered {
             let name = &p.name.name;
-            let annot = match &p.ty {
-                Some(t) => annotation(t, &|n| scope.const_value(n), &mut Vec::new()),
-                None => Annot::Ty(Ty::Err),
-            };
             match annot {
                 Annot::Const(dt) => {
                     let given = spec.get(name).or_else(|| tuned.get(name).copied());
@@ -557,7 +569,10 @@ impl<'a> Lowerer<'a> {
                         let pd = if let Some(c) = d.as_const() {
                             Dim::Static(c as u64)
                         } else if let Some(sym) = d.as_symbol() {
-                            match spec.get(sym) {
+                            let given = spec
+                                .get(sym)
+                                .or_else(|| const_vals.get(sym).and_then(CValue::as_int));
+                            match given {
                                 Some(v) => {
                                     self.specialization.insert(sym.to_string(), v);
                                     Dim::Static(v as u64)
@@ -566,11 +581,18 @@ impl<'a> Lowerer<'a> {
                             }
                         } else {
                             // An affine dim ("4*D"): specialised when all its symbols are.
-                            let sub = d.substitute(&|s| spec.get(s).map(SymDim::constant));
+                            let sub = d.substitute(&|s| {
+                                spec.get(s)
+                                    .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                    .map(SymDim::constant)
+                            });
                             match sub.and_then(|x| x.as_const()) {
                                 Some(v) => {
                                     for s in d.symbols() {
-                                        if let Some(x) = spec.get(s) {
+                                        if let Some(x) = spec
+                                            .get(s)
+                                            .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                        {
                                             self.specialization.insert(s.to_string(), x);
                                         }
                                     }
@@ -1858,6 +1880,16 @@ impl<'a> Lowerer<'a> {
             }
         }
         let (d, weak, _) = self.info(&v, span)?;
+        if op == ast::UnaryOp::Not && d != DType::Bool {
+            // `not n`: n == 0.
+            let zero = LV::Const {
+                c: CValue::int(0),
+                dtype: d,
+                weak: true,
+            };
+            let e = Expr::new(ExprKind::None, span);
+            return self.binary(BinOp::Eq, v, zero, span, &e, &e);
+        }
         let x = self.materialize(&v, d, span)?;
         let t = self.b.ty(x).clone();
         let uop = match op {

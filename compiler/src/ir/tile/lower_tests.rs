@@ -318,3 +318,19 @@ fn negative_constant_indices_count_from_the_end() {
     assert!(text.contains("const 2 : i32"), "{text}");
     assert!(!text.contains("const -2"), "{text}");
 }
+
+#[test]
+fn dims_named_by_const_parameters_and_not_on_ints() {
+    let src = "@kernel(grid=(M,))\ndef k(x: Tensor[\"M\", \"BN\", f32], n: i32, BN: const = 32):\n    row = program_id(0)\n    v = load(x[row, :])\n    if not n:\n        v = v * 0.0\n    store(x[row, :], v)\n";
+    let k = lowered("/t/cdim.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    assert!(text.contains("%x: tensor<M x 32 x f32>"), "{text}");
+    assert!(text.contains("cmp eq %"), "{text}");
+    let k = lowered(
+        "/t/cdim.tsr",
+        src,
+        &Specialization::new().with("BN", 16),
+        "k",
+    );
+    assert!(k.dump().contains("tile<16xf32>"), "{}", k.dump());
+}
