@@ -125,6 +125,44 @@ pub fn lower_kernel(
     scope: &ModuleScope,
     spec: &Specialization,
 ) -> Result<Kernel, Vec<Diagnostic>> {
+    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+}
+
+/// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
+/// launched (`known`): the kernel is specialised on those of them a tile shape
+/// needs, and on no other (so `flash_attn` gets a static `D` and keeps `S`, `B`
+/// and `H` run-time values).
+pub fn lower_kernel_with_dims(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+    known: &BTreeMap<String, i64>,
+) -> Result<Kernel, Vec<Diagnostic>> {
+    let mut spec = spec.clone();
+    loop {
+        match lower_inner(f, scope, &spec) {
+            Ok(k) => return Ok(k),
+            Err((diags, missing)) => {
+                let add: Vec<(String, i64)> = missing
+                    .into_iter()
+                    .filter(|m| !spec.values.contains_key(m))
+                    .filter_map(|m| known.get(&m).map(|v| (m, *v)))
+                    .collect();
+                if add.is_empty() {
+                    return Err(diags);
+                }
+                spec.values.extend(add);
+            }
+        }
+    }
+}
+
+/// Lowering's errors and the dims it found missing (for `lower_kernel_with_dims`).
+fn lower_inner(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+) -> Result<Kernel, (Vec<Diagnostic>, Vec<String>)> {
     let mut l = Lowerer {
         scope,
         f,
@@ -138,6 +176,7 @@ pub fn lower_kernel(
         specialization: BTreeMap::new(),
         next_sym: 0,
         loop_depth: 0,
+        missing_dims: Vec::new(),
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -150,7 +189,7 @@ pub fn lower_kernel(
                     format!("kernel `{}` could not be lowered", f.name.name),
                 ));
             }
-            Err(l.diags)
+            Err((l.diags, l.missing_dims))
         }
     }
 }
@@ -219,6 +258,8 @@ struct Lowerer<'a> {
     next_sym: u32,
     /// How many loops enclose the statement being lowered.
     loop_depth: u32,
+    /// Dims a tile shape needed but the specialization lacked (E0511).
+    missing_dims: Vec<String>,
     diags: Vec<Diagnostic>,
 }
 
@@ -974,7 +1015,9 @@ impl<'a> Lowerer<'a> {
                 .map(str::to_string)
         });
         match dim {
-            Some(name) if self.is_dim(&name) => self.diags.push(
+            Some(name) if self.is_dim(&name) => {
+                self.missing_dims.push(name.clone());
+                self.diags.push(
                 Diagnostic::new(
                     "E0511",
                     span,
@@ -984,7 +1027,8 @@ impl<'a> Lowerer<'a> {
                     ),
                 )
                 .with_help(format!("give it a value when compiling, e.g. `-D {name}=128`")),
-            ),
+                )
+            }
             _ => self.internal(span, format!("{what} is not known at compile time")),
         }
     }
@@ -992,7 +1036,9 @@ impl<'a> Lowerer<'a> {
     fn is_dim(&self, name: &str) -> bool {
         self.params.iter().any(|p| match &p.kind {
             ParamKind::Tensor { dims, .. } => dims.iter().any(|d| match d {
-                Dim::Dynamic(s) => s == name || s.contains(name),
+                Dim::Dynamic(s) => {
+                    s == name || SymDim::parse(s).is_ok_and(|d| d.symbols().contains(&name))
+                }
                 Dim::Static(_) => false,
             }),
             _ => false,
@@ -2075,6 +2121,12 @@ impl<'a> Lowerer<'a> {
                     Dim::Static(n) => Ok(*n as u32),
                     Dim::Dynamic(name) => {
                         let name = name.clone();
+                        match SymDim::parse(&name) {
+                            Ok(d) => this
+                                .missing_dims
+                                .extend(d.symbols().into_iter().map(String::from)),
+                            Err(_) => this.missing_dims.push(name.clone()),
+                        }
                         this.diags.push(
                             Diagnostic::new(
                                 "E0511",

@@ -334,3 +334,40 @@ fn dims_named_by_const_parameters_and_not_on_ints() {
     );
     assert!(k.dump().contains("tile<16xf32>"), "{}", k.dump());
 }
+
+#[test]
+fn specialise_only_the_dims_a_kernel_needs() {
+    let mut db = Database::new();
+    let file = db.set_source("/t/brief.tsr", BRIEF.to_string());
+    let scope = crate::db::module_scope(&db, file).clone();
+    let (_, item, _) = file_kernels(&db, file)
+        .into_iter()
+        .find(|(n, _, _)| n == "flash_attn")
+        .unwrap();
+    let parsed = crate::db::parse_item(&db, item).item.clone().unwrap();
+    let crate::syntax::ast::Item::Function(f) = &*parsed else {
+        panic!("not a function")
+    };
+    let known: std::collections::BTreeMap<String, i64> =
+        [("B", 2), ("H", 8), ("S", 1000), ("D", 128)]
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
+    let k = lower_kernel_with_dims(f, &scope, &Specialization::new(), &known).unwrap();
+    assert!(verify(&k).is_empty());
+    assert_eq!(
+        k.specialization,
+        vec![
+            ("BM".into(), 128),
+            ("BN".into(), 64),
+            ("D".into(), 128),
+            ("causal".into(), 0)
+        ]
+    );
+    assert!(k.dump().contains("%q: tensor<B x H x S x 128 x bf16>"));
+    // Without D among the known dims it is still E0511.
+    let mut no_d = known.clone();
+    no_d.remove("D");
+    let d = lower_kernel_with_dims(f, &scope, &Specialization::new(), &no_d).unwrap_err();
+    assert_eq!(d[0].code, "E0511");
+}

@@ -322,5 +322,5 @@ mod lower_tests;
 mod tests;
 
 pub use builder::Builder;
-pub use lower::{lower_kernel, Specialization};
+pub use lower::{lower_kernel, lower_kernel_with_dims, Specialization};
 pub use verify::verify;
