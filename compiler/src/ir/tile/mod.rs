@@ -317,6 +317,8 @@ pub mod lower;
 mod verify;
 
 #[cfg(test)]
+mod interp_tests;
+#[cfg(test)]
 mod lower_tests;
 #[cfg(test)]
 mod tests;
