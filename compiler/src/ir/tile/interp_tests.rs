@@ -820,3 +820,38 @@ fn brief_flash_attention_with_whole_key_tiles() {
         close(out(&args[3]), &want, 1e-9);
     }
 }
+
+/// `return` inside (nested) loops leaves every loop and skips the rest.
+#[test]
+fn return_inside_loops() {
+    let src = "@kernel(grid=(1,))\ndef find(x: Tensor[8, i32], n: i32, target: i32):\n    s = 0\n    for i in range(0, n):\n        j = 0\n        while j < n:\n            s += 1\n            if i * n + j == target:\n                store(x[0 : 1], zeros([1], i32) + s)\n                return\n            j += 1\n        store(x[1 : 2], zeros([1], i32) + i)\n    store(x[2 : 3], zeros([1], i32) + s)\n";
+    let k = kernel(src, "find", &Specialization::new());
+    for (n, target) in [(4i64, 6i64), (4, 100), (3, 0), (0, 0)] {
+        let mut args = [
+            tensor(&[8], vec![-1.0; 8]),
+            ArgV::Scalar(n as f64),
+            ArgV::Scalar(target as f64),
+        ];
+        launch(&k, [1, 1, 1], &mut args);
+        let mut want = vec![-1.0; 8];
+        let mut s = 0;
+        let mut returned = false;
+        'outer: for i in 0..n {
+            let mut j = 0;
+            while j < n {
+                s += 1;
+                if i * n + j == target {
+                    want[0] = s as f64;
+                    returned = true;
+                    break 'outer;
+                }
+                j += 1;
+            }
+            want[1] = i as f64;
+        }
+        if !returned {
+            want[2] = s as f64;
+        }
+        assert_eq!(out(&args[0]), &want[..], "n = {n}, target = {target}");
+    }
+}

@@ -25,7 +25,8 @@
 //! parameters such as `causal`) select one branch and emit no `If`.
 //! `break`/`continue` guard the rest of the body with a `continuing` flag; a
 //! `for` with `break` becomes a `While` over `(iv, broken, carried...)`; an
-//! early `return` outside loops guards the rest of the kernel.
+//! early `return` guards the rest of the kernel, and inside loops it also
+//! breaks out of each of them through a carried `returned` flag.
 //!
 //! What a lowered kernel looks like (beyond what `verify` checks):
 //! * constants, `TensorDim`s and `ScalarParam`s are defined once at the top of
@@ -371,6 +372,8 @@ fn block_reads(stmts: &[Stmt], out: &mut HashSet<String>) {
 /// iteration still runs, and whether the loop was broken.
 const CONT: &str = "%continuing";
 const BRK: &str = "%broken";
+/// Whether the kernel executed a `return` (inside a loop: carried out of it).
+const RET: &str = "%returned";
 
 fn flag(b: bool) -> LV {
     LV::Const {
@@ -403,6 +406,10 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
             StmtKind::Break => j.brk = true,
             StmtKind::Continue => j.cont = true,
             StmtKind::Return(_) => j.ret = true,
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                // A `return` in a nested loop leaves this loop too.
+                j.ret |= jumps(body).ret || contains_loop_return(body);
+            }
             StmtKind::If { branches, orelse } => {
                 for b in branches
                     .iter()
@@ -419,6 +426,19 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
         }
     }
     j
+}
+
+/// Whether a `return` occurs anywhere in a block (loops included).
+fn contains_loop_return(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match &s.kind {
+        StmtKind::Return(_) => true,
+        StmtKind::For { body, .. } | StmtKind::While { body, .. } => contains_loop_return(body),
+        StmtKind::If { branches, orelse } => {
+            branches.iter().any(|(_, b)| contains_loop_return(b))
+                || orelse.as_deref().is_some_and(contains_loop_return)
+        }
+        _ => false,
+    })
 }
 
 fn unary_math(name: &str) -> Option<UnaryOp> {
@@ -735,9 +755,11 @@ impl<'a> Lowerer<'a> {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
             _ => &f.body[..],
         };
-        if jumps(body).ret {
-            // `if row >= M: return` guards the rest of the kernel.
+        if contains_loop_return(body) {
+            // `if row >= M: return` guards the rest of the kernel; a `return`
+            // in a loop breaks out of every loop and sets `returned`.
             self.env.insert(CONT.to_string(), flag(true));
+            self.env.insert(RET.to_string(), flag(false));
         }
         self.block(body, &empty)?;
         let b = std::mem::take(&mut self.b);
@@ -1084,12 +1106,18 @@ impl<'a> Lowerer<'a> {
                 self.internal(s.span, "a kernel returns a value");
                 Err(())
             }
-            StmtKind::Return(None) if self.loop_depth == 0 && self.env.contains_key(CONT) => {
+            StmtKind::Return(None) if self.env.contains_key(RET) => {
                 self.env.insert(CONT.to_string(), flag(false));
+                // Outside loops `continuing` guards everything after; inside, the
+                // loops exit (`broken`) and `returned` tells the code after them.
+                if self.loop_depth > 0 {
+                    self.env.insert(RET.to_string(), flag(true));
+                    self.env.insert(BRK.to_string(), flag(true));
+                }
                 Ok(())
             }
             StmtKind::Return(None) => {
-                self.unsupported(s.span, "a `return` inside a loop of a kernel");
+                self.internal(s.span, "a `return` the lowering did not expect");
                 Err(())
             }
             StmtKind::Break | StmtKind::Continue => {
@@ -1251,12 +1279,12 @@ impl<'a> Lowerer<'a> {
         then_env: &HashMap<String, LV>,
         else_env: &HashMap<String, LV>,
     ) -> Vec<(String, LV, LV)> {
-        assigned.extend([CONT.to_string(), BRK.to_string()]);
+        assigned.extend([CONT.to_string(), BRK.to_string(), RET.to_string()]);
         assigned.sort();
         assigned.dedup();
         let mut merged = Vec::new();
         for name in assigned {
-            if !live_after.contains(&name) && name != CONT && name != BRK {
+            if !live_after.contains(&name) && name != CONT && name != BRK && name != RET {
                 continue;
             }
             let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
@@ -1353,14 +1381,71 @@ impl<'a> Lowerer<'a> {
         assigned_names(body, &mut assigned);
         assigned.sort();
         assigned.dedup();
-        assigned
+        let mut names: Vec<String> = assigned
             .into_iter()
             .filter(|n| {
                 n != exclude
                     && live.contains(n)
                     && matches!(self.env.get(n), Some(LV::Val { .. } | LV::Const { .. }))
             })
-            .collect()
+            .collect();
+        if jumps(body).ret && self.env.contains_key(RET) {
+            names.push(RET.to_string());
+        }
+        names
+    }
+
+    /// After a loop that may have returned: the enclosing code continues only
+    /// if it did not (and an enclosing loop breaks).
+    fn after_loop_return(&mut self, span: Span) -> R<()> {
+        let ret = self.env[RET].clone();
+        let r = self.materialize(&ret, DType::Bool, span)?;
+        let not_r = self.b.push1(
+            OpKind::Unary {
+                op: UnaryOp::Not,
+                x: r,
+            },
+            Type::Scalar(DType::Bool),
+        );
+        if let Some(c) = self.env.get(CONT).cloned() {
+            let c = self.materialize(&c, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: c,
+                    b: not_r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                CONT.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        if let Some(bk) = self.env.get(BRK).cloned() {
+            let bk = self.materialize(&bk, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Or,
+                    a: bk,
+                    b: r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// Initial values of carried variables: (value, weak).
@@ -1459,7 +1544,9 @@ impl<'a> Lowerer<'a> {
         block_reads(body, &mut live);
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
-        let j = jumps(body);
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
         let saved = self.env.clone();
         if j.brk {
             // `for` with `break`: a `while` over (iv, broken, carried...).
@@ -1558,6 +1645,9 @@ impl<'a> Lowerer<'a> {
                 let lv = self.val(*r, *w);
                 self.env.insert(n.clone(), lv);
             }
+            if j.ret {
+                self.after_loop_return(span)?;
+            }
             return Ok(());
         }
         let iv = self.b.value(Type::Scalar(dt));
@@ -1610,7 +1700,9 @@ impl<'a> Lowerer<'a> {
         expr_reads(cond, &mut live);
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
-        let j = jumps(body);
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
         let saved = self.env.clone();
         // With `break`, a `broken` flag is carried first.
         let mut all_init: Vec<(Value, bool)> = Vec::new();
@@ -1694,6 +1786,9 @@ impl<'a> Lowerer<'a> {
         for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[skip..]) {
             let lv = self.val(*r, *w);
             self.env.insert(n.clone(), lv);
+        }
+        if j.ret {
+            self.after_loop_return(span)?;
         }
         Ok(())
     }
