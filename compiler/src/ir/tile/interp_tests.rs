@@ -833,7 +833,7 @@ fn return_inside_loops() {
             ArgV::Scalar(target as f64),
         ];
         launch(&k, [1, 1, 1], &mut args);
-        let mut want = vec![-1.0; 8];
+        let mut want = [-1.0; 8];
         let mut s = 0;
         let mut returned = false;
         'outer: for i in 0..n {
