@@ -855,3 +855,62 @@ fn return_inside_loops() {
         assert_eq!(out(&args[0]), &want[..], "n = {n}, target = {target}");
     }
 }
+
+/// The features kernel (if/elif/else merges, a while, a run-time conditional
+/// expression, masks, promotions, full and keepdims reductions, atomics)
+/// against the same computation written directly.
+#[test]
+fn control_kernel_matches_a_direct_computation() {
+    let k = kernel(
+        include_str!("testdata/features.tsr"),
+        "control",
+        &Specialization::new(),
+    );
+    let size = 300;
+    let x = data(size, 15);
+    let thr = 0.3;
+    for n in [2i64, 3, 7, 150] {
+        let programs = size.div_ceil(128);
+        let mut args = [
+            tensor(&[size], x.clone()),
+            tensor(&[size], vec![0.0; size]),
+            tensor(&[16], vec![0.0; 16]),
+            ArgV::Scalar(n as f64),
+            ArgV::Scalar(thr),
+        ];
+        launch(&k, [programs, 1, 1], &mut args);
+        let mut want = vec![0.0; size];
+        for p in 0..programs {
+            let mut w = [0.0f64; 128];
+            for (l, wl) in w.iter_mut().enumerate() {
+                let idx = p * 128 + l;
+                let t = if idx < size { x[idx] } else { 0.0 };
+                let mut acc = t + 1.5;
+                let kk = if n > 4 {
+                    acc *= 2.0;
+                    n.div_euclid(2)
+                } else if n == 3 {
+                    7
+                } else {
+                    n
+                };
+                for _ in 0..kk {
+                    acc = acc.max(t * thr);
+                }
+                let lim = if n < 100 { n } else { 100 };
+                *wl = (if acc > thr { acc } else { 0.0 }) / lim as f64 + n as f64 / 3.0;
+            }
+            let total = w.iter().sum::<f64>() + w.iter().sum::<f64>() / 128.0;
+            for (l, wl) in w.iter().enumerate() {
+                if p * 128 + l < size {
+                    want[p * 128 + l] = wl - total;
+                }
+            }
+        }
+        close(out(&args[1]), &want, 1e-9);
+        let hist: Vec<f64> = (0..16)
+            .map(|j| if (j as i64) < n { programs as f64 } else { 0.0 })
+            .collect();
+        assert_eq!(out(&args[2]), &hist[..], "n = {n}");
+    }
+}
