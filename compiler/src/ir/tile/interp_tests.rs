@@ -914,3 +914,29 @@ fn control_kernel_matches_a_direct_computation() {
         assert_eq!(out(&args[2]), &hist[..], "n = {n}");
     }
 }
+
+/// A run-time `other=` fills out-of-bounds and masked-off elements.
+#[test]
+fn runtime_other_fills_outside_elements() {
+    let src = "@kernel(grid=(cdiv(M, 8), 1))\ndef pad(x: Tensor[\"M\", \"N\", f32], out: Tensor[\"M\", 16, f32], fill: f32):\n    r = program_id(0) * 8\n    t = load(x[r : r + 8, 0 : 16], mask=arange(0, 16)[None, :] != 3, other=fill)\n    store(out[r : r + 8, 0 : 16], t)\n    s = load(x[r, 20], other=fill * 2.0)\n    store(out[r, 15], s)\n";
+    let k = kernel(src, "pad", &Specialization::new());
+    let (m, n) = (11, 13);
+    let x = data(m * n, 16);
+    let mut args = [
+        tensor(&[m, n], x.clone()),
+        tensor(&[m, 16], vec![0.0; m * 16]),
+        ArgV::Scalar(-7.0),
+    ];
+    launch(&k, [m.div_ceil(8), 1, 1], &mut args);
+    let mut want = vec![0.0; m * 16];
+    for r in 0..m {
+        for c in 0..16 {
+            want[r * 16 + c] = if c < n && c != 3 { x[r * n + c] } else { -7.0 };
+        }
+    }
+    // Each program's first row gets x[r, 20] (out of bounds: fill * 2) at column 15.
+    for p in 0..m.div_ceil(8) {
+        want[p * 8 * 16 + 15] = -14.0;
+    }
+    close(out(&args[1]), &want, 0.0);
+}

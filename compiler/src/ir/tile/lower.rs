@@ -37,7 +37,9 @@
 //! * `mean` is `Reduce(Sum)` times a constant `1/n`; a reduction over several
 //!   axes is one `Reduce` per axis, highest axis first;
 //! * `dot` operands have one dtype; the accumulator is f32 of the result shape;
-//! * `Load::other` is a `Float` for float tensors, an `Int` for integer ones.
+//! * `Load::other` is a `Float` for float tensors, an `Int` for integer ones;
+//!   a run-time `other=` is a load with 0 and a `Select` on an explicit
+//!   in-bounds mask (`Arange` compared with the dims).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -2700,7 +2702,9 @@ impl<'a> Lowerer<'a> {
                     None | Some(LV::NoneV) => None,
                     Some(m) => Some(self.coerce(&m, DType::Bool, &shape, span)?),
                 };
-                let other = match self.arg_lv(slot(2))? {
+                let other_lv = self.arg_lv(slot(2))?;
+                let mut runtime_other = None;
+                let other = match other_lv {
                     None | Some(LV::NoneV) => {
                         if dtype.is_float() {
                             Constant::Float(0.0)
@@ -2722,23 +2726,55 @@ impl<'a> Lowerer<'a> {
                             return Err(());
                         }
                     },
-                    Some(_) => {
-                        self.unsupported(
-                            slot(2).map(|a| a.span).unwrap_or(span),
-                            "`other=` that is not a compile-time constant",
-                        );
+                    Some(lv @ LV::Val { .. }) => {
+                        // A run-time `other=`: load with 0, then select it where
+                        // the element is out of bounds or masked off.
+                        let sp = slot(2).map(|a| a.value.span).unwrap_or(span);
+                        runtime_other = Some(self.coerce(&lv, dtype, &shape, sp)?);
+                        if dtype.is_float() {
+                            Constant::Float(0.0)
+                        } else if dtype == DType::Bool {
+                            Constant::Bool(false)
+                        } else {
+                            Constant::Int(0)
+                        }
+                    }
+                    Some(other) => {
+                        self.internal(span, format!("`other=` is a {}", other.describe()));
                         return Err(());
                     }
                 };
-                let v = self.b.push1(
+                let select_access = runtime_other.map(|o| (o, access.clone()));
+                let mut v = self.b.push1(
                     OpKind::Load {
                         tensor,
                         access,
                         mask,
                         other,
                     },
-                    tile_type(shape, dtype),
+                    tile_type(shape.clone(), dtype),
                 );
+                if let Some((o, access)) = select_access {
+                    let mut keep = self.in_bounds(tensor, &access, &shape, span)?;
+                    if let Some(m) = mask {
+                        keep = self.b.push1(
+                            OpKind::Binary {
+                                op: BinaryOp::And,
+                                a: keep,
+                                b: m,
+                            },
+                            tile_type(shape.clone(), DType::Bool),
+                        );
+                    }
+                    v = self.b.push1(
+                        OpKind::Select {
+                            cond: keep,
+                            a: v,
+                            b: o,
+                        },
+                        tile_type(shape, dtype),
+                    );
+                }
                 Ok(self.val(v, false))
             }
             "store" | "atomic_add" => {
@@ -2802,6 +2838,143 @@ impl<'a> Lowerer<'a> {
                 self.unsupported(span, format!("`{other}` inside a kernel"));
                 Err(())
             }
+        }
+    }
+
+    /// A bool tile of the access's shape: whether each element lies inside the tensor.
+    fn in_bounds(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        shape: &[u32],
+        span: Span,
+    ) -> R<Value> {
+        let ParamKind::Tensor { dims, .. } = self.params[tensor].kind.clone() else {
+            self.internal(span, "not a tensor");
+            return Err(());
+        };
+        let bool_t = |s: Vec<u32>| tile_type(s, DType::Bool);
+        let zero = self.constant(Constant::Int(0), DType::I32);
+        let mut acc: Option<Value> = None;
+        let mut pos = 0;
+        for (axis, a) in access.iter().enumerate() {
+            let n = match &dims[axis] {
+                Dim::Static(n) => self.constant(Constant::Int(*n as i64), DType::I32),
+                Dim::Dynamic(_) => self.tensor_dim(tensor, axis),
+            };
+            let (x, s) = match a {
+                Access::Point(v) => {
+                    let v = self.materialize(
+                        &LV::Val {
+                            v: *v,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    (v, vec![])
+                }
+                Access::Range { start, len } => {
+                    let start = self.materialize(
+                        &LV::Val {
+                            v: *start,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    let ar = self.b.push1(
+                        OpKind::Arange { start, len: *len },
+                        tile_type(vec![*len], DType::I32),
+                    );
+                    (ar, vec![*len])
+                }
+            };
+            let lo = self.coerce(
+                &LV::Val {
+                    v: zero,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let hi = self.coerce(
+                &LV::Val {
+                    v: n,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let ge = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Ge,
+                    a: x,
+                    b: lo,
+                },
+                bool_t(s.clone()),
+            );
+            let lt = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Lt,
+                    a: x,
+                    b: hi,
+                },
+                bool_t(s.clone()),
+            );
+            let mut ok = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: ge,
+                    b: lt,
+                },
+                bool_t(s.clone()),
+            );
+            // Place the axis in the result shape: [len] -> [1, .., len, .., 1].
+            if !s.is_empty() {
+                let mut cur = s;
+                for _ in 0..pos {
+                    cur.insert(0, 1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: 0 }, bool_t(cur.clone()));
+                }
+                while cur.len() < shape.len() {
+                    let at = cur.len();
+                    cur.push(1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: at }, bool_t(cur.clone()));
+                }
+                pos += 1;
+            }
+            let okv = LV::Val {
+                v: ok,
+                weak: false,
+                sym: None,
+            };
+            let ok = self.coerce(&okv, DType::Bool, shape, span)?;
+            acc = Some(match acc {
+                None => ok,
+                Some(prev) => self.b.push1(
+                    OpKind::Binary {
+                        op: BinaryOp::And,
+                        a: prev,
+                        b: ok,
+                    },
+                    bool_t(shape.to_vec()),
+                ),
+            });
+        }
+        match acc {
+            Some(v) => Ok(v),
+            None => Ok(self.constant(Constant::Bool(true), DType::Bool)),
         }
     }
 
