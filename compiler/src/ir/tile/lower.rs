@@ -23,6 +23,23 @@
 //! loop); an `if` (statement or expression) yields the variables assigned in a
 //! branch that are read after it. Conditions known at compile time (const
 //! parameters such as `causal`) select one branch and emit no `If`.
+//! `break`/`continue` guard the rest of the body with a `continuing` flag; a
+//! `for` with `break` becomes a `While` over `(iv, broken, carried...)`; an
+//! early `return` guards the rest of the kernel, and inside loops it also
+//! breaks out of each of them through a carried `returned` flag.
+//!
+//! What a lowered kernel looks like (beyond what `verify` checks):
+//! * constants, `TensorDim`s and `ScalarParam`s are defined once at the top of
+//!   the body; values are numbered densely in definition order (`renumber`) and
+//!   pure ops whose results are unused are removed;
+//! * integer scalars are `i32` (an `i64` only where the source says so); `For`
+//!   bounds and induction variables are `i32`;
+//! * `mean` is `Reduce(Sum)` times a constant `1/n`; a reduction over several
+//!   axes is one `Reduce` per axis, highest axis first;
+//! * `dot` operands have one dtype; the accumulator is f32 of the result shape;
+//! * `Load::other` is a `Float` for float tensors, an `Int` for integer ones;
+//!   a run-time `other=` is a load with 0 and a `Select` on an explicit
+//!   in-bounds mask (`Arange` compared with the dims).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -111,6 +128,44 @@ pub fn lower_kernel(
     scope: &ModuleScope,
     spec: &Specialization,
 ) -> Result<Kernel, Vec<Diagnostic>> {
+    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+}
+
+/// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
+/// launched (`known`): the kernel is specialised on those of them a tile shape
+/// needs, and on no other (so `flash_attn` gets a static `D` and keeps `S`, `B`
+/// and `H` run-time values).
+pub fn lower_kernel_with_dims(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+    known: &BTreeMap<String, i64>,
+) -> Result<Kernel, Vec<Diagnostic>> {
+    let mut spec = spec.clone();
+    loop {
+        match lower_inner(f, scope, &spec) {
+            Ok(k) => return Ok(k),
+            Err((diags, missing)) => {
+                let add: Vec<(String, i64)> = missing
+                    .into_iter()
+                    .filter(|m| !spec.values.contains_key(m))
+                    .filter_map(|m| known.get(&m).map(|v| (m, *v)))
+                    .collect();
+                if add.is_empty() {
+                    return Err(diags);
+                }
+                spec.values.extend(add);
+            }
+        }
+    }
+}
+
+/// Lowering's errors and the dims it found missing (for `lower_kernel_with_dims`).
+fn lower_inner(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+) -> Result<Kernel, (Vec<Diagnostic>, Vec<String>)> {
     let mut l = Lowerer {
         scope,
         f,
@@ -123,6 +178,8 @@ pub fn lower_kernel(
         params: Vec::new(),
         specialization: BTreeMap::new(),
         next_sym: 0,
+        loop_depth: 0,
+        missing_dims: Vec::new(),
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -135,7 +192,7 @@ pub fn lower_kernel(
                     format!("kernel `{}` could not be lowered", f.name.name),
                 ));
             }
-            Err(l.diags)
+            Err((l.diags, l.missing_dims))
         }
     }
 }
@@ -202,6 +259,10 @@ struct Lowerer<'a> {
     params: Vec<Param>,
     specialization: BTreeMap<String, i64>,
     next_sym: u32,
+    /// How many loops enclose the statement being lowered.
+    loop_depth: u32,
+    /// Dims a tile shape needed but the specialization lacked (E0511).
+    missing_dims: Vec<String>,
     diags: Vec<Diagnostic>,
 }
 
@@ -313,6 +374,8 @@ fn block_reads(stmts: &[Stmt], out: &mut HashSet<String>) {
 /// iteration still runs, and whether the loop was broken.
 const CONT: &str = "%continuing";
 const BRK: &str = "%broken";
+/// Whether the kernel executed a `return` (inside a loop: carried out of it).
+const RET: &str = "%returned";
 
 fn flag(b: bool) -> LV {
     LV::Const {
@@ -328,11 +391,13 @@ fn flag(b: bool) -> LV {
 struct Jumps {
     brk: bool,
     cont: bool,
+    /// An early `return` (outside loops it guards the rest of the kernel).
+    ret: bool,
 }
 
 impl Jumps {
     fn any(self) -> bool {
-        self.brk || self.cont
+        self.brk || self.cont || self.ret
     }
 }
 
@@ -342,6 +407,11 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
         match &s.kind {
             StmtKind::Break => j.brk = true,
             StmtKind::Continue => j.cont = true,
+            StmtKind::Return(_) => j.ret = true,
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                // A `return` in a nested loop leaves this loop too.
+                j.ret |= jumps(body).ret || contains_loop_return(body);
+            }
             StmtKind::If { branches, orelse } => {
                 for b in branches
                     .iter()
@@ -351,12 +421,26 @@ fn jumps(stmts: &[Stmt]) -> Jumps {
                     let x = jumps(b);
                     j.brk |= x.brk;
                     j.cont |= x.cont;
+                    j.ret |= x.ret;
                 }
             }
             _ => {}
         }
     }
     j
+}
+
+/// Whether a `return` occurs anywhere in a block (loops included).
+fn contains_loop_return(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match &s.kind {
+        StmtKind::Return(_) => true,
+        StmtKind::For { body, .. } | StmtKind::While { body, .. } => contains_loop_return(body),
+        StmtKind::If { branches, orelse } => {
+            branches.iter().any(|(_, b)| contains_loop_return(b))
+                || orelse.as_deref().is_some_and(contains_loop_return)
+        }
+        _ => false,
+    })
 }
 
 fn unary_math(name: &str) -> Option<UnaryOp> {
@@ -461,12 +545,24 @@ impl<'a> Lowerer<'a> {
             }
         }
         let mut const_vals: HashMap<String, CValue> = HashMap::new();
-        for p in &f.params {
+        // Const parameters first: a tensor dim may name one (`Tensor["M", "BM", f32]`).
+        let annots: Vec<(&ast::Param, Annot)> = f
+            .params
+            .iter()
+            .map(|p| {
+                let annot = match &p.ty {
+                    Some(t) => annotation(t, &|n| scope.const_value(n), &mut Vec::new()),
+                    None => Annot::Ty(Ty::Err),
+                };
+                (p, annot)
+            })
+            .collect();
+        let (consts, others): (Vec<_>, Vec<_>) = annots
+            .into_iter()
+            .partition(|(_, a)| matches!(a, Annot::Const(_)));
+        let ordered = consts.into_iter().chain(others);
+        for (p, annot) in ordered {
             let name = &p.name.name;
-            let annot = match &p.ty {
-                Some(t) => annotation(t, &|n| scope.const_value(n), &mut Vec::new()),
-                None => Annot::Ty(Ty::Err),
-            };
             match annot {
                 Annot::Const(dt) => {
                     let given = spec.get(name).or_else(|| tuned.get(name).copied());
@@ -536,7 +632,10 @@ impl<'a> Lowerer<'a> {
                         let pd = if let Some(c) = d.as_const() {
                             Dim::Static(c as u64)
                         } else if let Some(sym) = d.as_symbol() {
-                            match spec.get(sym) {
+                            let given = spec
+                                .get(sym)
+                                .or_else(|| const_vals.get(sym).and_then(CValue::as_int));
+                            match given {
                                 Some(v) => {
                                     self.specialization.insert(sym.to_string(), v);
                                     Dim::Static(v as u64)
@@ -545,11 +644,18 @@ impl<'a> Lowerer<'a> {
                             }
                         } else {
                             // An affine dim ("4*D"): specialised when all its symbols are.
-                            let sub = d.substitute(&|s| spec.get(s).map(SymDim::constant));
+                            let sub = d.substitute(&|s| {
+                                spec.get(s)
+                                    .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                    .map(SymDim::constant)
+                            });
                             match sub.and_then(|x| x.as_const()) {
                                 Some(v) => {
                                     for s in d.symbols() {
-                                        if let Some(x) = spec.get(s) {
+                                        if let Some(x) = spec
+                                            .get(s)
+                                            .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                        {
                                             self.specialization.insert(s.to_string(), x);
                                         }
                                     }
@@ -651,6 +757,12 @@ impl<'a> Lowerer<'a> {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
             _ => &f.body[..],
         };
+        if contains_loop_return(body) {
+            // `if row >= M: return` guards the rest of the kernel; a `return`
+            // in a loop breaks out of every loop and sets `returned`.
+            self.env.insert(CONT.to_string(), flag(true));
+            self.env.insert(RET.to_string(), flag(false));
+        }
         self.block(body, &empty)?;
         let b = std::mem::take(&mut self.b);
         let (body, types) = b.finish();
@@ -927,7 +1039,9 @@ impl<'a> Lowerer<'a> {
                 .map(str::to_string)
         });
         match dim {
-            Some(name) if self.is_dim(&name) => self.diags.push(
+            Some(name) if self.is_dim(&name) => {
+                self.missing_dims.push(name.clone());
+                self.diags.push(
                 Diagnostic::new(
                     "E0511",
                     span,
@@ -937,7 +1051,8 @@ impl<'a> Lowerer<'a> {
                     ),
                 )
                 .with_help(format!("give it a value when compiling, e.g. `-D {name}=128`")),
-            ),
+                )
+            }
             _ => self.internal(span, format!("{what} is not known at compile time")),
         }
     }
@@ -945,7 +1060,9 @@ impl<'a> Lowerer<'a> {
     fn is_dim(&self, name: &str) -> bool {
         self.params.iter().any(|p| match &p.kind {
             ParamKind::Tensor { dims, .. } => dims.iter().any(|d| match d {
-                Dim::Dynamic(s) => s == name || s.contains(name),
+                Dim::Dynamic(s) => {
+                    s == name || SymDim::parse(s).is_ok_and(|d| d.symbols().contains(&name))
+                }
                 Dim::Static(_) => false,
             }),
             _ => false,
@@ -987,8 +1104,22 @@ impl<'a> Lowerer<'a> {
                 Ok(())
             }
             StmtKind::Pass => Ok(()),
-            StmtKind::Return(_) => {
-                self.unsupported(s.span, "an early `return` in a kernel");
+            StmtKind::Return(Some(_)) => {
+                self.internal(s.span, "a kernel returns a value");
+                Err(())
+            }
+            StmtKind::Return(None) if self.env.contains_key(RET) => {
+                self.env.insert(CONT.to_string(), flag(false));
+                // Outside loops `continuing` guards everything after; inside, the
+                // loops exit (`broken`) and `returned` tells the code after them.
+                if self.loop_depth > 0 {
+                    self.env.insert(RET.to_string(), flag(true));
+                    self.env.insert(BRK.to_string(), flag(true));
+                }
+                Ok(())
+            }
+            StmtKind::Return(None) => {
+                self.internal(s.span, "a `return` the lowering did not expect");
                 Err(())
             }
             StmtKind::Break | StmtKind::Continue => {
@@ -1150,12 +1281,12 @@ impl<'a> Lowerer<'a> {
         then_env: &HashMap<String, LV>,
         else_env: &HashMap<String, LV>,
     ) -> Vec<(String, LV, LV)> {
-        assigned.extend([CONT.to_string(), BRK.to_string()]);
+        assigned.extend([CONT.to_string(), BRK.to_string(), RET.to_string()]);
         assigned.sort();
         assigned.dedup();
         let mut merged = Vec::new();
         for name in assigned {
-            if !live_after.contains(&name) && name != CONT && name != BRK {
+            if !live_after.contains(&name) && name != CONT && name != BRK && name != RET {
                 continue;
             }
             let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
@@ -1252,14 +1383,71 @@ impl<'a> Lowerer<'a> {
         assigned_names(body, &mut assigned);
         assigned.sort();
         assigned.dedup();
-        assigned
+        let mut names: Vec<String> = assigned
             .into_iter()
             .filter(|n| {
                 n != exclude
                     && live.contains(n)
                     && matches!(self.env.get(n), Some(LV::Val { .. } | LV::Const { .. }))
             })
-            .collect()
+            .collect();
+        if jumps(body).ret && self.env.contains_key(RET) {
+            names.push(RET.to_string());
+        }
+        names
+    }
+
+    /// After a loop that may have returned: the enclosing code continues only
+    /// if it did not (and an enclosing loop breaks).
+    fn after_loop_return(&mut self, span: Span) -> R<()> {
+        let ret = self.env[RET].clone();
+        let r = self.materialize(&ret, DType::Bool, span)?;
+        let not_r = self.b.push1(
+            OpKind::Unary {
+                op: UnaryOp::Not,
+                x: r,
+            },
+            Type::Scalar(DType::Bool),
+        );
+        if let Some(c) = self.env.get(CONT).cloned() {
+            let c = self.materialize(&c, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: c,
+                    b: not_r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                CONT.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        if let Some(bk) = self.env.get(BRK).cloned() {
+            let bk = self.materialize(&bk, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Or,
+                    a: bk,
+                    b: r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// Initial values of carried variables: (value, weak).
@@ -1358,7 +1546,9 @@ impl<'a> Lowerer<'a> {
         block_reads(body, &mut live);
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
-        let j = jumps(body);
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
         let saved = self.env.clone();
         if j.brk {
             // `for` with `break`: a `while` over (iv, broken, carried...).
@@ -1424,7 +1614,9 @@ impl<'a> Lowerer<'a> {
             let mut bargs = vec![iv_b, brk_b];
             bargs.extend(self.bind_args(&names, &init));
             self.b.begin();
+            self.loop_depth += 1;
             self.block(body, &live)?;
+            self.loop_depth -= 1;
             let next = self.b.push1(
                 OpKind::Binary {
                     op: BinaryOp::Add,
@@ -1455,6 +1647,9 @@ impl<'a> Lowerer<'a> {
                 let lv = self.val(*r, *w);
                 self.env.insert(n.clone(), lv);
             }
+            if j.ret {
+                self.after_loop_return(span)?;
+            }
             return Ok(());
         }
         let iv = self.b.value(Type::Scalar(dt));
@@ -1464,7 +1659,9 @@ impl<'a> Lowerer<'a> {
         let mut args = vec![iv];
         args.extend(self.bind_args(&names, &init));
         self.b.begin();
+        self.loop_depth += 1;
         self.block(body, &live)?;
+        self.loop_depth -= 1;
         let vs = self.carried_values(&names, &init, span)?;
         self.b.push(OpKind::Yield(vs), vec![]);
         let region = self.b.end(args);
@@ -1505,7 +1702,9 @@ impl<'a> Lowerer<'a> {
         expr_reads(cond, &mut live);
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
-        let j = jumps(body);
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
         let saved = self.env.clone();
         // With `break`, a `broken` flag is carried first.
         let mut all_init: Vec<(Value, bool)> = Vec::new();
@@ -1561,7 +1760,9 @@ impl<'a> Lowerer<'a> {
         let mut bargs: Vec<Value> = brk_b.into_iter().collect();
         bargs.extend(self.bind_args(&names, &init));
         self.b.begin();
+        self.loop_depth += 1;
         self.block(body, &live)?;
+        self.loop_depth -= 1;
         let mut vs = Vec::new();
         if j.brk {
             let brk_lv = self.env[BRK].clone();
@@ -1587,6 +1788,9 @@ impl<'a> Lowerer<'a> {
         for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[skip..]) {
             let lv = self.val(*r, *w);
             self.env.insert(n.clone(), lv);
+        }
+        if j.ret {
+            self.after_loop_return(span)?;
         }
         Ok(())
     }
@@ -1675,6 +1879,50 @@ impl<'a> Lowerer<'a> {
                         Ok(self.val(r, false))
                     }
                     ("to", LV::Val { .. } | LV::Const { .. }) => Ok(LV::ToMethod(Box::new(v))),
+                    ("shape", LV::Val { .. } | LV::Const { .. } | LV::Ref { .. }) => {
+                        let shape = match &v {
+                            LV::Ref { shape, .. } => shape.clone(),
+                            _ => self.shape_of(&v, e.span)?,
+                        };
+                        Ok(LV::List(
+                            shape
+                                .into_iter()
+                                .map(|n| LV::Const {
+                                    c: CValue::int(n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                })
+                                .collect(),
+                        ))
+                    }
+                    ("shape", LV::Tensor(t)) => {
+                        let t = *t;
+                        let ParamKind::Tensor { dims, .. } = self.params[t].kind.clone() else {
+                            return Err(());
+                        };
+                        let mut items = Vec::new();
+                        for (axis, d) in dims.iter().enumerate() {
+                            items.push(match d {
+                                Dim::Static(n) => LV::Const {
+                                    c: CValue::int(*n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                },
+                                Dim::Dynamic(name) => {
+                                    let sym = match SymDim::parse(name) {
+                                        Ok(d) => d,
+                                        Err(_) => self.fresh_sym(),
+                                    };
+                                    LV::Val {
+                                        v: self.tensor_dim(t, axis),
+                                        weak: false,
+                                        sym: Some(sym),
+                                    }
+                                }
+                            });
+                        }
+                        Ok(LV::List(items))
+                    }
                     ("dtype", _) => {
                         let (d, _, _) = self.info(&v, e.span)?;
                         Ok(LV::DType(d))
@@ -1775,6 +2023,16 @@ impl<'a> Lowerer<'a> {
             }
         }
         let (d, weak, _) = self.info(&v, span)?;
+        if op == ast::UnaryOp::Not && d != DType::Bool {
+            // `not n`: n == 0.
+            let zero = LV::Const {
+                c: CValue::int(0),
+                dtype: d,
+                weak: true,
+            };
+            let e = Expr::new(ExprKind::None, span);
+            return self.binary(BinOp::Eq, v, zero, span, &e, &e);
+        }
         let x = self.materialize(&v, d, span)?;
         let t = self.b.ty(x).clone();
         let uop = match op {
@@ -1878,6 +2136,22 @@ impl<'a> Lowerer<'a> {
     fn subscript(&mut self, v: LV, indices: &[Index], span: Span) -> R<LV> {
         match v {
             LV::Tensor(t) => self.tensor_slice(t, indices, span),
+            LV::List(items) => {
+                let [Index::Expr(ie)] = indices else {
+                    self.internal(span, "a list takes one constant index");
+                    return Err(());
+                };
+                let iv = self.expr(ie)?;
+                let i = self.const_int(&iv, ie.span, "the index")?;
+                let j = if i < 0 { i + items.len() as i64 } else { i };
+                match usize::try_from(j).ok().and_then(|j| items.get(j)) {
+                    Some(x) => Ok(x.clone()),
+                    None => {
+                        self.internal(ie.span, format!("index {i} is out of range"));
+                        Err(())
+                    }
+                }
+            }
             LV::Val { v: x, weak, .. } => {
                 // Tiles take `:` and `None` only here.
                 let t = self.b.ty(x).clone();
@@ -1944,6 +2218,12 @@ impl<'a> Lowerer<'a> {
                     Dim::Static(n) => Ok(*n as u32),
                     Dim::Dynamic(name) => {
                         let name = name.clone();
+                        match SymDim::parse(&name) {
+                            Ok(d) => this
+                                .missing_dims
+                                .extend(d.symbols().into_iter().map(String::from)),
+                            Err(_) => this.missing_dims.push(name.clone()),
+                        }
                         this.diags.push(
                             Diagnostic::new(
                                 "E0511",
@@ -1968,11 +2248,30 @@ impl<'a> Lowerer<'a> {
                 }
                 Some(Index::Expr(e)) => {
                     let v = self.expr(e)?;
-                    let (d, _, s) = self.info(&v, e.span)?;
-                    if !s.is_empty() || !d.is_int() {
+                    let (idt, _, s) = self.info(&v, e.span)?;
+                    if !s.is_empty() || !idt.is_int() {
                         self.unsupported(e.span, "indexing a tensor with a tile (gather)");
                         return Err(());
                     }
+                    // A negative constant index counts from the end (Python).
+                    let v = match (&v, self.sym_of(&v).and_then(|d| d.as_const())) {
+                        (LV::Const { .. }, Some(i)) if i < 0 => match d {
+                            Dim::Static(n) => LV::Const {
+                                c: CValue::int(*n as i64 + i),
+                                dtype: DType::I32,
+                                weak: true,
+                            },
+                            Dim::Dynamic(_) => {
+                                let n = LV::Val {
+                                    v: self.tensor_dim(t, axis),
+                                    weak: false,
+                                    sym: None,
+                                };
+                                self.binary(BinOp::Add, n, v.clone(), e.span, e, e)?
+                            }
+                        },
+                        _ => v,
+                    };
                     let iv = self.index_value(&v, e.span)?;
                     access.push(Access::Point(iv));
                 }
@@ -2403,7 +2702,9 @@ impl<'a> Lowerer<'a> {
                     None | Some(LV::NoneV) => None,
                     Some(m) => Some(self.coerce(&m, DType::Bool, &shape, span)?),
                 };
-                let other = match self.arg_lv(slot(2))? {
+                let other_lv = self.arg_lv(slot(2))?;
+                let mut runtime_other = None;
+                let other = match other_lv {
                     None | Some(LV::NoneV) => {
                         if dtype.is_float() {
                             Constant::Float(0.0)
@@ -2425,23 +2726,55 @@ impl<'a> Lowerer<'a> {
                             return Err(());
                         }
                     },
-                    Some(_) => {
-                        self.unsupported(
-                            slot(2).map(|a| a.span).unwrap_or(span),
-                            "`other=` that is not a compile-time constant",
-                        );
+                    Some(lv @ LV::Val { .. }) => {
+                        // A run-time `other=`: load with 0, then select it where
+                        // the element is out of bounds or masked off.
+                        let sp = slot(2).map(|a| a.value.span).unwrap_or(span);
+                        runtime_other = Some(self.coerce(&lv, dtype, &shape, sp)?);
+                        if dtype.is_float() {
+                            Constant::Float(0.0)
+                        } else if dtype == DType::Bool {
+                            Constant::Bool(false)
+                        } else {
+                            Constant::Int(0)
+                        }
+                    }
+                    Some(other) => {
+                        self.internal(span, format!("`other=` is a {}", other.describe()));
                         return Err(());
                     }
                 };
-                let v = self.b.push1(
+                let select_access = runtime_other.map(|o| (o, access.clone()));
+                let mut v = self.b.push1(
                     OpKind::Load {
                         tensor,
                         access,
                         mask,
                         other,
                     },
-                    tile_type(shape, dtype),
+                    tile_type(shape.clone(), dtype),
                 );
+                if let Some((o, access)) = select_access {
+                    let mut keep = self.in_bounds(tensor, &access, &shape, span)?;
+                    if let Some(m) = mask {
+                        keep = self.b.push1(
+                            OpKind::Binary {
+                                op: BinaryOp::And,
+                                a: keep,
+                                b: m,
+                            },
+                            tile_type(shape.clone(), DType::Bool),
+                        );
+                    }
+                    v = self.b.push1(
+                        OpKind::Select {
+                            cond: keep,
+                            a: v,
+                            b: o,
+                        },
+                        tile_type(shape, dtype),
+                    );
+                }
                 Ok(self.val(v, false))
             }
             "store" | "atomic_add" => {
@@ -2505,6 +2838,143 @@ impl<'a> Lowerer<'a> {
                 self.unsupported(span, format!("`{other}` inside a kernel"));
                 Err(())
             }
+        }
+    }
+
+    /// A bool tile of the access's shape: whether each element lies inside the tensor.
+    fn in_bounds(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        shape: &[u32],
+        span: Span,
+    ) -> R<Value> {
+        let ParamKind::Tensor { dims, .. } = self.params[tensor].kind.clone() else {
+            self.internal(span, "not a tensor");
+            return Err(());
+        };
+        let bool_t = |s: Vec<u32>| tile_type(s, DType::Bool);
+        let zero = self.constant(Constant::Int(0), DType::I32);
+        let mut acc: Option<Value> = None;
+        let mut pos = 0;
+        for (axis, a) in access.iter().enumerate() {
+            let n = match &dims[axis] {
+                Dim::Static(n) => self.constant(Constant::Int(*n as i64), DType::I32),
+                Dim::Dynamic(_) => self.tensor_dim(tensor, axis),
+            };
+            let (x, s) = match a {
+                Access::Point(v) => {
+                    let v = self.materialize(
+                        &LV::Val {
+                            v: *v,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    (v, vec![])
+                }
+                Access::Range { start, len } => {
+                    let start = self.materialize(
+                        &LV::Val {
+                            v: *start,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    let ar = self.b.push1(
+                        OpKind::Arange { start, len: *len },
+                        tile_type(vec![*len], DType::I32),
+                    );
+                    (ar, vec![*len])
+                }
+            };
+            let lo = self.coerce(
+                &LV::Val {
+                    v: zero,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let hi = self.coerce(
+                &LV::Val {
+                    v: n,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let ge = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Ge,
+                    a: x,
+                    b: lo,
+                },
+                bool_t(s.clone()),
+            );
+            let lt = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Lt,
+                    a: x,
+                    b: hi,
+                },
+                bool_t(s.clone()),
+            );
+            let mut ok = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: ge,
+                    b: lt,
+                },
+                bool_t(s.clone()),
+            );
+            // Place the axis in the result shape: [len] -> [1, .., len, .., 1].
+            if !s.is_empty() {
+                let mut cur = s;
+                for _ in 0..pos {
+                    cur.insert(0, 1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: 0 }, bool_t(cur.clone()));
+                }
+                while cur.len() < shape.len() {
+                    let at = cur.len();
+                    cur.push(1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: at }, bool_t(cur.clone()));
+                }
+                pos += 1;
+            }
+            let okv = LV::Val {
+                v: ok,
+                weak: false,
+                sym: None,
+            };
+            let ok = self.coerce(&okv, DType::Bool, shape, span)?;
+            acc = Some(match acc {
+                None => ok,
+                Some(prev) => self.b.push1(
+                    OpKind::Binary {
+                        op: BinaryOp::And,
+                        a: prev,
+                        b: ok,
+                    },
+                    bool_t(shape.to_vec()),
+                ),
+            });
+        }
+        match acc {
+            Some(v) => Ok(v),
+            None => Ok(self.constant(Constant::Bool(true), DType::Bool)),
         }
     }
 

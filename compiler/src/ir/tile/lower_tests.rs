@@ -265,3 +265,109 @@ fn break_and_continue() {
     let k = lowered("/t/jumps.tsr", src, &Specialization::new(), "count");
     insta::assert_snapshot!("break_continue_while", k.dump());
 }
+
+#[test]
+fn early_return_guards_the_rest() {
+    let src = "@kernel(grid=(M,))\ndef rows(x: Tensor[\"M\", 64, f32], limit: i32):\n    row = program_id(0)\n    if row >= limit:\n        return\n    v = load(x[row, 0 : 64])\n    store(x[row, 0 : 64], v * 2.0)\n    return\n";
+    let k = lowered("/t/ret.tsr", src, &Specialization::new(), "rows");
+    let text = k.dump();
+    insta::assert_snapshot!("early_return", text);
+    // The load and store run only where the kernel did not return.
+    let guard = text.find("if %").expect("a guard");
+    assert!(text.find("load %x").unwrap() > guard, "{text}");
+}
+
+#[test]
+fn shapes_scalar_loads_and_logic() {
+    let src = "@kernel(grid=(M,))\ndef k(x: Tensor[\"M\", 32, f32], y: Tensor[\"M\", f32], n: i32):\n    row = program_id(0)\n    t = load(x[row, :])\n    z = zeros(t.shape, f32) + t\n    w = x.shape[1]\n    first = load(y[row])\n    if row < M and not (n == 0 or n > 5):\n        first = first * -abs(first) ** 2.0\n    store(x[row, 0 : w], z // 2.0 + first)\n    store(y[row], first)\n";
+    let k = lowered("/t/shape.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    insta::assert_snapshot!("shapes_scalars_logic", text);
+    // `load(y[row])` is a scalar load; `x.shape[1]` is the constant 32.
+    assert!(
+        text.contains("load %y[%") && text.contains("] other 0.0 : f32"),
+        "{text}"
+    );
+    assert!(
+        text.contains("store %x[%") && text.contains(" : +32], %"),
+        "{text}"
+    );
+    assert!(text.contains("pow "), "{text}");
+}
+
+#[test]
+fn autotune_first_configuration_and_overrides() {
+    let src = "@autotune(space={\"BM\": [64, 128], \"num_warps\": [2, 8]}, key=[\"N\"])\n@kernel(grid=(cdiv(N, BM),), num_warps=4, num_stages=2)\ndef k(x: Tensor[\"N\", f32], BM: const = 256):\n    i = program_id(0) * BM\n    store(x[i : i + BM], load(x[i : i + BM]) + 1.0)\n";
+    let k = lowered("/t/tune.tsr", src, &Specialization::new(), "k");
+    assert_eq!(k.specialization, vec![("BM".into(), 64)]);
+    assert_eq!((k.num_warps, k.num_stages), (2, 2));
+    let spec = Specialization::new().with("BM", 32).with("num_warps", 1);
+    let k = lowered("/t/tune.tsr", src, &spec, "k");
+    assert_eq!(k.specialization, vec![("BM".into(), 32)]);
+    assert_eq!(k.num_warps, 1);
+    assert!(k.dump().contains("tile<32xf32>"), "{}", k.dump());
+}
+
+#[test]
+fn negative_constant_indices_count_from_the_end() {
+    let src = "@kernel(grid=(1,))\ndef k(x: Tensor[\"M\", 8, f32], y: Tensor[4, f32]):\n    store(y[0 : 4], load(x[-1, 0 : 4]) + load(y[-2]))\n";
+    let k = lowered("/t/neg.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    // x[-1] is row M - 1 (a run-time dim); y[-2] is the constant 2.
+    assert!(text.contains("dim %x, 0"), "{text}");
+    assert!(text.contains("const 2 : i32"), "{text}");
+    assert!(!text.contains("const -2"), "{text}");
+}
+
+#[test]
+fn dims_named_by_const_parameters_and_not_on_ints() {
+    let src = "@kernel(grid=(M,))\ndef k(x: Tensor[\"M\", \"BN\", f32], n: i32, BN: const = 32):\n    row = program_id(0)\n    v = load(x[row, :])\n    if not n:\n        v = v * 0.0\n    store(x[row, :], v)\n";
+    let k = lowered("/t/cdim.tsr", src, &Specialization::new(), "k");
+    let text = k.dump();
+    assert!(text.contains("%x: tensor<M x 32 x f32>"), "{text}");
+    assert!(text.contains("cmp eq %"), "{text}");
+    let k = lowered(
+        "/t/cdim.tsr",
+        src,
+        &Specialization::new().with("BN", 16),
+        "k",
+    );
+    assert!(k.dump().contains("tile<16xf32>"), "{}", k.dump());
+}
+
+#[test]
+fn specialise_only_the_dims_a_kernel_needs() {
+    let mut db = Database::new();
+    let file = db.set_source("/t/brief.tsr", BRIEF.to_string());
+    let scope = crate::db::module_scope(&db, file).clone();
+    let (_, item, _) = file_kernels(&db, file)
+        .into_iter()
+        .find(|(n, _, _)| n == "flash_attn")
+        .unwrap();
+    let parsed = crate::db::parse_item(&db, item).item.clone().unwrap();
+    let crate::syntax::ast::Item::Function(f) = &*parsed else {
+        panic!("not a function")
+    };
+    let known: std::collections::BTreeMap<String, i64> =
+        [("B", 2), ("H", 8), ("S", 1000), ("D", 128)]
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
+    let k = lower_kernel_with_dims(f, &scope, &Specialization::new(), &known).unwrap();
+    assert!(verify(&k).is_empty());
+    assert_eq!(
+        k.specialization,
+        vec![
+            ("BM".into(), 128),
+            ("BN".into(), 64),
+            ("D".into(), 128),
+            ("causal".into(), 0)
+        ]
+    );
+    assert!(k.dump().contains("%q: tensor<B x H x S x 128 x bf16>"));
+    // Without D among the known dims it is still E0511.
+    let mut no_d = known.clone();
+    no_d.remove("D");
+    let d = lower_kernel_with_dims(f, &scope, &Specialization::new(), &no_d).unwrap_err();
+    assert_eq!(d[0].code, "E0511");
+}

@@ -317,10 +317,12 @@ pub mod lower;
 mod verify;
 
 #[cfg(test)]
+mod interp_tests;
+#[cfg(test)]
 mod lower_tests;
 #[cfg(test)]
 mod tests;
 
 pub use builder::Builder;
-pub use lower::{lower_kernel, Specialization};
+pub use lower::{lower_kernel, lower_kernel_with_dims, Specialization};
 pub use verify::verify;
