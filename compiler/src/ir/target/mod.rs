@@ -517,11 +517,14 @@ pub struct Param {
     pub ty: RegTy,
 }
 
-/// A region of the kernel's shared-memory arena. Regions may overlap: every
-/// use of shared memory (a layout conversion, a cross-warp reduction, the
-/// operands of one `dot`) starts after a barrier that ends the previous use
-/// and ends with a barrier, so uses never overlap in time; only the regions
-/// of one use (a dot's `a` and `b`) are disjoint.
+/// A region of the kernel's shared-memory arena. Transient regions may
+/// overlap: every transient use of shared memory (a layout conversion, a
+/// cross-warp reduction, the operands of one `dot`) starts after a barrier that
+/// ends the previous use and ends with a barrier, so uses never overlap in
+/// time; only the regions of one use (a dot's `a` and `b`) are disjoint.
+/// Regions that live through a loop (`pipe*`: the `num_stages` stages of a
+/// software-pipelined operand; `invariant*`: a loop-invariant operand) are
+/// placed after all transient ones and overlap nothing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmemBuffer {
     pub name: String,
