@@ -1,3 +1,4 @@
 //! Target descriptions (and, in later stages, the PTX and HIP printers).
 
 pub mod arch;
+pub mod occupancy;
