@@ -2,4 +2,5 @@
 
 pub mod arch;
 pub mod occupancy;
+pub mod ptxas;
 pub mod resources;
