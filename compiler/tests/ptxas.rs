@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use tessera::backend::arch::Arch;
 use tessera::backend::ptxas::{self, PtxasError};
+use tessera::backend::resources::{estimate_regs, Node};
 
 const ARCHS: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm90a];
 
@@ -63,6 +64,30 @@ fn main() -> ExitCode {
         other => failures.push(format!("broken PTX: expected a rejection, got {other:?}")),
     }
 
+    // The register model on straight-line code: `n` values loaded through one
+    // 64-bit address, all live at once, then multiplied together.
+    for arch in ARCHS {
+        let mut row = Vec::new();
+        for n in [3u32, 4, 8, 12, 16, 20, 24] {
+            let (ptx, program) = live_values(n, arch);
+            let words = |r: u32| if r < 2 { 2 } else { 1 };
+            let estimate = estimate_regs(&program, &words);
+            match ptxas::assemble(&ptxas, &ptx, arch) {
+                Ok(f) if f.len() == 1 => {
+                    row.push(format!("{n}:{}/{estimate}", f[0].regs));
+                    if f[0].regs != estimate {
+                        failures.push(format!(
+                            "{arch}: {n} live values: ptxas uses {} registers, the estimate is {estimate}",
+                            f[0].regs
+                        ));
+                    }
+                }
+                other => failures.push(format!("{arch}: {n} live values: {other:?}")),
+            }
+        }
+        println!("ok   {arch} live values n:ptxas/estimate {}", row.join(" "));
+    }
+
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -71,4 +96,34 @@ fn main() -> ExitCode {
         }
         ExitCode::FAILURE
     }
+}
+
+/// PTX that loads `n` floats through one pointer (volatile, so none is
+/// reordered past another) and multiplies them, and the same program as a
+/// [`Node`] list: registers 0 and 1 are the 64-bit parameter and global
+/// address, 2.. the floats, `2 + n` the product.
+fn live_values(n: u32, arch: Arch) -> (String, Vec<Node>) {
+    let inst = |defs: &[u32], uses: &[u32]| Node::Inst {
+        defs: defs.to_vec(),
+        uses: uses.to_vec(),
+    };
+    let mut ptx = format!(
+        ".version 8.0\n.target {arch}\n.address_size 64\n.visible .entry k(.param .u64 p)\n{{\n\
+         .reg .f32 %f<{}>;\n.reg .b64 %rd<3>;\nld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\n",
+        n + 1
+    );
+    let mut program = vec![inst(&[0], &[]), inst(&[1], &[0])];
+    for i in 0..n {
+        ptx += &format!("ld.volatile.global.f32 %f{i}, [%rd2+{}];\n", 4 * i);
+        program.push(inst(&[2 + i], &[1]));
+    }
+    ptx += &format!("mov.f32 %f{n}, %f0;\n");
+    program.push(inst(&[2 + n], &[2]));
+    for i in 1..n {
+        ptx += &format!("mul.f32 %f{n}, %f{n}, %f{i};\n");
+        program.push(inst(&[2 + n], &[2 + n, 2 + i]));
+    }
+    ptx += &format!("st.global.f32 [%rd2], %f{n};\nret;\n}}\n");
+    program.push(inst(&[], &[1, 2 + n]));
+    (ptx, program)
 }
