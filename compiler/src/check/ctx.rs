@@ -91,6 +91,8 @@ pub struct Checker<'a> {
     pub fn_locals: FxHashSet<String>,
     pub loop_depth: u32,
     pub usage: Usage,
+    /// `reshape` shapes may hold one `-1`.
+    pub allow_infer_dim: bool,
 }
 
 impl<'a> Checker<'a> {
@@ -113,6 +115,7 @@ impl<'a> Checker<'a> {
             fn_locals: FxHashSet::default(),
             loop_depth: 0,
             usage: Usage::default(),
+            allow_infer_dim: false,
         }
     }
 

@@ -42,31 +42,25 @@ impl Usage {
 
     pub fn note_dot(&mut self, a: &[Dim], b: &[Dim], dtype: DType, span: Span, in_loop: bool) {
         if let (Some(x), Some(y)) = (elements(a), elements(b)) {
-            self.dots
-                .push((x * dtype.bytes(), y * dtype.bytes(), span, in_loop));
+            self.dots.push((
+                x.saturating_mul(dtype.bytes()),
+                y.saturating_mul(dtype.bytes()),
+                span,
+                in_loop,
+            ));
         }
     }
 }
 
 impl Checker<'_> {
-    /// Tensor-core support of a dot: dtype (E0606) and M/N/K multiples of 16 (E0605).
+    /// Tensor-core shape rules of a dot (E0605). A dtype the target's tensor cores
+    /// do not take (bf16 before sm_80, f8 before sm_89) is no error: the brief says
+    /// every kernel compiles for every target, and such a dot runs on FMA units,
+    /// where any M, N, K is fine.
     pub fn check_mma(&mut self, dtype: DType, tf32: bool, mnk: [&Dim; 3], span: Span) {
         let info = self.arch.info();
         let name = if tf32 { "f32" } else { dtype.name() };
         if dtype != DType::I8 && !info.mma_dtypes.contains(&name) {
-            let what = if tf32 {
-                "tf32 (f32 inputs with precision=\"tf32\")".to_string()
-            } else {
-                format!("`{dtype}`")
-            };
-            self.report(
-                Diagnostic::new("E0606", span, format!("{what} `dot` is not supported by the tensor cores of {}", info.name))
-                    .with_help(format!(
-                        "{} supports {}; cast the operands (e.g. `.to(f16)`) or target a newer architecture",
-                        info.name,
-                        info.mma_dtypes.join(", ")
-                    )),
-            );
             return;
         }
         let labels = ["M", "N", "K"];
@@ -95,7 +89,7 @@ impl Checker<'_> {
     pub fn finish_resources(&mut self) {
         let info = self.arch.info();
         let warps = self.kernel.num_warps.unwrap_or(4).max(1);
-        let threads = warps * info.warp_size as u64;
+        let threads = warps.saturating_mul(info.warp_size as u64);
         if threads > info.max_threads_per_block as u64 {
             return; // E0604 already says the block cannot launch
         }
@@ -122,7 +116,7 @@ impl Checker<'_> {
             .iter()
             .map(|(a, b, span, in_loop)| {
                 let s = if *in_loop { stages } else { 1 };
-                ((a + b) * s, *a, *b, s, *span)
+                (a.saturating_add(*b).saturating_mul(s), *a, *b, s, *span)
             })
             .max_by_key(|x| x.0);
         if let Some((smem, a, b, s, span)) = worst {

@@ -116,7 +116,6 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "E0605",
         "dot shape not supported by the target's tensor cores",
     ),
-    e("E0606", "dtype not supported on this target"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),
