@@ -108,6 +108,11 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0508", "whole-tensor operation inside a kernel"),
     e("E0509", "invalid autotune space"),
     e("E0510", "parameter type not allowed here"),
+    e(
+        "E0511",
+        "kernel needs a value for a const parameter or specialised dim",
+    ),
+    e("E0512", "not supported by code generation yet"),
     // E06xx targets and resources
     e("E0602", "tiles exceed the register file"),
     e("E0603", "tiles exceed shared memory"),
