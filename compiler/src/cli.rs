@@ -411,6 +411,8 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
     };
     let result = match args.emit {
         EmitKind::TileIr => emit_tile_ir(&cx),
+        EmitKind::TargetIr => emit_target_ir(&cx),
+        EmitKind::Ptx => emit_ptx(&cx),
         other => Err(EmitError::Usage(format!(
             "`--emit {}` is not available yet",
             other.flag()
@@ -471,6 +473,40 @@ fn emit_tile_ir(cx: &EmitContext) -> Result<String, EmitError> {
     } else {
         Err(EmitError::Diagnostics(diags))
     }
+}
+
+/// The Target IR of the selected kernels for `--arch`, separated by blank lines.
+fn emit_target_ir(cx: &EmitContext) -> Result<String, EmitError> {
+    let mut text = String::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in &cx.kernels {
+        match crate::db::target_ir(cx.db, *item, cx.db.options(), cx.spec.clone()) {
+            Ok(k) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&k.to_string());
+            }
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(text)
+    } else {
+        Err(EmitError::Diagnostics(diags))
+    }
+}
+
+/// One PTX module with the selected kernels for `--arch`.
+fn emit_ptx(cx: &EmitContext) -> Result<String, EmitError> {
+    if !cx.arch.is_nvidia() {
+        return Err(EmitError::Usage(format!(
+            "`--emit ptx` needs an NVIDIA target (sm_70 ... sm_90a), not {}",
+            cx.arch
+        )));
+    }
+    crate::db::ptx_module(cx.db, &cx.kernels, cx.db.options(), &cx.spec)
+        .map_err(EmitError::Diagnostics)
 }
 
 #[cfg(test)]
@@ -572,10 +608,10 @@ mod emit_tests {
 
     #[test]
     fn usage_errors_exit_2() {
-        let a = args(write("k5.tsr", KERNELS), EmitKind::Ptx);
+        let a = args(write("k5.tsr", KERNELS), EmitKind::ScheduleIr);
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
-        assert_eq!(err, "error: `--emit ptx` is not available yet\n");
+        assert_eq!(err, "error: `--emit schedule-ir` is not available yet\n");
         let mut a = args(write("k6.tsr", KERNELS), EmitKind::TileIr);
         a.define = vec![("Q".into(), 1)];
         let (code, _, err) = run(&a);

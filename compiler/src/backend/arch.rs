@@ -229,6 +229,63 @@ impl Arch {
     pub fn is_nvidia(self) -> bool {
         self.info().vendor == Vendor::Nvidia
     }
+
+    /// The tensor-core (matrix) instructions the code generator uses on this
+    /// target, best first. NVIDIA: `mma.sync` shapes with f32 accumulation
+    /// (PTX ISA, "Warp-level matrix multiply-accumulate"); sm_70's `m8n8k4` and
+    /// the AMD MFMA/WMMA shapes are not used yet.
+    pub fn mma_shapes(self) -> &'static [MmaShape] {
+        const SM75: &[MmaShape] = &[MmaShape {
+            m: 16,
+            n: 8,
+            k: 8,
+            input: "f16",
+        }];
+        const SM80: &[MmaShape] = &[
+            MmaShape {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: "f16",
+            },
+            MmaShape {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: "bf16",
+            },
+        ];
+        match self {
+            Arch::Sm75 => SM75,
+            Arch::Sm80 | Arch::Sm86 | Arch::Sm89 | Arch::Sm90 | Arch::Sm90a => SM80,
+            _ => &[],
+        }
+    }
+
+    /// `ldmatrix` (warp-wide 8x8 16-bit matrix loads from shared memory), sm_75+.
+    pub fn has_ldmatrix(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm75
+    }
+
+    /// `cp.async` (asynchronous global → shared copies), sm_80+.
+    pub fn has_cp_async(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm80
+    }
+
+    /// `tanh.approx.f32`, sm_75+.
+    pub fn has_fast_tanh(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm75
+    }
+}
+
+/// One warp-level matrix instruction: `[m, k] x [k, n] + [m, n]`, inputs of
+/// dtype `input` (by name), f32 accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub input: &'static str,
 }
 
 impl fmt::Display for Arch {

@@ -2,5 +2,6 @@
 
 pub mod arch;
 pub mod occupancy;
+pub mod ptx;
 pub mod ptxas;
 pub mod resources;

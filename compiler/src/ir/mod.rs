@@ -2,4 +2,5 @@
 //! Graph IR (whole-tensor functions), Schedule IR (launch plans), Tile IR (one
 //! specialised kernel) and Target IR (one kernel on one arch).
 
+pub mod target;
 pub mod tile;
