@@ -9,18 +9,23 @@
 //!
 //! # Register estimate
 //!
-//! Every virtual register has a width in 32-bit words (predicates: 0, 64-bit: 2)
-//! and a live interval over the program's instructions in order, from its first
-//! definition to its last use. Loops widen intervals, as the back edge demands:
-//! a register defined before a loop and read inside it lives to the loop's end;
-//! a register read in a loop before the loop (re)defines it (carried), or defined
-//! in a loop and read after it, lives through the whole loop. Branches need
-//! nothing special: the two arms are laid out one after the other, so a value
-//! live across the `if` spans both, and values local to one arm never overlap the
-//! other's. At each instruction the pressure is the words of every register live
-//! across it plus those it defines (a result may reuse the register of an operand
-//! read for the last time). The estimate is the peak, plus the registers ptxas
-//! keeps for itself ([`PTXAS_OVERHEAD`]), at least [`MIN_REGS`].
+//! Every virtual register has a width in 32-bit words (predicates: 0, 64-bit: 2).
+//! The structured program becomes a control-flow graph of instruction positions
+//! (a loop's body follows its entry and jumps back to its start; it is left at
+//! its [`Node::Test`]s, or skipped from the entry; a branch goes to either arm),
+//! and backward dataflow liveness runs over it to a fixpoint. So a register is
+//! live exactly where some path from there reads it before writing it: a loop
+//! keeps a value read in its body alive around the back edge, while a carried
+//! register that the body rewrites is dead between its last read and the
+//! rewrite (where ptxas coalesces the copy of a loop-carried value). At each
+//! instruction the pressure is the words of the registers live after it plus
+//! those it writes (a result may reuse the register of an operand read for the
+//! last time), or of those live before it if more. Before that, instructions
+//! that neither touch memory nor synchronise are moved down to their first
+//! reader in their block, as ptxas's scheduler does to shorten live ranges
+//! (Target IR emits, e.g., all the address arithmetic of a tile access first).
+//! The estimate is the peak, plus the registers ptxas keeps for itself
+//! ([`PTXAS_OVERHEAD`]), at least [`MIN_REGS`].
 
 use std::fmt::Write as _;
 
@@ -36,8 +41,11 @@ use crate::syntax::span::Span;
 pub enum Node {
     /// One instruction: the registers it writes and reads.
     Inst { defs: Vec<u32>, uses: Vec<u32> },
-    /// A loop: `entry` runs once before it (e.g. reading the bounds and writing the
-    /// induction variable), then `body` repeats.
+    /// Reads `uses` and may leave the innermost enclosing loop (a loop's test).
+    Test { uses: Vec<u32> },
+    /// A loop: `entry` runs once (e.g. reading the bounds and writing the
+    /// induction variable), then `body` repeats until one of its [`Node::Test`]s
+    /// leaves it; the loop may also be skipped right after `entry`.
     Loop { entry: Box<Node>, body: Vec<Node> },
     /// A two-way branch on `cond`.
     Branch {
@@ -56,218 +64,177 @@ pub const PTXAS_OVERHEAD: u32 = 3;
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Interval {
-    first: Option<usize>,
-    last: Option<usize>,
+/// The control-flow graph of a program: per position, what it writes and reads
+/// and where control goes next.
+#[derive(Default)]
+struct Cfg {
+    defs: Vec<Vec<u32>>,
+    uses: Vec<Vec<u32>>,
+    succ: Vec<Vec<usize>>,
+    /// Exits (test positions) of each loop being built, innermost last.
+    exits: Vec<Vec<usize>>,
 }
 
-/// Program positions: one per instruction (and per branch condition, and per
-/// empty loop body), in program order.
-struct Linear {
-    intervals: Vec<Interval>,
-    pos: usize,
-}
-
-impl Linear {
-    fn touch(&mut self, reg: u32, def: bool) {
-        let i = reg as usize;
-        if self.intervals.len() <= i {
-            self.intervals.resize(i + 1, Interval::default());
-        }
-        let iv = &mut self.intervals[i];
-        if def {
-            iv.first = Some(iv.first.map_or(self.pos, |f| f.min(self.pos)));
-        }
-        iv.last = Some(iv.last.map_or(self.pos, |l| l.max(self.pos)));
+impl Cfg {
+    fn position(&mut self, defs: &[u32], uses: &[u32]) -> usize {
+        self.defs.push(defs.to_vec());
+        self.uses.push(uses.to_vec());
+        self.succ.push(Vec::new());
+        self.defs.len() - 1
     }
 
-    fn inst(&mut self, defs: &[u32], uses: &[u32]) {
-        for &u in uses {
-            self.touch(u, false);
+    fn link(&mut self, from: &[usize], to: usize) {
+        for &f in from {
+            self.succ[f].push(to);
         }
-        for &d in defs {
-            self.touch(d, true);
-        }
-        self.pos += 1;
     }
 
-    fn walk(&mut self, nodes: &[Node]) {
+    /// Builds `nodes` in sequence; returns the first position (if any) and the
+    /// positions whose successor is whatever follows.
+    fn seq(&mut self, nodes: &[Node]) -> (Option<usize>, Vec<usize>) {
+        let mut first = None;
+        let mut open: Vec<usize> = Vec::new();
         for n in nodes {
-            match n {
-                Node::Inst { defs, uses } => self.inst(defs, uses),
-                Node::Loop { entry, body } => {
-                    self.walk(std::slice::from_ref(entry));
-                    let start = self.pos;
-                    self.walk(body);
-                    // An empty body still occupies one position.
-                    self.pos = self.pos.max(start + 1);
-                }
-                Node::Branch {
-                    cond,
-                    then,
-                    otherwise,
-                } => {
-                    self.inst(&[], cond);
-                    self.walk(then);
-                    self.walk(otherwise);
-                }
+            let (entry, out) = self.node(n);
+            if first.is_none() {
+                first = Some(entry);
+            } else {
+                self.link(&open, entry);
             }
+            open = out;
         }
+        (first, open)
     }
-}
 
-/// First def and first use of every register inside `nodes`, in program order.
-fn first_events(nodes: &[Node], pos: &mut usize, out: &mut Events) {
-    let note = |r: u32, def: bool, p: usize, out: &mut Events| {
-        let i = r as usize;
-        if out.len() <= i {
-            out.resize(i + 1, (None, None));
-        }
-        let slot = if def { &mut out[i].0 } else { &mut out[i].1 };
-        if slot.is_none() {
-            *slot = Some(p);
-        }
-    };
-    for n in nodes {
+    fn node(&mut self, n: &Node) -> (usize, Vec<usize>) {
         match n {
             Node::Inst { defs, uses } => {
-                for &u in uses {
-                    note(u, false, *pos, out);
+                let p = self.position(defs, uses);
+                (p, vec![p])
+            }
+            Node::Test { uses } => {
+                let p = self.position(&[], uses);
+                if let Some(exits) = self.exits.last_mut() {
+                    exits.push(p);
                 }
-                for &d in defs {
-                    note(d, true, *pos, out);
-                }
-                *pos += 1;
+                (p, vec![p])
             }
             Node::Loop { entry, body } => {
-                first_events(std::slice::from_ref(entry), pos, out);
-                let start = *pos;
-                first_events(body, pos, out);
-                *pos = (*pos).max(start + 1);
+                let (e, mut out) = self.node(entry);
+                self.exits.push(Vec::new());
+                let (start, end) = self.seq(body);
+                let exits = self.exits.pop().unwrap_or_default();
+                if let Some(start) = start {
+                    self.link(&out, start);
+                    self.link(&end, start);
+                }
+                // Skipped after the entry, or left at a test.
+                out.extend(exits);
+                (e, out)
             }
             Node::Branch {
                 cond,
                 then,
                 otherwise,
             } => {
-                for &u in cond {
-                    note(u, false, *pos, out);
+                let p = self.position(&[], cond);
+                let mut out = Vec::new();
+                for arm in [then, otherwise] {
+                    match self.seq(arm) {
+                        (Some(first), end) => {
+                            self.link(&[p], first);
+                            out.extend(end);
+                        }
+                        (None, _) => out.push(p),
+                    }
                 }
-                *pos += 1;
-                first_events(then, pos, out);
-                first_events(otherwise, pos, out);
+                (p, out)
             }
         }
     }
 }
 
-/// First def and first use (positions) of each register inside a loop body.
-type Events = Vec<(Option<usize>, Option<usize>)>;
+/// A set of registers as bits.
+#[derive(Clone, PartialEq)]
+struct Bits(Vec<u64>);
 
-/// Every loop as `(start, end, events)`, positions inclusive, inner loops first.
-fn collect_loops(nodes: &[Node], pos: &mut usize, out: &mut Vec<(usize, usize, Events)>) {
-    for n in nodes {
-        match n {
-            Node::Inst { .. } => *pos += 1,
-            Node::Loop { entry, body } => {
-                collect_loops(std::slice::from_ref(entry), pos, out);
-                let start = *pos;
-                let mut p = start;
-                let mut events = Vec::new();
-                first_events(body, &mut p, &mut events);
-                collect_loops(body, pos, out);
-                let end = (*pos).max(start + 1) - 1;
-                *pos = end + 1;
-                out.push((start, end, events));
-            }
-            Node::Branch {
-                then, otherwise, ..
-            } => {
-                *pos += 1;
-                collect_loops(then, pos, out);
-                collect_loops(otherwise, pos, out);
-            }
+impl Bits {
+    fn new(n: usize) -> Self {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn insert(&mut self, r: u32) {
+        self.0[r as usize / 64] |= 1 << (r % 64);
+    }
+    fn remove(&mut self, r: u32) {
+        self.0[r as usize / 64] &= !(1 << (r % 64));
+    }
+    fn union(&mut self, other: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a |= b;
         }
+    }
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            (0..64)
+                .filter(move |b| w & (1u64 << b) != 0)
+                .map(move |b| (i * 64 + b) as u32)
+        })
     }
 }
 
 /// Peak 32-bit register pressure of a program whose register `r` is
 /// `words(r)` words wide (see the module docs for the model).
 pub fn max_pressure(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
-    let mut lin = Linear {
-        intervals: Vec::new(),
-        pos: 0,
-    };
-    lin.walk(program);
-    let npos = lin.pos;
-    let mut loops = Vec::new();
-    collect_loops(program, &mut 0, &mut loops);
-    // Inner loops are pushed before the loops that contain them, so one pass in
-    // order propagates widening outwards; repeat to a fixpoint for safety.
-    let mut intervals = lin.intervals;
+    let mut cfg = Cfg::default();
+    cfg.seq(program);
+    let n = cfg.defs.len();
+    let nregs = cfg
+        .defs
+        .iter()
+        .chain(&cfg.uses)
+        .flatten()
+        .map(|&r| r as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut live_in = vec![Bits::new(nregs); n];
+    let mut live_out = vec![Bits::new(nregs); n];
+    // Backward dataflow to a fixpoint; positions are mostly in program order,
+    // so sweeping them in reverse converges in a few passes.
     loop {
         let mut changed = false;
-        for (start, end, events) in &loops {
-            let (start, end) = (*start, *end);
-            for (r, iv) in intervals.iter_mut().enumerate() {
-                let (Some(first), Some(last)) = (iv.first, iv.last) else {
-                    continue;
-                };
-                let (def_in, use_in) = events.get(r).copied().unwrap_or((None, None));
-                let mut f = first;
-                let mut l = last;
-                // Defined before, read inside: live to the end of the loop.
-                if first < start && use_in.is_some() {
-                    l = l.max(end);
-                }
-                // Read inside before the loop defines it: carried around the loop.
-                if let (Some(u), Some(d)) = (use_in, def_in) {
-                    if u <= d && first < start {
-                        l = l.max(end);
-                    } else if u <= d {
-                        f = f.min(start);
-                        l = l.max(end);
-                    }
-                }
-                // Defined inside, read after: the value crosses the back edge.
-                if def_in.is_some() && last > end {
-                    f = f.min(start);
-                }
-                if (f, l) != (first, last) {
-                    iv.first = Some(f);
-                    iv.last = Some(l);
-                    changed = true;
-                }
+        for p in (0..n).rev() {
+            let mut out = Bits::new(nregs);
+            for &s in &cfg.succ[p] {
+                out.union(&live_in[s]);
+            }
+            let mut inn = out.clone();
+            for &d in &cfg.defs[p] {
+                inn.remove(d);
+            }
+            for &u in &cfg.uses[p] {
+                inn.insert(u);
+            }
+            if inn != live_in[p] || out != live_out[p] {
+                live_in[p] = inn;
+                live_out[p] = out;
+                changed = true;
             }
         }
         if !changed {
             break;
         }
     }
-    // A register used but never defined (a bug upstream, or an input) is live
-    // from the start.
-    let mut diff = vec![0i64; npos + 2];
-    for (r, iv) in intervals.iter().enumerate() {
-        let Some(last) = iv.last else { continue };
-        let first = iv.first.unwrap_or(0);
-        let w = words(r as u32) as i64;
-        if w == 0 {
-            continue;
-        }
-        // Live across [first, last): a value dies at its last use, whose result
-        // may take its register; a value never read still occupies its definition.
-        let end = last.max(first + 1);
-        diff[first] += w;
-        diff[end] -= w;
-    }
-    let mut cur = 0i64;
-    let mut peak = 0i64;
-    for d in diff.iter().take(npos + 1) {
-        cur += d;
-        peak = peak.max(cur);
-    }
-    peak as u32
+    let weight = |b: &Bits| b.iter().map(words).sum::<u32>();
+    (0..n)
+        .map(|p| {
+            let mut after = live_out[p].clone();
+            for &d in &cfg.defs[p] {
+                after.insert(d);
+            }
+            weight(&after).max(weight(&live_in[p]))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The register estimate reported for a program: peak pressure plus ptxas's
@@ -461,12 +428,13 @@ pub fn render_table(rows: &[Resources]) -> String {
     let line = |out: &mut String, row: &[&str]| {
         for (i, (c, w)) in row.iter().zip(widths).enumerate() {
             // Text left-aligned, numbers right-aligned.
-            if i < 2 || i == 7 {
-                let _ = write!(out, "{c:<w$}");
+            if i + 1 == row.len() {
+                let _ = writeln!(out, "{c}");
+            } else if i < 2 {
+                let _ = write!(out, "{c:<w$}  ");
             } else {
-                let _ = write!(out, "{c:>w$}");
+                let _ = write!(out, "{c:>w$}  ");
             }
-            out.push_str(if i + 1 < row.len() { "  " } else { "\n" });
         }
     };
     line(&mut out, &header);
@@ -481,6 +449,220 @@ pub fn render_table(rows: &[Resources]) -> String {
 pub fn render_json(rows: &[Resources]) -> String {
     let v: Vec<serde_json::Value> = rows.iter().map(Resources::to_json).collect();
     serde_json::to_string_pretty(&v).expect("JSON of plain values")
+}
+
+// ---- From Target IR ----
+
+/// The structured program of a Target IR kernel, for [`max_pressure`]. A `For`
+/// loop's entry writes the induction variable from its bounds; the increment
+/// and the test at the end of every iteration read it with the bound and step,
+/// so registers holding those stay live through the loop. A `While` loop
+/// repeats its condition, the test of its predicate (where it is left), and its
+/// body. Each block is first put in [`sink`] order.
+pub fn program_of(kernel: &crate::ir::target::Kernel) -> Vec<Node> {
+    fn convert(insts: &[crate::ir::target::Inst]) -> Vec<Node> {
+        use crate::ir::target::Inst;
+        let mut out = Vec::with_capacity(insts.len());
+        for inst in sink(insts) {
+            let regs =
+                |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
+            match inst {
+                Inst::Comment(_) => {}
+                Inst::For { iv, body, .. } => {
+                    let bounds = regs(inst.uses());
+                    let mut b = convert(body);
+                    let mut step_uses = bounds.clone();
+                    step_uses.push(iv.0);
+                    b.push(Node::Inst {
+                        defs: vec![iv.0],
+                        uses: step_uses.clone(),
+                    });
+                    b.push(Node::Test { uses: step_uses });
+                    out.push(Node::Loop {
+                        entry: Box::new(Node::Inst {
+                            defs: vec![iv.0],
+                            uses: bounds,
+                        }),
+                        body: b,
+                    });
+                }
+                Inst::While { cond, pred, body } => {
+                    let mut b = convert(cond);
+                    b.push(Node::Test { uses: vec![pred.0] });
+                    b.extend(convert(body));
+                    out.push(Node::Loop {
+                        entry: Box::new(Node::Inst {
+                            defs: vec![],
+                            uses: vec![],
+                        }),
+                        body: b,
+                    });
+                }
+                Inst::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => out.push(Node::Branch {
+                    cond: vec![cond.0],
+                    then: convert(then),
+                    otherwise: convert(otherwise),
+                }),
+                other => out.push(Node::Inst {
+                    defs: regs(other.defs()),
+                    uses: regs(other.uses()),
+                }),
+            }
+        }
+        out
+    }
+    convert(&kernel.body)
+}
+
+/// The instructions of one block in the order ptxas's scheduler is modelled to
+/// run them: an instruction without side effects that reads no memory (moves,
+/// arithmetic, compares, conversions, special registers) is placed right
+/// before the first instruction of the block that reads one of its results
+/// (nested regions included), so a value is not held while unrelated work
+/// runs. Memory accesses, barriers, shuffles and control flow keep their order.
+fn sink(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
+    use crate::ir::target::Inst;
+    fn reads(inst: &Inst, out: &mut std::collections::HashSet<u32>) {
+        out.extend(inst.uses().into_iter().map(|r| r.0));
+        for region in inst.regions() {
+            for i in region {
+                reads(i, out);
+            }
+        }
+    }
+    let movable = |i: &Inst| {
+        matches!(
+            i,
+            Inst::Param { .. }
+                | Inst::Special { .. }
+                | Inst::SmemAddr { .. }
+                | Inst::Unary { .. }
+                | Inst::Binary { .. }
+                | Inst::Fma { .. }
+                | Inst::MulWide { .. }
+                | Inst::Cmp { .. }
+                | Inst::Select { .. }
+                | Inst::Cvt { .. }
+        )
+    };
+    let reads_of: Vec<std::collections::HashSet<u32>> = insts
+        .iter()
+        .map(|i| {
+            let mut s = std::collections::HashSet::new();
+            reads(i, &mut s);
+            s
+        })
+        .collect();
+    // For each instruction, the index it is placed before.
+    let n = insts.len();
+    let mut place: Vec<(usize, usize)> = Vec::with_capacity(n);
+    for (k, inst) in insts.iter().enumerate() {
+        if movable(inst) {
+            let defs: Vec<u32> = inst.defs().into_iter().map(|r| r.0).collect();
+            // A later write of the same register (or of a register it reads)
+            // pins it: only single-definition values move.
+            let first_use = (k + 1..n).find(|&j| {
+                defs.iter().any(|d| reads_of[j].contains(d))
+                    || insts[j]
+                        .defs()
+                        .iter()
+                        .any(|r| defs.contains(&r.0) || reads_of[k].contains(&r.0))
+            });
+            let at = first_use.map_or(k, |j| j.max(k));
+            if at > k {
+                // Placed just before `at`, after everything originally before it.
+                place.push((at, k));
+                continue;
+            }
+        }
+        place.push((k, k));
+    }
+    // Stable: by target slot, sunk instructions before the one they precede
+    // (they come from earlier indices).
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&k| {
+        let (at, orig) = place[k];
+        (at, if at == orig { 1 } else { 0 }, orig)
+    });
+    order.into_iter().map(|k| &insts[k]).collect()
+}
+
+/// The resources of a Target IR kernel.
+pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
+    let program = program_of(kernel);
+    let words = |r: u32| kernel.regs.get(r as usize).map_or(1, |t| t.words());
+    Resources::new(
+        kernel.name.clone(),
+        kernel.arch,
+        kernel.num_threads,
+        estimate_regs(&program, &words),
+        kernel.smem_bytes(),
+    )
+}
+
+// ---- Per file ----
+
+/// The resources of one kernel item of a file under `spec` on `options`' arch:
+/// its Target IR (`db::target_ir`, over `db::tile_ir`), then the estimate. `Ok` holds the resources and
+/// their diagnostics (W0003, W0004, or the E06xx of a block that cannot run);
+/// `Err` the diagnostics that stopped compilation (check or lowering errors,
+/// E0512 for what Target IR cannot lower yet). Spans are absolute (`offset` is
+/// the item's start in the file).
+pub fn kernel_resources(
+    db: &dyn crate::db::Db,
+    item: crate::db::ItemSource<'_>,
+    offset: u32,
+    options: crate::db::Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<(Resources, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let target = crate::db::target_ir(db, item, options, spec.clone())
+        .as_ref()
+        .map_err(|d| {
+            d.iter()
+                .cloned()
+                .map(|d| d.shifted(offset))
+                .collect::<Vec<_>>()
+        })?;
+    let resources = of_target(target);
+    let name_span = match crate::db::parse_item(db, item).item.as_deref() {
+        Some(crate::syntax::ast::Item::Function(f)) => f.name.span,
+        _ => Span::new(0, 0),
+    };
+    let diags = resources.diagnostics(name_span.shift(offset));
+    Ok((resources, diags))
+}
+
+/// [`kernel_resources`] for every kernel of a file: the resources of those that
+/// compile, and every diagnostic (absolute spans), in source order. Nothing when
+/// the file has check errors (those are `file_diagnostics`).
+pub fn file_resources(
+    db: &dyn crate::db::Db,
+    file: crate::db::SourceFile,
+    options: crate::db::Options,
+    spec: &crate::ir::tile::Specialization,
+) -> (Vec<Resources>, Vec<Diagnostic>) {
+    let mut rows = Vec::new();
+    let mut diags = Vec::new();
+    if crate::db::file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return (rows, diags);
+    }
+    for (_, item, offset) in crate::db::file_kernels(db, file) {
+        match kernel_resources(db, item, offset, options, spec) {
+            Ok((r, d)) => {
+                rows.push(r);
+                diags.extend(d);
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    (rows, diags)
 }
 
 #[cfg(test)]
@@ -527,11 +709,17 @@ mod tests {
         assert_eq!(max_pressure(&p, &words), 3);
     }
 
+    fn test(uses: &[u32]) -> Node {
+        Node::Test {
+            uses: uses.to_vec(),
+        }
+    }
+
     #[test]
     fn values_read_in_a_loop_live_through_it() {
         // r0 defined before the loop and read at the start of the body: it must
         // survive the whole body (the next iteration reads it again), so it
-        // overlaps the 3 temporaries made at the end of the body.
+        // overlaps the temporaries made at the end of the body.
         let p = [
             inst(&[0], &[]),
             Node::Loop {
@@ -543,14 +731,15 @@ mod tests {
                     inst(&[4], &[]),
                     inst(&[5], &[3, 4]),
                     inst(&[], &[5]),
+                    inst(&[1], &[1]),
+                    test(&[1]),
                 ],
             },
         ];
-        // At r4's definition: r0, r1 (the induction variable, read at the body's
-        // start), r3, r4.
+        // At r4's definition: r0, r1 (the induction variable), r3, r4.
         assert_eq!(max_pressure(&p, &one), 4);
-        // Without the loop the same instructions need one register less: r0
-        // dies at its only read.
+        // Without the loop the same instructions need two registers less: r0
+        // and r1 die at their reads.
         let flat = [
             inst(&[0], &[]),
             inst(&[1], &[]),
@@ -565,32 +754,60 @@ mod tests {
     }
 
     #[test]
-    fn carried_and_escaping_values_span_the_loop() {
-        // r1 is written late in the body and read after the loop: it crosses
-        // the back edge, so it is live while r2, r3 are (early in the body).
+    fn loop_exits_and_carried_values() {
+        // r1 is written late in the body and read after the loop. Each
+        // iteration overwrites it before any read, so it is dead early in the
+        // body (where r2, r3 live) ...
+        let body = vec![
+            inst(&[2], &[0]),
+            inst(&[3], &[2]),
+            inst(&[4], &[3]),
+            inst(&[], &[4, 3]),
+            inst(&[1], &[0]),
+            inst(&[0], &[0]),
+            test(&[0]),
+        ];
         let p = [
+            inst(&[1], &[]),
             Node::Loop {
                 entry: Box::new(inst(&[0], &[])),
-                body: vec![
-                    inst(&[2], &[0]),
-                    inst(&[3], &[2]),
-                    inst(&[], &[3]),
-                    inst(&[1], &[0]),
-                ],
+                body: body.clone(),
             },
             inst(&[], &[1]),
         ];
+        // ... peak: r0, r3, r4.
         assert_eq!(max_pressure(&p, &one), 3);
-        // Accumulator: defined before, read and rewritten inside, read after.
+        // Left at a test after r4's definition and before r1's write, the old
+        // r1 may be read after the loop, so it is live there: r0, r1, r3, r4.
+        let mut early = body;
+        early.insert(3, test(&[0]));
+        let q = [
+            inst(&[1], &[]),
+            Node::Loop {
+                entry: Box::new(inst(&[0], &[])),
+                body: early,
+            },
+            inst(&[], &[1]),
+        ];
+        assert_eq!(max_pressure(&q, &one), 4);
+        // A copied accumulator (Target IR copies carried values into fresh
+        // registers and back): the copy and the original never overlap.
         let acc = [
             inst(&[0], &[]),
             Node::Loop {
                 entry: Box::new(inst(&[1], &[])),
-                body: vec![inst(&[2], &[1]), inst(&[3], &[0, 2]), inst(&[0], &[3])],
+                body: vec![
+                    inst(&[5], &[0]),
+                    inst(&[2], &[1]),
+                    inst(&[3], &[5, 2]),
+                    inst(&[0], &[3]),
+                    inst(&[1], &[1]),
+                    test(&[1]),
+                ],
             },
             inst(&[], &[0]),
         ];
-        // r0, r1 and r2 at r2's definition; r3 replaces r2.
+        // r1, r5 and r2 at r2's definition.
         assert_eq!(max_pressure(&acc, &one), 3);
     }
 
