@@ -204,7 +204,7 @@ fn mem_suffix(m: MemTy) -> &'static str {
         MemTy::I16 => "s16",
         MemTy::I8 => "s8",
         MemTy::U32 => "u32",
-        MemTy::U8 => "u8",
+        MemTy::U8 | MemTy::F8E4M3 | MemTy::F8E5M2 => "u8",
     }
 }
 

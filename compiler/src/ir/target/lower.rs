@@ -218,12 +218,11 @@ fn gcd(a: u64, b: u64) -> u64 {
 fn compute_ty(d: DType) -> Option<RegTy> {
     Some(match d {
         DType::F64 => RegTy::F64,
-        DType::F32 | DType::F16 | DType::BF16 => RegTy::F32,
+        DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => RegTy::F32,
         DType::I64 => RegTy::I64,
         DType::I32 | DType::I16 | DType::I8 => RegTy::I32,
         DType::U32 | DType::U8 => RegTy::U32,
         DType::Bool => RegTy::Pred,
-        DType::F8E4M3 | DType::F8E5M2 => return None,
     })
 }
 
@@ -239,7 +238,8 @@ fn mem_ty(d: DType) -> Option<MemTy> {
         DType::I8 => MemTy::I8,
         DType::U32 => MemTy::U32,
         DType::U8 | DType::Bool => MemTy::U8,
-        DType::F8E4M3 | DType::F8E5M2 => return None,
+        DType::F8E4M3 => MemTy::F8E4M3,
+        DType::F8E5M2 => MemTy::F8E5M2,
     })
 }
 
@@ -251,7 +251,9 @@ fn raw_ty(mem: MemTy) -> RegTy {
         MemTy::F16 => RegTy::B16,
         MemTy::I64 => RegTy::I64,
         MemTy::I32 | MemTy::I16 | MemTy::I8 => RegTy::I32,
-        MemTy::BF16 | MemTy::U32 | MemTy::U16 | MemTy::U8 => RegTy::U32,
+        MemTy::BF16 | MemTy::U32 | MemTy::U16 | MemTy::U8 | MemTy::F8E4M3 | MemTy::F8E5M2 => {
+            RegTy::U32
+        }
     }
 }
 
@@ -1281,9 +1283,113 @@ impl<'a> Lower<'a> {
             DType::I8 => self.cvt(RegTy::I32, v, Some(MemTy::I8)),
             DType::I16 => self.cvt(RegTy::I32, v, Some(MemTy::I16)),
             DType::U8 => self.cvt(RegTy::U32, v, Some(MemTy::U8)),
+            DType::F8E4M3 | DType::F8E5M2 => {
+                let m = mem_ty(to).expect("f8");
+                let c = self.encode_f8(v, m);
+                self.decode_f8(c, m)
+            }
             _ => v,
         };
         Ok(v)
+    }
+
+    /// (exponent bits, mantissa bits, bias) of an 8-bit float.
+    fn f8_format(mem: MemTy) -> (u32, u32, i64) {
+        match mem {
+            MemTy::F8E4M3 => (4, 3, 7),
+            _ => (5, 2, 15),
+        }
+    }
+
+    /// The f32 value of an 8-bit float code (in a U32 register): sign,
+    /// normals by moving exponent and mantissa into place, subnormals by a
+    /// multiply; e4m3's 0x7f is NaN (no infinities), e5m2's 0x7c inf, above NaN.
+    fn decode_f8(&mut self, raw: Operand, mem: MemTy) -> Operand {
+        let (_, mb, bias) = Self::f8_format(mem);
+        let u = RegTy::U32;
+        let c = self.bin(BinOp::And, u, raw, Operand::Int(0x7f));
+        let normal = self.bin(BinOp::Shl, u, c, Operand::Int(23 - mb as i64));
+        let normal = self.bin(BinOp::Add, u, normal, Operand::Int((127 - bias) << 23));
+        let special = if mem == MemTy::F8E4M3 {
+            let nan = self.cmp(CmpOp::Eq, u, c, Operand::Int(0x7f));
+            self.select(u, nan, Operand::Int(0x7fc0_0000), normal)
+        } else {
+            let big = self.cmp(CmpOp::Ge, u, c, Operand::Int(0x7c));
+            let m = self.bin(BinOp::And, u, c, Operand::Int(3));
+            let m = self.bin(BinOp::Shl, u, m, Operand::Int(21));
+            let infnan = self.bin(BinOp::Or, u, m, Operand::Int(0x7f80_0000));
+            self.select(u, big, infnan, normal)
+        };
+        let fbits = self.new_reg(RegTy::F32);
+        self.emit(Inst::Mov {
+            dst: fbits,
+            src: special,
+        });
+        let cf = self.cvt(RegTy::F32, c, None);
+        let sub = self.bin(
+            BinOp::Mul,
+            RegTy::F32,
+            cf,
+            Operand::Float(2f64.powi(1 - bias as i32 - mb as i32)),
+        );
+        let is_sub = self.cmp(CmpOp::Lt, u, c, Operand::Int(1 << mb));
+        let mag = self.select(RegTy::F32, is_sub, sub, Operand::Reg(fbits));
+        let s = self.bin(BinOp::And, u, raw, Operand::Int(0x80));
+        let neg = self.cmp(CmpOp::Ne, u, s, Operand::Int(0));
+        let nmag = self.un(UnOp::Neg, RegTy::F32, mag);
+        self.select(RegTy::F32, neg, nmag, mag)
+    }
+
+    /// The 8-bit float code (U32) nearest to an f32 (ties to even, one
+    /// rounding from f32): e4m3 saturates to ±448 (as `cvt.satfinite`), e5m2
+    /// overflows to infinity; NaN gives 0x7f.
+    fn encode_f8(&mut self, x: Operand, mem: MemTy) -> Operand {
+        let (_, mb, bias) = Self::f8_format(mem);
+        let u = RegTy::U32;
+        let x = self.materialize(RegTy::F32, x);
+        let bits = self.new_reg(u);
+        self.emit(Inst::Mov { dst: bits, src: x });
+        let bits = Operand::Reg(bits);
+        let a = self.bin(BinOp::And, u, bits, Operand::Int(0x7fff_ffff));
+        let sbit = self.bin(BinOp::Shr, u, bits, Operand::Int(24));
+        let sbit = self.bin(BinOp::And, u, sbit, Operand::Int(0x80));
+        // Normals: round the f32 mantissa to `mb` bits, rebias the exponent.
+        let drop = 23 - mb as i64;
+        let lsb = self.bin(BinOp::Shr, u, a, Operand::Int(drop));
+        let lsb = self.bin(BinOp::And, u, lsb, Operand::Int(1));
+        let r = self.bin(BinOp::Add, u, a, Operand::Int((1 << (drop - 1)) - 1));
+        let r = self.bin(BinOp::Add, u, r, lsb);
+        let r = self.bin(BinOp::Shr, u, r, Operand::Int(drop));
+        let normal = self.bin(BinOp::Sub, u, r, Operand::Int((127 - bias) << mb));
+        // Subnormals: |x| / 2^(1 - bias - mb) rounded to an integer (ties to
+        // even, by adding 2^23).
+        let af = self.new_reg(RegTy::F32);
+        self.emit(Inst::Mov { dst: af, src: a });
+        let scaled = self.bin(
+            BinOp::Mul,
+            RegTy::F32,
+            Operand::Reg(af),
+            Operand::Float(2f64.powi(bias as i32 - 1 + mb as i32)),
+        );
+        let magic = self.bin(BinOp::Add, RegTy::F32, scaled, Operand::Float(8_388_608.0));
+        let mbits = self.new_reg(u);
+        self.emit(Inst::Mov {
+            dst: mbits,
+            src: magic,
+        });
+        let sub = self.bin(
+            BinOp::Sub,
+            u,
+            Operand::Reg(mbits),
+            Operand::Int(0x4b00_0000),
+        );
+        let is_sub = self.cmp(CmpOp::Lt, u, a, Operand::Int((128 - bias) << 23));
+        let code = self.select(u, is_sub, sub, normal);
+        let max = if mem == MemTy::F8E4M3 { 0x7e } else { 0x7c };
+        let code = self.bin(BinOp::Min, u, code, Operand::Int(max));
+        let nan = self.cmp(CmpOp::Gt, u, a, Operand::Int(0x7f80_0000));
+        let code = self.select(u, nan, Operand::Int(0x7f), code);
+        self.bin(BinOp::Or, u, code, sbit)
     }
 
     /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
@@ -1645,6 +1751,7 @@ impl<'a> Lower<'a> {
                         MemTy::U8 if dtype == DType::Bool => {
                             self.cmp(CmpOp::Ne, RegTy::U32, raw, Operand::Int(0))
                         }
+                        MemTy::F8E4M3 | MemTy::F8E5M2 => self.decode_f8(raw, mem),
                         _ => raw,
                     };
                     match pred {
@@ -1744,6 +1851,7 @@ impl<'a> Lower<'a> {
                     MemTy::U8 if dtype == DType::Bool => {
                         self.select(RegTy::U32, x, Operand::Int(1), Operand::Int(0))
                     }
+                    MemTy::F8E4M3 | MemTy::F8E5M2 => self.encode_f8(x, mem),
                     _ => self.materialize(raw_ty(mem), x),
                 };
                 srcs.push(s);

@@ -191,6 +191,9 @@ pub enum MemTy {
     U32,
     U16,
     U8,
+    /// 8-bit floats (OCP FP8): 4 exponent bits / 3 mantissa bits, and 5 / 2.
+    F8E4M3,
+    F8E5M2,
 }
 
 impl MemTy {
@@ -199,7 +202,7 @@ impl MemTy {
             MemTy::F64 | MemTy::I64 => 8,
             MemTy::F32 | MemTy::I32 | MemTy::U32 => 4,
             MemTy::F16 | MemTy::BF16 | MemTy::I16 | MemTy::U16 => 2,
-            MemTy::I8 | MemTy::U8 => 1,
+            MemTy::I8 | MemTy::U8 | MemTy::F8E4M3 | MemTy::F8E5M2 => 1,
         }
     }
 
@@ -216,6 +219,8 @@ impl MemTy {
             MemTy::U32 => "u32",
             MemTy::U16 => "u16",
             MemTy::U8 => "u8",
+            MemTy::F8E4M3 => "f8e4m3",
+            MemTy::F8E5M2 => "f8e5m2",
         }
     }
 }
@@ -512,11 +517,14 @@ pub struct Param {
     pub ty: RegTy,
 }
 
-/// A region of the kernel's shared-memory arena. Regions may overlap: every
-/// use of shared memory (a layout conversion, a cross-warp reduction, the
-/// operands of one `dot`) starts after a barrier that ends the previous use
-/// and ends with a barrier, so uses never overlap in time; only the regions
-/// of one use (a dot's `a` and `b`) are disjoint.
+/// A region of the kernel's shared-memory arena. Transient regions may
+/// overlap: every transient use of shared memory (a layout conversion, a
+/// cross-warp reduction, the operands of one `dot`) starts after a barrier that
+/// ends the previous use and ends with a barrier, so uses never overlap in
+/// time; only the regions of one use (a dot's `a` and `b`) are disjoint.
+/// Regions that live through a loop (`pipe*`: the `num_stages` stages of a
+/// software-pipelined operand; `invariant*`: a loop-invariant operand) are
+/// placed after all transient ones and overlap nothing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmemBuffer {
     pub name: String,

@@ -601,6 +601,33 @@ pub(crate) fn causal_mask() -> Kernel {
     b.finish("causal_mask", 4)
 }
 
+/// 8-bit floats: `xq = x.to(f8)` stored as f8, and f8 tensors loaded and
+/// stored as f32 (both formats).
+pub(crate) fn f8_roundtrip() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("x", &["N"], f),
+        tensor("q4", &["N"], DType::F8E4M3),
+        tensor("q5", &["N"], DType::F8E5M2),
+        tensor("d4", &["N"], f),
+        tensor("d5", &["N"], f),
+    ]);
+    let pid = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let c = b.int(128);
+    let i = b.bin(BinaryOp::Mul, pid, c);
+    let x = b.load(0, vec![range(i, 128)], Constant::Int(0));
+    let x4 = b.cast(x, DType::F8E4M3);
+    b.store(1, vec![range(i, 128)], x4);
+    let x5 = b.cast(x, DType::F8E5M2);
+    b.store(2, vec![range(i, 128)], x5);
+    for (t, out) in [(1, 3), (2, 4)] {
+        let q = b.load(t, vec![range(i, 128)], Constant::Int(0));
+        let qf = b.cast(q, f);
+        b.store(out, vec![range(i, 128)], qf);
+    }
+    b.finish("f8_roundtrip", 4)
+}
+
 pub(crate) fn all_kernels() -> Vec<Kernel> {
     vec![
         vadd(),
@@ -613,6 +640,7 @@ pub(crate) fn all_kernels() -> Vec<Kernel> {
         gemm(32, 32, 16, 2, DType::F32),
         everything(),
         causal_mask(),
+        f8_roundtrip(),
     ]
 }
 
