@@ -532,7 +532,11 @@ impl Printer<'_> {
                 c,
             } => {
                 let list = |v: &[Reg]| v.iter().map(|x| self.r(*x)).collect::<Vec<_>>().join(", ");
-                let t = if *input == MemTy::BF16 { "bf16" } else { "f16" };
+                let t = match input {
+                    MemTy::BF16 => "bf16",
+                    MemTy::F32 => "tf32",
+                    _ => "f16",
+                };
                 format!(
                     "mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{t}.{t}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}};",
                     list(d),
@@ -630,6 +634,9 @@ impl Printer<'_> {
     fn cvt(&self, dst: Reg, src: Reg, narrow: Option<MemTy>) -> String {
         let (td, ts) = (self.ty(dst), self.ty(src));
         let (d, s) = (self.r(dst), self.r(src));
+        if td == RegTy::B32 && ts == RegTy::F32 {
+            return format!("cvt.rna.tf32.f32 {d}, {s};");
+        }
         if let Some(m) = narrow {
             // Truncate to 8/16 bits and extend back to 32.
             let (from, to) = match m {

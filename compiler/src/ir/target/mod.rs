@@ -295,7 +295,8 @@ pub enum Inst {
     /// Convert `src` to `dst`'s type: float→int rounds toward zero, int→float and
     /// narrowing float conversions round to nearest even, `B16` is an f16.
     /// `narrow` (integer registers only) truncates to an 8- or 16-bit type and
-    /// extends back (sign-extends for signed types).
+    /// extends back (sign-extends for signed types). `F32` to `B32` rounds to
+    /// tf32 (nearest, ties away: a tensor-core operand).
     Cvt {
         dst: Reg,
         src: Reg,
@@ -356,7 +357,7 @@ pub enum Inst {
         trans: bool,
     },
     /// Warp-wide `d = a x b + c` on tensor cores: `[m, k] x [k, n]`, inputs of
-    /// `input` packed two per `B32` register, f32 accumulators `c`/`d` (fragment
+    /// `input` packed two per `B32` register (`F32` means tf32, one per register), f32 accumulators `c`/`d` (fragment
     /// layouts of the PTX ISA's `mma.m16n8k16`/`m16n8k8`, row-major A, column-major B).
     Mma {
         m: u32,

@@ -303,6 +303,17 @@ pub(crate) fn softmax_block_f16() -> Kernel {
 
 /// The brief's tiled gemm (f16 in, f32 out) with a loop-carried accumulator.
 pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32, h: DType) -> Kernel {
+    gemm_p(bm, bn, bk, num_warps, h, Precision::Ieee)
+}
+
+pub(crate) fn gemm_p(
+    bm: u32,
+    bn: u32,
+    bk: u32,
+    num_warps: u32,
+    h: DType,
+    precision: Precision,
+) -> Kernel {
     let mut b = Builder::new(vec![
         tensor("A", &["M", "K"], h),
         tensor("B", &["K", "N"], h),
@@ -332,7 +343,7 @@ pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32, h: DType) -> Kerne
             a,
             b: bt,
             acc: Some(acc),
-            precision: Precision::Ieee,
+            precision,
         },
         tile(&[bm, bn], DType::F32),
     );
@@ -348,7 +359,12 @@ pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32, h: DType) -> Kerne
         vec![tile(&[bm, bn], DType::F32)],
     )[0];
     b.store(2, vec![range(m0, bm), range(n0, bn)], res);
-    b.finish(&format!("gemm_{}_{bm}x{bn}x{bk}", h.name()), num_warps)
+    let p = if precision == Precision::Tf32 {
+        "tf32_"
+    } else {
+        ""
+    };
+    b.finish(&format!("gemm_{p}{}_{bm}x{bn}x{bk}", h.name()), num_warps)
 }
 
 /// Every elementwise op, casts between dtypes, a user mask, `where`, `arange`,
@@ -638,6 +654,7 @@ pub(crate) fn all_kernels() -> Vec<Kernel> {
         gemm(64, 32, 64, 4, DType::BF16),
         gemm(16, 16, 16, 4, DType::F16),
         gemm(32, 32, 16, 2, DType::F32),
+        gemm_p(64, 64, 32, 4, DType::F32, Precision::Tf32),
         everything(),
         causal_mask(),
         f8_roundtrip(),
@@ -791,6 +808,10 @@ fn dot_uses_tensor_cores_where_the_arch_has_them() {
     assert_eq!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm75).0, 0);
     assert!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm90).0 > 0);
     assert_eq!(count(&gemm(32, 32, 16, 2, DType::F32), Arch::Sm90).0, 0);
+    // tf32 on sm_80+: 4 warps along the rows, 1x8 tiles, four k8 steps.
+    let t = gemm_p(64, 64, 32, 4, DType::F32, Precision::Tf32);
+    assert_eq!(count(&t, Arch::Sm80).0, 4 * 8);
+    assert_eq!(count(&t, Arch::Sm75).0, 0);
     // The accumulator is carried in the mma layout: no conversion in the loop.
     let t = lower(&g, Arch::Sm80).unwrap();
     assert!(!t.to_string().contains("convert layout"), "{t}");

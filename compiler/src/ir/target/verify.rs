@@ -209,6 +209,57 @@ impl Verifier<'_> {
                 self.errors
                     .push(format!("{i:?}: shuffles move one 32-bit register"));
             }
+            Inst::CpAsync {
+                dst,
+                src,
+                bytes,
+                src_size,
+                ..
+            } => {
+                self.mem_access(i, Space::Shared, *dst, &None);
+                self.mem_access(i, Space::Global, *src, &None);
+                if !matches!(bytes, 4 | 8 | 16) || src_size.is_some_and(|r| class(ty(&r)) != 1) {
+                    self.errors.push(format!("{i:?}: bad async copy"));
+                }
+                if !k.arch.has_cp_async() {
+                    self.errors
+                        .push(format!("{i:?}: {} has no async copies", k.arch));
+                }
+            }
+            Inst::LdMatrix { dst, addr, .. } => {
+                self.mem_access(i, Space::Shared, *addr, &None);
+                if !matches!(dst.len(), 1 | 2 | 4) || dst.iter().any(|d| ty(d) != RegTy::B32) {
+                    self.errors
+                        .push(format!("{i:?}: load_matrix gives 1, 2 or 4 b32 registers"));
+                }
+                if !k.arch.has_ldmatrix() {
+                    self.errors
+                        .push(format!("{i:?}: {} has no ldmatrix", k.arch));
+                }
+            }
+            Inst::Mma {
+                m,
+                n,
+                k: kk,
+                input,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                // 32 lanes; 16-bit inputs pack two per register, tf32 one.
+                let per = if *input == MemTy::F32 { 32 } else { 64 };
+                let ok = a.len() == (m * kk / per) as usize
+                    && b.len() == (kk * n / per) as usize
+                    && c.len() == (m * n / 32) as usize
+                    && d.len() == c.len()
+                    && a.iter().chain(b).all(|r| ty(r) == RegTy::B32)
+                    && c.iter().chain(d).all(|r| ty(r) == RegTy::F32);
+                if !ok {
+                    self.errors
+                        .push(format!("{i:?}: mma fragment counts or types"));
+                }
+            }
             Inst::For {
                 iv, lo, hi, step, ..
             } => {
