@@ -91,6 +91,9 @@ pub struct Checker<'a> {
     pub fn_locals: FxHashSet<String>,
     pub loop_depth: u32,
     pub usage: Usage,
+    /// When set, every checked expression's span and value, in walk order
+    /// (for lowering to Graph IR, which reuses the checker's typing).
+    pub expr_vals: Option<Vec<(Span, Val)>>,
 }
 
 impl<'a> Checker<'a> {
@@ -113,6 +116,7 @@ impl<'a> Checker<'a> {
             fn_locals: FxHashSet::default(),
             loop_depth: 0,
             usage: Usage::default(),
+            expr_vals: None,
         }
     }
 

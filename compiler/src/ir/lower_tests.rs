@@ -1,0 +1,364 @@
+//! Snapshot and behaviour tests of Graph IR and Schedule IR (whole-tensor functions).
+
+use crate::db::{self, Database, EmitError};
+use crate::ir::graph::{self, NodeKind};
+use crate::ir::schedule::{self, KernelRef};
+
+fn db_with(src: &str) -> (Database, db::SourceFile) {
+    let mut db = Database::new();
+    let file = db.set_source("/t/test.tsr", src.to_string());
+    (db, file)
+}
+
+fn both(src: &str, name: &str) -> String {
+    let (db, file) = db_with(src);
+    let g = db::emit_graph(&db, file, name).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+    let s = db::emit_schedule(&db, file, name).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+    format!("{g}\n{s}")
+}
+
+fn std_both(module: &str, name: &str) -> String {
+    let src = crate::stdlib::source(module).expect("a stdlib module");
+    let mut db = Database::new();
+    let file = db.set_source(format!("<{module}>"), src.to_string());
+    let g = db::emit_graph(&db, file, name).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+    let s = db::emit_schedule(&db, file, name).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+    format!("{g}\n{s}")
+}
+
+fn schedule_of(src: &str, name: &str) -> std::sync::Arc<schedule::Schedule> {
+    let (db, file) = db_with(src);
+    let (item, _) = db::function_item(&db, file, name).expect("the function");
+    db::schedule_ir(&db, item, db.options())
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn unsupported(src: &str, name: &str) -> String {
+    let (db, file) = db_with(src);
+    match db::emit_schedule(&db, file, name) {
+        Err(EmitError::Unsupported(e)) => {
+            assert!(e.span.end as usize <= src.len(), "span inside the file");
+            e.to_string()
+        }
+        other => panic!("expected not-supported, got {other:?}"),
+    }
+}
+
+const SCALED_SUM: &str = r#"def scaled_sum(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return a * 0.5 + b
+"#;
+
+const ATTENTION: &str = r#"def attention(q: Tensor["B", "H", "S", "D", bf16], k: Tensor["B", "H", "S", "D", bf16],
+              v: Tensor["B", "H", "S", "D", bf16]) -> Tensor["B", "H", "S", "D", bf16]:
+    return matmul(softmax(matmul(q, transpose(k, -2, -1)) * rsqrt(D), dim=-1), v)
+"#;
+
+#[test]
+fn scaled_sum() {
+    insta::assert_snapshot!(both(SCALED_SUM, "scaled_sum"));
+    let s = schedule_of(SCALED_SUM, "scaled_sum");
+    assert_eq!(s.launches.len(), 1, "one fused kernel");
+}
+
+#[test]
+fn attention_lowers_to_flash_attn() {
+    insta::assert_snapshot!(both(ATTENTION, "attention"));
+    let s = schedule_of(ATTENTION, "attention");
+    assert_eq!(s.launches.len(), 1);
+    assert_eq!(
+        s.launches[0].kernel,
+        KernelRef::Std {
+            module: "std.attention",
+            name: "flash_attn"
+        }
+    );
+    assert_eq!(
+        s.launches[0].nodes.len(),
+        5,
+        "transpose, matmul, mul, softmax, matmul"
+    );
+}
+
+#[test]
+fn attention_with_at_operator_and_division() {
+    let src = r#"def attn(q: Tensor["B", "H", "S", "D", bf16], k: Tensor["B", "H", "S", "D", bf16],
+         v: Tensor["B", "H", "S", "D", bf16], s: f32) -> Tensor["B", "H", "S", "D", bf16]:
+    return softmax((q @ transpose(k, 2, 3)) / s, dim=-1) @ v
+"#;
+    let s = schedule_of(src, "attn");
+    assert_eq!(s.launches.len(), 1, "{}", schedule::dump(&s));
+    assert!(
+        schedule::dump(&s).contains("scale=div(1.0, s)"),
+        "{}",
+        schedule::dump(&s)
+    );
+}
+
+#[test]
+fn attention_whose_scores_are_reused_is_not_flash() {
+    // The scores are also returned: they must be materialised, so no flash kernel;
+    // the transpose then has no kernel yet.
+    let src = r#"def attn2(q: Tensor["B", "H", "S", "D", bf16], k: Tensor["B", "H", "S", "D", bf16],
+          v: Tensor["B", "H", "S", "D", bf16]) -> Tensor["B", "H", "S", "D", bf16]:
+    s = matmul(q, transpose(k, -2, -1))
+    p = softmax(s * 0.125, dim=-1)
+    return matmul(p, v) + matmul(s, v)
+"#;
+    let e = unsupported(src, "attn2");
+    assert!(e.contains("transpose"), "{e}");
+}
+
+#[test]
+fn elementwise_chain_is_one_kernel() {
+    let src = r#"def chain(x: Tensor["M", "N", f32], y: Tensor["M", "N", f32], bias: Tensor["N", f32]) -> Tensor["M", "N", f16]:
+    t = exp(x - y) * 2.0
+    u = relu(t + bias)
+    return where(u > 1.0, 1.0, sigmoid(u)).to(f16)
+"#;
+    let s = schedule_of(src, "chain");
+    assert_eq!(
+        s.launches.len(),
+        2,
+        "u has two uses: {}",
+        schedule::dump(&s)
+    );
+    let src1 = r#"def chain1(x: Tensor["M", "N", f32], y: Tensor["M", "N", f32], bias: Tensor["N", f32]) -> Tensor["M", "N", f16]:
+    t = exp(x - y) * 2.0
+    return silu(gelu(relu(t + bias)) - 1.0).to(f16)
+"#;
+    insta::assert_snapshot!(both(src1, "chain1"));
+    let s = schedule_of(src1, "chain1");
+    assert_eq!(s.launches.len(), 1);
+    assert_eq!(s.kernels.len(), 1);
+    assert_eq!(
+        s.launches[0].nodes.len(),
+        9,
+        "every elementwise node in one group"
+    );
+}
+
+#[test]
+fn matmul_bias_relu_is_gemm_and_one_kernel() {
+    let src = r#"def linear(x: Tensor["M", "K", f16], w: Tensor["K", "N", f16], b: Tensor["N", f16]) -> Tensor["M", "N", f16]:
+    return relu(matmul(x, w) + b)
+"#;
+    insta::assert_snapshot!(both(src, "linear"));
+    let s = schedule_of(src, "linear");
+    assert_eq!(s.launches.len(), 2);
+    assert_eq!(
+        s.launches[0].kernel,
+        KernelRef::Std {
+            module: "std.linalg",
+            name: "gemm"
+        }
+    );
+    assert!(matches!(s.launches[1].kernel, KernelRef::Generated(_)));
+}
+
+#[test]
+fn softmax_of_scaled_matmul() {
+    let src = r#"def scores(q: Tensor["M", "K", f32], k: Tensor["K", 512, f32], scale: f32) -> Tensor["M", 512, f32]:
+    return softmax(matmul(q, k) * scale, dim=-1)
+"#;
+    insta::assert_snapshot!(both(src, "scores"));
+    let s = schedule_of(src, "scores");
+    let names: Vec<String> = s
+        .launches
+        .iter()
+        .map(|l| match &l.kernel {
+            KernelRef::Std { name, .. } => name.to_string(),
+            KernelRef::Generated(_) => "generated".into(),
+            KernelRef::User(n) => n.clone(),
+        })
+        .collect();
+    assert_eq!(names, ["gemm_tf32", "generated", "softmax_rows"]);
+}
+
+#[test]
+fn long_or_unknown_rows_use_the_online_softmax() {
+    let src = r#"def sm(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return softmax(x, dim=1)
+"#;
+    let s = schedule_of(src, "sm");
+    assert_eq!(
+        s.launches[0].kernel,
+        KernelRef::Std {
+            module: "std.nn",
+            name: "softmax_rows_online"
+        }
+    );
+}
+
+#[test]
+fn norms_and_reductions() {
+    let src = r#"def norms(x: Tensor["B", "T", "C", f32], w: Tensor["C", f32], b: Tensor["C", f32]) -> Tensor["B", "T", "C", f32]:
+    y = layer_norm(x, w, b, 1e-5)
+    z = rms_norm(y, w)
+    return z - mean(z, dim=-1, keepdims=True)
+"#;
+    insta::assert_snapshot!(both(src, "norms"));
+}
+
+#[test]
+fn kernel_calls_reshape_and_creation() {
+    let src = r#"const BLOCK = 1024
+
+@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)
+def vadd(x: Tensor["N", f32], y: Tensor["N", f32], out: Tensor["N", f32]):
+    i = program_id(0) * BLOCK
+    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))
+
+def add_flat(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    out = empty([M * N], f32)
+    vadd[(cdiv(M * N, 256),)](reshape(a, [M * N]), reshape(b, [M * N]), out)
+    return reshape(out, [M, N]) + ones([M, N], f32)
+"#;
+    insta::assert_snapshot!(both(src, "add_flat"));
+}
+
+#[test]
+fn returning_a_parameter_copies_it() {
+    let src = r#"def ident(a: Tensor["M", "N", f16]) -> Tensor["M", "N", f16]:
+    return a
+"#;
+    let s = schedule_of(src, "ident");
+    assert_eq!(s.kernels.len(), 1);
+    assert!(s.kernels[0].name.contains("copy"));
+}
+
+#[test]
+fn stdlib_nn_functions() {
+    insta::assert_snapshot!("std_nn_softmax", std_both("std.nn", "softmax"));
+    insta::assert_snapshot!("std_nn_layer_norm", std_both("std.nn", "layer_norm"));
+    insta::assert_snapshot!("std_nn_rms_norm", std_both("std.nn", "rms_norm"));
+    insta::assert_snapshot!("std_nn_gelu", std_both("std.nn", "gelu"));
+}
+
+#[test]
+fn stdlib_linalg_and_attention_wrappers() {
+    insta::assert_snapshot!("std_linalg_mm", std_both("std.linalg", "mm"));
+    insta::assert_snapshot!(
+        "std_attention_attention",
+        std_both("std.attention", "attention")
+    );
+    insta::assert_snapshot!(
+        "std_attention_flash_attention",
+        std_both("std.attention", "flash_attention")
+    );
+}
+
+#[test]
+fn std_nn_imports_act_as_the_builtins() {
+    let src = r#"from std.nn import softmax, gelu
+
+def f(x: Tensor["M", 256, f32]) -> Tensor["M", 256, f32]:
+    return softmax(gelu(x))
+"#;
+    let (db, file) = db_with(src);
+    let (item, _) = db::function_item(&db, file, "f").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Softmax { .. })));
+    assert!(g
+        .nodes
+        .iter()
+        .all(|n| !matches!(n.kind, NodeKind::Call { .. })));
+    let s = schedule_of(src, "f");
+    assert_eq!(s.launches.len(), 2, "{}", schedule::dump(&s));
+}
+
+#[test]
+fn unsupported_constructs_say_so() {
+    let e = unsupported(
+        r#"def f(x: Tensor["M", "N", f32]) -> Tensor["N", "M", f32]:
+    return x.T + 1.0
+"#,
+        "f",
+    );
+    assert!(e.starts_with("not supported yet: `transpose`"), "{e}");
+    let e = unsupported(
+        r#"def g(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return x * 2.0
+
+def h(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return g(x) + x
+"#,
+        "h",
+    );
+    assert!(e.contains("not inlined yet"), "{e}");
+    let e = unsupported(
+        r#"def r(x: Tensor["M", "N", f32]) -> Tensor["N", f32]:
+    return sum(x, dim=0)
+"#,
+        "r",
+    );
+    assert!(e.contains("other than the last"), "{e}");
+    let (db, file) = db_with(SCALED_SUM);
+    assert_eq!(
+        db::emit_graph(&db, file, "nope"),
+        Err(EmitError::NoFunction("nope".into()))
+    );
+}
+
+#[test]
+fn errors_in_the_file_are_diagnostics() {
+    let (db, file) = db_with(
+        r#"def bad(a: Tensor["M", f32], b: Tensor["N", f16]) -> Tensor["M", f32]:
+    return a + b
+"#,
+    );
+    assert!(matches!(
+        db::emit_graph(&db, file, "bad"),
+        Err(EmitError::Diagnostics(d)) if !d.is_empty()
+    ));
+}
+
+#[test]
+fn kernels_have_no_graph() {
+    let src = crate::stdlib::source("std.nn").unwrap();
+    let mut db = Database::new();
+    let file = db.set_source("<std.nn>", src.to_string());
+    assert_eq!(
+        db::emit_graph(&db, file, "softmax_rows"),
+        Err(EmitError::IsKernel("softmax_rows".into()))
+    );
+}
+
+#[test]
+fn verifiers_reject_broken_ir() {
+    let (db, file) = db_with(SCALED_SUM);
+    let (item, _) = db::function_item(&db, file, "scaled_sum").unwrap();
+    let mut g = (**db::graph_ir(&db, item, db.options()).as_ref().unwrap()).clone();
+    assert!(graph::verify(&g).is_ok());
+    // An operand used before its definition.
+    g.nodes.swap(2, 3);
+    assert!(graph::verify(&g).is_err());
+    let mut s = (*schedule_of(SCALED_SUM, "scaled_sum")).clone();
+    assert!(schedule::verify(&s).is_ok());
+    s.launches.clear();
+    assert!(schedule::verify(&s).unwrap_err().contains("never written"));
+    let mut s = (*schedule_of(SCALED_SUM, "scaled_sum")).clone();
+    // `r0 = pid0 * BR` before `pid0`.
+    s.kernels[0].body.ops.swap(0, 4);
+    assert!(schedule::verify(&s).is_err());
+}
+
+#[test]
+fn graph_ir_is_reused_after_an_unrelated_edit() {
+    let mut db = Database::new();
+    let text = format!("{SCALED_SUM}\ndef other(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return x * 2.0\n");
+    let file = db.set_source("/t/r.tsr", text.clone());
+    db::emit_schedule(&db, file, "scaled_sum").unwrap();
+    db.start_event_log();
+    db.set_source("/t/r.tsr", text.replace("x * 2.0", "x * 3.0"));
+    db::emit_schedule(&db, file, "scaled_sum").unwrap();
+    let log = db.take_event_log();
+    assert!(
+        !log.iter()
+            .any(|e| e.starts_with("graph_ir(") || e.starts_with("schedule_ir(")),
+        "{log:?}"
+    );
+}

@@ -1,0 +1,1660 @@
+//! Schedule IR: the launch plan of one whole-tensor function.
+//!
+//! Lowered from Graph IR. It holds the buffers (inputs, outputs, temporaries and
+//! views, each with symbolic dims and a dtype) and an ordered list of launches;
+//! each launch runs one fusion group of graph nodes with a kernel:
+//!
+//! * a maximal tree of elementwise ops (unary, binary with broadcasting, casts,
+//!   `where`, activations, `zeros`/`ones`/`full` as sources) whose inner nodes have
+//!   one use becomes ONE generated kernel, built directly as Tile IR: the group's
+//!   shape is viewed as `[R, C]` (C the last dim, R the product of the others), one
+//!   program computes a `[BR, BC]` tile, and each input is loaded as a full tile, a
+//!   row vector (`[C]`, broadcast down), a column (`[R]`, keepdims results, broadcast
+//!   across) or a single element; scalars are kernel parameters or constants;
+//! * `matmul` → `std.linalg` `gemm` (f16), `gemm_bf16`, `gemm_tf32` (f32 inputs)
+//!   or `gemm_batched` (f16, batch dims equal, flattened): these write an f32 `C`;
+//!   a narrower result dtype is a cast done by the consumer's fused kernel;
+//! * `softmax` (last axis) → `std.nn` `softmax_rows` (the row fits 1024) or
+//!   `softmax_rows_online`; `layer_norm`/`rms_norm` → `layer_norm_rows`/`rms_norm_rows`
+//!   (f32, the row must fit the kernel's BLOCK of 1024: recorded as a requirement);
+//!   `sum`/`max`/`mean` over the last axis → `std.reduce` `*_rows`;
+//! * `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)` (bf16, rank
+//!   4) → `std.attention` `flash_attn` with `scale = s`;
+//! * `reshape` is a view (buffers are contiguous row-major), `empty` an allocation;
+//! * kernel calls are launched as written, in program order.
+//!
+//! Everything else (transpose outside the attention pattern, reductions over other
+//! axes, `randn`, calls to other functions, other dtypes for the stdlib kernels) is
+//! a [`LowerError`]: not supported yet.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+
+use crate::check::dims::Dim;
+use crate::check::DType;
+use crate::ir::graph::{
+    binary_name, render_constant, unary_name, Activation, Fill, GType, Graph, LowerError, NodeId,
+    NodeKind, ReduceKind,
+};
+use crate::ir::tile::{
+    self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, UnaryOp, Value,
+};
+use crate::syntax::span::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufKind {
+    /// Tensor parameter `i` of the function.
+    Input(usize),
+    /// Result `i` of the function.
+    Output(usize),
+    Temp,
+    /// The same memory as another buffer, with other dims (same element count).
+    View(BufId),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub name: String,
+    pub kind: BufKind,
+    pub dims: Vec<Dim>,
+    pub dtype: DType,
+    /// Allocated uninitialised by `empty` (and written, if at all, by kernel calls).
+    pub alloc: bool,
+}
+
+/// A scalar computed on the host at launch time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalarExpr {
+    Param(String),
+    /// A dim or other integer known when the function is specialised.
+    Index(Dim),
+    Const(Constant),
+    Unary(UnaryOp, Box<ScalarExpr>),
+    Binary(BinaryOp, Box<ScalarExpr>, Box<ScalarExpr>),
+    Cast(Box<ScalarExpr>, DType),
+    /// `cdiv(a, k)`.
+    CDiv(Box<ScalarExpr>, i64),
+}
+
+impl fmt::Display for ScalarExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarExpr::Param(p) => f.write_str(p),
+            ScalarExpr::Index(d) => write!(f, "{d}"),
+            ScalarExpr::Const(c) => f.write_str(&render_constant(c)),
+            ScalarExpr::Unary(op, x) => write!(f, "{}({x})", unary_name(*op)),
+            ScalarExpr::Binary(op, a, b) => write!(f, "{}({a}, {b})", binary_name(*op)),
+            ScalarExpr::Cast(x, d) => write!(f, "{d}({x})"),
+            ScalarExpr::CDiv(x, k) => write!(f, "cdiv({x}, {k})"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelRef {
+    /// A kernel of the standard library: module path and name.
+    Std {
+        module: &'static str,
+        name: &'static str,
+    },
+    /// A user kernel called by name, with its decorator's options.
+    User(String),
+    /// `Schedule::kernels[i]`.
+    Generated(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// A buffer passed with the dims the kernel sees (a view of it).
+    Buffer {
+        buf: BufId,
+        dims: Vec<Dim>,
+    },
+    Scalar(ScalarExpr),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub kernel: KernelRef,
+    /// The graph nodes this launch computes.
+    pub nodes: Vec<NodeId>,
+    /// `None`: the kernel's decorator grid, evaluated with the bound dims.
+    pub grid: Option<Vec<ScalarExpr>>,
+    /// Arguments by parameter name, in the kernel's parameter order.
+    pub args: Vec<(String, Arg)>,
+    /// Const parameters set by the launch (others keep their defaults).
+    pub consts: Vec<(String, String)>,
+    /// Facts the launch relies on that are not proven at compile time (`N <= 1024`).
+    pub requires: Vec<String>,
+    /// Buffers the launch writes.
+    pub writes: Vec<BufId>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub name: String,
+    pub buffers: Vec<Buffer>,
+    pub launches: Vec<Launch>,
+    /// Generated kernels (fusion groups), in Tile IR.
+    pub kernels: Vec<Kernel>,
+    pub outputs: Vec<BufId>,
+}
+
+impl Schedule {
+    pub fn buffer(&self, b: BufId) -> &Buffer {
+        &self.buffers[b.0 as usize]
+    }
+
+    /// The buffer owning the memory of `b` (through views).
+    pub fn base(&self, mut b: BufId) -> BufId {
+        let mut steps = 0;
+        while let BufKind::View(of) = self.buffer(b).kind {
+            b = of;
+            steps += 1;
+            if steps > self.buffers.len() {
+                break;
+            }
+        }
+        b
+    }
+}
+
+type R<T> = Result<T, LowerError>;
+
+/// How a fused kernel reads one input over its `[R, C]` domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Pattern {
+    Full,
+    Row,
+    Col,
+    One,
+}
+
+/// Row kernels hold a row in one tile of this many elements (their BLOCK default).
+const ROW_BLOCK: i64 = 1024;
+
+struct Lower<'g> {
+    g: &'g Graph,
+    uses: Vec<u32>,
+    consumers: Vec<Vec<NodeId>>,
+    buffers: Vec<Buffer>,
+    buf_of: HashMap<NodeId, BufId>,
+    launches: Vec<Launch>,
+    kernels: Vec<Kernel>,
+    temps: usize,
+}
+
+fn product(dims: &[Dim]) -> Option<Dim> {
+    dims.iter()
+        .try_fold(Dim::constant(1), |acc, d| acc.checked_mul(d))
+}
+
+fn is_elementwise(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    node.ty.is_tensor()
+        && matches!(
+            node.kind,
+            NodeKind::Unary { .. }
+                | NodeKind::Activation { .. }
+                | NodeKind::Binary { .. }
+                | NodeKind::Select { .. }
+                | NodeKind::Cast { .. }
+                | NodeKind::Fill(Fill::Zeros | Fill::Ones | Fill::Full(_))
+        )
+}
+
+fn constant_of(dtype: DType, c: &Constant) -> Constant {
+    let f = match c {
+        Constant::Int(i) => *i as f64,
+        Constant::Float(x) => *x,
+        Constant::Bool(b) => *b as i64 as f64,
+    };
+    if dtype == DType::Bool {
+        Constant::Bool(f != 0.0)
+    } else if dtype.is_float() {
+        Constant::Float(f)
+    } else {
+        Constant::Int(f as i64)
+    }
+}
+
+fn zero_of(dtype: DType) -> Constant {
+    constant_of(dtype, &Constant::Int(0))
+}
+
+impl<'g> Lower<'g> {
+    fn span(&self, n: NodeId) -> Span {
+        self.g.node(n).span
+    }
+
+    fn unsupported(&self, n: NodeId, what: impl Into<String>) -> LowerError {
+        LowerError::new(self.span(n), what)
+    }
+
+    fn add_buffer(&mut self, name: String, kind: BufKind, dims: Vec<Dim>, dtype: DType) -> BufId {
+        let id = BufId(self.buffers.len() as u32);
+        self.buffers.push(Buffer {
+            name,
+            kind,
+            dims,
+            dtype,
+            alloc: false,
+        });
+        id
+    }
+
+    fn temp(&mut self, dims: Vec<Dim>, dtype: DType) -> BufId {
+        let name = format!("t{}", self.temps);
+        self.temps += 1;
+        self.add_buffer(name, BufKind::Temp, dims, dtype)
+    }
+
+    /// The buffer holding a tensor node's value.
+    fn buf(&self, n: NodeId, user: NodeId) -> R<BufId> {
+        self.buf_of.get(&n).copied().ok_or_else(|| {
+            self.unsupported(user, "an operand that is not materialised in a buffer")
+        })
+    }
+
+    fn scalar(&self, n: NodeId) -> R<ScalarExpr> {
+        let node = self.g.node(n);
+        if !node.ty.is_scalar() {
+            return Err(self.unsupported(n, "a tensor where a scalar is needed"));
+        }
+        Ok(match &node.kind {
+            NodeKind::Param(p) => ScalarExpr::Param(self.g.params[*p].name.clone()),
+            NodeKind::Const(c) => ScalarExpr::Const(*c),
+            NodeKind::Index(d) => ScalarExpr::Index(d.clone()),
+            NodeKind::Unary { op, x } => ScalarExpr::Unary(*op, Box::new(self.scalar(*x)?)),
+            NodeKind::Binary { op, a, b } => {
+                ScalarExpr::Binary(*op, Box::new(self.scalar(*a)?), Box::new(self.scalar(*b)?))
+            }
+            NodeKind::Cast { x, to } => ScalarExpr::Cast(Box::new(self.scalar(*x)?), *to),
+            _ => return Err(self.unsupported(n, "this scalar operation on the host")),
+        })
+    }
+
+    /// `[R, C]`: the product of the leading dims and the last dim.
+    fn rows_cols(&self, dims: &[Dim], n: NodeId) -> R<(Dim, Dim)> {
+        let Some((last, lead)) = dims.split_last() else {
+            return Err(self.unsupported(n, "a rank-0 tensor"));
+        };
+        let r = product(lead).ok_or_else(|| self.unsupported(n, "a dim product that overflows"))?;
+        Ok((r, last.clone()))
+    }
+
+    fn launch(&mut self, l: Launch) {
+        self.launches.push(l);
+    }
+
+    /// Matches `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)`:
+    /// returns (q, k, v, scale, absorbed nodes).
+    fn attention(&self, n: NodeId) -> Option<(NodeId, NodeId, NodeId, ScalarExpr, Vec<NodeId>)> {
+        let g = self.g;
+        let single = |x: NodeId| self.uses[x.0 as usize] == 1;
+        let NodeKind::MatMul { a: sm, b: v } = g.node(n).kind else {
+            return None;
+        };
+        let NodeKind::Softmax { x: scaled, axis } = g.node(sm).kind else {
+            return None;
+        };
+        if axis != 3 || !single(sm) {
+            return None;
+        }
+        let (scores, scale) = match g.node(scaled).kind {
+            NodeKind::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } if g.ty(b).is_scalar() => (a, self.scalar(b).ok()?),
+            NodeKind::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+            } if g.ty(a).is_scalar() => (b, self.scalar(a).ok()?),
+            NodeKind::Binary {
+                op: BinaryOp::Div,
+                a,
+                b,
+            } if g.ty(b).is_scalar() => (
+                a,
+                ScalarExpr::Binary(
+                    BinaryOp::Div,
+                    Box::new(ScalarExpr::Const(Constant::Float(1.0))),
+                    Box::new(self.scalar(b).ok()?),
+                ),
+            ),
+            _ => return None,
+        };
+        if !single(scaled) || !single(scores) {
+            return None;
+        }
+        let NodeKind::MatMul { a: q, b: kt } = g.node(scores).kind else {
+            return None;
+        };
+        let (NodeKind::Transpose { x: k, a: 2, b: 3 } | NodeKind::Transpose { x: k, a: 3, b: 2 }) =
+            g.node(kt).kind
+        else {
+            return None;
+        };
+        if !single(kt) {
+            return None;
+        }
+        let qt = g.ty(q);
+        let bf16_4d = |t: &GType| t.dtype() == Some(DType::BF16) && t.dims().len() == 4;
+        if !bf16_4d(qt) || g.ty(k) != qt || g.ty(v) != qt || g.ty(n) != qt {
+            return None;
+        }
+        if g.ty(scaled).dtype() != Some(DType::BF16) {
+            return None;
+        }
+        Some((q, k, v, scale, vec![kt, scores, scaled, sm]))
+    }
+
+    fn arg_buf(&self, buf: BufId, dims: Vec<Dim>) -> Arg {
+        Arg::Buffer { buf, dims }
+    }
+
+    fn lower_matmul(&mut self, n: NodeId, out: Option<BufId>) -> R<()> {
+        let g = self.g;
+        let NodeKind::MatMul { a, b } = g.node(n).kind else {
+            unreachable!("a matmul")
+        };
+        let (da, db, dn) = (g.ty(a).dims(), g.ty(b).dims(), g.ty(n).dims());
+        let (ba, bb) = (self.buf(a, n)?, self.buf(b, n)?);
+        for (x, bx) in [(a, ba), (b, bb)] {
+            if Some(self.buffers[bx.0 as usize].dtype) != g.ty(x).dtype() {
+                return Err(self.unsupported(n, "a matmul operand computed in another dtype (f32 accumulator of a matmul) without a cast"));
+            }
+        }
+        let dt = g.ty(a).dtype().unwrap_or(DType::F32);
+        let (m, k, nn) = (
+            da[da.len() - 2].clone(),
+            da[da.len() - 1].clone(),
+            db[db.len() - 1].clone(),
+        );
+        let c = match out {
+            Some(o) if g.ty(n).dtype() == Some(DType::F32) => o,
+            _ => self.temp(dn.to_vec(), DType::F32),
+        };
+        let (name, batched): (&'static str, bool) = match (dt, da.len(), db.len()) {
+            (DType::F16, 2, 2) => ("gemm", false),
+            (DType::BF16, 2, 2) => ("gemm_bf16", false),
+            (DType::F32, 2, 2) => ("gemm_tf32", false),
+            (DType::F16, ra, rb) if ra == rb && ra > 2 && da[..ra - 2] == db[..rb - 2] => {
+                ("gemm_batched", true)
+            }
+            _ => {
+                return Err(self.unsupported(
+                    n,
+                    format!(
+                        "matmul of {} x {} (the stdlib has gemm for 2-D f16/bf16/f32 and batched f16 with equal batch dims)",
+                        g.ty(a),
+                        g.ty(b)
+                    ),
+                ))
+            }
+        };
+        let (bm, bn) = if name == "gemm_tf32" {
+            (128, 64)
+        } else {
+            (128, 128)
+        };
+        let mut grid = vec![
+            ScalarExpr::CDiv(Box::new(ScalarExpr::Index(m.clone())), bm),
+            ScalarExpr::CDiv(Box::new(ScalarExpr::Index(nn.clone())), bn),
+        ];
+        let args = if batched {
+            let z =
+                product(&da[..da.len() - 2]).ok_or_else(|| self.unsupported(n, "batch dims"))?;
+            grid.push(ScalarExpr::Index(z.clone()));
+            vec![
+                (
+                    "A".to_string(),
+                    self.arg_buf(ba, vec![z.clone(), m.clone(), k.clone()]),
+                ),
+                (
+                    "B".to_string(),
+                    self.arg_buf(bb, vec![z.clone(), k, nn.clone()]),
+                ),
+                ("C".to_string(), self.arg_buf(c, vec![z, m, nn])),
+            ]
+        } else {
+            vec![
+                (
+                    "A".to_string(),
+                    self.arg_buf(ba, vec![m.clone(), k.clone()]),
+                ),
+                ("B".to_string(), self.arg_buf(bb, vec![k, nn.clone()])),
+                ("C".to_string(), self.arg_buf(c, vec![m, nn])),
+            ]
+        };
+        self.launch(Launch {
+            kernel: KernelRef::Std {
+                module: "std.linalg",
+                name,
+            },
+            nodes: vec![n],
+            grid: Some(grid),
+            args,
+            consts: vec![],
+            requires: vec![],
+            writes: vec![c],
+        });
+        self.buf_of.insert(n, c);
+        Ok(())
+    }
+
+    /// A row kernel over the `[R, C]` view of `x`: softmax, norms, reductions.
+    fn lower_rows(&mut self, n: NodeId, out: Option<BufId>) -> R<()> {
+        let g = self.g;
+        let node = g.node(n);
+        let x = match node.kind {
+            NodeKind::Softmax { x, .. }
+            | NodeKind::LayerNorm { x, .. }
+            | NodeKind::RmsNorm { x, .. }
+            | NodeKind::Reduce { x, .. } => x,
+            _ => unreachable!("a row op"),
+        };
+        let xdims = g.ty(x).dims().to_vec();
+        let (r, c) = self.rows_cols(&xdims, n)?;
+        let bx = self.buf(x, n)?;
+        if self.buffers[bx.0 as usize].dtype != DType::F32 || node.ty.dtype() != Some(DType::F32) {
+            return Err(self.unsupported(
+                n,
+                format!("this op on `{}` (its stdlib row kernel is f32)", g.ty(x)),
+            ));
+        }
+        let fits = c.as_const().map(|c| c <= ROW_BLOCK);
+        let mut requires = Vec::new();
+        let last = xdims.len() - 1;
+        let (module, name, fits_needed): (&'static str, &'static str, bool) = match &node.kind {
+            NodeKind::Softmax { axis, .. } if *axis == last => {
+                if fits == Some(true) {
+                    ("std.nn", "softmax_rows", true)
+                } else {
+                    ("std.nn", "softmax_rows_online", false)
+                }
+            }
+            NodeKind::LayerNorm { .. } => ("std.nn", "layer_norm_rows", true),
+            NodeKind::RmsNorm { .. } => ("std.nn", "rms_norm_rows", true),
+            NodeKind::Reduce {
+                op, axis: Some(a), ..
+            } if *a == last => match op {
+                ReduceKind::Sum => ("std.reduce", "sum_rows", false),
+                ReduceKind::Max => ("std.reduce", "max_rows", false),
+                ReduceKind::Mean => ("std.reduce", "mean_rows", false),
+                ReduceKind::Min => {
+                    return Err(self
+                        .unsupported(n, "`min` over an axis (std.reduce has sum, max and mean)"))
+                }
+            },
+            NodeKind::Softmax { .. } => {
+                return Err(self.unsupported(n, "softmax over an axis other than the last"))
+            }
+            _ => {
+                return Err(self.unsupported(
+                    n,
+                    "a reduction over all axes or over an axis other than the last",
+                ))
+            }
+        };
+        if fits_needed && fits != Some(true) {
+            if fits == Some(false) {
+                return Err(self.unsupported(
+                    n,
+                    format!("`{name}` holds a row in {ROW_BLOCK} elements; this row has {c}"),
+                ));
+            }
+            requires.push(format!("{c} <= {ROW_BLOCK}"));
+        }
+        let reduce = matches!(node.kind, NodeKind::Reduce { .. });
+        let ob = match out {
+            Some(o) => o,
+            None => self.temp(node.ty.dims().to_vec(), DType::F32),
+        };
+        let out_dims = if reduce {
+            vec![r.clone()]
+        } else {
+            vec![r.clone(), c.clone()]
+        };
+        let mut args = vec![(
+            "x".to_string(),
+            self.arg_buf(bx, vec![r.clone(), c.clone()]),
+        )];
+        let vec_arg = |s: &Self, w: NodeId| -> R<Arg> {
+            let bw = s.buf(w, n)?;
+            if g.ty(w).dims() != [c.clone()] || s.buffers[bw.0 as usize].dtype != DType::F32 {
+                return Err(
+                    s.unsupported(w, format!("a weight `{}` that is not `[{c}]` f32", g.ty(w)))
+                );
+            }
+            Ok(s.arg_buf(bw, vec![c.clone()]))
+        };
+        let eps_arg = |s: &Self, e: Option<NodeId>, default: f64| -> R<Arg> {
+            Ok(Arg::Scalar(match e {
+                Some(e) => s.scalar(e)?,
+                None => ScalarExpr::Const(Constant::Float(default)),
+            }))
+        };
+        let mut tail = Vec::new();
+        match node.kind {
+            NodeKind::LayerNorm {
+                weight, bias, eps, ..
+            } => {
+                let (Some(w), Some(b)) = (weight, bias) else {
+                    return Err(self.unsupported(
+                        n,
+                        "layer_norm without weight and bias (layer_norm_rows takes both)",
+                    ));
+                };
+                args.push(("weight".into(), vec_arg(self, w)?));
+                args.push(("bias".into(), vec_arg(self, b)?));
+                tail.push(("eps".to_string(), eps_arg(self, eps, 1e-5)?));
+            }
+            NodeKind::RmsNorm { weight, eps, .. } => {
+                let Some(w) = weight else {
+                    return Err(
+                        self.unsupported(n, "rms_norm without weight (rms_norm_rows takes one)")
+                    );
+                };
+                args.push(("weight".into(), vec_arg(self, w)?));
+                tail.push(("eps".to_string(), eps_arg(self, eps, 1e-6)?));
+            }
+            _ => {}
+        }
+        args.push(("out".to_string(), self.arg_buf(ob, out_dims)));
+        args.extend(tail);
+        self.launch(Launch {
+            kernel: KernelRef::Std { module, name },
+            nodes: vec![n],
+            grid: Some(vec![ScalarExpr::Index(r)]),
+            args,
+            consts: vec![],
+            requires,
+            writes: vec![ob],
+        });
+        self.buf_of.insert(n, ob);
+        Ok(())
+    }
+
+    fn lower_attention(
+        &mut self,
+        n: NodeId,
+        (q, k, v, scale, absorbed): (NodeId, NodeId, NodeId, ScalarExpr, Vec<NodeId>),
+        out: Option<BufId>,
+    ) -> R<()> {
+        let dims = self.g.ty(n).dims().to_vec();
+        let (bq, bk, bv) = (self.buf(q, n)?, self.buf(k, n)?, self.buf(v, n)?);
+        let o = match out {
+            Some(o) => o,
+            None => self.temp(dims.clone(), DType::BF16),
+        };
+        let bh = dims[0]
+            .checked_mul(&dims[1])
+            .ok_or_else(|| self.unsupported(n, "batch dims"))?;
+        let mut nodes = absorbed;
+        nodes.push(n);
+        let full = |b| Arg::Buffer {
+            buf: b,
+            dims: dims.clone(),
+        };
+        self.launch(Launch {
+            kernel: KernelRef::Std {
+                module: "std.attention",
+                name: "flash_attn",
+            },
+            nodes,
+            grid: Some(vec![
+                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(dims[2].clone())), 128),
+                ScalarExpr::Index(bh),
+            ]),
+            args: vec![
+                ("q".into(), full(bq)),
+                ("k".into(), full(bk)),
+                ("v".into(), full(bv)),
+                ("o".into(), full(o)),
+                ("scale".into(), Arg::Scalar(scale)),
+            ],
+            consts: vec![("causal".into(), "False".into())],
+            requires: vec![],
+            writes: vec![o],
+        });
+        self.buf_of.insert(n, o);
+        Ok(())
+    }
+}
+
+/// Builds one generated kernel in Tile IR.
+struct KernelBuilder {
+    ops: Vec<Op>,
+    types: Vec<Type>,
+    params: Vec<tile::Param>,
+    span: Span,
+}
+
+impl KernelBuilder {
+    fn emit(&mut self, kind: OpKind, ty: Type) -> Value {
+        let v = Value(self.types.len() as u32);
+        self.types.push(ty);
+        self.ops.push(Op {
+            results: vec![v],
+            kind,
+            span: self.span,
+        });
+        v
+    }
+
+    fn ty(&self, v: Value) -> &Type {
+        &self.types[v.0 as usize]
+    }
+
+    fn cnst(&mut self, c: Constant, dtype: DType) -> Value {
+        self.emit(OpKind::Const(constant_of(dtype, &c)), Type::Scalar(dtype))
+    }
+
+    fn tile_ty(shape: &[u32], dtype: DType) -> Type {
+        Type::Tile {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    fn cast(&mut self, x: Value, to: DType) -> Value {
+        let t = self.ty(x).clone();
+        if t.dtype() == to {
+            return x;
+        }
+        let ty = match t {
+            Type::Scalar(_) => Type::Scalar(to),
+            Type::Tile { shape, .. } => Type::Tile { shape, dtype: to },
+        };
+        self.emit(OpKind::Cast { x, to }, ty)
+    }
+
+    fn splat(&mut self, x: Value, shape: &[u32]) -> Value {
+        let dt = self.ty(x).dtype();
+        self.emit(
+            OpKind::Splat {
+                x,
+                shape: shape.to_vec(),
+            },
+            Self::tile_ty(shape, dt),
+        )
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {
+        let t = self.ty(a).clone();
+        let ty = if op.is_comparison() {
+            Self::tile_ty(t.shape(), DType::Bool)
+        } else {
+            t
+        };
+        self.emit(OpKind::Binary { op, a, b }, ty)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: Value) -> Value {
+        let t = self.ty(x).clone();
+        self.emit(OpKind::Unary { op, x }, t)
+    }
+}
+
+struct Group {
+    members: Vec<NodeId>,
+    root: NodeId,
+    /// The root is a leaf (a copy kernel: load, cast, store).
+    copy: bool,
+}
+
+fn next_pow2(x: i64) -> i64 {
+    let mut p = 1;
+    while p < x && p < (1 << 20) {
+        p *= 2;
+    }
+    p
+}
+
+impl Lower<'_> {
+    /// Generates the fused kernel of a group and launches it, writing `out`.
+    fn fused(&mut self, grp: &Group, out: BufId) -> R<()> {
+        let g = self.g;
+        let root = grp.root;
+        let dims = g.ty(root).dims().to_vec();
+        let dtype = self.buffers[out.0 as usize].dtype;
+        let (r, c) = self.rows_cols(&dims, root)?;
+        let bc = c.as_const().map(|c| next_pow2(c).min(128)).unwrap_or(128);
+        let mut br = (1024 / bc).max(1);
+        if let Some(rc) = r.as_const() {
+            br = br.min(next_pow2(rc));
+        }
+        let shape = [br as u32, bc as u32];
+        let dim_of = |d: &Dim, name: &str| match d.as_const() {
+            Some(v) => tile::Dim::Static(v as u64),
+            None => tile::Dim::Dynamic(name.to_string()),
+        };
+        let mut kb = KernelBuilder {
+            ops: vec![],
+            types: vec![],
+            params: vec![],
+            span: g.node(root).span,
+        };
+        let mut args: Vec<(String, Arg)> = Vec::new();
+        let pid0 = kb.emit(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+        let pid1 = kb.emit(OpKind::ProgramId(1), Type::Scalar(DType::I32));
+        let kbr = kb.cnst(Constant::Int(br), DType::I32);
+        let kbc = kb.cnst(Constant::Int(bc), DType::I32);
+        let r0 = kb.binary(BinaryOp::Mul, pid0, kbr);
+        let c0 = kb.binary(BinaryOp::Mul, pid1, kbc);
+        let in_group = |x: NodeId| grp.members.contains(&x) && !(grp.copy && x == root);
+        // Values of nodes already computed in this kernel, at their graph dtype.
+        let mut vals: HashMap<NodeId, Value> = HashMap::new();
+        let mut loaded: HashMap<(BufId, Pattern), Value> = HashMap::new();
+        let mut scalars: HashMap<NodeId, Value> = HashMap::new();
+        let order: Vec<NodeId> = if grp.copy {
+            vec![root]
+        } else {
+            grp.members.clone()
+        };
+        // Leaves first: every operand outside the group, in order of first use.
+        let mut leaves: Vec<NodeId> = Vec::new();
+        for &m in &order {
+            let ops = if grp.copy { vec![m] } else { g.operands(m) };
+            for o in ops {
+                if !in_group(o) && !leaves.contains(&o) {
+                    leaves.push(o);
+                }
+            }
+        }
+        for &l in &leaves {
+            let lt = g.ty(l);
+            if lt.is_scalar() {
+                if let NodeKind::Const(_) = g.node(l).kind {
+                    continue; // built where used, in the dtype it is used at
+                }
+                let idx = kb.params.len();
+                let sdt = lt.dtype().unwrap_or(DType::F32);
+                kb.params.push(tile::Param {
+                    name: format!("s{idx}"),
+                    kind: ParamKind::Scalar(sdt),
+                });
+                args.push((format!("s{idx}"), Arg::Scalar(self.scalar(l)?)));
+                let v = kb.emit(OpKind::ScalarParam(idx), Type::Scalar(sdt));
+                scalars.insert(l, v);
+                continue;
+            }
+            let b = self.buf(l, root)?;
+            let bdt = self.buffers[b.0 as usize].dtype;
+            let ld = lt.dims();
+            let rank = dims.len();
+            if ld.len() > rank {
+                return Err(self.unsupported(l, "an operand of higher rank than its result"));
+            }
+            let mut padded = vec![Dim::constant(1); rank - ld.len()];
+            padded.extend(ld.iter().cloned());
+            let lead_ones = padded[..rank - 1].iter().all(Dim::is_one);
+            let pattern = if padded == dims {
+                Pattern::Full
+            } else if lead_ones && padded[rank - 1] == c {
+                Pattern::Row
+            } else if padded[rank - 1].is_one() && padded[..rank - 1] == dims[..rank - 1] {
+                Pattern::Col
+            } else if padded.iter().all(Dim::is_one) {
+                Pattern::One
+            } else {
+                return Err(self.unsupported(
+                    l,
+                    format!(
+                        "broadcasting `{lt}` to {} in a fused kernel (supported: equal shapes, a last-dim row, a keepdims column, one element)",
+                        crate::check::types::render_dims(&dims)
+                    ),
+                ));
+            };
+            let tensor = match loaded.get(&(b, pattern)) {
+                Some(v) => *v,
+                None => {
+                    let idx = kb.params.len();
+                    let (pdims, view, access, lshape) = match pattern {
+                        Pattern::Full => (
+                            vec![dim_of(&r, "R"), dim_of(&c, "C")],
+                            vec![r.clone(), c.clone()],
+                            vec![
+                                Access::Range {
+                                    start: r0,
+                                    len: shape[0],
+                                },
+                                Access::Range {
+                                    start: c0,
+                                    len: shape[1],
+                                },
+                            ],
+                            vec![shape[0], shape[1]],
+                        ),
+                        Pattern::Row => (
+                            vec![dim_of(&c, "C")],
+                            vec![c.clone()],
+                            vec![Access::Range {
+                                start: c0,
+                                len: shape[1],
+                            }],
+                            vec![shape[1]],
+                        ),
+                        Pattern::Col => (
+                            vec![dim_of(&r, "R")],
+                            vec![r.clone()],
+                            vec![Access::Range {
+                                start: r0,
+                                len: shape[0],
+                            }],
+                            vec![shape[0]],
+                        ),
+                        Pattern::One => {
+                            let z = kb.cnst(Constant::Int(0), DType::I32);
+                            (
+                                vec![tile::Dim::Static(1)],
+                                vec![Dim::constant(1)],
+                                vec![Access::Range { start: z, len: 1 }],
+                                vec![1],
+                            )
+                        }
+                    };
+                    let name = format!("x{idx}");
+                    kb.params.push(tile::Param {
+                        name: name.clone(),
+                        kind: ParamKind::Tensor {
+                            dims: pdims,
+                            dtype: bdt,
+                        },
+                    });
+                    args.push((name, Arg::Buffer { buf: b, dims: view }));
+                    let mut v = kb.emit(
+                        OpKind::Load {
+                            tensor: idx,
+                            access,
+                            mask: None,
+                            other: zero_of(bdt),
+                        },
+                        KernelBuilder::tile_ty(&lshape, bdt),
+                    );
+                    if pattern != Pattern::Full {
+                        let axis = if pattern == Pattern::Col { 1 } else { 0 };
+                        let s = if pattern == Pattern::Col {
+                            [shape[0], 1]
+                        } else {
+                            [1, lshape[0]]
+                        };
+                        v = kb.emit(
+                            OpKind::ExpandDims { x: v, axis },
+                            KernelBuilder::tile_ty(&s, bdt),
+                        );
+                        v = kb.emit(
+                            OpKind::Broadcast {
+                                x: v,
+                                shape: shape.to_vec(),
+                            },
+                            KernelBuilder::tile_ty(&shape, bdt),
+                        );
+                    }
+                    loaded.insert((b, pattern), v);
+                    v
+                }
+            };
+            let v = kb.cast(tensor, lt.dtype().unwrap_or(bdt));
+            vals.insert(l, v);
+        }
+        // An operand as a [BR, BC] tile of dtype `want`.
+        fn operand(
+            kb: &mut KernelBuilder,
+            g: &Graph,
+            vals: &HashMap<NodeId, Value>,
+            scalars: &HashMap<NodeId, Value>,
+            x: NodeId,
+            want: DType,
+            shape: &[u32],
+        ) -> Value {
+            if let Some(v) = vals.get(&x) {
+                return kb.cast(*v, want);
+            }
+            let s = match (&g.node(x).kind, scalars.get(&x)) {
+                (_, Some(v)) => kb.cast(*v, want),
+                (NodeKind::Const(c), None) => kb.cnst(*c, want),
+                _ => unreachable!("every operand is a leaf or an earlier member"),
+            };
+            kb.splat(s, shape)
+        }
+        let is_const = |x: NodeId| matches!(g.node(x).kind, NodeKind::Const(_));
+        for &m in &order {
+            if grp.copy {
+                break;
+            }
+            let node = g.node(m);
+            let dt = node.ty.dtype().unwrap_or(DType::F32);
+            let v = match &node.kind {
+                NodeKind::Unary { op, x } => {
+                    let x = operand(&mut kb, g, &vals, &scalars, *x, dt, &shape);
+                    kb.unary(*op, x)
+                }
+                NodeKind::Activation { act, x } => {
+                    let x = operand(&mut kb, g, &vals, &scalars, *x, dt, &shape);
+                    match act {
+                        Activation::Relu => {
+                            let z = kb.cnst(Constant::Int(0), dt);
+                            let z = kb.splat(z, &shape);
+                            kb.binary(BinaryOp::Max, x, z)
+                        }
+                        Activation::Silu => {
+                            let s = kb.unary(UnaryOp::Sigmoid, x);
+                            kb.binary(BinaryOp::Mul, x, s)
+                        }
+                        Activation::Gelu => {
+                            let k = kb.cnst(Constant::Float(std::f64::consts::FRAC_1_SQRT_2), dt);
+                            let k = kb.splat(k, &shape);
+                            let t = kb.binary(BinaryOp::Mul, x, k);
+                            let t = kb.unary(UnaryOp::Erf, t);
+                            let one = kb.cnst(Constant::Float(1.0), dt);
+                            let one = kb.splat(one, &shape);
+                            let t = kb.binary(BinaryOp::Add, one, t);
+                            let h = kb.cnst(Constant::Float(0.5), dt);
+                            let h = kb.splat(h, &shape);
+                            let hx = kb.binary(BinaryOp::Mul, h, x);
+                            kb.binary(BinaryOp::Mul, hx, t)
+                        }
+                    }
+                }
+                NodeKind::Binary { op, a, b } => {
+                    let want = if op.is_comparison() {
+                        let (ta, tb) = (g.ty(*a).dtype(), g.ty(*b).dtype());
+                        match (ta, tb) {
+                            (Some(x), Some(y)) if is_const(*b) => {
+                                let _ = y;
+                                x
+                            }
+                            (Some(_), Some(y)) if is_const(*a) => y,
+                            (Some(x), Some(y)) => DType::join(x, y).unwrap_or(x),
+                            _ => dt,
+                        }
+                    } else {
+                        dt
+                    };
+                    let a = operand(&mut kb, g, &vals, &scalars, *a, want, &shape);
+                    let b = operand(&mut kb, g, &vals, &scalars, *b, want, &shape);
+                    kb.binary(*op, a, b)
+                }
+                NodeKind::Select { cond, a, b } => {
+                    let cv = operand(&mut kb, g, &vals, &scalars, *cond, DType::Bool, &shape);
+                    let a = operand(&mut kb, g, &vals, &scalars, *a, dt, &shape);
+                    let b = operand(&mut kb, g, &vals, &scalars, *b, dt, &shape);
+                    kb.emit(
+                        OpKind::Select { cond: cv, a, b },
+                        KernelBuilder::tile_ty(&shape, dt),
+                    )
+                }
+                NodeKind::Cast { x, to } => {
+                    let xd = g.ty(*x).dtype().unwrap_or(*to);
+                    let x = operand(&mut kb, g, &vals, &scalars, *x, xd, &shape);
+                    kb.cast(x, *to)
+                }
+                NodeKind::Fill(Fill::Zeros) => {
+                    let z = kb.cnst(Constant::Int(0), dt);
+                    kb.splat(z, &shape)
+                }
+                NodeKind::Fill(Fill::Ones) => {
+                    let z = kb.cnst(Constant::Int(1), dt);
+                    kb.splat(z, &shape)
+                }
+                NodeKind::Fill(Fill::Full(v)) => {
+                    operand(&mut kb, g, &vals, &scalars, *v, dt, &shape)
+                }
+                _ => unreachable!("only elementwise nodes are fused"),
+            };
+            vals.insert(m, v);
+        }
+        let result = kb.cast(vals[&root], dtype);
+        let idx = kb.params.len();
+        kb.params.push(tile::Param {
+            name: "out".into(),
+            kind: ParamKind::Tensor {
+                dims: vec![dim_of(&r, "R"), dim_of(&c, "C")],
+                dtype,
+            },
+        });
+        args.push((
+            "out".into(),
+            Arg::Buffer {
+                buf: out,
+                dims: vec![r.clone(), c.clone()],
+            },
+        ));
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Store {
+                tensor: idx,
+                access: vec![
+                    Access::Range {
+                        start: r0,
+                        len: shape[0],
+                    },
+                    Access::Range {
+                        start: c0,
+                        len: shape[1],
+                    },
+                ],
+                value: result,
+                mask: None,
+            },
+            span: kb.span,
+        });
+        let kname = format!(
+            "{}_{}{}",
+            g.name,
+            if grp.copy { "copy" } else { "fused" },
+            self.kernels.len()
+        );
+        self.kernels.push(Kernel {
+            name: kname,
+            specialization: vec![],
+            params: kb.params,
+            num_warps: 4,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: kb.ops,
+            },
+            types: kb.types,
+        });
+        let mut nodes = grp.members.clone();
+        if grp.copy {
+            nodes = vec![root];
+        }
+        self.launch(Launch {
+            kernel: KernelRef::Generated(self.kernels.len() - 1),
+            nodes,
+            grid: Some(vec![
+                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(r)), br),
+                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(c)), bc),
+            ]),
+            args,
+            consts: vec![],
+            requires: vec![],
+            writes: vec![out],
+        });
+        Ok(())
+    }
+}
+
+/// Lowers a graph to its launch plan.
+pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
+    let uses = g.use_counts();
+    let mut consumers = vec![Vec::new(); g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in crate::ir::graph::operands(&n.kind) {
+            consumers[o.0 as usize].push(NodeId(i as u32));
+        }
+    }
+    let mut l = Lower {
+        g,
+        uses,
+        consumers,
+        buffers: Vec::new(),
+        buf_of: HashMap::new(),
+        launches: Vec::new(),
+        kernels: Vec::new(),
+        temps: 0,
+    };
+    for (i, p) in g.params.iter().enumerate() {
+        if let GType::Tensor { dims, dtype } = &p.ty {
+            let b = l.add_buffer(p.name.clone(), BufKind::Input(i), dims.clone(), *dtype);
+            if let Some(n) = g.nodes.iter().position(|n| n.kind == NodeKind::Param(i)) {
+                l.buf_of.insert(NodeId(n as u32), b);
+            }
+        }
+    }
+    // Fusion: an elementwise node with one use, consumed by an elementwise node
+    // with no kernel call in between, joins its consumer's group.
+    let n = g.nodes.len();
+    let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
+    let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
+    for i in (0..n).rev() {
+        let id = NodeId(i as u32);
+        if !is_elementwise(g, id) || l.uses[i] != 1 || is_output(i) {
+            continue;
+        }
+        let Some(&c) = l.consumers[i].first() else {
+            continue;
+        };
+        let effect_between = g.nodes[i + 1..c.0 as usize]
+            .iter()
+            .any(|x| matches!(x.kind, NodeKind::KernelCall { .. }));
+        if is_elementwise(g, c) && !effect_between {
+            root_of[i] = root_of[c.0 as usize];
+        }
+    }
+    // Attention patterns: the final matmul absorbs its producers.
+    let mut absorbed = vec![false; n];
+    let mut attention = HashMap::new();
+    for i in 0..n {
+        if let Some(m) = l.attention(NodeId(i as u32)) {
+            for a in &m.4 {
+                absorbed[a.0 as usize] = true;
+            }
+            attention.insert(i, m);
+        }
+    }
+    // Output buffers for results a launch can write directly.
+    let mut out_for: HashMap<NodeId, BufId> = HashMap::new();
+    let mut outputs = Vec::new();
+    for (k, &o) in g.outputs.iter().enumerate() {
+        let node = g.node(o);
+        let name = if g.outputs.len() == 1 {
+            "out".to_string()
+        } else {
+            format!("out{k}")
+        };
+        let GType::Tensor { dims, dtype } = &node.ty else {
+            return Err(LowerError::new(
+                node.span,
+                "returning a scalar from a whole-tensor function",
+            ));
+        };
+        let b = l.add_buffer(name, BufKind::Output(k), dims.clone(), *dtype);
+        outputs.push(b);
+        let direct = match &node.kind {
+            _ if out_for.contains_key(&o) => false,
+            _ if is_elementwise(g, o) => true,
+            NodeKind::MatMul { .. } => {
+                *dtype == DType::F32 || attention.contains_key(&(o.0 as usize))
+            }
+            NodeKind::Softmax { .. }
+            | NodeKind::LayerNorm { .. }
+            | NodeKind::RmsNorm { .. }
+            | NodeKind::Reduce { .. }
+            | NodeKind::Fill(Fill::Empty) => true,
+            _ => false,
+        };
+        if direct {
+            out_for.insert(o, b);
+        }
+    }
+    for i in 0..n {
+        let id = NodeId(i as u32);
+        let node = g.node(id);
+        if absorbed[i] || node.ty.is_scalar() || matches!(node.kind, NodeKind::Param(_)) {
+            continue;
+        }
+        let out = out_for.get(&id).copied();
+        if is_elementwise(g, id) {
+            if root_of[i] != id {
+                continue;
+            }
+            let members: Vec<NodeId> = (0..=i)
+                .map(|j| NodeId(j as u32))
+                .filter(|&j| root_of[j.0 as usize] == id && is_elementwise(g, j))
+                .collect();
+            let dims = node.ty.dims().to_vec();
+            let b = match out {
+                Some(b) => b,
+                None => l.temp(dims, node.ty.dtype().unwrap_or(DType::F32)),
+            };
+            l.fused(
+                &Group {
+                    members,
+                    root: id,
+                    copy: false,
+                },
+                b,
+            )?;
+            l.buf_of.insert(id, b);
+            continue;
+        }
+        match &node.kind {
+            NodeKind::MatMul { .. } => match attention.remove(&i) {
+                Some(m) => l.lower_attention(id, m, out)?,
+                None => l.lower_matmul(id, out)?,
+            },
+            NodeKind::Softmax { .. }
+            | NodeKind::LayerNorm { .. }
+            | NodeKind::RmsNorm { .. }
+            | NodeKind::Reduce { .. } => l.lower_rows(id, out)?,
+            NodeKind::Reshape { x } => {
+                let base = l.buf(*x, id)?;
+                let name = format!("v{}", l.buffers.len());
+                let dtype = l.buffers[base.0 as usize].dtype;
+                let v = l.add_buffer(name, BufKind::View(base), node.ty.dims().to_vec(), dtype);
+                l.buf_of.insert(id, v);
+            }
+            NodeKind::Fill(Fill::Empty) => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.buffers[b.0 as usize].alloc = true;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::KernelCall {
+                kernel,
+                grid,
+                args,
+                consts,
+            } => {
+                let mut largs = Vec::new();
+                let mut writes = Vec::new();
+                for (name, a) in args {
+                    if g.ty(*a).is_scalar() {
+                        largs.push((name.clone(), Arg::Scalar(l.scalar(*a)?)));
+                    } else {
+                        let b = l.buf(*a, id)?;
+                        if Some(l.buffers[b.0 as usize].dtype) != g.ty(*a).dtype() {
+                            return Err(l.unsupported(*a, "passing a matmul result of another dtype to a kernel without a cast"));
+                        }
+                        writes.push(b);
+                        largs.push((
+                            name.clone(),
+                            Arg::Buffer {
+                                buf: b,
+                                dims: g.ty(*a).dims().to_vec(),
+                            },
+                        ));
+                    }
+                }
+                let grid = match grid {
+                    Some(gr) => Some(gr.iter().map(|x| l.scalar(*x)).collect::<R<Vec<_>>>()?),
+                    None => None,
+                };
+                l.launch(Launch {
+                    kernel: KernelRef::User(kernel.clone()),
+                    nodes: vec![id],
+                    grid,
+                    args: largs,
+                    consts: consts
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.to_string()))
+                        .collect(),
+                    requires: vec![],
+                    writes,
+                });
+            }
+            NodeKind::Transpose { .. } => {
+                return Err(l.unsupported(
+                    id,
+                    "`transpose` outside the attention pattern (no transpose kernel yet)",
+                ))
+            }
+            NodeKind::Fill(Fill::Randn { .. }) => {
+                return Err(l.unsupported(id, "`randn` (no random-number kernel yet)"))
+            }
+            NodeKind::Call { func, .. } => {
+                return Err(l.unsupported(
+                    id,
+                    format!(
+                        "the call to `{func}`: calls to whole-tensor functions are not inlined yet"
+                    ),
+                ))
+            }
+            other => return Err(l.unsupported(id, format!("{other:?}"))),
+        }
+    }
+    // Results not written in place: copy (and cast) into the output buffer.
+    for (k, &o) in g.outputs.iter().enumerate() {
+        let ob = outputs[k];
+        if l.buf_of.get(&o) == Some(&ob) {
+            continue;
+        }
+        l.buf(o, o)?;
+        l.fused(
+            &Group {
+                members: vec![],
+                root: o,
+                copy: true,
+            },
+            ob,
+        )?;
+    }
+    let s = Schedule {
+        name: g.name.clone(),
+        buffers: l.buffers,
+        launches: l.launches,
+        kernels: l.kernels,
+        outputs,
+    };
+    Ok(s)
+}
+
+fn arg_str(s: &Schedule, a: &Arg) -> String {
+    match a {
+        Arg::Buffer { buf, dims } => {
+            let b = s.buffer(*buf);
+            if *dims == b.dims {
+                b.name.clone()
+            } else {
+                format!("{} as {}", b.name, crate::check::types::render_dims(dims))
+            }
+        }
+        Arg::Scalar(e) => e.to_string(),
+    }
+}
+
+/// Checks the plan: arguments name existing buffers with the right element
+/// count, every buffer a launch reads was written (or is an input or an
+/// allocation) before, every output is written, and generated kernels are
+/// well-formed Tile IR with one argument per parameter.
+pub fn verify(s: &Schedule) -> Result<(), String> {
+    let err = |m: String| Err(format!("schedule `{}`: {m}", s.name));
+    let count = |d: &[Dim]| product(d);
+    for (i, b) in s.buffers.iter().enumerate() {
+        if let BufKind::View(of) = b.kind {
+            if of.0 as usize >= i {
+                return err(format!("view `{}` of a later buffer", b.name));
+            }
+            if count(&b.dims) != count(&s.buffer(of).dims) {
+                return err(format!("view `{}` changes the element count", b.name));
+            }
+        }
+    }
+    let mut written: Vec<bool> = s
+        .buffers
+        .iter()
+        .map(|b| b.alloc || matches!(b.kind, BufKind::Input(_)))
+        .collect();
+    for (li, l) in s.launches.iter().enumerate() {
+        for (name, a) in &l.args {
+            if let Arg::Buffer { buf, dims } = a {
+                if buf.0 as usize >= s.buffers.len() {
+                    return err(format!("launch {li}: `{name}` names no buffer"));
+                }
+                if count(dims) != count(&s.buffer(*buf).dims) {
+                    return err(format!(
+                        "launch {li}: `{name}` is viewed with another element count"
+                    ));
+                }
+                let base = s.base(*buf);
+                if !l.writes.contains(buf) && !written[base.0 as usize] {
+                    return err(format!(
+                        "launch {li}: `{name}` reads `{}` before it is written",
+                        s.buffer(*buf).name
+                    ));
+                }
+            }
+        }
+        for w in &l.writes {
+            written[s.base(*w).0 as usize] = true;
+        }
+        if let Some(g) = &l.grid {
+            if g.is_empty() || g.len() > 3 {
+                return err(format!("launch {li}: a grid of rank {}", g.len()));
+            }
+        }
+        if let KernelRef::Generated(k) = l.kernel {
+            let Some(kernel) = s.kernels.get(k) else {
+                return err(format!("launch {li}: no generated kernel {k}"));
+            };
+            if kernel.params.len() != l.args.len()
+                || kernel.params.iter().zip(&l.args).any(|(p, (n, a))| {
+                    p.name != *n
+                        || match (&p.kind, a) {
+                            (ParamKind::Tensor { dims, dtype }, Arg::Buffer { buf, dims: ad }) => {
+                                dims.len() != ad.len() || *dtype != s.buffer(*buf).dtype
+                            }
+                            (ParamKind::Scalar(_), Arg::Scalar(_)) => false,
+                            _ => true,
+                        }
+                })
+            {
+                return err(format!(
+                    "launch {li}: arguments do not match `{}`'s parameters",
+                    kernel.name
+                ));
+            }
+            verify_kernel(kernel)?;
+        }
+    }
+    for o in &s.outputs {
+        if !written[s.base(*o).0 as usize] {
+            return err(format!("output `{}` is never written", s.buffer(*o).name));
+        }
+    }
+    Ok(())
+}
+
+/// A structural check of a generated (straight-line) Tile IR kernel: values
+/// defined before use, elementwise operands of equal types, loads and stores
+/// matching their accesses.
+pub fn verify_kernel(k: &Kernel) -> Result<(), String> {
+    let err = |i: usize, m: String| Err(format!("kernel `{}`: op {i}: {m}", k.name));
+    let mut defined = vec![false; k.types.len()];
+    for (i, op) in k.body.ops.iter().enumerate() {
+        let uses: Vec<Value> = match &op.kind {
+            OpKind::Unary { x, .. }
+            | OpKind::Cast { x, .. }
+            | OpKind::Splat { x, .. }
+            | OpKind::Broadcast { x, .. }
+            | OpKind::ExpandDims { x, .. } => vec![*x],
+            OpKind::Binary { a, b, .. } => vec![*a, *b],
+            OpKind::Select { cond, a, b } => vec![*cond, *a, *b],
+            OpKind::Load { access, .. } => access
+                .iter()
+                .map(|a| match a {
+                    Access::Point(v) | Access::Range { start: v, .. } => *v,
+                })
+                .collect(),
+            OpKind::Store { access, value, .. } => access
+                .iter()
+                .map(|a| match a {
+                    Access::Point(v) | Access::Range { start: v, .. } => *v,
+                })
+                .chain([*value])
+                .collect(),
+            _ => vec![],
+        };
+        for u in &uses {
+            if !defined.get(u.0 as usize).copied().unwrap_or(false) {
+                return err(i, format!("%{} used before its definition", u.0));
+            }
+        }
+        match &op.kind {
+            OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } if k.ty(*a) != k.ty(*b) => {
+                return err(i, "operands of different types".into())
+            }
+            OpKind::Load { tensor, access, .. } | OpKind::Store { tensor, access, .. } => {
+                let Some(ParamKind::Tensor { dims, .. }) = k.params.get(*tensor).map(|p| &p.kind)
+                else {
+                    return err(i, format!("param {tensor} is not a tensor"));
+                };
+                if dims.len() != access.len() {
+                    return err(i, "access rank differs from the tensor's".into());
+                }
+                let lens: Vec<u32> = access
+                    .iter()
+                    .filter_map(|a| match a {
+                        Access::Range { len, .. } => Some(*len),
+                        Access::Point(_) => None,
+                    })
+                    .collect();
+                let tile = match &op.kind {
+                    OpKind::Store { value, .. } => k.ty(*value).shape().to_vec(),
+                    _ => k.types[op.results[0].0 as usize].shape().to_vec(),
+                };
+                if lens != tile {
+                    return err(i, "tile shape differs from the access".into());
+                }
+            }
+            _ => {}
+        }
+        for r in &op.results {
+            match defined.get_mut(r.0 as usize) {
+                Some(d) if !*d => *d = true,
+                _ => return err(i, format!("%{} defined twice or out of range", r.0)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn type_str(t: &Type) -> String {
+    match t {
+        Type::Scalar(d) => d.to_string(),
+        Type::Tile { shape, dtype } => {
+            let s: Vec<String> = shape.iter().map(|x| x.to_string()).collect();
+            format!("Tile[{}, {dtype}]", s.join(", "))
+        }
+    }
+}
+
+fn access_str(a: &[Access]) -> String {
+    a.iter()
+        .map(|a| match a {
+            Access::Point(v) => format!("%{}", v.0),
+            Access::Range { start, len } => format!("%{} : +{len}", start.0),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A dump of a generated kernel (straight-line Tile IR).
+pub fn dump_kernel(k: &Kernel, out: &mut String) {
+    let params: Vec<String> = k
+        .params
+        .iter()
+        .map(|p| match &p.kind {
+            ParamKind::Tensor { dims, dtype } => {
+                let d: Vec<String> = dims
+                    .iter()
+                    .map(|d| match d {
+                        tile::Dim::Static(v) => v.to_string(),
+                        tile::Dim::Dynamic(n) => n.clone(),
+                    })
+                    .collect();
+                format!("{}: Tensor[{}, {dtype}]", p.name, d.join(", "))
+            }
+            ParamKind::Scalar(d) => format!("{}: {d}", p.name),
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "kernel {}({}) num_warps={}",
+        k.name,
+        params.join(", "),
+        k.num_warps
+    );
+    for op in &k.body.ops {
+        let v = |x: &Value| format!("%{}", x.0);
+        let body = match &op.kind {
+            OpKind::Const(c) => format!("const {}", render_constant(c)),
+            OpKind::ProgramId(a) => format!("program_id {a}"),
+            OpKind::ScalarParam(p) => format!("param {}", k.params[*p].name),
+            OpKind::Unary { op, x } => format!("{} {}", unary_name(*op), v(x)),
+            OpKind::Binary { op, a, b } => format!("{} {}, {}", binary_name(*op), v(a), v(b)),
+            OpKind::Select { cond, a, b } => format!("select {}, {}, {}", v(cond), v(a), v(b)),
+            OpKind::Cast { x, to } => format!("cast {} to {to}", v(x)),
+            OpKind::Splat { x, .. } => format!("splat {}", v(x)),
+            OpKind::Broadcast { x, .. } => format!("broadcast {}", v(x)),
+            OpKind::ExpandDims { x, axis } => format!("expand_dims {}, axis={axis}", v(x)),
+            OpKind::Load {
+                tensor,
+                access,
+                other,
+                ..
+            } => format!(
+                "load {}[{}] other={}",
+                k.params[*tensor].name,
+                access_str(access),
+                render_constant(other)
+            ),
+            OpKind::Store {
+                tensor,
+                access,
+                value,
+                ..
+            } => format!(
+                "store {}[{}], {}",
+                k.params[*tensor].name,
+                access_str(access),
+                v(value)
+            ),
+            other => format!("{other:?}"),
+        };
+        match op.results.first() {
+            Some(r) => {
+                let _ = writeln!(out, "  %{} = {body} : {}", r.0, type_str(k.ty(*r)));
+            }
+            None => {
+                let _ = writeln!(out, "  {body}");
+            }
+        }
+    }
+}
+
+/// The textual dump: buffers, launches in order, outputs, then the generated kernels.
+pub fn dump(s: &Schedule) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "schedule {}", s.name);
+    let _ = writeln!(out, "buffers:");
+    for b in &s.buffers {
+        let kind = match &b.kind {
+            BufKind::Input(_) => "input".to_string(),
+            BufKind::Output(_) => "output".to_string(),
+            BufKind::Temp => "temp".to_string(),
+            BufKind::View(of) => format!("view of {}", s.buffer(*of).name),
+        };
+        let kind = if b.alloc {
+            format!("{kind} (empty)")
+        } else {
+            kind
+        };
+        let t = GType::Tensor {
+            dims: b.dims.clone(),
+            dtype: b.dtype,
+        };
+        let _ = writeln!(out, "  {}: {t} {kind}", b.name);
+    }
+    let _ = writeln!(out, "launches:");
+    for (i, l) in s.launches.iter().enumerate() {
+        let kname = match &l.kernel {
+            KernelRef::Std { module, name } => format!("{module}.{name}"),
+            KernelRef::User(n) => n.clone(),
+            KernelRef::Generated(k) => format!("{} (generated)", s.kernels[*k].name),
+        };
+        let grid = match &l.grid {
+            Some(g) => format!(
+                "({}{})",
+                g.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if g.len() == 1 { "," } else { "" }
+            ),
+            None => "@kernel".into(),
+        };
+        let nodes: Vec<String> = l.nodes.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "  {i}: {kname} grid={grid} nodes=[{}]",
+            nodes.join(", ")
+        );
+        let args: Vec<String> = l
+            .args
+            .iter()
+            .map(|(n, a)| format!("{n}={}", arg_str(s, a)))
+            .chain(l.consts.iter().map(|(n, v)| format!("{n}={v}")))
+            .collect();
+        let _ = writeln!(out, "       ({})", args.join(", "));
+        for r in &l.requires {
+            let _ = writeln!(out, "       requires {r}");
+        }
+    }
+    let outs: Vec<&str> = s
+        .outputs
+        .iter()
+        .map(|o| s.buffer(*o).name.as_str())
+        .collect();
+    let _ = writeln!(out, "outputs: {}", outs.join(", "));
+    for k in &s.kernels {
+        out.push('\n');
+        dump_kernel(k, &mut out);
+    }
+    out
+}
