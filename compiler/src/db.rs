@@ -394,11 +394,11 @@ mod file_map {
 // Graph IR and Schedule IR of whole-tensor functions (issue 3, graph lowering).
 // ---------------------------------------------------------------------------
 
-/// The Graph IR of a whole-tensor function item (`Err` for a kernel, an item that
-/// is not a function, a function with check errors, or what is not lowered yet).
-/// The graph is verified before it is returned.
+/// The Graph IR of a whole-tensor function item as written (calls to other
+/// functions kept as calls). `Err` for a kernel, an item that is not a function,
+/// a function with check errors, or what is not lowered yet.
 #[salsa::tracked(returns(ref))]
-pub fn graph_ir<'db>(
+pub fn graph_ir_uninlined<'db>(
     db: &'db dyn Db,
     item: ItemSource<'db>,
     options: Options,
@@ -440,6 +440,84 @@ pub fn graph_ir<'db>(
         }
     }
     Ok(Arc::new(g))
+}
+
+/// The function item defining `sig`: in `file` itself or in a module it imports.
+fn callee_item<'db>(
+    db: &'db dyn Db,
+    file: SourceFile,
+    sig: &check::FnSig,
+) -> Option<ItemSource<'db>> {
+    let find = |f: SourceFile| {
+        file_items(db, f).items.iter().map(|(s, _)| *s).find(|s| {
+            item_signature(db, *s)
+                .as_deref()
+                .is_some_and(|x| x.name == sig.name && *x == *sig)
+        })
+    };
+    if let Some(i) = find(file) {
+        return Some(i);
+    }
+    for (source, _) in &file_items(db, file).items {
+        let paths: Vec<Vec<String>> = match parse_item(db, *source).item.as_deref() {
+            Some(ast::Item::Import(i)) => vec![i.path.iter().map(|p| p.name.clone()).collect()],
+            Some(ast::Item::FromImport(i)) => {
+                vec![i.module.iter().map(|p| p.name.clone()).collect()]
+            }
+            _ => vec![],
+        };
+        for p in paths {
+            if let Some(i) = db.resolve_module(file, &p).and_then(find) {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+fn inlined_graph<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    stack: &mut Vec<ItemSource<'db>>,
+) -> Result<Arc<crate::ir::graph::Graph>, crate::ir::graph::LowerError> {
+    let g = graph_ir_uninlined(db, item, options).clone()?;
+    if !g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, crate::ir::graph::NodeKind::Call { .. }))
+    {
+        return Ok(g);
+    }
+    stack.push(item);
+    let file = item.file(db);
+    let g = crate::ir::graph::inline(&g, &mut |sig| {
+        let callee = callee_item(db, file, sig)?;
+        if stack.contains(&callee) {
+            return None;
+        }
+        inlined_graph(db, callee, options, stack).ok()
+    });
+    stack.pop();
+    Ok(Arc::new(g))
+}
+
+/// The Graph IR of a whole-tensor function item, with calls to other
+/// whole-tensor functions inlined (recursive calls, and calls giving const
+/// arguments, stay calls), verified.
+#[salsa::tracked(returns(ref))]
+pub fn graph_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+) -> Result<Arc<crate::ir::graph::Graph>, crate::ir::graph::LowerError> {
+    let g = inlined_graph(db, item, options, &mut Vec::new())?;
+    if cfg!(debug_assertions) {
+        if let Err(e) = crate::ir::graph::verify(&g) {
+            panic!("Graph IR verifier: {e}\n{}", crate::ir::graph::dump(&g));
+        }
+    }
+    Ok(g)
 }
 
 /// The launch plan of a whole-tensor function item, verified.

@@ -207,10 +207,14 @@ pub enum NodeKind {
         /// Const parameters given at the call (others take their defaults).
         consts: Vec<(String, Value)>,
     },
-    /// A call to another whole-tensor function.
+    /// A call to another whole-tensor function (one `graph_ir` could not inline).
     Call {
         func: String,
+        /// The callee's signature (to find its definition).
+        sig: std::sync::Arc<FnSig>,
         args: Vec<(String, NodeId)>,
+        /// Const parameters given at the call.
+        consts: Vec<(String, Value)>,
     },
 }
 
@@ -663,18 +667,24 @@ impl<'a> Builder<'a> {
                 let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
                 let slots = Self::bind(&names, args, e.span)?;
                 let mut bound = Vec::new();
+                let mut consts = Vec::new();
                 for (p, a) in sig.params.iter().zip(slots) {
+                    let Some(a) = a else { continue };
                     if p.is_const {
-                        continue;
-                    }
-                    if let Some(a) = a {
+                        let v = self.val(a)?.value.clone().ok_or_else(|| {
+                            LowerError::new(a.span, "a const argument without a known value")
+                        })?;
+                        consts.push((p.name.clone(), v));
+                    } else {
                         bound.push((p.name.clone(), self.expr(a)?));
                     }
                 }
                 Ok(self.push(
                     NodeKind::Call {
                         func: sig.name.clone(),
+                        sig: sig.clone(),
                         args: bound,
+                        consts,
                     },
                     ty,
                     e.span,
@@ -1020,6 +1030,188 @@ pub fn build(
     })
 }
 
+/// A copy of `kind` with every operand mapped through `f`.
+pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
+    let mut k = kind.clone();
+    let o = |x: &mut NodeId| *x = f(*x);
+    let oo = |x: &mut Option<NodeId>| {
+        if let Some(x) = x {
+            *x = f(*x);
+        }
+    };
+    match &mut k {
+        NodeKind::Param(_) | NodeKind::Const(_) | NodeKind::Index(_) => {}
+        NodeKind::Unary { x, .. }
+        | NodeKind::Activation { x, .. }
+        | NodeKind::Cast { x, .. }
+        | NodeKind::Softmax { x, .. }
+        | NodeKind::Reduce { x, .. }
+        | NodeKind::Transpose { x, .. }
+        | NodeKind::Reshape { x } => o(x),
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => {
+            o(a);
+            o(b);
+        }
+        NodeKind::Select { cond, a, b } => {
+            o(cond);
+            o(a);
+            o(b);
+        }
+        NodeKind::LayerNorm {
+            x,
+            weight,
+            bias,
+            eps,
+        } => {
+            o(x);
+            oo(weight);
+            oo(bias);
+            oo(eps);
+        }
+        NodeKind::RmsNorm { x, weight, eps } => {
+            o(x);
+            oo(weight);
+            oo(eps);
+        }
+        NodeKind::Fill(Fill::Full(v)) => o(v),
+        NodeKind::Fill(Fill::Randn { seed }) => oo(seed),
+        NodeKind::Fill(_) => {}
+        NodeKind::KernelCall { grid, args, .. } => {
+            for g in grid.iter_mut().flatten() {
+                o(g);
+            }
+            for (_, a) in args {
+                o(a);
+            }
+        }
+        NodeKind::Call { args, .. } => {
+            for (_, a) in args {
+                o(a);
+            }
+        }
+    }
+    k
+}
+
+fn subst_type(t: &GType, env: &dyn Fn(&str) -> Option<Dim>) -> Option<GType> {
+    Some(match t {
+        GType::Tensor { dims, dtype } => GType::Tensor {
+            dims: dims
+                .iter()
+                .map(|d| d.substitute(env))
+                .collect::<Option<Vec<_>>>()?,
+            dtype: *dtype,
+        },
+        other => other.clone(),
+    })
+}
+
+/// Inlines calls to other whole-tensor functions. `resolve` gives the (already
+/// inlined) graph of a callee, or `None` to keep the call (callee not found, a
+/// recursive call). A call giving const arguments is kept (the callee's graph is
+/// built with its const defaults), and so is one whose dims do not bind.
+/// Inlined nodes take the call's span.
+pub fn inline(
+    g: &Graph,
+    resolve: &mut dyn FnMut(&FnSig) -> Option<std::sync::Arc<Graph>>,
+) -> Graph {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut map: Vec<NodeId> = Vec::with_capacity(g.nodes.len());
+    for n in &g.nodes {
+        let remap = |x: NodeId| map[x.0 as usize];
+        if let NodeKind::Call {
+            sig, args, consts, ..
+        } = &n.kind
+        {
+            if consts.is_empty() {
+                if let Some(callee) = resolve(sig) {
+                    if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
+                        map.push(out);
+                        continue;
+                    }
+                }
+            }
+        }
+        let kind = map_operands(&n.kind, &remap);
+        map.push(NodeId(nodes.len() as u32));
+        nodes.push(Node {
+            kind,
+            ty: n.ty.clone(),
+            span: n.span,
+        });
+    }
+    Graph {
+        name: g.name.clone(),
+        params: g.params.clone(),
+        nodes,
+        outputs: g.outputs.iter().map(|o| map[o.0 as usize]).collect(),
+    }
+}
+
+/// Appends the callee's nodes; returns its result node (or `None`, leaving
+/// `nodes` as it was, when the call cannot be inlined).
+fn inline_one(
+    nodes: &mut Vec<Node>,
+    callee: &Graph,
+    args: &[(String, NodeId)],
+    remap: &dyn Fn(NodeId) -> NodeId,
+    span: Span,
+) -> Option<NodeId> {
+    let [out] = callee.outputs[..] else {
+        return None;
+    };
+    // Bind the callee's dim names to the argument dims.
+    let mut dims: HashMap<String, Dim> = HashMap::new();
+    let mut bound: HashMap<usize, NodeId> = HashMap::new();
+    for (i, p) in callee.params.iter().enumerate() {
+        let (_, a) = args.iter().find(|(n, _)| *n == p.name)?;
+        let a = remap(*a);
+        let at = &nodes[a.0 as usize].ty;
+        if let (GType::Tensor { dims: pd, .. }, GType::Tensor { dims: ad, .. }) = (&p.ty, at) {
+            if pd.len() != ad.len() {
+                return None;
+            }
+            for (pd, ad) in pd.iter().zip(ad) {
+                if let Some(s) = pd.as_symbol() {
+                    match dims.get(s) {
+                        Some(prev) if prev != ad => return None,
+                        _ => {
+                            dims.insert(s.to_string(), ad.clone());
+                        }
+                    }
+                }
+            }
+        }
+        bound.insert(i, a);
+    }
+    let env = |s: &str| dims.get(s).cloned();
+    let start = nodes.len();
+    let mut local: Vec<NodeId> = Vec::with_capacity(callee.nodes.len());
+    for n in &callee.nodes {
+        if let NodeKind::Param(i) = n.kind {
+            local.push(*bound.get(&i)?);
+            continue;
+        }
+        let kind = match map_operands(&n.kind, &|x| local[x.0 as usize]) {
+            NodeKind::Index(d) => match d.substitute(&env) {
+                Some(d) => NodeKind::Index(d),
+                None => {
+                    nodes.truncate(start);
+                    return None;
+                }
+            },
+            k => k,
+        };
+        let Some(ty) = subst_type(&n.ty, &env) else {
+            nodes.truncate(start);
+            return None;
+        };
+        local.push(NodeId(nodes.len() as u32));
+        nodes.push(Node { kind, ty, span });
+    }
+    Some(local[out.0 as usize])
+}
+
 /// Checks the graph's invariants: operands defined before use, types
 /// consistent with each op (broadcasting, matmul inner dims, axes), outputs valued.
 pub fn verify(g: &Graph) -> Result<(), String> {
@@ -1253,7 +1445,12 @@ pub fn dump(g: &Graph) -> String {
                 let consts: String = consts.iter().map(|(n, v)| format!(", {n}={v}")).collect();
                 format!("launch {kernel}{grid}({}{consts})", args_list(args))
             }
-            NodeKind::Call { func, args } => format!("call {func}({})", args_list(args)),
+            NodeKind::Call {
+                func, args, consts, ..
+            } => {
+                let consts: String = consts.iter().map(|(n, v)| format!(", {n}={v}")).collect();
+                format!("call {func}({}{consts})", args_list(args))
+            }
         };
         if n.ty == GType::Unit {
             let _ = writeln!(s, "  %{i} = {body}");

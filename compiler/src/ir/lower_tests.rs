@@ -175,6 +175,40 @@ fn softmax_of_scaled_matmul() {
     assert_eq!(names, ["gemm_tf32", "generated", "softmax_rows"]);
 }
 
+fn kernel_names(s: &schedule::Schedule) -> Vec<String> {
+    s.launches
+        .iter()
+        .map(|l| match &l.kernel {
+            KernelRef::Std { name, .. } => name.to_string(),
+            KernelRef::Generated(k) => s.kernels[*k].name.clone(),
+            KernelRef::User(n) => n.clone(),
+        })
+        .collect()
+}
+
+#[test]
+fn narrow_matmul_results_are_cast_before_reuse() {
+    let src = r#"def mm3(a: Tensor["M", "K", f16], b: Tensor["K", "N", f16], c: Tensor["N", "P", f16]) -> Tensor["M", "P", f16]:
+    return (a @ b) @ c
+"#;
+    let s = schedule_of(src, "mm3");
+    assert_eq!(
+        kernel_names(&s),
+        ["gemm", "mm3_copy0", "gemm", "mm3_copy1"],
+        "{}",
+        schedule::dump(&s)
+    );
+    // The first copy narrows the f32 accumulator to the f16 operand of the second gemm.
+    let k = &s.kernels[0];
+    assert!(k.body.ops.iter().any(|o| matches!(
+        o.kind,
+        crate::ir::tile::OpKind::Cast {
+            to: crate::check::DType::F16,
+            ..
+        }
+    )));
+}
+
 #[test]
 fn long_or_unknown_rows_use_the_online_softmax() {
     let src = r#"def sm(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
@@ -280,15 +314,12 @@ fn unsupported_constructs_say_so() {
     );
     assert!(e.starts_with("not supported yet: `transpose`"), "{e}");
     let e = unsupported(
-        r#"def g(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
-    return x * 2.0
-
-def h(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
-    return g(x) + x
+        r#"def rec(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return rec(x) + x
 "#,
-        "h",
+        "rec",
     );
-    assert!(e.contains("not inlined yet"), "{e}");
+    assert!(e.contains("the call to `rec`"), "{e}");
     let e = unsupported(
         r#"def r(x: Tensor["M", "N", f32]) -> Tensor["N", f32]:
     return sum(x, dim=0)
@@ -324,6 +355,37 @@ fn kernels_have_no_graph() {
     assert_eq!(
         db::emit_graph(&db, file, "softmax_rows"),
         Err(EmitError::IsKernel("softmax_rows".into()))
+    );
+}
+
+#[test]
+fn calls_to_functions_are_inlined() {
+    let src = r#"import std.linalg as la
+
+def g(x: Tensor["M", "N", f32], s: f32) -> Tensor["M", "N", f32]:
+    return x * s
+
+def h(a: Tensor[64, "K", f32], b: Tensor[64, "K", f32]) -> Tensor[64, "K", f32]:
+    return exp(g(a, 2.0)) + g(b, 3.0)
+
+def k(a: Tensor["P", "Q", f16], b: Tensor["Q", "R", f16]) -> Tensor["P", "R", f32]:
+    return la.mm(a, b) * 2.0
+"#;
+    insta::assert_snapshot!(both(src, "h"));
+    let s = schedule_of(src, "h");
+    assert_eq!(s.launches.len(), 1, "both inlined bodies fuse with the add");
+    let (db, file) = db_with(src);
+    let (item, _) = db::function_item(&db, file, "k").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    assert!(
+        graph::dump(&g).contains("launch gemm[@kernel grid](A=%0, B=%1, C=%2)"),
+        "{}",
+        graph::dump(&g)
+    );
+    assert!(
+        graph::dump(&g).contains("empty : Tensor[P, R, f32]"),
+        "dims substituted: {}",
+        graph::dump(&g)
     );
 }
 

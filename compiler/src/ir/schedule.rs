@@ -185,6 +185,7 @@ struct Lower<'g> {
     launches: Vec<Launch>,
     kernels: Vec<Kernel>,
     temps: usize,
+    cast_of: HashMap<NodeId, BufId>,
 }
 
 fn product(dims: &[Dim]) -> Option<Dim> {
@@ -250,6 +251,30 @@ impl<'g> Lower<'g> {
         let name = format!("t{}", self.temps);
         self.temps += 1;
         self.add_buffer(name, BufKind::Temp, dims, dtype)
+    }
+
+    /// A buffer holding a tensor node's value in the node's dtype: a matmul's f32
+    /// result for a narrower matmul is cast by a copy kernel (once per node).
+    fn buf_as(&mut self, n: NodeId, user: NodeId) -> R<BufId> {
+        let b = self.buf(n, user)?;
+        let want = self.g.ty(n).dtype();
+        if Some(self.buffers[b.0 as usize].dtype) == want {
+            return Ok(b);
+        }
+        if let Some(c) = self.cast_of.get(&n) {
+            return Ok(*c);
+        }
+        let t = self.temp(self.g.ty(n).dims().to_vec(), want.unwrap_or(DType::F32));
+        self.fused(
+            &Group {
+                members: vec![],
+                root: n,
+                copy: true,
+            },
+            t,
+        )?;
+        self.cast_of.insert(n, t);
+        Ok(t)
     }
 
     /// The buffer holding a tensor node's value.
@@ -364,12 +389,7 @@ impl<'g> Lower<'g> {
             unreachable!("a matmul")
         };
         let (da, db, dn) = (g.ty(a).dims(), g.ty(b).dims(), g.ty(n).dims());
-        let (ba, bb) = (self.buf(a, n)?, self.buf(b, n)?);
-        for (x, bx) in [(a, ba), (b, bb)] {
-            if Some(self.buffers[bx.0 as usize].dtype) != g.ty(x).dtype() {
-                return Err(self.unsupported(n, "a matmul operand computed in another dtype (f32 accumulator of a matmul) without a cast"));
-            }
-        }
+        let (ba, bb) = (self.buf_as(a, n)?, self.buf_as(b, n)?);
         let dt = g.ty(a).dtype().unwrap_or(DType::F32);
         let (m, k, nn) = (
             da[da.len() - 2].clone(),
@@ -461,7 +481,7 @@ impl<'g> Lower<'g> {
         };
         let xdims = g.ty(x).dims().to_vec();
         let (r, c) = self.rows_cols(&xdims, n)?;
-        let bx = self.buf(x, n)?;
+        let bx = self.buf_as(x, n)?;
         if self.buffers[bx.0 as usize].dtype != DType::F32 || node.ty.dtype() != Some(DType::F32) {
             return Err(self.unsupported(
                 n,
@@ -525,8 +545,8 @@ impl<'g> Lower<'g> {
             "x".to_string(),
             self.arg_buf(bx, vec![r.clone(), c.clone()]),
         )];
-        let vec_arg = |s: &Self, w: NodeId| -> R<Arg> {
-            let bw = s.buf(w, n)?;
+        let vec_arg = |s: &mut Self, w: NodeId| -> R<Arg> {
+            let bw = s.buf_as(w, n)?;
             if g.ty(w).dims() != [c.clone()] || s.buffers[bw.0 as usize].dtype != DType::F32 {
                 return Err(
                     s.unsupported(w, format!("a weight `{}` that is not `[{c}]` f32", g.ty(w)))
@@ -588,7 +608,7 @@ impl<'g> Lower<'g> {
         out: Option<BufId>,
     ) -> R<()> {
         let dims = self.g.ty(n).dims().to_vec();
-        let (bq, bk, bv) = (self.buf(q, n)?, self.buf(k, n)?, self.buf(v, n)?);
+        let (bq, bk, bv) = (self.buf_as(q, n)?, self.buf_as(k, n)?, self.buf_as(v, n)?);
         let o = match out {
             Some(o) => o,
             None => self.temp(dims.clone(), DType::BF16),
@@ -1102,6 +1122,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         launches: Vec::new(),
         kernels: Vec::new(),
         temps: 0,
+        cast_of: HashMap::new(),
     };
     for (i, p) in g.params.iter().enumerate() {
         if let GType::Tensor { dims, dtype } = &p.ty {
@@ -1247,10 +1268,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
                     if g.ty(*a).is_scalar() {
                         largs.push((name.clone(), Arg::Scalar(l.scalar(*a)?)));
                     } else {
-                        let b = l.buf(*a, id)?;
-                        if Some(l.buffers[b.0 as usize].dtype) != g.ty(*a).dtype() {
-                            return Err(l.unsupported(*a, "passing a matmul result of another dtype to a kernel without a cast"));
-                        }
+                        let b = l.buf_as(*a, id)?;
                         writes.push(b);
                         largs.push((
                             name.clone(),
