@@ -62,8 +62,7 @@ pub fn file_items(db: &dyn salsa::Database, file: SourceFile) -> FileItems<'_> {
     let items = syntax::split_items(text)
         .into_iter()
         .map(|r| {
-            let source =
-                ItemSource::new(db, file, text[r.start as usize..r.end as usize].to_string());
+            let source = ItemSource::new(db, file, &text[r.start as usize..r.end as usize]);
             (source, r.start)
         })
         .collect();
@@ -94,12 +93,30 @@ pub fn module_exports(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
     check::build_module_scope(&items, &|_| None)
 }
 
+/// Whether an item's text may hold an import or a const (its first token, after
+/// blank and comment lines, is `import`, `from` or `const`): saves parsing the
+/// other items' cached results when looking for the module's constants.
+fn may_import_or_define_const(text: &str) -> bool {
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        return ["import", "from", "const"].iter().any(|k| {
+            t.strip_prefix(k)
+                .is_some_and(|r| r.starts_with(|c: char| c.is_whitespace()))
+        });
+    }
+    false
+}
+
 /// The imports and constants of a file (what signatures may refer to).
 #[salsa::tracked(returns(ref))]
 pub fn module_consts(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
     let items: Vec<Arc<ast::Item>> = file_items(db, file)
         .items
         .iter()
+        .filter(|(source, _)| may_import_or_define_const(source.text(db)))
         .filter_map(|(source, _)| parse_item(db, *source).item.clone())
         .filter(|i| {
             matches!(
@@ -132,22 +149,18 @@ pub fn item_signature<'db>(db: &'db dyn Db, item: ItemSource<'db>) -> Option<Arc
 /// Holds no absolute spans, so it is equal (backdated) after an edit inside a body.
 #[salsa::tracked(returns(ref))]
 pub fn module_scope(db: &dyn Db, file: SourceFile) -> check::ModuleScope {
-    let mut sources = Vec::new();
-    let mut items: Vec<Arc<ast::Item>> = Vec::new();
+    let mut items = Vec::new();
     for (source, _) in &file_items(db, file).items {
-        if let Some(item) = parse_item(db, *source).item.clone() {
-            sources.push(*source);
-            items.push(item);
+        if let Some(sig) = item_signature(db, *source) {
+            items.push(check::ScopeItem::Function(sig.clone()));
+        } else if let Some(item) = parse_item(db, *source).item.clone() {
+            items.push(check::ScopeItem::Item(item));
         }
     }
-    check::build_module_scope_with(
-        &items,
-        &|path: &[String]| {
-            db.resolve_module(file, path)
-                .map(|m| module_exports(db, m).clone())
-        },
-        &|index| item_signature(db, sources[index]).clone(),
-    )
+    check::build_module_scope_with(&items, &|path: &[String]| {
+        db.resolve_module(file, path)
+            .map(|m| module_exports(db, m).clone())
+    })
 }
 
 /// Diagnostics about the file as a whole (duplicate definitions, unresolved

@@ -312,7 +312,9 @@ impl Checker<'_> {
                             return None;
                         }
                     }
-                    if d.as_const().is_some_and(|n| n < 0) {
+                    if d.as_const().is_some_and(|n| n < 0)
+                        && !(self.allow_infer_dim && d.as_const() == Some(-1))
+                    {
                         self.report(Diagnostic::new(
                             "E0406",
                             span,
@@ -829,16 +831,50 @@ impl Checker<'_> {
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
                 };
-                let Some(new) = self.shape_arg(a1) else {
+                self.allow_infer_dim = true;
+                let new = self.shape_arg(a1);
+                self.allow_infer_dim = false;
+                let Some(mut new) = new else {
                     return Val::err();
                 };
                 let prod = |ds: &[Dim]| {
                     ds.iter()
                         .try_fold(Dim::constant(1), |acc, d| acc.checked_mul(d))
                 };
-                let unknown = new
-                    .iter()
-                    .any(|d| d.as_const() == Some(-1) || d.as_symbol() == Some("?"));
+                let inferred: Vec<usize> = (0..new.len())
+                    .filter(|&i| new[i].as_const() == Some(-1))
+                    .collect();
+                if inferred.len() > 1 {
+                    self.report(Diagnostic::new(
+                        "E0412",
+                        a1.expr.span,
+                        "`reshape` can infer at most one dim (-1)",
+                    ));
+                    return Val::err();
+                }
+                if let Some(&i) = inferred.first() {
+                    let known: Vec<Dim> = new
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, d)| d.clone())
+                        .collect();
+                    let dim = match (prod(&dims), prod(&known).and_then(|k| k.as_const())) {
+                        (Some(total), Some(k)) if k > 0 => total.exact_div(k),
+                        _ => None,
+                    };
+                    match dim {
+                        Some(d) => new[i] = d,
+                        None => {
+                            self.report(
+                                Diagnostic::new("E0412", a1.expr.span, format!("cannot infer the -1 dim of reshaping {} to {}", render_dims(&dims), render_dims(&new)))
+                                    .with_help("the other dims must divide the number of elements exactly; write the dim out"),
+                            );
+                            return Val::err();
+                        }
+                    }
+                }
+                let unknown = new.iter().any(|d| d.as_symbol() == Some("?"));
                 if !unknown {
                     if let (Some(p), Some(q)) = (prod(&dims), prod(&new)) {
                         if p != q {
@@ -1508,8 +1544,13 @@ impl Checker<'_> {
         let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
         let required: Vec<bool> = sig.params.iter().map(|p| !p.has_default).collect();
         let Some(slots) = self.bind_args(&sig.name, &names, &required, args, span) else {
-            return self.call_result(sig, &HashMap::new());
+            return if sig.is_kernel {
+                Val::of(Ty::NoneV)
+            } else {
+                Val::err()
+            };
         };
+        let errors_before = self.diags.len();
         let mut binds: HashMap<String, (Dim, Span, String)> = HashMap::new();
         let mut deferred: Vec<(Dim, Dim, usize, usize)> = Vec::new();
         for (j, p) in sig.params.iter().enumerate() {
@@ -1650,12 +1691,21 @@ impl Checker<'_> {
                 self.report(d);
             }
         }
+        if self.diags[errors_before..].iter().any(|d| d.is_error()) {
+            return if sig.is_kernel {
+                Val::of(Ty::NoneV)
+            } else {
+                Val::err()
+            };
+        }
         self.call_result(sig, &binds)
     }
 
     fn call_result(&mut self, sig: &FnSig, binds: &HashMap<String, (Dim, Span, String)>) -> Val {
         match (&sig.ret, sig.is_kernel) {
-            (_, true) | (None, _) => Val::of(Ty::NoneV),
+            (_, true) => Val::of(Ty::NoneV),
+            // No `->`: the value (if any) is not part of the signature.
+            (None, _) => Val::err(),
             (Some(Ty::Tensor { dims, dtype }), _) => {
                 let subst = |s: &str| binds.get(s).map(|b| b.0.clone());
                 let dims: Option<Vec<Dim>> = dims.iter().map(|d| d.substitute(&subst)).collect();

@@ -159,8 +159,12 @@ pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
             if *b == 0 {
                 return Err(format!("division by zero in `cdiv({a}, {b})`"));
             }
-            let r = floor_div(a.checked_add(b - 1).ok_or("integer overflow")?, *b)
-                .ok_or("integer overflow")?;
+            let r = floor_div(
+                a.checked_add(b.checked_sub(1).ok_or("integer overflow")?)
+                    .ok_or("integer overflow")?,
+                *b,
+            )
+            .ok_or("integer overflow")?;
             Ok(Some(Value::int(r)))
         }
         ("min", Some(v)) if !v.is_empty() => Ok(v.iter().min().map(|x| Value::int(*x))),

@@ -94,6 +94,8 @@ pub struct Checker<'a> {
     /// When set, every checked expression's span and value, in walk order
     /// (for lowering to Graph IR, which reuses the checker's typing).
     pub expr_vals: Option<Vec<(Span, Val)>>,
+    /// `reshape` shapes may hold one `-1`.
+    pub allow_infer_dim: bool,
 }
 
 impl<'a> Checker<'a> {
@@ -117,6 +119,7 @@ impl<'a> Checker<'a> {
             loop_depth: 0,
             usage: Usage::default(),
             expr_vals: None,
+            allow_infer_dim: false,
         }
     }
 

@@ -150,6 +150,18 @@ impl Dim {
         ))
     }
 
+    /// `self / k` when every coefficient is divisible by `k`.
+    pub fn exact_div(&self, k: i64) -> Option<Dim> {
+        let div = |c: i64| -> Option<i64> {
+            (c.checked_rem(k)? == 0).then(|| c.checked_div(k)).flatten()
+        };
+        let mut terms: Terms = Vec::with_capacity(self.terms().len());
+        for (m, c) in self.terms() {
+            terms.push((m.clone(), div(*c)?));
+        }
+        Some(Dim::normalise(terms, div(self.constant)?))
+    }
+
     /// Replaces symbols by dims (`subst` returns `None` to keep a symbol).
     pub fn substitute(&self, subst: &dyn Fn(&str) -> Option<Dim>) -> Option<Dim> {
         let mut acc = Dim::constant(self.constant);
@@ -162,6 +174,20 @@ impl Dim {
             acc = acc.checked_add(&term)?;
         }
         Some(acc)
+    }
+
+    /// Parses a dim string of a type annotation with the language's dim grammar
+    /// (`syntax::dim`: affine in its names, e.g. `"4*D"`, `"M+1"`, `"(2*N)//2"`).
+    /// Products of names (`"M*N"`, for flattened shapes) are accepted too: the
+    /// checker's dims are polynomials.
+    pub fn parse_affine(text: &str) -> Result<Dim, String> {
+        let a = match crate::syntax::dim::parse_affine(text) {
+            Ok(a) => a,
+            Err(e) => return Dim::parse(text).map_err(|_| e.message),
+        };
+        let mut terms: Terms = a.terms.into_iter().map(|(n, c)| (vec![n], c)).collect();
+        terms.retain(|(_, c)| *c != 0);
+        Ok(Dim::normalise(terms, a.constant))
     }
 
     /// Parses a dim string: integers, names, `+ - *` and parentheses (`"4*D"`, `"M+1"`).

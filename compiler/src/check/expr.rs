@@ -632,7 +632,11 @@ impl Checker<'_> {
                     Ty::Tuple(t) | Ty::List(t) => t.len(),
                     _ => 0,
                 };
-                let j = if i < 0 { i + len as i64 } else { i };
+                let j = if i < 0 {
+                    i.saturating_add(len as i64)
+                } else {
+                    i
+                };
                 if j < 0 || j >= len as i64 {
                     self.report(Diagnostic::new(
                         "E0413",
@@ -754,7 +758,7 @@ impl Checker<'_> {
                         _ => match self.int_index(&v, e) {
                             Ok(Some(Value::Int(i))) => {
                                 if let (Some(i), Some(n)) = (i.as_const(), dims[d].as_const()) {
-                                    if i >= n || i < -n {
+                                    if i >= n || i < n.saturating_neg() {
                                         self.report(
                                             Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})"))
                                                 .with_label(value_expr.span, format!("this is `{ty}`")),
@@ -873,7 +877,7 @@ impl Checker<'_> {
                         Ok(Some(Value::Int(i))) if i.as_const().is_some() => {
                             let i = i.as_const().unwrap_or(0);
                             if let Some(n) = dims[d].as_const() {
-                                if i >= n || i < -n {
+                                if i >= n || i < n.saturating_neg() {
                                     self.report(Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})")));
                                     return Val::err();
                                 }

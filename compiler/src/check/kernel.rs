@@ -306,7 +306,7 @@ impl Checker<'_> {
 
     fn check_threads(&mut self, warps: u64, span: crate::syntax::span::Span) {
         let info = self.arch.info();
-        let threads = warps * info.warp_size as u64;
+        let threads = warps.saturating_mul(info.warp_size as u64);
         if threads > info.max_threads_per_block as u64 {
             self.report(
                 Diagnostic::new(
@@ -610,19 +610,29 @@ fn check_function_with(
     let terminated = c.block(&f.body);
     if !terminated && !c.in_kernel {
         if let Some((rt, span)) = c.ret.clone() {
-            let has_return = f
-                .body
-                .iter()
-                .any(|s| matches!(s.kind, crate::syntax::ast::StmtKind::Return(_)));
-            if !rt.is_err() && !has_return {
+            fn any_return(b: &[crate::syntax::ast::Stmt]) -> bool {
+                use crate::syntax::ast::StmtKind;
+                b.iter().any(|s| match &s.kind {
+                    StmtKind::Return(_) => true,
+                    StmtKind::If { branches, orelse } => {
+                        branches.iter().any(|(_, b)| any_return(b))
+                            || orelse.as_deref().is_some_and(any_return)
+                    }
+                    StmtKind::For { body, .. } | StmtKind::While { body, .. } => any_return(body),
+                    _ => false,
+                })
+            }
+            if !rt.is_err() {
+                let what = if any_return(&f.body) {
+                    "can reach the end of its body without returning a value"
+                } else {
+                    "never returns a value"
+                };
                 c.report(
                     Diagnostic::new(
                         "E0307",
                         f.name.span,
-                        format!(
-                            "`{}` declares `-> {rt}` but never returns a value",
-                            f.name.name
-                        ),
+                        format!("`{}` declares `-> {rt}` but {what}", f.name.name),
                     )
                     .with_label(span, "declared here")
                     .with_help("add a `return` at the end of the body"),

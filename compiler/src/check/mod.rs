@@ -34,7 +34,7 @@ use crate::syntax::span::Span;
 
 pub use scope::{
     build_module_scope, build_module_scope_with, module_diagnostics, unused_imports, Entry, FnSig,
-    ModuleScope, ParamSig,
+    ModuleScope, ParamSig, ScopeItem,
 };
 pub use types::{DType, Ty, Value};
 

@@ -42,8 +42,12 @@ impl Usage {
 
     pub fn note_dot(&mut self, a: &[Dim], b: &[Dim], dtype: DType, span: Span, in_loop: bool) {
         if let (Some(x), Some(y)) = (elements(a), elements(b)) {
-            self.dots
-                .push((x * dtype.bytes(), y * dtype.bytes(), span, in_loop));
+            self.dots.push((
+                x.saturating_mul(dtype.bytes()),
+                y.saturating_mul(dtype.bytes()),
+                span,
+                in_loop,
+            ));
         }
     }
 }
@@ -95,7 +99,7 @@ impl Checker<'_> {
     pub fn finish_resources(&mut self) {
         let info = self.arch.info();
         let warps = self.kernel.num_warps.unwrap_or(4).max(1);
-        let threads = warps * info.warp_size as u64;
+        let threads = warps.saturating_mul(info.warp_size as u64);
         if threads > info.max_threads_per_block as u64 {
             return; // E0604 already says the block cannot launch
         }
@@ -122,7 +126,7 @@ impl Checker<'_> {
             .iter()
             .map(|(a, b, span, in_loop)| {
                 let s = if *in_loop { stages } else { 1 };
-                ((a + b) * s, *a, *b, s, *span)
+                (a.saturating_add(*b).saturating_mul(s), *a, *b, s, *span)
             })
             .max_by_key(|x| x.0);
         if let Some((smem, a, b, s, span)) = worst {

@@ -239,7 +239,7 @@ fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagn
     };
     match eval_const(a, &lookup) {
         Ok(Value::Int(d)) => Ok(d),
-        Ok(Value::Str(s)) => Dim::parse(&s).map_err(|m| {
+        Ok(Value::Str(s)) => Dim::parse_affine(&s).map_err(|m| {
             Diagnostic::new("E0111", a.span, format!("invalid dim expression \"{s}\": {m}"))
                 .with_help("dims are names and integers combined with `+`, `-` and `*`, e.g. \"4*D\" or \"M+1\"")
         }),
@@ -354,18 +354,33 @@ fn bind_import_path(entries: &mut BTreeMap<String, Entry>, path: &[String], leaf
 
 /// Builds the scope of a module from its items (in file order).
 pub fn build_module_scope(items: &[Arc<Item>], resolve: Resolver) -> ModuleScope {
-    build_module_scope_with(items, resolve, &|_| None)
+    let items: Vec<ScopeItem> = items.iter().cloned().map(ScopeItem::Item).collect();
+    build_module_scope_with(&items, resolve)
 }
 
-/// `build_module_scope`, taking function signatures from `sig_of(item index)`
-/// where it gives one (the database caches them per item).
-pub fn build_module_scope_with(
-    items: &[Arc<Item>],
-    resolve: Resolver,
-    sig_of: &dyn Fn(usize) -> Option<Arc<FnSig>>,
-) -> ModuleScope {
+/// An item as `build_module_scope_with` takes it: a function whose signature
+/// is already known (the database caches them per item), or any item.
+#[derive(Clone, Debug)]
+pub enum ScopeItem {
+    Function(Arc<FnSig>),
+    Item(Arc<Item>),
+}
+
+/// Builds the scope of a module from its items (in file order).
+pub fn build_module_scope_with(items: &[ScopeItem], resolve: Resolver) -> ModuleScope {
     let mut scope = ModuleScope::default();
-    for (index, item) in items.iter().enumerate() {
+    for item in items {
+        let item = match item {
+            ScopeItem::Function(sig) => {
+                if !scope.entries.contains_key(&sig.name) {
+                    scope
+                        .entries
+                        .insert(sig.name.clone(), Entry::Function(sig.clone()));
+                }
+                continue;
+            }
+            ScopeItem::Item(item) => item,
+        };
         match &**item {
             Item::Import(imp) => {
                 let path = path_of(&imp.path);
@@ -414,10 +429,10 @@ pub fn build_module_scope_with(
                 if scope.entries.contains_key(&f.name.name) {
                     continue;
                 }
-                let sig = sig_of(index).unwrap_or_else(|| {
+                let sig = {
                     let s = &scope;
                     Arc::new(signature(f, &|n| s.const_value(n)))
-                });
+                };
                 scope
                     .entries
                     .insert(f.name.name.clone(), Entry::Function(sig));
@@ -490,8 +505,8 @@ fn defined_names(item: &Item) -> Vec<&ast::Ident> {
 /// definitions and imports that do not resolve.
 pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let mut seen: BTreeMap<&str, crate::syntax::span::Span> = BTreeMap::new();
-    let mut plain_imports: HashSet<&str> = HashSet::new();
+    let mut seen: super::fxhash::FxHashMap<&str, crate::syntax::span::Span> = Default::default();
+    let mut plain_imports: super::fxhash::FxHashSet<&str> = Default::default();
     for (item, off) in items {
         for id in defined_names(item) {
             let span = id.span.shift(*off);

@@ -8,8 +8,10 @@
 pub mod ast;
 pub mod dim;
 pub mod lexer;
-pub mod parser;
+mod parser;
 pub mod span;
+
+pub use parser::MAX_NESTING;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,19 @@
 //! layout token stream, turns lalrpop's errors into catalogue diagnostics with
 //! human-worded expectations, and runs the small post-parse checks (break,
 //! continue and return placement).
+//!
+//! Error recovery, from the finest to the coarsest:
+//! 1. an error inside a closed bracket group is reported, the comma- (or colon-)
+//!    separated part holding it is replaced by an `ERROR_EXPR` token (an
+//!    `Expr::Error` in the tree) and the item is parsed again (`repair_range`);
+//! 2. otherwise the grammar's `!` productions skip to the end of the statement
+//!    (and the block it opens), and `Sink::salvage` keeps the shape its first
+//!    tokens show (`x = ...`, `for i in ...:`), with `Expr::Error` inside;
+//! 3. a `def` header that cannot be read keeps its name, parameter names and body;
+//!    a decorator line that cannot be read keeps its place.
+//!
+//! Each error is reported once: follow-on reports on the same line as a lexical
+//! error, on a mis-indented line, or for the same unclosed bracket are dropped.
 
 use lalrpop_util::{lalrpop_mod, ErrorRecovery, ParseError};
 
@@ -917,7 +930,10 @@ impl ErrCtx<'_, '_> {
                     "only the body of a `def`, `if`, `elif`, `else`, `for` or `while` is indented",
                 );
         }
-        if only_block(expected) {
+        // (only right after a block header's `:`; after a recovered error the
+        // block is one option among others)
+        let after_colon = self.text.get(self.last_line_before(span.start).range()) == Some(":");
+        if only_block(expected) && after_colon {
             let at = match tok {
                 Tok::Dedent | Tok::Newline => self.last_line_before(span.start),
                 _ => span,

@@ -573,6 +573,9 @@ fn error_codes_and_lines() {
     );
     assert_eq!(at_lines("@kernel\n@autotune()\n"), [("E0113", 2)]);
     assert_eq!(at_lines("@kernel\nx = 1\n"), [("E0113", 1)]);
+    // a broken decorator line does not lose the def below it
+    assert_eq!(at_lines("@\ndef f(): pass\n"), [("E0101", 1)]);
+    assert_eq!(at_lines("@kernel(grid=)\ndef f(): pass\n"), [("E0101", 1)]);
     assert_eq!(
         at_lines("for i in range(3):\n    pass\ncontinue\n"),
         [("E0114", 3)]
@@ -1258,4 +1261,15 @@ fn docstrings_with_odd_whitespace() {
         panic!()
     };
     assert_eq!(f.docstring.as_deref(), Some("one line"));
+}
+
+#[test]
+fn parse_item_on_two_statements_reports_the_second() {
+    // parse_item takes one item (as cut by split_items); the REPL should use
+    // parse_file for several lines
+    let p = parse_item("x = 1\ny = 2\n");
+    assert_eq!(p.diagnostics.len(), 1, "{:#?}", p.diagnostics);
+    assert_eq!(p.diagnostics[0].span.start, 6);
+    let (items, d) = parse_file("x = 1\ny = 2\n");
+    assert_eq!((items.len(), d.len()), (2, 0));
 }
