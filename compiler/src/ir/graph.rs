@@ -445,6 +445,9 @@ type R<T> = Result<T, LowerError>;
 
 fn gtype(ty: &Ty, span: Span) -> R<GType> {
     match ty {
+        Ty::Tensor { dims, .. } if dims.iter().any(|d| d.symbols().contains(&"?")) => Err(
+            LowerError::new(span, format!("a tensor whose shape is not known (`{ty}`)")),
+        ),
         Ty::Tensor { dims, dtype } => Ok(GType::Tensor {
             dims: dims.clone(),
             dtype: *dtype,
