@@ -672,7 +672,29 @@ impl<'a> Builder<'a> {
                 let mut bound = Vec::new();
                 let mut consts = Vec::new();
                 for (p, a) in sig.params.iter().zip(slots) {
-                    let Some(a) = a else { continue };
+                    let Some(a) = a else {
+                        // A scalar parameter left at its default.
+                        let c = match (&p.ty, &p.default) {
+                            (Ty::Scalar { dtype, .. }, Some(v)) => match v {
+                                Value::Float(x) => Some((Constant::Float(*x), *dtype)),
+                                Value::Bool(b) => Some((Constant::Bool(*b), *dtype)),
+                                v => v.as_int().map(|i| {
+                                    let c = if dtype.is_float() {
+                                        Constant::Float(i as f64)
+                                    } else {
+                                        Constant::Int(i)
+                                    };
+                                    (c, *dtype)
+                                }),
+                            },
+                            _ => None,
+                        };
+                        if let (false, Some((c, dtype))) = (p.is_const, c) {
+                            let c = self.push(NodeKind::Const(c), GType::Scalar(dtype), e.span);
+                            bound.push((p.name.clone(), c));
+                        }
+                        continue;
+                    };
                     if p.is_const {
                         let v = self.val(a)?.value.clone().ok_or_else(|| {
                             LowerError::new(a.span, "a const argument without a known value")

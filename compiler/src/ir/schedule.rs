@@ -23,8 +23,8 @@
 //! * `reshape` is a view (buffers are contiguous row-major), `empty` an allocation;
 //! * kernel calls are launched as written, in program order.
 //!
-//! Everything else (transpose outside the attention pattern, reductions over other
-//! axes, `randn`, calls to other functions, other dtypes for the stdlib kernels) is
+//! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
+//! on grid axis 2). Everything else (other transposes, reductions over other axes, `randn`, calls to other functions, other dtypes for the stdlib kernels) is
 //! a [`LowerError`]: not supported yet.
 
 use std::collections::HashMap;
@@ -1104,6 +1104,138 @@ impl Lower<'_> {
     }
 }
 
+impl Lower<'_> {
+    /// A generated kernel swapping the last two axes: one program writes a
+    /// `[32, 32]` tile of `out[z]` from the transposed `[32, 32]` tile of `x[z]`.
+    fn transpose(&mut self, n: NodeId, out: BufId) -> R<()> {
+        let g = self.g;
+        let NodeKind::Transpose { x, a, b } = g.node(n).kind else {
+            unreachable!("a transpose")
+        };
+        let xd = g.ty(x).dims().to_vec();
+        let rank = xd.len();
+        if rank < 2 || a.min(b) != rank - 2 || a.max(b) != rank - 1 {
+            return Err(self.unsupported(
+                n,
+                "`transpose` of axes other than the last two (no kernel for it yet)",
+            ));
+        }
+        let z = product(&xd[..rank - 2]).ok_or_else(|| self.unsupported(n, "batch dims"))?;
+        let (m, nn) = (xd[rank - 2].clone(), xd[rank - 1].clone());
+        let bx = self.buf(x, n)?;
+        let (bdt, odt) = (
+            self.buffers[bx.0 as usize].dtype,
+            self.buffers[out.0 as usize].dtype,
+        );
+        const T: u32 = 32;
+        let dim_of = |d: &Dim, name: &str| match d.as_const() {
+            Some(v) => tile::Dim::Static(v as u64),
+            None => tile::Dim::Dynamic(name.to_string()),
+        };
+        let mut kb = KernelBuilder {
+            ops: vec![],
+            types: vec![],
+            params: vec![
+                tile::Param {
+                    name: "x0".into(),
+                    kind: ParamKind::Tensor {
+                        dims: vec![dim_of(&z, "Z"), dim_of(&m, "M"), dim_of(&nn, "N")],
+                        dtype: bdt,
+                    },
+                },
+                tile::Param {
+                    name: "out".into(),
+                    kind: ParamKind::Tensor {
+                        dims: vec![dim_of(&z, "Z"), dim_of(&nn, "N"), dim_of(&m, "M")],
+                        dtype: odt,
+                    },
+                },
+            ],
+            span: g.node(n).span,
+        };
+        let pid: Vec<Value> = (0..3)
+            .map(|a| kb.emit(OpKind::ProgramId(a), Type::Scalar(DType::I32)))
+            .collect();
+        let kt = kb.cnst(Constant::Int(T as i64), DType::I32);
+        let r0 = kb.binary(BinaryOp::Mul, pid[0], kt);
+        let c0 = kb.binary(BinaryOp::Mul, pid[1], kt);
+        let v = kb.emit(
+            OpKind::Load {
+                tensor: 0,
+                access: vec![
+                    Access::Point(pid[2]),
+                    Access::Range { start: c0, len: T },
+                    Access::Range { start: r0, len: T },
+                ],
+                mask: None,
+                other: zero_of(bdt),
+            },
+            KernelBuilder::tile_ty(&[T, T], bdt),
+        );
+        let v = kb.emit(
+            OpKind::Transpose { x: v },
+            KernelBuilder::tile_ty(&[T, T], bdt),
+        );
+        let v = kb.cast(v, odt);
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Store {
+                tensor: 1,
+                access: vec![
+                    Access::Point(pid[2]),
+                    Access::Range { start: r0, len: T },
+                    Access::Range { start: c0, len: T },
+                ],
+                value: v,
+                mask: None,
+            },
+            span: kb.span,
+        });
+        let name = format!("{}_transpose{}", g.name, self.kernels.len());
+        self.kernels.push(Kernel {
+            name,
+            specialization: vec![],
+            params: kb.params,
+            num_warps: 4,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: kb.ops,
+            },
+            types: kb.types,
+        });
+        self.launch(Launch {
+            kernel: KernelRef::Generated(self.kernels.len() - 1),
+            nodes: vec![n],
+            grid: Some(vec![
+                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(nn.clone())), T as i64),
+                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(m.clone())), T as i64),
+                ScalarExpr::Index(z.clone()),
+            ]),
+            args: vec![
+                (
+                    "x0".into(),
+                    Arg::Buffer {
+                        buf: bx,
+                        dims: vec![z.clone(), m.clone(), nn.clone()],
+                    },
+                ),
+                (
+                    "out".into(),
+                    Arg::Buffer {
+                        buf: out,
+                        dims: vec![z, nn, m],
+                    },
+                ),
+            ],
+            consts: vec![],
+            requires: vec![],
+            writes: vec![out],
+        });
+        Ok(())
+    }
+}
+
 /// Lowers a graph to its launch plan.
 pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
     let uses = g.use_counts();
@@ -1191,6 +1323,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             | NodeKind::LayerNorm { .. }
             | NodeKind::RmsNorm { .. }
             | NodeKind::Reduce { .. }
+            | NodeKind::Transpose { .. }
             | NodeKind::Fill(Fill::Empty) => true,
             _ => false,
         };
@@ -1297,10 +1430,15 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
                 });
             }
             NodeKind::Transpose { .. } => {
-                return Err(l.unsupported(
-                    id,
-                    "`transpose` outside the attention pattern (no transpose kernel yet)",
-                ))
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.transpose(id, b)?;
+                l.buf_of.insert(id, b);
             }
             NodeKind::Fill(Fill::Randn { .. }) => {
                 return Err(l.unsupported(id, "`randn` (no random-number kernel yet)"))
@@ -1447,6 +1585,7 @@ pub fn verify_kernel(k: &Kernel) -> Result<(), String> {
     for (i, op) in k.body.ops.iter().enumerate() {
         let uses: Vec<Value> = match &op.kind {
             OpKind::Unary { x, .. }
+            | OpKind::Transpose { x }
             | OpKind::Cast { x, .. }
             | OpKind::Splat { x, .. }
             | OpKind::Broadcast { x, .. }
@@ -1571,6 +1710,7 @@ pub fn dump_kernel(k: &Kernel, out: &mut String) {
             OpKind::Splat { x, .. } => format!("splat {}", v(x)),
             OpKind::Broadcast { x, .. } => format!("broadcast {}", v(x)),
             OpKind::ExpandDims { x, axis } => format!("expand_dims {}, axis={axis}", v(x)),
+            OpKind::Transpose { x } => format!("transpose {}", v(x)),
             OpKind::Load {
                 tensor,
                 access,
