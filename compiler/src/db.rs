@@ -551,6 +551,26 @@ pub fn schedule_ir<'db>(
     Ok(Arc::new(s))
 }
 
+/// The whole-tensor functions (plain `def`s, not kernels) of `file` in source
+/// order: name, item, offset of the item in the file.
+pub fn file_functions<'db>(
+    db: &'db dyn Db,
+    file: SourceFile,
+) -> Vec<(String, ItemSource<'db>, u32)> {
+    file_items(db, file)
+        .items
+        .iter()
+        .filter_map(
+            |(source, offset)| match parse_item(db, *source).item.as_deref() {
+                Some(ast::Item::Function(f)) if !f.is_kernel() => {
+                    Some((f.name.name.clone(), *source, *offset))
+                }
+                _ => None,
+            },
+        )
+        .collect()
+}
+
 /// The item of `file` defining the function `name`, with its offset in the file.
 pub fn function_item<'db>(
     db: &'db dyn Db,

@@ -383,6 +383,12 @@ def h(a: Tensor[64, "K", f32], b: Tensor[64, "K", f32]) -> Tensor[64, "K", f32]:
 
 def k(a: Tensor["P", "Q", f16], b: Tensor["Q", "R", f16]) -> Tensor["P", "R", f32]:
     return la.mm(a, b) * 2.0
+
+def scaled(x: Tensor["N", f32], s: f32 = 0.25) -> Tensor["N", f32]:
+    return x * s
+
+def uses_default(y: Tensor["N", f32]) -> Tensor["N", f32]:
+    return scaled(y) + 1.0
 "#;
     insta::assert_snapshot!(both(src, "h"));
     let s = schedule_of(src, "h");
@@ -400,6 +406,18 @@ def k(a: Tensor["P", "Q", f16], b: Tensor["Q", "R", f16]) -> Tensor["P", "R", f3
         "dims substituted: {}",
         graph::dump(&g)
     );
+    let (item, _) = db::function_item(&db, file, "uses_default").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    assert!(
+        graph::dump(&g).contains("const 0.25 : f32"),
+        "{}",
+        graph::dump(&g)
+    );
+    let names: Vec<String> = db::file_functions(&db, file)
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(names, ["g", "h", "k", "scaled", "uses_default"]);
 }
 
 #[test]
