@@ -220,6 +220,28 @@ fn transposed_operand_is_a_transpose_kernel_then_gemm() {
 }
 
 #[test]
+fn narrow_floats_go_through_the_f32_row_kernels() {
+    let src = r#"def sm16(x: Tensor["M", 256, bf16], w: Tensor[256, bf16]) -> Tensor["M", 256, bf16]:
+    return rms_norm(softmax(x, dim=-1), w) * 2.0
+"#;
+    insta::assert_snapshot!(both(src, "sm16"));
+    let s = schedule_of(src, "sm16");
+    assert_eq!(
+        kernel_names(&s),
+        [
+            "sm16_copy0",
+            "softmax_rows",
+            "sm16_copy1",
+            "sm16_copy2",
+            "rms_norm_rows",
+            "sm16_fused3"
+        ],
+        "{}",
+        schedule::dump(&s)
+    );
+}
+
+#[test]
 fn long_or_unknown_rows_use_the_online_softmax() {
     let src = r#"def sm(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
     return softmax(x, dim=1)

@@ -11,8 +11,9 @@
 //!   program computes a `[BR, BC]` tile, and each input is loaded as a full tile, a
 //!   row vector (`[C]`, broadcast down), a column (`[R]`, keepdims results, broadcast
 //!   across) or a single element; scalars are kernel parameters or constants;
-//! * `matmul` → `std.linalg` `gemm` (f16), `gemm_bf16`, `gemm_tf32` (f32 inputs)
-//!   or `gemm_batched` (f16, batch dims equal, flattened): these write an f32 `C`;
+//! * `matmul` → `std.linalg` `gemm` (f16), `gemm_bf16`, `gemm_tf32` (f32 inputs:
+//!   the only f32 gemm of the stdlib, so the launch records that it multiplies at
+//!   tf32 precision) or `gemm_batched` (f16, batch dims equal, flattened): these write an f32 `C`;
 //!   a narrower result dtype is a cast done by the consumer's fused kernel;
 //! * `softmax` (last axis) → `std.nn` `softmax_rows` (the row fits 1024) or
 //!   `softmax_rows_online`; `layer_norm`/`rms_norm` → `layer_norm_rows`/`rms_norm_rows`
@@ -164,6 +165,14 @@ impl Schedule {
 
 type R<T> = Result<T, LowerError>;
 
+/// `cdiv(d, k)`, folded when `d` is a constant.
+fn cdiv(d: &Dim, k: i64) -> ScalarExpr {
+    match d.as_const() {
+        Some(c) => ScalarExpr::Index(Dim::constant((c + k - 1).div_euclid(k))),
+        None => ScalarExpr::CDiv(Box::new(ScalarExpr::Index(d.clone())), k),
+    }
+}
+
 /// How a fused kernel reads one input over its `[R, C]` domain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Pattern {
@@ -186,6 +195,7 @@ struct Lower<'g> {
     kernels: Vec<Kernel>,
     temps: usize,
     cast_of: HashMap<NodeId, BufId>,
+    f32_of: HashMap<NodeId, BufId>,
 }
 
 fn product(dims: &[Dim]) -> Option<Dim> {
@@ -274,6 +284,32 @@ impl<'g> Lower<'g> {
             t,
         )?;
         self.cast_of.insert(n, t);
+        Ok(t)
+    }
+
+    /// A buffer holding a float node's value as f32: a copy when its dtype is
+    /// narrower (one kernel, also when the value sits in an f32 buffer: the copy
+    /// rounds it to the node's dtype first, as the program says).
+    fn buf_f32(&mut self, n: NodeId, user: NodeId) -> R<BufId> {
+        let b = self.buf(n, user)?;
+        if self.buffers[b.0 as usize].dtype == DType::F32
+            && self.g.ty(n).dtype() == Some(DType::F32)
+        {
+            return Ok(b);
+        }
+        if let Some(c) = self.f32_of.get(&n) {
+            return Ok(*c);
+        }
+        let t = self.temp(self.g.ty(n).dims().to_vec(), DType::F32);
+        self.fused(
+            &Group {
+                members: vec![],
+                root: n,
+                copy: true,
+            },
+            t,
+        )?;
+        self.f32_of.insert(n, t);
         Ok(t)
     }
 
@@ -423,10 +459,7 @@ impl<'g> Lower<'g> {
         } else {
             (128, 128)
         };
-        let mut grid = vec![
-            ScalarExpr::CDiv(Box::new(ScalarExpr::Index(m.clone())), bm),
-            ScalarExpr::CDiv(Box::new(ScalarExpr::Index(nn.clone())), bn),
-        ];
+        let mut grid = vec![cdiv(&m, bm), cdiv(&nn, bn)];
         let args = if batched {
             let z =
                 product(&da[..da.len() - 2]).ok_or_else(|| self.unsupported(n, "batch dims"))?;
@@ -461,7 +494,11 @@ impl<'g> Lower<'g> {
             grid: Some(grid),
             args,
             consts: vec![],
-            requires: vec![],
+            requires: if name == "gemm_tf32" {
+                vec!["f32 inputs multiplied at tf32 precision (tensor cores, sm_80+)".to_string()]
+            } else {
+                vec![]
+            },
             writes: vec![c],
         });
         self.buf_of.insert(n, c);
@@ -481,13 +518,15 @@ impl<'g> Lower<'g> {
         };
         let xdims = g.ty(x).dims().to_vec();
         let (r, c) = self.rows_cols(&xdims, n)?;
-        let bx = self.buf_as(x, n)?;
-        if self.buffers[bx.0 as usize].dtype != DType::F32 || node.ty.dtype() != Some(DType::F32) {
+        if !g.ty(x).dtype().is_some_and(DType::is_float) {
             return Err(self.unsupported(
                 n,
                 format!("this op on `{}` (its stdlib row kernel is f32)", g.ty(x)),
             ));
         }
+        // The row kernels are f32: other float dtypes go through cast copies, and
+        // the result stays in an f32 buffer that its users read with a cast.
+        let bx = self.buf_f32(x, n)?;
         let fits = c.as_const().map(|c| c <= ROW_BLOCK);
         let mut requires = Vec::new();
         let last = xdims.len() - 1;
@@ -546,8 +585,11 @@ impl<'g> Lower<'g> {
             self.arg_buf(bx, vec![r.clone(), c.clone()]),
         )];
         let vec_arg = |s: &mut Self, w: NodeId| -> R<Arg> {
-            let bw = s.buf_as(w, n)?;
-            if g.ty(w).dims() != [c.clone()] || s.buffers[bw.0 as usize].dtype != DType::F32 {
+            if g.ty(w).dims() != [c.clone()] {
+                return Err(s.unsupported(w, format!("a weight `{}` that is not `[{c}]`", g.ty(w))));
+            }
+            let bw = s.buf_f32(w, n)?;
+            if s.buffers[bw.0 as usize].dtype != DType::F32 {
                 return Err(
                     s.unsupported(w, format!("a weight `{}` that is not `[{c}]` f32", g.ty(w)))
                 );
@@ -628,10 +670,7 @@ impl<'g> Lower<'g> {
                 name: "flash_attn",
             },
             nodes,
-            grid: Some(vec![
-                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(dims[2].clone())), 128),
-                ScalarExpr::Index(bh),
-            ]),
+            grid: Some(vec![cdiv(&dims[2], 128), ScalarExpr::Index(bh)]),
             args: vec![
                 ("q".into(), full(bq)),
                 ("k".into(), full(bk)),
@@ -1091,10 +1130,7 @@ impl Lower<'_> {
         self.launch(Launch {
             kernel: KernelRef::Generated(self.kernels.len() - 1),
             nodes,
-            grid: Some(vec![
-                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(r)), br),
-                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(c)), bc),
-            ]),
+            grid: Some(vec![cdiv(&r, br), cdiv(&c, bc)]),
             args,
             consts: vec![],
             requires: vec![],
@@ -1208,8 +1244,8 @@ impl Lower<'_> {
             kernel: KernelRef::Generated(self.kernels.len() - 1),
             nodes: vec![n],
             grid: Some(vec![
-                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(nn.clone())), T as i64),
-                ScalarExpr::CDiv(Box::new(ScalarExpr::Index(m.clone())), T as i64),
+                cdiv(&nn, T as i64),
+                cdiv(&m, T as i64),
                 ScalarExpr::Index(z.clone()),
             ]),
             args: vec![
@@ -1255,6 +1291,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         kernels: Vec::new(),
         temps: 0,
         cast_of: HashMap::new(),
+        f32_of: HashMap::new(),
     };
     for (i, p) in g.params.iter().enumerate() {
         if let GType::Tensor { dims, dtype } = &p.ty {
@@ -1322,9 +1359,8 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             NodeKind::Softmax { .. }
             | NodeKind::LayerNorm { .. }
             | NodeKind::RmsNorm { .. }
-            | NodeKind::Reduce { .. }
-            | NodeKind::Transpose { .. }
-            | NodeKind::Fill(Fill::Empty) => true,
+            | NodeKind::Reduce { .. } => *dtype == DType::F32,
+            NodeKind::Transpose { .. } | NodeKind::Fill(Fill::Empty) => true,
             _ => false,
         };
         if direct {
