@@ -119,8 +119,20 @@ fn elementwise_chain_is_one_kernel() {
     let s = schedule_of(src, "chain");
     assert_eq!(
         s.launches.len(),
-        2,
-        "u has two uses: {}",
+        1,
+        "u has two uses, both inside the group: {}",
+        schedule::dump(&s)
+    );
+    // A value also used outside the chain (here: by a reduction) is materialised.
+    let src2 = r#"def two(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    t = exp(x)
+    return t * sigmoid(t) + sum(t, dim=-1, keepdims=True)
+"#;
+    let s = schedule_of(src2, "two");
+    assert_eq!(
+        kernel_names(&s),
+        ["two_fused0", "sum_rows", "two_fused1"],
+        "{}",
         schedule::dump(&s)
     );
     let src1 = r#"def chain1(x: Tensor["M", "N", f32], y: Tensor["M", "N", f32], bias: Tensor["N", f32]) -> Tensor["M", "N", f16]:

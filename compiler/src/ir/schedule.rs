@@ -4,9 +4,9 @@
 //! views, each with symbolic dims and a dtype) and an ordered list of launches;
 //! each launch runs one fusion group of graph nodes with a kernel:
 //!
-//! * a maximal tree of elementwise ops (unary, binary with broadcasting, casts,
-//!   `where`, activations, `zeros`/`ones`/`full` as sources) whose inner nodes have
-//!   one use becomes ONE generated kernel, built directly as Tile IR: the group's
+//! * a maximal group of elementwise ops (unary, binary with broadcasting, casts,
+//!   `where`, activations, `zeros`/`ones`/`full` as sources) whose inner nodes are
+//!   used only inside the group becomes ONE generated kernel, built directly as Tile IR: the group's
 //!   shape is viewed as `[R, C]` (C the last dim, R the product of the others), one
 //!   program computes a `[BR, BC]` tile, and each input is loaded as a full tile, a
 //!   row vector (`[C]`, broadcast down), a column (`[R]`, keepdims results, broadcast
@@ -1301,24 +1301,30 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             }
         }
     }
-    // Fusion: an elementwise node with one use, consumed by an elementwise node
-    // with no kernel call in between, joins its consumer's group.
+    // Fusion: an elementwise node whose users are all elementwise and already in
+    // one group, with no kernel call between it and them, joins that group (so a
+    // value used twice inside one chain, as in `t * sigmoid(t)`, is computed once
+    // in registers); results and other nodes root their own group.
     let n = g.nodes.len();
     let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
     let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
     for i in (0..n).rev() {
         let id = NodeId(i as u32);
-        if !is_elementwise(g, id) || l.uses[i] != 1 || is_output(i) {
+        let users = &l.consumers[i];
+        if !is_elementwise(g, id) || is_output(i) || users.is_empty() {
             continue;
         }
-        let Some(&c) = l.consumers[i].first() else {
-            continue;
-        };
-        let effect_between = g.nodes[i + 1..c.0 as usize]
+        let root = root_of[users[0].0 as usize];
+        let last = users.iter().map(|u| u.0 as usize).max().unwrap_or(i);
+        let effect_between = g.nodes[i + 1..last]
             .iter()
             .any(|x| matches!(x.kind, NodeKind::KernelCall { .. }));
-        if is_elementwise(g, c) && !effect_between {
-            root_of[i] = root_of[c.0 as usize];
+        if !effect_between
+            && users
+                .iter()
+                .all(|u| is_elementwise(g, *u) && root_of[u.0 as usize] == root)
+        {
+            root_of[i] = root;
         }
     }
     // Attention patterns: the final matmul absorbs its producers.
