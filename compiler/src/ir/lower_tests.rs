@@ -254,6 +254,21 @@ fn narrow_floats_go_through_the_f32_row_kernels() {
 }
 
 #[test]
+fn reductions_without_a_stdlib_kernel_are_generated() {
+    let src = r#"def red(x: Tensor["B", "M", "N", f16], i: Tensor["M", "N", i32]) -> Tensor["B", "N", f32]:
+    return sum(x, dim=1).to(f32) + min(x, dim=1).to(f32) * mean(i)
+"#;
+    insta::assert_snapshot!(both(src, "red"));
+    let s = schedule_of(src, "red");
+    assert_eq!(
+        kernel_names(&s),
+        ["red_reduce0", "red_reduce1", "red_reduce2", "red_fused3"],
+        "{}",
+        schedule::dump(&s)
+    );
+}
+
+#[test]
 fn long_or_unknown_rows_use_the_online_softmax() {
     let src = r#"def sm(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
     return softmax(x, dim=1)
@@ -368,12 +383,19 @@ fn unsupported_constructs_say_so() {
     );
     assert!(e.contains("the call to `rec`"), "{e}");
     let e = unsupported(
-        r#"def r(x: Tensor["M", "N", f32]) -> Tensor["N", f32]:
-    return sum(x, dim=0)
+        r#"def r(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return softmax(x, dim=0)
 "#,
         "r",
     );
     assert!(e.contains("other than the last"), "{e}");
+    let e = unsupported(
+        r#"def rn(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
+    return x + randn([M, N], f32, seed=1)
+"#,
+        "rn",
+    );
+    assert!(e.contains("`randn`"), "{e}");
     let (db, file) = db_with(SCALED_SUM);
     assert_eq!(
         db::emit_graph(&db, file, "nope"),

@@ -18,14 +18,18 @@
 //! * `softmax` (last axis) → `std.nn` `softmax_rows` (the row fits 1024) or
 //!   `softmax_rows_online`; `layer_norm`/`rms_norm` → `layer_norm_rows`/`rms_norm_rows`
 //!   (f32, the row must fit the kernel's BLOCK of 1024: recorded as a requirement);
-//!   `sum`/`max`/`mean` over the last axis → `std.reduce` `*_rows`;
+//!   `sum`/`max`/`mean` of f32 over the last axis → `std.reduce` `*_rows`; every
+//!   other reduction (any axis, all axes, `min`, other dtypes) is a generated
+//!   kernel looping over the reduced extent;
 //! * `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)` (bf16, rank
 //!   4) → `std.attention` `flash_attn` with `scale = s`;
 //! * `reshape` is a view (buffers are contiguous row-major), `empty` an allocation;
 //! * kernel calls are launched as written, in program order.
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
-//! on grid axis 2). Everything else (other transposes, reductions over other axes, `randn`, calls to other functions, other dtypes for the stdlib kernels) is
+//! on grid axis 2). Everything else (transposes of other axes, `randn`, softmax
+//! over another axis, broadcasts other than rows, columns and single elements in
+//! a fused kernel, recursive calls) is
 //! a [`LowerError`]: not supported yet.
 
 use std::collections::HashMap;
@@ -711,6 +715,13 @@ impl KernelBuilder {
         &self.types[v.0 as usize]
     }
 
+    /// A value defined by no op (a region argument, or a result pushed by hand).
+    fn fresh(&mut self, ty: Type) -> Value {
+        let v = Value(self.types.len() as u32);
+        self.types.push(ty);
+        v
+    }
+
     fn cnst(&mut self, c: Constant, dtype: DType) -> Value {
         self.emit(OpKind::Const(constant_of(dtype, &c)), Type::Scalar(dtype))
     }
@@ -1272,6 +1283,235 @@ impl Lower<'_> {
     }
 }
 
+/// The identity of a reduction, as a constant of `dtype`.
+fn neutral(op: ReduceKind, dtype: DType) -> Constant {
+    let (lo, hi): (i64, i64) = match dtype {
+        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        DType::I64 => (i64::MIN, i64::MAX),
+        DType::U8 => (0, u8::MAX as i64),
+        DType::U32 => (0, u32::MAX as i64),
+        _ => (0, 1),
+    };
+    match (op, dtype) {
+        (ReduceKind::Sum | ReduceKind::Mean, d) => zero_of(d),
+        (ReduceKind::Max, DType::Bool) => Constant::Bool(false),
+        (ReduceKind::Min, DType::Bool) => Constant::Bool(true),
+        (ReduceKind::Max, d) if d.is_float() => Constant::Float(f64::NEG_INFINITY),
+        (ReduceKind::Min, d) if d.is_float() => Constant::Float(f64::INFINITY),
+        (ReduceKind::Max, _) => Constant::Int(lo),
+        (ReduceKind::Min, _) => Constant::Int(hi),
+    }
+}
+
+impl Lower<'_> {
+    /// A generated reduction of one axis (or of everything): `x` is viewed as
+    /// `[R, K, C]` (K the reduced extent, R and C the products of the dims before
+    /// and after it), one program reduces `K` for one `r` and a block of `C`, looping over `K` in chunks; out-of-bounds lanes read the
+    /// reduction's identity. Accumulates floats in f32.
+    fn reduce_generated(&mut self, n: NodeId, out: BufId) -> R<()> {
+        let g = self.g;
+        let NodeKind::Reduce { op, x, axis, .. } = g.node(n).kind else {
+            unreachable!("a reduction")
+        };
+        let xd = g.ty(x).dims().to_vec();
+        let overflow = || self.unsupported(n, "a dim product that overflows");
+        let (a, k, b) = match axis {
+            Some(j) => (
+                product(&xd[..j]).ok_or_else(overflow)?,
+                xd[j].clone(),
+                product(&xd[j + 1..]).ok_or_else(overflow)?,
+            ),
+            None => (
+                Dim::constant(1),
+                product(&xd).ok_or_else(overflow)?,
+                Dim::constant(1),
+            ),
+        };
+        let bx = self.buf(x, n)?;
+        let bdt = self.buffers[bx.0 as usize].dtype;
+        let odt = self.buffers[out.0 as usize].dtype;
+        let xdt = g.ty(x).dtype().unwrap_or(bdt);
+        let ndt = g.ty(n).dtype().unwrap_or(odt);
+        let acc = if ndt == DType::F64 {
+            DType::F64
+        } else if ndt.is_float() {
+            DType::F32
+        } else {
+            ndt
+        };
+        let bc = b.as_const().map(|b| next_pow2(b).min(32)).unwrap_or(32);
+        let mut bk = (1024 / bc).max(1);
+        if let Some(kc) = k.as_const() {
+            bk = bk.min(next_pow2(kc).max(1));
+        }
+        let dim_of = |d: &Dim, name: &str| match d.as_const() {
+            Some(v) => tile::Dim::Static(v as u64),
+            None => tile::Dim::Dynamic(name.to_string()),
+        };
+        let mut kb = KernelBuilder {
+            ops: vec![],
+            types: vec![],
+            params: vec![
+                tile::Param {
+                    name: "x0".into(),
+                    kind: ParamKind::Tensor {
+                        dims: vec![dim_of(&a, "R"), dim_of(&k, "K"), dim_of(&b, "C")],
+                        dtype: bdt,
+                    },
+                },
+                tile::Param {
+                    name: "out".into(),
+                    kind: ParamKind::Tensor {
+                        dims: vec![dim_of(&a, "R"), dim_of(&b, "C")],
+                        dtype: odt,
+                    },
+                },
+            ],
+            span: g.node(n).span,
+        };
+        let (bc32, bk32) = (bc as u32, bk as u32);
+        let pid0 = kb.emit(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+        let pid1 = kb.emit(OpKind::ProgramId(1), Type::Scalar(DType::I32));
+        let kbc = kb.cnst(Constant::Int(bc), DType::I32);
+        let c0 = kb.binary(BinaryOp::Mul, pid1, kbc);
+        let id = kb.emit(OpKind::Const(neutral(op, acc)), Type::Scalar(acc));
+        let init = kb.splat(id, &[bc32]);
+        let lo = kb.cnst(Constant::Int(0), DType::I32);
+        let hi = match k.as_const() {
+            Some(kc) => kb.cnst(Constant::Int(kc), DType::I32),
+            None => kb.emit(
+                OpKind::TensorDim { param: 0, axis: 1 },
+                Type::Scalar(DType::I32),
+            ),
+        };
+        let step = kb.cnst(Constant::Int(bk), DType::I32);
+        let iv = kb.fresh(Type::Scalar(DType::I32));
+        let acc_in = kb.fresh(KernelBuilder::tile_ty(&[bc32], acc));
+        let outer = std::mem::take(&mut kb.ops);
+        let ld = kb.emit(
+            OpKind::Load {
+                tensor: 0,
+                access: vec![
+                    Access::Point(pid0),
+                    Access::Range {
+                        start: iv,
+                        len: bk32,
+                    },
+                    Access::Range {
+                        start: c0,
+                        len: bc32,
+                    },
+                ],
+                mask: None,
+                other: neutral(op, bdt),
+            },
+            KernelBuilder::tile_ty(&[bk32, bc32], bdt),
+        );
+        let v = kb.cast(ld, xdt);
+        let v = kb.cast(v, acc);
+        let (rop, bop) = match op {
+            ReduceKind::Sum | ReduceKind::Mean => (tile::ReduceOp::Sum, BinaryOp::Add),
+            ReduceKind::Max => (tile::ReduceOp::Max, BinaryOp::Max),
+            ReduceKind::Min => (tile::ReduceOp::Min, BinaryOp::Min),
+        };
+        let r = kb.emit(
+            OpKind::Reduce {
+                op: rop,
+                x: v,
+                axis: 0,
+                keepdims: false,
+            },
+            KernelBuilder::tile_ty(&[bc32], acc),
+        );
+        let next = kb.binary(bop, acc_in, r);
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Yield(vec![next]),
+            span: kb.span,
+        });
+        let body_ops = std::mem::replace(&mut kb.ops, outer);
+        let total = kb.fresh(KernelBuilder::tile_ty(&[bc32], acc));
+        kb.ops.push(Op {
+            results: vec![total],
+            kind: OpKind::For {
+                lo,
+                hi,
+                step,
+                init: vec![init],
+                body: Region {
+                    args: vec![iv, acc_in],
+                    ops: body_ops,
+                },
+            },
+            span: kb.span,
+        });
+        let mut res = total;
+        if op == ReduceKind::Mean {
+            let kf = kb.cast(hi, acc);
+            let kf = kb.splat(kf, &[bc32]);
+            res = kb.binary(BinaryOp::Div, res, kf);
+        }
+        let res = kb.cast(res, ndt);
+        let res = kb.cast(res, odt);
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Store {
+                tensor: 1,
+                access: vec![
+                    Access::Point(pid0),
+                    Access::Range {
+                        start: c0,
+                        len: bc32,
+                    },
+                ],
+                value: res,
+                mask: None,
+            },
+            span: kb.span,
+        });
+        let name = format!("{}_reduce{}", g.name, self.kernels.len());
+        self.kernels.push(Kernel {
+            name,
+            specialization: vec![],
+            params: kb.params,
+            num_warps: 4,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: kb.ops,
+            },
+            types: kb.types,
+        });
+        self.launch(Launch {
+            kernel: KernelRef::Generated(self.kernels.len() - 1),
+            nodes: vec![n],
+            grid: Some(vec![ScalarExpr::Index(a.clone()), cdiv(&b, bc)]),
+            args: vec![
+                (
+                    "x0".into(),
+                    Arg::Buffer {
+                        buf: bx,
+                        dims: vec![a.clone(), k, b.clone()],
+                    },
+                ),
+                (
+                    "out".into(),
+                    Arg::Buffer {
+                        buf: out,
+                        dims: vec![a, b],
+                    },
+                ),
+            ],
+            consts: vec![],
+            requires: vec![],
+            writes: vec![out],
+        });
+        Ok(())
+    }
+}
+
 /// Lowers a graph to its launch plan.
 pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
     let uses = g.use_counts();
@@ -1362,11 +1602,12 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             NodeKind::MatMul { .. } => {
                 *dtype == DType::F32 || attention.contains_key(&(o.0 as usize))
             }
-            NodeKind::Softmax { .. }
-            | NodeKind::LayerNorm { .. }
-            | NodeKind::RmsNorm { .. }
-            | NodeKind::Reduce { .. } => *dtype == DType::F32,
-            NodeKind::Transpose { .. } | NodeKind::Fill(Fill::Empty) => true,
+            NodeKind::Softmax { .. } | NodeKind::LayerNorm { .. } | NodeKind::RmsNorm { .. } => {
+                *dtype == DType::F32
+            }
+            NodeKind::Reduce { .. } | NodeKind::Transpose { .. } | NodeKind::Fill(Fill::Empty) => {
+                true
+            }
             _ => false,
         };
         if direct {
@@ -1409,6 +1650,23 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
                 Some(m) => l.lower_attention(id, m, out)?,
                 None => l.lower_matmul(id, out)?,
             },
+            NodeKind::Reduce { op, x, axis, .. }
+                if !(*op != ReduceKind::Min
+                    && *axis == Some(g.ty(*x).dims().len().saturating_sub(1))
+                    && g.ty(*x).dtype() == Some(DType::F32)
+                    && l.buf(*x, id)
+                        .is_ok_and(|b| l.buffers[b.0 as usize].dtype == DType::F32)) =>
+            {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.reduce_generated(id, b)?;
+                l.buf_of.insert(id, b);
+            }
             NodeKind::Softmax { .. }
             | NodeKind::LayerNorm { .. }
             | NodeKind::RmsNorm { .. }
@@ -1618,53 +1876,81 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
     Ok(())
 }
 
-/// A structural check of a generated (straight-line) Tile IR kernel: values
-/// defined before use, elementwise operands of equal types, loads and stores
-/// matching their accesses.
+/// A structural check of a generated Tile IR kernel: values defined once and
+/// before use (region arguments at the region's start), elementwise operands
+/// of equal types, loads and stores matching their accesses, loop bounds of one
+/// integer type, loop bodies yielding their carried types. (The Tile IR
+/// verifier proper checks every typing rule.)
 pub fn verify_kernel(k: &Kernel) -> Result<(), String> {
-    let err = |i: usize, m: String| Err(format!("kernel `{}`: op {i}: {m}", k.name));
     let mut defined = vec![false; k.types.len()];
-    for (i, op) in k.body.ops.iter().enumerate() {
+    verify_region(k, &k.body, &mut defined, None).map_err(|m| format!("kernel `{}`: {m}", k.name))
+}
+
+fn verify_region(
+    k: &Kernel,
+    r: &Region,
+    defined: &mut Vec<bool>,
+    carried: Option<&[Value]>,
+) -> Result<(), String> {
+    let define = |v: Value, defined: &mut Vec<bool>| match defined.get_mut(v.0 as usize) {
+        Some(d) if !*d => {
+            *d = true;
+            Ok(())
+        }
+        _ => Err(format!("%{} defined twice or without a type", v.0)),
+    };
+    for a in &r.args {
+        define(*a, defined)?;
+    }
+    for (i, op) in r.ops.iter().enumerate() {
+        let access_uses = |a: &[Access]| -> Vec<Value> {
+            a.iter()
+                .map(|a| match a {
+                    Access::Point(v) | Access::Range { start: v, .. } => *v,
+                })
+                .collect()
+        };
         let uses: Vec<Value> = match &op.kind {
             OpKind::Unary { x, .. }
             | OpKind::Transpose { x }
             | OpKind::Cast { x, .. }
             | OpKind::Splat { x, .. }
             | OpKind::Broadcast { x, .. }
-            | OpKind::ExpandDims { x, .. } => vec![*x],
+            | OpKind::ExpandDims { x, .. }
+            | OpKind::Reduce { x, .. } => vec![*x],
             OpKind::Binary { a, b, .. } => vec![*a, *b],
             OpKind::Select { cond, a, b } => vec![*cond, *a, *b],
-            OpKind::Load { access, .. } => access
-                .iter()
-                .map(|a| match a {
-                    Access::Point(v) | Access::Range { start: v, .. } => *v,
-                })
+            OpKind::Load { access, .. } => access_uses(access),
+            OpKind::Store { access, value, .. } => {
+                let mut u = access_uses(access);
+                u.push(*value);
+                u
+            }
+            OpKind::For {
+                lo, hi, step, init, ..
+            } => [*lo, *hi, *step]
+                .into_iter()
+                .chain(init.iter().copied())
                 .collect(),
-            OpKind::Store { access, value, .. } => access
-                .iter()
-                .map(|a| match a {
-                    Access::Point(v) | Access::Range { start: v, .. } => *v,
-                })
-                .chain([*value])
-                .collect(),
+            OpKind::Yield(vs) => vs.clone(),
             _ => vec![],
         };
         for u in &uses {
             if !defined.get(u.0 as usize).copied().unwrap_or(false) {
-                return err(i, format!("%{} used before its definition", u.0));
+                return Err(format!("op {i}: %{} used before its definition", u.0));
             }
         }
         match &op.kind {
             OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } if k.ty(*a) != k.ty(*b) => {
-                return err(i, "operands of different types".into())
+                return Err(format!("op {i}: operands of different types"))
             }
             OpKind::Load { tensor, access, .. } | OpKind::Store { tensor, access, .. } => {
                 let Some(ParamKind::Tensor { dims, .. }) = k.params.get(*tensor).map(|p| &p.kind)
                 else {
-                    return err(i, format!("param {tensor} is not a tensor"));
+                    return Err(format!("op {i}: param {tensor} is not a tensor"));
                 };
                 if dims.len() != access.len() {
-                    return err(i, "access rank differs from the tensor's".into());
+                    return Err(format!("op {i}: access rank differs from the tensor's"));
                 }
                 let lens: Vec<u32> = access
                     .iter()
@@ -1678,17 +1964,46 @@ pub fn verify_kernel(k: &Kernel) -> Result<(), String> {
                     _ => k.types[op.results[0].0 as usize].shape().to_vec(),
                 };
                 if lens != tile {
-                    return err(i, "tile shape differs from the access".into());
+                    return Err(format!("op {i}: tile shape differs from the access"));
+                }
+            }
+            OpKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                let t = k.ty(*lo);
+                if !matches!(t, Type::Scalar(d) if d.is_int()) || k.ty(*hi) != t || k.ty(*step) != t
+                {
+                    return Err(format!(
+                        "op {i}: loop bounds of different or non-integer types"
+                    ));
+                }
+                if body.args.len() != init.len() + 1 || op.results.len() != init.len() {
+                    return Err(format!("op {i}: loop arity"));
+                }
+                verify_region(k, body, defined, Some(init))?;
+            }
+            OpKind::Yield(vs) => {
+                let Some(c) = carried else {
+                    return Err(format!("op {i}: a yield in the kernel body"));
+                };
+                if vs.len() != c.len() || vs.iter().zip(c).any(|(v, c)| k.ty(*v) != k.ty(*c)) {
+                    return Err(format!(
+                        "op {i}: the yield does not match the carried values"
+                    ));
                 }
             }
             _ => {}
         }
-        for r in &op.results {
-            match defined.get_mut(r.0 as usize) {
-                Some(d) if !*d => *d = true,
-                _ => return err(i, format!("%{} defined twice or out of range", r.0)),
-            }
+        for res in &op.results {
+            define(*res, defined)?;
         }
+    }
+    if carried.is_some() && !matches!(r.ops.last().map(|o| &o.kind), Some(OpKind::Yield(_))) {
+        return Err("a loop body that does not end with a yield".into());
     }
     Ok(())
 }
@@ -1713,7 +2028,7 @@ fn access_str(a: &[Access]) -> String {
         .join(", ")
 }
 
-/// A dump of a generated kernel (straight-line Tile IR).
+/// A dump of a generated kernel (Tile IR).
 pub fn dump_kernel(k: &Kernel, out: &mut String) {
     let params: Vec<String> = k
         .params
@@ -1739,11 +2054,18 @@ pub fn dump_kernel(k: &Kernel, out: &mut String) {
         params.join(", "),
         k.num_warps
     );
-    for op in &k.body.ops {
-        let v = |x: &Value| format!("%{}", x.0);
+    dump_ops(k, &k.body.ops, 1, out);
+}
+
+fn dump_ops(k: &Kernel, ops: &[Op], depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    let v = |x: &Value| format!("%{}", x.0);
+    let list = |xs: &[Value]| xs.iter().map(v).collect::<Vec<_>>().join(", ");
+    for op in ops {
         let body = match &op.kind {
             OpKind::Const(c) => format!("const {}", render_constant(c)),
             OpKind::ProgramId(a) => format!("program_id {a}"),
+            OpKind::TensorDim { param, axis } => format!("dim {}, {axis}", k.params[*param].name),
             OpKind::ScalarParam(p) => format!("param {}", k.params[*p].name),
             OpKind::Unary { op, x } => format!("{} {}", unary_name(*op), v(x)),
             OpKind::Binary { op, a, b } => format!("{} {}, {}", binary_name(*op), v(a), v(b)),
@@ -1753,6 +2075,17 @@ pub fn dump_kernel(k: &Kernel, out: &mut String) {
             OpKind::Broadcast { x, .. } => format!("broadcast {}", v(x)),
             OpKind::ExpandDims { x, axis } => format!("expand_dims {}, axis={axis}", v(x)),
             OpKind::Transpose { x } => format!("transpose {}", v(x)),
+            OpKind::Reduce {
+                op,
+                x,
+                axis,
+                keepdims,
+            } => format!(
+                "reduce_{} {}, axis={axis}{}",
+                format!("{op:?}").to_lowercase(),
+                v(x),
+                if *keepdims { ", keepdims" } else { "" }
+            ),
             OpKind::Load {
                 tensor,
                 access,
@@ -1775,14 +2108,36 @@ pub fn dump_kernel(k: &Kernel, out: &mut String) {
                 access_str(access),
                 v(value)
             ),
+            OpKind::Yield(xs) => format!("yield {}", list(xs)),
+            OpKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}{} = for {} in range({}, {}, {}) carry ({}) = ({}):",
+                    list(&op.results),
+                    v(&body.args[0]),
+                    v(lo),
+                    v(hi),
+                    v(step),
+                    list(&body.args[1..]),
+                    list(init)
+                );
+                dump_ops(k, &body.ops, depth + 1, out);
+                continue;
+            }
             other => format!("{other:?}"),
         };
         match op.results.first() {
             Some(r) => {
-                let _ = writeln!(out, "  %{} = {body} : {}", r.0, type_str(k.ty(*r)));
+                let _ = writeln!(out, "{pad}%{} = {body} : {}", r.0, type_str(k.ty(*r)));
             }
             None => {
-                let _ = writeln!(out, "  {body}");
+                let _ = writeln!(out, "{pad}{body}");
             }
         }
     }
