@@ -7,4 +7,6 @@ pub mod schedule;
 pub mod tile;
 
 #[cfg(test)]
+mod eval_tests;
+#[cfg(test)]
 mod lower_tests;
