@@ -705,3 +705,23 @@ fn integer_and_bool_chains_compute_the_graph() {
         check(src, "h", &[("N", n)], &[]);
     }
 }
+
+#[test]
+fn broadcasts_along_leading_axes_compute_the_graph() {
+    let src = r#"def bb(x: Tensor["B", "H", "N", "M", f32], mask: Tensor["N", "M", f32], bias: Tensor["B", 1, "N", 1, f32], w: Tensor["H", 1, "M", f32], s: f32) -> Tensor["B", "H", "N", "M", f32]:
+    return (x + mask) * s - bias + exp(w)
+"#;
+    for (b, h, n, m) in [(2, 3, 5, 7), (1, 2, 9, 130), (3, 1, 1, 1)] {
+        check(
+            src,
+            "bb",
+            &[("B", b), ("H", h), ("N", n), ("M", m)],
+            &[("s", -1.5)],
+        );
+    }
+    let mut db = Database::new();
+    let file = db.set_source("/t/bb.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "bb").unwrap();
+    let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
+    assert_eq!(s.launches.len(), 1, "{}", crate::ir::schedule::dump(&s));
+}

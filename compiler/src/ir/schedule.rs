@@ -10,7 +10,9 @@
 //!   shape is viewed as `[R, C]` (C the last dim, R the product of the others), one
 //!   program computes a `[BR, BC]` tile, and each input is loaded as a full tile, a
 //!   row vector (`[C]`, broadcast down), a column (`[R]`, keepdims results, broadcast
-//!   across) or a single element; scalars are kernel parameters or constants;
+//!   across) or a single element; scalars are kernel parameters or constants. Inputs
+//!   broadcast along leading axes (`[N, M]` against `[B, H, N, M]`) switch the group
+//!   to a kernel indexing every axis (`fused_nd`): any numpy broadcast is covered;
 //! * `matmul` → `std.linalg` `gemm` (f16), `gemm_bf16`, `gemm_tf32` (f32 inputs:
 //!   the only f32 gemm of the stdlib, so the launch records that it multiplies at
 //!   tf32 precision) or `gemm_batched` (f16, batch dims equal, flattened): these write an f32 `C`;
@@ -28,8 +30,7 @@
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
 //! on grid axis 2). Everything else (transposes of other axes, `randn`, softmax
-//! over another axis, broadcasts other than rows, columns and single elements in
-//! a fused kernel, recursive calls) is
+//! over another axis, recursive calls) is
 //! a [`LowerError`]: not supported yet.
 
 use std::collections::HashMap;
@@ -772,6 +773,390 @@ impl KernelBuilder {
     }
 }
 
+impl Lower<'_> {
+    /// A fused kernel that indexes every axis, for inputs broadcast along leading
+    /// axes (`[N, M]` or `[B, 1, N]` against `[B, H, N, M]`). The group's shape is
+    /// `[D0, .., R, C]`; program `(p, q)` computes the `[BR, BC]` tile at rows
+    /// `(p % cdiv(R, BR)) * BR`, columns `q * BC` of the batch `p / cdiv(R, BR)`,
+    /// which is split into one index per leading axis. An input broadcast along
+    /// an axis reads index 0 there (a length-1 range on the last two axes, then
+    /// broadcast). Symbolic dims the index arithmetic needs are scalar parameters.
+    fn fused_nd(
+        &mut self,
+        grp: &Group,
+        out: BufId,
+        order: &[NodeId],
+        leaves: &[NodeId],
+        padded_of: &HashMap<NodeId, Vec<Dim>>,
+    ) -> R<()> {
+        let g = self.g;
+        let root = grp.root;
+        let dims = g.ty(root).dims().to_vec();
+        let n = dims.len();
+        if n < 2 {
+            return Err(self.unsupported(root, "a broadcast the fused kernels do not cover"));
+        }
+        let dtype = self.buffers[out.0 as usize].dtype;
+        let (r, c) = (dims[n - 2].clone(), dims[n - 1].clone());
+        let z = product(&dims[..n - 2]).ok_or_else(|| self.unsupported(root, "batch dims"))?;
+        let bc = c.as_const().map(|c| next_pow2(c).min(128)).unwrap_or(128);
+        let mut br = (1024 / bc).max(1);
+        if let Some(rc) = r.as_const() {
+            br = br.min(next_pow2(rc));
+        }
+        let shape = [br as u32, bc as u32];
+        let dim_of = |d: &Dim, k: usize| match d.as_const() {
+            Some(v) => tile::Dim::Static(v as u64),
+            None => tile::Dim::Dynamic(format!("D{k}")),
+        };
+        let mut kb = KernelBuilder {
+            ops: vec![],
+            types: vec![],
+            params: vec![],
+            span: g.node(root).span,
+        };
+        let mut args: Vec<(String, Arg)> = Vec::new();
+        // The value of dim `k` in the kernel: a constant or a scalar parameter.
+        let dim_value = |kb: &mut KernelBuilder, args: &mut Vec<(String, Arg)>, k: usize| match dims
+            [k]
+            .as_const()
+        {
+            Some(v) => kb.cnst(Constant::Int(v), DType::I32),
+            None => {
+                let idx = kb.params.len();
+                let name = format!("d{k}");
+                kb.params.push(tile::Param {
+                    name: name.clone(),
+                    kind: ParamKind::Scalar(DType::I32),
+                });
+                args.push((name, Arg::Scalar(ScalarExpr::Index(dims[k].clone()))));
+                kb.emit(OpKind::ScalarParam(idx), Type::Scalar(DType::I32))
+            }
+        };
+        let pid0 = kb.emit(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+        let pid1 = kb.emit(OpKind::ProgramId(1), Type::Scalar(DType::I32));
+        let kbr = kb.cnst(Constant::Int(br), DType::I32);
+        let kbc = kb.cnst(Constant::Int(bc), DType::I32);
+        let rv = dim_value(&mut kb, &mut args, n - 2);
+        let brm1 = kb.cnst(Constant::Int(br - 1), DType::I32);
+        let t = kb.binary(BinaryOp::Add, rv, brm1);
+        let row_tiles = kb.binary(BinaryOp::FloorDiv, t, kbr);
+        let batch = kb.binary(BinaryOp::FloorDiv, pid0, row_tiles);
+        let rt = kb.binary(BinaryOp::Mod, pid0, row_tiles);
+        let r0 = kb.binary(BinaryOp::Mul, rt, kbr);
+        let c0 = kb.binary(BinaryOp::Mul, pid1, kbc);
+        let zero = kb.cnst(Constant::Int(0), DType::I32);
+        let mut index = vec![zero; n - 2];
+        let mut rest = batch;
+        for k in (0..n - 2).rev() {
+            let dk = dim_value(&mut kb, &mut args, k);
+            index[k] = kb.binary(BinaryOp::Mod, rest, dk);
+            rest = kb.binary(BinaryOp::FloorDiv, rest, dk);
+        }
+        let mut vals: HashMap<NodeId, Value> = HashMap::new();
+        let mut scalars: HashMap<NodeId, Value> = HashMap::new();
+        let mut loaded: HashMap<(BufId, Vec<bool>), Value> = HashMap::new();
+        for &l in leaves {
+            let lt = g.ty(l);
+            if lt.is_scalar() {
+                if let NodeKind::Const(_) = g.node(l).kind {
+                    continue;
+                }
+                let idx = kb.params.len();
+                let sdt = lt.dtype().unwrap_or(DType::F32);
+                kb.params.push(tile::Param {
+                    name: format!("s{idx}"),
+                    kind: ParamKind::Scalar(sdt),
+                });
+                args.push((format!("s{idx}"), Arg::Scalar(self.scalar(l)?)));
+                let v = kb.emit(OpKind::ScalarParam(idx), Type::Scalar(sdt));
+                scalars.insert(l, v);
+                continue;
+            }
+            let b = self.buf(l, root)?;
+            let bdt = self.buffers[b.0 as usize].dtype;
+            let padded = &padded_of[&l];
+            let full: Vec<bool> = padded.iter().zip(&dims).map(|(p, d)| p == d).collect();
+            let tensor = match loaded.get(&(b, full.clone())) {
+                Some(v) => *v,
+                None => {
+                    let idx = kb.params.len();
+                    let mut access: Vec<Access> = (0..n - 2)
+                        .map(|k| Access::Point(if full[k] { index[k] } else { zero }))
+                        .collect();
+                    let lr = if full[n - 2] { shape[0] } else { 1 };
+                    let lc = if full[n - 1] { shape[1] } else { 1 };
+                    access.push(Access::Range {
+                        start: if full[n - 2] { r0 } else { zero },
+                        len: lr,
+                    });
+                    access.push(Access::Range {
+                        start: if full[n - 1] { c0 } else { zero },
+                        len: lc,
+                    });
+                    let pdims = (0..n)
+                        .map(|k| {
+                            if full[k] {
+                                dim_of(&dims[k], k)
+                            } else {
+                                tile::Dim::Static(1)
+                            }
+                        })
+                        .collect();
+                    let name = format!("x{idx}");
+                    kb.params.push(tile::Param {
+                        name: name.clone(),
+                        kind: ParamKind::Tensor {
+                            dims: pdims,
+                            dtype: bdt,
+                        },
+                    });
+                    args.push((
+                        name,
+                        Arg::Buffer {
+                            buf: b,
+                            dims: padded.clone(),
+                        },
+                    ));
+                    let mut v = kb.emit(
+                        OpKind::Load {
+                            tensor: idx,
+                            access,
+                            mask: None,
+                            other: zero_of(bdt),
+                        },
+                        KernelBuilder::tile_ty(&[lr, lc], bdt),
+                    );
+                    if [lr, lc] != shape {
+                        v = kb.emit(
+                            OpKind::Broadcast {
+                                x: v,
+                                shape: shape.to_vec(),
+                            },
+                            KernelBuilder::tile_ty(&shape, bdt),
+                        );
+                    }
+                    loaded.insert((b, full), v);
+                    v
+                }
+            };
+            let v = kb.cast(tensor, lt.dtype().unwrap_or(bdt));
+            vals.insert(l, v);
+        }
+        eval_members(&mut kb, g, grp, order, &mut vals, &scalars, &shape);
+        let result = kb.cast(vals[&root], dtype);
+        let idx = kb.params.len();
+        kb.params.push(tile::Param {
+            name: "out".into(),
+            kind: ParamKind::Tensor {
+                dims: (0..n).map(|k| dim_of(&dims[k], k)).collect(),
+                dtype,
+            },
+        });
+        args.push((
+            "out".into(),
+            Arg::Buffer {
+                buf: out,
+                dims: dims.clone(),
+            },
+        ));
+        let mut access: Vec<Access> = index.iter().map(|i| Access::Point(*i)).collect();
+        access.push(Access::Range {
+            start: r0,
+            len: shape[0],
+        });
+        access.push(Access::Range {
+            start: c0,
+            len: shape[1],
+        });
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Store {
+                tensor: idx,
+                access,
+                value: result,
+                mask: None,
+            },
+            span: kb.span,
+        });
+        let kname = format!(
+            "{}_{}{}",
+            g.name,
+            if grp.copy { "copy" } else { "fused" },
+            self.kernels.len()
+        );
+        self.kernels.push(Kernel {
+            name: kname,
+            specialization: vec![],
+            params: kb.params,
+            num_warps: 4,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: kb.ops,
+            },
+            types: kb.types,
+        });
+        let rows = match (z.as_const(), r.as_const()) {
+            (Some(zc), Some(rc)) => ScalarExpr::Index(Dim::constant(zc * ((rc + br - 1) / br))),
+            _ => ScalarExpr::Binary(
+                BinaryOp::Mul,
+                Box::new(ScalarExpr::Index(z)),
+                Box::new(cdiv(&r, br)),
+            ),
+        };
+        self.launch(Launch {
+            kernel: KernelRef::Generated(self.kernels.len() - 1),
+            nodes: if grp.copy {
+                vec![root]
+            } else {
+                grp.members.clone()
+            },
+            grid: Some(vec![rows, cdiv(&c, bc)]),
+            args,
+            consts: vec![],
+            requires: vec![],
+            writes: vec![out],
+        });
+        Ok(())
+    }
+}
+
+/// Computes the members of a fused group on `shape` tiles, after its leaves
+/// (in `vals` and `scalars`).
+fn eval_members(
+    kb: &mut KernelBuilder,
+    g: &Graph,
+    grp: &Group,
+    order: &[NodeId],
+    vals: &mut HashMap<NodeId, Value>,
+    scalars: &HashMap<NodeId, Value>,
+    shape: &[u32],
+) {
+    // An operand as a [BR, BC] tile of dtype `want`.
+    fn operand(
+        kb: &mut KernelBuilder,
+        g: &Graph,
+        vals: &HashMap<NodeId, Value>,
+        scalars: &HashMap<NodeId, Value>,
+        x: NodeId,
+        want: DType,
+        shape: &[u32],
+    ) -> Value {
+        if let Some(v) = vals.get(&x) {
+            return kb.cast(*v, want);
+        }
+        let s = match (&g.node(x).kind, scalars.get(&x)) {
+            (_, Some(v)) => kb.cast(*v, want),
+            (NodeKind::Const(c), None) => kb.cnst(*c, want),
+            _ => unreachable!("every operand is a leaf or an earlier member"),
+        };
+        kb.splat(s, shape)
+    }
+    let is_const = |x: NodeId| matches!(g.node(x).kind, NodeKind::Const(_));
+    for &m in order {
+        if grp.copy {
+            break;
+        }
+        let node = g.node(m);
+        let dt = node.ty.dtype().unwrap_or(DType::F32);
+        let v = match &node.kind {
+            NodeKind::Unary { op, x } => {
+                let x = operand(kb, g, vals, scalars, *x, dt, shape);
+                kb.unary(*op, x)
+            }
+            NodeKind::Activation { act, x } => {
+                let x = operand(kb, g, vals, scalars, *x, dt, shape);
+                match act {
+                    Activation::Relu => {
+                        let z = kb.cnst(Constant::Int(0), dt);
+                        let z = kb.splat(z, shape);
+                        kb.binary(BinaryOp::Max, x, z)
+                    }
+                    Activation::Silu => {
+                        let s = kb.unary(UnaryOp::Sigmoid, x);
+                        kb.binary(BinaryOp::Mul, x, s)
+                    }
+                    Activation::Gelu => {
+                        let k = kb.cnst(Constant::Float(std::f64::consts::FRAC_1_SQRT_2), dt);
+                        let k = kb.splat(k, shape);
+                        let t = kb.binary(BinaryOp::Mul, x, k);
+                        let t = kb.unary(UnaryOp::Erf, t);
+                        let one = kb.cnst(Constant::Float(1.0), dt);
+                        let one = kb.splat(one, shape);
+                        let t = kb.binary(BinaryOp::Add, one, t);
+                        let h = kb.cnst(Constant::Float(0.5), dt);
+                        let h = kb.splat(h, shape);
+                        let hx = kb.binary(BinaryOp::Mul, h, x);
+                        kb.binary(BinaryOp::Mul, hx, t)
+                    }
+                }
+            }
+            NodeKind::Binary { op, a, b } => {
+                let want = if op.is_comparison() {
+                    let (ta, tb) = (g.ty(*a).dtype(), g.ty(*b).dtype());
+                    match (ta, tb) {
+                        (Some(x), Some(y)) if is_const(*b) => {
+                            let _ = y;
+                            x
+                        }
+                        (Some(_), Some(y)) if is_const(*a) => y,
+                        (Some(x), Some(y)) => DType::join(x, y).unwrap_or(x),
+                        _ => dt,
+                    }
+                } else {
+                    dt
+                };
+                let a = operand(kb, g, vals, scalars, *a, want, shape);
+                let b = operand(kb, g, vals, scalars, *b, want, shape);
+                kb.binary(*op, a, b)
+            }
+            NodeKind::Select { cond, a, b } => {
+                let cv = operand(kb, g, vals, scalars, *cond, DType::Bool, shape);
+                let a = operand(kb, g, vals, scalars, *a, dt, shape);
+                let b = operand(kb, g, vals, scalars, *b, dt, shape);
+                kb.emit(
+                    OpKind::Select { cond: cv, a, b },
+                    KernelBuilder::tile_ty(shape, dt),
+                )
+            }
+            NodeKind::Cast { x, to } => {
+                let xd = g.ty(*x).dtype().unwrap_or(*to);
+                let x = operand(kb, g, vals, scalars, *x, xd, shape);
+                kb.cast(x, *to)
+            }
+            NodeKind::Fill(Fill::Zeros) => {
+                let z = kb.cnst(Constant::Int(0), dt);
+                kb.splat(z, shape)
+            }
+            NodeKind::Fill(Fill::Ones) => {
+                let z = kb.cnst(Constant::Int(1), dt);
+                kb.splat(z, shape)
+            }
+            NodeKind::Fill(Fill::Full(v)) => operand(kb, g, vals, scalars, *v, dt, shape),
+            _ => unreachable!("only elementwise nodes are fused"),
+        };
+        vals.insert(m, v);
+    }
+}
+
+/// How a leaf (padded to the group's rank) is read in the flat `[R, C]` view.
+fn classify(padded: &[Dim], dims: &[Dim]) -> Option<Pattern> {
+    let rank = dims.len();
+    let lead_ones = padded[..rank - 1].iter().all(Dim::is_one);
+    if padded == dims {
+        Some(Pattern::Full)
+    } else if lead_ones && padded[rank - 1] == dims[rank - 1] {
+        Some(Pattern::Row)
+    } else if padded[rank - 1].is_one() && padded[..rank - 1] == dims[..rank - 1] {
+        Some(Pattern::Col)
+    } else if padded.iter().all(Dim::is_one) {
+        Some(Pattern::One)
+    } else {
+        None
+    }
+}
+
 struct Group {
     members: Vec<NodeId>,
     root: NodeId,
@@ -794,7 +1179,53 @@ impl Lower<'_> {
         let root = grp.root;
         let dims = g.ty(root).dims().to_vec();
         let dtype = self.buffers[out.0 as usize].dtype;
+        let in_group = |x: NodeId| grp.members.contains(&x) && !(grp.copy && x == root);
+        let order: Vec<NodeId> = if grp.copy {
+            vec![root]
+        } else {
+            grp.members.clone()
+        };
+        // Leaves first: every operand outside the group, in order of first use.
+        let mut leaves: Vec<NodeId> = Vec::new();
+        for &m in &order {
+            let ops = if grp.copy { vec![m] } else { g.operands(m) };
+            for o in ops {
+                if !in_group(o) && !leaves.contains(&o) {
+                    leaves.push(o);
+                }
+            }
+        }
         let (r, c) = self.rows_cols(&dims, root)?;
+        // Every tensor leaf padded to the group's rank.
+        let rank = dims.len();
+        let mut padded_of: HashMap<NodeId, Vec<Dim>> = HashMap::new();
+        for &l in &leaves {
+            let ld = g.ty(l).dims();
+            if g.ty(l).is_scalar() {
+                continue;
+            }
+            if ld.len() > rank {
+                return Err(self.unsupported(l, "an operand of higher rank than its result"));
+            }
+            let mut padded = vec![Dim::constant(1); rank - ld.len()];
+            padded.extend(ld.iter().cloned());
+            if padded.iter().zip(&dims).any(|(p, d)| p != d && !p.is_one()) {
+                return Err(self.unsupported(
+                    l,
+                    format!(
+                        "broadcasting `{}` to {} in a fused kernel",
+                        g.ty(l),
+                        crate::check::types::render_dims(&dims)
+                    ),
+                ));
+            }
+            padded_of.insert(l, padded);
+        }
+        // The flat `[R, C]` view serves when every input is full, a row, a
+        // column or one element; otherwise the kernel indexes every axis.
+        if padded_of.values().any(|p| classify(p, &dims).is_none()) {
+            return self.fused_nd(grp, out, &order, &leaves, &padded_of);
+        }
         let bc = c.as_const().map(|c| next_pow2(c).min(128)).unwrap_or(128);
         let mut br = (1024 / bc).max(1);
         if let Some(rc) = r.as_const() {
@@ -818,26 +1249,10 @@ impl Lower<'_> {
         let kbc = kb.cnst(Constant::Int(bc), DType::I32);
         let r0 = kb.binary(BinaryOp::Mul, pid0, kbr);
         let c0 = kb.binary(BinaryOp::Mul, pid1, kbc);
-        let in_group = |x: NodeId| grp.members.contains(&x) && !(grp.copy && x == root);
         // Values of nodes already computed in this kernel, at their graph dtype.
         let mut vals: HashMap<NodeId, Value> = HashMap::new();
         let mut loaded: HashMap<(BufId, Pattern), Value> = HashMap::new();
         let mut scalars: HashMap<NodeId, Value> = HashMap::new();
-        let order: Vec<NodeId> = if grp.copy {
-            vec![root]
-        } else {
-            grp.members.clone()
-        };
-        // Leaves first: every operand outside the group, in order of first use.
-        let mut leaves: Vec<NodeId> = Vec::new();
-        for &m in &order {
-            let ops = if grp.copy { vec![m] } else { g.operands(m) };
-            for o in ops {
-                if !in_group(o) && !leaves.contains(&o) {
-                    leaves.push(o);
-                }
-            }
-        }
         for &l in &leaves {
             let lt = g.ty(l);
             if lt.is_scalar() {
@@ -857,31 +1272,7 @@ impl Lower<'_> {
             }
             let b = self.buf(l, root)?;
             let bdt = self.buffers[b.0 as usize].dtype;
-            let ld = lt.dims();
-            let rank = dims.len();
-            if ld.len() > rank {
-                return Err(self.unsupported(l, "an operand of higher rank than its result"));
-            }
-            let mut padded = vec![Dim::constant(1); rank - ld.len()];
-            padded.extend(ld.iter().cloned());
-            let lead_ones = padded[..rank - 1].iter().all(Dim::is_one);
-            let pattern = if padded == dims {
-                Pattern::Full
-            } else if lead_ones && padded[rank - 1] == c {
-                Pattern::Row
-            } else if padded[rank - 1].is_one() && padded[..rank - 1] == dims[..rank - 1] {
-                Pattern::Col
-            } else if padded.iter().all(Dim::is_one) {
-                Pattern::One
-            } else {
-                return Err(self.unsupported(
-                    l,
-                    format!(
-                        "broadcasting `{lt}` to {} in a fused kernel (supported: equal shapes, a last-dim row, a keepdims column, one element)",
-                        crate::check::types::render_dims(&dims)
-                    ),
-                ));
-            };
+            let pattern = classify(&padded_of[&l], &dims).expect("classified above");
             let tensor = match loaded.get(&(b, pattern)) {
                 Some(v) => *v,
                 None => {
@@ -974,113 +1365,7 @@ impl Lower<'_> {
             let v = kb.cast(tensor, lt.dtype().unwrap_or(bdt));
             vals.insert(l, v);
         }
-        // An operand as a [BR, BC] tile of dtype `want`.
-        fn operand(
-            kb: &mut KernelBuilder,
-            g: &Graph,
-            vals: &HashMap<NodeId, Value>,
-            scalars: &HashMap<NodeId, Value>,
-            x: NodeId,
-            want: DType,
-            shape: &[u32],
-        ) -> Value {
-            if let Some(v) = vals.get(&x) {
-                return kb.cast(*v, want);
-            }
-            let s = match (&g.node(x).kind, scalars.get(&x)) {
-                (_, Some(v)) => kb.cast(*v, want),
-                (NodeKind::Const(c), None) => kb.cnst(*c, want),
-                _ => unreachable!("every operand is a leaf or an earlier member"),
-            };
-            kb.splat(s, shape)
-        }
-        let is_const = |x: NodeId| matches!(g.node(x).kind, NodeKind::Const(_));
-        for &m in &order {
-            if grp.copy {
-                break;
-            }
-            let node = g.node(m);
-            let dt = node.ty.dtype().unwrap_or(DType::F32);
-            let v = match &node.kind {
-                NodeKind::Unary { op, x } => {
-                    let x = operand(&mut kb, g, &vals, &scalars, *x, dt, &shape);
-                    kb.unary(*op, x)
-                }
-                NodeKind::Activation { act, x } => {
-                    let x = operand(&mut kb, g, &vals, &scalars, *x, dt, &shape);
-                    match act {
-                        Activation::Relu => {
-                            let z = kb.cnst(Constant::Int(0), dt);
-                            let z = kb.splat(z, &shape);
-                            kb.binary(BinaryOp::Max, x, z)
-                        }
-                        Activation::Silu => {
-                            let s = kb.unary(UnaryOp::Sigmoid, x);
-                            kb.binary(BinaryOp::Mul, x, s)
-                        }
-                        Activation::Gelu => {
-                            let k = kb.cnst(Constant::Float(std::f64::consts::FRAC_1_SQRT_2), dt);
-                            let k = kb.splat(k, &shape);
-                            let t = kb.binary(BinaryOp::Mul, x, k);
-                            let t = kb.unary(UnaryOp::Erf, t);
-                            let one = kb.cnst(Constant::Float(1.0), dt);
-                            let one = kb.splat(one, &shape);
-                            let t = kb.binary(BinaryOp::Add, one, t);
-                            let h = kb.cnst(Constant::Float(0.5), dt);
-                            let h = kb.splat(h, &shape);
-                            let hx = kb.binary(BinaryOp::Mul, h, x);
-                            kb.binary(BinaryOp::Mul, hx, t)
-                        }
-                    }
-                }
-                NodeKind::Binary { op, a, b } => {
-                    let want = if op.is_comparison() {
-                        let (ta, tb) = (g.ty(*a).dtype(), g.ty(*b).dtype());
-                        match (ta, tb) {
-                            (Some(x), Some(y)) if is_const(*b) => {
-                                let _ = y;
-                                x
-                            }
-                            (Some(_), Some(y)) if is_const(*a) => y,
-                            (Some(x), Some(y)) => DType::join(x, y).unwrap_or(x),
-                            _ => dt,
-                        }
-                    } else {
-                        dt
-                    };
-                    let a = operand(&mut kb, g, &vals, &scalars, *a, want, &shape);
-                    let b = operand(&mut kb, g, &vals, &scalars, *b, want, &shape);
-                    kb.binary(*op, a, b)
-                }
-                NodeKind::Select { cond, a, b } => {
-                    let cv = operand(&mut kb, g, &vals, &scalars, *cond, DType::Bool, &shape);
-                    let a = operand(&mut kb, g, &vals, &scalars, *a, dt, &shape);
-                    let b = operand(&mut kb, g, &vals, &scalars, *b, dt, &shape);
-                    kb.emit(
-                        OpKind::Select { cond: cv, a, b },
-                        KernelBuilder::tile_ty(&shape, dt),
-                    )
-                }
-                NodeKind::Cast { x, to } => {
-                    let xd = g.ty(*x).dtype().unwrap_or(*to);
-                    let x = operand(&mut kb, g, &vals, &scalars, *x, xd, &shape);
-                    kb.cast(x, *to)
-                }
-                NodeKind::Fill(Fill::Zeros) => {
-                    let z = kb.cnst(Constant::Int(0), dt);
-                    kb.splat(z, &shape)
-                }
-                NodeKind::Fill(Fill::Ones) => {
-                    let z = kb.cnst(Constant::Int(1), dt);
-                    kb.splat(z, &shape)
-                }
-                NodeKind::Fill(Fill::Full(v)) => {
-                    operand(&mut kb, g, &vals, &scalars, *v, dt, &shape)
-                }
-                _ => unreachable!("only elementwise nodes are fused"),
-            };
-            vals.insert(m, v);
-        }
+        eval_members(&mut kb, g, grp, &order, &mut vals, &scalars, &shape);
         let result = kb.cast(vals[&root], dtype);
         let idx = kb.params.len();
         kb.params.push(tile::Param {
