@@ -725,3 +725,30 @@ fn broadcasts_along_leading_axes_compute_the_graph() {
     let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
     assert_eq!(s.launches.len(), 1, "{}", crate::ir::schedule::dump(&s));
 }
+
+#[test]
+fn unrolled_loops_and_static_ifs_compute_the_graph() {
+    let src = r#"const RELU = False
+
+def lp(x: Tensor["M", "N", f32], b: Tensor["N", f32]) -> Tensor["M", "N", f32]:
+    for i in range(1, 7, 2):
+        x = x * 0.5 + b * i.to(f32)
+    if RELU:
+        x = relu(x)
+    elif 2 > 1:
+        x = sigmoid(x)
+    else:
+        x = x + 1.0
+    return x
+"#;
+    check(src, "lp", &[("M", 3), ("N", 200)], &[]);
+    let mut db = Database::new();
+    let file = db.set_source("/t/lp.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "lp").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    let dump = crate::ir::graph::dump(&g);
+    assert_eq!(dump.matches("const 5").count(), 1, "{dump}");
+    assert!(dump.contains("sigmoid") && !dump.contains("relu"), "{dump}");
+    let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
+    assert_eq!(s.launches.len(), 1, "the unrolled chain is one kernel");
+}

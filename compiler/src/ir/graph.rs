@@ -18,8 +18,10 @@
 //!   The exception is std.nn's spelled-out definitions of the builtins (`softmax`,
 //!   `layer_norm`, `rms_norm`, `relu`, `gelu`, `silu`), which the standard library
 //!   documents as having the builtin's meaning: a call to one of them is the builtin.
-//! * Control flow (`if`/`for`/`while` statements), tensor subscripts and `.shape`
-//!   are not lowered yet: `build` returns a [`LowerError`] saying so.
+//! * `if` statements on compile-time conditions take their branch; `for` loops
+//!   over `range` of compile-time integers are unrolled (at most 64 trips). Run-time
+//!   conditions, `while`, `break`/`continue`, tensor subscripts and `.shape` are not
+//!   lowered yet: `build` returns a [`LowerError`] saying so.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -625,6 +627,48 @@ impl<'a> Builder<'a> {
         Ok(slots)
     }
 
+    /// The values of `range(a)`, `range(a, b)` or `range(a, b, step)` with
+    /// compile-time integer arguments (at most 64 of them).
+    fn const_range(&self, iter: &Expr) -> R<Vec<i64>> {
+        let not_const = || {
+            LowerError::new(
+                iter.span,
+                "a `for` loop over anything but `range` of compile-time integers",
+            )
+        };
+        let ExprKind::Call { func, args } = &iter.kind else {
+            return Err(not_const());
+        };
+        if !matches!(&func.kind, ExprKind::Name(n) if n.name == "range")
+            || args.iter().any(|a| a.name.is_some())
+        {
+            return Err(not_const());
+        }
+        let v: Vec<i64> = args
+            .iter()
+            .map(|a| self.const_int(&a.value).map_err(|_| not_const()))
+            .collect::<R<_>>()?;
+        let (lo, hi, step) = match v[..] {
+            [b] => (0, b, 1),
+            [a, b] => (a, b, 1),
+            [a, b, c] if c != 0 => (a, b, c),
+            _ => return Err(not_const()),
+        };
+        let mut out = Vec::new();
+        let mut i = lo;
+        while (step > 0 && i < hi) || (step < 0 && i > hi) {
+            out.push(i);
+            if out.len() > 64 {
+                return Err(LowerError::new(
+                    iter.span,
+                    "a `for` loop of more than 64 trips in a whole-tensor function (loops are unrolled)",
+                ));
+            }
+            i += step;
+        }
+        Ok(out)
+    }
+
     fn opt(&mut self, e: Option<&Expr>) -> R<Option<NodeId>> {
         match e {
             Some(e) if matches!(e.kind, ExprKind::None) => Ok(None),
@@ -979,10 +1023,50 @@ impl<'a> Builder<'a> {
                     return Ok(true);
                 }
                 StmtKind::Return(None) => return Ok(true),
+                StmtKind::If { branches, orelse } => {
+                    // Resolved at compile time: the first branch whose condition is a
+                    // known True, after conditions known to be False.
+                    let mut taken = None;
+                    for (cond, body) in branches {
+                        match self.val(cond)?.value {
+                            Some(Value::Bool(true)) => {
+                                taken = Some(body);
+                                break;
+                            }
+                            Some(Value::Bool(false)) => {}
+                            _ => {
+                                return Err(LowerError::new(
+                                    cond.span,
+                                    "an `if` on a run-time condition in a whole-tensor function",
+                                ))
+                            }
+                        }
+                    }
+                    if let Some(body) = taken.or(orelse.as_ref()) {
+                        if self.block(body, outputs)? {
+                            return Ok(true);
+                        }
+                    }
+                }
+                StmtKind::For { target, iter, body } => {
+                    // Unrolled: `range(...)` with compile-time bounds, at most 64 trips.
+                    let trips = self.const_range(iter)?;
+                    for i in trips {
+                        let c = self.push(
+                            NodeKind::Const(Constant::Int(i)),
+                            GType::Scalar(DType::I32),
+                            target.span,
+                        );
+                        self.env.insert(target.name.clone(), c);
+                        if self.block(body, outputs)? {
+                            return Ok(true);
+                        }
+                    }
+                }
                 _ => {
                     return Err(LowerError::new(
                         s.span,
-                        "control flow (`if`, `for`, `while`) in a whole-tensor function",
+                        "`while`, `break` and `continue` in a whole-tensor function",
                     ))
                 }
             }

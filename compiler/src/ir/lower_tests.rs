@@ -390,6 +390,15 @@ fn unsupported_constructs_say_so() {
     );
     assert!(e.contains("other than the last"), "{e}");
     let e = unsupported(
+        r#"def wl(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    for i in range(n):
+        x = x + 1.0
+    return x
+"#,
+        "wl",
+    );
+    assert!(e.contains("compile-time integers"), "{e}");
+    let e = unsupported(
         r#"def rn(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
     return x + randn([M, N], f32, seed=1)
 "#,
