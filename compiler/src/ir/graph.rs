@@ -1469,7 +1469,7 @@ fn args_list(args: &[(String, NodeId)]) -> String {
 /// The textual dump:
 ///
 /// ```text
-/// graph scaled_sum(a: Tensor[M, N, f32], b: Tensor[M, N, f32])
+/// graph scaled_sum(a: Tensor[M, N, f32], b: Tensor[M, N, f32]) -> Tensor[M, N, f32]
 ///   %0 = param a : Tensor[M, N, f32]
 ///   %2 = const 0.5 : f32
 ///   %3 = mul %0, %2 bcast(rhs) : Tensor[M, N, f32]
@@ -1482,7 +1482,17 @@ pub fn dump(g: &Graph) -> String {
         .iter()
         .map(|p| format!("{}: {}", p.name, p.ty))
         .collect();
-    let _ = writeln!(s, "graph {}({})", g.name, params.join(", "));
+    let rets: Vec<String> = g.outputs.iter().map(|o| g.ty(*o).to_string()).collect();
+    let _ = writeln!(
+        s,
+        "graph {}({}) -> {}",
+        g.name,
+        params.join(", "),
+        match rets.len() {
+            1 => rets[0].clone(),
+            _ => format!("({})", rets.join(", ")),
+        }
+    );
     for (i, n) in g.nodes.iter().enumerate() {
         let body = match &n.kind {
             NodeKind::Param(p) => format!("param {}", g.params[*p].name),
