@@ -436,16 +436,7 @@ pub fn graph_ir_uninlined<'db>(
     let sig = item_signature(db, item)
         .clone()
         .ok_or_else(|| LowerError::new(f.name.span, "a function without a signature"))?;
-    let std_nn = db
-        .resolve_module(file, &["std".to_string(), "nn".to_string()])
-        .map(|m| module_exports(db, m));
-    let is_builtin_alias = |callee: &check::FnSig| {
-        graph::STD_NN_BUILTINS.contains(&callee.name.as_str())
-            && matches!(
-                std_nn.and_then(|m| m.get(&callee.name)),
-                Some(check::Entry::Function(s)) if **s == *callee
-            )
-    };
+    let is_builtin_alias = std_nn_alias(db, file);
     let g = graph::build(f, &sig, &vals, &is_builtin_alias)?;
     if cfg!(debug_assertions) {
         if let Err(e) = graph::verify(&g) {
@@ -453,6 +444,20 @@ pub fn graph_ir_uninlined<'db>(
         }
     }
     Ok(Arc::new(g))
+}
+
+/// Whether a callee is std.nn's definition of the builtin of the same name.
+fn std_nn_alias<'db>(db: &'db dyn Db, file: SourceFile) -> impl Fn(&check::FnSig) -> bool + 'db {
+    let std_nn = db
+        .resolve_module(file, &["std".to_string(), "nn".to_string()])
+        .map(|m| module_exports(db, m));
+    move |callee: &check::FnSig| {
+        crate::ir::graph::STD_NN_BUILTINS.contains(&callee.name.as_str())
+            && matches!(
+                std_nn.and_then(|m| m.get(&callee.name)),
+                Some(check::Entry::Function(s)) if **s == *callee
+            )
+    }
 }
 
 /// The function item defining `sig`: in `file` itself or in a module it imports.
@@ -495,29 +500,79 @@ fn inlined_graph<'db>(
     stack: &mut Vec<ItemSource<'db>>,
 ) -> Result<Arc<crate::ir::graph::Graph>, crate::ir::graph::LowerError> {
     let g = graph_ir_uninlined(db, item, options).clone()?;
+    Ok(inline_calls(db, item, g, options, stack))
+}
+
+/// Inlines the calls of `g` (the graph of `item`, possibly specialised).
+fn inline_calls<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    g: Arc<crate::ir::graph::Graph>,
+    options: Options,
+    stack: &mut Vec<ItemSource<'db>>,
+) -> Arc<crate::ir::graph::Graph> {
     if !g
         .nodes
         .iter()
         .any(|n| matches!(n.kind, crate::ir::graph::NodeKind::Call { .. }))
     {
-        return Ok(g);
+        return g;
     }
     stack.push(item);
     let file = item.file(db);
-    let g = crate::ir::graph::inline(&g, &mut |sig| {
+    let out = crate::ir::graph::inline(&g, &mut |sig, consts| {
         let callee = callee_item(db, file, sig)?;
         if stack.contains(&callee) {
             return None;
         }
-        inlined_graph(db, callee, options, stack).ok()
+        if consts.is_empty() {
+            return inlined_graph(db, callee, options, stack).ok();
+        }
+        let special = specialized_graph(db, callee, options, consts)?;
+        Some(inline_calls(db, callee, Arc::new(special), options, stack))
     });
     stack.pop();
-    Ok(Arc::new(g))
+    Arc::new(out)
+}
+
+/// The graph of a function item checked with some const parameters fixed (a
+/// call's const arguments): their defaults are replaced by the values. Not
+/// cached; `None` when a value is not a literal or the function does not lower.
+fn specialized_graph(
+    db: &dyn Db,
+    item: ItemSource<'_>,
+    options: Options,
+    consts: &[(String, check::Value)],
+) -> Option<crate::ir::graph::Graph> {
+    let parsed = parse_item(db, item);
+    let ast::Item::Function(f) = parsed.item.as_deref()? else {
+        return None;
+    };
+    let mut f = f.clone();
+    for (name, value) in consts {
+        let p = f.params.iter_mut().find(|p| p.name.name == *name)?;
+        let kind = match value {
+            check::Value::Bool(b) => ast::ExprKind::Bool(*b),
+            check::Value::Float(x) => ast::ExprKind::Float(*x),
+            v => ast::ExprKind::Int(v.as_int()?),
+        };
+        p.default = Some(ast::Expr::new(kind, p.span));
+    }
+    let file = item.file(db);
+    let scope = module_scope(db, file);
+    let (checked, vals) = check::kernel::check_function_typed(&f, scope, options.arch(db));
+    if checked.diagnostics.iter().any(|d| d.is_error()) {
+        return None;
+    }
+    let consts_scope = module_consts(db, file);
+    let sig = check::scope::signature(&f, &|n| consts_scope.const_value(n));
+    let is_builtin_alias = std_nn_alias(db, file);
+    crate::ir::graph::build(&f, &sig, &vals, &is_builtin_alias).ok()
 }
 
 /// The Graph IR of a whole-tensor function item, with calls to other
-/// whole-tensor functions inlined (recursive calls, and calls giving const
-/// arguments, stay calls), verified.
+/// whole-tensor functions inlined (a call giving const arguments inlines the
+/// callee specialised on them; recursive calls stay calls), verified.
 #[salsa::tracked(returns(ref))]
 pub fn graph_ir<'db>(
     db: &'db dyn Db,

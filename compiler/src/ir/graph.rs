@@ -1216,14 +1216,13 @@ fn subst_type(t: &GType, env: &dyn Fn(&str) -> Option<Dim>) -> Option<GType> {
 }
 
 /// Inlines calls to other whole-tensor functions. `resolve` gives the (already
-/// inlined) graph of a callee, or `None` to keep the call (callee not found, a
-/// recursive call). A call giving const arguments is kept (the callee's graph is
-/// built with its const defaults), and so is one whose dims do not bind.
-/// Inlined nodes take the call's span.
-pub fn inline(
-    g: &Graph,
-    resolve: &mut dyn FnMut(&FnSig) -> Option<std::sync::Arc<Graph>>,
-) -> Graph {
+/// inlined) graph of a callee for the const arguments of the call, or `None` to
+/// keep the call (callee not found, a recursive call, const arguments it cannot
+/// specialise on). A call whose dims do not bind is kept too. Inlined nodes take
+/// the call's span.
+pub type Resolver<'a> = dyn FnMut(&FnSig, &[(String, Value)]) -> Option<std::sync::Arc<Graph>> + 'a;
+
+pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
     let mut nodes: Vec<Node> = Vec::new();
     let mut map: Vec<NodeId> = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
@@ -1232,12 +1231,10 @@ pub fn inline(
             sig, args, consts, ..
         } = &n.kind
         {
-            if consts.is_empty() {
-                if let Some(callee) = resolve(sig) {
-                    if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
-                        map.push(out);
-                        continue;
-                    }
+            if let Some(callee) = resolve(sig, consts) {
+                if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
+                    map.push(out);
+                    continue;
                 }
             }
         }

@@ -486,6 +486,29 @@ def uses_default(y: Tensor["N", f32]) -> Tensor["N", f32]:
 }
 
 #[test]
+fn calls_with_const_arguments_inline_a_specialised_callee() {
+    let src = r#"from std.attention import flash_attention
+
+def sm(x: Tensor["M", "N", f32], axis: const i32 = 0) -> Tensor["M", "N", f32]:
+    return exp(x - max(x, dim=axis, keepdims=True))
+
+def user(q: Tensor["B", "H", "S", 64, bf16], x: Tensor["M", "N", f32]) -> Tensor["B", "H", "S", 64, bf16]:
+    y = sm(x, axis=1) + sm(x)
+    return flash_attention(q, q, q, causal=True) * sum(y).to(bf16)
+"#;
+    let (db, file) = db_with(src);
+    let (item, _) = db::function_item(&db, file, "user").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    let dump = graph::dump(&g);
+    assert!(dump.contains("causal=True"), "{dump}");
+    assert!(
+        dump.contains("max %1, axis=1") && dump.contains("max %1, axis=0"),
+        "{dump}"
+    );
+    assert!(!dump.contains("call "), "{dump}");
+}
+
+#[test]
 fn verifiers_reject_broken_ir() {
     let (db, file) = db_with(SCALED_SUM);
     let (item, _) = db::function_item(&db, file, "scaled_sum").unwrap();

@@ -2031,9 +2031,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             NodeKind::Call { func, .. } => {
                 return Err(l.unsupported(
                     id,
-                    format!(
-                        "the call to `{func}`: calls to whole-tensor functions are not inlined yet"
-                    ),
+                    format!("the call to `{func}`: it is recursive, its definition cannot be found, its dims do not bind or a const argument is not a literal"),
                 ))
             }
             other => return Err(l.unsupported(id, format!("{other:?}"))),
