@@ -1377,17 +1377,18 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                 }
             }
             NodeKind::MatMul { a, b } => {
-                let (da, db) = (dims(*a), dims(*b));
-                if da.len() < 2 || db.len() < 2 || rank < 2 {
-                    return err(i, "matmul of tensors of rank < 2".into());
+                let (mut da, mut db) = (dims(*a), dims(*b));
+                if da.is_empty() || db.is_empty() {
+                    return err(i, "matmul of a scalar".into());
+                }
+                if da.len() == 1 {
+                    da.insert(0, Dim::constant(1));
+                }
+                if db.len() == 1 {
+                    db.push(Dim::constant(1));
                 }
                 if da[da.len() - 1] != db[db.len() - 2] {
                     return err(i, "matmul inner dims differ".into());
-                }
-                if n.ty.dims()[rank - 2] != da[da.len() - 2]
-                    || n.ty.dims()[rank - 1] != db[db.len() - 1]
-                {
-                    return err(i, "matmul result dims".into());
                 }
             }
             NodeKind::Reduce {

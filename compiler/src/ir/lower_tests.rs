@@ -269,6 +269,25 @@ fn reductions_without_a_stdlib_kernel_are_generated() {
 }
 
 #[test]
+fn batched_activations_and_vectors_use_plain_gemm() {
+    let src = r#"def lin(x: Tensor["B", "T", "C", f16], w: Tensor["C", "F", f16], v: Tensor["F", f16]) -> Tensor["B", "T", f16]:
+    return matmul(x @ w, v)
+"#;
+    let s = schedule_of(src, "lin");
+    let d = schedule::dump(&s);
+    assert_eq!(
+        kernel_names(&s),
+        ["gemm", "lin_copy0", "gemm", "lin_copy1"],
+        "{d}"
+    );
+    assert!(
+        d.contains("(A=x as [B*T, C], B=w, C=t0 as [B*T, F])"),
+        "{d}"
+    );
+    assert!(d.contains("B=v as [F, 1]"), "{d}");
+}
+
+#[test]
 fn long_or_unknown_rows_use_the_online_softmax() {
     let src = r#"def sm(x: Tensor["M", "N", f32]) -> Tensor["M", "N", f32]:
     return softmax(x, dim=1)

@@ -429,30 +429,44 @@ impl<'g> Lower<'g> {
         let NodeKind::MatMul { a, b } = g.node(n).kind else {
             unreachable!("a matmul")
         };
-        let (da, db, dn) = (g.ty(a).dims(), g.ty(b).dims(), g.ty(n).dims());
+        let dn = g.ty(n).dims();
+        // numpy's 1-D operands: a row `[1, K]` on the left, a column `[K, 1]` on the right.
+        let mut da = g.ty(a).dims().to_vec();
+        if da.len() == 1 {
+            da.insert(0, Dim::constant(1));
+        }
+        let mut db = g.ty(b).dims().to_vec();
+        if db.len() == 1 {
+            db.push(Dim::constant(1));
+        }
         let (ba, bb) = (self.buf_as(a, n)?, self.buf_as(b, n)?);
         let dt = g.ty(a).dtype().unwrap_or(DType::F32);
-        let (m, k, nn) = (
-            da[da.len() - 2].clone(),
-            da[da.len() - 1].clone(),
-            db[db.len() - 1].clone(),
-        );
+        let overflow = || self.unsupported(n, "a dim product that overflows");
+        // A right operand without batch dims: the left one's rows are all one `M`
+        // (contiguous), so a plain gemm does it.
+        let flat = db.len() == 2;
+        let m = if flat {
+            product(&da[..da.len() - 1]).ok_or_else(overflow)?
+        } else {
+            da[da.len() - 2].clone()
+        };
+        let (k, nn) = (da[da.len() - 1].clone(), db[db.len() - 1].clone());
         let c = match out {
             Some(o) if g.ty(n).dtype() == Some(DType::F32) => o,
             _ => self.temp(dn.to_vec(), DType::F32),
         };
-        let (name, batched): (&'static str, bool) = match (dt, da.len(), db.len()) {
-            (DType::F16, 2, 2) => ("gemm", false),
-            (DType::BF16, 2, 2) => ("gemm_bf16", false),
-            (DType::F32, 2, 2) => ("gemm_tf32", false),
-            (DType::F16, ra, rb) if ra == rb && ra > 2 && da[..ra - 2] == db[..rb - 2] => {
+        let (name, batched): (&'static str, bool) = match (dt, flat, da.len(), db.len()) {
+            (DType::F16, true, _, _) => ("gemm", false),
+            (DType::BF16, true, _, _) => ("gemm_bf16", false),
+            (DType::F32, true, _, _) => ("gemm_tf32", false),
+            (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
             _ => {
                 return Err(self.unsupported(
                     n,
                     format!(
-                        "matmul of {} x {} (the stdlib has gemm for 2-D f16/bf16/f32 and batched f16 with equal batch dims)",
+                        "matmul of {} x {} (the stdlib has gemm for f16/bf16/f32 with a 2-D right operand, and batched f16 with equal batch dims)",
                         g.ty(a),
                         g.ty(b)
                     ),
