@@ -752,3 +752,14 @@ def lp(x: Tensor["M", "N", f32], b: Tensor["N", f32]) -> Tensor["M", "N", f32]:
     let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
     assert_eq!(s.launches.len(), 1, "the unrolled chain is one kernel");
 }
+
+#[test]
+fn new_axes_and_tuple_assignments_compute_the_graph() {
+    let src = r#"def outer(a: Tensor["M", f32], b: Tensor["N", f32]) -> Tensor["M", "N", f32]:
+    p, q = a[:, None], b[None, :]
+    return p * q + a[:, None]
+"#;
+    for (m, n) in [(3, 5), (17, 200)] {
+        check(src, "outer", &[("M", m), ("N", n)], &[]);
+    }
+}

@@ -585,9 +585,25 @@ impl<'a> Builder<'a> {
                 Ok(self.push(NodeKind::Transpose { x, a: 0, b: 1 }, ty, e.span))
             }
             ExprKind::Call { func, args } => self.call(e, func, args, ty),
+            // `x[:, None]`: new axes and whole dims only, a view of the same memory.
+            ExprKind::Subscript { value, indices }
+                if indices.iter().all(|i| match i {
+                    ast::Index::Slice {
+                        start: None,
+                        end: None,
+                        step: None,
+                        ..
+                    } => true,
+                    ast::Index::Expr(x) => matches!(x.kind, ExprKind::None),
+                    _ => false,
+                }) =>
+            {
+                let x = self.expr(value)?;
+                Ok(self.push(NodeKind::Reshape { x }, ty, e.span))
+            }
             ExprKind::Subscript { .. } => Err(LowerError::new(
                 e.span,
-                "subscripts of tensors in a whole-tensor function",
+                "subscripts of tensors other than `:` and `None` in a whole-tensor function",
             )),
             _ => Err(LowerError::new(
                 e.span,
@@ -988,13 +1004,26 @@ impl<'a> Builder<'a> {
                 StmtKind::Expr(x) => {
                     self.expr(x)?;
                 }
-                StmtKind::Assign { target, value, .. } => {
-                    let ExprKind::Name(id) = &target.kind else {
-                        return Err(LowerError::new(target.span, "assignment to this target"));
-                    };
-                    let v = self.expr(value)?;
-                    self.env.insert(id.name.clone(), v);
-                }
+                StmtKind::Assign { target, value, .. } => match (&target.kind, &value.kind) {
+                    (ExprKind::Name(id), _) => {
+                        let v = self.expr(value)?;
+                        self.env.insert(id.name.clone(), v);
+                    }
+                    // `a, b = x, y`: every value first, then the names.
+                    (ExprKind::Tuple(ts), ExprKind::Tuple(vs))
+                        if ts.len() == vs.len()
+                            && ts.iter().all(|t| matches!(t.kind, ExprKind::Name(_))) =>
+                    {
+                        let vals: Vec<NodeId> =
+                            vs.iter().map(|v| self.expr(v)).collect::<R<_>>()?;
+                        for (t, v) in ts.iter().zip(vals) {
+                            if let ExprKind::Name(id) = &t.kind {
+                                self.env.insert(id.name.clone(), v);
+                            }
+                        }
+                    }
+                    _ => return Err(LowerError::new(target.span, "assignment to this target")),
+                },
                 StmtKind::AugAssign { target, op, value } => {
                     let ExprKind::Name(id) = &target.kind else {
                         return Err(LowerError::new(target.span, "assignment to this target"));
