@@ -621,3 +621,16 @@ fn every_checked_function_lowers_or_says_not_supported() {
     eprintln!("{functions} functions: {lowered} lowered, {unsupported} not supported yet");
     assert!(lowered > 0 && functions == lowered + unsupported);
 }
+
+#[test]
+fn editing_a_callee_relowers_its_callers() {
+    let text = "def f(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return x * 2.0\n\ndef g(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return f(x) + 1.0\n";
+    let mut db = Database::new();
+    let file = db.set_source("/t/e.tsr", text.to_string());
+    assert!(db::emit_graph(&db, file, "g")
+        .unwrap()
+        .contains("const 2.0"));
+    db.set_source("/t/e.tsr", text.replace("x * 2.0", "x * 3.0"));
+    let g = db::emit_graph(&db, file, "g").unwrap();
+    assert!(g.contains("const 3.0") && !g.contains("const 2.0"), "{g}");
+}
