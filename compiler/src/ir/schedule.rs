@@ -334,12 +334,42 @@ impl<'g> Lower<'g> {
             NodeKind::Param(p) => ScalarExpr::Param(self.g.params[*p].name.clone()),
             NodeKind::Const(c) => ScalarExpr::Const(*c),
             NodeKind::Index(d) => ScalarExpr::Index(d.clone()),
-            NodeKind::Unary { op, x } => ScalarExpr::Unary(*op, Box::new(self.scalar(*x)?)),
+            NodeKind::Unary { op, x } => {
+                ScalarExpr::Unary(*op, Box::new(self.scalar_as(*x, node.ty.dtype())?))
+            }
             NodeKind::Binary { op, a, b } => {
-                ScalarExpr::Binary(*op, Box::new(self.scalar(*a)?), Box::new(self.scalar(*b)?))
+                // Operands in one dtype: the result's, or for comparisons the
+                // wider of the two.
+                let (da, db) = (self.g.ty(*a).dtype(), self.g.ty(*b).dtype());
+                let want = if op.is_comparison() {
+                    match (da, db) {
+                        (Some(x), Some(y)) => DType::join(x, y).or(Some(x)),
+                        _ => da,
+                    }
+                } else {
+                    node.ty.dtype()
+                };
+                ScalarExpr::Binary(
+                    *op,
+                    Box::new(self.scalar_as(*a, want)?),
+                    Box::new(self.scalar_as(*b, want)?),
+                )
             }
             NodeKind::Cast { x, to } => ScalarExpr::Cast(Box::new(self.scalar(*x)?), *to),
             _ => return Err(self.unsupported(n, "this scalar operation on the host")),
+        })
+    }
+
+    /// A host scalar converted to `want` when its own dtype differs, so that
+    /// every host operation has operands of one dtype (`rsqrt(f32(D))`).
+    fn scalar_as(&self, n: NodeId, want: Option<DType>) -> R<ScalarExpr> {
+        let e = self.scalar(n)?;
+        Ok(match (want, self.g.ty(n).dtype()) {
+            (Some(w), Some(d)) if w != d => match e {
+                ScalarExpr::Const(c) => ScalarExpr::Const(constant_of(w, &c)),
+                e => ScalarExpr::Cast(Box::new(e), w),
+            },
+            _ => e,
         })
     }
 
