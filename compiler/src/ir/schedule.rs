@@ -737,6 +737,10 @@ impl<'g> Lower<'g> {
     }
 }
 
+/// The body of a generated loop over K: (builder, induction variable, the loaded
+/// tile in f32, carried values) -> the values to carry on.
+type LoopBody<'a> = dyn FnMut(&mut KernelBuilder, Value, Value, &[Value]) -> Vec<Value> + 'a;
+
 /// Builds one generated kernel in Tile IR.
 struct KernelBuilder {
     ops: Vec<Op>,
@@ -1912,10 +1916,7 @@ impl Lower<'_> {
         let tile2 = [bk32, bc32];
         // One loop over K: `body(kb, iv, x_tile_f32, carried) -> yielded`.
         let looped =
-            |kb: &mut KernelBuilder,
-             init: Vec<Value>,
-             body: &mut dyn FnMut(&mut KernelBuilder, Value, Value, &[Value]) -> Vec<Value>|
-             -> Vec<Value> {
+            |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| -> Vec<Value> {
                 let iv = kb.fresh(Type::Scalar(DType::I32));
                 let args: Vec<Value> = init
                     .iter()
