@@ -239,3 +239,349 @@ mod tests {
         assert_eq!(s.exit_code(), EXIT_OK);
     }
 }
+
+// ---- `emit` (issue 3) ----
+
+/// What `emit` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmitKind {
+    /// Whole-tensor functions as a dataflow graph.
+    GraphIr,
+    /// Launch plans of whole-tensor functions.
+    ScheduleIr,
+    /// Each kernel specialised: tiles with concrete shapes, SSA control flow.
+    TileIr,
+    /// Each kernel for one target architecture.
+    TargetIr,
+    /// PTX assembly for NVIDIA targets.
+    Ptx,
+}
+
+impl EmitKind {
+    pub fn flag(self) -> &'static str {
+        match self {
+            EmitKind::GraphIr => "graph-ir",
+            EmitKind::ScheduleIr => "schedule-ir",
+            EmitKind::TileIr => "tile-ir",
+            EmitKind::TargetIr => "target-ir",
+            EmitKind::Ptx => "ptx",
+        }
+    }
+}
+
+fn parse_define(s: &str) -> Result<(String, i64), String> {
+    crate::ir::tile::Specialization::parse_define(s)
+}
+
+/// `emit FILE --emit KIND [--arch ARCH] [--kernel NAME] [-D NAME=VALUE]... [-o OUT]`
+#[derive(Clone, Debug, clap::Args)]
+pub struct EmitArgs {
+    /// The `.tsr` file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// What to print: graph-ir, schedule-ir, tile-ir, target-ir or ptx.
+    #[arg(long, value_enum)]
+    pub emit: EmitKind,
+    /// Target architecture: sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a gfx90a gfx942 gfx1100.
+    #[arg(long, default_value = "sm_90", value_parser = clap::value_parser!(Arch))]
+    pub arch: Arch,
+    /// Only this kernel (default: every kernel of the file, in source order).
+    #[arg(long, value_name = "NAME")]
+    pub kernel: Option<String>,
+    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`, `-D causal=True`.
+    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+    pub define: Vec<(String, i64)>,
+    /// Write to this file instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+}
+
+/// `emit` writing to the process's stdout and stderr; returns the exit status.
+pub fn emit(args: &EmitArgs) -> u8 {
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let color = stderr_wants_color();
+    emit_to(args, &mut stdout.lock(), &mut stderr.lock(), color)
+}
+
+/// What the arm of one `--emit` kind works on: a file that checked without errors.
+pub struct EmitContext<'a> {
+    pub db: &'a Database,
+    pub file: crate::db::SourceFile,
+    /// The selected kernels (`--kernel`, or all) in source order: name, item, offset.
+    pub kernels: Vec<(String, crate::db::ItemSource<'a>, u32)>,
+    pub spec: crate::ir::tile::Specialization,
+    pub arch: Arch,
+}
+
+/// Why an `--emit` arm produced no text.
+pub enum EmitError {
+    /// Diagnostics with absolute spans (exit 1).
+    Diagnostics(Vec<crate::diag::Diagnostic>),
+    /// A usage error or an unavailable kind (exit 2).
+    Usage(String),
+}
+
+/// `emit` with explicit output streams (used by tests); returns the exit status.
+pub fn emit_to(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
+    let code = run_emit(args, out, err, color);
+    let _ = out.flush();
+    let _ = err.flush();
+    code
+}
+
+fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
+    let mut db = Database::new();
+    db.set_arch(args.arch);
+    let shown = args.file.display().to_string();
+    let file = match db.load_file(&args.file) {
+        Ok(file) => file,
+        Err(e) => {
+            let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
+            return EXIT_USAGE;
+        }
+    };
+    let db = &db;
+    let text = file.text(db);
+    // Check first: errors stop here; warnings are shown and emission goes on.
+    let diags = db.diagnostics(file);
+    if !diags.is_empty() {
+        let _ = err.write_all(render::render_human_all(&shown, text, diags, color).as_bytes());
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    if errors > 0 {
+        let _ = writeln!(
+            err,
+            "error: {} in `{shown}`; nothing emitted",
+            plural(errors, "error")
+        );
+        return EXIT_ERRORS;
+    }
+    let mut kernels = crate::db::file_kernels(db, file);
+    if let Some(name) = &args.kernel {
+        let names: Vec<String> = kernels.iter().map(|k| k.0.clone()).collect();
+        kernels.retain(|k| &k.0 == name);
+        if kernels.is_empty() {
+            let known = if names.is_empty() {
+                "it has no kernels".to_string()
+            } else {
+                format!("its kernels: {}", names.join(", "))
+            };
+            let _ = writeln!(err, "error: no kernel `{name}` in `{shown}` ({known})");
+            return EXIT_USAGE;
+        }
+    }
+    // Every -D must name something of an emitted kernel.
+    let mut known: std::collections::BTreeSet<String> =
+        ["num_warps", "num_stages"].map(String::from).into();
+    for (_, item, _) in &kernels {
+        if let Some(sig) = crate::db::item_signature(db, *item) {
+            for p in &sig.params {
+                if p.is_const {
+                    known.insert(p.name.clone());
+                }
+                if let crate::check::Ty::Tensor { dims, .. } = &p.ty {
+                    for d in dims {
+                        known.extend(d.symbols().into_iter().map(String::from));
+                    }
+                }
+            }
+        }
+    }
+    let mut spec = crate::ir::tile::Specialization::new();
+    for (name, value) in &args.define {
+        if !known.contains(name)
+            && args.emit != EmitKind::GraphIr
+            && args.emit != EmitKind::ScheduleIr
+        {
+            let _ = writeln!(
+                err,
+                "error: `-D {name}`: no emitted kernel has a const parameter or tensor dim named `{name}`"
+            );
+            return EXIT_USAGE;
+        }
+        spec.values.insert(name.clone(), *value);
+    }
+    let cx = EmitContext {
+        db,
+        file,
+        kernels,
+        spec,
+        arch: args.arch,
+    };
+    let result = match args.emit {
+        EmitKind::TileIr => emit_tile_ir(&cx),
+        other => Err(EmitError::Usage(format!(
+            "`--emit {}` is not available yet",
+            other.flag()
+        ))),
+    };
+    match result {
+        Ok(output) => match &args.output {
+            Some(path) => match std::fs::write(path, output) {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    let _ = writeln!(
+                        err,
+                        "error: cannot write `{}`: {}",
+                        path.display(),
+                        io_message(&e)
+                    );
+                    EXIT_USAGE
+                }
+            },
+            None => {
+                let _ = out.write_all(output.as_bytes());
+                EXIT_OK
+            }
+        },
+        Err(EmitError::Diagnostics(diags)) => {
+            let _ = err.write_all(render::render_human_all(&shown, text, &diags, color).as_bytes());
+            let _ = writeln!(
+                err,
+                "error: {} in `{shown}`; nothing emitted",
+                plural(diags.iter().filter(|d| d.is_error()).count(), "error")
+            );
+            EXIT_ERRORS
+        }
+        Err(EmitError::Usage(message)) => {
+            let _ = writeln!(err, "error: {message}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// The Tile IR of the selected kernels, separated by blank lines.
+fn emit_tile_ir(cx: &EmitContext) -> Result<String, EmitError> {
+    let mut text = String::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in &cx.kernels {
+        match crate::db::tile_ir(cx.db, *item, cx.db.options(), cx.spec.clone()) {
+            Ok(k) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&k.dump());
+            }
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(text)
+    } else {
+        Err(EmitError::Diagnostics(diags))
+    }
+}
+
+#[cfg(test)]
+mod emit_tests {
+    use super::*;
+
+    const KERNELS: &str = "@kernel(grid=(cdiv(N, BLOCK),))\ndef scale(x: Tensor[\"N\", f32], BLOCK: const = 256):\n    i = program_id(0) * BLOCK\n    store(x[i : i + BLOCK], load(x[i : i + BLOCK]) * 2.0)\n\n@kernel(grid=(S,))\ndef rows(x: Tensor[\"S\", \"D\", f32]):\n    r = program_id(0)\n    store(x[r, :], load(x[r, :]) + 1.0)\n";
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tsrc-emit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn args(file: PathBuf, emit: EmitKind) -> EmitArgs {
+        EmitArgs {
+            file,
+            emit,
+            arch: Arch::default(),
+            kernel: None,
+            define: Vec::new(),
+            output: None,
+        }
+    }
+
+    fn run(a: &EmitArgs) -> (u8, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = emit_to(a, &mut out, &mut err, false);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn tile_ir_of_every_kernel_in_source_order() {
+        let mut a = args(write("k1.tsr", KERNELS), EmitKind::TileIr);
+        a.define = vec![("D".into(), 64), ("BLOCK".into(), 128)];
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        let scale = out.find("kernel @scale(").expect("scale");
+        let rows = out.find("kernel @rows(").expect("rows");
+        assert!(scale < rows, "{out}");
+        assert!(out.contains("specialization {BLOCK = 128}"), "{out}");
+        assert!(out.contains("%x: tensor<S x 64 x f32>"), "{out}");
+        assert!(err.is_empty(), "{err}");
+    }
+
+    #[test]
+    fn kernel_filter_and_output_file() {
+        let mut a = args(write("k2.tsr", KERNELS), EmitKind::TileIr);
+        a.kernel = Some("scale".into());
+        let out_path = write("k2.tile", "");
+        a.output = Some(out_path.clone());
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(out.is_empty());
+        let written = std::fs::read_to_string(&out_path).unwrap();
+        assert!(written.starts_with("kernel @scale("), "{written}");
+        assert!(!written.contains("@rows"), "{written}");
+        a.kernel = Some("nope".into());
+        let (code, _, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(
+            err.contains("no kernel `nope`") && err.contains("scale, rows"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_specialisation_is_e0511_exit_1() {
+        let a = args(write("k3.tsr", KERNELS), EmitKind::TileIr);
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_ERRORS);
+        assert!(out.is_empty());
+        assert!(err.contains("error[E0511]") && err.contains("`D`"), "{err}");
+    }
+
+    #[test]
+    fn check_errors_stop_emission() {
+        let a = args(
+            write(
+                "k4.tsr",
+                "@kernel(grid=(1,))\ndef k(x: Tensor[\"N\", f32]):\n    store(x[0 : 4], y)\n",
+            ),
+            EmitKind::TileIr,
+        );
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_ERRORS);
+        assert!(out.is_empty());
+        assert!(
+            err.contains("error[E0201]") && err.contains("nothing emitted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn usage_errors_exit_2() {
+        let a = args(write("k5.tsr", KERNELS), EmitKind::Ptx);
+        let (code, _, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert_eq!(err, "error: `--emit ptx` is not available yet\n");
+        let mut a = args(write("k6.tsr", KERNELS), EmitKind::TileIr);
+        a.define = vec![("Q".into(), 1)];
+        let (code, _, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("`-D Q`"), "{err}");
+        let a = args(PathBuf::from("/no/such/file.tsr"), EmitKind::TileIr);
+        assert_eq!(run(&a).0, EXIT_USAGE);
+    }
+}

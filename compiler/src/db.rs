@@ -241,6 +241,80 @@ pub fn file_diagnostics(db: &dyn Db, file: SourceFile, options: Options) -> Vec<
     out
 }
 
+// ---- Tile IR (issue 3, lowering) ----
+
+/// The Tile IR of one kernel item under a specialization (const parameter
+/// values and specialised dims; see `ir::tile::Specialization`). The kernel is
+/// checked first: its error diagnostics (item-relative spans) are returned
+/// instead of lowering. Lowering errors (E0511, E0512) are item-relative too.
+/// An item that is not a kernel gives an empty error list.
+#[salsa::tracked(returns(ref))]
+pub fn tile_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::tile::Kernel>, Vec<Diagnostic>> {
+    let parsed = parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(Vec::new());
+    };
+    if !f.is_kernel() {
+        return Err(Vec::new());
+    }
+    let errors: Vec<Diagnostic> = parsed
+        .diagnostics
+        .iter()
+        .chain(check_item(db, item, options).diagnostics.iter())
+        .filter(|d| d.is_error())
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec).map(Arc::new)
+}
+
+/// The lowering diagnostics (E0511, E0512) of every kernel of `file` under
+/// `spec`, with absolute spans, in source order. Empty when the file has
+/// check errors: those are what `file_diagnostics` reports.
+pub fn tile_ir_diagnostics(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Vec<Diagnostic> {
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (_, item, offset) in file_kernels(db, file) {
+        if let Err(diags) = tile_ir(db, item, options, spec.clone()) {
+            out.extend(diags.iter().cloned().map(|d| d.shifted(offset)));
+        }
+    }
+    out
+}
+
+/// The kernel items of a file in source order, with their names and offsets.
+pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, ItemSource<'db>, u32)> {
+    file_items(db, file)
+        .items
+        .iter()
+        .filter_map(
+            |(source, offset)| match parse_item(db, *source).item.as_deref() {
+                Some(ast::Item::Function(f)) if f.is_kernel() => {
+                    Some((f.name.name.clone(), *source, *offset))
+                }
+                _ => None,
+            },
+        )
+        .collect()
+}
+
 /// What queries need from the database beyond salsa itself: finding modules.
 #[salsa::db]
 pub trait Db: salsa::Database {

@@ -152,3 +152,57 @@ fn every_arch_is_accepted() {
         assert_eq!(out.status.code(), Some(0), "{arch}: {}", text(&out.stderr));
     }
 }
+
+#[test]
+fn emit_tile_ir_to_stdout_and_to_a_file() {
+    let out = tsrc(&["emit", &example("gemm.tsr"), "--emit", "tile-ir"]);
+    let so = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(so.starts_with("kernel @"), "{so}");
+    assert!(so.contains("dot %"), "{so}");
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
+    std::fs::create_dir_all(&target).unwrap();
+    let dest = target.join("gemm.tile");
+    let out = tsrc(&[
+        "emit",
+        &example("gemm.tsr"),
+        "--emit",
+        "tile-ir",
+        "-D",
+        "BM=64",
+        "-o",
+        &dest.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let written = std::fs::read_to_string(&dest).unwrap();
+    assert!(written.contains("BM = 64"), "{written}");
+}
+
+#[test]
+fn emit_exit_codes() {
+    // Check errors: 1, nothing on stdout.
+    let path = scratch("broken_emit.tsr", BROKEN);
+    let out = tsrc(&["emit", &path.display().to_string(), "--emit", "tile-ir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("error[E0201]"));
+    // Unknown kernels, bad -D, unknown levels: usage errors, 2.
+    let gemm = example("gemm.tsr");
+    for extra in [
+        &["--emit", "tile-ir", "--kernel", "nope"][..],
+        &["--emit", "tile-ir", "-D", "BM"][..],
+        &["--emit", "nonsense"][..],
+    ] {
+        let mut args = vec!["emit", gemm.as_str()];
+        args.extend_from_slice(extra);
+        let out = tsrc(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{extra:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{extra:?}");
+    }
+}

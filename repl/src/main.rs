@@ -1,11 +1,11 @@
-//! `tessera`, the user-facing binary. Today it has `tessera check` (the same
-//! code as `tsrc check`); the REPL, `run` and `lsp` subcommands come with their
-//! issues.
+//! `tessera`, the user-facing binary. Today it has `tessera check` and
+//! `tessera emit` (the same code as `tsrc check` and `tsrc emit`); the REPL,
+//! `run` and `lsp` subcommands come with their issues.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tessera::cli::{self, CheckArgs};
+use tessera::cli::{self, CheckArgs, EmitArgs};
 
 #[derive(Parser)]
 #[command(
@@ -22,12 +22,15 @@ struct Cli {
 enum Command {
     /// Check .tsr files: syntax, names, types, shapes and target limits.
     Check(CheckArgs),
+    /// Print an IR level, PTX or HIP for a .tsr file (the same as `tsrc emit`).
+    Emit(EmitArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match &cli.command {
         Command::Check(args) => cli::check(args),
+        Command::Emit(args) => cli::emit(args),
     };
     ExitCode::from(code)
 }

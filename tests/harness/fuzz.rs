@@ -2,7 +2,8 @@
 //! sequences, mutated real programs), lexing, parsing and checking never panic,
 //! every diagnostic span lies inside the text on character boundaries, every
 //! code is in the catalogue, rendering never panics, and an incremental re-check
-//! after an edit equals a check from scratch.
+//! after an edit equals a check from scratch. Programs that check cleanly
+//! also lower to Tile IR without a panic, and the IR verifies.
 
 use proptest::prelude::*;
 use tessera::db::Database;
@@ -330,4 +331,81 @@ fn seed_programs_check_without_panic() {
     for seed in seeds() {
         check(&seed);
     }
+}
+
+/// Lowers every kernel of a text that checks without errors, once with the
+/// defaults and once with every tensor dim and default-less const set to 64:
+/// lowering never panics, its only errors are E0511/E0512 with spans inside
+/// the text, and every kernel it produces passes the Tile IR verifier.
+fn lower_all(text: &str) -> usize {
+    use tessera::ir::tile::{verify, Specialization};
+    let mut db = Database::new();
+    let file = db.set_source("fuzz.tsr", text.to_string());
+    if db.diagnostics(file).iter().any(|d| d.is_error()) {
+        return 0;
+    }
+    let mut lowered = 0;
+    for (name, item, offset) in tessera::db::file_kernels(&db, file) {
+        let mut all64 = Specialization::new();
+        if let Some(sig) = tessera::db::item_signature(&db, item) {
+            for p in &sig.params {
+                if let tessera::check::Ty::Tensor { dims, .. } = &p.ty {
+                    for d in dims {
+                        for s in d.symbols() {
+                            all64.values.insert(s.to_string(), 64);
+                        }
+                    }
+                }
+                if p.is_const && !p.has_default {
+                    all64.values.insert(p.name.clone(), 64);
+                }
+            }
+        }
+        for spec in [Specialization::new(), all64] {
+            match tessera::db::tile_ir(&db, item, db.options(), spec) {
+                Ok(k) => {
+                    let errs = verify(k);
+                    assert!(errs.is_empty(), "{name}: {errs:#?}\n{}\n{text}", k.dump());
+                    lowered += 1;
+                }
+                Err(diags) => {
+                    let shifted: Vec<Diagnostic> =
+                        diags.iter().cloned().map(|d| d.shifted(offset)).collect();
+                    assert_well_formed(text, &shifted);
+                    for d in &shifted {
+                        assert!(
+                            d.code == "E0511" || d.code == "E0512",
+                            "{name}: lowering error {} {}\n{text}",
+                            d.code,
+                            d.message
+                        );
+                    }
+                }
+            }
+        }
+    }
+    lowered
+}
+
+proptest! {
+    #![proptest_config(config(200))]
+
+    #[test]
+    fn mutated_programs_that_check_lower_and_verify(
+        pick in any::<prop::sample::Index>(),
+        muts in prop::collection::vec(mutation(), 1..3),
+    ) {
+        let seeds = SEEDS.get_or_init(seeds);
+        let seed = &seeds[pick.index(seeds.len())];
+        lower_all(&mutate(seed, &muts));
+    }
+}
+
+#[test]
+fn seed_programs_lower_and_verify() {
+    let lowered: usize = seeds().iter().map(|s| lower_all(s)).sum();
+    assert!(
+        lowered > 40,
+        "only {lowered} kernels lowered from the seeds"
+    );
 }

@@ -10,15 +10,19 @@
 //!   that must all occur in the message: `#~ E0401 "K" "64" "32"`.
 //! * Several expectations on one line repeat the marker: `#~ E0201 "yy" #~ W0001`.
 //! * A first line `# arch: sm_70` checks the file for that arch (default sm_90).
+//! * A leading comment line `# emit: tile-ir [-D NAME=VALUE]...` also lowers every
+//!   kernel of a file that checks cleanly, adding the lowering diagnostics (E0511,
+//!   E0512), as `tsrc emit --emit tile-ir` reports them.
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
 use std::path::{Path, PathBuf};
 
 use tessera::backend::arch::Arch;
-use tessera::db::Database;
+use tessera::db::{tile_ir_diagnostics, Database, SourceFile};
 use tessera::diag::render::LineIndex;
 use tessera::diag::Diagnostic;
+use tessera::ir::tile::Specialization;
 
 /// The repository root (the parent of the `tests/` package).
 pub fn workspace_root() -> PathBuf {
@@ -233,7 +237,7 @@ pub fn check_file(path: &Path, arch: Arch) -> std::io::Result<(String, Vec<Diagn
     db.set_arch(arch);
     let file = db.load_file(path)?;
     let text = file.text(&db).clone();
-    let diags = db.diagnostics(file).to_vec();
+    let diags = diagnostics_with_emit(&db, file, &text);
     Ok((text, diags))
 }
 
@@ -242,7 +246,56 @@ pub fn check_text(path: &str, text: &str, arch: Arch) -> Vec<Diagnostic> {
     let mut db = Database::new();
     db.set_arch(arch);
     let file = db.set_source(path, text.to_string());
-    db.diagnostics(file).to_vec()
+    diagnostics_with_emit(&db, file, text)
+}
+
+/// `# emit: tile-ir [-D NAME=VALUE]...` among a file's leading comment lines:
+/// the case also lowers every kernel (as `tsrc emit --emit tile-ir` would), so
+/// emit-time diagnostics (E0511, E0512) can be tested and documented.
+/// `Ok(None)` without the header.
+pub fn parse_emit_header(text: &str) -> Result<Option<Specialization>, String> {
+    for (i, line) in text.lines().enumerate() {
+        let Some(rest) = line.trim().strip_prefix('#') else {
+            break;
+        };
+        let Some(args) = rest.trim_start().strip_prefix("emit:") else {
+            continue;
+        };
+        let mut words = args.split_whitespace();
+        if words.next() != Some("tile-ir") {
+            return Err(format!(
+                "line {}: only `# emit: tile-ir` is supported",
+                i + 1
+            ));
+        }
+        let mut spec = Specialization::new();
+        while let Some(w) = words.next() {
+            let def = match w.strip_prefix("-D") {
+                Some("") => words.next().unwrap_or(""),
+                Some(d) => d,
+                None => {
+                    return Err(format!(
+                        "line {}: expected `-D NAME=VALUE`, found `{w}`",
+                        i + 1
+                    ))
+                }
+            };
+            let (name, value) =
+                Specialization::parse_define(def).map_err(|e| format!("line {}: {e}", i + 1))?;
+            spec.values.insert(name, value);
+        }
+        return Ok(Some(spec));
+    }
+    Ok(None)
+}
+
+/// The file's diagnostics, plus its lowering diagnostics under an emit header.
+fn diagnostics_with_emit(db: &Database, file: SourceFile, text: &str) -> Vec<Diagnostic> {
+    let mut diags = db.diagnostics(file).to_vec();
+    if let Ok(Some(spec)) = parse_emit_header(text) {
+        diags.extend(tile_ir_diagnostics(db, file, db.options(), &spec));
+    }
+    diags
 }
 
 /// One entry of `docs/diagnostics.md`.

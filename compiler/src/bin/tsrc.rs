@@ -1,10 +1,10 @@
-//! `tsrc`, the Tessera compiler driver. Today: `tsrc check`; `emit` and `report`
-//! arrive with the backend issues.
+//! `tsrc`, the Tessera compiler driver: `tsrc check`, `tsrc emit`; `report`
+//! arrives with the backend issues.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tessera::cli::{self, CheckArgs};
+use tessera::cli::{self, CheckArgs, EmitArgs};
 
 #[derive(Parser)]
 #[command(name = "tsrc", version, about = "The Tessera compiler")]
@@ -17,12 +17,15 @@ struct Cli {
 enum Command {
     /// Check .tsr files: syntax, names, types, shapes and target limits.
     Check(CheckArgs),
+    /// Print an IR level, PTX or HIP for a .tsr file (after checking it).
+    Emit(EmitArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match &cli.command {
         Command::Check(args) => cli::check(args),
+        Command::Emit(args) => cli::emit(args),
     };
     ExitCode::from(code)
 }

@@ -53,24 +53,14 @@ impl Usage {
 }
 
 impl Checker<'_> {
-    /// Tensor-core support of a dot: dtype (E0606) and M/N/K multiples of 16 (E0605).
+    /// Tensor-core shape rules of a dot (E0605). A dtype the target's tensor cores
+    /// do not take (bf16 before sm_80, f8 before sm_89) is no error: the brief says
+    /// every kernel compiles for every target, and such a dot runs on FMA units,
+    /// where any M, N, K is fine.
     pub fn check_mma(&mut self, dtype: DType, tf32: bool, mnk: [&Dim; 3], span: Span) {
         let info = self.arch.info();
         let name = if tf32 { "f32" } else { dtype.name() };
         if dtype != DType::I8 && !info.mma_dtypes.contains(&name) {
-            let what = if tf32 {
-                "tf32 (f32 inputs with precision=\"tf32\")".to_string()
-            } else {
-                format!("`{dtype}`")
-            };
-            self.report(
-                Diagnostic::new("E0606", span, format!("{what} `dot` is not supported by the tensor cores of {}", info.name))
-                    .with_help(format!(
-                        "{} supports {}; cast the operands (e.g. `.to(f16)`) or target a newer architecture",
-                        info.name,
-                        info.mma_dtypes.join(", ")
-                    )),
-            );
             return;
         }
         let labels = ["M", "N", "K"];

@@ -108,6 +108,11 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0508", "whole-tensor operation inside a kernel"),
     e("E0509", "invalid autotune space"),
     e("E0510", "parameter type not allowed here"),
+    e(
+        "E0511",
+        "kernel needs a value for a const parameter or specialised dim",
+    ),
+    e("E0512", "not supported by code generation yet"),
     // E06xx targets and resources
     e("E0602", "tiles exceed the register file"),
     e("E0603", "tiles exceed shared memory"),
@@ -116,7 +121,6 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "E0605",
         "dot shape not supported by the target's tensor cores",
     ),
-    e("E0606", "dtype not supported on this target"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

@@ -935,6 +935,7 @@ fn invalid_char(text: &str, span: Span) -> Diagnostic {
 }
 
 /// The raw token stream without layout, for `split_items`: (token, start, end).
+#[cfg(test)]
 pub(crate) fn raw_tokens(text: &str) -> impl Iterator<Item = (Option<Raw>, usize, usize)> + '_ {
     let mut lx = Raw::lexer(text);
     std::iter::from_fn(move || {

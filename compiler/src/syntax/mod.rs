@@ -17,7 +17,6 @@ pub use parser::MAX_NESTING;
 mod tests;
 
 use crate::diag::Diagnostic;
-use lexer::Raw;
 use span::Span;
 
 /// The result of parsing one top-level item's text.
@@ -42,6 +41,220 @@ pub struct ParsedItem {
 /// a new item, even inside an unclosed bracket, so that an unfinished call being
 /// typed in one function does not swallow the rest of the file.
 pub fn split_items(text: &str) -> Vec<Span> {
+    // A byte scanner rather than the lexer: this runs over the whole file on every
+    // keystroke, and only line starts, brackets, strings and comments matter here.
+    // `tests::split_items_matches_the_lexer` holds it to the token-based definition.
+    let b = text.as_bytes();
+    let mut starts: Vec<u32> = Vec::new();
+    let mut depth: u32 = 0;
+    let mut at_line_start = true;
+    // the current item so far consists of decorator lines only
+    let mut decorators_only = false;
+    let mut i = 0;
+    while i < b.len() {
+        if !at_line_start {
+            // Inside a line only brackets, strings, comments, continuations and the
+            // newline matter: skip everything else in a tight loop.
+            while i < b.len() && !MID_LINE_SPECIAL[b[i] as usize] {
+                i += 1;
+            }
+            if i == b.len() {
+                break;
+            }
+        }
+        let c = b[i];
+        match c {
+            b' ' | b'\t' | b'\x0c' | b'\r' => {
+                i += 1;
+                continue;
+            }
+            b'\n' => {
+                i += 1;
+                if depth == 0 {
+                    at_line_start = true;
+                } else if item_keyword_at(b, i) {
+                    // `def`/`import`/`from`/`const` at column 0 ends an unclosed bracket
+                    depth = 0;
+                    at_line_start = true;
+                }
+                continue;
+            }
+            b'#' => {
+                i += b[i..]
+                    .iter()
+                    .position(|&x| x == b'\n')
+                    .unwrap_or(b.len() - i);
+                continue;
+            }
+            b'\\'
+                if b.get(i + 1) == Some(&b'\n')
+                    || (b.get(i + 1) == Some(&b'\r') && b.get(i + 2) == Some(&b'\n')) =>
+            {
+                // a continuation joins the lines: no new line starts, except that an
+                // item keyword at column 0 still ends an unclosed bracket
+                i += if b[i + 1] == b'\n' { 2 } else { 3 };
+                if depth > 0 && item_keyword_at(b, i) {
+                    depth = 0;
+                    at_line_start = true;
+                }
+                continue;
+            }
+            0xEF if b[i..].starts_with("\u{FEFF}".as_bytes()) => {
+                i += 3;
+                continue;
+            }
+            _ => {}
+        }
+        let s = i;
+        let (kind, end) = scan_split_token(b, i);
+        i = end;
+        if at_line_start {
+            at_line_start = false;
+            let col0 = s == 0 || b[s - 1] == b'\n';
+            let is_deco = kind == SplitTok::At;
+            if col0 {
+                // decorators glue to the `def` (or further decorators) below them;
+                // a decorator above anything else is an item of its own (E0113)
+                let continues = kind == SplitTok::ElseElif
+                    || (decorators_only
+                        && !starts.is_empty()
+                        && (kind == SplitTok::At || b[s..end] == *b"def"));
+                if continues {
+                    decorators_only = decorators_only && is_deco;
+                } else {
+                    starts.push(s as u32);
+                    decorators_only = is_deco;
+                }
+            } else {
+                if starts.is_empty() {
+                    // indented code at the very start is an item of its own
+                    starts.push(0);
+                }
+                decorators_only = false;
+            }
+        }
+        match kind {
+            SplitTok::Open => depth += 1,
+            SplitTok::Close => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    tile_from_starts(starts, text.len() as u32)
+}
+
+/// Whether `def`, `import`, `from` or `const` starts at `i`.
+fn item_keyword_at(b: &[u8], i: usize) -> bool {
+    i < b.len() && b[i].is_ascii_alphabetic() && scan_split_token(b, i).0 == SplitTok::ItemKeyword
+}
+
+/// Bytes that matter to `split_items` after a line's first token.
+static MID_LINE_SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let special = b"\n#\\\"'()[]{}";
+    let mut k = 0;
+    while k < special.len() {
+        t[special[k] as usize] = true;
+        k += 1;
+    }
+    t
+};
+
+/// What `split_items` needs to know of a token.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SplitTok {
+    /// `def`, `import`, `from`, `const`
+    ItemKeyword,
+    ElseElif,
+    /// `@` (not `@=`)
+    At,
+    Open,
+    Close,
+    Other,
+}
+
+/// The token starting at `i` (not whitespace, a comment or a newline): its kind
+/// and end. Strings follow the lexer's rules (escapes, unterminated strings end at
+/// the line, an unterminated triple-quoted string at the end of the text); other
+/// tokens may be cut shorter than the lexer would, which changes nothing here.
+fn scan_split_token(b: &[u8], i: usize) -> (SplitTok, usize) {
+    let c = b[i];
+    match c {
+        b'A'..=b'Z' | b'a'..=b'z' | b'_' => {
+            let end = i + b[i..]
+                .iter()
+                .position(|x| !(x.is_ascii_alphanumeric() || *x == b'_'))
+                .unwrap_or(b.len() - i);
+            let kind = match &b[i..end] {
+                b"def" | b"import" | b"from" | b"const" => SplitTok::ItemKeyword,
+                b"else" | b"elif" => SplitTok::ElseElif,
+                _ => SplitTok::Other,
+            };
+            (kind, end)
+        }
+        b'"' | b'\'' => {
+            if b.get(i + 1) == Some(&c) && b.get(i + 2) == Some(&c) {
+                let mut j = i + 3;
+                while j < b.len() {
+                    if b[j] == b'\\' {
+                        j += 2;
+                    } else if b[j] == c && b.get(j + 1) == Some(&c) && b.get(j + 2) == Some(&c) {
+                        return (SplitTok::Other, j + 3);
+                    } else {
+                        j += 1;
+                    }
+                }
+                (SplitTok::Other, b.len())
+            } else {
+                let mut j = i + 1;
+                while j < b.len() {
+                    match b[j] {
+                        b'\\' => {
+                            j += if b.get(j + 1) == Some(&b'\r') && b.get(j + 2) == Some(&b'\n') {
+                                3
+                            } else {
+                                2
+                            }
+                        }
+                        b'\n' => break,
+                        x if x == c => return (SplitTok::Other, j + 1),
+                        _ => j += 1,
+                    }
+                }
+                (SplitTok::Other, j.min(b.len()))
+            }
+        }
+        b'@' if b.get(i + 1) != Some(&b'=') => (SplitTok::At, i + 1),
+        b'(' | b'[' | b'{' => (SplitTok::Open, i + 1),
+        b')' | b']' | b'}' => (SplitTok::Close, i + 1),
+        _ => (SplitTok::Other, i + 1),
+    }
+}
+
+/// Contiguous ranges from item starts: the first begins at 0, the last ends at `len`.
+fn tile_from_starts(mut starts: Vec<u32>, len: u32) -> Vec<Span> {
+    if len == 0 {
+        return Vec::new();
+    }
+    if starts.first() != Some(&0) {
+        if starts.is_empty() {
+            starts.push(0);
+        } else {
+            starts[0] = 0;
+        }
+    }
+    let mut out = Vec::with_capacity(starts.len());
+    for (i, &s) in starts.iter().enumerate() {
+        let e = starts.get(i + 1).copied().unwrap_or(len);
+        out.push(Span::new(s, e));
+    }
+    out
+}
+
+/// `split_items` as first defined, over the lexer's raw tokens: the reference the
+/// byte scanner is tested against.
+#[cfg(test)]
+pub(crate) fn split_items_by_tokens(text: &str) -> Vec<Span> {
+    use lexer::Raw;
     let bytes = text.as_bytes();
     let mut starts: Vec<u32> = Vec::new();
     let mut depth: u32 = 0;
@@ -91,23 +304,7 @@ pub fn split_items(text: &str) -> Vec<Span> {
             _ => {}
         }
     }
-    let len = text.len() as u32;
-    if len == 0 {
-        return Vec::new();
-    }
-    if starts.first() != Some(&0) {
-        if starts.is_empty() {
-            starts.push(0);
-        } else {
-            starts[0] = 0;
-        }
-    }
-    let mut out = Vec::with_capacity(starts.len());
-    for (i, &s) in starts.iter().enumerate() {
-        let e = starts.get(i + 1).copied().unwrap_or(len);
-        out.push(Span::new(s, e));
-    }
-    out
+    tile_from_starts(starts, text.len() as u32)
 }
 
 /// Whether `text` (an interactive input so far) needs more lines before it can

@@ -749,6 +749,41 @@ fn split_items_cases() {
 }
 
 #[test]
+fn split_items_matches_the_lexer_on_the_corpus() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    let mut dirs = vec![
+        root.join("tests/ui"),
+        root.join("stdlib"),
+        root.join("examples"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "tsr") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(
+        files.len() > 50,
+        "corpus not found under {}",
+        root.display()
+    );
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            split_items(&text),
+            super::split_items_by_tokens(&text),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+#[test]
 fn split_items_is_robust_to_unfinished_code() {
     // an unclosed call does not swallow the next def
     let text = "def f():\n    g(1,\n\ndef h():\n    pass\n";
@@ -835,6 +870,21 @@ mod props {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        /// The byte scanner behind `split_items` cuts exactly where the token-based
+        /// definition does, tokens glued at column 0 included.
+        #[test]
+        fn split_items_matches_the_lexer(
+            parts in proptest::collection::vec(proptest::sample::select(SOUP), 0..80),
+            seps in proptest::collection::vec(proptest::sample::select(&["", "", " ", "\n", "\n\n", "\r\n", "\u{FEFF}"][..]), 80),
+        ) {
+            let mut text = String::new();
+            for (p, sep) in parts.iter().zip(&seps) {
+                text.push_str(p);
+                text.push_str(sep);
+            }
+            prop_assert_eq!(split_items(&text), crate::syntax::split_items_by_tokens(&text), "{:?}", text);
+        }
 
         #[test]
         fn random_text_never_panics(text in "\\PC{0,80}") {

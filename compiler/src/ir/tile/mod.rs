@@ -309,3 +309,20 @@ pub enum OpKind {
     /// Ends a region with its values.
     Yield(Vec<Value>),
 }
+
+mod builder;
+mod cleanup;
+mod dump;
+pub mod lower;
+mod verify;
+
+#[cfg(test)]
+mod interp_tests;
+#[cfg(test)]
+mod lower_tests;
+#[cfg(test)]
+mod tests;
+
+pub use builder::Builder;
+pub use lower::{lower_kernel, lower_kernel_with_dims, Specialization};
+pub use verify::verify;

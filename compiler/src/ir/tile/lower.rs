@@ -1,0 +1,3102 @@
+//! Lowering a checked kernel to Tile IR.
+//!
+//! The input is a kernel the checker accepted (its AST, its module's scope) and a
+//! [`Specialization`]: values for const parameters (defaults apply otherwise) and
+//! for the tensor dims the kernel is specialised on. Every dim named in the
+//! specialization becomes `Dim::Static` and a compile-time value inside the body;
+//! the other dims stay run-time `i32`s (`TensorDim`).
+//!
+//! Typing is the checker's: dtype promotion goes through `Checker::promote`,
+//! broadcasting through `check::expr::broadcast`, compile-time folding through
+//! `check::consts`, builtin arguments through the builtin table. What the
+//! lowering adds is making it all explicit: scalars splat, ranks expand and dims
+//! broadcast before an elementwise op, dtypes convert with `Cast`, literals take
+//! the dtype of the operand they meet.
+//!
+//! Run-time integers carry a symbolic value (`check::dims::Dim` over fresh
+//! symbols), so `m0 : m0 + BM` has the compile-time length `BM` exactly as the
+//! checker computed it. Constants, tensor dims and scalar parameters are defined
+//! once at the top of the kernel body (so they dominate every use).
+//!
+//! Control flow is SSA: a `for`/`while` carries the variables its body assigns
+//! that exist before the loop and are read later (in the body or after the
+//! loop); an `if` (statement or expression) yields the variables assigned in a
+//! branch that are read after it. Conditions known at compile time (const
+//! parameters such as `causal`) select one branch and emit no `If`.
+//! `break`/`continue` guard the rest of the body with a `continuing` flag; a
+//! `for` with `break` becomes a `While` over `(iv, broken, carried...)`; an
+//! early `return` guards the rest of the kernel, and inside loops it also
+//! breaks out of each of them through a carried `returned` flag.
+//!
+//! What a lowered kernel looks like (beyond what `verify` checks):
+//! * constants, `TensorDim`s and `ScalarParam`s are defined once at the top of
+//!   the body; values are numbered densely in definition order (`renumber`) and
+//!   pure ops whose results are unused are removed;
+//! * integer scalars are `i32` (an `i64` only where the source says so); `For`
+//!   bounds and induction variables are `i32`;
+//! * `mean` is `Reduce(Sum)` times a constant `1/n`; a reduction over several
+//!   axes is one `Reduce` per axis, highest axis first;
+//! * `dot` operands have one dtype; the accumulator is f32 of the result shape;
+//! * `Load::other` is a `Float` for float tensors, an `Int` for integer ones;
+//!   a run-time `other=` is a load with 0 and a `Select` on an explicit
+//!   in-bounds mask (`Arange` compared with the dims).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::*;
+use crate::backend::arch::Arch;
+use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
+use crate::check::ctx::Checker;
+use crate::check::dims::Dim as SymDim;
+use crate::check::expr::{broadcast, Kind};
+use crate::check::scope::{annotation, Annot, Entry, ModuleScope};
+use crate::check::stmt::assigned_names;
+use crate::check::{builtins, Ty, Value as CValue};
+use crate::diag::Diagnostic;
+use crate::syntax::ast::{self, Arg, BinOp, Expr, ExprKind, Function, Index, Stmt, StmtKind};
+
+/// The compile-time values a kernel is lowered with: const parameters (by
+/// name; bools as 0/1) and specialised tensor dims. Names that are neither are
+/// ignored, so one specialization can serve every kernel of a file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Specialization {
+    pub values: BTreeMap<String, i64>,
+}
+
+impl Specialization {
+    pub fn new() -> Self {
+        Specialization::default()
+    }
+
+    pub fn with(mut self, name: impl Into<String>, value: i64) -> Self {
+        self.values.insert(name.into(), value);
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.values.get(name).copied()
+    }
+
+    /// Parses `NAME=VALUE` (`-D` on the command line): an integer (`128`,
+    /// `0x80`, `1_024`, `-1`) or a bool (`True`/`False`, `true`/`false`).
+    pub fn parse_define(text: &str) -> Result<(String, i64), String> {
+        let Some((name, value)) = text.split_once('=') else {
+            return Err(format!("`{text}` is not NAME=VALUE"));
+        };
+        let name = name.trim();
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!("`{name}` is not a name"));
+        }
+        let v = value.trim().replace('_', "");
+        let parsed = match v.as_str() {
+            "True" | "true" => Some(1),
+            "False" | "false" => Some(0),
+            _ => {
+                let (neg, digits) = match v.strip_prefix('-') {
+                    Some(d) => (true, d),
+                    None => (false, v.as_str()),
+                };
+                let n = match digits
+                    .strip_prefix("0x")
+                    .or_else(|| digits.strip_prefix("0X"))
+                {
+                    Some(hex) => i64::from_str_radix(hex, 16).ok(),
+                    None => digits.parse::<i64>().ok(),
+                };
+                n.map(|n| if neg { -n } else { n })
+            }
+        };
+        match parsed {
+            Some(n) => Ok((name.to_string(), n)),
+            None => Err(format!(
+                "`{}` is not an integer or a bool (for `{name}`)",
+                value.trim()
+            )),
+        }
+    }
+}
+
+/// Lowers the kernel `f` (which must have passed the checker) to Tile IR.
+/// Errors: E0511 when a const parameter without a default (or a dim a tile
+/// shape depends on) has no value; E0512 for constructs lowering does not
+/// support yet. Spans are item-relative, like the checker's.
+pub fn lower_kernel(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+) -> Result<Kernel, Vec<Diagnostic>> {
+    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+}
+
+/// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
+/// launched (`known`): the kernel is specialised on those of them a tile shape
+/// needs, and on no other (so `flash_attn` gets a static `D` and keeps `S`, `B`
+/// and `H` run-time values).
+pub fn lower_kernel_with_dims(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+    known: &BTreeMap<String, i64>,
+) -> Result<Kernel, Vec<Diagnostic>> {
+    let mut spec = spec.clone();
+    loop {
+        match lower_inner(f, scope, &spec) {
+            Ok(k) => return Ok(k),
+            Err((diags, missing)) => {
+                let add: Vec<(String, i64)> = missing
+                    .into_iter()
+                    .filter(|m| !spec.values.contains_key(m))
+                    .filter_map(|m| known.get(&m).map(|v| (m, *v)))
+                    .collect();
+                if add.is_empty() {
+                    return Err(diags);
+                }
+                spec.values.extend(add);
+            }
+        }
+    }
+}
+
+/// Lowering's errors and the dims it found missing (for `lower_kernel_with_dims`).
+fn lower_inner(
+    f: &Function,
+    scope: &ModuleScope,
+    spec: &Specialization,
+) -> Result<Kernel, (Vec<Diagnostic>, Vec<String>)> {
+    let mut l = Lowerer {
+        scope,
+        f,
+        b: Builder::new(),
+        prologue: 0,
+        consts: HashMap::new(),
+        dims: HashMap::new(),
+        scalar_params: HashMap::new(),
+        env: HashMap::new(),
+        params: Vec::new(),
+        specialization: BTreeMap::new(),
+        next_sym: 0,
+        loop_depth: 0,
+        missing_dims: Vec::new(),
+        diags: Vec::new(),
+    };
+    match l.kernel(spec) {
+        Ok(k) => Ok(k),
+        Err(()) => {
+            if l.diags.is_empty() {
+                l.diags.push(Diagnostic::new(
+                    "E0512",
+                    f.name.span,
+                    format!("kernel `{}` could not be lowered", f.name.name),
+                ));
+            }
+            Err((l.diags, l.missing_dims))
+        }
+    }
+}
+
+type R<T> = Result<T, ()>;
+
+/// A lowered expression.
+#[derive(Clone, Debug)]
+enum LV {
+    /// A scalar or tile in an SSA value; run-time integers carry a symbolic value.
+    Val {
+        v: Value,
+        weak: bool,
+        sym: Option<SymDim>,
+    },
+    /// A compile-time scalar (`Int` concrete), not yet materialised.
+    Const {
+        c: CValue,
+        dtype: DType,
+        weak: bool,
+    },
+    Tensor(usize),
+    /// `T[slices]`: what `load`/`store`/`atomic_add` take.
+    Ref {
+        tensor: usize,
+        access: Vec<Access>,
+        shape: Vec<u32>,
+    },
+    DType(DType),
+    Str(String),
+    Builtin(&'static str),
+    /// `x.to`
+    ToMethod(Box<LV>),
+    List(Vec<LV>),
+    NoneV,
+}
+
+impl LV {
+    fn describe(&self) -> &'static str {
+        match self {
+            LV::Val { .. } | LV::Const { .. } => "value",
+            LV::Tensor(_) => "tensor",
+            LV::Ref { .. } => "tensor slice",
+            LV::DType(_) => "dtype",
+            LV::Str(_) => "string",
+            LV::Builtin(_) => "builtin",
+            LV::ToMethod(_) => "method",
+            LV::List(_) => "list",
+            LV::NoneV => "None",
+        }
+    }
+}
+
+struct Lowerer<'a> {
+    scope: &'a ModuleScope,
+    f: &'a Function,
+    b: Builder,
+    /// How many ops the hoisted prologue (constants, dims, scalar params) has.
+    prologue: usize,
+    consts: HashMap<(DType, u64), Value>,
+    dims: HashMap<(usize, usize), Value>,
+    scalar_params: HashMap<usize, Value>,
+    env: HashMap<String, LV>,
+    params: Vec<Param>,
+    specialization: BTreeMap<String, i64>,
+    next_sym: u32,
+    /// How many loops enclose the statement being lowered.
+    loop_depth: u32,
+    /// Dims a tile shape needed but the specialization lacked (E0511).
+    missing_dims: Vec<String>,
+    diags: Vec<Diagnostic>,
+}
+
+fn tile_type(shape: Vec<u32>, dtype: DType) -> Type {
+    if shape.is_empty() {
+        Type::Scalar(dtype)
+    } else {
+        Type::Tile { shape, dtype }
+    }
+}
+
+fn const_bits(c: Constant) -> u64 {
+    match c {
+        Constant::Int(i) => i as u64,
+        Constant::Float(x) => x.to_bits(),
+        Constant::Bool(b) => b as u64,
+    }
+}
+
+/// Every name read by an expression.
+fn expr_reads(e: &Expr, out: &mut HashSet<String>) {
+    match &e.kind {
+        ExprKind::Name(id) => {
+            out.insert(id.name.clone());
+        }
+        ExprKind::Unary { operand, .. } => expr_reads(operand, out),
+        ExprKind::Binary { lhs, rhs, .. } => {
+            expr_reads(lhs, out);
+            expr_reads(rhs, out);
+        }
+        ExprKind::IfElse {
+            cond,
+            then,
+            otherwise,
+        } => {
+            expr_reads(cond, out);
+            expr_reads(then, out);
+            expr_reads(otherwise, out);
+        }
+        ExprKind::Call { func, args } => {
+            expr_reads(func, out);
+            for a in args {
+                expr_reads(&a.value, out);
+            }
+        }
+        ExprKind::Subscript { value, indices } => {
+            expr_reads(value, out);
+            for i in indices {
+                match i {
+                    Index::Expr(e) => expr_reads(e, out),
+                    Index::Slice {
+                        start, end, step, ..
+                    } => {
+                        for e in [start, end, step].into_iter().flatten() {
+                            expr_reads(e, out);
+                        }
+                    }
+                }
+            }
+        }
+        ExprKind::Attribute { value, .. } => expr_reads(value, out),
+        ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| expr_reads(x, out)),
+        ExprKind::Dict(v) => v.iter().for_each(|(a, b)| {
+            expr_reads(a, out);
+            expr_reads(b, out);
+        }),
+        _ => {}
+    }
+}
+
+/// Every name read by a block (targets of plain assignments are not reads).
+fn block_reads(stmts: &[Stmt], out: &mut HashSet<String>) {
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Expr(e) | StmtKind::Return(Some(e)) => expr_reads(e, out),
+            StmtKind::Assign { target, value, .. } => {
+                expr_reads(value, out);
+                if !matches!(target.kind, ExprKind::Name(_) | ExprKind::Tuple(_)) {
+                    expr_reads(target, out);
+                }
+            }
+            StmtKind::AugAssign { target, value, .. } => {
+                expr_reads(target, out);
+                expr_reads(value, out);
+            }
+            StmtKind::If { branches, orelse } => {
+                for (c, b) in branches {
+                    expr_reads(c, out);
+                    block_reads(b, out);
+                }
+                if let Some(b) = orelse {
+                    block_reads(b, out);
+                }
+            }
+            StmtKind::For { iter, body, .. } => {
+                expr_reads(iter, out);
+                block_reads(body, out);
+            }
+            StmtKind::While { cond, body } => {
+                expr_reads(cond, out);
+                block_reads(body, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Synthetic variables of a loop with `break`/`continue`: whether the current
+/// iteration still runs, and whether the loop was broken.
+const CONT: &str = "%continuing";
+const BRK: &str = "%broken";
+/// Whether the kernel executed a `return` (inside a loop: carried out of it).
+const RET: &str = "%returned";
+
+fn flag(b: bool) -> LV {
+    LV::Const {
+        c: CValue::Bool(b),
+        dtype: DType::Bool,
+        weak: false,
+    }
+}
+
+/// The `break`s and `continue`s of a block that belong to the enclosing loop
+/// (nested loops own theirs).
+#[derive(Clone, Copy, Default)]
+struct Jumps {
+    brk: bool,
+    cont: bool,
+    /// An early `return` (outside loops it guards the rest of the kernel).
+    ret: bool,
+}
+
+impl Jumps {
+    fn any(self) -> bool {
+        self.brk || self.cont || self.ret
+    }
+}
+
+fn jumps(stmts: &[Stmt]) -> Jumps {
+    let mut j = Jumps::default();
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Break => j.brk = true,
+            StmtKind::Continue => j.cont = true,
+            StmtKind::Return(_) => j.ret = true,
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                // A `return` in a nested loop leaves this loop too.
+                j.ret |= jumps(body).ret || contains_loop_return(body);
+            }
+            StmtKind::If { branches, orelse } => {
+                for b in branches
+                    .iter()
+                    .map(|(_, b)| b.as_slice())
+                    .chain(orelse.as_deref())
+                {
+                    let x = jumps(b);
+                    j.brk |= x.brk;
+                    j.cont |= x.cont;
+                    j.ret |= x.ret;
+                }
+            }
+            _ => {}
+        }
+    }
+    j
+}
+
+/// Whether a `return` occurs anywhere in a block (loops included).
+fn contains_loop_return(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match &s.kind {
+        StmtKind::Return(_) => true,
+        StmtKind::For { body, .. } | StmtKind::While { body, .. } => contains_loop_return(body),
+        StmtKind::If { branches, orelse } => {
+            branches.iter().any(|(_, b)| contains_loop_return(b))
+                || orelse.as_deref().is_some_and(contains_loop_return)
+        }
+        _ => false,
+    })
+}
+
+fn unary_math(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "exp" => UnaryOp::Exp,
+        "exp2" => UnaryOp::Exp2,
+        "log" => UnaryOp::Log,
+        "log2" => UnaryOp::Log2,
+        "sqrt" => UnaryOp::Sqrt,
+        "rsqrt" => UnaryOp::Rsqrt,
+        "abs" => UnaryOp::Abs,
+        "sigmoid" => UnaryOp::Sigmoid,
+        "tanh" => UnaryOp::Tanh,
+        "erf" => UnaryOp::Erf,
+        _ => return None,
+    })
+}
+
+fn binop(op: BinOp) -> Option<BinaryOp> {
+    Some(match op {
+        BinOp::Add => BinaryOp::Add,
+        BinOp::Sub => BinaryOp::Sub,
+        BinOp::Mul => BinaryOp::Mul,
+        BinOp::Div => BinaryOp::Div,
+        BinOp::FloorDiv => BinaryOp::FloorDiv,
+        BinOp::Mod => BinaryOp::Mod,
+        BinOp::Pow => BinaryOp::Pow,
+        BinOp::BitAnd | BinOp::And => BinaryOp::And,
+        BinOp::BitOr | BinOp::Or => BinaryOp::Or,
+        BinOp::BitXor => BinaryOp::Xor,
+        BinOp::Eq => BinaryOp::Eq,
+        BinOp::Ne => BinaryOp::Ne,
+        BinOp::Lt => BinaryOp::Lt,
+        BinOp::Le => BinaryOp::Le,
+        BinOp::Gt => BinaryOp::Gt,
+        BinOp::Ge => BinaryOp::Ge,
+        BinOp::MatMul => return None,
+    })
+}
+
+/// Bound call arguments: one slot per builtin parameter.
+struct Args<'e> {
+    slots: Vec<Option<&'e Arg>>,
+    positional: Vec<&'e Arg>,
+}
+
+impl<'a> Lowerer<'a> {
+    fn unsupported(&mut self, span: Span, what: impl Into<String>) {
+        self.diags.push(
+            Diagnostic::new(
+                "E0512",
+                span,
+                format!("{} is not supported by code generation yet", what.into()),
+            )
+            .with_help("`tsrc check` accepts it; only lowering to Tile IR is missing"),
+        );
+    }
+
+    /// An internal inconsistency: the checker should have rejected this.
+    fn internal(&mut self, span: Span, what: impl Into<String>) {
+        self.diags.push(Diagnostic::new(
+            "E0512",
+            span,
+            format!("cannot lower this: {}", what.into()),
+        ));
+    }
+
+    fn fresh_sym(&mut self) -> SymDim {
+        self.next_sym += 1;
+        SymDim::symbol(format!("%rt{}", self.next_sym))
+    }
+
+    // ---- the kernel ----
+
+    fn kernel(&mut self, spec: &Specialization) -> R<Kernel> {
+        let f = self.f;
+        let scope = self.scope;
+        // Autotune: the first configuration of each space entry applies unless specialised.
+        let mut tuned: HashMap<String, i64> = HashMap::new();
+        if let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) {
+            for a in args {
+                if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
+                    continue;
+                }
+                if let ExprKind::Dict(pairs) = &a.value.kind {
+                    for (k, v) in pairs {
+                        if let (
+                            ExprKind::Str(name),
+                            ExprKind::List(items) | ExprKind::Tuple(items),
+                        ) = (&k.kind, &v.kind)
+                        {
+                            if let Some(first) = items.first() {
+                                if let Ok(c) = eval_const(first, &|n| scope.const_value(n)) {
+                                    if let Some(i) = c.as_int() {
+                                        tuned.insert(name.clone(), i);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut const_vals: HashMap<String, CValue> = HashMap::new();
+        // Const parameters first: a tensor dim may name one (`Tensor["M", "BM", f32]`).
+        let annots: Vec<(&ast::Param, Annot)> = f
+            .params
+            .iter()
+            .map(|p| {
+                let annot = match &p.ty {
+                    Some(t) => annotation(t, &|n| scope.const_value(n), &mut Vec::new()),
+                    None => Annot::Ty(Ty::Err),
+                };
+                (p, annot)
+            })
+            .collect();
+        let (consts, others): (Vec<_>, Vec<_>) = annots
+            .into_iter()
+            .partition(|(_, a)| matches!(a, Annot::Const(_)));
+        let ordered = consts.into_iter().chain(others);
+        for (p, annot) in ordered {
+            let name = &p.name.name;
+            match annot {
+                Annot::Const(dt) => {
+                    let given = spec.get(name).or_else(|| tuned.get(name).copied());
+                    let default = p.default.as_ref().and_then(|d| {
+                        eval_const(d, &|n| {
+                            const_vals.get(n).cloned().or_else(|| scope.const_value(n))
+                        })
+                        .ok()
+                    });
+                    let is_bool = dt == Some(DType::Bool)
+                        || (dt.is_none() && matches!(default, Some(CValue::Bool(_))));
+                    let value = match (given, default) {
+                        (Some(i), _) if is_bool => CValue::Bool(i != 0),
+                        (Some(i), _) => CValue::int(i),
+                        (None, Some(v)) => v,
+                        (None, None) => {
+                            self.diags.push(
+                                Diagnostic::new(
+                                    "E0511",
+                                    p.name.span,
+                                    format!(
+                                        "kernel `{}` needs a value for const parameter `{name}`, which has no default",
+                                        f.name.name
+                                    ),
+                                )
+                                .with_help(format!(
+                                    "give it when compiling, e.g. `tsrc emit ... -D {name}=VALUE`, or add a default"
+                                )),
+                            );
+                            continue;
+                        }
+                    };
+                    let (dtype, weak) = match (&value, dt) {
+                        (_, Some(d)) => (d, true),
+                        (CValue::Int(_), None) => (DType::I32, true),
+                        (CValue::Float(_), None) => (DType::F32, true),
+                        (CValue::Bool(_), None) => (DType::Bool, true),
+                        _ => {
+                            // A dtype or string const parameter.
+                            const_vals.insert(name.clone(), value.clone());
+                            let lv = match value {
+                                CValue::DType(d) => LV::DType(d),
+                                CValue::Str(s) => LV::Str(s),
+                                _ => LV::NoneV,
+                            };
+                            self.env.insert(name.clone(), lv);
+                            continue;
+                        }
+                    };
+                    if let Some(i) = value.as_int() {
+                        self.specialization.insert(name.clone(), i);
+                    }
+                    const_vals.insert(name.clone(), value.clone());
+                    self.env.insert(
+                        name.clone(),
+                        LV::Const {
+                            c: value,
+                            dtype,
+                            weak,
+                        },
+                    );
+                }
+                Annot::Ty(Ty::Tensor { dims, dtype }) => {
+                    let idx = self.params.len();
+                    let mut pdims = Vec::new();
+                    for (axis, d) in dims.iter().enumerate() {
+                        let pd = if let Some(c) = d.as_const() {
+                            Dim::Static(c as u64)
+                        } else if let Some(sym) = d.as_symbol() {
+                            let given = spec
+                                .get(sym)
+                                .or_else(|| const_vals.get(sym).and_then(CValue::as_int));
+                            match given {
+                                Some(v) => {
+                                    self.specialization.insert(sym.to_string(), v);
+                                    Dim::Static(v as u64)
+                                }
+                                None => Dim::Dynamic(sym.to_string()),
+                            }
+                        } else {
+                            // An affine dim ("4*D"): specialised when all its symbols are.
+                            let sub = d.substitute(&|s| {
+                                spec.get(s)
+                                    .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                    .map(SymDim::constant)
+                            });
+                            match sub.and_then(|x| x.as_const()) {
+                                Some(v) => {
+                                    for s in d.symbols() {
+                                        if let Some(x) = spec
+                                            .get(s)
+                                            .or_else(|| const_vals.get(s).and_then(CValue::as_int))
+                                        {
+                                            self.specialization.insert(s.to_string(), x);
+                                        }
+                                    }
+                                    Dim::Static(v as u64)
+                                }
+                                None => Dim::Dynamic(d.to_string()),
+                            }
+                        };
+                        // Dim names are in scope as i32 scalars (first binding wins).
+                        if let Some(sym) = d.as_symbol() {
+                            if !self.env.contains_key(sym) {
+                                let lv = match &pd {
+                                    Dim::Static(v) => LV::Const {
+                                        c: CValue::int(*v as i64),
+                                        dtype: DType::I32,
+                                        weak: false,
+                                    },
+                                    Dim::Dynamic(_) => LV::Val {
+                                        v: self.tensor_dim(idx, axis),
+                                        weak: false,
+                                        sym: Some(SymDim::symbol(sym)),
+                                    },
+                                };
+                                self.env.insert(sym.to_string(), lv);
+                            }
+                        }
+                        pdims.push(pd);
+                    }
+                    self.params.push(Param {
+                        name: name.clone(),
+                        kind: ParamKind::Tensor { dims: pdims, dtype },
+                    });
+                    self.env.insert(name.clone(), LV::Tensor(idx));
+                }
+                Annot::Ty(Ty::Scalar { dtype, .. }) => {
+                    let idx = self.params.len();
+                    self.params.push(Param {
+                        name: name.clone(),
+                        kind: ParamKind::Scalar(dtype),
+                    });
+                    let v = self.scalar_param(idx, dtype);
+                    let sym = dtype.is_int().then(|| SymDim::symbol(name.clone()));
+                    self.env.insert(
+                        name.clone(),
+                        LV::Val {
+                            v,
+                            weak: false,
+                            sym,
+                        },
+                    );
+                }
+                _ => {
+                    self.internal(
+                        p.name.span,
+                        format!("parameter `{name}` has no usable type"),
+                    );
+                    return Err(());
+                }
+            }
+        }
+        if !self.diags.is_empty() {
+            return Err(());
+        }
+        let mut num_warps = tuned.get("num_warps").copied().unwrap_or(4);
+        let mut num_stages = tuned.get("num_stages").copied().unwrap_or(1);
+        if let Some(Some(args)) = f.decorator("kernel").map(|d| &d.args) {
+            for a in args {
+                let which = a.name.as_ref().map(|n| n.name.as_str());
+                if !matches!(which, Some("num_warps" | "num_stages")) {
+                    continue;
+                }
+                let v = eval_const(&a.value, &|n| {
+                    const_vals.get(n).cloned().or_else(|| scope.const_value(n))
+                })
+                .ok()
+                .and_then(|v| v.as_int());
+                let Some(v) = v else {
+                    self.internal(a.value.span, "the option is not a constant");
+                    return Err(());
+                };
+                match which {
+                    Some("num_warps") if !tuned.contains_key("num_warps") => num_warps = v,
+                    Some("num_stages") if !tuned.contains_key("num_stages") => num_stages = v,
+                    _ => {}
+                }
+            }
+        }
+        for (k, v) in [
+            ("num_warps", &mut num_warps),
+            ("num_stages", &mut num_stages),
+        ] {
+            if let Some(x) = spec.get(k) {
+                *v = x;
+            }
+        }
+        let empty = HashSet::new();
+        // A final bare `return` ends the kernel as falling off its end does.
+        let body = match f.body.split_last() {
+            Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
+            _ => &f.body[..],
+        };
+        if contains_loop_return(body) {
+            // `if row >= M: return` guards the rest of the kernel; a `return`
+            // in a loop breaks out of every loop and sets `returned`.
+            self.env.insert(CONT.to_string(), flag(true));
+            self.env.insert(RET.to_string(), flag(false));
+        }
+        self.block(body, &empty)?;
+        let b = std::mem::take(&mut self.b);
+        let (body, types) = b.finish();
+        let mut k = Kernel {
+            name: f.name.name.clone(),
+            specialization: self.specialization.clone().into_iter().collect(),
+            params: std::mem::take(&mut self.params),
+            num_warps: num_warps as u32,
+            num_stages: num_stages as u32,
+            body,
+            types,
+        };
+        k.remove_dead_code();
+        k.renumber();
+        Ok(k)
+    }
+
+    // ---- hoisted definitions ----
+
+    fn hoist(&mut self, kind: OpKind, ty: Type) -> Value {
+        let v = self.b.value(ty);
+        self.b.insert_entry(
+            self.prologue,
+            Op {
+                results: vec![v],
+                kind,
+                span: Span::default(),
+            },
+        );
+        self.prologue += 1;
+        v
+    }
+
+    fn tensor_dim(&mut self, param: usize, axis: usize) -> Value {
+        if let Some(v) = self.dims.get(&(param, axis)) {
+            return *v;
+        }
+        let v = self.hoist(OpKind::TensorDim { param, axis }, Type::Scalar(DType::I32));
+        self.dims.insert((param, axis), v);
+        v
+    }
+
+    fn scalar_param(&mut self, idx: usize, dtype: DType) -> Value {
+        if let Some(v) = self.scalar_params.get(&idx) {
+            return *v;
+        }
+        let v = self.hoist(OpKind::ScalarParam(idx), Type::Scalar(dtype));
+        self.scalar_params.insert(idx, v);
+        v
+    }
+
+    fn constant(&mut self, c: Constant, dtype: DType) -> Value {
+        let key = (dtype, const_bits(c));
+        if let Some(v) = self.consts.get(&key) {
+            return *v;
+        }
+        let v = self.hoist(OpKind::Const(c), Type::Scalar(dtype));
+        self.consts.insert(key, v);
+        v
+    }
+
+    /// A compile-time value as a constant of `dtype`.
+    fn const_of(&mut self, c: &CValue, dtype: DType, span: Span) -> R<Value> {
+        let k = match (c, dtype) {
+            (CValue::Bool(b), DType::Bool) => Constant::Bool(*b),
+            (CValue::Bool(b), d) if d.is_int() => Constant::Int(*b as i64),
+            (CValue::Bool(b), d) if d.is_float() => Constant::Float(*b as i64 as f64),
+            (CValue::Int(_), DType::Bool) => Constant::Bool(c.as_int() != Some(0)),
+            (CValue::Int(_), d) if d.is_int() => match c.as_int() {
+                Some(i) => Constant::Int(i),
+                None => {
+                    self.internal(span, format!("`{c}` is not a constant"));
+                    return Err(());
+                }
+            },
+            (CValue::Int(_), _) => match c.as_int() {
+                Some(i) => Constant::Float(i as f64),
+                None => {
+                    self.internal(span, format!("`{c}` is not a constant"));
+                    return Err(());
+                }
+            },
+            (CValue::Float(x), d) if d.is_float() => Constant::Float(*x),
+            (CValue::Float(x), d) if d.is_int() => Constant::Int(*x as i64),
+            (CValue::Float(x), _) => Constant::Bool(*x != 0.0),
+            _ => {
+                self.internal(span, format!("`{c}` is not a number"));
+                return Err(());
+            }
+        };
+        Ok(self.constant(k, dtype))
+    }
+
+    // ---- values ----
+
+    /// (dtype, weak, shape) of a scalar or tile.
+    fn info(&mut self, lv: &LV, span: Span) -> R<(DType, bool, Vec<u32>)> {
+        match lv {
+            LV::Val { v, weak, .. } => {
+                let t = self.b.ty(*v);
+                Ok((t.dtype(), *weak, t.shape().to_vec()))
+            }
+            LV::Const { dtype, weak, .. } => Ok((*dtype, *weak, Vec::new())),
+            other => {
+                self.internal(
+                    span,
+                    format!("expected a number or tile, found a {}", other.describe()),
+                );
+                Err(())
+            }
+        }
+    }
+
+    fn check_ty(&mut self, lv: &LV, span: Span) -> R<(Ty, Kind)> {
+        let (d, weak, shape) = self.info(lv, span)?;
+        if shape.is_empty() {
+            Ok((Ty::Scalar { dtype: d, weak }, Kind::Scalar))
+        } else {
+            Ok((
+                Ty::Tile {
+                    dims: shape.iter().map(|&s| SymDim::constant(s as i64)).collect(),
+                    dtype: d,
+                },
+                Kind::Tile,
+            ))
+        }
+    }
+
+    /// The checker's dtype promotion of two operands.
+    fn promote(&mut self, l: &LV, r: &LV, le: &Expr, re: &Expr, what: &str) -> R<(DType, bool)> {
+        let (lt, lk) = self.check_ty(l, le.span)?;
+        let (rt, rk) = self.check_ty(r, re.span)?;
+        let mut ch = Checker::new(self.scope, Arch::default());
+        ch.in_kernel = true;
+        match ch.promote(&lt, &rt, lk, rk, what, le.span.to(re.span), le, re) {
+            Some(x) => Ok(x),
+            None => {
+                self.diags.extend(ch.diags);
+                Err(())
+            }
+        }
+    }
+
+    fn shape_of(&mut self, lv: &LV, span: Span) -> R<Vec<u32>> {
+        Ok(self.info(lv, span)?.2)
+    }
+
+    fn broadcast_shapes(&mut self, a: &[u32], b: &[u32], span: Span) -> R<Vec<u32>> {
+        let to =
+            |s: &[u32]| -> Vec<SymDim> { s.iter().map(|&x| SymDim::constant(x as i64)).collect() };
+        match broadcast(&to(a), &to(b)) {
+            Some(d) => Ok(d.iter().map(|x| x.as_const().unwrap_or(0) as u32).collect()),
+            None => {
+                self.internal(span, format!("shapes {a:?} and {b:?} do not broadcast"));
+                Err(())
+            }
+        }
+    }
+
+    /// `lv` as a value of `dtype` (cast if needed).
+    fn materialize(&mut self, lv: &LV, dtype: DType, span: Span) -> R<Value> {
+        match lv {
+            LV::Const { c, .. } => self.const_of(c, dtype, span),
+            LV::Val { v, .. } => {
+                let v = *v;
+                let t = self.b.ty(v).clone();
+                if t.dtype() == dtype {
+                    Ok(v)
+                } else {
+                    Ok(self.b.push1(
+                        OpKind::Cast { x: v, to: dtype },
+                        tile_type(t.shape().to_vec(), dtype),
+                    ))
+                }
+            }
+            other => {
+                self.internal(
+                    span,
+                    format!("expected a number or tile, found a {}", other.describe()),
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// `lv` converted to `dtype` and broadcast to `shape` (numpy rules).
+    fn coerce(&mut self, lv: &LV, dtype: DType, shape: &[u32], span: Span) -> R<Value> {
+        let mut v = self.materialize(lv, dtype, span)?;
+        let mut s = self.b.ty(v).shape().to_vec();
+        if s == shape {
+            return Ok(v);
+        }
+        if s.is_empty() {
+            return Ok(self.b.push1(
+                OpKind::Splat {
+                    x: v,
+                    shape: shape.to_vec(),
+                },
+                tile_type(shape.to_vec(), dtype),
+            ));
+        }
+        if s.len() > shape.len() {
+            self.internal(span, format!("cannot broadcast {s:?} to {shape:?}"));
+            return Err(());
+        }
+        while s.len() < shape.len() {
+            s.insert(0, 1);
+            v = self.b.push1(
+                OpKind::ExpandDims { x: v, axis: 0 },
+                tile_type(s.clone(), dtype),
+            );
+        }
+        if s != shape {
+            if s.iter().zip(shape).any(|(a, b)| a != b && *a != 1) {
+                self.internal(span, format!("cannot broadcast {s:?} to {shape:?}"));
+                return Err(());
+            }
+            v = self.b.push1(
+                OpKind::Broadcast {
+                    x: v,
+                    shape: shape.to_vec(),
+                },
+                tile_type(shape.to_vec(), dtype),
+            );
+        }
+        Ok(v)
+    }
+
+    /// A run-time value of `ty`, with a symbolic value when it is an int scalar.
+    fn val(&mut self, v: Value, weak: bool) -> LV {
+        let t = self.b.ty(v);
+        let sym = (t.shape().is_empty() && t.dtype().is_int()).then(|| self.fresh_sym());
+        LV::Val { v, weak, sym }
+    }
+
+    /// The symbolic integer value of a scalar (for slice lengths).
+    fn sym_of(&self, lv: &LV) -> Option<SymDim> {
+        match lv {
+            LV::Const {
+                c: CValue::Int(d), ..
+            } => Some(d.clone()),
+            LV::Val { sym, .. } => sym.clone(),
+            _ => None,
+        }
+    }
+
+    /// A compile-time integer.
+    fn const_int(&mut self, lv: &LV, span: Span, what: &str) -> R<i64> {
+        match lv {
+            LV::Const { c, .. } => match c.as_int() {
+                Some(i) => Ok(i),
+                None => {
+                    self.internal(span, format!("{what} must be an integer constant"));
+                    Err(())
+                }
+            },
+            _ => match self.sym_of(lv).and_then(|d| d.as_const()) {
+                Some(i) => Ok(i),
+                None => {
+                    self.needs_const(span, lv, what);
+                    Err(())
+                }
+            },
+        }
+    }
+
+    /// E0511 when a size depends on an unspecialised tensor dim; otherwise internal.
+    fn needs_const(&mut self, span: Span, lv: &LV, what: &str) {
+        let sym = self.sym_of(lv);
+        let dim = sym.as_ref().and_then(|d| {
+            d.symbols()
+                .into_iter()
+                .find(|s| !s.starts_with('%'))
+                .map(str::to_string)
+        });
+        match dim {
+            Some(name) if self.is_dim(&name) => {
+                self.missing_dims.push(name.clone());
+                self.diags.push(
+                Diagnostic::new(
+                    "E0511",
+                    span,
+                    format!(
+                        "{what} depends on the tensor dim `{name}`: kernel `{}` must be specialised on it",
+                        self.f.name.name
+                    ),
+                )
+                .with_help(format!("give it a value when compiling, e.g. `-D {name}=128`")),
+                )
+            }
+            _ => self.internal(span, format!("{what} is not known at compile time")),
+        }
+    }
+
+    fn is_dim(&self, name: &str) -> bool {
+        self.params.iter().any(|p| match &p.kind {
+            ParamKind::Tensor { dims, .. } => dims.iter().any(|d| match d {
+                Dim::Dynamic(s) => {
+                    s == name || SymDim::parse(s).is_ok_and(|d| d.symbols().contains(&name))
+                }
+                Dim::Static(_) => false,
+            }),
+            _ => false,
+        })
+    }
+
+    // ---- statements ----
+
+    fn block(&mut self, stmts: &[Stmt], live_after: &HashSet<String>) -> R<()> {
+        for (i, s) in stmts.iter().enumerate() {
+            let mut live = live_after.clone();
+            block_reads(&stmts[i + 1..], &mut live);
+            self.stmt(s, &live)?;
+            let rest = &stmts[i + 1..];
+            if rest.is_empty() || !jumps(std::slice::from_ref(s)).any() {
+                continue;
+            }
+            // After a `break`/`continue` that may have run, the rest is guarded.
+            match self.env.get(CONT).cloned() {
+                Some(LV::Const {
+                    c: CValue::Bool(false),
+                    ..
+                }) => return Ok(()),
+                Some(LV::Val { v, .. }) => return self.guarded(v, rest, live_after, s.span),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>) -> R<()> {
+        self.b.span = s.span;
+        match &s.kind {
+            StmtKind::Expr(e) => {
+                if matches!(e.kind, ExprKind::Str(_)) {
+                    return Ok(()); // a docstring
+                }
+                self.expr(e)?;
+                Ok(())
+            }
+            StmtKind::Pass => Ok(()),
+            StmtKind::Return(Some(_)) => {
+                self.internal(s.span, "a kernel returns a value");
+                Err(())
+            }
+            StmtKind::Return(None) if self.env.contains_key(RET) => {
+                self.env.insert(CONT.to_string(), flag(false));
+                // Outside loops `continuing` guards everything after; inside, the
+                // loops exit (`broken`) and `returned` tells the code after them.
+                if self.loop_depth > 0 {
+                    self.env.insert(RET.to_string(), flag(true));
+                    self.env.insert(BRK.to_string(), flag(true));
+                }
+                Ok(())
+            }
+            StmtKind::Return(None) => {
+                self.internal(s.span, "a `return` the lowering did not expect");
+                Err(())
+            }
+            StmtKind::Break | StmtKind::Continue => {
+                if !self.env.contains_key(CONT) {
+                    self.internal(s.span, "`break`/`continue` outside a loop");
+                    return Err(());
+                }
+                self.env.insert(CONT.to_string(), flag(false));
+                if matches!(s.kind, StmtKind::Break) {
+                    self.env.insert(BRK.to_string(), flag(true));
+                }
+                Ok(())
+            }
+            StmtKind::Error => {
+                self.internal(s.span, "a statement with a syntax error");
+                Err(())
+            }
+            StmtKind::Assign { target, value, .. } => {
+                let v = self.expr(value)?;
+                self.assign(target, v)
+            }
+            StmtKind::AugAssign { target, op, value } => {
+                let l = self.expr(target)?;
+                let r = self.expr(value)?;
+                let v = self.binary(*op, l, r, s.span, target, value)?;
+                self.assign(target, v)
+            }
+            StmtKind::If { branches, orelse } => {
+                self.if_chain(branches, orelse.as_deref(), live_after)
+            }
+            StmtKind::For { target, iter, body } => self.for_loop(target, iter, body, live_after),
+            StmtKind::While { cond, body } => self.while_loop(cond, body, live_after),
+        }
+    }
+
+    fn assign(&mut self, target: &Expr, v: LV) -> R<()> {
+        match (&target.kind, v) {
+            (ExprKind::Name(id), v) => {
+                // A run-time int bound to a name gets its own symbol only if it has none.
+                self.env.insert(id.name.clone(), v);
+                Ok(())
+            }
+            (ExprKind::Tuple(ts), LV::List(vs)) if ts.len() == vs.len() => {
+                for (t, v) in ts.iter().zip(vs) {
+                    self.assign(t, v)?;
+                }
+                Ok(())
+            }
+            _ => {
+                self.unsupported(target.span, "this assignment target");
+                Err(())
+            }
+        }
+    }
+
+    /// A condition: a compile-time bool, or a bool scalar value.
+    fn condition(&mut self, c: &Expr) -> R<Result<bool, Value>> {
+        let lv = self.expr(c)?;
+        match &lv {
+            LV::Const { c: cv, .. } => match cv {
+                CValue::Bool(b) => Ok(Ok(*b)),
+                CValue::Float(x) => Ok(Ok(*x != 0.0)),
+                _ => match cv.as_int() {
+                    Some(i) => Ok(Ok(i != 0)),
+                    None => {
+                        self.internal(c.span, "a condition that is not a number");
+                        Err(())
+                    }
+                },
+            },
+            LV::NoneV => Ok(Ok(false)),
+            LV::Val { v, .. } => {
+                let v = *v;
+                let t = self.b.ty(v).clone();
+                if !t.shape().is_empty() {
+                    self.internal(c.span, "a tile condition");
+                    return Err(());
+                }
+                if t.dtype() == DType::Bool {
+                    return Ok(Err(v));
+                }
+                let zero = self.const_of(&CValue::int(0), t.dtype(), c.span)?;
+                Ok(Err(self.b.push1(
+                    OpKind::Binary {
+                        op: BinaryOp::Ne,
+                        a: v,
+                        b: zero,
+                    },
+                    Type::Scalar(DType::Bool),
+                )))
+            }
+            other => {
+                self.internal(c.span, format!("a {} as a condition", other.describe()));
+                Err(())
+            }
+        }
+    }
+
+    /// The type two values merge at (branches of an `if`), and its weakness.
+    fn merge_type(&mut self, a: &LV, b: &LV, span: Span) -> R<(DType, bool, Vec<u32>)> {
+        let (da, wa, sa) = self.info(a, span)?;
+        let (db, wb, sb) = self.info(b, span)?;
+        let shape = if sa.len() >= sb.len() { sa } else { sb };
+        let dtype = match (wa, wb) {
+            (true, false) => db,
+            (false, true) => da,
+            _ => DType::join(da, db).unwrap_or(da),
+        };
+        Ok((dtype, wa && wb, shape))
+    }
+
+    fn if_chain(
+        &mut self,
+        branches: &[(Expr, ast::Block)],
+        orelse: Option<&[Stmt]>,
+        live_after: &HashSet<String>,
+    ) -> R<()> {
+        let Some(((cond, then), rest)) = branches.split_first() else {
+            return match orelse {
+                Some(b) => self.block(b, live_after),
+                None => Ok(()),
+            };
+        };
+        let span = cond.span;
+        match self.condition(cond)? {
+            Ok(true) => self.block(then, live_after),
+            Ok(false) => self.if_chain(rest, orelse, live_after),
+            Err(c) => {
+                let before = self.env.clone();
+                self.b.begin();
+                self.block(then, live_after)?;
+                let then_env = std::mem::replace(&mut self.env, before.clone());
+                let then_r = self.b.end(vec![]);
+                self.b.begin();
+                self.if_chain(rest, orelse, live_after)?;
+                let else_env = std::mem::replace(&mut self.env, before.clone());
+                let else_r = self.b.end(vec![]);
+                let mut assigned = Vec::new();
+                assigned_names(then, &mut assigned);
+                for (_, b) in rest {
+                    assigned_names(b, &mut assigned);
+                }
+                if let Some(b) = orelse {
+                    assigned_names(b, &mut assigned);
+                }
+                let merged = self.merged(assigned, live_after, &then_env, &else_env);
+                self.emit_if(c, then_r, else_r, merged, span)
+            }
+        }
+    }
+
+    /// The variables an `if` must yield: assigned in a branch (or the loop
+    /// flags), live after, bound on both paths and different. Variables equal on
+    /// both paths are bound directly.
+    fn merged(
+        &mut self,
+        mut assigned: Vec<String>,
+        live_after: &HashSet<String>,
+        then_env: &HashMap<String, LV>,
+        else_env: &HashMap<String, LV>,
+    ) -> Vec<(String, LV, LV)> {
+        assigned.extend([CONT.to_string(), BRK.to_string(), RET.to_string()]);
+        assigned.sort();
+        assigned.dedup();
+        let mut merged = Vec::new();
+        for name in assigned {
+            if !live_after.contains(&name) && name != CONT && name != BRK && name != RET {
+                continue;
+            }
+            let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
+                continue;
+            };
+            if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (t, o) {
+                if a == b {
+                    self.env.insert(name, t.clone());
+                    continue;
+                }
+            }
+            if let (LV::Val { v: a, .. }, LV::Val { v: b, .. }) = (t, o) {
+                if a == b {
+                    self.env.insert(name, t.clone());
+                    continue;
+                }
+            }
+            merged.push((name, t.clone(), o.clone()));
+        }
+        merged
+    }
+
+    /// Lowers `rest` only where `cond` holds (the statements after a
+    /// `break`/`continue` that may have happened).
+    fn guarded(
+        &mut self,
+        cond: Value,
+        rest: &[Stmt],
+        live_after: &HashSet<String>,
+        span: Span,
+    ) -> R<()> {
+        let before = self.env.clone();
+        self.b.begin();
+        self.block(rest, live_after)?;
+        let then_env = std::mem::replace(&mut self.env, before.clone());
+        let then_r = self.b.end(vec![]);
+        self.b.begin();
+        let else_r = self.b.end(vec![]);
+        let mut assigned = Vec::new();
+        assigned_names(rest, &mut assigned);
+        let merged = self.merged(assigned, live_after, &then_env, &before);
+        self.emit_if(cond, then_r, else_r, merged, span)
+    }
+
+    /// Emits an `If` yielding the merged `(name, then, else)` values and binds the results.
+    fn emit_if(
+        &mut self,
+        c: Value,
+        then_r: Region,
+        else_r: Region,
+        merged: Vec<(String, LV, LV)>,
+        span: Span,
+    ) -> R<()> {
+        let mut types = Vec::new();
+        let mut weak = Vec::new();
+        for (_, t, o) in &merged {
+            let (d, w, s) = self.merge_type(t, o, span)?;
+            types.push((d, s));
+            weak.push(w);
+        }
+        let yields =
+            |this: &mut Self, r: Region, pick: &dyn Fn(&(String, LV, LV)) -> LV| -> R<Region> {
+                this.b.resume(r.ops);
+                let mut vs = Vec::new();
+                for (m, (d, s)) in merged.iter().zip(&types) {
+                    vs.push(this.coerce(&pick(m), *d, s, span)?);
+                }
+                this.b.push(OpKind::Yield(vs), vec![]);
+                Ok(this.b.end(r.args))
+            };
+        let then = yields(self, then_r, &|m| m.1.clone())?;
+        let otherwise = yields(self, else_r, &|m| m.2.clone())?;
+        let results = self.b.push(
+            OpKind::If {
+                cond: c,
+                then,
+                otherwise,
+            },
+            types
+                .iter()
+                .map(|(d, s)| tile_type(s.clone(), *d))
+                .collect(),
+        );
+        for ((name, _, _), (r, w)) in merged.into_iter().zip(results.into_iter().zip(weak)) {
+            let lv = self.val(r, w);
+            self.env.insert(name, lv);
+        }
+        Ok(())
+    }
+
+    /// The variables a loop carries: assigned in `body`, bound before, read later.
+    fn carried(&self, body: &[Stmt], live: &HashSet<String>, exclude: &str) -> Vec<String> {
+        let mut assigned = Vec::new();
+        assigned_names(body, &mut assigned);
+        assigned.sort();
+        assigned.dedup();
+        let mut names: Vec<String> = assigned
+            .into_iter()
+            .filter(|n| {
+                n != exclude
+                    && live.contains(n)
+                    && matches!(self.env.get(n), Some(LV::Val { .. } | LV::Const { .. }))
+            })
+            .collect();
+        if jumps(body).ret && self.env.contains_key(RET) {
+            names.push(RET.to_string());
+        }
+        names
+    }
+
+    /// After a loop that may have returned: the enclosing code continues only
+    /// if it did not (and an enclosing loop breaks).
+    fn after_loop_return(&mut self, span: Span) -> R<()> {
+        let ret = self.env[RET].clone();
+        let r = self.materialize(&ret, DType::Bool, span)?;
+        let not_r = self.b.push1(
+            OpKind::Unary {
+                op: UnaryOp::Not,
+                x: r,
+            },
+            Type::Scalar(DType::Bool),
+        );
+        if let Some(c) = self.env.get(CONT).cloned() {
+            let c = self.materialize(&c, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: c,
+                    b: not_r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                CONT.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        if let Some(bk) = self.env.get(BRK).cloned() {
+            let bk = self.materialize(&bk, DType::Bool, span)?;
+            let v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Or,
+                    a: bk,
+                    b: r,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Initial values of carried variables: (value, weak).
+    fn carried_init(&mut self, names: &[String], span: Span) -> R<Vec<(Value, bool)>> {
+        let mut out = Vec::new();
+        for n in names {
+            let lv = self.env[n].clone();
+            let (d, w, _) = self.info(&lv, span)?;
+            out.push((self.materialize(&lv, d, span)?, w));
+        }
+        Ok(out)
+    }
+
+    /// Binds carried names to fresh region arguments; returns the arguments.
+    fn bind_args(&mut self, names: &[String], init: &[(Value, bool)]) -> Vec<Value> {
+        let mut args = Vec::new();
+        for (n, (v, w)) in names.iter().zip(init) {
+            let t = self.b.ty(*v).clone();
+            let a = self.b.value(t);
+            let lv = self.val(a, *w);
+            self.env.insert(n.clone(), lv);
+            args.push(a);
+        }
+        args
+    }
+
+    /// The values of carried names at the end of a body, in their carried types.
+    fn carried_values(
+        &mut self,
+        names: &[String],
+        init: &[(Value, bool)],
+        span: Span,
+    ) -> R<Vec<Value>> {
+        let mut vs = Vec::new();
+        for (n, (v, _)) in names.iter().zip(init) {
+            let t = self.b.ty(*v).clone();
+            let lv = self.env[n].clone();
+            vs.push(self.coerce(&lv, t.dtype(), t.shape(), span)?);
+        }
+        Ok(vs)
+    }
+
+    fn for_loop(
+        &mut self,
+        target: &ast::Ident,
+        iter: &Expr,
+        body: &[Stmt],
+        live_after: &HashSet<String>,
+    ) -> R<()> {
+        let span = iter.span;
+        let bounds = match &iter.kind {
+            ExprKind::Call { func, args }
+                if matches!(&func.kind, ExprKind::Name(n) if n.name == "range"
+                    && !self.env.contains_key("range"))
+                    && (1..=3).contains(&args.len())
+                    && args.iter().all(|a| a.name.is_none()) =>
+            {
+                let mut vs = Vec::new();
+                for a in args {
+                    vs.push((self.expr(&a.value)?, a.value.span));
+                }
+                vs
+            }
+            _ => {
+                self.unsupported(span, "a `for` loop over anything but `range(...)`");
+                return Err(());
+            }
+        };
+        let zero = LV::Const {
+            c: CValue::int(0),
+            dtype: DType::I32,
+            weak: true,
+        };
+        let one = LV::Const {
+            c: CValue::int(1),
+            dtype: DType::I32,
+            weak: true,
+        };
+        let (lo, hi, step) = match bounds.len() {
+            1 => ((zero, span), bounds[0].clone(), (one, span)),
+            2 => (bounds[0].clone(), bounds[1].clone(), (one, span)),
+            _ => (bounds[0].clone(), bounds[1].clone(), bounds[2].clone()),
+        };
+        let mut dt = DType::I32;
+        for (lv, sp) in [&lo, &hi, &step] {
+            let (d, w, _) = self.info(lv, *sp)?;
+            if !w && d == DType::I64 {
+                dt = DType::I64;
+            }
+        }
+        let lo_v = self.materialize(&lo.0, dt, lo.1)?;
+        let hi_v = self.materialize(&hi.0, dt, hi.1)?;
+        let step_v = self.materialize(&step.0, dt, step.1)?;
+
+        let mut live = live_after.clone();
+        block_reads(body, &mut live);
+        let names = self.carried(body, &live, &target.name);
+        let init = self.carried_init(&names, span)?;
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
+        let saved = self.env.clone();
+        if j.brk {
+            // `for` with `break`: a `while` over (iv, broken, carried...).
+            let step_c = match self.sym_of(&step.0).and_then(|d| d.as_const()) {
+                Some(c) => c,
+                None => {
+                    self.unsupported(step.1, "a `for` loop with `break` and a run-time step");
+                    return Err(());
+                }
+            };
+            let false_v = self.constant(Constant::Bool(false), DType::Bool);
+            let cmp = if step_c > 0 {
+                BinaryOp::Lt
+            } else {
+                BinaryOp::Gt
+            };
+            // The condition: iv < hi and not broken.
+            let iv_c = self.b.value(Type::Scalar(dt));
+            let brk_c = self.b.value(Type::Scalar(DType::Bool));
+            let mut cargs = vec![iv_c, brk_c];
+            cargs.extend(self.bind_args(&names, &init));
+            self.b.begin();
+            let more = self.b.push1(
+                OpKind::Binary {
+                    op: cmp,
+                    a: iv_c,
+                    b: hi_v,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            let not_broken = self.b.push1(
+                OpKind::Unary {
+                    op: UnaryOp::Not,
+                    x: brk_c,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            let c = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: more,
+                    b: not_broken,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            self.b.push(OpKind::Yield(vec![c]), vec![]);
+            let cond_r = self.b.end(cargs);
+            self.env = saved.clone();
+            // The body, then iv += step.
+            let iv_b = self.b.value(Type::Scalar(dt));
+            let brk_b = self.b.value(Type::Scalar(DType::Bool));
+            let iv_lv = self.val(iv_b, false);
+            self.env.insert(target.name.clone(), iv_lv);
+            self.enter_loop_body(j);
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v: brk_b,
+                    weak: false,
+                    sym: None,
+                },
+            );
+            let mut bargs = vec![iv_b, brk_b];
+            bargs.extend(self.bind_args(&names, &init));
+            self.b.begin();
+            self.loop_depth += 1;
+            self.block(body, &live)?;
+            self.loop_depth -= 1;
+            let next = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Add,
+                    a: iv_b,
+                    b: step_v,
+                },
+                Type::Scalar(dt),
+            );
+            let brk_lv = self.env[BRK].clone();
+            let brk_now = self.materialize(&brk_lv, DType::Bool, span)?;
+            let mut vs = vec![next, brk_now];
+            vs.extend(self.carried_values(&names, &init, span)?);
+            self.b.push(OpKind::Yield(vs), vec![]);
+            let body_r = self.b.end(bargs);
+            self.env = saved;
+            let mut all_init = vec![lo_v, false_v];
+            all_init.extend(init.iter().map(|(v, _)| *v));
+            let types: Vec<Type> = all_init.iter().map(|v| self.b.ty(*v).clone()).collect();
+            let results = self.b.push(
+                OpKind::While {
+                    init: all_init,
+                    cond: cond_r,
+                    body: body_r,
+                },
+                types,
+            );
+            for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[2..]) {
+                let lv = self.val(*r, *w);
+                self.env.insert(n.clone(), lv);
+            }
+            if j.ret {
+                self.after_loop_return(span)?;
+            }
+            return Ok(());
+        }
+        let iv = self.b.value(Type::Scalar(dt));
+        let iv_lv = self.val(iv, false);
+        self.env.insert(target.name.clone(), iv_lv);
+        self.enter_loop_body(j);
+        let mut args = vec![iv];
+        args.extend(self.bind_args(&names, &init));
+        self.b.begin();
+        self.loop_depth += 1;
+        self.block(body, &live)?;
+        self.loop_depth -= 1;
+        let vs = self.carried_values(&names, &init, span)?;
+        self.b.push(OpKind::Yield(vs), vec![]);
+        let region = self.b.end(args);
+        self.env = saved;
+        let results = self.b.push(
+            OpKind::For {
+                lo: lo_v,
+                hi: hi_v,
+                step: step_v,
+                init: init.iter().map(|(v, _)| *v).collect(),
+                body: region,
+            },
+            init.iter().map(|(v, _)| self.b.ty(*v).clone()).collect(),
+        );
+        for ((n, (_, w)), r) in names.iter().zip(&init).zip(results) {
+            let lv = self.val(r, *w);
+            self.env.insert(n.clone(), lv);
+        }
+        Ok(())
+    }
+
+    /// The loop flags at the start of a body: this loop's own, never an outer one's.
+    fn enter_loop_body(&mut self, j: Jumps) {
+        self.env.remove(CONT);
+        self.env.remove(BRK);
+        if j.any() {
+            self.env.insert(CONT.to_string(), flag(true));
+        }
+        if j.brk {
+            self.env.insert(BRK.to_string(), flag(false));
+        }
+    }
+
+    fn while_loop(&mut self, cond: &Expr, body: &[Stmt], live_after: &HashSet<String>) -> R<()> {
+        let span = cond.span;
+        let mut live = live_after.clone();
+        block_reads(body, &mut live);
+        expr_reads(cond, &mut live);
+        let names = self.carried(body, &live, "");
+        let init = self.carried_init(&names, span)?;
+        let mut j = jumps(body);
+        // A `return` leaves the loop like a `break`.
+        j.brk |= j.ret;
+        let saved = self.env.clone();
+        // With `break`, a `broken` flag is carried first.
+        let mut all_init: Vec<(Value, bool)> = Vec::new();
+        if j.brk {
+            all_init.push((self.constant(Constant::Bool(false), DType::Bool), false));
+        }
+        all_init.extend(init.iter().copied());
+        let flag_arg = |this: &mut Self| -> Option<Value> {
+            j.brk.then(|| this.b.value(Type::Scalar(DType::Bool)))
+        };
+        // The condition region.
+        let brk_c = flag_arg(self);
+        let mut cargs: Vec<Value> = brk_c.into_iter().collect();
+        cargs.extend(self.bind_args(&names, &init));
+        self.b.begin();
+        let mut c = match self.condition(cond)? {
+            Ok(b) => self.constant(Constant::Bool(b), DType::Bool),
+            Err(v) => v,
+        };
+        if let Some(brk) = brk_c {
+            let not_broken = self.b.push1(
+                OpKind::Unary {
+                    op: UnaryOp::Not,
+                    x: brk,
+                },
+                Type::Scalar(DType::Bool),
+            );
+            c = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: c,
+                    b: not_broken,
+                },
+                Type::Scalar(DType::Bool),
+            );
+        }
+        self.b.push(OpKind::Yield(vec![c]), vec![]);
+        let cond_r = self.b.end(cargs);
+        self.env = saved.clone();
+        // The body region.
+        let brk_b = flag_arg(self);
+        self.enter_loop_body(j);
+        if let Some(v) = brk_b {
+            self.env.insert(
+                BRK.to_string(),
+                LV::Val {
+                    v,
+                    weak: false,
+                    sym: None,
+                },
+            );
+        }
+        let mut bargs: Vec<Value> = brk_b.into_iter().collect();
+        bargs.extend(self.bind_args(&names, &init));
+        self.b.begin();
+        self.loop_depth += 1;
+        self.block(body, &live)?;
+        self.loop_depth -= 1;
+        let mut vs = Vec::new();
+        if j.brk {
+            let brk_lv = self.env[BRK].clone();
+            vs.push(self.materialize(&brk_lv, DType::Bool, span)?);
+        }
+        vs.extend(self.carried_values(&names, &init, span)?);
+        self.b.push(OpKind::Yield(vs), vec![]);
+        let body_r = self.b.end(bargs);
+        self.env = saved;
+        let types: Vec<Type> = all_init
+            .iter()
+            .map(|(v, _)| self.b.ty(*v).clone())
+            .collect();
+        let results = self.b.push(
+            OpKind::While {
+                init: all_init.iter().map(|(v, _)| *v).collect(),
+                cond: cond_r,
+                body: body_r,
+            },
+            types,
+        );
+        let skip = usize::from(j.brk);
+        for ((n, (_, w)), r) in names.iter().zip(&init).zip(&results[skip..]) {
+            let lv = self.val(*r, *w);
+            self.env.insert(n.clone(), lv);
+        }
+        if j.ret {
+            self.after_loop_return(span)?;
+        }
+        Ok(())
+    }
+
+    // ---- expressions ----
+
+    fn expr(&mut self, e: &Expr) -> R<LV> {
+        let saved_span = self.b.span;
+        self.b.span = e.span;
+        let r = self.expr_inner(e);
+        self.b.span = saved_span;
+        r
+    }
+
+    fn expr_inner(&mut self, e: &Expr) -> R<LV> {
+        match &e.kind {
+            ExprKind::Int(i) => Ok(LV::Const {
+                c: CValue::int(*i),
+                dtype: DType::I32,
+                weak: true,
+            }),
+            ExprKind::Float(x) => Ok(LV::Const {
+                c: CValue::Float(*x),
+                dtype: DType::F32,
+                weak: true,
+            }),
+            ExprKind::Bool(b) => Ok(LV::Const {
+                c: CValue::Bool(*b),
+                dtype: DType::Bool,
+                weak: true,
+            }),
+            ExprKind::Str(s) => Ok(LV::Str(s.clone())),
+            ExprKind::None => Ok(LV::NoneV),
+            ExprKind::Name(id) => self.name(id),
+            ExprKind::Unary { op, operand } => {
+                let v = self.expr(operand)?;
+                self.unary(*op, v, operand.span)
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let l = self.expr(lhs)?;
+                let r = self.expr(rhs)?;
+                self.binary(*op, l, r, e.span, lhs, rhs)
+            }
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => match self.condition(cond)? {
+                Ok(true) => self.expr(then),
+                Ok(false) => self.expr(otherwise),
+                Err(c) => {
+                    let before = self.env.clone();
+                    self.b.begin();
+                    let t = self.expr(then)?;
+                    let then_r = self.b.end(vec![]);
+                    self.b.begin();
+                    let o = self.expr(otherwise)?;
+                    let else_r = self.b.end(vec![]);
+                    let tmp = "%ifexp".to_string();
+                    self.emit_if(c, then_r, else_r, vec![(tmp.clone(), t, o)], e.span)?;
+                    let r = self.env.remove(&tmp);
+                    self.env = before;
+                    r.ok_or(())
+                }
+            },
+            ExprKind::Call { func, args } => self.call(e, func, args),
+            ExprKind::Subscript { value, indices } => {
+                let v = self.expr(value)?;
+                self.subscript(v, indices, e.span)
+            }
+            ExprKind::Attribute { value, attr } => {
+                let v = self.expr(value)?;
+                match (attr.name.as_str(), &v) {
+                    ("T", LV::Val { v: x, .. }) => {
+                        let x = *x;
+                        let t = self.b.ty(x).clone();
+                        let s = t.shape();
+                        if s.len() != 2 {
+                            self.internal(e.span, "`.T` of a value that is not 2-D");
+                            return Err(());
+                        }
+                        let r = self.b.push1(
+                            OpKind::Transpose { x },
+                            tile_type(vec![s[1], s[0]], t.dtype()),
+                        );
+                        Ok(self.val(r, false))
+                    }
+                    ("to", LV::Val { .. } | LV::Const { .. }) => Ok(LV::ToMethod(Box::new(v))),
+                    ("shape", LV::Val { .. } | LV::Const { .. } | LV::Ref { .. }) => {
+                        let shape = match &v {
+                            LV::Ref { shape, .. } => shape.clone(),
+                            _ => self.shape_of(&v, e.span)?,
+                        };
+                        Ok(LV::List(
+                            shape
+                                .into_iter()
+                                .map(|n| LV::Const {
+                                    c: CValue::int(n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                })
+                                .collect(),
+                        ))
+                    }
+                    ("shape", LV::Tensor(t)) => {
+                        let t = *t;
+                        let ParamKind::Tensor { dims, .. } = self.params[t].kind.clone() else {
+                            return Err(());
+                        };
+                        let mut items = Vec::new();
+                        for (axis, d) in dims.iter().enumerate() {
+                            items.push(match d {
+                                Dim::Static(n) => LV::Const {
+                                    c: CValue::int(*n as i64),
+                                    dtype: DType::I32,
+                                    weak: false,
+                                },
+                                Dim::Dynamic(name) => {
+                                    let sym = match SymDim::parse(name) {
+                                        Ok(d) => d,
+                                        Err(_) => self.fresh_sym(),
+                                    };
+                                    LV::Val {
+                                        v: self.tensor_dim(t, axis),
+                                        weak: false,
+                                        sym: Some(sym),
+                                    }
+                                }
+                            });
+                        }
+                        Ok(LV::List(items))
+                    }
+                    ("dtype", _) => {
+                        let (d, _, _) = self.info(&v, e.span)?;
+                        Ok(LV::DType(d))
+                    }
+                    _ => {
+                        self.unsupported(attr.span, format!("the attribute `.{}` here", attr.name));
+                        Err(())
+                    }
+                }
+            }
+            ExprKind::Tuple(items) | ExprKind::List(items) => {
+                let mut vs = Vec::new();
+                for i in items {
+                    vs.push(self.expr(i)?);
+                }
+                Ok(LV::List(vs))
+            }
+            ExprKind::Dict(_) => {
+                self.unsupported(e.span, "a dict in a kernel");
+                Err(())
+            }
+            ExprKind::Error => {
+                self.internal(e.span, "an expression with a syntax error");
+                Err(())
+            }
+        }
+    }
+
+    fn name(&mut self, id: &ast::Ident) -> R<LV> {
+        if let Some(v) = self.env.get(&id.name) {
+            return Ok(v.clone());
+        }
+        match self.scope.get(&id.name) {
+            Some(Entry::Const { ty, value: Some(v) }) => {
+                let (dtype, weak) = match ty {
+                    Ty::Scalar { dtype, weak } => (*dtype, *weak),
+                    _ => match v {
+                        CValue::Int(_) => (DType::I32, true),
+                        CValue::Float(_) => (DType::F32, true),
+                        CValue::Bool(_) => (DType::Bool, true),
+                        CValue::DType(d) => return Ok(LV::DType(*d)),
+                        CValue::Str(s) => return Ok(LV::Str(s.clone())),
+                        _ => {
+                            self.unsupported(id.span, format!("the constant `{}` here", id.name));
+                            return Err(());
+                        }
+                    },
+                };
+                return Ok(LV::Const {
+                    c: v.clone(),
+                    dtype,
+                    weak,
+                });
+            }
+            Some(_) => {
+                self.unsupported(id.span, format!("using `{}` inside a kernel", id.name));
+                return Err(());
+            }
+            None => {}
+        }
+        if let Some(b) = builtins::lookup(&id.name) {
+            return Ok(LV::Builtin(b.name));
+        }
+        if let Some(d) = DType::from_name(&id.name) {
+            return Ok(LV::DType(d));
+        }
+        match id.name.as_str() {
+            "inf" => Ok(LV::Const {
+                c: CValue::Float(f64::INFINITY),
+                dtype: DType::F32,
+                weak: true,
+            }),
+            "True" | "False" => Ok(LV::Const {
+                c: CValue::Bool(id.name == "True"),
+                dtype: DType::Bool,
+                weak: true,
+            }),
+            _ => {
+                self.internal(id.span, format!("unknown name `{}`", id.name));
+                Err(())
+            }
+        }
+    }
+
+    fn unary(&mut self, op: ast::UnaryOp, v: LV, span: Span) -> R<LV> {
+        if let LV::Const { c, dtype, weak } = &v {
+            if let Some(r) = fold_unary(op, c) {
+                let dtype = if op == ast::UnaryOp::Not {
+                    DType::Bool
+                } else {
+                    *dtype
+                };
+                return Ok(LV::Const {
+                    c: r,
+                    dtype,
+                    weak: *weak,
+                });
+            }
+        }
+        let (d, weak, _) = self.info(&v, span)?;
+        if op == ast::UnaryOp::Not && d != DType::Bool {
+            // `not n`: n == 0.
+            let zero = LV::Const {
+                c: CValue::int(0),
+                dtype: d,
+                weak: true,
+            };
+            let e = Expr::new(ExprKind::None, span);
+            return self.binary(BinOp::Eq, v, zero, span, &e, &e);
+        }
+        let x = self.materialize(&v, d, span)?;
+        let t = self.b.ty(x).clone();
+        let uop = match op {
+            ast::UnaryOp::Pos => return Ok(v),
+            ast::UnaryOp::Neg => UnaryOp::Neg,
+            ast::UnaryOp::Not => UnaryOp::Not,
+            ast::UnaryOp::Invert if d == DType::Bool => UnaryOp::Not,
+            ast::UnaryOp::Invert => UnaryOp::Invert,
+        };
+        let r = self.b.push1(OpKind::Unary { op: uop, x }, t);
+        let mut out = self.val(r, weak);
+        if let (LV::Val { sym: Some(s), .. }, LV::Val { sym: os, .. }) = (&v, &mut out) {
+            if op == ast::UnaryOp::Neg {
+                *os = s.checked_neg().or(os.take());
+            }
+        }
+        Ok(out)
+    }
+
+    fn binary(&mut self, op: BinOp, l: LV, r: LV, span: Span, le: &Expr, re: &Expr) -> R<LV> {
+        if op == BinOp::MatMul {
+            return self.dot(&l, &r, None, Precision::Ieee, span, le, re);
+        }
+        let Some(bop) = binop(op) else {
+            self.internal(span, "an unknown operator");
+            return Err(());
+        };
+        // Compile-time folding (the checker's rules).
+        if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (&l, &r) {
+            let (dt, weak) = self.promote(&l, &r, le, re, &format!("`{}`", op.symbol()))?;
+            if let Ok(Some(c)) = fold_binary(op, a, b) {
+                let dtype = match &c {
+                    CValue::Bool(_) => DType::Bool,
+                    CValue::Float(_) if !dt.is_float() => DType::F32,
+                    _ => dt,
+                };
+                return Ok(LV::Const { c, dtype, weak });
+            }
+        }
+        let (dt, weak) = if matches!(op, BinOp::And | BinOp::Or) {
+            (DType::Bool, false)
+        } else {
+            self.promote(&l, &r, le, re, &format!("`{}`", op.symbol()))?
+        };
+        let ls = self.shape_of(&l, le.span)?;
+        let rs = self.shape_of(&r, re.span)?;
+        let shape = self.broadcast_shapes(&ls, &rs, span)?;
+        let opdt = if op == BinOp::Div && !dt.is_float() {
+            DType::F32
+        } else {
+            dt
+        };
+        if op == BinOp::Pow && !opdt.is_float() {
+            self.unsupported(span, "`**` on integers");
+            return Err(());
+        }
+        let a = self.coerce(&l, opdt, &shape, le.span)?;
+        let b = self.coerce(&r, opdt, &shape, re.span)?;
+        let rdt = if bop.is_comparison() {
+            DType::Bool
+        } else {
+            opdt
+        };
+        let v = self
+            .b
+            .push1(OpKind::Binary { op: bop, a, b }, tile_type(shape, rdt));
+        let mut out = self.val(v, weak);
+        // Symbolic tracking of run-time integers (slice bounds).
+        if let (Some(sa), Some(sb)) = (self.sym_of(&l), self.sym_of(&r)) {
+            if let Ok(Some(CValue::Int(d))) = fold_binary(op, &CValue::Int(sa), &CValue::Int(sb)) {
+                if let LV::Val { sym, .. } = &mut out {
+                    if sym.is_some() {
+                        *sym = Some(d);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// An elementwise op of two operands with broadcasting and promotion.
+    fn elementwise2(
+        &mut self,
+        op: BinaryOp,
+        a: (&LV, &Expr),
+        b: (&LV, &Expr),
+        span: Span,
+    ) -> R<LV> {
+        let (dt, weak) = self.promote(a.0, b.0, a.1, b.1, &format!("`{}`", op.name()))?;
+        let sa = self.shape_of(a.0, a.1.span)?;
+        let sb = self.shape_of(b.0, b.1.span)?;
+        let shape = self.broadcast_shapes(&sa, &sb, span)?;
+        let x = self.coerce(a.0, dt, &shape, a.1.span)?;
+        let y = self.coerce(b.0, dt, &shape, b.1.span)?;
+        let v = self
+            .b
+            .push1(OpKind::Binary { op, a: x, b: y }, tile_type(shape, dt));
+        Ok(self.val(v, weak))
+    }
+
+    fn subscript(&mut self, v: LV, indices: &[Index], span: Span) -> R<LV> {
+        match v {
+            LV::Tensor(t) => self.tensor_slice(t, indices, span),
+            LV::List(items) => {
+                let [Index::Expr(ie)] = indices else {
+                    self.internal(span, "a list takes one constant index");
+                    return Err(());
+                };
+                let iv = self.expr(ie)?;
+                let i = self.const_int(&iv, ie.span, "the index")?;
+                let j = if i < 0 { i + items.len() as i64 } else { i };
+                match usize::try_from(j).ok().and_then(|j| items.get(j)) {
+                    Some(x) => Ok(x.clone()),
+                    None => {
+                        self.internal(ie.span, format!("index {i} is out of range"));
+                        Err(())
+                    }
+                }
+            }
+            LV::Val { v: x, weak, .. } => {
+                // Tiles take `:` and `None` only here.
+                let t = self.b.ty(x).clone();
+                let mut cur = x;
+                let mut shape = t.shape().to_vec();
+                let mut axis = 0;
+                for idx in indices {
+                    match idx {
+                        Index::Expr(Expr {
+                            kind: ExprKind::None,
+                            ..
+                        }) => {
+                            shape.insert(axis, 1);
+                            cur = self.b.push1(
+                                OpKind::ExpandDims { x: cur, axis },
+                                tile_type(shape.clone(), t.dtype()),
+                            );
+                            axis += 1;
+                        }
+                        Index::Slice {
+                            start: None,
+                            end: None,
+                            step: None,
+                            ..
+                        } => axis += 1,
+                        other => {
+                            self.unsupported(
+                                other.span(),
+                                "indexing or slicing a tile (other than `:` and `None`)",
+                            );
+                            return Err(());
+                        }
+                    }
+                }
+                Ok(self.val(cur, weak))
+            }
+            other => {
+                self.internal(span, format!("subscript of a {}", other.describe()));
+                Err(())
+            }
+        }
+    }
+
+    fn tensor_slice(&mut self, t: usize, indices: &[Index], span: Span) -> R<LV> {
+        let ParamKind::Tensor { dims, .. } = self.params[t].kind.clone() else {
+            self.internal(span, "subscript of a scalar parameter");
+            return Err(());
+        };
+        if indices.len() > dims.len() {
+            self.internal(span, "too many indices");
+            return Err(());
+        }
+        let mut access = Vec::new();
+        let mut shape = Vec::new();
+        let zero = LV::Const {
+            c: CValue::int(0),
+            dtype: DType::I32,
+            weak: true,
+        };
+        for (axis, d) in dims.iter().enumerate() {
+            let idx = indices.get(axis);
+            let full_len = |this: &mut Self, sp: Span| -> R<u32> {
+                match d {
+                    Dim::Static(n) => Ok(*n as u32),
+                    Dim::Dynamic(name) => {
+                        let name = name.clone();
+                        match SymDim::parse(&name) {
+                            Ok(d) => this
+                                .missing_dims
+                                .extend(d.symbols().into_iter().map(String::from)),
+                            Err(_) => this.missing_dims.push(name.clone()),
+                        }
+                        this.diags.push(
+                            Diagnostic::new(
+                                "E0511",
+                                sp,
+                                format!(
+                                    "`:` over the tensor dim `{name}` needs its size at compile time: kernel `{}` must be specialised on `{name}`",
+                                    this.f.name.name
+                                ),
+                            )
+                            .with_help(format!("give it a value when compiling, e.g. `-D {name}=128`")),
+                        );
+                        Err(())
+                    }
+                }
+            };
+            match idx {
+                None => {
+                    let n = full_len(self, span)?;
+                    let s = self.const_of(&CValue::int(0), DType::I32, span)?;
+                    access.push(Access::Range { start: s, len: n });
+                    shape.push(n);
+                }
+                Some(Index::Expr(e)) => {
+                    let v = self.expr(e)?;
+                    let (idt, _, s) = self.info(&v, e.span)?;
+                    if !s.is_empty() || !idt.is_int() {
+                        self.unsupported(e.span, "indexing a tensor with a tile (gather)");
+                        return Err(());
+                    }
+                    // A negative constant index counts from the end (Python).
+                    let v = match (&v, self.sym_of(&v).and_then(|d| d.as_const())) {
+                        (LV::Const { .. }, Some(i)) if i < 0 => match d {
+                            Dim::Static(n) => LV::Const {
+                                c: CValue::int(*n as i64 + i),
+                                dtype: DType::I32,
+                                weak: true,
+                            },
+                            Dim::Dynamic(_) => {
+                                let n = LV::Val {
+                                    v: self.tensor_dim(t, axis),
+                                    weak: false,
+                                    sym: None,
+                                };
+                                self.binary(BinOp::Add, n, v.clone(), e.span, e, e)?
+                            }
+                        },
+                        _ => v,
+                    };
+                    let iv = self.index_value(&v, e.span)?;
+                    access.push(Access::Point(iv));
+                }
+                Some(Index::Slice {
+                    start,
+                    end,
+                    step,
+                    span: sp,
+                }) => {
+                    if step.is_some() {
+                        self.internal(*sp, "a slice with a step");
+                        return Err(());
+                    }
+                    let a = match start {
+                        Some(e) => (self.expr(e)?, e.span),
+                        None => (zero.clone(), *sp),
+                    };
+                    let len = match end {
+                        None => {
+                            let n = full_len(self, *sp)? as i64;
+                            match self.sym_of(&a.0).and_then(|s| s.as_const()) {
+                                Some(s0) => n - s0,
+                                None => {
+                                    self.internal(*sp, "a slice `a:` with a run-time start");
+                                    return Err(());
+                                }
+                            }
+                        }
+                        Some(e) => {
+                            let b = self.expr(e)?;
+                            let diff = match (self.sym_of(&a.0), self.sym_of(&b)) {
+                                (Some(x), Some(y)) => y.checked_sub(&x),
+                                _ => None,
+                            };
+                            match diff {
+                                Some(dd) => match dd.as_const() {
+                                    Some(n) => n,
+                                    None => {
+                                        let lv = LV::Val {
+                                            v: Value(0),
+                                            weak: false,
+                                            sym: Some(dd),
+                                        };
+                                        self.needs_const(*sp, &lv, "the length of this slice");
+                                        return Err(());
+                                    }
+                                },
+                                None => {
+                                    self.internal(*sp, "a slice length that is not known");
+                                    return Err(());
+                                }
+                            }
+                        }
+                    };
+                    if len <= 0 || len > u32::MAX as i64 {
+                        self.internal(*sp, format!("a slice of length {len}"));
+                        return Err(());
+                    }
+                    let s = self.index_value(&a.0, a.1)?;
+                    access.push(Access::Range {
+                        start: s,
+                        len: len as u32,
+                    });
+                    shape.push(len as u32);
+                }
+            }
+        }
+        Ok(LV::Ref {
+            tensor: t,
+            access,
+            shape,
+        })
+    }
+
+    /// An integer index as an `i32` (or `i64`) value.
+    fn index_value(&mut self, lv: &LV, span: Span) -> R<Value> {
+        let (d, weak, _) = self.info(lv, span)?;
+        let d = if weak || !d.is_int() { DType::I32 } else { d };
+        self.materialize(lv, d, span)
+    }
+
+    // ---- calls ----
+
+    fn bind<'e>(&mut self, name: &str, args: &'e [Arg], span: Span) -> R<Args<'e>> {
+        let params: &[&str] = match builtins::lookup(name) {
+            Some(b) => b.params,
+            None => &[],
+        };
+        let mut slots: Vec<Option<&Arg>> = vec![None; params.len()];
+        let mut positional = Vec::new();
+        for a in args {
+            match &a.name {
+                None => {
+                    if positional.len() < slots.len() {
+                        slots[positional.len()] = Some(a);
+                    }
+                    positional.push(a);
+                }
+                Some(n) => {
+                    let key = n.name.as_str();
+                    match params.iter().position(|p| {
+                        *p == key
+                            || (key == "dim" && *p == "axis")
+                            || (key == "axis" && *p == "dim")
+                    }) {
+                        Some(j) => slots[j] = Some(a),
+                        None => {
+                            self.internal(span, format!("`{name}` has no parameter `{key}`"));
+                            return Err(());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Args { slots, positional })
+    }
+
+    fn call(&mut self, e: &Expr, func: &Expr, args: &[Arg]) -> R<LV> {
+        let f = self.expr(func)?;
+        match f {
+            LV::Builtin(name) => self.builtin(name, args, e.span),
+            LV::ToMethod(recv) => {
+                let [a] = args else {
+                    self.internal(e.span, "`.to` takes one dtype");
+                    return Err(());
+                };
+                let LV::DType(to) = self.expr(&a.value)? else {
+                    self.internal(a.span, "`.to` takes a dtype");
+                    return Err(());
+                };
+                match *recv {
+                    LV::Const { c, .. } => {
+                        let c = match (&c, to) {
+                            (CValue::Float(x), d) if d.is_int() => CValue::int(*x as i64),
+                            (CValue::Int(_), d) if d.is_float() => {
+                                CValue::Float(c.as_int().unwrap_or(0) as f64)
+                            }
+                            (_, DType::Bool) => CValue::Bool(
+                                c.as_int()
+                                    .map(|i| i != 0)
+                                    .unwrap_or(matches!(c, CValue::Float(x) if x != 0.0)),
+                            ),
+                            _ => c.clone(),
+                        };
+                        Ok(LV::Const {
+                            c,
+                            dtype: to,
+                            weak: false,
+                        })
+                    }
+                    recv => {
+                        let v = self.materialize(&recv, to, e.span)?;
+                        Ok(self.val(v, false))
+                    }
+                }
+            }
+            other => {
+                self.unsupported(
+                    func.span,
+                    format!("calling a {} inside a kernel", other.describe()),
+                );
+                Err(())
+            }
+        }
+    }
+
+    fn arg_lv(&mut self, a: Option<&Arg>) -> R<Option<LV>> {
+        match a {
+            Some(a) => Ok(Some(self.expr(&a.value)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn builtin(&mut self, name: &'static str, args: &[Arg], span: Span) -> R<LV> {
+        let bound = self.bind(name, args, span)?;
+        let slot = |i: usize| bound.slots.get(i).copied().flatten();
+        let req = |this: &mut Self, i: usize| -> R<&Arg> {
+            match slot(i) {
+                Some(a) => Ok(a),
+                None => {
+                    this.internal(span, format!("`{name}` is missing an argument"));
+                    Err(())
+                }
+            }
+        };
+        match name {
+            "program_id" | "num_programs" => {
+                let a = req(self, 0)?;
+                let lv = self.expr(&a.value)?;
+                let axis = self.const_int(&lv, a.value.span, "the axis")?;
+                if !(0..3).contains(&axis) {
+                    self.internal(a.value.span, "a program axis out of range");
+                    return Err(());
+                }
+                let kind = if name == "program_id" {
+                    OpKind::ProgramId(axis as u8)
+                } else {
+                    OpKind::NumPrograms(axis as u8)
+                };
+                let v = self.b.push1(kind, Type::Scalar(DType::I32));
+                Ok(self.val(v, false))
+            }
+            "cdiv" => {
+                let a = req(self, 0)?;
+                let b = req(self, 1)?;
+                let x = self.expr(&a.value)?;
+                let y = self.expr(&b.value)?;
+                if let (LV::Const { c: cx, .. }, LV::Const { c: cy, .. }) = (&x, &y) {
+                    if let Ok(Some(c)) = fold_call("cdiv", &[cx.clone(), cy.clone()]) {
+                        let (dt, weak) = self.promote(&x, &y, &a.value, &b.value, "`cdiv`")?;
+                        return Ok(LV::Const { c, dtype: dt, weak });
+                    }
+                }
+                // (a + b - 1) // b
+                let one = LV::Const {
+                    c: CValue::int(1),
+                    dtype: DType::I32,
+                    weak: true,
+                };
+                let s = self.binary(BinOp::Add, x, y.clone(), span, &a.value, &b.value)?;
+                let s = self.binary(BinOp::Sub, s, one, span, &a.value, &b.value)?;
+                self.binary(BinOp::FloorDiv, s, y, span, &a.value, &b.value)
+            }
+            "min" | "max" | "sum" | "mean" => {
+                let is_reduce = matches!(name, "sum" | "mean")
+                    || bound.positional.len() == 1
+                    || slot(1).is_some_and(|a| a.name.is_some())
+                    || slot(2).is_some();
+                if !is_reduce {
+                    let op = if name == "min" {
+                        BinaryOp::Min
+                    } else {
+                        BinaryOp::Max
+                    };
+                    let mut acc: Option<(LV, &Expr)> = None;
+                    for a in &bound.positional {
+                        let v = self.expr(&a.value)?;
+                        acc = Some(match acc {
+                            None => (v, &a.value),
+                            Some((prev, pe)) => {
+                                let folded = match (&prev, &v) {
+                                    (LV::Const { c: p, .. }, LV::Const { c: q, .. }) => {
+                                        fold_call(name, &[p.clone(), q.clone()]).ok().flatten()
+                                    }
+                                    _ => None,
+                                };
+                                let (dt, weak) =
+                                    self.promote(&prev, &v, pe, &a.value, &format!("`{name}`"))?;
+                                match folded {
+                                    Some(c) => (LV::Const { c, dtype: dt, weak }, &a.value),
+                                    None => (
+                                        self.elementwise2(op, (&prev, pe), (&v, &a.value), span)?,
+                                        &a.value,
+                                    ),
+                                }
+                            }
+                        });
+                    }
+                    return acc.map(|(v, _)| v).ok_or(());
+                }
+                let x_arg = req(self, 0)?;
+                let x = self.expr(&x_arg.value)?;
+                let axis = match self.arg_lv(slot(1))? {
+                    None | Some(LV::NoneV) => None,
+                    Some(lv) => Some(self.const_int(&lv, span, "the reduction axis")?),
+                };
+                let keep = match self.arg_lv(slot(2))? {
+                    None => false,
+                    Some(LV::Const { c, .. }) => c.as_int().is_some_and(|i| i != 0),
+                    Some(_) => {
+                        self.internal(span, "`keepdims` must be a constant");
+                        return Err(());
+                    }
+                };
+                self.reduce(name, &x, axis, keep, x_arg.value.span)
+            }
+            "exp" | "exp2" | "log" | "log2" | "sqrt" | "rsqrt" | "abs" | "sigmoid" | "tanh"
+            | "erf" => {
+                let a = req(self, 0)?;
+                let x = self.expr(&a.value)?;
+                if name == "abs" {
+                    if let LV::Const { c, dtype, weak } = &x {
+                        if let Ok(Some(r)) = fold_call("abs", std::slice::from_ref(c)) {
+                            return Ok(LV::Const {
+                                c: r,
+                                dtype: *dtype,
+                                weak: *weak,
+                            });
+                        }
+                    }
+                }
+                let (d, weak, _) = self.info(&x, a.value.span)?;
+                let rd = if name == "abs" || d.is_float() {
+                    d
+                } else {
+                    DType::F32
+                };
+                let v = self.materialize(&x, rd, a.value.span)?;
+                let t = self.b.ty(v).clone();
+                let op = unary_math(name).ok_or(())?;
+                let r = self.b.push1(OpKind::Unary { op, x: v }, t);
+                Ok(self.val(r, weak))
+            }
+            "maximum" | "minimum" => {
+                let a = req(self, 0)?;
+                let b = req(self, 1)?;
+                let x = self.expr(&a.value)?;
+                let y = self.expr(&b.value)?;
+                let op = if name == "maximum" {
+                    BinaryOp::Max
+                } else {
+                    BinaryOp::Min
+                };
+                self.elementwise2(op, (&x, &a.value), (&y, &b.value), span)
+            }
+            "where" => {
+                let c = req(self, 0)?;
+                let a = req(self, 1)?;
+                let b = req(self, 2)?;
+                let cv = self.expr(&c.value)?;
+                let av = self.expr(&a.value)?;
+                let bv = self.expr(&b.value)?;
+                let (dt, weak) = self.promote(&av, &bv, &a.value, &b.value, "`where`")?;
+                let sc = self.shape_of(&cv, c.value.span)?;
+                let sa = self.shape_of(&av, a.value.span)?;
+                let sb = self.shape_of(&bv, b.value.span)?;
+                let s = self.broadcast_shapes(&sa, &sb, span)?;
+                let s = self.broadcast_shapes(&sc, &s, span)?;
+                let cond = self.coerce(&cv, DType::Bool, &s, c.value.span)?;
+                let x = self.coerce(&av, dt, &s, a.value.span)?;
+                let y = self.coerce(&bv, dt, &s, b.value.span)?;
+                let r = self
+                    .b
+                    .push1(OpKind::Select { cond, a: x, b: y }, tile_type(s, dt));
+                Ok(self.val(r, weak))
+            }
+            "arange" => {
+                let a = req(self, 0)?;
+                let b = req(self, 1)?;
+                let x = self.expr(&a.value)?;
+                let y = self.expr(&b.value)?;
+                let len = match (self.sym_of(&x), self.sym_of(&y)) {
+                    (Some(p), Some(q)) => q.checked_sub(&p),
+                    _ => None,
+                };
+                let len = match len {
+                    Some(d) => match d.as_const() {
+                        Some(n) if n > 0 => n as u32,
+                        _ => {
+                            let lv = LV::Val {
+                                v: Value(0),
+                                weak: false,
+                                sym: Some(d),
+                            };
+                            self.needs_const(span, &lv, "the length of this `arange`");
+                            return Err(());
+                        }
+                    },
+                    None => {
+                        self.internal(span, "the length of this `arange` is not known");
+                        return Err(());
+                    }
+                };
+                let start = self.materialize(&x, DType::I32, a.value.span)?;
+                let r = self.b.push1(
+                    OpKind::Arange { start, len },
+                    tile_type(vec![len], DType::I32),
+                );
+                Ok(self.val(r, false))
+            }
+            "zeros" | "full" => {
+                let shape_arg = req(self, 0)?;
+                let shape_lv = self.expr(&shape_arg.value)?;
+                let items = match shape_lv {
+                    LV::List(v) => v,
+                    single @ (LV::Const { .. } | LV::Val { .. }) => vec![single],
+                    _ => {
+                        self.internal(shape_arg.span, "a shape must be a list");
+                        return Err(());
+                    }
+                };
+                let mut shape = Vec::new();
+                for it in &items {
+                    let n = self.const_int(it, shape_arg.value.span, "a tile dim")?;
+                    if n <= 0 {
+                        self.internal(shape_arg.span, "a tile dim must be positive");
+                        return Err(());
+                    }
+                    shape.push(n as u32);
+                }
+                let (value, dt_slot) = if name == "zeros" {
+                    (
+                        LV::Const {
+                            c: CValue::int(0),
+                            dtype: DType::I32,
+                            weak: true,
+                        },
+                        slot(1),
+                    )
+                } else {
+                    let v = req(self, 1)?;
+                    (self.expr(&v.value)?, slot(2))
+                };
+                let dt = match self.arg_lv(dt_slot)? {
+                    Some(LV::DType(d)) => d,
+                    None => DType::F32,
+                    Some(_) => {
+                        self.internal(span, "the dtype argument is not a dtype");
+                        return Err(());
+                    }
+                };
+                let v = self.coerce(&value, dt, &shape, span)?;
+                Ok(self.val(v, false))
+            }
+            "load" => {
+                let p = req(self, 0)?;
+                let LV::Ref {
+                    tensor,
+                    access,
+                    shape,
+                } = self.expr(&p.value)?
+                else {
+                    self.internal(p.span, "`load` takes a tensor slice");
+                    return Err(());
+                };
+                let dtype = self.tensor_dtype(tensor);
+                let mask = match self.arg_lv(slot(1))? {
+                    None | Some(LV::NoneV) => None,
+                    Some(m) => Some(self.coerce(&m, DType::Bool, &shape, span)?),
+                };
+                let other_lv = self.arg_lv(slot(2))?;
+                let mut runtime_other = None;
+                let other = match other_lv {
+                    None | Some(LV::NoneV) => {
+                        if dtype.is_float() {
+                            Constant::Float(0.0)
+                        } else if dtype == DType::Bool {
+                            Constant::Bool(false)
+                        } else {
+                            Constant::Int(0)
+                        }
+                    }
+                    Some(LV::Const { c, .. }) => match (&c, dtype) {
+                        (CValue::Bool(b), DType::Bool) => Constant::Bool(*b),
+                        (CValue::Float(x), d) if d.is_float() => Constant::Float(*x),
+                        (CValue::Int(_), d) if d.is_float() => {
+                            Constant::Float(c.as_int().unwrap_or(0) as f64)
+                        }
+                        (CValue::Int(_), d) if d.is_int() => Constant::Int(c.as_int().unwrap_or(0)),
+                        _ => {
+                            self.internal(span, format!("`other={c}` for a {dtype} tensor"));
+                            return Err(());
+                        }
+                    },
+                    Some(lv @ LV::Val { .. }) => {
+                        // A run-time `other=`: load with 0, then select it where
+                        // the element is out of bounds or masked off.
+                        let sp = slot(2).map(|a| a.value.span).unwrap_or(span);
+                        runtime_other = Some(self.coerce(&lv, dtype, &shape, sp)?);
+                        if dtype.is_float() {
+                            Constant::Float(0.0)
+                        } else if dtype == DType::Bool {
+                            Constant::Bool(false)
+                        } else {
+                            Constant::Int(0)
+                        }
+                    }
+                    Some(other) => {
+                        self.internal(span, format!("`other=` is a {}", other.describe()));
+                        return Err(());
+                    }
+                };
+                let select_access = runtime_other.map(|o| (o, access.clone()));
+                let mut v = self.b.push1(
+                    OpKind::Load {
+                        tensor,
+                        access,
+                        mask,
+                        other,
+                    },
+                    tile_type(shape.clone(), dtype),
+                );
+                if let Some((o, access)) = select_access {
+                    let mut keep = self.in_bounds(tensor, &access, &shape, span)?;
+                    if let Some(m) = mask {
+                        keep = self.b.push1(
+                            OpKind::Binary {
+                                op: BinaryOp::And,
+                                a: keep,
+                                b: m,
+                            },
+                            tile_type(shape.clone(), DType::Bool),
+                        );
+                    }
+                    v = self.b.push1(
+                        OpKind::Select {
+                            cond: keep,
+                            a: v,
+                            b: o,
+                        },
+                        tile_type(shape, dtype),
+                    );
+                }
+                Ok(self.val(v, false))
+            }
+            "store" | "atomic_add" => {
+                let p = req(self, 0)?;
+                let LV::Ref {
+                    tensor,
+                    access,
+                    shape,
+                } = self.expr(&p.value)?
+                else {
+                    self.internal(p.span, format!("`{name}` takes a tensor slice"));
+                    return Err(());
+                };
+                let dtype = self.tensor_dtype(tensor);
+                let va = req(self, 1)?;
+                let value_lv = self.expr(&va.value)?;
+                let value = self.coerce(&value_lv, dtype, &shape, va.value.span)?;
+                let mask = match self.arg_lv(slot(2))? {
+                    None | Some(LV::NoneV) => None,
+                    Some(m) => Some(self.coerce(&m, DType::Bool, &shape, span)?),
+                };
+                let kind = if name == "store" {
+                    OpKind::Store {
+                        tensor,
+                        access,
+                        value,
+                        mask,
+                    }
+                } else {
+                    OpKind::AtomicAdd {
+                        tensor,
+                        access,
+                        value,
+                        mask,
+                    }
+                };
+                self.b.push(kind, vec![]);
+                Ok(LV::NoneV)
+            }
+            "dot" => {
+                let a = req(self, 0)?;
+                let b = req(self, 1)?;
+                let x = self.expr(&a.value)?;
+                let y = self.expr(&b.value)?;
+                let acc = match self.arg_lv(slot(2))? {
+                    None | Some(LV::NoneV) => None,
+                    Some(lv) => Some((lv, slot(2).map(|s| s.value.span).unwrap_or(span))),
+                };
+                let precision = match self.arg_lv(slot(3))? {
+                    None | Some(LV::NoneV) => Precision::Ieee,
+                    Some(LV::Str(s)) if s == "tf32" => Precision::Tf32,
+                    Some(LV::Str(s)) if s == "ieee" => Precision::Ieee,
+                    Some(_) => {
+                        self.unsupported(span, "this `precision=`");
+                        return Err(());
+                    }
+                };
+                self.dot(&x, &y, acc, precision, span, &a.value, &b.value)
+            }
+            other => {
+                self.unsupported(span, format!("`{other}` inside a kernel"));
+                Err(())
+            }
+        }
+    }
+
+    /// A bool tile of the access's shape: whether each element lies inside the tensor.
+    fn in_bounds(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        shape: &[u32],
+        span: Span,
+    ) -> R<Value> {
+        let ParamKind::Tensor { dims, .. } = self.params[tensor].kind.clone() else {
+            self.internal(span, "not a tensor");
+            return Err(());
+        };
+        let bool_t = |s: Vec<u32>| tile_type(s, DType::Bool);
+        let zero = self.constant(Constant::Int(0), DType::I32);
+        let mut acc: Option<Value> = None;
+        let mut pos = 0;
+        for (axis, a) in access.iter().enumerate() {
+            let n = match &dims[axis] {
+                Dim::Static(n) => self.constant(Constant::Int(*n as i64), DType::I32),
+                Dim::Dynamic(_) => self.tensor_dim(tensor, axis),
+            };
+            let (x, s) = match a {
+                Access::Point(v) => {
+                    let v = self.materialize(
+                        &LV::Val {
+                            v: *v,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    (v, vec![])
+                }
+                Access::Range { start, len } => {
+                    let start = self.materialize(
+                        &LV::Val {
+                            v: *start,
+                            weak: false,
+                            sym: None,
+                        },
+                        DType::I32,
+                        span,
+                    )?;
+                    let ar = self.b.push1(
+                        OpKind::Arange { start, len: *len },
+                        tile_type(vec![*len], DType::I32),
+                    );
+                    (ar, vec![*len])
+                }
+            };
+            let lo = self.coerce(
+                &LV::Val {
+                    v: zero,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let hi = self.coerce(
+                &LV::Val {
+                    v: n,
+                    weak: false,
+                    sym: None,
+                },
+                DType::I32,
+                &s,
+                span,
+            )?;
+            let ge = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Ge,
+                    a: x,
+                    b: lo,
+                },
+                bool_t(s.clone()),
+            );
+            let lt = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Lt,
+                    a: x,
+                    b: hi,
+                },
+                bool_t(s.clone()),
+            );
+            let mut ok = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::And,
+                    a: ge,
+                    b: lt,
+                },
+                bool_t(s.clone()),
+            );
+            // Place the axis in the result shape: [len] -> [1, .., len, .., 1].
+            if !s.is_empty() {
+                let mut cur = s;
+                for _ in 0..pos {
+                    cur.insert(0, 1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: 0 }, bool_t(cur.clone()));
+                }
+                while cur.len() < shape.len() {
+                    let at = cur.len();
+                    cur.push(1);
+                    ok = self
+                        .b
+                        .push1(OpKind::ExpandDims { x: ok, axis: at }, bool_t(cur.clone()));
+                }
+                pos += 1;
+            }
+            let okv = LV::Val {
+                v: ok,
+                weak: false,
+                sym: None,
+            };
+            let ok = self.coerce(&okv, DType::Bool, shape, span)?;
+            acc = Some(match acc {
+                None => ok,
+                Some(prev) => self.b.push1(
+                    OpKind::Binary {
+                        op: BinaryOp::And,
+                        a: prev,
+                        b: ok,
+                    },
+                    bool_t(shape.to_vec()),
+                ),
+            });
+        }
+        match acc {
+            Some(v) => Ok(v),
+            None => Ok(self.constant(Constant::Bool(true), DType::Bool)),
+        }
+    }
+
+    fn tensor_dtype(&self, t: usize) -> DType {
+        match &self.params[t].kind {
+            ParamKind::Tensor { dtype, .. } | ParamKind::Scalar(dtype) => *dtype,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dot(
+        &mut self,
+        a: &LV,
+        b: &LV,
+        acc: Option<(LV, Span)>,
+        precision: Precision,
+        span: Span,
+        ae: &Expr,
+        be: &Expr,
+    ) -> R<LV> {
+        let (da, _, sa) = self.info(a, ae.span)?;
+        let (db, _, sb) = self.info(b, be.span)?;
+        if sa.len() != 2 || sb.len() != 2 {
+            self.internal(span, "`dot` of tiles that are not 2-D");
+            return Err(());
+        }
+        let d = DType::join(da, db).unwrap_or(da);
+        let x = self.materialize(a, d, ae.span)?;
+        let y = self.materialize(b, d, be.span)?;
+        let out = vec![sa[0], sb[1]];
+        let acc = match acc {
+            Some((lv, sp)) => Some(self.coerce(&lv, DType::F32, &out, sp)?),
+            None => None,
+        };
+        let r = self.b.push1(
+            OpKind::Dot {
+                a: x,
+                b: y,
+                acc,
+                precision,
+            },
+            tile_type(out, DType::F32),
+        );
+        Ok(self.val(r, false))
+    }
+
+    fn reduce(&mut self, name: &str, x: &LV, axis: Option<i64>, keep: bool, span: Span) -> R<LV> {
+        let (d, _, shape) = self.info(x, span)?;
+        if shape.is_empty() {
+            // A reduction of a scalar is the scalar (mean: as a float).
+            return match name {
+                "mean" if !d.is_float() => {
+                    let v = self.materialize(x, DType::F32, span)?;
+                    Ok(self.val(v, false))
+                }
+                _ => Ok(x.clone()),
+            };
+        }
+        let (op, rd) = match (name, d) {
+            ("sum", DType::Bool) => (ReduceOp::Sum, DType::I32),
+            ("sum", d) => (ReduceOp::Sum, d),
+            ("mean", d) if !d.is_float() => (ReduceOp::Sum, DType::F32),
+            ("mean", d) => (ReduceOp::Sum, d),
+            ("max", d) => (ReduceOp::Max, d),
+            (_, d) => (ReduceOp::Min, d),
+        };
+        let mut v = self.materialize(x, rd, span)?;
+        let rank = shape.len() as i64;
+        let axes: Vec<usize> = match axis {
+            Some(a) => {
+                let a = if a < 0 { a + rank } else { a };
+                if !(0..rank).contains(&a) {
+                    self.internal(span, "a reduction axis out of range");
+                    return Err(());
+                }
+                vec![a as usize]
+            }
+            None => (0..shape.len()).collect(),
+        };
+        let mut cur = shape.clone();
+        let mut count: u64 = 1;
+        // Reduce the highest axis first so lower indices stay valid without keepdims.
+        for &ax in axes.iter().rev() {
+            count *= shape[ax] as u64;
+            if keep {
+                cur[ax] = 1;
+            } else {
+                cur.remove(ax);
+            }
+            v = self.b.push1(
+                OpKind::Reduce {
+                    op,
+                    x: v,
+                    axis: ax,
+                    keepdims: keep,
+                },
+                tile_type(cur.clone(), rd),
+            );
+        }
+        if name == "mean" {
+            let inv = self.constant(Constant::Float(1.0 / count as f64), rd);
+            let t = self.b.ty(v).clone();
+            let inv = if t.shape().is_empty() {
+                inv
+            } else {
+                self.b.push1(
+                    OpKind::Splat {
+                        x: inv,
+                        shape: t.shape().to_vec(),
+                    },
+                    t.clone(),
+                )
+            };
+            v = self.b.push1(
+                OpKind::Binary {
+                    op: BinaryOp::Mul,
+                    a: v,
+                    b: inv,
+                },
+                t,
+            );
+        }
+        Ok(self.val(v, false))
+    }
+}
