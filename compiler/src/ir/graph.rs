@@ -326,6 +326,16 @@ impl LowerError {
         }
     }
 
+    /// As a diagnostic: E0512, not supported by code generation yet.
+    pub fn diagnostic(&self) -> crate::diag::Diagnostic {
+        crate::diag::Diagnostic::new(
+            "E0512",
+            self.span,
+            format!("not supported by code generation yet: {}", self.message),
+        )
+        .with_help("write this step as a `@kernel` and launch it from the function")
+    }
+
     /// The same error with its span shifted by `offset` (item → file).
     pub fn shifted(mut self, offset: u32) -> Self {
         self.span = Span::new(self.span.start + offset, self.span.end + offset);

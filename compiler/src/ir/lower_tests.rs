@@ -628,3 +628,50 @@ fn editing_a_callee_relowers_its_callers() {
     let g = db::emit_graph(&db, file, "g").unwrap();
     assert!(g.contains("const 3.0") && !g.contains("const 2.0"), "{g}");
 }
+
+#[test]
+fn tsrc_emit_graph_and_schedule_ir() {
+    use crate::cli::{emit_to, EmitArgs, EmitKind};
+    let dir = std::env::temp_dir().join(format!("tsrc-graph-emit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("e.tsr");
+    std::fs::write(
+        &path,
+        format!("{SCALED_SUM}\ndef noisy(x: Tensor[\"M\", f32]) -> Tensor[\"M\", f32]:\n    return x + randn([M], f32, seed=1)\n"),
+    )
+    .unwrap();
+    let run = |emit: EmitKind, kernel: Option<&str>| {
+        let args = EmitArgs {
+            file: path.clone(),
+            emit,
+            arch: Default::default(),
+            kernel: kernel.map(String::from),
+            define: Vec::new(),
+            output: None,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = emit_to(&args, &mut out, &mut err, false);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    };
+    let (code, out, err) = run(EmitKind::GraphIr, Some("scaled_sum"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("graph scaled_sum("), "{out}");
+    let (code, out, err) = run(EmitKind::ScheduleIr, Some("scaled_sum"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kernel @scaled_sum_fused0("), "{out}");
+    // The whole file: `noisy` is not supported yet, an E0512 (exit 1).
+    let (code, out, err) = run(EmitKind::ScheduleIr, None);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("error[E0512]") && err.contains("`randn`"),
+        "{err}"
+    );
+    let (code, _, err) = run(EmitKind::GraphIr, Some("nope"));
+    assert_eq!(code, 2);
+    assert!(err.contains("scaled_sum, noisy"), "{err}");
+}

@@ -31,8 +31,14 @@
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
 //! on grid axis 2). Everything else (transposes of other axes, `randn`, recursive
-//! calls) is
-//! a [`LowerError`]: not supported yet.
+//! calls, `layer_norm`/`rms_norm` without their affine weights or of rows known to
+//! exceed 1024) is a [`LowerError`]: not supported yet (E0512 at `tsrc emit`).
+//!
+//! The dump lists the buffers, the launches in order (kernel, grid, graph nodes,
+//! arguments with the view each kernel sees, requirements) and the outputs, then
+//! every generated kernel in the Tile IR dump format. `verify` checks buffers,
+//! views, write-before-read and arguments, and runs the Tile IR verifier on every
+//! generated kernel.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -2459,6 +2465,14 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
                 ));
             }
             verify_kernel(kernel)?;
+            let errors = tile::verify(kernel);
+            if !errors.is_empty() {
+                return err(format!(
+                    "generated kernel `{}`: {}",
+                    kernel.name,
+                    errors.join("; ")
+                ));
+            }
         }
     }
     for o in &s.outputs {
@@ -2601,141 +2615,6 @@ fn verify_region(
     Ok(())
 }
 
-fn type_str(t: &Type) -> String {
-    match t {
-        Type::Scalar(d) => d.to_string(),
-        Type::Tile { shape, dtype } => {
-            let s: Vec<String> = shape.iter().map(|x| x.to_string()).collect();
-            format!("Tile[{}, {dtype}]", s.join(", "))
-        }
-    }
-}
-
-fn access_str(a: &[Access]) -> String {
-    a.iter()
-        .map(|a| match a {
-            Access::Point(v) => format!("%{}", v.0),
-            Access::Range { start, len } => format!("%{} : +{len}", start.0),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A dump of a generated kernel (Tile IR).
-pub fn dump_kernel(k: &Kernel, out: &mut String) {
-    let params: Vec<String> = k
-        .params
-        .iter()
-        .map(|p| match &p.kind {
-            ParamKind::Tensor { dims, dtype } => {
-                let d: Vec<String> = dims
-                    .iter()
-                    .map(|d| match d {
-                        tile::Dim::Static(v) => v.to_string(),
-                        tile::Dim::Dynamic(n) => n.clone(),
-                    })
-                    .collect();
-                format!("{}: Tensor[{}, {dtype}]", p.name, d.join(", "))
-            }
-            ParamKind::Scalar(d) => format!("{}: {d}", p.name),
-        })
-        .collect();
-    let _ = writeln!(
-        out,
-        "kernel {}({}) num_warps={}",
-        k.name,
-        params.join(", "),
-        k.num_warps
-    );
-    dump_ops(k, &k.body.ops, 1, out);
-}
-
-fn dump_ops(k: &Kernel, ops: &[Op], depth: usize, out: &mut String) {
-    let pad = "  ".repeat(depth);
-    let v = |x: &Value| format!("%{}", x.0);
-    let list = |xs: &[Value]| xs.iter().map(v).collect::<Vec<_>>().join(", ");
-    for op in ops {
-        let body = match &op.kind {
-            OpKind::Const(c) => format!("const {}", render_constant(c)),
-            OpKind::ProgramId(a) => format!("program_id {a}"),
-            OpKind::TensorDim { param, axis } => format!("dim {}, {axis}", k.params[*param].name),
-            OpKind::ScalarParam(p) => format!("param {}", k.params[*p].name),
-            OpKind::Unary { op, x } => format!("{} {}", unary_name(*op), v(x)),
-            OpKind::Binary { op, a, b } => format!("{} {}, {}", binary_name(*op), v(a), v(b)),
-            OpKind::Select { cond, a, b } => format!("select {}, {}, {}", v(cond), v(a), v(b)),
-            OpKind::Cast { x, to } => format!("cast {} to {to}", v(x)),
-            OpKind::Splat { x, .. } => format!("splat {}", v(x)),
-            OpKind::Broadcast { x, .. } => format!("broadcast {}", v(x)),
-            OpKind::ExpandDims { x, axis } => format!("expand_dims {}, axis={axis}", v(x)),
-            OpKind::Transpose { x } => format!("transpose {}", v(x)),
-            OpKind::Reduce {
-                op,
-                x,
-                axis,
-                keepdims,
-            } => format!(
-                "reduce_{} {}, axis={axis}{}",
-                format!("{op:?}").to_lowercase(),
-                v(x),
-                if *keepdims { ", keepdims" } else { "" }
-            ),
-            OpKind::Load {
-                tensor,
-                access,
-                other,
-                ..
-            } => format!(
-                "load {}[{}] other={}",
-                k.params[*tensor].name,
-                access_str(access),
-                render_constant(other)
-            ),
-            OpKind::Store {
-                tensor,
-                access,
-                value,
-                ..
-            } => format!(
-                "store {}[{}], {}",
-                k.params[*tensor].name,
-                access_str(access),
-                v(value)
-            ),
-            OpKind::Yield(xs) => format!("yield {}", list(xs)),
-            OpKind::For {
-                lo,
-                hi,
-                step,
-                init,
-                body,
-            } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}{} = for {} in range({}, {}, {}) carry ({}) = ({}):",
-                    list(&op.results),
-                    v(&body.args[0]),
-                    v(lo),
-                    v(hi),
-                    v(step),
-                    list(&body.args[1..]),
-                    list(init)
-                );
-                dump_ops(k, &body.ops, depth + 1, out);
-                continue;
-            }
-            other => format!("{other:?}"),
-        };
-        match op.results.first() {
-            Some(r) => {
-                let _ = writeln!(out, "{pad}%{} = {body} : {}", r.0, type_str(k.ty(*r)));
-            }
-            None => {
-                let _ = writeln!(out, "{pad}{body}");
-            }
-        }
-    }
-}
-
 /// The textual dump: buffers, launches in order, outputs, then the generated kernels.
 pub fn dump(s: &Schedule) -> String {
     let mut out = String::new();
@@ -2802,7 +2681,7 @@ pub fn dump(s: &Schedule) -> String {
     let _ = writeln!(out, "outputs: {}", outs.join(", "));
     for k in &s.kernels {
         out.push('\n');
-        dump_kernel(k, &mut out);
+        out.push_str(&k.dump());
     }
     out
 }
