@@ -288,6 +288,85 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                 }
                 out
             }
+            NodeKind::MatMul { a, b } => {
+                let (ta, tb) = (v(a), v(b));
+                let mut sa = ta.shape.clone();
+                if sa.len() == 1 {
+                    sa.insert(0, 1);
+                }
+                let mut sb = tb.shape.clone();
+                if sb.len() == 1 {
+                    sb.push(1);
+                }
+                let (m, kk, nn) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+                let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+                let nb = ba.len().max(bb.len());
+                let batch: Vec<usize> = (0..nb)
+                    .map(|i| {
+                        let x = (i + ba.len()).checked_sub(nb).map(|j| ba[j]).unwrap_or(1);
+                        let y = (i + bb.len()).checked_sub(nb).map(|j| bb[j]).unwrap_or(1);
+                        x.max(y)
+                    })
+                    .collect();
+                let flat = |bs: &[usize], idx: &[usize]| -> usize {
+                    let off = idx.len() - bs.len();
+                    let st = strides(bs);
+                    bs.iter()
+                        .enumerate()
+                        .map(|(k, &s)| if s == 1 { 0 } else { idx[off + k] * st[k] })
+                        .sum()
+                };
+                let mut data = Vec::new();
+                for bi in 0..numel(&batch) {
+                    let idx = unravel(bi, &batch);
+                    let (oa, ob) = (flat(ba, &idx) * m * kk, flat(bb, &idx) * kk * nn);
+                    for i in 0..m {
+                        for j in 0..nn {
+                            data.push(
+                                (0..kk)
+                                    .map(|t| ta.data[oa + i * kk + t] * tb.data[ob + t * nn + j])
+                                    .sum(),
+                            );
+                        }
+                    }
+                }
+                T { shape, data }
+            }
+            NodeKind::LayerNorm {
+                x,
+                weight,
+                bias,
+                eps,
+            } => {
+                let src = v(x);
+                let c = *src.shape.last().unwrap();
+                let eps = eps.map(|e| v(&e).data[0]).unwrap_or(1e-5);
+                let mut data = Vec::new();
+                for row in src.data.chunks(c) {
+                    let mean = row.iter().sum::<f64>() / c as f64;
+                    let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / c as f64;
+                    for (j, x) in row.iter().enumerate() {
+                        let w = weight.map(|w| v(&w).data[j]).unwrap_or(1.0);
+                        let b = bias.map(|b| v(&b).data[j]).unwrap_or(0.0);
+                        data.push((x - mean) / (var + eps).sqrt() * w + b);
+                    }
+                }
+                T { shape, data }
+            }
+            NodeKind::RmsNorm { x, weight, eps } => {
+                let src = v(x);
+                let c = *src.shape.last().unwrap();
+                let eps = eps.map(|e| v(&e).data[0]).unwrap_or(1e-6);
+                let mut data = Vec::new();
+                for row in src.data.chunks(c) {
+                    let ms = row.iter().map(|x| x * x).sum::<f64>() / c as f64;
+                    for (j, x) in row.iter().enumerate() {
+                        let w = weight.map(|w| v(&w).data[j]).unwrap_or(1.0);
+                        data.push(x / (ms + eps).sqrt() * w);
+                    }
+                }
+                T { shape, data }
+            }
             other => panic!("no reference semantics for {other:?}"),
         };
         vals.push(t);
@@ -335,6 +414,7 @@ struct Run<'a> {
     tensors: Vec<Option<(usize, Vec<usize>)>>,
     scalars: Vec<f64>,
     pid: [i64; 3],
+    grid: [i64; 3],
 }
 
 fn tile_of(shape: &[u32], data: Vec<f64>) -> V {
@@ -423,35 +503,77 @@ impl Run<'_> {
                     vec![V::T(vec![s[1], s[0]], o)]
                 }
                 OpKind::Reduce {
-                    op: rop, x, axis, ..
+                    op: rop,
+                    x,
+                    axis,
+                    keepdims,
                 } => {
                     let (s, d) = get(x, vals).data();
-                    assert_eq!(
-                        (s.len(), *axis),
-                        (2, 0),
-                        "the generated reductions reduce axis 0 of a 2-D tile"
-                    );
-                    let (r, c) = (s[0] as usize, s[1] as usize);
-                    let out = (0..c)
-                        .map(|j| {
-                            let col = (0..r).map(|i| d[i * c + j]);
-                            match rop {
-                                tile::ReduceOp::Sum => col.sum(),
-                                tile::ReduceOp::Max => col.fold(f64::NEG_INFINITY, f64::max),
-                                tile::ReduceOp::Min => col.fold(f64::INFINITY, f64::min),
+                    let shape: Vec<usize> = s.iter().map(|x| *x as usize).collect();
+                    let mut oshape = s.clone();
+                    oshape[*axis] = 1;
+                    let os: Vec<usize> = oshape.iter().map(|x| *x as usize).collect();
+                    let init = match rop {
+                        tile::ReduceOp::Sum => 0.0,
+                        tile::ReduceOp::Max => f64::NEG_INFINITY,
+                        tile::ReduceOp::Min => f64::INFINITY,
+                    };
+                    let mut out = vec![init; numel(&os)];
+                    let ost = strides(&os);
+                    for (i, x) in d.iter().enumerate() {
+                        let mut idx = unravel(i, &shape);
+                        idx[*axis] = 0;
+                        let f: usize = idx.iter().zip(&ost).map(|(i, s)| i * s).sum();
+                        out[f] = match rop {
+                            tile::ReduceOp::Sum => out[f] + x,
+                            tile::ReduceOp::Max => out[f].max(*x),
+                            tile::ReduceOp::Min => out[f].min(*x),
+                        };
+                    }
+                    if !*keepdims {
+                        oshape.remove(*axis);
+                    }
+                    vec![tile_of(&oshape, out)]
+                }
+                OpKind::Dot { a, b, acc, .. } => {
+                    let (sa, da) = get(a, vals).data();
+                    let (sb, db) = get(b, vals).data();
+                    let (m, kk, n) = (sa[0] as usize, sa[1] as usize, sb[1] as usize);
+                    let mut out = match acc {
+                        Some(c) => get(c, vals).data().1,
+                        None => vec![0.0; m * n],
+                    };
+                    for i in 0..m {
+                        for j in 0..n {
+                            for t in 0..kk {
+                                out[i * n + j] += da[i * kk + t] * db[t * n + j];
                             }
-                        })
-                        .collect();
-                    vec![V::T(vec![s[1]], out)]
+                        }
+                    }
+                    vec![V::T(vec![sa[0], sb[1]], out)]
+                }
+                OpKind::Arange { start, len } => {
+                    let s0 = get(start, vals).data().1[0];
+                    vec![V::T(vec![*len], (0..*len).map(|i| s0 + i as f64).collect())]
+                }
+                OpKind::NumPrograms(a) => vec![V::S(self.grid[*a as usize] as f64)],
+                OpKind::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
+                    let c = get(cond, vals).data().1[0] != 0.0;
+                    self.region(if c { then } else { otherwise }, vals, mem)
                 }
                 OpKind::Load {
                     tensor,
                     access,
                     other,
-                    ..
+                    mask,
                 } => {
                     let (buf, vd) = self.tensors[*tensor].clone().unwrap();
                     let (shape, starts) = self.access(access, vals);
+                    let mask = mask.map(|m| get(&m, vals).data().1);
                     let other = match other {
                         Constant::Int(i) => *i as f64,
                         Constant::Float(x) => *x,
@@ -461,8 +583,8 @@ impl Run<'_> {
                     let n = shape.iter().product::<u32>() as usize;
                     let data = (0..n)
                         .map(|i| match self.locate(i, &shape, &starts, &vd, &st) {
-                            Some(f) => mem[buf][f],
-                            None => other,
+                            Some(f) if mask.as_ref().is_none_or(|m| m[i] != 0.0) => mem[buf][f],
+                            _ => other,
                         })
                         .collect();
                     vec![tile_of(&shape, data)]
@@ -471,13 +593,17 @@ impl Run<'_> {
                     tensor,
                     access,
                     value,
-                    ..
+                    mask,
                 } => {
                     let (buf, vd) = self.tensors[*tensor].clone().unwrap();
                     let (shape, starts) = self.access(access, vals);
+                    let mask = mask.map(|m| get(&m, vals).data().1);
                     let (_, d) = get(value, vals).data();
                     let st = strides(&vd);
                     for (i, x) in d.iter().enumerate() {
+                        if mask.as_ref().is_some_and(|m| m[i] == 0.0) {
+                            continue;
+                        }
                         if let Some(f) = self.locate(i, &shape, &starts, &vd, &st) {
                             mem[buf][f] = *x;
                         }
@@ -563,7 +689,48 @@ impl Run<'_> {
     }
 }
 
-/// Runs a schedule of generated kernels; returns its outputs.
+/// A stdlib kernel lowered for a launch: const arguments and the dims its tile
+/// shapes need (from the argument views) fixed.
+fn lower_std(module: &str, name: &str, l: &crate::ir::schedule::Launch, env: &Env) -> Kernel {
+    let mut db = Database::new();
+    let file = db.set_source(
+        format!("<{module}>"),
+        crate::stdlib::source(module).unwrap().to_string(),
+    );
+    let (item, _) = db::function_item(&db, file, name).unwrap();
+    let parsed = db::parse_item(&db, item);
+    let Some(crate::syntax::ast::Item::Function(f)) = parsed.item.as_deref() else {
+        unreachable!("a kernel")
+    };
+    let sig = db::item_signature(&db, item).clone().unwrap();
+    let mut known = std::collections::BTreeMap::new();
+    for p in &sig.params {
+        if let (
+            crate::check::Ty::Tensor { dims: pd, .. },
+            Some((_, Arg::Buffer { dims: vd, .. })),
+        ) = (&p.ty, l.args.iter().find(|(n, _)| *n == p.name))
+        {
+            for (d, v) in pd.iter().zip(vd) {
+                if let Some(s) = d.as_symbol() {
+                    known.insert(s.to_string(), dim(v, env));
+                }
+            }
+        }
+    }
+    let mut spec = tile::Specialization::new();
+    for (n, v) in &l.consts {
+        let v = match v.as_str() {
+            "True" => 1,
+            "False" => 0,
+            v => v.parse().unwrap(),
+        };
+        spec.values.insert(n.clone(), v);
+    }
+    tile::lower::lower_kernel_with_dims(f, db::module_scope(&db, file), &spec, &known)
+        .unwrap_or_else(|d| panic!("{d:?}"))
+}
+
+/// Runs a schedule of generated and stdlib kernels; returns its outputs.
 fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String, f64>) -> Vec<T> {
     let mut mem: Vec<Vec<f64>> = s
         .buffers
@@ -574,16 +741,21 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
         })
         .collect();
     for l in &s.launches {
-        let KernelRef::Generated(ki) = l.kernel else {
-            panic!(
-                "the test interpreter runs generated kernels only: {:?}",
-                l.kernel
-            )
+        let std_kernel;
+        let k: &Kernel = match &l.kernel {
+            KernelRef::Generated(ki) => &s.kernels[*ki],
+            KernelRef::Std { module, name } => {
+                std_kernel = lower_std(module, name, l, env);
+                &std_kernel
+            }
+            KernelRef::User(n) => panic!("the test interpreter does not run user kernel `{n}`"),
         };
-        let k = &s.kernels[ki];
+        // Arguments in the kernel's parameter order, by name.
+        let by_name: HashMap<&str, &Arg> = l.args.iter().map(|(n, a)| (n.as_str(), a)).collect();
         let mut tensors = Vec::new();
         let mut sc = Vec::new();
-        for (p, (_, a)) in k.params.iter().zip(&l.args) {
+        for p in &k.params {
+            let a = by_name[p.name.as_str()];
             match (a, &p.kind) {
                 (Arg::Buffer { buf, dims: vd }, ParamKind::Tensor { dims: pd, .. }) => {
                     let vd = dims(vd, env);
@@ -618,6 +790,7 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
                         tensors: tensors.clone(),
                         scalars: sc.clone(),
                         pid: [x, y, z],
+                        grid: [g(0), g(1), g(2)],
                     };
                     run.region(&k.body, &mut HashMap::new(), &mut mem);
                 }
@@ -794,4 +967,43 @@ fn generated_softmax_over_any_axis_computes_the_graph() {
     for (a, k, c) in [(2, 5, 3), (2, 1100, 3), (1, 1, 1)] {
         check(src, "sa", &[("A", a), ("K", k), ("C", c)], &[]);
     }
+}
+
+#[test]
+fn schedules_with_stdlib_kernels_compute_the_graph() {
+    // gemm (+ a fused epilogue), gemm_tf32 then a fused scale and softmax_rows,
+    // batched activations on a plain gemm, layer_norm_rows, rms_norm_rows and a
+    // row reduction, all run through the stdlib kernels lowered to Tile IR.
+    let src = r#"def lin(x: Tensor["B", "T", "C", f16], w: Tensor["C", "F", f16], b: Tensor["F", f16]) -> Tensor["B", "T", "F", f16]:
+    return relu(x @ w + b)
+
+def scores(q: Tensor["M", "K", f32], k: Tensor["K", 200, f32], s: f32) -> Tensor["M", 200, f32]:
+    return softmax(matmul(q, k) * s, dim=-1)
+
+def norms(x: Tensor["M", "C", f32], g: Tensor["C", f32], b: Tensor["C", f32]) -> Tensor["M", "C", f32]:
+    y = rms_norm(layer_norm(x, g, b, 0.001), g)
+    return y - mean(y, dim=-1, keepdims=True) + max(x, dim=1, keepdims=True)
+"#;
+    check(
+        src,
+        "lin",
+        &[("B", 2), ("T", 3), ("C", 40), ("F", 130)],
+        &[],
+    );
+    check(src, "scores", &[("M", 5), ("K", 33)], &[("s", 0.3)]);
+    check(src, "norms", &[("M", 3), ("C", 70)], &[]);
+}
+
+#[test]
+fn attention_through_flash_attn_computes_the_graph() {
+    let src = r#"def attention(q: Tensor["B", "H", "S", "D", bf16], k: Tensor["B", "H", "S", "D", bf16],
+              v: Tensor["B", "H", "S", "D", bf16]) -> Tensor["B", "H", "S", "D", bf16]:
+    return matmul(softmax(matmul(q, transpose(k, -2, -1)) * rsqrt(D), dim=-1), v)
+"#;
+    check(
+        src,
+        "attention",
+        &[("B", 1), ("H", 2), ("S", 70), ("D", 64)],
+        &[],
+    );
 }
