@@ -13,15 +13,25 @@
 //! * Kernel calls are effects (they write their tensor arguments): they have no
 //!   result and later nodes see the written tensors, so nodes are never reordered
 //!   across them.
-//! * Calls to other whole-tensor functions are kept as `call` nodes (not inlined):
-//!   the callee's graph is its own query, and the schedule does not lower calls yet.
-//!   The exception is std.nn's spelled-out definitions of the builtins (`softmax`,
-//!   `layer_norm`, `rms_norm`, `relu`, `gelu`, `silu`), which the standard library
-//!   documents as having the builtin's meaning: a call to one of them is the builtin.
+//! * Calls to other whole-tensor functions: `build` makes `call` nodes, and
+//!   `inline` replaces them with the callee's graph (dims substituted, spans set to
+//!   the call's), so that fusion sees across function boundaries. The db query
+//!   `graph_ir` is the inlined graph (`graph_ir_uninlined` the one as written); a
+//!   call giving const arguments inlines the callee re-checked with those values;
+//!   recursive calls stay `call` nodes (and the schedule reports them).
+//!   std.nn's spelled-out definitions of the builtins (`softmax`, `layer_norm`,
+//!   `rms_norm`, `relu`, `gelu`, `silu`) are documented by the standard library as
+//!   having the builtin's meaning: a call to one of them is the builtin.
 //! * `if` statements on compile-time conditions take their branch; `for` loops
 //!   over `range` of compile-time integers are unrolled (at most 64 trips). Run-time
-//!   conditions, `while`, `break`/`continue`, tensor subscripts and `.shape` are not
-//!   lowered yet: `build` returns a [`LowerError`] saying so.
+//!   conditions, `while`, `break`/`continue`, tensor subscripts other than `:` and
+//!   `None` (those are views), and `.shape` are not lowered yet: `build` returns a
+//!   [`LowerError`] saying so (E0512 at `tsrc emit`).
+//!
+//! The dump: a header `graph NAME(params) -> result types`, one line per node
+//! `%i = op operands [bcast(lhs|rhs|cond)] : type` (kernel launches `%i = launch
+//! k[grid](param=%j, ..., CONST=value)`), and `return %i, ...`. `verify` checks
+//! operands defined before use, shapes against each op's rule and valued outputs.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
