@@ -1007,3 +1007,27 @@ fn attention_through_flash_attn_computes_the_graph() {
         &[],
     );
 }
+
+#[test]
+fn generated_norms_compute_the_graph() {
+    // Rows longer than the row kernels' 1024, missing weights, narrow dtypes.
+    let src = r#"def nn(x: Tensor["M", 1500, bf16], w: Tensor[1500, bf16], y: Tensor["M", "C", f32], b: Tensor["C", f32]) -> Tensor["M", 1500, f32]:
+    a = layer_norm(x, w).to(f32)
+    c = rms_norm(y) + layer_norm(y, None, b, 0.01)
+    return a + sum(c, dim=1, keepdims=True)
+"#;
+    for (m, c) in [(2, 7), (3, 1300)] {
+        check(src, "nn", &[("M", m), ("C", c)], &[]);
+    }
+    let mut db = Database::new();
+    let file = db.set_source("/t/nn.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "nn").unwrap();
+    let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
+    let dump = crate::ir::schedule::dump(&s);
+    assert_eq!(
+        dump.matches("_layer_norm").count(),
+        4,
+        "two generated layer norms: {dump}"
+    );
+    assert!(dump.contains("nn_rms_norm"), "{dump}");
+}
