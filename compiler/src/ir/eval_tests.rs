@@ -1031,3 +1031,20 @@ fn generated_norms_compute_the_graph() {
     );
     assert!(dump.contains("nn_rms_norm"), "{dump}");
 }
+
+#[test]
+fn generated_batched_matmuls_compute_the_graph() {
+    // bf16 with broadcast batch dims, f32 with equal ones, a 1-D right operand
+    // under batch dims: no stdlib gemm, generated ones.
+    let src = r#"def bm(a: Tensor["B", "H", "S", "D", bf16], b: Tensor["H", "D", "T", bf16], c: Tensor["H", "S", "D", f32], d: Tensor["H", "D", "T", f32]) -> Tensor["B", "H", "S", "T", f32]:
+    return (a @ b).to(f32) + matmul(c, d)
+"#;
+    for (b, h, s_, d, t) in [(2, 3, 5, 7, 9), (1, 2, 70, 40, 65)] {
+        check(
+            src,
+            "bm",
+            &[("B", b), ("H", h), ("S", s_), ("D", d), ("T", t)],
+            &[],
+        );
+    }
+}

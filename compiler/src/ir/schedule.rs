@@ -16,7 +16,10 @@
 //! * `matmul` → `std.linalg` `gemm` (f16), `gemm_bf16`, `gemm_tf32` (f32 inputs:
 //!   the only f32 gemm of the stdlib, so the launch records that it multiplies at
 //!   tf32 precision) or `gemm_batched` (f16, batch dims equal, flattened): these write an f32 `C`;
-//!   a narrower result dtype is a cast done by the consumer's fused kernel;
+//!   a narrower result dtype is a cast done by the consumer's fused kernel; a
+//!   matmul no stdlib gemm covers (bf16/f32 with batch dims, broadcast batch dims)
+//!   is a generated gemm (64 x 64 tiles, a K loop of `dot` in f32, batch indices
+//!   per program);
 //! * `softmax` (last axis, f32) → `std.nn` `softmax_rows` (the row fits 1024) or
 //!   `softmax_rows_online`; over another axis or of another float dtype, a
 //!   generated kernel (three loops over the axis: max, sum, normalise);
@@ -35,7 +38,7 @@
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
 //! on grid axis 2). Everything else (transposes of other axes, `randn`, recursive
-//! calls, matmuls without a stdlib gemm) is a [`LowerError`]: not supported yet
+//! calls, integer matmuls) is a [`LowerError`]: not supported yet
 //! (E0512 at `tsrc emit`).
 //!
 //! The dump lists the buffers, the launches in order (kernel, grid, graph nodes,
@@ -503,11 +506,16 @@ impl<'g> Lower<'g> {
             (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
+            (d, ..) if d.is_float() && g.ty(b).dtype().is_some_and(DType::is_float) => {
+                self.matmul_generated(n, &da, &db, ba, bb, c)?;
+                self.buf_of.insert(n, c);
+                return Ok(());
+            }
             _ => {
                 return Err(self.unsupported(
                     n,
                     format!(
-                        "matmul of {} x {} (the stdlib has gemm for f16/bf16/f32 with a 2-D right operand, and batched f16 with equal batch dims)",
+                        "matmul of {} x {} (tensor cores multiply floats)",
                         g.ty(a),
                         g.ty(b)
                     ),
@@ -2449,6 +2457,291 @@ impl Lower<'_> {
             consts: vec![],
             requires: vec![],
             writes: vec![out],
+        });
+        Ok(())
+    }
+}
+
+impl Lower<'_> {
+    /// A generated batched gemm for the matmuls no stdlib gemm covers (bf16 or
+    /// f32 with batch dims, broadcast batch dims): operands padded to one rank
+    /// (`da`, `db`: `[batch.., M, K]`, `[batch.., K, N]`), one program per
+    /// `(batch x M tile, N tile)`, a loop over K with `dot` into an f32
+    /// accumulator, written to the f32 buffer `c`; a batch axis an operand lacks
+    /// (size 1) reads index 0.
+    fn matmul_generated(
+        &mut self,
+        n: NodeId,
+        da: &[Dim],
+        db: &[Dim],
+        ba: BufId,
+        bb: BufId,
+        c: BufId,
+    ) -> R<()> {
+        let g = self.g;
+        let nb = da.len().max(db.len()) - 2;
+        let pad = |d: &[Dim]| {
+            let mut p = vec![Dim::constant(1); nb + 2 - d.len()];
+            p.extend(d.iter().cloned());
+            p
+        };
+        let (pa, pb) = (pad(da), pad(db));
+        let batch: Vec<Dim> = (0..nb)
+            .map(|k| {
+                if pa[k].is_one() {
+                    pb[k].clone()
+                } else {
+                    pa[k].clone()
+                }
+            })
+            .collect();
+        let (m, kd, nn) = (pa[nb].clone(), pa[nb + 1].clone(), pb[nb + 1].clone());
+        let z = product(&batch).ok_or_else(|| self.unsupported(n, "batch dims"))?;
+        let NodeKind::MatMul { a, b } = g.node(n).kind else {
+            unreachable!("a matmul")
+        };
+        let dt = g.ty(n).dtype().unwrap_or(DType::F32);
+        let (adt, bdt) = (
+            self.buffers[ba.0 as usize].dtype,
+            self.buffers[bb.0 as usize].dtype,
+        );
+        let (bm, bn, bk) = (64i64, 64i64, 32i64);
+        let (bm32, bn32, bk32) = (bm as u32, bn as u32, bk as u32);
+        let dim_of = |d: &Dim, name: String| match d.as_const() {
+            Some(v) => tile::Dim::Static(v as u64),
+            None => tile::Dim::Dynamic(name),
+        };
+        let operand_dims = |p: &[Dim], inner: [(&Dim, &str); 2]| -> Vec<tile::Dim> {
+            let mut v: Vec<tile::Dim> = (0..nb)
+                .map(|k| {
+                    if p[k].is_one() {
+                        tile::Dim::Static(1)
+                    } else {
+                        dim_of(&p[k], format!("Z{k}"))
+                    }
+                })
+                .collect();
+            v.push(dim_of(inner[0].0, inner[0].1.to_string()));
+            v.push(dim_of(inner[1].0, inner[1].1.to_string()));
+            v
+        };
+        let mut kb = KernelBuilder {
+            ops: vec![],
+            types: vec![],
+            params: vec![
+                tile::Param {
+                    name: "A".into(),
+                    kind: ParamKind::Tensor {
+                        dims: operand_dims(&pa, [(&m, "M"), (&kd, "K")]),
+                        dtype: adt,
+                    },
+                },
+                tile::Param {
+                    name: "B".into(),
+                    kind: ParamKind::Tensor {
+                        dims: operand_dims(&pb, [(&kd, "K"), (&nn, "N")]),
+                        dtype: bdt,
+                    },
+                },
+                tile::Param {
+                    name: "C".into(),
+                    kind: ParamKind::Tensor {
+                        dims: operand_dims(&batch, [(&m, "M"), (&nn, "N")]),
+                        dtype: DType::F32,
+                    },
+                },
+            ],
+            span: g.node(n).span,
+        };
+        let mut args: Vec<(String, Arg)> = vec![
+            (
+                "A".into(),
+                Arg::Buffer {
+                    buf: ba,
+                    dims: pa.clone(),
+                },
+            ),
+            (
+                "B".into(),
+                Arg::Buffer {
+                    buf: bb,
+                    dims: pb.clone(),
+                },
+            ),
+            ("C".into(), {
+                let mut d = batch.clone();
+                d.push(m.clone());
+                d.push(nn.clone());
+                Arg::Buffer { buf: c, dims: d }
+            }),
+        ];
+        let value_of =
+            |kb: &mut KernelBuilder, args: &mut Vec<(String, Arg)>, d: &Dim, name: String| match d
+                .as_const()
+            {
+                Some(v) => kb.cnst(Constant::Int(v), DType::I32),
+                None => {
+                    let idx = kb.params.len();
+                    kb.params.push(tile::Param {
+                        name: name.clone(),
+                        kind: ParamKind::Scalar(DType::I32),
+                    });
+                    args.push((name, Arg::Scalar(ScalarExpr::Index(d.clone()))));
+                    kb.emit(OpKind::ScalarParam(idx), Type::Scalar(DType::I32))
+                }
+            };
+        let pid0 = kb.emit(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+        let pid1 = kb.emit(OpKind::ProgramId(1), Type::Scalar(DType::I32));
+        let kbm = kb.cnst(Constant::Int(bm), DType::I32);
+        let kbn = kb.cnst(Constant::Int(bn), DType::I32);
+        let mv = value_of(&mut kb, &mut args, &m, "m".into());
+        let bm1 = kb.cnst(Constant::Int(bm - 1), DType::I32);
+        let t = kb.binary(BinaryOp::Add, mv, bm1);
+        let m_tiles = kb.binary(BinaryOp::FloorDiv, t, kbm);
+        let zi = kb.binary(BinaryOp::FloorDiv, pid0, m_tiles);
+        let mt = kb.binary(BinaryOp::Mod, pid0, m_tiles);
+        let m0 = kb.binary(BinaryOp::Mul, mt, kbm);
+        let n0 = kb.binary(BinaryOp::Mul, pid1, kbn);
+        let zero = kb.cnst(Constant::Int(0), DType::I32);
+        let mut index = vec![zero; nb];
+        let mut rest = zi;
+        for k in (0..nb).rev() {
+            let dk = value_of(&mut kb, &mut args, &batch[k], format!("z{k}"));
+            index[k] = kb.binary(BinaryOp::Mod, rest, dk);
+            rest = kb.binary(BinaryOp::FloorDiv, rest, dk);
+        }
+        let points = |p: &[Dim]| -> Vec<Access> {
+            (0..nb)
+                .map(|k| Access::Point(if p[k].is_one() { zero } else { index[k] }))
+                .collect()
+        };
+        let f0 = kb.cnst(Constant::Float(0.0), DType::F32);
+        let acc0 = kb.splat(f0, &[bm32, bn32]);
+        let lo = kb.cnst(Constant::Int(0), DType::I32);
+        let hi = value_of(&mut kb, &mut args, &kd, "k".into());
+        let step = kb.cnst(Constant::Int(bk), DType::I32);
+        let iv = kb.fresh(Type::Scalar(DType::I32));
+        let acc_in = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], DType::F32));
+        let outer = std::mem::take(&mut kb.ops);
+        let mut acc_a = points(&pa);
+        acc_a.push(Access::Range {
+            start: m0,
+            len: bm32,
+        });
+        acc_a.push(Access::Range {
+            start: iv,
+            len: bk32,
+        });
+        let ta = kb.emit(
+            OpKind::Load {
+                tensor: 0,
+                access: acc_a,
+                mask: None,
+                other: zero_of(adt),
+            },
+            KernelBuilder::tile_ty(&[bm32, bk32], adt),
+        );
+        let mut acc_b = points(&pb);
+        acc_b.push(Access::Range {
+            start: iv,
+            len: bk32,
+        });
+        acc_b.push(Access::Range {
+            start: n0,
+            len: bn32,
+        });
+        let tb = kb.emit(
+            OpKind::Load {
+                tensor: 1,
+                access: acc_b,
+                mask: None,
+                other: zero_of(bdt),
+            },
+            KernelBuilder::tile_ty(&[bk32, bn32], bdt),
+        );
+        // Operands at their graph dtypes, then both at the product's.
+        let ta = kb.cast(ta, g.ty(a).dtype().unwrap_or(adt));
+        let ta = kb.cast(ta, dt);
+        let tb = kb.cast(tb, g.ty(b).dtype().unwrap_or(bdt));
+        let tb = kb.cast(tb, dt);
+        let next = kb.emit(
+            OpKind::Dot {
+                a: ta,
+                b: tb,
+                acc: Some(acc_in),
+                precision: tile::Precision::Ieee,
+            },
+            KernelBuilder::tile_ty(&[bm32, bn32], DType::F32),
+        );
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Yield(vec![next]),
+            span: kb.span,
+        });
+        let body_ops = std::mem::replace(&mut kb.ops, outer);
+        let total = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], DType::F32));
+        kb.ops.push(Op {
+            results: vec![total],
+            kind: OpKind::For {
+                lo,
+                hi,
+                step,
+                init: vec![acc0],
+                body: Region {
+                    args: vec![iv, acc_in],
+                    ops: body_ops,
+                },
+            },
+            span: kb.span,
+        });
+        let mut acc_c: Vec<Access> = index.iter().map(|i| Access::Point(*i)).collect();
+        acc_c.push(Access::Range {
+            start: m0,
+            len: bm32,
+        });
+        acc_c.push(Access::Range {
+            start: n0,
+            len: bn32,
+        });
+        kb.ops.push(Op {
+            results: vec![],
+            kind: OpKind::Store {
+                tensor: 2,
+                access: acc_c,
+                value: total,
+                mask: None,
+            },
+            span: kb.span,
+        });
+        let name = format!("{}_matmul{}", g.name, self.kernels.len());
+        self.kernels.push(Kernel {
+            name,
+            specialization: vec![],
+            params: kb.params,
+            num_warps: 4,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: kb.ops,
+            },
+            types: kb.types,
+        });
+        let rows = match (z.as_const(), m.as_const()) {
+            (Some(zc), Some(mc)) => ScalarExpr::Index(Dim::constant(zc * ((mc + bm - 1) / bm))),
+            _ => ScalarExpr::Binary(
+                BinaryOp::Mul,
+                Box::new(ScalarExpr::Index(z)),
+                Box::new(cdiv(&m, bm)),
+            ),
+        };
+        self.launch(Launch {
+            kernel: KernelRef::Generated(self.kernels.len() - 1),
+            nodes: vec![n],
+            grid: Some(vec![rows, cdiv(&nn, bn)]),
+            args,
+            consts: vec![],
+            requires: vec![],
+            writes: vec![c],
         });
         Ok(())
     }
