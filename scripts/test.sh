@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): formatting, lints, every test of the
 # workspace, and a smoke run of `tsrc check` over examples/ and stdlib/.
-# Needs only a Rust toolchain (cargo, rustfmt, clippy); crates come from crates.io
+# Needs a Rust toolchain (cargo, rustfmt, clippy) and python3 with pip (for
+# NVIDIA's ptxas, fetched from PyPI into .cache/ by scripts/fetch-ptxas.sh and
+# exported as TESSERA_PTXAS to the PTX validation tests); crates come from crates.io
 # into cargo's own cache, build outputs go to target/ (or $CARGO_TARGET_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,13 @@ cargo fmt --all -- --check
 
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "ptxas for the PTX validation tests (scripts/fetch-ptxas.sh; set TESSERA_PTXAS to use another)"
+if [ -z "${TESSERA_PTXAS:-}" ]; then
+    TESSERA_PTXAS="$(scripts/fetch-ptxas.sh)"
+fi
+export TESSERA_PTXAS
+"$TESSERA_PTXAS" --version | tail -n 1
 
 step "cargo test --workspace --no-fail-fast"
 cargo test --workspace --no-fail-fast

@@ -419,10 +419,8 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
         EmitKind::TileIr => emit_tile_ir(&cx),
         EmitKind::GraphIr => emit_whole_tensor(&cx, false),
         EmitKind::ScheduleIr => emit_whole_tensor(&cx, true),
-        other => Err(EmitError::Usage(format!(
-            "`--emit {}` is not available yet",
-            other.flag()
-        ))),
+        EmitKind::TargetIr => emit_target_ir(&cx),
+        EmitKind::Ptx => emit_ptx(&cx),
     };
     match result {
         Ok(output) => match &args.output {
@@ -529,6 +527,40 @@ fn emit_tile_ir(cx: &EmitContext) -> Result<String, EmitError> {
     }
 }
 
+/// The Target IR of the selected kernels for `--arch`, separated by blank lines.
+fn emit_target_ir(cx: &EmitContext) -> Result<String, EmitError> {
+    let mut text = String::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in &cx.kernels {
+        match crate::db::target_ir(cx.db, *item, cx.db.options(), cx.spec.clone()) {
+            Ok(k) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&k.to_string());
+            }
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(text)
+    } else {
+        Err(EmitError::Diagnostics(diags))
+    }
+}
+
+/// One PTX module with the selected kernels for `--arch`.
+fn emit_ptx(cx: &EmitContext) -> Result<String, EmitError> {
+    if !cx.arch.is_nvidia() {
+        return Err(EmitError::Usage(format!(
+            "`--emit ptx` needs an NVIDIA target (sm_70 ... sm_90a), not {}",
+            cx.arch
+        )));
+    }
+    crate::db::ptx_module(cx.db, &cx.kernels, cx.db.options(), &cx.spec)
+        .map_err(EmitError::Diagnostics)
+}
+
 #[cfg(test)]
 mod emit_tests {
     use super::*;
@@ -628,10 +660,14 @@ mod emit_tests {
 
     #[test]
     fn usage_errors_exit_2() {
-        let a = args(write("k5.tsr", KERNELS), EmitKind::Ptx);
+        let mut a = args(write("k5.tsr", KERNELS), EmitKind::ScheduleIr);
+        a.kernel = Some("nope".into());
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
-        assert_eq!(err, "error: `--emit ptx` is not available yet\n");
+        assert_eq!(
+            err,
+            "error: no whole-tensor function `nope` in this file (it has no whole-tensor functions)\n"
+        );
         let mut a = args(write("k6.tsr", KERNELS), EmitKind::TileIr);
         a.define = vec![("Q".into(), 1)];
         let (code, _, err) = run(&a);
@@ -639,5 +675,205 @@ mod emit_tests {
         assert!(err.contains("`-D Q`"), "{err}");
         let a = args(PathBuf::from("/no/such/file.tsr"), EmitKind::TileIr);
         assert_eq!(run(&a).0, EXIT_USAGE);
+    }
+}
+
+// ---- `report` (issue 3, resources) ----
+
+/// How `report` prints its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// An aligned table, one row per kernel.
+    Table,
+    /// A JSON array of objects: kernel, arch, threads, regs, smem_bytes,
+    /// occupancy (0-1), blocks_per_sm, limiter.
+    Json,
+}
+
+/// `report FILE [--arch ARCH] [--format table|json] [--kernel NAME] [-D NAME=VALUE]...`
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The `.tsr` file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Target architecture: sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a gfx90a gfx942 gfx1100.
+    #[arg(long, default_value = "sm_90", value_parser = clap::value_parser!(Arch))]
+    pub arch: Arch,
+    /// How to print the rows.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+    /// Only this kernel (default: every kernel of the file, in source order).
+    #[arg(long, value_name = "NAME")]
+    pub kernel: Option<String>,
+    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`.
+    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+    pub define: Vec<(String, i64)>,
+}
+
+/// `report` writing to the process's stdout and stderr; returns the exit status.
+pub fn report(args: &ReportArgs) -> u8 {
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let color = stderr_wants_color();
+    report_to(args, &mut stdout.lock(), &mut stderr.lock(), color)
+}
+
+/// `report` with explicit output streams: the resources of every kernel that
+/// compiles on stdout; diagnostics (W0003, W0004, and errors that stop a kernel)
+/// on stderr. Exit 1 when any kernel has an error (the others are still printed).
+pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
+    let mut db = Database::new();
+    db.set_arch(args.arch);
+    let shown = args.file.display().to_string();
+    let file = match db.load_file(&args.file) {
+        Ok(file) => file,
+        Err(e) => {
+            let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
+            return EXIT_USAGE;
+        }
+    };
+    let db = &db;
+    let text = file.text(db);
+    let check = db.diagnostics(file);
+    if !check.is_empty() {
+        let _ = err.write_all(render::render_human_all(&shown, text, check, color).as_bytes());
+    }
+    let errors = check.iter().filter(|d| d.is_error()).count();
+    if errors > 0 {
+        let _ = writeln!(
+            err,
+            "error: {} in `{shown}`; no report",
+            plural(errors, "error")
+        );
+        return EXIT_ERRORS;
+    }
+    let mut kernels = crate::db::file_kernels(db, file);
+    if let Some(name) = &args.kernel {
+        let names: Vec<String> = kernels.iter().map(|k| k.0.clone()).collect();
+        kernels.retain(|k| &k.0 == name);
+        if kernels.is_empty() {
+            let _ = writeln!(
+                err,
+                "error: no kernel `{name}` in `{shown}` (its kernels: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+            return EXIT_USAGE;
+        }
+    }
+    let mut spec = crate::ir::tile::Specialization::new();
+    for (name, value) in &args.define {
+        spec.values.insert(name.clone(), *value);
+    }
+    let mut rows = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in &kernels {
+        match crate::backend::resources::kernel_resources(db, *item, *offset, db.options(), &spec) {
+            Ok((r, d)) => {
+                rows.push(r);
+                diags.extend(d);
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    let text_out = match args.format {
+        ReportFormat::Table => crate::backend::resources::render_table(&rows),
+        ReportFormat::Json => crate::backend::resources::render_json(&rows) + "\n",
+    };
+    let _ = out.write_all(text_out.as_bytes());
+    if !diags.is_empty() {
+        let _ = err.write_all(render::render_human_all(&shown, text, &diags, color).as_bytes());
+    }
+    let _ = out.flush();
+    let _ = err.flush();
+    if diags.iter().any(|d| d.is_error()) {
+        EXIT_ERRORS
+    } else {
+        EXIT_OK
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+
+    fn run(text: &str, extra: impl FnOnce(&mut ReportArgs)) -> (u8, String, String) {
+        let dir = std::env::temp_dir().join(format!("tessera-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("k{}.tsr", text.len()));
+        std::fs::write(&path, text).unwrap();
+        let mut args = ReportArgs {
+            file: path,
+            arch: Arch::Sm80,
+            format: ReportFormat::Json,
+            kernel: None,
+            define: Vec::new(),
+        };
+        extra(&mut args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = report_to(&args, &mut out, &mut err, false);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    const TWO: &str = "@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)\ndef scale(x: Tensor[\"N\", f32], BLOCK: const = 128):\n    i = program_id(0) * BLOCK\n    store(x[i : i + BLOCK], load(x[i : i + BLOCK]) * 2.0)\n\n@kernel(grid=(1,), num_warps=1)\ndef wide(x: Tensor[64, 80, f32], out: Tensor[64, 80, f32]):\n    a = load(x[0 : 64, 0 : 80])\n    store(out[0 : 64, 0 : 80], a - max(a, axis=1, keepdims=True))\n";
+
+    #[test]
+    fn json_rows_and_warnings() {
+        let (code, out, err) = run(TWO, |_| {});
+        assert_eq!(code, EXIT_OK, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let rows = v.as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["kernel"], "scale");
+        assert_eq!(rows[0]["arch"], "sm_80");
+        assert_eq!(rows[0]["threads"], 128);
+        assert_eq!(rows[1]["threads"], 32);
+        for r in rows {
+            for key in [
+                "regs",
+                "smem_bytes",
+                "occupancy",
+                "blocks_per_sm",
+                "limiter",
+            ] {
+                assert!(r.get(key).is_some(), "{key} missing in {r}");
+            }
+        }
+        // The one-warp kernel holding 160 values per thread is register-bound.
+        assert_eq!(rows[1]["limiter"], "registers");
+        assert!(rows[1]["occupancy"].as_f64().unwrap() < 0.25);
+        assert!(err.contains("W0004") && err.contains("wide"), "{err}");
+        assert!(!err.contains("`scale`"), "{err}");
+    }
+
+    #[test]
+    fn table_kernel_filter_and_errors() {
+        let (code, out, _) = run(TWO, |a| {
+            a.format = ReportFormat::Table;
+            a.kernel = Some("scale".into());
+        });
+        assert_eq!(code, EXIT_OK);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(cells[..3], ["scale", "sm_80", "128"], "{out}");
+        assert_eq!(cells[5..], ["100.0%", "16", "warps"], "{out}");
+        let (code, _, err) = run(TWO, |a| a.kernel = Some("nope".into()));
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("scale, wide"), "{err}");
+        // A check error: no report.
+        let (code, out, err) = run(
+            "def f(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return y\n",
+            |_| {},
+        );
+        assert_eq!(code, EXIT_ERRORS);
+        assert!(out.is_empty() && err.contains("E0201"), "{err}");
     }
 }

@@ -315,6 +315,64 @@ pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, Item
         .collect()
 }
 
+// ---- Target IR and PTX (issue 3, ptx backend) ----
+
+/// The Target IR of one kernel item for `options`' arch: its Tile IR (see
+/// `tile_ir`; its diagnostics are returned as they are) lowered by
+/// `ir::target::lower` and verified. A construct the code generator cannot
+/// lower yet is E0512 with the span of the Tile IR op (item-relative).
+#[salsa::tracked(returns(ref))]
+pub fn target_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::target::Kernel>, Vec<Diagnostic>> {
+    let tile = tile_ir(db, item, options, spec).clone()?;
+    match crate::ir::target::lower(&tile, options.arch(db)) {
+        Ok(k) => {
+            debug_assert_eq!(crate::ir::target::verify::verify(&k), Ok(()));
+            Ok(Arc::new(k))
+        }
+        Err(u) => Err(vec![Diagnostic::new("E0512", u.span, u.message)]),
+    }
+}
+
+/// One PTX module holding `kernels` (items with their file offsets, as
+/// `file_kernels` gives them) for `options`' arch, or every diagnostic of
+/// every kernel that failed (absolute spans).
+pub fn ptx_module<'db>(
+    db: &'db dyn Db,
+    kernels: &[(String, ItemSource<'db>, u32)],
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let mut lowered = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in kernels {
+        match target_ir(db, *item, options, spec.clone()) {
+            Ok(k) => lowered.push((**k).clone()),
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(crate::backend::ptx::module(options.arch(db), &lowered))
+    } else {
+        Err(diags)
+    }
+}
+
+/// The PTX module of every kernel of `file` (see `ptx_module`).
+#[salsa::tracked(returns(ref))]
+pub fn ptx(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    ptx_module(db, &file_kernels(db, file), options, &spec)
+}
+
 /// What queries need from the database beyond salsa itself: finding modules.
 #[salsa::db]
 pub trait Db: salsa::Database {

@@ -1,11 +1,11 @@
-//! `tessera`, the user-facing binary. Today it has `tessera check` and
-//! `tessera emit` (the same code as `tsrc check` and `tsrc emit`); the REPL,
+//! `tessera`, the user-facing binary. Today it has `tessera check`,
+//! `tessera emit` and `tessera report` (the same code as the `tsrc` ones); the REPL,
 //! `run` and `lsp` subcommands come with their issues.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tessera::cli::{self, CheckArgs, EmitArgs};
+use tessera::cli::{self, CheckArgs, EmitArgs, ReportArgs};
 
 #[derive(Parser)]
 #[command(
@@ -24,6 +24,8 @@ enum Command {
     Check(CheckArgs),
     /// Print an IR level, PTX or HIP for a .tsr file (the same as `tsrc emit`).
     Emit(EmitArgs),
+    /// Per kernel: threads, registers, shared memory and occupancy (the same as `tsrc report`).
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let code = match &cli.command {
         Command::Check(args) => cli::check(args),
         Command::Emit(args) => cli::emit(args),
+        Command::Report(args) => cli::report(args),
     };
     ExitCode::from(code)
 }

@@ -12,13 +12,16 @@
 //! * A first line `# arch: sm_70` checks the file for that arch (default sm_90).
 //! * A leading comment line `# emit: tile-ir [-D NAME=VALUE]...` also lowers every
 //!   kernel of a file that checks cleanly, adding the lowering diagnostics (E0511,
-//!   E0512), as `tsrc emit --emit tile-ir` reports them.
+//!   E0512), as `tsrc emit --emit tile-ir` reports them; `# emit: report
+//!   [-D NAME=VALUE]...` compiles every kernel to Target IR and adds the resource
+//!   diagnostics (W0003, W0004, E06xx), as `tsrc report` reports them.
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
 use std::path::{Path, PathBuf};
 
 use tessera::backend::arch::Arch;
+use tessera::backend::resources::file_resources;
 use tessera::db::{tile_ir_diagnostics, Database, SourceFile};
 use tessera::diag::render::LineIndex;
 use tessera::diag::Diagnostic;
@@ -249,11 +252,23 @@ pub fn check_text(path: &str, text: &str, arch: Arch) -> Vec<Diagnostic> {
     diagnostics_with_emit(&db, file, text)
 }
 
-/// `# emit: tile-ir [-D NAME=VALUE]...` among a file's leading comment lines:
-/// the case also lowers every kernel (as `tsrc emit --emit tile-ir` would), so
-/// emit-time diagnostics (E0511, E0512) can be tested and documented.
-/// `Ok(None)` without the header.
-pub fn parse_emit_header(text: &str) -> Result<Option<Specialization>, String> {
+/// What a leading `# emit: ...` comment asks the harness to run besides the checker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmitHeader {
+    /// `# emit: tile-ir [-D NAME=VALUE]...`: lower every kernel to Tile IR
+    /// (E0511, E0512), as `tsrc emit --emit tile-ir` does.
+    TileIr(Specialization),
+    /// `# emit: report [-D NAME=VALUE]...`: compile every kernel to Target IR
+    /// and add the resource diagnostics (W0003, W0004, E06xx), as `tsrc report`
+    /// does.
+    Report(Specialization),
+}
+
+/// `# emit: tile-ir|report [-D NAME=VALUE]...` among a file's leading comment
+/// lines: the case also lowers every kernel (as `tsrc emit --emit tile-ir` or
+/// `tsrc report` would), so emit-time diagnostics (E0511, E0512, W0003, W0004)
+/// can be tested and documented. `Ok(None)` without the header.
+pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
     for (i, line) in text.lines().enumerate() {
         let Some(rest) = line.trim().strip_prefix('#') else {
             break;
@@ -262,9 +277,10 @@ pub fn parse_emit_header(text: &str) -> Result<Option<Specialization>, String> {
             continue;
         };
         let mut words = args.split_whitespace();
-        if words.next() != Some("tile-ir") {
+        let kind = words.next();
+        if kind != Some("tile-ir") && kind != Some("report") {
             return Err(format!(
-                "line {}: only `# emit: tile-ir` is supported",
+                "line {}: only `# emit: tile-ir` and `# emit: report` are supported",
                 i + 1
             ));
         }
@@ -284,16 +300,27 @@ pub fn parse_emit_header(text: &str) -> Result<Option<Specialization>, String> {
                 Specialization::parse_define(def).map_err(|e| format!("line {}: {e}", i + 1))?;
             spec.values.insert(name, value);
         }
-        return Ok(Some(spec));
+        return Ok(Some(if kind == Some("report") {
+            EmitHeader::Report(spec)
+        } else {
+            EmitHeader::TileIr(spec)
+        }));
     }
     Ok(None)
 }
 
-/// The file's diagnostics, plus its lowering diagnostics under an emit header.
+/// The file's diagnostics, plus its lowering (or report) diagnostics under an
+/// emit header.
 fn diagnostics_with_emit(db: &Database, file: SourceFile, text: &str) -> Vec<Diagnostic> {
     let mut diags = db.diagnostics(file).to_vec();
-    if let Ok(Some(spec)) = parse_emit_header(text) {
-        diags.extend(tile_ir_diagnostics(db, file, db.options(), &spec));
+    match parse_emit_header(text) {
+        Ok(Some(EmitHeader::TileIr(spec))) => {
+            diags.extend(tile_ir_diagnostics(db, file, db.options(), &spec));
+        }
+        Ok(Some(EmitHeader::Report(spec))) => {
+            diags.extend(file_resources(db, file, db.options(), &spec).1);
+        }
+        _ => {}
     }
     diags
 }

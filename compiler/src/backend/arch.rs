@@ -46,6 +46,22 @@ pub struct ArchInfo {
     pub max_blocks_per_sm: u32,
     /// Tensor-core input dtypes (by name) the target's matrix instructions accept.
     pub mma_dtypes: &'static [&'static str],
+    /// Registers one block may use (NVIDIA `regsPerBlock`).
+    pub regs_per_block: u32,
+    /// Registers are allocated to a warp in units of this many (NVIDIA: 256 per
+    /// warp); on AMD, VGPRs are allocated to a wave in units of this many per lane.
+    pub reg_alloc_unit: u32,
+    /// Warps are given registers in groups of this many: the SM's sub-partitions
+    /// (NVIDIA: 4, the calculator's "warp allocation granularity"); on AMD, the
+    /// SIMDs of a CU (WGP), each with its own register file.
+    pub warp_alloc_granularity: u32,
+    /// Shared memory (LDS) is allocated per block in units of this many bytes.
+    pub smem_alloc_unit: u32,
+    /// Shared memory the driver reserves for every block (1 KiB on sm_80 and later).
+    pub smem_reserved_per_block: u32,
+    /// The shared-memory sizes per SM that the L1/shared split can be set to,
+    /// in bytes, ascending; the last is `smem_per_sm`.
+    pub smem_carveouts: &'static [u32],
 }
 
 const NV_MMA_70: &[&str] = &["f16"];
@@ -54,6 +70,37 @@ const NV_MMA_89: &[&str] = &["f16", "bf16", "f32", "f8e4m3", "f8e5m2"];
 const AMD_MMA_CDNA2: &[&str] = &["f16", "bf16", "f32"];
 const AMD_MMA_CDNA3: &[&str] = &["f16", "bf16", "f32", "f8e4m3", "f8e5m2"];
 const AMD_MMA_RDNA3: &[&str] = &["f16", "bf16"];
+
+const KB: u32 = 1024;
+/// Shared-memory capacities per SM the carveout can select (cuda_occupancy.h,
+/// `cudaOccAlignUpShmemSizeVoltaPlus`; CUDA C Programming Guide, compute
+/// capability sections; Hopper tuning guide).
+const CARVEOUT_70: &[u32] = &[0, 8 * KB, 16 * KB, 32 * KB, 64 * KB, 96 * KB];
+const CARVEOUT_75: &[u32] = &[32 * KB, 64 * KB];
+const CARVEOUT_80: &[u32] = &[
+    0,
+    8 * KB,
+    16 * KB,
+    32 * KB,
+    64 * KB,
+    100 * KB,
+    132 * KB,
+    164 * KB,
+];
+const CARVEOUT_86: &[u32] = &[0, 8 * KB, 16 * KB, 32 * KB, 64 * KB, 100 * KB];
+const CARVEOUT_90: &[u32] = &[
+    0,
+    8 * KB,
+    16 * KB,
+    32 * KB,
+    64 * KB,
+    100 * KB,
+    132 * KB,
+    164 * KB,
+    196 * KB,
+    228 * KB,
+];
+const LDS_64K: &[u32] = &[64 * KB];
 
 impl Arch {
     pub const ALL: [Arch; 10] = [
@@ -70,30 +117,52 @@ impl Arch {
     ];
 
     pub fn info(self) -> ArchInfo {
-        let nv =
-            |name, max_smem_per_block, smem_per_sm, max_warps_per_sm, max_blocks_per_sm, mma| {
-                ArchInfo {
-                    name,
-                    vendor: Vendor::Nvidia,
-                    warp_size: 32,
-                    max_threads_per_block: 1024,
-                    regs_per_sm: 65536,
-                    max_regs_per_thread: 255,
-                    max_smem_per_block,
-                    smem_per_sm,
-                    max_warps_per_sm,
-                    max_blocks_per_sm,
-                    mma_dtypes: mma,
-                }
-            };
+        // NVIDIA: the CUDA C Programming Guide's table of technical
+        // specifications per compute capability, and the allocation rules of
+        // the occupancy calculator (cuda_occupancy.h): registers in units of 256
+        // per warp over 4 sub-partitions; shared memory in units of 256 bytes
+        // before sm_80 and 128 bytes from sm_80, plus 1 KiB the driver reserves
+        // per block from sm_80. `max_smem_per_block` is the opt-in limit
+        // (`sharedMemPerBlockOptin`), without the reserved KiB.
+        let nv = |name,
+                  (max_smem_per_block, smem_per_sm, smem_carveouts): (u32, u32, &'static [u32]),
+                  max_warps_per_sm,
+                  max_blocks_per_sm,
+                  mma| {
+            let ampere_or_later = !matches!(name, "sm_70" | "sm_75");
+            ArchInfo {
+                name,
+                vendor: Vendor::Nvidia,
+                warp_size: 32,
+                max_threads_per_block: 1024,
+                regs_per_sm: 65536,
+                max_regs_per_thread: 255,
+                max_smem_per_block,
+                smem_per_sm,
+                max_warps_per_sm,
+                max_blocks_per_sm,
+                mma_dtypes: mma,
+                regs_per_block: 65536,
+                reg_alloc_unit: 256,
+                warp_alloc_granularity: 4,
+                smem_alloc_unit: if ampere_or_later { 128 } else { 256 },
+                smem_reserved_per_block: if ampere_or_later { 1024 } else { 0 },
+                smem_carveouts,
+            }
+        };
+        let smem_70 = (96 * KB, 96 * KB, CARVEOUT_70);
+        let smem_75 = (64 * KB, 64 * KB, CARVEOUT_75);
+        let smem_80 = (163 * KB, 164 * KB, CARVEOUT_80);
+        let smem_86 = (99 * KB, 100 * KB, CARVEOUT_86);
+        let smem_90 = (227 * KB, 228 * KB, CARVEOUT_90);
         match self {
-            Arch::Sm70 => nv("sm_70", 98_304, 98_304, 64, 32, NV_MMA_70),
-            Arch::Sm75 => nv("sm_75", 65_536, 65_536, 32, 16, NV_MMA_70),
-            Arch::Sm80 => nv("sm_80", 166_912, 167_936, 64, 32, NV_MMA_80),
-            Arch::Sm86 => nv("sm_86", 101_376, 102_400, 48, 16, NV_MMA_80),
-            Arch::Sm89 => nv("sm_89", 101_376, 102_400, 48, 24, NV_MMA_89),
-            Arch::Sm90 => nv("sm_90", 232_448, 233_472, 64, 32, NV_MMA_89),
-            Arch::Sm90a => nv("sm_90a", 232_448, 233_472, 64, 32, NV_MMA_89),
+            Arch::Sm70 => nv("sm_70", smem_70, 64, 32, NV_MMA_70),
+            Arch::Sm75 => nv("sm_75", smem_75, 32, 16, NV_MMA_70),
+            Arch::Sm80 => nv("sm_80", smem_80, 64, 32, NV_MMA_80),
+            Arch::Sm86 => nv("sm_86", smem_86, 48, 16, NV_MMA_80),
+            Arch::Sm89 => nv("sm_89", smem_86, 48, 24, NV_MMA_89),
+            Arch::Sm90 => nv("sm_90", smem_90, 64, 32, NV_MMA_89),
+            Arch::Sm90a => nv("sm_90a", smem_90, 64, 32, NV_MMA_89),
             Arch::Gfx90a | Arch::Gfx942 => ArchInfo {
                 name: if self == Arch::Gfx90a {
                     "gfx90a"
@@ -115,6 +184,16 @@ impl Arch {
                 } else {
                     AMD_MMA_CDNA3
                 },
+                regs_per_block: 4 * 64 * 512,
+                // VGPRs are allocated to a wave in granules of 8 per lane
+                // (LLVM AMDGPU, `getVGPRAllocGranule` for gfx90a/gfx942).
+                reg_alloc_unit: 8,
+                // 4 SIMDs per CU, 8 waves each.
+                warp_alloc_granularity: 4,
+                // LDS_SIZE is encoded in units of 128 dwords.
+                smem_alloc_unit: 512,
+                smem_reserved_per_block: 0,
+                smem_carveouts: LDS_64K,
             },
             Arch::Gfx1100 => ArchInfo {
                 name: "gfx1100",
@@ -125,10 +204,20 @@ impl Arch {
                 regs_per_sm: 2 * 32 * 1536,
                 max_regs_per_thread: 256,
                 max_smem_per_block: 65_536,
-                smem_per_sm: 131_072,
+                // Per CU (CU mode, which the resource model assumes; a WGP pairs
+                // two CUs and 128 KiB).
+                smem_per_sm: 65_536,
                 max_warps_per_sm: 32,
                 max_blocks_per_sm: 32,
                 mma_dtypes: AMD_MMA_RDNA3,
+                regs_per_block: 2 * 32 * 1536,
+                // 1536-VGPR parts allocate wave32 VGPRs in granules of 24.
+                reg_alloc_unit: 24,
+                // The CU's 2 SIMD32s, 16 waves each.
+                warp_alloc_granularity: 2,
+                smem_alloc_unit: 512,
+                smem_reserved_per_block: 0,
+                smem_carveouts: LDS_64K,
             },
         }
     }
@@ -140,6 +229,63 @@ impl Arch {
     pub fn is_nvidia(self) -> bool {
         self.info().vendor == Vendor::Nvidia
     }
+
+    /// The tensor-core (matrix) instructions the code generator uses on this
+    /// target, best first. NVIDIA: `mma.sync` shapes with f32 accumulation
+    /// (PTX ISA, "Warp-level matrix multiply-accumulate"); sm_70's `m8n8k4` and
+    /// the AMD MFMA/WMMA shapes are not used yet.
+    pub fn mma_shapes(self) -> &'static [MmaShape] {
+        const SM75: &[MmaShape] = &[MmaShape {
+            m: 16,
+            n: 8,
+            k: 8,
+            input: "f16",
+        }];
+        const SM80: &[MmaShape] = &[
+            MmaShape {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: "f16",
+            },
+            MmaShape {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: "bf16",
+            },
+        ];
+        match self {
+            Arch::Sm75 => SM75,
+            Arch::Sm80 | Arch::Sm86 | Arch::Sm89 | Arch::Sm90 | Arch::Sm90a => SM80,
+            _ => &[],
+        }
+    }
+
+    /// `ldmatrix` (warp-wide 8x8 16-bit matrix loads from shared memory), sm_75+.
+    pub fn has_ldmatrix(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm75
+    }
+
+    /// `cp.async` (asynchronous global → shared copies), sm_80+.
+    pub fn has_cp_async(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm80
+    }
+
+    /// `tanh.approx.f32`, sm_75+.
+    pub fn has_fast_tanh(self) -> bool {
+        self.is_nvidia() && self >= Arch::Sm75
+    }
+}
+
+/// One warp-level matrix instruction: `[m, k] x [k, n] + [m, n]`, inputs of
+/// dtype `input` (by name), f32 accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub input: &'static str,
 }
 
 impl fmt::Display for Arch {

@@ -1,10 +1,9 @@
-//! `tsrc`, the Tessera compiler driver: `tsrc check`, `tsrc emit`; `report`
-//! arrives with the backend issues.
+//! `tsrc`, the Tessera compiler driver: `tsrc check`, `tsrc emit`, `tsrc report`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tessera::cli::{self, CheckArgs, EmitArgs};
+use tessera::cli::{self, CheckArgs, EmitArgs, ReportArgs};
 
 #[derive(Parser)]
 #[command(name = "tsrc", version, about = "The Tessera compiler")]
@@ -19,6 +18,8 @@ enum Command {
     Check(CheckArgs),
     /// Print an IR level, PTX or HIP for a .tsr file (after checking it).
     Emit(EmitArgs),
+    /// Per kernel: threads, registers, shared memory and occupancy on a target.
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
     let code = match &cli.command {
         Command::Check(args) => cli::check(args),
         Command::Emit(args) => cli::emit(args),
+        Command::Report(args) => cli::report(args),
     };
     ExitCode::from(code)
 }

@@ -125,6 +125,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     w("W0001", "unused variable"),
     w("W0002", "unused import"),
     w("W0005", "unreachable code"),
+    w("W0003", "kernel likely spills registers"),
+    w("W0004", "low occupancy (under 25%)"),
 ];
 
 pub fn lookup(code: &str) -> Option<&'static CodeInfo> {

@@ -4,6 +4,7 @@
 
 pub mod graph;
 pub mod schedule;
+pub mod target;
 pub mod tile;
 
 #[cfg(test)]

@@ -1,0 +1,908 @@
+//! Resource report: what one kernel costs on one arch.
+//!
+//! * threads per block: `num_warps * warp_size`;
+//! * registers per thread: the peak of 32-bit register pressure of the per-thread
+//!   program ([`max_pressure`]), from liveness over a structured program
+//!   ([`Node`]: instructions, loops, two-way branches), which Target IR is;
+//! * static shared memory in bytes;
+//! * occupancy and its limiting factor, by [`super::occupancy`].
+//!
+//! # Register estimate
+//!
+//! Every virtual register has a width in 32-bit words (predicates: 0, 64-bit: 2).
+//! The structured program becomes a control-flow graph of instruction positions
+//! (a loop's body follows its entry and jumps back to its start; it is left at
+//! its [`Node::Test`]s, or skipped from the entry; a branch goes to either arm),
+//! and backward dataflow liveness runs over it to a fixpoint. So a register is
+//! live exactly where some path from there reads it before writing it: a loop
+//! keeps a value read in its body alive around the back edge, while a carried
+//! register that the body rewrites is dead between its last read and the
+//! rewrite (where ptxas coalesces the copy of a loop-carried value). At each
+//! instruction the pressure is the words of the registers live after it plus
+//! those it writes (a result may reuse the register of an operand read for the
+//! last time), or of those live before it if more. Before that, instructions
+//! that neither touch memory nor synchronise are moved down to their first
+//! reader in their block, as ptxas's scheduler does to shorten live ranges
+//! (Target IR emits, e.g., all the address arithmetic of a tile access first).
+//! The estimate is the peak, plus the registers ptxas keeps for itself
+//! ([`PTXAS_OVERHEAD`]), at least [`MIN_REGS`].
+
+use std::fmt::Write as _;
+
+use serde_json::json;
+
+use super::arch::Arch;
+use super::occupancy::{occupancy, BlockUsage, Carveout, Limiter, Occupancy};
+use crate::diag::Diagnostic;
+use crate::syntax::span::Span;
+
+/// A structured per-thread program, as far as register liveness is concerned.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// One instruction: the registers it writes and reads.
+    Inst { defs: Vec<u32>, uses: Vec<u32> },
+    /// Reads `uses` and may leave the innermost enclosing loop (a loop's test).
+    Test { uses: Vec<u32> },
+    /// A loop: `entry` runs once (e.g. reading the bounds and writing the
+    /// induction variable), then `body` repeats until one of its [`Node::Test`]s
+    /// leaves it; the loop may also be skipped right after `entry`.
+    Loop { entry: Box<Node>, body: Vec<Node> },
+    /// A two-way branch on `cond`.
+    Branch {
+        cond: Vec<u32>,
+        then: Vec<Node>,
+        otherwise: Vec<Node>,
+    },
+}
+
+/// Registers `ptxas -v` counts beyond the program's own values. Calibrated with
+/// ptxas 12.9 on straight-line kernels holding `n` loaded values and a 64-bit
+/// address live at once: it reports `n + 2 + 3` registers on sm_70, sm_80 and
+/// sm_90 for every `n` from 3 to 24 (`compiler/tests/ptxas.rs` re-checks this).
+pub const PTXAS_OVERHEAD: u32 = 3;
+/// The fewest registers ptxas 12.9 reports for a kernel that touches global
+/// memory (an empty kernel gets 4).
+pub const MIN_REGS: u32 = 8;
+
+/// The control-flow graph of a program: per position, what it writes and reads
+/// and where control goes next.
+#[derive(Default)]
+struct Cfg {
+    defs: Vec<Vec<u32>>,
+    uses: Vec<Vec<u32>>,
+    succ: Vec<Vec<usize>>,
+    /// Exits (test positions) of each loop being built, innermost last.
+    exits: Vec<Vec<usize>>,
+}
+
+impl Cfg {
+    fn position(&mut self, defs: &[u32], uses: &[u32]) -> usize {
+        self.defs.push(defs.to_vec());
+        self.uses.push(uses.to_vec());
+        self.succ.push(Vec::new());
+        self.defs.len() - 1
+    }
+
+    fn link(&mut self, from: &[usize], to: usize) {
+        for &f in from {
+            self.succ[f].push(to);
+        }
+    }
+
+    /// Builds `nodes` in sequence; returns the first position (if any) and the
+    /// positions whose successor is whatever follows.
+    fn seq(&mut self, nodes: &[Node]) -> (Option<usize>, Vec<usize>) {
+        let mut first = None;
+        let mut open: Vec<usize> = Vec::new();
+        for n in nodes {
+            let (entry, out) = self.node(n);
+            if first.is_none() {
+                first = Some(entry);
+            } else {
+                self.link(&open, entry);
+            }
+            open = out;
+        }
+        (first, open)
+    }
+
+    fn node(&mut self, n: &Node) -> (usize, Vec<usize>) {
+        match n {
+            Node::Inst { defs, uses } => {
+                let p = self.position(defs, uses);
+                (p, vec![p])
+            }
+            Node::Test { uses } => {
+                let p = self.position(&[], uses);
+                if let Some(exits) = self.exits.last_mut() {
+                    exits.push(p);
+                }
+                (p, vec![p])
+            }
+            Node::Loop { entry, body } => {
+                let (e, mut out) = self.node(entry);
+                self.exits.push(Vec::new());
+                let (start, end) = self.seq(body);
+                let exits = self.exits.pop().unwrap_or_default();
+                if let Some(start) = start {
+                    self.link(&out, start);
+                    self.link(&end, start);
+                }
+                // Skipped after the entry, or left at a test.
+                out.extend(exits);
+                (e, out)
+            }
+            Node::Branch {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let p = self.position(&[], cond);
+                let mut out = Vec::new();
+                for arm in [then, otherwise] {
+                    match self.seq(arm) {
+                        (Some(first), end) => {
+                            self.link(&[p], first);
+                            out.extend(end);
+                        }
+                        (None, _) => out.push(p),
+                    }
+                }
+                (p, out)
+            }
+        }
+    }
+}
+
+/// A set of registers as bits.
+#[derive(Clone, PartialEq)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Self {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn insert(&mut self, r: u32) {
+        self.0[r as usize / 64] |= 1 << (r % 64);
+    }
+    fn remove(&mut self, r: u32) {
+        self.0[r as usize / 64] &= !(1 << (r % 64));
+    }
+    fn union(&mut self, other: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a |= b;
+        }
+    }
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            (0..64)
+                .filter(move |b| w & (1u64 << b) != 0)
+                .map(move |b| (i * 64 + b) as u32)
+        })
+    }
+}
+
+/// Peak 32-bit register pressure of a program whose register `r` is
+/// `words(r)` words wide (see the module docs for the model).
+pub fn max_pressure(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
+    let mut cfg = Cfg::default();
+    cfg.seq(program);
+    let n = cfg.defs.len();
+    let nregs = cfg
+        .defs
+        .iter()
+        .chain(&cfg.uses)
+        .flatten()
+        .map(|&r| r as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut live_in = vec![Bits::new(nregs); n];
+    let mut live_out = vec![Bits::new(nregs); n];
+    // Backward dataflow to a fixpoint; positions are mostly in program order,
+    // so sweeping them in reverse converges in a few passes.
+    loop {
+        let mut changed = false;
+        for p in (0..n).rev() {
+            let mut out = Bits::new(nregs);
+            for &s in &cfg.succ[p] {
+                out.union(&live_in[s]);
+            }
+            let mut inn = out.clone();
+            for &d in &cfg.defs[p] {
+                inn.remove(d);
+            }
+            for &u in &cfg.uses[p] {
+                inn.insert(u);
+            }
+            if inn != live_in[p] || out != live_out[p] {
+                live_in[p] = inn;
+                live_out[p] = out;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let weight = |b: &Bits| b.iter().map(words).sum::<u32>();
+    (0..n)
+        .map(|p| {
+            let mut after = live_out[p].clone();
+            for &d in &cfg.defs[p] {
+                after.insert(d);
+            }
+            weight(&after).max(weight(&live_in[p]))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The register estimate reported for a program: peak pressure plus ptxas's
+/// overhead, at least [`MIN_REGS`].
+pub fn estimate_regs(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
+    (max_pressure(program, words) + PTXAS_OVERHEAD).max(MIN_REGS)
+}
+
+/// What one kernel costs on one arch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resources {
+    pub kernel: String,
+    pub arch: Arch,
+    pub threads: u32,
+    /// Estimated registers per thread (may exceed the arch's maximum: a spill).
+    pub regs: u32,
+    /// Static shared memory in bytes.
+    pub smem_bytes: u32,
+    /// Occupancy at `min(regs, max_regs_per_thread)`: beyond the maximum ptxas
+    /// spills rather than refusing the kernel.
+    pub occupancy: Occupancy,
+}
+
+impl Resources {
+    pub fn new(
+        kernel: impl Into<String>,
+        arch: Arch,
+        threads: u32,
+        regs: u32,
+        smem_bytes: u32,
+    ) -> Self {
+        let max = arch.info().max_regs_per_thread;
+        let occupancy = occupancy(
+            arch,
+            BlockUsage {
+                threads,
+                regs_per_thread: regs.min(max),
+                smem_bytes,
+            },
+            Carveout::Default,
+        );
+        Resources {
+            kernel: kernel.into(),
+            arch,
+            threads,
+            regs,
+            smem_bytes,
+            occupancy,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "kernel": self.kernel,
+            "arch": self.arch.name(),
+            "threads": self.threads,
+            "regs": self.regs,
+            "smem_bytes": self.smem_bytes,
+            "occupancy": self.occupancy.occupancy(),
+            "blocks_per_sm": self.occupancy.blocks_per_sm,
+            "limiter": self.occupancy.limiter().name(),
+        })
+    }
+
+    /// W0003 (likely spill), W0004 (occupancy under 25%) and, when not one block
+    /// fits on an SM, the E06xx error of the resource that does not fit. `span`
+    /// is where to point (the kernel's name).
+    pub fn diagnostics(&self, span: Span) -> Vec<Diagnostic> {
+        let info = self.arch.info();
+        let mut out = Vec::new();
+        let occ = &self.occupancy;
+        if self.regs > info.max_regs_per_thread {
+            out.push(
+                Diagnostic::new(
+                    "W0003",
+                    span,
+                    format!(
+                        "kernel `{}` likely spills registers on {}: an estimated {} registers per thread, more than the {} a thread can have",
+                        self.kernel, info.name, self.regs, info.max_regs_per_thread
+                    ),
+                )
+                .with_help("use smaller tiles or more warps (`num_warps=`) so that each thread holds fewer elements"),
+            );
+        }
+        if occ.blocks_per_sm == 0 {
+            let limiter = occ.limiter();
+            let (code, what) = match limiter {
+                Limiter::Warps | Limiter::Blocks => (
+                    "E0604",
+                    format!("{} threads per block, more than the {} of {}", self.threads, info.max_threads_per_block, info.name),
+                ),
+                Limiter::Registers => (
+                    "E0602",
+                    format!(
+                        "{} registers per block ({} threads x {} registers, allocated per warp), more than the {} of {}",
+                        occ.regs_per_block,
+                        self.threads,
+                        self.regs.min(info.max_regs_per_thread),
+                        info.regs_per_block,
+                        info.name
+                    ),
+                ),
+                Limiter::SharedMemory => (
+                    "E0603",
+                    format!(
+                        "{} bytes of shared memory per block (with the driver's reserve), more than the {} a block can use on {}",
+                        occ.smem_per_block,
+                        info.max_smem_per_block + info.smem_reserved_per_block,
+                        info.name
+                    ),
+                ),
+            };
+            out.push(
+                Diagnostic::new(
+                    code,
+                    span,
+                    format!(
+                        "kernel `{}` cannot run on {}: {what}",
+                        self.kernel, info.name
+                    ),
+                )
+                .with_help(
+                    "use smaller tiles, fewer pipeline stages (`num_stages=`) or fewer warps",
+                ),
+            );
+        } else if occ.occupancy() < 0.25 {
+            out.push(
+                Diagnostic::new(
+                    "W0004",
+                    span,
+                    format!(
+                        "kernel `{}` has {:.1}% occupancy on {} ({} warps of {} per SM), limited by {}",
+                        self.kernel,
+                        occ.occupancy() * 100.0,
+                        info.name,
+                        occ.active_warps,
+                        occ.max_warps_per_sm,
+                        occ.limiter().name().replace('_', " ")
+                    ),
+                )
+                .with_help(match occ.limiter() {
+                    Limiter::Registers => "fewer live values per thread (smaller tiles, or more warps) raise occupancy",
+                    Limiter::SharedMemory => "smaller dot tiles or fewer pipeline stages (`num_stages=`) use less shared memory",
+                    Limiter::Warps | Limiter::Blocks => "more warps per block (`num_warps=`) raise occupancy",
+                }),
+            );
+        }
+        out
+    }
+}
+
+/// The report as a table: one row per kernel.
+pub fn render_table(rows: &[Resources]) -> String {
+    let header = [
+        "kernel",
+        "arch",
+        "threads",
+        "regs",
+        "smem_bytes",
+        "occupancy",
+        "blocks/SM",
+        "limiter",
+    ];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.kernel.clone(),
+                r.arch.name().to_string(),
+                r.threads.to_string(),
+                r.regs.to_string(),
+                r.smem_bytes.to_string(),
+                format!("{:.1}%", r.occupancy.occupancy() * 100.0),
+                r.occupancy.blocks_per_sm.to_string(),
+                r.occupancy
+                    .limiters()
+                    .iter()
+                    .map(|l| l.name())
+                    .collect::<Vec<_>>()
+                    .join("+"),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, row: &[&str]| {
+        for (i, (c, w)) in row.iter().zip(widths).enumerate() {
+            // Text left-aligned, numbers right-aligned.
+            if i + 1 == row.len() {
+                let _ = writeln!(out, "{c}");
+            } else if i < 2 {
+                let _ = write!(out, "{c:<w$}  ");
+            } else {
+                let _ = write!(out, "{c:>w$}  ");
+            }
+        }
+    };
+    line(&mut out, &header);
+    for row in &cells {
+        let r: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&mut out, &r);
+    }
+    out
+}
+
+/// The report as JSON: an array of objects.
+pub fn render_json(rows: &[Resources]) -> String {
+    let v: Vec<serde_json::Value> = rows.iter().map(Resources::to_json).collect();
+    serde_json::to_string_pretty(&v).expect("JSON of plain values")
+}
+
+// ---- From Target IR ----
+
+/// The structured program of a Target IR kernel, for [`max_pressure`]. A `For`
+/// loop's entry writes the induction variable from its bounds; the increment
+/// and the test at the end of every iteration read it with the bound and step,
+/// so registers holding those stay live through the loop. A `While` loop
+/// repeats its condition, the test of its predicate (where it is left), and its
+/// body. Each block is first put in [`sink`] order.
+pub fn program_of(kernel: &crate::ir::target::Kernel) -> Vec<Node> {
+    fn convert(insts: &[crate::ir::target::Inst]) -> Vec<Node> {
+        use crate::ir::target::Inst;
+        let mut out = Vec::with_capacity(insts.len());
+        for inst in sink(insts) {
+            let regs =
+                |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
+            match inst {
+                Inst::Comment(_) => {}
+                Inst::For { iv, body, .. } => {
+                    let bounds = regs(inst.uses());
+                    let mut b = convert(body);
+                    let mut step_uses = bounds.clone();
+                    step_uses.push(iv.0);
+                    b.push(Node::Inst {
+                        defs: vec![iv.0],
+                        uses: step_uses.clone(),
+                    });
+                    b.push(Node::Test { uses: step_uses });
+                    out.push(Node::Loop {
+                        entry: Box::new(Node::Inst {
+                            defs: vec![iv.0],
+                            uses: bounds,
+                        }),
+                        body: b,
+                    });
+                }
+                Inst::While { cond, pred, body } => {
+                    let mut b = convert(cond);
+                    b.push(Node::Test { uses: vec![pred.0] });
+                    b.extend(convert(body));
+                    out.push(Node::Loop {
+                        entry: Box::new(Node::Inst {
+                            defs: vec![],
+                            uses: vec![],
+                        }),
+                        body: b,
+                    });
+                }
+                Inst::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => out.push(Node::Branch {
+                    cond: vec![cond.0],
+                    then: convert(then),
+                    otherwise: convert(otherwise),
+                }),
+                other => out.push(Node::Inst {
+                    defs: regs(other.defs()),
+                    uses: regs(other.uses()),
+                }),
+            }
+        }
+        out
+    }
+    convert(&kernel.body)
+}
+
+/// The instructions of one block in the order ptxas's scheduler is modelled to
+/// run them: an instruction without side effects that reads no memory (moves,
+/// arithmetic, compares, conversions, special registers) is placed right
+/// before the first instruction of the block that reads one of its results
+/// (nested regions included), so a value is not held while unrelated work
+/// runs. Memory accesses, barriers, shuffles and control flow keep their order.
+fn sink(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
+    use crate::ir::target::Inst;
+    fn reads(inst: &Inst, out: &mut std::collections::HashSet<u32>) {
+        out.extend(inst.uses().into_iter().map(|r| r.0));
+        for region in inst.regions() {
+            for i in region {
+                reads(i, out);
+            }
+        }
+    }
+    let movable = |i: &Inst| {
+        matches!(
+            i,
+            Inst::Param { .. }
+                | Inst::Special { .. }
+                | Inst::SmemAddr { .. }
+                | Inst::Unary { .. }
+                | Inst::Binary { .. }
+                | Inst::Fma { .. }
+                | Inst::MulWide { .. }
+                | Inst::Cmp { .. }
+                | Inst::Select { .. }
+                | Inst::Cvt { .. }
+        )
+    };
+    let reads_of: Vec<std::collections::HashSet<u32>> = insts
+        .iter()
+        .map(|i| {
+            let mut s = std::collections::HashSet::new();
+            reads(i, &mut s);
+            s
+        })
+        .collect();
+    // For each instruction, the index it is placed before.
+    let n = insts.len();
+    let mut place: Vec<(usize, usize)> = Vec::with_capacity(n);
+    for (k, inst) in insts.iter().enumerate() {
+        if movable(inst) {
+            let defs: Vec<u32> = inst.defs().into_iter().map(|r| r.0).collect();
+            // A later write of the same register (or of a register it reads)
+            // pins it: only single-definition values move.
+            let first_use = (k + 1..n).find(|&j| {
+                defs.iter().any(|d| reads_of[j].contains(d))
+                    || insts[j]
+                        .defs()
+                        .iter()
+                        .any(|r| defs.contains(&r.0) || reads_of[k].contains(&r.0))
+            });
+            let at = first_use.map_or(k, |j| j.max(k));
+            if at > k {
+                // Placed just before `at`, after everything originally before it.
+                place.push((at, k));
+                continue;
+            }
+        }
+        place.push((k, k));
+    }
+    // Stable: by target slot, sunk instructions before the one they precede
+    // (they come from earlier indices).
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&k| {
+        let (at, orig) = place[k];
+        (at, if at == orig { 1 } else { 0 }, orig)
+    });
+    order.into_iter().map(|k| &insts[k]).collect()
+}
+
+/// The resources of a Target IR kernel.
+pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
+    let program = program_of(kernel);
+    let words = |r: u32| kernel.regs.get(r as usize).map_or(1, |t| t.words());
+    Resources::new(
+        kernel.name.clone(),
+        kernel.arch,
+        kernel.num_threads,
+        estimate_regs(&program, &words),
+        kernel.smem_bytes(),
+    )
+}
+
+// ---- Per file ----
+
+/// The resources of one kernel item of a file under `spec` on `options`' arch:
+/// its Target IR (`db::target_ir`, over `db::tile_ir`), then the estimate. `Ok` holds the resources and
+/// their diagnostics (W0003, W0004, or the E06xx of a block that cannot run);
+/// `Err` the diagnostics that stopped compilation (check or lowering errors,
+/// E0512 for what Target IR cannot lower yet). Spans are absolute (`offset` is
+/// the item's start in the file).
+pub fn kernel_resources(
+    db: &dyn crate::db::Db,
+    item: crate::db::ItemSource<'_>,
+    offset: u32,
+    options: crate::db::Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<(Resources, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let target = crate::db::target_ir(db, item, options, spec.clone())
+        .as_ref()
+        .map_err(|d| {
+            d.iter()
+                .cloned()
+                .map(|d| d.shifted(offset))
+                .collect::<Vec<_>>()
+        })?;
+    let resources = of_target(target);
+    let name_span = match crate::db::parse_item(db, item).item.as_deref() {
+        Some(crate::syntax::ast::Item::Function(f)) => f.name.span,
+        _ => Span::new(0, 0),
+    };
+    let diags = resources.diagnostics(name_span.shift(offset));
+    Ok((resources, diags))
+}
+
+/// [`kernel_resources`] for every kernel of a file: the resources of those that
+/// compile, and every diagnostic (absolute spans), in source order. Nothing when
+/// the file has check errors (those are `file_diagnostics`).
+pub fn file_resources(
+    db: &dyn crate::db::Db,
+    file: crate::db::SourceFile,
+    options: crate::db::Options,
+    spec: &crate::ir::tile::Specialization,
+) -> (Vec<Resources>, Vec<Diagnostic>) {
+    let mut rows = Vec::new();
+    let mut diags = Vec::new();
+    if crate::db::file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return (rows, diags);
+    }
+    for (_, item, offset) in crate::db::file_kernels(db, file) {
+        match kernel_resources(db, item, offset, options, spec) {
+            Ok((r, d)) => {
+                rows.push(r);
+                diags.extend(d);
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    (rows, diags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst(defs: &[u32], uses: &[u32]) -> Node {
+        Node::Inst {
+            defs: defs.to_vec(),
+            uses: uses.to_vec(),
+        }
+    }
+
+    fn one(_: u32) -> u32 {
+        1
+    }
+
+    #[test]
+    fn straight_line_results_reuse_dead_operands() {
+        // r0, r1 params; r2 = r0 + r1; r3 = r2 * r2; store r3.
+        let p = [
+            inst(&[0], &[]),
+            inst(&[1], &[]),
+            inst(&[2], &[0, 1]),
+            inst(&[3], &[2, 2]),
+            inst(&[], &[3]),
+        ];
+        assert_eq!(max_pressure(&p, &one), 2);
+        // A value never read still needs a register where it is written.
+        assert_eq!(max_pressure(&[inst(&[0], &[])], &one), 1);
+        assert_eq!(max_pressure(&[], &one), 0);
+    }
+
+    #[test]
+    fn widths_count_words_and_predicates_are_free() {
+        // r0: 64-bit address, r1: pred, r2: f32 loaded under r1.
+        let p = [
+            inst(&[0], &[]),
+            inst(&[1], &[]),
+            inst(&[2], &[0, 1]),
+            inst(&[], &[0, 2]),
+        ];
+        let words = |r: u32| [2, 0, 1][r as usize];
+        assert_eq!(max_pressure(&p, &words), 3);
+    }
+
+    fn test(uses: &[u32]) -> Node {
+        Node::Test {
+            uses: uses.to_vec(),
+        }
+    }
+
+    #[test]
+    fn values_read_in_a_loop_live_through_it() {
+        // r0 defined before the loop and read at the start of the body: it must
+        // survive the whole body (the next iteration reads it again), so it
+        // overlaps the temporaries made at the end of the body.
+        let p = [
+            inst(&[0], &[]),
+            Node::Loop {
+                entry: Box::new(inst(&[1], &[])),
+                body: vec![
+                    inst(&[2], &[0, 1]),
+                    inst(&[], &[2]),
+                    inst(&[3], &[]),
+                    inst(&[4], &[]),
+                    inst(&[5], &[3, 4]),
+                    inst(&[], &[5]),
+                    inst(&[1], &[1]),
+                    test(&[1]),
+                ],
+            },
+        ];
+        // At r4's definition: r0, r1 (the induction variable), r3, r4.
+        assert_eq!(max_pressure(&p, &one), 4);
+        // Without the loop the same instructions need two registers less: r0
+        // and r1 die at their reads.
+        let flat = [
+            inst(&[0], &[]),
+            inst(&[1], &[]),
+            inst(&[2], &[0, 1]),
+            inst(&[], &[2]),
+            inst(&[3], &[]),
+            inst(&[4], &[]),
+            inst(&[5], &[3, 4]),
+            inst(&[], &[5]),
+        ];
+        assert_eq!(max_pressure(&flat, &one), 2);
+    }
+
+    #[test]
+    fn loop_exits_and_carried_values() {
+        // r1 is written late in the body and read after the loop. Each
+        // iteration overwrites it before any read, so it is dead early in the
+        // body (where r2, r3 live) ...
+        let body = vec![
+            inst(&[2], &[0]),
+            inst(&[3], &[2]),
+            inst(&[4], &[3]),
+            inst(&[], &[4, 3]),
+            inst(&[1], &[0]),
+            inst(&[0], &[0]),
+            test(&[0]),
+        ];
+        let p = [
+            inst(&[1], &[]),
+            Node::Loop {
+                entry: Box::new(inst(&[0], &[])),
+                body: body.clone(),
+            },
+            inst(&[], &[1]),
+        ];
+        // ... peak: r0, r3, r4.
+        assert_eq!(max_pressure(&p, &one), 3);
+        // Left at a test after r4's definition and before r1's write, the old
+        // r1 may be read after the loop, so it is live there: r0, r1, r3, r4.
+        let mut early = body;
+        early.insert(3, test(&[0]));
+        let q = [
+            inst(&[1], &[]),
+            Node::Loop {
+                entry: Box::new(inst(&[0], &[])),
+                body: early,
+            },
+            inst(&[], &[1]),
+        ];
+        assert_eq!(max_pressure(&q, &one), 4);
+        // A copied accumulator (Target IR copies carried values into fresh
+        // registers and back): the copy and the original never overlap.
+        let acc = [
+            inst(&[0], &[]),
+            Node::Loop {
+                entry: Box::new(inst(&[1], &[])),
+                body: vec![
+                    inst(&[5], &[0]),
+                    inst(&[2], &[1]),
+                    inst(&[3], &[5, 2]),
+                    inst(&[0], &[3]),
+                    inst(&[1], &[1]),
+                    test(&[1]),
+                ],
+            },
+            inst(&[], &[0]),
+        ];
+        // r1, r5 and r2 at r2's definition.
+        assert_eq!(max_pressure(&acc, &one), 3);
+    }
+
+    #[test]
+    fn branch_arms_do_not_add_up() {
+        let arm = |base: u32| {
+            vec![
+                inst(&[base], &[]),
+                inst(&[base + 1], &[]),
+                inst(&[base + 2], &[]),
+                inst(&[], &[base, base + 1, base + 2]),
+            ]
+        };
+        let p = [
+            inst(&[0], &[]),
+            Node::Branch {
+                cond: vec![0],
+                then: arm(1),
+                otherwise: arm(4),
+            },
+        ];
+        assert_eq!(max_pressure(&p, &one), 3);
+        // A value live across the branch adds to both arms.
+        let mut q = p.to_vec();
+        q.push(inst(&[], &[0]));
+        assert_eq!(max_pressure(&q, &one), 4);
+    }
+
+    #[test]
+    fn estimate_has_a_floor() {
+        assert_eq!(estimate_regs(&[inst(&[0], &[])], &one), MIN_REGS);
+    }
+
+    fn usage(threads: u32, regs: u32, smem: u32) -> Resources {
+        Resources::new("k", Arch::Sm90, threads, regs, smem)
+    }
+
+    #[test]
+    fn warnings_and_errors() {
+        let span = Span::new(4, 5);
+        let codes = |r: &Resources| {
+            r.diagnostics(span)
+                .iter()
+                .map(|d| d.code)
+                .collect::<Vec<_>>()
+        };
+        // 128 threads, 32 regs: 16 blocks, 100%.
+        assert!(codes(&usage(128, 32, 0)).is_empty());
+        // 300 registers: a spill; occupancy is computed at 255 (2 blocks of 4
+        // warps = 12.5%), so W0004 as well.
+        let r = usage(128, 300, 0);
+        assert_eq!(r.occupancy.blocks_per_sm, 2);
+        assert_eq!(codes(&r), ["W0003", "W0004"]);
+        // 200 KiB of shared memory: 1 block of 4 warps (6.25%), limited by it.
+        let r = usage(128, 32, 200 * 1024);
+        assert_eq!(codes(&r), ["W0004"]);
+        assert!(
+            r.diagnostics(span)[0].message.contains("shared memory"),
+            "{:?}",
+            r.diagnostics(span)
+        );
+        // 1024 threads x 128 registers cannot launch: E0602.
+        assert_eq!(codes(&usage(1024, 128, 0)), ["E0602"]);
+        assert_eq!(codes(&usage(128, 32, 230 * 1024)), ["E0603"]);
+        assert_eq!(codes(&usage(2048, 16, 0)), ["E0604"]);
+        // Exactly 25% is not under 25%: 16 warps of 64 (4 blocks x 4 warps).
+        let r = usage(128, 32, 48 * 1024);
+        assert_eq!(r.occupancy.occupancy(), 0.25);
+        assert!(codes(&r).is_empty());
+    }
+
+    #[test]
+    fn json_and_table() {
+        let rows = [
+            usage(128, 40, 16384),
+            Resources::new("flash_attn", Arch::Sm80, 256, 168, 49152),
+        ];
+        let v: serde_json::Value = serde_json::from_str(&render_json(&rows)).unwrap();
+        let a = v.as_array().unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1]["kernel"], "flash_attn");
+        assert_eq!(a[1]["arch"], "sm_80");
+        assert_eq!(a[1]["threads"], 256);
+        assert_eq!(a[1]["regs"], 168);
+        assert_eq!(a[1]["smem_bytes"], 49152);
+        // 168 regs: 5376 a warp; 16384 / 5376 = 3 warps a sub-partition, 12 an
+        // SM, 1 block of 8 warps: 12.5%.
+        assert_eq!(a[1]["blocks_per_sm"], 1);
+        assert_eq!(a[1]["occupancy"], 0.125);
+        assert_eq!(a[1]["limiter"], "registers");
+        let t = render_table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("kernel"));
+        assert!(lines[2].starts_with("flash_attn  sm_80"), "{t}");
+        assert!(lines[2].ends_with("registers"), "{t}");
+    }
+}

@@ -1,0 +1,338 @@
+//! The textual dump of Target IR (`tsrc emit --emit target-ir`).
+
+use std::fmt::{self, Write};
+
+use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, Space, Special, UnOp};
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "kernel {} arch={} threads={} smem={}B",
+            self.name,
+            self.arch,
+            self.num_threads,
+            self.smem_bytes()
+        )?;
+        for (i, p) in self.params.iter().enumerate() {
+            writeln!(f, "  param {i} {}: {}", p.name, p.ty.name())?;
+        }
+        for (i, b) in self.smem.iter().enumerate() {
+            writeln!(
+                f,
+                "  smem {i} {}: {} bytes at {}{} ({})",
+                b.name,
+                b.bytes,
+                b.offset,
+                b.swizzle
+                    .map(|s| format!(
+                        ", swizzle row={}B per_phase={} max_phase={}",
+                        s.row_bytes, s.per_phase, s.max_phase
+                    ))
+                    .unwrap_or_default(),
+                b.purpose
+            )?;
+        }
+        for (v, l) in &self.layouts {
+            writeln!(f, "  layout %{v}: {l}")?;
+        }
+        let mut out = String::new();
+        block(self, &self.body, 1, &mut out);
+        f.write_str(&out)
+    }
+}
+
+fn r(k: &Kernel, x: Reg) -> String {
+    format!("{}{}", reg_prefix(k, x), x.0)
+}
+
+fn reg_prefix(k: &Kernel, x: Reg) -> &'static str {
+    match k.reg_ty(x) {
+        super::RegTy::Pred => "p",
+        super::RegTy::F32 | super::RegTy::F64 => "f",
+        super::RegTy::B16 | super::RegTy::B32 => "b",
+        _ => "r",
+    }
+}
+
+fn o(k: &Kernel, x: &Operand) -> String {
+    match x {
+        Operand::Reg(x) => r(k, *x),
+        Operand::Int(i) => i.to_string(),
+        Operand::Float(v) => format!("{v:?}"),
+    }
+}
+
+fn d(k: &Kernel, x: Reg) -> String {
+    format!("{}:{}", r(k, x), k.reg_ty(x).name())
+}
+
+fn pred(k: &Kernel, p: &Option<Reg>) -> String {
+    match p {
+        Some(p) => format!(" if {}", r(k, *p)),
+        None => String::new(),
+    }
+}
+
+fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    for i in insts {
+        let line = match i {
+            Inst::Param { dst, index } => {
+                format!("{} = param {}", d(k, *dst), k.params[*index].name)
+            }
+            Inst::Special { dst, which } => format!(
+                "{} = {}",
+                d(k, *dst),
+                match which {
+                    Special::ThreadId => "thread_id".to_string(),
+                    Special::BlockId(a) => format!("block_id({a})"),
+                    Special::NumBlocks(a) => format!("num_blocks({a})"),
+                }
+            ),
+            Inst::SmemAddr { dst, buffer } => {
+                format!("{} = smem_addr {}", d(k, *dst), k.smem[*buffer].name)
+            }
+            Inst::Mov { dst, src } => format!("{} = {}", d(k, *dst), o(k, src)),
+            Inst::Unary { op, dst, x } => {
+                format!("{} = {} {}", d(k, *dst), un_name(*op), o(k, x))
+            }
+            Inst::Binary { op, dst, a, b } => format!(
+                "{} = {} {}, {}",
+                d(k, *dst),
+                bin_name(*op),
+                o(k, a),
+                o(k, b)
+            ),
+            Inst::Fma { dst, a, b, c } => {
+                format!("{} = fma {}, {}, {}", d(k, *dst), o(k, a), o(k, b), o(k, c))
+            }
+            Inst::MulWide { dst, a, b } => {
+                format!("{} = mul_wide {}, {}", d(k, *dst), o(k, a), o(k, b))
+            }
+            Inst::Cmp { op, ty, dst, a, b } => format!(
+                "{} = cmp.{}.{} {}, {}",
+                d(k, *dst),
+                cmp_name(*op),
+                ty.name(),
+                o(k, a),
+                o(k, b)
+            ),
+            Inst::Select { dst, cond, a, b } => format!(
+                "{} = select {}, {}, {}",
+                d(k, *dst),
+                r(k, *cond),
+                o(k, a),
+                o(k, b)
+            ),
+            Inst::Cvt { dst, src, narrow } => format!(
+                "{} = cvt {}{}",
+                d(k, *dst),
+                r(k, *src),
+                narrow
+                    .map(|m| format!(" narrow {}", m.name()))
+                    .unwrap_or_default()
+            ),
+            Inst::Ld {
+                space,
+                mem,
+                dst,
+                addr,
+                offset,
+                pred: p,
+            } => format!(
+                "{} = ld.{}.{}{} [{} + {}]{}",
+                dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
+                space_name(*space),
+                mem.name(),
+                vec_suffix(dst.len()),
+                r(k, *addr),
+                offset,
+                pred(k, p)
+            ),
+            Inst::St {
+                space,
+                mem,
+                src,
+                addr,
+                offset,
+                pred: p,
+            } => format!(
+                "st.{}.{}{} [{} + {}], {}{}",
+                space_name(*space),
+                mem.name(),
+                vec_suffix(src.len()),
+                r(k, *addr),
+                offset,
+                src.iter().map(|x| o(k, x)).collect::<Vec<_>>().join(", "),
+                pred(k, p)
+            ),
+            Inst::AtomAdd {
+                mem,
+                src,
+                addr,
+                offset,
+                pred: p,
+            } => format!(
+                "atomic_add.global.{} [{} + {}], {}{}",
+                mem.name(),
+                r(k, *addr),
+                offset,
+                o(k, src),
+                pred(k, p)
+            ),
+            Inst::Barrier => "barrier".to_string(),
+            Inst::CpAsync {
+                dst,
+                src,
+                src_offset,
+                bytes,
+                src_size,
+            } => format!(
+                "copy_async.{bytes} [{}] <- [{} + {}]{}",
+                r(k, *dst),
+                r(k, *src),
+                src_offset,
+                src_size
+                    .map(|s| format!(" size {}", r(k, s)))
+                    .unwrap_or_default()
+            ),
+            Inst::CpAsyncCommit => "copy_async_commit".to_string(),
+            Inst::CpAsyncWait { pending } => format!("copy_async_wait {pending}"),
+            Inst::LdMatrix { dst, addr, trans } => format!(
+                "{} = load_matrix{} [{}]",
+                dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
+                if *trans { ".trans" } else { "" },
+                r(k, *addr)
+            ),
+            Inst::Mma {
+                m,
+                n,
+                k: kk,
+                input,
+                d: dd,
+                a,
+                b,
+                c,
+            } => {
+                let list = |v: &[Reg]| v.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", ");
+                format!(
+                    "{} = mma.m{m}n{n}k{kk}.{} [{}] x [{}] + [{}]",
+                    dd.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
+                    input.name(),
+                    list(a),
+                    list(b),
+                    list(c)
+                )
+            }
+            Inst::ShflXor {
+                dst,
+                src,
+                lane_mask,
+            } => format!("{} = shfl_xor {}, {lane_mask}", d(k, *dst), r(k, *src)),
+            Inst::Comment(c) => format!("// {c}"),
+            Inst::For {
+                iv,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}for {} in range({}, {}, {}) {{",
+                    d(k, *iv),
+                    o(k, lo),
+                    o(k, hi),
+                    o(k, step)
+                );
+                block(k, body, depth + 1, out);
+                let _ = writeln!(out, "{pad}}}");
+                continue;
+            }
+            Inst::While {
+                cond,
+                pred: p,
+                body,
+            } => {
+                let _ = writeln!(out, "{pad}while {{");
+                block(k, cond, depth + 1, out);
+                let _ = writeln!(out, "{pad}}} {} {{", r(k, *p));
+                block(k, body, depth + 1, out);
+                let _ = writeln!(out, "{pad}}}");
+                continue;
+            }
+            Inst::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let _ = writeln!(out, "{pad}if {} {{", r(k, *cond));
+                block(k, then, depth + 1, out);
+                let _ = writeln!(out, "{pad}}} else {{");
+                block(k, otherwise, depth + 1, out);
+                let _ = writeln!(out, "{pad}}}");
+                continue;
+            }
+        };
+        let _ = writeln!(out, "{pad}{line}");
+    }
+}
+
+fn vec_suffix(n: usize) -> String {
+    if n > 1 {
+        format!(".v{n}")
+    } else {
+        String::new()
+    }
+}
+
+fn space_name(s: Space) -> &'static str {
+    match s {
+        Space::Global => "global",
+        Space::Shared => "shared",
+    }
+}
+
+pub(super) fn un_name(op: UnOp) -> &'static str {
+    match op {
+        UnOp::Neg => "neg",
+        UnOp::Not => "not",
+        UnOp::Abs => "abs",
+        UnOp::Exp2Approx => "exp2_approx",
+        UnOp::Log2Approx => "log2_approx",
+        UnOp::RsqrtApprox => "rsqrt_approx",
+        UnOp::TanhApprox => "tanh_approx",
+        UnOp::Sqrt => "sqrt",
+        UnOp::Rcp => "rcp",
+        UnOp::Floor => "floor",
+    }
+}
+
+pub(super) fn bin_name(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "add",
+        BinOp::Sub => "sub",
+        BinOp::Mul => "mul",
+        BinOp::Div => "div",
+        BinOp::Rem => "rem",
+        BinOp::Min => "min",
+        BinOp::Max => "max",
+        BinOp::And => "and",
+        BinOp::Or => "or",
+        BinOp::Xor => "xor",
+        BinOp::Shl => "shl",
+        BinOp::Shr => "shr",
+    }
+}
+
+pub(super) fn cmp_name(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Eq => "eq",
+        CmpOp::Ne => "ne",
+        CmpOp::Lt => "lt",
+        CmpOp::Le => "le",
+        CmpOp::Gt => "gt",
+        CmpOp::Ge => "ge",
+    }
+}

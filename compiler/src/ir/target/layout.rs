@@ -1,0 +1,433 @@
+//! Layouts: how the elements of a tile are spread over the threads of a block.
+//!
+//! Every layout here has one form. Along each axis `d`, the coordinate of the
+//! element a thread holds in register slot `s` is
+//!
+//! ```text
+//! coord[d] = sum over terms t of axis d: ((tid >> t.shift) & (2^t.bits - 1)) * t.mul
+//!          + slots[s][d]
+//! ```
+//!
+//! so a thread computes one base register per axis once and every slot is a
+//! compile-time offset from it. Thread-id bits that appear in no term are
+//! *replication* bits: threads that differ only there hold the same elements.
+//! Blocked layouts (elementwise ops, loads, stores), their slices (reduction
+//! results) and expanded/transposed forms are all of this form, and so are the
+//! accumulator fragments of tensor-core instructions.
+
+use std::fmt;
+
+/// One bit field of the thread id, scaled: `((tid >> shift) & (2^bits - 1)) * mul`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Term {
+    pub shift: u8,
+    pub bits: u8,
+    pub mul: u32,
+}
+
+/// How a layout was built (for dumps; the mapping is `terms` + `slots`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LayoutKind {
+    /// A scalar: every thread holds the one value.
+    Scalar,
+    /// Each thread owns `size_per_thread` contiguous elements along each axis,
+    /// lanes then warps tile the shape, the rest repeats.
+    Blocked {
+        size_per_thread: Vec<u32>,
+        threads_per_warp: Vec<u32>,
+        warps_per_block: Vec<u32>,
+    },
+    /// A layout with `axis` reduced away (kept as size 1 when `keepdims`).
+    Slice { axis: usize, keepdims: bool },
+    /// An axis of size 1 inserted.
+    Expanded { axis: usize },
+    /// The two axes of a 2-D layout swapped.
+    Transposed,
+    /// The accumulator of warp-level `m x n` matrix instructions: warps tile the
+    /// shape `warps[0] x warps[1]`, each warp owning a contiguous block of
+    /// `m`-by-`n` instruction tiles.
+    Mma { warps: [u32; 2], instr: [u32; 2] },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    pub kind: LayoutKind,
+    pub shape: Vec<u32>,
+    /// Per axis, the thread-id terms of the base coordinate.
+    pub terms: Vec<Vec<Term>>,
+    /// Per register slot, the offset along each axis.
+    pub slots: Vec<Vec<u32>>,
+}
+
+/// log2 of a power of two.
+fn log2(n: u32) -> u8 {
+    debug_assert!(n.is_power_of_two());
+    n.trailing_zeros() as u8
+}
+
+/// The largest power of two dividing `n` that is at most `cap` (`n > 0`).
+fn pow2_divisor(n: u32, cap: u32) -> u32 {
+    let p = 1u32 << n.trailing_zeros().min(31);
+    p.min(cap)
+}
+
+impl Layout {
+    pub fn scalar() -> Layout {
+        Layout {
+            kind: LayoutKind::Scalar,
+            shape: vec![],
+            terms: vec![],
+            slots: vec![vec![]],
+        }
+    }
+
+    /// The default layout of a tile of `shape` over `num_warps` warps of `warp_size`
+    /// lanes: up to `vec` contiguous elements per thread along the last axis, lanes
+    /// fill the axes from the last, warps from the first. Only powers of two that
+    /// divide the dim are used, so any shape works (odd dims just repeat more).
+    pub fn blocked(shape: &[u32], num_warps: u32, warp_size: u32, vec: u32) -> Layout {
+        let rank = shape.len();
+        if rank == 0 {
+            return Layout::scalar();
+        }
+        let mut spt = vec![1u32; rank];
+        let mut tpw = vec![1u32; rank];
+        let mut wpb = vec![1u32; rank];
+        spt[rank - 1] = pow2_divisor(shape[rank - 1].max(1), vec);
+        let mut lanes = warp_size;
+        for d in (0..rank).rev() {
+            let t = pow2_divisor((shape[d].max(1)) / spt[d], lanes);
+            tpw[d] = t;
+            lanes /= t;
+        }
+        let mut warps = num_warps;
+        for d in 0..rank {
+            let w = pow2_divisor((shape[d].max(1)) / (spt[d] * tpw[d]), warps);
+            wpb[d] = w;
+            warps /= w;
+        }
+        // Thread-id bits: lanes from the last axis up, warps from the first axis.
+        let mut terms = vec![Vec::new(); rank];
+        let mut lane_bit = 0u8;
+        for d in (0..rank).rev() {
+            if tpw[d] > 1 {
+                terms[d].push(Term {
+                    shift: lane_bit,
+                    bits: log2(tpw[d]),
+                    mul: spt[d],
+                });
+                lane_bit += log2(tpw[d]);
+            }
+        }
+        let mut warp_bit = log2(warp_size);
+        for d in 0..rank {
+            if wpb[d] > 1 {
+                terms[d].push(Term {
+                    shift: warp_bit,
+                    bits: log2(wpb[d]),
+                    mul: spt[d] * tpw[d],
+                });
+                warp_bit += log2(wpb[d]);
+            }
+        }
+        // Slots: per axis the offsets rep * coverage + s, row-major over axes.
+        let per_axis: Vec<Vec<u32>> = (0..rank)
+            .map(|d| {
+                let cov = spt[d] * tpw[d] * wpb[d];
+                let reps = shape[d].max(1) / cov;
+                (0..reps)
+                    .flat_map(|r| (0..spt[d]).map(move |s| r * cov + s))
+                    .collect()
+            })
+            .collect();
+        let mut slots = vec![vec![]];
+        for offs in &per_axis {
+            let mut next = Vec::with_capacity(slots.len() * offs.len());
+            for prefix in &slots {
+                for &o in offs {
+                    let mut s: Vec<u32> = prefix.clone();
+                    s.push(o);
+                    next.push(s);
+                }
+            }
+            slots = next;
+        }
+        Layout {
+            kind: LayoutKind::Blocked {
+                size_per_thread: spt,
+                threads_per_warp: tpw,
+                warps_per_block: wpb,
+            },
+            shape: shape.to_vec(),
+            terms,
+            slots,
+        }
+    }
+
+    /// The accumulator layout of `m16n8` matrix instructions over `num_warps`
+    /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
+    /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
+    pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+        if !rows.is_multiple_of(16) || !cols.is_multiple_of(8) {
+            return None;
+        }
+        // Warps go along the rows first (as far as 16-row tiles allow): every
+        // dot with the same row count then shares its row distribution, so
+        // row reductions and row broadcasts (softmax, attention) stay in registers.
+        let (mut wm, mut wn) = (1u32, 1u32);
+        while wm * wn < num_warps {
+            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
+            let can_n = (cols / (wn * 2)).is_multiple_of(8) && cols / (wn * 2) >= 8;
+            if can_m {
+                wm *= 2;
+            } else if can_n {
+                wn *= 2;
+            } else {
+                return None;
+            }
+        }
+        let (tm, tn) = (rows / wm, cols / wn);
+        let mut t0 = vec![Term {
+            shift: 2,
+            bits: 3,
+            mul: 1,
+        }];
+        let mut t1 = vec![Term {
+            shift: 0,
+            bits: 2,
+            mul: 2,
+        }];
+        if wm > 1 {
+            t0.push(Term {
+                shift: 5,
+                bits: log2(wm),
+                mul: tm,
+            });
+        }
+        if wn > 1 {
+            t1.push(Term {
+                shift: 5 + log2(wm),
+                bits: log2(wn),
+                mul: tn,
+            });
+        }
+        let mut slots = Vec::new();
+        for im in 0..tm / 16 {
+            for jn in 0..tn / 8 {
+                for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
+                    slots.push(vec![16 * im + dr, 8 * jn + dc]);
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr: [16, 8],
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn num_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The mask of thread-id bits (below `2^tid_bits`) that no term uses.
+    pub fn replication_mask(&self, tid_bits: u8) -> u32 {
+        let mut used = 0u32;
+        for t in self.terms.iter().flatten() {
+            used |= ((1u32 << t.bits) - 1) << t.shift;
+        }
+        let all = if tid_bits >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << tid_bits) - 1
+        };
+        all & !used
+    }
+
+    /// The index of the slot with these offsets.
+    pub fn find_slot(&self, offsets: &[u32]) -> Option<usize> {
+        self.slots.iter().position(|s| s == offsets)
+    }
+
+    /// `axis` reduced away (or kept as size 1).
+    pub fn slice(&self, axis: usize, keepdims: bool) -> Layout {
+        let mut shape = self.shape.clone();
+        let mut terms = self.terms.clone();
+        let mut slots: Vec<Vec<u32>> = Vec::new();
+        for s in &self.slots {
+            let mut s = s.clone();
+            if keepdims {
+                s[axis] = 0;
+            } else {
+                s.remove(axis);
+            }
+            if !slots.contains(&s) {
+                slots.push(s);
+            }
+        }
+        if keepdims {
+            shape[axis] = 1;
+            terms[axis].clear();
+        } else {
+            shape.remove(axis);
+            terms.remove(axis);
+        }
+        Layout {
+            kind: if shape.is_empty() {
+                LayoutKind::Scalar
+            } else {
+                LayoutKind::Slice { axis, keepdims }
+            },
+            shape,
+            terms,
+            slots,
+        }
+    }
+
+    /// A size-1 axis inserted at `axis`.
+    pub fn expand(&self, axis: usize) -> Layout {
+        let mut shape = self.shape.clone();
+        let mut terms = self.terms.clone();
+        shape.insert(axis, 1);
+        terms.insert(axis, Vec::new());
+        let slots = self
+            .slots
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.insert(axis, 0);
+                s
+            })
+            .collect();
+        Layout {
+            kind: LayoutKind::Expanded { axis },
+            shape,
+            terms,
+            slots,
+        }
+    }
+
+    /// The two axes of a 2-D layout swapped.
+    pub fn transpose(&self) -> Layout {
+        let mut shape = self.shape.clone();
+        shape.swap(0, 1);
+        let mut terms = self.terms.clone();
+        terms.swap(0, 1);
+        let slots = self
+            .slots
+            .iter()
+            .map(|s| vec![s[1], s[0]])
+            .collect::<Vec<_>>();
+        Layout {
+            kind: LayoutKind::Transposed,
+            shape,
+            terms,
+            slots,
+        }
+    }
+
+    /// This layout with the axes listed in `collapse` (size > 1 here) reduced to
+    /// size 1 — the layout a size-1 tile must have so that broadcasting it to this
+    /// layout needs no data movement.
+    pub fn collapsed(&self, collapse: &[usize]) -> Layout {
+        let mut l = self.clone();
+        for &a in collapse {
+            l = l.slice(a, true);
+        }
+        l
+    }
+
+    /// Whether a tile in layout `self` can be broadcast (size-1 axes repeated, or
+    /// a plain re-indexing) into `to` without moving data between threads; if so,
+    /// the source slot for each target slot.
+    pub fn register_map_to(&self, to: &Layout) -> Option<Vec<usize>> {
+        if self.rank() != to.rank() {
+            return None;
+        }
+        for d in 0..self.rank() {
+            if self.shape[d] == to.shape[d] {
+                if self.terms[d] != to.terms[d] {
+                    return None;
+                }
+            } else if self.shape[d] != 1 || !self.terms[d].is_empty() {
+                return None;
+            }
+        }
+        to.slots
+            .iter()
+            .map(|s| {
+                let src: Vec<u32> = s
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &o)| if self.shape[d] == 1 { 0 } else { o })
+                    .collect();
+                self.find_slot(&src)
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match &self.kind {
+            LayoutKind::Scalar => return write!(f, "scalar"),
+            LayoutKind::Blocked {
+                size_per_thread,
+                threads_per_warp,
+                warps_per_block,
+            } => write!(
+                f,
+                "blocked<spt=[{}] tpw=[{}] wpb=[{}]>",
+                list(size_per_thread),
+                list(threads_per_warp),
+                list(warps_per_block)
+            )?,
+            LayoutKind::Slice { axis, keepdims } => write!(
+                f,
+                "slice<axis={axis}{}>",
+                if *keepdims { " keepdims" } else { "" }
+            )?,
+            LayoutKind::Expanded { axis } => write!(f, "expanded<axis={axis}>")?,
+            LayoutKind::Transposed => write!(f, "transposed")?,
+            LayoutKind::Mma { warps, instr } => write!(
+                f,
+                "mma<warps={}x{} instr={}x{}>",
+                warps[0], warps[1], instr[0], instr[1]
+            )?,
+        }
+        write!(f, "[{}] {{", list(&self.shape))?;
+        for (d, ts) in self.terms.iter().enumerate() {
+            if d > 0 {
+                write!(f, "; ")?;
+            }
+            let parts: Vec<String> = ts
+                .iter()
+                .map(|t| format!("tid[{}+{}]*{}", t.shift, t.bits, t.mul))
+                .collect();
+            write!(
+                f,
+                "{}",
+                if parts.is_empty() {
+                    "0".to_string()
+                } else {
+                    parts.join("+")
+                }
+            )?;
+        }
+        write!(f, "}} x{} slots", self.slots.len())
+    }
+}

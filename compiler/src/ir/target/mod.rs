@@ -1,0 +1,633 @@
+//! Target IR: one kernel on one architecture, as the program one thread runs.
+//!
+//! Lowering (`lower`) turns every Tile IR tile into per-thread registers using a
+//! [`Layout`] (which thread holds which elements, see `layout.rs`) and every tile
+//! op into scalar instructions over those registers: global loads/stores guarded
+//! by per-element predicates, warp shuffles and shared-memory exchanges for
+//! reductions and layout conversions, barriers, and structured control flow.
+//! The instruction set is vendor-neutral (no PTX spelling); `backend::ptx` prints
+//! it, and a HIP printer can print the same program.
+//!
+//! # Resource facts (for the estimator)
+//!
+//! * Threads per block: [`Kernel::num_threads`].
+//! * Shared memory: [`Kernel::smem`], each [`SmemBuffer`] a region (offset, byte
+//!   size) of one arena; [`Kernel::smem_bytes`] is the arena's size (static
+//!   shared memory).
+//! * Registers: every virtual register is a [`Reg`] with a [`RegTy`] in
+//!   [`Kernel::regs`]; [`RegTy::words`] is its cost in 32-bit registers (pred: 0,
+//!   64-bit: 2). Instructions are in [`Kernel::body`] (the prologue first, then the
+//!   kernel's statements); [`Inst::defs`] and [`Inst::uses`] give the registers an
+//!   instruction writes and reads, and loops (`For`, `While`) keep registers live
+//!   across their back edge: a register read in a loop body and defined before the
+//!   loop is live through the whole loop, and loop-carried registers (the `iv` and
+//!   the registers a body writes with `Mov` that were defined before the loop) are
+//!   live through the whole loop too. Registers are written once except those
+//!   carried around loops and merged after `If` (written by `Mov` in each branch).
+//!
+//! # Conventions
+//!
+//! * Element values are held at a compute type: f16 and bf16 tiles live in `F32`
+//!   registers (values rounded to the storage type at casts, converted at loads and
+//!   stores), i8/i16/u8 in 32-bit integer registers, bool in predicates.
+//! * Global addresses are 64-bit; element offsets are computed in 32 bits (a tensor
+//!   holds fewer than 2^31 elements), scaled by the element size with a widening
+//!   multiply. Tensor pointers are assumed 16-byte aligned (as every CUDA
+//!   allocator returns).
+
+pub mod layout;
+pub mod lower;
+pub mod verify;
+
+mod dump;
+
+use crate::backend::arch::Arch;
+pub use layout::{Layout, LayoutKind, Term};
+pub use lower::{lower, Unsupported};
+
+/// A virtual register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reg(pub u32);
+
+/// The type of a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegTy {
+    Pred,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+    /// 16 raw bits (an f16 or bf16 in memory format, on its way to or from memory).
+    B16,
+    /// Two packed halves (tensor-core operands).
+    B32,
+}
+
+impl RegTy {
+    /// The cost in 32-bit registers.
+    pub fn words(self) -> u32 {
+        match self {
+            RegTy::Pred => 0,
+            RegTy::I64 | RegTy::U64 | RegTy::F64 => 2,
+            _ => 1,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, RegTy::F32 | RegTy::F64)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RegTy::Pred => "pred",
+            RegTy::I32 => "i32",
+            RegTy::U32 => "u32",
+            RegTy::I64 => "i64",
+            RegTy::U64 => "u64",
+            RegTy::F32 => "f32",
+            RegTy::F64 => "f64",
+            RegTy::B16 => "b16",
+            RegTy::B32 => "b32",
+        }
+    }
+}
+
+/// An instruction operand: a register or an immediate (of the other operand's type).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Operand {
+    Reg(Reg),
+    Int(i64),
+    Float(f64),
+}
+
+impl Operand {
+    pub fn reg(self) -> Option<Reg> {
+        match self {
+            Operand::Reg(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl From<Reg> for Operand {
+    fn from(r: Reg) -> Self {
+        Operand::Reg(r)
+    }
+}
+
+/// Special per-thread values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Special {
+    ThreadId,
+    BlockId(u8),
+    NumBlocks(u8),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    Neg,
+    /// Bitwise not (integers) or logical not (pred).
+    Not,
+    Abs,
+    /// 2^x, approximate (fast math).
+    Exp2Approx,
+    /// log2(x), approximate.
+    Log2Approx,
+    /// 1/sqrt(x), approximate.
+    RsqrtApprox,
+    /// tanh(x), approximate (needs `ArchFeatures::fast_tanh`).
+    TanhApprox,
+    /// sqrt(x), correctly rounded.
+    Sqrt,
+    /// 1/x, correctly rounded.
+    Rcp,
+    /// Round toward negative infinity (floats).
+    Floor,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Float: correctly rounded division. Integer: truncating division.
+    Div,
+    /// Integer remainder of truncating division (sign of the dividend).
+    Rem,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Shl,
+    /// Arithmetic for signed, logical for unsigned.
+    Shr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    /// Not equal (unordered for floats: NaN != x).
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// The type of an element in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemTy {
+    F64,
+    F32,
+    F16,
+    BF16,
+    I64,
+    I32,
+    I16,
+    I8,
+    U32,
+    U16,
+    U8,
+    /// 8-bit floats (OCP FP8): 4 exponent bits / 3 mantissa bits, and 5 / 2.
+    F8E4M3,
+    F8E5M2,
+}
+
+impl MemTy {
+    pub fn bytes(self) -> u32 {
+        match self {
+            MemTy::F64 | MemTy::I64 => 8,
+            MemTy::F32 | MemTy::I32 | MemTy::U32 => 4,
+            MemTy::F16 | MemTy::BF16 | MemTy::I16 | MemTy::U16 => 2,
+            MemTy::I8 | MemTy::U8 | MemTy::F8E4M3 | MemTy::F8E5M2 => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemTy::F64 => "f64",
+            MemTy::F32 => "f32",
+            MemTy::F16 => "f16",
+            MemTy::BF16 => "bf16",
+            MemTy::I64 => "i64",
+            MemTy::I32 => "i32",
+            MemTy::I16 => "i16",
+            MemTy::I8 => "i8",
+            MemTy::U32 => "u32",
+            MemTy::U16 => "u16",
+            MemTy::U8 => "u8",
+            MemTy::F8E4M3 => "f8e4m3",
+            MemTy::F8E5M2 => "f8e5m2",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Space {
+    Global,
+    Shared,
+}
+
+/// One instruction of the per-thread program.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inst {
+    /// A kernel parameter (`index` into `Kernel::params`).
+    Param {
+        dst: Reg,
+        index: usize,
+    },
+    Special {
+        dst: Reg,
+        which: Special,
+    },
+    /// The shared-memory address of a buffer (`index` into `Kernel::smem`).
+    SmemAddr {
+        dst: Reg,
+        buffer: usize,
+    },
+    Mov {
+        dst: Reg,
+        src: Operand,
+    },
+    Unary {
+        op: UnOp,
+        dst: Reg,
+        x: Operand,
+    },
+    /// Both operands have `dst`'s type.
+    Binary {
+        op: BinOp,
+        dst: Reg,
+        a: Operand,
+        b: Operand,
+    },
+    /// `dst = a * b + c`.
+    Fma {
+        dst: Reg,
+        a: Operand,
+        b: Operand,
+        c: Operand,
+    },
+    /// `dst = a * b` with a 64-bit result from 32-bit operands (`dst` is 64-bit).
+    MulWide {
+        dst: Reg,
+        a: Operand,
+        b: Operand,
+    },
+    /// `dst` (pred) = `a op b`; `ty` is the operands' type.
+    Cmp {
+        op: CmpOp,
+        ty: RegTy,
+        dst: Reg,
+        a: Operand,
+        b: Operand,
+    },
+    /// `dst = cond ? a : b`.
+    Select {
+        dst: Reg,
+        cond: Reg,
+        a: Operand,
+        b: Operand,
+    },
+    /// Convert `src` to `dst`'s type: float→int rounds toward zero, int→float and
+    /// narrowing float conversions round to nearest even, `B16` is an f16.
+    /// `narrow` (integer registers only) truncates to an 8- or 16-bit type and
+    /// extends back (sign-extends for signed types).
+    Cvt {
+        dst: Reg,
+        src: Reg,
+        narrow: Option<MemTy>,
+    },
+    /// Load `dst.len()` consecutive elements (a vector access when > 1) from
+    /// `addr + offset` bytes, when `pred` (if any) holds; else `dst` keep their values.
+    Ld {
+        space: Space,
+        mem: MemTy,
+        dst: Vec<Reg>,
+        addr: Reg,
+        offset: i64,
+        pred: Option<Reg>,
+    },
+    St {
+        space: Space,
+        mem: MemTy,
+        src: Vec<Operand>,
+        addr: Reg,
+        offset: i64,
+        pred: Option<Reg>,
+    },
+    /// Atomic add to global memory (result discarded).
+    AtomAdd {
+        mem: MemTy,
+        src: Operand,
+        addr: Reg,
+        offset: i64,
+        pred: Option<Reg>,
+    },
+    /// Block-wide barrier.
+    Barrier,
+    /// Asynchronous copy of `bytes` (4, 8 or 16) from global `src + src_offset`
+    /// to shared `dst`; `src_size` (a register holding `bytes` or 0) zero-fills
+    /// the copy where it is 0 (out-of-bounds chunks). Completes at `CpAsyncWait`.
+    CpAsync {
+        dst: Reg,
+        src: Reg,
+        src_offset: i64,
+        bytes: u32,
+        src_size: Option<Reg>,
+    },
+    /// Closes the group of async copies issued since the last commit.
+    CpAsyncCommit,
+    /// Waits until at most `pending` committed groups are still in flight.
+    CpAsyncWait {
+        pending: u32,
+    },
+    /// Warp-wide load of `dst.len()` (1, 2 or 4) 8x8 matrices of 16-bit elements
+    /// from shared memory; each lane gives the address of one 16-byte row (lanes
+    /// 8i..8i+7 the rows of matrix i) and receives, per matrix, the two elements
+    /// of row `lane / 4`, columns `2 (lane % 4)` and `+1` (packed in one `B32`),
+    /// or of the transposed matrix when `trans`.
+    LdMatrix {
+        dst: Vec<Reg>,
+        addr: Reg,
+        trans: bool,
+    },
+    /// Warp-wide `d = a x b + c` on tensor cores: `[m, k] x [k, n]`, inputs of
+    /// `input` packed two per `B32` register, f32 accumulators `c`/`d` (fragment
+    /// layouts of the PTX ISA's `mma.m16n8k16`/`m16n8k8`, row-major A, column-major B).
+    Mma {
+        m: u32,
+        n: u32,
+        k: u32,
+        input: MemTy,
+        d: Vec<Reg>,
+        a: Vec<Reg>,
+        b: Vec<Reg>,
+        c: Vec<Reg>,
+    },
+    /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole warp).
+    ShflXor {
+        dst: Reg,
+        src: Reg,
+        lane_mask: u32,
+    },
+    /// `for iv = lo; iv < hi (step > 0) or iv > hi (step < 0); iv += step`.
+    /// `iv` is written by the loop; the body may write loop-carried registers.
+    For {
+        iv: Reg,
+        lo: Operand,
+        hi: Operand,
+        step: Operand,
+        body: Vec<Inst>,
+    },
+    /// Runs `cond`, then `body` while `pred` holds.
+    While {
+        cond: Vec<Inst>,
+        pred: Reg,
+        body: Vec<Inst>,
+    },
+    If {
+        cond: Reg,
+        then: Vec<Inst>,
+        otherwise: Vec<Inst>,
+    },
+    /// A comment carried into the printed code (the Tile IR op it came from).
+    Comment(String),
+}
+
+impl Inst {
+    /// Registers this instruction writes (not counting nested regions).
+    pub fn defs(&self) -> Vec<Reg> {
+        match self {
+            Inst::Param { dst, .. }
+            | Inst::Special { dst, .. }
+            | Inst::SmemAddr { dst, .. }
+            | Inst::Mov { dst, .. }
+            | Inst::Unary { dst, .. }
+            | Inst::Binary { dst, .. }
+            | Inst::Fma { dst, .. }
+            | Inst::MulWide { dst, .. }
+            | Inst::Cmp { dst, .. }
+            | Inst::Select { dst, .. }
+            | Inst::Cvt { dst, .. }
+            | Inst::ShflXor { dst, .. } => vec![*dst],
+            Inst::Ld { dst, .. } | Inst::LdMatrix { dst, .. } => dst.clone(),
+            Inst::Mma { d, .. } => d.clone(),
+            Inst::For { iv, .. } => vec![*iv],
+            Inst::St { .. }
+            | Inst::AtomAdd { .. }
+            | Inst::CpAsync { .. }
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
+            | Inst::Barrier
+            | Inst::While { .. }
+            | Inst::If { .. }
+            | Inst::Comment(_) => vec![],
+        }
+    }
+
+    /// Registers this instruction reads (not counting nested regions). A
+    /// predicated load also reads its destinations (they keep their values where
+    /// the predicate is false).
+    pub fn uses(&self) -> Vec<Reg> {
+        let ops = |v: &[Operand]| v.iter().filter_map(|o| o.reg()).collect::<Vec<_>>();
+        match self {
+            Inst::Param { .. }
+            | Inst::Special { .. }
+            | Inst::SmemAddr { .. }
+            | Inst::Barrier
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
+            | Inst::Comment(_) => vec![],
+            Inst::CpAsync {
+                dst, src, src_size, ..
+            } => {
+                let mut v = vec![*dst, *src];
+                v.extend(src_size.iter().copied());
+                v
+            }
+            Inst::Mov { src, .. } => ops(&[*src]),
+            Inst::Unary { x, .. } => ops(&[*x]),
+            Inst::Binary { a, b, .. } | Inst::MulWide { a, b, .. } | Inst::Cmp { a, b, .. } => {
+                ops(&[*a, *b])
+            }
+            Inst::Fma { a, b, c, .. } => ops(&[*a, *b, *c]),
+            Inst::Select { cond, a, b, .. } => {
+                let mut v = vec![*cond];
+                v.extend(ops(&[*a, *b]));
+                v
+            }
+            Inst::Cvt { src, .. } => vec![*src],
+            Inst::LdMatrix { addr, .. } => vec![*addr],
+            Inst::Mma { a, b, c, .. } => a.iter().chain(b).chain(c).copied().collect(),
+            Inst::ShflXor { src, .. } => vec![*src],
+            Inst::Ld {
+                dst, addr, pred, ..
+            } => {
+                let mut v = vec![*addr];
+                if let Some(p) = pred {
+                    v.push(*p);
+                    v.extend(dst.iter().copied());
+                }
+                v
+            }
+            Inst::St {
+                src, addr, pred, ..
+            } => {
+                let mut v = ops(src);
+                v.push(*addr);
+                v.extend(pred.iter().copied());
+                v
+            }
+            Inst::AtomAdd {
+                src, addr, pred, ..
+            } => {
+                let mut v = ops(&[*src]);
+                v.push(*addr);
+                v.extend(pred.iter().copied());
+                v
+            }
+            Inst::For { lo, hi, step, .. } => ops(&[*lo, *hi, *step]),
+            // The condition register is defined by the `cond` region.
+            Inst::While { .. } => vec![],
+            Inst::If { cond, .. } => vec![*cond],
+        }
+    }
+
+    /// The nested instruction lists (loop bodies, branches).
+    pub fn regions(&self) -> Vec<&Vec<Inst>> {
+        match self {
+            Inst::For { body, .. } => vec![body],
+            Inst::While { cond, body, .. } => vec![cond, body],
+            Inst::If {
+                then, otherwise, ..
+            } => vec![then, otherwise],
+            _ => vec![],
+        }
+    }
+}
+
+/// A kernel parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub ty: RegTy,
+}
+
+/// A region of the kernel's shared-memory arena. Transient regions may
+/// overlap: every transient use of shared memory (a layout conversion, a
+/// cross-warp reduction, the operands of one `dot`) starts after a barrier that
+/// ends the previous use and ends with a barrier, so uses never overlap in
+/// time; only the regions of one use (a dot's `a` and `b`) are disjoint.
+/// Regions that live through a loop (`pipe*`: the `num_stages` stages of a
+/// software-pipelined operand; `invariant*`: a loop-invariant operand) are
+/// placed after all transient ones and overlap nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SmemBuffer {
+    pub name: String,
+    /// Byte offset in the arena.
+    pub offset: u32,
+    pub bytes: u32,
+    pub align: u32,
+    /// Why the buffer exists (layout conversions, reductions, dot operands).
+    pub purpose: String,
+    /// How a row-major 2-D tile of 16-bit elements is laid out to avoid bank
+    /// conflicts, if it is.
+    pub swizzle: Option<Swizzle>,
+}
+
+/// The XOR swizzle of a row-major tile in shared memory: element `(r, c)` of a
+/// tile with `row_bytes` per row lives in 16-byte chunk
+/// `(c * elem / 16) ^ ((r / per_phase) % max_phase)` of its row. Eight lanes
+/// reading the same column of eight consecutive rows (as `ldmatrix` does) then
+/// touch eight different chunks: no bank conflicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Swizzle {
+    pub row_bytes: u32,
+    pub per_phase: u32,
+    pub max_phase: u32,
+}
+
+impl Swizzle {
+    /// The swizzle for rows of `row_bytes` (a multiple of 16).
+    pub fn for_rows(row_bytes: u32) -> Swizzle {
+        let chunks = row_bytes / 16;
+        Swizzle {
+            row_bytes,
+            per_phase: (128 / row_bytes).max(1),
+            max_phase: chunks.clamp(1, 8),
+        }
+    }
+
+    /// The byte offset of element `(r, c)` of `elem_bytes` each.
+    pub fn offset(&self, r: u32, c: u32, elem_bytes: u32) -> u32 {
+        let byte = c * elem_bytes;
+        let chunk = (byte / 16) ^ ((r / self.per_phase) % self.max_phase);
+        r * self.row_bytes + chunk * 16 + byte % 16
+    }
+}
+
+/// Features of an arch the lowering chooses instructions by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchFeatures {
+    /// `tanh.approx.f32` (sm_75+).
+    pub fast_tanh: bool,
+}
+
+impl ArchFeatures {
+    pub fn of(arch: Arch) -> ArchFeatures {
+        ArchFeatures {
+            fast_tanh: arch.has_fast_tanh(),
+        }
+    }
+}
+
+/// One kernel lowered for one arch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub arch: Arch,
+    pub num_threads: u32,
+    pub params: Vec<Param>,
+    pub smem: Vec<SmemBuffer>,
+    /// The type of every register, indexed by `Reg.0`.
+    pub regs: Vec<RegTy>,
+    pub body: Vec<Inst>,
+    /// The layout chosen for each tile of the Tile IR kernel (by Tile IR value
+    /// number), for dumps and tools.
+    pub layouts: Vec<(u32, Layout)>,
+}
+
+impl Kernel {
+    pub fn reg_ty(&self, r: Reg) -> RegTy {
+        self.regs[r.0 as usize]
+    }
+
+    /// Static shared memory in bytes: the size of the arena.
+    pub fn smem_bytes(&self) -> u32 {
+        self.smem
+            .iter()
+            .map(|b| b.offset + b.bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Calls `f` on every instruction, nested ones included, in program order.
+    pub fn walk(&self, f: &mut dyn FnMut(&Inst)) {
+        fn go(insts: &[Inst], f: &mut dyn FnMut(&Inst)) {
+            for i in insts {
+                f(i);
+                for r in i.regions() {
+                    go(r, f);
+                }
+            }
+        }
+        go(&self.body, f);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

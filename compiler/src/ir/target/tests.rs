@@ -1,0 +1,798 @@
+//! Target IR tests over hand-built Tile IR kernels (the Tile IR lowering of
+//! checked source is another helper's; these kernels mirror the reference
+//! programs: vadd, row softmax, a tiled gemm with a carried accumulator, and
+//! kernels exercising every elementwise op, casts, masks and control flow).
+
+use crate::backend::arch::Arch;
+use crate::check::DType;
+use crate::ir::tile::{
+    Access, BinaryOp, Constant, Dim, Kernel, Op, OpKind, Param, ParamKind, Precision, ReduceOp,
+    Region, Type, UnaryOp, Value,
+};
+use crate::syntax::span::Span;
+
+use super::layout::Layout;
+use super::{lower, verify::verify, Inst};
+
+/// Builds a Tile IR kernel op by op.
+pub(crate) struct Builder {
+    types: Vec<Type>,
+    stack: Vec<Vec<Op>>,
+    params: Vec<Param>,
+}
+
+pub(crate) fn tile(shape: &[u32], d: DType) -> Type {
+    Type::Tile {
+        shape: shape.to_vec(),
+        dtype: d,
+    }
+}
+
+pub(crate) fn tensor(name: &str, dims: &[&str], d: DType) -> Param {
+    Param {
+        name: name.into(),
+        kind: ParamKind::Tensor {
+            dims: dims
+                .iter()
+                .map(|s| match s.parse::<u64>() {
+                    Ok(n) => Dim::Static(n),
+                    Err(_) => Dim::Dynamic((*s).into()),
+                })
+                .collect(),
+            dtype: d,
+        },
+    }
+}
+
+impl Builder {
+    pub(crate) fn new(params: Vec<Param>) -> Builder {
+        Builder {
+            types: Vec::new(),
+            stack: vec![Vec::new()],
+            params,
+        }
+    }
+
+    pub(crate) fn value(&mut self, t: Type) -> Value {
+        self.types.push(t);
+        Value(self.types.len() as u32 - 1)
+    }
+
+    pub(crate) fn op(&mut self, kind: OpKind, results: Vec<Type>) -> Vec<Value> {
+        let results: Vec<Value> = results.into_iter().map(|t| self.value(t)).collect();
+        self.stack.last_mut().unwrap().push(Op {
+            results: results.clone(),
+            kind,
+            span: Span::default(),
+        });
+        results
+    }
+
+    pub(crate) fn one(&mut self, kind: OpKind, t: Type) -> Value {
+        self.op(kind, vec![t])[0]
+    }
+
+    pub(crate) fn int(&mut self, n: i64) -> Value {
+        self.one(OpKind::Const(Constant::Int(n)), Type::Scalar(DType::I32))
+    }
+
+    pub(crate) fn float(&mut self, f: f64) -> Value {
+        self.one(OpKind::Const(Constant::Float(f)), Type::Scalar(DType::F32))
+    }
+
+    pub(crate) fn bin(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {
+        let t = self.types[a.0 as usize].clone();
+        let t = if op.is_comparison() {
+            match t {
+                Type::Scalar(_) => Type::Scalar(DType::Bool),
+                Type::Tile { shape, .. } => tile(&shape, DType::Bool),
+            }
+        } else {
+            t
+        };
+        self.one(OpKind::Binary { op, a, b }, t)
+    }
+
+    pub(crate) fn un(&mut self, op: UnaryOp, x: Value) -> Value {
+        let t = self.types[x.0 as usize].clone();
+        self.one(OpKind::Unary { op, x }, t)
+    }
+
+    pub(crate) fn splat(&mut self, x: Value, shape: &[u32]) -> Value {
+        let d = self.types[x.0 as usize].dtype();
+        self.one(
+            OpKind::Splat {
+                x,
+                shape: shape.to_vec(),
+            },
+            tile(shape, d),
+        )
+    }
+
+    pub(crate) fn cast(&mut self, x: Value, to: DType) -> Value {
+        let t = match &self.types[x.0 as usize] {
+            Type::Scalar(_) => Type::Scalar(to),
+            Type::Tile { shape, .. } => tile(shape, to),
+        };
+        self.one(OpKind::Cast { x, to }, t)
+    }
+
+    pub(crate) fn load(&mut self, tensor: usize, access: Vec<Access>, other: Constant) -> Value {
+        let d = match &self.params[tensor].kind {
+            ParamKind::Tensor { dtype, .. } => *dtype,
+            _ => panic!("not a tensor"),
+        };
+        let shape: Vec<u32> = access
+            .iter()
+            .filter_map(|a| match a {
+                Access::Range { len, .. } => Some(*len),
+                _ => None,
+            })
+            .collect();
+        self.one(
+            OpKind::Load {
+                tensor,
+                access,
+                mask: None,
+                other,
+            },
+            tile(&shape, d),
+        )
+    }
+
+    pub(crate) fn store(&mut self, tensor: usize, access: Vec<Access>, value: Value) {
+        self.op(
+            OpKind::Store {
+                tensor,
+                access,
+                value,
+                mask: None,
+            },
+            vec![],
+        );
+    }
+
+    pub(crate) fn reduce(&mut self, op: ReduceOp, x: Value, axis: usize, keepdims: bool) -> Value {
+        let t = self.types[x.0 as usize].clone();
+        let mut shape = t.shape().to_vec();
+        if keepdims {
+            shape[axis] = 1;
+        } else {
+            shape.remove(axis);
+        }
+        let rt = if shape.is_empty() {
+            Type::Scalar(t.dtype())
+        } else {
+            tile(&shape, t.dtype())
+        };
+        self.one(
+            OpKind::Reduce {
+                op,
+                x,
+                axis,
+                keepdims,
+            },
+            rt,
+        )
+    }
+
+    pub(crate) fn push(&mut self) {
+        self.stack.push(Vec::new());
+    }
+
+    pub(crate) fn pop(&mut self, args: Vec<Value>, yields: Vec<Value>) -> Region {
+        self.stack.last_mut().unwrap().push(Op {
+            results: vec![],
+            kind: OpKind::Yield(yields),
+            span: Span::default(),
+        });
+        Region {
+            args,
+            ops: self.stack.pop().unwrap(),
+        }
+    }
+
+    pub(crate) fn finish(mut self, name: &str, num_warps: u32) -> Kernel {
+        Kernel {
+            name: name.into(),
+            specialization: vec![],
+            params: self.params,
+            num_warps,
+            num_stages: 1,
+            body: Region {
+                args: vec![],
+                ops: self.stack.pop().unwrap(),
+            },
+            types: self.types,
+        }
+    }
+}
+
+fn range(start: Value, len: u32) -> Access {
+    Access::Range { start, len }
+}
+
+/// `vadd` from the language brief (BLOCK = 1024, 4 warps).
+pub(crate) fn vadd() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("x", &["N"], f),
+        tensor("y", &["N"], f),
+        tensor("out", &["N"], f),
+    ]);
+    let pid = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let blk = b.int(1024);
+    let i = b.bin(BinaryOp::Mul, pid, blk);
+    let x = b.load(0, vec![range(i, 1024)], Constant::Int(0));
+    let y = b.load(1, vec![range(i, 1024)], Constant::Int(0));
+    let s = b.bin(BinaryOp::Add, x, y);
+    b.store(2, vec![range(i, 1024)], s);
+    b.finish("vadd", 4)
+}
+
+/// `softmax_rows` from the language brief (BLOCK = 1024, 4 warps).
+pub(crate) fn softmax_rows() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("x", &["M", "N"], f),
+        tensor("out", &["M", "N"], f),
+    ]);
+    let row = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let zero = b.int(0);
+    let v = b.load(
+        0,
+        vec![Access::Point(row), range(zero, 1024)],
+        Constant::Float(f64::NEG_INFINITY),
+    );
+    let m = b.reduce(ReduceOp::Max, v, 0, false);
+    let ms = b.splat(m, &[1024]);
+    let d = b.bin(BinaryOp::Sub, v, ms);
+    let e = b.un(UnaryOp::Exp, d);
+    let s = b.reduce(ReduceOp::Sum, e, 0, false);
+    let ss = b.splat(s, &[1024]);
+    let r = b.bin(BinaryOp::Div, e, ss);
+    b.store(1, vec![Access::Point(row), range(zero, 1024)], r);
+    b.finish("softmax_rows", 4)
+}
+
+/// A block of rows of an f16 matrix with a static row length: reduce along
+/// axis 1, expand and broadcast back (the softmax of the stdlib), vectorised.
+pub(crate) fn softmax_block_f16() -> Kernel {
+    let h = DType::F16;
+    let mut b = Builder::new(vec![
+        tensor("x", &["M", "128"], h),
+        tensor("out", &["M", "128"], h),
+    ]);
+    let pid = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let bm = b.int(16);
+    let r0 = b.bin(BinaryOp::Mul, pid, bm);
+    let zero = b.int(0);
+    let x = b.load(
+        0,
+        vec![range(r0, 16), range(zero, 128)],
+        Constant::Float(f64::NEG_INFINITY),
+    );
+    let x = b.cast(x, DType::F32);
+    let m = b.reduce(ReduceOp::Max, x, 1, false);
+    let me = b.one(
+        OpKind::ExpandDims { x: m, axis: 1 },
+        tile(&[16, 1], DType::F32),
+    );
+    let mb = b.one(
+        OpKind::Broadcast {
+            x: me,
+            shape: vec![16, 128],
+        },
+        tile(&[16, 128], DType::F32),
+    );
+    let d = b.bin(BinaryOp::Sub, x, mb);
+    let e = b.un(UnaryOp::Exp, d);
+    let s = b.reduce(ReduceOp::Sum, e, 1, true);
+    let sb = b.one(
+        OpKind::Broadcast {
+            x: s,
+            shape: vec![16, 128],
+        },
+        tile(&[16, 128], DType::F32),
+    );
+    let r = b.bin(BinaryOp::Div, e, sb);
+    let r = b.cast(r, h);
+    b.store(1, vec![range(r0, 16), range(zero, 128)], r);
+    b.finish("softmax_block_f16", 4)
+}
+
+/// The brief's tiled gemm (f16 in, f32 out) with a loop-carried accumulator.
+pub(crate) fn gemm(bm: u32, bn: u32, bk: u32, num_warps: u32, h: DType) -> Kernel {
+    let mut b = Builder::new(vec![
+        tensor("A", &["M", "K"], h),
+        tensor("B", &["K", "N"], h),
+        tensor("C", &["M", "N"], DType::F32),
+    ]);
+    let p0 = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let p1 = b.one(OpKind::ProgramId(1), Type::Scalar(DType::I32));
+    let cbm = b.int(bm as i64);
+    let cbn = b.int(bn as i64);
+    let m0 = b.bin(BinaryOp::Mul, p0, cbm);
+    let n0 = b.bin(BinaryOp::Mul, p1, cbn);
+    let z = b.float(0.0);
+    let acc0 = b.splat(z, &[bm, bn]);
+    let lo = b.int(0);
+    let hi = b.one(
+        OpKind::TensorDim { param: 0, axis: 1 },
+        Type::Scalar(DType::I32),
+    );
+    let step = b.int(bk as i64);
+    b.push();
+    let k = b.value(Type::Scalar(DType::I32));
+    let acc = b.value(tile(&[bm, bn], DType::F32));
+    let a = b.load(0, vec![range(m0, bm), range(k, bk)], Constant::Int(0));
+    let bt = b.load(1, vec![range(k, bk), range(n0, bn)], Constant::Int(0));
+    let d = b.one(
+        OpKind::Dot {
+            a,
+            b: bt,
+            acc: Some(acc),
+            precision: Precision::Ieee,
+        },
+        tile(&[bm, bn], DType::F32),
+    );
+    let body = b.pop(vec![k, acc], vec![d]);
+    let res = b.op(
+        OpKind::For {
+            lo,
+            hi,
+            step,
+            init: vec![acc0],
+            body,
+        },
+        vec![tile(&[bm, bn], DType::F32)],
+    )[0];
+    b.store(2, vec![range(m0, bm), range(n0, bn)], res);
+    b.finish(&format!("gemm_{}_{bm}x{bn}x{bk}", h.name()), num_warps)
+}
+
+/// Every elementwise op, casts between dtypes, a user mask, `where`, `arange`,
+/// a loop whose trip count is a run-time scalar, `while`, `if` on a reduced
+/// scalar, and `atomic_add`.
+pub(crate) fn everything() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("x", &["N"], f),
+        tensor("y", &["N"], DType::BF16),
+        tensor("flags", &["N"], DType::Bool),
+        tensor("idx", &["N"], DType::I8),
+        tensor("out", &["N"], f),
+        tensor("total", &["1"], f),
+        Param {
+            name: "alpha".into(),
+            kind: ParamKind::Scalar(f),
+        },
+        Param {
+            name: "steps".into(),
+            kind: ParamKind::Scalar(DType::I32),
+        },
+    ]);
+    let n = 256u32;
+    let pid = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let c = b.int(n as i64);
+    let i = b.bin(BinaryOp::Mul, pid, c);
+    let x = b.load(0, vec![range(i, n)], Constant::Float(1.0));
+    let y = b.load(1, vec![range(i, n)], Constant::Int(0));
+    let y = b.cast(y, f);
+    let fl = b.load(2, vec![range(i, n)], Constant::Bool(false));
+    let ix = b.load(3, vec![range(i, n)], Constant::Int(0));
+    let ix = b.cast(ix, DType::I32);
+    let mut v = x;
+    for u in [
+        UnaryOp::Exp,
+        UnaryOp::Exp2,
+        UnaryOp::Log,
+        UnaryOp::Log2,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Abs,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Neg,
+    ] {
+        let t = b.un(u, v);
+        v = b.bin(BinaryOp::Add, t, y);
+    }
+    for op in [
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::FloorDiv,
+        BinaryOp::Mod,
+        BinaryOp::Pow,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ] {
+        v = b.bin(op, v, x);
+    }
+    // Integer ops on arange and the i8 tensor.
+    let ar = b.one(OpKind::Arange { start: i, len: n }, tile(&[n], DType::I32));
+    let three = b.int(3);
+    let t3 = b.splat(three, &[n]);
+    let mut iv = b.bin(BinaryOp::Add, ar, ix);
+    for op in [
+        BinaryOp::FloorDiv,
+        BinaryOp::Mod,
+        BinaryOp::Mul,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Sub,
+    ] {
+        iv = b.bin(op, iv, t3);
+    }
+    let iv = b.un(UnaryOp::Invert, iv);
+    let iv8 = b.cast(iv, DType::I8);
+    let ivf = b.cast(iv8, f);
+    let lt = b.bin(BinaryOp::Lt, ivf, v);
+    let nf = b.un(UnaryOp::Not, fl);
+    let both = b.bin(BinaryOp::And, lt, nf);
+    let ne = b.bin(BinaryOp::Ne, both, fl);
+    let w = b.one(
+        OpKind::Select {
+            cond: ne,
+            a: v,
+            b: ivf,
+        },
+        tile(&[n], f),
+    );
+    // Round through bf16 and f16.
+    let wb = b.cast(w, DType::BF16);
+    let wh = b.cast(wb, DType::F16);
+    let w = b.cast(wh, f);
+    // Scale by alpha `steps` times in a loop.
+    let alpha = b.one(OpKind::ScalarParam(6), Type::Scalar(f));
+    let steps = b.one(OpKind::ScalarParam(7), Type::Scalar(DType::I32));
+    let one = b.int(1);
+    let zero = b.int(0);
+    b.push();
+    let k = b.value(Type::Scalar(DType::I32));
+    let acc = b.value(tile(&[n], f));
+    let al = b.splat(alpha, &[n]);
+    let acc2 = b.bin(BinaryOp::Mul, acc, al);
+    let body = b.pop(vec![k, acc], vec![acc2]);
+    let w = b.op(
+        OpKind::For {
+            lo: zero,
+            hi: steps,
+            step: one,
+            init: vec![w],
+            body,
+        },
+        vec![tile(&[n], f)],
+    )[0];
+    // while j < 3: j = j + 1 (a scalar counter) then use it.
+    b.push();
+    let j = b.value(Type::Scalar(DType::I32));
+    let cnd = b.bin(BinaryOp::Lt, j, three);
+    let cond = b.pop(vec![j], vec![cnd]);
+    b.push();
+    let j2 = b.value(Type::Scalar(DType::I32));
+    let j3 = b.bin(BinaryOp::Add, j2, one);
+    let body = b.pop(vec![j2], vec![j3]);
+    let jf = b.op(
+        OpKind::While {
+            init: vec![zero],
+            cond,
+            body,
+        },
+        vec![Type::Scalar(DType::I32)],
+    )[0];
+    let jf = b.cast(jf, f);
+    let jt = b.splat(jf, &[n]);
+    let w = b.bin(BinaryOp::Add, w, jt);
+    // A masked store: only where flags.
+    b.op(
+        OpKind::Store {
+            tensor: 4,
+            access: vec![range(i, n)],
+            value: w,
+            mask: Some(fl),
+        },
+        vec![],
+    );
+    // if sum(w) > 0: total += sum(w) else: total += -sum(w)
+    let s = b.reduce(ReduceOp::Sum, w, 0, false);
+    let zf = b.float(0.0);
+    let pos = b.bin(BinaryOp::Gt, s, zf);
+    b.push();
+    let then = b.pop(vec![], vec![s]);
+    b.push();
+    let ns = b.un(UnaryOp::Neg, s);
+    let otherwise = b.pop(vec![], vec![ns]);
+    let r = b.op(
+        OpKind::If {
+            cond: pos,
+            then,
+            otherwise,
+        },
+        vec![Type::Scalar(f)],
+    )[0];
+    b.op(
+        OpKind::AtomicAdd {
+            tensor: 5,
+            access: vec![Access::Point(zero)],
+            value: r,
+            mask: None,
+        },
+        vec![],
+    );
+    b.finish("everything", 2)
+}
+
+/// A transposed 2-D tile (layout relabelled) stored through a conversion, and
+/// an arange broadcast against a row (the causal mask of flash attention).
+pub(crate) fn causal_mask() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("s", &["S", "S"], f),
+        tensor("o", &["S", "S"], f),
+    ]);
+    let p0 = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let c = b.int(64);
+    let m0 = b.bin(BinaryOp::Mul, p0, c);
+    let zero = b.int(0);
+    let s = b.load(0, vec![range(m0, 64), range(zero, 32)], Constant::Int(0));
+    let rows = b.one(
+        OpKind::Arange { start: m0, len: 64 },
+        tile(&[64], DType::I32),
+    );
+    let cols = b.one(
+        OpKind::Arange {
+            start: zero,
+            len: 32,
+        },
+        tile(&[32], DType::I32),
+    );
+    let re = b.one(
+        OpKind::ExpandDims { x: rows, axis: 1 },
+        tile(&[64, 1], DType::I32),
+    );
+    let ce = b.one(
+        OpKind::ExpandDims { x: cols, axis: 0 },
+        tile(&[1, 32], DType::I32),
+    );
+    let rb = b.one(
+        OpKind::Broadcast {
+            x: re,
+            shape: vec![64, 32],
+        },
+        tile(&[64, 32], DType::I32),
+    );
+    let cb = b.one(
+        OpKind::Broadcast {
+            x: ce,
+            shape: vec![64, 32],
+        },
+        tile(&[64, 32], DType::I32),
+    );
+    let keep = b.bin(BinaryOp::Ge, rb, cb);
+    let ninf = b.float(f64::NEG_INFINITY);
+    let ni = b.splat(ninf, &[64, 32]);
+    let m = b.one(
+        OpKind::Select {
+            cond: keep,
+            a: s,
+            b: ni,
+        },
+        tile(&[64, 32], f),
+    );
+    let t = b.one(OpKind::Transpose { x: m }, tile(&[32, 64], f));
+    let t2 = b.one(OpKind::Transpose { x: t }, tile(&[64, 32], f));
+    let mx = b.reduce(ReduceOp::Max, t, 0, false);
+    let mxe = b.one(OpKind::ExpandDims { x: mx, axis: 1 }, tile(&[64, 1], f));
+    let mxb = b.one(
+        OpKind::Broadcast {
+            x: mxe,
+            shape: vec![64, 32],
+        },
+        tile(&[64, 32], f),
+    );
+    let out = b.bin(BinaryOp::Sub, t2, mxb);
+    b.store(1, vec![range(m0, 64), range(zero, 32)], out);
+    b.finish("causal_mask", 4)
+}
+
+/// 8-bit floats: `xq = x.to(f8)` stored as f8, and f8 tensors loaded and
+/// stored as f32 (both formats).
+pub(crate) fn f8_roundtrip() -> Kernel {
+    let f = DType::F32;
+    let mut b = Builder::new(vec![
+        tensor("x", &["N"], f),
+        tensor("q4", &["N"], DType::F8E4M3),
+        tensor("q5", &["N"], DType::F8E5M2),
+        tensor("d4", &["N"], f),
+        tensor("d5", &["N"], f),
+    ]);
+    let pid = b.one(OpKind::ProgramId(0), Type::Scalar(DType::I32));
+    let c = b.int(128);
+    let i = b.bin(BinaryOp::Mul, pid, c);
+    let x = b.load(0, vec![range(i, 128)], Constant::Int(0));
+    let x4 = b.cast(x, DType::F8E4M3);
+    b.store(1, vec![range(i, 128)], x4);
+    let x5 = b.cast(x, DType::F8E5M2);
+    b.store(2, vec![range(i, 128)], x5);
+    for (t, out) in [(1, 3), (2, 4)] {
+        let q = b.load(t, vec![range(i, 128)], Constant::Int(0));
+        let qf = b.cast(q, f);
+        b.store(out, vec![range(i, 128)], qf);
+    }
+    b.finish("f8_roundtrip", 4)
+}
+
+pub(crate) fn all_kernels() -> Vec<Kernel> {
+    vec![
+        vadd(),
+        softmax_rows(),
+        softmax_block_f16(),
+        gemm(64, 64, 32, 4, DType::F16),
+        gemm(128, 128, 32, 8, DType::F16),
+        gemm(64, 32, 64, 4, DType::BF16),
+        gemm(16, 16, 16, 4, DType::F16),
+        gemm(32, 32, 16, 2, DType::F32),
+        everything(),
+        causal_mask(),
+        f8_roundtrip(),
+    ]
+}
+
+const NV: [Arch; 7] = [
+    Arch::Sm70,
+    Arch::Sm75,
+    Arch::Sm80,
+    Arch::Sm86,
+    Arch::Sm89,
+    Arch::Sm90,
+    Arch::Sm90a,
+];
+
+#[test]
+fn every_test_kernel_lowers_and_verifies_for_every_nvidia_arch() {
+    for k in all_kernels() {
+        for arch in NV {
+            let t = lower(&k, arch).unwrap_or_else(|d| panic!("{} {arch}: {}", k.name, d.message));
+            if let Err(e) = verify(&t) {
+                panic!("{} {arch}: verifier:\n{e}", k.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn amd_targets_are_not_supported_yet() {
+    let d = lower(&vadd(), Arch::Gfx942).unwrap_err();
+    assert!(d.message.contains("gfx942"), "{}", d.message);
+}
+
+#[test]
+fn blocked_layout_covers_every_element_once_per_replica() {
+    for (shape, warps) in [
+        (vec![1024u32], 4u32),
+        (vec![16, 128], 4),
+        (vec![64, 32], 8),
+        (vec![3, 100], 4),
+        (vec![8], 4),
+        (vec![1, 1], 2),
+        (vec![128, 128], 8),
+    ] {
+        let l = Layout::blocked(&shape, warps, 32, 4);
+        let n: u64 = shape.iter().map(|&d| d as u64).product();
+        let threads = warps * 32;
+        let mut count = vec![0u32; n as usize];
+        for t in 0..threads {
+            for s in &l.slots {
+                let mut lin = 0u64;
+                for d in 0..shape.len() {
+                    let base: u32 = l.terms[d]
+                        .iter()
+                        .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
+                        .sum();
+                    let c = base + s[d];
+                    assert!(c < shape[d], "{shape:?}: coordinate {c} out of range");
+                    lin = lin * shape[d] as u64 + c as u64;
+                }
+                count[lin as usize] += 1;
+            }
+        }
+        let rep = 1u32
+            << l.replication_mask(threads.trailing_zeros() as u8)
+                .count_ones();
+        assert!(
+            count.iter().all(|&c| c == rep),
+            "{shape:?} x{warps}: counts {:?}, replication {rep}",
+            &count[..count.len().min(16)]
+        );
+    }
+}
+
+#[test]
+fn vadd_loads_are_vectorised_only_when_alignment_is_proven() {
+    // N is dynamic: bounds are per element, so no vector access.
+    let t = lower(&vadd(), Arch::Sm80).unwrap();
+    let mut widths = Vec::new();
+    t.walk(&mut |i| {
+        if let Inst::Ld { dst, .. } = i {
+            widths.push(dst.len());
+        }
+    });
+    assert!(widths.iter().all(|&w| w == 1), "{widths:?}");
+    // A static row length of 128 and a start that is a multiple of 16: v4.
+    let t = lower(&softmax_block_f16(), Arch::Sm80).unwrap();
+    let mut widths = Vec::new();
+    t.walk(&mut |i| {
+        if let Inst::Ld {
+            dst,
+            space: super::Space::Global,
+            ..
+        } = i
+        {
+            widths.push(dst.len());
+        }
+    });
+    assert!(
+        !widths.is_empty() && widths.iter().all(|&w| w == 4),
+        "{widths:?}"
+    );
+}
+
+#[test]
+fn reductions_use_shuffles_and_cross_warp_shared_memory() {
+    let t = lower(&softmax_rows(), Arch::Sm80).unwrap();
+    let mut shfl = 0;
+    let mut bars = 0;
+    t.walk(&mut |i| match i {
+        Inst::ShflXor { .. } => shfl += 1,
+        Inst::Barrier => bars += 1,
+        _ => {}
+    });
+    // Two reductions over 32 lanes (5 butterfly steps each) and 4 warps.
+    assert_eq!(shfl, 10);
+    assert_eq!(bars, 4);
+    assert_eq!(t.smem_bytes(), 16);
+}
+
+#[test]
+fn target_ir_dumps() {
+    let t = lower(&vadd(), Arch::Sm80).unwrap();
+    insta::assert_snapshot!("vadd_sm80", t.to_string());
+    let t = lower(&softmax_block_f16(), Arch::Sm90).unwrap();
+    insta::assert_snapshot!("softmax_block_f16_sm90", t.to_string());
+}
+
+#[test]
+fn dot_uses_tensor_cores_where_the_arch_has_them() {
+    let count = |k: &Kernel, arch| {
+        let t = lower(k, arch).unwrap();
+        let (mut mma, mut ldm, mut fma) = (0, 0, 0);
+        t.walk(&mut |i| match i {
+            Inst::Mma { .. } => mma += 1,
+            Inst::LdMatrix { .. } => ldm += 1,
+            Inst::Fma { .. } => fma += 1,
+            _ => {}
+        });
+        (mma, ldm, fma)
+    };
+    let g = gemm(64, 64, 32, 4, DType::F16);
+    // 4 warps along the rows, each 16x64 = 1x8 tiles of 16x8, two k16 steps:
+    // per step one x4 ldmatrix for A and four x4.trans for B.
+    assert_eq!(count(&g, Arch::Sm80), (16, 2 * (1 + 4), 0));
+    // sm_75: two m16n8k8 per m16n8k16.
+    assert_eq!(count(&g, Arch::Sm75).0, 32);
+    // sm_70: no mma yet (FMA path); bf16 on sm_75 too; f32 everywhere.
+    assert_eq!(count(&g, Arch::Sm70).0, 0);
+    assert_eq!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm75).0, 0);
+    assert!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm90).0 > 0);
+    assert_eq!(count(&gemm(32, 32, 16, 2, DType::F32), Arch::Sm90).0, 0);
+    // The accumulator is carried in the mma layout: no conversion in the loop.
+    let t = lower(&g, Arch::Sm80).unwrap();
+    assert!(!t.to_string().contains("convert layout"), "{t}");
+    assert_eq!(t.smem.iter().map(|b| b.bytes).sum::<u32>(), 64 * 32 * 2 * 2);
+}

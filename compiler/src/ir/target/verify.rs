@@ -1,0 +1,259 @@
+//! The Target IR verifier: every register is defined before it is read (on every
+//! path: a register written in both branches of an `If` is defined after it; one
+//! written only inside a loop body is not defined after the loop), operand types
+//! agree with the instruction, indices are in range.
+
+use std::collections::HashSet;
+
+use super::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+
+/// Checks `k`; the error lists every problem found.
+pub fn verify(k: &Kernel) -> Result<(), String> {
+    let mut v = Verifier {
+        k,
+        errors: Vec::new(),
+    };
+    let mut defined = HashSet::new();
+    v.block(&k.body, &mut defined);
+    if !k.num_threads.is_power_of_two() || k.num_threads == 0 {
+        v.errors.push(format!(
+            "num_threads {} is not a power of two",
+            k.num_threads
+        ));
+    }
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(v.errors.join("\n"))
+    }
+}
+
+struct Verifier<'a> {
+    k: &'a Kernel,
+    errors: Vec<String>,
+}
+
+/// Types that share a register class (and so may be mixed freely).
+fn class(t: RegTy) -> u8 {
+    match t {
+        RegTy::Pred => 0,
+        RegTy::I32 | RegTy::U32 | RegTy::B32 => 1,
+        RegTy::I64 | RegTy::U64 => 2,
+        RegTy::F32 => 3,
+        RegTy::F64 => 4,
+        RegTy::B16 => 5,
+    }
+}
+
+impl Verifier<'_> {
+    fn ty(&self, r: Reg) -> Option<RegTy> {
+        self.k.regs.get(r.0 as usize).copied()
+    }
+
+    fn block(&mut self, insts: &[Inst], defined: &mut HashSet<Reg>) {
+        for (n, i) in insts.iter().enumerate() {
+            for u in i.uses() {
+                if self.ty(u).is_none() {
+                    self.errors
+                        .push(format!("inst {n} ({i:?}): register {} has no type", u.0));
+                } else if !defined.contains(&u) {
+                    self.errors.push(format!(
+                        "inst {n} ({i:?}): register {} read before it is defined",
+                        u.0
+                    ));
+                }
+            }
+            self.types(i);
+            match i {
+                Inst::For { iv, body, .. } => {
+                    let mut inner = defined.clone();
+                    inner.insert(*iv);
+                    self.block(body, &mut inner);
+                }
+                Inst::While { cond, pred, body } => {
+                    let mut inner = defined.clone();
+                    self.block(cond, &mut inner);
+                    if !inner.contains(pred) {
+                        self.errors.push(format!(
+                            "while condition {} is not defined by its region",
+                            pred.0
+                        ));
+                    }
+                    self.block(body, &mut inner);
+                }
+                Inst::If {
+                    then, otherwise, ..
+                } => {
+                    let mut a = defined.clone();
+                    self.block(then, &mut a);
+                    let mut b = defined.clone();
+                    self.block(otherwise, &mut b);
+                    for r in a.intersection(&b) {
+                        defined.insert(*r);
+                    }
+                }
+                _ => {}
+            }
+            for d in i.defs() {
+                if self.ty(d).is_none() {
+                    self.errors
+                        .push(format!("inst {n}: register {} has no type", d.0));
+                }
+                defined.insert(d);
+            }
+        }
+    }
+
+    fn expect(&mut self, i: &Inst, o: &Operand, want: RegTy) {
+        if let Operand::Reg(r) = o {
+            if let Some(t) = self.ty(*r) {
+                if class(t) != class(want) {
+                    self.errors.push(format!(
+                        "{i:?}: operand {} is {} where {} is expected",
+                        r.0,
+                        t.name(),
+                        want.name()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn types(&mut self, i: &Inst) {
+        let k = self.k;
+        let ty = |r: &Reg| k.regs.get(r.0 as usize).copied().unwrap_or(RegTy::Pred);
+        match i {
+            Inst::Param { dst, index } => match k.params.get(*index) {
+                Some(p) if class(p.ty) == class(ty(dst)) => {}
+                _ => self.errors.push(format!("{i:?}: bad parameter")),
+            },
+            Inst::SmemAddr { buffer, .. } if *buffer >= k.smem.len() => {
+                self.errors.push(format!("{i:?}: no such shared buffer"))
+            }
+            Inst::Unary { dst, x, .. } => self.expect(i, x, ty(dst)),
+            Inst::Binary { dst, a, b, .. } => {
+                self.expect(i, a, ty(dst));
+                self.expect(i, b, ty(dst));
+            }
+            Inst::Fma { dst, a, b, c } => {
+                for x in [a, b, c] {
+                    self.expect(i, x, ty(dst));
+                }
+            }
+            Inst::Cmp {
+                ty: t, dst, a, b, ..
+            } => {
+                self.expect(i, a, *t);
+                self.expect(i, b, *t);
+                if ty(dst) != RegTy::Pred {
+                    self.errors
+                        .push(format!("{i:?}: comparison result is not a pred"));
+                }
+            }
+            Inst::Select { dst, cond, a, b } => {
+                self.expect(i, a, ty(dst));
+                self.expect(i, b, ty(dst));
+                if ty(cond) != RegTy::Pred || ty(dst) == RegTy::Pred {
+                    self.errors.push(format!("{i:?}: bad select types"));
+                }
+            }
+            Inst::Ld {
+                space,
+                mem,
+                dst,
+                addr,
+                pred,
+                ..
+            } => {
+                self.mem_access(i, *space, *addr, pred);
+                if !matches!(dst.len(), 1 | 2 | 4) {
+                    self.errors
+                        .push(format!("{i:?}: vector width {}", dst.len()));
+                }
+                for d in dst {
+                    self.data(i, *mem, ty(d));
+                }
+            }
+            Inst::St {
+                space,
+                mem,
+                src,
+                addr,
+                pred,
+                ..
+            } => {
+                self.mem_access(i, *space, *addr, pred);
+                if !matches!(src.len(), 1 | 2 | 4) {
+                    self.errors
+                        .push(format!("{i:?}: vector width {}", src.len()));
+                }
+                for s in src {
+                    if let Operand::Reg(r) = s {
+                        self.data(i, *mem, ty(r));
+                    }
+                }
+            }
+            Inst::AtomAdd {
+                mem,
+                src,
+                addr,
+                pred,
+                ..
+            } => {
+                self.mem_access(i, Space::Global, *addr, pred);
+                if let Operand::Reg(r) = src {
+                    self.data(i, *mem, ty(r));
+                }
+            }
+            Inst::ShflXor { dst, src, .. } if ty(dst) != ty(src) || ty(dst).words() != 1 => {
+                self.errors
+                    .push(format!("{i:?}: shuffles move one 32-bit register"));
+            }
+            Inst::For {
+                iv, lo, hi, step, ..
+            } => {
+                for x in [lo, hi, step] {
+                    self.expect(i, x, ty(iv));
+                }
+            }
+            Inst::If { cond, .. } | Inst::While { pred: cond, .. } if ty(cond) != RegTy::Pred => {
+                self.errors.push(format!("{i:?}: condition is not a pred"));
+            }
+            _ => {}
+        }
+    }
+
+    fn mem_access(&mut self, i: &Inst, space: Space, addr: Reg, pred: &Option<Reg>) {
+        let want = match space {
+            Space::Global => 2,
+            Space::Shared => 1,
+        };
+        if self.ty(addr).map(class) != Some(want) {
+            self.errors
+                .push(format!("{i:?}: address register of the wrong size"));
+        }
+        if let Some(p) = pred {
+            if self.ty(*p) != Some(RegTy::Pred) {
+                self.errors.push(format!("{i:?}: guard is not a pred"));
+            }
+        }
+    }
+
+    /// The register a memory access of `mem` moves.
+    fn data(&mut self, i: &Inst, mem: MemTy, t: RegTy) {
+        let ok = match mem {
+            MemTy::F64 => t == RegTy::F64,
+            MemTy::F32 => t == RegTy::F32,
+            MemTy::F16 => t == RegTy::B16,
+            MemTy::I64 => class(t) == 2,
+            _ => class(t) == 1,
+        };
+        if !ok {
+            self.errors.push(format!(
+                "{i:?}: a {} access moves a {} register",
+                mem.name(),
+                t.name()
+            ));
+        }
+    }
+}
