@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Check .tsr files: syntax, names, types, shapes and target limits.
     Check(CheckArgs),
-    /// Print an IR level, PTX or HIP for a .tsr file (the same as `tsrc emit`).
+    /// Print an IR level or PTX for a .tsr file (the same as `tsrc emit`).
     Emit(EmitArgs),
     /// Per kernel: threads, registers, shared memory and occupancy (the same as `tsrc report`).
     Report(ReportArgs),

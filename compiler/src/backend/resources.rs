@@ -4,7 +4,8 @@
 //! * registers per thread: the peak of 32-bit register pressure of the per-thread
 //!   program ([`max_pressure`]), from liveness over a structured program
 //!   ([`Node`]: instructions, loops, two-way branches), which Target IR is;
-//! * static shared memory in bytes;
+//! * shared memory per block in bytes (Target IR's arena, which the printer
+//!   declares statically or, past 48 KiB, as dynamic shared memory);
 //! * occupancy and its limiting factor, by [`super::occupancy`].
 //!
 //! # Register estimate
@@ -175,9 +176,14 @@ impl Bits {
     }
     fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().enumerate().flat_map(|(i, &w)| {
-            (0..64)
-                .filter(move |b| w & (1u64 << b) != 0)
-                .map(move |b| (i * 64 + b) as u32)
+            let mut rest = w;
+            std::iter::from_fn(move || {
+                (rest != 0).then(|| {
+                    let b = rest.trailing_zeros();
+                    rest &= rest - 1;
+                    (i * 64) as u32 + b
+                })
+            })
         })
     }
 }
@@ -197,26 +203,27 @@ pub fn max_pressure(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
         .max()
         .unwrap_or(0);
     let mut live_in = vec![Bits::new(nregs); n];
-    let mut live_out = vec![Bits::new(nregs); n];
+    let live_out_of = |p: usize, live_in: &[Bits], out: &mut Bits| {
+        out.0.iter_mut().for_each(|w| *w = 0);
+        for &s in &cfg.succ[p] {
+            out.union(&live_in[s]);
+        }
+    };
     // Backward dataflow to a fixpoint; positions are mostly in program order,
     // so sweeping them in reverse converges in a few passes.
+    let mut out = Bits::new(nregs);
     loop {
         let mut changed = false;
         for p in (0..n).rev() {
-            let mut out = Bits::new(nregs);
-            for &s in &cfg.succ[p] {
-                out.union(&live_in[s]);
-            }
-            let mut inn = out.clone();
+            live_out_of(p, &live_in, &mut out);
             for &d in &cfg.defs[p] {
-                inn.remove(d);
+                out.remove(d);
             }
             for &u in &cfg.uses[p] {
-                inn.insert(u);
+                out.insert(u);
             }
-            if inn != live_in[p] || out != live_out[p] {
-                live_in[p] = inn;
-                live_out[p] = out;
+            if out != live_in[p] {
+                std::mem::swap(&mut live_in[p], &mut out);
                 changed = true;
             }
         }
@@ -225,16 +232,15 @@ pub fn max_pressure(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
         }
     }
     let weight = |b: &Bits| b.iter().map(words).sum::<u32>();
-    (0..n)
-        .map(|p| {
-            let mut after = live_out[p].clone();
-            for &d in &cfg.defs[p] {
-                after.insert(d);
-            }
-            weight(&after).max(weight(&live_in[p]))
-        })
-        .max()
-        .unwrap_or(0)
+    let mut peak = 0;
+    for p in 0..n {
+        live_out_of(p, &live_in, &mut out);
+        for &d in &cfg.defs[p] {
+            out.insert(d);
+        }
+        peak = peak.max(weight(&out)).max(weight(&live_in[p]));
+    }
+    peak
 }
 
 /// The register estimate reported for a program: peak pressure plus ptxas's
@@ -251,7 +257,7 @@ pub struct Resources {
     pub threads: u32,
     /// Estimated registers per thread (may exceed the arch's maximum: a spill).
     pub regs: u32,
-    /// Static shared memory in bytes.
+    /// Shared memory per block in bytes (static and dynamic).
     pub smem_bytes: u32,
     /// Occupancy at `min(regs, max_regs_per_thread)`: beyond the maximum ptxas
     /// spills rather than refusing the kernel.

@@ -16,7 +16,7 @@ struct Cli {
 enum Command {
     /// Check .tsr files: syntax, names, types, shapes and target limits.
     Check(CheckArgs),
-    /// Print an IR level, PTX or HIP for a .tsr file (after checking it).
+    /// Print an IR level or PTX for a .tsr file (after checking it); HIP is not built yet.
     Emit(EmitArgs),
     /// Per kernel: threads, registers, shared memory and occupancy on a target.
     Report(ReportArgs),
