@@ -312,6 +312,8 @@ pub struct EmitContext<'a> {
     pub kernels: Vec<(String, crate::db::ItemSource<'a>, u32)>,
     pub spec: crate::ir::tile::Specialization,
     pub arch: Arch,
+    /// graph-ir and schedule-ir: the function `--kernel` names (default: all).
+    pub function: Option<String>,
 }
 
 /// Why an `--emit` arm produced no text.
@@ -358,7 +360,10 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
         return EXIT_ERRORS;
     }
     let mut kernels = crate::db::file_kernels(db, file);
-    if let Some(name) = &args.kernel {
+    // For graph-ir and schedule-ir, `--kernel` names a whole-tensor function
+    // (their arm selects it).
+    let whole_tensor = matches!(args.emit, EmitKind::GraphIr | EmitKind::ScheduleIr);
+    if let Some(name) = args.kernel.as_ref().filter(|_| !whole_tensor) {
         let names: Vec<String> = kernels.iter().map(|k| k.0.clone()).collect();
         kernels.retain(|k| &k.0 == name);
         if kernels.is_empty() {
@@ -408,15 +413,14 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
         kernels,
         spec,
         arch: args.arch,
+        function: args.kernel.clone().filter(|_| whole_tensor),
     };
     let result = match args.emit {
         EmitKind::TileIr => emit_tile_ir(&cx),
+        EmitKind::GraphIr => emit_whole_tensor(&cx, false),
+        EmitKind::ScheduleIr => emit_whole_tensor(&cx, true),
         EmitKind::TargetIr => emit_target_ir(&cx),
         EmitKind::Ptx => emit_ptx(&cx),
-        other => Err(EmitError::Usage(format!(
-            "`--emit {}` is not available yet",
-            other.flag()
-        ))),
     };
     match result {
         Ok(output) => match &args.output {
@@ -450,6 +454,54 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             let _ = writeln!(err, "error: {message}");
             EXIT_USAGE
         }
+    }
+}
+
+/// The Graph IR (or the Schedule IR, with its generated kernels) of the
+/// whole-tensor functions of the file in source order, separated by blank lines;
+/// what the lowering does not handle yet is an E0512 diagnostic.
+fn emit_whole_tensor(cx: &EmitContext, schedule: bool) -> Result<String, EmitError> {
+    let mut functions = crate::db::file_functions(cx.db, cx.file);
+    if let Some(name) = &cx.function {
+        let names: Vec<String> = functions.iter().map(|f| f.0.clone()).collect();
+        functions.retain(|f| &f.0 == name);
+        if functions.is_empty() {
+            let known = if names.is_empty() {
+                "it has no whole-tensor functions".to_string()
+            } else {
+                format!("its whole-tensor functions: {}", names.join(", "))
+            };
+            return Err(EmitError::Usage(format!(
+                "no whole-tensor function `{name}` in this file ({known})"
+            )));
+        }
+    }
+    let mut text = String::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in functions {
+        let dumped = if schedule {
+            crate::db::schedule_ir(cx.db, item, cx.db.options())
+                .as_ref()
+                .map(|s| crate::ir::schedule::dump(s))
+        } else {
+            crate::db::graph_ir(cx.db, item, cx.db.options())
+                .as_ref()
+                .map(|g| crate::ir::graph::dump(g))
+        };
+        match dumped {
+            Ok(t) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&t);
+            }
+            Err(e) => diags.push(e.clone().shifted(offset).diagnostic()),
+        }
+    }
+    if diags.is_empty() {
+        Ok(text)
+    } else {
+        Err(EmitError::Diagnostics(diags))
     }
 }
 
@@ -608,10 +660,14 @@ mod emit_tests {
 
     #[test]
     fn usage_errors_exit_2() {
-        let a = args(write("k5.tsr", KERNELS), EmitKind::ScheduleIr);
+        let mut a = args(write("k5.tsr", KERNELS), EmitKind::ScheduleIr);
+        a.kernel = Some("nope".into());
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
-        assert_eq!(err, "error: `--emit schedule-ir` is not available yet\n");
+        assert_eq!(
+            err,
+            "error: no whole-tensor function `nope` in this file (it has no whole-tensor functions)\n"
+        );
         let mut a = args(write("k6.tsr", KERNELS), EmitKind::TileIr);
         a.define = vec![("Q".into(), 1)];
         let (code, _, err) = run(&a);

@@ -91,6 +91,9 @@ pub struct Checker<'a> {
     pub fn_locals: FxHashSet<String>,
     pub loop_depth: u32,
     pub usage: Usage,
+    /// When set, every checked expression's span and value, in walk order
+    /// (for lowering to Graph IR, which reuses the checker's typing).
+    pub expr_vals: Option<Vec<(Span, Val)>>,
     /// `reshape` shapes may hold one `-1`.
     pub allow_infer_dim: bool,
 }
@@ -115,6 +118,7 @@ impl<'a> Checker<'a> {
             fn_locals: FxHashSet::default(),
             loop_depth: 0,
             usage: Usage::default(),
+            expr_vals: None,
             allow_infer_dim: false,
         }
     }

@@ -541,7 +541,30 @@ impl Checker<'_> {
 
 /// Checks one function or kernel item.
 pub fn check_function(f: &Function, scope: &ModuleScope, arch: Arch) -> ItemCheck {
+    check_function_with(f, scope, arch, false).0
+}
+
+/// Checks a function and also returns the value of every checked expression
+/// (item-relative span, type and compile-time value, in walk order): what the
+/// lowering to Graph IR reads instead of re-deriving shapes.
+pub fn check_function_typed(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
+    check_function_with(f, scope, arch, true)
+}
+
+fn check_function_with(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+    keep_vals: bool,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
     let mut c = Checker::new(scope, arch);
+    if keep_vals {
+        c.expr_vals = Some(Vec::new());
+    }
     c.in_kernel = f.is_kernel();
     c.fn_name = f.name.name.clone();
     c.params(f);
@@ -632,5 +655,6 @@ pub fn check_function(f: &Function, scope: &ModuleScope, arch: Arch) -> ItemChec
         }
     }
 
-    c.into_check(Some(f))
+    let vals = c.expr_vals.take().unwrap_or_default();
+    (c.into_check(Some(f)), vals)
 }

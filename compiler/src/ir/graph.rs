@@ -1,0 +1,1634 @@
+//! Graph IR: one whole-tensor function (a plain `def`) as a DAG of tensor ops.
+//!
+//! Nodes are kept in program order, which is a topological order: every operand
+//! precedes its user. Types are the checker's (symbolic dims as [`Dim`], dtypes),
+//! read from the checked expressions instead of being re-derived: `build` looks
+//! each expression's type up by its span in the values the checker recorded.
+//!
+//! * Scalars known at compile time (literals, consts, dims such as `D`) are
+//!   `Const`/`Index` nodes; other scalars (scalar parameters, arithmetic on them)
+//!   are host scalars computed at launch time.
+//! * Elementwise ops keep numpy broadcasting implicit in the types; the dump
+//!   records which operands are broadcast (`bcast`).
+//! * Kernel calls are effects (they write their tensor arguments): they have no
+//!   result and later nodes see the written tensors, so nodes are never reordered
+//!   across them.
+//! * Calls to other whole-tensor functions: `build` makes `call` nodes, and
+//!   `inline` replaces them with the callee's graph (dims substituted, spans set to
+//!   the call's), so that fusion sees across function boundaries. The db query
+//!   `graph_ir` is the inlined graph (`graph_ir_uninlined` the one as written); a
+//!   call giving const arguments inlines the callee re-checked with those values;
+//!   recursive calls stay `call` nodes (and the schedule reports them).
+//!   std.nn's spelled-out definitions of the builtins (`softmax`, `layer_norm`,
+//!   `rms_norm`, `relu`, `gelu`, `silu`) are documented by the standard library as
+//!   having the builtin's meaning: a call to one of them is the builtin.
+//! * `if` statements on compile-time conditions take their branch; `for` loops
+//!   over `range` of compile-time integers are unrolled (at most 64 trips). Run-time
+//!   conditions, `while`, `break`/`continue`, tensor subscripts other than `:` and
+//!   `None` (those are views), and `.shape` are not lowered yet: `build` returns a
+//!   [`LowerError`] saying so (E0512 at `tsrc emit`).
+//!
+//! The dump: a header `graph NAME(params) -> result types`, one line per node
+//! `%i = op operands [bcast(lhs|rhs|cond)] : type` (kernel launches `%i = launch
+//! k[grid](param=%j, ..., CONST=value)`), and `return %i, ...`. `verify` checks
+//! operands defined before use, shapes against each op's rule and valued outputs.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+
+use crate::check::builtins;
+use crate::check::ctx::Val;
+use crate::check::dims::Dim;
+use crate::check::expr::broadcast;
+use crate::check::scope::FnSig;
+use crate::check::types::{render_dims, Callee};
+use crate::check::{DType, Ty, Value};
+use crate::ir::tile::{BinaryOp, Constant, UnaryOp};
+use crate::syntax::ast::{self, BinOp, Expr, ExprKind, Function, StmtKind};
+use crate::syntax::span::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// The type of a node's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GType {
+    Tensor {
+        dims: Vec<Dim>,
+        dtype: DType,
+    },
+    Scalar(DType),
+    /// No value (kernel calls).
+    Unit,
+}
+
+impl GType {
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            GType::Tensor { dtype, .. } | GType::Scalar(dtype) => Some(*dtype),
+            GType::Unit => None,
+        }
+    }
+
+    /// The dims of a tensor; empty for a scalar.
+    pub fn dims(&self) -> &[Dim] {
+        match self {
+            GType::Tensor { dims, .. } => dims,
+            _ => &[],
+        }
+    }
+
+    pub fn is_tensor(&self) -> bool {
+        matches!(self, GType::Tensor { .. })
+    }
+
+    pub fn is_scalar(&self) -> bool {
+        matches!(self, GType::Scalar(_))
+    }
+}
+
+impl fmt::Display for GType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GType::Tensor { dims, dtype } => {
+                write!(f, "Tensor[")?;
+                for d in dims {
+                    write!(f, "{d}, ")?;
+                }
+                write!(f, "{dtype}]")
+            }
+            GType::Scalar(d) => write!(f, "{d}"),
+            GType::Unit => f.write_str("()"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Activation {
+    Relu,
+    Gelu,
+    Silu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+    Min,
+    Mean,
+}
+
+/// How a creation op fills its tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fill {
+    Zeros,
+    Ones,
+    /// `full(shape, value)`: the value is a scalar node.
+    Full(NodeId),
+    /// Uninitialised.
+    Empty,
+    Randn {
+        seed: Option<NodeId>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeKind {
+    /// Parameter `i` of the function.
+    Param(usize),
+    /// A scalar constant.
+    Const(Constant),
+    /// An integer known symbolically when the function is specialised (a dim, a const).
+    Index(Dim),
+    Unary {
+        op: UnaryOp,
+        x: NodeId,
+    },
+    Activation {
+        act: Activation,
+        x: NodeId,
+    },
+    /// Elementwise with numpy broadcasting; comparisons give bool.
+    Binary {
+        op: BinaryOp,
+        a: NodeId,
+        b: NodeId,
+    },
+    Select {
+        cond: NodeId,
+        a: NodeId,
+        b: NodeId,
+    },
+    Cast {
+        x: NodeId,
+        to: DType,
+    },
+    /// Batched matrix product, batch dims broadcast.
+    MatMul {
+        a: NodeId,
+        b: NodeId,
+    },
+    Softmax {
+        x: NodeId,
+        axis: usize,
+    },
+    /// Over the last axis.
+    LayerNorm {
+        x: NodeId,
+        weight: Option<NodeId>,
+        bias: Option<NodeId>,
+        eps: Option<NodeId>,
+    },
+    /// Over the last axis.
+    RmsNorm {
+        x: NodeId,
+        weight: Option<NodeId>,
+        eps: Option<NodeId>,
+    },
+    /// `axis: None` reduces every axis.
+    Reduce {
+        op: ReduceKind,
+        x: NodeId,
+        axis: Option<usize>,
+        keepdims: bool,
+    },
+    Transpose {
+        x: NodeId,
+        a: usize,
+        b: usize,
+    },
+    /// The new shape is the node's type.
+    Reshape {
+        x: NodeId,
+    },
+    /// A new tensor of the node's type.
+    Fill(Fill),
+    /// A kernel launch: writes its tensor arguments. `grid: None` is the
+    /// kernel's decorator grid.
+    KernelCall {
+        kernel: String,
+        grid: Option<Vec<NodeId>>,
+        /// Run-time arguments by parameter name, in the kernel's parameter order.
+        args: Vec<(String, NodeId)>,
+        /// Const parameters given at the call (others take their defaults).
+        consts: Vec<(String, Value)>,
+    },
+    /// A call to another whole-tensor function (one `graph_ir` could not inline).
+    Call {
+        func: String,
+        /// The callee's signature (to find its definition).
+        sig: std::sync::Arc<FnSig>,
+        args: Vec<(String, NodeId)>,
+        /// Const parameters given at the call.
+        consts: Vec<(String, Value)>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub ty: GType,
+    /// Item-relative span of the expression.
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GParam {
+    pub name: String,
+    pub ty: GType,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub name: String,
+    /// Run-time parameters (const parameters are folded into the nodes).
+    pub params: Vec<GParam>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0 as usize]
+    }
+
+    pub fn ty(&self, id: NodeId) -> &GType {
+        &self.node(id).ty
+    }
+
+    /// The operands of a node, in order.
+    pub fn operands(&self, id: NodeId) -> Vec<NodeId> {
+        operands(&self.node(id).kind)
+    }
+
+    /// How many times each node is used (as an operand or an output).
+    pub fn use_counts(&self) -> Vec<u32> {
+        let mut uses = vec![0u32; self.nodes.len()];
+        for n in &self.nodes {
+            for o in operands(&n.kind) {
+                uses[o.0 as usize] += 1;
+            }
+        }
+        for o in &self.outputs {
+            uses[o.0 as usize] += 1;
+        }
+        uses
+    }
+}
+
+pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
+    match kind {
+        NodeKind::Param(_) | NodeKind::Const(_) | NodeKind::Index(_) => vec![],
+        NodeKind::Unary { x, .. }
+        | NodeKind::Activation { x, .. }
+        | NodeKind::Cast { x, .. }
+        | NodeKind::Softmax { x, .. }
+        | NodeKind::Reduce { x, .. }
+        | NodeKind::Transpose { x, .. }
+        | NodeKind::Reshape { x } => vec![*x],
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => vec![*a, *b],
+        NodeKind::Select { cond, a, b } => vec![*cond, *a, *b],
+        NodeKind::LayerNorm {
+            x,
+            weight,
+            bias,
+            eps,
+        } => std::iter::once(*x)
+            .chain(weight.iter().copied())
+            .chain(bias.iter().copied())
+            .chain(eps.iter().copied())
+            .collect(),
+        NodeKind::RmsNorm { x, weight, eps } => std::iter::once(*x)
+            .chain(weight.iter().copied())
+            .chain(eps.iter().copied())
+            .collect(),
+        NodeKind::Fill(Fill::Full(v)) => vec![*v],
+        NodeKind::Fill(Fill::Randn { seed }) => seed.iter().copied().collect(),
+        NodeKind::Fill(_) => vec![],
+        NodeKind::KernelCall { grid, args, .. } => grid
+            .iter()
+            .flatten()
+            .copied()
+            .chain(args.iter().map(|(_, a)| *a))
+            .collect(),
+        NodeKind::Call { args, .. } => args.iter().map(|(_, a)| *a).collect(),
+    }
+}
+
+/// Something the lowering does not handle (yet), at an item-relative span.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LowerError {
+    pub span: Span,
+    pub message: String,
+}
+
+impl LowerError {
+    pub fn new(span: Span, message: impl Into<String>) -> Self {
+        LowerError {
+            span,
+            message: message.into(),
+        }
+    }
+
+    /// As a diagnostic: E0512, not supported by code generation yet.
+    pub fn diagnostic(&self) -> crate::diag::Diagnostic {
+        crate::diag::Diagnostic::new(
+            "E0512",
+            self.span,
+            format!("not supported by code generation yet: {}", self.message),
+        )
+        .with_help("write this step as a `@kernel` and launch it from the function")
+    }
+
+    /// The same error with its span shifted by `offset` (item → file).
+    pub fn shifted(mut self, offset: u32) -> Self {
+        self.span = Span::new(self.span.start + offset, self.span.end + offset);
+        self
+    }
+}
+
+impl fmt::Display for LowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "not supported yet: {} (at {}..{})",
+            self.message, self.span.start, self.span.end
+        )
+    }
+}
+
+pub fn unary_name(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "neg",
+        UnaryOp::Not => "not",
+        UnaryOp::Invert => "invert",
+        UnaryOp::Exp => "exp",
+        UnaryOp::Exp2 => "exp2",
+        UnaryOp::Log => "log",
+        UnaryOp::Log2 => "log2",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Rsqrt => "rsqrt",
+        UnaryOp::Abs => "abs",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Erf => "erf",
+    }
+}
+
+pub fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
+        BinaryOp::FloorDiv => "floordiv",
+        BinaryOp::Mod => "mod",
+        BinaryOp::Pow => "pow",
+        BinaryOp::Max => "max",
+        BinaryOp::Min => "min",
+        BinaryOp::And => "and",
+        BinaryOp::Or => "or",
+        BinaryOp::Xor => "xor",
+        BinaryOp::Eq => "eq",
+        BinaryOp::Ne => "ne",
+        BinaryOp::Lt => "lt",
+        BinaryOp::Le => "le",
+        BinaryOp::Gt => "gt",
+        BinaryOp::Ge => "ge",
+    }
+}
+
+pub fn render_constant(c: &Constant) -> String {
+    match c {
+        Constant::Int(i) => i.to_string(),
+        Constant::Float(x) if x.is_infinite() => if *x > 0.0 { "inf" } else { "-inf" }.to_string(),
+        Constant::Float(x) => format!("{x:?}"),
+        Constant::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+    }
+}
+
+fn unary_of(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "exp" => UnaryOp::Exp,
+        "exp2" => UnaryOp::Exp2,
+        "log" => UnaryOp::Log,
+        "log2" => UnaryOp::Log2,
+        "sqrt" => UnaryOp::Sqrt,
+        "rsqrt" => UnaryOp::Rsqrt,
+        "abs" => UnaryOp::Abs,
+        "sigmoid" => UnaryOp::Sigmoid,
+        "tanh" => UnaryOp::Tanh,
+        "erf" => UnaryOp::Erf,
+        _ => return None,
+    })
+}
+
+fn binop_of(op: BinOp) -> Option<BinaryOp> {
+    Some(match op {
+        BinOp::Add => BinaryOp::Add,
+        BinOp::Sub => BinaryOp::Sub,
+        BinOp::Mul => BinaryOp::Mul,
+        BinOp::Div => BinaryOp::Div,
+        BinOp::FloorDiv => BinaryOp::FloorDiv,
+        BinOp::Mod => BinaryOp::Mod,
+        BinOp::Pow => BinaryOp::Pow,
+        BinOp::BitAnd | BinOp::And => BinaryOp::And,
+        BinOp::BitOr | BinOp::Or => BinaryOp::Or,
+        BinOp::BitXor => BinaryOp::Xor,
+        BinOp::Eq => BinaryOp::Eq,
+        BinOp::Ne => BinaryOp::Ne,
+        BinOp::Lt => BinaryOp::Lt,
+        BinOp::Le => BinaryOp::Le,
+        BinOp::Gt => BinaryOp::Gt,
+        BinOp::Ge => BinaryOp::Ge,
+        BinOp::MatMul => return None,
+    })
+}
+
+/// The std.nn functions that have the meaning of the builtin of the same name.
+pub const STD_NN_BUILTINS: &[&str] = &["softmax", "layer_norm", "rms_norm", "relu", "gelu", "silu"];
+
+struct Builder<'a> {
+    vals: HashMap<(u32, u32), &'a Val>,
+    nodes: Vec<Node>,
+    env: HashMap<String, NodeId>,
+    /// Names that are dims of tensor parameters or const parameters (compile-time symbols).
+    static_syms: Vec<String>,
+    is_builtin_alias: &'a dyn Fn(&FnSig) -> bool,
+}
+
+type R<T> = Result<T, LowerError>;
+
+fn gtype(ty: &Ty, span: Span) -> R<GType> {
+    match ty {
+        Ty::Tensor { dims, .. } if dims.iter().any(|d| d.symbols().contains(&"?")) => Err(
+            LowerError::new(span, format!("a tensor whose shape is not known (`{ty}`)")),
+        ),
+        Ty::Tensor { dims, dtype } => Ok(GType::Tensor {
+            dims: dims.clone(),
+            dtype: *dtype,
+        }),
+        Ty::Scalar { dtype, .. } => Ok(GType::Scalar(*dtype)),
+        Ty::NoneV => Ok(GType::Unit),
+        other => Err(LowerError::new(
+            span,
+            format!(
+                "a {} value (`{other}`) in a whole-tensor function",
+                other.kind_name()
+            ),
+        )),
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn push(&mut self, kind: NodeKind, ty: GType, span: Span) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node { kind, ty, span });
+        id
+    }
+
+    fn val(&self, e: &Expr) -> R<&'a Val> {
+        self.vals
+            .get(&(e.span.start, e.span.end))
+            .copied()
+            .filter(|v| !v.ty.is_err())
+            .ok_or_else(|| LowerError::new(e.span, "an expression the checker could not type"))
+    }
+
+    fn ty_of(&self, id: NodeId) -> &GType {
+        &self.nodes[id.0 as usize].ty
+    }
+
+    fn is_static(&self, d: &Dim) -> bool {
+        d.symbols()
+            .iter()
+            .all(|s| self.static_syms.iter().any(|n| n == s))
+    }
+
+    /// A compile-time scalar as a node, if the checker knows its value.
+    fn known_scalar(&mut self, v: &Val, span: Span) -> Option<NodeId> {
+        let Ty::Scalar { dtype, .. } = v.ty else {
+            return None;
+        };
+        let (kind, dtype) = match v.value.as_ref()? {
+            Value::Int(d) => match d.as_const() {
+                Some(c) if dtype.is_float() => (NodeKind::Const(Constant::Float(c as f64)), dtype),
+                Some(c) => (NodeKind::Const(Constant::Int(c)), dtype),
+                None if self.is_static(d) => (NodeKind::Index(d.clone()), DType::I32),
+                None => return None,
+            },
+            Value::Float(x) => (NodeKind::Const(Constant::Float(*x)), dtype),
+            Value::Bool(b) => (NodeKind::Const(Constant::Bool(*b)), DType::Bool),
+            _ => return None,
+        };
+        Some(self.push(kind, GType::Scalar(dtype), span))
+    }
+
+    fn const_int(&self, e: &Expr) -> R<i64> {
+        self.val(e)?
+            .value
+            .as_ref()
+            .and_then(Value::as_int)
+            .ok_or_else(|| LowerError::new(e.span, "an integer argument that is not a constant"))
+    }
+
+    fn const_bool(&self, e: &Expr) -> R<bool> {
+        match self.val(e)?.value {
+            Some(Value::Bool(b)) => Ok(b),
+            _ => Err(LowerError::new(
+                e.span,
+                "a bool argument that is not a constant",
+            )),
+        }
+    }
+
+    fn axis(&self, e: &Expr, rank: usize) -> R<usize> {
+        let a = self.const_int(e)?;
+        let j = if a < 0 { a + rank as i64 } else { a };
+        if j < 0 || j >= rank as i64 {
+            return Err(LowerError::new(
+                e.span,
+                format!("axis {a} of a rank-{rank} tensor"),
+            ));
+        }
+        Ok(j as usize)
+    }
+
+    fn expr(&mut self, e: &Expr) -> R<NodeId> {
+        let v = self.val(e)?;
+        if let Some(id) = self.known_scalar(v, e.span) {
+            return Ok(id);
+        }
+        let ty = gtype(&v.ty, e.span)?;
+        match &e.kind {
+            ExprKind::Name(id) => self.env.get(&id.name).copied().ok_or_else(|| {
+                LowerError::new(e.span, format!("the run-time value of `{}`", id.name))
+            }),
+            ExprKind::Unary { op, operand } => {
+                let x = self.expr(operand)?;
+                let op = match op {
+                    ast::UnaryOp::Pos => return Ok(x),
+                    ast::UnaryOp::Neg => UnaryOp::Neg,
+                    ast::UnaryOp::Not => UnaryOp::Not,
+                    ast::UnaryOp::Invert => UnaryOp::Invert,
+                };
+                Ok(self.push(NodeKind::Unary { op, x }, ty, e.span))
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let a = self.expr(lhs)?;
+                let b = self.expr(rhs)?;
+                let kind = match binop_of(*op) {
+                    Some(op) => NodeKind::Binary { op, a, b },
+                    None => NodeKind::MatMul { a, b },
+                };
+                Ok(self.push(kind, ty, e.span))
+            }
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => match self.val(cond)?.value {
+                Some(Value::Bool(c)) => self.expr(if c { then } else { otherwise }),
+                _ => Err(LowerError::new(
+                    cond.span,
+                    "a conditional expression on a run-time condition",
+                )),
+            },
+            ExprKind::Attribute { value, attr } if attr.name == "T" => {
+                let x = self.expr(value)?;
+                Ok(self.push(NodeKind::Transpose { x, a: 0, b: 1 }, ty, e.span))
+            }
+            ExprKind::Call { func, args } => self.call(e, func, args, ty),
+            // `x[:, None]`: new axes and whole dims only, a view of the same memory.
+            ExprKind::Subscript { value, indices }
+                if indices.iter().all(|i| match i {
+                    ast::Index::Slice {
+                        start: None,
+                        end: None,
+                        step: None,
+                        ..
+                    } => true,
+                    ast::Index::Expr(x) => matches!(x.kind, ExprKind::None),
+                    _ => false,
+                }) =>
+            {
+                let x = self.expr(value)?;
+                Ok(self.push(NodeKind::Reshape { x }, ty, e.span))
+            }
+            ExprKind::Subscript { .. } => Err(LowerError::new(
+                e.span,
+                "subscripts of tensors other than `:` and `None` in a whole-tensor function",
+            )),
+            _ => Err(LowerError::new(
+                e.span,
+                format!("this expression (`{}`) in a whole-tensor function", v.ty),
+            )),
+        }
+    }
+
+    /// Binds call arguments to parameter names (positional, then by name;
+    /// `dim=` is `axis=`).
+    fn bind<'e>(params: &[&str], args: &'e [ast::Arg], span: Span) -> R<Vec<Option<&'e Expr>>> {
+        let mut slots = vec![None; params.len()];
+        let mut pos = 0;
+        for a in args {
+            let j = match &a.name {
+                None => {
+                    pos += 1;
+                    pos - 1
+                }
+                Some(n) => {
+                    let name = if n.name == "dim" && !params.contains(&"dim") {
+                        "axis"
+                    } else {
+                        n.name.as_str()
+                    };
+                    params
+                        .iter()
+                        .position(|p| *p == name)
+                        .ok_or_else(|| LowerError::new(a.span, format!("argument `{}`", n.name)))?
+                }
+            };
+            if j >= slots.len() {
+                return Err(LowerError::new(span, "too many arguments"));
+            }
+            slots[j] = Some(&a.value);
+        }
+        Ok(slots)
+    }
+
+    /// The values of `range(a)`, `range(a, b)` or `range(a, b, step)` with
+    /// compile-time integer arguments (at most 64 of them).
+    fn const_range(&self, iter: &Expr) -> R<Vec<i64>> {
+        let not_const = || {
+            LowerError::new(
+                iter.span,
+                "a `for` loop over anything but `range` of compile-time integers",
+            )
+        };
+        let ExprKind::Call { func, args } = &iter.kind else {
+            return Err(not_const());
+        };
+        if !matches!(&func.kind, ExprKind::Name(n) if n.name == "range")
+            || args.iter().any(|a| a.name.is_some())
+        {
+            return Err(not_const());
+        }
+        let v: Vec<i64> = args
+            .iter()
+            .map(|a| self.const_int(&a.value).map_err(|_| not_const()))
+            .collect::<R<_>>()?;
+        let (lo, hi, step) = match v[..] {
+            [b] => (0, b, 1),
+            [a, b] => (a, b, 1),
+            [a, b, c] if c != 0 => (a, b, c),
+            _ => return Err(not_const()),
+        };
+        let mut out = Vec::new();
+        let mut i = lo;
+        while (step > 0 && i < hi) || (step < 0 && i > hi) {
+            out.push(i);
+            if out.len() > 64 {
+                return Err(LowerError::new(
+                    iter.span,
+                    "a `for` loop of more than 64 trips in a whole-tensor function (loops are unrolled)",
+                ));
+            }
+            i += step;
+        }
+        Ok(out)
+    }
+
+    fn opt(&mut self, e: Option<&Expr>) -> R<Option<NodeId>> {
+        match e {
+            Some(e) if matches!(e.kind, ExprKind::None) => Ok(None),
+            Some(e) => self.expr(e).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn call(&mut self, e: &Expr, func: &Expr, args: &[ast::Arg], ty: GType) -> R<NodeId> {
+        let (callee_expr, grid) = match &func.kind {
+            ExprKind::Subscript { value, indices } => (&**value, Some(indices)),
+            _ => (func, None),
+        };
+        let callee = match &self.val(callee_expr)?.ty {
+            Ty::Callable(c) => c.clone(),
+            other => {
+                return Err(LowerError::new(func.span, format!("calling a `{other}`")));
+            }
+        };
+        match callee {
+            Callee::Method { name: "to", .. } => {
+                let ExprKind::Attribute { value, .. } = &callee_expr.kind else {
+                    return Err(LowerError::new(func.span, "a method call"));
+                };
+                let x = self.expr(value)?;
+                let to = ty
+                    .dtype()
+                    .ok_or_else(|| LowerError::new(e.span, "a cast"))?;
+                Ok(self.push(NodeKind::Cast { x, to }, ty, e.span))
+            }
+            Callee::Method { name, .. } => {
+                Err(LowerError::new(func.span, format!("the method `{name}`")))
+            }
+            Callee::Builtin(name) => self.builtin(name, e, args, ty),
+            Callee::Function(sig) if sig.is_kernel => self.kernel_call(&sig, e, grid, args),
+            Callee::Function(sig) if (self.is_builtin_alias)(&sig) => {
+                let name = builtins::lookup(&sig.name)
+                    .map(|b| b.name)
+                    .ok_or_else(|| LowerError::new(func.span, "an unknown builtin"))?;
+                self.builtin(name, e, args, ty)
+            }
+            Callee::Function(sig) => {
+                let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
+                let slots = Self::bind(&names, args, e.span)?;
+                let mut bound = Vec::new();
+                let mut consts = Vec::new();
+                for (p, a) in sig.params.iter().zip(slots) {
+                    let Some(a) = a else {
+                        // A scalar parameter left at its default.
+                        let c = match (&p.ty, &p.default) {
+                            (Ty::Scalar { dtype, .. }, Some(v)) => match v {
+                                Value::Float(x) => Some((Constant::Float(*x), *dtype)),
+                                Value::Bool(b) => Some((Constant::Bool(*b), *dtype)),
+                                v => v.as_int().map(|i| {
+                                    let c = if dtype.is_float() {
+                                        Constant::Float(i as f64)
+                                    } else {
+                                        Constant::Int(i)
+                                    };
+                                    (c, *dtype)
+                                }),
+                            },
+                            _ => None,
+                        };
+                        if let (false, Some((c, dtype))) = (p.is_const, c) {
+                            let c = self.push(NodeKind::Const(c), GType::Scalar(dtype), e.span);
+                            bound.push((p.name.clone(), c));
+                        }
+                        continue;
+                    };
+                    if p.is_const {
+                        let v = self.val(a)?.value.clone().ok_or_else(|| {
+                            LowerError::new(a.span, "a const argument without a known value")
+                        })?;
+                        consts.push((p.name.clone(), v));
+                    } else {
+                        bound.push((p.name.clone(), self.expr(a)?));
+                    }
+                }
+                Ok(self.push(
+                    NodeKind::Call {
+                        func: sig.name.clone(),
+                        sig: sig.clone(),
+                        args: bound,
+                        consts,
+                    },
+                    ty,
+                    e.span,
+                ))
+            }
+        }
+    }
+
+    fn kernel_call(
+        &mut self,
+        sig: &FnSig,
+        e: &Expr,
+        grid: Option<&Vec<ast::Index>>,
+        args: &[ast::Arg],
+    ) -> R<NodeId> {
+        let grid = match grid {
+            None => None,
+            Some(indices) => {
+                let mut g = Vec::new();
+                for i in indices {
+                    let items: Vec<&Expr> = match i {
+                        ast::Index::Expr(Expr {
+                            kind: ExprKind::Tuple(items),
+                            ..
+                        }) => items.iter().collect(),
+                        ast::Index::Expr(x) => vec![x],
+                        ast::Index::Slice { span, .. } => {
+                            return Err(LowerError::new(*span, "a slice in a launch grid"))
+                        }
+                    };
+                    for x in items {
+                        g.push(self.expr(x)?);
+                    }
+                }
+                Some(g)
+            }
+        };
+        let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
+        let slots = Self::bind(&names, args, e.span)?;
+        let mut bound = Vec::new();
+        let mut consts = Vec::new();
+        for (p, a) in sig.params.iter().zip(slots) {
+            let Some(a) = a else { continue };
+            if p.is_const {
+                let v = self.val(a)?.value.clone().ok_or_else(|| {
+                    LowerError::new(a.span, "a const argument without a known value")
+                })?;
+                consts.push((p.name.clone(), v));
+            } else {
+                bound.push((p.name.clone(), self.expr(a)?));
+            }
+        }
+        Ok(self.push(
+            NodeKind::KernelCall {
+                kernel: sig.name.clone(),
+                grid,
+                args: bound,
+                consts,
+            },
+            GType::Unit,
+            e.span,
+        ))
+    }
+
+    fn builtin(&mut self, name: &str, e: &Expr, args: &[ast::Arg], ty: GType) -> R<NodeId> {
+        let b = builtins::lookup(name)
+            .ok_or_else(|| LowerError::new(e.span, format!("the builtin `{name}`")))?;
+        let positional = args.iter().filter(|a| a.name.is_none()).count();
+        if matches!(name, "min" | "max") && positional >= 2 {
+            // Scalar min/max of run-time values.
+            let op = if name == "min" {
+                BinaryOp::Min
+            } else {
+                BinaryOp::Max
+            };
+            let mut acc = self.expr(&args[0].value)?;
+            for a in &args[1..] {
+                let x = self.expr(&a.value)?;
+                acc = self.push(NodeKind::Binary { op, a: acc, b: x }, ty.clone(), e.span);
+            }
+            return Ok(acc);
+        }
+        let slots = Self::bind(b.params, args, e.span)?;
+        let arg = |j: usize| slots.get(j).copied().flatten();
+        let need = |j: usize| {
+            arg(j).ok_or_else(|| {
+                LowerError::new(e.span, format!("`{name}` without its argument {j}"))
+            })
+        };
+        let kind = if let Some(op) = unary_of(name) {
+            NodeKind::Unary {
+                op,
+                x: self.expr(need(0)?)?,
+            }
+        } else {
+            match name {
+                "relu" | "gelu" | "silu" => NodeKind::Activation {
+                    act: match name {
+                        "relu" => Activation::Relu,
+                        "gelu" => Activation::Gelu,
+                        _ => Activation::Silu,
+                    },
+                    x: self.expr(need(0)?)?,
+                },
+                "maximum" | "minimum" => NodeKind::Binary {
+                    op: if name == "maximum" {
+                        BinaryOp::Max
+                    } else {
+                        BinaryOp::Min
+                    },
+                    a: self.expr(need(0)?)?,
+                    b: self.expr(need(1)?)?,
+                },
+                "where" => NodeKind::Select {
+                    cond: self.expr(need(0)?)?,
+                    a: self.expr(need(1)?)?,
+                    b: self.expr(need(2)?)?,
+                },
+                "cdiv" => {
+                    // (a + b - 1) // b on run-time scalars.
+                    let a = self.expr(need(0)?)?;
+                    let bb = self.expr(need(1)?)?;
+                    let one = self.push(NodeKind::Const(Constant::Int(1)), ty.clone(), e.span);
+                    let s = self.push(
+                        NodeKind::Binary {
+                            op: BinaryOp::Add,
+                            a,
+                            b: bb,
+                        },
+                        ty.clone(),
+                        e.span,
+                    );
+                    let s = self.push(
+                        NodeKind::Binary {
+                            op: BinaryOp::Sub,
+                            a: s,
+                            b: one,
+                        },
+                        ty.clone(),
+                        e.span,
+                    );
+                    NodeKind::Binary {
+                        op: BinaryOp::FloorDiv,
+                        a: s,
+                        b: bb,
+                    }
+                }
+                "sum" | "mean" | "min" | "max" => {
+                    let x0 = need(0)?;
+                    let x = self.expr(x0)?;
+                    let rank = self.ty_of(x).dims().len();
+                    let axis = match arg(1) {
+                        Some(a) if !matches!(a.kind, ExprKind::None) => Some(self.axis(a, rank)?),
+                        _ => None,
+                    };
+                    let keepdims = match arg(2) {
+                        Some(k) => self.const_bool(k)?,
+                        None => false,
+                    };
+                    NodeKind::Reduce {
+                        op: match name {
+                            "sum" => ReduceKind::Sum,
+                            "mean" => ReduceKind::Mean,
+                            "min" => ReduceKind::Min,
+                            _ => ReduceKind::Max,
+                        },
+                        x,
+                        axis,
+                        keepdims,
+                    }
+                }
+                "matmul" => NodeKind::MatMul {
+                    a: self.expr(need(0)?)?,
+                    b: self.expr(need(1)?)?,
+                },
+                "softmax" => {
+                    let x = self.expr(need(0)?)?;
+                    let rank = self.ty_of(x).dims().len();
+                    let axis = match arg(1) {
+                        Some(a) => self.axis(a, rank)?,
+                        None => rank - 1,
+                    };
+                    NodeKind::Softmax { x, axis }
+                }
+                "layer_norm" => NodeKind::LayerNorm {
+                    x: self.expr(need(0)?)?,
+                    weight: self.opt(arg(1))?,
+                    bias: self.opt(arg(2))?,
+                    eps: self.opt(arg(3))?,
+                },
+                "rms_norm" => NodeKind::RmsNorm {
+                    x: self.expr(need(0)?)?,
+                    weight: self.opt(arg(1))?,
+                    eps: self.opt(arg(2))?,
+                },
+                "transpose" => {
+                    let x = self.expr(need(0)?)?;
+                    let rank = self.ty_of(x).dims().len();
+                    let a = self.axis(need(1)?, rank)?;
+                    let b = self.axis(need(2)?, rank)?;
+                    NodeKind::Transpose { x, a, b }
+                }
+                "reshape" => NodeKind::Reshape {
+                    x: self.expr(need(0)?)?,
+                },
+                "zeros" => NodeKind::Fill(Fill::Zeros),
+                "ones" => NodeKind::Fill(Fill::Ones),
+                "empty" => NodeKind::Fill(Fill::Empty),
+                "full" => NodeKind::Fill(Fill::Full(self.expr(need(1)?)?)),
+                "randn" => NodeKind::Fill(Fill::Randn {
+                    seed: self.opt(arg(2))?,
+                }),
+                _ => {
+                    return Err(LowerError::new(
+                        e.span,
+                        format!("the builtin `{name}` in a whole-tensor function"),
+                    ))
+                }
+            }
+        };
+        Ok(self.push(kind, ty, e.span))
+    }
+
+    fn block(&mut self, body: &[ast::Stmt], outputs: &mut Vec<NodeId>) -> R<bool> {
+        for s in body {
+            match &s.kind {
+                StmtKind::Expr(Expr {
+                    kind: ExprKind::Str(_),
+                    ..
+                })
+                | StmtKind::Pass => {}
+                StmtKind::Expr(x) => {
+                    self.expr(x)?;
+                }
+                StmtKind::Assign { target, value, .. } => match (&target.kind, &value.kind) {
+                    (ExprKind::Name(id), _) => {
+                        let v = self.expr(value)?;
+                        self.env.insert(id.name.clone(), v);
+                    }
+                    // `a, b = x, y`: every value first, then the names.
+                    (ExprKind::Tuple(ts), ExprKind::Tuple(vs))
+                        if ts.len() == vs.len()
+                            && ts.iter().all(|t| matches!(t.kind, ExprKind::Name(_))) =>
+                    {
+                        let vals: Vec<NodeId> =
+                            vs.iter().map(|v| self.expr(v)).collect::<R<_>>()?;
+                        for (t, v) in ts.iter().zip(vals) {
+                            if let ExprKind::Name(id) = &t.kind {
+                                self.env.insert(id.name.clone(), v);
+                            }
+                        }
+                    }
+                    _ => return Err(LowerError::new(target.span, "assignment to this target")),
+                },
+                StmtKind::AugAssign { target, op, value } => {
+                    let ExprKind::Name(id) = &target.kind else {
+                        return Err(LowerError::new(target.span, "assignment to this target"));
+                    };
+                    let a = *self.env.get(&id.name).ok_or_else(|| {
+                        LowerError::new(target.span, format!("the run-time value of `{}`", id.name))
+                    })?;
+                    let b = self.expr(value)?;
+                    let ty = self.ty_of(a).clone();
+                    let kind = match binop_of(*op) {
+                        Some(op) => NodeKind::Binary { op, a, b },
+                        None => NodeKind::MatMul { a, b },
+                    };
+                    let n = self.push(kind, ty, s.span);
+                    self.env.insert(id.name.clone(), n);
+                }
+                StmtKind::Return(Some(x)) => {
+                    match &x.kind {
+                        ExprKind::Tuple(items) => {
+                            for i in items {
+                                outputs.push(self.expr(i)?);
+                            }
+                        }
+                        _ => outputs.push(self.expr(x)?),
+                    }
+                    return Ok(true);
+                }
+                StmtKind::Return(None) => return Ok(true),
+                StmtKind::If { branches, orelse } => {
+                    // Resolved at compile time: the first branch whose condition is a
+                    // known True, after conditions known to be False.
+                    let mut taken = None;
+                    for (cond, body) in branches {
+                        match self.val(cond)?.value {
+                            Some(Value::Bool(true)) => {
+                                taken = Some(body);
+                                break;
+                            }
+                            Some(Value::Bool(false)) => {}
+                            _ => {
+                                return Err(LowerError::new(
+                                    cond.span,
+                                    "an `if` on a run-time condition in a whole-tensor function",
+                                ))
+                            }
+                        }
+                    }
+                    if let Some(body) = taken.or(orelse.as_ref()) {
+                        if self.block(body, outputs)? {
+                            return Ok(true);
+                        }
+                    }
+                }
+                StmtKind::For { target, iter, body } => {
+                    // Unrolled: `range(...)` with compile-time bounds, at most 64 trips.
+                    let trips = self.const_range(iter)?;
+                    for i in trips {
+                        let c = self.push(
+                            NodeKind::Const(Constant::Int(i)),
+                            GType::Scalar(DType::I32),
+                            target.span,
+                        );
+                        self.env.insert(target.name.clone(), c);
+                        if self.block(body, outputs)? {
+                            return Ok(true);
+                        }
+                    }
+                }
+                _ => {
+                    return Err(LowerError::new(
+                        s.span,
+                        "`while`, `break` and `continue` in a whole-tensor function",
+                    ))
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Builds the Graph IR of a whole-tensor function from its AST, its signature
+/// and the expression values its check recorded (`check_function_typed`).
+/// `is_builtin_alias` says whether a callee is std.nn's definition of the builtin
+/// of the same name. The function must have checked without errors.
+pub fn build(
+    f: &Function,
+    sig: &FnSig,
+    vals: &[(Span, Val)],
+    is_builtin_alias: &dyn Fn(&FnSig) -> bool,
+) -> Result<Graph, LowerError> {
+    if sig.is_kernel {
+        return Err(LowerError::new(
+            f.name.span,
+            format!(
+                "`{}` is a kernel: its IR is Tile IR, not Graph IR",
+                f.name.name
+            ),
+        ));
+    }
+    let mut b = Builder {
+        vals: vals.iter().map(|(s, v)| ((s.start, s.end), v)).collect(),
+        nodes: Vec::new(),
+        env: HashMap::new(),
+        static_syms: Vec::new(),
+        is_builtin_alias,
+    };
+    let mut params = Vec::new();
+    for p in &sig.params {
+        if p.is_const {
+            b.static_syms.push(p.name.clone());
+            continue;
+        }
+        if let Ty::Tensor { dims, .. } = &p.ty {
+            for d in dims {
+                b.static_syms
+                    .extend(d.symbols().into_iter().map(str::to_string));
+            }
+        }
+    }
+    for p in sig.params.iter().filter(|p| !p.is_const) {
+        let span = f
+            .params
+            .iter()
+            .find(|q| q.name.name == p.name)
+            .map(|q| q.name.span)
+            .unwrap_or(f.name.span);
+        let ty = gtype(&p.ty, span)?;
+        let id = b.push(NodeKind::Param(params.len()), ty.clone(), span);
+        b.env.insert(p.name.clone(), id);
+        params.push(GParam {
+            name: p.name.clone(),
+            ty,
+        });
+    }
+    let mut outputs = Vec::new();
+    b.block(&f.body, &mut outputs)?;
+    Ok(Graph {
+        name: f.name.name.clone(),
+        params,
+        nodes: b.nodes,
+        outputs,
+    })
+}
+
+/// A copy of `kind` with every operand mapped through `f`.
+pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
+    let mut k = kind.clone();
+    let o = |x: &mut NodeId| *x = f(*x);
+    let oo = |x: &mut Option<NodeId>| {
+        if let Some(x) = x {
+            *x = f(*x);
+        }
+    };
+    match &mut k {
+        NodeKind::Param(_) | NodeKind::Const(_) | NodeKind::Index(_) => {}
+        NodeKind::Unary { x, .. }
+        | NodeKind::Activation { x, .. }
+        | NodeKind::Cast { x, .. }
+        | NodeKind::Softmax { x, .. }
+        | NodeKind::Reduce { x, .. }
+        | NodeKind::Transpose { x, .. }
+        | NodeKind::Reshape { x } => o(x),
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => {
+            o(a);
+            o(b);
+        }
+        NodeKind::Select { cond, a, b } => {
+            o(cond);
+            o(a);
+            o(b);
+        }
+        NodeKind::LayerNorm {
+            x,
+            weight,
+            bias,
+            eps,
+        } => {
+            o(x);
+            oo(weight);
+            oo(bias);
+            oo(eps);
+        }
+        NodeKind::RmsNorm { x, weight, eps } => {
+            o(x);
+            oo(weight);
+            oo(eps);
+        }
+        NodeKind::Fill(Fill::Full(v)) => o(v),
+        NodeKind::Fill(Fill::Randn { seed }) => oo(seed),
+        NodeKind::Fill(_) => {}
+        NodeKind::KernelCall { grid, args, .. } => {
+            for g in grid.iter_mut().flatten() {
+                o(g);
+            }
+            for (_, a) in args {
+                o(a);
+            }
+        }
+        NodeKind::Call { args, .. } => {
+            for (_, a) in args {
+                o(a);
+            }
+        }
+    }
+    k
+}
+
+fn subst_type(t: &GType, env: &dyn Fn(&str) -> Option<Dim>) -> Option<GType> {
+    Some(match t {
+        GType::Tensor { dims, dtype } => GType::Tensor {
+            dims: dims
+                .iter()
+                .map(|d| d.substitute(env))
+                .collect::<Option<Vec<_>>>()?,
+            dtype: *dtype,
+        },
+        other => other.clone(),
+    })
+}
+
+/// Inlines calls to other whole-tensor functions. `resolve` gives the (already
+/// inlined) graph of a callee for the const arguments of the call, or `None` to
+/// keep the call (callee not found, a recursive call, const arguments it cannot
+/// specialise on). A call whose dims do not bind is kept too. Inlined nodes take
+/// the call's span.
+pub type Resolver<'a> = dyn FnMut(&FnSig, &[(String, Value)]) -> Option<std::sync::Arc<Graph>> + 'a;
+
+pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut map: Vec<NodeId> = Vec::with_capacity(g.nodes.len());
+    for n in &g.nodes {
+        let remap = |x: NodeId| map[x.0 as usize];
+        if let NodeKind::Call {
+            sig, args, consts, ..
+        } = &n.kind
+        {
+            if let Some(callee) = resolve(sig, consts) {
+                if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
+                    map.push(out);
+                    continue;
+                }
+            }
+        }
+        let kind = map_operands(&n.kind, &remap);
+        map.push(NodeId(nodes.len() as u32));
+        nodes.push(Node {
+            kind,
+            ty: n.ty.clone(),
+            span: n.span,
+        });
+    }
+    Graph {
+        name: g.name.clone(),
+        params: g.params.clone(),
+        nodes,
+        outputs: g.outputs.iter().map(|o| map[o.0 as usize]).collect(),
+    }
+}
+
+/// Appends the callee's nodes; returns its result node (or `None`, leaving
+/// `nodes` as it was, when the call cannot be inlined).
+fn inline_one(
+    nodes: &mut Vec<Node>,
+    callee: &Graph,
+    args: &[(String, NodeId)],
+    remap: &dyn Fn(NodeId) -> NodeId,
+    span: Span,
+) -> Option<NodeId> {
+    let [out] = callee.outputs[..] else {
+        return None;
+    };
+    // Bind the callee's dim names to the argument dims.
+    let mut dims: HashMap<String, Dim> = HashMap::new();
+    let mut bound: HashMap<usize, NodeId> = HashMap::new();
+    for (i, p) in callee.params.iter().enumerate() {
+        let (_, a) = args.iter().find(|(n, _)| *n == p.name)?;
+        let a = remap(*a);
+        let at = &nodes[a.0 as usize].ty;
+        if let (GType::Tensor { dims: pd, .. }, GType::Tensor { dims: ad, .. }) = (&p.ty, at) {
+            if pd.len() != ad.len() {
+                return None;
+            }
+            for (pd, ad) in pd.iter().zip(ad) {
+                if let Some(s) = pd.as_symbol() {
+                    match dims.get(s) {
+                        Some(prev) if prev != ad => return None,
+                        _ => {
+                            dims.insert(s.to_string(), ad.clone());
+                        }
+                    }
+                }
+            }
+        }
+        bound.insert(i, a);
+    }
+    let env = |s: &str| dims.get(s).cloned();
+    let start = nodes.len();
+    let mut local: Vec<NodeId> = Vec::with_capacity(callee.nodes.len());
+    for n in &callee.nodes {
+        if let NodeKind::Param(i) = n.kind {
+            local.push(*bound.get(&i)?);
+            continue;
+        }
+        let kind = match map_operands(&n.kind, &|x| local[x.0 as usize]) {
+            NodeKind::Index(d) => match d.substitute(&env) {
+                Some(d) => NodeKind::Index(d),
+                None => {
+                    nodes.truncate(start);
+                    return None;
+                }
+            },
+            k => k,
+        };
+        let Some(ty) = subst_type(&n.ty, &env) else {
+            nodes.truncate(start);
+            return None;
+        };
+        local.push(NodeId(nodes.len() as u32));
+        nodes.push(Node { kind, ty, span });
+    }
+    Some(local[out.0 as usize])
+}
+
+/// Checks the graph's invariants: operands defined before use, types
+/// consistent with each op (broadcasting, matmul inner dims, axes), outputs valued.
+pub fn verify(g: &Graph) -> Result<(), String> {
+    let err = |i: usize, m: String| Err(format!("graph `{}`: %{i}: {m}", g.name));
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in operands(&n.kind) {
+            if o.0 as usize >= i {
+                return err(i, format!("operand {o} is not defined before its use"));
+            }
+            if matches!(g.ty(o), GType::Unit) {
+                return err(i, format!("operand {o} has no value"));
+            }
+        }
+        let dims = |id: NodeId| g.ty(id).dims().to_vec();
+        let rank = n.ty.dims().len();
+        match &n.kind {
+            NodeKind::Param(p) => {
+                if g.params.get(*p).map(|p| &p.ty) != Some(&n.ty) {
+                    return err(i, format!("param {p} does not match the signature"));
+                }
+            }
+            NodeKind::Const(_) | NodeKind::Index(_) => {
+                if !n.ty.is_scalar() {
+                    return err(i, "a constant that is not a scalar".into());
+                }
+            }
+            NodeKind::Binary { a, b, .. } => {
+                if broadcast(&dims(*a), &dims(*b)).as_deref() != Some(n.ty.dims()) {
+                    return err(
+                        i,
+                        "result shape is not the broadcast of the operands".into(),
+                    );
+                }
+            }
+            NodeKind::Select { cond, a, b } => {
+                let ab = broadcast(&dims(*a), &dims(*b));
+                if ab.and_then(|ab| broadcast(&dims(*cond), &ab)).as_deref() != Some(n.ty.dims()) {
+                    return err(
+                        i,
+                        "result shape is not the broadcast of the operands".into(),
+                    );
+                }
+            }
+            NodeKind::Unary { x, .. }
+            | NodeKind::Activation { x, .. }
+            | NodeKind::Cast { x, .. }
+            | NodeKind::Softmax { x, .. }
+            | NodeKind::LayerNorm { x, .. }
+            | NodeKind::RmsNorm { x, .. } => {
+                if dims(*x) != n.ty.dims() {
+                    return err(i, "an elementwise or row op changes the shape".into());
+                }
+                if let NodeKind::Softmax { axis, .. } = &n.kind {
+                    if *axis >= rank {
+                        return err(i, format!("softmax axis {axis} out of range"));
+                    }
+                }
+            }
+            NodeKind::MatMul { a, b } => {
+                let (mut da, mut db) = (dims(*a), dims(*b));
+                if da.is_empty() || db.is_empty() {
+                    return err(i, "matmul of a scalar".into());
+                }
+                if da.len() == 1 {
+                    da.insert(0, Dim::constant(1));
+                }
+                if db.len() == 1 {
+                    db.push(Dim::constant(1));
+                }
+                if da[da.len() - 1] != db[db.len() - 2] {
+                    return err(i, "matmul inner dims differ".into());
+                }
+            }
+            NodeKind::Reduce {
+                x, axis, keepdims, ..
+            } => {
+                let xd = dims(*x);
+                let expect: Vec<Dim> = match axis {
+                    Some(j) if *j >= xd.len() => {
+                        return err(i, format!("reduce axis {j} out of range"))
+                    }
+                    Some(j) => xd
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(k, d)| {
+                            if k == *j {
+                                keepdims.then(|| Dim::constant(1))
+                            } else {
+                                Some(d.clone())
+                            }
+                        })
+                        .collect(),
+                    None if *keepdims => vec![Dim::constant(1); xd.len()],
+                    None => vec![],
+                };
+                if expect != n.ty.dims() {
+                    return err(i, "reduce result shape".into());
+                }
+            }
+            NodeKind::Transpose { x, a, b } => {
+                let mut xd = dims(*x);
+                if *a >= xd.len() || *b >= xd.len() {
+                    return err(i, "transpose axis out of range".into());
+                }
+                xd.swap(*a, *b);
+                if xd != n.ty.dims() {
+                    return err(i, "transpose result shape".into());
+                }
+            }
+            NodeKind::KernelCall { .. } => {
+                if n.ty != GType::Unit {
+                    return err(i, "a kernel call has a value".into());
+                }
+            }
+            NodeKind::Reshape { .. } | NodeKind::Fill(_) | NodeKind::Call { .. } => {}
+        }
+    }
+    for o in &g.outputs {
+        if o.0 as usize >= g.nodes.len() || matches!(g.ty(*o), GType::Unit) {
+            return Err(format!("graph `{}`: output {o} has no value", g.name));
+        }
+    }
+    Ok(())
+}
+
+fn bcast_note(g: &Graph, n: &Node, ops: &[(NodeId, &str)]) -> String {
+    let out = n.ty.dims();
+    let b: Vec<&str> = ops
+        .iter()
+        .filter(|(o, _)| g.ty(*o).dims() != out)
+        .map(|(_, name)| *name)
+        .collect();
+    if b.is_empty() || out.is_empty() {
+        String::new()
+    } else {
+        format!(" bcast({})", b.join(", "))
+    }
+}
+
+fn args_list(args: &[(String, NodeId)]) -> String {
+    args.iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The textual dump:
+///
+/// ```text
+/// graph scaled_sum(a: Tensor[M, N, f32], b: Tensor[M, N, f32]) -> Tensor[M, N, f32]
+///   %0 = param a : Tensor[M, N, f32]
+///   %2 = const 0.5 : f32
+///   %3 = mul %0, %2 bcast(rhs) : Tensor[M, N, f32]
+///   return %4
+/// ```
+pub fn dump(g: &Graph) -> String {
+    let mut s = String::new();
+    let params: Vec<String> = g
+        .params
+        .iter()
+        .map(|p| format!("{}: {}", p.name, p.ty))
+        .collect();
+    let rets: Vec<String> = g.outputs.iter().map(|o| g.ty(*o).to_string()).collect();
+    let _ = writeln!(
+        s,
+        "graph {}({}) -> {}",
+        g.name,
+        params.join(", "),
+        match rets.len() {
+            1 => rets[0].clone(),
+            _ => format!("({})", rets.join(", ")),
+        }
+    );
+    for (i, n) in g.nodes.iter().enumerate() {
+        let body = match &n.kind {
+            NodeKind::Param(p) => format!("param {}", g.params[*p].name),
+            NodeKind::Const(c) => format!("const {}", render_constant(c)),
+            NodeKind::Index(d) => format!("index {d}"),
+            NodeKind::Unary { op, x } => format!("{} {x}", unary_name(*op)),
+            NodeKind::Activation { act, x } => format!("{} {x}", format!("{act:?}").to_lowercase()),
+            NodeKind::Binary { op, a, b } => format!(
+                "{} {a}, {b}{}",
+                binary_name(*op),
+                bcast_note(g, n, &[(*a, "lhs"), (*b, "rhs")])
+            ),
+            NodeKind::Select { cond, a, b } => format!(
+                "select {cond}, {a}, {b}{}",
+                bcast_note(g, n, &[(*cond, "cond"), (*a, "lhs"), (*b, "rhs")])
+            ),
+            NodeKind::Cast { x, to } => format!("cast {x} to {to}"),
+            NodeKind::MatMul { a, b } => format!("matmul {a}, {b}"),
+            NodeKind::Softmax { x, axis } => format!("softmax {x}, axis={axis}"),
+            NodeKind::LayerNorm {
+                x,
+                weight,
+                bias,
+                eps,
+            } => format!(
+                "layer_norm {x}, weight={}, bias={}, eps={}",
+                opt(weight),
+                opt(bias),
+                opt(eps)
+            ),
+            NodeKind::RmsNorm { x, weight, eps } => {
+                format!("rms_norm {x}, weight={}, eps={}", opt(weight), opt(eps))
+            }
+            NodeKind::Reduce {
+                op,
+                x,
+                axis,
+                keepdims,
+            } => format!(
+                "{} {x}, axis={}, keepdims={keepdims}",
+                format!("{op:?}").to_lowercase(),
+                axis.map(|a| a.to_string()).unwrap_or_else(|| "all".into())
+            ),
+            NodeKind::Transpose { x, a, b } => format!("transpose {x}, {a}, {b}"),
+            NodeKind::Reshape { x } => format!("reshape {x} to {}", render_dims(n.ty.dims())),
+            NodeKind::Fill(fill) => match fill {
+                Fill::Zeros => "zeros".to_string(),
+                Fill::Ones => "ones".to_string(),
+                Fill::Empty => "empty".to_string(),
+                Fill::Full(v) => format!("full {v}"),
+                Fill::Randn { seed } => format!("randn seed={}", opt(seed)),
+            },
+            NodeKind::KernelCall {
+                kernel,
+                grid,
+                args,
+                consts,
+            } => {
+                let grid = match grid {
+                    Some(g) => format!(
+                        "[{}]",
+                        g.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None => "[@kernel grid]".to_string(),
+                };
+                let consts: String = consts.iter().map(|(n, v)| format!(", {n}={v}")).collect();
+                format!("launch {kernel}{grid}({}{consts})", args_list(args))
+            }
+            NodeKind::Call {
+                func, args, consts, ..
+            } => {
+                let consts: String = consts.iter().map(|(n, v)| format!(", {n}={v}")).collect();
+                format!("call {func}({}{consts})", args_list(args))
+            }
+        };
+        if n.ty == GType::Unit {
+            let _ = writeln!(s, "  %{i} = {body}");
+        } else {
+            let _ = writeln!(s, "  %{i} = {body} : {}", n.ty);
+        }
+    }
+    let outs: Vec<String> = g.outputs.iter().map(|o| o.to_string()).collect();
+    let _ = writeln!(s, "  return {}", outs.join(", "));
+    s
+}
+
+fn opt(x: &Option<NodeId>) -> String {
+    x.map(|x| x.to_string()).unwrap_or_else(|| "none".into())
+}
