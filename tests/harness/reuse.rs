@@ -42,7 +42,7 @@ fn parse_key_of(db: &Database, file: SourceFile, needle: &str) -> String {
 }
 
 fn fresh_diagnostics(text: &str) -> Vec<tessera::diag::Diagnostic> {
-    let mut db = Database::new();
+    let mut db = Database::with_event_log();
     let file = db.set_source("reuse.tsr", text.to_string());
     db.diagnostics(file).to_vec()
 }
@@ -85,7 +85,7 @@ fn edit_and_check(db: &mut Database, file: SourceFile, text: &mut String, from: 
 
 #[test]
 fn an_edit_inside_one_body_rechecks_only_that_item() {
-    let mut db = Database::new();
+    let mut db = Database::with_event_log();
     let mut text = PROGRAM.to_string();
     db.start_event_log();
     let file = db.set_source("reuse.tsr", text.clone());

@@ -545,7 +545,7 @@ fn verifiers_reject_broken_ir() {
 
 #[test]
 fn graph_ir_is_reused_after_an_unrelated_edit() {
-    let mut db = Database::new();
+    let mut db = Database::with_event_log();
     let text = format!("{SCALED_SUM}\ndef other(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return x * 2.0\n");
     let file = db.set_source("/t/r.tsr", text.clone());
     db::emit_schedule(&db, file, "scaled_sum").unwrap();
