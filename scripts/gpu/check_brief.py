@@ -1,8 +1,10 @@
-"""Runs the brief's kernels (compiled by tsrc) on the GPU: flash_attn, gemm, softmax_rows, vadd.
-Usage: brief.py FILE.ptx D CAUSAL"""
-import ctypes, math, random, struct, sys
-sys.argv = [sys.argv[0], sys.argv[1]] + sys.argv[2:]
-exec(open("run.py").read().split("random.seed(0)")[0])  # helpers: cu, ck, fn, Buf, launch, close, bf16
+"""Runs the brief's kernels (one PTX module from tsrc holding flash_attn, gemm and
+softmax_rows) on the GPU and compares them with f64 Python references.
+Usage: check_brief.py FILE.ptx D CAUSAL   (scripts/gpu/check-brief.sh builds the modules)"""
+import ctypes, math, os, random, struct, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_driver import Buf, bf16_bits, bf16_val, ck, close, cu, fn  # noqa: E402  (loads sys.argv[1])
 D, causal = int(sys.argv[2]), int(sys.argv[3])
 random.seed(1)
 ok = True
@@ -29,7 +31,6 @@ def launch2(name, grid, threads, args):
     ck(cu.cuCtxSynchronize(), "sync " + name)
 
 # flash attention: B=1, H=2, S=100
-import os
 B, H, S = 1, 2, int(os.environ.get("S", "100"))
 n = B * H * S * D
 q = [bf16_val(bf16_bits(random.uniform(-1, 1))) for _ in range(n)]
