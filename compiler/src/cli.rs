@@ -49,6 +49,28 @@ pub fn stderr_wants_color() -> bool {
 }
 
 /// `check` writing to the process's stdout and stderr; returns the exit status.
+/// The compiler commands shared by `tsrc` and `tessera` (which adds its own later).
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum CompilerCommand {
+    /// Check .tsr files: syntax, names, types, shapes and target limits.
+    Check(CheckArgs),
+    /// Print an IR level or PTX for a .tsr file (after checking it); HIP is not built yet.
+    Emit(EmitArgs),
+    /// Per kernel: threads, registers, shared memory and occupancy on a target.
+    Report(ReportArgs),
+}
+
+impl CompilerCommand {
+    /// Runs the command; the result is the process exit status.
+    pub fn run(&self) -> u8 {
+        match self {
+            CompilerCommand::Check(args) => check(args),
+            CompilerCommand::Emit(args) => emit(args),
+            CompilerCommand::Report(args) => report(args),
+        }
+    }
+}
+
 pub fn check(args: &CheckArgs) -> u8 {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
