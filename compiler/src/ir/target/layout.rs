@@ -230,6 +230,59 @@ impl Layout {
         })
     }
 
+    /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
+    /// `[rows, cols]` result, if the shape tiles evenly. Each instruction is four
+    /// independent 8x8x4 products, one per quad-pair (lanes `4q..4q+3` and
+    /// `4q+16..4q+19`); quad-pair bit 0 (lane bit 2) picks the row half and bit 1
+    /// (lane bit 3) the column half of a 16x16 warp tile. Within a quad-pair's
+    /// 8x8 tile (PTX ISA, "Matrix Fragments for mma.m8n8k4"), register `i` of
+    /// lane `l` holds row `(l & 1) + (i & 2) + 4 (l >> 4 & 1)` and column
+    /// `(l & 2) + (i & 1) + (i & 4)`.
+    pub fn mma884_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+        if !rows.is_multiple_of(16) || !cols.is_multiple_of(16) {
+            return None;
+        }
+        let (mut wm, mut wn) = (1u32, 1u32);
+        while wm * wn < num_warps {
+            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
+            let can_n = (cols / (wn * 2)).is_multiple_of(16) && cols / (wn * 2) >= 16;
+            if can_m {
+                wm *= 2;
+            } else if can_n {
+                wn *= 2;
+            } else {
+                return None;
+            }
+        }
+        let (tm, tn) = (rows / wm, cols / wn);
+        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
+        let mut t0 = vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)];
+        let mut t1 = vec![term(1, 1, 2), term(3, 1, 8)];
+        if wm > 1 {
+            t0.push(term(5, log2(wm), tm));
+        }
+        if wn > 1 {
+            t1.push(term(5 + log2(wm), log2(wn), tn));
+        }
+        let mut slots = Vec::new();
+        for im in 0..tm / 16 {
+            for jn in 0..tn / 16 {
+                for i in 0..8u32 {
+                    slots.push(vec![16 * im + (i & 2), 16 * jn + (i & 1) + (i & 4)]);
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr: [16, 16],
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

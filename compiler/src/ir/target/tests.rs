@@ -803,8 +803,33 @@ fn dot_uses_tensor_cores_where_the_arch_has_them() {
     assert_eq!(count(&g, Arch::Sm80), (16, 2 * (1 + 4), 0));
     // sm_75: two m16n8k8 per m16n8k16.
     assert_eq!(count(&g, Arch::Sm75).0, 32);
-    // sm_70: no mma yet (FMA path); bf16 on sm_75 too; f32 everywhere.
-    assert_eq!(count(&g, Arch::Sm70).0, 0);
+    // sm_70: m8n8k4, 4 warps along the rows, each 16x64 = 1x4 tiles of 16x16,
+    // eight k4 steps; fragments with plain shared loads. bf16 on sm_75 and f32
+    // everywhere stay on FMAs.
+    assert_eq!(count(&g, Arch::Sm70), (4 * 8, 0, 0));
+    let t = lower(&g, Arch::Sm70).unwrap();
+    let (mut shapes, mut frag_loads) = (Vec::new(), 0);
+    t.walk(&mut |i| match i {
+        Inst::Mma {
+            m, n, k, a, b, c, ..
+        } => shapes.push((*m, *n, *k, a.len(), b.len(), c.len())),
+        Inst::Ld {
+            space: super::Space::Shared,
+            mem: super::MemTy::U32,
+            dst,
+            ..
+        } if dst.len() == 2 => frag_loads += 1,
+        _ => {}
+    });
+    assert!(
+        shapes.iter().all(|s| *s == (8, 8, 4, 2, 2, 8)),
+        "{shapes:?}"
+    );
+    // Per k4 step one v2 load for the A tile and four for the B tiles.
+    assert_eq!(frag_loads, 8 * (1 + 4));
+    assert!(!t.to_string().contains("convert layout"), "{t}");
+    assert_eq!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm70).0, 0);
+    assert_eq!(count(&gemm(32, 32, 16, 2, DType::F32), Arch::Sm70).0, 0);
     assert_eq!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm75).0, 0);
     assert!(count(&gemm(64, 32, 64, 4, DType::BF16), Arch::Sm90).0 > 0);
     assert_eq!(count(&gemm(32, 32, 16, 2, DType::F32), Arch::Sm90).0, 0);
@@ -816,4 +841,58 @@ fn dot_uses_tensor_cores_where_the_arch_has_them() {
     let t = lower(&g, Arch::Sm80).unwrap();
     assert!(!t.to_string().contains("convert layout"), "{t}");
     assert_eq!(t.smem.iter().map(|b| b.bytes).sum::<u32>(), 64 * 32 * 2 * 2);
+}
+
+#[test]
+fn mma884_accumulator_matches_the_isa_fragment_map() {
+    // PTX ISA, "Matrix Fragments for mma.m8n8k4" (.f32 accumulators): in the
+    // 8x8 tile of quad-pair q (lanes 4q..4q+3, 4q+16..4q+19), register i of lane
+    // l holds row (l & 1) + (i & 2) + 4 (l >> 4 & 1), column (l & 2) + (i & 1) + (i & 4).
+    // Quad-pair bit 0 picks the row half, bit 1 the column half of the 16x16 tile.
+    for (rows, cols, warps) in [
+        (16u32, 16u32, 1u32),
+        (64, 64, 4),
+        (128, 128, 8),
+        (32, 64, 4),
+    ] {
+        let l = Layout::mma884_accumulator(rows, cols, warps).unwrap();
+        let (wm, wn) = match l.kind {
+            super::LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
+            _ => unreachable!(),
+        };
+        assert_eq!(wm * wn, warps);
+        let (tm, tn) = (rows / wm, cols / wn);
+        let mut count = vec![0u32; (rows * cols) as usize];
+        for t in 0..warps * 32 {
+            let (lane, w) = (t % 32, t / 32);
+            let q = (lane >> 2) & 3;
+            for (si, s) in l.slots.iter().enumerate() {
+                let at = |d: usize| -> u32 {
+                    l.terms[d]
+                        .iter()
+                        .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
+                        .sum::<u32>()
+                        + s[d]
+                };
+                let (r, c) = (at(0), at(1));
+                let (tile, i) = (si as u32 / 8, si as u32 % 8);
+                let (im, jn) = (tile / (tn / 16), tile % (tn / 16));
+                let er = (w % wm) * tm
+                    + 16 * im
+                    + 8 * (q & 1)
+                    + (lane & 1)
+                    + (i & 2)
+                    + 4 * ((lane >> 4) & 1);
+                let ec = (w / wm) * tn + 16 * jn + 8 * (q >> 1) + (lane & 2) + (i & 1) + (i & 4);
+                assert_eq!(
+                    (r, c),
+                    (er, ec),
+                    "{rows}x{cols}/{warps}: thread {t} slot {si}"
+                );
+                count[(r * cols + c) as usize] += 1;
+            }
+        }
+        assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}/{warps}");
+    }
+    assert!(Layout::mma884_accumulator(16, 8, 1).is_none());
 }

@@ -248,10 +248,12 @@ impl Verifier<'_> {
                 c,
             } => {
                 // 32 lanes; 16-bit inputs pack two per register, tf32 one.
+                // m8n8k4 (sm_70) is four independent products, one per quad-pair.
                 let per = if *input == MemTy::F32 { 32 } else { 64 };
-                let ok = a.len() == (m * kk / per) as usize
-                    && b.len() == (kk * n / per) as usize
-                    && c.len() == (m * n / 32) as usize
+                let times = if (*m, *n, *kk) == (8, 8, 4) { 4 } else { 1 };
+                let ok = a.len() == (times * m * kk / per) as usize
+                    && b.len() == (times * kk * n / per) as usize
+                    && c.len() == (times * m * n / 32) as usize
                     && d.len() == c.len()
                     && a.iter().chain(b).all(|r| ty(r) == RegTy::B32)
                     && c.iter().chain(d).all(|r| ty(r) == RegTy::F32);
