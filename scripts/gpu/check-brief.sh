@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # GPU check of the brief's kernels (needs an NVIDIA driver; not part of CI, which has
 # no GPU): builds one PTX module of examples/flash_attn.tsr, gemm.tsr and
-# softmax_rows.tsr per arch, head dim and causal flag, runs each on the GPU through
-# the driver API and compares with f64 references (scripts/gpu/check_brief.py), then
-# launches every kernel of every module once (scripts/gpu/smoke.py).
-#   scripts/gpu/check-brief.sh [TSRC] [OUT_DIR]
+# softmax_rows.tsr per arch (sm_70, sm_80, sm_90 by default), head dim and causal
+# flag, runs each on the GPU through the driver API and compares with f64
+# references (scripts/gpu/check_brief.py), then launches every kernel of every
+# module once (scripts/gpu/smoke.py).
+#   [ARCHS="sm_70 sm_80 sm_90"] scripts/gpu/check-brief.sh [TSRC] [OUT_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tsrc="${1:-$root/target/release/tsrc}"
 out="${2:-$(mktemp -d)}"
 cat "$root"/examples/{flash_attn,gemm,softmax_rows}.tsr > "$out/brief.tsr"
 status=0
-for arch in sm_80 sm_90; do
+for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
     for d in 64 128; do
         for causal in 0 1; do
             ptx="$out/brief_${arch}_D${d}_c${causal}.ptx"
