@@ -529,39 +529,41 @@ fn emit_whole_tensor(cx: &EmitContext, schedule: bool) -> Result<String, EmitErr
 
 /// The Tile IR of the selected kernels, separated by blank lines.
 fn emit_tile_ir(cx: &EmitContext) -> Result<String, EmitError> {
-    let mut text = String::new();
-    let mut diags = Vec::new();
-    for (_, item, offset) in &cx.kernels {
-        match crate::db::tile_ir(cx.db, *item, cx.db.options(), cx.spec.clone()) {
-            Ok(k) => {
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(&k.dump());
-            }
-            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
-        }
-    }
-    if diags.is_empty() {
-        Ok(text)
-    } else {
-        Err(EmitError::Diagnostics(diags))
-    }
+    emit_each_kernel(cx, |item| {
+        crate::db::tile_ir(cx.db, item, cx.db.options(), cx.spec.clone())
+            .as_ref()
+            .map(|k| k.dump())
+            .map_err(Clone::clone)
+    })
 }
 
 /// The Target IR of the selected kernels for `--arch`, separated by blank lines.
 fn emit_target_ir(cx: &EmitContext) -> Result<String, EmitError> {
+    emit_each_kernel(cx, |item| {
+        crate::db::target_ir(cx.db, item, cx.db.options(), cx.spec.clone())
+            .as_ref()
+            .map(|k| k.to_string())
+            .map_err(Clone::clone)
+    })
+}
+
+/// Each selected kernel's text, separated by blank lines, or every kernel's
+/// diagnostics (made absolute) when any fails.
+fn emit_each_kernel<'db>(
+    cx: &EmitContext<'db>,
+    text_of: impl Fn(crate::db::ItemSource<'db>) -> Result<String, Vec<crate::diag::Diagnostic>>,
+) -> Result<String, EmitError> {
     let mut text = String::new();
     let mut diags = Vec::new();
     for (_, item, offset) in &cx.kernels {
-        match crate::db::target_ir(cx.db, *item, cx.db.options(), cx.spec.clone()) {
-            Ok(k) => {
+        match text_of(*item) {
+            Ok(t) => {
                 if !text.is_empty() {
                     text.push('\n');
                 }
-                text.push_str(&k.to_string());
+                text.push_str(&t);
             }
-            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+            Err(d) => diags.extend(d.into_iter().map(|d| d.shifted(*offset))),
         }
     }
     if diags.is_empty() {
