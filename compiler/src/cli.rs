@@ -354,33 +354,56 @@ pub fn emit_to(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color:
     code
 }
 
-fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
-    let mut db = Database::new();
-    db.set_arch(args.arch);
-    let shown = args.file.display().to_string();
-    let file = match db.load_file(&args.file) {
-        Ok(file) => file,
-        Err(e) => {
-            let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
-            return EXIT_USAGE;
-        }
-    };
-    let db = &db;
-    let text = file.text(db);
-    // Check first: errors stop here; warnings are shown and emission goes on.
+/// Loads `path` and checks it for `arch`, as `emit` and `report` do first: the
+/// diagnostics go to `err` (warnings included); an unreadable file is a usage
+/// error, and check errors stop the command with `outcome` ("nothing emitted").
+fn load_and_check(
+    db: &mut Database,
+    arch: Arch,
+    path: &std::path::Path,
+    err: &mut dyn Write,
+    color: bool,
+    outcome: &str,
+) -> Result<crate::db::SourceFile, u8> {
+    db.set_arch(arch);
+    let shown = path.display().to_string();
+    let file = db.load_file(path).map_err(|e| {
+        let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
+        EXIT_USAGE
+    })?;
     let diags = db.diagnostics(file);
     if !diags.is_empty() {
+        let text = file.text(db);
         let _ = err.write_all(render::render_human_all(&shown, text, diags, color).as_bytes());
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     if errors > 0 {
         let _ = writeln!(
             err,
-            "error: {} in `{shown}`; nothing emitted",
+            "error: {} in `{shown}`; {outcome}",
             plural(errors, "error")
         );
-        return EXIT_ERRORS;
+        return Err(EXIT_ERRORS);
     }
+    Ok(file)
+}
+
+fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
+    let mut db = Database::new();
+    let shown = args.file.display().to_string();
+    let file = match load_and_check(
+        &mut db,
+        args.arch,
+        &args.file,
+        err,
+        color,
+        "nothing emitted",
+    ) {
+        Ok(file) => file,
+        Err(code) => return code,
+    };
+    let db = &db;
+    let text = file.text(db);
     let mut kernels = crate::db::file_kernels(db, file);
     // For graph-ir and schedule-ir, `--kernel` names a whole-tensor function
     // (their arm selects it).
@@ -747,30 +770,13 @@ pub fn report(args: &ReportArgs) -> u8 {
 /// on stderr. Exit 1 when any kernel has an error (the others are still printed).
 pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
     let mut db = Database::new();
-    db.set_arch(args.arch);
     let shown = args.file.display().to_string();
-    let file = match db.load_file(&args.file) {
+    let file = match load_and_check(&mut db, args.arch, &args.file, err, color, "no report") {
         Ok(file) => file,
-        Err(e) => {
-            let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
-            return EXIT_USAGE;
-        }
+        Err(code) => return code,
     };
     let db = &db;
     let text = file.text(db);
-    let check = db.diagnostics(file);
-    if !check.is_empty() {
-        let _ = err.write_all(render::render_human_all(&shown, text, check, color).as_bytes());
-    }
-    let errors = check.iter().filter(|d| d.is_error()).count();
-    if errors > 0 {
-        let _ = writeln!(
-            err,
-            "error: {} in `{shown}`; no report",
-            plural(errors, "error")
-        );
-        return EXIT_ERRORS;
-    }
     let mut kernels = crate::db::file_kernels(db, file);
     if let Some(name) = &args.kernel {
         let names: Vec<String> = kernels.iter().map(|k| k.0.clone()).collect();
