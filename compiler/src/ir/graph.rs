@@ -44,7 +44,7 @@ use crate::check::scope::FnSig;
 use crate::check::types::{render_dims, Callee};
 use crate::check::{DType, Ty, Value};
 use crate::ir::tile::{BinaryOp, Constant, UnaryOp};
-use crate::syntax::ast::{self, BinOp, Expr, ExprKind, Function, StmtKind};
+use crate::syntax::ast::{self, Expr, ExprKind, Function, StmtKind};
 use crate::syntax::span::Span;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -363,24 +363,6 @@ impl fmt::Display for LowerError {
     }
 }
 
-pub fn unary_name(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Not => "not",
-        UnaryOp::Invert => "invert",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Exp2 => "exp2",
-        UnaryOp::Log => "log",
-        UnaryOp::Log2 => "log2",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Erf => "erf",
-    }
-}
-
 pub fn binary_name(op: BinaryOp) -> &'static str {
     match op {
         BinaryOp::Add => "add",
@@ -426,28 +408,6 @@ fn unary_of(name: &str) -> Option<UnaryOp> {
         "tanh" => UnaryOp::Tanh,
         "erf" => UnaryOp::Erf,
         _ => return None,
-    })
-}
-
-fn binop_of(op: BinOp) -> Option<BinaryOp> {
-    Some(match op {
-        BinOp::Add => BinaryOp::Add,
-        BinOp::Sub => BinaryOp::Sub,
-        BinOp::Mul => BinaryOp::Mul,
-        BinOp::Div => BinaryOp::Div,
-        BinOp::FloorDiv => BinaryOp::FloorDiv,
-        BinOp::Mod => BinaryOp::Mod,
-        BinOp::Pow => BinaryOp::Pow,
-        BinOp::BitAnd | BinOp::And => BinaryOp::And,
-        BinOp::BitOr | BinOp::Or => BinaryOp::Or,
-        BinOp::BitXor => BinaryOp::Xor,
-        BinOp::Eq => BinaryOp::Eq,
-        BinOp::Ne => BinaryOp::Ne,
-        BinOp::Lt => BinaryOp::Lt,
-        BinOp::Le => BinaryOp::Le,
-        BinOp::Gt => BinaryOp::Gt,
-        BinOp::Ge => BinaryOp::Ge,
-        BinOp::MatMul => return None,
     })
 }
 
@@ -583,7 +543,7 @@ impl<'a> Builder<'a> {
             ExprKind::Binary { op, lhs, rhs } => {
                 let a = self.expr(lhs)?;
                 let b = self.expr(rhs)?;
-                let kind = match binop_of(*op) {
+                let kind = match BinaryOp::from_ast(*op) {
                     Some(op) => NodeKind::Binary { op, a, b },
                     None => NodeKind::MatMul { a, b },
                 };
@@ -1053,7 +1013,7 @@ impl<'a> Builder<'a> {
                     })?;
                     let b = self.expr(value)?;
                     let ty = self.ty_of(a).clone();
-                    let kind = match binop_of(*op) {
+                    let kind = match BinaryOp::from_ast(*op) {
                         Some(op) => NodeKind::Binary { op, a, b },
                         None => NodeKind::MatMul { a, b },
                     };
@@ -1545,7 +1505,7 @@ pub fn dump(g: &Graph) -> String {
             NodeKind::Param(p) => format!("param {}", g.params[*p].name),
             NodeKind::Const(c) => format!("const {}", render_constant(c)),
             NodeKind::Index(d) => format!("index {d}"),
-            NodeKind::Unary { op, x } => format!("{} {x}", unary_name(*op)),
+            NodeKind::Unary { op, x } => format!("{} {x}", op.name()),
             NodeKind::Activation { act, x } => format!("{} {x}", format!("{act:?}").to_lowercase()),
             NodeKind::Binary { op, a, b } => format!(
                 "{} {a}, {b}{}",

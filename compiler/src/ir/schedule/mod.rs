@@ -53,8 +53,8 @@ use std::fmt::{self, Write};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{
-    binary_name, render_constant, unary_name, Activation, Fill, GType, Graph, LowerError, NodeId,
-    NodeKind, ReduceKind,
+    binary_name, render_constant, Activation, Fill, GType, Graph, LowerError, NodeId, NodeKind,
+    ReduceKind,
 };
 use crate::ir::tile::{
     self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, UnaryOp, Value,
@@ -108,7 +108,7 @@ impl fmt::Display for ScalarExpr {
             ScalarExpr::Param(p) => f.write_str(p),
             ScalarExpr::Index(d) => write!(f, "{d}"),
             ScalarExpr::Const(c) => f.write_str(&render_constant(c)),
-            ScalarExpr::Unary(op, x) => write!(f, "{}({x})", unary_name(*op)),
+            ScalarExpr::Unary(op, x) => write!(f, "{}({x})", op.name()),
             ScalarExpr::Binary(op, a, b) => write!(f, "{}({a}, {b})", binary_name(*op)),
             ScalarExpr::Cast(x, d) => write!(f, "{d}({x})"),
             ScalarExpr::CDiv(x, k) => write!(f, "cdiv({x}, {k})"),

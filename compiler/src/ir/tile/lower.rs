@@ -459,28 +459,6 @@ fn unary_math(name: &str) -> Option<UnaryOp> {
     })
 }
 
-fn binop(op: BinOp) -> Option<BinaryOp> {
-    Some(match op {
-        BinOp::Add => BinaryOp::Add,
-        BinOp::Sub => BinaryOp::Sub,
-        BinOp::Mul => BinaryOp::Mul,
-        BinOp::Div => BinaryOp::Div,
-        BinOp::FloorDiv => BinaryOp::FloorDiv,
-        BinOp::Mod => BinaryOp::Mod,
-        BinOp::Pow => BinaryOp::Pow,
-        BinOp::BitAnd | BinOp::And => BinaryOp::And,
-        BinOp::BitOr | BinOp::Or => BinaryOp::Or,
-        BinOp::BitXor => BinaryOp::Xor,
-        BinOp::Eq => BinaryOp::Eq,
-        BinOp::Ne => BinaryOp::Ne,
-        BinOp::Lt => BinaryOp::Lt,
-        BinOp::Le => BinaryOp::Le,
-        BinOp::Gt => BinaryOp::Gt,
-        BinOp::Ge => BinaryOp::Ge,
-        BinOp::MatMul => return None,
-    })
-}
-
 /// Bound call arguments: one slot per builtin parameter.
 struct Args<'e> {
     slots: Vec<Option<&'e Arg>>,
@@ -2056,7 +2034,7 @@ impl<'a> Lowerer<'a> {
         if op == BinOp::MatMul {
             return self.dot(&l, &r, None, Precision::Ieee, span, le, re);
         }
-        let Some(bop) = binop(op) else {
+        let Some(bop) = BinaryOp::from_ast(op) else {
             self.internal(span, "an unknown operator");
             return Err(());
         };

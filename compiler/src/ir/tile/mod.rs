@@ -160,6 +160,30 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// The Tile IR op of a source operator; `@` (matmul) has none.
+    pub fn from_ast(op: crate::syntax::ast::BinOp) -> Option<BinaryOp> {
+        use crate::syntax::ast::BinOp;
+        Some(match op {
+            BinOp::Add => BinaryOp::Add,
+            BinOp::Sub => BinaryOp::Sub,
+            BinOp::Mul => BinaryOp::Mul,
+            BinOp::Div => BinaryOp::Div,
+            BinOp::FloorDiv => BinaryOp::FloorDiv,
+            BinOp::Mod => BinaryOp::Mod,
+            BinOp::Pow => BinaryOp::Pow,
+            BinOp::BitAnd | BinOp::And => BinaryOp::And,
+            BinOp::BitOr | BinOp::Or => BinaryOp::Or,
+            BinOp::BitXor => BinaryOp::Xor,
+            BinOp::Eq => BinaryOp::Eq,
+            BinOp::Ne => BinaryOp::Ne,
+            BinOp::Lt => BinaryOp::Lt,
+            BinOp::Le => BinaryOp::Le,
+            BinOp::Gt => BinaryOp::Gt,
+            BinOp::Ge => BinaryOp::Ge,
+            BinOp::MatMul => return None,
+        })
+    }
+
     pub fn is_comparison(self) -> bool {
         matches!(
             self,
