@@ -138,6 +138,19 @@ pub enum Fill {
     },
 }
 
+/// What a subscript takes from one axis of its tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SliceAxis {
+    /// `:`, the whole axis.
+    Full,
+    /// `i`: one element (a scalar node, compile-time or host; a negative index
+    /// counts from the end at run time); the axis is dropped.
+    Index(NodeId),
+    /// `a:b`: the result's dim elements from `start` (normalised at build time:
+    /// not negative, clamped to the axis when both are constants).
+    Range { start: Dim },
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeKind {
     /// Parameter `i` of the function.
@@ -202,6 +215,13 @@ pub enum NodeKind {
         x: NodeId,
         a: usize,
         b: usize,
+    },
+    /// `x[...]` with integer indices and slices: one entry per axis of `x`;
+    /// the node's dims are those of the kept axes (`None` axes are a reshape
+    /// after it).
+    Slice {
+        x: NodeId,
+        axes: Vec<SliceAxis>,
     },
     /// The new shape is the node's type.
     Reshape {
@@ -318,6 +338,12 @@ pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
             .chain(args.iter().map(|(_, a)| *a))
             .collect(),
         NodeKind::Call { args, .. } => args.iter().map(|(_, a)| *a).collect(),
+        NodeKind::Slice { x, axes } => std::iter::once(*x)
+            .chain(axes.iter().filter_map(|a| match a {
+                SliceAxis::Index(i) => Some(*i),
+                _ => None,
+            }))
+            .collect(),
     }
 }
 
@@ -581,14 +607,100 @@ impl<'a> Builder<'a> {
                 let x = self.expr(value)?;
                 Ok(self.push(NodeKind::Reshape { x }, ty, e.span))
             }
-            ExprKind::Subscript { .. } => Err(LowerError::new(
-                e.span,
-                "subscripts of tensors other than `:` and `None` in a whole-tensor function",
-            )),
+            ExprKind::Subscript { value, indices } => self.subscript(e, value, indices, ty),
             _ => Err(LowerError::new(
                 e.span,
                 format!("this expression (`{}`) in a whole-tensor function", v.ty),
             )),
+        }
+    }
+
+    /// `x[i, a:b, None, ...]`: a `Slice` node of the kept axes, then a reshape
+    /// when the subscript adds new axes.
+    fn subscript(
+        &mut self,
+        e: &Expr,
+        value: &Expr,
+        indices: &[ast::Index],
+        ty: GType,
+    ) -> R<NodeId> {
+        let x = self.expr(value)?;
+        let xd = self.ty_of(x).dims().to_vec();
+        let mut axes = Vec::with_capacity(xd.len());
+        let mut kept = Vec::new();
+        let mut new_axes = false;
+        for i in indices {
+            let d = axes.len();
+            match i {
+                ast::Index::Expr(ie) if matches!(ie.kind, ExprKind::None) => new_axes = true,
+                ast::Index::Expr(ie) => {
+                    if matches!(self.val(ie)?.ty, Ty::Tensor { .. }) {
+                        return Err(LowerError::new(
+                            ie.span,
+                            "indexing with an integer tensor (a gather) in a whole-tensor function",
+                        ));
+                    }
+                    axes.push(SliceAxis::Index(self.expr(ie)?));
+                }
+                ast::Index::Slice {
+                    start, end, span, ..
+                } => {
+                    let full = xd[d].clone();
+                    let bound = |b: &Option<Expr>, default: Dim| -> R<Dim> {
+                        match b {
+                            None => Ok(default),
+                            Some(b) => match &self.val(b)?.value {
+                                Some(Value::Int(v)) => {
+                                    Ok(crate::check::expr::python_bound(v, &full))
+                                }
+                                _ => Err(LowerError::new(
+                                    b.span,
+                                    "a slice bound that is not known when the function is specialised",
+                                )),
+                            },
+                        }
+                    };
+                    let a = bound(start, Dim::constant(0))?;
+                    let b = bound(end, full.clone())?;
+                    let len = b
+                        .checked_sub(&a)
+                        .ok_or_else(|| LowerError::new(*span, "a slice length"))?;
+                    if a.as_const() == Some(0) && len == full {
+                        axes.push(SliceAxis::Full);
+                    } else {
+                        axes.push(SliceAxis::Range { start: a });
+                    }
+                    kept.push(len);
+                    continue;
+                }
+            }
+        }
+        for d in &xd[axes.len()..] {
+            axes.push(SliceAxis::Full);
+            kept.push(d.clone());
+        }
+        let dtype = ty
+            .dtype()
+            .ok_or_else(|| LowerError::new(e.span, "a subscript of a tensor"))?;
+        if !new_axes && kept != ty.dims() {
+            return Err(LowerError::new(
+                e.span,
+                format!("a subscript whose shape the checker gives as `{ty}`"),
+            ));
+        }
+        let sliced = if axes.iter().all(|a| matches!(a, SliceAxis::Full)) {
+            x
+        } else {
+            self.push(
+                NodeKind::Slice { x, axes },
+                GType::Tensor { dims: kept, dtype },
+                e.span,
+            )
+        };
+        if new_axes || sliced == x {
+            Ok(self.push(NodeKind::Reshape { x: sliced }, ty, e.span))
+        } else {
+            Ok(sliced)
         }
     }
 
@@ -1207,6 +1319,14 @@ pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
                 o(a);
             }
         }
+        NodeKind::Slice { x, axes } => {
+            o(x);
+            for a in axes {
+                if let SliceAxis::Index(i) = a {
+                    o(i);
+                }
+            }
+        }
     }
     k
 }
@@ -1315,6 +1435,24 @@ fn inline_one(
                     return None;
                 }
             },
+            NodeKind::Slice { x, axes } => {
+                let axes = axes
+                    .into_iter()
+                    .map(|a| match a {
+                        SliceAxis::Range { start } => {
+                            start.substitute(&env).map(|start| SliceAxis::Range { start })
+                        }
+                        a => Some(a),
+                    })
+                    .collect::<Option<Vec<_>>>();
+                match axes {
+                    Some(axes) => NodeKind::Slice { x, axes },
+                    None => {
+                        nodes.truncate(start);
+                        return None;
+                    }
+                }
+            }
             k => k,
         };
         let Some(ty) = subst_type(&n.ty, &env) else {
@@ -1436,6 +1574,34 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                     return err(i, "transpose result shape".into());
                 }
             }
+            NodeKind::Slice { x, axes } => {
+                let xd = dims(*x);
+                if axes.len() != xd.len() {
+                    return err(i, "a subscript without one entry per axis".into());
+                }
+                let kept = axes
+                    .iter()
+                    .filter(|a| !matches!(a, SliceAxis::Index(_)))
+                    .count();
+                if kept != rank {
+                    return err(i, "a subscript's result rank".into());
+                }
+                let mut k = 0;
+                for (a, d) in axes.iter().zip(&xd) {
+                    match a {
+                        SliceAxis::Full if n.ty.dims()[k] != *d => {
+                            return err(i, "a `:` axis changes its size".into())
+                        }
+                        SliceAxis::Index(ix) if !g.ty(*ix).dtype().is_some_and(DType::is_int) => {
+                            return err(i, "an index that is not an integer scalar".into())
+                        }
+                        _ => {}
+                    }
+                    if !matches!(a, SliceAxis::Index(_)) {
+                        k += 1;
+                    }
+                }
+            }
             NodeKind::KernelCall { .. } => {
                 if n.ty != GType::Unit {
                     return err(i, "a kernel call has a value".into());
@@ -1544,6 +1710,25 @@ pub fn dump(g: &Graph) -> String {
                 axis.map(|a| a.to_string()).unwrap_or_else(|| "all".into())
             ),
             NodeKind::Transpose { x, a, b } => format!("transpose {x}, {a}, {b}"),
+            NodeKind::Slice { x, axes } => {
+                let mut k = 0;
+                let parts: Vec<String> = axes
+                    .iter()
+                    .map(|a| match a {
+                        SliceAxis::Full => {
+                            k += 1;
+                            ":".to_string()
+                        }
+                        SliceAxis::Index(i) => i.to_string(),
+                        SliceAxis::Range { start } => {
+                            let len = &n.ty.dims()[k];
+                            k += 1;
+                            format!("{start}:+{len}")
+                        }
+                    })
+                    .collect();
+                format!("slice {x}[{}]", parts.join(", "))
+            }
             NodeKind::Reshape { x } => format!("reshape {x} to {}", render_dims(n.ty.dims())),
             NodeKind::Fill(fill) => match fill {
                 Fill::Zeros => "zeros".to_string(),
