@@ -214,6 +214,11 @@ impl Checker<'_> {
                             .map(|(t, v)| Val::with(t, v))
                             .collect()
                     }
+                    // `m, n = x.shape`: one i32 dim each.
+                    Ty::Shape(dims) if dims.len() == items.len() => dims
+                        .iter()
+                        .map(|d| Val::with(Ty::scalar(DType::I32), Some(Value::Int(d.clone()))))
+                        .collect(),
                     Ty::Err => vec![Val::err(); items.len()],
                     other => {
                         self.report(Diagnostic::new(

@@ -1149,3 +1149,16 @@ fn transposes_of_any_axes_compute_the_graph() {
         check(src, "tp", &[("A", a), ("B", b), ("C", c)], &[]);
     }
 }
+
+#[test]
+fn shapes_and_host_scalar_arithmetic_compute_the_graph() {
+    let src = r#"def sh(x: Tensor["M", "N", f32], k: i32) -> Tensor["N", f32]:
+    m, n = x.shape
+    s = x.shape
+    t = (k * 2 + s[1]) // 3
+    return zeros([s[1]], f32) + x[m - 1] * t.to(f32) + x[0] * n.to(f32) + x.shape[0].to(f32)
+"#;
+    for (m, n) in [(3, 5), (2, 130)] {
+        check(src, "sh", &[("M", m), ("N", n)], &[("k", 4.0)]);
+    }
+}

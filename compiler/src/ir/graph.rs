@@ -1097,6 +1097,9 @@ impl<'a> Builder<'a> {
                     self.expr(x)?;
                 }
                 StmtKind::Assign { target, value, .. } => match (&target.kind, &value.kind) {
+                    // `s = x.shape`, `m, n = x.shape`, `d = x.dtype`: compile-time
+                    // values, read from the checker's values where they are used.
+                    _ if matches!(self.val(value)?.ty, Ty::Shape(_) | Ty::DTypeV) => {}
                     (ExprKind::Name(id), _) => {
                         let v = self.expr(value)?;
                         self.env.insert(id.name.clone(), v);
