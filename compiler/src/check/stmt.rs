@@ -422,6 +422,12 @@ impl Checker<'_> {
                 if let Some(b) = self.env.get_mut(n) {
                     b.value = Some(Value::Int(sym));
                 }
+            } else if let Some(b) = self.env.get_mut(n) {
+                // Any other value a loop assigns is not known inside or after it
+                // (`s = s + 1.0` runs a number of times the checker does not count).
+                if matches!(b.kind, BindKind::Local | BindKind::Param) {
+                    b.value = None;
+                }
             }
         }
         let before = self.env.clone();
