@@ -1329,3 +1329,15 @@ def sw(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32], n: i32) -> Tensor["M"
         }
     }
 }
+
+#[test]
+fn integer_matmuls_compute_the_graph() {
+    // Exact integer accumulation (a generated kernel of rank-1 updates), with
+    // batch dims broadcast and a narrow result cast by its consumer.
+    let src = r#"def im(a: Tensor["B", "M", "K", i32], b: Tensor["K", "N", i32], c: Tensor["M", "K", i8], d: Tensor["B", "K", "N", i8]) -> Tensor["B", "M", "N", i32]:
+    return a @ b + matmul(c, d).to(i32) * 2
+"#;
+    for (b, m, k, n) in [(2, 3, 5, 7), (1, 40, 3, 33)] {
+        check(src, "im", &[("B", b), ("M", m), ("K", k), ("N", n)], &[]);
+    }
+}

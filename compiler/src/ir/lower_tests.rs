@@ -752,7 +752,8 @@ fn tsrc_emit_graph_and_schedule_ir() {
 #[test]
 fn generated_kernels_lower_to_target_ir_and_ptx() {
     // Every kind of generated kernel (fused flat and every-axis, reductions,
-    // transpose, permute and slice copies, copy, softmax, layer norm, batched gemm) goes through Target IR
+    // transpose, permute and slice copies, copy, softmax, layer norm, batched and
+    // integer gemms, kernels inside control-flow regions) goes through Target IR
     // and into a PTX module on the three PTX families. (Assembled with ptxas for
     // sm_70/80/90 when this was written: all accepted.)
     let srcs: Vec<(String, &str)> = vec![
@@ -775,6 +776,15 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
         (r#"def pk(x: Tensor["B", "M", "N", f16], i: i32) -> Tensor["N", "M", f32]:
     return transpose(x, 0, 2)[:, :, 1].to(f32) + x[i, :, -1][None, :].to(f32) + x[0, 0, 0].to(f32)
 "#.to_string(), "pk"),
+        (r#"def im(a: Tensor["B", "M", "K", i8], b: Tensor["K", "N", i8]) -> Tensor["B", "M", "N", i32]:
+    return matmul(a, b).to(i32)
+"#.to_string(), "im"),
+        (r#"def lp(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    for i in range(n):
+        if i % 2 == 0:
+            x = x * 2.0
+    return x
+"#.to_string(), "lp"),
     ];
     for arch in ["sm_70", "sm_80", "sm_90"] {
         let arch: crate::backend::arch::Arch = arch.parse().unwrap();

@@ -577,9 +577,10 @@ impl<'g> Lower<'g> {
             da[da.len() - 2].clone()
         };
         let (k, nn) = (da[da.len() - 1].clone(), db[db.len() - 1].clone());
+        let acc = generate::acc_dtype(g.ty(n).dtype().unwrap_or(DType::F32));
         let c = match out {
-            Some(o) if g.ty(n).dtype() == Some(DType::F32) => o,
-            _ => self.temp(dn.to_vec(), DType::F32),
+            Some(o) if g.ty(n).dtype() == Some(acc) => o,
+            _ => self.temp(dn.to_vec(), acc),
         };
         let (name, batched): (&'static str, bool) = match (dt, flat, da.len(), db.len()) {
             (DType::F16, true, _, _) => ("gemm", false),
@@ -588,7 +589,10 @@ impl<'g> Lower<'g> {
             (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
-            (d, ..) if d.is_float() && g.ty(b).dtype().is_some_and(DType::is_float) => {
+            (d, ..)
+                if (d.is_float() && g.ty(b).dtype().is_some_and(DType::is_float))
+                    || (d.is_int() && g.ty(b).dtype().is_some_and(DType::is_int)) =>
+            {
                 self.matmul_generated(n, &da, &db, ba, bb, c)?;
                 self.buf_of.insert(n, c);
                 return Ok(());
@@ -872,7 +876,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             _ if out_for.contains_key(&o) => false,
             _ if is_elementwise(g, o) => true,
             NodeKind::MatMul { .. } => {
-                *dtype == DType::F32 || attention.contains_key(&(o.0 as usize))
+                *dtype == generate::acc_dtype(*dtype) || attention.contains_key(&(o.0 as usize))
             }
             NodeKind::LayerNorm { .. } | NodeKind::RmsNorm { .. } => {
                 *dtype == DType::F32 || !l.norm_fits_std(o)
