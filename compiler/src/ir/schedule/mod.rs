@@ -1,8 +1,13 @@
 //! Schedule IR: the launch plan of one whole-tensor function.
 //!
 //! Lowered from Graph IR. It holds the buffers (inputs, outputs, temporaries and
-//! views, each with symbolic dims and a dtype) and an ordered list of launches;
-//! each launch runs one fusion group of graph nodes with a kernel:
+//! views, each with symbolic dims and a dtype) and an ordered list of [`Step`]s:
+//! kernel launches, host steps (`randn` fills a buffer on the host, `set $v = e`
+//! sets a host variable) and structured control flow (`if`, `for`, `while`,
+//! whose bodies are step lists). Host scalars are [`ScalarExpr`]s over function
+//! parameters, dims, constants and host variables (`$name`: loop counters,
+//! values carried by loops, results of `if`). Each launch runs one fusion group
+//! of graph nodes with a kernel:
 //!
 //! * a maximal group of elementwise ops (unary, binary with broadcasting, casts,
 //!   `where`, activations, `zeros`/`ones`/`full` as sources) whose inner nodes are
@@ -37,15 +42,29 @@
 //! * kernel calls are launched as written, in program order.
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
-//! on grid axis 2). Everything else (transposes of other axes, `randn`, recursive
-//! calls, integer matmuls) is a [`LowerError`]: not supported yet
-//! (E0512 at `tsrc emit`).
+//! on grid axis 2); transposes of other axes and subscripts (`x[i]`, `x[a:b, 2]`)
+//! are a generated gather copy (a program copies a run of the result's last
+//! axis, from whichever source axis it maps to; a run-time index out of range
+//! reads zeros). Integer matmuls are the generated matmul accumulating exactly in
+//! i32 (i64 for i64). `randn` is a host step (`randn BUF seed=S`, seed 0 when
+//! omitted) writing its buffer; the numbers are the executor's.
 //!
-//! The dump lists the buffers, the launches in order (kernel, grid, graph nodes,
-//! arguments with the view each kernel sees, requirements) and the outputs, then
-//! every generated kernel in the Tile IR dump format. `verify` checks buffers,
-//! views, write-before-read and arguments, and runs the Tile IR verifier on every
-//! generated kernel.
+//! Control flow: a region (see [`crate::ir::graph::Region`]) lowers to its own
+//! step list with its params bound to buffers or host scalars. Results of an
+//! `if` and values carried by a loop live in fresh buffers and host variables:
+//! a loop copies its initial values in before it, every branch or trip copies
+//! its results in at its end (through temporaries when one result is read from
+//! another's place, as in `a, b = b, a`). Recursive calls and calls whose dims
+//! do not bind are a [`LowerError`] (E0512 at `tsrc emit`).
+//!
+//! The dump lists the buffers, the steps in order (launches with kernel, grid,
+//! graph nodes, arguments with the view each kernel sees, requirements; host
+//! steps; regions indented three more) and the outputs, then every generated
+//! kernel in the Tile IR dump format. `verify` checks buffers, views,
+//! write-before-read (through regions: after an `if`, what both branches write;
+//! after a loop, what was written before it), host variables set before they
+//! are read and arguments, and runs the Tile IR verifier on every generated
+//! kernel.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
