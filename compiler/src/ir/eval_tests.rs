@@ -7,6 +7,7 @@
 //! reductions of the generated code, not rounding.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -171,7 +172,26 @@ fn stand_in_randn(seed: i64, n: usize) -> Vec<f64> {
 }
 
 /// Reference semantics of a graph on concrete inputs.
-fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
+/// The graph and schedule of a function of the file under test, by name (for
+/// calls that stay in the graph).
+type Calls<'a> = dyn Fn(&str) -> (Arc<Graph>, Arc<Schedule>) + 'a;
+
+/// The dims of a callee bound to the shapes of its tensor arguments.
+fn callee_env(callee: &Graph, args: &[(String, Vec<usize>)]) -> Env {
+    let mut env = Env::new();
+    for p in &callee.params {
+        if let Some((_, shape)) = args.iter().find(|(n, _)| *n == p.name) {
+            for (d, v) in p.ty.dims().iter().zip(shape) {
+                if let Some(sym) = d.as_symbol() {
+                    env.insert(sym.to_string(), *v as i64);
+                }
+            }
+        }
+    }
+    env
+}
+
+fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
     let mut vals: Vec<T> = Vec::new();
     // The results of control-flow nodes, by node index.
     let mut results: HashMap<usize, Vec<T>> = HashMap::new();
@@ -430,7 +450,7 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
             } => {
                 let r = if v(cond).data[0] != 0.0 { then } else { otherwise };
                 let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
-                results.insert(ni, eval_graph(&r.graph, env, &ins));
+                results.insert(ni, eval_graph(&r.graph, env, &ins, calls));
                 scalar_t(0.0)
             }
             NodeKind::For {
@@ -452,7 +472,7 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                     let mut ins = vec![scalar_t(i as f64)];
                     ins.extend(carried.iter().cloned());
                     ins.extend(caps.iter().cloned());
-                    carried = eval_graph(&body.graph, env, &ins);
+                    carried = eval_graph(&body.graph, env, &ins, calls);
                     i += st;
                 }
                 results.insert(ni, carried);
@@ -467,15 +487,28 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                         .chain(caps.iter().map(|c| v(c).clone()))
                         .collect()
                 };
-                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures))[0].data[0]
+                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures), calls)[0].data[0]
                     != 0.0
                 {
-                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures));
+                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures), calls);
                 }
                 results.insert(ni, carried);
                 scalar_t(0.0)
             }
             NodeKind::Project { of, index } => results[&(of.0 as usize)][*index].clone(),
+            NodeKind::Call { func, args, .. } => {
+                let (callee, _) = calls(func);
+                let shapes: Vec<(String, Vec<usize>)> = args
+                    .iter()
+                    .map(|(n, a)| (n.clone(), v(a).shape.clone()))
+                    .collect();
+                let ins: Vec<T> = callee
+                    .params
+                    .iter()
+                    .map(|p| v(&args.iter().find(|(n, _)| *n == p.name).unwrap().1).clone())
+                    .collect();
+                eval_graph(&callee, &callee_env(&callee, &shapes), &ins, calls).remove(0)
+            }
             other => panic!("no reference semantics for {other:?}"),
         };
         vals.push(t);
@@ -841,7 +874,13 @@ fn lower_std(module: &str, name: &str, l: &crate::ir::schedule::Launch, env: &En
 }
 
 /// Runs a schedule of generated and stdlib kernels; returns its outputs.
-fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String, f64>) -> Vec<T> {
+fn run_schedule(
+    s: &Schedule,
+    env: &Env,
+    inputs: &[T],
+    scalars: &HashMap<String, f64>,
+    calls: &Calls,
+) -> Vec<T> {
     let mut mem: Vec<Vec<f64>> = s
         .buffers
         .iter()
@@ -851,7 +890,7 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
         })
         .collect();
     let mut host = scalars.clone();
-    run_steps(s, &s.steps, env, &mut host, &mut mem);
+    run_steps(s, &s.steps, env, &mut host, &mut mem, calls);
     s.outputs
         .iter()
         .map(|o| T {
@@ -868,6 +907,7 @@ fn run_steps(
     env: &Env,
     scalars: &mut HashMap<String, f64>,
     mem: &mut [Vec<f64>],
+    calls: &Calls,
 ) {
     for step in steps {
         let l = match step {
@@ -882,6 +922,40 @@ fn run_steps(
                 scalars.insert(format!("${var}"), v);
                 continue;
             }
+            Step::Call {
+                func, args, out, ..
+            } => {
+                let (callee, cs) = calls(func);
+                let shapes: Vec<(String, Vec<usize>)> = args
+                    .iter()
+                    .filter_map(|(n, a)| match a {
+                        Arg::Buffer { dims: d, .. } => Some((n.clone(), dims(d, env))),
+                        Arg::Scalar(_) => None,
+                    })
+                    .collect();
+                let mut sc = HashMap::new();
+                let ins: Vec<T> = callee
+                    .params
+                    .iter()
+                    .map(|p| match &args.iter().find(|(n, _)| *n == p.name).unwrap().1 {
+                        Arg::Buffer { buf, dims: d } => T {
+                            shape: dims(d, env),
+                            data: mem[s.base(*buf).0 as usize].clone(),
+                        },
+                        Arg::Scalar(e) => {
+                            let x = scalar(e, env, scalars);
+                            sc.insert(p.name.clone(), x);
+                            T {
+                                shape: vec![],
+                                data: vec![x],
+                            }
+                        }
+                    })
+                    .collect();
+                let r = run_schedule(&cs, &callee_env(&callee, &shapes), &ins, &sc, calls);
+                mem[s.base(*out).0 as usize] = r[0].data.clone();
+                continue;
+            }
             Step::If {
                 cond,
                 then,
@@ -892,7 +966,7 @@ fn run_steps(
                 } else {
                     otherwise
                 };
-                run_steps(s, body, env, scalars, mem);
+                run_steps(s, body, env, scalars, mem, calls);
                 continue;
             }
             Step::For {
@@ -910,18 +984,18 @@ fn run_steps(
                 let mut i = lo;
                 while (st > 0 && i < hi) || (st < 0 && i > hi) {
                     scalars.insert(format!("${var}"), i as f64);
-                    run_steps(s, body, env, scalars, mem);
+                    run_steps(s, body, env, scalars, mem, calls);
                     i += st;
                 }
                 continue;
             }
             Step::While { cond, test, body } => {
                 loop {
-                    run_steps(s, cond, env, scalars, mem);
+                    run_steps(s, cond, env, scalars, mem, calls);
                     if scalar(test, env, scalars) == 0.0 {
                         break;
                     }
-                    run_steps(s, body, env, scalars, mem);
+                    run_steps(s, body, env, scalars, mem, calls);
                 }
                 continue;
             }
@@ -1026,8 +1100,15 @@ fn check(src: &str, name: &str, env: &[(&str, i64)], scalars: &[(&str, f64)]) {
         })
         .collect();
     let tensor_inputs: Vec<T> = inputs.clone();
-    let want = eval_graph(&g, &env, &inputs);
-    let got = run_schedule(&s, &env, &tensor_inputs, &sc);
+    let calls = |f: &str| {
+        let (item, _) = db::function_item(&db, file, f).expect("the callee");
+        (
+            db::graph_ir(&db, item, db.options()).clone().unwrap(),
+            db::schedule_ir(&db, item, db.options()).clone().unwrap(),
+        )
+    };
+    let want = eval_graph(&g, &env, &inputs, &calls);
+    let got = run_schedule(&s, &env, &tensor_inputs, &sc, &calls);
     for (w, g_) in want.iter().zip(&got) {
         assert_eq!(w.data.len(), g_.data.len());
         for (i, (a, b)) in w.data.iter().zip(&g_.data).enumerate() {
@@ -1339,5 +1420,21 @@ fn integer_matmuls_compute_the_graph() {
 "#;
     for (b, m, k, n) in [(2, 3, 5, 7), (1, 40, 3, 33)] {
         check(src, "im", &[("B", b), ("M", m), ("K", k), ("N", n)], &[]);
+    }
+}
+
+#[test]
+fn recursive_calls_run_the_callee_schedule() {
+    let src = r#"def halve(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    if n > 0:
+        x = halve(x * 0.5, n - 1) + 1.0
+    return x
+
+def twice(x: Tensor["N", f32], k: i32) -> Tensor["N", f32]:
+    return halve(x[None, :], k)[0] - x
+"#;
+    for n in [0.0, 1.0, 4.0] {
+        check(src, "halve", &[("M", 3), ("N", 130)], &[("n", n)]);
+        check(src, "twice", &[("N", 7)], &[("k", n)]);
     }
 }
