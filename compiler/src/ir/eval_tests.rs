@@ -448,7 +448,11 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
                 then,
                 otherwise,
             } => {
-                let r = if v(cond).data[0] != 0.0 { then } else { otherwise };
+                let r = if v(cond).data[0] != 0.0 {
+                    then
+                } else {
+                    otherwise
+                };
                 let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
                 results.insert(ni, eval_graph(&r.graph, env, &ins, calls));
                 scalar_t(0.0)
@@ -487,7 +491,8 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
                         .chain(caps.iter().map(|c| v(c).clone()))
                         .collect()
                 };
-                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures), calls)[0].data[0]
+                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures), calls)[0].data
+                    [0]
                     != 0.0
                 {
                     carried = eval_graph(&body.graph, env, &with(&carried, &body.captures), calls);
@@ -937,20 +942,22 @@ fn run_steps(
                 let ins: Vec<T> = callee
                     .params
                     .iter()
-                    .map(|p| match &args.iter().find(|(n, _)| *n == p.name).unwrap().1 {
-                        Arg::Buffer { buf, dims: d } => T {
-                            shape: dims(d, env),
-                            data: mem[s.base(*buf).0 as usize].clone(),
-                        },
-                        Arg::Scalar(e) => {
-                            let x = scalar(e, env, scalars);
-                            sc.insert(p.name.clone(), x);
-                            T {
-                                shape: vec![],
-                                data: vec![x],
+                    .map(
+                        |p| match &args.iter().find(|(n, _)| *n == p.name).unwrap().1 {
+                            Arg::Buffer { buf, dims: d } => T {
+                                shape: dims(d, env),
+                                data: mem[s.base(*buf).0 as usize].clone(),
+                            },
+                            Arg::Scalar(e) => {
+                                let x = scalar(e, env, scalars);
+                                sc.insert(p.name.clone(), x);
+                                T {
+                                    shape: vec![],
+                                    data: vec![x],
+                                }
                             }
-                        }
-                    })
+                        },
+                    )
                     .collect();
                 let r = run_schedule(&cs, &callee_env(&callee, &shapes), &ins, &sc, calls);
                 mem[s.base(*out).0 as usize] = r[0].data.clone();
@@ -1337,7 +1344,12 @@ def rows(x: Tensor["B", "M", "N", f16], j: i32) -> Tensor["B", 2, "N", f32]:
         check(src, "sl", &[("B", b), ("M", m), ("N", n)], &[("i", -2.0)]);
     }
     check(src, "rows", &[("B", 2), ("M", 4), ("N", 7)], &[("j", -1.0)]);
-    check(src, "rows", &[("B", 3), ("M", 3), ("N", 200)], &[("j", 2.0)]);
+    check(
+        src,
+        "rows",
+        &[("B", 3), ("M", 3), ("N", 200)],
+        &[("j", 2.0)],
+    );
 }
 
 #[test]
