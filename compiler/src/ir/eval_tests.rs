@@ -242,6 +242,17 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
             NodeKind::Fill(Fill::Zeros) => elementwise(&shape, &[], &|_| 0.0),
             NodeKind::Fill(Fill::Ones) => elementwise(&shape, &[], &|_| 1.0),
             NodeKind::Fill(Fill::Full(x)) => elementwise(&shape, &[v(x)], &|a| cast(a[0], dt)),
+            NodeKind::Fill(Fill::Data(values)) => T {
+                data: values
+                    .iter()
+                    .map(|c| match c {
+                        Constant::Int(i) => *i as f64,
+                        Constant::Float(x) => *x,
+                        Constant::Bool(b) => *b as i64 as f64,
+                    })
+                    .collect(),
+                shape,
+            },
             NodeKind::Fill(Fill::Randn { seed }) => T {
                 data: stand_in_randn(seed.map_or(0.0, |s| v(&s).data[0]) as i64, numel(&shape)),
                 shape,
@@ -922,6 +933,13 @@ fn run_steps(
                 mem[b] = stand_in_randn(scalar(seed, env, scalars) as i64, mem[b].len());
                 continue;
             }
+            Step::HostData { buf, values, .. } => {
+                mem[s.base(*buf).0 as usize] = values
+                    .iter()
+                    .map(|c| scalar(&ScalarExpr::Const(*c), env, scalars))
+                    .collect();
+                continue;
+            }
             Step::SetVar { var, value } => {
                 let v = scalar(value, env, scalars);
                 scalars.insert(format!("${var}"), v);
@@ -1449,4 +1467,25 @@ def twice(x: Tensor["N", f32], k: i32) -> Tensor["N", f32]:
         check(src, "halve", &[("M", 3), ("N", 130)], &[("n", n)]);
         check(src, "twice", &[("N", 7)], &[("k", n)]);
     }
+}
+
+#[test]
+fn tensor_literals_are_host_data() {
+    let src = r#"def lit(x: Tensor["M", 3, f32]) -> Tensor["M", 3, f32]:
+    w = tensor([[1.0, -2.0, 0.5], [3, 4, 5]])
+    i = tensor([2, 0, 1])
+    return x * w[1] + w[0] - i.to(f32)
+"#;
+    for m in [1, 5] {
+        check(src, "lit", &[("M", m)], &[]);
+    }
+    let mut db = Database::new();
+    let file = db.set_source("/t/lit.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "lit").unwrap();
+    let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
+    let dump = crate::ir::schedule::dump(&s);
+    assert!(
+        dump.contains("data t0 [1.0, -2.0, 0.5, 3.0, 4.0, 5.0]"),
+        "{dump}"
+    );
 }

@@ -2,8 +2,8 @@
 //!
 //! Lowered from Graph IR. It holds the buffers (inputs, outputs, temporaries and
 //! views, each with symbolic dims and a dtype) and an ordered list of [`Step`]s:
-//! kernel launches, host steps (`randn` fills a buffer on the host, `set $v = e`
-//! sets a host variable) and structured control flow (`if`, `for`, `while`,
+//! kernel launches, host steps (`randn` fills a buffer on the host, `data`
+//! writes a `tensor` literal's numbers, `set $v = e` sets a host variable) and structured control flow (`if`, `for`, `while`,
 //! whose bodies are step lists). Host scalars are [`ScalarExpr`]s over function
 //! parameters, dims, constants and host variables (`$name`: loop counters,
 //! values carried by loops, results of `if`). Each launch runs one fusion group
@@ -204,6 +204,13 @@ pub enum Step {
         args: Vec<(String, Arg)>,
         out: BufId,
     },
+    /// Fills `buf` on the host with constants in row-major order (a `tensor`
+    /// literal; dumped `data BUF [1.0, 2.0]`).
+    HostData {
+        buf: BufId,
+        values: Vec<Constant>,
+        node: NodeId,
+    },
     /// Sets host variable `var` (dumped `set $var = value`).
     SetVar {
         var: String,
@@ -261,7 +268,10 @@ impl Schedule {
                         collect(cond, out);
                         collect(body, out);
                     }
-                    Step::HostRandn { .. } | Step::SetVar { .. } | Step::Call { .. } => {}
+                    Step::HostRandn { .. }
+                    | Step::HostData { .. }
+                    | Step::SetVar { .. }
+                    | Step::Call { .. } => {}
                 }
             }
         }
@@ -921,7 +931,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             | NodeKind::Transpose { .. }
             | NodeKind::Slice { .. }
             | NodeKind::Call { .. }
-            | NodeKind::Fill(Fill::Empty | Fill::Randn { .. }) => true,
+            | NodeKind::Fill(Fill::Empty | Fill::Randn { .. } | Fill::Data(_)) => true,
             _ => false,
         };
         if direct {
@@ -1052,6 +1062,20 @@ fn verify_steps(
             Step::SetVar { var, value } => {
                 defined(value, vars, li)?;
                 vars.push(var.clone());
+                continue;
+            }
+            Step::HostData { buf, values, .. } => {
+                let Some(b) = s.buffers.get(buf.0 as usize) else {
+                    return err(format!("step {li}: `data` names no buffer"));
+                };
+                if count(&b.dims).and_then(|d| d.as_const()) != Some(values.len() as i64) {
+                    return err(format!(
+                        "step {li}: {} values for `{}`",
+                        values.len(),
+                        b.name
+                    ));
+                }
+                written[s.base(*buf).0 as usize] = true;
                 continue;
             }
             Step::Call {
@@ -1354,6 +1378,16 @@ fn dump_steps(s: &Schedule, steps: &[Step], ind: &str, out: &mut String) {
             }
             Step::SetVar { var, value } => {
                 let _ = writeln!(out, "{ind}{i}: set ${var} = {value}");
+                continue;
+            }
+            Step::HostData { buf, values, node } => {
+                let v: Vec<String> = values.iter().map(render_constant).collect();
+                let _ = writeln!(
+                    out,
+                    "{ind}{i}: data {} [{}] nodes=[{node}] (host)",
+                    s.buffer(*buf).name,
+                    v.join(", ")
+                );
                 continue;
             }
             Step::Call {
@@ -2017,6 +2051,21 @@ impl<'g> Lower<'g> {
                     }
                 }
                 l.gather_copy(id, *x, src, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Fill(Fill::Data(values)) => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.steps.push(Step::HostData {
+                    buf: b,
+                    values: values.clone(),
+                    node: id,
+                });
                 l.buf_of.insert(id, b);
             }
             NodeKind::Fill(Fill::Randn { seed }) => {
