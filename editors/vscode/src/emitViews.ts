@@ -14,6 +14,8 @@ import {
     EmitTarget,
     emitDocumentPath,
     encodeEmitQuery,
+    missingValueName,
+    parseDefineValue,
 } from './emitTarget';
 
 export const EMIT_REQUEST = 'tessera/emit';
@@ -23,6 +25,8 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
     readonly onDidChange = this.changed.event;
     /** The text of each open view, by URI: the provider answers from here. */
     private readonly texts = new Map<string, string>();
+    /** `-D` values given for a kernel (by source and kernel), asked once per session. */
+    private readonly defines = new Map<string, Record<string, number>>();
     private readonly disposables: vscode.Disposable[] = [];
 
     constructor(
@@ -76,20 +80,41 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
         const c2p = client.code2ProtocolConverter;
         const source = c2p.asUri(editor.document.uri);
         const arch = this.arch();
-        const params: EmitParams = { uri: source, kind, arch, position: c2p.asPosition(editor.selection.active) };
+        const position = c2p.asPosition(editor.selection.active);
+        // A kernel with a const parameter without default, or a tile shape over a tensor
+        // dim (flash_attn's `D`), needs values (`tsrc -D`): E0511 names one at a time.
+        const defines: Record<string, number> = {};
         let result: EmitResult;
-        try {
-            result = await vscode.window.withProgress(
-                { location: vscode.ProgressLocation.Window, title: `Tessera: emitting ${title} (${arch})` },
-                (_progress, token) => this.request(client, params, token),
-            );
-        } catch (e) {
-            const message = errorMessage(e);
-            this.log.appendLine(`[emit] ${title} at ${source}:${params.position!.line + 1}: ${message}`);
-            void vscode.window.showErrorMessage(`Tessera: cannot show ${title}: ${message}`);
-            return;
+        for (;;) {
+            const params: EmitParams = { uri: source, kind, arch, position };
+            if (Object.keys(defines).length > 0) {
+                params.defines = defines;
+            }
+            try {
+                result = await vscode.window.withProgress(
+                    { location: vscode.ProgressLocation.Window, title: `Tessera: emitting ${title} (${arch})` },
+                    (_progress, token) => this.request(client, params, token),
+                );
+                break;
+            } catch (e) {
+                const message = errorMessage(e);
+                const name = missingValueName(message);
+                if (name !== undefined && !(name in defines)) {
+                    const kernel = /kernel `([A-Za-z_]\w*)`/.exec(message)?.[1];
+                    const value = this.remembered(source, kernel)[name] ?? (await askValue(name, kernel, title, message));
+                    if (value !== undefined) {
+                        defines[name] = value;
+                        continue;
+                    }
+                    return;
+                }
+                this.log.appendLine(`[emit] ${title} at ${source}:${position.line + 1}: ${message}`);
+                void vscode.window.showErrorMessage(`Tessera: cannot show ${title}: ${message}`);
+                return;
+            }
         }
-        const target: EmitTarget = { source, kind, arch, kernel: result.name };
+        Object.assign(this.remembered(source, result.name), defines);
+        const target: EmitTarget = { source, kind, arch, kernel: result.name, defines };
         const uri = vscode.Uri.from({ scheme: EMIT_SCHEME, path: emitDocumentPath(target), query: encodeEmitQuery(target) });
         this.texts.set(uri.toString(), result.text);
         this.changed.fire(uri); // a view of the same kernel that is already open shows the new text
@@ -134,6 +159,9 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
             return `Tessera: the language server is not running, so ${title} of \`${target.kernel}\` cannot be emitted.\n`;
         }
         const params: EmitParams = { uri: target.source, kind: target.kind, arch: target.arch, kernel: target.kernel };
+        if (Object.keys(target.defines).length > 0) {
+            params.defines = target.defines;
+        }
         try {
             return (await this.request(client, params, token)).text;
         } catch (e) {
@@ -162,6 +190,19 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
         }
     }
 
+    private remembered(source: string, kernel: string | undefined): Record<string, number> {
+        if (kernel === undefined) {
+            return {};
+        }
+        const key = `${source}#${kernel}`;
+        let values = this.defines.get(key);
+        if (values === undefined) {
+            values = {};
+            this.defines.set(key, values);
+        }
+        return values;
+    }
+
     private runningClient(): LanguageClient | undefined {
         const client = this.client();
         if (client === undefined || !client.isRunning()) {
@@ -172,6 +213,17 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
         }
         return client;
     }
+}
+
+async function askValue(name: string, kernel: string | undefined, title: string, message: string): Promise<number | undefined> {
+    const text = await vscode.window.showInputBox({
+        title: `Tessera: ${title} of ${kernel === undefined ? 'this kernel' : `\`${kernel}\``} needs a value for \`${name}\``,
+        prompt: `${message} — the value is used like \`tsrc emit -D ${name}=VALUE\`.`,
+        placeHolder: 'an integer such as 128, or True / False',
+        ignoreFocusOut: true,
+        validateInput: (v) => (parseDefineValue(v) === undefined ? 'an integer (128, 1_024, 0x80) or True / False' : undefined),
+    });
+    return text === undefined ? undefined : parseDefineValue(text);
 }
 
 function errorMessage(e: unknown): string {
