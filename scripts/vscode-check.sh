@@ -6,8 +6,13 @@
 #   npm run build TypeScript -> out/
 #   npm test      grammar tests (vscode-tmgrammar-test, test/grammar/*.tsr) and unit
 #                 tests (node --test: server lookup, emit views, manifest, language
-#                 configuration, grammar against the compiler's keyword/dtype/builtin tables)
+#                 configuration, grammar against the compiler's keyword/dtype/builtin
+#                 tables, and the extension's messages against a real `tessera lsp`)
 #   vsce package  into .cache/vscode-vsix/ (ignored), then checks the .vsix is there
+#
+# The client tests run against the `tessera` binary named by TESSERA_BIN; without it the
+# script builds one with `cargo build -p tessera-repl --bin tessera` (debug profile).
+# TESSERA_BIN=none skips those tests (they are then reported as skipped).
 #
 # Needs Node.js 20 or newer with npm, and the npm registry on the first run.
 set -euo pipefail
@@ -28,6 +33,23 @@ fi
 node_major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$node_major" -lt 20 ]; then
     fail "Node.js $(node --version) is too old: the extension's tools need Node.js 20 or newer"
+fi
+
+if [ -z "${TESSERA_BIN:-}" ]; then
+    command -v cargo >/dev/null 2>&1 ||
+        fail "cargo is needed to build the tessera binary for the client tests (or set TESSERA_BIN=/path/to/tessera, or TESSERA_BIN=none)"
+    echo "vscode-check: building tessera (cargo build -p tessera-repl --bin tessera)"
+    TESSERA_BIN="$(cd "$root" && cargo build --quiet -p tessera-repl --bin tessera --message-format=json-render-diagnostics |
+        node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){try{const m=JSON.parse(l);if(m.reason==="compiler-artifact"&&m.executable&&m.target.name==="tessera")console.log(m.executable)}catch{}}})')" ||
+        fail "cargo build -p tessera-repl --bin tessera failed"
+    [ -x "$TESSERA_BIN" ] || fail "cargo build did not report the tessera executable"
+fi
+if [ "$TESSERA_BIN" = none ]; then
+    unset TESSERA_BIN
+    echo "vscode-check: TESSERA_BIN=none: the client tests against tessera lsp are skipped"
+else
+    export TESSERA_BIN
+    echo "vscode-check: client tests run against $TESSERA_BIN lsp"
 fi
 
 export npm_config_cache="${TESSERA_NPM_CACHE:-$root/.cache/npm}"

@@ -1,6 +1,9 @@
 // What a `tessera/emit` view shows, and how that is written into the URI of its
 // virtual document. Free of the `vscode` module so that the unit tests run it.
 
+/** The custom request of `tessera lsp` that returns an IR level or PTX. */
+export const EMIT_REQUEST = 'tessera/emit';
+
 /** The `kind` values of the `tessera/emit` request, with their commands. */
 export const EMIT_KINDS = {
     'graph-ir': { command: 'tessera.showGraphIr', title: 'Graph IR', suffix: 'graph-ir' },

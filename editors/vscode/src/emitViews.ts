@@ -7,6 +7,7 @@ import { LanguageClient, LSPErrorCodes, ResponseError } from 'vscode-languagecli
 import {
     decodeEmitQuery,
     EMIT_KINDS,
+    EMIT_REQUEST,
     EMIT_SCHEME,
     EmitKind,
     EmitParams,
@@ -17,8 +18,6 @@ import {
     missingValueName,
     parseDefineValue,
 } from './emitTarget';
-
-export const EMIT_REQUEST = 'tessera/emit';
 
 export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Disposable {
     private readonly changed = new vscode.EventEmitter<vscode.Uri>();
