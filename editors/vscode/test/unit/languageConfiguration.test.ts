@@ -20,7 +20,7 @@ test('comments are #, brackets are the three pairs', () => {
     assert.equal(config.comments.lineComment, '#');
     assert.deepEqual(config.brackets, [['{', '}'], ['[', ']'], ['(', ')']]);
     const closers = Object.fromEntries(config.autoClosingPairs.map((p: { open: string; close: string }) => [p.open, p.close]));
-    for (const [open, close] of [['(', ')'], ['[', ']'], ['{', '}'], ['"', '"'], ["'", "'"], ['"""', '"""']]) {
+    for (const [open, close] of [['(', ')'], ['[', ']'], ['{', '}'], ['"', '"'], ["'", "'"]]) {
         assert.equal(closers[open], close);
     }
 });
