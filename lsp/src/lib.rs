@@ -17,10 +17,17 @@ pub mod paths;
 pub mod position;
 pub mod server;
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tower::Service;
+use tower_lsp::jsonrpc::Request;
 use tower_lsp::{LspService, Server};
 
-/// Serves one client over `input`/`output` until it exits.
+/// Serves one client over `input`/`output` until it sends `exit` or closes
+/// its end.
 pub async fn serve<I, O>(input: I, output: O)
 where
     I: AsyncRead + Unpin,
@@ -29,7 +36,42 @@ where
     let (service, socket) = LspService::build(server::Backend::new)
         .custom_method("tessera/emit", server::Backend::emit)
         .finish();
-    Server::new(input, output, socket).serve(service).await;
+    let exited = Arc::new(Notify::new());
+    let service = ExitWatch {
+        inner: service,
+        exited: exited.clone(),
+    };
+    // tower-lsp's loop only ends at the end of the input (or at the next
+    // message after `exit`); the protocol asks the server to exit at `exit`.
+    tokio::select! {
+        _ = Server::new(input, output, socket).serve(service) => {}
+        _ = exited.notified() => {}
+    }
+}
+
+/// Passes requests through and signals when the client sends `exit`.
+struct ExitWatch<S> {
+    inner: S,
+    exited: Arc<Notify>,
+}
+
+impl<S: Service<Request>> Service<Request> for ExitWatch<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let exit = req.method() == "exit";
+        let fut = self.inner.call(req);
+        if exit {
+            self.exited.notify_one();
+        }
+        fut
+    }
 }
 
 /// `tessera lsp`: serves over stdin/stdout.
