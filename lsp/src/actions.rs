@@ -162,6 +162,9 @@ mod tests {
         let a = quick_fixes(&uri, text, &d);
         let edits = &a[0].edit.as_ref().unwrap().changes.as_ref().unwrap()[&uri];
         assert_eq!(edits[0].new_text, "(a + b * 2).to(f16)");
-        assert_eq!(to_dtype("convert it: `load(...).to(f32)`"), Some(("load(...)", "f32")));
+        assert_eq!(
+            to_dtype("convert it: `load(...).to(f32)`"),
+            Some(("load(...)", "f32"))
+        );
     }
 }

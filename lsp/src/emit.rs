@@ -65,11 +65,7 @@ pub fn emit(
                 ))
             }
         },
-        (None, None) => {
-            return Err(EmitFailure::Invalid(
-                "give `kernel` or `position`".into(),
-            ))
-        }
+        (None, None) => return Err(EmitFailure::Invalid("give `kernel` or `position`".into())),
     };
     let errors: Vec<Diagnostic> = db::file_diagnostics(db, file, options)
         .iter()
@@ -79,7 +75,12 @@ pub fn emit(
     if !errors.is_empty() {
         return Err(failure(db, file, errors));
     }
-    let shift = |d: &[Diagnostic], off: u32| d.iter().cloned().map(|d| d.shifted(off)).collect::<Vec<_>>();
+    let shift = |d: &[Diagnostic], off: u32| {
+        d.iter()
+            .cloned()
+            .map(|d| d.shifted(off))
+            .collect::<Vec<_>>()
+    };
     if whole_tensor {
         let functions = db::file_functions(db, file);
         let Some((_, item, offset)) = functions.into_iter().find(|f| f.0 == name) else {
@@ -100,7 +101,10 @@ pub fn emit(
                 .map(|s| tessera::ir::schedule::dump(s))
         };
         return text
-            .map(|text| EmitResult { text, name: name.clone() })
+            .map(|text| EmitResult {
+                text,
+                name: name.clone(),
+            })
             .map_err(|e| failure(db, file, vec![e.clone().shifted(offset).diagnostic()]));
     }
     let kernels = db::file_kernels(db, file);
@@ -113,7 +117,8 @@ pub fn emit(
         }));
     };
     let mut spec = Specialization::new();
-    spec.values.extend(params.defines.iter().map(|(k, v)| (k.clone(), *v)));
+    spec.values
+        .extend(params.defines.iter().map(|(k, v)| (k.clone(), *v)));
     let (_, item, offset) = kernel.clone();
     let text = match kind {
         "tile-ir" => db::tile_ir(db, item, options, spec)

@@ -66,7 +66,10 @@ mod tests {
         let x = text.find('x').unwrap() as u32;
         assert_eq!(ix.position(x), Position::new(1, 3));
         assert_eq!(ix.offset(Position::new(1, 3)), x);
-        assert_eq!(ix.offset(Position::new(1, 1)), text.find('𝔸').unwrap() as u32);
+        assert_eq!(
+            ix.offset(Position::new(1, 1)),
+            text.find('𝔸').unwrap() as u32
+        );
         assert_eq!(ix.position(text.len() as u32), Position::new(3, 4));
         // Clamping: past the end of a line, past the last line.
         assert_eq!(ix.offset(Position::new(0, 99)), 2);

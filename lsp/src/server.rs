@@ -28,6 +28,9 @@ use crate::position::LineIndex;
 const CONTENT_MODIFIED: i64 = -32801;
 /// LSP's `RequestFailed`: a valid request the compiler could not satisfy.
 const REQUEST_FAILED: i64 = -32803;
+/// How long the text must stay unchanged before kernels are lowered for
+/// their resource diagnostics.
+const RESOURCES_DELAY: std::time::Duration = std::time::Duration::from_millis(150);
 
 struct Doc {
     text: String,
@@ -48,6 +51,7 @@ struct State {
     paths: Paths,
 }
 
+#[derive(Clone)]
 pub struct Backend {
     client: Client,
     state: Arc<State>,
@@ -97,6 +101,21 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic".into())
+}
+
+/// Runs a handler: a salsa cancellation (a newer edit) becomes
+/// `ContentModified`; any other panic an internal error, with a message to log.
+fn caught<T>(what: &str, f: impl FnOnce() -> Result<T>) -> (Result<T>, Option<String>) {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => (r, None),
+        Err(payload) if payload.downcast_ref::<salsa::Cancelled>().is_some() => {
+            (Err(content_modified()), None)
+        }
+        Err(payload) => {
+            let msg = format!("{what}: internal error: {}", panic_message(&*payload));
+            (Err(internal(msg.clone())), Some(msg))
+        }
+    }
 }
 
 /// What a handler running on a snapshot sees.
@@ -168,72 +187,78 @@ impl Backend {
     ) -> Result<T> {
         let snap = self.snapshot(arch);
         let joined = tokio::task::spawn_blocking(move || {
-            let r = catch_unwind(AssertUnwindSafe(|| f(&snap)));
+            let r = caught(what, || f(&snap));
             drop(snap);
             r
         })
         .await;
         match joined {
-            Ok(Ok(r)) => r,
-            Ok(Err(payload)) => {
-                if payload.downcast_ref::<salsa::Cancelled>().is_some() {
-                    return Err(content_modified());
-                }
-                let msg = format!("{what}: internal error: {}", panic_message(&*payload));
-                self.client.log_message(MessageType::ERROR, &msg).await;
-                Err(internal(msg))
+            Ok((r, None)) => r,
+            Ok((r, Some(log))) => {
+                self.client.log_message(MessageType::ERROR, log).await;
+                r
             }
             Err(e) => Err(internal(format!("{what}: {e}"))),
         }
     }
 
     /// Computes and publishes the diagnostics of `uri` at `version`: the
-    /// checker's first, then again with the resource warnings of the kernels
-    /// (W0003, W0004, E06xx) once their estimates are computed.
+    /// checker's at once, then — once the text has been still for a moment,
+    /// since lowering every kernel costs more than checking — again with the
+    /// resource warnings of the kernels (W0003, W0004, E06xx).
     async fn publish(&self, uri: Url, version: i32) {
-        for with_resources in [false, true] {
-            if self.current_version(&uri) != Some(version) {
-                return;
-            }
-            let u = uri.clone();
-            let r = self
-                .on_snapshot("diagnostics", None, move |s| {
-                    let Some(file) = s.file(&u) else {
+        if self.publish_once(&uri, version, false).await {
+            let this = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RESOURCES_DELAY).await;
+                this.publish_once(&uri, version, true).await;
+            });
+        }
+    }
+
+    /// One publication; false when the version is stale or was cancelled.
+    async fn publish_once(&self, uri: &Url, version: i32, with_resources: bool) -> bool {
+        if self.current_version(uri) != Some(version) {
+            return false;
+        }
+        let u = uri.clone();
+        let r = self
+            .on_snapshot("diagnostics", None, move |s| {
+                let Some(file) = s.file(&u) else {
+                    return Ok(None);
+                };
+                let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
+                if with_resources {
+                    let (_, extra) = tessera::backend::resources::file_resources(
+                        &s.db,
+                        file,
+                        s.options,
+                        &tessera::ir::tile::Specialization::new(),
+                    );
+                    // Only what an estimate says: a kernel that does not
+                    // lower (say, a const parameter without a default) is
+                    // not an error of the file.
+                    let extra: Vec<_> = extra
+                        .into_iter()
+                        .filter(|d| d.code.starts_with("W000") || d.code.starts_with("E060"))
+                        .collect();
+                    if extra.is_empty() {
                         return Ok(None);
-                    };
-                    let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
-                    if with_resources {
-                        let (_, extra) = tessera::backend::resources::file_resources(
-                            &s.db,
-                            file,
-                            s.options,
-                            &tessera::ir::tile::Specialization::new(),
-                        );
-                        // Only what an estimate says: a kernel that does not
-                        // lower (say, a const parameter without a default) is
-                        // not an error of the file.
-                        let extra: Vec<_> = extra
-                            .into_iter()
-                            .filter(|d| d.code.starts_with("W000") || d.code.starts_with("E060"))
-                            .collect();
-                        if extra.is_empty() {
-                            return Ok(None);
-                        }
-                        diags.extend(extra);
                     }
-                    Ok(Some(self_convert(s, &u, file, &diags)))
-                })
-                .await;
-            match r {
-                Ok(Some(diags)) if self.current_version(&uri) == Some(version) => {
-                    self.client
-                        .publish_diagnostics(uri.clone(), diags, Some(version))
-                        .await;
+                    diags.extend(extra);
                 }
-                Ok(_) => {}
-                Err(e) if e.code == ErrorCode::ServerError(CONTENT_MODIFIED) => return,
-                Err(_) => return,
+                Ok(Some(self_convert(s, &u, file, &diags)))
+            })
+            .await;
+        match r {
+            Ok(Some(diags)) if self.current_version(uri) == Some(version) => {
+                self.client
+                    .publish_diagnostics(uri.clone(), diags, Some(version))
+                    .await;
+                true
             }
+            Ok(None) => self.current_version(uri) == Some(version),
+            _ => false,
         }
     }
 
@@ -295,7 +320,11 @@ impl Backend {
 
     fn apply_settings(&self, v: &Json) -> Option<String> {
         if let Some(url) = v.get("docsUrl").and_then(Json::as_str) {
-            *self.state.docs_url.lock().unwrap_or_else(|e| e.into_inner()) = Url::parse(url).ok();
+            *self
+                .state
+                .docs_url
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Url::parse(url).ok();
         }
         v.get("arch").and_then(Json::as_str).map(String::from)
     }
@@ -393,7 +422,12 @@ impl LanguageServer for Backend {
         if let Some(opts) = &params.initialization_options {
             if let Some(arch) = self.apply_settings(opts) {
                 match arch.parse::<Arch>() {
-                    Ok(a) => self.state.db.lock().unwrap_or_else(|e| e.into_inner()).set_arch(a),
+                    Ok(a) => self
+                        .state
+                        .db
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .set_arch(a),
                     Err(_) => {
                         return Err(Error::invalid_params(format!(
                             "initializationOptions.arch: unknown arch `{arch}`"
@@ -464,7 +498,11 @@ impl LanguageServer for Backend {
         // Load the workspace's `.tsr` files so imports and references between them resolve.
         let state = self.state.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            let roots = state.roots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let roots = state
+                .roots
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             let mut files = Vec::new();
             for root in roots {
                 files.extend(crate::paths::workspace_files(&root));
@@ -506,16 +544,22 @@ impl LanguageServer for Backend {
             return;
         };
         if let Err(e) = self.set_text(&path, doc.text.clone()) {
-            self.client.log_message(MessageType::ERROR, format!("didOpen: {e}")).await;
+            self.client
+                .log_message(MessageType::ERROR, format!("didOpen: {e}"))
+                .await;
         }
-        self.state.docs.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            doc.uri.clone(),
-            Doc {
-                text: doc.text,
-                version: doc.version,
-                path,
-            },
-        );
+        self.state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                doc.uri.clone(),
+                Doc {
+                    text: doc.text,
+                    version: doc.version,
+                    path,
+                },
+            );
         self.publish(doc.uri, doc.version).await;
     }
 
@@ -542,14 +586,21 @@ impl LanguageServer for Backend {
             (doc.path.clone(), doc.text.clone())
         };
         if let Err(e) = self.set_text(&update.0, update.1) {
-            self.client.log_message(MessageType::ERROR, format!("didChange: {e}")).await;
+            self.client
+                .log_message(MessageType::ERROR, format!("didChange: {e}"))
+                .await;
         }
         self.publish(uri, version).await;
     }
 
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
         let uri = params.text_document.uri;
-        let doc = self.state.docs.lock().unwrap_or_else(|e| e.into_inner()).remove(&uri);
+        let doc = self
+            .state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uri);
         if let Some(doc) = doc {
             // The file on disk is what other files import again.
             if let Ok(text) = std::fs::read_to_string(&doc.path) {
@@ -560,7 +611,11 @@ impl LanguageServer for Backend {
     }
 
     async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
-        let settings = params.settings.get("tessera").cloned().unwrap_or(params.settings);
+        let settings = params
+            .settings
+            .get("tessera")
+            .cloned()
+            .unwrap_or(params.settings);
         if let Some(arch) = self.apply_settings(&settings) {
             self.set_arch(&arch).await;
         }
@@ -599,7 +654,9 @@ impl LanguageServer for Backend {
             };
             let off = offset_of(s, file, p.position);
             Ok(match ide::definition(&s.db, file, off) {
-                Some((_, ide::Target::At(loc))) => s.location(loc).map(GotoDefinitionResponse::Scalar),
+                Some((_, ide::Target::At(loc))) => {
+                    s.location(loc).map(GotoDefinitionResponse::Scalar)
+                }
                 _ => None,
             })
         })
@@ -609,7 +666,12 @@ impl LanguageServer for Backend {
     async fn references(&self, params: ReferenceParams) -> Result<Option<Vec<Location>>> {
         let p = params.text_document_position;
         let include_decl = params.context.include_declaration;
-        let mut paths: Vec<PathBuf> = self.state.workspace.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut paths: Vec<PathBuf> = self
+            .state
+            .workspace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         paths.extend(
             self.state
                 .docs
@@ -758,7 +820,9 @@ impl LanguageServer for Backend {
                 .into_iter()
                 .map(|sym| DocumentSymbol {
                     name: sym.name,
-                    detail: sym.detail.or_else(|| (sym.kind == K::Kernel).then(|| "kernel".into())),
+                    detail: sym
+                        .detail
+                        .or_else(|| (sym.kind == K::Kernel).then(|| "kernel".into())),
                     kind: match sym.kind {
                         K::Kernel | K::Function => SymbolKind::FUNCTION,
                         K::Const => SymbolKind::CONSTANT,
@@ -790,7 +854,10 @@ impl LanguageServer for Backend {
             let mut data = Vec::new();
             let (mut last_line, mut last_col) = (0u32, 0u32);
             for t in ide::tokens::semantic_tokens(&s.db, file) {
-                let ty = ide::tokens::TokenType::ALL.iter().position(|x| *x == t.ty).unwrap_or(0) as u32;
+                let ty = ide::tokens::TokenType::ALL
+                    .iter()
+                    .position(|x| *x == t.ty)
+                    .unwrap_or(0) as u32;
                 let mods = (t.declaration as u32) | ((t.builtin as u32) << 1);
                 // One token per line (a string may span lines).
                 let mut start = t.span.start as usize;
@@ -801,7 +868,11 @@ impl LanguageServer for Backend {
                         let p = ix.position(start as u32);
                         let len = text[start..line_end].encode_utf16().count() as u32;
                         let delta_line = p.line - last_line;
-                        let delta_start = if delta_line == 0 { p.character - last_col } else { p.character };
+                        let delta_start = if delta_line == 0 {
+                            p.character - last_col
+                        } else {
+                            p.character
+                        };
                         data.push(SemanticToken {
                             delta_line,
                             delta_start,
@@ -872,10 +943,62 @@ impl Backend {
                 Err(EmitFailure::Diagnostics(m, diags)) => Err(Error {
                     code: ErrorCode::ServerError(REQUEST_FAILED),
                     message: m.into(),
-                    data: Some(serde_json::to_value(self_convert(s, &params.uri, file, &diags)).unwrap_or_default()),
+                    data: Some(
+                        serde_json::to_value(self_convert(s, &params.uri, file, &diags))
+                            .unwrap_or_default(),
+                    ),
                 }),
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_and_cancellation_become_errors() {
+        let (r, log) = caught("hover", || -> Result<()> { panic!("boom") });
+        let e = r.unwrap_err();
+        assert_eq!(e.code, ErrorCode::InternalError);
+        assert!(e.message.contains("boom") && log.unwrap().contains("hover"));
+        let (r, log) = caught("hover", || -> Result<()> {
+            std::panic::resume_unwind(Box::new(salsa::Cancelled::PendingWrite))
+        });
+        assert_eq!(
+            r.unwrap_err().code,
+            ErrorCode::ServerError(CONTENT_MODIFIED)
+        );
+        assert!(log.is_none());
+        let (r, _) = caught("hover", || Ok(7));
+        assert_eq!(r.unwrap(), 7);
+    }
+
+    #[test]
+    fn anchors_follow_the_docs_headings() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/diagnostics.md"
+        ))
+        .unwrap();
+        for code in ["E0402", "W0004", "E0101"] {
+            let heading = docs
+                .lines()
+                .find(|l| l.starts_with(&format!("## {code}:")))
+                .unwrap();
+            let title = heading.trim_start_matches("## ");
+            let slug: String = title
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(anchor(code), slug);
+        }
     }
 }

@@ -14,7 +14,10 @@ use serde_json::{json, Value};
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -223,7 +226,9 @@ fn range(l0: u32, c0: u32, l1: u32, c1: u32) -> Value {
 fn find(text: &str, line_has: &str, needle: &str) -> (u32, u32) {
     for (i, l) in text.lines().enumerate() {
         if l.contains(line_has) {
-            let b = l.find(needle).unwrap_or_else(|| panic!("{needle:?} in {l:?}"));
+            let b = l
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} in {l:?}"));
             return (i as u32, l[..b].encode_utf16().count() as u32);
         }
     }
@@ -237,7 +242,11 @@ fn report(file: &Path, arch: &str) -> Value {
         .arg(file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice::<Value>(&out.stdout).unwrap()[0].clone()
 }
 
@@ -248,8 +257,7 @@ fn expected_hint(row: &Value) -> String {
     } else if smem % 1024 == 0 {
         format!("{} KiB", smem / 1024)
     } else {
-        format!("{:.1} KiB", smem as f64 / 1024.0)
-            .replace(".0 ", " ")
+        format!("{:.1} KiB", smem as f64 / 1024.0).replace(".0 ", " ")
     };
     let occ = format!("{:.1}", row["occupancy"].as_f64().unwrap() * 100.0);
     format!(
@@ -272,7 +280,11 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     let mut c = Client::start(&root, json!({}));
 
     // A shape error: the second load's slice is twice as wide.
-    let bad = good.replacen("n0 : n0 + BN])\n    store", "n0 : n0 + 2 * BN])\n    store", 1);
+    let bad = good.replacen(
+        "n0 : n0 + BN])\n    store",
+        "n0 : n0 + 2 * BN])\n    store",
+        1,
+    );
     assert_ne!(bad, good);
     c.open(&main, &bad, 1);
     let diags = c.diagnostics(&main, 1);
@@ -282,11 +294,22 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     let (line, col) = find(&bad, "store(out", "a + b");
     assert_eq!(d["range"], range(line, col, line, col + 5), "{d:#}");
     assert_eq!(d["severity"], 1);
-    assert!(d["codeDescription"]["href"]
-        .as_str()
-        .is_some_and(|h| h.contains("diagnostics.md#e0402-shapes-do-not-broadcast")), "{d:#}");
-    let related = d["relatedInformation"].as_array().expect("related information");
-    assert!(related.iter().any(|r| r["message"].as_str().unwrap().contains("Tile[128, 128, bf16]")), "{d:#}");
+    assert!(
+        d["codeDescription"]["href"]
+            .as_str()
+            .is_some_and(|h| h.contains("diagnostics.md#e0402-shapes-do-not-broadcast")),
+        "{d:#}"
+    );
+    let related = d["relatedInformation"]
+        .as_array()
+        .expect("related information");
+    assert!(
+        related.iter().any(|r| r["message"]
+            .as_str()
+            .unwrap()
+            .contains("Tile[128, 128, bf16]")),
+        "{d:#}"
+    );
 
     // Fix it with an incremental edit: the diagnostic is cleared.
     let (l, c0) = find(&bad, "load(y[", "2 * BN");
@@ -313,7 +336,10 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     }
     let (l, col) = find(&good, "m0 = program_id", "program_id");
     let h = c.at("textDocument/hover", &main, l, col);
-    assert!(h["contents"]["value"].as_str().unwrap().contains("program_id(axis)"));
+    assert!(h["contents"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("program_id(axis)"));
 
     // Inlay hints: the estimate after the kernel's header, shapes after tiles.
     let hints = c
@@ -324,7 +350,10 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .unwrap();
     let hints = hints.as_array().unwrap();
     let (header_line, _) = find(&good, "BM: const = 128", "BM");
-    let estimate: Vec<&Value> = hints.iter().filter(|h| h["label"].as_str().unwrap().starts_with('≈')).collect();
+    let estimate: Vec<&Value> = hints
+        .iter()
+        .filter(|h| h["label"].as_str().unwrap().starts_with('≈'))
+        .collect();
     assert_eq!(estimate.len(), 1, "{hints:#?}");
     assert_eq!(estimate[0]["label"], expected_hint(&row));
     assert_eq!(estimate[0]["position"]["line"], header_line);
@@ -365,36 +394,79 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .unwrap();
     let refs = refs.as_array().unwrap();
     assert_eq!(refs.len(), 3, "{refs:#?}");
-    assert!(refs.iter().any(|r| r["uri"] == url(&root.join("helpers.tsr"))));
+    assert!(refs
+        .iter()
+        .any(|r| r["uri"] == url(&root.join("helpers.tsr"))));
 
     // Completion: locals, dims, builtins with signatures, dtypes; module members.
     let (l, col) = find(&good, "store(out", "a + b");
     let items = c.at("textDocument/completion", &main, l, col);
-    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
     for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "scale", "nn"] {
         assert!(labels.contains(&want), "{want} in {labels:?}");
     }
-    let load = items.as_array().unwrap().iter().find(|i| i["label"] == "load").unwrap();
-    assert!(load["detail"].as_str().unwrap().starts_with("load("), "{load}");
+    let load = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["label"] == "load")
+        .unwrap();
+    assert!(
+        load["detail"].as_str().unwrap().starts_with("load("),
+        "{load}"
+    );
     let (l, col) = find(&good, "return scale(", "relu");
     let items = c.at("textDocument/completion", &main, l, col);
-    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
-    assert!(labels.contains(&"relu") && labels.contains(&"softmax"), "{labels:?}");
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains(&"relu") && labels.contains(&"softmax"),
+        "{labels:?}"
+    );
 
     // Signature help inside `load(`.
     let (l, col) = find(&good, "a = load", "x[");
     let s = c.at("textDocument/signatureHelp", &main, l, col);
-    assert!(s["signatures"][0]["label"].as_str().unwrap().starts_with("load("), "{s}");
+    assert!(
+        s["signatures"][0]["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("load("),
+        "{s}"
+    );
     assert_eq!(s["activeParameter"], 0);
 
     // Symbols and semantic tokens.
     let syms = c
-        .request("textDocument/documentSymbol", json!({"textDocument": {"uri": main}}))
+        .request(
+            "textDocument/documentSymbol",
+            json!({"textDocument": {"uri": main}}),
+        )
         .unwrap();
-    let names: Vec<&str> = syms.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&"tile_add") && names.contains(&"twice"), "{names:?}");
+    let names: Vec<&str> = syms
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"tile_add") && names.contains(&"twice"),
+        "{names:?}"
+    );
     let toks = c
-        .request("textDocument/semanticTokens/full", json!({"textDocument": {"uri": main}}))
+        .request(
+            "textDocument/semanticTokens/full",
+            json!({"textDocument": {"uri": main}}),
+        )
         .unwrap();
     let data = toks["data"].as_array().unwrap();
     assert!(data.len() > 50 && data.len() % 5 == 0);
@@ -402,7 +474,10 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     // tessera/emit: Tile IR by name, PTX of the kernel around a position,
     // Graph IR of a function, and an error for a file with a shape error.
     let r = c
-        .request("tessera/emit", json!({"uri": main, "kind": "tile-ir", "kernel": "tile_add"}))
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "tile-ir", "kernel": "tile_add"}),
+        )
         .unwrap();
     assert_eq!(r["name"], "tile_add");
     assert!(r["text"].as_str().unwrap().contains("tile_add"));
@@ -415,21 +490,33 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .unwrap();
     assert_eq!(r["name"], "tile_add");
     let ptx = r["text"].as_str().unwrap();
-    assert!(ptx.contains(".target sm_80") && ptx.contains(".entry tile_add"), "{ptx}");
+    assert!(
+        ptx.contains(".target sm_80") && ptx.contains(".entry tile_add"),
+        "{ptx}"
+    );
     let r = c
-        .request("tessera/emit", json!({"uri": main, "kind": "graph-ir", "kernel": "twice"}))
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "graph-ir", "kernel": "twice"}),
+        )
         .unwrap();
     assert_eq!(r["name"], "twice");
     let (l, c0) = find(&good, "load(y[", "BN])");
     c.change(&main, 3, range(l, c0, l, c0 + 2), "2 * BN");
     assert_eq!(c.diagnostics(&main, 3).len(), 1);
     let e = c
-        .request("tessera/emit", json!({"uri": main, "kind": "target-ir", "kernel": "tile_add"}))
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "target-ir", "kernel": "tile_add"}),
+        )
         .unwrap_err();
     assert_eq!(e["code"], -32803);
     assert!(e["message"].as_str().unwrap().contains("E0402"), "{e}");
     let e = c
-        .request("tessera/emit", json!({"uri": main, "kind": "sass", "kernel": "tile_add"}))
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "sass", "kernel": "tile_add"}),
+        )
         .unwrap_err();
     assert_eq!(e["code"], -32602);
     c.change(&main, 4, range(l, c0, l, c0 + 6), "BN");
@@ -439,7 +526,10 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     let (l, col) = find(&good, "b = load", "load");
     c.change(&main, 5, range(l, col, l, col + 4), "laod");
     let diags = c.diagnostics(&main, 5);
-    let d = diags.iter().find(|d| d["message"].as_str().unwrap().contains("did you mean")).expect("did you mean");
+    let d = diags
+        .iter()
+        .find(|d| d["message"].as_str().unwrap().contains("did you mean"))
+        .expect("did you mean");
     let actions = c
         .request(
             "textDocument/codeAction",
@@ -466,7 +556,11 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .unwrap();
     let row80 = report(&main_path, "sm_80");
     assert!(
-        hints.as_array().unwrap().iter().any(|h| h["label"] == expected_hint(&row80)),
+        hints
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["label"] == expected_hint(&row80)),
         "{hints:#?} vs {row80}"
     );
     c.stop();
@@ -507,7 +601,10 @@ fn typing_every_stdlib_module_keystroke_by_keystroke() {
                 last = c.diagnostics(&uri, version);
                 for d in &last {
                     assert!(d["code"].as_str().is_some_and(|c| c.len() == 5), "{d}");
-                    assert!(d["range"]["start"]["line"].as_u64().unwrap() <= line as u64, "{d}");
+                    assert!(
+                        d["range"]["start"]["line"].as_u64().unwrap() <= line as u64,
+                        "{d}"
+                    );
                 }
             }
         }
@@ -522,7 +619,10 @@ fn typing_every_stdlib_module_keystroke_by_keystroke() {
             json!({"textDocument": {"uri": uri}}),
         )
         .expect("the server still answers");
-        c.notify("textDocument/didClose", json!({"textDocument": {"uri": uri}}));
+        c.notify(
+            "textDocument/didClose",
+            json!({"textDocument": {"uri": uri}}),
+        );
     }
     c.stop();
 }

@@ -47,26 +47,47 @@ fn item(label: &str, kind: CompletionKind, detail: Option<String>) -> Completion
 }
 
 const KEYWORDS: &[&str] = &[
-    "def", "return", "if", "elif", "else", "for", "in", "while", "break", "continue", "pass", "import", "from", "as", "and",
-    "or", "not", "const", "True", "False", "None",
+    "def", "return", "if", "elif", "else", "for", "in", "while", "break", "continue", "pass",
+    "import", "from", "as", "and", "or", "not", "const", "True", "False", "None",
 ];
 
 /// Options of `@kernel(...)` and `@autotune(...)`.
 const KERNEL_OPTIONS: &[(&str, &str)] = &[
     ("grid", "grid=(programs along axis 0, ...): the launch grid"),
     ("num_warps", "num_warps=4: warps per program (block)"),
-    ("num_stages", "num_stages=2: software-pipeline depth of loads feeding `dot`"),
+    (
+        "num_stages",
+        "num_stages=2: software-pipeline depth of loads feeding `dot`",
+    ),
 ];
 const AUTOTUNE_OPTIONS: &[(&str, &str)] = &[
-    ("space", "space={\"BM\": [64, 128], ...}: the values to search"),
-    ("key", "key=[\"M\", \"N\"]: dims whose values select a tuned configuration"),
+    (
+        "space",
+        "space={\"BM\": [64, 128], ...}: the values to search",
+    ),
+    (
+        "key",
+        "key=[\"M\", \"N\"]: dims whose values select a tuned configuration",
+    ),
 ];
 
 /// Methods and fields of tiles and tensors.
 const MEMBERS: &[(&str, CompletionKind, &str)] = &[
-    ("to", CompletionKind::Method, "to(dtype): the value converted to `dtype`"),
-    ("T", CompletionKind::Field, "T: the transpose (last two axes)"),
-    ("shape", CompletionKind::Field, "shape: the dims, as a tuple"),
+    (
+        "to",
+        CompletionKind::Method,
+        "to(dtype): the value converted to `dtype`",
+    ),
+    (
+        "T",
+        CompletionKind::Field,
+        "T: the transpose (last two axes)",
+    ),
+    (
+        "shape",
+        CompletionKind::Field,
+        "shape: the dims, as a tuple",
+    ),
     ("dtype", CompletionKind::Field, "dtype: the element type"),
 ];
 
@@ -143,7 +164,12 @@ pub fn open_call(before: &str) -> Option<OpenCall> {
                     }
                 }
                 let mut s = e;
-                while s > 0 && (bytes[s - 1].is_ascii_alphanumeric() || bytes[s - 1] == b'_' || bytes[s - 1] == b'.' || bytes[s - 1] == b'@') {
+                while s > 0
+                    && (bytes[s - 1].is_ascii_alphanumeric()
+                        || bytes[s - 1] == b'_'
+                        || bytes[s - 1] == b'.'
+                        || bytes[s - 1] == b'@')
+                {
                     s -= 1;
                 }
                 let callee = before[s..e].to_string();
@@ -153,7 +179,10 @@ pub fn open_call(before: &str) -> Option<OpenCall> {
                 let arg = &before[arg_start.min(before.len())..];
                 let keyword = arg.split_once('=').and_then(|(k, rest)| {
                     let k = k.trim();
-                    (!rest.starts_with('=') && !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_')).then(|| k.to_string())
+                    (!rest.starts_with('=')
+                        && !k.is_empty()
+                        && k.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                    .then(|| k.to_string())
                 });
                 return Some(OpenCall {
                     callee,
@@ -193,10 +222,16 @@ fn scope_entry(name: &str, e: &Entry) -> Completion {
         ),
         Entry::Function(sig) => item(
             name,
-            if sig.is_kernel { CompletionKind::Kernel } else { CompletionKind::Function },
+            if sig.is_kernel {
+                CompletionKind::Kernel
+            } else {
+                CompletionKind::Function
+            },
             Some(sig.rendered.clone()),
         ),
-        Entry::Module(_) | Entry::Namespace(_) => item(name, CompletionKind::Module, Some("module".into())),
+        Entry::Module(_) | Entry::Namespace(_) => {
+            item(name, CompletionKind::Module, Some("module".into()))
+        }
         Entry::Global(ty) => item(name, CompletionKind::Variable, Some(ty.to_string())),
         Entry::Broken => item(name, CompletionKind::Module, None),
     }
@@ -213,14 +248,23 @@ fn builtin_completion(b: &builtins::Builtin) -> Completion {
 }
 
 /// Completions at `offset`.
-pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32) -> Vec<Completion> {
+pub fn completions(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    offset: u32,
+) -> Vec<Completion> {
     let text = file.text(db);
     let offset = (offset as usize).min(text.len());
     let before = &text[..offset];
     let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
     let trimmed = line.trim_start();
     // `@ker|`
-    if trimmed.starts_with('@') && trimmed[1..].chars().all(|c| c.is_alphanumeric() || c == '_') {
+    if trimmed.starts_with('@')
+        && trimmed[1..]
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_')
+    {
         return ["kernel", "autotune"]
             .iter()
             .map(|d| item(d, CompletionKind::Decorator, Some(format!("@{d}"))))
@@ -238,7 +282,11 @@ pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32)
     if words.first() == Some(&"from") && words.get(2) == Some(&"import") {
         let path: Vec<String> = words[1].split('.').map(String::from).collect();
         return match db.resolve_module(file, &path) {
-            Some(m) => module_exports(db, m).entries.iter().map(|(n, e)| scope_entry(n, e)).collect(),
+            Some(m) => module_exports(db, m)
+                .entries
+                .iter()
+                .map(|(n, e)| scope_entry(n, e))
+                .collect(),
             None => Vec::new(),
         };
     }
@@ -269,7 +317,9 @@ pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32)
     }
     let mut out = Vec::new();
     // Locals of the enclosing function, with their types where known.
-    if let Some((src, start)) = item_at(db, file, offset as u32).or_else(|| item_at(db, file, (offset as u32).saturating_sub(1))) {
+    if let Some((src, start)) = item_at(db, file, offset as u32)
+        .or_else(|| item_at(db, file, (offset as u32).saturating_sub(1)))
+    {
         let occs = names::item_occurrences(db, src);
         let checked = check_item(db, src, options);
         let rel = offset as u32 - start;
@@ -277,7 +327,11 @@ pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32)
             if kind == OccKind::Assign && span.start >= rel {
                 continue;
             }
-            let ty = checked.types.iter().find(|(s, _)| *s == span).map(|(_, t)| t.clone());
+            let ty = checked
+                .types
+                .iter()
+                .find(|(s, _)| *s == span)
+                .map(|(_, t)| t.clone());
             let kind = match kind {
                 OccKind::Param => CompletionKind::Param,
                 OccKind::Dim => CompletionKind::Dim,
@@ -304,7 +358,11 @@ pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32)
         out.push(item(d.name(), CompletionKind::Type, Some("dtype".into())));
     }
     for t in ["Tensor", "Tile"] {
-        out.push(item(t, CompletionKind::Type, Some(format!("{t}[dims..., dtype]"))));
+        out.push(item(
+            t,
+            CompletionKind::Type,
+            Some(format!("{t}[dims..., dtype]")),
+        ));
     }
     for k in KEYWORDS {
         out.push(item(k, CompletionKind::Keyword, None));
@@ -314,7 +372,9 @@ pub fn completions(db: &dyn Db, file: SourceFile, options: Options, offset: u32)
 
 /// Module paths to import: the stdlib and `.tsr` files next to this one.
 fn module_names(db: &dyn Db, file: SourceFile) -> Vec<Completion> {
-    let mut out: Vec<Completion> = crate::stdlib::modules().map(|m| item(m, CompletionKind::Module, Some("stdlib module".into()))).collect();
+    let mut out: Vec<Completion> = crate::stdlib::modules()
+        .map(|m| item(m, CompletionKind::Module, Some("stdlib module".into())))
+        .collect();
     if let Some(dir) = file.path(db).parent() {
         if let Ok(entries) = std::fs::read_dir(dir) {
             let mut names: Vec<String> = entries
@@ -327,14 +387,23 @@ fn module_names(db: &dyn Db, file: SourceFile) -> Vec<Completion> {
                 })
                 .collect();
             names.sort();
-            out.extend(names.iter().map(|n| item(n, CompletionKind::Module, Some("module".into()))));
+            out.extend(
+                names
+                    .iter()
+                    .map(|n| item(n, CompletionKind::Module, Some("module".into()))),
+            );
         }
     }
     out
 }
 
 /// Members after `chain.`: a module's names, else tile and tensor members.
-fn members(db: &dyn Db, file: SourceFile, scope: &ModuleScope, chain: &[String]) -> Vec<Completion> {
+fn members(
+    db: &dyn Db,
+    file: SourceFile,
+    scope: &ModuleScope,
+    chain: &[String],
+) -> Vec<Completion> {
     let mut entry = chain.first().and_then(|c| scope.get(c));
     for part in chain.iter().skip(1) {
         entry = match entry {
@@ -379,62 +448,82 @@ pub fn signature_help(db: &dyn Db, file: SourceFile, offset: u32) -> Option<Sign
     let call = open_call(&text[..offset])?;
     let callee = call.callee.trim_start_matches('@');
     let name = callee.rsplit('.').next().unwrap_or(callee);
-    let (label, params, doc, names): (String, Vec<(usize, usize)>, Option<String>, Vec<String>) = if callee.ends_with(".to") {
-        let label = "to(dtype)".to_string();
-        (label, vec![(3, 8)], Some("the value converted to `dtype`".into()), vec!["dtype".into()])
-    } else if let Some(sig) = function_sig(db, file, callee) {
-        let mut label = format!("{}(", sig.name);
-        let mut ranges = Vec::new();
-        for (i, p) in sig.params.iter().enumerate() {
-            if i > 0 {
-                label.push_str(", ");
-            }
-            let s = label.len();
-            label.push_str(&p.name);
-            if p.is_const {
-                label.push_str(": const");
-                if !p.ty.is_err() {
-                    label.push_str(&format!(" {}", p.ty));
+    let (label, params, doc, names): (String, Vec<(usize, usize)>, Option<String>, Vec<String>) =
+        if callee.ends_with(".to") {
+            let label = "to(dtype)".to_string();
+            (
+                label,
+                vec![(3, 8)],
+                Some("the value converted to `dtype`".into()),
+                vec!["dtype".into()],
+            )
+        } else if let Some(sig) = function_sig(db, file, callee) {
+            let mut label = format!("{}(", sig.name);
+            let mut ranges = Vec::new();
+            for (i, p) in sig.params.iter().enumerate() {
+                if i > 0 {
+                    label.push_str(", ");
                 }
-            } else if !p.ty.is_err() {
-                label.push_str(&format!(": {}", p.ty));
+                let s = label.len();
+                label.push_str(&p.name);
+                if p.is_const {
+                    // `const` alone unless a dtype was written (`const i32`).
+                    label.push_str(": const");
+                    if let crate::check::Ty::Scalar { dtype, weak: false } = &p.ty {
+                        label.push_str(&format!(" {dtype}"));
+                    }
+                } else if !p.ty.is_err() {
+                    label.push_str(&format!(": {}", p.ty));
+                }
+                if let Some(d) = &p.default {
+                    label.push_str(&format!(" = {d}"));
+                } else if p.has_default {
+                    label.push_str(" = ...");
+                }
+                ranges.push((s, label.len()));
             }
-            if let Some(d) = &p.default {
-                label.push_str(&format!(" = {d}"));
-            } else if p.has_default {
-                label.push_str(" = ...");
+            label.push(')');
+            if let Some(r) = &sig.ret {
+                label.push_str(&format!(" -> {r}"));
             }
-            ranges.push((s, label.len()));
-        }
-        label.push(')');
-        if let Some(r) = &sig.ret {
-            label.push_str(&format!(" -> {r}"));
-        }
-        (label, ranges, None, sig.params.iter().map(|p| p.name.clone()).collect())
-    } else if let Some(b) = builtins::lookup(name).filter(|_| !callee.contains('.')) {
-        let mut label = format!("{}(", b.name);
-        let mut ranges = Vec::new();
-        for (i, p) in b.params.iter().enumerate() {
-            if i > 0 {
-                label.push_str(", ");
+            (
+                label,
+                ranges,
+                None,
+                sig.params.iter().map(|p| p.name.clone()).collect(),
+            )
+        } else if let Some(b) = builtins::lookup(name).filter(|_| !callee.contains('.')) {
+            let mut label = format!("{}(", b.name);
+            let mut ranges = Vec::new();
+            for (i, p) in b.params.iter().enumerate() {
+                if i > 0 {
+                    label.push_str(", ");
+                }
+                let s = label.len();
+                label.push_str(p);
+                if i >= b.required {
+                    label.push_str("=");
+                }
+                ranges.push((s, label.len()));
             }
-            let s = label.len();
-            label.push_str(p);
-            if i >= b.required {
-                label.push_str("=");
+            if b.variadic {
+                label.push_str(", ...");
             }
-            ranges.push((s, label.len()));
-        }
-        if b.variadic {
-            label.push_str(", ...");
-        }
-        label.push(')');
-        (label, ranges, Some(b.doc.to_string()), b.params.iter().map(|p| p.to_string()).collect())
-    } else {
-        return None;
-    };
+            label.push(')');
+            (
+                label,
+                ranges,
+                Some(b.doc.to_string()),
+                b.params.iter().map(|p| p.to_string()).collect(),
+            )
+        } else {
+            return None;
+        };
     let active = match &call.keyword {
-        Some(k) => names.iter().position(|n| n == k || (k == "dim" && n == "axis")).unwrap_or(call.arg_index),
+        Some(k) => names
+            .iter()
+            .position(|n| n == k || (k == "dim" && n == "axis"))
+            .unwrap_or(call.arg_index),
         None => call.arg_index,
     };
     Some(SignatureHelp {
@@ -446,7 +535,11 @@ pub fn signature_help(db: &dyn Db, file: SourceFile, offset: u32) -> Option<Sign
 }
 
 /// The signature of a user or imported function named by a (dotted) callee.
-fn function_sig(db: &dyn Db, file: SourceFile, callee: &str) -> Option<std::sync::Arc<crate::check::FnSig>> {
+fn function_sig(
+    db: &dyn Db,
+    file: SourceFile,
+    callee: &str,
+) -> Option<std::sync::Arc<crate::check::FnSig>> {
     let scope = module_scope(db, file);
     let mut parts = callee.split('.');
     let mut entry = scope.get(parts.next()?)?;

@@ -12,7 +12,9 @@ pub mod tokens;
 
 use crate::backend::resources::{kernel_resources, Resources};
 use crate::check::{builtins, Entry};
-use crate::db::{check_item, file_kernels, module_scope, parse_item, Db, ItemSource, Options, SourceFile};
+use crate::db::{
+    check_item, file_kernels, module_scope, parse_item, Db, ItemSource, Options, SourceFile,
+};
 use crate::ir::tile::Specialization;
 use crate::syntax::ast::{Expr, ExprKind, Item, Stmt, StmtKind};
 use crate::syntax::span::Span;
@@ -50,7 +52,12 @@ fn type_at(types: &[(Span, String)], rel: u32) -> Option<(Span, &str)> {
 
 /// The resources of a kernel item with its const parameters at their defaults,
 /// exactly as `tsrc report` computes them, or why there are none.
-pub fn kernel_estimate(db: &dyn Db, item: ItemSource<'_>, offset: u32, options: Options) -> Result<Resources, String> {
+pub fn kernel_estimate(
+    db: &dyn Db,
+    item: ItemSource<'_>,
+    offset: u32,
+    options: Options,
+) -> Result<Resources, String> {
     match kernel_resources(db, item, offset, options, &Specialization::new()) {
         Ok((r, _)) => Ok(r),
         Err(d) => Err(d
@@ -145,7 +152,9 @@ pub fn hover(db: &dyn Db, file: SourceFile, options: Options, offset: u32) -> Op
 }
 
 fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_') && !s.starts_with(|c: char| c.is_ascii_digit())
+    !s.is_empty()
+        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
 fn ctx_name(c: builtins::Ctx) -> &'static str {
@@ -169,7 +178,11 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
                 .as_ref()
                 .map(|s| s.rendered.clone())
                 .unwrap_or_else(|| format!("def {}(...)", f.name.name));
-            let header = if f.is_kernel() { format!("@kernel\n{rendered}") } else { rendered };
+            let header = if f.is_kernel() {
+                format!("@kernel\n{rendered}")
+            } else {
+                rendered
+            };
             let mut md = code_block(&header);
             if let Some(doc) = &f.docstring {
                 md.push_str("\n\n");
@@ -186,7 +199,9 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
         }
         Item::Const(c) if c.name.span.shift(start) == loc.span => {
             let value = match module_scope(db, loc.file).get(&c.name.name) {
-                Some(Entry::Const { ty, value: Some(v) }) => format!("const {}: {ty} = {v}", c.name.name),
+                Some(Entry::Const { ty, value: Some(v) }) => {
+                    format!("const {}: {ty} = {v}", c.name.name)
+                }
                 Some(Entry::Const { ty, value: None }) => format!("const {}: {ty}", c.name.name),
                 _ => format!("const {}", c.name.name),
             };
@@ -195,7 +210,10 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
         _ if loc.span.is_empty() && loc.span.start == 0 => {
             // A module.
             let path = loc.file.path(db).display().to_string();
-            Some(format!("module `{}`", path.trim_start_matches('<').trim_end_matches('>')))
+            Some(format!(
+                "module `{}`",
+                path.trim_start_matches('<').trim_end_matches('>')
+            ))
         }
         _ => None,
     }
@@ -203,9 +221,17 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
 
 /// Inlay hints of `file` within `[from, to)`: each kernel's estimate after its
 /// header, and the shape of each tile bound by an assignment.
-pub fn inlay_hints(db: &dyn Db, file: SourceFile, options: Options, from: u32, to: u32) -> Vec<InlayHint> {
+pub fn inlay_hints(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    from: u32,
+    to: u32,
+) -> Vec<InlayHint> {
     let mut out = Vec::new();
-    let has_errors = crate::db::file_diagnostics(db, file, options).iter().any(|d| d.is_error());
+    let has_errors = crate::db::file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error());
     for (_, item, start) in file_kernels(db, file) {
         let end = start + item.text(db).len() as u32;
         if end < from || start > to {
@@ -227,7 +253,11 @@ pub fn inlay_hints(db: &dyn Db, file: SourceFile, options: Options, from: u32, t
         let mut targets = Vec::new();
         assignment_targets(&f.body, &mut targets);
         for span in targets {
-            let ty = checked.types.iter().find(|(s, _)| *s == span).map(|(_, t)| t);
+            let ty = checked
+                .types
+                .iter()
+                .find(|(s, _)| *s == span)
+                .map(|(_, t)| t);
             if let Some(ty) = ty.filter(|t| t.starts_with("Tile[")) {
                 let offset = span.end + start;
                 if offset >= from && offset <= to {
@@ -247,7 +277,9 @@ pub fn inlay_hints(db: &dyn Db, file: SourceFile, options: Options, from: u32, t
 fn assignment_targets(block: &[Stmt], out: &mut Vec<Span>) {
     for s in block {
         match &s.kind {
-            StmtKind::Assign { target, ty: None, .. } => names_of(target, out),
+            StmtKind::Assign {
+                target, ty: None, ..
+            } => names_of(target, out),
             StmtKind::If { branches, orelse } => {
                 for (_, b) in branches {
                     assignment_targets(b, out);
@@ -256,7 +288,9 @@ fn assignment_targets(block: &[Stmt], out: &mut Vec<Span>) {
                     assignment_targets(b, out);
                 }
             }
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => assignment_targets(body, out),
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                assignment_targets(body, out)
+            }
             _ => {}
         }
     }
@@ -301,10 +335,19 @@ pub fn document_symbols(db: &dyn Db, file: SourceFile, options: Options) -> Vec<
         match &*item {
             Item::Function(f) => {
                 let source = item_at(db, file, start).map(|(s, _)| s);
-                let detail = source.and_then(|s| check_item(db, s, options).signature.as_ref().map(|s| s.rendered.clone()));
+                let detail = source.and_then(|s| {
+                    check_item(db, s, options)
+                        .signature
+                        .as_ref()
+                        .map(|s| s.rendered.clone())
+                });
                 out.push(Symbol {
                     name: f.name.name.clone(),
-                    kind: if f.is_kernel() { SymbolKind::Kernel } else { SymbolKind::Function },
+                    kind: if f.is_kernel() {
+                        SymbolKind::Kernel
+                    } else {
+                        SymbolKind::Function
+                    },
                     detail,
                     span,
                     name_span: f.name.span.shift(start),
@@ -321,7 +364,12 @@ pub fn document_symbols(db: &dyn Db, file: SourceFile, options: Options) -> Vec<
                 let last = i.alias.as_ref().or(i.path.last());
                 if let Some(n) = last {
                     out.push(Symbol {
-                        name: i.path.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("."),
+                        name: i
+                            .path
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join("."),
                         kind: SymbolKind::Module,
                         detail: i.alias.as_ref().map(|a| format!("as {}", a.name)),
                         span,
@@ -335,7 +383,14 @@ pub fn document_symbols(db: &dyn Db, file: SourceFile, options: Options) -> Vec<
                     out.push(Symbol {
                         name: local.name.clone(),
                         kind: SymbolKind::Module,
-                        detail: Some(format!("from {}", i.module.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("."))),
+                        detail: Some(format!(
+                            "from {}",
+                            i.module
+                                .iter()
+                                .map(|p| p.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(".")
+                        )),
                         span,
                         name_span: local.span.shift(start),
                     });
@@ -371,3 +426,6 @@ pub fn enclosing_function(db: &dyn Db, file: SourceFile, offset: u32) -> Option<
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests;

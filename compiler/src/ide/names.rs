@@ -11,7 +11,9 @@
 use crate::check::builtins;
 use crate::check::DType;
 use crate::db::{file_items, parse_item, Db, ItemSource, SourceFile};
-use crate::syntax::ast::{self, Expr, ExprKind, Index, Item, Stmt, StmtKind, TypeExpr, TypeExprKind};
+use crate::syntax::ast::{
+    self, Expr, ExprKind, Index, Item, Stmt, StmtKind, TypeExpr, TypeExprKind,
+};
 use crate::syntax::span::Span;
 
 /// How an occurrence binds or refers to its name.
@@ -135,7 +137,12 @@ impl Walker<'_> {
                             let raw = self.text.get(a.span.range()).unwrap_or("");
                             for (off, id) in identifiers(raw) {
                                 let start = a.span.start + off as u32;
-                                self.push(id, Span::new(start, start + id.len() as u32), kind, Vec::new());
+                                self.push(
+                                    id,
+                                    Span::new(start, start + id.len() as u32),
+                                    kind,
+                                    Vec::new(),
+                                );
                             }
                         }
                         ExprKind::Name(n) if DType::from_name(&n.name).is_some() => {}
@@ -359,7 +366,11 @@ impl PartialEq for Target {
 }
 
 /// The item of `file` covering `offset`, with the item's start offset.
-pub fn item_at<'db>(db: &'db dyn Db, file: SourceFile, offset: u32) -> Option<(ItemSource<'db>, u32)> {
+pub fn item_at<'db>(
+    db: &'db dyn Db,
+    file: SourceFile,
+    offset: u32,
+) -> Option<(ItemSource<'db>, u32)> {
     let items = &file_items(db, file).items;
     let mut found = None;
     for (source, start) in items {
@@ -388,18 +399,34 @@ pub fn occurrence_at(occs: &[Occurrence], rel: u32) -> Option<&Occurrence> {
 }
 
 /// What `occ` (an occurrence in `item`, at `offset` in `file`) refers to.
-pub fn resolve(db: &dyn Db, file: SourceFile, item: ItemSource<'_>, offset: u32, occs: &[Occurrence], occ: &Occurrence) -> Target {
+pub fn resolve(
+    db: &dyn Db,
+    file: SourceFile,
+    item: ItemSource<'_>,
+    offset: u32,
+    occs: &[Occurrence],
+    occ: &Occurrence,
+) -> Target {
     if !occ.qualifier.is_empty() {
         return resolve_qualified(db, file, &occ.qualifier, &occ.name);
     }
-    let is_function = matches!(parse_item(db, item).item.as_deref(), Some(Item::Function(_)));
+    let is_function = matches!(
+        parse_item(db, item).item.as_deref(),
+        Some(Item::Function(_))
+    );
     // Locals: parameters, dims and assigned names of the enclosing function.
     if is_function && occ.kind != OccKind::Item {
         let first = occs
             .iter()
             .filter(|o| o.name == occ.name && o.qualifier.is_empty())
             .filter(|o| matches!(o.kind, OccKind::Param | OccKind::Dim | OccKind::Assign))
-            .min_by_key(|o| (o.kind != OccKind::Param, o.kind != OccKind::Dim, o.span.start));
+            .min_by_key(|o| {
+                (
+                    o.kind != OccKind::Param,
+                    o.kind != OccKind::Dim,
+                    o.span.start,
+                )
+            });
         if let Some(def) = first {
             return Target::At(Location {
                 file,
@@ -428,11 +455,13 @@ pub fn resolve_module_name(db: &dyn Db, file: SourceFile, name: &str, depth: u32
                 let path: Vec<String> = i.path.iter().map(|p| p.name.clone()).collect();
                 match &i.alias {
                     Some(a) if a.name == name => {
-                        return module_start(db, file, &path).unwrap_or(at(file, a.span.shift(*start)));
+                        return module_start(db, file, &path)
+                            .unwrap_or(at(file, a.span.shift(*start)));
                     }
                     None if path.first().is_some_and(|p| p == name) => {
                         let first = &i.path[0];
-                        return module_start(db, file, &path[..1]).unwrap_or(at(file, first.span.shift(*start)));
+                        return module_start(db, file, &path[..1])
+                            .unwrap_or(at(file, first.span.shift(*start)));
                     }
                     _ => {}
                 }
@@ -444,7 +473,9 @@ pub fn resolve_module_name(db: &dyn Db, file: SourceFile, name: &str, depth: u32
                         let path: Vec<String> = i.module.iter().map(|p| p.name.clone()).collect();
                         if depth < 8 {
                             if let Some(m) = db.resolve_module(file, &path) {
-                                if let t @ Target::At(_) = resolve_module_name(db, m, &n.name.name, depth + 1) {
+                                if let t @ Target::At(_) =
+                                    resolve_module_name(db, m, &n.name.name, depth + 1)
+                                {
                                     return t;
                                 }
                             }
@@ -460,7 +491,10 @@ pub fn resolve_module_name(db: &dyn Db, file: SourceFile, name: &str, depth: u32
     for (source, start) in &file_items(db, file).items {
         if let Some(Item::Stmt(s)) = parse_item(db, *source).item.as_deref() {
             let occs = occurrences(&Item::Stmt(s.clone()), source.text(db));
-            if let Some(o) = occs.iter().find(|o| o.kind == OccKind::Assign && o.name == name) {
+            if let Some(o) = occs
+                .iter()
+                .find(|o| o.kind == OccKind::Assign && o.name == name)
+            {
                 return at(file, o.span.shift(*start));
             }
         }
@@ -477,13 +511,19 @@ fn at(file: SourceFile, span: Span) -> Target {
 
 /// The start of the module `path` imported from `file`.
 fn module_start(db: &dyn Db, file: SourceFile, path: &[String]) -> Option<Target> {
-    db.resolve_module(file, path).map(|m| at(m, Span::new(0, 0)))
+    db.resolve_module(file, path)
+        .map(|m| at(m, Span::new(0, 0)))
 }
 
 /// `qualifier.name`: a module member (`la.softmax` with `import std.linalg as
 /// la`, `std.nn.relu` with `import std.nn`, `relu` in `from std.nn import relu`),
 /// or a module itself (`nn` in `std.nn`).
-pub fn resolve_qualified(db: &dyn Db, file: SourceFile, qualifier: &[String], name: &str) -> Target {
+pub fn resolve_qualified(
+    db: &dyn Db,
+    file: SourceFile,
+    qualifier: &[String],
+    name: &str,
+) -> Target {
     let mut full: Vec<String> = qualifier.to_vec();
     full.push(name.to_string());
     // `import P as x`: `x.member`.
@@ -532,12 +572,20 @@ pub fn definition(db: &dyn Db, file: SourceFile, offset: u32) -> Option<(Span, T
     let (item, start) = item_at(db, file, offset)?;
     let occs = item_occurrences(db, item);
     let occ = occurrence_at(&occs, offset - start)?;
-    Some((occ.span.shift(start), resolve(db, file, item, start, &occs, occ)))
+    Some((
+        occ.span.shift(start),
+        resolve(db, file, item, start, &occs, occ),
+    ))
 }
 
 /// Every occurrence (absolute spans) in `files` of what the name at `offset`
 /// refers to, its definition included. Locals are searched in their function only.
-pub fn references(db: &dyn Db, file: SourceFile, offset: u32, files: &[SourceFile]) -> Vec<Location> {
+pub fn references(
+    db: &dyn Db,
+    file: SourceFile,
+    offset: u32,
+    files: &[SourceFile],
+) -> Vec<Location> {
     let Some((item, start)) = item_at(db, file, offset) else {
         return Vec::new();
     };
@@ -551,7 +599,12 @@ pub fn references(db: &dyn Db, file: SourceFile, offset: u32, files: &[SourceFil
     };
     let name = occ.name.clone();
     // The definition's own spelling (a use through `import ... as` differs).
-    let def_name = def.file.text(db).get(def.span.range()).unwrap_or("").to_string();
+    let def_name = def
+        .file
+        .text(db)
+        .get(def.span.range())
+        .unwrap_or("")
+        .to_string();
     let mut out = Vec::new();
     let mut push = |l: Location| {
         if !out.contains(&l) {
@@ -559,7 +612,10 @@ pub fn references(db: &dyn Db, file: SourceFile, offset: u32, files: &[SourceFil
         }
     };
     // A local of this item: search the item only.
-    let is_local = def.file == file && def.span.start >= start && def.span.end <= start + item.text(db).len() as u32 && !matches!(parse_item(db, item).item.as_deref(), Some(Item::Function(f)) if f.name.span.shift(start) == def.span);
+    let is_local = def.file == file
+        && def.span.start >= start
+        && def.span.end <= start + item.text(db).len() as u32
+        && !matches!(parse_item(db, item).item.as_deref(), Some(Item::Function(f)) if f.name.span.shift(start) == def.span);
     let mut search: Vec<SourceFile> = if is_local { vec![file] } else { files.to_vec() };
     if !search.contains(&file) {
         search.push(file);
@@ -596,9 +652,18 @@ pub fn locals(occs: &[Occurrence]) -> Vec<(String, OccKind, Span)> {
     let mut out: Vec<(String, OccKind, Span)> = Vec::new();
     let mut sorted: Vec<&Occurrence> = occs
         .iter()
-        .filter(|o| o.qualifier.is_empty() && matches!(o.kind, OccKind::Param | OccKind::Dim | OccKind::Assign))
+        .filter(|o| {
+            o.qualifier.is_empty()
+                && matches!(o.kind, OccKind::Param | OccKind::Dim | OccKind::Assign)
+        })
         .collect();
-    sorted.sort_by_key(|o| (o.kind != OccKind::Param, o.kind != OccKind::Dim, o.span.start));
+    sorted.sort_by_key(|o| {
+        (
+            o.kind != OccKind::Param,
+            o.kind != OccKind::Dim,
+            o.span.start,
+        )
+    });
     for o in sorted {
         if !out.iter().any(|(n, ..)| *n == o.name) {
             out.push((o.name.clone(), o.kind, o.span));

@@ -67,7 +67,27 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
         let mut declaration = false;
         let mut builtin = false;
         let ty = match tok {
-            Tok::Def | Tok::Return | Tok::If | Tok::Elif | Tok::Else | Tok::For | Tok::In | Tok::While | Tok::Break | Tok::Continue | Tok::Pass | Tok::Import | Tok::From | Tok::As | Tok::And | Tok::Or | Tok::Not | Tok::Const | Tok::True | Tok::False | Tok::None => Some(TokenType::Keyword),
+            Tok::Def
+            | Tok::Return
+            | Tok::If
+            | Tok::Elif
+            | Tok::Else
+            | Tok::For
+            | Tok::In
+            | Tok::While
+            | Tok::Break
+            | Tok::Continue
+            | Tok::Pass
+            | Tok::Import
+            | Tok::From
+            | Tok::As
+            | Tok::And
+            | Tok::Or
+            | Tok::Not
+            | Tok::Const
+            | Tok::True
+            | Tok::False
+            | Tok::None => Some(TokenType::Keyword),
             Tok::Inf | Tok::Int(_) | Tok::Float(_) => Some(TokenType::Number),
             Tok::Str(_) => Some(TokenType::String),
             Tok::Name(n) => {
@@ -81,9 +101,16 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                     Some(TokenType::Type)
                 } else {
                     let rel_kind = {
-                        let fresh = !matches!(&current, Some((s, e, _)) if *s <= *start && *start < *e);
+                        let fresh =
+                            !matches!(&current, Some((s, e, _)) if *s <= *start && *start < *e);
                         if fresh {
-                            current = item_at(db, file, *start).map(|(item, s)| (s, s + item.text(db).len() as u32, names::item_occurrences(db, item)));
+                            current = item_at(db, file, *start).map(|(item, s)| {
+                                (
+                                    s,
+                                    s + item.text(db).len() as u32,
+                                    names::item_occurrences(db, item),
+                                )
+                            });
                         }
                         current.as_ref().and_then(|(s, _, occs)| {
                             let rel = start - s;
@@ -92,7 +119,10 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                                 return Some(None);
                             }
                             // A local: how its name is first bound.
-                            names::locals(occs).into_iter().find(|(name, ..)| name == n).map(|(_, kind, _)| Some(kind))
+                            names::locals(occs)
+                                .into_iter()
+                                .find(|(name, ..)| name == n)
+                                .map(|(_, kind, _)| Some(kind))
                         })
                     };
                     match rel_kind {
@@ -109,8 +139,12 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                         }
                         None => match scope.get(n) {
                             Some(Entry::Function(_)) => Some(TokenType::Function),
-                            Some(Entry::Module(_) | Entry::Namespace(_)) => Some(TokenType::Namespace),
-                            Some(Entry::Const { .. } | Entry::Global(_)) => Some(TokenType::Variable),
+                            Some(Entry::Module(_) | Entry::Namespace(_)) => {
+                                Some(TokenType::Namespace)
+                            }
+                            Some(Entry::Const { .. } | Entry::Global(_)) => {
+                                Some(TokenType::Variable)
+                            }
                             Some(Entry::Broken) => None,
                             None if builtins::is_builtin(n) => {
                                 builtin = true;
@@ -121,9 +155,22 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                     }
                 }
             }
-            Tok::At if matches!(next, Some(Tok::Name(_))) && matches!(prev, None | Some(Tok::Newline | Tok::Indent | Tok::Dedent)) => Some(TokenType::Decorator),
+            Tok::At
+                if matches!(next, Some(Tok::Name(_)))
+                    && matches!(prev, None | Some(Tok::Newline | Tok::Indent | Tok::Dedent)) =>
+            {
+                Some(TokenType::Decorator)
+            }
             Tok::Newline | Tok::Indent | Tok::Dedent | Tok::EmptyBlock | Tok::ErrorExpr => None,
-            Tok::LParen | Tok::RParen | Tok::LBracket | Tok::RBracket | Tok::LBrace | Tok::RBrace | Tok::Comma | Tok::Colon | Tok::Dot => None,
+            Tok::LParen
+            | Tok::RParen
+            | Tok::LBracket
+            | Tok::RBracket
+            | Tok::LBrace
+            | Tok::RBrace
+            | Tok::Comma
+            | Tok::Colon
+            | Tok::Dot => None,
             _ => Some(TokenType::Operator),
         };
         if !matches!(tok, Tok::Newline | Tok::Indent | Tok::Dedent) {
@@ -131,7 +178,12 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
         }
         if let Some(ty) = ty {
             if !span.is_empty() {
-                out.push(Token { span, ty, builtin, declaration });
+                out.push(Token {
+                    span,
+                    ty,
+                    builtin,
+                    declaration,
+                });
             }
         }
     }
@@ -171,7 +223,10 @@ pub fn comments(text: &str) -> Vec<Span> {
                 None if c == '"' || c == '\'' => quote = Some(c),
                 None if c == '#' => {
                     let end = line.trim_end_matches(['\n', '\r']).len();
-                    out.push(Span::new((line_start + i) as u32, (line_start + end) as u32));
+                    out.push(Span::new(
+                        (line_start + i) as u32,
+                        (line_start + end) as u32,
+                    ));
                     break;
                 }
                 None => {}
