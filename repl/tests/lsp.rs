@@ -254,7 +254,7 @@ fn expected_hint(row: &Value) -> String {
     let smem = row["smem_bytes"].as_u64().unwrap();
     let smem = if smem < 1024 {
         format!("{smem} B")
-    } else if smem % 1024 == 0 {
+    } else if smem.is_multiple_of(1024) {
         format!("{} KiB", smem / 1024)
     } else {
         format!("{:.1} KiB", smem as f64 / 1024.0).replace(".0 ", " ")
@@ -469,7 +469,7 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap();
     let data = toks["data"].as_array().unwrap();
-    assert!(data.len() > 50 && data.len() % 5 == 0);
+    assert!(data.len() > 50 && data.len().is_multiple_of(5));
 
     // tessera/emit: Tile IR by name, PTX of the kernel around a position,
     // Graph IR of a function, and an error for a file with a shape error.

@@ -197,13 +197,8 @@ pub fn open_call(before: &str) -> Option<OpenCall> {
                 }
                 commas += 1;
             }
-            b'\n' if depth == 0 && i > 0 && bytes[i - 1] != b'\\' => {
-                // Lines inside an open bracket continue; a logical line that
-                // starts a statement does not. A blank line stops the scan.
-                if before[..i].ends_with('\n') {
-                    return None;
-                }
-            }
+            // Lines inside an open bracket continue; a blank line stops the scan.
+            b'\n' if depth == 0 && i > 0 && bytes[i - 1] == b'\n' => return None,
             _ => {}
         }
     }
@@ -441,6 +436,9 @@ pub struct SignatureHelp {
     pub active: usize,
 }
 
+/// A signature's label, parameter ranges, doc and parameter names.
+type SigParts = (String, Vec<(usize, usize)>, Option<String>, Vec<String>);
+
 /// Signature help at `offset`: the call being written and its active parameter.
 pub fn signature_help(db: &dyn Db, file: SourceFile, offset: u32) -> Option<SignatureHelp> {
     let text = file.text(db);
@@ -448,77 +446,76 @@ pub fn signature_help(db: &dyn Db, file: SourceFile, offset: u32) -> Option<Sign
     let call = open_call(&text[..offset])?;
     let callee = call.callee.trim_start_matches('@');
     let name = callee.rsplit('.').next().unwrap_or(callee);
-    let (label, params, doc, names): (String, Vec<(usize, usize)>, Option<String>, Vec<String>) =
-        if callee.ends_with(".to") {
-            let label = "to(dtype)".to_string();
-            (
-                label,
-                vec![(3, 8)],
-                Some("the value converted to `dtype`".into()),
-                vec!["dtype".into()],
-            )
-        } else if let Some(sig) = function_sig(db, file, callee) {
-            let mut label = format!("{}(", sig.name);
-            let mut ranges = Vec::new();
-            for (i, p) in sig.params.iter().enumerate() {
-                if i > 0 {
-                    label.push_str(", ");
-                }
-                let s = label.len();
-                label.push_str(&p.name);
-                if p.is_const {
-                    // `const` alone unless a dtype was written (`const i32`).
-                    label.push_str(": const");
-                    if let crate::check::Ty::Scalar { dtype, weak: false } = &p.ty {
-                        label.push_str(&format!(" {dtype}"));
-                    }
-                } else if !p.ty.is_err() {
-                    label.push_str(&format!(": {}", p.ty));
-                }
-                if let Some(d) = &p.default {
-                    label.push_str(&format!(" = {d}"));
-                } else if p.has_default {
-                    label.push_str(" = ...");
-                }
-                ranges.push((s, label.len()));
+    let (label, params, doc, names): SigParts = if callee.ends_with(".to") {
+        let label = "to(dtype)".to_string();
+        (
+            label,
+            vec![(3, 8)],
+            Some("the value converted to `dtype`".into()),
+            vec!["dtype".into()],
+        )
+    } else if let Some(sig) = function_sig(db, file, callee) {
+        let mut label = format!("{}(", sig.name);
+        let mut ranges = Vec::new();
+        for (i, p) in sig.params.iter().enumerate() {
+            if i > 0 {
+                label.push_str(", ");
             }
-            label.push(')');
-            if let Some(r) = &sig.ret {
-                label.push_str(&format!(" -> {r}"));
-            }
-            (
-                label,
-                ranges,
-                None,
-                sig.params.iter().map(|p| p.name.clone()).collect(),
-            )
-        } else if let Some(b) = builtins::lookup(name).filter(|_| !callee.contains('.')) {
-            let mut label = format!("{}(", b.name);
-            let mut ranges = Vec::new();
-            for (i, p) in b.params.iter().enumerate() {
-                if i > 0 {
-                    label.push_str(", ");
+            let s = label.len();
+            label.push_str(&p.name);
+            if p.is_const {
+                // `const` alone unless a dtype was written (`const i32`).
+                label.push_str(": const");
+                if let crate::check::Ty::Scalar { dtype, weak: false } = &p.ty {
+                    label.push_str(&format!(" {dtype}"));
                 }
-                let s = label.len();
-                label.push_str(p);
-                if i >= b.required {
-                    label.push_str("=");
-                }
-                ranges.push((s, label.len()));
+            } else if !p.ty.is_err() {
+                label.push_str(&format!(": {}", p.ty));
             }
-            if b.variadic {
-                label.push_str(", ...");
+            if let Some(d) = &p.default {
+                label.push_str(&format!(" = {d}"));
+            } else if p.has_default {
+                label.push_str(" = ...");
             }
-            label.push(')');
-            (
-                label,
-                ranges,
-                Some(b.doc.to_string()),
-                b.params.iter().map(|p| p.to_string()).collect(),
-            )
-        } else {
-            return None;
-        };
+            ranges.push((s, label.len()));
+        }
+        label.push(')');
+        if let Some(r) = &sig.ret {
+            label.push_str(&format!(" -> {r}"));
+        }
+        (
+            label,
+            ranges,
+            None,
+            sig.params.iter().map(|p| p.name.clone()).collect(),
+        )
+    } else if let Some(b) = builtins::lookup(name).filter(|_| !callee.contains('.')) {
+        let mut label = format!("{}(", b.name);
+        let mut ranges = Vec::new();
+        for (i, p) in b.params.iter().enumerate() {
+            if i > 0 {
+                label.push_str(", ");
+            }
+            let s = label.len();
+            label.push_str(p);
+            if i >= b.required {
+                label.push('=');
+            }
+            ranges.push((s, label.len()));
+        }
+        if b.variadic {
+            label.push_str(", ...");
+        }
+        label.push(')');
+        (
+            label,
+            ranges,
+            Some(b.doc.to_string()),
+            b.params.iter().map(|p| p.to_string()).collect(),
+        )
+    } else {
+        return None;
+    };
     let active = match &call.keyword {
         Some(k) => names
             .iter()

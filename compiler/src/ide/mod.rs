@@ -71,7 +71,7 @@ pub fn kernel_estimate(
 pub fn format_bytes(bytes: u32) -> String {
     if bytes < 1024 {
         format!("{bytes} B")
-    } else if bytes % 1024 == 0 {
+    } else if bytes.is_multiple_of(1024) {
         format!("{} KiB", bytes / 1024)
     } else {
         let kib = format!("{:.1}", bytes as f64 / 1024.0);
