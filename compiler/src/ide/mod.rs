@@ -178,7 +178,7 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
                 .as_ref()
                 .map(|s| s.rendered.clone())
                 .unwrap_or_else(|| format!("def {}(...)", f.name.name));
-            let header = if f.is_kernel() {
+            let header = if f.is_kernel() && !rendered.starts_with('@') {
                 format!("@kernel\n{rendered}")
             } else {
                 rendered
