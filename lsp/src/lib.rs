@@ -1,6 +1,88 @@
-//! The Tessera language server (tower-lsp over `tessera::db::Database`).
+//! The Tessera language server: tower-lsp over `tessera::db::Database`, the
+//! same salsa database `tsrc` uses, so the editor never disagrees with the
+//! compiler. `tessera lsp` runs [`run_stdio`].
 //!
-//! Only a skeleton that compiles: the server (diagnostics as you type, hover with
-//! shapes, inlay hints with register and occupancy estimates) comes with its own
-//! issue. Positions will be mapped with `tessera::diag::render::LineIndex`, the
-//! same index the terminal and JSON renderers use.
+//! * `server` — the protocol handlers, snapshots, cancellation and panics;
+//! * `position` — byte offsets ↔ UTF-16 positions;
+//! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
+//! * `emit` — the `tessera/emit` request;
+//! * `actions` — quick fixes.
+//!
+//! The editor queries themselves (hover, definitions, completion, ...) live in
+//! `tessera::ide`, over the checker's results.
+
+pub mod actions;
+pub mod emit;
+pub mod paths;
+pub mod position;
+pub mod server;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Notify;
+use tower::Service;
+use tower_lsp::jsonrpc::Request;
+use tower_lsp::{LspService, Server};
+
+/// Serves one client over `input`/`output` until it sends `exit` or closes
+/// its end.
+pub async fn serve<I, O>(input: I, output: O)
+where
+    I: AsyncRead + Unpin,
+    O: AsyncWrite,
+{
+    let (service, socket) = LspService::build(server::Backend::new)
+        .custom_method("tessera/emit", server::Backend::emit)
+        .finish();
+    let exited = Arc::new(Notify::new());
+    let service = ExitWatch {
+        inner: service,
+        exited: exited.clone(),
+    };
+    // tower-lsp's loop only ends at the end of the input (or at the next
+    // message after `exit`); the protocol asks the server to exit at `exit`.
+    tokio::select! {
+        _ = Server::new(input, output, socket).serve(service) => {}
+        _ = exited.notified() => {}
+    }
+}
+
+/// Passes requests through and signals when the client sends `exit`.
+struct ExitWatch<S> {
+    inner: S,
+    exited: Arc<Notify>,
+}
+
+impl<S: Service<Request>> Service<Request> for ExitWatch<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let exit = req.method() == "exit";
+        let fut = self.inner.call(req);
+        if exit {
+            self.exited.notify_one();
+        }
+        fut
+    }
+}
+
+/// `tessera lsp`: serves over stdin/stdout.
+pub fn run_stdio() -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(tokio::io::stdin(), tokio::io::stdout()));
+    // Tokio reads stdin on a blocking thread that never returns while the
+    // client keeps the pipe open: do not wait for it after `exit`.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(())
+}

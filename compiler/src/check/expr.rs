@@ -63,12 +63,16 @@ impl Checker<'_> {
         if let Some(vals) = &mut self.expr_vals {
             vals.push((e.span, v.clone()));
         }
+        // Every expression but literals has its type recorded, for hover.
         if matches!(
             e.kind,
             ExprKind::Name(_)
                 | ExprKind::Call { .. }
                 | ExprKind::Subscript { .. }
                 | ExprKind::Attribute { .. }
+                | ExprKind::Binary { .. }
+                | ExprKind::Unary { .. }
+                | ExprKind::IfElse { .. }
         ) {
             self.record(e.span, &v.ty);
         }

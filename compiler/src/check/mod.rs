@@ -53,7 +53,7 @@ pub struct Signature {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ItemCheck {
     pub diagnostics: Vec<Diagnostic>,
-    /// The type of names, calls, subscripts, attributes and bindings, rendered
+    /// The type of every non-literal expression and binding, rendered
     /// (`Tile[128, 64, bf16]`, `Tensor[M, N, f32]`), in walk order.
     pub types: Vec<(Span, String)>,
     pub signature: Option<Signature>,

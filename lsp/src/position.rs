@@ -1,0 +1,79 @@
+//! Byte offsets ↔ LSP positions. LSP counts columns in UTF-16 code units (the
+//! protocol's default encoding); the compiler's spans are byte offsets.
+
+use tower_lsp::lsp_types::{Position, Range};
+
+/// Line starts of one text, for converting in both directions.
+pub struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<u32>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub fn new(text: &'a str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i as u32 + 1));
+        LineIndex { text, starts }
+    }
+
+    /// The position of a byte offset (clamped to the text, and back to a char boundary).
+    pub fn position(&self, offset: u32) -> Position {
+        let mut offset = (offset as usize).min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&s| s as usize <= offset) - 1;
+        let start = self.starts[line] as usize;
+        let character = self.text[start..offset].encode_utf16().count() as u32;
+        Position::new(line as u32, character)
+    }
+
+    pub fn range(&self, start: u32, end: u32) -> Range {
+        Range::new(self.position(start), self.position(end))
+    }
+
+    /// The byte offset of a position; a column past the line's end (or a line
+    /// past the last) is clamped, as the protocol asks.
+    pub fn offset(&self, pos: Position) -> u32 {
+        let Some(&start) = self.starts.get(pos.line as usize) else {
+            return self.text.len() as u32;
+        };
+        let end = self
+            .starts
+            .get(pos.line as usize + 1)
+            .map_or(self.text.len(), |&s| s as usize - 1);
+        let line = &self.text[start as usize..end];
+        let mut units = 0u32;
+        for (i, c) in line.char_indices() {
+            if units >= pos.character {
+                return start + i as u32;
+            }
+            units += c.len_utf16() as u32;
+        }
+        end as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf16_columns_round_trip() {
+        // `é` is 2 bytes and 1 UTF-16 unit; `𝔸` is 4 bytes and 2 units.
+        let text = "ab\né𝔸x = 1\n\nlast";
+        let ix = LineIndex::new(text);
+        let x = text.find('x').unwrap() as u32;
+        assert_eq!(ix.position(x), Position::new(1, 3));
+        assert_eq!(ix.offset(Position::new(1, 3)), x);
+        assert_eq!(
+            ix.offset(Position::new(1, 1)),
+            text.find('𝔸').unwrap() as u32
+        );
+        assert_eq!(ix.position(text.len() as u32), Position::new(3, 4));
+        // Clamping: past the end of a line, past the last line.
+        assert_eq!(ix.offset(Position::new(0, 99)), 2);
+        assert_eq!(ix.offset(Position::new(9, 0)), text.len() as u32);
+        assert_eq!(ix.position(3), Position::new(1, 0));
+    }
+}

@@ -1,0 +1,628 @@
+//! End-to-end tests of `tessera lsp`: the real binary, spoken to over stdio
+//! with JSON-RPC, on the documents of `tests/lsp/` (copied to a scratch
+//! workspace) and on every stdlib module typed keystroke by keystroke.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-lsp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write_message(stdin: &Mutex<ChildStdin>, msg: &Value) {
+    let body = msg.to_string();
+    let mut w = stdin.lock().unwrap();
+    write!(w, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    w.flush().unwrap();
+}
+
+/// A minimal LSP client: a reader thread answers the server's requests with
+/// `null` and queues everything else.
+struct Client {
+    child: Child,
+    stdin: Arc<Mutex<ChildStdin>>,
+    rx: Receiver<Value>,
+    next_id: i64,
+    /// Notifications received while waiting for something else.
+    queued: Vec<Value>,
+}
+
+impl Client {
+    fn start(root: &Path, init_options: Value) -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .arg("lsp")
+            .env("XDG_CACHE_HOME", root.join(".cache"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tessera lsp");
+        let stdin = Arc::new(Mutex::new(child.stdin.take().unwrap()));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        let answer = stdin.clone();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.strip_prefix("Content-Length: ") {
+                        len = v.parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let msg: Value = serde_json::from_slice(&body).unwrap();
+                if msg.get("method").is_some() && msg.get("id").is_some() {
+                    write_message(
+                        &answer,
+                        &json!({"jsonrpc": "2.0", "id": msg["id"], "result": null}),
+                    );
+                    continue;
+                }
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut c = Client {
+            child,
+            stdin,
+            rx,
+            next_id: 0,
+            queued: Vec::new(),
+        };
+        let uri = url(root);
+        let init = c.request(
+            "initialize",
+            json!({
+                "processId": null,
+                "rootUri": uri,
+                "capabilities": {},
+                "initializationOptions": init_options,
+            }),
+        );
+        let caps = &init.expect("initialize")["capabilities"];
+        assert_eq!(caps["textDocumentSync"], json!(2), "incremental sync");
+        c.notify("initialized", json!({}));
+        c
+    }
+
+    fn recv(&mut self) -> Value {
+        match self.rx.recv_timeout(TIMEOUT) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => panic!("no message from the server in {TIMEOUT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the server closed its output"),
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        let mut msg = json!({"jsonrpc": "2.0", "method": method});
+        if !params.is_null() {
+            msg["params"] = params;
+        }
+        write_message(&self.stdin, &msg);
+    }
+
+    /// The result, or the error object.
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        if !params.is_null() {
+            msg["params"] = params;
+        }
+        write_message(&self.stdin, &msg);
+        loop {
+            let msg = self.recv();
+            if msg.get("method").is_none() && msg["id"] == json!(id) {
+                return match msg.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(msg["result"].clone()),
+                };
+            }
+            self.queued.push(msg);
+        }
+    }
+
+    /// The diagnostics published for `uri` at `version` (the first such).
+    fn diagnostics(&mut self, uri: &str, version: i64) -> Vec<Value> {
+        let is_it = |m: &Value| {
+            m["method"] == "textDocument/publishDiagnostics"
+                && m["params"]["uri"] == uri
+                && m["params"]["version"] == json!(version)
+        };
+        if let Some(i) = self.queued.iter().position(is_it) {
+            let m = self.queued.remove(i);
+            return m["params"]["diagnostics"].as_array().unwrap().clone();
+        }
+        loop {
+            let m = self.recv();
+            if is_it(&m) {
+                return m["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+            // Keep only what a later wait may ask for.
+            if m["method"] == "textDocument/publishDiagnostics" {
+                self.queued.push(m);
+            }
+        }
+    }
+
+    fn open(&mut self, uri: &str, text: &str, version: i64) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "tessera", "version": version, "text": text}}),
+        );
+    }
+
+    fn change(&mut self, uri: &str, version: i64, range: Value, text: &str) {
+        self.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": uri, "version": version},
+                   "contentChanges": [{"range": range, "text": text}]}),
+        );
+    }
+
+    fn at(&mut self, method: &str, uri: &str, line: u32, character: u32) -> Value {
+        self.request(
+            method,
+            json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}),
+        )
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    fn stop(mut self) {
+        self.request("shutdown", Value::Null).expect("shutdown");
+        self.notify("exit", Value::Null);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "server exit status {status}");
+                return;
+            }
+            assert!(start.elapsed() < TIMEOUT, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn url(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+fn range(l0: u32, c0: u32, l1: u32, c1: u32) -> Value {
+    json!({"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}})
+}
+
+/// The line and UTF-16 column of the first `needle` on the line containing `line_has`.
+fn find(text: &str, line_has: &str, needle: &str) -> (u32, u32) {
+    for (i, l) in text.lines().enumerate() {
+        if l.contains(line_has) {
+            let b = l
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} in {l:?}"));
+            return (i as u32, l[..b].encode_utf16().count() as u32);
+        }
+    }
+    panic!("no line with {line_has:?}");
+}
+
+/// `tessera report` as JSON: the estimate the hints must repeat.
+fn report(file: &Path, arch: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["report", "--format", "json", "--arch", arch])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout).unwrap()[0].clone()
+}
+
+fn expected_hint(row: &Value) -> String {
+    let smem = row["smem_bytes"].as_u64().unwrap();
+    let smem = if smem < 1024 {
+        format!("{smem} B")
+    } else if smem.is_multiple_of(1024) {
+        format!("{} KiB", smem / 1024)
+    } else {
+        format!("{:.1} KiB", smem as f64 / 1024.0).replace(".0 ", " ")
+    };
+    let occ = format!("{:.1}", row["occupancy"].as_f64().unwrap() * 100.0);
+    format!(
+        "≈ {} regs · {smem} smem · occ {}% ({})",
+        row["regs"],
+        occ.trim_end_matches(".0"),
+        row["arch"].as_str().unwrap()
+    )
+}
+
+#[test]
+fn diagnostics_hover_hints_definition_completion_emit() {
+    let root = scratch("e2e");
+    for f in ["main.tsr", "helpers.tsr"] {
+        std::fs::copy(repo().join("tests/lsp").join(f), root.join(f)).unwrap();
+    }
+    let main_path = root.join("main.tsr");
+    let good = std::fs::read_to_string(&main_path).unwrap();
+    let main = url(&main_path);
+    let mut c = Client::start(&root, json!({}));
+
+    // A shape error: the second load's slice is twice as wide.
+    let bad = good.replacen(
+        "n0 : n0 + BN])\n    store",
+        "n0 : n0 + 2 * BN])\n    store",
+        1,
+    );
+    assert_ne!(bad, good);
+    c.open(&main, &bad, 1);
+    let diags = c.diagnostics(&main, 1);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let d = &diags[0];
+    assert_eq!(d["code"], "E0402", "{d:#}");
+    let (line, col) = find(&bad, "store(out", "a + b");
+    assert_eq!(d["range"], range(line, col, line, col + 5), "{d:#}");
+    assert_eq!(d["severity"], 1);
+    assert!(
+        d["codeDescription"]["href"]
+            .as_str()
+            .is_some_and(|h| h.contains("diagnostics.md#e0402-shapes-do-not-broadcast")),
+        "{d:#}"
+    );
+    let related = d["relatedInformation"]
+        .as_array()
+        .expect("related information");
+    assert!(
+        related.iter().any(|r| r["message"]
+            .as_str()
+            .unwrap()
+            .contains("Tile[128, 128, bf16]")),
+        "{d:#}"
+    );
+
+    // Fix it with an incremental edit: the diagnostic is cleared.
+    let (l, c0) = find(&bad, "load(y[", "2 * BN");
+    c.change(&main, 2, range(l, c0, l, c0 + 6), "BN");
+    assert_eq!(c.diagnostics(&main, 2), Vec::<Value>::new());
+
+    // Hover: a tile's concrete shape, a kernel's estimate, a builtin's doc.
+    let (l, col) = find(&good, "store(out", "a + b");
+    let h = c.at("textDocument/hover", &main, l, col);
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("a: Tile[128, 64, bf16]"), "{text}");
+    let (l, col) = find(&good, "def tile_add", "tile_add");
+    let h = c.at("textDocument/hover", &main, l, col + 2);
+    let text = h["contents"]["value"].as_str().unwrap().to_string();
+    let row = report(&main_path, "sm_90");
+    for needle in [
+        "Adds two matrices tile by tile.".to_string(),
+        "sm_90".into(),
+        format!("| {} |", row["threads"]),
+        format!("≈ {}", row["regs"]),
+        row["limiter"].as_str().unwrap().to_string(),
+    ] {
+        assert!(text.contains(&needle), "{needle:?} in {text}");
+    }
+    let (l, col) = find(&good, "m0 = program_id", "program_id");
+    let h = c.at("textDocument/hover", &main, l, col);
+    assert!(h["contents"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("program_id(axis)"));
+
+    // Inlay hints: the estimate after the kernel's header, shapes after tiles.
+    let hints = c
+        .request(
+            "textDocument/inlayHint",
+            json!({"textDocument": {"uri": main}, "range": range(0, 0, 100, 0)}),
+        )
+        .unwrap();
+    let hints = hints.as_array().unwrap();
+    let (header_line, _) = find(&good, "BM: const = 128", "BM");
+    let estimate: Vec<&Value> = hints
+        .iter()
+        .filter(|h| h["label"].as_str().unwrap().starts_with('≈'))
+        .collect();
+    assert_eq!(estimate.len(), 1, "{hints:#?}");
+    assert_eq!(estimate[0]["label"], expected_hint(&row));
+    assert_eq!(estimate[0]["position"]["line"], header_line);
+    let (l, col) = find(&good, "a = load", "a");
+    assert!(
+        hints.iter().any(|h| h["label"] == ": Tile[128, 64, bf16]"
+            && h["position"] == json!({"line": l, "character": col + 1})),
+        "{hints:#?}"
+    );
+
+    // Definition: a local, an imported function, a stdlib function.
+    let (l, col) = find(&good, "m0 = program_id", "BM");
+    let d = c.at("textDocument/definition", &main, l, col);
+    let (pl, pc) = find(&good, "BM: const = 128", "BM");
+    assert_eq!(d["uri"], main);
+    assert_eq!(d["range"], range(pl, pc, pl, pc + 2));
+    let (l, col) = find(&good, "return scale(", "scale");
+    let d = c.at("textDocument/definition", &main, l, col);
+    let helpers = std::fs::read_to_string(root.join("helpers.tsr")).unwrap();
+    let (hl, hc) = find(&helpers, "def scale", "scale");
+    assert_eq!(d["uri"], url(&root.join("helpers.tsr")));
+    assert_eq!(d["range"], range(hl, hc, hl, hc + 5));
+    let (l, col) = find(&good, "return scale(", "relu");
+    let d = c.at("textDocument/definition", &main, l, col);
+    let std_uri = d["uri"].as_str().unwrap();
+    assert!(std_uri.ends_with("/std/nn.tsr"), "{d:#}");
+    let std_text = std::fs::read_to_string(std_uri.strip_prefix("file://").unwrap()).unwrap();
+    let (sl, _) = find(&std_text, "def relu", "relu");
+    assert_eq!(d["range"]["start"]["line"], sl);
+
+    // References of `scale`: its definition, the import and the call.
+    let refs = c
+        .request(
+            "textDocument/references",
+            json!({"textDocument": {"uri": main}, "position": {"line": l, "character": col - 5},
+                   "context": {"includeDeclaration": true}}),
+        )
+        .unwrap();
+    let refs = refs.as_array().unwrap();
+    assert_eq!(refs.len(), 3, "{refs:#?}");
+    assert!(refs
+        .iter()
+        .any(|r| r["uri"] == url(&root.join("helpers.tsr"))));
+
+    // Completion: locals, dims, builtins with signatures, dtypes; module members.
+    let (l, col) = find(&good, "store(out", "a + b");
+    let items = c.at("textDocument/completion", &main, l, col);
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "scale", "nn"] {
+        assert!(labels.contains(&want), "{want} in {labels:?}");
+    }
+    let load = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["label"] == "load")
+        .unwrap();
+    assert!(
+        load["detail"].as_str().unwrap().starts_with("load("),
+        "{load}"
+    );
+    let (l, col) = find(&good, "return scale(", "relu");
+    let items = c.at("textDocument/completion", &main, l, col);
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        labels.contains(&"relu") && labels.contains(&"softmax"),
+        "{labels:?}"
+    );
+
+    // Signature help inside `load(`.
+    let (l, col) = find(&good, "a = load", "x[");
+    let s = c.at("textDocument/signatureHelp", &main, l, col);
+    assert!(
+        s["signatures"][0]["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("load("),
+        "{s}"
+    );
+    assert_eq!(s["activeParameter"], 0);
+
+    // Symbols and semantic tokens.
+    let syms = c
+        .request(
+            "textDocument/documentSymbol",
+            json!({"textDocument": {"uri": main}}),
+        )
+        .unwrap();
+    let names: Vec<&str> = syms
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"tile_add") && names.contains(&"twice"),
+        "{names:?}"
+    );
+    let toks = c
+        .request(
+            "textDocument/semanticTokens/full",
+            json!({"textDocument": {"uri": main}}),
+        )
+        .unwrap();
+    let data = toks["data"].as_array().unwrap();
+    assert!(data.len() > 50 && data.len().is_multiple_of(5));
+
+    // tessera/emit: Tile IR by name, PTX of the kernel around a position,
+    // Graph IR of a function, and an error for a file with a shape error.
+    let r = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "tile-ir", "kernel": "tile_add"}),
+        )
+        .unwrap();
+    assert_eq!(r["name"], "tile_add");
+    assert!(r["text"].as_str().unwrap().contains("tile_add"));
+    let (l, col) = find(&good, "a = load", "load");
+    let r = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "ptx", "arch": "sm_80", "position": {"line": l, "character": col}}),
+        )
+        .unwrap();
+    assert_eq!(r["name"], "tile_add");
+    let ptx = r["text"].as_str().unwrap();
+    assert!(
+        ptx.contains(".target sm_80") && ptx.contains(".entry tile_add"),
+        "{ptx}"
+    );
+    let r = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "graph-ir", "kernel": "twice"}),
+        )
+        .unwrap();
+    assert_eq!(r["name"], "twice");
+    let (l, c0) = find(&good, "load(y[", "BN])");
+    c.change(&main, 3, range(l, c0, l, c0 + 2), "2 * BN");
+    assert_eq!(c.diagnostics(&main, 3).len(), 1);
+    let e = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "target-ir", "kernel": "tile_add"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32803);
+    assert!(e["message"].as_str().unwrap().contains("E0402"), "{e}");
+    let e = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "sass", "kernel": "tile_add"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    c.change(&main, 4, range(l, c0, l, c0 + 6), "BN");
+    assert!(c.diagnostics(&main, 4).is_empty());
+
+    // A quick fix for a misspelt builtin.
+    let (l, col) = find(&good, "b = load", "load");
+    c.change(&main, 5, range(l, col, l, col + 4), "laod");
+    let diags = c.diagnostics(&main, 5);
+    let d = diags
+        .iter()
+        .find(|d| d["message"].as_str().unwrap().contains("did you mean"))
+        .expect("did you mean");
+    let actions = c
+        .request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": main}, "range": d["range"], "context": {"diagnostics": [d]}}),
+        )
+        .unwrap();
+    let edit = &actions[0]["edit"]["changes"][&main][0];
+    assert_eq!(edit["newText"], "load");
+    assert_eq!(edit["range"], range(l, col, l, col + 4));
+    c.change(&main, 6, range(l, col, l, col + 4), "load");
+    assert!(c.diagnostics(&main, 6).is_empty());
+
+    // The arch setting changes the estimate (and re-publishes diagnostics).
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({"settings": {"tessera": {"arch": "sm_80"}}}),
+    );
+    assert!(c.diagnostics(&main, 6).is_empty());
+    let hints = c
+        .request(
+            "textDocument/inlayHint",
+            json!({"textDocument": {"uri": main}, "range": range(0, 0, 100, 0)}),
+        )
+        .unwrap();
+    let row80 = report(&main_path, "sm_80");
+    assert!(
+        hints
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["label"] == expected_hint(&row80)),
+        "{hints:#?} vs {row80}"
+    );
+    c.stop();
+}
+
+#[test]
+fn typing_every_stdlib_module_keystroke_by_keystroke() {
+    let root = scratch("typing");
+    let mut c = Client::start(&root, json!({"arch": "sm_80"}));
+    let mut modules: Vec<PathBuf> = std::fs::read_dir(repo().join("stdlib/std"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tsr"))
+        .collect();
+    modules.sort();
+    assert!(!modules.is_empty());
+    // Wait for diagnostics every this many keystrokes (and after the last).
+    const EVERY: usize = 97;
+    for module in modules {
+        let text = std::fs::read_to_string(&module).unwrap();
+        let uri = url(&root.join(module.file_name().unwrap()));
+        c.open(&uri, "", 0);
+        assert!(c.diagnostics(&uri, 0).is_empty());
+        let (mut line, mut col) = (0u32, 0u32);
+        let chars: Vec<char> = text.chars().collect();
+        let mut last = Vec::new();
+        for (i, ch) in chars.iter().enumerate() {
+            let version = i as i64 + 1;
+            c.change(&uri, version, range(line, col, line, col), &ch.to_string());
+            if *ch == '\n' {
+                line += 1;
+                col = 0;
+            } else {
+                col += ch.len_utf16() as u32;
+            }
+            if i % EVERY == 0 || i + 1 == chars.len() {
+                // Every prefix gets diagnostics; they must be well-formed.
+                last = c.diagnostics(&uri, version);
+                for d in &last {
+                    assert!(d["code"].as_str().is_some_and(|c| c.len() == 5), "{d}");
+                    assert!(
+                        d["range"]["start"]["line"].as_u64().unwrap() <= line as u64,
+                        "{d}"
+                    );
+                }
+            }
+        }
+        // The whole module checks cleanly, as `tessera check` says of the stdlib.
+        assert!(
+            last.iter().all(|d| d["severity"] != 1),
+            "{}: {last:#?}",
+            module.display()
+        );
+        c.request(
+            "textDocument/documentSymbol",
+            json!({"textDocument": {"uri": uri}}),
+        )
+        .expect("the server still answers");
+        c.notify(
+            "textDocument/didClose",
+            json!({"textDocument": {"uri": uri}}),
+        );
+    }
+    c.stop();
+}
