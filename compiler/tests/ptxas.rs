@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use tessera::backend::arch::Arch;
 use tessera::backend::ptxas::{self, PtxasError};
-use tessera::backend::resources::{self, estimate_regs, Node};
+use tessera::backend::resources::{self, estimate_regs, Node, SLOW_DIV_REGS, SLOW_SQRT_REGS};
 use tessera::db::{file_kernels, tile_ir, Database};
 use tessera::ir::tile::Specialization;
 
@@ -91,6 +91,45 @@ fn main() -> ExitCode {
         println!("ok   {arch} live values n:ptxas/estimate {}", row.join(" "));
     }
 
+    // The slow-path subroutine of IEEE f32 division, reciprocal and square
+    // root: its registers come on top of the values live across it.
+    for arch in ARCHS {
+        let mut row = Vec::new();
+        for (op, scratch) in [
+            ("div", SLOW_DIV_REGS),
+            ("rcp", SLOW_DIV_REGS),
+            ("sqrt", SLOW_SQRT_REGS),
+        ] {
+            for n in [4u32, 8, 16] {
+                let (ptx, program) = slow_path(op, n, arch);
+                let words = |r: u32| match r {
+                    0 | 1 => 2,
+                    r if r == 4 + n => scratch,
+                    _ => 1,
+                };
+                let estimate = estimate_regs(&program, &words);
+                match ptxas::assemble(&ptxas, &ptx, arch) {
+                    Ok(f) if f.len() == 1 => {
+                        row.push(format!("{op}{n}:{}/{estimate}", f[0].regs));
+                        // Within 2: sm_90 needs up to 2 fewer, sm_70/80 up to
+                        // 1 more for a division.
+                        if f[0].regs.abs_diff(estimate) > 2 {
+                            failures.push(format!(
+                                "{arch}: {op} with {n} live values: ptxas uses {} registers, the estimate is {estimate}",
+                                f[0].regs
+                            ));
+                        }
+                    }
+                    other => failures.push(format!("{arch}: {op} with {n} live values: {other:?}")),
+                }
+            }
+        }
+        println!(
+            "ok   {arch} slow paths op n:ptxas/estimate {}",
+            row.join(" ")
+        );
+    }
+
     corpus(&ptxas, &mut failures);
 
     if failures.is_empty() {
@@ -124,6 +163,47 @@ fn live_values(n: u32, arch: Arch) -> (String, Vec<Node>) {
     }
     ptx += &format!("mov.f32 %f{n}, %f0;\n");
     program.push(inst(&[2 + n], &[2]));
+    for i in 1..n {
+        ptx += &format!("mul.f32 %f{n}, %f{n}, %f{i};\n");
+        program.push(inst(&[2 + n], &[2 + n, 2 + i]));
+    }
+    ptx += &format!("st.global.f32 [%rd2], %f{n};\nret;\n}}\n");
+    program.push(inst(&[], &[1, 2 + n]));
+    (ptx, program)
+}
+
+/// [`live_values`] with an IEEE f32 `op` (`div`, `rcp` or `sqrt`) of the first
+/// value (and the second, for `div`) in front of the product: registers 0, 1
+/// the addresses, 2.. the `n` floats, `2 + n` the product, `3 + n` the
+/// result of `op`, `4 + n` the registers of its slow path.
+fn slow_path(op: &str, n: u32, arch: Arch) -> (String, Vec<Node>) {
+    let inst = |defs: &[u32], uses: &[u32]| Node::Inst {
+        defs: defs.to_vec(),
+        uses: uses.to_vec(),
+    };
+    let mut ptx = format!(
+        ".version 8.0\n.target {arch}\n.address_size 64\n.visible .entry k(.param .u64 p)\n{{\n\
+         .reg .f32 %f<{}>;\n.reg .b64 %rd<3>;\nld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\n",
+        n + 2
+    );
+    let mut program = vec![inst(&[0], &[]), inst(&[1], &[0])];
+    for i in 0..n {
+        ptx += &format!("ld.volatile.global.f32 %f{i}, [%rd2+{}];\n", 4 * i);
+        program.push(inst(&[2 + i], &[1]));
+    }
+    let r = n + 1;
+    match op {
+        "div" => {
+            ptx += &format!("div.rn.f32 %f{r}, %f0, %f1;\n");
+            program.push(inst(&[3 + n, 4 + n], &[2, 3]));
+        }
+        _ => {
+            ptx += &format!("{op}.rn.f32 %f{r}, %f0;\n");
+            program.push(inst(&[3 + n, 4 + n], &[2]));
+        }
+    }
+    ptx += &format!("mov.f32 %f{n}, %f{r};\n");
+    program.push(inst(&[2 + n], &[3 + n]));
     for i in 1..n {
         ptx += &format!("mul.f32 %f{n}, %f{n}, %f{i};\n");
         program.push(inst(&[2 + n], &[2 + n, 2 + i]));
@@ -193,9 +273,20 @@ struct Row {
     at_limit: bool,
 }
 
+/// The issue's goal for the register estimate over the corpus: a median error
+/// within 10%.
+const MEDIAN_BOUND: f64 = 0.10;
+/// The worst error the corpus may show. The issue's goal is 25%; the model
+/// does not reach it yet (ptxas unrolls short constant loops on sm_90, holds
+/// more in the tensor-core main loop on sm_70, and at low pressure spreads
+/// values over more registers than it needs), so this bound only keeps the
+/// current worst (38.2%) from growing.
+const WORST_BOUND: f64 = 0.40;
+
 /// Every kernel of the corpus for every arch: Tile IR, Target IR, PTX, `ptxas
 /// -v`, and the register estimate against ptxas's count. A PTX module ptxas
-/// rejects is a failure; kernels that do not lower yet are listed.
+/// rejects is a failure; kernels that do not lower yet are listed. The median
+/// and worst error must stay within [`MEDIAN_BOUND`] and [`WORST_BOUND`].
 fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut rows = Vec::new();
@@ -309,11 +400,28 @@ fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
             (errors[errors.len() / 2 - 1] + errors[errors.len() / 2]) / 2.0
         };
         let worst = errors[errors.len() - 1];
+        let over = errors.iter().filter(|&&e| e > 0.25).count();
         println!(
-            "register estimate error over {} pairs: median {:.1}%, worst {:.1}%",
+            "register estimate error over {} pairs: median {:.1}%, worst {:.1}%, {over} above 25%",
             errors.len(),
             median * 100.0,
             worst * 100.0
         );
+        if median > MEDIAN_BOUND {
+            failures.push(format!(
+                "median register estimate error {:.1}% is above {:.0}%",
+                median * 100.0,
+                MEDIAN_BOUND * 100.0
+            ));
+        }
+        if worst > WORST_BOUND {
+            failures.push(format!(
+                "worst register estimate error {:.1}% is above {:.0}%",
+                worst * 100.0,
+                WORST_BOUND * 100.0
+            ));
+        }
+    } else {
+        failures.push("no kernel of the corpus was compared with ptxas".into());
     }
 }
