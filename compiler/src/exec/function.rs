@@ -44,14 +44,19 @@ pub fn run_function(
         )
         .with_help("this construct is not lowered to kernels yet (`tsrc emit schedule-ir` shows the same error)")
     })?;
-    let graph = db::graph_ir(db, item, opts).clone().map_err(|e| {
-        ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message))
-    })?;
+    let graph = db::graph_ir(db, item, opts)
+        .clone()
+        .map_err(|e| ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message)))?;
     let by_name: HashMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let params: Vec<Value> = graph
         .params
         .iter()
-        .map(|p| by_name.get(p.name.as_str()).map(|v| (*v).clone()).unwrap_or(Value::None))
+        .map(|p| {
+            by_name
+                .get(p.name.as_str())
+                .map(|v| (*v).clone())
+                .unwrap_or(Value::None)
+        })
         .collect();
     let scalars: HashMap<String, Num> = values
         .iter()
@@ -88,12 +93,7 @@ impl Num {
 fn dim_value(d: &Dim, env: &BTreeMap<String, i64>) -> Result<i64, ExecError> {
     d.substitute(&|s| env.get(s).map(|v| Dim::constant(*v)))
         .and_then(|d| d.as_const())
-        .ok_or_else(|| {
-            ExecError::new(
-                "E0710",
-                format!("dim `{d}` is not bound by the arguments"),
-            )
-        })
+        .ok_or_else(|| ExecError::new("E0710", format!("dim `{d}` is not bound by the arguments")))
 }
 
 fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecError> {
@@ -117,9 +117,9 @@ fn scalar(
     params: &HashMap<String, Num>,
 ) -> Result<Num, ExecError> {
     Ok(match e {
-        ScalarExpr::Param(p) => *params.get(p).ok_or_else(|| {
-            ExecError::new("E0707", format!("missing scalar argument `{p}`"))
-        })?,
+        ScalarExpr::Param(p) => *params
+            .get(p)
+            .ok_or_else(|| ExecError::new("E0707", format!("missing scalar argument `{p}`")))?,
         ScalarExpr::Index(d) => Num::I(dim_value(d, env)?),
         ScalarExpr::Const(c) => match c {
             Constant::Int(i) => Num::I(*i),
@@ -163,7 +163,9 @@ fn scalar(
                         BinaryOp::Add => x + y,
                         BinaryOp::Sub => x - y,
                         BinaryOp::Mul => x * y,
-                        BinaryOp::FloorDiv => x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 },
+                        BinaryOp::FloorDiv => {
+                            x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 }
+                        }
                         BinaryOp::Mod => ((x % y) + y) % y,
                         BinaryOp::Pow => x.pow(y.max(0) as u32),
                         BinaryOp::Max => x.max(y),
@@ -249,7 +251,11 @@ fn run_schedule(
                 Some(Value::Tensor(t)) => Some(t.view(&shape).ok_or_else(|| {
                     ExecError::new(
                         "E0701",
-                        format!("input `{}` has shape {:?}, expected {shape:?}", b.name, t.shape()),
+                        format!(
+                            "input `{}` has shape {:?}, expected {shape:?}",
+                            b.name,
+                            t.shape()
+                        ),
                     )
                 })?),
                 _ => {
@@ -308,7 +314,9 @@ fn run_schedule(
                     .params
                     .iter()
                     .map(|p| match (by.get(p.name.as_str()), &p.kind) {
-                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => Ok(cpu::Arg::Tensor(t.clone())),
+                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => {
+                            Ok(cpu::Arg::Tensor(t.clone()))
+                        }
                         (Some(Value::Int(i)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Int(*i)),
                         (Some(Value::Float(x)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Float(*x)),
                         _ => Err(ExecError::new(
@@ -318,9 +326,16 @@ fn run_schedule(
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let g = grid.ok_or_else(|| {
-                    ExecError::new("E0710", format!("generated kernel `{}` has no grid", k.name))
+                    ExecError::new(
+                        "E0710",
+                        format!("generated kernel `{}` has no grid", k.name),
+                    )
                 })?;
-                let g3 = [g[0], g.get(1).copied().unwrap_or(1), g.get(2).copied().unwrap_or(1)];
+                let g3 = [
+                    g[0],
+                    g.get(1).copied().unwrap_or(1),
+                    g.get(2).copied().unwrap_or(1),
+                ];
                 cpu::run_grid(k, &kargs, g3, interrupt)?;
             }
             KernelRef::Std { module, name } => {

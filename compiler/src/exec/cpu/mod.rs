@@ -15,7 +15,9 @@
 //! read-modify-write (compare-and-swap on the element's bits).
 
 use std::rc::Rc;
-use std::sync::atomic::{AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{
+    AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -158,7 +160,10 @@ pub fn run_grid(
         if *g <= 0 {
             return Err(ExecError::new(
                 "E0703",
-                format!("grid dim {axis} of `{}` is {g}; grid dims must be positive", kernel.name),
+                format!(
+                    "grid dim {axis} of `{}` is {g}; grid dims must be positive",
+                    kernel.name
+                ),
             )
             .with_help("a grid like `cdiv(N, BLOCK)` is 0 when N is 0: check the tensor sizes"));
         }
@@ -167,7 +172,11 @@ pub fn run_grid(
     let params = &params;
     (0..total).into_par_iter().try_for_each(|p| {
         interrupt.check()?;
-        let pid = [p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])];
+        let pid = [
+            p % grid[0],
+            (p / grid[0]) % grid[1],
+            p / (grid[0] * grid[1]),
+        ];
         let mut prog = Program {
             k: kernel,
             params,
@@ -184,7 +193,11 @@ fn scalar_of(d: DType, x: f64, i: i64) -> Rc0 {
     match repr(d) {
         Repr::F => Rc0::F(round_to(d, x) as f32),
         Repr::D => Rc0::D(x),
-        Repr::I => Rc0::I(if d == DType::Bool { (i != 0 || x != 0.0) as i64 } else { wrap_int(d, i) }),
+        Repr::I => Rc0::I(if d == DType::Bool {
+            (i != 0 || x != 0.0) as i64
+        } else {
+            wrap_int(d, i)
+        }),
     }
 }
 
@@ -295,7 +308,9 @@ fn round_f32s(d: DType, v: &mut [f32]) {
     match d {
         DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
         DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
-        DType::F8E4M3 | DType::F8E5M2 => v.iter_mut().for_each(|x| *x = round_to(d, *x as f64) as f32),
+        DType::F8E4M3 | DType::F8E5M2 => v
+            .iter_mut()
+            .for_each(|x| *x = round_to(d, *x as f64) as f32),
         _ => {}
     }
 }
@@ -381,9 +396,9 @@ impl Program<'_> {
             }
             OpKind::ProgramId(a) => Ok(vec![scalar_tile(Buf::I(vec![self.pid[*a as usize]]))]),
             OpKind::NumPrograms(a) => Ok(vec![scalar_tile(Buf::I(vec![self.grid[*a as usize]]))]),
-            OpKind::TensorDim { param, axis } => {
-                Ok(vec![scalar_tile(Buf::I(vec![self.mem(*param).dims[*axis]]))])
-            }
+            OpKind::TensorDim { param, axis } => Ok(vec![scalar_tile(Buf::I(vec![
+                self.mem(*param).dims[*axis],
+            ]))]),
             OpKind::ScalarParam(i) => {
                 let b = match &self.params[*i] {
                     Param::Scalar(Rc0::F(x)) => Buf::F(vec![*x]),
@@ -538,7 +553,16 @@ impl Program<'_> {
                 let (x, y) = (self.v(*a), self.v(*b));
                 let (m, kk, n) = (x.shape[0], x.shape[1], y.shape[1]);
                 let acc = acc.map(|c| self.v(c).clone());
-                let buf = dot(&x.buf, &y.buf, acc.as_deref().map(|t| &t.buf), m, kk, n, *precision, rd(0));
+                let buf = dot(
+                    &x.buf,
+                    &y.buf,
+                    acc.as_deref().map(|t| &t.buf),
+                    m,
+                    kk,
+                    n,
+                    *precision,
+                    rd(0),
+                );
                 one(Tile {
                     shape: vec![m, n],
                     buf,
@@ -645,9 +669,21 @@ fn select<X: Copy>(c: &[i64], a: &[X], b: &[X]) -> Vec<X> {
 
 fn apply_mask(buf: &mut Buf, fill: &Buf, mask: &[i64]) {
     match (buf, fill) {
-        (Buf::F(v), Buf::F(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
-        (Buf::D(v), Buf::D(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
-        (Buf::I(v), Buf::I(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
+        (Buf::F(v), Buf::F(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
+        (Buf::D(v), Buf::D(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
+        (Buf::I(v), Buf::I(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
         _ => unreachable!("same representation"),
     }
 }
@@ -865,7 +901,9 @@ unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     macro_rules! cas {
         ($atomic:ty, $bits:ty, $from:expr, $to:expr) => {{
             let a = <$atomic>::from_ptr((m.ptr as *mut $bits).add(at));
-            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some($to($from(old))));
+            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some($to($from(old)))
+            });
         }};
     }
     macro_rules! int_add {
@@ -876,17 +914,29 @@ unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     }
     match m.dtype {
         DType::F64 => cas!(AtomicU64, u64, f64::from_bits, |v: f64| (v + x).to_bits()),
-        DType::F32 => cas!(AtomicU32, u32, f32::from_bits, |v: f32| (v + x as f32).to_bits()),
-        DType::F16 => cas!(AtomicU16, u16, f16::from_bits, |v: f16| f16::from_f32(v.to_f32() + x as f32).to_bits()),
-        DType::BF16 => cas!(AtomicU16, u16, bf16::from_bits, |v: bf16| bf16::from_f32(v.to_f32() + x as f32).to_bits()),
-        DType::F8E4M3 | DType::F8E5M2 => cas!(AtomicU8, u8, |b: u8| decode_byte(m.dtype, b), |v: f64| encode_byte(m.dtype, v + x)),
+        DType::F32 => cas!(AtomicU32, u32, f32::from_bits, |v: f32| (v + x as f32)
+            .to_bits()),
+        DType::F16 => cas!(AtomicU16, u16, f16::from_bits, |v: f16| f16::from_f32(
+            v.to_f32() + x as f32
+        )
+        .to_bits()),
+        DType::BF16 => cas!(AtomicU16, u16, bf16::from_bits, |v: bf16| bf16::from_f32(
+            v.to_f32() + x as f32
+        )
+        .to_bits()),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            cas!(AtomicU8, u8, |b: u8| decode_byte(m.dtype, b), |v: f64| {
+                encode_byte(m.dtype, v + x)
+            })
+        }
         DType::I64 => int_add!(AtomicI64, i64),
         DType::I32 => int_add!(AtomicI32, i32),
         DType::I16 => int_add!(AtomicI16, i16),
         DType::I8 => int_add!(AtomicI8, i8),
         DType::U32 => int_add!(AtomicU32, u32),
         DType::U8 => int_add!(AtomicU8, u8),
-        DType::Bool => cas!(AtomicU8, u8, |b: u8| b as i64, |v: i64| ((v + int) != 0) as u8),
+        DType::Bool => cas!(AtomicU8, u8, |b: u8| b as i64, |v: i64| ((v + int) != 0)
+            as u8),
     }
 }
 
@@ -991,8 +1041,20 @@ fn binary(op: BinaryOp, d: DType, rd: DType, x: &Buf, y: &Buf) -> Result<Buf, Ex
                         }
                     },
                     Pow => |a, b| a.powf(b),
-                    Max => |a, b| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) },
-                    Min => |a, b| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) },
+                    Max => |a, b| {
+                        if a.is_nan() || b.is_nan() {
+                            <$t>::NAN
+                        } else {
+                            a.max(b)
+                        }
+                    },
+                    Min => |a, b| {
+                        if a.is_nan() || b.is_nan() {
+                            <$t>::NAN
+                        } else {
+                            a.min(b)
+                        }
+                    },
                     And => |a, b| ((a != 0.0) && (b != 0.0)) as i64 as $t,
                     Or => |a, b| ((a != 0.0) || (b != 0.0)) as i64 as $t,
                     _ => |a, b| ((a != 0.0) != (b != 0.0)) as i64 as $t,
@@ -1014,7 +1076,9 @@ fn binary(op: BinaryOp, d: DType, rd: DType, x: &Buf, y: &Buf) -> Result<Buf, Ex
                     Gt => |a, b| a > b,
                     _ => |a, b| a >= b,
                 };
-                return Ok(Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b) as i64).collect()));
+                return Ok(Buf::I(
+                    p.iter().zip(q).map(|(a, b)| f(*a, *b) as i64).collect(),
+                ));
             }
             if matches!(op, Div | FloorDiv | Mod) && q.contains(&0) {
                 return Err(div_by_zero());
@@ -1048,7 +1112,13 @@ fn binary(op: BinaryOp, d: DType, rd: DType, x: &Buf, y: &Buf) -> Result<Buf, Ex
                         // powers non-negative, so this is 1/a truncated.
                         match a {
                             1 => 1,
-                            -1 => if b % 2 == 0 { 1 } else { -1 },
+                            -1 => {
+                                if b % 2 == 0 {
+                                    1
+                                } else {
+                                    -1
+                                }
+                            }
                             _ => 0,
                         }
                     } else {
@@ -1062,7 +1132,10 @@ fn binary(op: BinaryOp, d: DType, rd: DType, x: &Buf, y: &Buf) -> Result<Buf, Ex
                 _ => |a, b| a ^ b,
             };
             let _ = bool_;
-            normalise(rd, Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect()))
+            normalise(
+                rd,
+                Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect()),
+            )
         }
         _ => unreachable!("Tile IR: binary operands of one type"),
     })
@@ -1165,8 +1238,20 @@ fn dot(
             // SAFETY: row-major slices of the stated sizes.
             unsafe {
                 matrixmultiply::sgemm(
-                    m, k, n, 1.0, x.as_ptr(), k as isize, 1, y.as_ptr(), n as isize, 1, 1.0,
-                    c.as_mut_ptr(), n as isize, 1,
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    x.as_ptr(),
+                    k as isize,
+                    1,
+                    y.as_ptr(),
+                    n as isize,
+                    1,
+                    1.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
                 );
             }
             normalise(rd, Buf::F(c))
@@ -1174,14 +1259,26 @@ fn dot(
         (Buf::D(x), Buf::D(y)) => {
             let mut c = match acc {
                 Some(Buf::D(c)) => c.clone(),
-                Some(other) => cast(other, DType::F64) .get_d(),
+                Some(other) => cast(other, DType::F64).get_d(),
                 None => vec![0.0f64; m * n],
             };
             // SAFETY: row-major slices of the stated sizes.
             unsafe {
                 matrixmultiply::dgemm(
-                    m, k, n, 1.0, x.as_ptr(), k as isize, 1, y.as_ptr(), n as isize, 1, 1.0,
-                    c.as_mut_ptr(), n as isize, 1,
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    x.as_ptr(),
+                    k as isize,
+                    1,
+                    y.as_ptr(),
+                    n as isize,
+                    1,
+                    1.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
                 );
             }
             cast(&Buf::D(c), rd)
