@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::launch::{bind_dims, find_kernel, launch_bound, match_args, signature};
-use super::{cpu, ExecError, Interrupt, Tensor, Value};
+use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::db::{self, Database, Db, SourceFile};
-use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule};
+use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
 /// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
@@ -284,8 +284,23 @@ fn run_schedule(
             )
         })
     };
-    for l in &s.launches {
+    for step in &s.steps {
         interrupt.check()?;
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, .. } => {
+                let seed = match scalar(seed, env, scalars)? {
+                    Num::I(i) => i as u64,
+                    Num::F(x) => x as u64,
+                };
+                let t = view(&mem, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                continue;
+            }
+        };
+        for r in &l.requires {
+            check_requirement(r, env)?;
+        }
         let grid = match &l.grid {
             Some(g) => Some(
                 g.iter()
@@ -393,4 +408,42 @@ fn launch_std_or_user(
     }
     let values = match_args(&sig, &[], &named)?;
     launch_bound(db, kfile, item, grid, &values, interrupt)
+}
+
+/// Checks a launch requirement on sizes (`N <= 1024`) that could not be
+/// proven at compile time. Sides are sums of products of dims and integers.
+fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecError> {
+    let eval = |side: &str| -> Option<i64> {
+        side.split('+')
+            .map(|term| {
+                term.split('*')
+                    .map(|f| {
+                        let f = f.trim();
+                        f.parse::<i64>().ok().or_else(|| env.get(f).copied())
+                    })
+                    .product::<Option<i64>>()
+            })
+            .sum::<Option<i64>>()
+    };
+    let unchecked = || {
+        ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, which cannot be checked"),
+        )
+    };
+    // Other requirements describe the target (`f32 inputs multiplied at tf32
+    // precision`): the CPU executes the same Tile IR (it rounds to tf32 too).
+    let Some((lhs, rhs)) = r.split_once("<=") else {
+        return Ok(());
+    };
+    let (a, b) = (eval(lhs).ok_or_else(unchecked)?, eval(rhs).ok_or_else(unchecked)?);
+    if a <= b {
+        Ok(())
+    } else {
+        Err(ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, but `{}` = {a}", lhs.trim()),
+        )
+        .with_help("the stdlib kernel chosen for this op holds a whole row; a longer row is not supported by this function's schedule yet"))
+    }
 }

@@ -378,11 +378,11 @@ fn specialise(
     let compile_error = |diags: &[crate::diag::Diagnostic]| {
         let first = diags.first();
         ExecError::new(
-            first.map_or("E0709", |d| d.code),
+            "E0709",
             format!(
                 "kernel `{}` cannot be compiled for this launch: {}",
                 f.name.name,
-                first.map_or("it has errors".to_string(), |d| d.message.clone())
+                first.map_or("it has errors".to_string(), |d| format!("[{}] {}", d.code, d.message))
             ),
         )
         .with_help(

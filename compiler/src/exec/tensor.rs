@@ -332,6 +332,20 @@ impl Tensor {
         Tensor::from_f64(&self.shape, dtype, &self.to_f64_vec())
     }
 
+    /// Overwrites every element with `src`'s (same element count and dtype),
+    /// visible through every alias.
+    pub fn assign(&self, src: &Tensor) {
+        assert_eq!(self.numel(), src.numel(), "Tensor::assign: sizes differ");
+        assert_eq!(self.dtype, src.dtype, "Tensor::assign: dtypes differ");
+        if self.same_storage(src) {
+            return;
+        }
+        // SAFETY: no launch is running (see the module docs); the vector keeps
+        // its length, so pointers taken for later launches stay valid.
+        let dst = unsafe { &mut *self.storage.0.get() };
+        dst.clone_from(src.storage.data());
+    }
+
     /// A copy with its own storage.
     pub fn deep_clone(&self) -> Tensor {
         Tensor::from_data(&self.shape, self.dtype, self.storage.data().clone())
