@@ -173,7 +173,13 @@ fn stand_in_randn(seed: i64, n: usize) -> Vec<f64> {
 /// Reference semantics of a graph on concrete inputs.
 fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
     let mut vals: Vec<T> = Vec::new();
-    for n in &g.nodes {
+    // The results of control-flow nodes, by node index.
+    let mut results: HashMap<usize, Vec<T>> = HashMap::new();
+    let scalar_t = |x: f64| T {
+        shape: vec![],
+        data: vec![x],
+    };
+    for (ni, n) in g.nodes.iter().enumerate() {
         let shape = dims(n.ty.dims(), env);
         let dt = n.ty.dtype().unwrap_or(DType::F32);
         let v = |i: &crate::ir::graph::NodeId| &vals[i.0 as usize];
@@ -417,6 +423,59 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                 }
                 T { shape, data }
             }
+            NodeKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let r = if v(cond).data[0] != 0.0 { then } else { otherwise };
+                let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
+                results.insert(ni, eval_graph(&r.graph, env, &ins));
+                scalar_t(0.0)
+            }
+            NodeKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                let (lo, hi, st) = (
+                    v(lo).data[0] as i64,
+                    v(hi).data[0] as i64,
+                    v(step).data[0] as i64,
+                );
+                let mut carried: Vec<T> = init.iter().map(|i| v(i).clone()).collect();
+                let caps: Vec<T> = body.captures.iter().map(|c| v(c).clone()).collect();
+                let mut i = lo;
+                while (st > 0 && i < hi) || (st < 0 && i > hi) {
+                    let mut ins = vec![scalar_t(i as f64)];
+                    ins.extend(carried.iter().cloned());
+                    ins.extend(caps.iter().cloned());
+                    carried = eval_graph(&body.graph, env, &ins);
+                    i += st;
+                }
+                results.insert(ni, carried);
+                scalar_t(0.0)
+            }
+            NodeKind::While { init, cond, body } => {
+                let mut carried: Vec<T> = init.iter().map(|i| v(i).clone()).collect();
+                let with = |carried: &[T], caps: &[crate::ir::graph::NodeId]| -> Vec<T> {
+                    carried
+                        .iter()
+                        .cloned()
+                        .chain(caps.iter().map(|c| v(c).clone()))
+                        .collect()
+                };
+                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures))[0].data[0]
+                    != 0.0
+                {
+                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures));
+                }
+                results.insert(ni, carried);
+                scalar_t(0.0)
+            }
+            NodeKind::Project { of, index } => results[&(of.0 as usize)][*index].clone(),
             other => panic!("no reference semantics for {other:?}"),
         };
         vals.push(t);
@@ -440,6 +499,7 @@ fn scalar(e: &ScalarExpr, env: &Env, params: &HashMap<String, f64>) -> f64 {
         ScalarExpr::Binary(op, a, b) => binary(*op, scalar(a, env, params), scalar(b, env, params)),
         ScalarExpr::Cast(x, d) => cast(scalar(x, env, params), *d),
         ScalarExpr::CDiv(x, k) => (scalar(x, env, params) / *k as f64).ceil(),
+        ScalarExpr::Var(v) => params[&format!("${v}")],
     }
 }
 
@@ -790,12 +850,79 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
             _ => vec![f64::NAN; numel(&dims(&b.dims, env))],
         })
         .collect();
-    for step in &s.steps {
+    let mut host = scalars.clone();
+    run_steps(s, &s.steps, env, &mut host, &mut mem);
+    s.outputs
+        .iter()
+        .map(|o| T {
+            shape: dims(&s.buffer(*o).dims, env),
+            data: mem[s.base(*o).0 as usize].clone(),
+        })
+        .collect()
+}
+
+/// Runs steps; host variables live in `scalars` as `$name`.
+fn run_steps(
+    s: &Schedule,
+    steps: &[Step],
+    env: &Env,
+    scalars: &mut HashMap<String, f64>,
+    mem: &mut [Vec<f64>],
+) {
+    for step in steps {
         let l = match step {
             Step::Launch(l) => l,
             Step::HostRandn { buf, seed, .. } => {
                 let b = s.base(*buf).0 as usize;
                 mem[b] = stand_in_randn(scalar(seed, env, scalars) as i64, mem[b].len());
+                continue;
+            }
+            Step::SetVar { var, value } => {
+                let v = scalar(value, env, scalars);
+                scalars.insert(format!("${var}"), v);
+                continue;
+            }
+            Step::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let body = if scalar(cond, env, scalars) != 0.0 {
+                    then
+                } else {
+                    otherwise
+                };
+                run_steps(s, body, env, scalars, mem);
+                continue;
+            }
+            Step::For {
+                var,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                let (lo, hi, st) = (
+                    scalar(lo, env, scalars) as i64,
+                    scalar(hi, env, scalars) as i64,
+                    scalar(step, env, scalars) as i64,
+                );
+                let mut i = lo;
+                while (st > 0 && i < hi) || (st < 0 && i > hi) {
+                    scalars.insert(format!("${var}"), i as f64);
+                    run_steps(s, body, env, scalars, mem);
+                    i += st;
+                }
+                continue;
+            }
+            Step::While { cond, test, body } => {
+                loop {
+                    run_steps(s, cond, env, scalars, mem);
+                    if scalar(test, env, scalars) == 0.0 {
+                        break;
+                    }
+                    run_steps(s, body, env, scalars, mem);
+                }
                 continue;
             }
         };
@@ -850,18 +977,11 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
                         pid: [x, y, z],
                         grid: [g(0), g(1), g(2)],
                     };
-                    run.region(&k.body, &mut HashMap::new(), &mut mem);
+                    run.region(&k.body, &mut HashMap::new(), mem);
                 }
             }
         }
     }
-    s.outputs
-        .iter()
-        .map(|o| T {
-            shape: dims(&s.buffer(*o).dims, env),
-            data: mem[s.base(*o).0 as usize].clone(),
-        })
-        .collect()
 }
 
 /// Deterministic inputs in [-2, 2) (integers and bools for those dtypes).
@@ -1160,5 +1280,64 @@ fn shapes_and_host_scalar_arithmetic_compute_the_graph() {
 "#;
     for (m, n) in [(3, 5), (2, 130)] {
         check(src, "sh", &[("M", m), ("N", n)], &[("k", 4.0)]);
+    }
+}
+
+#[test]
+fn run_time_control_flow_computes_the_graph() {
+    let src = r#"def d(x: Tensor["M", "N", f32], k: i32) -> Tensor["M", "N", f32]:
+    y = x * 2.0
+    if k > 0:
+        x = x + 1.0
+    elif k < -3:
+        x = relu(x)
+    else:
+        x = y - 1.0
+    return x
+
+def lp(x: Tensor["M", "N", f32], b: Tensor["N", f32], n: i32) -> Tensor["M", "N", f32]:
+    s = 0.0
+    for i in range(1, n, 2):
+        x = x * 0.5 + b * i.to(f32)
+        s = s + 1.0
+    return x + s
+
+def wh(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    y = x[0]
+    while n > 0:
+        x, y = x * 2.0 + y, x[n % M] - y
+        n -= 1
+    return x - y
+
+def sw(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    p = 1
+    q = 2
+    for i in range(n):
+        a, b = b, a + 1.0
+        p, q = q, p * 3
+    return a * 2.0 - b + (p - q).to(f32)
+"#;
+    for (m, n) in [(3, 5), (2, 130)] {
+        let env = [("M", m), ("N", n)];
+        for k in [2.0, -5.0, 0.0] {
+            check(src, "d", &env, &[("k", k)]);
+        }
+        for k in [0.0, 1.0, 6.0] {
+            check(src, "lp", &env, &[("n", k)]);
+            check(src, "wh", &env, &[("n", k)]);
+            check(src, "sw", &env, &[("n", k)]);
+        }
+    }
+}
+
+#[test]
+fn integer_matmuls_compute_the_graph() {
+    // Exact integer accumulation (a generated kernel of rank-1 updates), with
+    // batch dims broadcast and a narrow result cast by its consumer.
+    let src = r#"def im(a: Tensor["B", "M", "K", i32], b: Tensor["K", "N", i32], c: Tensor["M", "K", i8], d: Tensor["B", "K", "N", i8]) -> Tensor["B", "M", "N", i32]:
+    return a @ b + matmul(c, d).to(i32) * 2
+"#;
+    for (b, m, k, n) in [(2, 3, 5, 7), (1, 40, 3, 33)] {
+        check(src, "im", &[("B", b), ("M", m), ("K", k), ("N", n)], &[]);
     }
 }
