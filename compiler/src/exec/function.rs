@@ -217,7 +217,10 @@ fn scalar(
             }
         }
         ScalarExpr::Var(v) => *params.get(&format!("${v}")).ok_or_else(|| {
-            ExecError::new("E0710", format!("host variable `${v}` is read before it is set"))
+            ExecError::new(
+                "E0710",
+                format!("host variable `${v}` is read before it is set"),
+            )
         })?,
         ScalarExpr::CDiv(x, k) => {
             let v = scalar(x, env, params)?;
@@ -325,7 +328,11 @@ fn view(ctx: &Ctx, buf: crate::ir::schedule::BufId, shape: &[usize]) -> Result<T
 }
 
 /// Runs steps in order; host variables live in `scalars` as `$name`.
-fn run_steps(ctx: &Ctx, steps: &[Step], scalars: &mut HashMap<String, Num>) -> Result<(), ExecError> {
+fn run_steps(
+    ctx: &Ctx,
+    steps: &[Step],
+    scalars: &mut HashMap<String, Num>,
+) -> Result<(), ExecError> {
     let (db, file, s, env, interrupt) = (ctx.db, ctx.file, ctx.s, ctx.env, ctx.interrupt);
     for step in steps {
         interrupt.check()?;
@@ -361,13 +368,18 @@ fn run_steps(ctx: &Ctx, steps: &[Step], scalars: &mut HashMap<String, Num>) -> R
                 step,
                 body,
             } => {
-                let as_int = |e: &ScalarExpr, scalars: &HashMap<String, Num>| -> Result<i64, ExecError> {
-                    Ok(match scalar(e, env, scalars)? {
-                        Num::I(i) => i,
-                        Num::F(x) => x as i64,
-                    })
-                };
-                let (mut i, h, st) = (as_int(lo, scalars)?, as_int(hi, scalars)?, as_int(step, scalars)?);
+                let as_int =
+                    |e: &ScalarExpr, scalars: &HashMap<String, Num>| -> Result<i64, ExecError> {
+                        Ok(match scalar(e, env, scalars)? {
+                            Num::I(i) => i,
+                            Num::F(x) => x as i64,
+                        })
+                    };
+                let (mut i, h, st) = (
+                    as_int(lo, scalars)?,
+                    as_int(hi, scalars)?,
+                    as_int(step, scalars)?,
+                );
                 if st == 0 {
                     return Err(ExecError::new("E0703", "`range` step is zero")
                         .with_help("a loop step must be non-zero"));
@@ -519,7 +531,10 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
     let Some((lhs, rhs)) = r.split_once("<=") else {
         return Ok(());
     };
-    let (a, b) = (eval(lhs).ok_or_else(unchecked)?, eval(rhs).ok_or_else(unchecked)?);
+    let (a, b) = (
+        eval(lhs).ok_or_else(unchecked)?,
+        eval(rhs).ok_or_else(unchecked)?,
+    );
     if a <= b {
         Ok(())
     } else {

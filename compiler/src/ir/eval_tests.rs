@@ -213,8 +213,12 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
             NodeKind::Fill(Fill::Ones) => elementwise(&shape, &[], &|_| 1.0),
             NodeKind::Fill(Fill::Full(x)) => elementwise(&shape, &[v(x)], &|a| cast(a[0], dt)),
             NodeKind::Fill(Fill::Randn { seed }) => T {
-                data: exec::rng::randn(&shape, dt, seed.map_or(0.0, |s| v(&s).data[0]) as i64 as u64)
-                    .to_f64_vec(),
+                data: exec::rng::randn(
+                    &shape,
+                    dt,
+                    seed.map_or(0.0, |s| v(&s).data[0]) as i64 as u64,
+                )
+                .to_f64_vec(),
                 shape,
             },
             NodeKind::Slice { x, axes } => {
@@ -419,7 +423,11 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                 then,
                 otherwise,
             } => {
-                let r = if v(cond).data[0] != 0.0 { then } else { otherwise };
+                let r = if v(cond).data[0] != 0.0 {
+                    then
+                } else {
+                    otherwise
+                };
                 let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
                 results.insert(ni, eval_graph(&r.graph, env, &ins));
                 scalar_t(0.0)
@@ -544,7 +552,15 @@ fn input(t: &GType, env: &Env, seed: u64) -> T {
 /// Tolerance of the executor against the f64 reference: by result dtype, and
 /// looser where a matmul runs at tf32 (f32 gemm) or inputs round to 16 bits.
 fn tolerance(d: DType, s: &Schedule) -> f64 {
-    let tf32 = s.launches().any(|l| matches!(l.kernel, KernelRef::Std { name: "gemm_tf32", .. }));
+    let tf32 = s.launches().any(|l| {
+        matches!(
+            l.kernel,
+            KernelRef::Std {
+                name: "gemm_tf32",
+                ..
+            }
+        )
+    });
     match d {
         DType::F64 => 1e-9,
         DType::F32 if tf32 => 5e-3,
@@ -809,7 +825,12 @@ def rows(x: Tensor["B", "M", "N", f16], j: i32) -> Tensor["B", 2, "N", f32]:
         check(src, "sl", &[("B", b), ("M", m), ("N", n)], &[("i", -2.0)]);
     }
     check(src, "rows", &[("B", 2), ("M", 4), ("N", 7)], &[("j", -1.0)]);
-    check(src, "rows", &[("B", 3), ("M", 3), ("N", 200)], &[("j", 2.0)]);
+    check(
+        src,
+        "rows",
+        &[("B", 3), ("M", 3), ("N", 200)],
+        &[("j", 2.0)],
+    );
 }
 
 #[test]

@@ -192,7 +192,10 @@ pub enum Step {
         node: NodeId,
     },
     /// Sets host variable `var` (dumped `set $var = value`).
-    SetVar { var: String, value: ScalarExpr },
+    SetVar {
+        var: String,
+        value: ScalarExpr,
+    },
     /// Runs `then` when the bool host scalar `cond` is true, else `otherwise`.
     If {
         cond: ScalarExpr,
@@ -1017,7 +1020,9 @@ fn verify_steps(
         let mut used = Vec::new();
         vars_of(e, &mut used);
         match used.iter().find(|v| !vars.contains(v)) {
-            Some(v) => Err(format!("step {li}: host variable `${v}` read before it is set")),
+            Some(v) => Err(format!(
+                "step {li}: host variable `${v}` read before it is set"
+            )),
             None => Ok(()),
         }
     };
@@ -1084,7 +1089,10 @@ fn verify_steps(
                 if matches!(b.kind, BufKind::Input(_)) {
                     return err(format!("step {li}: `randn` overwrites input `{}`", b.name));
                 }
-                if matches!(seed, ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))) {
+                if matches!(
+                    seed,
+                    ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))
+                ) {
                     return err(format!("step {li}: a `randn` seed that is not an integer"));
                 }
                 defined(seed, vars, li)?;
@@ -1577,7 +1585,8 @@ impl Lower<'_> {
                 Slot::Buf(b) => {
                     let src = self.base(self.buf(o, o)?);
                     if src != self.base(*b) && target_bases.contains(&src) {
-                        let t = self.temp(g.ty(o).dims().to_vec(), self.buffers[b.0 as usize].dtype);
+                        let t =
+                            self.temp(g.ty(o).dims().to_vec(), self.buffers[b.0 as usize].dtype);
                         copy(self, o, t)?;
                         self.buf_of.insert(o, t);
                     }
@@ -1682,23 +1691,21 @@ impl<'g> Lower<'g> {
         let l = self;
         let g = l.g;
         let n = g.nodes.len();
-    // Fusion: an elementwise node whose users are all elementwise and already in
-    // one group, with no kernel call between it and them, joins that group (so a
-    // value used twice inside one chain, as in `t * sigmoid(t)`, is computed once
-    // in registers); results and other nodes root their own group.
-    let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
-    let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
-    for i in (0..n).rev() {
-        let id = NodeId(i as u32);
-        let users = &l.consumers[i];
-        if !is_elementwise(g, id) || is_output(i) || users.is_empty() {
-            continue;
-        }
-        let root = root_of[users[0].0 as usize];
-        let last = users.iter().map(|u| u.0 as usize).max().unwrap_or(i);
-        let effect_between = g.nodes[i + 1..last]
-            .iter()
-            .any(|x| {
+        // Fusion: an elementwise node whose users are all elementwise and already in
+        // one group, with no kernel call between it and them, joins that group (so a
+        // value used twice inside one chain, as in `t * sigmoid(t)`, is computed once
+        // in registers); results and other nodes root their own group.
+        let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
+        let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
+        for i in (0..n).rev() {
+            let id = NodeId(i as u32);
+            let users = &l.consumers[i];
+            if !is_elementwise(g, id) || is_output(i) || users.is_empty() {
+                continue;
+            }
+            let root = root_of[users[0].0 as usize];
+            let last = users.iter().map(|u| u.0 as usize).max().unwrap_or(i);
+            let effect_between = g.nodes[i + 1..last].iter().any(|x| {
                 matches!(
                     x.kind,
                     NodeKind::KernelCall { .. }
@@ -1707,46 +1714,46 @@ impl<'g> Lower<'g> {
                         | NodeKind::While { .. }
                 )
             });
-        if !effect_between
-            && users
-                .iter()
-                .all(|u| is_elementwise(g, *u) && root_of[u.0 as usize] == root)
-        {
-            root_of[i] = root;
+            if !effect_between
+                && users
+                    .iter()
+                    .all(|u| is_elementwise(g, *u) && root_of[u.0 as usize] == root)
+            {
+                root_of[i] = root;
+            }
         }
-    }
-    for i in 0..n {
-        let id = NodeId(i as u32);
-        let node = g.node(id);
-        if absorbed[i] || node.ty.is_scalar() || matches!(node.kind, NodeKind::Param(_)) {
-            continue;
-        }
-        let out = out_for.get(&id).copied();
-        if is_elementwise(g, id) {
-            if root_of[i] != id {
+        for i in 0..n {
+            let id = NodeId(i as u32);
+            let node = g.node(id);
+            if absorbed[i] || node.ty.is_scalar() || matches!(node.kind, NodeKind::Param(_)) {
                 continue;
             }
-            let members: Vec<NodeId> = (0..=i)
-                .map(|j| NodeId(j as u32))
-                .filter(|&j| root_of[j.0 as usize] == id && is_elementwise(g, j))
-                .collect();
-            let dims = node.ty.dims().to_vec();
-            let b = match out {
-                Some(b) => b,
-                None => l.temp(dims, node.ty.dtype().unwrap_or(DType::F32)),
-            };
-            l.fused(
-                &Group {
-                    members,
-                    root: id,
-                    copy: false,
-                },
-                b,
-            )?;
-            l.buf_of.insert(id, b);
-            continue;
-        }
-        match &node.kind {
+            let out = out_for.get(&id).copied();
+            if is_elementwise(g, id) {
+                if root_of[i] != id {
+                    continue;
+                }
+                let members: Vec<NodeId> = (0..=i)
+                    .map(|j| NodeId(j as u32))
+                    .filter(|&j| root_of[j.0 as usize] == id && is_elementwise(g, j))
+                    .collect();
+                let dims = node.ty.dims().to_vec();
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(dims, node.ty.dtype().unwrap_or(DType::F32)),
+                };
+                l.fused(
+                    &Group {
+                        members,
+                        root: id,
+                        copy: false,
+                    },
+                    b,
+                )?;
+                l.buf_of.insert(id, b);
+                continue;
+            }
+            match &node.kind {
             NodeKind::MatMul { .. } => match attention.remove(&i) {
                 Some(m) => l.lower_attention(id, m, out)?,
                 None => l.lower_matmul(id, out)?,
@@ -1989,7 +1996,7 @@ impl<'g> Lower<'g> {
             }
             other => return Err(l.unsupported(id, format!("{other:?}"))),
         }
-    }
+        }
         Ok(())
     }
 }
