@@ -318,13 +318,13 @@ fn activations() {
     let xt = t(&[m, n], DType::F32, &x);
     close(
         "relu",
-        &call(&db, file, "act_relu", &[xt.clone()]),
+        &call(&db, file, "act_relu", std::slice::from_ref(&xt)),
         &x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(),
         F32,
     );
     close(
         "gelu",
-        &call(&db, file, "act_gelu", &[xt.clone()]),
+        &call(&db, file, "act_gelu", std::slice::from_ref(&xt)),
         &x.iter().map(|v| gelu_ref(*v)).collect::<Vec<_>>(),
         F32,
     );
@@ -385,14 +385,14 @@ fn softmax_norms_and_reductions() {
         let xt = t(&[m, n], DType::F32, &x);
         close(
             "softmax(dim=-1)",
-            &call(&db, file, "sm_last", &[xt.clone()]),
+            &call(&db, file, "sm_last", std::slice::from_ref(&xt)),
             &softmax_ref(&x, m, n),
             F32,
         );
         let want = transpose_ref(&softmax_ref(&transpose_ref(&x, m, n), n, m), n, m);
         close(
             "softmax(dim=0)",
-            &call(&db, file, "sm_first", &[xt.clone()]),
+            &call(&db, file, "sm_first", std::slice::from_ref(&xt)),
             &want,
             F32,
         );
@@ -434,7 +434,7 @@ fn softmax_norms_and_reductions() {
         let sum: Vec<f64> = r.iter().map(|r| r.iter().sum()).collect();
         close(
             "sum(dim=-1)",
-            &call(&db, file, "red_sum_last", &[xt.clone()]),
+            &call(&db, file, "red_sum_last", std::slice::from_ref(&xt)),
             &sum,
             1e-4,
         );
@@ -444,14 +444,14 @@ fn softmax_norms_and_reductions() {
             .collect();
         close(
             "max(dim=-1)",
-            &call(&db, file, "red_max_last", &[xt.clone()]),
+            &call(&db, file, "red_max_last", std::slice::from_ref(&xt)),
             &mx,
             0.0,
         );
         let mean: Vec<f64> = sum.iter().map(|s| s / n as f64).collect();
         close(
             "mean(dim=-1)",
-            &call(&db, file, "red_mean_last", &[xt.clone()]),
+            &call(&db, file, "red_mean_last", std::slice::from_ref(&xt)),
             &mean,
             F32,
         );
@@ -463,7 +463,7 @@ fn softmax_norms_and_reductions() {
             .collect();
         close(
             "min(dim=0)",
-            &call(&db, file, "red_min_first", &[xt.clone()]),
+            &call(&db, file, "red_min_first", std::slice::from_ref(&xt)),
             &mn,
             0.0,
         );
@@ -485,23 +485,33 @@ fn layout_builtins_and_fills() {
     let xt = t(&[m, n], DType::F32, &x);
     close(
         "transpose",
-        &call(&db, file, "tr", &[xt.clone()]),
+        &call(&db, file, "tr", std::slice::from_ref(&xt)),
         &transpose_ref(&x, m, n),
         0.0,
     );
     let want: Vec<f64> = transpose_ref(&x, m, n).iter().map(|v| v + 1.0).collect();
-    close("x.T", &call(&db, file, "tr_t", &[xt.clone()]), &want, F32);
+    close(
+        "x.T",
+        &call(&db, file, "tr_t", std::slice::from_ref(&xt)),
+        &want,
+        F32,
+    );
     let want: Vec<f64> = x.iter().map(|v| v * 2.0).collect();
-    close("reshape", &call(&db, file, "rs", &[xt.clone()]), &want, 0.0);
+    close(
+        "reshape",
+        &call(&db, file, "rs", std::slice::from_ref(&xt)),
+        &want,
+        0.0,
+    );
     let want: Vec<f64> = x.iter().map(|v| v + 3.5).collect();
     close(
         "zeros/ones/full",
-        &call(&db, file, "fills", &[xt.clone()]),
+        &call(&db, file, "fills", std::slice::from_ref(&xt)),
         &want,
         F32,
     );
     // randn: the same samples as exec::rng (deterministic per seed), added to x.
-    let got = call(&db, file, "noise", &[xt.clone()]);
+    let got = call(&db, file, "noise", std::slice::from_ref(&xt));
     let again = call(&db, file, "noise", &[xt]);
     assert_eq!(got, again, "randn is deterministic per seed");
     let noise: Vec<f64> = got.iter().zip(&x).map(|(g, x)| g - x).collect();

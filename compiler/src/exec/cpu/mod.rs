@@ -385,16 +385,16 @@ impl Program<'_> {
                 let own = out[0].poison.clone();
                 set(out, or(own, or(lanes(*a), lanes(*b))))
             }
-            OpKind::Select { cond, a, b } => {
-                if pz(*cond).is_some() || pz(*a).is_some() || pz(*b).is_some() {
-                    let c = self.v(*cond).buf.i();
-                    let n = c.len();
-                    let get = |v: Value, i: usize| pz(v).is_some_and(|p| p[i]);
-                    let p = (0..n)
-                        .map(|i| get(*cond, i) || if c[i] != 0 { get(*a, i) } else { get(*b, i) })
-                        .collect();
-                    set(out, Some(p));
-                }
+            OpKind::Select { cond, a, b }
+                if pz(*cond).is_some() || pz(*a).is_some() || pz(*b).is_some() =>
+            {
+                let c = self.v(*cond).buf.i();
+                let n = c.len();
+                let get = |v: Value, i: usize| pz(v).is_some_and(|p| p[i]);
+                let p = (0..n)
+                    .map(|i| get(*cond, i) || if c[i] != 0 { get(*a, i) } else { get(*b, i) })
+                    .collect();
+                set(out, Some(p));
             }
             OpKind::Broadcast { x, .. } | OpKind::Transpose { x } if any(*x) => {
                 // The same rearrangement applied to the marks.
@@ -439,10 +439,10 @@ impl Program<'_> {
                     set(out, lanes(*m))
                 }
             }
-            OpKind::Store { access, mask, .. } | OpKind::AtomicAdd { access, mask, .. } => {
-                if access_poisoned(access, &any) || mask.is_some_and(any) {
-                    return Err(div_by_zero());
-                }
+            OpKind::Store { access, mask, .. } | OpKind::AtomicAdd { access, mask, .. }
+                if access_poisoned(access, &any) || mask.is_some_and(any) =>
+            {
+                return Err(div_by_zero());
             }
             OpKind::Arange { start: v, .. } | OpKind::If { cond: v, .. } if any(*v) => {
                 return Err(div_by_zero())
@@ -1521,14 +1521,16 @@ fn reduce(op: ReduceOp, x: &Buf, outer: usize, len: usize, inner: usize) -> Buf 
             out
         }};
     }
+    // NaN propagates (b is NaN: b != b).
+    #[allow(clippy::eq_op)]
     fn fmax<X: PartialOrd + Copy>(a: X, b: X) -> X {
-        // NaN propagates (b is NaN: b != b).
         if b > a || b != b {
             b
         } else {
             a
         }
     }
+    #[allow(clippy::eq_op)]
     fn fmin<X: PartialOrd + Copy>(a: X, b: X) -> X {
         if b < a || b != b {
             b
