@@ -625,13 +625,13 @@ impl Program<'_> {
                 let (shape, starts) = self.access(access);
                 let n: usize = shape.iter().product();
                 let mut buf = normalise(d, Buf::filled(repr(d), n, *other));
-                let fill = buf.clone();
                 let m = self.mem(*tensor);
                 for_each_run(m, &shape, &starts, |dst, off, len| {
                     // SAFETY: `off..off + len` is in bounds of the tensor.
                     unsafe { read_run(m, off, &mut buf, dst, len) }
                 });
                 if let Some(mk) = mask {
+                    let fill = normalise(d, Buf::filled(repr(d), 1, *other));
                     let mk = self.v(*mk).buf.i().to_vec();
                     apply_mask(&mut buf, &fill, &mk);
                 }
@@ -1156,7 +1156,10 @@ macro_rules! float_unary {
 fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     let xc = x.clamp(-87.5, 88.75);
-    let n = (xc * LOG2E + 0.5).floor();
+    // Round to nearest with the 1.5 * 2^23 trick: `floor` is a libm call on
+    // baseline x86-64 (no SSE4.1), which would stop vectorisation.
+    const MAGIC: f32 = 12_582_912.0;
+    let n = (xc * LOG2E + MAGIC) - MAGIC;
     let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let mut p = 1.987_569_2e-4f32;
     p = p * r + 1.398_2e-3;
