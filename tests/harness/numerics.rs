@@ -928,18 +928,13 @@ fn run_time_errors_have_their_codes() {
         &stop,
     ));
     assert_eq!(e.code, "E0709", "{e}");
-    // E0710: a function whose schedule cannot be built (an integer matmul).
+    // E0710: a function whose schedule cannot be built (a recursive call).
     let mut db2 = Database::new();
-    let f2 = db2.set_source("/numerics/e0710.tsr", "def imm(a: Tensor[\"M\", \"K\", i32], b: Tensor[\"K\", \"N\", i32]) -> Tensor[\"M\", \"N\", i32]:\n    return matmul(a, b)\n".into());
-    let i32s = |s: &[usize]| Value::Tensor(Tensor::zeros(s, DType::I32));
-    let e = err_of(run_function(
-        &db2,
-        f2,
-        "imm",
-        &[i32s(&[2, 2]), i32s(&[2, 2])],
-        &[],
-        &stop,
-    ));
+    let f2 = db2.set_source(
+        "/numerics/e0710.tsr",
+        "def rec(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return rec(x) + 1.0\n".into(),
+    );
+    let e = err_of(run_function(&db2, f2, "rec", &[f32s(&[2])], &[], &stop));
     assert_eq!(e.code, "E0710", "{e}");
 }
 
