@@ -627,3 +627,67 @@ fn render(
     }
     out.push(']');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printing_is_numpy_like() {
+        let t = Tensor::from_f64(&[2, 3], DType::F32, &[1.0, -2.5, 3.0, 10.0, 0.0, 1.0]);
+        assert_eq!(
+            t.to_string(),
+            "tensor([[ 1.0000, -2.5000,  3.0000],\n        [10.0000,  0.0000,  1.0000]], f32)"
+        );
+        assert_eq!(
+            Tensor::arange(0, 3, DType::I32).to_string(),
+            "tensor([0, 1, 2], i32)"
+        );
+        let b = Tensor::from_f64(&[2], DType::Bool, &[1.0, 0.0]);
+        assert_eq!(b.to_string(), "tensor([ True, False], bool)");
+        let big = Tensor::zeros(&[40, 40], DType::F16);
+        let s = big.to_string();
+        assert!(s.contains("..."), "{s}");
+        assert!(s.ends_with(", f16, shape=[40, 40])"), "{s}");
+        assert_eq!(s.lines().count(), 7, "{s}");
+        assert_eq!(
+            Tensor::full(&[], DType::F64, 2.0).to_string(),
+            "tensor(2.0000, f64)"
+        );
+    }
+
+    #[test]
+    fn indexing_copies_with_python_rules() {
+        let t = Tensor::arange(0, 12, DType::I64).view(&[3, 4]).unwrap();
+        let row = t.index(&[IndexItem::Int(-1)]).unwrap();
+        assert_eq!(
+            (row.shape(), row.to_f64_vec()),
+            (&[4usize][..], vec![8.0, 9.0, 10.0, 11.0])
+        );
+        let s = t
+            .index(&[
+                IndexItem::full(),
+                IndexItem::Slice {
+                    start: Some(3),
+                    stop: None,
+                    step: Some(-2),
+                },
+            ])
+            .unwrap();
+        assert_eq!(s.shape(), &[3, 2]);
+        assert_eq!(s.to_f64_vec(), vec![3.0, 1.0, 7.0, 5.0, 11.0, 9.0]);
+        let n = t.index(&[IndexItem::NewAxis, IndexItem::Int(0)]).unwrap();
+        assert_eq!(n.shape(), &[1, 4]);
+        assert!(!n.same_storage(&t));
+        assert_eq!(t.index(&[IndexItem::Int(3)]).unwrap_err().code, "E0705");
+        // Aliases share storage; `to` and `deep_clone` copy.
+        let alias = t.clone();
+        alias.assign(&Tensor::zeros(&[3, 4], DType::I64));
+        assert_eq!(t.to_f64_vec(), vec![0.0; 12]);
+        assert_eq!(t.to(DType::F16).dtype(), DType::F16);
+        assert_eq!(
+            Tensor::from_f64(&[2], DType::I8, &[300.0, -1.7]).to_f64_vec(),
+            vec![44.0, -1.0]
+        );
+    }
+}
