@@ -909,6 +909,25 @@ fn run_time_errors_have_their_codes() {
         &stop,
     ));
     assert_eq!(e.code, "E0707", "{e}");
+    // ... and a const parameter of a whole-tensor function set at run time
+    // (the schedule uses the defaults).
+    let mut db4 = Database::new();
+    let f4 = db4.set_source(
+        "/numerics/consts.tsr",
+        "def scaled(x: Tensor[\"N\", f32], k: const i32 = 2) -> Tensor[\"N\", f32]:\n    return x * k\n".into(),
+    );
+    let k = |v: i64| vec![("k".to_string(), Value::Int(v))];
+    assert!(run_function(&db4, f4, "scaled", &[f32s(&[2])], &k(2), &stop).is_ok());
+    let e = err_of(run_function(
+        &db4,
+        f4,
+        "scaled",
+        &[f32s(&[2])],
+        &k(3),
+        &stop,
+    ));
+    assert_eq!(e.code, "E0707", "{e}");
+    assert!(e.message.contains("const parameter `k`"), "{e}");
     // E0708: not a .npy file.
     let e = err_of(npy::load_npy(&root().join("tests/numerics/builtins.tsr")));
     assert_eq!(e.code, "E0708", "{e}");

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::launch::{bind_dims, find_kernel, launch_bound, match_args, signature};
+use super::launch::{bind_dims, find_kernel, from_const, launch_bound, match_args, signature};
 use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::db::{self, Database, Db, SourceFile};
@@ -35,6 +35,26 @@ pub fn run_function(
         ));
     }
     let values = match_args(&sig, args, named)?;
+    // The schedule is lowered with the const parameters' defaults.
+    for (p, (_, v)) in sig.params.iter().zip(&values) {
+        if p.is_const {
+            let default = p
+                .default
+                .as_ref()
+                .and_then(from_const)
+                .map(|d| d.to_string());
+            if default.as_deref() != Some(v.to_string().as_str()) {
+                return Err(ExecError::new(
+                    "E0707",
+                    format!(
+                        "const parameter `{}` of `{func}` cannot be set by a run-time call yet",
+                        p.name
+                    ),
+                )
+                .with_help("whole-tensor functions run with their const defaults; call it from another function with a literal, or launch a kernel"));
+            }
+        }
+    }
     let dims = bind_dims(&sig, &values)?;
     let opts = db.options();
     let schedule = db::schedule_ir(db, item, opts).clone().map_err(|e| {

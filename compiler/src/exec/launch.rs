@@ -136,7 +136,7 @@ pub(crate) fn match_args(
         .collect()
 }
 
-fn from_const(v: &check::Value) -> Option<Value> {
+pub(crate) fn from_const(v: &check::Value) -> Option<Value> {
     Some(match v {
         check::Value::Int(d) => Value::Int(d.as_const()?),
         check::Value::Float(x) => Value::Float(*x),
