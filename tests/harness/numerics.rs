@@ -524,6 +524,19 @@ fn layout_builtins_and_fills() {
 }
 
 #[test]
+fn recursion_and_tensor_literals() {
+    let (db, file) = builtins();
+    let x = data(50, 30, DType::F32);
+    for n in [0i64, 1, 4] {
+        let got = call(&db, file, "rec", &[t(&[50], DType::F32, &x), Value::Int(n)]);
+        let want: Vec<f64> = x.iter().map(|v| v + n as f64).collect();
+        close("recursive call", &got, &want, F32);
+    }
+    let got = call(&db, file, "lit", &[t(&[3], DType::F32, &[2.0, 2.0, -1.0])]);
+    close("tensor literal", &got, &[2.0, 4.0, -3.0], 0.0);
+}
+
+#[test]
 fn attention_pattern_runs_flash_attention() {
     let (db, file) = builtins();
     let (b, h, s, d) = (1, 2, 70, 64);
@@ -947,13 +960,21 @@ fn run_time_errors_have_their_codes() {
         &stop,
     ));
     assert_eq!(e.code, "E0709", "{e}");
-    // E0710: a function whose schedule cannot be built (a recursive call).
+    // E0710: a function whose schedule cannot be built (a `return` under a
+    // run-time `if`).
     let mut db2 = Database::new();
     let f2 = db2.set_source(
         "/numerics/e0710.tsr",
-        "def rec(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return rec(x) + 1.0\n".into(),
+        "def early(x: Tensor[\"N\", f32], n: i32) -> Tensor[\"N\", f32]:\n    if n <= 0:\n        return x\n    return x + 1.0\n".into(),
     );
-    let e = err_of(run_function(&db2, f2, "rec", &[f32s(&[2])], &[], &stop));
+    let e = err_of(run_function(
+        &db2,
+        f2,
+        "early",
+        &[f32s(&[2]), Value::Int(1)],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0710", "{e}");
 }
 

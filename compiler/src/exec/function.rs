@@ -35,6 +35,7 @@ pub fn run_function(
         ));
     }
     let values = match_args(&sig, args, named)?;
+    let _depth = CallDepth::enter(func)?;
     // The schedule is lowered with the const parameters' defaults.
     for (p, (_, v)) in sig.params.iter().zip(&values) {
         if p.is_const {
@@ -93,6 +94,37 @@ pub fn run_function(
         })
         .collect();
     run_schedule(db, file, &schedule, &dims, &params, &scalars, interrupt)
+}
+
+/// Nesting of `run_function` on this thread (recursive `Call` steps), capped
+/// so that runaway recursion is an error, not a stack overflow.
+struct CallDepth;
+
+const MAX_CALL_DEPTH: usize = 200;
+
+thread_local! {
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl CallDepth {
+    fn enter(func: &str) -> Result<CallDepth, ExecError> {
+        let d = DEPTH.with(|d| d.get());
+        if d >= MAX_CALL_DEPTH {
+            return Err(ExecError::new(
+                "E0710",
+                format!("`{func}` recurses more than {MAX_CALL_DEPTH} calls deep"),
+            )
+            .with_help("check the recursion's base case"));
+        }
+        DEPTH.with(|c| c.set(d + 1));
+        Ok(CallDepth)
+    }
+}
+
+impl Drop for CallDepth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -365,6 +397,62 @@ fn run_steps(
                 };
                 let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
                 t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                continue;
+            }
+            Step::HostData { buf, values, .. } => {
+                let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                let data: Vec<f64> = values
+                    .iter()
+                    .map(|c| match c {
+                        Constant::Int(i) => *i as f64,
+                        Constant::Float(x) => *x,
+                        Constant::Bool(b) => *b as i64 as f64,
+                    })
+                    .collect();
+                if data.len() != t.numel() {
+                    return Err(ExecError::new(
+                        "E0701",
+                        format!(
+                            "a tensor literal of {} values fills a buffer of {} elements",
+                            data.len(),
+                            t.numel()
+                        ),
+                    ));
+                }
+                t.assign(&Tensor::from_f64(t.shape(), t.dtype(), &data));
+                continue;
+            }
+            Step::Call {
+                func, args, out, ..
+            } => {
+                // A call that is not inlined (recursion): the callee's own schedule.
+                let mut named = Vec::new();
+                for (name, a) in args {
+                    named.push((
+                        name.clone(),
+                        match a {
+                            Arg::Buffer { buf, dims } => {
+                                Value::Tensor(view(ctx, *buf, &dims_of(dims, env)?)?)
+                            }
+                            Arg::Scalar(e) => to_value(scalar(e, env, scalars)?),
+                        },
+                    ));
+                }
+                let result = run_function(db, file, func, &[], &named, interrupt)?;
+                let Value::Tensor(r) = result else {
+                    return Err(ExecError::new(
+                        "E0710",
+                        format!("the call of `{func}` does not give one tensor"),
+                    ));
+                };
+                let t = view(ctx, *out, r.shape())?;
+                if t.dtype() != r.dtype() {
+                    return Err(ExecError::new(
+                        "E0702",
+                        format!("`{func}` returned {}, expected {}", r.dtype(), t.dtype()),
+                    ));
+                }
+                t.assign(&r);
                 continue;
             }
             Step::SetVar { var, value } => {

@@ -8,6 +8,7 @@
 //! generated code.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -161,7 +162,26 @@ fn elementwise(shape: &[usize], ops: &[&T], f: &dyn Fn(&[f64]) -> f64) -> T {
 }
 
 /// Reference semantics of a graph on concrete inputs.
-fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
+/// The graph and schedule of a function of the file under test, by name (for
+/// calls that stay in the graph).
+type Calls<'a> = dyn Fn(&str) -> (Arc<Graph>, Arc<Schedule>) + 'a;
+
+/// The dims of a callee bound to the shapes of its tensor arguments.
+fn callee_env(callee: &Graph, args: &[(String, Vec<usize>)]) -> Env {
+    let mut env = Env::new();
+    for p in &callee.params {
+        if let Some((_, shape)) = args.iter().find(|(n, _)| *n == p.name) {
+            for (d, v) in p.ty.dims().iter().zip(shape) {
+                if let Some(sym) = d.as_symbol() {
+                    env.insert(sym.to_string(), *v as i64);
+                }
+            }
+        }
+    }
+    env
+}
+
+fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
     let mut vals: Vec<T> = Vec::new();
     // The results of control-flow nodes, by node index.
     let mut results: HashMap<usize, Vec<T>> = HashMap::new();
@@ -212,6 +232,17 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
             NodeKind::Fill(Fill::Zeros) => elementwise(&shape, &[], &|_| 0.0),
             NodeKind::Fill(Fill::Ones) => elementwise(&shape, &[], &|_| 1.0),
             NodeKind::Fill(Fill::Full(x)) => elementwise(&shape, &[v(x)], &|a| cast(a[0], dt)),
+            NodeKind::Fill(Fill::Data(values)) => T {
+                data: values
+                    .iter()
+                    .map(|c| match c {
+                        Constant::Int(i) => *i as f64,
+                        Constant::Float(x) => *x,
+                        Constant::Bool(b) => *b as i64 as f64,
+                    })
+                    .collect(),
+                shape,
+            },
             NodeKind::Fill(Fill::Randn { seed }) => T {
                 data: exec::rng::randn(
                     &shape,
@@ -429,7 +460,7 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                     otherwise
                 };
                 let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
-                results.insert(ni, eval_graph(&r.graph, env, &ins));
+                results.insert(ni, eval_graph(&r.graph, env, &ins, calls));
                 scalar_t(0.0)
             }
             NodeKind::For {
@@ -451,7 +482,7 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                     let mut ins = vec![scalar_t(i as f64)];
                     ins.extend(carried.iter().cloned());
                     ins.extend(caps.iter().cloned());
-                    carried = eval_graph(&body.graph, env, &ins);
+                    carried = eval_graph(&body.graph, env, &ins, calls);
                     i += st;
                 }
                 results.insert(ni, carried);
@@ -466,15 +497,29 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                         .chain(caps.iter().map(|c| v(c).clone()))
                         .collect()
                 };
-                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures))[0].data[0]
+                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures), calls)[0].data
+                    [0]
                     != 0.0
                 {
-                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures));
+                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures), calls);
                 }
                 results.insert(ni, carried);
                 scalar_t(0.0)
             }
             NodeKind::Project { of, index } => results[&(of.0 as usize)][*index].clone(),
+            NodeKind::Call { func, args, .. } => {
+                let (callee, _) = calls(func);
+                let shapes: Vec<(String, Vec<usize>)> = args
+                    .iter()
+                    .map(|(n, a)| (n.clone(), v(a).shape.clone()))
+                    .collect();
+                let ins: Vec<T> = callee
+                    .params
+                    .iter()
+                    .map(|p| v(&args.iter().find(|(n, _)| *n == p.name).unwrap().1).clone())
+                    .collect();
+                eval_graph(&callee, &callee_env(&callee, &shapes), &ins, calls).remove(0)
+            }
             other => panic!("no reference semantics for {other:?}"),
         };
         let mut t = t;
@@ -594,7 +639,14 @@ fn check(src: &str, name: &str, env: &[(&str, i64)], scalars: &[(&str, f64)]) {
             },
         })
         .collect();
-    let want = eval_graph(&g, &env, &inputs);
+    let calls = |f: &str| {
+        let (item, _) = db::function_item(&db, file, f).expect("the callee");
+        (
+            db::graph_ir(&db, item, db.options()).clone().unwrap(),
+            db::schedule_ir(&db, item, db.options()).clone().unwrap(),
+        )
+    };
+    let want = eval_graph(&g, &env, &inputs, &calls);
     let got = run_schedule(&db, file, &g, name, &inputs);
     for ((w, g_), o) in want.iter().zip(&got).zip(&g.outputs) {
         assert_eq!(w.data.len(), g_.data.len());
@@ -914,4 +966,41 @@ fn integer_matmuls_compute_the_graph() {
     for (b, m, k, n) in [(2, 3, 5, 7), (1, 40, 3, 33)] {
         check(src, "im", &[("B", b), ("M", m), ("K", k), ("N", n)], &[]);
     }
+}
+
+#[test]
+fn recursive_calls_run_the_callee_schedule() {
+    let src = r#"def halve(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    if n > 0:
+        x = halve(x * 0.5, n - 1) + 1.0
+    return x
+
+def twice(x: Tensor["N", f32], k: i32) -> Tensor["N", f32]:
+    return halve(x[None, :], k)[0] - x
+"#;
+    for n in [0.0, 1.0, 4.0] {
+        check(src, "halve", &[("M", 3), ("N", 130)], &[("n", n)]);
+        check(src, "twice", &[("N", 7)], &[("k", n)]);
+    }
+}
+
+#[test]
+fn tensor_literals_are_host_data() {
+    let src = r#"def lit(x: Tensor["M", 3, f32]) -> Tensor["M", 3, f32]:
+    w = tensor([[1.0, -2.0, 0.5], [3, 4, 5]])
+    i = tensor([2, 0, 1])
+    return x * w[1] + w[0] - i.to(f32)
+"#;
+    for m in [1, 5] {
+        check(src, "lit", &[("M", m)], &[]);
+    }
+    let mut db = Database::new();
+    let file = db.set_source("/t/lit.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "lit").unwrap();
+    let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
+    let dump = crate::ir::schedule::dump(&s);
+    assert!(
+        dump.contains("data t0 [1.0, -2.0, 0.5, 3.0, 4.0, 5.0]"),
+        "{dump}"
+    );
 }

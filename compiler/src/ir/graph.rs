@@ -155,6 +155,9 @@ pub enum Fill {
     Randn {
         seed: Option<NodeId>,
     },
+    /// `tensor([...])`: the elements in row-major order, as constants of the
+    /// node's dtype.
+    Data(Vec<Constant>),
 }
 
 /// What a subscript takes from one axis of its tensor.
@@ -1158,6 +1161,18 @@ impl<'a> Builder<'a> {
                 "randn" => NodeKind::Fill(Fill::Randn {
                     seed: self.opt(arg(2))?,
                 }),
+                "tensor" => {
+                    let data = need(0)?;
+                    let dtype = ty.dtype().unwrap_or(DType::F32);
+                    let mut out = Vec::new();
+                    if !flatten_literal(self.val(data)?.value.as_ref(), dtype, &mut out) {
+                        return Err(LowerError::new(
+                            data.span,
+                            "a `tensor` whose elements are not compile-time numbers",
+                        ));
+                    }
+                    NodeKind::Fill(Fill::Data(out))
+                }
                 _ => {
                     return Err(LowerError::new(
                         e.span,
@@ -1582,6 +1597,31 @@ impl<'a> Builder<'a> {
         );
         Ok(())
     }
+}
+
+/// The numbers of a nested-list literal in row-major order, as constants of
+/// `dtype`; false when one is not known at compile time.
+fn flatten_literal(v: Option<&Value>, dtype: DType, out: &mut Vec<Constant>) -> bool {
+    let c = match v {
+        Some(Value::Tuple(items)) => {
+            return items.iter().all(|i| flatten_literal(Some(i), dtype, out));
+        }
+        Some(Value::Float(x)) => *x,
+        Some(Value::Bool(b)) => *b as i64 as f64,
+        Some(v) => match v.as_int() {
+            Some(i) => i as f64,
+            None => return false,
+        },
+        None => return false,
+    };
+    out.push(if dtype == DType::Bool {
+        Constant::Bool(c != 0.0)
+    } else if dtype.is_float() {
+        Constant::Float(c)
+    } else {
+        Constant::Int(c as i64)
+    });
+    true
 }
 
 /// Names a block assigns (assignment targets, loop variables), nested blocks included.
@@ -2412,6 +2452,10 @@ fn dump_into(g: &Graph, indent: &str, s: &mut String) {
                 Fill::Empty => "empty".to_string(),
                 Fill::Full(v) => format!("full {v}"),
                 Fill::Randn { seed } => format!("randn seed={}", opt(seed)),
+                Fill::Data(d) => format!(
+                    "data [{}]",
+                    d.iter().map(render_constant).collect::<Vec<_>>().join(", ")
+                ),
             },
             NodeKind::KernelCall {
                 kernel,

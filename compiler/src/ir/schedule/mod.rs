@@ -2,8 +2,8 @@
 //!
 //! Lowered from Graph IR. It holds the buffers (inputs, outputs, temporaries and
 //! views, each with symbolic dims and a dtype) and an ordered list of [`Step`]s:
-//! kernel launches, host steps (`randn` fills a buffer on the host, `set $v = e`
-//! sets a host variable) and structured control flow (`if`, `for`, `while`,
+//! kernel launches, host steps (`randn` fills a buffer on the host, `data`
+//! writes a `tensor` literal's numbers, `set $v = e` sets a host variable) and structured control flow (`if`, `for`, `while`,
 //! whose bodies are step lists). Host scalars are [`ScalarExpr`]s over function
 //! parameters, dims, constants and host variables (`$name`: loop counters,
 //! values carried by loops, results of `if`). Each launch runs one fusion group
@@ -54,8 +54,10 @@
 //! `if` and values carried by a loop live in fresh buffers and host variables:
 //! a loop copies its initial values in before it, every branch or trip copies
 //! its results in at its end (through temporaries when one result is read from
-//! another's place, as in `a, b = b, a`). Recursive calls and calls whose dims
-//! do not bind are a [`LowerError`] (E0512 at `tsrc emit`).
+//! another's place, as in `a, b = b, a`). A call that stays in the graph (a
+//! recursive one) is a `call` step running the callee's own schedule; one with
+//! const arguments or without a tensor result is a [`LowerError`] (E0512 at
+//! `tsrc emit`).
 //!
 //! The dump lists the buffers, the steps in order (launches with kernel, grid,
 //! graph nodes, arguments with the view each kernel sees, requirements; host
@@ -191,6 +193,24 @@ pub enum Step {
         seed: ScalarExpr,
         node: NodeId,
     },
+    /// A call of another whole-tensor function that is not inlined (a recursive
+    /// one): runs `func`'s own schedule (the function of that name in the same
+    /// module) with `args` by parameter name, in its parameter order (its dims
+    /// bind to the argument buffers' dims), and writes its result into `out`.
+    /// Dumped `call f(x=t0, n=sub(n, 1)) -> t1`.
+    Call {
+        func: String,
+        node: NodeId,
+        args: Vec<(String, Arg)>,
+        out: BufId,
+    },
+    /// Fills `buf` on the host with constants in row-major order (a `tensor`
+    /// literal; dumped `data BUF [1.0, 2.0]`).
+    HostData {
+        buf: BufId,
+        values: Vec<Constant>,
+        node: NodeId,
+    },
     /// Sets host variable `var` (dumped `set $var = value`).
     SetVar {
         var: String,
@@ -248,7 +268,10 @@ impl Schedule {
                         collect(cond, out);
                         collect(body, out);
                     }
-                    Step::HostRandn { .. } | Step::SetVar { .. } => {}
+                    Step::HostRandn { .. }
+                    | Step::HostData { .. }
+                    | Step::SetVar { .. }
+                    | Step::Call { .. } => {}
                 }
             }
         }
@@ -907,7 +930,8 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             | NodeKind::Reduce { .. }
             | NodeKind::Transpose { .. }
             | NodeKind::Slice { .. }
-            | NodeKind::Fill(Fill::Empty | Fill::Randn { .. }) => true,
+            | NodeKind::Call { .. }
+            | NodeKind::Fill(Fill::Empty | Fill::Randn { .. } | Fill::Data(_)) => true,
             _ => false,
         };
         if direct {
@@ -1038,6 +1062,44 @@ fn verify_steps(
             Step::SetVar { var, value } => {
                 defined(value, vars, li)?;
                 vars.push(var.clone());
+                continue;
+            }
+            Step::HostData { buf, values, .. } => {
+                let Some(b) = s.buffers.get(buf.0 as usize) else {
+                    return err(format!("step {li}: `data` names no buffer"));
+                };
+                if count(&b.dims).and_then(|d| d.as_const()) != Some(values.len() as i64) {
+                    return err(format!(
+                        "step {li}: {} values for `{}`",
+                        values.len(),
+                        b.name
+                    ));
+                }
+                written[s.base(*buf).0 as usize] = true;
+                continue;
+            }
+            Step::Call {
+                func, args, out, ..
+            } => {
+                for (name, a) in args {
+                    match a {
+                        Arg::Scalar(e) => defined(e, vars, li)?,
+                        Arg::Buffer { buf, .. } => {
+                            if buf.0 as usize >= s.buffers.len()
+                                || !written[s.base(*buf).0 as usize]
+                            {
+                                return err(format!(
+                                    "step {li}: `{name}` of the call to `{func}` is not a written buffer"
+                                ));
+                            }
+                        }
+                    }
+                }
+                match s.buffers.get(out.0 as usize) {
+                    Some(b) if !matches!(b.kind, BufKind::Input(_)) => {}
+                    _ => return err(format!("step {li}: the call to `{func}` writes no buffer")),
+                }
+                written[s.base(*out).0 as usize] = true;
                 continue;
             }
             Step::If {
@@ -1316,6 +1378,34 @@ fn dump_steps(s: &Schedule, steps: &[Step], ind: &str, out: &mut String) {
             }
             Step::SetVar { var, value } => {
                 let _ = writeln!(out, "{ind}{i}: set ${var} = {value}");
+                continue;
+            }
+            Step::HostData { buf, values, node } => {
+                let v: Vec<String> = values.iter().map(render_constant).collect();
+                let _ = writeln!(
+                    out,
+                    "{ind}{i}: data {} [{}] nodes=[{node}] (host)",
+                    s.buffer(*buf).name,
+                    v.join(", ")
+                );
+                continue;
+            }
+            Step::Call {
+                func,
+                node,
+                args,
+                out: o,
+            } => {
+                let args: Vec<String> = args
+                    .iter()
+                    .map(|(n, a)| format!("{n}={}", arg_str(s, a)))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "{ind}{i}: call {func}({}) -> {} nodes=[{node}]",
+                    args.join(", "),
+                    s.buffer(*o).name
+                );
                 continue;
             }
             Step::If {
@@ -1963,6 +2053,21 @@ impl<'g> Lower<'g> {
                 l.gather_copy(id, *x, src, b)?;
                 l.buf_of.insert(id, b);
             }
+            NodeKind::Fill(Fill::Data(values)) => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.steps.push(Step::HostData {
+                    buf: b,
+                    values: values.clone(),
+                    node: id,
+                });
+                l.buf_of.insert(id, b);
+            }
             NodeKind::Fill(Fill::Randn { seed }) => {
                 if !node.ty.dtype().is_some_and(DType::is_float) {
                     return Err(l.unsupported(
@@ -1988,10 +2093,42 @@ impl<'g> Lower<'g> {
                 });
                 l.buf_of.insert(id, b);
             }
+            NodeKind::Call {
+                func, args, consts, ..
+            } if consts.is_empty() && node.ty.is_tensor() => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let mut cargs = Vec::new();
+                for (name, a) in args {
+                    cargs.push((
+                        name.clone(),
+                        if g.ty(*a).is_scalar() {
+                            Arg::Scalar(l.scalar(*a)?)
+                        } else {
+                            Arg::Buffer {
+                                buf: l.buf_as(*a, id)?,
+                                dims: g.ty(*a).dims().to_vec(),
+                            }
+                        },
+                    ));
+                }
+                l.steps.push(Step::Call {
+                    func: func.clone(),
+                    node: id,
+                    args: cargs,
+                    out: b,
+                });
+                l.buf_of.insert(id, b);
+            }
             NodeKind::Call { func, .. } => {
                 return Err(l.unsupported(
                     id,
-                    format!("the call to `{func}`: it is recursive, its definition cannot be found, its dims do not bind or a const argument is not a literal"),
+                    format!("the call to `{func}`: its definition cannot be found, its dims do not bind, it takes const arguments or it returns no tensor"),
                 ))
             }
             other => return Err(l.unsupported(id, format!("{other:?}"))),
