@@ -121,6 +121,25 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "E0605",
         "dot shape not supported by the target's tensor cores",
     ),
+    // E07xx execution (run-time errors of `tessera::exec`; no static check
+    // produces them: tests/harness/numerics.rs triggers each one)
+    e(
+        "E0701",
+        "tensor argument shape does not match the signature",
+    ),
+    e(
+        "E0702",
+        "tensor argument dtype does not match the signature",
+    ),
+    e("E0703", "invalid launch grid"),
+    e("E0704", "integer division by zero"),
+    e("E0705", "tensor index out of bounds"),
+    e("E0706", "interrupted"),
+    e("E0707", "bad arguments to a call"),
+    e("E0708", "cannot read or write a .npy file"),
+    e("E0709", "kernel cannot be compiled for this launch"),
+    e("E0710", "function cannot run yet"),
+    e("E0711", "launch requirement does not hold"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

@@ -1,0 +1,655 @@
+//! Whole-tensor functions, run through their Schedule IR: the buffers are
+//! allocated (inputs alias the caller's tensors, views share their base's
+//! memory), then every launch runs in order — generated kernels as given,
+//! stdlib and user kernels specialised for the launch — and the outputs are
+//! returned.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::launch::{bind_dims, find_kernel, from_const, launch_bound, match_args, signature};
+use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
+use crate::check::dims::Dim;
+use crate::db::{self, Database, Db, SourceFile};
+use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
+use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
+
+/// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
+/// its result (a `Tuple` when it returns several tensors).
+pub fn run_function(
+    db: &Database,
+    file: SourceFile,
+    func: &str,
+    args: &[Value],
+    named: &[(String, Value)],
+    interrupt: &Interrupt,
+) -> Result<Value, ExecError> {
+    let (item, _) = db::function_item(db, file, func).ok_or_else(|| {
+        ExecError::new("E0707", format!("no function named `{func}`"))
+            .with_help("define it with `def` first")
+    })?;
+    let sig = signature(db, item, func)?;
+    if sig.is_kernel {
+        return Err(ExecError::new(
+            "E0707",
+            format!("`{func}` is a kernel; launch it instead of calling it as a function"),
+        ));
+    }
+    let values = match_args(&sig, args, named)?;
+    let _depth = CallDepth::enter(func)?;
+    // The schedule is lowered with the const parameters' defaults.
+    for (p, (_, v)) in sig.params.iter().zip(&values) {
+        if p.is_const {
+            let default = p
+                .default
+                .as_ref()
+                .and_then(from_const)
+                .map(|d| d.to_string());
+            if default.as_deref() != Some(v.to_string().as_str()) {
+                return Err(ExecError::new(
+                    "E0707",
+                    format!(
+                        "const parameter `{}` of `{func}` cannot be set by a run-time call yet",
+                        p.name
+                    ),
+                )
+                .with_help("whole-tensor functions run with their const defaults; call it from another function with a literal, or launch a kernel"));
+            }
+        }
+    }
+    let dims = bind_dims(&sig, &values)?;
+    let opts = db.options();
+    let schedule = db::schedule_ir(db, item, opts).clone().map_err(|e| {
+        ExecError::new(
+            "E0710",
+            format!("`{func}` cannot run yet: {}", e.message),
+        )
+        .with_help("this construct is not lowered to kernels yet (`tsrc emit schedule-ir` shows the same error)")
+    })?;
+    let graph = db::graph_ir(db, item, opts)
+        .clone()
+        .map_err(|e| ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message)))?;
+    let by_name: HashMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let params: Vec<Value> = graph
+        .params
+        .iter()
+        .map(|p| {
+            by_name
+                .get(p.name.as_str())
+                .map(|v| (*v).clone())
+                .unwrap_or(Value::None)
+        })
+        .collect();
+    let scalars: HashMap<String, Num> = values
+        .iter()
+        .filter_map(|(n, v)| {
+            Some((
+                n.clone(),
+                match v {
+                    Value::Int(i) => Num::I(*i),
+                    Value::Bool(b) => Num::I(*b as i64),
+                    Value::Float(x) => Num::F(*x),
+                    _ => return None,
+                },
+            ))
+        })
+        .collect();
+    run_schedule(db, file, &schedule, &dims, &params, &scalars, interrupt)
+}
+
+/// Nesting of `run_function` on this thread (recursive `Call` steps), capped
+/// so that runaway recursion is an error, not a stack overflow.
+struct CallDepth;
+
+const MAX_CALL_DEPTH: usize = 200;
+
+thread_local! {
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl CallDepth {
+    fn enter(func: &str) -> Result<CallDepth, ExecError> {
+        let d = DEPTH.with(|d| d.get());
+        if d >= MAX_CALL_DEPTH {
+            return Err(ExecError::new(
+                "E0710",
+                format!("`{func}` recurses more than {MAX_CALL_DEPTH} calls deep"),
+            )
+            .with_help("check the recursion's base case"));
+        }
+        DEPTH.with(|c| c.set(d + 1));
+        Ok(CallDepth)
+    }
+}
+
+impl Drop for CallDepth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    I(i64),
+    F(f64),
+}
+
+impl Num {
+    fn f(self) -> f64 {
+        match self {
+            Num::I(i) => i as f64,
+            Num::F(x) => x,
+        }
+    }
+}
+
+fn dim_value(d: &Dim, env: &BTreeMap<String, i64>) -> Result<i64, ExecError> {
+    d.substitute(&|s| env.get(s).map(|v| Dim::constant(*v)))
+        .and_then(|d| d.as_const())
+        .ok_or_else(|| ExecError::new("E0710", format!("dim `{d}` is not bound by the arguments")))
+}
+
+fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecError> {
+    ds.iter()
+        .map(|d| {
+            let v = dim_value(d, env)?;
+            if v < 0 {
+                return Err(ExecError::new(
+                    "E0701",
+                    format!("dim `{d}` evaluates to {v}"),
+                ));
+            }
+            Ok(v as usize)
+        })
+        .collect()
+}
+
+fn scalar(
+    e: &ScalarExpr,
+    env: &BTreeMap<String, i64>,
+    params: &HashMap<String, Num>,
+) -> Result<Num, ExecError> {
+    Ok(match e {
+        ScalarExpr::Param(p) => *params
+            .get(p)
+            .ok_or_else(|| ExecError::new("E0707", format!("missing scalar argument `{p}`")))?,
+        ScalarExpr::Index(d) => Num::I(dim_value(d, env)?),
+        ScalarExpr::Const(c) => match c {
+            Constant::Int(i) => Num::I(*i),
+            Constant::Float(x) => Num::F(*x),
+            Constant::Bool(b) => Num::I(*b as i64),
+        },
+        ScalarExpr::Unary(op, x) => {
+            let x = scalar(x, env, params)?;
+            match (op, x) {
+                (UnaryOp::Neg, Num::I(i)) => Num::I(-i),
+                (UnaryOp::Not, v) => Num::I((v.f() == 0.0) as i64),
+                (UnaryOp::Invert, Num::I(i)) => Num::I(!i),
+                (UnaryOp::Abs, Num::I(i)) => Num::I(i.abs()),
+                (op, v) => {
+                    let x = v.f();
+                    Num::F(match op {
+                        UnaryOp::Neg => -x,
+                        UnaryOp::Exp => x.exp(),
+                        UnaryOp::Exp2 => x.exp2(),
+                        UnaryOp::Log => x.ln(),
+                        UnaryOp::Log2 => x.log2(),
+                        UnaryOp::Sqrt => x.sqrt(),
+                        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+                        UnaryOp::Abs => x.abs(),
+                        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                        UnaryOp::Tanh => x.tanh(),
+                        _ => x,
+                    })
+                }
+            }
+        }
+        ScalarExpr::Binary(op, a, b) => {
+            let (a, b) = (scalar(a, env, params)?, scalar(b, env, params)?);
+            match (a, b) {
+                (Num::I(x), Num::I(y)) if *op != BinaryOp::Div => {
+                    if matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod) && y == 0 {
+                        return Err(ExecError::new("E0704", "integer division by zero")
+                            .with_help("a launch argument divides by a zero size or parameter"));
+                    }
+                    Num::I(match op {
+                        BinaryOp::Add => x + y,
+                        BinaryOp::Sub => x - y,
+                        BinaryOp::Mul => x * y,
+                        BinaryOp::FloorDiv => {
+                            x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 }
+                        }
+                        BinaryOp::Mod => ((x % y) + y) % y,
+                        BinaryOp::Pow => x.pow(y.max(0) as u32),
+                        BinaryOp::Max => x.max(y),
+                        BinaryOp::Min => x.min(y),
+                        BinaryOp::And => x & y,
+                        BinaryOp::Or => x | y,
+                        BinaryOp::Xor => x ^ y,
+                        BinaryOp::Eq => (x == y) as i64,
+                        BinaryOp::Ne => (x != y) as i64,
+                        BinaryOp::Lt => (x < y) as i64,
+                        BinaryOp::Le => (x <= y) as i64,
+                        BinaryOp::Gt => (x > y) as i64,
+                        BinaryOp::Ge => (x >= y) as i64,
+                        BinaryOp::Div => unreachable!(),
+                    })
+                }
+                (a, b) => {
+                    let (x, y) = (a.f(), b.f());
+                    let t = |c: bool| Num::I(c as i64);
+                    match op {
+                        BinaryOp::Add => Num::F(x + y),
+                        BinaryOp::Sub => Num::F(x - y),
+                        BinaryOp::Mul => Num::F(x * y),
+                        BinaryOp::Div => Num::F(x / y),
+                        BinaryOp::FloorDiv => Num::F((x / y).floor()),
+                        BinaryOp::Mod => Num::F(x - y * (x / y).floor()),
+                        BinaryOp::Pow => Num::F(x.powf(y)),
+                        BinaryOp::Max => Num::F(x.max(y)),
+                        BinaryOp::Min => Num::F(x.min(y)),
+                        BinaryOp::And => t(x != 0.0 && y != 0.0),
+                        BinaryOp::Or => t(x != 0.0 || y != 0.0),
+                        BinaryOp::Xor => t((x != 0.0) != (y != 0.0)),
+                        BinaryOp::Eq => t(x == y),
+                        BinaryOp::Ne => t(x != y),
+                        BinaryOp::Lt => t(x < y),
+                        BinaryOp::Le => t(x <= y),
+                        BinaryOp::Gt => t(x > y),
+                        BinaryOp::Ge => t(x >= y),
+                    }
+                }
+            }
+        }
+        ScalarExpr::Cast(x, d) => {
+            let v = scalar(x, env, params)?;
+            if d.is_float() {
+                Num::F(super::round_to(*d, v.f()))
+            } else {
+                Num::I(super::round_to(*d, v.f()) as i64)
+            }
+        }
+        ScalarExpr::Var(v) => *params.get(&format!("${v}")).ok_or_else(|| {
+            ExecError::new(
+                "E0710",
+                format!("host variable `${v}` is read before it is set"),
+            )
+        })?,
+        ScalarExpr::CDiv(x, k) => {
+            let v = scalar(x, env, params)?;
+            match v {
+                Num::I(i) => Num::I((i + k - 1).div_euclid(*k)),
+                Num::F(f) => Num::F((f / *k as f64).ceil()),
+            }
+        }
+    })
+}
+
+fn to_value(n: Num) -> Value {
+    match n {
+        Num::I(i) => Value::Int(i),
+        Num::F(x) => Value::Float(x),
+    }
+}
+
+fn run_schedule(
+    db: &Database,
+    file: SourceFile,
+    s: &Schedule,
+    env: &BTreeMap<String, i64>,
+    params: &[Value],
+    scalars: &HashMap<String, Num>,
+    interrupt: &Interrupt,
+) -> Result<Value, ExecError> {
+    // Base buffers first, then views of them.
+    let mut mem: Vec<Option<Tensor>> = vec![None; s.buffers.len()];
+    for (i, b) in s.buffers.iter().enumerate() {
+        let shape = dims_of(&b.dims, env)?;
+        mem[i] = match &b.kind {
+            BufKind::Input(p) => match params.get(*p) {
+                Some(Value::Tensor(t)) => Some(t.view(&shape).ok_or_else(|| {
+                    ExecError::new(
+                        "E0701",
+                        format!(
+                            "input `{}` has shape {:?}, expected {shape:?}",
+                            b.name,
+                            t.shape()
+                        ),
+                    )
+                })?),
+                _ => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!("input `{}` must be a tensor", b.name),
+                    ))
+                }
+            },
+            BufKind::View(_) => None,
+            BufKind::Output(_) | BufKind::Temp => Some(Tensor::empty(&shape, b.dtype)),
+        };
+    }
+    let mut scalars = scalars.clone();
+    let ctx = Ctx {
+        db,
+        file,
+        s,
+        env,
+        mem: &mem,
+        interrupt,
+    };
+    run_steps(&ctx, &s.steps, &mut scalars)?;
+    let outs = s
+        .outputs
+        .iter()
+        .map(|o| {
+            let shape = dims_of(&s.buffer(*o).dims, env)?;
+            Ok(Value::Tensor(view(&ctx, *o, &shape)?))
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(match outs.len() {
+        1 => outs.into_iter().next().unwrap(),
+        _ => Value::Tuple(outs),
+    })
+}
+
+/// What the steps of one schedule run share.
+struct Ctx<'a> {
+    db: &'a Database,
+    file: SourceFile,
+    s: &'a Schedule,
+    env: &'a BTreeMap<String, i64>,
+    mem: &'a [Option<Tensor>],
+    interrupt: &'a Interrupt,
+}
+
+/// The tensor of buffer `buf` (its base's memory) seen with `shape`.
+fn view(ctx: &Ctx, buf: crate::ir::schedule::BufId, shape: &[usize]) -> Result<Tensor, ExecError> {
+    let s = ctx.s;
+    let base = ctx.mem[s.base(buf).0 as usize]
+        .as_ref()
+        .expect("a base buffer is allocated");
+    base.view(shape).ok_or_else(|| {
+        ExecError::new(
+            "E0701",
+            format!(
+                "buffer `{}` of {} elements viewed as {shape:?}",
+                s.buffer(buf).name,
+                base.numel()
+            ),
+        )
+    })
+}
+
+/// Runs steps in order; host variables live in `scalars` as `$name`.
+fn run_steps(
+    ctx: &Ctx,
+    steps: &[Step],
+    scalars: &mut HashMap<String, Num>,
+) -> Result<(), ExecError> {
+    let (db, file, s, env, interrupt) = (ctx.db, ctx.file, ctx.s, ctx.env, ctx.interrupt);
+    for step in steps {
+        interrupt.check()?;
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, .. } => {
+                let seed = match scalar(seed, env, scalars)? {
+                    Num::I(i) => i as u64,
+                    Num::F(x) => x as i64 as u64,
+                };
+                let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                continue;
+            }
+            Step::HostData { buf, values, .. } => {
+                let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                let data: Vec<f64> = values
+                    .iter()
+                    .map(|c| match c {
+                        Constant::Int(i) => *i as f64,
+                        Constant::Float(x) => *x,
+                        Constant::Bool(b) => *b as i64 as f64,
+                    })
+                    .collect();
+                if data.len() != t.numel() {
+                    return Err(ExecError::new(
+                        "E0701",
+                        format!(
+                            "a tensor literal of {} values fills a buffer of {} elements",
+                            data.len(),
+                            t.numel()
+                        ),
+                    ));
+                }
+                t.assign(&Tensor::from_f64(t.shape(), t.dtype(), &data));
+                continue;
+            }
+            Step::Call {
+                func, args, out, ..
+            } => {
+                // A call that is not inlined (recursion): the callee's own schedule.
+                let mut named = Vec::new();
+                for (name, a) in args {
+                    named.push((
+                        name.clone(),
+                        match a {
+                            Arg::Buffer { buf, dims } => {
+                                Value::Tensor(view(ctx, *buf, &dims_of(dims, env)?)?)
+                            }
+                            Arg::Scalar(e) => to_value(scalar(e, env, scalars)?),
+                        },
+                    ));
+                }
+                let result = run_function(db, file, func, &[], &named, interrupt)?;
+                let Value::Tensor(r) = result else {
+                    return Err(ExecError::new(
+                        "E0710",
+                        format!("the call of `{func}` does not give one tensor"),
+                    ));
+                };
+                let t = view(ctx, *out, r.shape())?;
+                if t.dtype() != r.dtype() {
+                    return Err(ExecError::new(
+                        "E0702",
+                        format!("`{func}` returned {}, expected {}", r.dtype(), t.dtype()),
+                    ));
+                }
+                t.assign(&r);
+                continue;
+            }
+            Step::SetVar { var, value } => {
+                let v = scalar(value, env, scalars)?;
+                scalars.insert(format!("${var}"), v);
+                continue;
+            }
+            Step::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = scalar(cond, env, scalars)?.f() != 0.0;
+                run_steps(ctx, if c { then } else { otherwise }, scalars)?;
+                continue;
+            }
+            Step::For {
+                var,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                let as_int =
+                    |e: &ScalarExpr, scalars: &HashMap<String, Num>| -> Result<i64, ExecError> {
+                        Ok(match scalar(e, env, scalars)? {
+                            Num::I(i) => i,
+                            Num::F(x) => x as i64,
+                        })
+                    };
+                let (mut i, h, st) = (
+                    as_int(lo, scalars)?,
+                    as_int(hi, scalars)?,
+                    as_int(step, scalars)?,
+                );
+                if st == 0 {
+                    return Err(ExecError::new("E0703", "`range` step is zero")
+                        .with_help("a loop step must be non-zero"));
+                }
+                while (st > 0 && i < h) || (st < 0 && i > h) {
+                    ctx.interrupt.check()?;
+                    scalars.insert(format!("${var}"), Num::I(i));
+                    run_steps(ctx, body, scalars)?;
+                    i += st;
+                }
+                continue;
+            }
+            Step::While { cond, test, body } => {
+                loop {
+                    ctx.interrupt.check()?;
+                    run_steps(ctx, cond, scalars)?;
+                    if scalar(test, env, scalars)?.f() == 0.0 {
+                        break;
+                    }
+                    run_steps(ctx, body, scalars)?;
+                }
+                continue;
+            }
+        };
+        for r in &l.requires {
+            check_requirement(r, env)?;
+        }
+        let grid = match &l.grid {
+            Some(g) => Some(
+                g.iter()
+                    .map(|e| Ok(scalar(e, env, scalars)?.f() as i64))
+                    .collect::<Result<Vec<i64>, ExecError>>()?,
+            ),
+            None => None,
+        };
+        let mut args: Vec<(String, Value)> = Vec::new();
+        for (name, a) in &l.args {
+            args.push((
+                name.clone(),
+                match a {
+                    Arg::Buffer { buf, dims } => {
+                        Value::Tensor(view(ctx, *buf, &dims_of(dims, env)?)?)
+                    }
+                    Arg::Scalar(e) => to_value(scalar(e, env, scalars)?),
+                },
+            ));
+        }
+        match &l.kernel {
+            KernelRef::Generated(ki) => {
+                let k = &s.kernels[*ki];
+                let by: HashMap<&str, &Value> = args.iter().map(|(n, v)| (n.as_str(), v)).collect();
+                let kargs = k
+                    .params
+                    .iter()
+                    .map(|p| match (by.get(p.name.as_str()), &p.kind) {
+                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => {
+                            Ok(cpu::Arg::Tensor(t.clone()))
+                        }
+                        (Some(Value::Int(i)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Int(*i)),
+                        (Some(Value::Float(x)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Float(*x)),
+                        _ => Err(ExecError::new(
+                            "E0710",
+                            format!("launch of `{}`: no argument for `{}`", k.name, p.name),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let g = grid.ok_or_else(|| {
+                    ExecError::new(
+                        "E0710",
+                        format!("generated kernel `{}` has no grid", k.name),
+                    )
+                })?;
+                let g3 = [
+                    g[0],
+                    g.get(1).copied().unwrap_or(1),
+                    g.get(2).copied().unwrap_or(1),
+                ];
+                cpu::run_grid(k, &kargs, g3, interrupt)?;
+            }
+            KernelRef::Std { module, name } => {
+                let path: Vec<String> = module.split('.').map(str::to_string).collect();
+                let kfile = db.resolve_module(file, &path).ok_or_else(|| {
+                    ExecError::new("E0710", format!("standard module `{module}` not found"))
+                })?;
+                let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
+                    ExecError::new("E0710", format!("`{module}.{name}` not found"))
+                })?;
+                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+            }
+            KernelRef::User(name) => {
+                let (kfile, item) = find_kernel(db, file, name)?;
+                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stdlib or user kernel launched from a schedule: arguments by name, the
+/// launch's consts, the rest from the signature's defaults.
+fn launch_std_or_user(
+    db: &Database,
+    kfile: SourceFile,
+    item: db::ItemSource<'_>,
+    grid: Option<Vec<i64>>,
+    args: Vec<(String, Value)>,
+    consts: &[(String, String)],
+    interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    let sig = signature(db, item, "kernel")?;
+    let mut named = args;
+    for (n, v) in consts {
+        let v = match v.as_str() {
+            "True" => Value::Bool(true),
+            "False" => Value::Bool(false),
+            v => Value::Int(v.parse().map_err(|_| {
+                ExecError::new("E0710", format!("const `{n}` = `{v}` is not an integer"))
+            })?),
+        };
+        named.push((n.clone(), v));
+    }
+    let values = match_args(&sig, &[], &named)?;
+    launch_bound(db, kfile, item, grid, &values, interrupt)
+}
+
+/// Checks a launch requirement on sizes (`N <= 1024`) that could not be
+/// proven at compile time. Sides are sums of products of dims and integers.
+fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecError> {
+    let eval = |side: &str| -> Option<i64> {
+        side.split('+')
+            .map(|term| {
+                term.split('*')
+                    .map(|f| {
+                        let f = f.trim();
+                        f.parse::<i64>().ok().or_else(|| env.get(f).copied())
+                    })
+                    .product::<Option<i64>>()
+            })
+            .sum::<Option<i64>>()
+    };
+    let unchecked = || {
+        ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, which cannot be checked"),
+        )
+    };
+    // Other requirements describe the target (`f32 inputs multiplied at tf32
+    // precision`): the CPU executes the same Tile IR (it rounds to tf32 too).
+    let Some((lhs, rhs)) = r.split_once("<=") else {
+        return Ok(());
+    };
+    let (a, b) = (
+        eval(lhs).ok_or_else(unchecked)?,
+        eval(rhs).ok_or_else(unchecked)?,
+    );
+    if a <= b {
+        Ok(())
+    } else {
+        Err(ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, but `{}` = {a}", lhs.trim()),
+        )
+        .with_help("the stdlib kernel chosen for this op holds a whole row; a longer row is not supported by this function's schedule yet"))
+    }
+}
