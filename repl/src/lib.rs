@@ -1,0 +1,8 @@
+//! The `tessera` front end: the interactive session (`tessera repl`), piped
+//! sessions and `tessera run FILE`. The evaluator lives in [`session`]; the
+//! `:` commands in [`command`]; the line editor and piped input in [`shell`].
+
+pub mod command;
+pub mod run;
+pub mod session;
+pub mod shell;
