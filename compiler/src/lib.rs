@@ -5,6 +5,7 @@ pub mod check;
 pub mod cli;
 pub mod db;
 pub mod diag;
+pub mod exec;
 pub mod ir;
 pub mod stdlib;
 pub mod syntax;

@@ -1,0 +1,381 @@
+//! Whole-tensor functions, run through their Schedule IR: the buffers are
+//! allocated (inputs alias the caller's tensors, views share their base's
+//! memory), then every launch runs in order — generated kernels as given,
+//! stdlib and user kernels specialised for the launch — and the outputs are
+//! returned.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::launch::{bind_dims, find_kernel, launch_bound, match_args, signature};
+use super::{cpu, ExecError, Interrupt, Tensor, Value};
+use crate::check::dims::Dim;
+use crate::db::{self, Database, Db, SourceFile};
+use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule};
+use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
+
+/// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
+/// its result (a `Tuple` when it returns several tensors).
+pub fn run_function(
+    db: &Database,
+    file: SourceFile,
+    func: &str,
+    args: &[Value],
+    named: &[(String, Value)],
+    interrupt: &Interrupt,
+) -> Result<Value, ExecError> {
+    let (item, _) = db::function_item(db, file, func).ok_or_else(|| {
+        ExecError::new("E0707", format!("no function named `{func}`"))
+            .with_help("define it with `def` first")
+    })?;
+    let sig = signature(db, item, func)?;
+    if sig.is_kernel {
+        return Err(ExecError::new(
+            "E0707",
+            format!("`{func}` is a kernel; launch it instead of calling it as a function"),
+        ));
+    }
+    let values = match_args(&sig, args, named)?;
+    let dims = bind_dims(&sig, &values)?;
+    let opts = db.options();
+    let schedule = db::schedule_ir(db, item, opts).clone().map_err(|e| {
+        ExecError::new(
+            "E0710",
+            format!("`{func}` cannot run yet: {}", e.message),
+        )
+        .with_help("this construct is not lowered to kernels yet (`tsrc emit schedule-ir` shows the same error)")
+    })?;
+    let graph = db::graph_ir(db, item, opts).clone().map_err(|e| {
+        ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message))
+    })?;
+    let by_name: HashMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let params: Vec<Value> = graph
+        .params
+        .iter()
+        .map(|p| by_name.get(p.name.as_str()).map(|v| (*v).clone()).unwrap_or(Value::None))
+        .collect();
+    let scalars: HashMap<String, Num> = values
+        .iter()
+        .filter_map(|(n, v)| {
+            Some((
+                n.clone(),
+                match v {
+                    Value::Int(i) => Num::I(*i),
+                    Value::Bool(b) => Num::I(*b as i64),
+                    Value::Float(x) => Num::F(*x),
+                    _ => return None,
+                },
+            ))
+        })
+        .collect();
+    run_schedule(db, file, &schedule, &dims, &params, &scalars, interrupt)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    I(i64),
+    F(f64),
+}
+
+impl Num {
+    fn f(self) -> f64 {
+        match self {
+            Num::I(i) => i as f64,
+            Num::F(x) => x,
+        }
+    }
+}
+
+fn dim_value(d: &Dim, env: &BTreeMap<String, i64>) -> Result<i64, ExecError> {
+    d.substitute(&|s| env.get(s).map(|v| Dim::constant(*v)))
+        .and_then(|d| d.as_const())
+        .ok_or_else(|| {
+            ExecError::new(
+                "E0710",
+                format!("dim `{d}` is not bound by the arguments"),
+            )
+        })
+}
+
+fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecError> {
+    ds.iter()
+        .map(|d| {
+            let v = dim_value(d, env)?;
+            if v < 0 {
+                return Err(ExecError::new(
+                    "E0701",
+                    format!("dim `{d}` evaluates to {v}"),
+                ));
+            }
+            Ok(v as usize)
+        })
+        .collect()
+}
+
+fn scalar(
+    e: &ScalarExpr,
+    env: &BTreeMap<String, i64>,
+    params: &HashMap<String, Num>,
+) -> Result<Num, ExecError> {
+    Ok(match e {
+        ScalarExpr::Param(p) => *params.get(p).ok_or_else(|| {
+            ExecError::new("E0707", format!("missing scalar argument `{p}`"))
+        })?,
+        ScalarExpr::Index(d) => Num::I(dim_value(d, env)?),
+        ScalarExpr::Const(c) => match c {
+            Constant::Int(i) => Num::I(*i),
+            Constant::Float(x) => Num::F(*x),
+            Constant::Bool(b) => Num::I(*b as i64),
+        },
+        ScalarExpr::Unary(op, x) => {
+            let x = scalar(x, env, params)?;
+            match (op, x) {
+                (UnaryOp::Neg, Num::I(i)) => Num::I(-i),
+                (UnaryOp::Not, v) => Num::I((v.f() == 0.0) as i64),
+                (UnaryOp::Invert, Num::I(i)) => Num::I(!i),
+                (UnaryOp::Abs, Num::I(i)) => Num::I(i.abs()),
+                (op, v) => {
+                    let x = v.f();
+                    Num::F(match op {
+                        UnaryOp::Neg => -x,
+                        UnaryOp::Exp => x.exp(),
+                        UnaryOp::Exp2 => x.exp2(),
+                        UnaryOp::Log => x.ln(),
+                        UnaryOp::Log2 => x.log2(),
+                        UnaryOp::Sqrt => x.sqrt(),
+                        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+                        UnaryOp::Abs => x.abs(),
+                        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                        UnaryOp::Tanh => x.tanh(),
+                        _ => x,
+                    })
+                }
+            }
+        }
+        ScalarExpr::Binary(op, a, b) => {
+            let (a, b) = (scalar(a, env, params)?, scalar(b, env, params)?);
+            match (a, b) {
+                (Num::I(x), Num::I(y)) if *op != BinaryOp::Div => {
+                    if matches!(op, BinaryOp::FloorDiv | BinaryOp::Mod) && y == 0 {
+                        return Err(ExecError::new("E0704", "integer division by zero")
+                            .with_help("a launch argument divides by a zero size or parameter"));
+                    }
+                    Num::I(match op {
+                        BinaryOp::Add => x + y,
+                        BinaryOp::Sub => x - y,
+                        BinaryOp::Mul => x * y,
+                        BinaryOp::FloorDiv => x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 },
+                        BinaryOp::Mod => ((x % y) + y) % y,
+                        BinaryOp::Pow => x.pow(y.max(0) as u32),
+                        BinaryOp::Max => x.max(y),
+                        BinaryOp::Min => x.min(y),
+                        BinaryOp::And => x & y,
+                        BinaryOp::Or => x | y,
+                        BinaryOp::Xor => x ^ y,
+                        BinaryOp::Eq => (x == y) as i64,
+                        BinaryOp::Ne => (x != y) as i64,
+                        BinaryOp::Lt => (x < y) as i64,
+                        BinaryOp::Le => (x <= y) as i64,
+                        BinaryOp::Gt => (x > y) as i64,
+                        BinaryOp::Ge => (x >= y) as i64,
+                        BinaryOp::Div => unreachable!(),
+                    })
+                }
+                (a, b) => {
+                    let (x, y) = (a.f(), b.f());
+                    let t = |c: bool| Num::I(c as i64);
+                    match op {
+                        BinaryOp::Add => Num::F(x + y),
+                        BinaryOp::Sub => Num::F(x - y),
+                        BinaryOp::Mul => Num::F(x * y),
+                        BinaryOp::Div => Num::F(x / y),
+                        BinaryOp::FloorDiv => Num::F((x / y).floor()),
+                        BinaryOp::Mod => Num::F(x - y * (x / y).floor()),
+                        BinaryOp::Pow => Num::F(x.powf(y)),
+                        BinaryOp::Max => Num::F(x.max(y)),
+                        BinaryOp::Min => Num::F(x.min(y)),
+                        BinaryOp::And => t(x != 0.0 && y != 0.0),
+                        BinaryOp::Or => t(x != 0.0 || y != 0.0),
+                        BinaryOp::Xor => t((x != 0.0) != (y != 0.0)),
+                        BinaryOp::Eq => t(x == y),
+                        BinaryOp::Ne => t(x != y),
+                        BinaryOp::Lt => t(x < y),
+                        BinaryOp::Le => t(x <= y),
+                        BinaryOp::Gt => t(x > y),
+                        BinaryOp::Ge => t(x >= y),
+                    }
+                }
+            }
+        }
+        ScalarExpr::Cast(x, d) => {
+            let v = scalar(x, env, params)?;
+            if d.is_float() {
+                Num::F(super::round_to(*d, v.f()))
+            } else {
+                Num::I(super::round_to(*d, v.f()) as i64)
+            }
+        }
+        ScalarExpr::CDiv(x, k) => {
+            let v = scalar(x, env, params)?;
+            match v {
+                Num::I(i) => Num::I((i + k - 1).div_euclid(*k)),
+                Num::F(f) => Num::F((f / *k as f64).ceil()),
+            }
+        }
+    })
+}
+
+fn to_value(n: Num) -> Value {
+    match n {
+        Num::I(i) => Value::Int(i),
+        Num::F(x) => Value::Float(x),
+    }
+}
+
+fn run_schedule(
+    db: &Database,
+    file: SourceFile,
+    s: &Schedule,
+    env: &BTreeMap<String, i64>,
+    params: &[Value],
+    scalars: &HashMap<String, Num>,
+    interrupt: &Interrupt,
+) -> Result<Value, ExecError> {
+    // Base buffers first, then views of them.
+    let mut mem: Vec<Option<Tensor>> = vec![None; s.buffers.len()];
+    for (i, b) in s.buffers.iter().enumerate() {
+        let shape = dims_of(&b.dims, env)?;
+        mem[i] = match &b.kind {
+            BufKind::Input(p) => match params.get(*p) {
+                Some(Value::Tensor(t)) => Some(t.view(&shape).ok_or_else(|| {
+                    ExecError::new(
+                        "E0701",
+                        format!("input `{}` has shape {:?}, expected {shape:?}", b.name, t.shape()),
+                    )
+                })?),
+                _ => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!("input `{}` must be a tensor", b.name),
+                    ))
+                }
+            },
+            BufKind::View(_) => None,
+            BufKind::Output(_) | BufKind::Temp => Some(Tensor::empty(&shape, b.dtype)),
+        };
+    }
+    let view = |mem: &[Option<Tensor>], buf: crate::ir::schedule::BufId, shape: &[usize]| {
+        let base = mem[s.base(buf).0 as usize]
+            .as_ref()
+            .expect("a base buffer is allocated");
+        base.view(shape).ok_or_else(|| {
+            ExecError::new(
+                "E0701",
+                format!(
+                    "buffer `{}` of {} elements viewed as {shape:?}",
+                    s.buffer(buf).name,
+                    base.numel()
+                ),
+            )
+        })
+    };
+    for l in &s.launches {
+        interrupt.check()?;
+        let grid = match &l.grid {
+            Some(g) => Some(
+                g.iter()
+                    .map(|e| Ok(scalar(e, env, scalars)?.f() as i64))
+                    .collect::<Result<Vec<i64>, ExecError>>()?,
+            ),
+            None => None,
+        };
+        let mut args: Vec<(String, Value)> = Vec::new();
+        for (name, a) in &l.args {
+            args.push((
+                name.clone(),
+                match a {
+                    Arg::Buffer { buf, dims } => {
+                        Value::Tensor(view(&mem, *buf, &dims_of(dims, env)?)?)
+                    }
+                    Arg::Scalar(e) => to_value(scalar(e, env, scalars)?),
+                },
+            ));
+        }
+        match &l.kernel {
+            KernelRef::Generated(ki) => {
+                let k = &s.kernels[*ki];
+                let by: HashMap<&str, &Value> = args.iter().map(|(n, v)| (n.as_str(), v)).collect();
+                let kargs = k
+                    .params
+                    .iter()
+                    .map(|p| match (by.get(p.name.as_str()), &p.kind) {
+                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => Ok(cpu::Arg::Tensor(t.clone())),
+                        (Some(Value::Int(i)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Int(*i)),
+                        (Some(Value::Float(x)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Float(*x)),
+                        _ => Err(ExecError::new(
+                            "E0710",
+                            format!("launch of `{}`: no argument for `{}`", k.name, p.name),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let g = grid.ok_or_else(|| {
+                    ExecError::new("E0710", format!("generated kernel `{}` has no grid", k.name))
+                })?;
+                let g3 = [g[0], g.get(1).copied().unwrap_or(1), g.get(2).copied().unwrap_or(1)];
+                cpu::run_grid(k, &kargs, g3, interrupt)?;
+            }
+            KernelRef::Std { module, name } => {
+                let path: Vec<String> = module.split('.').map(str::to_string).collect();
+                let kfile = db.resolve_module(file, &path).ok_or_else(|| {
+                    ExecError::new("E0710", format!("standard module `{module}` not found"))
+                })?;
+                let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
+                    ExecError::new("E0710", format!("`{module}.{name}` not found"))
+                })?;
+                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+            }
+            KernelRef::User(name) => {
+                let (kfile, item) = find_kernel(db, file, name)?;
+                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+            }
+        }
+    }
+    let outs = s
+        .outputs
+        .iter()
+        .map(|o| {
+            let shape = dims_of(&s.buffer(*o).dims, env)?;
+            Ok(Value::Tensor(view(&mem, *o, &shape)?))
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(match outs.len() {
+        1 => outs.into_iter().next().unwrap(),
+        _ => Value::Tuple(outs),
+    })
+}
+
+/// A stdlib or user kernel launched from a schedule: arguments by name, the
+/// launch's consts, the rest from the signature's defaults.
+fn launch_std_or_user(
+    db: &Database,
+    kfile: SourceFile,
+    item: db::ItemSource<'_>,
+    grid: Option<Vec<i64>>,
+    args: Vec<(String, Value)>,
+    consts: &[(String, String)],
+    interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    let sig = signature(db, item, "kernel")?;
+    let mut named = args;
+    for (n, v) in consts {
+        let v = match v.as_str() {
+            "True" => Value::Bool(true),
+            "False" => Value::Bool(false),
+            v => Value::Int(v.parse().map_err(|_| {
+                ExecError::new("E0710", format!("const `{n}` = `{v}` is not an integer"))
+            })?),
+        };
+        named.push((n.clone(), v));
+    }
+    let values = match_args(&sig, &[], &named)?;
+    launch_bound(db, kfile, item, grid, &values, interrupt)
+}

@@ -1,0 +1,451 @@
+//! Kernel launches: binding a kernel's signature to run-time values (dims,
+//! dtypes, const and scalar parameters), specialising, evaluating the grid and
+//! running the Tile IR on the CPU.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::cpu;
+use super::{ExecError, Interrupt, Value};
+use crate::check::consts::eval_const;
+use crate::check::scope::Entry;
+use crate::check::{self, Ty};
+use crate::db::{self, Database, Db, ItemSource, SourceFile};
+use crate::ir::tile::{lower_kernel_with_dims, Kernel, Specialization};
+use crate::syntax::ast;
+
+/// Launches kernel `kernel` of `file` (or of a `std` module the file can
+/// import) on `args` (positional, in signature order, const parameters
+/// included) and `named`; `grid` overrides the decorator's. Tensor arguments
+/// are written in place.
+pub fn launch_kernel(
+    db: &Database,
+    file: SourceFile,
+    kernel: &str,
+    grid: Option<Vec<i64>>,
+    args: &[Value],
+    named: &[(String, Value)],
+    interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    let (kfile, item) = find_kernel(db, file, kernel)?;
+    let sig = signature(db, item, kernel)?;
+    let values = match_args(&sig, args, named)?;
+    launch_bound(db, kfile, item, grid, &values, interrupt)
+}
+
+/// The file and item defining kernel `name`: `file` itself first, then the
+/// standard library modules.
+pub(crate) fn find_kernel<'db>(
+    db: &'db Database,
+    file: SourceFile,
+    name: &str,
+) -> Result<(SourceFile, ItemSource<'db>), ExecError> {
+    if let Some((_, item, _)) = db::file_kernels(db, file)
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+    {
+        return Ok((file, item));
+    }
+    for m in crate::stdlib::modules() {
+        let path: Vec<String> = m.split('.').map(str::to_string).collect();
+        if let Some(f) = db.resolve_module(file, &path) {
+            if let Some((_, item, _)) = db::file_kernels(db, f)
+                .into_iter()
+                .find(|(n, _, _)| n == name)
+            {
+                return Ok((f, item));
+            }
+        }
+    }
+    Err(ExecError::new("E0707", format!("no kernel named `{name}`"))
+        .with_help("define it with `@kernel` or import it from the standard library"))
+}
+
+pub(crate) fn signature(
+    db: &Database,
+    item: ItemSource<'_>,
+    name: &str,
+) -> Result<Arc<check::FnSig>, ExecError> {
+    db::item_signature(db, item).clone().ok_or_else(|| {
+        ExecError::new("E0709", format!("`{name}` has errors and cannot run"))
+            .with_help("fix the errors reported for its definition first")
+    })
+}
+
+/// The value of every parameter, in signature order (defaults filled in).
+pub(crate) fn match_args(
+    sig: &check::FnSig,
+    args: &[Value],
+    named: &[(String, Value)],
+) -> Result<Vec<(String, Value)>, ExecError> {
+    if args.len() > sig.params.len() {
+        return Err(ExecError::new(
+            "E0707",
+            format!(
+                "`{}` takes {} arguments, {} given",
+                sig.name,
+                sig.params.len(),
+                args.len()
+            ),
+        )
+        .with_help(sig.rendered.clone()));
+    }
+    let mut out: Vec<Option<Value>> = vec![None; sig.params.len()];
+    for (i, a) in args.iter().enumerate() {
+        out[i] = Some(a.clone());
+    }
+    for (n, v) in named {
+        let Some(i) = sig.params.iter().position(|p| &p.name == n) else {
+            return Err(ExecError::new(
+                "E0707",
+                format!("`{}` has no parameter `{n}`", sig.name),
+            )
+            .with_help(sig.rendered.clone()));
+        };
+        if out[i].is_some() {
+            return Err(ExecError::new(
+                "E0707",
+                format!("parameter `{n}` of `{}` is given twice", sig.name),
+            ));
+        }
+        out[i] = Some(v.clone());
+    }
+    sig.params
+        .iter()
+        .zip(out)
+        .map(|(p, v)| {
+            let v = match v {
+                Some(v) => v,
+                None => match &p.default {
+                    Some(d) => from_const(d).ok_or_else(|| {
+                        ExecError::new(
+                            "E0707",
+                            format!("the default of `{}` cannot be used at run time", p.name),
+                        )
+                    })?,
+                    None => {
+                        return Err(ExecError::new(
+                            "E0707",
+                            format!("missing argument `{}` of `{}`", p.name, sig.name),
+                        )
+                        .with_help(sig.rendered.clone()))
+                    }
+                },
+            };
+            Ok((p.name.clone(), v))
+        })
+        .collect()
+}
+
+fn from_const(v: &check::Value) -> Option<Value> {
+    Some(match v {
+        check::Value::Int(d) => Value::Int(d.as_const()?),
+        check::Value::Float(x) => Value::Float(*x),
+        check::Value::Bool(b) => Value::Bool(*b),
+        check::Value::None => Value::None,
+        check::Value::Tuple(v) => Value::Tuple(v.iter().map(from_const).collect::<Option<_>>()?),
+        _ => return None,
+    })
+}
+
+fn to_const(v: &Value) -> Option<check::Value> {
+    Some(match v {
+        Value::Int(i) => check::Value::int(*i),
+        Value::Float(x) => check::Value::Float(*x),
+        Value::Bool(b) => check::Value::Bool(*b),
+        Value::None => check::Value::None,
+        Value::Tuple(v) => check::Value::Tuple(v.iter().map(to_const).collect::<Option<_>>()?),
+        Value::Tensor(_) => return None,
+    })
+}
+
+/// Binds tensor dims against a signature: every symbol gets one value, literal
+/// and composite dims must match. Errors name the parameter, the dim and both
+/// values.
+pub(crate) fn bind_dims(
+    sig: &check::FnSig,
+    values: &[(String, Value)],
+) -> Result<BTreeMap<String, i64>, ExecError> {
+    let mut dims = BTreeMap::new();
+    let mut later = Vec::new();
+    for (p, (_, v)) in sig.params.iter().zip(values) {
+        match (&p.ty, v) {
+            (Ty::Tensor { dims: pd, dtype }, Value::Tensor(t)) => {
+                if t.dtype() != *dtype {
+                    return Err(ExecError::new(
+                        "E0702",
+                        format!(
+                            "argument `{}` of `{}` must be {dtype}, got a {} tensor",
+                            p.name,
+                            sig.name,
+                            t.dtype()
+                        ),
+                    )
+                    .with_help(format!("convert it with `.to({dtype})`")));
+                }
+                if pd.len() != t.shape().len() {
+                    return Err(ExecError::new(
+                        "E0701",
+                        format!(
+                            "argument `{}` of `{}` must have {} dims, got shape {:?}",
+                            p.name,
+                            sig.name,
+                            pd.len(),
+                            t.shape()
+                        ),
+                    )
+                    .with_help(sig.rendered.clone()));
+                }
+                for (axis, (d, &n)) in pd.iter().zip(t.shape()).enumerate() {
+                    let n = n as i64;
+                    if let Some(c) = d.as_const() {
+                        if c != n {
+                            return Err(dim_error(sig, &p.name, axis, &d.to_string(), c, n));
+                        }
+                    } else if let Some(s) = d.as_symbol() {
+                        match dims.get(s) {
+                            Some(&prev) if prev != n => {
+                                return Err(dim_error(sig, &p.name, axis, s, prev, n))
+                            }
+                            _ => {
+                                dims.insert(s.to_string(), n);
+                            }
+                        }
+                    } else {
+                        later.push((p.name.clone(), axis, d.clone(), n));
+                    }
+                }
+            }
+            (Ty::Tensor { .. }, other) => {
+                return Err(ExecError::new(
+                    "E0707",
+                    format!(
+                        "argument `{}` of `{}` must be a tensor, got {}",
+                        p.name,
+                        sig.name,
+                        other.describe()
+                    ),
+                ))
+            }
+            (Ty::Scalar { .. }, Value::Tensor(t)) => {
+                return Err(ExecError::new(
+                    "E0707",
+                    format!(
+                        "argument `{}` of `{}` must be a scalar, got {}",
+                        p.name,
+                        sig.name,
+                        Value::Tensor(t.clone()).describe()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    for (name, axis, d, n) in later {
+        let want = d
+            .substitute(&|s| dims.get(s).map(|v| check::dims::Dim::constant(*v)))
+            .and_then(|d| d.as_const());
+        if let Some(w) = want {
+            if w != n {
+                return Err(dim_error(sig, &name, axis, &d.to_string(), w, n));
+            }
+        }
+    }
+    Ok(dims)
+}
+
+fn dim_error(sig: &check::FnSig, param: &str, axis: usize, dim: &str, want: i64, got: i64) -> ExecError {
+    ExecError::new(
+        "E0701",
+        format!(
+            "argument `{param}` of `{}`: dim {axis} (`{dim}`) is {got}, but `{dim}` = {want}",
+            sig.name
+        ),
+    )
+    .with_help(format!("the signature is `{}`", sig.rendered))
+}
+
+/// Launches a kernel item with its parameters' values (signature order).
+pub(crate) fn launch_bound(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    grid: Option<Vec<i64>>,
+    values: &[(String, Value)],
+    interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    interrupt.check()?;
+    let parsed = db::parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(ExecError::new("E0707", "not a kernel"));
+    };
+    let sig = signature(db, item, &f.name.name)?;
+    let dims = bind_dims(&sig, values)?;
+    let mut spec = Specialization::new();
+    let mut lookup: BTreeMap<String, check::Value> = dims
+        .iter()
+        .map(|(k, v)| (k.clone(), check::Value::int(*v)))
+        .collect();
+    for (p, (_, v)) in sig.params.iter().zip(values) {
+        if p.is_const {
+            let i = match v {
+                Value::Int(i) => *i,
+                Value::Bool(b) => *b as i64,
+                other => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!(
+                            "const parameter `{}` of `{}` must be an int or bool, got {}",
+                            p.name,
+                            sig.name,
+                            other.describe()
+                        ),
+                    ))
+                }
+            };
+            spec.values.insert(p.name.clone(), i);
+        }
+        if let Some(c) = to_const(v) {
+            lookup.insert(p.name.clone(), c);
+        }
+    }
+    let kernel = specialise(db, kfile, item, f, spec, &dims)?;
+    let grid = match grid {
+        Some(g) => g,
+        None => decorator_grid(db, kfile, f, &lookup)?,
+    };
+    if grid.is_empty() || grid.len() > 3 {
+        return Err(ExecError::new(
+            "E0703",
+            format!("a grid has 1 to 3 dims, got {}", grid.len()),
+        ));
+    }
+    let g3 = [
+        grid[0],
+        grid.get(1).copied().unwrap_or(1),
+        grid.get(2).copied().unwrap_or(1),
+    ];
+    let by_name: BTreeMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let args = kernel
+        .params
+        .iter()
+        .map(|p| {
+            Ok(match by_name.get(p.name.as_str()) {
+                Some(Value::Tensor(t)) => cpu::Arg::Tensor(t.clone()),
+                Some(Value::Int(i)) => cpu::Arg::Int(*i),
+                Some(Value::Bool(b)) => cpu::Arg::Int(*b as i64),
+                Some(Value::Float(x)) => cpu::Arg::Float(*x),
+                Some(other) => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!(
+                            "argument `{}` of `{}` cannot be {}",
+                            p.name,
+                            sig.name,
+                            other.describe()
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!("missing argument `{}` of `{}`", p.name, sig.name),
+                    ))
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    cpu::run_grid(&kernel, &args, g3, interrupt)
+}
+
+/// The Tile IR of a kernel specialised on `spec` and on the dims its tile
+/// shapes need (taken from `dims`), through the database's cache.
+fn specialise(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    f: &ast::Function,
+    spec: Specialization,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Arc<Kernel>, ExecError> {
+    let opts = db.options();
+    let compile_error = |diags: &[crate::diag::Diagnostic]| {
+        let first = diags.first();
+        ExecError::new(
+            first.map_or("E0709", |d| d.code),
+            format!(
+                "kernel `{}` cannot be compiled for this launch: {}",
+                f.name.name,
+                first.map_or("it has errors".to_string(), |d| d.message.clone())
+            ),
+        )
+        .with_help(
+            first
+                .and_then(|d| d.help.clone())
+                .unwrap_or_else(|| "see `tsrc check` for the kernel's diagnostics".into()),
+        )
+    };
+    match db::tile_ir(db, item, opts, spec.clone()) {
+        Ok(k) => Ok(k.clone()),
+        Err(_) => {
+            // Dims a tile shape needs: lower once to learn them, then ask the
+            // database (cached for the next launch of the same shapes).
+            let k = lower_kernel_with_dims(f, db::module_scope(db, kfile), &spec, dims)
+                .map_err(|d| compile_error(&d))?;
+            let full = Specialization {
+                values: k.specialization.iter().cloned().collect(),
+            };
+            db::tile_ir(db, item, opts, full)
+                .clone()
+                .map_err(|d| compile_error(&d))
+        }
+    }
+}
+
+/// Evaluates `@kernel(grid=...)` with the launch's dims, consts and scalars.
+fn decorator_grid(
+    db: &Database,
+    kfile: SourceFile,
+    f: &ast::Function,
+    lookup: &BTreeMap<String, check::Value>,
+) -> Result<Vec<i64>, ExecError> {
+    let no_grid = || {
+        ExecError::new(
+            "E0703",
+            format!("kernel `{}` has no grid", f.name.name),
+        )
+        .with_help("give one in the decorator, `@kernel(grid=(...))`, or at the launch")
+    };
+    let deco = f.decorator("kernel").ok_or_else(no_grid)?;
+    let arg = deco
+        .args
+        .iter()
+        .flatten()
+        .find(|a| a.name.as_ref().is_some_and(|n| n.name == "grid"))
+        .ok_or_else(no_grid)?;
+    let scope = db::module_scope(db, kfile);
+    let look = |n: &str| -> Option<check::Value> {
+        lookup.get(n).cloned().or_else(|| match scope.get(n) {
+            Some(Entry::Const { value, .. }) => value.clone(),
+            _ => None,
+        })
+    };
+    let v = eval_const(&arg.value, &look).map_err(|e| {
+        ExecError::new(
+            "E0703",
+            format!("the grid of `{}` cannot be evaluated: {e:?}", f.name.name),
+        )
+    })?;
+    let as_int = |v: &check::Value| {
+        v.as_int().ok_or_else(|| {
+            ExecError::new(
+                "E0703",
+                format!("the grid of `{}` is not made of integers", f.name.name),
+            )
+        })
+    };
+    match &v {
+        check::Value::Tuple(items) => items.iter().map(as_int).collect(),
+        other => Ok(vec![as_int(other)?]),
+    }
+}

@@ -1,0 +1,181 @@
+//! Execution on the CPU: tensors as values, kernel launches and whole-tensor
+//! functions.
+//!
+//! * [`Tensor`] holds shared storage (aliases see each other's writes, kernel
+//!   launches write their arguments in place); [`Value`] is what a Tessera
+//!   expression evaluates to at run time.
+//! * [`launch_kernel`] binds a kernel's signature to its arguments, specialises
+//!   it, takes its Tile IR from the database and runs every program of the grid
+//!   with the interpreter in [`cpu`] (programs in parallel).
+//! * [`run_function`] runs a whole-tensor function through its Schedule IR: the
+//!   same kernels, in the same order, the GPU would launch.
+//!
+//! Every failure is an [`ExecError`] with a code of the E07xx family (see
+//! `docs/diagnostics.md`); [`ExecError::to_diagnostic`] attaches a span.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub mod cpu;
+pub mod f8;
+mod function;
+mod launch;
+pub mod npy;
+pub mod rng;
+mod tensor;
+
+pub use function::run_function;
+pub use launch::launch_kernel;
+pub use tensor::{round_to, IndexItem, Tensor};
+
+use crate::diag::Diagnostic;
+use crate::syntax::span::Span;
+
+/// A run-time value.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Tensor(Tensor),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Tuple(Vec<Value>),
+    None,
+}
+
+impl Value {
+    /// The kind of value, for messages (`tensor[4, 8] f32`, `int`).
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Tensor(t) => {
+                let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+                format!("tensor[{}] {}", dims.join(", "), t.dtype())
+            }
+            Value::Int(_) => "int".into(),
+            Value::Float(_) => "float".into(),
+            Value::Bool(_) => "bool".into(),
+            Value::Tuple(v) => format!("tuple of {}", v.len()),
+            Value::None => "None".into(),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Tensor(t) => write!(f, "{t}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => {
+                if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e16 {
+                    write!(f, "{x:.1}")
+                } else {
+                    write!(f, "{x}")
+                }
+            }
+            Value::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Value::Tuple(v) => {
+                f.write_str("(")?;
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                if v.len() == 1 {
+                    f.write_str(",")?;
+                }
+                f.write_str(")")
+            }
+            Value::None => f.write_str("None"),
+        }
+    }
+}
+
+/// A run-time error: a catalogue code (E07xx), a message and a help line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecError {
+    pub code: &'static str,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+impl ExecError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> ExecError {
+        ExecError {
+            code,
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> ExecError {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// The diagnostic of this error at `span` (the call or statement that failed).
+    pub fn to_diagnostic(&self, span: Span) -> Diagnostic {
+        let d = Diagnostic::new(self.code, span, self.message.clone());
+        match &self.help {
+            Some(h) => d.with_help(h.clone()),
+            None => d,
+        }
+    }
+
+    pub(crate) fn interrupted() -> ExecError {
+        ExecError::new("E0706", "interrupted").with_help(
+            "the computation was stopped (Ctrl-C); tensors it was writing may be partly written",
+        )
+    }
+}
+
+impl fmt::Display for ExecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error[{}]: {}", self.code, self.message)?;
+        if let Some(h) = &self.help {
+            write!(f, "\n  help: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ExecError {}
+
+/// A flag that stops a running computation: set it (from a Ctrl-C handler) and
+/// the executor returns E0706 at the next program or loop iteration.
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    pub fn new() -> Interrupt {
+        Interrupt::default()
+    }
+
+    /// Requests a stop.
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Clears a request (before the next computation).
+    pub fn reset(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `Err(E0706)` once triggered.
+    pub fn check(&self) -> Result<(), ExecError> {
+        if self.is_set() {
+            Err(ExecError::interrupted())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The shared flag, for signal handlers (`ctrlc::set_handler`).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+}

@@ -1,0 +1,193 @@
+//! `.npy` files (NumPy format versions 1.0, 2.0 and 3.0 read; 1.0 written, or
+//! 2.0 when the header needs it): C order, little-endian.
+//!
+//! Dtypes map one to one (`<f8 <f4 <f2 <i8 <i4 <i2 |i1 <u4 |u1 |b1`), except
+//! the formats numpy has no dtype for: bf16 and the f8 formats are saved as
+//! `<f4` (exactly: every value of theirs is an f32), so loading gives f32.
+//! Fortran-order files are refused with an error.
+
+use std::path::Path;
+
+use half::f16;
+
+use super::tensor::{Data, Tensor};
+use super::ExecError;
+use crate::check::DType;
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+fn err(path: &Path, msg: impl Into<String>) -> ExecError {
+    ExecError::new(
+        "E0708",
+        format!("cannot read `{}`: {}", path.display(), msg.into()),
+    )
+    .with_help("load_npy reads C-order .npy files of numeric or bool dtype, as numpy.save writes them")
+}
+
+fn descr(d: DType) -> &'static str {
+    match d {
+        DType::F64 => "<f8",
+        DType::F32 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => "<f4",
+        DType::F16 => "<f2",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::I16 => "<i2",
+        DType::I8 => "|i1",
+        DType::U32 => "<u4",
+        DType::U8 => "|u1",
+        DType::Bool => "|b1",
+    }
+}
+
+/// Writes `t` to `path` as `.npy` (bf16 and f8 as f32; see the module docs).
+pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
+    let shape = match t.shape() {
+        [] => "()".to_string(),
+        [n] => format!("({n},)"),
+        s => format!(
+            "({})",
+            s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr(t.dtype())
+    );
+    // The header (after the magic, version and length) is padded with spaces
+    // and a newline to a multiple of 64 bytes in total.
+    let mut out = MAGIC.to_vec();
+    let v1 = dict.len() + 1 + 10 <= 65535 + 10;
+    let prefix = if v1 { 10 } else { 12 };
+    let total = (prefix + dict.len() + 1).div_ceil(64) * 64;
+    let hlen = total - prefix;
+    if v1 {
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&(hlen as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&[2, 0]);
+        out.extend_from_slice(&(hlen as u32).to_le_bytes());
+    }
+    out.extend_from_slice(dict.as_bytes());
+    out.resize(total - 1, b' ');
+    out.push(b'\n');
+    match t.storage.data() {
+        Data::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I8(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::BF16(_) | Data::U8(_)
+            if matches!(t.dtype(), DType::BF16 | DType::F8E4M3 | DType::F8E5M2) =>
+        {
+            t.to_f64_vec()
+                .iter()
+                .for_each(|x| out.extend_from_slice(&(*x as f32).to_le_bytes()))
+        }
+        Data::U8(v) => out.extend_from_slice(v),
+        Data::BF16(_) => unreachable!("bf16 storage has dtype bf16"),
+    }
+    std::fs::write(path, out).map_err(|e| {
+        ExecError::new(
+            "E0708",
+            format!("cannot write `{}`: {e}", path.display()),
+        )
+        .with_help("check that the directory exists and is writable")
+    })
+}
+
+/// Reads a `.npy` file written by numpy (or `save_npy`).
+pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
+    let bytes = std::fs::read(path).map_err(|e| err(path, e.to_string()))?;
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err(err(path, "not a .npy file (no \\x93NUMPY magic)"));
+    }
+    let (hlen, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(err(path, format!("unknown .npy version {v}"))),
+    };
+    let header = bytes
+        .get(start..start + hlen)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or_else(|| err(path, "truncated or unreadable header"))?;
+    let field = |key: &str| -> Option<&str> {
+        let i = header.find(&format!("'{key}'"))? + key.len() + 2;
+        let rest = header[i..].trim_start().strip_prefix(':')?.trim_start();
+        Some(rest)
+    };
+    let descr = field("descr")
+        .and_then(|r| r.strip_prefix('\''))
+        .and_then(|r| r.split('\'').next())
+        .ok_or_else(|| err(path, "the header has no 'descr'"))?;
+    let fortran = field("fortran_order").ok_or_else(|| err(path, "no 'fortran_order'"))?;
+    if fortran.starts_with("True") {
+        return Err(err(
+            path,
+            "the array is in Fortran order; save it with np.ascontiguousarray(a) first",
+        ));
+    }
+    let shape_text = field("shape")
+        .and_then(|r| r.strip_prefix('('))
+        .and_then(|r| r.split(')').next())
+        .ok_or_else(|| err(path, "the header has no 'shape'"))?;
+    let shape: Vec<usize> = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| err(path, format!("bad shape ({shape_text})")))?;
+    let n: usize = shape.iter().product();
+    let body = &bytes[start + hlen..];
+    let (dtype, size) = match descr {
+        "<f8" => (DType::F64, 8),
+        "<f4" => (DType::F32, 4),
+        "<f2" => (DType::F16, 2),
+        "<i8" => (DType::I64, 8),
+        "<i4" => (DType::I32, 4),
+        "<i2" => (DType::I16, 2),
+        "|i1" | "<i1" => (DType::I8, 1),
+        "<u4" => (DType::U32, 4),
+        "|u1" | "<u1" => (DType::U8, 1),
+        "|b1" => (DType::Bool, 1),
+        d => {
+            return Err(err(
+                path,
+                format!("dtype '{d}' is not supported (big-endian, complex, strings, objects and u16/u64 are not)"),
+            ))
+        }
+    };
+    if body.len() < n * size {
+        return Err(err(
+            path,
+            format!("expected {} bytes of data, found {}", n * size, body.len()),
+        ));
+    }
+    let b = &body[..n * size];
+    macro_rules! read {
+        ($t:ty, $k:expr) => {
+            b.chunks_exact($k)
+                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+    }
+    let data = match dtype {
+        DType::F64 => Data::F64(read!(f64, 8)),
+        DType::F32 => Data::F32(read!(f32, 4)),
+        DType::F16 => Data::F16(read!(f16, 2)),
+        DType::I64 => Data::I64(read!(i64, 8)),
+        DType::I32 => Data::I32(read!(i32, 4)),
+        DType::I16 => Data::I16(read!(i16, 2)),
+        DType::I8 => Data::I8(read!(i8, 1)),
+        DType::U32 => Data::U32(read!(u32, 4)),
+        DType::Bool => Data::U8(b.iter().map(|x| (*x != 0) as u8).collect()),
+        _ => Data::U8(b.to_vec()),
+    };
+    Ok(Tensor::from_data(&shape, dtype, data))
+}

@@ -1,0 +1,591 @@
+//! Tensors as run-time values: a shape, a dtype and shared contiguous
+//! row-major storage.
+//!
+//! Storage is shared (`Arc`) so that `b = a` aliases as in Python and a kernel
+//! launch writes its tensor arguments in place. Writes go through raw pointers
+//! (see [`Storage`]): a launch's programs run on several threads, and two
+//! programs storing to the same element race exactly as on the GPU (the value
+//! of one of them is kept; which is unspecified). Outside launches a tensor is
+//! only touched by the thread that owns the session.
+
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use super::f8;
+use super::ExecError;
+use crate::check::DType;
+
+/// The elements of a tensor, one vector type per storage dtype (f8 formats and
+/// bool are bytes: f8 encoded, bool 0/1).
+#[derive(Clone, Debug)]
+pub(crate) enum Data {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    I16(Vec<i16>),
+    I8(Vec<i8>),
+    U32(Vec<u32>),
+    /// u8, bool (0/1), f8e4m3 and f8e5m2 (encoded).
+    U8(Vec<u8>),
+}
+
+/// Tensor memory shared by every alias of a tensor. `UnsafeCell` because
+/// kernel launches write it from several threads through raw pointers; the
+/// data-race policy is the GPU's (see the module docs).
+pub(crate) struct Storage(UnsafeCell<Data>);
+
+// SAFETY: concurrent access happens only inside a launch, through raw pointers
+// into the vector's buffer (never reallocated while shared); element races are
+// the program's, as on the device.
+unsafe impl Sync for Storage {}
+unsafe impl Send for Storage {}
+
+impl Storage {
+    pub(crate) fn new(d: Data) -> Arc<Storage> {
+        Arc::new(Storage(UnsafeCell::new(d)))
+    }
+
+    pub(crate) fn data(&self) -> &Data {
+        // SAFETY: see the module docs: no writer runs concurrently with a reader
+        // outside a launch.
+        unsafe { &*self.0.get() }
+    }
+
+    /// The base pointer of the elements, for launches.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        // SAFETY: only the buffer pointer is taken; the vector is not resized.
+        let d = unsafe { &mut *self.0.get() };
+        match d {
+            Data::F64(v) => v.as_mut_ptr() as *mut u8,
+            Data::F32(v) => v.as_mut_ptr() as *mut u8,
+            Data::F16(v) => v.as_mut_ptr() as *mut u8,
+            Data::BF16(v) => v.as_mut_ptr() as *mut u8,
+            Data::I64(v) => v.as_mut_ptr() as *mut u8,
+            Data::I32(v) => v.as_mut_ptr() as *mut u8,
+            Data::I16(v) => v.as_mut_ptr() as *mut u8,
+            Data::I8(v) => v.as_mut_ptr() as *mut u8,
+            Data::U32(v) => v.as_mut_ptr() as *mut u8,
+            Data::U8(v) => v.as_mut_ptr() as *mut u8,
+        }
+    }
+}
+
+/// Rounds `x` to the nearest value of `dtype` (floats), or converts it the way
+/// a cast does (integers truncate toward zero and wrap, bool is `x != 0`).
+pub fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F8E4M3 => f8::e4m3_to_f32(f8::e4m3_from_f32(x as f32)) as f64,
+        DType::F8E5M2 => f8::e5m2_to_f32(f8::e5m2_from_f32(x as f32)) as f64,
+        DType::Bool => (x != 0.0) as i64 as f64,
+        _ => wrap_int(dtype, float_to_i64(x)) as f64,
+    }
+}
+
+/// Float to integer as a cast: toward zero, NaN to 0, saturating at i64.
+pub(crate) fn float_to_i64(x: f64) -> i64 {
+    x as i64
+}
+
+/// Wraps `x` to the width of the integer dtype (two's complement).
+pub(crate) fn wrap_int(dtype: DType, x: i64) -> i64 {
+    match dtype {
+        DType::I32 => x as i32 as i64,
+        DType::I16 => x as i16 as i64,
+        DType::I8 => x as i8 as i64,
+        DType::U32 => x as u32 as i64,
+        DType::U8 => x as u8 as i64,
+        DType::Bool => (x != 0) as i64,
+        _ => x,
+    }
+}
+
+impl Data {
+    pub(crate) fn zeros(dtype: DType, n: usize) -> Data {
+        match dtype {
+            DType::F64 => Data::F64(vec![0.0; n]),
+            DType::F32 => Data::F32(vec![0.0; n]),
+            DType::F16 => Data::F16(vec![f16::ZERO; n]),
+            DType::BF16 => Data::BF16(vec![bf16::ZERO; n]),
+            DType::I64 => Data::I64(vec![0; n]),
+            DType::I32 => Data::I32(vec![0; n]),
+            DType::I16 => Data::I16(vec![0; n]),
+            DType::I8 => Data::I8(vec![0; n]),
+            DType::U32 => Data::U32(vec![0; n]),
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(vec![0; n]),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Data::F64(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::BF16(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::I16(v) => v.len(),
+            Data::I8(v) => v.len(),
+            Data::U32(v) => v.len(),
+            Data::U8(v) => v.len(),
+        }
+    }
+
+    /// Element `i` as f64 (`dtype` decodes the bytes of f8 and bool).
+    pub(crate) fn get(&self, dtype: DType, i: usize) -> f64 {
+        match self {
+            Data::F64(v) => v[i],
+            Data::F32(v) => v[i] as f64,
+            Data::F16(v) => v[i].to_f64(),
+            Data::BF16(v) => v[i].to_f64(),
+            Data::I64(v) => v[i] as f64,
+            Data::I32(v) => v[i] as f64,
+            Data::I16(v) => v[i] as f64,
+            Data::I8(v) => v[i] as f64,
+            Data::U32(v) => v[i] as f64,
+            Data::U8(v) => decode_byte(dtype, v[i]),
+        }
+    }
+
+    /// Sets element `i` to `x` converted to `dtype` (see [`round_to`]).
+    pub(crate) fn set(&mut self, dtype: DType, i: usize, x: f64) {
+        match self {
+            Data::F64(v) => v[i] = x,
+            Data::F32(v) => v[i] = x as f32,
+            Data::F16(v) => v[i] = f16::from_f64(x),
+            Data::BF16(v) => v[i] = bf16::from_f64(x),
+            Data::I64(v) => v[i] = float_to_i64(x),
+            Data::I32(v) => v[i] = wrap_int(DType::I32, float_to_i64(x)) as i32,
+            Data::I16(v) => v[i] = wrap_int(DType::I16, float_to_i64(x)) as i16,
+            Data::I8(v) => v[i] = wrap_int(DType::I8, float_to_i64(x)) as i8,
+            Data::U32(v) => v[i] = wrap_int(DType::U32, float_to_i64(x)) as u32,
+            Data::U8(v) => v[i] = encode_byte(dtype, x),
+        }
+    }
+}
+
+pub(crate) fn decode_byte(dtype: DType, b: u8) -> f64 {
+    match dtype {
+        DType::F8E4M3 => f8::e4m3_to_f32(b) as f64,
+        DType::F8E5M2 => f8::e5m2_to_f32(b) as f64,
+        DType::Bool => (b != 0) as i64 as f64,
+        _ => b as f64,
+    }
+}
+
+pub(crate) fn encode_byte(dtype: DType, x: f64) -> u8 {
+    match dtype {
+        DType::F8E4M3 => f8::e4m3_from_f32(x as f32),
+        DType::F8E5M2 => f8::e5m2_from_f32(x as f32),
+        DType::Bool => (x != 0.0) as u8,
+        _ => wrap_int(DType::U8, float_to_i64(x)) as u8,
+    }
+}
+
+/// A tensor value: shape, dtype and shared storage (clones alias).
+#[derive(Clone)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    dtype: DType,
+    pub(crate) storage: Arc<Storage>,
+}
+
+/// One position of `t[...]`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexItem {
+    /// An integer (negative counts from the end); drops the axis.
+    Int(i64),
+    /// `start:stop:step`, each optional as in Python.
+    Slice {
+        start: Option<i64>,
+        stop: Option<i64>,
+        step: Option<i64>,
+    },
+    /// `None`: a new axis of size 1.
+    NewAxis,
+}
+
+impl IndexItem {
+    /// `:`.
+    pub fn full() -> IndexItem {
+        IndexItem::Slice {
+            start: None,
+            stop: None,
+            step: None,
+        }
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_data(shape: &[usize], dtype: DType, data: Data) -> Tensor {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            storage: Storage::new(data),
+        }
+    }
+
+    /// The same memory seen with another shape of the same element count
+    /// (Schedule IR views, `reshape`).
+    pub fn view(&self, shape: &[usize]) -> Option<Tensor> {
+        (shape.iter().product::<usize>() == self.numel()).then(|| Tensor {
+            shape: shape.to_vec(),
+            dtype: self.dtype,
+            storage: self.storage.clone(),
+        })
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::from_data(shape, dtype, Data::zeros(dtype, shape.iter().product()))
+    }
+
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, dtype, 1.0)
+    }
+
+    /// Every element `value` (converted to `dtype` as a cast does).
+    pub fn full(shape: &[usize], dtype: DType, value: f64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let mut d = Data::zeros(dtype, n);
+        let mut one = Data::zeros(dtype, 1);
+        one.set(dtype, 0, value);
+        let x = one.get(dtype, 0);
+        for i in 0..n {
+            d.set(dtype, i, x);
+        }
+        Tensor::from_data(shape, dtype, d)
+    }
+
+    /// Uninitialised as far as the language goes; the CPU zero-fills it.
+    pub fn empty(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::zeros(shape, dtype)
+    }
+
+    /// `[start, end)` with step 1, as a 1-D tensor.
+    pub fn arange(start: i64, end: i64, dtype: DType) -> Tensor {
+        let n = (end - start).max(0) as usize;
+        let data: Vec<f64> = (0..n).map(|i| (start + i as i64) as f64).collect();
+        Tensor::from_f64(&[n], dtype, &data)
+    }
+
+    /// A tensor of `shape` holding `data` (row-major) converted to `dtype`.
+    /// Panics when the lengths differ (a caller bug, not a user error).
+    pub fn from_f64(shape: &[usize], dtype: DType, data: &[f64]) -> Tensor {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "Tensor::from_f64: shape and data length differ"
+        );
+        let mut d = Data::zeros(dtype, data.len());
+        for (i, x) in data.iter().enumerate() {
+            d.set(dtype, i, *x);
+        }
+        Tensor::from_data(shape, dtype, d)
+    }
+
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let d = self.storage.data();
+        (0..self.numel()).map(|i| d.get(self.dtype, i)).collect()
+    }
+
+    /// The f32 elements, without a round trip through f64 when stored as f32.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self.storage.data() {
+            Data::F32(v) => v.clone(),
+            _ => self.to_f64_vec().iter().map(|x| *x as f32).collect(),
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether two tensors share memory (`b = a`).
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// A copy converted to `dtype` (floats round to nearest, float to integer
+    /// truncates toward zero, integers wrap, bool is `x != 0`).
+    pub fn to(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype {
+            return self.deep_clone();
+        }
+        Tensor::from_f64(&self.shape, dtype, &self.to_f64_vec())
+    }
+
+    /// A copy with its own storage.
+    pub fn deep_clone(&self) -> Tensor {
+        Tensor::from_data(&self.shape, self.dtype, self.storage.data().clone())
+    }
+
+    /// `t[idx]`: integers (negative from the end), slices `a:b:step` (steps may
+    /// be negative, bounds clamp as in Python), `None` (new axis); axes not
+    /// named are taken whole. Returns a copy.
+    pub fn index(&self, idx: &[IndexItem]) -> Result<Tensor, ExecError> {
+        let named = idx.iter().filter(|i| !matches!(i, IndexItem::NewAxis)).count();
+        if named > self.shape.len() {
+            return Err(ExecError::new(
+                "E0705",
+                format!(
+                    "too many indices: {named} for a tensor of rank {}",
+                    self.shape.len()
+                ),
+            )
+            .with_help("index at most one position per axis"));
+        }
+        // Per source axis: the source positions taken (None: the axis is dropped).
+        let mut picks: Vec<(Vec<usize>, bool)> = Vec::new();
+        let mut out_shape = Vec::new();
+        let mut axis = 0;
+        for it in idx {
+            match it {
+                IndexItem::NewAxis => out_shape.push(1),
+                IndexItem::Int(i) => {
+                    let n = self.shape[axis] as i64;
+                    let j = if *i < 0 { i + n } else { *i };
+                    if j < 0 || j >= n {
+                        return Err(ExecError::new(
+                            "E0705",
+                            format!("index {i} is out of bounds for axis {axis} of size {n}"),
+                        )
+                        .with_help(format!("valid indices are -{n} to {}", n - 1)));
+                    }
+                    picks.push((vec![j as usize], false));
+                    axis += 1;
+                }
+                IndexItem::Slice { start, stop, step } => {
+                    let n = self.shape[axis] as i64;
+                    let step = step.unwrap_or(1);
+                    if step == 0 {
+                        return Err(ExecError::new("E0705", "slice step cannot be zero")
+                            .with_help("use a positive or negative step"));
+                    }
+                    let clamp = |v: i64, lo: i64, hi: i64| v.clamp(lo, hi);
+                    let norm = |v: i64| if v < 0 { v + n } else { v };
+                    let pos: Vec<usize> = if step > 0 {
+                        let a = start.map_or(0, |s| clamp(norm(s), 0, n));
+                        let b = stop.map_or(n, |s| clamp(norm(s), 0, n));
+                        (a..b.max(a)).step_by(step as usize).map(|x| x as usize).collect()
+                    } else {
+                        let a = start.map_or(n - 1, |s| clamp(norm(s), -1, n - 1));
+                        let b = stop.map_or(-1, |s| clamp(norm(s), -1, n - 1));
+                        let mut v = Vec::new();
+                        let mut x = a;
+                        while x > b {
+                            v.push(x as usize);
+                            x += step;
+                        }
+                        v
+                    };
+                    out_shape.push(pos.len());
+                    picks.push((pos, true));
+                    axis += 1;
+                }
+            }
+        }
+        while axis < self.shape.len() {
+            out_shape.push(self.shape[axis]);
+            picks.push(((0..self.shape[axis]).collect(), true));
+            axis += 1;
+        }
+        let strides = strides(&self.shape);
+        let mut offsets = vec![0usize];
+        for (a, (pos, _)) in picks.iter().enumerate() {
+            let mut next = Vec::with_capacity(offsets.len() * pos.len());
+            for o in &offsets {
+                for p in pos {
+                    next.push(o + p * strides[a]);
+                }
+            }
+            offsets = next;
+        }
+        let src = self.storage.data();
+        let mut d = Data::zeros(self.dtype, offsets.len());
+        copy_elements(src, &offsets, &mut d);
+        Ok(Tensor::from_data(&out_shape, self.dtype, d))
+    }
+}
+
+/// `dst[i] = src[offsets[i]]` for one storage type (no conversion).
+fn copy_elements(src: &Data, offsets: &[usize], dst: &mut Data) {
+    macro_rules! go {
+        ($($v:ident),*) => {
+            match (src, dst) {
+                $((Data::$v(s), Data::$v(d)) => {
+                    for (x, o) in d.iter_mut().zip(offsets) {
+                        *x = s[*o];
+                    }
+                })*
+                _ => unreachable!("same dtype"),
+            }
+        };
+    }
+    go!(F64, F32, F16, BF16, I64, I32, I16, I8, U32, U8)
+}
+
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Elements shown per axis edge once a tensor has more than `SUMMARY_AT` elements.
+const EDGE_ITEMS: usize = 3;
+const SUMMARY_AT: usize = 1000;
+
+impl fmt::Display for Tensor {
+    /// numpy-like: `tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], f32)`;
+    /// floats with 4 decimals (scientific when magnitudes need it), columns
+    /// aligned, more than 1000 elements summarised with `...` (3 items per edge),
+    /// the shape shown when summarised.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let data = self.to_f64_vec();
+        let summarise = data.len() > SUMMARY_AT;
+        // The elements shown, to size the columns.
+        let shown = shown_offsets(&self.shape, summarise);
+        let sci = self.dtype.is_float() && {
+            let finite: Vec<f64> = shown
+                .iter()
+                .map(|&o| data[o].abs())
+                .filter(|x| x.is_finite() && *x != 0.0)
+                .collect();
+            let max = finite.iter().cloned().fold(0.0, f64::max);
+            let min = finite.iter().cloned().fold(f64::INFINITY, f64::min);
+            max >= 1e8 || (min < 1e-4 && min.is_finite())
+        };
+        let fmt_one = |x: f64| -> String {
+            if self.dtype == DType::Bool {
+                if x != 0.0 { "True" } else { "False" }.to_string()
+            } else if !self.dtype.is_float() {
+                format!("{}", x as i64)
+            } else if x.is_nan() {
+                "nan".to_string()
+            } else if x.is_infinite() {
+                if x > 0.0 { "inf" } else { "-inf" }.to_string()
+            } else if sci {
+                format!("{x:.4e}")
+            } else {
+                format!("{x:.4}")
+            }
+        };
+        let width = shown.iter().map(|&o| fmt_one(data[o]).len()).max().unwrap_or(0);
+        let mut out = String::from("tensor(");
+        if self.shape.is_empty() {
+            out.push_str(&fmt_one(data[0]));
+        } else {
+            let st = strides(&self.shape);
+            render(&mut out, &self.shape, &st, 0, 0, &data, summarise, width, &fmt_one, 7);
+        }
+        out.push_str(", ");
+        out.push_str(self.dtype.name());
+        if summarise {
+            let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+            out.push_str(&format!(", shape=[{}]", dims.join(", ")));
+        }
+        out.push(')');
+        f.write_str(&out)
+    }
+}
+
+/// The positions of axis of size `n` that are printed.
+fn shown_positions(n: usize, summarise: bool) -> Vec<Option<usize>> {
+    if summarise && n > 2 * EDGE_ITEMS {
+        let mut v: Vec<Option<usize>> = (0..EDGE_ITEMS).map(Some).collect();
+        v.push(None);
+        v.extend((n - EDGE_ITEMS..n).map(Some));
+        v
+    } else {
+        (0..n).map(Some).collect()
+    }
+}
+
+fn shown_offsets(shape: &[usize], summarise: bool) -> Vec<usize> {
+    let st = strides(shape);
+    let mut offs = vec![0usize];
+    for (a, &n) in shape.iter().enumerate() {
+        let pos: Vec<usize> = shown_positions(n, summarise).into_iter().flatten().collect();
+        let s = st[a];
+        offs = offs
+            .iter()
+            .flat_map(|o| pos.iter().map(move |p| o + p * s))
+            .collect();
+    }
+    offs
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    out: &mut String,
+    shape: &[usize],
+    st: &[usize],
+    axis: usize,
+    base: usize,
+    data: &[f64],
+    summarise: bool,
+    width: usize,
+    fmt_one: &dyn Fn(f64) -> String,
+    indent: usize,
+) {
+    out.push('[');
+    let pos = shown_positions(shape[axis], summarise);
+    let last = axis + 1 == shape.len();
+    for (i, p) in pos.iter().enumerate() {
+        if i > 0 {
+            if last {
+                out.push_str(", ");
+            } else {
+                out.push(',');
+                for _ in 0..(shape.len() - axis - 1) {
+                    out.push('\n');
+                }
+                out.push_str(&" ".repeat(indent + axis + 1));
+            }
+        }
+        match p {
+            None => out.push_str("..."),
+            Some(p) if last => {
+                out.push_str(&format!("{:>width$}", fmt_one(data[base + p * st[axis]])));
+            }
+            Some(p) => render(
+                out,
+                shape,
+                st,
+                axis + 1,
+                base + p * st[axis],
+                data,
+                summarise,
+                width,
+                fmt_one,
+                indent,
+            ),
+        }
+    }
+    out.push(']');
+}
