@@ -1,11 +1,15 @@
-//! `tessera`, the user-facing binary. Today it has `tessera check`,
-//! `tessera emit` and `tessera report` (the same commands as `tsrc`); the REPL,
-//! `run` and `lsp` subcommands come with their issues.
+//! `tessera`, the user-facing binary: `tessera repl` (the interactive session,
+//! or statements from a piped stdin), `tessera run FILE`, and the compiler
+//! commands shared with `tsrc` (`check`, `emit`, `report`).
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
-use tessera::cli::CompilerCommand;
+use clap::{Parser, Subcommand};
+use tessera::cli::{stderr_wants_color, CompilerCommand};
+use tessera_repl::session::{device_unavailable, Device, Session};
+use tessera_repl::{run, shell};
 
 #[derive(Parser)]
 #[command(
@@ -15,9 +19,77 @@ use tessera::cli::CompilerCommand;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: CompilerCommand,
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DeviceArg {
+    /// The CPU executor (always available).
+    Cpu,
+    /// An NVIDIA GPU (CUDA execution is not built yet).
+    Cuda,
+}
+
+impl From<DeviceArg> for Device {
+    fn from(d: DeviceArg) -> Device {
+        match d {
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Cuda => Device::Cuda,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// An interactive session; reads statements from stdin when it is not a terminal
+    /// (then exits 1 if any statement failed).
+    Repl {
+        /// Where statements run.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
+    },
+    /// Execute a .tsr file's top-level statements (after its definitions).
+    Run {
+        /// The `.tsr` file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where statements run.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
+    },
+    #[command(flatten)]
+    Compiler(CompilerCommand),
 }
 
 fn main() -> ExitCode {
-    ExitCode::from(Cli::parse().command.run())
+    let code = match Cli::parse().command {
+        Command::Compiler(c) => c.run(),
+        Command::Run { file, device } => run::run_file(
+            &file,
+            device.into(),
+            stderr_wants_color(),
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        ),
+        Command::Repl { device } => repl(device.into()),
+    };
+    ExitCode::from(code)
+}
+
+fn repl(device: Device) -> u8 {
+    let color = stderr_wants_color();
+    let mut session = Session::new("<repl>", color);
+    if device == Device::Cuda {
+        // The session starts on the CPU; say why.
+        let line = "--device cuda";
+        let at = session.note_command(line);
+        let d = device_unavailable(device, tessera::syntax::span::Span::new(at, at + line.len() as u32));
+        session.render(&[d], &mut std::io::stderr());
+        eprintln!("note: the session runs on the CPU");
+    }
+    if std::io::stdin().is_terminal() {
+        shell::interactive(session, color)
+    } else {
+        shell::piped(session, std::io::stdin().lock())
+    }
 }

@@ -177,7 +177,7 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
     install_interrupt(&session, flag.clone());
     let mut failed = false;
     let mut buffer = String::new();
-    let mut flush = |buffer: &mut String, session: &mut Session, failed: &mut bool| -> Next {
+    let flush = |buffer: &mut String, session: &mut Session, failed: &mut bool| -> Next {
         let text = std::mem::take(buffer);
         if text.trim().is_empty() {
             return Next::Continue;

@@ -312,11 +312,12 @@ impl Session {
         }
         let mut d = Diagnostic::new("E0201", span, format!("unknown name `{name}`"))
             .with_primary_label("unknown name");
-        let known = self.names();
-        let mut candidates: Vec<&str> = known.iter().map(String::as_str).collect();
-        candidates.extend(tessera::check::builtins::names());
-        candidates.extend(HOST_BUILTINS.iter().copied());
-        if let Some(s) = tessera::check::suggest(name, candidates.into_iter()) {
+        let mut known = self.names();
+        known.extend(tessera::check::builtins::names().map(String::from));
+        known.extend(HOST_BUILTINS.iter().map(|s| s.to_string()));
+        let suggestion =
+            tessera::check::suggest(name, known.iter().map(String::as_str)).map(str::to_string);
+        if let Some(s) = suggestion {
             d = d.with_help(format!("did you mean `{s}`?"));
         }
         Err(d)

@@ -26,7 +26,7 @@ use tessera::diag::Diagnostic;
 use tessera::exec::{Interrupt, Value};
 use tessera::syntax::{self, ast, span::Span};
 
-pub use eval::Val;
+pub use eval::{host_builtins, Val};
 
 /// The path of the session source in the database (not a real file).
 const SESSION_PATH: &str = "<session>";
@@ -299,10 +299,16 @@ impl Session {
     }
 
     /// Renders diagnostics whose spans point into the transcript.
-    pub(crate) fn render(&self, diags: &[Diagnostic], err: &mut dyn Write) {
+    pub fn render(&self, diags: &[Diagnostic], err: &mut dyn Write) {
         let _ = err.write_all(
             render::render_human_all(&self.shown, &self.transcript, diags, self.color).as_bytes(),
         );
+        let _ = err.flush();
+    }
+
+    /// Renders diagnostics whose spans point into `text` (shown under the session's name).
+    pub fn render_against(&self, text: &str, diags: &[Diagnostic], err: &mut dyn Write) {
+        let _ = err.write_all(render::render_human_all(&self.shown, text, diags, self.color).as_bytes());
         let _ = err.flush();
     }
 
@@ -567,10 +573,6 @@ pub fn value_type(v: &Val) -> String {
     }
 }
 
-/// How a dtype is written in source.
-pub(crate) fn dtype_name(d: DType) -> &'static str {
-    d.name()
-}
 
 /// `Value` → `Val`.
 impl From<Value> for Val {
