@@ -19,7 +19,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tessera::backend::arch::Arch;
-use tessera::check::DType;
 use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
