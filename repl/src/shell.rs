@@ -195,7 +195,9 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
             || ["else", "elif"].iter().any(|k| line.starts_with(k))
             || line.starts_with("def ")
                 && buffer.trim_end().lines().last().is_some_and(|l| l.trim_start().starts_with('@'));
-        if !buffer.is_empty() && !continues_block && needs_more(&buffer) {
+        // Only an open block (not an open bracket) ends at a column-0 line.
+        let open_bracket = tessera::syntax::needs_more_input(&format!("{buffer}\n"));
+        if !buffer.is_empty() && !continues_block && !open_bracket && needs_more(&buffer) {
             // A line at column 0 ends the open block.
             if flush(&mut buffer, &mut session, &mut failed) == Next::Quit {
                 return if failed { EXIT_ERRORS } else { EXIT_OK };

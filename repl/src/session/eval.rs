@@ -13,7 +13,7 @@ use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
 
-use super::{device_unavailable, Device, Session};
+use super::{device_unavailable, exec_diag, Device, Session};
 
 /// A session value: what the executor computes, plus host-only values.
 #[derive(Clone, Debug)]
@@ -173,7 +173,7 @@ impl Session {
     }
 
     fn check_interrupt(&self, span: Span) -> R<()> {
-        self.interrupt.check().map_err(|e| e.to_diagnostic(span))
+        self.interrupt.check().map_err(|e| exec_diag(&e, span))
     }
 
     fn stmt(&mut self, s: &Stmt, text: &str, print_value: bool, out: &mut dyn Write) -> R<Flow> {
@@ -462,23 +462,24 @@ impl Session {
                     _ => self.synth_eval(e, text),
                 }
             }
-            ExprKind::Attribute { value, attr } if self.is_host_tensor(value) => {
-                match attr.name.as_str() {
-                    "shape" | "dtype" => {
-                        let v = self.eval(value, text)?;
-                        let t = v.tensor().expect("host tensor");
-                        Ok(if attr.name == "shape" {
-                            Val::Run(Value::Tuple(
-                                t.shape().iter().map(|d| Value::Int(*d as i64)).collect(),
-                            ))
-                        } else {
-                            Val::DType(t.dtype())
-                        })
-                    }
-                    _ => self.synth_eval(e, text),
-                }
+            ExprKind::Attribute { value, attr } if attr.name == "shape" || attr.name == "dtype" => {
+                let v = self.eval(value, text)?;
+                let Some(t) = v.tensor() else {
+                    return Err(Diagnostic::new(
+                        "E0303",
+                        attr.span,
+                        format!("a {} has no attribute `{}`", v.describe(), attr.name),
+                    ));
+                };
+                Ok(if attr.name == "shape" {
+                    Val::Run(Value::Tuple(
+                        t.shape().iter().map(|d| Value::Int(*d as i64)).collect(),
+                    ))
+                } else {
+                    Val::DType(t.dtype())
+                })
             }
-            ExprKind::Subscript { value, indices } if self.is_host_value(value) => {
+            ExprKind::Subscript { value, indices } if self.host_indices(indices) => {
                 let v = self.eval(value, text)?;
                 self.index(v, value.span, indices, text, e.span)
             }
@@ -526,8 +527,16 @@ impl Session {
         }
     }
 
-    fn is_host_value(&self, e: &Expr) -> bool {
-        self.is_host_tensor(e) || self.is_host_scalar(e)
+    /// Whether every index is a host integer, a slice of host integers or `None`
+    /// (then the host indexes the tensor, whatever computes it).
+    pub(crate) fn host_indices(&self, indices: &[Index]) -> bool {
+        let part = |p: &Option<Expr>| p.as_ref().is_none_or(|x| self.is_host_scalar(x));
+        indices.iter().all(|i| match i {
+            Index::Expr(x) => self.is_host_scalar(x),
+            Index::Slice {
+                start, end, step, ..
+            } => part(start) && part(end) && part(step),
+        })
     }
 
     fn index(&mut self, v: Val, vspan: Span, indices: &[Index], text: &str, span: Span) -> R<Val> {
@@ -557,7 +566,7 @@ impl Session {
             Val::Run(Value::Tensor(t)) => t
                 .index(&items)
                 .map(|t| Val::Run(Value::Tensor(t)))
-                .map_err(|e| e.to_diagnostic(span)),
+                .map_err(|e| exec_diag(&e, span)),
             Val::Run(Value::Tuple(vals)) => {
                 let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
                 index_seq(seq, &items, span)
@@ -616,9 +625,11 @@ impl Session {
             }
         }
         if let ExprKind::Attribute { value, attr } = &func.kind {
-            if attr.name == "to" && self.is_host_tensor(value) {
+            if attr.name == "to" {
                 let v = self.eval(value, text)?;
-                let t = v.tensor().expect("host tensor").clone();
+                let Some(t) = v.tensor().cloned() else {
+                    return Err(wrong_kind(value.span, format!("`.to` converts a tensor, not a {}", v.describe())));
+                };
                 let [a] = args else {
                     return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
                 };
@@ -697,7 +708,7 @@ impl Session {
             &named,
             &self.interrupt,
         )
-        .map_err(|e| e.to_diagnostic(span))?;
+        .map_err(|e| exec_diag(&e, span))?;
         Ok(Val::Run(Value::None))
     }
 
@@ -869,7 +880,7 @@ impl Session {
                 let path = self.str_arg(b[0].expect("required"), text)?;
                 exec::npy::load_npy(std::path::Path::new(&path))
                     .map(|t| Val::Run(Value::Tensor(t)))
-                    .map_err(|err| err.to_diagnostic(e.span))
+                    .map_err(|err| exec_diag(&err, e.span))
             }
             "save_npy" => {
                 let b = Self::bind(name, &["tensor", "path"], 2, args, e.span)?;
@@ -881,7 +892,7 @@ impl Session {
                 let path = self.str_arg(b[1].expect("required"), text)?;
                 exec::npy::save_npy(&t, std::path::Path::new(&path))
                     .map(|_| Val::Run(Value::None))
-                    .map_err(|err| err.to_diagnostic(e.span))
+                    .map_err(|err| exec_diag(&err, e.span))
             }
             "len" => {
                 let b = Self::bind(name, &["x"], 1, args, e.span)?;
@@ -975,8 +986,11 @@ fn overflow(span: Span) -> Diagnostic {
 
 /// The executor's code for an integer division by zero (E0704).
 pub(crate) fn division_by_zero(span: Span) -> Diagnostic {
-    Diagnostic::new("E0704", span, "integer division by zero")
-        .with_help("check the divisor before dividing")
+    exec_diag(
+        &exec::ExecError::new("E0704", "integer division by zero")
+            .with_help("check the divisor before dividing"),
+        span,
+    )
 }
 
 fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {

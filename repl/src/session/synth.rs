@@ -20,7 +20,7 @@ use tessera::syntax::ast::{BinOp, Expr, ExprKind, Index};
 use tessera::syntax::span::Span;
 
 use super::eval::{unsupported, Val};
-use super::{Session, SESSION_PATH};
+use super::{exec_diag, Session, SESSION_PATH};
 
 /// One piece of the synthetic expression text.
 enum Piece {
@@ -186,13 +186,8 @@ impl Session {
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
                 if matches!(id.name.as_str(), "randn" | "ones" | "empty" | "tensor" | "load_npy" | "len")
                     && !self.vars.contains_key(&id.name)),
-            ExprKind::Subscript { value, .. } => {
-                matches!(&value.kind, ExprKind::Name(id) if self.vars.contains_key(&id.name))
-            }
-            ExprKind::Attribute { value, attr } => {
-                (attr.name == "shape" || attr.name == "dtype")
-                    && matches!(&value.kind, ExprKind::Name(id) if self.vars.contains_key(&id.name))
-            }
+            ExprKind::Subscript { indices, .. } => self.host_indices(indices),
+            ExprKind::Attribute { attr, .. } => attr.name == "shape" || attr.name == "dtype",
             _ => false,
         }
     }
@@ -305,7 +300,7 @@ impl Session {
                 &self.interrupt,
             )
             .map(Val::Run)
-            .map_err(|e| e.to_diagnostic(synth.span))
+            .map_err(|e| exec_diag(&e, synth.span))
         });
         self.restore_source();
         result
