@@ -84,7 +84,6 @@ fn execute(session: &mut Session, input: &str, out: &mut dyn Write, err: &mut dy
 /// The interactive shell; returns the exit status (0 on Ctrl-D or `:quit`).
 pub fn interactive(mut session: Session, color: bool) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
-    install_interrupt(&session, flag.clone());
     let config = rustyline::Config::builder()
         .auto_add_history(false)
         .color_mode(if color {
@@ -100,6 +99,10 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
             return EXIT_ERRORS;
         }
     };
+    // After the editor: rustyline installs a SIGINT handler of its own when it
+    // opens the terminal, which ours replaces (at the prompt the terminal is in
+    // raw mode and Ctrl-C arrives as a key anyway).
+    install_interrupt(&session, flag.clone());
     let names = Rc::new(RefCell::new(session.names()));
     editor.set_helper(Some(ReplHelper::new(names.clone(), color)));
     let history = history_path();
