@@ -136,6 +136,11 @@ fn spawn() -> Session {
         .env("TERM", "xterm")
         .env("TESSERA_HISTORY", &history);
     let mut p = Session::spawn(cmd).expect("spawn tessera repl in a pty");
+    // Wide enough that no typed line wraps: rustyline redraws a wrapping line
+    // with its prompt, which would look like the next prompt.
+    p.get_process_mut()
+        .set_window_size(1000, 50)
+        .expect("set the pty size");
     p.set_expect_timeout(Some(Duration::from_secs(60)));
     p
 }

@@ -284,7 +284,19 @@ impl Session {
             .find(|d| d.is_error() && d.span.start >= defs_len)
             .cloned();
         match first {
-            Some(d) => Err(map_back(&d, synth)),
+            Some(mut d) => {
+                // The synthetic function only sees the variables the expression
+                // names: suggest among all of the session's.
+                if d.code == "E0201" && d.help.is_none() {
+                    if let Some(name) = d.message.split('`').nth(1) {
+                        let names = self.names();
+                        if let Some(s) = tessera::check::suggest(name, names.iter().map(String::as_str)) {
+                            d.help = Some(format!("did you mean `{s}`?"));
+                        }
+                    }
+                }
+                Err(map_back(&d, synth))
+            }
             None => Ok(()),
         }
     }
