@@ -59,6 +59,11 @@ pub fn is_command(line: &str) -> bool {
 pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn Write) -> (Next, bool) {
     let line = line.trim_end_matches(['\n', '\r']);
     let base = session.note_command(line);
+    // A ` #` starts a comment, as in code.
+    let line = match line.find(" #") {
+        Some(i) => line[..i].trim_end(),
+        None => line,
+    };
     let lead = (line.len() - line.trim_start().len()) as u32;
     // Words with their spans in `line`.
     let mut words: Vec<(&str, Span)> = Vec::new();

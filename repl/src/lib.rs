@@ -2,6 +2,7 @@
 //! sessions and `tessera run FILE`. The evaluator lives in [`session`]; the
 //! `:` commands in [`command`]; the line editor and piped input in [`shell`].
 
+pub mod chunk;
 pub mod command;
 pub mod run;
 pub mod session;

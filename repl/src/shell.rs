@@ -16,6 +16,7 @@ use rustyline::highlight::{CmdKind, Highlighter, MatchingBracketHighlighter};
 use rustyline::history::DefaultHistory;
 use rustyline::{Context, Editor, Helper, Hinter, Validator};
 
+use crate::chunk::{needs_more, Chunk, Chunker};
 use crate::command::{self, Next, COMMANDS};
 use crate::session::Session;
 
@@ -36,16 +37,6 @@ pub fn history_path() -> Option<PathBuf> {
         return (!p.is_empty()).then(|| PathBuf::from(p));
     }
     dirs::data_dir().map(|d| d.join("tessera").join("history"))
-}
-
-/// Whether `buffer` (lines typed so far, each ending in `\n`) needs more lines:
-/// an open bracket or block, or a decorator still waiting for its `def`.
-pub fn needs_more(buffer: &str) -> bool {
-    let last = buffer.trim_end_matches('\n').lines().last().unwrap_or("");
-    if last.trim_start().starts_with('@') && !buffer.ends_with("\n\n") {
-        return true;
-    }
-    tessera::syntax::needs_more_input(buffer)
 }
 
 /// Installs the Ctrl-C handler once: while a computation runs (`running`), it
@@ -179,47 +170,25 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
     install_interrupt(&session, flag.clone());
     let mut failed = false;
-    let mut buffer = String::new();
-    let flush = |buffer: &mut String, session: &mut Session, failed: &mut bool| -> Next {
-        let text = std::mem::take(buffer);
-        if text.trim().is_empty() {
-            return Next::Continue;
-        }
+    let mut chunker = Chunker::new();
+    let mut run = |chunk: Chunk, session: &mut Session| -> Next {
         let (next, ok) = running(&flag, || {
-            execute(session, &text, &mut std::io::stdout(), &mut std::io::stderr())
+            execute(session, &chunk.text, &mut std::io::stdout(), &mut std::io::stderr())
         });
-        *failed |= !ok;
+        failed |= !ok;
         next
     };
-    for line in input.lines() {
+    'lines: for line in input.lines() {
         let Ok(line) = line else { break };
-        let continues_block = line.starts_with([' ', '\t'])
-            || line.trim().is_empty()
-            || ["else", "elif"].iter().any(|k| line.starts_with(k))
-            || line.starts_with("def ")
-                && buffer.trim_end().lines().last().is_some_and(|l| l.trim_start().starts_with('@'));
-        // Only an open block (not an open bracket) ends at a column-0 line.
-        let open_bracket = tessera::syntax::needs_more_input(&format!("{buffer}\n"));
-        if !buffer.is_empty() && !continues_block && !open_bracket && needs_more(&buffer) {
-            // A line at column 0 ends the open block.
-            if flush(&mut buffer, &mut session, &mut failed) == Next::Quit {
-                return if failed { EXIT_ERRORS } else { EXIT_OK };
+        for chunk in chunker.push_line(&line) {
+            if run(chunk, &mut session) == Next::Quit {
+                break 'lines;
             }
-        }
-        if buffer.is_empty() && command::is_command(&line) {
-            let mut l = line.clone();
-            if flush(&mut l, &mut session, &mut failed) == Next::Quit {
-                return if failed { EXIT_ERRORS } else { EXIT_OK };
-            }
-            continue;
-        }
-        buffer.push_str(&line);
-        buffer.push('\n');
-        if !needs_more(&buffer) && flush(&mut buffer, &mut session, &mut failed) == Next::Quit {
-            return if failed { EXIT_ERRORS } else { EXIT_OK };
         }
     }
-    flush(&mut buffer, &mut session, &mut failed);
+    if let Some(chunk) = chunker.finish() {
+        run(chunk, &mut session);
+    }
     if failed {
         EXIT_ERRORS
     } else {

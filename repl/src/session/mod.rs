@@ -96,6 +96,11 @@ pub struct Session {
     synth_count: u64,
     /// `print` output of the running statement, written when it ends.
     pending_print: Vec<String>,
+    /// When set, diagnostics are collected here instead of rendered.
+    collected: Option<Vec<Diagnostic>>,
+    /// When set, the transcript offset of the command being run (scripts,
+    /// whose transcript is the whole text already).
+    command_base: Option<u32>,
 }
 
 impl Session {
@@ -116,6 +121,8 @@ impl Session {
             loaded: Vec::new(),
             synth_count: 0,
             pending_print: Vec::new(),
+            collected: None,
+            command_base: None,
         }
     }
 
@@ -298,7 +305,11 @@ impl Session {
     }
 
     /// Renders diagnostics whose spans point into the transcript.
-    pub fn render(&self, diags: &[Diagnostic], err: &mut dyn Write) {
+    pub fn render(&mut self, diags: &[Diagnostic], err: &mut dyn Write) {
+        if let Some(c) = &mut self.collected {
+            c.extend(diags.iter().cloned());
+            return;
+        }
         let _ = err.write_all(
             render::render_human_all(&self.shown, &self.transcript, diags, self.color).as_bytes(),
         );
@@ -311,17 +322,35 @@ impl Session {
         let _ = err.flush();
     }
 
-    /// Renders a diagnostic about a session command line (`:load x`): the
-    /// command becomes part of the transcript so that its line is named.
-    pub fn report_command_error(&mut self, line: &str, diag: Diagnostic, err: &mut dyn Write) {
-        let base = self.append_transcript(line);
-        self.render(&[diag.shifted(base)], err);
-    }
-
     /// Appends a command line to the transcript and returns its offset (for
     /// diagnostics about it).
     pub fn note_command(&mut self, line: &str) -> u32 {
-        self.append_transcript(line)
+        match self.command_base {
+            Some(at) => at,
+            None => self.append_transcript(line),
+        }
+    }
+
+    /// Runs `text` as a piped session would (every input, errors or not), with
+    /// `text` as the transcript; returns the diagnostics instead of rendering
+    /// them (the UI harness's `# run` cases).
+    pub fn run_script(&mut self, text: &str, out: &mut dyn Write) -> Vec<Diagnostic> {
+        self.transcript = text.to_string();
+        self.collected = Some(Vec::new());
+        let mut sink = std::io::sink();
+        for chunk in crate::chunk::chunks(text) {
+            if crate::command::is_command(&chunk.text) {
+                self.command_base = Some(chunk.offset);
+                let (next, _) = crate::command::run(self, &chunk.text, out, &mut sink);
+                self.command_base = None;
+                if next == crate::command::Next::Quit {
+                    break;
+                }
+            } else {
+                self.execute_at(&chunk.text, chunk.offset, true, out, &mut sink);
+            }
+        }
+        self.collected.take().unwrap_or_default()
     }
 
     fn session_text(defs: &[Def]) -> String {
