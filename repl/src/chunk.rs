@@ -51,7 +51,8 @@ impl Chunker {
                     .is_some_and(|l| l.trim_start().starts_with('@'));
         // Only an open block (not an open bracket) ends at a column-0 line.
         let open_bracket = tessera::syntax::needs_more_input(&format!("{}\n", self.buffer));
-        if !self.buffer.is_empty() && !continues_block && !open_bracket && needs_more(&self.buffer) {
+        if !self.buffer.is_empty() && !continues_block && !open_bracket && needs_more(&self.buffer)
+        {
             done.extend(self.take());
         }
         let line_start = self.at;
@@ -114,7 +115,10 @@ mod tests {
         assert_eq!(starts, ["x", ":", "f", "p", "@", "y"]);
         let all = chunks(text);
         assert_eq!(all[2].text, "for i in range(2):\n    x += i\n");
-        assert_eq!(all[4].text, "@kernel(grid=(1,))\ndef k(a: Tensor[4, f32]):\n    pass\n\n");
+        assert_eq!(
+            all[4].text,
+            "@kernel(grid=(1,))\ndef k(a: Tensor[4, f32]):\n    pass\n\n"
+        );
         assert_eq!(all[5].text, "y = (1 +\n2)\n");
     }
 }

@@ -20,7 +20,10 @@ use crate::session::{device_unavailable, Device, LoadError, Session};
 /// Every command with its one-line description (for `:help` and completion).
 pub const COMMANDS: &[(&str, &str)] = &[
     (":help", "this list"),
-    (":load FILE", "add the definitions of a .tsr file to the session"),
+    (
+        ":load FILE",
+        "add the definitions of a .tsr file to the session",
+    ),
     (":reload", "read the loaded files again"),
     (":type EXPR", "the type of an expression: dtype and shape"),
     (
@@ -31,7 +34,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         ":resources NAME [ARCH]",
         "threads, registers, shared memory and occupancy of a kernel",
     ),
-    (":time EXPR", "run a statement several times; print the median time"),
+    (
+        ":time EXPR",
+        "run a statement several times; print the median time",
+    ),
     (":device [cpu|cuda]", "show or set where computations run"),
     (":quit", "leave the session (also Ctrl-D)"),
 ];
@@ -56,7 +62,12 @@ pub fn is_command(line: &str) -> bool {
 }
 
 /// Runs the command `line`; returns whether to go on and whether it succeeded.
-pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn Write) -> (Next, bool) {
+pub fn run(
+    session: &mut Session,
+    line: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> (Next, bool) {
     let line = line.trim_end_matches(['\n', '\r']);
     let base = session.note_command(line);
     // A ` #` starts a comment, as in code.
@@ -76,7 +87,8 @@ pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn
     let (cmd, cmd_span) = words[0];
     let rest_start = (cmd_span.end as usize).min(line.len());
     let rest = line[rest_start..].trim();
-    let rest_offset = (rest_start + line[rest_start..].len() - line[rest_start..].trim_start().len()) as u32;
+    let rest_offset =
+        (rest_start + line[rest_start..].len() - line[rest_start..].trim_start().len()) as u32;
     let whole = Span::new(lead, line.len() as u32);
     let result: Result<Next, Diagnostic> = match cmd {
         ":help" | ":h" | ":?" => {
@@ -86,10 +98,19 @@ pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn
         ":quit" | ":q" | ":exit" => Ok(Next::Quit),
         ":load" | ":l" => {
             if rest.is_empty() {
-                Err(usage(whole, "`:load` needs a file", "`:load examples/gemm.tsr`"))
+                Err(usage(
+                    whole,
+                    "`:load` needs a file",
+                    "`:load examples/gemm.tsr`",
+                ))
             } else {
-                load(session, &PathBuf::from(rest), Span::new(rest_offset, line.len() as u32), err)
-                    .map(|()| Next::Continue)
+                load(
+                    session,
+                    &PathBuf::from(rest),
+                    Span::new(rest_offset, line.len() as u32),
+                    err,
+                )
+                .map(|()| Next::Continue)
             }
         }
         ":reload" | ":r" => {
@@ -108,7 +129,11 @@ pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn
         }
         ":type" | ":t" => {
             if rest.is_empty() {
-                Err(usage(whole, "`:type` needs an expression", "`:type x * 2.0`"))
+                Err(usage(
+                    whole,
+                    "`:type` needs an expression",
+                    "`:type x * 2.0`",
+                ))
             } else {
                 match session.type_of(rest, base + rest_offset) {
                     Ok(t) => {
@@ -124,7 +149,11 @@ pub fn run(session: &mut Session, line: &str, out: &mut dyn Write, err: &mut dyn
         }
         ":time" => {
             if rest.is_empty() {
-                Err(usage(whole, "`:time` needs a statement", "`:time softmax(x, dim=-1)`"))
+                Err(usage(
+                    whole,
+                    "`:time` needs a statement",
+                    "`:time softmax(x, dim=-1)`",
+                ))
             } else {
                 time(session, rest, base + rest_offset, out, err)
             }
@@ -185,7 +214,12 @@ fn help_text() -> String {
     s
 }
 
-fn load(session: &mut Session, path: &std::path::Path, span: Span, err: &mut dyn Write) -> Result<(), Diagnostic> {
+fn load(
+    session: &mut Session,
+    path: &std::path::Path,
+    span: Span,
+    err: &mut dyn Write,
+) -> Result<(), Diagnostic> {
     match session.load(path, err) {
         Ok(_) => Ok(()),
         Err(LoadError::Unreadable(m)) => Err(Diagnostic::new(
@@ -211,15 +245,29 @@ fn arch_arg(words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
     match words.get(i) {
         None => Ok(DEFAULT_ARCH),
         Some((w, span)) => w.parse::<Arch>().map_err(|e| {
-            usage(*span, format!("unknown architecture `{w}`: {e}"), "e.g. sm_80, sm_90, gfx942")
+            usage(
+                *span,
+                format!("unknown architecture `{w}`: {e}"),
+                "e.g. sm_80, sm_90, gfx942",
+            )
         }),
     }
 }
 
-fn emit(session: &mut Session, words: &[(&str, Span)], whole: Span, out: &mut dyn Write) -> Result<Next, Diagnostic> {
-    let help = "`:emit KIND NAME [ARCH]`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
+fn emit(
+    session: &mut Session,
+    words: &[(&str, Span)],
+    whole: Span,
+    out: &mut dyn Write,
+) -> Result<Next, Diagnostic> {
+    let help =
+        "`:emit KIND NAME [ARCH]`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
     if words.len() < 3 || words.len() > 4 {
-        return Err(usage(whole, "`:emit` takes a kind, a name and an optional architecture", help));
+        return Err(usage(
+            whole,
+            "`:emit` takes a kind, a name and an optional architecture",
+            help,
+        ));
     }
     let (kind_word, kind_span) = words[1];
     let kind = EmitKind::from_str(kind_word, true)
@@ -233,15 +281,25 @@ fn emit(session: &mut Session, words: &[(&str, Span)], whole: Span, out: &mut dy
     let whole_tensor = matches!(kind, EmitKind::GraphIr | EmitKind::ScheduleIr);
     let mut kernels = tessera::db::file_kernels(db, file);
     let result = if whole_tensor {
-        if !tessera::db::file_functions(db, file).iter().any(|f| f.0 == name) {
-            Err(not_defined(name, name_span, "whole-tensor function", kernels.iter().any(|k| k.0 == name)))
+        if !tessera::db::file_functions(db, file)
+            .iter()
+            .any(|f| f.0 == name)
+        {
+            Err(not_defined(
+                name,
+                name_span,
+                "whole-tensor function",
+                kernels.iter().any(|k| k.0 == name),
+            ))
         } else {
             Ok(())
         }
     } else {
         kernels.retain(|k| k.0 == name);
         if kernels.is_empty() {
-            let is_fn = tessera::db::file_functions(db, file).iter().any(|f| f.0 == name);
+            let is_fn = tessera::db::file_functions(db, file)
+                .iter()
+                .any(|f| f.0 == name);
             Err(not_defined(name, name_span, "kernel", is_fn))
         } else {
             Ok(())
@@ -293,9 +351,13 @@ fn not_defined(name: &str, span: Span, what: &str, other_kind: bool) -> Diagnost
     } else {
         "define it in the session or `:load` a file that does"
     };
-    Diagnostic::new("E0201", span, format!("no {what} named `{name}` in this session"))
-        .with_primary_label("unknown name")
-        .with_help(help)
+    Diagnostic::new(
+        "E0201",
+        span,
+        format!("no {what} named `{name}` in this session"),
+    )
+    .with_primary_label("unknown name")
+    .with_help(help)
 }
 
 fn resources(
@@ -306,7 +368,11 @@ fn resources(
     err: &mut dyn Write,
 ) -> Result<Next, Diagnostic> {
     if words.len() < 2 || words.len() > 3 {
-        return Err(usage(whole, "`:resources` takes a kernel name and an optional architecture", "`:resources gemm sm_90`"));
+        return Err(usage(
+            whole,
+            "`:resources` takes a kernel name and an optional architecture",
+            "`:resources gemm sm_90`",
+        ));
     }
     let (name, name_span) = words[1];
     let arch = arch_arg(words, 2)?;
@@ -314,36 +380,42 @@ fn resources(
     session.set_arch(arch);
     let db = session.database();
     let file = session.source_file();
-    let kernel = tessera::db::file_kernels(db, file).into_iter().find(|k| k.0 == name);
+    let kernel = tessera::db::file_kernels(db, file)
+        .into_iter()
+        .find(|k| k.0 == name);
     let result = match kernel {
         None => Err(not_defined(
             name,
             name_span,
             "kernel",
-            tessera::db::file_functions(db, file).iter().any(|f| f.0 == name),
+            tessera::db::file_functions(db, file)
+                .iter()
+                .any(|f| f.0 == name),
         )),
-        Some((_, item, offset)) => match kernel_resources(db, item, offset, db.options(), &Specialization::new()) {
-            Ok((r, diags)) => {
-                let _ = writeln!(out, "{}", resources_row(&r));
-                // W0003/W0004 about the kernel: their text, without spans into the session source.
-                for d in diags {
-                    let _ = writeln!(err, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+        Some((_, item, offset)) => {
+            match kernel_resources(db, item, offset, db.options(), &Specialization::new()) {
+                Ok((r, diags)) => {
+                    let _ = writeln!(out, "{}", resources_row(&r));
+                    // W0003/W0004 about the kernel: their text, without spans into the session source.
+                    for d in diags {
+                        let _ = writeln!(err, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+                    }
+                    Ok(Next::Continue)
                 }
-                Ok(Next::Continue)
+                Err(diags) => {
+                    let d = diags.into_iter().find(|d| d.is_error());
+                    Err(match d {
+                        Some(d) => Diagnostic {
+                            span: name_span,
+                            labels: Vec::new(),
+                            message: format!("`{name}`: {}", d.message),
+                            ..d
+                        },
+                        None => usage(whole, "no resources", "`:resources gemm sm_90`"),
+                    })
+                }
             }
-            Err(diags) => {
-                let d = diags.into_iter().find(|d| d.is_error());
-                Err(match d {
-                    Some(d) => Diagnostic {
-                        span: name_span,
-                        labels: Vec::new(),
-                        message: format!("`{name}`: {}", d.message),
-                        ..d
-                    },
-                    None => usage(whole, "no resources", "`:resources gemm sm_90`"),
-                })
-            }
-        },
+        }
     };
     session.set_arch(previous);
     result
@@ -383,7 +455,13 @@ fn format_percent(p: f64) -> String {
     }
 }
 
-fn time(session: &mut Session, stmt: &str, at: u32, out: &mut dyn Write, err: &mut dyn Write) -> Result<Next, Diagnostic> {
+fn time(
+    session: &mut Session,
+    stmt: &str,
+    at: u32,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Next, Diagnostic> {
     // At least 3 runs, more while the total stays under about a second (at most 50).
     let mut times = Vec::new();
     let started = Instant::now();
@@ -398,7 +476,12 @@ fn time(session: &mut Session, stmt: &str, at: u32, out: &mut dyn Write, err: &m
     }
     times.sort_by(|a, b| a.total_cmp(b));
     let median = times[times.len() / 2];
-    let _ = writeln!(out, "median {} over {} runs", format_seconds(median), times.len());
+    let _ = writeln!(
+        out,
+        "median {} over {} runs",
+        format_seconds(median),
+        times.len()
+    );
     Ok(Next::Continue)
 }
 

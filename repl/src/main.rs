@@ -83,7 +83,10 @@ fn repl(device: Device) -> u8 {
         // The session starts on the CPU; say why.
         let line = "--device cuda";
         let at = session.note_command(line);
-        let d = device_unavailable(device, tessera::syntax::span::Span::new(at, at + line.len() as u32));
+        let d = device_unavailable(
+            device,
+            tessera::syntax::span::Span::new(at, at + line.len() as u32),
+        );
         session.render(&[d], &mut std::io::stderr());
         eprintln!("note: the session runs on the CPU");
     }

@@ -15,13 +15,22 @@ pub const EXIT_ERRORS: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
 /// Runs `path` on `device`; output on `out`, diagnostics on `err`.
-pub fn run_file(path: &Path, device: Device, color: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+pub fn run_file(
+    path: &Path,
+    device: Device,
+    color: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
     let shown = path.display().to_string();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
             let m = e.to_string();
-            let m = m.find(" (os error").map_or(m.as_str(), |i| &m[..i]).to_string();
+            let m = m
+                .find(" (os error")
+                .map_or(m.as_str(), |i| &m[..i])
+                .to_string();
             let _ = writeln!(err, "error[E0723]: cannot read `{shown}`: {m}");
             return EXIT_USAGE;
         }
@@ -30,7 +39,11 @@ pub fn run_file(path: &Path, device: Device, color: bool, out: &mut dyn Write, e
     if device == Device::Cuda {
         // Nothing runs: name the device problem against the file's first line.
         let first = text.lines().next().map_or(0, str::len) as u32;
-        session.render_against(&text, &[device_unavailable(device, Span::new(0, first))], err);
+        session.render_against(
+            &text,
+            &[device_unavailable(device, Span::new(0, first))],
+            err,
+        );
         return EXIT_ERRORS;
     }
     if session.run_file(&text, out, err) {

@@ -62,7 +62,12 @@ fn running<T>(flag: &AtomicBool, f: impl FnOnce() -> T) -> T {
 }
 
 /// Executes one complete input (a command or statements); false on error.
-fn execute(session: &mut Session, input: &str, out: &mut dyn Write, err: &mut dyn Write) -> (Next, bool) {
+fn execute(
+    session: &mut Session,
+    input: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> (Next, bool) {
     if command::is_command(input) {
         command::run(session, input, out, err)
     } else if input.trim().is_empty() {
@@ -100,16 +105,28 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    println!("Tessera {} — statements run on the CPU. `:help` lists the commands, Ctrl-D leaves.", env!("CARGO_PKG_VERSION"));
+    println!(
+        "Tessera {} — statements run on the CPU. `:help` lists the commands, Ctrl-D leaves.",
+        env!("CARGO_PKG_VERSION")
+    );
     let mut buffer = String::new();
     loop {
-        let prompt = if buffer.is_empty() { PROMPT } else { CONTINUATION };
+        let prompt = if buffer.is_empty() {
+            PROMPT
+        } else {
+            CONTINUATION
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 if buffer.is_empty() && command::is_command(&line) {
                     let _ = editor.add_history_entry(line.as_str());
                     let (next, _) = running(&flag, || {
-                        execute(&mut session, &line, &mut std::io::stdout(), &mut std::io::stderr())
+                        execute(
+                            &mut session,
+                            &line,
+                            &mut std::io::stdout(),
+                            &mut std::io::stderr(),
+                        )
                     });
                     *names.borrow_mut() = session.names();
                     if next == Next::Quit {
@@ -128,7 +145,12 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                     let _ = editor.add_history_entry(entry);
                 }
                 running(&flag, || {
-                    execute(&mut session, &input, &mut std::io::stdout(), &mut std::io::stderr())
+                    execute(
+                        &mut session,
+                        &input,
+                        &mut std::io::stdout(),
+                        &mut std::io::stderr(),
+                    )
                 });
                 *names.borrow_mut() = session.names();
             }
@@ -143,7 +165,12 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                 // Ctrl-D inside a block: run what was typed, then leave.
                 let input = std::mem::take(&mut buffer);
                 running(&flag, || {
-                    execute(&mut session, &input, &mut std::io::stdout(), &mut std::io::stderr())
+                    execute(
+                        &mut session,
+                        &input,
+                        &mut std::io::stdout(),
+                        &mut std::io::stderr(),
+                    )
                 });
                 break;
             }
@@ -173,7 +200,12 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
     let mut chunker = Chunker::new();
     let mut run = |chunk: Chunk, session: &mut Session| -> Next {
         let (next, ok) = running(&flag, || {
-            execute(session, &chunk.text, &mut std::io::stdout(), &mut std::io::stderr())
+            execute(
+                session,
+                &chunk.text,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            )
         });
         failed |= !ok;
         next
@@ -251,9 +283,17 @@ pub fn complete_word(word: &str, session_names: &[String]) -> Vec<String> {
         let builtins = tessera::check::builtins::names()
             .chain(crate::session::host_builtins().iter().copied())
             .chain(["std", "f32", "f16", "bf16", "f64", "i32", "i64", "bool"]);
-        out.extend(session_names.iter().filter(|n| n.starts_with(word)).cloned());
+        out.extend(
+            session_names
+                .iter()
+                .filter(|n| n.starts_with(word))
+                .cloned(),
+        );
         out.extend(builtins.filter(|n| n.starts_with(word)).map(String::from));
-        for kw in ["def", "const", "import", "from", "for", "while", "if", "else", "elif", "return", "print"] {
+        for kw in [
+            "def", "const", "import", "from", "for", "while", "if", "else", "elif", "return",
+            "print",
+        ] {
             if kw.starts_with(word) {
                 out.push(kw.to_string());
             }
@@ -267,7 +307,12 @@ pub fn complete_word(word: &str, session_names: &[String]) -> Vec<String> {
 impl Completer for ReplHelper {
     type Candidate = Pair;
 
-    fn complete(&self, line: &str, pos: usize, ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        ctx: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
         let before = &line[..pos];
         if before.trim_start().starts_with(":load ") || before.trim_start().starts_with(":l ") {
             return self.files.complete(line, pos, ctx);

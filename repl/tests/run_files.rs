@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn matches(expected: &[&str], got: &[&str]) -> bool {
@@ -61,7 +64,9 @@ fn run_files() {
         let expected_out = std::fs::read_to_string(dir.join(format!("{stem}.stdout")))
             .unwrap_or_else(|_| panic!("{stem}.stdout is missing"));
         if out != expected_out {
-            failures.push(format!("{name}: stdout\n--- expected\n{expected_out}--- got\n{out}"));
+            failures.push(format!(
+                "{name}: stdout\n--- expected\n{expected_out}--- got\n{out}"
+            ));
         }
         match std::fs::read_to_string(dir.join(format!("{stem}.stderr"))) {
             Ok(expected_err) => {
@@ -138,6 +143,9 @@ fn piped_session_runs_every_statement_and_reports_failure() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stdout, "16\nint\n");
-    assert!(stderr.contains("error[E0201]: unknown name `undefined`"), "{stderr}");
+    assert!(
+        stderr.contains("error[E0201]: unknown name `undefined`"),
+        "{stderr}"
+    );
     assert_eq!(out.status.code(), Some(1));
 }

@@ -26,7 +26,10 @@ const PROMPT: &str = "tessera> ";
 const CONTINUATION: &str = "...     ";
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -177,8 +180,9 @@ fn replay(name: &str, steps: &[Step]) -> Vec<String> {
                 for (i, line) in lines.iter().enumerate() {
                     p.send(format!("{line}\r")).unwrap();
                     if i + 1 < lines.len() {
-                        p.expect(CONTINUATION)
-                            .unwrap_or_else(|e| panic!("{name}: no continuation prompt after {line:?}: {e}"));
+                        p.expect(CONTINUATION).unwrap_or_else(|e| {
+                            panic!("{name}: no continuation prompt after {line:?}: {e}")
+                        });
                     }
                 }
                 if *interrupt {
@@ -278,8 +282,12 @@ fn the_guide_replays() {
 fn transcript_format() {
     let steps = parse("# c\ntessera> def f():\n...         pass\n...\ntessera> 1 + 1\n2\ntessera> while True:\n...         pass\n...\n<ctrl-c>\nerror\n[...]\n<ctrl-d>\n");
     assert_eq!(steps.len(), 4);
-    assert!(matches!(&steps[0], Step::Input { lines, .. } if lines == &["def f():", "    pass", ""]));
-    assert!(matches!(&steps[2], Step::Input { interrupt: true, expected, .. } if expected.len() == 2));
+    assert!(
+        matches!(&steps[0], Step::Input { lines, .. } if lines == &["def f():", "    pass", ""])
+    );
+    assert!(
+        matches!(&steps[2], Step::Input { interrupt: true, expected, .. } if expected.len() == 2)
+    );
     assert_eq!(steps[3], Step::CtrlD);
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert!(matches(&s(&["a", "[...]", "d"]), &s(&["a", "b", "c", "d"])));

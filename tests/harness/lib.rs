@@ -240,7 +240,8 @@ pub fn match_all(expected: &[Expectation], produced: &[Produced]) -> Mismatch {
 
 /// Checks one file through a fresh database, as `tsrc check --arch ARCH` would.
 pub fn check_file(path: &Path, arch: Arch) -> std::io::Result<(String, Vec<Diagnostic>)> {
-    if let Some(diags) = run_if_script(&path.display().to_string(), &std::fs::read_to_string(path)?) {
+    if let Some(diags) = run_if_script(&path.display().to_string(), &std::fs::read_to_string(path)?)
+    {
         return Ok((std::fs::read_to_string(path)?, diags));
     }
     let mut db = Database::new();

@@ -137,8 +137,8 @@ fn wrong_kind(span: Span, message: impl Into<String>) -> Diagnostic {
 /// The builtins the host evaluates itself (everything else that involves
 /// tensors goes through a synthetic function).
 const HOST_BUILTINS: &[&str] = &[
-    "print", "randn", "zeros", "ones", "empty", "full", "arange", "tensor", "load_npy",
-    "save_npy", "range", "len", "cdiv",
+    "print", "randn", "zeros", "ones", "empty", "full", "arange", "tensor", "load_npy", "save_npy",
+    "range", "len", "cdiv",
 ];
 
 /// Every name the host evaluator knows besides the checker's builtins (for completion).
@@ -186,7 +186,13 @@ impl Session {
         result
     }
 
-    fn stmt_inner(&mut self, s: &Stmt, text: &str, print_value: bool, out: &mut dyn Write) -> R<Flow> {
+    fn stmt_inner(
+        &mut self,
+        s: &Stmt,
+        text: &str,
+        print_value: bool,
+        out: &mut dyn Write,
+    ) -> R<Flow> {
         match &s.kind {
             StmtKind::Expr(e) => {
                 let v = self.eval(e, text)?;
@@ -279,7 +285,11 @@ impl Session {
                     other => {
                         return Err(wrong_kind(
                             target.span,
-                            format!("cannot unpack a {} into {} names", other.describe(), targets.len()),
+                            format!(
+                                "cannot unpack a {} into {} names",
+                                other.describe(),
+                                targets.len()
+                            ),
                         ))
                     }
                 };
@@ -287,7 +297,11 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0304",
                         target.span,
-                        format!("{} values to unpack into {} names", items.len(), targets.len()),
+                        format!(
+                            "{} values to unpack into {} names",
+                            items.len(),
+                            targets.len()
+                        ),
                     ));
                 }
                 for (t, v) in targets.iter().zip(items) {
@@ -435,7 +449,10 @@ impl Session {
             ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
                 let v = self.eval(operand, text)?;
                 let n = num(&v).ok_or_else(|| {
-                    wrong_kind(operand.span, format!("cannot apply a unary operator to {}", v.describe()))
+                    wrong_kind(
+                        operand.span,
+                        format!("cannot apply a unary operator to {}", v.describe()),
+                    )
                 })?;
                 Ok(match (op, n) {
                     (UnaryOp::Neg, Num::I(i)) => int(-i),
@@ -499,17 +516,23 @@ impl Session {
                 .get(&id.name)
                 .is_some_and(|v| v.tensor().is_none()),
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
-            ExprKind::Binary { lhs, rhs, .. } => self.is_host_scalar(lhs) && self.is_host_scalar(rhs),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                self.is_host_scalar(lhs) && self.is_host_scalar(rhs)
+            }
             ExprKind::Subscript { value, indices } => {
                 self.is_host_scalar(value)
-                    && indices.iter().all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
+                    && indices
+                        .iter()
+                        .all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
             }
             ExprKind::Attribute { value, attr } => {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
             }
             ExprKind::Call { func, args } => {
                 matches!(&func.kind, ExprKind::Name(id) if matches!(id.name.as_str(), "len" | "cdiv"))
-                    && args.iter().all(|a| self.is_host_scalar(&a.value) || self.is_host_tensor(&a.value))
+                    && args
+                        .iter()
+                        .all(|a| self.is_host_scalar(&a.value) || self.is_host_tensor(&a.value))
             }
             ExprKind::Tuple(items) => items.iter().all(|x| self.is_host_scalar(x)),
             _ => false,
@@ -519,7 +542,10 @@ impl Session {
     /// Whether `e` names a session tensor (or makes one on the host).
     fn is_host_tensor(&self, e: &Expr) -> bool {
         match &e.kind {
-            ExprKind::Name(id) => self.vars.get(&id.name).is_some_and(|v| v.tensor().is_some()),
+            ExprKind::Name(id) => self
+                .vars
+                .get(&id.name)
+                .is_some_and(|v| v.tensor().is_some()),
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
                 if matches!(id.name.as_str(), "randn" | "zeros" | "ones" | "empty" | "full" | "arange" | "tensor" | "load_npy")),
             ExprKind::Subscript { value, .. } => self.is_host_tensor(value),
@@ -572,7 +598,10 @@ impl Session {
                 index_seq(seq, &items, span)
             }
             Val::List(seq) => index_seq(seq, &items, span),
-            other => Err(wrong_kind(vspan, format!("a {} cannot be indexed", other.describe()))),
+            other => Err(wrong_kind(
+                vspan,
+                format!("a {} cannot be indexed", other.describe()),
+            )),
         }
     }
 
@@ -606,7 +635,10 @@ impl Session {
                                         other => {
                                             return Err(wrong_kind(
                                                 x.span,
-                                                format!("a grid dim must be an integer, found {}", other.describe()),
+                                                format!(
+                                                    "a grid dim must be an integer, found {}",
+                                                    other.describe()
+                                                ),
                                             ))
                                         }
                                     }
@@ -615,7 +647,10 @@ impl Session {
                             other => {
                                 return Err(wrong_kind(
                                     x.span,
-                                    format!("a grid is a tuple of integers, found {}", other.describe()),
+                                    format!(
+                                        "a grid is a tuple of integers, found {}",
+                                        other.describe()
+                                    ),
                                 ))
                             }
                         }
@@ -628,7 +663,10 @@ impl Session {
             if attr.name == "to" {
                 let v = self.eval(value, text)?;
                 let Some(t) = v.tensor().cloned() else {
-                    return Err(wrong_kind(value.span, format!("`.to` converts a tensor, not a {}", v.describe())));
+                    return Err(wrong_kind(
+                        value.span,
+                        format!("`.to` converts a tensor, not a {}", v.describe()),
+                    ));
                 };
                 let [a] = args else {
                     return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
@@ -646,7 +684,10 @@ impl Session {
             return Err(Diagnostic::new(
                 "E0309",
                 func.span,
-                format!("`{name}` is a {}, not a function", self.vars[name].describe()),
+                format!(
+                    "`{name}` is a {}, not a function",
+                    self.vars[name].describe()
+                ),
             ));
         }
         if self.is_kernel(name) {
@@ -680,7 +721,14 @@ impl Session {
             .any(|(n, _, _)| n == name)
     }
 
-    fn launch(&mut self, name: &str, grid: Option<Vec<i64>>, args: &[Arg], text: &str, span: Span) -> R<Val> {
+    fn launch(
+        &mut self,
+        name: &str,
+        grid: Option<Vec<i64>>,
+        args: &[Arg],
+        text: &str,
+        span: Span,
+    ) -> R<Val> {
         let mut positional = Vec::new();
         let mut named = Vec::new();
         for a in args {
@@ -717,7 +765,10 @@ impl Session {
             Val::DType(d) => Ok(d),
             other => Err(wrong_kind(
                 x.span,
-                format!("expected a dtype (`f32`, `f16`, ...), found {}", other.describe()),
+                format!(
+                    "expected a dtype (`f32`, `f16`, ...), found {}",
+                    other.describe()
+                ),
             )),
         }
     }
@@ -834,8 +885,12 @@ impl Session {
                 let shape = self.shape_arg(b[0].expect("required"), text)?;
                 let vx = b[1].expect("required");
                 let v = self.eval(vx, text)?;
-                let value = num(&v)
-                    .ok_or_else(|| wrong_kind(vx.span, format!("`full` fills with a number, found {}", v.describe())))?;
+                let value = num(&v).ok_or_else(|| {
+                    wrong_kind(
+                        vx.span,
+                        format!("`full` fills with a number, found {}", v.describe()),
+                    )
+                })?;
                 let dtype = match b[2] {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => match value {
@@ -887,7 +942,10 @@ impl Session {
                 let tx = b[0].expect("required");
                 let t = self.eval(tx, text)?;
                 let Some(t) = t.tensor().cloned() else {
-                    return Err(wrong_kind(tx.span, format!("`save_npy` saves a tensor, found {}", t.describe())));
+                    return Err(wrong_kind(
+                        tx.span,
+                        format!("`save_npy` saves a tensor, found {}", t.describe()),
+                    ));
                 };
                 let path = self.str_arg(b[1].expect("required"), text)?;
                 exec::npy::save_npy(&t, std::path::Path::new(&path))
@@ -898,11 +956,16 @@ impl Session {
                 let b = Self::bind(name, &["x"], 1, args, e.span)?;
                 let x = b[0].expect("required");
                 match self.eval(x, text)? {
-                    Val::Run(Value::Tensor(t)) if !t.shape().is_empty() => Ok(int(t.shape()[0] as i64)),
+                    Val::Run(Value::Tensor(t)) if !t.shape().is_empty() => {
+                        Ok(int(t.shape()[0] as i64))
+                    }
                     Val::Run(Value::Tuple(v)) => Ok(int(v.len() as i64)),
                     Val::List(v) => Ok(int(v.len() as i64)),
                     Val::Str(s) => Ok(int(s.chars().count() as i64)),
-                    other => Err(wrong_kind(x.span, format!("a {} has no length", other.describe()))),
+                    other => Err(wrong_kind(
+                        x.span,
+                        format!("a {} has no length", other.describe()),
+                    )),
                 }
             }
             "cdiv" => {
@@ -921,12 +984,21 @@ impl Session {
     fn str_arg(&mut self, x: &Expr, text: &str) -> R<String> {
         match self.eval(x, text)? {
             Val::Str(s) => Ok(s),
-            other => Err(wrong_kind(x.span, format!("expected a string (a path), found {}", other.describe()))),
+            other => Err(wrong_kind(
+                x.span,
+                format!("expected a string (a path), found {}", other.describe()),
+            )),
         }
     }
 }
 
-fn nested(v: &Val, depth: usize, shape: &mut Vec<usize>, flat: &mut Vec<f64>, any_float: &mut bool) -> Result<(), String> {
+fn nested(
+    v: &Val,
+    depth: usize,
+    shape: &mut Vec<usize>,
+    flat: &mut Vec<f64>,
+    any_float: &mut bool,
+) -> Result<(), String> {
     let items: Vec<Val> = match v {
         Val::List(items) => items.clone(),
         Val::Run(Value::Tuple(items)) => items.iter().cloned().map(Val::Run).collect(),
@@ -944,7 +1016,10 @@ fn nested(v: &Val, depth: usize, shape: &mut Vec<usize>, flat: &mut Vec<f64>, an
                     flat.push(x);
                     Ok(())
                 }
-                None => Err(format!("`tensor` takes nested lists of numbers, found {}", other.describe())),
+                None => Err(format!(
+                    "`tensor` takes nested lists of numbers, found {}",
+                    other.describe()
+                )),
             };
         }
     };
@@ -998,22 +1073,24 @@ fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {
     let both_int = matches!((a, b), (Num::I(_), Num::I(_)));
     Ok(match op {
         Add | Sub | Mul if both_int => {
-            let (Num::I(x), Num::I(y)) = (a, b) else { unreachable!() };
+            let (Num::I(x), Num::I(y)) = (a, b) else {
+                unreachable!()
+            };
             let r = match op {
                 Add => x.checked_add(y),
                 Sub => x.checked_sub(y),
                 _ => x.checked_mul(y),
             };
-            int(r.ok_or_else(|| {
-                overflow(span)
-            })?)
+            int(r.ok_or_else(|| overflow(span))?)
         }
         Add => float(a.f() + b.f()),
         Sub => float(a.f() - b.f()),
         Mul => float(a.f() * b.f()),
         Div => float(a.f() / b.f()),
         FloorDiv | Mod if both_int => {
-            let (Num::I(x), Num::I(y)) = (a, b) else { unreachable!() };
+            let (Num::I(x), Num::I(y)) = (a, b) else {
+                unreachable!()
+            };
             if y == 0 {
                 return Err(division_by_zero(span));
             }
@@ -1034,9 +1111,9 @@ fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {
             float(x - (x / y).floor() * y)
         }
         Pow => match (a, b) {
-            (Num::I(x), Num::I(y)) if y >= 0 => int(x.checked_pow(y as u32).ok_or_else(|| {
-                overflow(span)
-            })?),
+            (Num::I(x), Num::I(y)) if y >= 0 => {
+                int(x.checked_pow(y as u32).ok_or_else(|| overflow(span))?)
+            }
             _ => float(a.f().powf(b.f())),
         },
         Lt => boolean(a.f() < b.f()),
@@ -1049,7 +1126,11 @@ fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {
         Or => boolean(a.f() != 0.0 || b.f() != 0.0),
         BitAnd | BitOr | BitXor => {
             let (Num::I(x), Num::I(y)) = (a, b) else {
-                return Err(Diagnostic::new("E0314", span, "bitwise operators need integer operands"));
+                return Err(Diagnostic::new(
+                    "E0314",
+                    span,
+                    "bitwise operators need integer operands",
+                ));
             };
             int(match op {
                 BitAnd => x & y,

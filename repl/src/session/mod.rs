@@ -179,12 +179,7 @@ impl Session {
     /// Executes `text`, the content of a file shown as `shown`: its definitions
     /// first (so statements may use functions defined below them), then its
     /// statements in order. Diagnostics point into the file.
-    pub fn run_file(
-        &mut self,
-        text: &str,
-        out: &mut dyn Write,
-        err: &mut dyn Write,
-    ) -> bool {
+    pub fn run_file(&mut self, text: &str, out: &mut dyn Write, err: &mut dyn Write) -> bool {
         self.transcript = text.to_string();
         let syntax_errors = parse_errors(text);
         if !syntax_errors.is_empty() {
@@ -294,7 +289,11 @@ impl Session {
                 ast::Item::Stmt(s) => self
                     .run_statement(s, item_text, print_values, out)
                     .map_err(|d| vec![d.shifted(base + range.start)]),
-                _ => self.add_defs(vec![(item.clone(), item_text.to_string(), base + range.start)]),
+                _ => self.add_defs(vec![(
+                    item.clone(),
+                    item_text.to_string(),
+                    base + range.start,
+                )]),
             };
             if let Err(diags) = result {
                 self.render(&diags, err);
@@ -318,7 +317,8 @@ impl Session {
 
     /// Renders diagnostics whose spans point into `text` (shown under the session's name).
     pub fn render_against(&self, text: &str, diags: &[Diagnostic], err: &mut dyn Write) {
-        let _ = err.write_all(render::render_human_all(&self.shown, text, diags, self.color).as_bytes());
+        let _ = err
+            .write_all(render::render_human_all(&self.shown, text, diags, self.color).as_bytes());
         let _ = err.flush();
     }
 
@@ -389,7 +389,11 @@ impl Session {
     /// of `new`) by `new`, checks the result and keeps it only when the new
     /// definitions have no errors (their diagnostics are returned, mapped to the
     /// transcript).
-    fn install(&mut self, new: Vec<Def>, drop: impl Fn(&Def) -> bool) -> Result<(), Vec<Diagnostic>> {
+    fn install(
+        &mut self,
+        new: Vec<Def>,
+        drop: impl Fn(&Def) -> bool,
+    ) -> Result<(), Vec<Diagnostic>> {
         let new_names: Vec<&String> = new.iter().flat_map(|d| d.names.iter()).collect();
         let mut defs: Vec<Def> = self
             .defs
@@ -423,7 +427,9 @@ impl Session {
             let end = starts[i] + defs[i].text.len() as u32;
             match &defs[i].origin {
                 Origin::Input(offset) => errors.push(relocate(d, starts[i], end, *offset)),
-                Origin::File(path) => file_errors.push((path.clone(), relocate(d, starts[i], end, 0))),
+                Origin::File(path) => {
+                    file_errors.push((path.clone(), relocate(d, starts[i], end, 0)))
+                }
             }
         }
         if errors.is_empty() && file_errors.is_empty() {
@@ -439,7 +445,10 @@ impl Session {
             let (path, d) = &file_errors[0];
             let mut d = d.clone();
             d.message = format!("in `{}`: {}", path.display(), d.message);
-            errors.push(Diagnostic { span: Span::new(0, 0), ..d });
+            errors.push(Diagnostic {
+                span: Span::new(0, 0),
+                ..d
+            });
         }
         Err(errors)
     }
@@ -448,13 +457,15 @@ impl Session {
     /// adds its definitions. Top-level statements of the file are not run.
     /// Returns how many top-level statements of the file were skipped.
     pub fn load(&mut self, path: &Path, err: &mut dyn Write) -> Result<usize, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Unreadable(e.to_string()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| LoadError::Unreadable(e.to_string()))?;
         let shown = path.display().to_string();
         let mut scratch = Database::new();
         let file = scratch.set_source(path, text.clone());
         let diags = scratch.diagnostics(file).to_vec();
         if diags.iter().any(|d| d.is_error()) {
-            let _ = err.write_all(render::render_human_all(&shown, &text, &diags, self.color).as_bytes());
+            let _ = err
+                .write_all(render::render_human_all(&shown, &text, &diags, self.color).as_bytes());
             return Err(LoadError::Errors);
         }
         let mut new = Vec::new();
@@ -607,7 +618,10 @@ pub fn value_type(v: &Val) -> String {
         Val::Run(Value::Bool(_)) => "bool".into(),
         Val::Run(Value::None) => "None".into(),
         Val::Run(Value::Tuple(items)) => {
-            let parts: Vec<String> = items.iter().map(|x| value_type(&Val::Run(x.clone()))).collect();
+            let parts: Vec<String> = items
+                .iter()
+                .map(|x| value_type(&Val::Run(x.clone())))
+                .collect();
             format!("({})", parts.join(", "))
         }
         Val::Str(_) => "str".into(),
@@ -615,7 +629,6 @@ pub fn value_type(v: &Val) -> String {
         Val::List(items) => format!("list of {}", items.len()),
     }
 }
-
 
 /// `Value` → `Val`.
 impl From<Value> for Val {

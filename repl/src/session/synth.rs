@@ -164,9 +164,7 @@ impl Session {
                 }
                 return;
             }
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => {
-                return
-            }
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => return,
             _ => {}
         }
         if !root && self.host_only(e) {
@@ -192,7 +190,13 @@ impl Session {
         }
     }
 
-    fn build(&mut self, text: &str, pieces: &[Piece], names: &[(String, Span)], span: Span) -> R<Synth> {
+    fn build(
+        &mut self,
+        text: &str,
+        pieces: &[Piece],
+        names: &[(String, Span)],
+        span: Span,
+    ) -> R<Synth> {
         self.synth_count += 1;
         let name = format!("__repl_eval_{}", self.synth_count);
         let mut consts = String::new();
@@ -216,7 +220,10 @@ impl Session {
                 other => {
                     return Err(unsupported(
                         at,
-                        format!("a {} cannot be used in a tensor expression", other.describe()),
+                        format!(
+                            "a {} cannot be used in a tensor expression",
+                            other.describe()
+                        ),
                         "use tensors and numbers here (index a tuple first: `s[0]`)",
                     ))
                 }
@@ -290,7 +297,9 @@ impl Session {
                 if d.code == "E0201" && d.help.is_none() {
                     if let Some(name) = d.message.split('`').nth(1) {
                         let names = self.names();
-                        if let Some(s) = tessera::check::suggest(name, names.iter().map(String::as_str)) {
+                        if let Some(s) =
+                            tessera::check::suggest(name, names.iter().map(String::as_str))
+                        {
                             d.help = Some(format!("did you mean `{s}`?"));
                         }
                     }
