@@ -349,3 +349,26 @@ impl Highlighter for ReplHelper {
         self.color && self.brackets.highlight_char(line, pos, kind)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::complete_word;
+
+    #[test]
+    fn completion_of_names_commands_and_stdlib() {
+        let names = vec!["xs".to_string(), "softmax_rows".to_string()];
+        let got = complete_word("soft", &names);
+        assert!(
+            got.contains(&"softmax".to_string()) && got.contains(&"softmax_rows".to_string()),
+            "{got:?}"
+        );
+        assert_eq!(complete_word(":re", &names), [":reload", ":resources"]);
+        assert!(complete_word("std.", &names).contains(&"std.nn".to_string()));
+        let members = complete_word("std.nn.", &names);
+        assert!(
+            !members.is_empty() && members.iter().all(|m| m.starts_with("std.nn.")),
+            "{members:?}"
+        );
+        assert!(complete_word("ran", &names).contains(&"randn".to_string()));
+    }
+}

@@ -337,6 +337,33 @@ impl Session {
         Err(d)
     }
 
+    /// The value of a session `const` (folded by the checker).
+    fn const_value(&self, name: &str) -> Option<Val> {
+        use tessera::check::Value as C;
+        fn conv(v: C) -> Option<Val> {
+            Some(match v {
+                C::Int(d) => int(d.as_const()?),
+                C::Float(x) => float(x),
+                C::Bool(b) => boolean(b),
+                C::Str(s) => Val::Str(s),
+                C::DType(d) => Val::DType(d),
+                C::Tuple(items) => Val::Run(Value::Tuple(
+                    items
+                        .into_iter()
+                        .map(|x| conv(x).and_then(|v| v.to_value()))
+                        .collect::<Option<Vec<_>>>()?,
+                )),
+                C::None => Val::Run(Value::None),
+            })
+        }
+        if !self.defs.iter().any(|d| d.names.iter().any(|n| n == name)) {
+            return None;
+        }
+        tessera::db::module_consts(&self.db, self.file)
+            .const_value(name)
+            .and_then(conv)
+    }
+
     fn truth(&mut self, cond: &Expr, text: &str) -> R<bool> {
         let v = self.eval(cond, text)?;
         match &v {
@@ -412,8 +439,10 @@ impl Session {
                 if self.vars.contains_key(&id.name) || DType::from_name(&id.name).is_some() {
                     return self.lookup(&id.name, e.span);
                 }
+                if let Some(v) = self.const_value(&id.name) {
+                    return Ok(v);
+                }
                 if self.defs.iter().any(|d| d.names.contains(&id.name)) {
-                    // A const or module of the session: let the checker evaluate it.
                     return self.synth_eval(e, text);
                 }
                 self.lookup(&id.name, e.span)
@@ -511,10 +540,10 @@ impl Session {
     fn is_host_scalar(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
-            ExprKind::Name(id) => self
-                .vars
-                .get(&id.name)
-                .is_some_and(|v| v.tensor().is_none()),
+            ExprKind::Name(id) => match self.vars.get(&id.name) {
+                Some(v) => v.tensor().is_none(),
+                None => self.const_value(&id.name).is_some(),
+            },
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
             ExprKind::Binary { lhs, rhs, .. } => {
                 self.is_host_scalar(lhs) && self.is_host_scalar(rhs)

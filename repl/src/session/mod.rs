@@ -13,6 +13,8 @@
 
 mod eval;
 mod synth;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::io::Write;
