@@ -130,8 +130,12 @@ fn matches(expected: &[String], got: &[String]) -> bool {
     }
 }
 
+fn history_file() -> PathBuf {
+    std::env::temp_dir().join(format!("tessera-history-{}", std::process::id()))
+}
+
 fn spawn() -> Session {
-    let history = std::env::temp_dir().join(format!("tessera-history-{}", std::process::id()));
+    let history = history_file();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.arg("repl")
         .current_dir(root())
@@ -264,6 +268,10 @@ fn transcripts_replay() {
         failures.extend(replay(&f.file_name().unwrap().to_string_lossy(), &steps));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // History persists across sessions in the file `TESSERA_HISTORY` names.
+    let history = std::fs::read_to_string(history_file()).expect("the history file was written");
+    assert!(history.contains("x = randn([4, 1000], f32, seed=0)"), "{history}");
+    assert!(history.contains(":resources gemm sm_90"), "{history}");
 }
 
 #[test]
