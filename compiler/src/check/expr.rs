@@ -804,12 +804,27 @@ impl Checker<'_> {
                         }
                     }
                     let zero = Dim::constant(0);
+                    // In whole-tensor functions bounds are Python's: a negative
+                    // constant counts from the end, and constant bounds clamp to
+                    // the axis (kernel slices are windows of memory: kept as written).
+                    let (s, en) = if self.in_kernel {
+                        (s, en)
+                    } else {
+                        let norm = |b: Option<Option<Dim>>| {
+                            b.map(|b| b.map(|b| python_bound(&b, &full)))
+                        };
+                        (norm(s), norm(en))
+                    };
                     let len = match (s, en) {
                         (None, None) => Some(full),
                         (Some(Some(a)), None) => full.checked_sub(&a),
                         (None, Some(Some(b))) => b.checked_sub(&zero),
                         (Some(Some(a)), Some(Some(b))) => b.checked_sub(&a),
                         _ => None,
+                    };
+                    let len = match len.as_ref().and_then(Dim::as_const) {
+                        Some(n) if n < 0 && !self.in_kernel => Some(zero),
+                        _ => len,
                     };
                     match len {
                         Some(len) => {
@@ -1025,5 +1040,16 @@ impl Checker<'_> {
                 Val::err()
             }
         }
+    }
+}
+
+/// A slice bound as Python reads it on an axis of size `full`: a negative
+/// constant counts from the end, and constants clamp to `[0, full]` when `full`
+/// is a constant too.
+pub fn python_bound(b: &Dim, full: &Dim) -> Dim {
+    match (b.as_const(), full.as_const()) {
+        (Some(c), Some(n)) => Dim::constant(if c < 0 { (c + n).max(0) } else { c.min(n) }),
+        (Some(c), None) if c < 0 => full.checked_add(b).unwrap_or_else(|| b.clone()),
+        _ => b.clone(),
     }
 }

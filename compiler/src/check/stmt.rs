@@ -214,6 +214,11 @@ impl Checker<'_> {
                             .map(|(t, v)| Val::with(t, v))
                             .collect()
                     }
+                    // `m, n = x.shape`: one i32 dim each.
+                    Ty::Shape(dims) if dims.len() == items.len() => dims
+                        .iter()
+                        .map(|d| Val::with(Ty::scalar(DType::I32), Some(Value::Int(d.clone()))))
+                        .collect(),
                     Ty::Err => vec![Val::err(); items.len()],
                     other => {
                         self.report(Diagnostic::new(
@@ -416,6 +421,12 @@ impl Checker<'_> {
                 let sym = self.fresh_runtime(n);
                 if let Some(b) = self.env.get_mut(n) {
                     b.value = Some(Value::Int(sym));
+                }
+            } else if let Some(b) = self.env.get_mut(n) {
+                // Any other value a loop assigns is not known inside or after it
+                // (`s = s + 1.0` runs a number of times the checker does not count).
+                if matches!(b.kind, BindKind::Local | BindKind::Param) {
+                    b.value = None;
                 }
             }
         }

@@ -121,6 +121,19 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "E0605",
         "dot shape not supported by the target's tensor cores",
     ),
+    // E07xx execution (run-time errors of `tessera::exec`; no static check
+    // produces them: tests/harness/numerics.rs triggers each one)
+    e("E0701", "tensor argument shape does not match the signature"),
+    e("E0702", "tensor argument dtype does not match the signature"),
+    e("E0703", "invalid launch grid"),
+    e("E0704", "integer division by zero"),
+    e("E0705", "tensor index out of bounds"),
+    e("E0706", "interrupted"),
+    e("E0707", "bad arguments to a call"),
+    e("E0708", "cannot read or write a .npy file"),
+    e("E0709", "kernel cannot be compiled for this launch"),
+    e("E0710", "function cannot run yet"),
+    e("E0711", "launch requirement does not hold"),
     // E072x sessions (`tessera repl`, `tessera run`)
     e("E0720", "not supported in a session statement"),
     e("E0721", "device not available"),

@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::launch::{bind_dims, find_kernel, launch_bound, match_args, signature};
-use super::{cpu, ExecError, Interrupt, Tensor, Value};
+use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::db::{self, Database, Db, SourceFile};
-use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule};
+use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
 /// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
@@ -44,14 +44,19 @@ pub fn run_function(
         )
         .with_help("this construct is not lowered to kernels yet (`tsrc emit schedule-ir` shows the same error)")
     })?;
-    let graph = db::graph_ir(db, item, opts).clone().map_err(|e| {
-        ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message))
-    })?;
+    let graph = db::graph_ir(db, item, opts)
+        .clone()
+        .map_err(|e| ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message)))?;
     let by_name: HashMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let params: Vec<Value> = graph
         .params
         .iter()
-        .map(|p| by_name.get(p.name.as_str()).map(|v| (*v).clone()).unwrap_or(Value::None))
+        .map(|p| {
+            by_name
+                .get(p.name.as_str())
+                .map(|v| (*v).clone())
+                .unwrap_or(Value::None)
+        })
         .collect();
     let scalars: HashMap<String, Num> = values
         .iter()
@@ -88,12 +93,7 @@ impl Num {
 fn dim_value(d: &Dim, env: &BTreeMap<String, i64>) -> Result<i64, ExecError> {
     d.substitute(&|s| env.get(s).map(|v| Dim::constant(*v)))
         .and_then(|d| d.as_const())
-        .ok_or_else(|| {
-            ExecError::new(
-                "E0710",
-                format!("dim `{d}` is not bound by the arguments"),
-            )
-        })
+        .ok_or_else(|| ExecError::new("E0710", format!("dim `{d}` is not bound by the arguments")))
 }
 
 fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecError> {
@@ -117,9 +117,9 @@ fn scalar(
     params: &HashMap<String, Num>,
 ) -> Result<Num, ExecError> {
     Ok(match e {
-        ScalarExpr::Param(p) => *params.get(p).ok_or_else(|| {
-            ExecError::new("E0707", format!("missing scalar argument `{p}`"))
-        })?,
+        ScalarExpr::Param(p) => *params
+            .get(p)
+            .ok_or_else(|| ExecError::new("E0707", format!("missing scalar argument `{p}`")))?,
         ScalarExpr::Index(d) => Num::I(dim_value(d, env)?),
         ScalarExpr::Const(c) => match c {
             Constant::Int(i) => Num::I(*i),
@@ -163,7 +163,9 @@ fn scalar(
                         BinaryOp::Add => x + y,
                         BinaryOp::Sub => x - y,
                         BinaryOp::Mul => x * y,
-                        BinaryOp::FloorDiv => x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 },
+                        BinaryOp::FloorDiv => {
+                            x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 }
+                        }
                         BinaryOp::Mod => ((x % y) + y) % y,
                         BinaryOp::Pow => x.pow(y.max(0) as u32),
                         BinaryOp::Max => x.max(y),
@@ -249,7 +251,11 @@ fn run_schedule(
                 Some(Value::Tensor(t)) => Some(t.view(&shape).ok_or_else(|| {
                     ExecError::new(
                         "E0701",
-                        format!("input `{}` has shape {:?}, expected {shape:?}", b.name, t.shape()),
+                        format!(
+                            "input `{}` has shape {:?}, expected {shape:?}",
+                            b.name,
+                            t.shape()
+                        ),
                     )
                 })?),
                 _ => {
@@ -278,8 +284,23 @@ fn run_schedule(
             )
         })
     };
-    for l in &s.launches {
+    for step in &s.steps {
         interrupt.check()?;
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, .. } => {
+                let seed = match scalar(seed, env, scalars)? {
+                    Num::I(i) => i as u64,
+                    Num::F(x) => x as u64,
+                };
+                let t = view(&mem, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                continue;
+            }
+        };
+        for r in &l.requires {
+            check_requirement(r, env)?;
+        }
         let grid = match &l.grid {
             Some(g) => Some(
                 g.iter()
@@ -308,7 +329,9 @@ fn run_schedule(
                     .params
                     .iter()
                     .map(|p| match (by.get(p.name.as_str()), &p.kind) {
-                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => Ok(cpu::Arg::Tensor(t.clone())),
+                        (Some(Value::Tensor(t)), ParamKind::Tensor { .. }) => {
+                            Ok(cpu::Arg::Tensor(t.clone()))
+                        }
                         (Some(Value::Int(i)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Int(*i)),
                         (Some(Value::Float(x)), ParamKind::Scalar(_)) => Ok(cpu::Arg::Float(*x)),
                         _ => Err(ExecError::new(
@@ -318,9 +341,16 @@ fn run_schedule(
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let g = grid.ok_or_else(|| {
-                    ExecError::new("E0710", format!("generated kernel `{}` has no grid", k.name))
+                    ExecError::new(
+                        "E0710",
+                        format!("generated kernel `{}` has no grid", k.name),
+                    )
                 })?;
-                let g3 = [g[0], g.get(1).copied().unwrap_or(1), g.get(2).copied().unwrap_or(1)];
+                let g3 = [
+                    g[0],
+                    g.get(1).copied().unwrap_or(1),
+                    g.get(2).copied().unwrap_or(1),
+                ];
                 cpu::run_grid(k, &kargs, g3, interrupt)?;
             }
             KernelRef::Std { module, name } => {
@@ -378,4 +408,42 @@ fn launch_std_or_user(
     }
     let values = match_args(&sig, &[], &named)?;
     launch_bound(db, kfile, item, grid, &values, interrupt)
+}
+
+/// Checks a launch requirement on sizes (`N <= 1024`) that could not be
+/// proven at compile time. Sides are sums of products of dims and integers.
+fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecError> {
+    let eval = |side: &str| -> Option<i64> {
+        side.split('+')
+            .map(|term| {
+                term.split('*')
+                    .map(|f| {
+                        let f = f.trim();
+                        f.parse::<i64>().ok().or_else(|| env.get(f).copied())
+                    })
+                    .product::<Option<i64>>()
+            })
+            .sum::<Option<i64>>()
+    };
+    let unchecked = || {
+        ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, which cannot be checked"),
+        )
+    };
+    // Other requirements describe the target (`f32 inputs multiplied at tf32
+    // precision`): the CPU executes the same Tile IR (it rounds to tf32 too).
+    let Some((lhs, rhs)) = r.split_once("<=") else {
+        return Ok(());
+    };
+    let (a, b) = (eval(lhs).ok_or_else(unchecked)?, eval(rhs).ok_or_else(unchecked)?);
+    if a <= b {
+        Ok(())
+    } else {
+        Err(ExecError::new(
+            "E0711",
+            format!("the launch requires `{r}`, but `{}` = {a}", lhs.trim()),
+        )
+        .with_help("the stdlib kernel chosen for this op holds a whole row; a longer row is not supported by this function's schedule yet"))
+    }
 }

@@ -96,11 +96,10 @@ pub(crate) fn match_args(
     }
     for (n, v) in named {
         let Some(i) = sig.params.iter().position(|p| &p.name == n) else {
-            return Err(ExecError::new(
-                "E0707",
-                format!("`{}` has no parameter `{n}`", sig.name),
-            )
-            .with_help(sig.rendered.clone()));
+            return Err(
+                ExecError::new("E0707", format!("`{}` has no parameter `{n}`", sig.name))
+                    .with_help(sig.rendered.clone()),
+            );
         };
         if out[i].is_some() {
             return Err(ExecError::new(
@@ -254,7 +253,14 @@ pub(crate) fn bind_dims(
     Ok(dims)
 }
 
-fn dim_error(sig: &check::FnSig, param: &str, axis: usize, dim: &str, want: i64, got: i64) -> ExecError {
+fn dim_error(
+    sig: &check::FnSig,
+    param: &str,
+    axis: usize,
+    dim: &str,
+    want: i64,
+    got: i64,
+) -> ExecError {
     ExecError::new(
         "E0701",
         format!(
@@ -372,11 +378,11 @@ fn specialise(
     let compile_error = |diags: &[crate::diag::Diagnostic]| {
         let first = diags.first();
         ExecError::new(
-            first.map_or("E0709", |d| d.code),
+            "E0709",
             format!(
                 "kernel `{}` cannot be compiled for this launch: {}",
                 f.name.name,
-                first.map_or("it has errors".to_string(), |d| d.message.clone())
+                first.map_or("it has errors".to_string(), |d| format!("[{}] {}", d.code, d.message))
             ),
         )
         .with_help(
@@ -410,11 +416,8 @@ fn decorator_grid(
     lookup: &BTreeMap<String, check::Value>,
 ) -> Result<Vec<i64>, ExecError> {
     let no_grid = || {
-        ExecError::new(
-            "E0703",
-            format!("kernel `{}` has no grid", f.name.name),
-        )
-        .with_help("give one in the decorator, `@kernel(grid=(...))`, or at the launch")
+        ExecError::new("E0703", format!("kernel `{}` has no grid", f.name.name))
+            .with_help("give one in the decorator, `@kernel(grid=(...))`, or at the launch")
     };
     let deco = f.decorator("kernel").ok_or_else(no_grid)?;
     let arg = deco

@@ -21,7 +21,9 @@ fn err(path: &Path, msg: impl Into<String>) -> ExecError {
         "E0708",
         format!("cannot read `{}`: {}", path.display(), msg.into()),
     )
-    .with_help("load_npy reads C-order .npy files of numeric or bool dtype, as numpy.save writes them")
+    .with_help(
+        "load_npy reads C-order .npy files of numeric or bool dtype, as numpy.save writes them",
+    )
 }
 
 fn descr(d: DType) -> &'static str {
@@ -46,7 +48,10 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
         [n] => format!("({n},)"),
         s => format!(
             "({})",
-            s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let dict = format!(
@@ -71,14 +76,30 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
     out.resize(total - 1, b' ');
     out.push(b'\n');
     match t.storage.data() {
-        Data::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I8(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I8(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::U32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Data::BF16(_) | Data::U8(_)
             if matches!(t.dtype(), DType::BF16 | DType::F8E4M3 | DType::F8E5M2) =>
         {
@@ -90,11 +111,8 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
         Data::BF16(_) => unreachable!("bf16 storage has dtype bf16"),
     }
     std::fs::write(path, out).map_err(|e| {
-        ExecError::new(
-            "E0708",
-            format!("cannot write `{}`: {e}", path.display()),
-        )
-        .with_help("check that the directory exists and is writable")
+        ExecError::new("E0708", format!("cannot write `{}`: {e}", path.display()))
+            .with_help("check that the directory exists and is writable")
     })
 }
 

@@ -332,6 +332,20 @@ impl Tensor {
         Tensor::from_f64(&self.shape, dtype, &self.to_f64_vec())
     }
 
+    /// Overwrites every element with `src`'s (same element count and dtype),
+    /// visible through every alias.
+    pub fn assign(&self, src: &Tensor) {
+        assert_eq!(self.numel(), src.numel(), "Tensor::assign: sizes differ");
+        assert_eq!(self.dtype, src.dtype, "Tensor::assign: dtypes differ");
+        if self.same_storage(src) {
+            return;
+        }
+        // SAFETY: no launch is running (see the module docs); the vector keeps
+        // its length, so pointers taken for later launches stay valid.
+        let dst = unsafe { &mut *self.storage.0.get() };
+        dst.clone_from(src.storage.data());
+    }
+
     /// A copy with its own storage.
     pub fn deep_clone(&self) -> Tensor {
         Tensor::from_data(&self.shape, self.dtype, self.storage.data().clone())
@@ -341,7 +355,10 @@ impl Tensor {
     /// be negative, bounds clamp as in Python), `None` (new axis); axes not
     /// named are taken whole. Returns a copy.
     pub fn index(&self, idx: &[IndexItem]) -> Result<Tensor, ExecError> {
-        let named = idx.iter().filter(|i| !matches!(i, IndexItem::NewAxis)).count();
+        let named = idx
+            .iter()
+            .filter(|i| !matches!(i, IndexItem::NewAxis))
+            .count();
         if named > self.shape.len() {
             return Err(ExecError::new(
                 "E0705",
@@ -384,7 +401,10 @@ impl Tensor {
                     let pos: Vec<usize> = if step > 0 {
                         let a = start.map_or(0, |s| clamp(norm(s), 0, n));
                         let b = stop.map_or(n, |s| clamp(norm(s), 0, n));
-                        (a..b.max(a)).step_by(step as usize).map(|x| x as usize).collect()
+                        (a..b.max(a))
+                            .step_by(step as usize)
+                            .map(|x| x as usize)
+                            .collect()
                     } else {
                         let a = start.map_or(n - 1, |s| clamp(norm(s), -1, n - 1));
                         let b = stop.map_or(-1, |s| clamp(norm(s), -1, n - 1));
@@ -495,13 +515,28 @@ impl fmt::Display for Tensor {
                 format!("{x:.4}")
             }
         };
-        let width = shown.iter().map(|&o| fmt_one(data[o]).len()).max().unwrap_or(0);
+        let width = shown
+            .iter()
+            .map(|&o| fmt_one(data[o]).len())
+            .max()
+            .unwrap_or(0);
         let mut out = String::from("tensor(");
         if self.shape.is_empty() {
             out.push_str(&fmt_one(data[0]));
         } else {
             let st = strides(&self.shape);
-            render(&mut out, &self.shape, &st, 0, 0, &data, summarise, width, &fmt_one, 7);
+            render(
+                &mut out,
+                &self.shape,
+                &st,
+                0,
+                0,
+                &data,
+                summarise,
+                width,
+                &fmt_one,
+                7,
+            );
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
@@ -530,7 +565,10 @@ fn shown_offsets(shape: &[usize], summarise: bool) -> Vec<usize> {
     let st = strides(shape);
     let mut offs = vec![0usize];
     for (a, &n) in shape.iter().enumerate() {
-        let pos: Vec<usize> = shown_positions(n, summarise).into_iter().flatten().collect();
+        let pos: Vec<usize> = shown_positions(n, summarise)
+            .into_iter()
+            .flatten()
+            .collect();
         let s = st[a];
         offs = offs
             .iter()

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::db::{self, Database};
-use crate::ir::graph::{Activation, Fill, GType, Graph, NodeKind, ReduceKind};
-use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule};
+use crate::ir::graph::{Activation, Fill, GType, Graph, NodeKind, ReduceKind, SliceAxis};
+use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{
     self, Access, BinaryOp, Constant, Kernel, OpKind, ParamKind, Region, UnaryOp, Value,
 };
@@ -160,6 +160,16 @@ fn elementwise(shape: &[usize], ops: &[&T], f: &dyn Fn(&[f64]) -> f64) -> T {
     }
 }
 
+/// A test stand-in for `randn`'s numbers (the executor's generator is not
+/// this module's): any deterministic function of the seed and the index lets
+/// the reference and the schedule agree, so that what is tested is which
+/// buffer a host `randn` step fills, with which seed, and how its users read it.
+fn stand_in_randn(seed: i64, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((seed * 7919 + i as i64 * 31) % 97) as f64 / 48.0 - 1.0)
+        .collect()
+}
+
 /// Reference semantics of a graph on concrete inputs.
 fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
     let mut vals: Vec<T> = Vec::new();
@@ -206,6 +216,46 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
             NodeKind::Fill(Fill::Zeros) => elementwise(&shape, &[], &|_| 0.0),
             NodeKind::Fill(Fill::Ones) => elementwise(&shape, &[], &|_| 1.0),
             NodeKind::Fill(Fill::Full(x)) => elementwise(&shape, &[v(x)], &|a| cast(a[0], dt)),
+            NodeKind::Fill(Fill::Randn { seed }) => T {
+                data: stand_in_randn(seed.map_or(0.0, |s| v(&s).data[0]) as i64, numel(&shape)),
+                shape,
+            },
+            NodeKind::Slice { x, axes } => {
+                let src = v(x);
+                let st = strides(&src.shape);
+                let data = (0..numel(&shape))
+                    .map(|i| {
+                        let idx = unravel(i, &shape);
+                        let mut k = 0;
+                        let mut flat = 0;
+                        for (j, a) in axes.iter().enumerate() {
+                            let n = src.shape[j] as i64;
+                            let at = match a {
+                                SliceAxis::Full => {
+                                    k += 1;
+                                    idx[k - 1] as i64
+                                }
+                                SliceAxis::Range { start } => {
+                                    k += 1;
+                                    dim(start, env) + idx[k - 1] as i64
+                                }
+                                SliceAxis::Index(ix) => {
+                                    let i = v(ix).data[0] as i64;
+                                    if i < 0 {
+                                        i + n
+                                    } else {
+                                        i
+                                    }
+                                }
+                            };
+                            assert!((0..n).contains(&at), "index {at} of an axis of {n}");
+                            flat += at as usize * st[j];
+                        }
+                        src.data[flat]
+                    })
+                    .collect();
+                T { shape, data }
+            }
             NodeKind::Reshape { x } => T {
                 shape,
                 data: v(x).data.clone(),
@@ -740,7 +790,15 @@ fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String,
             _ => vec![f64::NAN; numel(&dims(&b.dims, env))],
         })
         .collect();
-    for l in &s.launches {
+    for step in &s.steps {
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, .. } => {
+                let b = s.base(*buf).0 as usize;
+                mem[b] = stand_in_randn(scalar(seed, env, scalars) as i64, mem[b].len());
+                continue;
+            }
+        };
         let std_kernel;
         let k: &Kernel = match &l.kernel {
             KernelRef::Generated(ki) => &s.kernels[*ki],
@@ -918,7 +976,7 @@ fn broadcasts_along_leading_axes_compute_the_graph() {
     let file = db.set_source("/t/bb.tsr", src.to_string());
     let (item, _) = db::function_item(&db, file, "bb").unwrap();
     let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
-    assert_eq!(s.launches.len(), 1, "{}", crate::ir::schedule::dump(&s));
+    assert_eq!(s.launches().count(), 1, "{}", crate::ir::schedule::dump(&s));
 }
 
 #[test]
@@ -945,7 +1003,7 @@ def lp(x: Tensor["M", "N", f32], b: Tensor["N", f32]) -> Tensor["M", "N", f32]:
     assert_eq!(dump.matches("const 5").count(), 1, "{dump}");
     assert!(dump.contains("sigmoid") && !dump.contains("relu"), "{dump}");
     let s = db::schedule_ir(&db, item, db.options()).clone().unwrap();
-    assert_eq!(s.launches.len(), 1, "the unrolled chain is one kernel");
+    assert_eq!(s.launches().count(), 1, "the unrolled chain is one kernel");
 }
 
 #[test]
@@ -1046,5 +1104,61 @@ fn generated_batched_matmuls_compute_the_graph() {
             &[("B", b), ("H", h), ("S", s_), ("D", d), ("T", t)],
             &[],
         );
+    }
+}
+
+#[test]
+fn host_randn_steps_fill_the_buffers_their_users_read() {
+    let src = r#"def rn(x: Tensor["M", "N", f32], s: i32) -> Tensor["M", "N", f32]:
+    return x + randn([M, N], f32, seed=s) * 2.0 + randn([N], f32)
+
+def noise(x: Tensor["M", "N", f16], s: i32) -> Tensor["M", "N", f16]:
+    return randn(x.shape, f16, seed=s + 1)
+"#;
+    for (m, n) in [(3, 5), (4, 130)] {
+        check(src, "rn", &[("M", m), ("N", n)], &[("s", 7.0)]);
+        check(src, "noise", &[("M", m), ("N", n)], &[("s", -2.0)]);
+    }
+}
+
+#[test]
+fn indexing_and_slicing_compute_the_graph() {
+    let src = r#"def sl(x: Tensor["B", "M", "N", f32], i: i32) -> Tensor["M", 3, f32]:
+    a = x[i]
+    b = x[-1, :, 2:5]
+    return a[:, 1:4] + b * x[i, 0, -1] + x[1, :, -3:] - x[0][:, None, 0]
+
+def rows(x: Tensor["B", "M", "N", f16], j: i32) -> Tensor["B", 2, "N", f32]:
+    return x[:, 1:3].to(f32) + x[:, j, None].to(f32)
+"#;
+    for (b, m, n) in [(2, 3, 5), (3, 9, 130)] {
+        check(src, "sl", &[("B", b), ("M", m), ("N", n)], &[("i", 1.0)]);
+        check(src, "sl", &[("B", b), ("M", m), ("N", n)], &[("i", -2.0)]);
+    }
+    check(src, "rows", &[("B", 2), ("M", 4), ("N", 7)], &[("j", -1.0)]);
+    check(src, "rows", &[("B", 3), ("M", 3), ("N", 200)], &[("j", 2.0)]);
+}
+
+#[test]
+fn transposes_of_any_axes_compute_the_graph() {
+    let src = r#"def tp(x: Tensor["A", "B", "C", f32], y: Tensor["C", "B", "A", bf16]) -> Tensor["C", "B", "A", f32]:
+    t = transpose(x, 1, 1)[0].T
+    return transpose(x, 0, 2) + transpose(transpose(y, 0, 1), -3, -2).to(f32) + t[:, :, None]
+"#;
+    for (a, b, c) in [(2, 3, 5), (1, 1, 1), (3, 4, 140)] {
+        check(src, "tp", &[("A", a), ("B", b), ("C", c)], &[]);
+    }
+}
+
+#[test]
+fn shapes_and_host_scalar_arithmetic_compute_the_graph() {
+    let src = r#"def sh(x: Tensor["M", "N", f32], k: i32) -> Tensor["N", f32]:
+    m, n = x.shape
+    s = x.shape
+    t = (k * 2 + s[1]) // 3
+    return zeros([s[1]], f32) + x[m - 1] * t.to(f32) + x[0] * n.to(f32) + x.shape[0].to(f32)
+"#;
+    for (m, n) in [(3, 5), (2, 130)] {
+        check(src, "sh", &[("M", m), ("N", n)], &[("k", 4.0)]);
     }
 }

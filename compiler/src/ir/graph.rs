@@ -138,6 +138,28 @@ pub enum Fill {
     },
 }
 
+/// What a subscript takes from one axis of its tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SliceAxis {
+    /// `:`, the whole axis.
+    Full,
+    /// `i`: one element (a scalar node, compile-time or host; a negative index
+    /// counts from the end at run time); the axis is dropped.
+    Index(NodeId),
+    /// `a:b`: the result's dim elements from `start` (normalised at build time:
+    /// not negative, clamped to the axis when both are constants).
+    Range { start: Dim },
+}
+
+/// A nested graph of a control-flow node: its params are the node's leading
+/// values (a loop's induction variable and carried values) followed by
+/// `captures`, values of the enclosing graph it reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    pub graph: std::sync::Arc<Graph>,
+    pub captures: Vec<NodeId>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeKind {
     /// Parameter `i` of the function.
@@ -203,6 +225,13 @@ pub enum NodeKind {
         a: usize,
         b: usize,
     },
+    /// `x[...]` with integer indices and slices: one entry per axis of `x`;
+    /// the node's dims are those of the kept axes (`None` axes are a reshape
+    /// after it).
+    Slice {
+        x: NodeId,
+        axes: Vec<SliceAxis>,
+    },
     /// The new shape is the node's type.
     Reshape {
         x: NodeId,
@@ -218,6 +247,36 @@ pub enum NodeKind {
         args: Vec<(String, NodeId)>,
         /// Const parameters given at the call (others take their defaults).
         consts: Vec<(String, Value)>,
+    },
+    /// A run-time `if` on a host scalar (or a one-element bool tensor): both
+    /// regions take only captures and output the node's results (read with
+    /// `Project`). Control-flow nodes have type `Unit`.
+    If {
+        cond: NodeId,
+        then: Region,
+        otherwise: Region,
+    },
+    /// `for iv in range(lo, hi, step)` with run-time bounds: the body's leading
+    /// params are `[iv, carried...]`, its outputs the next carried values; the
+    /// node's results are the last ones.
+    For {
+        lo: NodeId,
+        hi: NodeId,
+        step: NodeId,
+        init: Vec<NodeId>,
+        body: Region,
+    },
+    /// `while`: `cond` (leading params the carried values, one bool output)
+    /// runs before each trip of `body` (same leading params, next carried values).
+    While {
+        init: Vec<NodeId>,
+        cond: Region,
+        body: Region,
+    },
+    /// Result `index` of an `If`, `For` or `While` node.
+    Project {
+        of: NodeId,
+        index: usize,
     },
     /// A call to another whole-tensor function (one `graph_ir` could not inline).
     Call {
@@ -318,6 +377,38 @@ pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
             .chain(args.iter().map(|(_, a)| *a))
             .collect(),
         NodeKind::Call { args, .. } => args.iter().map(|(_, a)| *a).collect(),
+        NodeKind::If {
+            cond,
+            then,
+            otherwise,
+        } => std::iter::once(*cond)
+            .chain(then.captures.iter().copied())
+            .chain(otherwise.captures.iter().copied())
+            .collect(),
+        NodeKind::For {
+            lo,
+            hi,
+            step,
+            init,
+            body,
+        } => [*lo, *hi, *step]
+            .into_iter()
+            .chain(init.iter().copied())
+            .chain(body.captures.iter().copied())
+            .collect(),
+        NodeKind::While { init, cond, body } => init
+            .iter()
+            .chain(&cond.captures)
+            .chain(&body.captures)
+            .copied()
+            .collect(),
+        NodeKind::Project { of, .. } => vec![*of],
+        NodeKind::Slice { x, axes } => std::iter::once(*x)
+            .chain(axes.iter().filter_map(|a| match a {
+                SliceAxis::Index(i) => Some(*i),
+                _ => None,
+            }))
+            .collect(),
     }
 }
 
@@ -581,14 +672,100 @@ impl<'a> Builder<'a> {
                 let x = self.expr(value)?;
                 Ok(self.push(NodeKind::Reshape { x }, ty, e.span))
             }
-            ExprKind::Subscript { .. } => Err(LowerError::new(
-                e.span,
-                "subscripts of tensors other than `:` and `None` in a whole-tensor function",
-            )),
+            ExprKind::Subscript { value, indices } => self.subscript(e, value, indices, ty),
             _ => Err(LowerError::new(
                 e.span,
                 format!("this expression (`{}`) in a whole-tensor function", v.ty),
             )),
+        }
+    }
+
+    /// `x[i, a:b, None, ...]`: a `Slice` node of the kept axes, then a reshape
+    /// when the subscript adds new axes.
+    fn subscript(
+        &mut self,
+        e: &Expr,
+        value: &Expr,
+        indices: &[ast::Index],
+        ty: GType,
+    ) -> R<NodeId> {
+        let x = self.expr(value)?;
+        let xd = self.ty_of(x).dims().to_vec();
+        let mut axes = Vec::with_capacity(xd.len());
+        let mut kept = Vec::new();
+        let mut new_axes = false;
+        for i in indices {
+            let d = axes.len();
+            match i {
+                ast::Index::Expr(ie) if matches!(ie.kind, ExprKind::None) => new_axes = true,
+                ast::Index::Expr(ie) => {
+                    if matches!(self.val(ie)?.ty, Ty::Tensor { .. }) {
+                        return Err(LowerError::new(
+                            ie.span,
+                            "indexing with an integer tensor (a gather) in a whole-tensor function",
+                        ));
+                    }
+                    axes.push(SliceAxis::Index(self.expr(ie)?));
+                }
+                ast::Index::Slice {
+                    start, end, span, ..
+                } => {
+                    let full = xd[d].clone();
+                    let bound = |b: &Option<Expr>, default: Dim| -> R<Dim> {
+                        match b {
+                            None => Ok(default),
+                            Some(b) => match &self.val(b)?.value {
+                                Some(Value::Int(v)) => {
+                                    Ok(crate::check::expr::python_bound(v, &full))
+                                }
+                                _ => Err(LowerError::new(
+                                    b.span,
+                                    "a slice bound that is not known when the function is specialised",
+                                )),
+                            },
+                        }
+                    };
+                    let a = bound(start, Dim::constant(0))?;
+                    let b = bound(end, full.clone())?;
+                    let len = b
+                        .checked_sub(&a)
+                        .ok_or_else(|| LowerError::new(*span, "a slice length"))?;
+                    if a.as_const() == Some(0) && len == full {
+                        axes.push(SliceAxis::Full);
+                    } else {
+                        axes.push(SliceAxis::Range { start: a });
+                    }
+                    kept.push(len);
+                    continue;
+                }
+            }
+        }
+        for d in &xd[axes.len()..] {
+            axes.push(SliceAxis::Full);
+            kept.push(d.clone());
+        }
+        let dtype = ty
+            .dtype()
+            .ok_or_else(|| LowerError::new(e.span, "a subscript of a tensor"))?;
+        if !new_axes && kept != ty.dims() {
+            return Err(LowerError::new(
+                e.span,
+                format!("a subscript whose shape the checker gives as `{ty}`"),
+            ));
+        }
+        let sliced = if axes.iter().all(|a| matches!(a, SliceAxis::Full)) {
+            x
+        } else {
+            self.push(
+                NodeKind::Slice { x, axes },
+                GType::Tensor { dims: kept, dtype },
+                e.span,
+            )
+        };
+        if new_axes || sliced == x {
+            Ok(self.push(NodeKind::Reshape { x: sliced }, ty, e.span))
+        } else {
+            Ok(sliced)
         }
     }
 
@@ -985,6 +1162,9 @@ impl<'a> Builder<'a> {
                     self.expr(x)?;
                 }
                 StmtKind::Assign { target, value, .. } => match (&target.kind, &value.kind) {
+                    // `s = x.shape`, `m, n = x.shape`, `d = x.dtype`: compile-time
+                    // values, read from the checker's values where they are used.
+                    _ if matches!(self.val(value)?.ty, Ty::Shape(_) | Ty::DTypeV) => {}
                     (ExprKind::Name(id), _) => {
                         let v = self.expr(value)?;
                         self.env.insert(id.name.clone(), v);
@@ -1033,29 +1213,17 @@ impl<'a> Builder<'a> {
                 }
                 StmtKind::Return(None) => return Ok(true),
                 StmtKind::If { branches, orelse } => {
-                    // Resolved at compile time: the first branch whose condition is a
-                    // known True, after conditions known to be False.
-                    let mut taken = None;
-                    for (cond, body) in branches {
-                        match self.val(cond)?.value {
-                            Some(Value::Bool(true)) => {
-                                taken = Some(body);
-                                break;
-                            }
-                            Some(Value::Bool(false)) => {}
-                            _ => {
-                                return Err(LowerError::new(
-                                    cond.span,
-                                    "an `if` on a run-time condition in a whole-tensor function",
-                                ))
-                            }
-                        }
+                    if self.if_chain(branches, orelse.as_deref(), outputs)? {
+                        return Ok(true);
                     }
-                    if let Some(body) = taken.or(orelse.as_ref()) {
-                        if self.block(body, outputs)? {
-                            return Ok(true);
-                        }
+                }
+                StmtKind::While { cond, body } => {
+                    if self.val(cond)?.value != Some(Value::Bool(false)) {
+                        self.runtime_while(cond, body)?;
                     }
+                }
+                StmtKind::For { target, iter, body } if self.const_range(iter).is_err() => {
+                    self.runtime_for(target, iter, body)?;
                 }
                 StmtKind::For { target, iter, body } => {
                     // Unrolled: `range(...)` with compile-time bounds, at most 64 trips.
@@ -1075,13 +1243,399 @@ impl<'a> Builder<'a> {
                 _ => {
                     return Err(LowerError::new(
                         s.span,
-                        "`while`, `break` and `continue` in a whole-tensor function",
+                        "`break` and `continue` in a whole-tensor function",
                     ))
                 }
             }
         }
         Ok(false)
     }
+
+    /// `if`/`elif`/`else`: branches on compile-time conditions are taken or
+    /// dropped; the first run-time condition makes an `If` node whose else
+    /// region holds the rest of the chain. Returns whether the block returned.
+    fn if_chain(
+        &mut self,
+        branches: &[(Expr, ast::Block)],
+        orelse: Option<&[ast::Stmt]>,
+        outputs: &mut Vec<NodeId>,
+    ) -> R<bool> {
+        for (j, (cond, body)) in branches.iter().enumerate() {
+            match self.val(cond)?.value {
+                Some(Value::Bool(true)) => return self.block(body, outputs),
+                Some(Value::Bool(false)) => {}
+                _ => {
+                    self.runtime_if(cond, body, &branches[j + 1..], orelse)?;
+                    return Ok(false);
+                }
+            }
+        }
+        match orelse {
+            Some(b) => self.block(b, outputs),
+            None => Ok(false),
+        }
+    }
+
+    /// A child builder for a region, sharing the checker's values.
+    fn child(&self) -> Builder<'a> {
+        Builder {
+            vals: self.vals.clone(),
+            nodes: Vec::new(),
+            env: HashMap::new(),
+            static_syms: self.static_syms.clone(),
+            is_builtin_alias: self.is_builtin_alias,
+        }
+    }
+
+    /// Builds a region: params `leading`, then one capture per name bound
+    /// here (those the region does not read are dropped); `build` fills it
+    /// and gives its outputs.
+    fn region(
+        &self,
+        name: &str,
+        leading: &[(String, GType)],
+        span: Span,
+        build: &mut dyn FnMut(&mut Builder<'a>) -> R<Vec<NodeId>>,
+    ) -> R<Region> {
+        let mut c = self.child();
+        let mut params = Vec::new();
+        for (n, ty) in leading {
+            let id = c.push(NodeKind::Param(params.len()), ty.clone(), span);
+            c.env.insert(n.clone(), id);
+            params.push(GParam {
+                name: n.clone(),
+                ty: ty.clone(),
+            });
+        }
+        let mut names: Vec<&String> = self
+            .env
+            .keys()
+            .filter(|n| !leading.iter().any(|(l, _)| l == *n))
+            .collect();
+        names.sort();
+        let mut captures = Vec::new();
+        for n in names {
+            let outer = self.env[n];
+            let ty = self.ty_of(outer).clone();
+            let id = c.push(NodeKind::Param(params.len()), ty.clone(), span);
+            c.env.insert(n.clone(), id);
+            params.push(GParam {
+                name: n.clone(),
+                ty,
+            });
+            captures.push(outer);
+        }
+        let outputs = build(&mut c)?;
+        let g = Graph {
+            name: name.to_string(),
+            params,
+            nodes: c.nodes,
+            outputs,
+        };
+        let (g, kept) = prune_captures(g, leading.len());
+        Ok(Region {
+            graph: std::sync::Arc::new(g),
+            captures: kept.into_iter().map(|k| captures[k]).collect(),
+        })
+    }
+
+    /// A condition node: a bool scalar or one-element bool tensor.
+    fn condition(&mut self, cond: &Expr) -> R<NodeId> {
+        let c = self.expr(cond)?;
+        if !is_condition(self.ty_of(c)) {
+            return Err(LowerError::new(
+                cond.span,
+                format!("a condition of type `{}`", self.ty_of(c)),
+            ));
+        }
+        Ok(c)
+    }
+
+    fn runtime_if(
+        &mut self,
+        cond: &Expr,
+        body: &[ast::Stmt],
+        rest: &[(Expr, ast::Block)],
+        orelse: Option<&[ast::Stmt]>,
+    ) -> R<()> {
+        let c = self.condition(cond)?;
+        let (mut in_then, mut in_else) = (Vec::new(), Vec::new());
+        assigned_names(body, &mut in_then);
+        for (_, b) in rest {
+            assigned_names(b, &mut in_else);
+        }
+        if let Some(b) = orelse {
+            assigned_names(b, &mut in_else);
+        }
+        // Results: names bound before and assigned on some path, or assigned on both.
+        let mut names: Vec<String> = Vec::new();
+        for n in in_then.iter().chain(&in_else) {
+            let bound = self.env.contains_key(n) || (in_then.contains(n) && in_else.contains(n));
+            if bound && !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        let span = cond.span;
+        let results = |b: &Builder<'a>| -> R<Vec<NodeId>> {
+            names
+                .iter()
+                .map(|n| {
+                    b.env.get(n).copied().ok_or_else(|| {
+                        LowerError::new(
+                            span,
+                            format!("`{n}`, bound on one path of an `if` on a run-time condition only"),
+                        )
+                    })
+                })
+                .collect()
+        };
+        let returns = || LowerError::new(span, "a `return` inside an `if` on a run-time condition");
+        let then = self.region("then", &[], span, &mut |b| {
+            if b.block(body, &mut Vec::new())? {
+                return Err(returns());
+            }
+            results(b)
+        })?;
+        let otherwise = self.region("else", &[], span, &mut |b| {
+            if b.if_chain(rest, orelse, &mut Vec::new())? {
+                return Err(returns());
+            }
+            results(b)
+        })?;
+        let tys = region_outputs(&then);
+        if tys != region_outputs(&otherwise) {
+            return Err(LowerError::new(
+                span,
+                "branches that give a name different shapes or dtypes",
+            ));
+        }
+        let node = self.push(
+            NodeKind::If {
+                cond: c,
+                then,
+                otherwise,
+            },
+            GType::Unit,
+            span,
+        );
+        self.project(node, &names, tys, span);
+        Ok(())
+    }
+
+    /// Binds `names` to the results of a control-flow node.
+    fn project(&mut self, node: NodeId, names: &[String], tys: Vec<GType>, span: Span) {
+        for (index, (n, ty)) in names.iter().zip(tys).enumerate() {
+            let p = self.push(NodeKind::Project { of: node, index }, ty, span);
+            self.env.insert(n.clone(), p);
+        }
+    }
+
+    /// Names a loop body assigns that are bound before it (its carried values),
+    /// with their types, as the region's leading params.
+    fn carried(&self, body: &[ast::Stmt], skip: Option<&str>) -> Vec<(String, GType)> {
+        let mut assigned = Vec::new();
+        assigned_names(body, &mut assigned);
+        let mut out: Vec<(String, GType)> = Vec::new();
+        for n in assigned {
+            if Some(n.as_str()) == skip || out.iter().any(|(m, _)| *m == n) {
+                continue;
+            }
+            if let Some(id) = self.env.get(&n) {
+                out.push((n, self.ty_of(*id).clone()));
+            }
+        }
+        out
+    }
+
+    /// The loop's carried values after its body, which must keep their types.
+    fn loop_results(b: &Builder<'a>, carried: &[(String, GType)], span: Span) -> R<Vec<NodeId>> {
+        carried
+            .iter()
+            .map(|(n, ty)| {
+                let id = b.env[n];
+                if b.ty_of(id) != ty {
+                    return Err(LowerError::new(
+                        span,
+                        format!(
+                            "a loop that changes `{n}` from `{ty}` to `{}`",
+                            b.ty_of(id)
+                        ),
+                    ));
+                }
+                Ok(id)
+            })
+            .collect()
+    }
+
+    fn runtime_for(&mut self, target: &ast::Ident, iter: &Expr, body: &[ast::Stmt]) -> R<()> {
+        let span = iter.span;
+        let not_range = || {
+            LowerError::new(
+                span,
+                "a `for` loop over anything but `range(...)` in a whole-tensor function",
+            )
+        };
+        let ExprKind::Call { func, args } = &iter.kind else {
+            return Err(not_range());
+        };
+        if !matches!(&func.kind, ExprKind::Name(n) if n.name == "range")
+            || args.iter().any(|a| a.name.is_some())
+        {
+            return Err(not_range());
+        }
+        let int = |b: &mut Self, v: i64| {
+            b.push(
+                NodeKind::Const(Constant::Int(v)),
+                GType::Scalar(DType::I32),
+                span,
+            )
+        };
+        let (lo, hi, step) = match &args[..] {
+            [h] => (int(self, 0), self.expr(&h.value)?, int(self, 1)),
+            [l, h] => (self.expr(&l.value)?, self.expr(&h.value)?, int(self, 1)),
+            [l, h, st] => (
+                self.expr(&l.value)?,
+                self.expr(&h.value)?,
+                self.expr(&st.value)?,
+            ),
+            _ => return Err(not_range()),
+        };
+        let carried = self.carried(body, Some(&target.name));
+        let init: Vec<NodeId> = carried.iter().map(|(n, _)| self.env[n]).collect();
+        let mut leading = vec![(target.name.clone(), GType::Scalar(DType::I32))];
+        leading.extend(carried.iter().cloned());
+        let body_r = self.region("body", &leading, span, &mut |b| {
+            if b.block(body, &mut Vec::new())? {
+                return Err(LowerError::new(span, "a `return` inside a run-time loop"));
+            }
+            Self::loop_results(b, &carried, span)
+        })?;
+        let node = self.push(
+            NodeKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body: body_r,
+            },
+            GType::Unit,
+            span,
+        );
+        let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
+        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
+        // The loop variable is not readable after a run-time loop.
+        self.env.remove(&target.name);
+        Ok(())
+    }
+
+    fn runtime_while(&mut self, cond: &Expr, body: &[ast::Stmt]) -> R<()> {
+        let span = cond.span;
+        let carried = self.carried(body, None);
+        let init: Vec<NodeId> = carried.iter().map(|(n, _)| self.env[n]).collect();
+        let cond_r = self.region("cond", &carried, span, &mut |b| Ok(vec![b.condition(cond)?]))?;
+        let body_r = self.region("body", &carried, span, &mut |b| {
+            if b.block(body, &mut Vec::new())? {
+                return Err(LowerError::new(span, "a `return` inside a run-time loop"));
+            }
+            Self::loop_results(b, &carried, span)
+        })?;
+        let node = self.push(
+            NodeKind::While {
+                init,
+                cond: cond_r,
+                body: body_r,
+            },
+            GType::Unit,
+            span,
+        );
+        let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
+        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
+        Ok(())
+    }
+}
+
+/// Names a block assigns (assignment targets, loop variables), nested blocks included.
+fn assigned_names(body: &[ast::Stmt], out: &mut Vec<String>) {
+    fn targets(t: &Expr, out: &mut Vec<String>) {
+        match &t.kind {
+            ExprKind::Name(id) => out.push(id.name.clone()),
+            ExprKind::Tuple(items) | ExprKind::List(items) => {
+                items.iter().for_each(|i| targets(i, out))
+            }
+            _ => {}
+        }
+    }
+    for s in body {
+        match &s.kind {
+            StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                targets(target, out)
+            }
+            StmtKind::If { branches, orelse } => {
+                for (_, b) in branches {
+                    assigned_names(b, out);
+                }
+                if let Some(b) = orelse {
+                    assigned_names(b, out);
+                }
+            }
+            StmtKind::For { target, body, .. } => {
+                out.push(target.name.clone());
+                assigned_names(body, out);
+            }
+            StmtKind::While { body, .. } => assigned_names(body, out),
+            _ => {}
+        }
+    }
+}
+
+/// Drops the params after the first `leading` that no node uses; returns the
+/// graph and the indices (among those params) of the ones kept.
+fn prune_captures(g: Graph, leading: usize) -> (Graph, Vec<usize>) {
+    let uses = g.use_counts();
+    let mut map: Vec<Option<NodeId>> = Vec::with_capacity(g.nodes.len());
+    let mut nodes: Vec<Node> = Vec::with_capacity(g.nodes.len());
+    let mut params = Vec::new();
+    let mut kept = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let NodeKind::Param(p) = n.kind {
+            if p >= leading && uses[i] == 0 {
+                map.push(None);
+                continue;
+            }
+            if p >= leading {
+                kept.push(p - leading);
+            }
+            map.push(Some(NodeId(nodes.len() as u32)));
+            nodes.push(Node {
+                kind: NodeKind::Param(params.len()),
+                ty: n.ty.clone(),
+                span: n.span,
+            });
+            params.push(g.params[p].clone());
+            continue;
+        }
+        let kind = map_operands(&n.kind, &|x| map[x.0 as usize].unwrap_or(x));
+        map.push(Some(NodeId(nodes.len() as u32)));
+        nodes.push(Node {
+            kind,
+            ty: n.ty.clone(),
+            span: n.span,
+        });
+    }
+    let outputs = g
+        .outputs
+        .iter()
+        .map(|o| map[o.0 as usize].unwrap_or(*o))
+        .collect();
+    (
+        Graph {
+            name: g.name,
+            params,
+            nodes,
+            outputs,
+        },
+        kept,
+    )
 }
 
 /// Builds the Graph IR of a whole-tensor function from its AST, its signature
@@ -1207,6 +1761,42 @@ pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
                 o(a);
             }
         }
+        NodeKind::Slice { x, axes } => {
+            o(x);
+            for a in axes {
+                if let SliceAxis::Index(i) = a {
+                    o(i);
+                }
+            }
+        }
+        NodeKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            o(cond);
+            then.captures.iter_mut().for_each(o);
+            otherwise.captures.iter_mut().for_each(o);
+        }
+        NodeKind::For {
+            lo,
+            hi,
+            step,
+            init,
+            body,
+        } => {
+            o(lo);
+            o(hi);
+            o(step);
+            init.iter_mut().for_each(o);
+            body.captures.iter_mut().for_each(o);
+        }
+        NodeKind::While { init, cond, body } => {
+            init.iter_mut().for_each(o);
+            cond.captures.iter_mut().for_each(o);
+            body.captures.iter_mut().for_each(o);
+        }
+        NodeKind::Project { of, .. } => o(of),
     }
     k
 }
@@ -1247,7 +1837,10 @@ pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
                 }
             }
         }
-        let kind = map_operands(&n.kind, &remap);
+        let mut kind = map_operands(&n.kind, &remap);
+        for r in regions_mut(&mut kind) {
+            r.graph = std::sync::Arc::new(inline(&r.graph, resolve));
+        }
         map.push(NodeId(nodes.len() as u32));
         nodes.push(Node {
             kind,
@@ -1261,6 +1854,84 @@ pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
         nodes,
         outputs: g.outputs.iter().map(|o| map[o.0 as usize]).collect(),
     }
+}
+
+/// The regions of a control-flow node.
+pub fn regions(kind: &NodeKind) -> Vec<&Region> {
+    match kind {
+        NodeKind::If {
+            then, otherwise, ..
+        } => vec![then, otherwise],
+        NodeKind::For { body, .. } => vec![body],
+        NodeKind::While { cond, body, .. } => vec![cond, body],
+        _ => vec![],
+    }
+}
+
+fn regions_mut(kind: &mut NodeKind) -> Vec<&mut Region> {
+    match kind {
+        NodeKind::If {
+            then, otherwise, ..
+        } => vec![then, otherwise],
+        NodeKind::For { body, .. } => vec![body],
+        NodeKind::While { cond, body, .. } => vec![cond, body],
+        _ => vec![],
+    }
+}
+
+/// A node kind with the dims it names substituted (inside regions too), or
+/// `None` when a dim does not bind.
+fn subst_kind(kind: NodeKind, env: &dyn Fn(&str) -> Option<Dim>, span: Span) -> Option<NodeKind> {
+    Some(match kind {
+        NodeKind::Index(d) => NodeKind::Index(d.substitute(env)?),
+        NodeKind::Slice { x, axes } => NodeKind::Slice {
+            x,
+            axes: axes
+                .into_iter()
+                .map(|a| match a {
+                    SliceAxis::Range { start } => start
+                        .substitute(env)
+                        .map(|start| SliceAxis::Range { start }),
+                    a => Some(a),
+                })
+                .collect::<Option<Vec<_>>>()?,
+        },
+        mut k => {
+            for r in regions_mut(&mut k) {
+                r.graph = std::sync::Arc::new(subst_graph(&r.graph, env, span)?);
+            }
+            k
+        }
+    })
+}
+
+/// A region's graph with dims substituted and every span set to `span`.
+fn subst_graph(g: &Graph, env: &dyn Fn(&str) -> Option<Dim>, span: Span) -> Option<Graph> {
+    Some(Graph {
+        name: g.name.clone(),
+        params: g
+            .params
+            .iter()
+            .map(|p| {
+                Some(GParam {
+                    name: p.name.clone(),
+                    ty: subst_type(&p.ty, env)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?,
+        nodes: g
+            .nodes
+            .iter()
+            .map(|n| {
+                Some(Node {
+                    kind: subst_kind(n.kind.clone(), env, span)?,
+                    ty: subst_type(&n.ty, env)?,
+                    span,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?,
+        outputs: g.outputs.clone(),
+    })
 }
 
 /// Appends the callee's nodes; returns its result node (or `None`, leaving
@@ -1307,15 +1978,10 @@ fn inline_one(
             local.push(*bound.get(&i)?);
             continue;
         }
-        let kind = match map_operands(&n.kind, &|x| local[x.0 as usize]) {
-            NodeKind::Index(d) => match d.substitute(&env) {
-                Some(d) => NodeKind::Index(d),
-                None => {
-                    nodes.truncate(start);
-                    return None;
-                }
-            },
-            k => k,
+        let Some(kind) = subst_kind(map_operands(&n.kind, &|x| local[x.0 as usize]), &env, span)
+        else {
+            nodes.truncate(start);
+            return None;
         };
         let Some(ty) = subst_type(&n.ty, &env) else {
             nodes.truncate(start);
@@ -1336,9 +2002,12 @@ pub fn verify(g: &Graph) -> Result<(), String> {
             if o.0 as usize >= i {
                 return err(i, format!("operand {o} is not defined before its use"));
             }
-            if matches!(g.ty(o), GType::Unit) {
+            if matches!(g.ty(o), GType::Unit) && !matches!(n.kind, NodeKind::Project { .. }) {
                 return err(i, format!("operand {o} has no value"));
             }
+        }
+        if let Err(m) = verify_control(g, n) {
+            return err(i, m);
         }
         let dims = |id: NodeId| g.ty(id).dims().to_vec();
         let rank = n.ty.dims().len();
@@ -1436,18 +2105,144 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                     return err(i, "transpose result shape".into());
                 }
             }
+            NodeKind::Slice { x, axes } => {
+                let xd = dims(*x);
+                if axes.len() != xd.len() {
+                    return err(i, "a subscript without one entry per axis".into());
+                }
+                let kept = axes
+                    .iter()
+                    .filter(|a| !matches!(a, SliceAxis::Index(_)))
+                    .count();
+                if kept != rank {
+                    return err(i, "a subscript's result rank".into());
+                }
+                let mut k = 0;
+                for (a, d) in axes.iter().zip(&xd) {
+                    match a {
+                        SliceAxis::Full if n.ty.dims()[k] != *d => {
+                            return err(i, "a `:` axis changes its size".into())
+                        }
+                        SliceAxis::Index(ix) if !g.ty(*ix).dtype().is_some_and(DType::is_int) => {
+                            return err(i, "an index that is not an integer scalar".into())
+                        }
+                        _ => {}
+                    }
+                    if !matches!(a, SliceAxis::Index(_)) {
+                        k += 1;
+                    }
+                }
+            }
             NodeKind::KernelCall { .. } => {
                 if n.ty != GType::Unit {
                     return err(i, "a kernel call has a value".into());
                 }
             }
-            NodeKind::Reshape { .. } | NodeKind::Fill(_) | NodeKind::Call { .. } => {}
+            NodeKind::Reshape { .. }
+            | NodeKind::Fill(_)
+            | NodeKind::Call { .. }
+            | NodeKind::If { .. }
+            | NodeKind::For { .. }
+            | NodeKind::While { .. }
+            | NodeKind::Project { .. } => {}
         }
     }
     for o in &g.outputs {
         if o.0 as usize >= g.nodes.len() || matches!(g.ty(*o), GType::Unit) {
             return Err(format!("graph `{}`: output {o} has no value", g.name));
         }
+    }
+    Ok(())
+}
+
+/// The types of a region's results (its outputs).
+fn region_outputs(r: &Region) -> Vec<GType> {
+    r.graph
+        .outputs
+        .iter()
+        .map(|o| r.graph.ty(*o).clone())
+        .collect()
+}
+
+/// A host condition: a bool scalar or a one-element bool tensor.
+fn is_condition(t: &GType) -> bool {
+    t.dtype() == Some(DType::Bool) && t.dims().iter().all(|d| d.as_const() == Some(1))
+}
+
+/// The rules of control-flow nodes: regions well-formed, params matching the
+/// leading values and captures, results agreeing, projections in range.
+fn verify_control(g: &Graph, n: &Node) -> Result<(), String> {
+    let check_region = |r: &Region, leading: &[GType], what: &str| -> Result<(), String> {
+        verify(&r.graph)?;
+        let want: Vec<GType> = leading
+            .iter()
+            .cloned()
+            .chain(r.captures.iter().map(|c| g.ty(*c).clone()))
+            .collect();
+        let have: Vec<GType> = r.graph.params.iter().map(|p| p.ty.clone()).collect();
+        if want != have {
+            return Err(format!("the {what} region's params do not match"));
+        }
+        Ok(())
+    };
+    let int_scalar = |x: NodeId| matches!(g.ty(x), GType::Scalar(d) if d.is_int());
+    let tys = |ids: &[NodeId]| ids.iter().map(|x| g.ty(*x).clone()).collect::<Vec<_>>();
+    if !regions(&n.kind).is_empty() && n.ty != GType::Unit {
+        return Err("a control-flow node has a value".into());
+    }
+    match &n.kind {
+        NodeKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            if !is_condition(g.ty(*cond)) {
+                return Err("an `if` condition that is not bool".into());
+            }
+            check_region(then, &[], "then")?;
+            check_region(otherwise, &[], "else")?;
+            if region_outputs(then) != region_outputs(otherwise) {
+                return Err("the branches of an `if` give different types".into());
+            }
+        }
+        NodeKind::For {
+            lo,
+            hi,
+            step,
+            init,
+            body,
+        } => {
+            if ![*lo, *hi, *step].into_iter().all(int_scalar) {
+                return Err("`for` bounds that are not integer scalars".into());
+            }
+            let mut leading = vec![GType::Scalar(DType::I32)];
+            leading.extend(tys(init));
+            check_region(body, &leading, "body")?;
+            if region_outputs(body) != tys(init) {
+                return Err("a loop body changes the types it carries".into());
+            }
+        }
+        NodeKind::While { init, cond, body } => {
+            check_region(cond, &tys(init), "cond")?;
+            check_region(body, &tys(init), "body")?;
+            if !matches!(&region_outputs(cond)[..], [t] if is_condition(t)) {
+                return Err("a `while` condition that is not one bool".into());
+            }
+            if region_outputs(body) != tys(init) {
+                return Err("a loop body changes the types it carries".into());
+            }
+        }
+        NodeKind::Project { of, index } => {
+            let results = match &g.node(*of).kind {
+                NodeKind::If { then, .. } => region_outputs(then),
+                NodeKind::For { init, .. } | NodeKind::While { init, .. } => tys(init),
+                _ => return Err("a projection of a node without results".into()),
+            };
+            if results.get(*index) != Some(&n.ty) {
+                return Err(format!("projection {index} does not match its node's result"));
+            }
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -1484,6 +2279,21 @@ fn args_list(args: &[(String, NodeId)]) -> String {
 /// ```
 pub fn dump(g: &Graph) -> String {
     let mut s = String::new();
+    dump_into(g, "", &mut s);
+    s
+}
+
+fn list(ids: &[NodeId]) -> String {
+    ids.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One graph at an indentation: regions print as nested graphs (named
+/// `then`, `else`, `cond`, `body`) below their node, their params the leading
+/// values and then the captures in order.
+fn dump_into(g: &Graph, indent: &str, s: &mut String) {
     let params: Vec<String> = g
         .params
         .iter()
@@ -1492,7 +2302,7 @@ pub fn dump(g: &Graph) -> String {
     let rets: Vec<String> = g.outputs.iter().map(|o| g.ty(*o).to_string()).collect();
     let _ = writeln!(
         s,
-        "graph {}({}) -> {}",
+        "{indent}graph {}({}) -> {}",
         g.name,
         params.join(", "),
         match rets.len() {
@@ -1544,6 +2354,25 @@ pub fn dump(g: &Graph) -> String {
                 axis.map(|a| a.to_string()).unwrap_or_else(|| "all".into())
             ),
             NodeKind::Transpose { x, a, b } => format!("transpose {x}, {a}, {b}"),
+            NodeKind::Slice { x, axes } => {
+                let mut k = 0;
+                let parts: Vec<String> = axes
+                    .iter()
+                    .map(|a| match a {
+                        SliceAxis::Full => {
+                            k += 1;
+                            ":".to_string()
+                        }
+                        SliceAxis::Index(i) => i.to_string(),
+                        SliceAxis::Range { start } => {
+                            let len = &n.ty.dims()[k];
+                            k += 1;
+                            format!("{start}:+{len}")
+                        }
+                    })
+                    .collect();
+                format!("slice {x}[{}]", parts.join(", "))
+            }
             NodeKind::Reshape { x } => format!("reshape {x} to {}", render_dims(n.ty.dims())),
             NodeKind::Fill(fill) => match fill {
                 Fill::Zeros => "zeros".to_string(),
@@ -1577,16 +2406,45 @@ pub fn dump(g: &Graph) -> String {
                 let consts: String = consts.iter().map(|(n, v)| format!(", {n}={v}")).collect();
                 format!("call {func}({}{consts})", args_list(args))
             }
+            NodeKind::If {
+                cond,
+                then,
+                otherwise,
+            } => format!(
+                "if {cond} then({}) else({})",
+                list(&then.captures),
+                list(&otherwise.captures)
+            ),
+            NodeKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => format!(
+                "for range({lo}, {hi}, {step}) carry({}) body({})",
+                list(init),
+                list(&body.captures)
+            ),
+            NodeKind::While { init, cond, body } => format!(
+                "while carry({}) cond({}) body({})",
+                list(init),
+                list(&cond.captures),
+                list(&body.captures)
+            ),
+            NodeKind::Project { of, index } => format!("project {of}.{index}"),
         };
         if n.ty == GType::Unit {
-            let _ = writeln!(s, "  %{i} = {body}");
+            let _ = writeln!(s, "{indent}  %{i} = {body}");
         } else {
-            let _ = writeln!(s, "  %{i} = {body} : {}", n.ty);
+            let _ = writeln!(s, "{indent}  %{i} = {body} : {}", n.ty);
+        }
+        let inner = format!("{indent}    ");
+        for r in regions(&n.kind) {
+            dump_into(&r.graph, &inner, s);
         }
     }
-    let outs: Vec<String> = g.outputs.iter().map(|o| o.to_string()).collect();
-    let _ = writeln!(s, "  return {}", outs.join(", "));
-    s
+    let _ = writeln!(s, "{indent}  return {}", list(&g.outputs));
 }
 
 fn opt(x: &Option<NodeId>) -> String {

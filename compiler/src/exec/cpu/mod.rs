@@ -15,7 +15,9 @@
 //! read-modify-write (compare-and-swap on the element's bits).
 
 use std::rc::Rc;
-use std::sync::atomic::{AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{
+    AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -158,7 +160,10 @@ pub fn run_grid(
         if *g <= 0 {
             return Err(ExecError::new(
                 "E0703",
-                format!("grid dim {axis} of `{}` is {g}; grid dims must be positive", kernel.name),
+                format!(
+                    "grid dim {axis} of `{}` is {g}; grid dims must be positive",
+                    kernel.name
+                ),
             )
             .with_help("a grid like `cdiv(N, BLOCK)` is 0 when N is 0: check the tensor sizes"));
         }
@@ -167,7 +172,11 @@ pub fn run_grid(
     let params = &params;
     (0..total).into_par_iter().try_for_each(|p| {
         interrupt.check()?;
-        let pid = [p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])];
+        let pid = [
+            p % grid[0],
+            (p / grid[0]) % grid[1],
+            p / (grid[0] * grid[1]),
+        ];
         let mut prog = Program {
             k: kernel,
             params,
@@ -184,7 +193,11 @@ fn scalar_of(d: DType, x: f64, i: i64) -> Rc0 {
     match repr(d) {
         Repr::F => Rc0::F(round_to(d, x) as f32),
         Repr::D => Rc0::D(x),
-        Repr::I => Rc0::I(if d == DType::Bool { (i != 0 || x != 0.0) as i64 } else { wrap_int(d, i) }),
+        Repr::I => Rc0::I(if d == DType::Bool {
+            (i != 0 || x != 0.0) as i64
+        } else {
+            wrap_int(d, i)
+        }),
     }
 }
 
@@ -279,6 +292,8 @@ impl Buf {
 struct Tile {
     shape: Vec<usize>,
     buf: Buf,
+    /// Lanes computed from an integer division by zero (see [`Program::poison`]).
+    poison: Option<Vec<bool>>,
 }
 
 type T = Rc<Tile>;
@@ -287,6 +302,7 @@ fn scalar_tile(buf: Buf) -> T {
     Rc::new(Tile {
         shape: Vec::new(),
         buf,
+        poison: None,
     })
 }
 
@@ -295,7 +311,9 @@ fn round_f32s(d: DType, v: &mut [f32]) {
     match d {
         DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
         DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
-        DType::F8E4M3 | DType::F8E5M2 => v.iter_mut().for_each(|x| *x = round_to(d, *x as f64) as f32),
+        DType::F8E4M3 | DType::F8E5M2 => v
+            .iter_mut()
+            .for_each(|x| *x = round_to(d, *x as f64) as f32),
         _ => {}
     }
 }
@@ -332,6 +350,101 @@ struct Program<'a> {
 }
 
 impl Program<'_> {
+    /// Integer division by zero: as on the GPU the lane's value is garbage
+    /// (0 here), and lowering divides in masked-off lanes too (loads fill them
+    /// with `other=0`). So the lane is marked poisoned and the marks follow the
+    /// data; E0704 is raised only when a poisoned lane is stored (in bounds and
+    /// unmasked), decides control flow or addresses memory.
+    fn poison(&self, op: &Op, out: &mut [T]) -> Result<(), ExecError> {
+        let pz = |v: Value| self.v(v).poison.as_ref();
+        let any = |v: Value| pz(v).is_some_and(|p| p.iter().any(|b| *b));
+        let lanes = |v: Value| -> Option<Vec<bool>> { pz(v).cloned() };
+        let or = |a: Option<Vec<bool>>, b: Option<Vec<bool>>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.iter().zip(&b).map(|(x, y)| *x || *y).collect()),
+            (a, None) => a,
+            (None, b) => b,
+        };
+        let set = |out: &mut [T], p: Option<Vec<bool>>| {
+            if let Some(p) = p.filter(|p| p.iter().any(|b| *b)) {
+                if let Some(t) = out.first_mut() {
+                    Rc::make_mut(t).poison = Some(p);
+                }
+            }
+        };
+        let all = |out: &mut [T]| {
+            for t in out.iter_mut() {
+                let n = t.buf.len();
+                Rc::make_mut(t).poison = Some(vec![true; n]);
+            }
+        };
+        match &op.kind {
+            OpKind::Unary { x, .. } | OpKind::Cast { x, .. } | OpKind::ExpandDims { x, .. } => {
+                set(out, lanes(*x))
+            }
+            OpKind::Binary { a, b, .. } => {
+                let own = out[0].poison.clone();
+                set(out, or(own, or(lanes(*a), lanes(*b))))
+            }
+            OpKind::Select { cond, a, b } => {
+                if pz(*cond).is_some() || pz(*a).is_some() || pz(*b).is_some() {
+                    let c = self.v(*cond).buf.i();
+                    let n = c.len();
+                    let get = |v: Value, i: usize| pz(v).is_some_and(|p| p[i]);
+                    let p = (0..n)
+                        .map(|i| get(*cond, i) || if c[i] != 0 { get(*a, i) } else { get(*b, i) })
+                        .collect();
+                    set(out, Some(p));
+                }
+            }
+            OpKind::Broadcast { x, .. } | OpKind::Transpose { x } if any(*x) => {
+                // The same rearrangement applied to the marks.
+                let src = self.v(*x);
+                let marks = Tile {
+                    shape: src.shape.clone(),
+                    buf: Buf::I(src.poison.as_ref().unwrap().iter().map(|b| *b as i64).collect()),
+                    poison: None,
+                };
+                let moved = match &op.kind {
+                    OpKind::Broadcast { shape, .. } => {
+                        broadcast(&marks, &shape.iter().map(|&s| s as usize).collect::<Vec<_>>()).buf
+                    }
+                    _ => {
+                        let (r, c) = (src.shape[0], src.shape[1]);
+                        let idx: Vec<usize> =
+                            (0..c).flat_map(|j| (0..r).map(move |i| i * c + j)).collect();
+                        marks.buf.gather(&idx)
+                    }
+                };
+                set(out, Some(moved.i().iter().map(|v| *v != 0).collect()))
+            }
+            OpKind::Splat { x, .. } | OpKind::Reduce { x, .. } if any(*x) => all(out),
+            OpKind::Dot { a, b, acc, .. } if any(*a) || any(*b) || acc.is_some_and(any) => {
+                all(out)
+            }
+            OpKind::Load { access, mask, .. } => {
+                if access_poisoned(access, &any) {
+                    return Err(div_by_zero());
+                }
+                if let Some(m) = mask {
+                    set(out, lanes(*m))
+                }
+            }
+            OpKind::Store { access, mask, .. } | OpKind::AtomicAdd { access, mask, .. } => {
+                if access_poisoned(access, &any) || mask.is_some_and(any) {
+                    return Err(div_by_zero());
+                }
+            }
+            OpKind::Arange { start: v, .. } | OpKind::If { cond: v, .. } if any(*v) => {
+                return Err(div_by_zero())
+            }
+            OpKind::For { lo, hi, step, .. } if any(*lo) || any(*hi) || any(*step) => {
+                return Err(div_by_zero())
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn v(&self, v: Value) -> &T {
         self.vals[v.0 as usize]
             .as_ref()
@@ -347,7 +460,8 @@ impl Program<'_> {
             if let OpKind::Yield(vs) = &op.kind {
                 return Ok(vs.iter().map(|v| self.v(*v).clone()).collect());
             }
-            let out = self.op(op)?;
+            let mut out = self.op(op)?;
+            self.poison(op, &mut out)?;
             for (res, t) in op.results.iter().zip(out) {
                 self.vals[res.0 as usize] = Some(t);
             }
@@ -381,9 +495,9 @@ impl Program<'_> {
             }
             OpKind::ProgramId(a) => Ok(vec![scalar_tile(Buf::I(vec![self.pid[*a as usize]]))]),
             OpKind::NumPrograms(a) => Ok(vec![scalar_tile(Buf::I(vec![self.grid[*a as usize]]))]),
-            OpKind::TensorDim { param, axis } => {
-                Ok(vec![scalar_tile(Buf::I(vec![self.mem(*param).dims[*axis]]))])
-            }
+            OpKind::TensorDim { param, axis } => Ok(vec![scalar_tile(Buf::I(vec![
+                self.mem(*param).dims[*axis],
+            ]))]),
             OpKind::ScalarParam(i) => {
                 let b = match &self.params[*i] {
                     Param::Scalar(Rc0::F(x)) => Buf::F(vec![*x]),
@@ -399,16 +513,16 @@ impl Program<'_> {
                 let b = unary(*u, d, &a.buf);
                 one(Tile {
                     shape: a.shape.clone(),
-                    buf: b,
-                })
+                    buf: b, poison: None })
             }
             OpKind::Binary { op: bop, a, b } => {
                 let (x, y) = (self.v(*a), self.v(*b));
-                let d = self.dtype(*a);
-                let buf = binary(*bop, d, rd(0), &x.buf, &y.buf)?;
+                
+                let (buf, poison) = binary(*bop, rd(0), &x.buf, &y.buf);
                 one(Tile {
                     shape: x.shape.clone(),
                     buf,
+                    poison,
                 })
             }
             OpKind::Select { cond, a, b } => {
@@ -422,16 +536,14 @@ impl Program<'_> {
                 };
                 one(Tile {
                     shape: x.shape.clone(),
-                    buf,
-                })
+                    buf, poison: None })
             }
             OpKind::Cast { x, to } => {
                 let a = self.v(*x);
                 let buf = cast(&a.buf, *to);
                 one(Tile {
                     shape: a.shape.clone(),
-                    buf,
-                })
+                    buf, poison: None })
             }
             OpKind::Splat { x, shape } => {
                 let a = self.v(*x);
@@ -443,8 +555,7 @@ impl Program<'_> {
                 };
                 one(Tile {
                     shape: shape.iter().map(|&s| s as usize).collect(),
-                    buf,
-                })
+                    buf, poison: None })
             }
             OpKind::Broadcast { x, shape } => {
                 let a = self.v(*x);
@@ -457,8 +568,7 @@ impl Program<'_> {
                 shape.insert(*axis, 1);
                 one(Tile {
                     shape,
-                    buf: a.buf.clone(),
-                })
+                    buf: a.buf.clone(), poison: None })
             }
             OpKind::Transpose { x } => {
                 let a = self.v(*x);
@@ -471,8 +581,7 @@ impl Program<'_> {
                 }
                 one(Tile {
                     shape: vec![c, r],
-                    buf: a.buf.gather(&idx),
-                })
+                    buf: a.buf.gather(&idx), poison: None })
             }
             OpKind::Arange { start, len } => {
                 let s = self.v(*start).buf.get_i(0);
@@ -480,8 +589,7 @@ impl Program<'_> {
                 wrap_ints(rd(0), &mut v);
                 one(Tile {
                     shape: vec![*len as usize],
-                    buf: Buf::I(v),
-                })
+                    buf: Buf::I(v), poison: None })
             }
             OpKind::Load {
                 tensor,
@@ -503,7 +611,7 @@ impl Program<'_> {
                     let mk = self.v(*mk).buf.i().to_vec();
                     apply_mask(&mut buf, &fill, &mk);
                 }
-                one(Tile { shape, buf })
+                one(Tile { shape, buf, poison: None })
             }
             OpKind::Store {
                 tensor,
@@ -523,6 +631,17 @@ impl Program<'_> {
                 let mk = mask.map(|mk| self.v(mk).clone());
                 let mk = mk.as_ref().map(|t| t.buf.i());
                 let m = self.mem(*tensor);
+                if let Some(p) = &v.poison {
+                    let mut bad = false;
+                    for_each_run(m, &shape, &starts, |at, _, len| {
+                        bad |= (at..at + len).any(|j| {
+                            p[if p.len() == 1 { 0 } else { j }] && mk.is_none_or(|mk| mk[j] != 0)
+                        });
+                    });
+                    if bad {
+                        return Err(div_by_zero());
+                    }
+                }
                 for_each_run(m, &shape, &starts, |src, off, len| {
                     // SAFETY: `off..off + len` is in bounds of the tensor.
                     unsafe { write_run(m, off, &v.buf, src, len, mk, add) }
@@ -538,11 +657,19 @@ impl Program<'_> {
                 let (x, y) = (self.v(*a), self.v(*b));
                 let (m, kk, n) = (x.shape[0], x.shape[1], y.shape[1]);
                 let acc = acc.map(|c| self.v(c).clone());
-                let buf = dot(&x.buf, &y.buf, acc.as_deref().map(|t| &t.buf), m, kk, n, *precision, rd(0));
+                let buf = dot(
+                    &x.buf,
+                    &y.buf,
+                    acc.as_deref().map(|t| &t.buf),
+                    m,
+                    kk,
+                    n,
+                    *precision,
+                    rd(0),
+                );
                 one(Tile {
                     shape: vec![m, n],
-                    buf,
-                })
+                    buf, poison: None })
             }
             OpKind::Reduce {
                 op: r,
@@ -562,7 +689,7 @@ impl Program<'_> {
                 } else {
                     shape.remove(*axis);
                 }
-                one(Tile { shape, buf })
+                one(Tile { shape, buf, poison: None })
             }
             OpKind::For {
                 lo,
@@ -596,6 +723,9 @@ impl Program<'_> {
                 loop {
                     self.interrupt.check()?;
                     let c = self.run_region(cond, carried.clone())?;
+                    if c[0].poison.is_some() {
+                        return Err(div_by_zero());
+                    }
                     if c[0].buf.get(0) == 0.0 {
                         break;
                     }
@@ -636,6 +766,12 @@ impl Program<'_> {
     }
 }
 
+fn access_poisoned(access: &[Access], any: &dyn Fn(Value) -> bool) -> bool {
+    access.iter().any(|a| match a {
+        Access::Point(v) | Access::Range { start: v, .. } => any(*v),
+    })
+}
+
 fn select<X: Copy>(c: &[i64], a: &[X], b: &[X]) -> Vec<X> {
     c.iter()
         .zip(a.iter().zip(b))
@@ -645,9 +781,21 @@ fn select<X: Copy>(c: &[i64], a: &[X], b: &[X]) -> Vec<X> {
 
 fn apply_mask(buf: &mut Buf, fill: &Buf, mask: &[i64]) {
     match (buf, fill) {
-        (Buf::F(v), Buf::F(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
-        (Buf::D(v), Buf::D(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
-        (Buf::I(v), Buf::I(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| if *m == 0 { *x = f[0] }),
+        (Buf::F(v), Buf::F(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
+        (Buf::D(v), Buf::D(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
+        (Buf::I(v), Buf::I(f)) => v.iter_mut().zip(mask).for_each(|(x, m)| {
+            if *m == 0 {
+                *x = f[0]
+            }
+        }),
         _ => unreachable!("same representation"),
     }
 }
@@ -865,7 +1013,9 @@ unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     macro_rules! cas {
         ($atomic:ty, $bits:ty, $from:expr, $to:expr) => {{
             let a = <$atomic>::from_ptr((m.ptr as *mut $bits).add(at));
-            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some($to($from(old))));
+            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some($to($from(old)))
+            });
         }};
     }
     macro_rules! int_add {
@@ -876,17 +1026,29 @@ unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     }
     match m.dtype {
         DType::F64 => cas!(AtomicU64, u64, f64::from_bits, |v: f64| (v + x).to_bits()),
-        DType::F32 => cas!(AtomicU32, u32, f32::from_bits, |v: f32| (v + x as f32).to_bits()),
-        DType::F16 => cas!(AtomicU16, u16, f16::from_bits, |v: f16| f16::from_f32(v.to_f32() + x as f32).to_bits()),
-        DType::BF16 => cas!(AtomicU16, u16, bf16::from_bits, |v: bf16| bf16::from_f32(v.to_f32() + x as f32).to_bits()),
-        DType::F8E4M3 | DType::F8E5M2 => cas!(AtomicU8, u8, |b: u8| decode_byte(m.dtype, b), |v: f64| encode_byte(m.dtype, v + x)),
+        DType::F32 => cas!(AtomicU32, u32, f32::from_bits, |v: f32| (v + x as f32)
+            .to_bits()),
+        DType::F16 => cas!(AtomicU16, u16, f16::from_bits, |v: f16| f16::from_f32(
+            v.to_f32() + x as f32
+        )
+        .to_bits()),
+        DType::BF16 => cas!(AtomicU16, u16, bf16::from_bits, |v: bf16| bf16::from_f32(
+            v.to_f32() + x as f32
+        )
+        .to_bits()),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            cas!(AtomicU8, u8, |b: u8| decode_byte(m.dtype, b), |v: f64| {
+                encode_byte(m.dtype, v + x)
+            })
+        }
         DType::I64 => int_add!(AtomicI64, i64),
         DType::I32 => int_add!(AtomicI32, i32),
         DType::I16 => int_add!(AtomicI16, i16),
         DType::I8 => int_add!(AtomicI8, i8),
         DType::U32 => int_add!(AtomicU32, u32),
         DType::U8 => int_add!(AtomicU8, u8),
-        DType::Bool => cas!(AtomicU8, u8, |b: u8| b as i64, |v: i64| ((v + int) != 0) as u8),
+        DType::Bool => cas!(AtomicU8, u8, |b: u8| b as i64, |v: i64| ((v + int) != 0)
+            as u8),
     }
 }
 
@@ -922,150 +1084,169 @@ fn erf64(x: f64) -> f64 {
     }
 }
 
+fn map1<X: Copy, Y>(p: &[X], f: impl Fn(X) -> Y) -> Vec<Y> {
+    p.iter().map(|a| f(*a)).collect()
+}
+
+fn zip_map<X: Copy, Y>(p: &[X], q: &[X], f: impl Fn(X, X) -> Y) -> Vec<Y> {
+    p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect()
+}
+
+/// Float unary ops; each arm is its own monomorphic loop (vectorisable, no
+/// call per element).
+macro_rules! float_unary {
+    ($u:expr, $v:expr, $t:ty) => {{
+        let v = $v;
+        match $u {
+            UnaryOp::Neg => map1(v, |x: $t| -x),
+            UnaryOp::Exp => map1(v, |x: $t| x.exp()),
+            UnaryOp::Exp2 => map1(v, |x: $t| x.exp2()),
+            UnaryOp::Log => map1(v, |x: $t| x.ln()),
+            UnaryOp::Log2 => map1(v, |x: $t| x.log2()),
+            UnaryOp::Sqrt => map1(v, |x: $t| x.sqrt()),
+            UnaryOp::Rsqrt => map1(v, |x: $t| 1.0 / x.sqrt()),
+            UnaryOp::Abs => map1(v, |x: $t| x.abs()),
+            UnaryOp::Sigmoid => map1(v, |x: $t| 1.0 / (1.0 + (-x).exp())),
+            UnaryOp::Tanh => map1(v, |x: $t| x.tanh()),
+            UnaryOp::Erf => map1(v, |x: $t| erf64(x as f64) as $t),
+            UnaryOp::Not => map1(v, |x: $t| if x == 0.0 { 1.0 } else { 0.0 }),
+            UnaryOp::Invert => v.to_vec(),
+        }
+    }};
+}
+
 fn unary(u: UnaryOp, d: DType, x: &Buf) -> Buf {
-    macro_rules! fl {
-        ($v:expr, $t:ty) => {{
-            let f: fn($t) -> $t = match u {
-                UnaryOp::Neg => |x| -x,
-                UnaryOp::Exp => |x| x.exp(),
-                UnaryOp::Exp2 => |x| x.exp2(),
-                UnaryOp::Log => |x| x.ln(),
-                UnaryOp::Log2 => |x| x.log2(),
-                UnaryOp::Sqrt => |x| x.sqrt(),
-                UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
-                UnaryOp::Abs => |x| x.abs(),
-                UnaryOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
-                UnaryOp::Tanh => |x| x.tanh(),
-                UnaryOp::Erf => |x| erf64(x as f64) as $t,
-                UnaryOp::Not => |x| if x == 0.0 { 1.0 } else { 0.0 },
-                UnaryOp::Invert => |x| x,
-            };
-            $v.iter().map(|x| f(*x)).collect::<Vec<$t>>()
-        }};
-    }
     match x {
-        Buf::F(v) => normalise(d, Buf::F(fl!(v, f32))),
-        Buf::D(v) => Buf::D(fl!(v, f64)),
+        Buf::F(v) => normalise(d, Buf::F(float_unary!(u, v, f32))),
+        Buf::D(v) => Buf::D(float_unary!(u, v, f64)),
         Buf::I(v) => {
-            let f: fn(i64) -> i64 = match u {
-                UnaryOp::Neg => |x| x.wrapping_neg(),
-                UnaryOp::Not => |x| (x == 0) as i64,
-                UnaryOp::Invert => |x| !x,
-                UnaryOp::Abs => |x| x.wrapping_abs(),
+            let out = match u {
+                UnaryOp::Neg => map1(v, |x: i64| x.wrapping_neg()),
+                UnaryOp::Not => map1(v, |x: i64| (x == 0) as i64),
+                UnaryOp::Invert => map1(v, |x: i64| !x),
+                UnaryOp::Abs => map1(v, |x: i64| x.wrapping_abs()),
                 // Float functions of integers are cast first by lowering.
-                _ => |x| x,
+                _ => v.to_vec(),
             };
-            normalise(d, Buf::I(v.iter().map(|x| f(*x)).collect()))
+            normalise(d, Buf::I(out))
         }
     }
 }
 
-fn binary(op: BinaryOp, d: DType, rd: DType, x: &Buf, y: &Buf) -> Result<Buf, ExecError> {
-    use BinaryOp::*;
-    macro_rules! fl {
-        ($p:expr, $q:expr, $t:ty, $wrap:path) => {{
-            let (p, q) = ($p, $q);
-            if op.is_comparison() {
-                let f: fn($t, $t) -> bool = match op {
-                    Eq => |a, b| a == b,
-                    Ne => |a, b| a != b,
-                    Lt => |a, b| a < b,
-                    Le => |a, b| a <= b,
-                    Gt => |a, b| a > b,
-                    _ => |a, b| a >= b,
-                };
-                Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b) as i64).collect())
-            } else {
-                let f: fn($t, $t) -> $t = match op {
-                    Add => |a, b| a + b,
-                    Sub => |a, b| a - b,
-                    Mul => |a, b| a * b,
-                    Div => |a, b| a / b,
-                    FloorDiv => |a, b| (a / b).floor(),
-                    Mod => |a, b| {
-                        let r = a % b;
-                        if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
-                            r + b
-                        } else {
-                            r
-                        }
-                    },
-                    Pow => |a, b| a.powf(b),
-                    Max => |a, b| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) },
-                    Min => |a, b| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) },
-                    And => |a, b| ((a != 0.0) && (b != 0.0)) as i64 as $t,
-                    Or => |a, b| ((a != 0.0) || (b != 0.0)) as i64 as $t,
-                    _ => |a, b| ((a != 0.0) != (b != 0.0)) as i64 as $t,
-                };
-                $wrap(p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect())
-            }
-        }};
+macro_rules! compare {
+    ($op:expr, $p:expr, $q:expr, $t:ty) => {{
+        let (p, q) = ($p, $q);
+        match $op {
+            BinaryOp::Eq => zip_map(p, q, |a: $t, b: $t| (a == b) as i64),
+            BinaryOp::Ne => zip_map(p, q, |a: $t, b: $t| (a != b) as i64),
+            BinaryOp::Lt => zip_map(p, q, |a: $t, b: $t| (a < b) as i64),
+            BinaryOp::Le => zip_map(p, q, |a: $t, b: $t| (a <= b) as i64),
+            BinaryOp::Gt => zip_map(p, q, |a: $t, b: $t| (a > b) as i64),
+            _ => zip_map(p, q, |a: $t, b: $t| (a >= b) as i64),
+        }
+    }};
+}
+
+macro_rules! float_binary {
+    ($op:expr, $p:expr, $q:expr, $t:ty) => {{
+        let (p, q) = ($p, $q);
+        match $op {
+            BinaryOp::Add => zip_map(p, q, |a: $t, b: $t| a + b),
+            BinaryOp::Sub => zip_map(p, q, |a: $t, b: $t| a - b),
+            BinaryOp::Mul => zip_map(p, q, |a: $t, b: $t| a * b),
+            BinaryOp::Div => zip_map(p, q, |a: $t, b: $t| a / b),
+            BinaryOp::FloorDiv => zip_map(p, q, |a: $t, b: $t| (a / b).floor()),
+            BinaryOp::Mod => zip_map(p, q, |a: $t, b: $t| {
+                let r = a % b;
+                if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                    r + b
+                } else {
+                    r
+                }
+            }),
+            BinaryOp::Pow => zip_map(p, q, |a: $t, b: $t| a.powf(b)),
+            // NaN propagates, as in the device's max/min of the language.
+            BinaryOp::Max => zip_map(p, q, |a: $t, b: $t| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) }),
+            BinaryOp::Min => zip_map(p, q, |a: $t, b: $t| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) }),
+            BinaryOp::And => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) && (b != 0.0)) as i64 as $t),
+            BinaryOp::Or => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) || (b != 0.0)) as i64 as $t),
+            _ => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) != (b != 0.0)) as i64 as $t),
+        }
+    }};
+}
+
+fn floor_div(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
     }
-    Ok(match (x, y) {
-        (Buf::F(p), Buf::F(q)) => normalise(rd, fl!(p, q, f32, Buf::F)),
-        (Buf::D(p), Buf::D(q)) => fl!(p, q, f64, Buf::D),
+    let q = a.wrapping_div(b);
+    if (a.wrapping_rem(b) != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn py_mod(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let r = a.wrapping_rem(b);
+    if r != 0 && ((r < 0) != (b < 0)) {
+        r + b
+    } else {
+        r
+    }
+}
+
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        // Python gives a float; integer powers are non-negative in checked
+        // code, so this is 1/a truncated.
+        match a {
+            1 => 1,
+            -1 if b % 2 == 0 => 1,
+            -1 => -1,
+            _ => 0,
+        }
+    } else {
+        a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+    }
+}
+
+/// An elementwise binary op. Integer division by zero gives 0 in that lane and
+/// marks it in the returned poison lanes.
+fn binary(op: BinaryOp, rd: DType, x: &Buf, y: &Buf) -> (Buf, Option<Vec<bool>>) {
+    use BinaryOp::*;
+    let buf = match (x, y) {
+        (Buf::F(p), Buf::F(q)) if op.is_comparison() => Buf::I(compare!(op, p, q, f32)),
+        (Buf::D(p), Buf::D(q)) if op.is_comparison() => Buf::I(compare!(op, p, q, f64)),
+        (Buf::I(p), Buf::I(q)) if op.is_comparison() => Buf::I(compare!(op, p, q, i64)),
+        (Buf::F(p), Buf::F(q)) => normalise(rd, Buf::F(float_binary!(op, p, q, f32))),
+        (Buf::D(p), Buf::D(q)) => Buf::D(float_binary!(op, p, q, f64)),
         (Buf::I(p), Buf::I(q)) => {
-            if op.is_comparison() {
-                let f: fn(i64, i64) -> bool = match op {
-                    Eq => |a, b| a == b,
-                    Ne => |a, b| a != b,
-                    Lt => |a, b| a < b,
-                    Le => |a, b| a <= b,
-                    Gt => |a, b| a > b,
-                    _ => |a, b| a >= b,
-                };
-                return Ok(Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b) as i64).collect()));
-            }
-            if matches!(op, Div | FloorDiv | Mod) && q.contains(&0) {
-                return Err(div_by_zero());
-            }
-            let bool_ = d == DType::Bool;
-            let f: fn(i64, i64) -> i64 = match op {
-                Add => |a, b| a.wrapping_add(b),
-                Sub => |a, b| a.wrapping_sub(b),
-                Mul => |a, b| a.wrapping_mul(b),
+            let poison = (matches!(op, Div | FloorDiv | Mod) && q.contains(&0))
+                .then(|| q.iter().map(|b| *b == 0).collect::<Vec<bool>>());
+            let out = match op {
+                Add => zip_map(p, q, |a: i64, b: i64| a.wrapping_add(b)),
+                Sub => zip_map(p, q, |a: i64, b: i64| a.wrapping_sub(b)),
+                Mul => zip_map(p, q, |a: i64, b: i64| a.wrapping_mul(b)),
                 // Integer true division is not produced by lowering (it casts
                 // to float); floor division keeps integers exact.
-                Div | FloorDiv => |a, b| {
-                    let q = a.wrapping_div(b);
-                    if (a % b != 0) && ((a < 0) != (b < 0)) {
-                        q - 1
-                    } else {
-                        q
-                    }
-                },
-                Mod => |a, b| {
-                    let r = a.wrapping_rem(b);
-                    if r != 0 && ((r < 0) != (b < 0)) {
-                        r + b
-                    } else {
-                        r
-                    }
-                },
-                Pow => |a, b| {
-                    if b < 0 {
-                        // Python gives a float; the checker keeps integer
-                        // powers non-negative, so this is 1/a truncated.
-                        match a {
-                            1 => 1,
-                            -1 => if b % 2 == 0 { 1 } else { -1 },
-                            _ => 0,
-                        }
-                    } else {
-                        a.wrapping_pow(b.min(u32::MAX as i64) as u32)
-                    }
-                },
-                Max => |a, b| a.max(b),
-                Min => |a, b| a.min(b),
-                And => |a, b| a & b,
-                Or => |a, b| a | b,
-                _ => |a, b| a ^ b,
+                Div | FloorDiv => zip_map(p, q, floor_div),
+                Mod => zip_map(p, q, py_mod),
+                Pow => zip_map(p, q, int_pow),
+                Max => zip_map(p, q, |a: i64, b: i64| a.max(b)),
+                Min => zip_map(p, q, |a: i64, b: i64| a.min(b)),
+                And => zip_map(p, q, |a: i64, b: i64| a & b),
+                Or => zip_map(p, q, |a: i64, b: i64| a | b),
+                _ => zip_map(p, q, |a: i64, b: i64| a ^ b),
             };
-            let _ = bool_;
-            normalise(rd, Buf::I(p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect()))
+            return (normalise(rd, Buf::I(out)), poison);
         }
         _ => unreachable!("Tile IR: binary operands of one type"),
-    })
+    };
+    (buf, None)
 }
 
 fn cast(x: &Buf, to: DType) -> Buf {
@@ -1097,8 +1278,7 @@ fn broadcast(a: &Tile, to: &[usize]) -> Tile {
         let idx = vec![0usize; n];
         return Tile {
             shape: to.to_vec(),
-            buf: a.buf.gather(&idx),
-        };
+            buf: a.buf.gather(&idx), poison: None };
     }
     // Source strides, 0 along broadcast axes.
     let mut st = vec![0usize; to.len()];
@@ -1123,8 +1303,7 @@ fn broadcast(a: &Tile, to: &[usize]) -> Tile {
     }
     Tile {
         shape: to.to_vec(),
-        buf: a.buf.gather(&idx),
-    }
+        buf: a.buf.gather(&idx), poison: None }
 }
 
 /// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
@@ -1165,8 +1344,20 @@ fn dot(
             // SAFETY: row-major slices of the stated sizes.
             unsafe {
                 matrixmultiply::sgemm(
-                    m, k, n, 1.0, x.as_ptr(), k as isize, 1, y.as_ptr(), n as isize, 1, 1.0,
-                    c.as_mut_ptr(), n as isize, 1,
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    x.as_ptr(),
+                    k as isize,
+                    1,
+                    y.as_ptr(),
+                    n as isize,
+                    1,
+                    1.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
                 );
             }
             normalise(rd, Buf::F(c))
@@ -1174,14 +1365,26 @@ fn dot(
         (Buf::D(x), Buf::D(y)) => {
             let mut c = match acc {
                 Some(Buf::D(c)) => c.clone(),
-                Some(other) => cast(other, DType::F64) .get_d(),
+                Some(other) => cast(other, DType::F64).get_d(),
                 None => vec![0.0f64; m * n],
             };
             // SAFETY: row-major slices of the stated sizes.
             unsafe {
                 matrixmultiply::dgemm(
-                    m, k, n, 1.0, x.as_ptr(), k as isize, 1, y.as_ptr(), n as isize, 1, 1.0,
-                    c.as_mut_ptr(), n as isize, 1,
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    x.as_ptr(),
+                    k as isize,
+                    1,
+                    y.as_ptr(),
+                    n as isize,
+                    1,
+                    1.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
                 );
             }
             cast(&Buf::D(c), rd)

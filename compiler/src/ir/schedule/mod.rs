@@ -54,7 +54,7 @@ use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{
     binary_name, render_constant, Activation, Fill, GType, Graph, LowerError, NodeId, NodeKind,
-    ReduceKind,
+    ReduceKind, SliceAxis,
 };
 use crate::ir::tile::{
     self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, UnaryOp, Value,
@@ -62,7 +62,7 @@ use crate::ir::tile::{
 use crate::syntax::span::Span;
 
 mod generate;
-use generate::Group;
+use generate::{Group, SrcAxis};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufId(pub u32);
@@ -156,17 +156,39 @@ pub struct Launch {
     pub writes: Vec<BufId>,
 }
 
+/// One step of the plan; steps run in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Launch(Launch),
+    /// Fills `buf` (every element, in its dtype) with standard-normal samples
+    /// drawn on the host: deterministic per `seed` (an integer host scalar; 0
+    /// when `randn` is given none). Dumped `randn buf seed=S nodes=[%i]`.
+    HostRandn {
+        buf: BufId,
+        seed: ScalarExpr,
+        node: NodeId,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schedule {
     pub name: String,
     pub buffers: Vec<Buffer>,
-    pub launches: Vec<Launch>,
+    pub steps: Vec<Step>,
     /// Generated kernels (fusion groups), in Tile IR.
     pub kernels: Vec<Kernel>,
     pub outputs: Vec<BufId>,
 }
 
 impl Schedule {
+    /// The kernel launches among the steps, in order.
+    pub fn launches(&self) -> impl Iterator<Item = &Launch> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Launch(l) => Some(l),
+            _ => None,
+        })
+    }
+
     pub fn buffer(&self, b: BufId) -> &Buffer {
         &self.buffers[b.0 as usize]
     }
@@ -213,7 +235,7 @@ struct Lower<'g> {
     consumers: Vec<Vec<NodeId>>,
     buffers: Vec<Buffer>,
     buf_of: HashMap<NodeId, BufId>,
-    launches: Vec<Launch>,
+    steps: Vec<Step>,
     kernels: Vec<Kernel>,
     temps: usize,
     cast_of: HashMap<NodeId, BufId>,
@@ -400,7 +422,7 @@ impl<'g> Lower<'g> {
     }
 
     fn launch(&mut self, l: Launch) {
-        self.launches.push(l);
+        self.steps.push(Step::Launch(l));
     }
 
     /// Matches `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)`:
@@ -773,7 +795,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         consumers,
         buffers: Vec::new(),
         buf_of: HashMap::new(),
-        launches: Vec::new(),
+        steps: Vec::new(),
         kernels: Vec::new(),
         temps: 0,
         cast_of: HashMap::new(),
@@ -854,7 +876,8 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             NodeKind::Softmax { .. }
             | NodeKind::Reduce { .. }
             | NodeKind::Transpose { .. }
-            | NodeKind::Fill(Fill::Empty) => true,
+            | NodeKind::Slice { .. }
+            | NodeKind::Fill(Fill::Empty | Fill::Randn { .. }) => true,
             _ => false,
         };
         if direct {
@@ -1014,8 +1037,62 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
                 l.transpose(id, b)?;
                 l.buf_of.insert(id, b);
             }
-            NodeKind::Fill(Fill::Randn { .. }) => {
-                return Err(l.unsupported(id, "`randn` (no random-number kernel yet)"))
+            NodeKind::Slice { x, axes } => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let zero = || ScalarExpr::Const(Constant::Int(0));
+                let mut src = Vec::with_capacity(axes.len());
+                let mut k = 0;
+                for a in axes {
+                    src.push(match a {
+                        SliceAxis::Index(i) => SrcAxis::Fixed(l.scalar_as(*i, Some(DType::I32))?),
+                        SliceAxis::Full => SrcAxis::Out {
+                            k,
+                            offset: zero(),
+                            wrap: false,
+                        },
+                        SliceAxis::Range { start } => SrcAxis::Out {
+                            k,
+                            offset: ScalarExpr::Index(start.clone()),
+                            wrap: false,
+                        },
+                    });
+                    if !matches!(a, SliceAxis::Index(_)) {
+                        k += 1;
+                    }
+                }
+                l.gather_copy(id, *x, src, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Fill(Fill::Randn { seed }) => {
+                if !node.ty.dtype().is_some_and(DType::is_float) {
+                    return Err(l.unsupported(
+                        id,
+                        format!("`randn` of `{}` (normal samples are floats)", node.ty),
+                    ));
+                }
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let seed = match seed {
+                    Some(s) => l.scalar_as(*s, Some(DType::I64))?,
+                    None => ScalarExpr::Const(Constant::Int(0)),
+                };
+                l.steps.push(Step::HostRandn {
+                    buf: b,
+                    seed,
+                    node: id,
+                });
+                l.buf_of.insert(id, b);
             }
             NodeKind::Call { func, .. } => {
                 return Err(l.unsupported(
@@ -1045,7 +1122,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
     let s = Schedule {
         name: g.name.clone(),
         buffers: l.buffers,
-        launches: l.launches,
+        steps: l.steps,
         kernels: l.kernels,
         outputs,
     };
@@ -1088,21 +1165,40 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
         .iter()
         .map(|b| b.alloc || matches!(b.kind, BufKind::Input(_)))
         .collect();
-    for (li, l) in s.launches.iter().enumerate() {
+    for (li, step) in s.steps.iter().enumerate() {
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, .. } => {
+                let Some(b) = s.buffers.get(buf.0 as usize) else {
+                    return err(format!("step {li}: `randn` names no buffer"));
+                };
+                if !b.dtype.is_float() {
+                    return err(format!("step {li}: `randn` into a `{}` buffer", b.dtype));
+                }
+                if matches!(b.kind, BufKind::Input(_)) {
+                    return err(format!("step {li}: `randn` overwrites input `{}`", b.name));
+                }
+                if matches!(seed, ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))) {
+                    return err(format!("step {li}: a `randn` seed that is not an integer"));
+                }
+                written[s.base(*buf).0 as usize] = true;
+                continue;
+            }
+        };
         for (name, a) in &l.args {
             if let Arg::Buffer { buf, dims } = a {
                 if buf.0 as usize >= s.buffers.len() {
-                    return err(format!("launch {li}: `{name}` names no buffer"));
+                    return err(format!("step {li}: `{name}` names no buffer"));
                 }
                 if count(dims) != count(&s.buffer(*buf).dims) {
                     return err(format!(
-                        "launch {li}: `{name}` is viewed with another element count"
+                        "step {li}: `{name}` is viewed with another element count"
                     ));
                 }
                 let base = s.base(*buf);
                 if !l.writes.contains(buf) && !written[base.0 as usize] {
                     return err(format!(
-                        "launch {li}: `{name}` reads `{}` before it is written",
+                        "step {li}: `{name}` reads `{}` before it is written",
                         s.buffer(*buf).name
                     ));
                 }
@@ -1113,12 +1209,12 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
         }
         if let Some(g) = &l.grid {
             if g.is_empty() || g.len() > 3 {
-                return err(format!("launch {li}: a grid of rank {}", g.len()));
+                return err(format!("step {li}: a grid of rank {}", g.len()));
             }
         }
         if let KernelRef::Generated(k) = l.kernel {
             let Some(kernel) = s.kernels.get(k) else {
-                return err(format!("launch {li}: no generated kernel {k}"));
+                return err(format!("step {li}: no generated kernel {k}"));
             };
             if kernel.params.len() != l.args.len()
                 || kernel.params.iter().zip(&l.args).any(|(p, (n, a))| {
@@ -1133,7 +1229,7 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
                 })
             {
                 return err(format!(
-                    "launch {li}: arguments do not match `{}`'s parameters",
+                    "step {li}: arguments do not match `{}`'s parameters",
                     kernel.name
                 ));
             }
@@ -1311,8 +1407,19 @@ pub fn dump(s: &Schedule) -> String {
         };
         let _ = writeln!(out, "  {}: {t} {kind}", b.name);
     }
-    let _ = writeln!(out, "launches:");
-    for (i, l) in s.launches.iter().enumerate() {
+    let _ = writeln!(out, "steps:");
+    for (i, step) in s.steps.iter().enumerate() {
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, node } => {
+                let _ = writeln!(
+                    out,
+                    "  {i}: randn {} seed={seed} nodes=[{node}] (host)",
+                    s.buffer(*buf).name
+                );
+                continue;
+            }
+        };
         let kname = match &l.kernel {
             KernelRef::Std { module, name } => format!("{module}.{name}"),
             KernelRef::User(n) => n.clone(),
