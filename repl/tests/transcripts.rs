@@ -270,7 +270,10 @@ fn transcripts_replay() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     // History persists across sessions in the file `TESSERA_HISTORY` names.
     let history = std::fs::read_to_string(history_file()).expect("the history file was written");
-    assert!(history.contains("x = randn([4, 1000], f32, seed=0)"), "{history}");
+    assert!(
+        history.contains("x = randn([4, 1000], f32, seed=0)"),
+        "{history}"
+    );
     assert!(history.contains(":resources gemm sm_90"), "{history}");
 }
 

@@ -23,8 +23,8 @@ use tessera::backend::arch::Arch;
 use tessera::diag::codes::CATALOGUE;
 use tessera::diag::render;
 use tessera_tests::{
-    check_file, check_text, has_run_header, match_all, parse_annotations, parse_arch_header, parse_diagnostics_doc,
-    workspace_root, Produced,
+    check_file, check_text, has_run_header, match_all, parse_annotations, parse_arch_header,
+    parse_diagnostics_doc, workspace_root, Produced,
 };
 
 struct Outcome {

@@ -13,7 +13,7 @@ use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
 
-use super::{device_unavailable, exec_diag, Device, Session};
+use super::{device_unavailable, Device, Session};
 
 /// A session value: what the executor computes, plus host-only values.
 #[derive(Clone, Debug)]
@@ -173,7 +173,7 @@ impl Session {
     }
 
     fn check_interrupt(&self, span: Span) -> R<()> {
-        self.interrupt.check().map_err(|e| exec_diag(&e, span))
+        self.interrupt.check().map_err(|e| e.to_diagnostic(span))
     }
 
     fn stmt(&mut self, s: &Stmt, text: &str, print_value: bool, out: &mut dyn Write) -> R<Flow> {
@@ -621,7 +621,7 @@ impl Session {
             Val::Run(Value::Tensor(t)) => t
                 .index(&items)
                 .map(|t| Val::Run(Value::Tensor(t)))
-                .map_err(|e| exec_diag(&e, span)),
+                .map_err(|e| e.to_diagnostic(span)),
             Val::Run(Value::Tuple(vals)) => {
                 let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
                 index_seq(seq, &items, span)
@@ -785,7 +785,7 @@ impl Session {
             &named,
             &self.interrupt,
         )
-        .map_err(|e| exec_diag(&e, span))?;
+        .map_err(|e| e.to_diagnostic(span))?;
         Ok(Val::Run(Value::None))
     }
 
@@ -964,7 +964,7 @@ impl Session {
                 let path = self.str_arg(b[0].expect("required"), text)?;
                 exec::npy::load_npy(std::path::Path::new(&path))
                     .map(|t| Val::Run(Value::Tensor(t)))
-                    .map_err(|err| exec_diag(&err, e.span))
+                    .map_err(|err| err.to_diagnostic(e.span))
             }
             "save_npy" => {
                 let b = Self::bind(name, &["tensor", "path"], 2, args, e.span)?;
@@ -979,7 +979,7 @@ impl Session {
                 let path = self.str_arg(b[1].expect("required"), text)?;
                 exec::npy::save_npy(&t, std::path::Path::new(&path))
                     .map(|_| Val::Run(Value::None))
-                    .map_err(|err| exec_diag(&err, e.span))
+                    .map_err(|err| err.to_diagnostic(e.span))
             }
             "len" => {
                 let b = Self::bind(name, &["x"], 1, args, e.span)?;
@@ -1090,11 +1090,9 @@ fn overflow(span: Span) -> Diagnostic {
 
 /// The executor's code for an integer division by zero (E0704).
 pub(crate) fn division_by_zero(span: Span) -> Diagnostic {
-    exec_diag(
-        &exec::ExecError::new("E0704", "integer division by zero")
-            .with_help("check the divisor before dividing"),
-        span,
-    )
+    exec::ExecError::new("E0704", "integer division by zero")
+        .with_help("check the divisor before dividing")
+        .to_diagnostic(span)
 }
 
 fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {

@@ -592,21 +592,6 @@ pub(crate) fn relocate(d: &Diagnostic, start: u32, end: u32, to: u32) -> Diagnos
     out
 }
 
-/// The diagnostic of a run-time error at `span`. Built field by field rather
-/// than with `Diagnostic::new`, whose debug check wants the code in the
-/// catalogue: the executor's E07xx codes are registered by the executor.
-pub(crate) fn exec_diag(e: &tessera::exec::ExecError, span: Span) -> Diagnostic {
-    Diagnostic {
-        code: e.code,
-        severity: tessera::diag::Severity::Error,
-        message: e.message.clone(),
-        span,
-        primary_label: String::new(),
-        labels: Vec::new(),
-        help: e.help.clone(),
-    }
-}
-
 /// The type of a session value, written as in source (`Tensor[4, 1000, f32]`).
 pub fn value_type(v: &Val) -> String {
     match v {

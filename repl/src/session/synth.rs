@@ -20,7 +20,7 @@ use tessera::syntax::ast::{BinOp, Expr, ExprKind, Index};
 use tessera::syntax::span::Span;
 
 use super::eval::{unsupported, Val};
-use super::{exec_diag, Session, SESSION_PATH};
+use super::{Session, SESSION_PATH};
 
 /// One piece of the synthetic expression text.
 enum Piece {
@@ -321,7 +321,7 @@ impl Session {
                 &self.interrupt,
             )
             .map(Val::Run)
-            .map_err(|e| exec_diag(&e, synth.span))
+            .map_err(|e| e.to_diagnostic(synth.span))
         });
         self.restore_source();
         result
