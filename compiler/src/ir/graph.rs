@@ -1383,9 +1383,7 @@ impl<'a> Builder<'a> {
                     b.env.get(n).copied().ok_or_else(|| {
                         LowerError::new(
                             span,
-                            format!(
-                                "`{n}`, bound on one path of an `if` on a run-time condition only"
-                            ),
+                            format!("`{n}`, bound on one path of an `if` on a run-time condition only"),
                         )
                     })
                 })
@@ -1458,7 +1456,10 @@ impl<'a> Builder<'a> {
                 if b.ty_of(id) != ty {
                     return Err(LowerError::new(
                         span,
-                        format!("a loop that changes `{n}` from `{ty}` to `{}`", b.ty_of(id)),
+                        format!(
+                            "a loop that changes `{n}` from `{ty}` to `{}`",
+                            b.ty_of(id)
+                        ),
                     ));
                 }
                 Ok(id)
@@ -1521,12 +1522,7 @@ impl<'a> Builder<'a> {
             span,
         );
         let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
-        self.project(
-            node,
-            &names,
-            carried.into_iter().map(|(_, t)| t).collect(),
-            span,
-        );
+        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
         // The loop variable is not readable after a run-time loop.
         self.env.remove(&target.name);
         Ok(())
@@ -1536,9 +1532,7 @@ impl<'a> Builder<'a> {
         let span = cond.span;
         let carried = self.carried(body, None);
         let init: Vec<NodeId> = carried.iter().map(|(n, _)| self.env[n]).collect();
-        let cond_r = self.region("cond", &carried, span, &mut |b| {
-            Ok(vec![b.condition(cond)?])
-        })?;
+        let cond_r = self.region("cond", &carried, span, &mut |b| Ok(vec![b.condition(cond)?]))?;
         let body_r = self.region("body", &carried, span, &mut |b| {
             if b.block(body, &mut Vec::new())? {
                 return Err(LowerError::new(span, "a `return` inside a run-time loop"));
@@ -1555,12 +1549,7 @@ impl<'a> Builder<'a> {
             span,
         );
         let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
-        self.project(
-            node,
-            &names,
-            carried.into_iter().map(|(_, t)| t).collect(),
-            span,
-        );
+        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
         Ok(())
     }
 }
@@ -2250,9 +2239,7 @@ fn verify_control(g: &Graph, n: &Node) -> Result<(), String> {
                 _ => return Err("a projection of a node without results".into()),
             };
             if results.get(*index) != Some(&n.ty) {
-                return Err(format!(
-                    "projection {index} does not match its node's result"
-                ));
+                return Err(format!("projection {index} does not match its node's result"));
             }
         }
         _ => {}

@@ -174,10 +174,7 @@ fn matmul_bias_relu_is_gemm_and_one_kernel() {
             name: "gemm"
         }
     );
-    assert!(matches!(
-        s.launches().nth(1).unwrap().kernel,
-        KernelRef::Generated(_)
-    ));
+    assert!(matches!(s.launches().nth(1).unwrap().kernel, KernelRef::Generated(_)));
 }
 
 #[test]
@@ -406,9 +403,7 @@ def fresh(x: Tensor["M", "N", bf16]) -> Tensor["M", "N", bf16]:
     // A read of a randn buffer before its step is a verifier error.
     let mut s = (*schedule_of(src, "noisy")).clone();
     s.steps.swap(0, 1);
-    assert!(schedule::verify(&s)
-        .unwrap_err()
-        .contains("before it is written"));
+    assert!(schedule::verify(&s).unwrap_err().contains("before it is written"));
 }
 
 #[test]
@@ -419,14 +414,7 @@ fn subscripts_and_permutes_are_gather_copies() {
     insta::assert_snapshot!(both(src, "pick"));
     assert_eq!(
         kernel_names(&schedule_of(src, "pick")),
-        [
-            "pick_slice0",
-            "pick_slice1",
-            "pick_permute2",
-            "pick_slice3",
-            "pick_transpose4",
-            "pick_fused5"
-        ]
+        ["pick_slice0", "pick_slice1", "pick_permute2", "pick_slice3", "pick_transpose4", "pick_fused5"]
     );
 }
 
@@ -524,11 +512,7 @@ def uses_default(y: Tensor["N", f32]) -> Tensor["N", f32]:
 "#;
     insta::assert_snapshot!(both(src, "h"));
     let s = schedule_of(src, "h");
-    assert_eq!(
-        s.launches().count(),
-        1,
-        "both inlined bodies fuse with the add"
-    );
+    assert_eq!(s.launches().count(), 1, "both inlined bodies fuse with the add");
     let (db, file) = db_with(src);
     let (item, _) = db::function_item(&db, file, "k").unwrap();
     let g = db::graph_ir(&db, item, db.options()).clone().unwrap();

@@ -1010,11 +1010,12 @@ impl Lower<'_> {
         ];
         let i32t = Type::Scalar(DType::I32);
         // A dim as an i32 value: a constant or the tensor's run-time size.
-        let dim_value =
-            |kb: &mut KernelBuilder, param: usize, axis: usize, d: &Dim| match d.as_const() {
-                Some(v) => kb.cnst(Constant::Int(v), DType::I32),
-                None => kb.emit(OpKind::TensorDim { param, axis }, Type::Scalar(DType::I32)),
-            };
+        let dim_value = |kb: &mut KernelBuilder, param: usize, axis: usize, d: &Dim| match d
+            .as_const()
+        {
+            Some(v) => kb.cnst(Constant::Int(v), DType::I32),
+            None => kb.emit(OpKind::TensorDim { param, axis }, Type::Scalar(DType::I32)),
+        };
         // A host scalar as an i32 value: a constant or a scalar parameter.
         let scalar_value =
             |kb: &mut KernelBuilder, args: &mut Vec<(String, Arg)>, e: ScalarExpr| match e {

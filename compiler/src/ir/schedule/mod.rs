@@ -1178,10 +1178,7 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
                 if matches!(b.kind, BufKind::Input(_)) {
                     return err(format!("step {li}: `randn` overwrites input `{}`", b.name));
                 }
-                if matches!(
-                    seed,
-                    ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))
-                ) {
+                if matches!(seed, ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))) {
                     return err(format!("step {li}: a `randn` seed that is not an integer"));
                 }
                 written[s.base(*buf).0 as usize] = true;
