@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tessera::cli::{stderr_wants_color, CompilerCommand};
+use tessera::syntax::span::Span;
 use tessera_repl::session::{device_unavailable, Device, Session};
 use tessera_repl::{run, shell};
 
@@ -78,21 +79,25 @@ fn main() -> ExitCode {
 
 fn repl(device: Device) -> u8 {
     let color = stderr_wants_color();
-    let mut session = Session::new("<repl>", color);
-    if device == Device::Cuda {
-        // The session starts on the CPU; say why.
-        let line = "--device cuda";
-        let at = session.note_command(line);
-        let d = device_unavailable(
-            device,
-            tessera::syntax::span::Span::new(at, at + line.len() as u32),
-        );
-        session.render(&[d], &mut std::io::stderr());
+    let session = Session::new("<repl>", color);
+    let cuda_refused = device == Device::Cuda;
+    if cuda_refused {
+        // The session starts on the CPU; say why (against the option itself, so
+        // that session lines keep their numbers).
+        let option = "--device cuda";
+        let d = device_unavailable(device, Span::new(0, option.len() as u32));
+        session.render_against(option, &[d], &mut std::io::stderr());
         eprintln!("note: the session runs on the CPU");
     }
     if std::io::stdin().is_terminal() {
         shell::interactive(session, color)
     } else {
-        shell::piped(session, std::io::stdin().lock())
+        // Piped: the refused device counts as a failure in the exit status.
+        let code = shell::piped(session, std::io::stdin().lock());
+        if cuda_refused {
+            shell::EXIT_ERRORS
+        } else {
+            code
+        }
     }
 }

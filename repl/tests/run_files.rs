@@ -149,3 +149,27 @@ fn piped_session_runs_every_statement_and_reports_failure() {
     );
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn repl_on_cuda_says_so_and_runs_on_the_cpu() {
+    use std::io::Write;
+    let work = scratch("repl-cuda");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["repl", "--device", "cuda"])
+        .current_dir(&work)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"1 + 2\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3\n");
+    assert!(
+        stderr.contains("error[E0721]") && stderr.contains("runs on the CPU"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
