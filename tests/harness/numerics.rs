@@ -17,8 +17,7 @@ use std::path::PathBuf;
 use tessera::check::DType;
 use tessera::db::{Database, SourceFile};
 use tessera::exec::{
-    launch_kernel, npy, round_to, run_function, rng, ExecError, IndexItem, Interrupt, Tensor,
-    Value,
+    launch_kernel, npy, rng, round_to, run_function, ExecError, IndexItem, Interrupt, Tensor, Value,
 };
 
 fn root() -> PathBuf {
@@ -70,7 +69,10 @@ fn close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
-        assert!(ok, "{what}: element {i}: got {g}, reference {w} (tol {tol})");
+        assert!(
+            ok,
+            "{what}: element {i}: got {g}, reference {w} (tol {tol})"
+        );
     }
 }
 
@@ -125,7 +127,9 @@ fn softmax_ref(x: &[f64], m: usize, n: usize) -> Vec<f64> {
         .flat_map(|row| {
             let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-            row.iter().map(move |v| (v - mx).exp() / z).collect::<Vec<_>>()
+            row.iter()
+                .map(move |v| (v - mx).exp() / z)
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -136,13 +140,23 @@ fn transpose_ref(x: &[f64], m: usize, n: usize) -> Vec<f64> {
         .collect()
 }
 
-fn layer_norm_ref(x: &[f64], w: &[f64], b: Option<&[f64]>, m: usize, n: usize, eps: f64) -> Vec<f64> {
+fn layer_norm_ref(
+    x: &[f64],
+    w: &[f64],
+    b: Option<&[f64]>,
+    m: usize,
+    n: usize,
+    eps: f64,
+) -> Vec<f64> {
     let mut out = Vec::new();
     for row in rows(x, m, n) {
         let (mean, var) = match b {
             Some(_) => {
                 let mean = row.iter().sum::<f64>() / n as f64;
-                (mean, row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64)
+                (
+                    mean,
+                    row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64,
+                )
             }
             None => (0.0, row.iter().map(|v| v * v).sum::<f64>() / n as f64),
         };
@@ -163,7 +177,16 @@ fn silu_ref(x: f64) -> f64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attention_ref(q: &[f64], k: &[f64], v: &[f64], bh: usize, s: usize, d: usize, scale: f64, causal: bool) -> Vec<f64> {
+fn attention_ref(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    bh: usize,
+    s: usize,
+    d: usize,
+    scale: f64,
+    causal: bool,
+) -> Vec<f64> {
     let mut o = vec![0.0; bh * s * d];
     for h in 0..bh {
         let base = h * s * d;
@@ -173,7 +196,10 @@ fn attention_ref(q: &[f64], k: &[f64], v: &[f64], bh: usize, s: usize, d: usize,
                     if causal && j > i {
                         f64::NEG_INFINITY
                     } else {
-                        (0..d).map(|t| q[base + i * d + t] * k[base + j * d + t]).sum::<f64>() * scale
+                        (0..d)
+                            .map(|t| q[base + i * d + t] * k[base + j * d + t])
+                            .sum::<f64>()
+                            * scale
                     }
                 })
                 .collect();
@@ -196,9 +222,18 @@ fn elementwise_builtins() {
     let (m, n) = (37, 45);
     let x = data(m * n, 1, DType::F32);
     let y = data(m * n, 2, DType::F32);
-    let got = call(&db, file, "ew_f32", &[t(&[m, n], DType::F32, &x), t(&[m, n], DType::F32, &y)]);
+    let got = call(
+        &db,
+        file,
+        "ew_f32",
+        &[t(&[m, n], DType::F32, &x), t(&[m, n], DType::F32, &y)],
+    );
     let want = map2(&x, &y, |x, y| {
-        x.exp() * y - x.abs() / (1.0 + y * y) + y.abs().sqrt() + x.tanh() + 1.0 / (1.0 + (-y).exp()) + erf(x)
+        x.exp() * y - x.abs() / (1.0 + y * y)
+            + y.abs().sqrt()
+            + x.tanh()
+            + 1.0 / (1.0 + (-y).exp())
+            + erf(x)
     });
     close("ew_f32", &got, &want, F32);
 
@@ -219,24 +254,59 @@ fn elementwise_builtins() {
         &db,
         file,
         "ew_broadcast",
-        &[t(&[m, n], DType::F32, &x), t(&[n], DType::F32, &row), t(&[m, 1], DType::F32, &col), Value::Float(0.5)],
+        &[
+            t(&[m, n], DType::F32, &x),
+            t(&[n], DType::F32, &row),
+            t(&[m, 1], DType::F32, &col),
+            Value::Float(0.5),
+        ],
     );
-    let want: Vec<f64> = (0..m * n).map(|i| (x[i] + row[i % n]) * col[i / n] - 0.5).collect();
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| (x[i] + row[i % n]) * col[i / n] - 0.5)
+        .collect();
     close("ew_broadcast", &got, &want, F32);
 
     let xh = data(m * n, 5, DType::F16);
     let yh = data(m * n, 6, DType::F16);
-    let got = call(&db, file, "ew_f16", &[t(&[m, n], DType::F16, &xh), t(&[m, n], DType::F16, &yh)]);
+    let got = call(
+        &db,
+        file,
+        "ew_f16",
+        &[t(&[m, n], DType::F16, &xh), t(&[m, n], DType::F16, &yh)],
+    );
     close("ew_f16", &got, &map2(&xh, &yh, |x, y| x * y + x), HALF);
 
     let xi: Vec<f64> = (0..300).map(|i| (i as f64 * 7.0) % 61.0 - 30.0).collect();
-    let yi: Vec<f64> = (0..300).map(|i| if i % 2 == 0 { 1.0 + (i % 9) as f64 } else { -1.0 - (i % 5) as f64 }).collect();
-    let got = call(&db, file, "ew_int", &[t(&[300], DType::I32, &xi), t(&[300], DType::I32, &yi)]);
-    let want = map2(&xi, &yi, |x, y| (x / y).floor() + (x - y * (x / y).floor()) + x * 3.0 - y);
+    let yi: Vec<f64> = (0..300)
+        .map(|i| {
+            if i % 2 == 0 {
+                1.0 + (i % 9) as f64
+            } else {
+                -1.0 - (i % 5) as f64
+            }
+        })
+        .collect();
+    let got = call(
+        &db,
+        file,
+        "ew_int",
+        &[t(&[300], DType::I32, &xi), t(&[300], DType::I32, &yi)],
+    );
+    let want = map2(&xi, &yi, |x, y| {
+        (x / y).floor() + (x - y * (x / y).floor()) + x * 3.0 - y
+    });
     close("ew_int (floor division, Python modulo)", &got, &want, 0.0);
 
-    let got = call(&db, file, "ew_where", &[t(&[1000], DType::F32, &data(1000, 7, DType::F32))]);
-    let want: Vec<f64> = data(1000, 7, DType::F32).iter().map(|&x| if x > 0.0 { x } else { x * 0.5 }).collect();
+    let got = call(
+        &db,
+        file,
+        "ew_where",
+        &[t(&[1000], DType::F32, &data(1000, 7, DType::F32))],
+    );
+    let want: Vec<f64> = data(1000, 7, DType::F32)
+        .iter()
+        .map(|&x| if x > 0.0 { x } else { x * 0.5 })
+        .collect();
     close("ew_where", &got, &want, F32);
 }
 
@@ -246,16 +316,36 @@ fn activations() {
     let (m, n) = (19, 131);
     let x: Vec<f64> = data(m * n, 8, DType::F32).iter().map(|v| v * 4.0).collect();
     let xt = t(&[m, n], DType::F32, &x);
-    close("relu", &call(&db, file, "act_relu", &[xt.clone()]), &x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(), F32);
-    close("gelu", &call(&db, file, "act_gelu", &[xt.clone()]), &x.iter().map(|v| gelu_ref(*v)).collect::<Vec<_>>(), F32);
-    close("silu", &call(&db, file, "act_silu", &[xt]), &x.iter().map(|v| silu_ref(*v)).collect::<Vec<_>>(), F32);
+    close(
+        "relu",
+        &call(&db, file, "act_relu", std::slice::from_ref(&xt)),
+        &x.iter().map(|v| v.max(0.0)).collect::<Vec<_>>(),
+        F32,
+    );
+    close(
+        "gelu",
+        &call(&db, file, "act_gelu", std::slice::from_ref(&xt)),
+        &x.iter().map(|v| gelu_ref(*v)).collect::<Vec<_>>(),
+        F32,
+    );
+    close(
+        "silu",
+        &call(&db, file, "act_silu", &[xt]),
+        &x.iter().map(|v| silu_ref(*v)).collect::<Vec<_>>(),
+        F32,
+    );
 }
 
 #[test]
 fn matmuls() {
     let (db, file) = builtins();
     let (m, k, n) = (70, 50, 45);
-    for (f, d, tol) in [("mm_f32", DType::F32, TF32), ("mm_op", DType::F32, TF32), ("mm_f16", DType::F16, HALF), ("mm_bf16", DType::BF16, BF16)] {
+    for (f, d, tol) in [
+        ("mm_f32", DType::F32, TF32),
+        ("mm_op", DType::F32, TF32),
+        ("mm_f16", DType::F16, HALF),
+        ("mm_bf16", DType::BF16, BF16),
+    ] {
         let a = data(m * k, 9, d);
         let b = data(k * n, 10, d);
         let got = call(&db, file, f, &[t(&[m, k], d, &a), t(&[k, n], d, &b)]);
@@ -264,9 +354,22 @@ fn matmuls() {
     let z = 3;
     let a = data(z * m * k, 11, DType::F16);
     let b = data(z * k * n, 12, DType::F16);
-    let got = call(&db, file, "mm_batched", &[t(&[z, m, k], DType::F16, &a), t(&[z, k, n], DType::F16, &b)]);
+    let got = call(
+        &db,
+        file,
+        "mm_batched",
+        &[t(&[z, m, k], DType::F16, &a), t(&[z, k, n], DType::F16, &b)],
+    );
     let want: Vec<f64> = (0..z)
-        .flat_map(|i| matmul_ref(&a[i * m * k..(i + 1) * m * k], &b[i * k * n..(i + 1) * k * n], m, k, n))
+        .flat_map(|i| {
+            matmul_ref(
+                &a[i * m * k..(i + 1) * m * k],
+                &b[i * k * n..(i + 1) * k * n],
+                m,
+                k,
+                n,
+            )
+        })
         .collect();
     close("mm_batched", &got, &want, HALF);
 }
@@ -275,36 +378,102 @@ fn matmuls() {
 fn softmax_norms_and_reductions() {
     let (db, file) = builtins();
     for (m, n) in [(5, 300), (3, 1500)] {
-        let x: Vec<f64> = data(m * n, 13, DType::F32).iter().map(|v| round_to(DType::F32, v * 5.0)).collect();
+        let x: Vec<f64> = data(m * n, 13, DType::F32)
+            .iter()
+            .map(|v| round_to(DType::F32, v * 5.0))
+            .collect();
         let xt = t(&[m, n], DType::F32, &x);
-        close("softmax(dim=-1)", &call(&db, file, "sm_last", &[xt.clone()]), &softmax_ref(&x, m, n), F32);
+        close(
+            "softmax(dim=-1)",
+            &call(&db, file, "sm_last", std::slice::from_ref(&xt)),
+            &softmax_ref(&x, m, n),
+            F32,
+        );
         let want = transpose_ref(&softmax_ref(&transpose_ref(&x, m, n), n, m), n, m);
-        close("softmax(dim=0)", &call(&db, file, "sm_first", &[xt.clone()]), &want, F32);
+        close(
+            "softmax(dim=0)",
+            &call(&db, file, "sm_first", std::slice::from_ref(&xt)),
+            &want,
+            F32,
+        );
         let w = data(n, 14, DType::F32);
         let b = data(n, 15, DType::F32);
         if n > 1024 {
             // The schedule runs layer_norm_rows, which needs a row within 1024.
-            let e = err_of(run_function(&db, file, "ln", &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b)], &[], &Interrupt::new()));
+            let e = err_of(run_function(
+                &db,
+                file,
+                "ln",
+                &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b)],
+                &[],
+                &Interrupt::new(),
+            ));
             assert_eq!(e.code, "E0711", "{e}");
             continue;
         }
-        let got = call(&db, file, "ln", &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b)]);
-        close("layer_norm", &got, &layer_norm_ref(&x, &w, Some(&b), m, n, 1e-5), 1e-4);
+        let got = call(
+            &db,
+            file,
+            "ln",
+            &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b)],
+        );
+        close(
+            "layer_norm",
+            &got,
+            &layer_norm_ref(&x, &w, Some(&b), m, n, 1e-5),
+            1e-4,
+        );
         let got = call(&db, file, "rms", &[xt.clone(), t(&[n], DType::F32, &w)]);
-        close("rms_norm", &got, &layer_norm_ref(&x, &w, None, m, n, 1e-6), 1e-4);
+        close(
+            "rms_norm",
+            &got,
+            &layer_norm_ref(&x, &w, None, m, n, 1e-6),
+            1e-4,
+        );
         let r = rows(&x, m, n);
         let sum: Vec<f64> = r.iter().map(|r| r.iter().sum()).collect();
-        close("sum(dim=-1)", &call(&db, file, "red_sum_last", &[xt.clone()]), &sum, 1e-4);
-        let mx: Vec<f64> = r.iter().map(|r| r.iter().cloned().fold(f64::NEG_INFINITY, f64::max)).collect();
-        close("max(dim=-1)", &call(&db, file, "red_max_last", &[xt.clone()]), &mx, 0.0);
+        close(
+            "sum(dim=-1)",
+            &call(&db, file, "red_sum_last", std::slice::from_ref(&xt)),
+            &sum,
+            1e-4,
+        );
+        let mx: Vec<f64> = r
+            .iter()
+            .map(|r| r.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        close(
+            "max(dim=-1)",
+            &call(&db, file, "red_max_last", std::slice::from_ref(&xt)),
+            &mx,
+            0.0,
+        );
         let mean: Vec<f64> = sum.iter().map(|s| s / n as f64).collect();
-        close("mean(dim=-1)", &call(&db, file, "red_mean_last", &[xt.clone()]), &mean, F32);
+        close(
+            "mean(dim=-1)",
+            &call(&db, file, "red_mean_last", std::slice::from_ref(&xt)),
+            &mean,
+            F32,
+        );
         let cols = transpose_ref(&x, m, n);
         let c = rows(&cols, n, m);
-        let mn: Vec<f64> = c.iter().map(|c| c.iter().cloned().fold(f64::INFINITY, f64::min)).collect();
-        close("min(dim=0)", &call(&db, file, "red_min_first", &[xt.clone()]), &mn, 0.0);
+        let mn: Vec<f64> = c
+            .iter()
+            .map(|c| c.iter().cloned().fold(f64::INFINITY, f64::min))
+            .collect();
+        close(
+            "min(dim=0)",
+            &call(&db, file, "red_min_first", std::slice::from_ref(&xt)),
+            &mn,
+            0.0,
+        );
         let cs: Vec<f64> = c.iter().map(|c| c.iter().sum()).collect();
-        close("sum(dim=0)", &call(&db, file, "red_sum_first", &[xt]), &cs, 1e-4);
+        close(
+            "sum(dim=0)",
+            &call(&db, file, "red_sum_first", &[xt]),
+            &cs,
+            1e-4,
+        );
     }
 }
 
@@ -314,21 +483,44 @@ fn layout_builtins_and_fills() {
     let (m, n) = (33, 70);
     let x = data(m * n, 16, DType::F32);
     let xt = t(&[m, n], DType::F32, &x);
-    close("transpose", &call(&db, file, "tr", &[xt.clone()]), &transpose_ref(&x, m, n), 0.0);
+    close(
+        "transpose",
+        &call(&db, file, "tr", std::slice::from_ref(&xt)),
+        &transpose_ref(&x, m, n),
+        0.0,
+    );
     let want: Vec<f64> = transpose_ref(&x, m, n).iter().map(|v| v + 1.0).collect();
-    close("x.T", &call(&db, file, "tr_t", &[xt.clone()]), &want, F32);
+    close(
+        "x.T",
+        &call(&db, file, "tr_t", std::slice::from_ref(&xt)),
+        &want,
+        F32,
+    );
     let want: Vec<f64> = x.iter().map(|v| v * 2.0).collect();
-    close("reshape", &call(&db, file, "rs", &[xt.clone()]), &want, 0.0);
+    close(
+        "reshape",
+        &call(&db, file, "rs", std::slice::from_ref(&xt)),
+        &want,
+        0.0,
+    );
     let want: Vec<f64> = x.iter().map(|v| v + 3.5).collect();
-    close("zeros/ones/full", &call(&db, file, "fills", &[xt.clone()]), &want, F32);
+    close(
+        "zeros/ones/full",
+        &call(&db, file, "fills", std::slice::from_ref(&xt)),
+        &want,
+        F32,
+    );
     // randn: the same samples as exec::rng (deterministic per seed), added to x.
-    let got = call(&db, file, "noise", &[xt.clone()]);
+    let got = call(&db, file, "noise", std::slice::from_ref(&xt));
     let again = call(&db, file, "noise", &[xt]);
     assert_eq!(got, again, "randn is deterministic per seed");
     let noise: Vec<f64> = got.iter().zip(&x).map(|(g, x)| g - x).collect();
     let mean = noise.iter().sum::<f64>() / noise.len() as f64;
     let var = noise.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / noise.len() as f64;
-    assert!(mean.abs() < 0.1 && (var - 1.0).abs() < 0.15, "randn: mean {mean}, variance {var}");
+    assert!(
+        mean.abs() < 0.1 && (var - 1.0).abs() < 0.15,
+        "randn: mean {mean}, variance {var}"
+    );
 }
 
 #[test]
@@ -336,17 +528,39 @@ fn attention_pattern_runs_flash_attention() {
     let (db, file) = builtins();
     let (b, h, s, d) = (1, 2, 70, 64);
     let n = b * h * s * d;
-    let (q, k, v) = (data(n, 17, DType::BF16), data(n, 18, DType::BF16), data(n, 19, DType::BF16));
+    let (q, k, v) = (
+        data(n, 17, DType::BF16),
+        data(n, 18, DType::BF16),
+        data(n, 19, DType::BF16),
+    );
     let dims = [b, h, s, d];
-    let got = call(&db, file, "attn", &[t(&dims, DType::BF16, &q), t(&dims, DType::BF16, &k), t(&dims, DType::BF16, &v)]);
-    close("attention", &got, &attention_ref(&q, &k, &v, b * h, s, d, 0.125, false), BF16);
+    let got = call(
+        &db,
+        file,
+        "attn",
+        &[
+            t(&dims, DType::BF16, &q),
+            t(&dims, DType::BF16, &k),
+            t(&dims, DType::BF16, &v),
+        ],
+    );
+    close(
+        "attention",
+        &got,
+        &attention_ref(&q, &k, &v, b * h, s, d, 0.125, false),
+        BF16,
+    );
 }
 
 // ---- stdlib kernels through launch_kernel ----
 
 fn launch(db: &Database, file: SourceFile, k: &str, args: &[Value], named: &[(&str, Value)]) {
-    let named: Vec<(String, Value)> = named.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-    launch_kernel(db, file, k, None, args, &named, &Interrupt::new()).unwrap_or_else(|e| panic!("{k}: {e}"));
+    let named: Vec<(String, Value)> = named
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect();
+    launch_kernel(db, file, k, None, args, &named, &Interrupt::new())
+        .unwrap_or_else(|e| panic!("{k}: {e}"));
 }
 
 fn std_file() -> (Database, SourceFile) {
@@ -359,11 +573,25 @@ fn std_file() -> (Database, SourceFile) {
 fn stdlib_gemms() {
     let (db, file) = std_file();
     let (m, k, n) = (150, 70, 90);
-    for (name, d, tol) in [("gemm", DType::F16, HALF), ("gemm_bf16", DType::BF16, BF16), ("gemm_tf32", DType::F32, TF32)] {
+    for (name, d, tol) in [
+        ("gemm", DType::F16, HALF),
+        ("gemm_bf16", DType::BF16, BF16),
+        ("gemm_tf32", DType::F32, TF32),
+    ] {
         let a = data(m * k, 20, d);
         let b = data(k * n, 21, d);
         let c = Tensor::zeros(&[m, n], DType::F32);
-        launch(&db, file, name, &[t(&[m, k], d, &a), t(&[k, n], d, &b), Value::Tensor(c.clone())], &[]);
+        launch(
+            &db,
+            file,
+            name,
+            &[
+                t(&[m, k], d, &a),
+                t(&[k, n], d, &b),
+                Value::Tensor(c.clone()),
+            ],
+            &[],
+        );
         close(name, &c.to_f64_vec(), &matmul_ref(&a, &b, m, k, n), tol);
         // Smaller tiles by name.
         let c = Tensor::zeros(&[m, n], DType::F32);
@@ -371,8 +599,16 @@ fn stdlib_gemms() {
             &db,
             file,
             name,
-            &[t(&[m, k], d, &a), t(&[k, n], d, &b), Value::Tensor(c.clone())],
-            &[("BM", Value::Int(32)), ("BN", Value::Int(32)), ("BK", Value::Int(16))],
+            &[
+                t(&[m, k], d, &a),
+                t(&[k, n], d, &b),
+                Value::Tensor(c.clone()),
+            ],
+            &[
+                ("BM", Value::Int(32)),
+                ("BN", Value::Int(32)),
+                ("BK", Value::Int(16)),
+            ],
         );
         close(name, &c.to_f64_vec(), &matmul_ref(&a, &b, m, k, n), tol);
     }
@@ -380,9 +616,27 @@ fn stdlib_gemms() {
     let a = data(z * m * k, 22, DType::F16);
     let b = data(z * k * n, 23, DType::F16);
     let c = Tensor::zeros(&[z, m, n], DType::F32);
-    launch(&db, file, "gemm_batched", &[t(&[z, m, k], DType::F16, &a), t(&[z, k, n], DType::F16, &b), Value::Tensor(c.clone())], &[]);
+    launch(
+        &db,
+        file,
+        "gemm_batched",
+        &[
+            t(&[z, m, k], DType::F16, &a),
+            t(&[z, k, n], DType::F16, &b),
+            Value::Tensor(c.clone()),
+        ],
+        &[],
+    );
     let want: Vec<f64> = (0..z)
-        .flat_map(|i| matmul_ref(&a[i * m * k..(i + 1) * m * k], &b[i * k * n..(i + 1) * k * n], m, k, n))
+        .flat_map(|i| {
+            matmul_ref(
+                &a[i * m * k..(i + 1) * m * k],
+                &b[i * k * n..(i + 1) * k * n],
+                m,
+                k,
+                n,
+            )
+        })
         .collect();
     close("gemm_batched", &c.to_f64_vec(), &want, HALF);
 }
@@ -391,7 +645,10 @@ fn stdlib_gemms() {
 fn stdlib_rows_kernels() {
     let (db, file) = std_file();
     for (m, n, block) in [(7, 700, 1024), (4, 2500, 1024), (5, 300, 128)] {
-        let x: Vec<f64> = data(m * n, 24, DType::F32).iter().map(|v| round_to(DType::F32, v * 3.0)).collect();
+        let x: Vec<f64> = data(m * n, 24, DType::F32)
+            .iter()
+            .map(|v| round_to(DType::F32, v * 3.0))
+            .collect();
         let xt = t(&[m, n], DType::F32, &x);
         let w = data(n, 25, DType::F32);
         let b = data(n, 26, DType::F32);
@@ -403,7 +660,13 @@ fn stdlib_rows_kernels() {
                 continue;
             }
             let o = out();
-            launch(&db, file, name, &[xt.clone(), Value::Tensor(o.clone())], &blk);
+            launch(
+                &db,
+                file,
+                name,
+                &[xt.clone(), Value::Tensor(o.clone())],
+                &blk,
+            );
             close(name, &o.to_f64_vec(), &softmax_ref(&x, m, n), F32);
         }
         for name in ["layer_norm_rows", "layer_norm_rows_online"] {
@@ -415,29 +678,67 @@ fn stdlib_rows_kernels() {
                 &db,
                 file,
                 name,
-                &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b), Value::Tensor(o.clone()), Value::Float(1e-5)],
+                &[
+                    xt.clone(),
+                    t(&[n], DType::F32, &w),
+                    t(&[n], DType::F32, &b),
+                    Value::Tensor(o.clone()),
+                    Value::Float(1e-5),
+                ],
                 &blk,
             );
-            close(name, &o.to_f64_vec(), &layer_norm_ref(&x, &w, Some(&b), m, n, 1e-5), 1e-4);
+            close(
+                name,
+                &o.to_f64_vec(),
+                &layer_norm_ref(&x, &w, Some(&b), m, n, 1e-5),
+                1e-4,
+            );
         }
         for name in ["rms_norm_rows", "rms_norm_rows_online"] {
             if name == "rms_norm_rows" && !fits {
                 continue;
             }
             let o = out();
-            launch(&db, file, name, &[xt.clone(), t(&[n], DType::F32, &w), Value::Tensor(o.clone()), Value::Float(1e-6)], &blk);
-            close(name, &o.to_f64_vec(), &layer_norm_ref(&x, &w, None, m, n, 1e-6), 1e-4);
+            launch(
+                &db,
+                file,
+                name,
+                &[
+                    xt.clone(),
+                    t(&[n], DType::F32, &w),
+                    Value::Tensor(o.clone()),
+                    Value::Float(1e-6),
+                ],
+                &blk,
+            );
+            close(
+                name,
+                &o.to_f64_vec(),
+                &layer_norm_ref(&x, &w, None, m, n, 1e-6),
+                1e-4,
+            );
         }
         let r = rows(&x, m, n);
         let sums: Vec<f64> = r.iter().map(|r| r.iter().sum()).collect();
         if fits {
             for (name, want) in [
                 ("sum_rows", sums.clone()),
-                ("max_rows", r.iter().map(|r| r.iter().cloned().fold(f64::NEG_INFINITY, f64::max)).collect()),
+                (
+                    "max_rows",
+                    r.iter()
+                        .map(|r| r.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+                        .collect(),
+                ),
                 ("mean_rows", sums.iter().map(|s| s / n as f64).collect()),
             ] {
                 let o = Tensor::zeros(&[m], DType::F32);
-                launch(&db, file, name, &[xt.clone(), Value::Tensor(o.clone())], &blk);
+                launch(
+                    &db,
+                    file,
+                    name,
+                    &[xt.clone(), Value::Tensor(o.clone())],
+                    &blk,
+                );
                 close(name, &o.to_f64_vec(), &want, 1e-4);
             }
         }
@@ -446,18 +747,44 @@ fn stdlib_rows_kernels() {
         let csum: Vec<f64> = c.iter().map(|c| c.iter().sum()).collect();
         for (name, want) in [
             ("sum_cols", csum.clone()),
-            ("max_cols", c.iter().map(|c| c.iter().cloned().fold(f64::NEG_INFINITY, f64::max)).collect()),
+            (
+                "max_cols",
+                c.iter()
+                    .map(|c| c.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+                    .collect(),
+            ),
             ("mean_cols", csum.iter().map(|s| s / m as f64).collect()),
         ] {
             let o = Tensor::zeros(&[n], DType::F32);
-            launch(&db, file, name, &[xt.clone(), Value::Tensor(o.clone())], &[("BM", Value::Int(4))]);
+            launch(
+                &db,
+                file,
+                name,
+                &[xt.clone(), Value::Tensor(o.clone())],
+                &[("BM", Value::Int(4))],
+            );
             close(name, &o.to_f64_vec(), &want, 1e-4);
         }
         let flat = t(&[m * n], DType::F32, &x);
-        for (name, f) in [("gelu_kernel", gelu_ref as fn(f64) -> f64), ("silu_kernel", silu_ref), ("relu_kernel", |v: f64| v.max(0.0))] {
+        for (name, f) in [
+            ("gelu_kernel", gelu_ref as fn(f64) -> f64),
+            ("silu_kernel", silu_ref),
+            ("relu_kernel", |v: f64| v.max(0.0)),
+        ] {
             let o = Tensor::zeros(&[m * n], DType::F32);
-            launch(&db, file, name, &[flat.clone(), Value::Tensor(o.clone())], &[]);
-            close(name, &o.to_f64_vec(), &x.iter().map(|v| f(*v)).collect::<Vec<_>>(), F32);
+            launch(
+                &db,
+                file,
+                name,
+                &[flat.clone(), Value::Tensor(o.clone())],
+                &[],
+            );
+            close(
+                name,
+                &o.to_f64_vec(),
+                &x.iter().map(|v| f(*v)).collect::<Vec<_>>(),
+                F32,
+            );
         }
     }
 }
@@ -468,17 +795,36 @@ fn stdlib_flash_attention() {
     for (d, causal) in [(64, false), (64, true), (128, false), (128, true)] {
         let (b, h, s) = (1, 2, 100);
         let n = b * h * s * d;
-        let (q, k, v) = (data(n, 27, DType::BF16), data(n, 28, DType::BF16), data(n, 29, DType::BF16));
+        let (q, k, v) = (
+            data(n, 27, DType::BF16),
+            data(n, 28, DType::BF16),
+            data(n, 29, DType::BF16),
+        );
         let dims = [b, h, s, d];
         let o = Tensor::zeros(&dims, DType::BF16);
         launch(
             &db,
             file,
             "flash_attn",
-            &[t(&dims, DType::BF16, &q), t(&dims, DType::BF16, &k), t(&dims, DType::BF16, &v), Value::Tensor(o.clone()), Value::Float(0.1)],
-            &[("causal", Value::Bool(causal)), ("BM", Value::Int(32)), ("BN", Value::Int(32))],
+            &[
+                t(&dims, DType::BF16, &q),
+                t(&dims, DType::BF16, &k),
+                t(&dims, DType::BF16, &v),
+                Value::Tensor(o.clone()),
+                Value::Float(0.1),
+            ],
+            &[
+                ("causal", Value::Bool(causal)),
+                ("BM", Value::Int(32)),
+                ("BN", Value::Int(32)),
+            ],
         );
-        close(&format!("flash_attn D={d} causal={causal}"), &o.to_f64_vec(), &attention_ref(&q, &k, &v, b * h, s, d, 0.1, causal), BF16);
+        close(
+            &format!("flash_attn D={d} causal={causal}"),
+            &o.to_f64_vec(),
+            &attention_ref(&q, &k, &v, b * h, s, d, 0.1, causal),
+            BF16,
+        );
     }
 }
 
@@ -498,15 +844,40 @@ fn run_time_errors_have_their_codes() {
     let stop = Interrupt::new();
     let f32s = |s: &[usize]| Value::Tensor(Tensor::zeros(s, DType::F32));
     // E0701: a dim that disagrees, naming the parameter, the dim and both values.
-    let e = err_of(run_function(&db, file, "ew_f32", &[f32s(&[2, 3]), f32s(&[2, 4])], &[], &stop));
+    let e = err_of(run_function(
+        &db,
+        file,
+        "ew_f32",
+        &[f32s(&[2, 3]), f32s(&[2, 4])],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0701", "{e}");
-    assert!(e.message.contains("`y`") && e.message.contains('3') && e.message.contains('4'), "{e}");
+    assert!(
+        e.message.contains("`y`") && e.message.contains('3') && e.message.contains('4'),
+        "{e}"
+    );
     // E0702: a dtype that disagrees.
-    let e = err_of(run_function(&db, file, "act_relu", &[Value::Tensor(Tensor::zeros(&[2, 2], DType::F16))], &[], &stop));
+    let e = err_of(run_function(
+        &db,
+        file,
+        "act_relu",
+        &[Value::Tensor(Tensor::zeros(&[2, 2], DType::F16))],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0702", "{e}");
     // E0703: a grid dim that is not positive.
     let (sdb, sfile) = std_file();
-    let e = err_of(launch_kernel(&sdb, sfile, "relu_kernel", Some(vec![0]), &[f32s(&[4]), f32s(&[4])], &[], &stop));
+    let e = err_of(launch_kernel(
+        &sdb,
+        sfile,
+        "relu_kernel",
+        Some(vec![0]),
+        &[f32s(&[4]), f32s(&[4])],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0703", "{e}");
     // E0704: integer division by zero inside a generated kernel.
     let one = Value::Tensor(Tensor::ones(&[3], DType::I32));
@@ -519,24 +890,56 @@ fn run_time_errors_have_their_codes() {
     // E0706: interrupted.
     let stopped = Interrupt::new();
     stopped.trigger();
-    let e = err_of(run_function(&db, file, "act_relu", &[f32s(&[2, 2])], &[], &stopped));
+    let e = err_of(run_function(
+        &db,
+        file,
+        "act_relu",
+        &[f32s(&[2, 2])],
+        &[],
+        &stopped,
+    ));
     assert_eq!(e.code, "E0706", "{e}");
     // E0707: a missing argument.
-    let e = err_of(run_function(&db, file, "ew_f32", &[f32s(&[2, 3])], &[], &stop));
+    let e = err_of(run_function(
+        &db,
+        file,
+        "ew_f32",
+        &[f32s(&[2, 3])],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0707", "{e}");
     // E0708: not a .npy file.
     let e = err_of(npy::load_npy(&root().join("tests/numerics/builtins.tsr")));
     assert_eq!(e.code, "E0708", "{e}");
     // E0709: a kernel that cannot be compiled (here: a check error in its body).
     let mut db3 = Database::new();
-    let f3 = db3.set_source("/numerics/e0709.tsr", "@kernel(grid=(1,))\ndef bad(x: Tensor[4, f32]):\n    store(x[0 : 4], nope)\n".into());
-    let e = err_of(launch_kernel(&db3, f3, "bad", None, &[f32s(&[4])], &[], &stop));
+    let f3 = db3.set_source(
+        "/numerics/e0709.tsr",
+        "@kernel(grid=(1,))\ndef bad(x: Tensor[4, f32]):\n    store(x[0 : 4], nope)\n".into(),
+    );
+    let e = err_of(launch_kernel(
+        &db3,
+        f3,
+        "bad",
+        None,
+        &[f32s(&[4])],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0709", "{e}");
     // E0710: a function whose schedule cannot be built (an integer matmul).
     let mut db2 = Database::new();
     let f2 = db2.set_source("/numerics/e0710.tsr", "def imm(a: Tensor[\"M\", \"K\", i32], b: Tensor[\"K\", \"N\", i32]) -> Tensor[\"M\", \"N\", i32]:\n    return matmul(a, b)\n".into());
     let i32s = |s: &[usize]| Value::Tensor(Tensor::zeros(s, DType::I32));
-    let e = err_of(run_function(&db2, f2, "imm", &[i32s(&[2, 2]), i32s(&[2, 2])], &[], &stop));
+    let e = err_of(run_function(
+        &db2,
+        f2,
+        "imm",
+        &[i32s(&[2, 2]), i32s(&[2, 2])],
+        &[],
+        &stop,
+    ));
     assert_eq!(e.code, "E0710", "{e}");
 }
 
@@ -552,14 +955,21 @@ fn npy_round_trips_every_dtype() {
         npy::save_npy(&x, &p).unwrap();
         let y = npy::load_npy(&p).unwrap();
         // bf16 and f8 have no numpy dtype: saved (exactly) as f32.
-        let want = if matches!(d, DType::BF16 | DType::F8E4M3 | DType::F8E5M2) { DType::F32 } else { d };
+        let want = if matches!(d, DType::BF16 | DType::F8E4M3 | DType::F8E5M2) {
+            DType::F32
+        } else {
+            d
+        };
         assert_eq!(y.dtype(), want, "{d}");
         assert_eq!(y.shape(), &[3, 5], "{d}");
         assert_eq!(y.to_f64_vec(), x.to_f64_vec(), "{d}");
     }
     let s = Tensor::full(&[], DType::F64, 2.5);
     npy::save_npy(&s, &dir.join("scalar.npy")).unwrap();
-    assert_eq!(npy::load_npy(&dir.join("scalar.npy")).unwrap().to_f64_vec(), vec![2.5]);
+    assert_eq!(
+        npy::load_npy(&dir.join("scalar.npy")).unwrap().to_f64_vec(),
+        vec![2.5]
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -810,9 +810,8 @@ impl Checker<'_> {
                     let (s, en) = if self.in_kernel {
                         (s, en)
                     } else {
-                        let norm = |b: Option<Option<Dim>>| {
-                            b.map(|b| b.map(|b| python_bound(&b, &full)))
-                        };
+                        let norm =
+                            |b: Option<Option<Dim>>| b.map(|b| b.map(|b| python_bound(&b, &full)));
                         (norm(s), norm(en))
                     };
                     let len = match (s, en) {

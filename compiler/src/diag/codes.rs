@@ -123,8 +123,14 @@ pub const CATALOGUE: &[CodeInfo] = &[
     ),
     // E07xx execution (run-time errors of `tessera::exec`; no static check
     // produces them: tests/harness/numerics.rs triggers each one)
-    e("E0701", "tensor argument shape does not match the signature"),
-    e("E0702", "tensor argument dtype does not match the signature"),
+    e(
+        "E0701",
+        "tensor argument shape does not match the signature",
+    ),
+    e(
+        "E0702",
+        "tensor argument dtype does not match the signature",
+    ),
     e("E0703", "invalid launch grid"),
     e("E0704", "integer division by zero"),
     e("E0705", "tensor index out of bounds"),

@@ -216,6 +216,12 @@ fn scalar(
                 Num::I(super::round_to(*d, v.f()) as i64)
             }
         }
+        ScalarExpr::Var(v) => *params.get(&format!("${v}")).ok_or_else(|| {
+            ExecError::new(
+                "E0710",
+                format!("host variable `${v}` is read before it is set"),
+            )
+        })?,
         ScalarExpr::CDiv(x, k) => {
             let v = scalar(x, env, params)?;
             match v {
@@ -269,32 +275,132 @@ fn run_schedule(
             BufKind::Output(_) | BufKind::Temp => Some(Tensor::empty(&shape, b.dtype)),
         };
     }
-    let view = |mem: &[Option<Tensor>], buf: crate::ir::schedule::BufId, shape: &[usize]| {
-        let base = mem[s.base(buf).0 as usize]
-            .as_ref()
-            .expect("a base buffer is allocated");
-        base.view(shape).ok_or_else(|| {
-            ExecError::new(
-                "E0701",
-                format!(
-                    "buffer `{}` of {} elements viewed as {shape:?}",
-                    s.buffer(buf).name,
-                    base.numel()
-                ),
-            )
-        })
+    let mut scalars = scalars.clone();
+    let ctx = Ctx {
+        db,
+        file,
+        s,
+        env,
+        mem: &mem,
+        interrupt,
     };
-    for step in &s.steps {
+    run_steps(&ctx, &s.steps, &mut scalars)?;
+    let outs = s
+        .outputs
+        .iter()
+        .map(|o| {
+            let shape = dims_of(&s.buffer(*o).dims, env)?;
+            Ok(Value::Tensor(view(&ctx, *o, &shape)?))
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(match outs.len() {
+        1 => outs.into_iter().next().unwrap(),
+        _ => Value::Tuple(outs),
+    })
+}
+
+/// What the steps of one schedule run share.
+struct Ctx<'a> {
+    db: &'a Database,
+    file: SourceFile,
+    s: &'a Schedule,
+    env: &'a BTreeMap<String, i64>,
+    mem: &'a [Option<Tensor>],
+    interrupt: &'a Interrupt,
+}
+
+/// The tensor of buffer `buf` (its base's memory) seen with `shape`.
+fn view(ctx: &Ctx, buf: crate::ir::schedule::BufId, shape: &[usize]) -> Result<Tensor, ExecError> {
+    let s = ctx.s;
+    let base = ctx.mem[s.base(buf).0 as usize]
+        .as_ref()
+        .expect("a base buffer is allocated");
+    base.view(shape).ok_or_else(|| {
+        ExecError::new(
+            "E0701",
+            format!(
+                "buffer `{}` of {} elements viewed as {shape:?}",
+                s.buffer(buf).name,
+                base.numel()
+            ),
+        )
+    })
+}
+
+/// Runs steps in order; host variables live in `scalars` as `$name`.
+fn run_steps(
+    ctx: &Ctx,
+    steps: &[Step],
+    scalars: &mut HashMap<String, Num>,
+) -> Result<(), ExecError> {
+    let (db, file, s, env, interrupt) = (ctx.db, ctx.file, ctx.s, ctx.env, ctx.interrupt);
+    for step in steps {
         interrupt.check()?;
         let l = match step {
             Step::Launch(l) => l,
             Step::HostRandn { buf, seed, .. } => {
                 let seed = match scalar(seed, env, scalars)? {
                     Num::I(i) => i as u64,
-                    Num::F(x) => x as u64,
+                    Num::F(x) => x as i64 as u64,
                 };
-                let t = view(&mem, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
+                let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
                 t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                continue;
+            }
+            Step::SetVar { var, value } => {
+                let v = scalar(value, env, scalars)?;
+                scalars.insert(format!("${var}"), v);
+                continue;
+            }
+            Step::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = scalar(cond, env, scalars)?.f() != 0.0;
+                run_steps(ctx, if c { then } else { otherwise }, scalars)?;
+                continue;
+            }
+            Step::For {
+                var,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                let as_int =
+                    |e: &ScalarExpr, scalars: &HashMap<String, Num>| -> Result<i64, ExecError> {
+                        Ok(match scalar(e, env, scalars)? {
+                            Num::I(i) => i,
+                            Num::F(x) => x as i64,
+                        })
+                    };
+                let (mut i, h, st) = (
+                    as_int(lo, scalars)?,
+                    as_int(hi, scalars)?,
+                    as_int(step, scalars)?,
+                );
+                if st == 0 {
+                    return Err(ExecError::new("E0703", "`range` step is zero")
+                        .with_help("a loop step must be non-zero"));
+                }
+                while (st > 0 && i < h) || (st < 0 && i > h) {
+                    ctx.interrupt.check()?;
+                    scalars.insert(format!("${var}"), Num::I(i));
+                    run_steps(ctx, body, scalars)?;
+                    i += st;
+                }
+                continue;
+            }
+            Step::While { cond, test, body } => {
+                loop {
+                    ctx.interrupt.check()?;
+                    run_steps(ctx, cond, scalars)?;
+                    if scalar(test, env, scalars)?.f() == 0.0 {
+                        break;
+                    }
+                    run_steps(ctx, body, scalars)?;
+                }
                 continue;
             }
         };
@@ -315,7 +421,7 @@ fn run_schedule(
                 name.clone(),
                 match a {
                     Arg::Buffer { buf, dims } => {
-                        Value::Tensor(view(&mem, *buf, &dims_of(dims, env)?)?)
+                        Value::Tensor(view(ctx, *buf, &dims_of(dims, env)?)?)
                     }
                     Arg::Scalar(e) => to_value(scalar(e, env, scalars)?),
                 },
@@ -369,18 +475,7 @@ fn run_schedule(
             }
         }
     }
-    let outs = s
-        .outputs
-        .iter()
-        .map(|o| {
-            let shape = dims_of(&s.buffer(*o).dims, env)?;
-            Ok(Value::Tensor(view(&mem, *o, &shape)?))
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
-    Ok(match outs.len() {
-        1 => outs.into_iter().next().unwrap(),
-        _ => Value::Tuple(outs),
-    })
+    Ok(())
 }
 
 /// A stdlib or user kernel launched from a schedule: arguments by name, the
@@ -436,7 +531,10 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
     let Some((lhs, rhs)) = r.split_once("<=") else {
         return Ok(());
     };
-    let (a, b) = (eval(lhs).ok_or_else(unchecked)?, eval(rhs).ok_or_else(unchecked)?);
+    let (a, b) = (
+        eval(lhs).ok_or_else(unchecked)?,
+        eval(rhs).ok_or_else(unchecked)?,
+    );
     if a <= b {
         Ok(())
     } else {

@@ -382,7 +382,10 @@ fn specialise(
             format!(
                 "kernel `{}` cannot be compiled for this launch: {}",
                 f.name.name,
-                first.map_or("it has errors".to_string(), |d| format!("[{}] {}", d.code, d.message))
+                first.map_or("it has errors".to_string(), |d| format!(
+                    "[{}] {}",
+                    d.code, d.message
+                ))
             ),
         )
         .with_help(

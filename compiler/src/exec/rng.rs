@@ -28,7 +28,7 @@ pub fn normal(seed: u64, i: u64) -> f64 {
     let u2 = uniform(splitmix64(key ^ pair.wrapping_mul(2).wrapping_add(1)));
     let r = (-2.0 * u1.ln()).sqrt();
     let t = 2.0 * std::f64::consts::PI * u2;
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         r * t.cos()
     } else {
         r * t.sin()

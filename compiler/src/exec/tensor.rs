@@ -71,7 +71,7 @@ impl Storage {
             Data::I16(v) => v.as_mut_ptr() as *mut u8,
             Data::I8(v) => v.as_mut_ptr() as *mut u8,
             Data::U32(v) => v.as_mut_ptr() as *mut u8,
-            Data::U8(v) => v.as_mut_ptr() as *mut u8,
+            Data::U8(v) => v.as_mut_ptr(),
         }
     }
 }

@@ -1,21 +1,21 @@
 //! Numerical tests of the generated kernels: a small reference evaluator of
-//! Graph IR and an interpreter of the Schedule IR (its generated Tile IR
-//! kernels run over their whole grid, buffers and views shared as on the
-//! device) must agree on concrete inputs. Values are f64 (casts to float types
-//! are exact, casts to integer types truncate), so the comparison checks the
-//! index arithmetic, broadcasting patterns, bounds handling, loops and
-//! reductions of the generated code, not rounding.
+//! Graph IR (f64 values; casts to integer types truncate, every node rounds to
+//! its dtype) and the CPU executor running the Schedule IR (`exec::run_function`:
+//! generated and stdlib kernels over their whole grid, buffers and views shared
+//! as on the device, host steps) must agree on concrete inputs, within the
+//! tolerance of the result dtype. That checks the index arithmetic,
+//! broadcasting patterns, bounds handling, loops and reductions of the
+//! generated code.
 
 use std::collections::HashMap;
 
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::db::{self, Database};
+use crate::exec;
 use crate::ir::graph::{Activation, Fill, GType, Graph, NodeKind, ReduceKind, SliceAxis};
-use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
-use crate::ir::tile::{
-    self, Access, BinaryOp, Constant, Kernel, OpKind, ParamKind, Region, UnaryOp, Value,
-};
+use crate::ir::schedule::{KernelRef, Schedule};
+use crate::ir::tile::{BinaryOp, Constant, UnaryOp};
 
 type Env = HashMap<String, i64>;
 
@@ -74,7 +74,7 @@ fn cast(x: f64, to: DType) -> f64 {
     } else if to.is_int() {
         x.trunc()
     } else {
-        x
+        exec::round_to(to, x)
     }
 }
 
@@ -160,20 +160,16 @@ fn elementwise(shape: &[usize], ops: &[&T], f: &dyn Fn(&[f64]) -> f64) -> T {
     }
 }
 
-/// A test stand-in for `randn`'s numbers (the executor's generator is not
-/// this module's): any deterministic function of the seed and the index lets
-/// the reference and the schedule agree, so that what is tested is which
-/// buffer a host `randn` step fills, with which seed, and how its users read it.
-fn stand_in_randn(seed: i64, n: usize) -> Vec<f64> {
-    (0..n)
-        .map(|i| ((seed * 7919 + i as i64 * 31) % 97) as f64 / 48.0 - 1.0)
-        .collect()
-}
-
 /// Reference semantics of a graph on concrete inputs.
 fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
     let mut vals: Vec<T> = Vec::new();
-    for n in &g.nodes {
+    // The results of control-flow nodes, by node index.
+    let mut results: HashMap<usize, Vec<T>> = HashMap::new();
+    let scalar_t = |x: f64| T {
+        shape: vec![],
+        data: vec![x],
+    };
+    for (ni, n) in g.nodes.iter().enumerate() {
         let shape = dims(n.ty.dims(), env);
         let dt = n.ty.dtype().unwrap_or(DType::F32);
         let v = |i: &crate::ir::graph::NodeId| &vals[i.0 as usize];
@@ -217,7 +213,12 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
             NodeKind::Fill(Fill::Ones) => elementwise(&shape, &[], &|_| 1.0),
             NodeKind::Fill(Fill::Full(x)) => elementwise(&shape, &[v(x)], &|a| cast(a[0], dt)),
             NodeKind::Fill(Fill::Randn { seed }) => T {
-                data: stand_in_randn(seed.map_or(0.0, |s| v(&s).data[0]) as i64, numel(&shape)),
+                data: exec::rng::randn(
+                    &shape,
+                    dt,
+                    seed.map_or(0.0, |s| v(&s).data[0]) as i64 as u64,
+                )
+                .to_f64_vec(),
                 shape,
             },
             NodeKind::Slice { x, axes } => {
@@ -417,8 +418,70 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
                 }
                 T { shape, data }
             }
+            NodeKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let r = if v(cond).data[0] != 0.0 {
+                    then
+                } else {
+                    otherwise
+                };
+                let ins: Vec<T> = r.captures.iter().map(|c| v(c).clone()).collect();
+                results.insert(ni, eval_graph(&r.graph, env, &ins));
+                scalar_t(0.0)
+            }
+            NodeKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                let (lo, hi, st) = (
+                    v(lo).data[0] as i64,
+                    v(hi).data[0] as i64,
+                    v(step).data[0] as i64,
+                );
+                let mut carried: Vec<T> = init.iter().map(|i| v(i).clone()).collect();
+                let caps: Vec<T> = body.captures.iter().map(|c| v(c).clone()).collect();
+                let mut i = lo;
+                while (st > 0 && i < hi) || (st < 0 && i > hi) {
+                    let mut ins = vec![scalar_t(i as f64)];
+                    ins.extend(carried.iter().cloned());
+                    ins.extend(caps.iter().cloned());
+                    carried = eval_graph(&body.graph, env, &ins);
+                    i += st;
+                }
+                results.insert(ni, carried);
+                scalar_t(0.0)
+            }
+            NodeKind::While { init, cond, body } => {
+                let mut carried: Vec<T> = init.iter().map(|i| v(i).clone()).collect();
+                let with = |carried: &[T], caps: &[crate::ir::graph::NodeId]| -> Vec<T> {
+                    carried
+                        .iter()
+                        .cloned()
+                        .chain(caps.iter().map(|c| v(c).clone()))
+                        .collect()
+                };
+                while eval_graph(&cond.graph, env, &with(&carried, &cond.captures))[0].data[0]
+                    != 0.0
+                {
+                    carried = eval_graph(&body.graph, env, &with(&carried, &body.captures));
+                }
+                results.insert(ni, carried);
+                scalar_t(0.0)
+            }
+            NodeKind::Project { of, index } => results[&(of.0 as usize)][*index].clone(),
             other => panic!("no reference semantics for {other:?}"),
         };
+        let mut t = t;
+        if dt.is_float() && dt != DType::F64 {
+            // Stored in its dtype, as the executor's buffers and tiles are.
+            t.data.iter_mut().for_each(|x| *x = exec::round_to(dt, *x));
+        }
         vals.push(t);
     }
     g.outputs
@@ -427,439 +490,42 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T]) -> Vec<T> {
         .collect()
 }
 
-fn scalar(e: &ScalarExpr, env: &Env, params: &HashMap<String, f64>) -> f64 {
-    match e {
-        ScalarExpr::Param(p) => params[p],
-        ScalarExpr::Index(d) => dim(d, env) as f64,
-        ScalarExpr::Const(c) => match c {
-            Constant::Int(i) => *i as f64,
-            Constant::Float(x) => *x,
-            Constant::Bool(b) => *b as i64 as f64,
-        },
-        ScalarExpr::Unary(op, x) => unary(*op, scalar(x, env, params)),
-        ScalarExpr::Binary(op, a, b) => binary(*op, scalar(a, env, params), scalar(b, env, params)),
-        ScalarExpr::Cast(x, d) => cast(scalar(x, env, params), *d),
-        ScalarExpr::CDiv(x, k) => (scalar(x, env, params) / *k as f64).ceil(),
-    }
-}
-
-#[derive(Clone, Debug)]
-enum V {
-    S(f64),
-    T(Vec<u32>, Vec<f64>),
-}
-
-impl V {
-    fn data(&self) -> (Vec<u32>, Vec<f64>) {
-        match self {
-            V::S(x) => (vec![], vec![*x]),
-            V::T(s, d) => (s.clone(), d.clone()),
-        }
-    }
-}
-
-struct Run<'a> {
-    k: &'a Kernel,
-    /// Per parameter: (base buffer index, concrete dims of the view) or a scalar.
-    tensors: Vec<Option<(usize, Vec<usize>)>>,
-    scalars: Vec<f64>,
-    pid: [i64; 3],
-    grid: [i64; 3],
-}
-
-fn tile_of(shape: &[u32], data: Vec<f64>) -> V {
-    if shape.is_empty() {
-        V::S(data[0])
-    } else {
-        V::T(shape.to_vec(), data)
-    }
-}
-
-impl Run<'_> {
-    fn region(&self, r: &Region, vals: &mut HashMap<Value, V>, mem: &mut [Vec<f64>]) -> Vec<V> {
-        for op in &r.ops {
-            let get = |v: &Value, vals: &HashMap<Value, V>| vals[v].clone();
-            let res: Vec<V> = match &op.kind {
-                OpKind::Const(c) => vec![V::S(match c {
-                    Constant::Int(i) => *i as f64,
-                    Constant::Float(x) => *x,
-                    Constant::Bool(b) => *b as i64 as f64,
-                })],
-                OpKind::ProgramId(a) => vec![V::S(self.pid[*a as usize] as f64)],
-                OpKind::TensorDim { param, axis } => {
-                    vec![V::S(self.tensors[*param].as_ref().unwrap().1[*axis] as f64)]
-                }
-                OpKind::ScalarParam(p) => vec![V::S(self.scalars[*p])],
-                OpKind::Unary { op: u, x } => {
-                    let (s, d) = get(x, vals).data();
-                    vec![tile_of(&s, d.into_iter().map(|x| unary(*u, x)).collect())]
-                }
-                OpKind::Binary { op: b, a, b: bb } => {
-                    let (s, da) = get(a, vals).data();
-                    let (_, db) = get(bb, vals).data();
-                    let dt = self.k.ty(op.results[0]).dtype();
-                    vec![tile_of(
-                        &s,
-                        da.iter()
-                            .zip(&db)
-                            .map(|(x, y)| cast(binary(*b, *x, *y), dt))
-                            .collect(),
-                    )]
-                }
-                OpKind::Select { cond, a, b } => {
-                    let (s, dc) = get(cond, vals).data();
-                    let (_, da) = get(a, vals).data();
-                    let (_, db) = get(b, vals).data();
-                    vec![tile_of(
-                        &s,
-                        (0..dc.len())
-                            .map(|i| if dc[i] != 0.0 { da[i] } else { db[i] })
-                            .collect(),
-                    )]
-                }
-                OpKind::Cast { x, to } => {
-                    let (s, d) = get(x, vals).data();
-                    vec![tile_of(&s, d.into_iter().map(|x| cast(x, *to)).collect())]
-                }
-                OpKind::Splat { x, shape } => {
-                    let (_, d) = get(x, vals).data();
-                    let n = shape.iter().product::<u32>() as usize;
-                    vec![V::T(shape.clone(), vec![d[0]; n])]
-                }
-                OpKind::ExpandDims { x, axis } => {
-                    let (mut s, d) = get(x, vals).data();
-                    s.insert(*axis, 1);
-                    vec![V::T(s, d)]
-                }
-                OpKind::Broadcast { x, shape } => {
-                    let (s, d) = get(x, vals).data();
-                    let src = T {
-                        shape: s.iter().map(|x| *x as usize).collect(),
-                        data: d,
-                    };
-                    let out: Vec<usize> = shape.iter().map(|x| *x as usize).collect();
-                    let t = elementwise(&out, &[&src], &|a| a[0]);
-                    vec![V::T(shape.clone(), t.data)]
-                }
-                OpKind::Transpose { x } => {
-                    let (s, d) = get(x, vals).data();
-                    let (r, c) = (s[0] as usize, s[1] as usize);
-                    let mut o = vec![0.0; r * c];
-                    for i in 0..r {
-                        for j in 0..c {
-                            o[j * r + i] = d[i * c + j];
-                        }
-                    }
-                    vec![V::T(vec![s[1], s[0]], o)]
-                }
-                OpKind::Reduce {
-                    op: rop,
-                    x,
-                    axis,
-                    keepdims,
-                } => {
-                    let (s, d) = get(x, vals).data();
-                    let shape: Vec<usize> = s.iter().map(|x| *x as usize).collect();
-                    let mut oshape = s.clone();
-                    oshape[*axis] = 1;
-                    let os: Vec<usize> = oshape.iter().map(|x| *x as usize).collect();
-                    let init = match rop {
-                        tile::ReduceOp::Sum => 0.0,
-                        tile::ReduceOp::Max => f64::NEG_INFINITY,
-                        tile::ReduceOp::Min => f64::INFINITY,
-                    };
-                    let mut out = vec![init; numel(&os)];
-                    let ost = strides(&os);
-                    for (i, x) in d.iter().enumerate() {
-                        let mut idx = unravel(i, &shape);
-                        idx[*axis] = 0;
-                        let f: usize = idx.iter().zip(&ost).map(|(i, s)| i * s).sum();
-                        out[f] = match rop {
-                            tile::ReduceOp::Sum => out[f] + x,
-                            tile::ReduceOp::Max => out[f].max(*x),
-                            tile::ReduceOp::Min => out[f].min(*x),
-                        };
-                    }
-                    if !*keepdims {
-                        oshape.remove(*axis);
-                    }
-                    vec![tile_of(&oshape, out)]
-                }
-                OpKind::Dot { a, b, acc, .. } => {
-                    let (sa, da) = get(a, vals).data();
-                    let (sb, db) = get(b, vals).data();
-                    let (m, kk, n) = (sa[0] as usize, sa[1] as usize, sb[1] as usize);
-                    let mut out = match acc {
-                        Some(c) => get(c, vals).data().1,
-                        None => vec![0.0; m * n],
-                    };
-                    for i in 0..m {
-                        for j in 0..n {
-                            for t in 0..kk {
-                                out[i * n + j] += da[i * kk + t] * db[t * n + j];
-                            }
-                        }
-                    }
-                    vec![V::T(vec![sa[0], sb[1]], out)]
-                }
-                OpKind::Arange { start, len } => {
-                    let s0 = get(start, vals).data().1[0];
-                    vec![V::T(vec![*len], (0..*len).map(|i| s0 + i as f64).collect())]
-                }
-                OpKind::NumPrograms(a) => vec![V::S(self.grid[*a as usize] as f64)],
-                OpKind::If {
-                    cond,
-                    then,
-                    otherwise,
-                } => {
-                    let c = get(cond, vals).data().1[0] != 0.0;
-                    self.region(if c { then } else { otherwise }, vals, mem)
-                }
-                OpKind::Load {
-                    tensor,
-                    access,
-                    other,
-                    mask,
-                } => {
-                    let (buf, vd) = self.tensors[*tensor].clone().unwrap();
-                    let (shape, starts) = self.access(access, vals);
-                    let mask = mask.map(|m| get(&m, vals).data().1);
-                    let other = match other {
-                        Constant::Int(i) => *i as f64,
-                        Constant::Float(x) => *x,
-                        Constant::Bool(b) => *b as i64 as f64,
-                    };
-                    let st = strides(&vd);
-                    let n = shape.iter().product::<u32>() as usize;
-                    let data = (0..n)
-                        .map(|i| match self.locate(i, &shape, &starts, &vd, &st) {
-                            Some(f) if mask.as_ref().is_none_or(|m| m[i] != 0.0) => mem[buf][f],
-                            _ => other,
-                        })
-                        .collect();
-                    vec![tile_of(&shape, data)]
-                }
-                OpKind::Store {
-                    tensor,
-                    access,
-                    value,
-                    mask,
-                } => {
-                    let (buf, vd) = self.tensors[*tensor].clone().unwrap();
-                    let (shape, starts) = self.access(access, vals);
-                    let mask = mask.map(|m| get(&m, vals).data().1);
-                    let (_, d) = get(value, vals).data();
-                    let st = strides(&vd);
-                    for (i, x) in d.iter().enumerate() {
-                        if mask.as_ref().is_some_and(|m| m[i] == 0.0) {
-                            continue;
-                        }
-                        if let Some(f) = self.locate(i, &shape, &starts, &vd, &st) {
-                            mem[buf][f] = *x;
-                        }
-                    }
-                    vec![]
-                }
-                OpKind::For {
-                    lo,
-                    hi,
-                    step,
-                    init,
-                    body,
-                } => {
-                    let (lo, hi, step) = (
-                        get(lo, vals).data().1[0] as i64,
-                        get(hi, vals).data().1[0] as i64,
-                        get(step, vals).data().1[0] as i64,
-                    );
-                    let mut carried: Vec<V> = init.iter().map(|v| get(v, vals)).collect();
-                    let mut iv = lo;
-                    while iv < hi {
-                        vals.insert(body.args[0], V::S(iv as f64));
-                        for (a, c) in body.args[1..].iter().zip(&carried) {
-                            vals.insert(*a, c.clone());
-                        }
-                        carried = self.region(body, vals, mem);
-                        iv += step;
-                    }
-                    carried
-                }
-                OpKind::Yield(vs) => return vs.iter().map(|v| get(v, vals)).collect(),
-                other => panic!("the test interpreter has no {other:?}"),
-            };
-            for (r, v) in op.results.iter().zip(res) {
-                vals.insert(*r, v);
-            }
-        }
-        vec![]
-    }
-
-    /// The tile shape and, per tensor axis, (start, is a range).
-    fn access(&self, access: &[Access], vals: &HashMap<Value, V>) -> (Vec<u32>, Vec<(i64, bool)>) {
-        let mut shape = Vec::new();
-        let mut starts = Vec::new();
-        for a in access {
-            match a {
-                Access::Point(v) => starts.push((vals[v].data().1[0] as i64, false)),
-                Access::Range { start, len } => {
-                    shape.push(*len);
-                    starts.push((vals[start].data().1[0] as i64, true));
-                }
-            }
-        }
-        (shape, starts)
-    }
-
-    /// The flat offset of tile element `i`, or `None` out of bounds.
-    fn locate(
-        &self,
-        i: usize,
-        shape: &[u32],
-        starts: &[(i64, bool)],
-        vd: &[usize],
-        st: &[usize],
-    ) -> Option<usize> {
-        let ts: Vec<usize> = shape.iter().map(|x| *x as usize).collect();
-        let ti = unravel(i, &ts);
-        let mut k = 0;
-        let mut flat = 0;
-        for (axis, (start, range)) in starts.iter().enumerate() {
-            let pos = if *range {
-                k += 1;
-                start + ti[k - 1] as i64
-            } else {
-                *start
-            };
-            if pos < 0 || pos >= vd[axis] as i64 {
-                return None;
-            }
-            flat += pos as usize * st[axis];
-        }
-        Some(flat)
-    }
-}
-
-/// A stdlib kernel lowered for a launch: const arguments and the dims its tile
-/// shapes need (from the argument views) fixed.
-fn lower_std(module: &str, name: &str, l: &crate::ir::schedule::Launch, env: &Env) -> Kernel {
-    let mut db = Database::new();
-    let file = db.set_source(
-        format!("<{module}>"),
-        crate::stdlib::source(module).unwrap().to_string(),
-    );
-    let (item, _) = db::function_item(&db, file, name).unwrap();
-    let parsed = db::parse_item(&db, item);
-    let Some(crate::syntax::ast::Item::Function(f)) = parsed.item.as_deref() else {
-        unreachable!("a kernel")
-    };
-    let sig = db::item_signature(&db, item).clone().unwrap();
-    let mut known = std::collections::BTreeMap::new();
-    for p in &sig.params {
-        if let (
-            crate::check::Ty::Tensor { dims: pd, .. },
-            Some((_, Arg::Buffer { dims: vd, .. })),
-        ) = (&p.ty, l.args.iter().find(|(n, _)| *n == p.name))
-        {
-            for (d, v) in pd.iter().zip(vd) {
-                if let Some(s) = d.as_symbol() {
-                    known.insert(s.to_string(), dim(v, env));
-                }
-            }
-        }
-    }
-    let mut spec = tile::Specialization::new();
-    for (n, v) in &l.consts {
-        let v = match v.as_str() {
-            "True" => 1,
-            "False" => 0,
-            v => v.parse().unwrap(),
-        };
-        spec.values.insert(n.clone(), v);
-    }
-    tile::lower::lower_kernel_with_dims(f, db::module_scope(&db, file), &spec, &known)
-        .unwrap_or_else(|d| panic!("{d:?}"))
-}
-
-/// Runs a schedule of generated and stdlib kernels; returns its outputs.
-fn run_schedule(s: &Schedule, env: &Env, inputs: &[T], scalars: &HashMap<String, f64>) -> Vec<T> {
-    let mut mem: Vec<Vec<f64>> = s
-        .buffers
+/// Runs the function through the CPU executor (`exec::run_function`: its
+/// Schedule IR, generated and stdlib kernels, host steps) on the inputs.
+fn run_schedule(
+    db: &Database,
+    file: db::SourceFile,
+    g: &Graph,
+    name: &str,
+    inputs: &[T],
+) -> Vec<T> {
+    let args: Vec<exec::Value> = g
+        .params
         .iter()
-        .map(|b| match b.kind {
-            BufKind::Input(i) => inputs[i].data.clone(),
-            _ => vec![f64::NAN; numel(&dims(&b.dims, env))],
+        .zip(inputs)
+        .map(|(p, t)| match &p.ty {
+            GType::Tensor { .. } => exec::Value::Tensor(exec::Tensor::from_f64(
+                &t.shape,
+                p.ty.dtype().unwrap(),
+                &t.data,
+            )),
+            ty if ty.dtype().is_some_and(|d| d.is_float()) => exec::Value::Float(t.data[0]),
+            _ => exec::Value::Int(t.data[0] as i64),
         })
         .collect();
-    for step in &s.steps {
-        let l = match step {
-            Step::Launch(l) => l,
-            Step::HostRandn { buf, seed, .. } => {
-                let b = s.base(*buf).0 as usize;
-                mem[b] = stand_in_randn(scalar(seed, env, scalars) as i64, mem[b].len());
-                continue;
-            }
-        };
-        let std_kernel;
-        let k: &Kernel = match &l.kernel {
-            KernelRef::Generated(ki) => &s.kernels[*ki],
-            KernelRef::Std { module, name } => {
-                std_kernel = lower_std(module, name, l, env);
-                &std_kernel
-            }
-            KernelRef::User(n) => panic!("the test interpreter does not run user kernel `{n}`"),
-        };
-        // Arguments in the kernel's parameter order, by name.
-        let by_name: HashMap<&str, &Arg> = l.args.iter().map(|(n, a)| (n.as_str(), a)).collect();
-        let mut tensors = Vec::new();
-        let mut sc = Vec::new();
-        for p in &k.params {
-            let a = by_name[p.name.as_str()];
-            match (a, &p.kind) {
-                (Arg::Buffer { buf, dims: vd }, ParamKind::Tensor { dims: pd, .. }) => {
-                    let vd = dims(vd, env);
-                    for (d, v) in pd.iter().zip(&vd) {
-                        if let tile::Dim::Static(c) = d {
-                            assert_eq!(*c as usize, *v, "a static dim of `{}`", k.name);
-                        }
-                    }
-                    tensors.push(Some((s.base(*buf).0 as usize, vd)));
-                    sc.push(0.0);
-                }
-                (Arg::Scalar(e), ParamKind::Scalar(_)) => {
-                    tensors.push(None);
-                    sc.push(scalar(e, env, scalars));
-                }
-                _ => panic!("argument kinds"),
-            }
-        }
-        let grid: Vec<i64> = l
-            .grid
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|e| scalar(e, env, scalars) as i64)
-            .collect();
-        let g = |a: usize| grid.get(a).copied().unwrap_or(1);
-        for z in 0..g(2) {
-            for y in 0..g(1) {
-                for x in 0..g(0) {
-                    let run = Run {
-                        k,
-                        tensors: tensors.clone(),
-                        scalars: sc.clone(),
-                        pid: [x, y, z],
-                        grid: [g(0), g(1), g(2)],
-                    };
-                    run.region(&k.body, &mut HashMap::new(), &mut mem);
-                }
-            }
-        }
-    }
-    s.outputs
-        .iter()
-        .map(|o| T {
-            shape: dims(&s.buffer(*o).dims, env),
-            data: mem[s.base(*o).0 as usize].clone(),
+    let out = exec::run_function(db, file, name, &args, &[], &exec::Interrupt::new())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let outs = match out {
+        exec::Value::Tuple(v) => v,
+        v => vec![v],
+    };
+    outs.iter()
+        .map(|v| match v {
+            exec::Value::Tensor(t) => T {
+                shape: t.shape().to_vec(),
+                data: t.to_f64_vec(),
+            },
+            other => panic!("{name}: a non-tensor result {other}"),
         })
         .collect()
 }
@@ -881,6 +547,29 @@ fn input(t: &GType, env: &Env, seed: u64) -> T {
         })
         .collect();
     T { shape, data }
+}
+
+/// Tolerance of the executor against the f64 reference: by result dtype, and
+/// looser where a matmul runs at tf32 (f32 gemm) or inputs round to 16 bits.
+fn tolerance(d: DType, s: &Schedule) -> f64 {
+    let tf32 = s.launches().any(|l| {
+        matches!(
+            l.kernel,
+            KernelRef::Std {
+                name: "gemm_tf32",
+                ..
+            }
+        )
+    });
+    match d {
+        DType::F64 => 1e-9,
+        DType::F32 if tf32 => 5e-3,
+        DType::F32 => 1e-4,
+        DType::F16 => 1e-2,
+        DType::BF16 => 5e-2,
+        DType::F8E4M3 | DType::F8E5M2 => 0.13,
+        _ => 0.0,
+    }
 }
 
 fn check(src: &str, name: &str, env: &[(&str, i64)], scalars: &[(&str, f64)]) {
@@ -905,13 +594,13 @@ fn check(src: &str, name: &str, env: &[(&str, i64)], scalars: &[(&str, f64)]) {
             },
         })
         .collect();
-    let tensor_inputs: Vec<T> = inputs.clone();
     let want = eval_graph(&g, &env, &inputs);
-    let got = run_schedule(&s, &env, &tensor_inputs, &sc);
-    for (w, g_) in want.iter().zip(&got) {
+    let got = run_schedule(&db, file, &g, name, &inputs);
+    for ((w, g_), o) in want.iter().zip(&got).zip(&g.outputs) {
         assert_eq!(w.data.len(), g_.data.len());
+        let tol = tolerance(g.node(*o).ty.dtype().unwrap_or(DType::F32), &s);
         for (i, (a, b)) in w.data.iter().zip(&g_.data).enumerate() {
-            let ok = (a - b).abs() <= 1e-9 * (1.0 + a.abs()) || (a.is_nan() && b.is_nan());
+            let ok = (a - b).abs() <= tol * (1.0 + a.abs()) || (a.is_nan() && b.is_nan());
             assert!(
                 ok,
                 "{name}: element {i}: reference {a}, schedule {b}\n{}",
@@ -1136,7 +825,12 @@ def rows(x: Tensor["B", "M", "N", f16], j: i32) -> Tensor["B", 2, "N", f32]:
         check(src, "sl", &[("B", b), ("M", m), ("N", n)], &[("i", -2.0)]);
     }
     check(src, "rows", &[("B", 2), ("M", 4), ("N", 7)], &[("j", -1.0)]);
-    check(src, "rows", &[("B", 3), ("M", 3), ("N", 200)], &[("j", 2.0)]);
+    check(
+        src,
+        "rows",
+        &[("B", 3), ("M", 3), ("N", 200)],
+        &[("j", 2.0)],
+    );
 }
 
 #[test]
@@ -1160,5 +854,64 @@ fn shapes_and_host_scalar_arithmetic_compute_the_graph() {
 "#;
     for (m, n) in [(3, 5), (2, 130)] {
         check(src, "sh", &[("M", m), ("N", n)], &[("k", 4.0)]);
+    }
+}
+
+#[test]
+fn run_time_control_flow_computes_the_graph() {
+    let src = r#"def d(x: Tensor["M", "N", f32], k: i32) -> Tensor["M", "N", f32]:
+    y = x * 2.0
+    if k > 0:
+        x = x + 1.0
+    elif k < -3:
+        x = relu(x)
+    else:
+        x = y - 1.0
+    return x
+
+def lp(x: Tensor["M", "N", f32], b: Tensor["N", f32], n: i32) -> Tensor["M", "N", f32]:
+    s = 0.0
+    for i in range(1, n, 2):
+        x = x * 0.5 + b * i.to(f32)
+        s = s + 1.0
+    return x + s
+
+def wh(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    y = x[0]
+    while n > 0:
+        x, y = x * 2.0 + y, x[n % M] - y
+        n -= 1
+    return x - y
+
+def sw(a: Tensor["M", "N", f32], b: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    p = 1
+    q = 2
+    for i in range(n):
+        a, b = b, a + 1.0
+        p, q = q, p * 3
+    return a * 2.0 - b + (p - q).to(f32)
+"#;
+    for (m, n) in [(3, 5), (2, 130)] {
+        let env = [("M", m), ("N", n)];
+        for k in [2.0, -5.0, 0.0] {
+            check(src, "d", &env, &[("k", k)]);
+        }
+        for k in [0.0, 1.0, 6.0] {
+            check(src, "lp", &env, &[("n", k)]);
+            check(src, "wh", &env, &[("n", k)]);
+            check(src, "sw", &env, &[("n", k)]);
+        }
+    }
+}
+
+#[test]
+fn integer_matmuls_compute_the_graph() {
+    // Exact integer accumulation (a generated kernel of rank-1 updates), with
+    // batch dims broadcast and a narrow result cast by its consumer.
+    let src = r#"def im(a: Tensor["B", "M", "K", i32], b: Tensor["K", "N", i32], c: Tensor["M", "K", i8], d: Tensor["B", "K", "N", i8]) -> Tensor["B", "M", "N", i32]:
+    return a @ b + matmul(c, d).to(i32) * 2
+"#;
+    for (b, m, k, n) in [(2, 3, 5, 7), (1, 40, 3, 33)] {
+        check(src, "im", &[("B", b), ("M", m), ("K", k), ("N", n)], &[]);
     }
 }

@@ -22,16 +22,35 @@
 //!   std.nn's spelled-out definitions of the builtins (`softmax`, `layer_norm`,
 //!   `rms_norm`, `relu`, `gelu`, `silu`) are documented by the standard library as
 //!   having the builtin's meaning: a call to one of them is the builtin.
+//! * Subscripts: `:` and `None` only are a reshape (a view); integer indices
+//!   (compile-time or host scalars, negative ones counting from the end at run
+//!   time) and `start:end` slices (bounds known at specialisation, normalised as
+//!   numpy does) are a `slice` node over the kept axes, then a reshape for `None`
+//!   axes. Indexing with an integer tensor (a gather) is not lowered.
+//! * `.shape`/`.dtype` bindings (`s = x.shape`, `m, n = x.shape`) make no node:
+//!   their uses read the checker's values (dims are `index` nodes).
 //! * `if` statements on compile-time conditions take their branch; `for` loops
-//!   over `range` of compile-time integers are unrolled (at most 64 trips). Run-time
-//!   conditions, `while`, `break`/`continue`, tensor subscripts other than `:` and
-//!   `None` (those are views), and `.shape` are not lowered yet: `build` returns a
+//!   over `range` of compile-time integers are unrolled (at most 64 trips).
+//!   Run-time control flow is structured: `if`/`elif`/`else` on a bool host
+//!   scalar is an `If` node, `for` over `range` with run-time bounds (or more
+//!   than 64 trips) a `For` node, `while` a `While` node. Each holds
+//!   [`Region`]s, nested graphs whose params are the node's leading values (the
+//!   loop variable, the carried values: names the body assigns that are bound
+//!   before it) then captures (values of the enclosing graph the region reads);
+//!   their outputs are the node's results, read by `project` nodes. A run-time
+//!   loop's variable is not readable after the loop. `break`/`continue` and a
+//!   `return` inside run-time control flow are not lowered yet: `build` returns a
 //!   [`LowerError`] saying so (E0512 at `tsrc emit`).
 //!
 //! The dump: a header `graph NAME(params) -> result types`, one line per node
 //! `%i = op operands [bcast(lhs|rhs|cond)] : type` (kernel launches `%i = launch
-//! k[grid](param=%j, ..., CONST=value)`), and `return %i, ...`. `verify` checks
-//! operands defined before use, shapes against each op's rule and valued outputs.
+//! k[grid](param=%j, ..., CONST=value)`, subscripts `%i = slice %x[%j, 2:+3, :]`
+//! with each range as `start:+length`, control flow `%i = if %c then(captures)
+//! else(captures)`, `for range(lo, hi, step) carry(init) body(captures)`, `while
+//! carry(init) cond(captures) body(captures)`, each followed by its regions'
+//! graphs indented), and `return %i, ...`. `verify` checks operands defined
+//! before use, shapes against each op's rule, regions against their nodes and
+//! valued outputs.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -1383,7 +1402,9 @@ impl<'a> Builder<'a> {
                     b.env.get(n).copied().ok_or_else(|| {
                         LowerError::new(
                             span,
-                            format!("`{n}`, bound on one path of an `if` on a run-time condition only"),
+                            format!(
+                                "`{n}`, bound on one path of an `if` on a run-time condition only"
+                            ),
                         )
                     })
                 })
@@ -1456,10 +1477,7 @@ impl<'a> Builder<'a> {
                 if b.ty_of(id) != ty {
                     return Err(LowerError::new(
                         span,
-                        format!(
-                            "a loop that changes `{n}` from `{ty}` to `{}`",
-                            b.ty_of(id)
-                        ),
+                        format!("a loop that changes `{n}` from `{ty}` to `{}`", b.ty_of(id)),
                     ));
                 }
                 Ok(id)
@@ -1522,7 +1540,12 @@ impl<'a> Builder<'a> {
             span,
         );
         let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
-        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
+        self.project(
+            node,
+            &names,
+            carried.into_iter().map(|(_, t)| t).collect(),
+            span,
+        );
         // The loop variable is not readable after a run-time loop.
         self.env.remove(&target.name);
         Ok(())
@@ -1532,7 +1555,9 @@ impl<'a> Builder<'a> {
         let span = cond.span;
         let carried = self.carried(body, None);
         let init: Vec<NodeId> = carried.iter().map(|(n, _)| self.env[n]).collect();
-        let cond_r = self.region("cond", &carried, span, &mut |b| Ok(vec![b.condition(cond)?]))?;
+        let cond_r = self.region("cond", &carried, span, &mut |b| {
+            Ok(vec![b.condition(cond)?])
+        })?;
         let body_r = self.region("body", &carried, span, &mut |b| {
             if b.block(body, &mut Vec::new())? {
                 return Err(LowerError::new(span, "a `return` inside a run-time loop"));
@@ -1549,7 +1574,12 @@ impl<'a> Builder<'a> {
             span,
         );
         let names: Vec<String> = carried.iter().map(|(n, _)| n.clone()).collect();
-        self.project(node, &names, carried.into_iter().map(|(_, t)| t).collect(), span);
+        self.project(
+            node,
+            &names,
+            carried.into_iter().map(|(_, t)| t).collect(),
+            span,
+        );
         Ok(())
     }
 }
@@ -2239,7 +2269,9 @@ fn verify_control(g: &Graph, n: &Node) -> Result<(), String> {
                 _ => return Err("a projection of a node without results".into()),
             };
             if results.get(*index) != Some(&n.ty) {
-                return Err(format!("projection {index} does not match its node's result"));
+                return Err(format!(
+                    "projection {index} does not match its node's result"
+                ));
             }
         }
         _ => {}

@@ -174,7 +174,10 @@ fn matmul_bias_relu_is_gemm_and_one_kernel() {
             name: "gemm"
         }
     );
-    assert!(matches!(s.launches().nth(1).unwrap().kernel, KernelRef::Generated(_)));
+    assert!(matches!(
+        s.launches().nth(1).unwrap().kernel,
+        KernelRef::Generated(_)
+    ));
 }
 
 #[test]
@@ -403,7 +406,9 @@ def fresh(x: Tensor["M", "N", bf16]) -> Tensor["M", "N", bf16]:
     // A read of a randn buffer before its step is a verifier error.
     let mut s = (*schedule_of(src, "noisy")).clone();
     s.steps.swap(0, 1);
-    assert!(schedule::verify(&s).unwrap_err().contains("before it is written"));
+    assert!(schedule::verify(&s)
+        .unwrap_err()
+        .contains("before it is written"));
 }
 
 #[test]
@@ -414,8 +419,54 @@ fn subscripts_and_permutes_are_gather_copies() {
     insta::assert_snapshot!(both(src, "pick"));
     assert_eq!(
         kernel_names(&schedule_of(src, "pick")),
-        ["pick_slice0", "pick_slice1", "pick_permute2", "pick_slice3", "pick_transpose4", "pick_fused5"]
+        [
+            "pick_slice0",
+            "pick_slice1",
+            "pick_permute2",
+            "pick_slice3",
+            "pick_transpose4",
+            "pick_fused5"
+        ]
     );
+}
+
+#[test]
+fn run_time_control_flow_is_regions_of_steps() {
+    let src = r#"def cf(x: Tensor["M", "N", f32], b: Tensor["N", f32], k: i32, n: i32) -> Tensor["M", "N", f32]:
+    s = 0.0
+    if k > M:
+        x = x + 1.0
+        s = 2.0
+    for i in range(k, n):
+        x = x * 0.5 + b * i.to(f32)
+    while n > 0:
+        x, b = x + b, b * 2.0
+        n -= 1
+    return x + s
+"#;
+    insta::assert_snapshot!(both(src, "cf"));
+    let s = schedule_of(src, "cf");
+    assert!(
+        s.steps
+            .iter()
+            .any(|st| matches!(st, schedule::Step::If { .. }))
+            && s.steps
+                .iter()
+                .any(|st| matches!(st, schedule::Step::For { .. }))
+            && s.steps
+                .iter()
+                .any(|st| matches!(st, schedule::Step::While { .. })),
+        "{}",
+        schedule::dump(&s)
+    );
+    // A host variable read before it is set is a verifier error.
+    let mut broken = (*s).clone();
+    broken
+        .steps
+        .retain(|st| !matches!(st, schedule::Step::SetVar { .. }));
+    assert!(schedule::verify(&broken)
+        .unwrap_err()
+        .contains("read before it is set"));
 }
 
 #[test]
@@ -424,12 +475,23 @@ fn unsupported_constructs_say_so() {
         r#"def f(x: Tensor["B", "M", "N", f32], n: i32) -> Tensor["B", "M", "N", f32]:
     while n > 0:
         x = x * 2.0
+        if n > 10:
+            break
         n = n - 1
     return x
 "#,
         "f",
     );
-    assert!(e.contains("`while`"), "{e}");
+    assert!(e.contains("`break`"), "{e}");
+    let e = unsupported(
+        r#"def early(x: Tensor["N", f32], k: i32) -> Tensor["N", f32]:
+    if k > 0:
+        return x
+    return x + 1.0
+"#,
+        "early",
+    );
+    assert!(e.contains("a `return` inside an `if`"), "{e}");
     let e = unsupported(
         r#"def gather(x: Tensor["M", "N", f32], i: Tensor["K", i32]) -> Tensor["K", "N", f32]:
     return x[i]
@@ -444,15 +506,6 @@ fn unsupported_constructs_say_so() {
         "rec",
     );
     assert!(e.contains("the call to `rec`"), "{e}");
-    let e = unsupported(
-        r#"def wl(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
-    for i in range(n):
-        x = x + 1.0
-    return x
-"#,
-        "wl",
-    );
-    assert!(e.contains("compile-time integers"), "{e}");
     let e = unsupported(
         r#"def rn(x: Tensor["M", "N", f32]) -> Tensor["M", "N", i32]:
     return randn([M, N], i32)
@@ -512,7 +565,11 @@ def uses_default(y: Tensor["N", f32]) -> Tensor["N", f32]:
 "#;
     insta::assert_snapshot!(both(src, "h"));
     let s = schedule_of(src, "h");
-    assert_eq!(s.launches().count(), 1, "both inlined bodies fuse with the add");
+    assert_eq!(
+        s.launches().count(),
+        1,
+        "both inlined bodies fuse with the add"
+    );
     let (db, file) = db_with(src);
     let (item, _) = db::function_item(&db, file, "k").unwrap();
     let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
@@ -679,7 +736,7 @@ fn tsrc_emit_graph_and_schedule_ir() {
     let path = dir.join("e.tsr");
     std::fs::write(
         &path,
-        format!("{SCALED_SUM}\ndef noisy(x: Tensor[\"M\", f32], n: i32) -> Tensor[\"M\", f32]:\n    while n > 0:\n        n = n - 1\n    return x\n"),
+        format!("{SCALED_SUM}\ndef noisy(x: Tensor[\"M\", f32], n: i32) -> Tensor[\"M\", f32]:\n    while n > 0:\n        break\n    return x\n"),
     )
     .unwrap();
     let run = |emit: EmitKind, kernel: Option<&str>| {
@@ -710,7 +767,7 @@ fn tsrc_emit_graph_and_schedule_ir() {
     assert_eq!(code, 1);
     assert!(out.is_empty());
     assert!(
-        err.contains("error[E0512]") && err.contains("`while`"),
+        err.contains("error[E0512]") && err.contains("`break`"),
         "{err}"
     );
     let (code, _, err) = run(EmitKind::GraphIr, Some("nope"));
@@ -721,7 +778,8 @@ fn tsrc_emit_graph_and_schedule_ir() {
 #[test]
 fn generated_kernels_lower_to_target_ir_and_ptx() {
     // Every kind of generated kernel (fused flat and every-axis, reductions,
-    // transpose, permute and slice copies, copy, softmax, layer norm, batched gemm) goes through Target IR
+    // transpose, permute and slice copies, copy, softmax, layer norm, batched and
+    // integer gemms, kernels inside control-flow regions) goes through Target IR
     // and into a PTX module on the three PTX families. (Assembled with ptxas for
     // sm_70/80/90 when this was written: all accepted.)
     let srcs: Vec<(String, &str)> = vec![
@@ -744,6 +802,15 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
         (r#"def pk(x: Tensor["B", "M", "N", f16], i: i32) -> Tensor["N", "M", f32]:
     return transpose(x, 0, 2)[:, :, 1].to(f32) + x[i, :, -1][None, :].to(f32) + x[0, 0, 0].to(f32)
 "#.to_string(), "pk"),
+        (r#"def im(a: Tensor["B", "M", "K", i8], b: Tensor["K", "N", i8]) -> Tensor["B", "M", "N", i32]:
+    return matmul(a, b).to(i32)
+"#.to_string(), "im"),
+        (r#"def lp(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
+    for i in range(n):
+        if i % 2 == 0:
+            x = x * 2.0
+    return x
+"#.to_string(), "lp"),
     ];
     for arch in ["sm_70", "sm_80", "sm_90"] {
         let arch: crate::backend::arch::Arch = arch.parse().unwrap();

@@ -385,42 +385,52 @@ impl Program<'_> {
                 let own = out[0].poison.clone();
                 set(out, or(own, or(lanes(*a), lanes(*b))))
             }
-            OpKind::Select { cond, a, b } => {
-                if pz(*cond).is_some() || pz(*a).is_some() || pz(*b).is_some() {
-                    let c = self.v(*cond).buf.i();
-                    let n = c.len();
-                    let get = |v: Value, i: usize| pz(v).is_some_and(|p| p[i]);
-                    let p = (0..n)
-                        .map(|i| get(*cond, i) || if c[i] != 0 { get(*a, i) } else { get(*b, i) })
-                        .collect();
-                    set(out, Some(p));
-                }
+            OpKind::Select { cond, a, b }
+                if pz(*cond).is_some() || pz(*a).is_some() || pz(*b).is_some() =>
+            {
+                let c = self.v(*cond).buf.i();
+                let n = c.len();
+                let get = |v: Value, i: usize| pz(v).is_some_and(|p| p[i]);
+                let p = (0..n)
+                    .map(|i| get(*cond, i) || if c[i] != 0 { get(*a, i) } else { get(*b, i) })
+                    .collect();
+                set(out, Some(p));
             }
             OpKind::Broadcast { x, .. } | OpKind::Transpose { x } if any(*x) => {
                 // The same rearrangement applied to the marks.
                 let src = self.v(*x);
                 let marks = Tile {
                     shape: src.shape.clone(),
-                    buf: Buf::I(src.poison.as_ref().unwrap().iter().map(|b| *b as i64).collect()),
+                    buf: Buf::I(
+                        src.poison
+                            .as_ref()
+                            .unwrap()
+                            .iter()
+                            .map(|b| *b as i64)
+                            .collect(),
+                    ),
                     poison: None,
                 };
                 let moved = match &op.kind {
                     OpKind::Broadcast { shape, .. } => {
-                        broadcast(&marks, &shape.iter().map(|&s| s as usize).collect::<Vec<_>>()).buf
+                        broadcast(
+                            &marks,
+                            &shape.iter().map(|&s| s as usize).collect::<Vec<_>>(),
+                        )
+                        .buf
                     }
                     _ => {
                         let (r, c) = (src.shape[0], src.shape[1]);
-                        let idx: Vec<usize> =
-                            (0..c).flat_map(|j| (0..r).map(move |i| i * c + j)).collect();
+                        let idx: Vec<usize> = (0..c)
+                            .flat_map(|j| (0..r).map(move |i| i * c + j))
+                            .collect();
                         marks.buf.gather(&idx)
                     }
                 };
                 set(out, Some(moved.i().iter().map(|v| *v != 0).collect()))
             }
             OpKind::Splat { x, .. } | OpKind::Reduce { x, .. } if any(*x) => all(out),
-            OpKind::Dot { a, b, acc, .. } if any(*a) || any(*b) || acc.is_some_and(any) => {
-                all(out)
-            }
+            OpKind::Dot { a, b, acc, .. } if any(*a) || any(*b) || acc.is_some_and(any) => all(out),
             OpKind::Load { access, mask, .. } => {
                 if access_poisoned(access, &any) {
                     return Err(div_by_zero());
@@ -429,10 +439,10 @@ impl Program<'_> {
                     set(out, lanes(*m))
                 }
             }
-            OpKind::Store { access, mask, .. } | OpKind::AtomicAdd { access, mask, .. } => {
-                if access_poisoned(access, &any) || mask.is_some_and(any) {
-                    return Err(div_by_zero());
-                }
+            OpKind::Store { access, mask, .. } | OpKind::AtomicAdd { access, mask, .. }
+                if access_poisoned(access, &any) || mask.is_some_and(any) =>
+            {
+                return Err(div_by_zero());
             }
             OpKind::Arange { start: v, .. } | OpKind::If { cond: v, .. } if any(*v) => {
                 return Err(div_by_zero())
@@ -513,11 +523,13 @@ impl Program<'_> {
                 let b = unary(*u, d, &a.buf);
                 one(Tile {
                     shape: a.shape.clone(),
-                    buf: b, poison: None })
+                    buf: b,
+                    poison: None,
+                })
             }
             OpKind::Binary { op: bop, a, b } => {
                 let (x, y) = (self.v(*a), self.v(*b));
-                
+
                 let (buf, poison) = binary(*bop, rd(0), &x.buf, &y.buf);
                 one(Tile {
                     shape: x.shape.clone(),
@@ -536,14 +548,18 @@ impl Program<'_> {
                 };
                 one(Tile {
                     shape: x.shape.clone(),
-                    buf, poison: None })
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::Cast { x, to } => {
                 let a = self.v(*x);
                 let buf = cast(&a.buf, *to);
                 one(Tile {
                     shape: a.shape.clone(),
-                    buf, poison: None })
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::Splat { x, shape } => {
                 let a = self.v(*x);
@@ -555,7 +571,9 @@ impl Program<'_> {
                 };
                 one(Tile {
                     shape: shape.iter().map(|&s| s as usize).collect(),
-                    buf, poison: None })
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::Broadcast { x, shape } => {
                 let a = self.v(*x);
@@ -568,7 +586,9 @@ impl Program<'_> {
                 shape.insert(*axis, 1);
                 one(Tile {
                     shape,
-                    buf: a.buf.clone(), poison: None })
+                    buf: a.buf.clone(),
+                    poison: None,
+                })
             }
             OpKind::Transpose { x } => {
                 let a = self.v(*x);
@@ -581,7 +601,9 @@ impl Program<'_> {
                 }
                 one(Tile {
                     shape: vec![c, r],
-                    buf: a.buf.gather(&idx), poison: None })
+                    buf: a.buf.gather(&idx),
+                    poison: None,
+                })
             }
             OpKind::Arange { start, len } => {
                 let s = self.v(*start).buf.get_i(0);
@@ -589,7 +611,9 @@ impl Program<'_> {
                 wrap_ints(rd(0), &mut v);
                 one(Tile {
                     shape: vec![*len as usize],
-                    buf: Buf::I(v), poison: None })
+                    buf: Buf::I(v),
+                    poison: None,
+                })
             }
             OpKind::Load {
                 tensor,
@@ -611,7 +635,11 @@ impl Program<'_> {
                     let mk = self.v(*mk).buf.i().to_vec();
                     apply_mask(&mut buf, &fill, &mk);
                 }
-                one(Tile { shape, buf, poison: None })
+                one(Tile {
+                    shape,
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::Store {
                 tensor,
@@ -669,7 +697,9 @@ impl Program<'_> {
                 );
                 one(Tile {
                     shape: vec![m, n],
-                    buf, poison: None })
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::Reduce {
                 op: r,
@@ -689,7 +719,11 @@ impl Program<'_> {
                 } else {
                     shape.remove(*axis);
                 }
-                one(Tile { shape, buf, poison: None })
+                one(Tile {
+                    shape,
+                    buf,
+                    poison: None,
+                })
             }
             OpKind::For {
                 lo,
@@ -1115,8 +1149,42 @@ macro_rules! float_unary {
     }};
 }
 
+/// `e^x` in f32 without a call per element (vectorisable): Cephes' expf
+/// polynomial after range reduction by ln 2, within 2 ulp of the exact value
+/// for normal results; results below the smallest normal f32 flush to 0.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    let xc = x.clamp(-87.5, 88.75);
+    let n = (xc * LOG2E + 0.5).floor();
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_2e-4f32;
+    p = p * r + 1.398_2e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    // 2^n as two factors, each within the normal exponent range.
+    let ni = n as i32;
+    let h = ni >> 1;
+    let s1 = f32::from_bits(((h + 127) as u32) << 23);
+    let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);
+    let y = e * s1 * s2;
+    if x.is_nan() {
+        x
+    } else if x < -87.33 {
+        0.0
+    } else if x > 88.72 {
+        f32::INFINITY
+    } else {
+        y
+    }
+}
+
 fn unary(u: UnaryOp, d: DType, x: &Buf) -> Buf {
     match x {
+        Buf::F(v) if u == UnaryOp::Exp => normalise(d, Buf::F(map1(v, exp_f32))),
         Buf::F(v) => normalise(d, Buf::F(float_unary!(u, v, f32))),
         Buf::D(v) => Buf::D(float_unary!(u, v, f64)),
         Buf::I(v) => {
@@ -1166,8 +1234,20 @@ macro_rules! float_binary {
             }),
             BinaryOp::Pow => zip_map(p, q, |a: $t, b: $t| a.powf(b)),
             // NaN propagates, as in the device's max/min of the language.
-            BinaryOp::Max => zip_map(p, q, |a: $t, b: $t| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) }),
-            BinaryOp::Min => zip_map(p, q, |a: $t, b: $t| if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) }),
+            BinaryOp::Max => zip_map(p, q, |a: $t, b: $t| {
+                if a.is_nan() || b.is_nan() {
+                    <$t>::NAN
+                } else {
+                    a.max(b)
+                }
+            }),
+            BinaryOp::Min => zip_map(p, q, |a: $t, b: $t| {
+                if a.is_nan() || b.is_nan() {
+                    <$t>::NAN
+                } else {
+                    a.min(b)
+                }
+            }),
             BinaryOp::And => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) && (b != 0.0)) as i64 as $t),
             BinaryOp::Or => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) || (b != 0.0)) as i64 as $t),
             _ => zip_map(p, q, |a: $t, b: $t| ((a != 0.0) != (b != 0.0)) as i64 as $t),
@@ -1275,10 +1355,16 @@ fn cast(x: &Buf, to: DType) -> Buf {
 fn broadcast(a: &Tile, to: &[usize]) -> Tile {
     let n: usize = to.iter().product();
     if a.buf.len() == 1 {
-        let idx = vec![0usize; n];
+        let buf = match &a.buf {
+            Buf::F(v) => Buf::F(vec![v[0]; n]),
+            Buf::D(v) => Buf::D(vec![v[0]; n]),
+            Buf::I(v) => Buf::I(vec![v[0]; n]),
+        };
         return Tile {
             shape: to.to_vec(),
-            buf: a.buf.gather(&idx), poison: None };
+            buf,
+            poison: None,
+        };
     }
     // Source strides, 0 along broadcast axes.
     let mut st = vec![0usize; to.len()];
@@ -1303,7 +1389,9 @@ fn broadcast(a: &Tile, to: &[usize]) -> Tile {
     }
     Tile {
         shape: to.to_vec(),
-        buf: a.buf.gather(&idx), poison: None }
+        buf: a.buf.gather(&idx),
+        poison: None,
+    }
 }
 
 /// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
@@ -1433,14 +1521,16 @@ fn reduce(op: ReduceOp, x: &Buf, outer: usize, len: usize, inner: usize) -> Buf 
             out
         }};
     }
+    // NaN propagates (b is NaN: b != b).
+    #[allow(clippy::eq_op)]
     fn fmax<X: PartialOrd + Copy>(a: X, b: X) -> X {
-        // NaN propagates (b is NaN: b != b).
         if b > a || b != b {
             b
         } else {
             a
         }
     }
+    #[allow(clippy::eq_op)]
     fn fmin<X: PartialOrd + Copy>(a: X, b: X) -> X {
         if b < a || b != b {
             b
@@ -1458,5 +1548,29 @@ fn reduce(op: ReduceOp, x: &Buf, outer: usize, len: usize, inner: usize) -> Buf 
         (Buf::I(v), ReduceOp::Sum) => Buf::I(red!(v, i64, 0, |a: i64, b: i64| a.wrapping_add(b))),
         (Buf::I(v), ReduceOp::Max) => Buf::I(red!(v, i64, i64::MIN, |a: i64, b: i64| a.max(b))),
         (Buf::I(v), ReduceOp::Min) => Buf::I(red!(v, i64, i64::MAX, |a: i64, b: i64| a.min(b))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn fast_exp_is_within_two_ulp() {
+        let mut x = -87.0f32;
+        while x < 88.5 {
+            let want = (x as f64).exp();
+            let got = exp_f32(x) as f64;
+            assert!(
+                ((got - want) / want).abs() < 2.5e-7,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
     }
 }

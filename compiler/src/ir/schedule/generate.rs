@@ -1010,12 +1010,11 @@ impl Lower<'_> {
         ];
         let i32t = Type::Scalar(DType::I32);
         // A dim as an i32 value: a constant or the tensor's run-time size.
-        let dim_value = |kb: &mut KernelBuilder, param: usize, axis: usize, d: &Dim| match d
-            .as_const()
-        {
-            Some(v) => kb.cnst(Constant::Int(v), DType::I32),
-            None => kb.emit(OpKind::TensorDim { param, axis }, Type::Scalar(DType::I32)),
-        };
+        let dim_value =
+            |kb: &mut KernelBuilder, param: usize, axis: usize, d: &Dim| match d.as_const() {
+                Some(v) => kb.cnst(Constant::Int(v), DType::I32),
+                None => kb.emit(OpKind::TensorDim { param, axis }, Type::Scalar(DType::I32)),
+            };
         // A host scalar as an i32 value: a constant or a scalar parameter.
         let scalar_value =
             |kb: &mut KernelBuilder, args: &mut Vec<(String, Arg)>, e: ScalarExpr| match e {
@@ -1154,6 +1153,17 @@ impl Lower<'_> {
             writes: vec![out],
         });
         Ok(())
+    }
+}
+
+/// The accumulator dtype of a matmul producing `dt`: f32 for floats, the
+/// integer's own width for integers (at least i32), i32 for bool.
+pub(super) fn acc_dtype(dt: DType) -> DType {
+    match dt {
+        DType::I64 => DType::I64,
+        DType::U32 => DType::U32,
+        d if d.is_int() || d == DType::Bool => DType::I32,
+        _ => DType::F32,
     }
 }
 
@@ -2027,7 +2037,15 @@ impl Lower<'_> {
             self.buffers[ba.0 as usize].dtype,
             self.buffers[bb.0 as usize].dtype,
         );
-        let (bm, bn, bk) = (64i64, 64i64, 32i64);
+        // Integers accumulate exactly in their own width (at least i32), one
+        // rank-1 update per step of K; floats use `dot` with an f32 accumulator.
+        let acc_dt = acc_dtype(dt);
+        let int = dt.is_int();
+        let (bm, bn, bk) = if int {
+            (32i64, 32i64, 1i64)
+        } else {
+            (64i64, 64i64, 32i64)
+        };
         let (bm32, bn32, bk32) = (bm as u32, bn as u32, bk as u32);
         let dim_of = |d: &Dim, name: String| match d.as_const() {
             Some(v) => tile::Dim::Static(v as u64),
@@ -2069,7 +2087,7 @@ impl Lower<'_> {
                     name: "C".into(),
                     kind: ParamKind::Tensor {
                         dims: operand_dims(&batch, [(&m, "M"), (&nn, "N")]),
-                        dtype: DType::F32,
+                        dtype: acc_dt,
                     },
                 },
             ],
@@ -2137,13 +2155,13 @@ impl Lower<'_> {
                 .map(|k| Access::Point(if p[k].is_one() { zero } else { index[k] }))
                 .collect()
         };
-        let f0 = kb.cnst(Constant::Float(0.0), DType::F32);
+        let f0 = kb.cnst(zero_of(acc_dt), acc_dt);
         let acc0 = kb.splat(f0, &[bm32, bn32]);
         let lo = kb.cnst(Constant::Int(0), DType::I32);
         let hi = value_of(&mut kb, &mut args, &kd, "k".into());
         let step = kb.cnst(Constant::Int(bk), DType::I32);
         let iv = kb.fresh(Type::Scalar(DType::I32));
-        let acc_in = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], DType::F32));
+        let acc_in = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], acc_dt));
         let outer = std::mem::take(&mut kb.ops);
         let mut acc_a = points(&pa);
         acc_a.push(Access::Range {
@@ -2186,22 +2204,45 @@ impl Lower<'_> {
         let ta = kb.cast(ta, dt);
         let tb = kb.cast(tb, g.ty(b).dtype().unwrap_or(bdt));
         let tb = kb.cast(tb, dt);
-        let next = kb.emit(
-            OpKind::Dot {
-                a: ta,
-                b: tb,
-                acc: Some(acc_in),
-                precision: tile::Precision::Ieee,
-            },
-            KernelBuilder::tile_ty(&[bm32, bn32], DType::F32),
-        );
+        let next = if int {
+            // acc += a[:, k] * b[k, :], the `[BM, 1]` and `[1, BN]` tiles broadcast.
+            let ta = kb.cast(ta, acc_dt);
+            let tb = kb.cast(tb, acc_dt);
+            let full = KernelBuilder::tile_ty(&[bm32, bn32], acc_dt);
+            let ta = kb.emit(
+                OpKind::Broadcast {
+                    x: ta,
+                    shape: vec![bm32, bn32],
+                },
+                full.clone(),
+            );
+            let tb = kb.emit(
+                OpKind::Broadcast {
+                    x: tb,
+                    shape: vec![bm32, bn32],
+                },
+                full,
+            );
+            let prod = kb.binary(BinaryOp::Mul, ta, tb);
+            kb.binary(BinaryOp::Add, acc_in, prod)
+        } else {
+            kb.emit(
+                OpKind::Dot {
+                    a: ta,
+                    b: tb,
+                    acc: Some(acc_in),
+                    precision: tile::Precision::Ieee,
+                },
+                KernelBuilder::tile_ty(&[bm32, bn32], DType::F32),
+            )
+        };
         kb.ops.push(Op {
             results: vec![],
             kind: OpKind::Yield(vec![next]),
             span: kb.span,
         });
         let body_ops = std::mem::replace(&mut kb.ops, outer);
-        let total = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], DType::F32));
+        let total = kb.fresh(KernelBuilder::tile_ty(&[bm32, bn32], acc_dt));
         kb.ops.push(Op {
             results: vec![total],
             kind: OpKind::For {

@@ -1,8 +1,13 @@
 //! Schedule IR: the launch plan of one whole-tensor function.
 //!
 //! Lowered from Graph IR. It holds the buffers (inputs, outputs, temporaries and
-//! views, each with symbolic dims and a dtype) and an ordered list of launches;
-//! each launch runs one fusion group of graph nodes with a kernel:
+//! views, each with symbolic dims and a dtype) and an ordered list of [`Step`]s:
+//! kernel launches, host steps (`randn` fills a buffer on the host, `set $v = e`
+//! sets a host variable) and structured control flow (`if`, `for`, `while`,
+//! whose bodies are step lists). Host scalars are [`ScalarExpr`]s over function
+//! parameters, dims, constants and host variables (`$name`: loop counters,
+//! values carried by loops, results of `if`). Each launch runs one fusion group
+//! of graph nodes with a kernel:
 //!
 //! * a maximal group of elementwise ops (unary, binary with broadcasting, casts,
 //!   `where`, activations, `zeros`/`ones`/`full` as sources) whose inner nodes are
@@ -37,15 +42,29 @@
 //! * kernel calls are launched as written, in program order.
 //!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
-//! on grid axis 2). Everything else (transposes of other axes, `randn`, recursive
-//! calls, integer matmuls) is a [`LowerError`]: not supported yet
-//! (E0512 at `tsrc emit`).
+//! on grid axis 2); transposes of other axes and subscripts (`x[i]`, `x[a:b, 2]`)
+//! are a generated gather copy (a program copies a run of the result's last
+//! axis, from whichever source axis it maps to; a run-time index out of range
+//! reads zeros). Integer matmuls are the generated matmul accumulating exactly in
+//! i32 (i64 for i64). `randn` is a host step (`randn BUF seed=S`, seed 0 when
+//! omitted) writing its buffer; the numbers are the executor's.
 //!
-//! The dump lists the buffers, the launches in order (kernel, grid, graph nodes,
-//! arguments with the view each kernel sees, requirements) and the outputs, then
-//! every generated kernel in the Tile IR dump format. `verify` checks buffers,
-//! views, write-before-read and arguments, and runs the Tile IR verifier on every
-//! generated kernel.
+//! Control flow: a region (see [`crate::ir::graph::Region`]) lowers to its own
+//! step list with its params bound to buffers or host scalars. Results of an
+//! `if` and values carried by a loop live in fresh buffers and host variables:
+//! a loop copies its initial values in before it, every branch or trip copies
+//! its results in at its end (through temporaries when one result is read from
+//! another's place, as in `a, b = b, a`). Recursive calls and calls whose dims
+//! do not bind are a [`LowerError`] (E0512 at `tsrc emit`).
+//!
+//! The dump lists the buffers, the steps in order (launches with kernel, grid,
+//! graph nodes, arguments with the view each kernel sees, requirements; host
+//! steps; regions indented three more) and the outputs, then every generated
+//! kernel in the Tile IR dump format. `verify` checks buffers, views,
+//! write-before-read (through regions: after an `if`, what both branches write;
+//! after a loop, what was written before it), host variables set before they
+//! are read and arguments, and runs the Tile IR verifier on every generated
+//! kernel.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -54,7 +73,7 @@ use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{
     binary_name, render_constant, Activation, Fill, GType, Graph, LowerError, NodeId, NodeKind,
-    ReduceKind, SliceAxis,
+    ReduceKind, Region as GRegion, SliceAxis,
 };
 use crate::ir::tile::{
     self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, UnaryOp, Value,
@@ -100,6 +119,9 @@ pub enum ScalarExpr {
     Cast(Box<ScalarExpr>, DType),
     /// `cdiv(a, k)`.
     CDiv(Box<ScalarExpr>, i64),
+    /// A host variable (set by a `SetVar` step or a `For` step's counter),
+    /// dumped `$name`.
+    Var(String),
 }
 
 impl fmt::Display for ScalarExpr {
@@ -112,6 +134,7 @@ impl fmt::Display for ScalarExpr {
             ScalarExpr::Binary(op, a, b) => write!(f, "{}({a}, {b})", binary_name(*op)),
             ScalarExpr::Cast(x, d) => write!(f, "{d}({x})"),
             ScalarExpr::CDiv(x, k) => write!(f, "cdiv({x}, {k})"),
+            ScalarExpr::Var(v) => write!(f, "${v}"),
         }
     }
 }
@@ -168,6 +191,33 @@ pub enum Step {
         seed: ScalarExpr,
         node: NodeId,
     },
+    /// Sets host variable `var` (dumped `set $var = value`).
+    SetVar {
+        var: String,
+        value: ScalarExpr,
+    },
+    /// Runs `then` when the bool host scalar `cond` is true, else `otherwise`.
+    If {
+        cond: ScalarExpr,
+        then: Vec<Step>,
+        otherwise: Vec<Step>,
+    },
+    /// `for $var in range(lo, hi, step)` (Python's `range`, `step` non-zero; i32
+    /// host scalars): `body` runs once per value with `$var` set to it.
+    For {
+        var: String,
+        lo: ScalarExpr,
+        hi: ScalarExpr,
+        step: ScalarExpr,
+        body: Vec<Step>,
+    },
+    /// Runs `cond`, then while the bool `test` (which `cond` sets) is true,
+    /// `body` and `cond` again.
+    While {
+        cond: Vec<Step>,
+        test: ScalarExpr,
+        body: Vec<Step>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -181,12 +231,30 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The kernel launches among the steps, in order.
+    /// The kernel launches among the steps (regions included), in program order.
     pub fn launches(&self) -> impl Iterator<Item = &Launch> {
-        self.steps.iter().filter_map(|s| match s {
-            Step::Launch(l) => Some(l),
-            _ => None,
-        })
+        fn collect<'s>(steps: &'s [Step], out: &mut Vec<&'s Launch>) {
+            for s in steps {
+                match s {
+                    Step::Launch(l) => out.push(l),
+                    Step::If {
+                        then, otherwise, ..
+                    } => {
+                        collect(then, out);
+                        collect(otherwise, out);
+                    }
+                    Step::For { body, .. } => collect(body, out),
+                    Step::While { cond, body, .. } => {
+                        collect(cond, out);
+                        collect(body, out);
+                    }
+                    Step::HostRandn { .. } | Step::SetVar { .. } => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.steps, &mut out);
+        out.into_iter()
     }
 
     pub fn buffer(&self, b: BufId) -> &Buffer {
@@ -240,7 +308,15 @@ struct Lower<'g> {
     temps: usize,
     cast_of: HashMap<NodeId, BufId>,
     f32_of: HashMap<NodeId, BufId>,
+    /// Host scalars of nodes bound from outside the graph (region params,
+    /// results of control flow): host variables.
+    scalar_of: HashMap<NodeId, ScalarExpr>,
+    /// Host variables made so far (for fresh names).
+    vars: usize,
 }
+
+/// A matched attention pattern: (q, k, v, scale, absorbed nodes).
+type Attention = (NodeId, NodeId, NodeId, ScalarExpr, Vec<NodeId>);
 
 fn product(dims: &[Dim]) -> Option<Dim> {
     dims.iter()
@@ -365,6 +441,9 @@ impl<'g> Lower<'g> {
     }
 
     fn scalar(&self, n: NodeId) -> R<ScalarExpr> {
+        if let Some(e) = self.scalar_of.get(&n) {
+            return Ok(e.clone());
+        }
         let node = self.g.node(n);
         if !node.ty.is_scalar() {
             return Err(self.unsupported(n, "a tensor where a scalar is needed"));
@@ -427,7 +506,7 @@ impl<'g> Lower<'g> {
 
     /// Matches `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)`:
     /// returns (q, k, v, scale, absorbed nodes).
-    fn attention(&self, n: NodeId) -> Option<(NodeId, NodeId, NodeId, ScalarExpr, Vec<NodeId>)> {
+    fn attention(&self, n: NodeId) -> Option<Attention> {
         let g = self.g;
         let single = |x: NodeId| self.uses[x.0 as usize] == 1;
         let NodeKind::MatMul { a: sm, b: v } = g.node(n).kind else {
@@ -520,9 +599,10 @@ impl<'g> Lower<'g> {
             da[da.len() - 2].clone()
         };
         let (k, nn) = (da[da.len() - 1].clone(), db[db.len() - 1].clone());
+        let acc = generate::acc_dtype(g.ty(n).dtype().unwrap_or(DType::F32));
         let c = match out {
-            Some(o) if g.ty(n).dtype() == Some(DType::F32) => o,
-            _ => self.temp(dn.to_vec(), DType::F32),
+            Some(o) if g.ty(n).dtype() == Some(acc) => o,
+            _ => self.temp(dn.to_vec(), acc),
         };
         let (name, batched): (&'static str, bool) = match (dt, flat, da.len(), db.len()) {
             (DType::F16, true, _, _) => ("gemm", false),
@@ -531,7 +611,10 @@ impl<'g> Lower<'g> {
             (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
-            (d, ..) if d.is_float() && g.ty(b).dtype().is_some_and(DType::is_float) => {
+            (d, ..)
+                if (d.is_float() && g.ty(b).dtype().is_some_and(DType::is_float))
+                    || (d.is_int() && g.ty(b).dtype().is_some_and(DType::is_int)) =>
+            {
                 self.matmul_generated(n, &da, &db, ba, bb, c)?;
                 self.buf_of.insert(n, c);
                 return Ok(());
@@ -739,7 +822,7 @@ impl<'g> Lower<'g> {
     fn lower_attention(
         &mut self,
         n: NodeId,
-        (q, k, v, scale, absorbed): (NodeId, NodeId, NodeId, ScalarExpr, Vec<NodeId>),
+        (q, k, v, scale, absorbed): Attention,
         out: Option<BufId>,
     ) -> R<()> {
         let dims = self.g.ty(n).dims().to_vec();
@@ -782,25 +865,7 @@ impl<'g> Lower<'g> {
 
 /// Lowers a graph to its launch plan.
 pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
-    let uses = g.use_counts();
-    let mut consumers = vec![Vec::new(); g.nodes.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for o in crate::ir::graph::operands(&n.kind) {
-            consumers[o.0 as usize].push(NodeId(i as u32));
-        }
-    }
-    let mut l = Lower {
-        g,
-        uses,
-        consumers,
-        buffers: Vec::new(),
-        buf_of: HashMap::new(),
-        steps: Vec::new(),
-        kernels: Vec::new(),
-        temps: 0,
-        cast_of: HashMap::new(),
-        f32_of: HashMap::new(),
-    };
+    let mut l = Lower::new(g);
     for (i, p) in g.params.iter().enumerate() {
         if let GType::Tensor { dims, dtype } = &p.ty {
             let b = l.add_buffer(p.name.clone(), BufKind::Input(i), dims.clone(), *dtype);
@@ -809,43 +874,8 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             }
         }
     }
-    // Fusion: an elementwise node whose users are all elementwise and already in
-    // one group, with no kernel call between it and them, joins that group (so a
-    // value used twice inside one chain, as in `t * sigmoid(t)`, is computed once
-    // in registers); results and other nodes root their own group.
-    let n = g.nodes.len();
-    let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
-    let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
-    for i in (0..n).rev() {
-        let id = NodeId(i as u32);
-        let users = &l.consumers[i];
-        if !is_elementwise(g, id) || is_output(i) || users.is_empty() {
-            continue;
-        }
-        let root = root_of[users[0].0 as usize];
-        let last = users.iter().map(|u| u.0 as usize).max().unwrap_or(i);
-        let effect_between = g.nodes[i + 1..last]
-            .iter()
-            .any(|x| matches!(x.kind, NodeKind::KernelCall { .. }));
-        if !effect_between
-            && users
-                .iter()
-                .all(|u| is_elementwise(g, *u) && root_of[u.0 as usize] == root)
-        {
-            root_of[i] = root;
-        }
-    }
     // Attention patterns: the final matmul absorbs its producers.
-    let mut absorbed = vec![false; n];
-    let mut attention = HashMap::new();
-    for i in 0..n {
-        if let Some(m) = l.attention(NodeId(i as u32)) {
-            for a in &m.4 {
-                absorbed[a.0 as usize] = true;
-            }
-            attention.insert(i, m);
-        }
-    }
+    let (attention, absorbed) = l.attentions();
     // Output buffers for results a launch can write directly.
     let mut out_for: HashMap<NodeId, BufId> = HashMap::new();
     let mut outputs = Vec::new();
@@ -868,7 +898,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             _ if out_for.contains_key(&o) => false,
             _ if is_elementwise(g, o) => true,
             NodeKind::MatMul { .. } => {
-                *dtype == DType::F32 || attention.contains_key(&(o.0 as usize))
+                *dtype == generate::acc_dtype(*dtype) || attention.contains_key(&(o.0 as usize))
             }
             NodeKind::LayerNorm { .. } | NodeKind::RmsNorm { .. } => {
                 *dtype == DType::F32 || !l.norm_fits_std(o)
@@ -884,225 +914,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             out_for.insert(o, b);
         }
     }
-    for i in 0..n {
-        let id = NodeId(i as u32);
-        let node = g.node(id);
-        if absorbed[i] || node.ty.is_scalar() || matches!(node.kind, NodeKind::Param(_)) {
-            continue;
-        }
-        let out = out_for.get(&id).copied();
-        if is_elementwise(g, id) {
-            if root_of[i] != id {
-                continue;
-            }
-            let members: Vec<NodeId> = (0..=i)
-                .map(|j| NodeId(j as u32))
-                .filter(|&j| root_of[j.0 as usize] == id && is_elementwise(g, j))
-                .collect();
-            let dims = node.ty.dims().to_vec();
-            let b = match out {
-                Some(b) => b,
-                None => l.temp(dims, node.ty.dtype().unwrap_or(DType::F32)),
-            };
-            l.fused(
-                &Group {
-                    members,
-                    root: id,
-                    copy: false,
-                },
-                b,
-            )?;
-            l.buf_of.insert(id, b);
-            continue;
-        }
-        match &node.kind {
-            NodeKind::MatMul { .. } => match attention.remove(&i) {
-                Some(m) => l.lower_attention(id, m, out)?,
-                None => l.lower_matmul(id, out)?,
-            },
-            NodeKind::Reduce { op, x, axis, .. }
-                if !(*op != ReduceKind::Min
-                    && *axis == Some(g.ty(*x).dims().len().saturating_sub(1))
-                    && g.ty(*x).dtype() == Some(DType::F32)
-                    && l.buf(*x, id)
-                        .is_ok_and(|b| l.buffers[b.0 as usize].dtype == DType::F32)) =>
-            {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                l.reduce_generated(id, b)?;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::LayerNorm { .. } | NodeKind::RmsNorm { .. } if !l.norm_fits_std(id) => {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                l.norm_generated(id, b)?;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::Softmax { x, axis }
-                if !(*axis + 1 == g.ty(*x).dims().len()
-                    && g.ty(*x).dtype() == Some(DType::F32)
-                    && l.buf(*x, id)
-                        .is_ok_and(|b| l.buffers[b.0 as usize].dtype == DType::F32)) =>
-            {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                l.softmax_generated(id, b)?;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::Softmax { .. }
-            | NodeKind::LayerNorm { .. }
-            | NodeKind::RmsNorm { .. }
-            | NodeKind::Reduce { .. } => l.lower_rows(id, out)?,
-            NodeKind::Reshape { x } => {
-                let base = l.buf(*x, id)?;
-                let name = format!("v{}", l.buffers.len());
-                let dtype = l.buffers[base.0 as usize].dtype;
-                let v = l.add_buffer(name, BufKind::View(base), node.ty.dims().to_vec(), dtype);
-                l.buf_of.insert(id, v);
-            }
-            NodeKind::Fill(Fill::Empty) => {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                l.buffers[b.0 as usize].alloc = true;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::KernelCall {
-                kernel,
-                grid,
-                args,
-                consts,
-            } => {
-                let mut largs = Vec::new();
-                let mut writes = Vec::new();
-                for (name, a) in args {
-                    if g.ty(*a).is_scalar() {
-                        largs.push((name.clone(), Arg::Scalar(l.scalar(*a)?)));
-                    } else {
-                        let b = l.buf_as(*a, id)?;
-                        writes.push(b);
-                        largs.push((
-                            name.clone(),
-                            Arg::Buffer {
-                                buf: b,
-                                dims: g.ty(*a).dims().to_vec(),
-                            },
-                        ));
-                    }
-                }
-                let grid = match grid {
-                    Some(gr) => Some(gr.iter().map(|x| l.scalar(*x)).collect::<R<Vec<_>>>()?),
-                    None => None,
-                };
-                l.launch(Launch {
-                    kernel: KernelRef::User(kernel.clone()),
-                    nodes: vec![id],
-                    grid,
-                    args: largs,
-                    consts: consts
-                        .iter()
-                        .map(|(n, v)| (n.clone(), v.to_string()))
-                        .collect(),
-                    requires: vec![],
-                    writes,
-                });
-            }
-            NodeKind::Transpose { .. } => {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                l.transpose(id, b)?;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::Slice { x, axes } => {
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                let zero = || ScalarExpr::Const(Constant::Int(0));
-                let mut src = Vec::with_capacity(axes.len());
-                let mut k = 0;
-                for a in axes {
-                    src.push(match a {
-                        SliceAxis::Index(i) => SrcAxis::Fixed(l.scalar_as(*i, Some(DType::I32))?),
-                        SliceAxis::Full => SrcAxis::Out {
-                            k,
-                            offset: zero(),
-                            wrap: false,
-                        },
-                        SliceAxis::Range { start } => SrcAxis::Out {
-                            k,
-                            offset: ScalarExpr::Index(start.clone()),
-                            wrap: false,
-                        },
-                    });
-                    if !matches!(a, SliceAxis::Index(_)) {
-                        k += 1;
-                    }
-                }
-                l.gather_copy(id, *x, src, b)?;
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::Fill(Fill::Randn { seed }) => {
-                if !node.ty.dtype().is_some_and(DType::is_float) {
-                    return Err(l.unsupported(
-                        id,
-                        format!("`randn` of `{}` (normal samples are floats)", node.ty),
-                    ));
-                }
-                let b = match out {
-                    Some(b) => b,
-                    None => l.temp(
-                        node.ty.dims().to_vec(),
-                        node.ty.dtype().unwrap_or(DType::F32),
-                    ),
-                };
-                let seed = match seed {
-                    Some(s) => l.scalar_as(*s, Some(DType::I64))?,
-                    None => ScalarExpr::Const(Constant::Int(0)),
-                };
-                l.steps.push(Step::HostRandn {
-                    buf: b,
-                    seed,
-                    node: id,
-                });
-                l.buf_of.insert(id, b);
-            }
-            NodeKind::Call { func, .. } => {
-                return Err(l.unsupported(
-                    id,
-                    format!("the call to `{func}`: it is recursive, its definition cannot be found, its dims do not bind or a const argument is not a literal"),
-                ))
-            }
-            other => return Err(l.unsupported(id, format!("{other:?}"))),
-        }
-    }
+    l.run(&out_for, attention, absorbed)?;
     // Results not written in place: copy (and cast) into the output buffer.
     for (k, &o) in g.outputs.iter().enumerate() {
         let ob = outputs[k];
@@ -1165,9 +977,108 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
         .iter()
         .map(|b| b.alloc || matches!(b.kind, BufKind::Input(_)))
         .collect();
-    for (li, step) in s.steps.iter().enumerate() {
+    let mut vars = Vec::new();
+    if let Err(m) = verify_steps(s, &s.steps, &mut written, &mut vars) {
+        return err(m);
+    }
+    for o in &s.outputs {
+        if !written[s.base(*o).0 as usize] {
+            return err(format!("output `{}` is never written", s.buffer(*o).name));
+        }
+    }
+    Ok(())
+}
+
+/// The host variables an expression reads.
+fn vars_of(e: &ScalarExpr, out: &mut Vec<String>) {
+    match e {
+        ScalarExpr::Var(v) => out.push(v.clone()),
+        ScalarExpr::Unary(_, x) | ScalarExpr::Cast(x, _) | ScalarExpr::CDiv(x, _) => {
+            vars_of(x, out)
+        }
+        ScalarExpr::Binary(_, a, b) => {
+            vars_of(a, out);
+            vars_of(b, out);
+        }
+        ScalarExpr::Param(_) | ScalarExpr::Index(_) | ScalarExpr::Const(_) => {}
+    }
+}
+
+/// Checks a list of steps: buffers written before they are read, host
+/// variables set before they are read; regions see the state before them,
+/// and after an `if` a buffer counts as written when both branches write it
+/// (after a loop, when it was before: a loop may run no trip).
+fn verify_steps(
+    s: &Schedule,
+    steps: &[Step],
+    written: &mut Vec<bool>,
+    vars: &mut Vec<String>,
+) -> Result<(), String> {
+    let err = |m: String| Err(m);
+    let count = |d: &[Dim]| product(d);
+    let defined = |e: &ScalarExpr, vars: &Vec<String>, li: usize| -> Result<(), String> {
+        let mut used = Vec::new();
+        vars_of(e, &mut used);
+        match used.iter().find(|v| !vars.contains(v)) {
+            Some(v) => Err(format!(
+                "step {li}: host variable `${v}` read before it is set"
+            )),
+            None => Ok(()),
+        }
+    };
+    // A region's steps from the state before them; gives the state after.
+    let scope = |body: &[Step], written: &Vec<bool>, vars: &Vec<String>, extra: Option<&String>| {
+        let (mut w, mut v) = (written.clone(), vars.clone());
+        v.extend(extra.cloned());
+        verify_steps(s, body, &mut w, &mut v).map(|_| (w, v))
+    };
+    for (li, step) in steps.iter().enumerate() {
         let l = match step {
             Step::Launch(l) => l,
+            Step::SetVar { var, value } => {
+                defined(value, vars, li)?;
+                vars.push(var.clone());
+                continue;
+            }
+            Step::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                defined(cond, vars, li)?;
+                let (a, va) = scope(then, written, vars, None)?;
+                let (b, vb) = scope(otherwise, written, vars, None)?;
+                // What both branches write or set stays so.
+                for v in va {
+                    if vb.contains(&v) && !vars.contains(&v) {
+                        vars.push(v);
+                    }
+                }
+                for (w, (x, y)) in written.iter_mut().zip(a.iter().zip(&b)) {
+                    *w |= *x && *y;
+                }
+                continue;
+            }
+            Step::For {
+                var,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                for e in [lo, hi, step] {
+                    defined(e, vars, li)?;
+                }
+                scope(body, written, vars, Some(var))?;
+                continue;
+            }
+            Step::While { cond, test, body } => {
+                // The condition runs at least once, the body maybe never.
+                verify_steps(s, cond, written, vars)?;
+                defined(test, vars, li)?;
+                scope(body, written, vars, None)?;
+                continue;
+            }
             Step::HostRandn { buf, seed, .. } => {
                 let Some(b) = s.buffers.get(buf.0 as usize) else {
                     return err(format!("step {li}: `randn` names no buffer"));
@@ -1178,14 +1089,24 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
                 if matches!(b.kind, BufKind::Input(_)) {
                     return err(format!("step {li}: `randn` overwrites input `{}`", b.name));
                 }
-                if matches!(seed, ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))) {
+                if matches!(
+                    seed,
+                    ScalarExpr::Const(Constant::Float(_) | Constant::Bool(_))
+                ) {
                     return err(format!("step {li}: a `randn` seed that is not an integer"));
                 }
+                defined(seed, vars, li)?;
                 written[s.base(*buf).0 as usize] = true;
                 continue;
             }
         };
+        for e in l.grid.iter().flatten() {
+            defined(e, vars, li)?;
+        }
         for (name, a) in &l.args {
+            if let Arg::Scalar(e) = a {
+                defined(e, vars, li)?;
+            }
             if let Arg::Buffer { buf, dims } = a {
                 if buf.0 as usize >= s.buffers.len() {
                     return err(format!("step {li}: `{name}` names no buffer"));
@@ -1242,11 +1163,6 @@ pub fn verify(s: &Schedule) -> Result<(), String> {
                     errors.join("; ")
                 ));
             }
-        }
-    }
-    for o in &s.outputs {
-        if !written[s.base(*o).0 as usize] {
-            return err(format!("output `{}` is never written", s.buffer(*o).name));
         }
     }
     Ok(())
@@ -1384,6 +1300,89 @@ fn verify_region(
     Ok(())
 }
 
+/// Steps at an indentation; regions nest three spaces deeper.
+fn dump_steps(s: &Schedule, steps: &[Step], ind: &str, out: &mut String) {
+    let inner = format!("{ind}   ");
+    for (i, step) in steps.iter().enumerate() {
+        let l = match step {
+            Step::Launch(l) => l,
+            Step::HostRandn { buf, seed, node } => {
+                let _ = writeln!(
+                    out,
+                    "{ind}{i}: randn {} seed={seed} nodes=[{node}] (host)",
+                    s.buffer(*buf).name
+                );
+                continue;
+            }
+            Step::SetVar { var, value } => {
+                let _ = writeln!(out, "{ind}{i}: set ${var} = {value}");
+                continue;
+            }
+            Step::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let _ = writeln!(out, "{ind}{i}: if {cond}");
+                dump_steps(s, then, &inner, out);
+                let _ = writeln!(out, "{ind}   else");
+                dump_steps(s, otherwise, &inner, out);
+                continue;
+            }
+            Step::For {
+                var,
+                lo,
+                hi,
+                step,
+                body,
+            } => {
+                let _ = writeln!(out, "{ind}{i}: for ${var} in range({lo}, {hi}, {step})");
+                dump_steps(s, body, &inner, out);
+                continue;
+            }
+            Step::While { cond, test, body } => {
+                let _ = writeln!(out, "{ind}{i}: while");
+                dump_steps(s, cond, &inner, out);
+                let _ = writeln!(out, "{ind}   test {test}, then");
+                dump_steps(s, body, &inner, out);
+                continue;
+            }
+        };
+        let kname = match &l.kernel {
+            KernelRef::Std { module, name } => format!("{module}.{name}"),
+            KernelRef::User(n) => n.clone(),
+            KernelRef::Generated(k) => format!("{} (generated)", s.kernels[*k].name),
+        };
+        let grid = match &l.grid {
+            Some(g) => format!(
+                "({}{})",
+                g.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if g.len() == 1 { "," } else { "" }
+            ),
+            None => "@kernel".into(),
+        };
+        let nodes: Vec<String> = l.nodes.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "{ind}{i}: {kname} grid={grid} nodes=[{}]",
+            nodes.join(", ")
+        );
+        let args: Vec<String> = l
+            .args
+            .iter()
+            .map(|(n, a)| format!("{n}={}", arg_str(s, a)))
+            .chain(l.consts.iter().map(|(n, v)| format!("{n}={v}")))
+            .collect();
+        let _ = writeln!(out, "{ind}     ({})", args.join(", "));
+        for r in &l.requires {
+            let _ = writeln!(out, "{ind}     requires {r}");
+        }
+    }
+}
+
 /// The textual dump: buffers, launches in order, outputs, then the generated kernels.
 pub fn dump(s: &Schedule) -> String {
     let mut out = String::new();
@@ -1408,51 +1407,7 @@ pub fn dump(s: &Schedule) -> String {
         let _ = writeln!(out, "  {}: {t} {kind}", b.name);
     }
     let _ = writeln!(out, "steps:");
-    for (i, step) in s.steps.iter().enumerate() {
-        let l = match step {
-            Step::Launch(l) => l,
-            Step::HostRandn { buf, seed, node } => {
-                let _ = writeln!(
-                    out,
-                    "  {i}: randn {} seed={seed} nodes=[{node}] (host)",
-                    s.buffer(*buf).name
-                );
-                continue;
-            }
-        };
-        let kname = match &l.kernel {
-            KernelRef::Std { module, name } => format!("{module}.{name}"),
-            KernelRef::User(n) => n.clone(),
-            KernelRef::Generated(k) => format!("{} (generated)", s.kernels[*k].name),
-        };
-        let grid = match &l.grid {
-            Some(g) => format!(
-                "({}{})",
-                g.iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if g.len() == 1 { "," } else { "" }
-            ),
-            None => "@kernel".into(),
-        };
-        let nodes: Vec<String> = l.nodes.iter().map(|n| n.to_string()).collect();
-        let _ = writeln!(
-            out,
-            "  {i}: {kname} grid={grid} nodes=[{}]",
-            nodes.join(", ")
-        );
-        let args: Vec<String> = l
-            .args
-            .iter()
-            .map(|(n, a)| format!("{n}={}", arg_str(s, a)))
-            .chain(l.consts.iter().map(|(n, v)| format!("{n}={v}")))
-            .collect();
-        let _ = writeln!(out, "       ({})", args.join(", "));
-        for r in &l.requires {
-            let _ = writeln!(out, "       requires {r}");
-        }
-    }
+    dump_steps(s, &s.steps, "  ", &mut out);
     let outs: Vec<&str> = s
         .outputs
         .iter()
@@ -1464,4 +1419,584 @@ pub fn dump(s: &Schedule) -> String {
         out.push_str(&k.dump());
     }
     out
+}
+
+/// Where a value crosses a region boundary: a buffer, or a host scalar (a
+/// host variable where a region writes it).
+#[derive(Clone, Debug)]
+enum Slot {
+    Buf(BufId),
+    Scalar(ScalarExpr),
+}
+
+/// The types of a region's outputs.
+fn region_types(r: &GRegion) -> Vec<GType> {
+    r.graph
+        .outputs
+        .iter()
+        .map(|o| r.graph.ty(*o).clone())
+        .collect()
+}
+
+impl Lower<'_> {
+    fn fresh_var(&mut self, hint: &str) -> String {
+        self.vars += 1;
+        format!("{hint}{}", self.vars - 1)
+    }
+
+    /// A bool host scalar for a condition node.
+    fn host_condition(&self, cond: NodeId, user: NodeId) -> R<ScalarExpr> {
+        if !self.g.ty(cond).is_scalar() {
+            return Err(self.unsupported(user, "a condition read back from a tensor"));
+        }
+        self.scalar(cond)
+    }
+
+    /// Fresh places for results of these types: temporaries and host variables.
+    fn result_slots(&mut self, tys: &[GType], hint: &str) -> Vec<Slot> {
+        tys.iter()
+            .map(|t| match t {
+                GType::Tensor { dims, dtype } => Slot::Buf(self.temp(dims.clone(), *dtype)),
+                _ => Slot::Scalar(ScalarExpr::Var(self.fresh_var(hint))),
+            })
+            .collect()
+    }
+
+    /// The places of a loop's carried values, set to their initial values.
+    fn carried_slots(&mut self, init: &[NodeId]) -> R<Vec<Slot>> {
+        let tys: Vec<GType> = init.iter().map(|i| self.g.ty(*i).clone()).collect();
+        let slots = self.result_slots(&tys, "v");
+        for (i, slot) in init.iter().zip(&slots) {
+            match slot {
+                Slot::Buf(b) => {
+                    self.buf(*i, *i)?;
+                    self.fused(
+                        &Group {
+                            members: vec![],
+                            root: *i,
+                            copy: true,
+                        },
+                        *b,
+                    )?;
+                }
+                Slot::Scalar(ScalarExpr::Var(v)) => {
+                    let value = self.scalar(*i)?;
+                    self.steps.push(Step::SetVar {
+                        var: v.clone(),
+                        value,
+                    });
+                }
+                Slot::Scalar(_) => {}
+            }
+        }
+        Ok(slots)
+    }
+
+    /// Binds the `Project` nodes of a control-flow node to its result slots.
+    fn bind_results(&mut self, node: NodeId, slots: &[Slot]) {
+        for u in self.consumers[node.0 as usize].clone() {
+            if let NodeKind::Project { index, .. } = self.g.node(u).kind {
+                match &slots[index] {
+                    Slot::Buf(b) => {
+                        self.buf_of.insert(u, *b);
+                    }
+                    Slot::Scalar(e) => {
+                        self.scalar_of.insert(u, e.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lowers a region to its own steps: its leading params bound to
+    /// `leading`, its captures to this graph's values, its outputs written to
+    /// `targets` (buffers by copy kernels, host variables by `SetVar`) in two
+    /// phases when an output is read from another target (`a, b = b, a`).
+    fn lower_region(&mut self, r: &GRegion, leading: &[Slot], targets: &[Slot]) -> R<Vec<Step>> {
+        let mut bind: Vec<Slot> = leading.to_vec();
+        for c in &r.captures {
+            bind.push(if self.g.ty(*c).is_scalar() {
+                Slot::Scalar(self.scalar(*c)?)
+            } else {
+                Slot::Buf(self.buf_as(*c, *c)?)
+            });
+        }
+        // Generated kernels are named after the function and the region.
+        let g = Graph {
+            name: format!("{}_{}", self.g.name, r.graph.name),
+            ..(*r.graph).clone()
+        };
+        let mut c = Lower::new(&g);
+        c.buffers = std::mem::take(&mut self.buffers);
+        c.kernels = std::mem::take(&mut self.kernels);
+        c.temps = self.temps;
+        c.vars = self.vars;
+        let result = c.lower_region_body(&bind, targets);
+        self.buffers = std::mem::take(&mut c.buffers);
+        self.kernels = std::mem::take(&mut c.kernels);
+        self.temps = c.temps;
+        self.vars = c.vars;
+        result?;
+        Ok(c.steps)
+    }
+
+    fn lower_region_body(&mut self, bind: &[Slot], targets: &[Slot]) -> R<()> {
+        let g = self.g;
+        for (i, n) in g.nodes.iter().enumerate() {
+            if let NodeKind::Param(p) = n.kind {
+                match &bind[p] {
+                    Slot::Buf(b) => {
+                        self.buf_of.insert(NodeId(i as u32), *b);
+                    }
+                    Slot::Scalar(e) => {
+                        self.scalar_of.insert(NodeId(i as u32), e.clone());
+                    }
+                }
+            }
+        }
+        let (attention, absorbed) = self.attentions();
+        self.run(&HashMap::new(), attention, absorbed)?;
+        let target_bases: Vec<BufId> = targets
+            .iter()
+            .filter_map(|t| match t {
+                Slot::Buf(b) => Some(self.base(*b)),
+                _ => None,
+            })
+            .collect();
+        let copy = |l: &mut Self, root: NodeId, to: BufId| {
+            l.fused(
+                &Group {
+                    members: vec![],
+                    root,
+                    copy: true,
+                },
+                to,
+            )
+        };
+        // Phase 1: values that sit in another target move to a temporary.
+        let mut scalars: Vec<Option<ScalarExpr>> = vec![None; targets.len()];
+        let several_vars = targets
+            .iter()
+            .filter(|t| matches!(t, Slot::Scalar(_)))
+            .count()
+            > 1;
+        for (k, (&o, t)) in g.outputs.iter().zip(targets).enumerate() {
+            match t {
+                Slot::Buf(b) => {
+                    let src = self.base(self.buf(o, o)?);
+                    if src != self.base(*b) && target_bases.contains(&src) {
+                        let t =
+                            self.temp(g.ty(o).dims().to_vec(), self.buffers[b.0 as usize].dtype);
+                        copy(self, o, t)?;
+                        self.buf_of.insert(o, t);
+                    }
+                }
+                Slot::Scalar(_) => {
+                    let value = self.scalar(o)?;
+                    scalars[k] = Some(if several_vars {
+                        let v = self.fresh_var("t");
+                        self.steps.push(Step::SetVar {
+                            var: v.clone(),
+                            value,
+                        });
+                        ScalarExpr::Var(v)
+                    } else {
+                        value
+                    });
+                }
+            }
+        }
+        // Phase 2: into the targets.
+        for (k, (&o, t)) in g.outputs.iter().zip(targets).enumerate() {
+            match t {
+                Slot::Buf(b) => {
+                    if self.base(self.buf(o, o)?) != self.base(*b) {
+                        copy(self, o, *b)?;
+                    }
+                }
+                Slot::Scalar(ScalarExpr::Var(var)) => {
+                    let value = scalars[k].take().unwrap_or(ScalarExpr::Var(var.clone()));
+                    if value != ScalarExpr::Var(var.clone()) {
+                        self.steps.push(Step::SetVar {
+                            var: var.clone(),
+                            value,
+                        });
+                    }
+                }
+                Slot::Scalar(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffer owning the memory of `b` (through views).
+    fn base(&self, mut b: BufId) -> BufId {
+        while let BufKind::View(of) = self.buffers[b.0 as usize].kind {
+            b = of;
+        }
+        b
+    }
+
+    /// Attention matches: the patterns by final matmul, and the nodes they absorb.
+    fn attentions(&self) -> (HashMap<usize, Attention>, Vec<bool>) {
+        let n = self.g.nodes.len();
+        let mut absorbed = vec![false; n];
+        let mut attention = HashMap::new();
+        for i in 0..n {
+            if let Some(m) = self.attention(NodeId(i as u32)) {
+                for a in &m.4 {
+                    absorbed[a.0 as usize] = true;
+                }
+                attention.insert(i, m);
+            }
+        }
+        (attention, absorbed)
+    }
+}
+
+impl<'g> Lower<'g> {
+    fn new(g: &'g Graph) -> Self {
+        let uses = g.use_counts();
+        let mut consumers = vec![Vec::new(); g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            for o in crate::ir::graph::operands(&n.kind) {
+                consumers[o.0 as usize].push(NodeId(i as u32));
+            }
+        }
+        Lower {
+            g,
+            uses,
+            consumers,
+            buffers: Vec::new(),
+            buf_of: HashMap::new(),
+            steps: Vec::new(),
+            kernels: Vec::new(),
+            temps: 0,
+            cast_of: HashMap::new(),
+            f32_of: HashMap::new(),
+            scalar_of: HashMap::new(),
+            vars: 0,
+        }
+    }
+
+    /// Lowers every node (params already bound): fusion groups, then one or
+    /// more steps per node in program order. `out_for` names the buffers some
+    /// results are written to directly.
+    fn run(
+        &mut self,
+        out_for: &HashMap<NodeId, BufId>,
+        mut attention: HashMap<usize, Attention>,
+        absorbed: Vec<bool>,
+    ) -> R<()> {
+        let l = self;
+        let g = l.g;
+        let n = g.nodes.len();
+        // Fusion: an elementwise node whose users are all elementwise and already in
+        // one group, with no kernel call between it and them, joins that group (so a
+        // value used twice inside one chain, as in `t * sigmoid(t)`, is computed once
+        // in registers); results and other nodes root their own group.
+        let is_output = |x: usize| g.outputs.contains(&NodeId(x as u32));
+        let mut root_of: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
+        for i in (0..n).rev() {
+            let id = NodeId(i as u32);
+            let users = &l.consumers[i];
+            if !is_elementwise(g, id) || is_output(i) || users.is_empty() {
+                continue;
+            }
+            let root = root_of[users[0].0 as usize];
+            let last = users.iter().map(|u| u.0 as usize).max().unwrap_or(i);
+            let effect_between = g.nodes[i + 1..last].iter().any(|x| {
+                matches!(
+                    x.kind,
+                    NodeKind::KernelCall { .. }
+                        | NodeKind::If { .. }
+                        | NodeKind::For { .. }
+                        | NodeKind::While { .. }
+                )
+            });
+            if !effect_between
+                && users
+                    .iter()
+                    .all(|u| is_elementwise(g, *u) && root_of[u.0 as usize] == root)
+            {
+                root_of[i] = root;
+            }
+        }
+        for i in 0..n {
+            let id = NodeId(i as u32);
+            let node = g.node(id);
+            if absorbed[i] || node.ty.is_scalar() || matches!(node.kind, NodeKind::Param(_)) {
+                continue;
+            }
+            let out = out_for.get(&id).copied();
+            if is_elementwise(g, id) {
+                if root_of[i] != id {
+                    continue;
+                }
+                let members: Vec<NodeId> = (0..=i)
+                    .map(|j| NodeId(j as u32))
+                    .filter(|&j| root_of[j.0 as usize] == id && is_elementwise(g, j))
+                    .collect();
+                let dims = node.ty.dims().to_vec();
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(dims, node.ty.dtype().unwrap_or(DType::F32)),
+                };
+                l.fused(
+                    &Group {
+                        members,
+                        root: id,
+                        copy: false,
+                    },
+                    b,
+                )?;
+                l.buf_of.insert(id, b);
+                continue;
+            }
+            match &node.kind {
+            NodeKind::MatMul { .. } => match attention.remove(&i) {
+                Some(m) => l.lower_attention(id, m, out)?,
+                None => l.lower_matmul(id, out)?,
+            },
+            NodeKind::Reduce { op, x, axis, .. }
+                if !(*op != ReduceKind::Min
+                    && *axis == Some(g.ty(*x).dims().len().saturating_sub(1))
+                    && g.ty(*x).dtype() == Some(DType::F32)
+                    && l.buf(*x, id)
+                        .is_ok_and(|b| l.buffers[b.0 as usize].dtype == DType::F32)) =>
+            {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.reduce_generated(id, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::LayerNorm { .. } | NodeKind::RmsNorm { .. } if !l.norm_fits_std(id) => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.norm_generated(id, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Softmax { x, axis }
+                if !(*axis + 1 == g.ty(*x).dims().len()
+                    && g.ty(*x).dtype() == Some(DType::F32)
+                    && l.buf(*x, id)
+                        .is_ok_and(|b| l.buffers[b.0 as usize].dtype == DType::F32)) =>
+            {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.softmax_generated(id, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Softmax { .. }
+            | NodeKind::LayerNorm { .. }
+            | NodeKind::RmsNorm { .. }
+            | NodeKind::Reduce { .. } => l.lower_rows(id, out)?,
+            NodeKind::Reshape { x } => {
+                let base = l.buf(*x, id)?;
+                let name = format!("v{}", l.buffers.len());
+                let dtype = l.buffers[base.0 as usize].dtype;
+                let v = l.add_buffer(name, BufKind::View(base), node.ty.dims().to_vec(), dtype);
+                l.buf_of.insert(id, v);
+            }
+            NodeKind::Fill(Fill::Empty) => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.buffers[b.0 as usize].alloc = true;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::KernelCall {
+                kernel,
+                grid,
+                args,
+                consts,
+            } => {
+                let mut largs = Vec::new();
+                let mut writes = Vec::new();
+                for (name, a) in args {
+                    if g.ty(*a).is_scalar() {
+                        largs.push((name.clone(), Arg::Scalar(l.scalar(*a)?)));
+                    } else {
+                        let b = l.buf_as(*a, id)?;
+                        writes.push(b);
+                        largs.push((
+                            name.clone(),
+                            Arg::Buffer {
+                                buf: b,
+                                dims: g.ty(*a).dims().to_vec(),
+                            },
+                        ));
+                    }
+                }
+                let grid = match grid {
+                    Some(gr) => Some(gr.iter().map(|x| l.scalar(*x)).collect::<R<Vec<_>>>()?),
+                    None => None,
+                };
+                l.launch(Launch {
+                    kernel: KernelRef::User(kernel.clone()),
+                    nodes: vec![id],
+                    grid,
+                    args: largs,
+                    consts: consts
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.to_string()))
+                        .collect(),
+                    requires: vec![],
+                    writes,
+                });
+            }
+            NodeKind::Transpose { .. } => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                l.transpose(id, b)?;
+                l.buf_of.insert(id, b);
+            }
+            // Bound when their control-flow node was lowered.
+            NodeKind::Project { .. } => {}
+            NodeKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = l.host_condition(*cond, id)?;
+                let slots = l.result_slots(&region_types(then), "r");
+                let then = l.lower_region(then, &[], &slots)?;
+                let otherwise = l.lower_region(otherwise, &[], &slots)?;
+                l.steps.push(Step::If {
+                    cond: c,
+                    then,
+                    otherwise,
+                });
+                l.bind_results(id, &slots);
+            }
+            NodeKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                let (lo, hi, step) = (
+                    l.scalar_as(*lo, Some(DType::I32))?,
+                    l.scalar_as(*hi, Some(DType::I32))?,
+                    l.scalar_as(*step, Some(DType::I32))?,
+                );
+                let slots = l.carried_slots(init)?;
+                let var = l.fresh_var("i");
+                let mut leading = vec![Slot::Scalar(ScalarExpr::Var(var.clone()))];
+                leading.extend(slots.iter().cloned());
+                let body = l.lower_region(body, &leading, &slots)?;
+                l.steps.push(Step::For {
+                    var,
+                    lo,
+                    hi,
+                    step,
+                    body,
+                });
+                l.bind_results(id, &slots);
+            }
+            NodeKind::While { init, cond, body } => {
+                let slots = l.carried_slots(init)?;
+                let test = l.fresh_var("c");
+                let cond = l.lower_region(cond, &slots, &[Slot::Scalar(ScalarExpr::Var(test.clone()))])?;
+                let body = l.lower_region(body, &slots, &slots)?;
+                l.steps.push(Step::While {
+                    cond,
+                    test: ScalarExpr::Var(test),
+                    body,
+                });
+                l.bind_results(id, &slots);
+            }
+            NodeKind::Slice { x, axes } => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let zero = || ScalarExpr::Const(Constant::Int(0));
+                let mut src = Vec::with_capacity(axes.len());
+                let mut k = 0;
+                for a in axes {
+                    src.push(match a {
+                        SliceAxis::Index(i) => SrcAxis::Fixed(l.scalar_as(*i, Some(DType::I32))?),
+                        SliceAxis::Full => SrcAxis::Out {
+                            k,
+                            offset: zero(),
+                            wrap: false,
+                        },
+                        SliceAxis::Range { start } => SrcAxis::Out {
+                            k,
+                            offset: ScalarExpr::Index(start.clone()),
+                            wrap: false,
+                        },
+                    });
+                    if !matches!(a, SliceAxis::Index(_)) {
+                        k += 1;
+                    }
+                }
+                l.gather_copy(id, *x, src, b)?;
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Fill(Fill::Randn { seed }) => {
+                if !node.ty.dtype().is_some_and(DType::is_float) {
+                    return Err(l.unsupported(
+                        id,
+                        format!("`randn` of `{}` (normal samples are floats)", node.ty),
+                    ));
+                }
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let seed = match seed {
+                    Some(s) => l.scalar_as(*s, Some(DType::I64))?,
+                    None => ScalarExpr::Const(Constant::Int(0)),
+                };
+                l.steps.push(Step::HostRandn {
+                    buf: b,
+                    seed,
+                    node: id,
+                });
+                l.buf_of.insert(id, b);
+            }
+            NodeKind::Call { func, .. } => {
+                return Err(l.unsupported(
+                    id,
+                    format!("the call to `{func}`: it is recursive, its definition cannot be found, its dims do not bind or a const argument is not a literal"),
+                ))
+            }
+            other => return Err(l.unsupported(id, format!("{other:?}"))),
+        }
+        }
+        Ok(())
+    }
 }
