@@ -134,14 +134,13 @@ fn history_file() -> PathBuf {
     std::env::temp_dir().join(format!("tessera-history-{}", std::process::id()))
 }
 
-fn spawn() -> Session {
-    let history = history_file();
+fn spawn_with_history(history: &Path) -> Session {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.arg("repl")
         .current_dir(root())
         .env("NO_COLOR", "1")
         .env("TERM", "xterm")
-        .env("TESSERA_HISTORY", &history);
+        .env("TESSERA_HISTORY", history);
     let mut p = Session::spawn(cmd).expect("spawn tessera repl in a pty");
     // Wide enough that no typed line wraps: rustyline redraws a wrapping line
     // with its prompt, which would look like the next prompt.
@@ -153,9 +152,9 @@ fn spawn() -> Session {
 }
 
 /// Replays `steps`; returns the mismatches.
-fn replay(name: &str, steps: &[Step]) -> Vec<String> {
+fn replay(name: &str, steps: &[Step], history: &Path) -> Vec<String> {
     let mut failures = Vec::new();
-    let mut p = spawn();
+    let mut p = spawn_with_history(history);
     p.expect(PROMPT).expect("first prompt");
     for step in steps {
         match step {
@@ -265,7 +264,11 @@ fn transcripts_replay() {
     for f in &files {
         let steps = parse(&std::fs::read_to_string(f).unwrap());
         assert!(!steps.is_empty(), "{} has no steps", f.display());
-        failures.extend(replay(&f.file_name().unwrap().to_string_lossy(), &steps));
+        failures.extend(replay(
+            &f.file_name().unwrap().to_string_lossy(),
+            &steps,
+            &history_file(),
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     // History persists across sessions in the file `TESSERA_HISTORY` names.
@@ -284,7 +287,14 @@ fn the_guide_replays() {
     assert!(!blocks.is_empty(), "docs/repl.md has no ```repl block");
     let mut failures = Vec::new();
     for (i, b) in blocks.iter().enumerate() {
-        failures.extend(replay(&format!("docs/repl.md block {}", i + 1), &parse(b)));
+        // Its own history file: tests run in parallel.
+        let history =
+            std::env::temp_dir().join(format!("tessera-history-doc-{}", std::process::id()));
+        failures.extend(replay(
+            &format!("docs/repl.md block {}", i + 1),
+            &parse(b),
+            &history,
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -304,4 +314,29 @@ fn transcript_format() {
     assert!(matches(&s(&["a", "[...]", "d"]), &s(&["a", "b", "c", "d"])));
     assert!(!matches(&s(&["a", "d"]), &s(&["a", "b", "d"])));
     assert_eq!(clean(b"\x1b[1mab\x1b[0m\r\nx\ry\n"), s(&["ab", "y", ""]));
+}
+
+#[test]
+fn tab_completes_session_names_and_commands() {
+    // Its own history file: tests run in parallel.
+    let history = std::env::temp_dir().join(format!("tessera-history-tab-{}", std::process::id()));
+    let mut p = spawn_with_history(&history);
+    p.expect(PROMPT).unwrap();
+    p.send("xs_value = 41\r").unwrap();
+    p.expect(PROMPT).unwrap();
+    // `xs_` + Tab completes to the variable; Enter evaluates `xs_value + 1`.
+    p.send("xs_\t").unwrap();
+    p.expect("xs_value").unwrap();
+    p.send(" + 1\r").unwrap();
+    let got = p.expect(PROMPT).unwrap();
+    let lines = clean(got.before());
+    assert!(lines.iter().any(|l| l == "42"), "{lines:?}");
+    // `:dev` + Tab completes to `:device`.
+    p.send(":dev\t").unwrap();
+    p.expect(":device").unwrap();
+    p.send("\r").unwrap();
+    let got = p.expect(PROMPT).unwrap();
+    assert!(clean(got.before()).iter().any(|l| l == "cpu"));
+    p.send("\x04").unwrap();
+    p.expect(Eof).unwrap();
 }
