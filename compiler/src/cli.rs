@@ -460,13 +460,7 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
         arch: args.arch,
         function: args.kernel.clone().filter(|_| whole_tensor),
     };
-    let result = match args.emit {
-        EmitKind::TileIr => emit_tile_ir(&cx),
-        EmitKind::GraphIr => emit_whole_tensor(&cx, false),
-        EmitKind::ScheduleIr => emit_whole_tensor(&cx, true),
-        EmitKind::TargetIr => emit_target_ir(&cx),
-        EmitKind::Ptx => emit_ptx(&cx),
-    };
+    let result = emit_with(&cx, args.emit);
     match result {
         Ok(output) => match &args.output {
             Some(path) => match std::fs::write(path, output) {
@@ -499,6 +493,17 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             let _ = writeln!(err, "error: {message}");
             EXIT_USAGE
         }
+    }
+}
+
+/// The text of one `--emit` kind for a checked file (shared with the REPL's `:emit`).
+pub fn emit_with(cx: &EmitContext, kind: EmitKind) -> Result<String, EmitError> {
+    match kind {
+        EmitKind::TileIr => emit_tile_ir(cx),
+        EmitKind::GraphIr => emit_whole_tensor(cx, false),
+        EmitKind::ScheduleIr => emit_whole_tensor(cx, true),
+        EmitKind::TargetIr => emit_target_ir(cx),
+        EmitKind::Ptx => emit_ptx(cx),
     }
 }
 

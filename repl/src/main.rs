@@ -1,12 +1,17 @@
-//! `tessera`, the user-facing binary. Today it has `tessera check`,
-//! `tessera emit` and `tessera report` (the same commands as `tsrc`) and
-//! `tessera lsp` (the language server over stdio); the REPL and `run`
-//! subcommands come with their issues.
+//! `tessera`, the user-facing binary: `tessera repl` (the interactive session,
+//! or statements from a piped stdin), `tessera run FILE`, and the compiler
+//! commands shared with `tsrc` (`check`, `emit`, `report`), and `tessera lsp`
+//! (the language server over stdio, for editors).
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tessera::cli::CompilerCommand;
+use tessera::cli::{stderr_wants_color, CompilerCommand};
+use tessera::syntax::span::Span;
+use tessera_repl::session::{device_unavailable, Device, Session};
+use tessera_repl::{run, shell};
 
 #[derive(Parser)]
 #[command(
@@ -19,23 +24,90 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DeviceArg {
+    /// The CPU executor (always available).
+    Cpu,
+    /// An NVIDIA GPU (CUDA execution is not built yet).
+    Cuda,
+}
+
+impl From<DeviceArg> for Device {
+    fn from(d: DeviceArg) -> Device {
+        match d {
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Cuda => Device::Cuda,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
-    #[command(flatten)]
-    Compiler(CompilerCommand),
+    /// An interactive session; reads statements from stdin when it is not a terminal
+    /// (then exits 1 if any statement failed).
+    Repl {
+        /// Where statements run.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
+    },
+    /// Execute a .tsr file's top-level statements (after its definitions).
+    Run {
+        /// The `.tsr` file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Where statements run.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        device: DeviceArg,
+    },
     /// Run the language server on stdin/stdout (for editors).
     Lsp,
+    #[command(flatten)]
+    Compiler(CompilerCommand),
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Compiler(c) => ExitCode::from(c.run()),
+    let code = match Cli::parse().command {
+        Command::Compiler(c) => c.run(),
+        Command::Run { file, device } => run::run_file(
+            &file,
+            device.into(),
+            stderr_wants_color(),
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        ),
+        Command::Repl { device } => repl(device.into()),
         Command::Lsp => match tessera_lsp::run_stdio() {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => 0,
             Err(e) => {
                 eprintln!("error: tessera lsp: {e}");
-                ExitCode::from(2)
+                2
             }
         },
+    };
+    ExitCode::from(code)
+}
+
+fn repl(device: Device) -> u8 {
+    let color = stderr_wants_color();
+    let session = Session::new("<repl>", color);
+    let cuda_refused = device == Device::Cuda;
+    if cuda_refused {
+        // The session starts on the CPU; say why (against the option itself, so
+        // that session lines keep their numbers).
+        let option = "--device cuda";
+        let d = device_unavailable(device, Span::new(0, option.len() as u32));
+        session.render_against(option, &[d], &mut std::io::stderr());
+        eprintln!("note: the session runs on the CPU");
+    }
+    if std::io::stdin().is_terminal() {
+        shell::interactive(session, color)
+    } else {
+        // Piped: the refused device counts as a failure in the exit status.
+        let code = shell::piped(session, std::io::stdin().lock());
+        if cuda_refused {
+            shell::EXIT_ERRORS
+        } else {
+            code
+        }
     }
 }

@@ -15,6 +15,10 @@
 //!   E0512), as `tsrc emit --emit tile-ir` reports them; `# emit: report
 //!   [-D NAME=VALUE]...` compiles every kernel to Target IR and adds the resource
 //!   diagnostics (W0003, W0004, E06xx), as `tsrc report` reports them.
+//! * A leading comment line `# run` executes the file as a piped REPL session
+//!   (`tessera repl < FILE`: statements and `:commands`, every input run even
+//!   after an error) instead of checking it, and the session's diagnostics
+//!   (check, session E072x and run-time E07xx errors) are matched.
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
@@ -236,6 +240,10 @@ pub fn match_all(expected: &[Expectation], produced: &[Produced]) -> Mismatch {
 
 /// Checks one file through a fresh database, as `tsrc check --arch ARCH` would.
 pub fn check_file(path: &Path, arch: Arch) -> std::io::Result<(String, Vec<Diagnostic>)> {
+    if let Some(diags) = run_if_script(&path.display().to_string(), &std::fs::read_to_string(path)?)
+    {
+        return Ok((std::fs::read_to_string(path)?, diags));
+    }
     let mut db = Database::new();
     db.set_arch(arch);
     let file = db.load_file(path)?;
@@ -246,10 +254,27 @@ pub fn check_file(path: &Path, arch: Arch) -> std::io::Result<(String, Vec<Diagn
 
 /// Checks a text under a virtual path.
 pub fn check_text(path: &str, text: &str, arch: Arch) -> Vec<Diagnostic> {
+    if let Some(diags) = run_if_script(path, text) {
+        return diags;
+    }
     let mut db = Database::new();
     db.set_arch(arch);
     let file = db.set_source(path, text.to_string());
     diagnostics_with_emit(&db, file, text)
+}
+
+/// Whether a leading comment line is `# run` (see the module docs).
+pub fn has_run_header(text: &str) -> bool {
+    text.lines()
+        .map_while(|l| l.trim().strip_prefix('#'))
+        .any(|rest| rest.trim() == "run")
+}
+
+/// The diagnostics of `text` run as a piped session, for `# run` cases.
+fn run_if_script(path: &str, text: &str) -> Option<Vec<Diagnostic>> {
+    has_run_header(text).then(|| {
+        tessera_repl::session::Session::new(path, false).run_script(text, &mut std::io::sink())
+    })
 }
 
 /// What a leading `# emit: ...` comment asks the harness to run besides the checker.

@@ -23,8 +23,8 @@ use tessera::backend::arch::Arch;
 use tessera::diag::codes::CATALOGUE;
 use tessera::diag::render;
 use tessera_tests::{
-    check_file, check_text, match_all, parse_annotations, parse_arch_header, parse_diagnostics_doc,
-    workspace_root, Produced,
+    check_file, check_text, has_run_header, match_all, parse_annotations, parse_arch_header,
+    parse_diagnostics_doc, workspace_root, Produced,
 };
 
 struct Outcome {
@@ -288,7 +288,7 @@ fn docs_checks(root: &Path, outcomes: &mut Vec<Outcome>) {
                     let arch = arch.unwrap_or(Arch::default());
                     let virtual_path = format!("docs/diagnostics/{}.tsr", entry.code);
                     let diags = check_text(&virtual_path, example, arch);
-                    if is_run_time(&entry.code) {
+                    if is_run_time(&entry.code) && !has_run_header(example) {
                         // The program is fine; running it fails.
                         let errors: Vec<String> = Produced::from_diagnostics(example, &diags)
                             .iter()

@@ -140,6 +140,12 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0709", "kernel cannot be compiled for this launch"),
     e("E0710", "function cannot run yet"),
     e("E0711", "launch requirement does not hold"),
+    // E072x sessions (`tessera repl`, `tessera run`)
+    e("E0720", "not supported in a session statement"),
+    e("E0721", "device not available"),
+    e("E0722", "unknown session command or bad command usage"),
+    e("E0723", "file cannot be read"),
+    e("E0724", "integer overflow in a session computation"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

@@ -1,0 +1,496 @@
+//! The session commands: `:help`, `:load FILE`, `:reload`, `:type EXPR`,
+//! `:emit KIND NAME [ARCH]`, `:resources NAME [ARCH]`, `:time EXPR`,
+//! `:device [cpu|cuda]`, `:quit`. Usage errors are E0722 diagnostics about the
+//! command line; they never end the session.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::ValueEnum;
+use tessera::backend::arch::Arch;
+use tessera::backend::resources::{kernel_resources, Resources};
+use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
+use tessera::diag::Diagnostic;
+use tessera::ir::tile::Specialization;
+use tessera::syntax::span::Span;
+
+use crate::session::{device_unavailable, Device, LoadError, Session};
+
+/// Every command with its one-line description (for `:help` and completion).
+pub const COMMANDS: &[(&str, &str)] = &[
+    (":help", "this list"),
+    (
+        ":load FILE",
+        "add the definitions of a .tsr file to the session",
+    ),
+    (":reload", "read the loaded files again"),
+    (":type EXPR", "the type of an expression: dtype and shape"),
+    (
+        ":emit KIND NAME [ARCH]",
+        "print graph-ir, schedule-ir, tile-ir, target-ir or ptx of a function or kernel",
+    ),
+    (
+        ":resources NAME [ARCH]",
+        "threads, registers, shared memory and occupancy of a kernel",
+    ),
+    (
+        ":time EXPR",
+        "run a statement several times; print the median time",
+    ),
+    (":device [cpu|cuda]", "show or set where computations run"),
+    (":quit", "leave the session (also Ctrl-D)"),
+];
+
+/// What the shell does after a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    Quit,
+}
+
+/// The default architecture of `:emit` and `:resources`.
+const DEFAULT_ARCH: Arch = Arch::Sm90;
+
+fn usage(span: Span, message: impl Into<String>, help: &str) -> Diagnostic {
+    Diagnostic::new("E0722", span, message.into()).with_help(help.to_string())
+}
+
+/// Whether `line` is a session command (starts with `:`).
+pub fn is_command(line: &str) -> bool {
+    line.trim_start().starts_with(':')
+}
+
+/// Runs the command `line`; returns whether to go on and whether it succeeded.
+pub fn run(
+    session: &mut Session,
+    line: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> (Next, bool) {
+    let line = line.trim_end_matches(['\n', '\r']);
+    let base = session.note_command(line);
+    // A ` #` starts a comment, as in code.
+    let line = match line.find(" #") {
+        Some(i) => line[..i].trim_end(),
+        None => line,
+    };
+    let lead = (line.len() - line.trim_start().len()) as u32;
+    // Words with their spans in `line`.
+    let mut words: Vec<(&str, Span)> = Vec::new();
+    let mut offset = 0;
+    for w in line.split_whitespace() {
+        let start = offset + line[offset..].find(w).expect("word of the line");
+        words.push((w, Span::new(start as u32, (start + w.len()) as u32)));
+        offset = start + w.len();
+    }
+    let (cmd, cmd_span) = words[0];
+    let rest_start = (cmd_span.end as usize).min(line.len());
+    let rest = line[rest_start..].trim();
+    let rest_offset =
+        (rest_start + line[rest_start..].len() - line[rest_start..].trim_start().len()) as u32;
+    let whole = Span::new(lead, line.len() as u32);
+    let result: Result<Next, Diagnostic> = match cmd {
+        ":help" | ":h" | ":?" => {
+            let _ = writeln!(out, "{}", help_text());
+            Ok(Next::Continue)
+        }
+        ":quit" | ":q" | ":exit" => Ok(Next::Quit),
+        ":load" | ":l" => {
+            if rest.is_empty() {
+                Err(usage(
+                    whole,
+                    "`:load` needs a file",
+                    "`:load examples/gemm.tsr`",
+                ))
+            } else {
+                load(
+                    session,
+                    &PathBuf::from(rest),
+                    Span::new(rest_offset, line.len() as u32),
+                    err,
+                )
+                .map(|()| Next::Continue)
+            }
+        }
+        ":reload" | ":r" => {
+            let files: Vec<PathBuf> = session.loaded_files().to_vec();
+            if files.is_empty() {
+                let _ = writeln!(out, "no files loaded");
+            }
+            let mut result = Ok(Next::Continue);
+            for f in files {
+                if let Err(d) = load(session, &f, whole, err) {
+                    result = Err(d);
+                    break;
+                }
+            }
+            result
+        }
+        ":type" | ":t" => {
+            if rest.is_empty() {
+                Err(usage(
+                    whole,
+                    "`:type` needs an expression",
+                    "`:type x * 2.0`",
+                ))
+            } else {
+                match session.type_of(rest, base + rest_offset) {
+                    Ok(t) => {
+                        let _ = writeln!(out, "{t}");
+                        Ok(Next::Continue)
+                    }
+                    Err(diags) => {
+                        session.render(&diags, err);
+                        return (Next::Continue, false);
+                    }
+                }
+            }
+        }
+        ":time" => {
+            if rest.is_empty() {
+                Err(usage(
+                    whole,
+                    "`:time` needs a statement",
+                    "`:time softmax(x, dim=-1)`",
+                ))
+            } else {
+                time(session, rest, base + rest_offset, out, err)
+            }
+        }
+        ":device" => match words.get(1) {
+            None => {
+                let _ = writeln!(out, "{}", session.device().name());
+                Ok(Next::Continue)
+            }
+            Some(("cpu", _)) => {
+                session.set_device(Device::Cpu);
+                Ok(Next::Continue)
+            }
+            Some(("cuda", span)) => Err(device_unavailable(Device::Cuda, *span)),
+            Some((other, span)) => Err(usage(
+                *span,
+                format!("unknown device `{other}`"),
+                "`:device cpu` or `:device cuda`",
+            )),
+        },
+        ":emit" => emit(session, &words, whole, out),
+        ":resources" => resources(session, &words, whole, out, err),
+        other => {
+            let names: Vec<&str> = COMMANDS
+                .iter()
+                .map(|(c, _)| c.split_whitespace().next().expect("command name"))
+                .collect();
+            let mut d = usage(
+                cmd_span,
+                format!("unknown command `{other}`"),
+                "`:help` lists the commands",
+            );
+            if let Some(s) = tessera::check::suggest(other, names.iter().copied()) {
+                d = d.with_help(format!("did you mean `{s}`? (`:help` lists the commands)"));
+            }
+            Err(d)
+        }
+    };
+    match result {
+        Ok(next) => (next, true),
+        Err(d) => {
+            session.render(&[d.shifted(base)], err);
+            (Next::Continue, false)
+        }
+    }
+}
+
+fn help_text() -> String {
+    let width = COMMANDS.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let mut s = String::from(
+        "Type statements and definitions; an expression prints its value. A block\n\
+         (def, @kernel, if, for, while) ends with a blank line.\n\n",
+    );
+    for (c, d) in COMMANDS {
+        s.push_str(&format!("  {c:width$}  {d}\n"));
+    }
+    s.push_str("\nCtrl-C stops a running computation (or clears the line); Ctrl-D leaves.");
+    s
+}
+
+fn load(
+    session: &mut Session,
+    path: &std::path::Path,
+    span: Span,
+    err: &mut dyn Write,
+) -> Result<(), Diagnostic> {
+    match session.load(path, err) {
+        Ok(_) => Ok(()),
+        Err(LoadError::Unreadable(m)) => Err(Diagnostic::new(
+            "E0723",
+            span,
+            format!("cannot read `{}`: {}", path.display(), strip_os_error(&m)),
+        )
+        .with_help("paths are relative to the directory the session started in")),
+        // Rendered already; nothing was added.
+        Err(LoadError::Errors) => Err(usage(
+            span,
+            format!("`{}` has errors; nothing was loaded", path.display()),
+            "fix the errors above and `:load` it again (or `:reload`)",
+        )),
+    }
+}
+
+fn strip_os_error(m: &str) -> &str {
+    m.find(" (os error").map_or(m, |i| &m[..i])
+}
+
+fn arch_arg(words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
+    match words.get(i) {
+        None => Ok(DEFAULT_ARCH),
+        Some((w, span)) => w.parse::<Arch>().map_err(|e| {
+            usage(
+                *span,
+                format!("unknown architecture `{w}`: {e}"),
+                "e.g. sm_80, sm_90, gfx942",
+            )
+        }),
+    }
+}
+
+fn emit(
+    session: &mut Session,
+    words: &[(&str, Span)],
+    whole: Span,
+    out: &mut dyn Write,
+) -> Result<Next, Diagnostic> {
+    let help =
+        "`:emit KIND NAME [ARCH]`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
+    if words.len() < 3 || words.len() > 4 {
+        return Err(usage(
+            whole,
+            "`:emit` takes a kind, a name and an optional architecture",
+            help,
+        ));
+    }
+    let (kind_word, kind_span) = words[1];
+    let kind = EmitKind::from_str(kind_word, true)
+        .map_err(|_| usage(kind_span, format!("unknown IR kind `{kind_word}`"), help))?;
+    let (name, name_span) = words[2];
+    let arch = arch_arg(words, 3)?;
+    let previous = session.database().options().arch(session.database());
+    session.set_arch(arch);
+    let db = session.database();
+    let file = session.source_file();
+    let whole_tensor = matches!(kind, EmitKind::GraphIr | EmitKind::ScheduleIr);
+    let mut kernels = tessera::db::file_kernels(db, file);
+    let result = if whole_tensor {
+        if !tessera::db::file_functions(db, file)
+            .iter()
+            .any(|f| f.0 == name)
+        {
+            Err(not_defined(
+                name,
+                name_span,
+                "whole-tensor function",
+                kernels.iter().any(|k| k.0 == name),
+            ))
+        } else {
+            Ok(())
+        }
+    } else {
+        kernels.retain(|k| k.0 == name);
+        if kernels.is_empty() {
+            let is_fn = tessera::db::file_functions(db, file)
+                .iter()
+                .any(|f| f.0 == name);
+            Err(not_defined(name, name_span, "kernel", is_fn))
+        } else {
+            Ok(())
+        }
+    };
+    let result = result.and_then(|()| {
+        let cx = EmitContext {
+            db,
+            file,
+            kernels,
+            spec: Specialization::new(),
+            arch,
+            function: whole_tensor.then(|| name.to_string()),
+        };
+        match emit_with(&cx, kind) {
+            Ok(text) => {
+                let _ = out.write_all(text.as_bytes());
+                if !text.ends_with('\n') {
+                    let _ = writeln!(out);
+                }
+                Ok(Next::Continue)
+            }
+            Err(EmitError::Usage(m)) => Err(usage(whole, m, help)),
+            Err(EmitError::Diagnostics(diags)) => {
+                let first = diags.into_iter().find(|d| d.is_error());
+                Err(match first {
+                    Some(d) => Diagnostic {
+                        span: name_span,
+                        labels: Vec::new(),
+                        message: format!("`{name}`: {}", d.message),
+                        ..d
+                    },
+                    None => usage(whole, "nothing to emit", help),
+                })
+            }
+        }
+    });
+    session.set_arch(previous);
+    result
+}
+
+fn not_defined(name: &str, span: Span, what: &str, other_kind: bool) -> Diagnostic {
+    let help = if other_kind {
+        if what == "kernel" {
+            "it is a whole-tensor function: `:emit graph-ir NAME` or `:emit schedule-ir NAME`"
+        } else {
+            "it is a kernel: `:emit tile-ir NAME`, `target-ir` or `ptx`"
+        }
+    } else {
+        "define it in the session or `:load` a file that does"
+    };
+    Diagnostic::new(
+        "E0201",
+        span,
+        format!("no {what} named `{name}` in this session"),
+    )
+    .with_primary_label("unknown name")
+    .with_help(help)
+}
+
+fn resources(
+    session: &mut Session,
+    words: &[(&str, Span)],
+    whole: Span,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Next, Diagnostic> {
+    if words.len() < 2 || words.len() > 3 {
+        return Err(usage(
+            whole,
+            "`:resources` takes a kernel name and an optional architecture",
+            "`:resources gemm sm_90`",
+        ));
+    }
+    let (name, name_span) = words[1];
+    let arch = arch_arg(words, 2)?;
+    let previous = session.database().options().arch(session.database());
+    session.set_arch(arch);
+    let db = session.database();
+    let file = session.source_file();
+    let kernel = tessera::db::file_kernels(db, file)
+        .into_iter()
+        .find(|k| k.0 == name);
+    let result = match kernel {
+        None => Err(not_defined(
+            name,
+            name_span,
+            "kernel",
+            tessera::db::file_functions(db, file)
+                .iter()
+                .any(|f| f.0 == name),
+        )),
+        Some((_, item, offset)) => {
+            match kernel_resources(db, item, offset, db.options(), &Specialization::new()) {
+                Ok((r, diags)) => {
+                    let _ = writeln!(out, "{}", resources_row(&r));
+                    // W0003/W0004 about the kernel: their text, without spans into the session source.
+                    for d in diags {
+                        let _ = writeln!(err, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+                    }
+                    Ok(Next::Continue)
+                }
+                Err(diags) => {
+                    let d = diags.into_iter().find(|d| d.is_error());
+                    Err(match d {
+                        Some(d) => Diagnostic {
+                            span: name_span,
+                            labels: Vec::new(),
+                            message: format!("`{name}`: {}", d.message),
+                            ..d
+                        },
+                        None => usage(whole, "no resources", "`:resources gemm sm_90`"),
+                    })
+                }
+            }
+        }
+    };
+    session.set_arch(previous);
+    result
+}
+
+/// `gemm  sm_90  256 threads  ~128 regs  49152 B smem  occupancy 25% (2 blocks/SM, limited by registers)`
+pub fn resources_row(r: &Resources) -> String {
+    let limiters: Vec<&str> = r
+        .occupancy
+        .limiters()
+        .iter()
+        .map(|l| match l.name() {
+            "shared_memory" => "shared memory",
+            n => n,
+        })
+        .collect();
+    let blocks = r.occupancy.blocks_per_sm;
+    format!(
+        "{}  {}  {} threads  ~{} regs  {} B smem  occupancy {}% ({} block{}/SM, limited by {})",
+        r.kernel,
+        r.arch.name(),
+        r.threads,
+        r.regs,
+        r.smem_bytes,
+        format_percent(r.occupancy.occupancy() * 100.0),
+        blocks,
+        if blocks == 1 { "" } else { "s" },
+        limiters.join(" and ")
+    )
+}
+
+fn format_percent(p: f64) -> String {
+    if (p - p.round()).abs() < 0.05 {
+        format!("{}", p.round() as i64)
+    } else {
+        format!("{p:.1}")
+    }
+}
+
+fn time(
+    session: &mut Session,
+    stmt: &str,
+    at: u32,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Next, Diagnostic> {
+    // At least 3 runs, more while the total stays under about a second (at most 50).
+    let mut times = Vec::new();
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    while times.len() < 3 || (started.elapsed().as_secs_f64() < 1.0 && times.len() < 50) {
+        let t0 = Instant::now();
+        sink.clear();
+        if !session.execute_quiet(stmt, at, &mut sink, err) {
+            return Ok(Next::Continue);
+        }
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let median = times[times.len() / 2];
+    let _ = writeln!(
+        out,
+        "median {} over {} runs",
+        format_seconds(median),
+        times.len()
+    );
+    Ok(Next::Continue)
+}
+
+fn format_seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}

@@ -1,0 +1,54 @@
+//! `tessera run FILE.tsr [--device cpu|cuda]`: the file's definitions, then its
+//! top-level statements in order, through the same evaluator as the REPL.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::session::{device_unavailable, Device, Session};
+use tessera::syntax::span::Span;
+
+/// Exit statuses of `tessera run`.
+pub const EXIT_OK: u8 = 0;
+/// A diagnostic stopped the file.
+pub const EXIT_ERRORS: u8 = 1;
+/// The file cannot be read.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs `path` on `device`; output on `out`, diagnostics on `err`.
+pub fn run_file(
+    path: &Path,
+    device: Device,
+    color: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            let m = e.to_string();
+            let m = m
+                .find(" (os error")
+                .map_or(m.as_str(), |i| &m[..i])
+                .to_string();
+            let _ = writeln!(err, "error[E0723]: cannot read `{shown}`: {m}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut session = Session::new(&shown, color);
+    if device == Device::Cuda {
+        // Nothing runs: name the device problem against the file's first line.
+        let first = text.lines().next().map_or(0, str::len) as u32;
+        session.render_against(
+            &text,
+            &[device_unavailable(device, Span::new(0, first))],
+            err,
+        );
+        return EXIT_ERRORS;
+    }
+    if session.run_file(&text, out, err) {
+        EXIT_OK
+    } else {
+        EXIT_ERRORS
+    }
+}

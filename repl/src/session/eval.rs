@@ -1,0 +1,1176 @@
+//! Statements and expressions run on the host: scalars, creation builtins,
+//! indexing, `.shape`/`.dtype`/`.to()`, kernel launches, calls of `print`,
+//! `load_npy`/`save_npy`, and `if`/`for`/`while` on host values. Anything else
+//! that computes on tensors is compiled as a synthetic whole-tensor function
+//! (see `synth`) and run by the executor.
+
+use std::fmt;
+use std::io::Write;
+
+use tessera::check::DType;
+use tessera::diag::Diagnostic;
+use tessera::exec::{self, IndexItem, Tensor, Value};
+use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
+use tessera::syntax::span::Span;
+
+use super::{device_unavailable, Device, Session};
+
+/// A session value: what the executor computes, plus host-only values.
+#[derive(Clone, Debug)]
+pub enum Val {
+    Run(Value),
+    Str(String),
+    DType(DType),
+    List(Vec<Val>),
+}
+
+impl Val {
+    fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Val::Run(Value::Tensor(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// A short description for messages (`tensor[4, 8] f32`, `int`).
+    pub fn describe(&self) -> String {
+        match self {
+            Val::Run(v) => v.describe(),
+            Val::Str(_) => "str".into(),
+            Val::DType(_) => "dtype".into(),
+            Val::List(v) => format!("list of {}", v.len()),
+        }
+    }
+
+    /// The value as the executor takes it (lists become tuples).
+    fn to_value(&self) -> Option<Value> {
+        match self {
+            Val::Run(v) => Some(v.clone()),
+            Val::List(items) => items
+                .iter()
+                .map(Val::to_value)
+                .collect::<Option<Vec<_>>>()
+                .map(Value::Tuple),
+            Val::Str(_) | Val::DType(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Val {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Val::Run(v) => write!(f, "{v}"),
+            Val::Str(s) => write!(f, "{s}"),
+            Val::DType(d) => write!(f, "{d}"),
+            Val::List(items) => {
+                f.write_str("[")?;
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    match x {
+                        Val::Str(s) => write!(f, "{s:?}")?,
+                        _ => write!(f, "{x}")?,
+                    }
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// How a block ended.
+pub(crate) enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+type R<T> = Result<T, Diagnostic>;
+
+/// A host scalar, for arithmetic.
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    I(i64),
+    F(f64),
+}
+
+fn num(v: &Val) -> Option<Num> {
+    match v {
+        Val::Run(Value::Int(i)) => Some(Num::I(*i)),
+        Val::Run(Value::Bool(b)) => Some(Num::I(*b as i64)),
+        Val::Run(Value::Float(x)) => Some(Num::F(*x)),
+        _ => None,
+    }
+}
+
+impl Num {
+    fn f(self) -> f64 {
+        match self {
+            Num::I(i) => i as f64,
+            Num::F(x) => x,
+        }
+    }
+}
+
+fn int(i: i64) -> Val {
+    Val::Run(Value::Int(i))
+}
+
+fn float(x: f64) -> Val {
+    Val::Run(Value::Float(x))
+}
+
+fn boolean(b: bool) -> Val {
+    Val::Run(Value::Bool(b))
+}
+
+/// An unsupported session construct (E0720).
+pub(crate) fn unsupported(span: Span, what: impl Into<String>, help: &str) -> Diagnostic {
+    Diagnostic::new("E0720", span, what.into()).with_help(help.to_string())
+}
+
+fn wrong_kind(span: Span, message: impl Into<String>) -> Diagnostic {
+    Diagnostic::new("E0302", span, message.into())
+}
+
+/// The builtins the host evaluates itself (everything else that involves
+/// tensors goes through a synthetic function).
+const HOST_BUILTINS: &[&str] = &[
+    "print", "randn", "zeros", "ones", "empty", "full", "arange", "tensor", "load_npy", "save_npy",
+    "range", "len", "cdiv",
+];
+
+/// Every name the host evaluator knows besides the checker's builtins (for completion).
+pub fn host_builtins() -> &'static [&'static str] {
+    HOST_BUILTINS
+}
+
+impl Session {
+    /// Runs one top-level statement; `text` is its item's text (spans are relative to it).
+    pub(crate) fn run_statement(
+        &mut self,
+        s: &Stmt,
+        text: &str,
+        print_values: bool,
+        out: &mut dyn Write,
+    ) -> R<()> {
+        self.interrupt.reset();
+        if self.device == Device::Cuda {
+            return Err(device_unavailable(Device::Cuda, s.span));
+        }
+        self.stmt(s, text, print_values, out).map(|_| ())
+    }
+
+    fn block(&mut self, body: &[Stmt], text: &str, out: &mut dyn Write) -> R<Flow> {
+        for s in body {
+            match self.stmt(s, text, false, out)? {
+                Flow::Normal => {}
+                flow => return Ok(flow),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn check_interrupt(&self, span: Span) -> R<()> {
+        self.interrupt.check().map_err(|e| e.to_diagnostic(span))
+    }
+
+    fn stmt(&mut self, s: &Stmt, text: &str, print_value: bool, out: &mut dyn Write) -> R<Flow> {
+        let result = self.stmt_inner(s, text, print_value, out);
+        // `print` output, in order, also when the statement failed after it.
+        for line in std::mem::take(&mut self.pending_print) {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+        result
+    }
+
+    fn stmt_inner(
+        &mut self,
+        s: &Stmt,
+        text: &str,
+        print_value: bool,
+        out: &mut dyn Write,
+    ) -> R<Flow> {
+        match &s.kind {
+            StmtKind::Expr(e) => {
+                let v = self.eval(e, text)?;
+                if print_value && !matches!(v, Val::Run(Value::None)) {
+                    self.pending_print.push(v.to_string());
+                }
+            }
+            StmtKind::Assign { target, value, .. } => {
+                let v = self.eval(value, text)?;
+                self.assign(target, v)?;
+            }
+            StmtKind::AugAssign { target, op, value } => {
+                let ExprKind::Name(id) = &target.kind else {
+                    return Err(unsupported(
+                        target.span,
+                        "only a variable can be updated with `op=` in a session",
+                        "write `x = x + y`, or launch a kernel that writes into the tensor",
+                    ));
+                };
+                let lhs = self.lookup(&id.name, target.span)?;
+                let rhs = self.eval(value, text)?;
+                let v = match (num(&lhs), num(&rhs)) {
+                    (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
+                    _ => self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?,
+                };
+                self.vars.insert(id.name.clone(), v);
+            }
+            StmtKind::If { branches, orelse } => {
+                for (cond, body) in branches {
+                    if self.truth(cond, text)? {
+                        return self.block(body, text, out);
+                    }
+                }
+                if let Some(body) = orelse {
+                    return self.block(body, text, out);
+                }
+            }
+            StmtKind::For { target, iter, body } => {
+                let (start, end, step) = self.range_of(iter, text)?;
+                let mut i = start;
+                while (step > 0 && i < end) || (step < 0 && i > end) {
+                    self.check_interrupt(s.span)?;
+                    self.vars.insert(target.name.clone(), int(i));
+                    if let Flow::Break = self.block(body, text, out)? {
+                        break;
+                    }
+                    i += step;
+                }
+            }
+            StmtKind::While { cond, body } => loop {
+                self.check_interrupt(s.span)?;
+                if !self.truth(cond, text)? {
+                    break;
+                }
+                if let Flow::Break = self.block(body, text, out)? {
+                    break;
+                }
+            },
+            StmtKind::Break => return Ok(Flow::Break),
+            StmtKind::Continue => return Ok(Flow::Continue),
+            StmtKind::Pass | StmtKind::Error => {}
+            StmtKind::Return(_) => {
+                return Err(unsupported(
+                    s.span,
+                    "`return` outside a function",
+                    "define a function with `def` to return a value",
+                ))
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn assign(&mut self, target: &Expr, v: Val) -> R<()> {
+        match &target.kind {
+            ExprKind::Name(id) => {
+                if self.defs.iter().any(|d| d.names.contains(&id.name)) {
+                    return Err(unsupported(
+                        target.span,
+                        format!("`{}` is a definition of this session", id.name),
+                        "choose another variable name (definitions and variables share one namespace)",
+                    ));
+                }
+                self.vars.insert(id.name.clone(), v);
+                Ok(())
+            }
+            ExprKind::Tuple(targets) | ExprKind::List(targets) => {
+                let items: Vec<Val> = match v {
+                    Val::Run(Value::Tuple(items)) => items.into_iter().map(Val::Run).collect(),
+                    Val::List(items) => items,
+                    other => {
+                        return Err(wrong_kind(
+                            target.span,
+                            format!(
+                                "cannot unpack a {} into {} names",
+                                other.describe(),
+                                targets.len()
+                            ),
+                        ))
+                    }
+                };
+                if items.len() != targets.len() {
+                    return Err(Diagnostic::new(
+                        "E0304",
+                        target.span,
+                        format!(
+                            "{} values to unpack into {} names",
+                            items.len(),
+                            targets.len()
+                        ),
+                    ));
+                }
+                for (t, v) in targets.iter().zip(items) {
+                    self.assign(t, v)?;
+                }
+                Ok(())
+            }
+            _ => Err(unsupported(
+                target.span,
+                "assigning into part of a tensor is not supported in a session",
+                "compute the new tensor with an expression, or write it from a kernel with `store`",
+            )),
+        }
+    }
+
+    fn lookup(&self, name: &str, span: Span) -> R<Val> {
+        if let Some(v) = self.vars.get(name) {
+            return Ok(v.clone());
+        }
+        if let Some(d) = DType::from_name(name) {
+            return Ok(Val::DType(d));
+        }
+        let mut d = Diagnostic::new("E0201", span, format!("unknown name `{name}`"))
+            .with_primary_label("unknown name");
+        let mut known = self.names();
+        known.extend(tessera::check::builtins::names().map(String::from));
+        known.extend(HOST_BUILTINS.iter().map(|s| s.to_string()));
+        let suggestion =
+            tessera::check::suggest(name, known.iter().map(String::as_str)).map(str::to_string);
+        if let Some(s) = suggestion {
+            d = d.with_help(format!("did you mean `{s}`?"));
+        }
+        Err(d)
+    }
+
+    /// The value of a session `const` (folded by the checker).
+    fn const_value(&self, name: &str) -> Option<Val> {
+        use tessera::check::Value as C;
+        fn conv(v: C) -> Option<Val> {
+            Some(match v {
+                C::Int(d) => int(d.as_const()?),
+                C::Float(x) => float(x),
+                C::Bool(b) => boolean(b),
+                C::Str(s) => Val::Str(s),
+                C::DType(d) => Val::DType(d),
+                C::Tuple(items) => Val::Run(Value::Tuple(
+                    items
+                        .into_iter()
+                        .map(|x| conv(x).and_then(|v| v.to_value()))
+                        .collect::<Option<Vec<_>>>()?,
+                )),
+                C::None => Val::Run(Value::None),
+            })
+        }
+        if !self.defs.iter().any(|d| d.names.iter().any(|n| n == name)) {
+            return None;
+        }
+        tessera::db::module_consts(&self.db, self.file)
+            .const_value(name)
+            .and_then(conv)
+    }
+
+    fn truth(&mut self, cond: &Expr, text: &str) -> R<bool> {
+        let v = self.eval(cond, text)?;
+        match &v {
+            Val::Run(Value::Bool(b)) => Ok(*b),
+            Val::Run(Value::Int(i)) => Ok(*i != 0),
+            Val::Run(Value::Float(x)) => Ok(*x != 0.0),
+            Val::Run(Value::None) => Ok(false),
+            Val::Run(Value::Tensor(t)) if t.numel() == 1 => Ok(t.to_f64_vec()[0] != 0.0),
+            _ => Err(Diagnostic::new(
+                "E0308",
+                cond.span,
+                format!("a condition must be a scalar, found {}", v.describe()),
+            )
+            .with_help("reduce the tensor first, e.g. `max(t) > 0`")),
+        }
+    }
+
+    fn range_of(&mut self, iter: &Expr, text: &str) -> R<(i64, i64, i64)> {
+        let ExprKind::Call { func, args } = &iter.kind else {
+            return Err(unsupported(
+                iter.span,
+                "a session `for` loop iterates over `range(...)`",
+                "write `for i in range(n):`",
+            ));
+        };
+        if !matches!(&func.kind, ExprKind::Name(id) if id.name == "range") {
+            return Err(unsupported(
+                iter.span,
+                "a session `for` loop iterates over `range(...)`",
+                "write `for i in range(n):`",
+            ));
+        }
+        let mut ints = Vec::new();
+        for a in args {
+            let v = self.eval(&a.value, text)?;
+            match num(&v) {
+                Some(Num::I(i)) => ints.push(i),
+                _ => {
+                    return Err(wrong_kind(
+                        a.value.span,
+                        format!("`range` takes integers, found {}", v.describe()),
+                    ))
+                }
+            }
+        }
+        match ints[..] {
+            [end] => Ok((0, end, 1)),
+            [start, end] => Ok((start, end, 1)),
+            [_, _, 0] => Err(Diagnostic::new(
+                "E0703",
+                iter.span,
+                "`range` step must not be zero",
+            )),
+            [start, end, step] => Ok((start, end, step)),
+            _ => Err(Diagnostic::new(
+                "E0304",
+                iter.span,
+                format!("`range` takes 1 to 3 arguments, found {}", ints.len()),
+            )),
+        }
+    }
+
+    /// Evaluates an expression of the item `text`.
+    pub(crate) fn eval(&mut self, e: &Expr, text: &str) -> R<Val> {
+        self.check_interrupt(e.span)?;
+        match &e.kind {
+            ExprKind::Int(i) => Ok(int(*i)),
+            ExprKind::Float(x) => Ok(float(*x)),
+            ExprKind::Bool(b) => Ok(boolean(*b)),
+            ExprKind::Str(s) => Ok(Val::Str(s.clone())),
+            ExprKind::None => Ok(Val::Run(Value::None)),
+            ExprKind::Name(id) => {
+                if self.vars.contains_key(&id.name) || DType::from_name(&id.name).is_some() {
+                    return self.lookup(&id.name, e.span);
+                }
+                if let Some(v) = self.const_value(&id.name) {
+                    return Ok(v);
+                }
+                if self.defs.iter().any(|d| d.names.contains(&id.name)) {
+                    return self.synth_eval(e, text);
+                }
+                self.lookup(&id.name, e.span)
+            }
+            ExprKind::Tuple(items) => {
+                let mut vals = Vec::new();
+                for x in items {
+                    let v = self.eval(x, text)?;
+                    vals.push(v.to_value().ok_or_else(|| {
+                        wrong_kind(x.span, format!("a tuple cannot hold a {}", v.describe()))
+                    })?);
+                }
+                Ok(Val::Run(Value::Tuple(vals)))
+            }
+            ExprKind::List(items) => {
+                let mut vals = Vec::new();
+                for x in items {
+                    vals.push(self.eval(x, text)?);
+                }
+                Ok(Val::List(vals))
+            }
+            ExprKind::IfElse {
+                cond,
+                then,
+                otherwise,
+            } => {
+                if self.truth(cond, text)? {
+                    self.eval(then, text)
+                } else {
+                    self.eval(otherwise, text)
+                }
+            }
+            ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
+                let v = self.eval(operand, text)?;
+                let n = num(&v).ok_or_else(|| {
+                    wrong_kind(
+                        operand.span,
+                        format!("cannot apply a unary operator to {}", v.describe()),
+                    )
+                })?;
+                Ok(match (op, n) {
+                    (UnaryOp::Neg, Num::I(i)) => int(-i),
+                    (UnaryOp::Neg, Num::F(x)) => float(-x),
+                    (UnaryOp::Pos, _) => v,
+                    (UnaryOp::Not, n) => boolean(n.f() == 0.0),
+                    (UnaryOp::Invert, Num::I(i)) => int(!i),
+                    (UnaryOp::Invert, Num::F(_)) => {
+                        return Err(Diagnostic::new(
+                            "E0314",
+                            e.span,
+                            "`~` needs an integer or bool operand",
+                        ))
+                    }
+                })
+            }
+            ExprKind::Binary { op, lhs, rhs }
+                if self.is_host_scalar(lhs) && self.is_host_scalar(rhs) =>
+            {
+                let a = self.eval(lhs, text)?;
+                let b = self.eval(rhs, text)?;
+                match (num(&a), num(&b)) {
+                    (Some(x), Some(y)) => arith(*op, x, y, e.span),
+                    _ => self.synth_eval(e, text),
+                }
+            }
+            ExprKind::Attribute { value, attr } if attr.name == "shape" || attr.name == "dtype" => {
+                let v = self.eval(value, text)?;
+                let Some(t) = v.tensor() else {
+                    return Err(Diagnostic::new(
+                        "E0303",
+                        attr.span,
+                        format!("a {} has no attribute `{}`", v.describe(), attr.name),
+                    ));
+                };
+                Ok(if attr.name == "shape" {
+                    Val::Run(Value::Tuple(
+                        t.shape().iter().map(|d| Value::Int(*d as i64)).collect(),
+                    ))
+                } else {
+                    Val::DType(t.dtype())
+                })
+            }
+            ExprKind::Subscript { value, indices } if self.host_indices(indices) => {
+                let v = self.eval(value, text)?;
+                self.index(v, value.span, indices, text, e.span)
+            }
+            ExprKind::Call { func, args } => self.call(e, func, args, text),
+            _ => self.synth_eval(e, text),
+        }
+    }
+
+    /// Whether `e` is evaluated on the host to a scalar or other non-tensor value
+    /// without running anything (names of scalar variables, literals, arithmetic
+    /// of those, `.shape` of tensors...).
+    fn is_host_scalar(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
+            ExprKind::Name(id) => match self.vars.get(&id.name) {
+                Some(v) => v.tensor().is_none(),
+                None => self.const_value(&id.name).is_some(),
+            },
+            ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                self.is_host_scalar(lhs) && self.is_host_scalar(rhs)
+            }
+            ExprKind::Subscript { value, indices } => {
+                self.is_host_scalar(value)
+                    && indices
+                        .iter()
+                        .all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
+            }
+            ExprKind::Attribute { value, attr } => {
+                (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
+            }
+            ExprKind::Call { func, args } => {
+                matches!(&func.kind, ExprKind::Name(id) if matches!(id.name.as_str(), "len" | "cdiv"))
+                    && args
+                        .iter()
+                        .all(|a| self.is_host_scalar(&a.value) || self.is_host_tensor(&a.value))
+            }
+            ExprKind::Tuple(items) => items.iter().all(|x| self.is_host_scalar(x)),
+            _ => false,
+        }
+    }
+
+    /// Whether `e` names a session tensor (or makes one on the host).
+    fn is_host_tensor(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Name(id) => self
+                .vars
+                .get(&id.name)
+                .is_some_and(|v| v.tensor().is_some()),
+            ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
+                if matches!(id.name.as_str(), "randn" | "zeros" | "ones" | "empty" | "full" | "arange" | "tensor" | "load_npy")),
+            ExprKind::Subscript { value, .. } => self.is_host_tensor(value),
+            _ => false,
+        }
+    }
+
+    /// Whether every index is a host integer, a slice of host integers or `None`
+    /// (then the host indexes the tensor, whatever computes it).
+    pub(crate) fn host_indices(&self, indices: &[Index]) -> bool {
+        let part = |p: &Option<Expr>| p.as_ref().is_none_or(|x| self.is_host_scalar(x));
+        indices.iter().all(|i| match i {
+            Index::Expr(x) => self.is_host_scalar(x),
+            Index::Slice {
+                start, end, step, ..
+            } => part(start) && part(end) && part(step),
+        })
+    }
+
+    fn index(&mut self, v: Val, vspan: Span, indices: &[Index], text: &str, span: Span) -> R<Val> {
+        let mut items = Vec::new();
+        for i in indices {
+            items.push(match i {
+                Index::Expr(x) if matches!(x.kind, ExprKind::None) => IndexItem::NewAxis,
+                Index::Expr(x) => IndexItem::Int(self.int_arg(x, text, "an index")?),
+                Index::Slice {
+                    start, end, step, ..
+                } => {
+                    let mut part = |p: &Option<Expr>| -> R<Option<i64>> {
+                        match p {
+                            Some(x) => self.int_arg(x, text, "a slice bound").map(Some),
+                            None => Ok(None),
+                        }
+                    };
+                    IndexItem::Slice {
+                        start: part(start)?,
+                        stop: part(end)?,
+                        step: part(step)?,
+                    }
+                }
+            });
+        }
+        match v {
+            Val::Run(Value::Tensor(t)) => t
+                .index(&items)
+                .map(|t| Val::Run(Value::Tensor(t)))
+                .map_err(|e| e.to_diagnostic(span)),
+            Val::Run(Value::Tuple(vals)) => {
+                let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
+                index_seq(seq, &items, span)
+            }
+            Val::List(seq) => index_seq(seq, &items, span),
+            other => Err(wrong_kind(
+                vspan,
+                format!("a {} cannot be indexed", other.describe()),
+            )),
+        }
+    }
+
+    fn int_arg(&mut self, x: &Expr, text: &str, what: &str) -> R<i64> {
+        let v = self.eval(x, text)?;
+        match v {
+            Val::Run(Value::Int(i)) => Ok(i),
+            other => Err(wrong_kind(
+                x.span,
+                format!("{what} must be an integer, found {}", other.describe()),
+            )),
+        }
+    }
+
+    fn call(&mut self, e: &Expr, func: &Expr, args: &[Arg], text: &str) -> R<Val> {
+        // `k[grid](...)`: a launch with an explicit grid.
+        if let ExprKind::Subscript { value, indices } = &func.kind {
+            if let ExprKind::Name(id) = &value.kind {
+                if self.is_kernel(&id.name) {
+                    let mut grid = Vec::new();
+                    for i in indices {
+                        let Index::Expr(x) = i else {
+                            return Err(wrong_kind(i.span(), "a grid is a tuple of integers"));
+                        };
+                        match self.eval(x, text)? {
+                            Val::Run(Value::Int(n)) => grid.push(n),
+                            Val::Run(Value::Tuple(vs)) => {
+                                for v in vs {
+                                    match v {
+                                        Value::Int(n) => grid.push(n),
+                                        other => {
+                                            return Err(wrong_kind(
+                                                x.span,
+                                                format!(
+                                                    "a grid dim must be an integer, found {}",
+                                                    other.describe()
+                                                ),
+                                            ))
+                                        }
+                                    }
+                                }
+                            }
+                            other => {
+                                return Err(wrong_kind(
+                                    x.span,
+                                    format!(
+                                        "a grid is a tuple of integers, found {}",
+                                        other.describe()
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                    return self.launch(&id.name, Some(grid), args, text, e.span);
+                }
+            }
+        }
+        if let ExprKind::Attribute { value, attr } = &func.kind {
+            if attr.name == "to" {
+                let v = self.eval(value, text)?;
+                let Some(t) = v.tensor().cloned() else {
+                    return Err(wrong_kind(
+                        value.span,
+                        format!("`.to` converts a tensor, not a {}", v.describe()),
+                    ));
+                };
+                let [a] = args else {
+                    return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
+                };
+                let d = self.dtype_arg(&a.value, text)?;
+                return Ok(Val::Run(Value::Tensor(t.to(d))));
+            }
+            return self.synth_eval(e, text);
+        }
+        let ExprKind::Name(id) = &func.kind else {
+            return self.synth_eval(e, text);
+        };
+        let name = id.name.as_str();
+        if self.vars.contains_key(name) {
+            return Err(Diagnostic::new(
+                "E0309",
+                func.span,
+                format!(
+                    "`{name}` is a {}, not a function",
+                    self.vars[name].describe()
+                ),
+            ));
+        }
+        if self.is_kernel(name) {
+            return self.launch(name, None, args, text, e.span);
+        }
+        let user_defined = self.defs.iter().any(|d| d.names.iter().any(|n| n == name));
+        if user_defined || !HOST_BUILTINS.contains(&name) {
+            return self.synth_eval(e, text);
+        }
+        match name {
+            "print" => {
+                let mut parts = Vec::new();
+                for a in args {
+                    parts.push(self.eval(&a.value, text)?.to_string());
+                }
+                self.pending_print.push(parts.join(" "));
+                Ok(Val::Run(Value::None))
+            }
+            "range" => Err(unsupported(
+                e.span,
+                "`range` is only used by `for` loops in a session",
+                "write `for i in range(n):`",
+            )),
+            _ => self.host_builtin(name, e, args, text),
+        }
+    }
+
+    fn is_kernel(&self, name: &str) -> bool {
+        tessera::db::file_kernels(&self.db, self.file)
+            .iter()
+            .any(|(n, _, _)| n == name)
+    }
+
+    fn launch(
+        &mut self,
+        name: &str,
+        grid: Option<Vec<i64>>,
+        args: &[Arg],
+        text: &str,
+        span: Span,
+    ) -> R<Val> {
+        let mut positional = Vec::new();
+        let mut named = Vec::new();
+        for a in args {
+            let v = self.eval(&a.value, text)?;
+            let v = match v {
+                Val::DType(_) | Val::Str(_) => {
+                    return Err(wrong_kind(
+                        a.value.span,
+                        format!("a kernel argument cannot be a {}", v.describe()),
+                    ))
+                }
+                other => other.to_value().expect("run-time value"),
+            };
+            match &a.name {
+                Some(n) => named.push((n.name.clone(), v)),
+                None => positional.push(v),
+            }
+        }
+        exec::launch_kernel(
+            &self.db,
+            self.file,
+            name,
+            grid,
+            &positional,
+            &named,
+            &self.interrupt,
+        )
+        .map_err(|e| e.to_diagnostic(span))?;
+        Ok(Val::Run(Value::None))
+    }
+
+    fn dtype_arg(&mut self, x: &Expr, text: &str) -> R<DType> {
+        match self.eval(x, text)? {
+            Val::DType(d) => Ok(d),
+            other => Err(wrong_kind(
+                x.span,
+                format!(
+                    "expected a dtype (`f32`, `f16`, ...), found {}",
+                    other.describe()
+                ),
+            )),
+        }
+    }
+
+    fn shape_arg(&mut self, x: &Expr, text: &str) -> R<Vec<usize>> {
+        let v = self.eval(x, text)?;
+        let items: Vec<Val> = match v {
+            Val::List(items) => items,
+            Val::Run(Value::Tuple(items)) => items.into_iter().map(Val::Run).collect(),
+            Val::Run(Value::Int(n)) => vec![int(n)],
+            other => {
+                return Err(wrong_kind(
+                    x.span,
+                    format!("a shape is a list of integers, found {}", other.describe()),
+                ))
+            }
+        };
+        items
+            .iter()
+            .map(|v| match v {
+                Val::Run(Value::Int(n)) if *n >= 0 => Ok(*n as usize),
+                other => Err(wrong_kind(
+                    x.span,
+                    format!("a shape holds sizes ≥ 0, found {other}"),
+                )),
+            })
+            .collect()
+    }
+
+    /// Binds `args` to the parameter names `params` (the first `required` are
+    /// required).
+    fn bind<'a>(
+        name: &str,
+        params: &[&str],
+        required: usize,
+        args: &'a [Arg],
+        span: Span,
+    ) -> R<Vec<Option<&'a Expr>>> {
+        let mut bound: Vec<Option<&Expr>> = vec![None; params.len()];
+        let mut next = 0;
+        for a in args {
+            let i = match &a.name {
+                Some(n) => params.iter().position(|p| *p == n.name).ok_or_else(|| {
+                    Diagnostic::new(
+                        "E0205",
+                        n.span,
+                        format!("`{name}` has no parameter `{}`", n.name),
+                    )
+                    .with_help(format!("its parameters: {}", params.join(", ")))
+                })?,
+                None => {
+                    let i = next;
+                    next += 1;
+                    i
+                }
+            };
+            if i >= params.len() {
+                return Err(Diagnostic::new(
+                    "E0304",
+                    span,
+                    format!("`{name}` takes at most {} arguments", params.len()),
+                ));
+            }
+            if bound[i].is_some() {
+                return Err(Diagnostic::new(
+                    "E0206",
+                    a.span,
+                    format!("`{}` is given twice", params[i]),
+                ));
+            }
+            bound[i] = Some(&a.value);
+        }
+        if let Some(missing) = (0..required).find(|i| bound[*i].is_none()) {
+            return Err(Diagnostic::new(
+                "E0304",
+                span,
+                format!("`{name}` needs `{}`", params[missing]),
+            )
+            .with_help(format!("`{name}({})`", params.join(", "))));
+        }
+        Ok(bound)
+    }
+
+    fn host_builtin(&mut self, name: &str, e: &Expr, args: &[Arg], text: &str) -> R<Val> {
+        let tensor = |t: Tensor| Ok(Val::Run(Value::Tensor(t)));
+        match name {
+            "zeros" | "ones" | "empty" | "randn" => {
+                let params: &[&str] = if name == "randn" {
+                    &["shape", "dtype", "seed"]
+                } else {
+                    &["shape", "dtype"]
+                };
+                let b = Self::bind(name, params, 1, args, e.span)?;
+                let shape = self.shape_arg(b[0].expect("required"), text)?;
+                let dtype = match b[1] {
+                    Some(x) => self.dtype_arg(x, text)?,
+                    None => DType::F32,
+                };
+                match name {
+                    "zeros" => tensor(Tensor::zeros(&shape, dtype)),
+                    "ones" => tensor(Tensor::ones(&shape, dtype)),
+                    "empty" => tensor(Tensor::empty(&shape, dtype)),
+                    _ => {
+                        let seed = match b.get(2).copied().flatten() {
+                            Some(x) => self.int_arg(x, text, "a seed")?,
+                            None => 0,
+                        };
+                        tensor(exec::rng::randn(&shape, dtype, seed as u64))
+                    }
+                }
+            }
+            "full" => {
+                let b = Self::bind(name, &["shape", "value", "dtype"], 2, args, e.span)?;
+                let shape = self.shape_arg(b[0].expect("required"), text)?;
+                let vx = b[1].expect("required");
+                let v = self.eval(vx, text)?;
+                let value = num(&v).ok_or_else(|| {
+                    wrong_kind(
+                        vx.span,
+                        format!("`full` fills with a number, found {}", v.describe()),
+                    )
+                })?;
+                let dtype = match b[2] {
+                    Some(x) => self.dtype_arg(x, text)?,
+                    None => match value {
+                        Num::I(_) => DType::I32,
+                        Num::F(_) => DType::F32,
+                    },
+                };
+                tensor(Tensor::full(&shape, dtype, value.f()))
+            }
+            "arange" => {
+                let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
+                let first = self.int_arg(b[0].expect("required"), text, "`arange` bound")?;
+                let (start, end) = match b[1] {
+                    Some(x) => (first, self.int_arg(x, text, "`arange` bound")?),
+                    None => (0, first),
+                };
+                let dtype = match b[2] {
+                    Some(x) => self.dtype_arg(x, text)?,
+                    None => DType::I32,
+                };
+                tensor(Tensor::arange(start, end, dtype))
+            }
+            "tensor" => {
+                let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
+                let dx = b[0].expect("required");
+                let data = self.eval(dx, text)?;
+                let mut shape = Vec::new();
+                let mut flat = Vec::new();
+                let mut any_float = false;
+                nested(&data, 0, &mut shape, &mut flat, &mut any_float).map_err(|m| {
+                    wrong_kind(dx.span, m).with_help("`tensor([[1.0, 2.0], [3.0, 4.0]], f32)`")
+                })?;
+                let dtype = match b[1] {
+                    Some(x) => self.dtype_arg(x, text)?,
+                    None if any_float => DType::F32,
+                    None => DType::I32,
+                };
+                tensor(Tensor::from_f64(&shape, dtype, &flat))
+            }
+            "load_npy" => {
+                let b = Self::bind(name, &["path"], 1, args, e.span)?;
+                let path = self.str_arg(b[0].expect("required"), text)?;
+                exec::npy::load_npy(std::path::Path::new(&path))
+                    .map(|t| Val::Run(Value::Tensor(t)))
+                    .map_err(|err| err.to_diagnostic(e.span))
+            }
+            "save_npy" => {
+                let b = Self::bind(name, &["tensor", "path"], 2, args, e.span)?;
+                let tx = b[0].expect("required");
+                let t = self.eval(tx, text)?;
+                let Some(t) = t.tensor().cloned() else {
+                    return Err(wrong_kind(
+                        tx.span,
+                        format!("`save_npy` saves a tensor, found {}", t.describe()),
+                    ));
+                };
+                let path = self.str_arg(b[1].expect("required"), text)?;
+                exec::npy::save_npy(&t, std::path::Path::new(&path))
+                    .map(|_| Val::Run(Value::None))
+                    .map_err(|err| err.to_diagnostic(e.span))
+            }
+            "len" => {
+                let b = Self::bind(name, &["x"], 1, args, e.span)?;
+                let x = b[0].expect("required");
+                match self.eval(x, text)? {
+                    Val::Run(Value::Tensor(t)) if !t.shape().is_empty() => {
+                        Ok(int(t.shape()[0] as i64))
+                    }
+                    Val::Run(Value::Tuple(v)) => Ok(int(v.len() as i64)),
+                    Val::List(v) => Ok(int(v.len() as i64)),
+                    Val::Str(s) => Ok(int(s.chars().count() as i64)),
+                    other => Err(wrong_kind(
+                        x.span,
+                        format!("a {} has no length", other.describe()),
+                    )),
+                }
+            }
+            "cdiv" => {
+                let b = Self::bind(name, &["a", "b"], 2, args, e.span)?;
+                let x = self.int_arg(b[0].expect("required"), text, "`cdiv` operand")?;
+                let y = self.int_arg(b[1].expect("required"), text, "`cdiv` operand")?;
+                if y == 0 {
+                    return Err(division_by_zero(e.span));
+                }
+                Ok(int((x + y - 1).div_euclid(y)))
+            }
+            _ => unreachable!("not a host builtin: {name}"),
+        }
+    }
+
+    fn str_arg(&mut self, x: &Expr, text: &str) -> R<String> {
+        match self.eval(x, text)? {
+            Val::Str(s) => Ok(s),
+            other => Err(wrong_kind(
+                x.span,
+                format!("expected a string (a path), found {}", other.describe()),
+            )),
+        }
+    }
+}
+
+fn nested(
+    v: &Val,
+    depth: usize,
+    shape: &mut Vec<usize>,
+    flat: &mut Vec<f64>,
+    any_float: &mut bool,
+) -> Result<(), String> {
+    let items: Vec<Val> = match v {
+        Val::List(items) => items.clone(),
+        Val::Run(Value::Tuple(items)) => items.iter().cloned().map(Val::Run).collect(),
+        other => {
+            if depth < shape.len() {
+                return Err("the nested lists of `tensor` are not rectangular".into());
+            }
+            return match num(other) {
+                Some(Num::I(i)) => {
+                    flat.push(i as f64);
+                    Ok(())
+                }
+                Some(Num::F(x)) => {
+                    *any_float = true;
+                    flat.push(x);
+                    Ok(())
+                }
+                None => Err(format!(
+                    "`tensor` takes nested lists of numbers, found {}",
+                    other.describe()
+                )),
+            };
+        }
+    };
+    if depth == shape.len() {
+        if !flat.is_empty() {
+            return Err("the nested lists of `tensor` are not rectangular".into());
+        }
+        shape.push(items.len());
+    } else if shape[depth] != items.len() {
+        return Err("the nested lists of `tensor` are not rectangular".into());
+    }
+    for x in &items {
+        nested(x, depth + 1, shape, flat, any_float)?;
+    }
+    Ok(())
+}
+
+fn index_seq(seq: Vec<Val>, items: &[IndexItem], span: Span) -> R<Val> {
+    match items {
+        [IndexItem::Int(i)] => {
+            let n = seq.len() as i64;
+            let j = if *i < 0 { i + n } else { *i };
+            if j < 0 || j >= n {
+                return Err(Diagnostic::new(
+                    "E0413",
+                    span,
+                    format!("index {i} is out of range for {n} items"),
+                ));
+            }
+            Ok(seq[j as usize].clone())
+        }
+        _ => Err(wrong_kind(span, "a tuple or list takes one integer index")),
+    }
+}
+
+fn overflow(span: Span) -> Diagnostic {
+    Diagnostic::new("E0724", span, "integer overflow").with_help("session integers are 64-bit")
+}
+
+/// The executor's code for an integer division by zero (E0704).
+pub(crate) fn division_by_zero(span: Span) -> Diagnostic {
+    exec::ExecError::new("E0704", "integer division by zero")
+        .with_help("check the divisor before dividing")
+        .to_diagnostic(span)
+}
+
+fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {
+    use BinOp::*;
+    let both_int = matches!((a, b), (Num::I(_), Num::I(_)));
+    Ok(match op {
+        Add | Sub | Mul if both_int => {
+            let (Num::I(x), Num::I(y)) = (a, b) else {
+                unreachable!()
+            };
+            let r = match op {
+                Add => x.checked_add(y),
+                Sub => x.checked_sub(y),
+                _ => x.checked_mul(y),
+            };
+            int(r.ok_or_else(|| overflow(span))?)
+        }
+        Add => float(a.f() + b.f()),
+        Sub => float(a.f() - b.f()),
+        Mul => float(a.f() * b.f()),
+        Div => float(a.f() / b.f()),
+        FloorDiv | Mod if both_int => {
+            let (Num::I(x), Num::I(y)) = (a, b) else {
+                unreachable!()
+            };
+            if y == 0 {
+                return Err(division_by_zero(span));
+            }
+            // Python semantics: floor division, remainder with the divisor's sign.
+            let mut q = x.wrapping_div(y);
+            if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) {
+                q -= 1;
+            }
+            if op == FloorDiv {
+                int(q)
+            } else {
+                int(x - q * y)
+            }
+        }
+        FloorDiv => float((a.f() / b.f()).floor()),
+        Mod => {
+            let (x, y) = (a.f(), b.f());
+            float(x - (x / y).floor() * y)
+        }
+        Pow => match (a, b) {
+            (Num::I(x), Num::I(y)) if y >= 0 => {
+                int(x.checked_pow(y as u32).ok_or_else(|| overflow(span))?)
+            }
+            _ => float(a.f().powf(b.f())),
+        },
+        Lt => boolean(a.f() < b.f()),
+        Le => boolean(a.f() <= b.f()),
+        Gt => boolean(a.f() > b.f()),
+        Ge => boolean(a.f() >= b.f()),
+        Eq => boolean(a.f() == b.f()),
+        Ne => boolean(a.f() != b.f()),
+        And => boolean(a.f() != 0.0 && b.f() != 0.0),
+        Or => boolean(a.f() != 0.0 || b.f() != 0.0),
+        BitAnd | BitOr | BitXor => {
+            let (Num::I(x), Num::I(y)) = (a, b) else {
+                return Err(Diagnostic::new(
+                    "E0314",
+                    span,
+                    "bitwise operators need integer operands",
+                ));
+            };
+            int(match op {
+                BitAnd => x & y,
+                BitOr => x | y,
+                _ => x ^ y,
+            })
+        }
+        MatMul => {
+            return Err(unsupported(
+                span,
+                "this operator is not evaluated on host values",
+                "compute it inside a function or kernel",
+            ))
+        }
+    })
+}

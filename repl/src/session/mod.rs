@@ -1,0 +1,625 @@
+//! A Tessera session: what `tessera repl` and `tessera run` execute.
+//!
+//! Input is split into top-level items. Definitions (`def`, `@kernel`, `const`,
+//! imports) accumulate in one session source file held by the salsa database,
+//! so each new definition is checked incrementally against the earlier ones; a
+//! definition that fails to check is not kept. Statements run one by one on
+//! the host (see [`eval`]): scalars, creation builtins, indexing, kernel launches
+//! and control flow directly, tensor expressions as a synthetic whole-tensor
+//! function compiled with the concrete shapes of the session's tensors (see
+//! [`synth`]). Every error is a diagnostic rendered against the session text
+//! (`<repl>` and the line the user typed); it never ends the session and
+//! nothing defined before it is lost.
+
+mod eval;
+mod synth;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tessera::backend::arch::Arch;
+use tessera::db::{Database, SourceFile};
+use tessera::diag::render;
+use tessera::diag::Diagnostic;
+use tessera::exec::{Interrupt, Value};
+use tessera::syntax::{self, ast, span::Span};
+
+pub use eval::{host_builtins, Val};
+
+/// The path of the session source in the database (not a real file).
+const SESSION_PATH: &str = "<session>";
+
+/// Where computations run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
+
+/// The diagnostic for a device that cannot run anything yet (E0721).
+pub fn device_unavailable(device: Device, span: Span) -> Diagnostic {
+    Diagnostic::new(
+        "E0721",
+        span,
+        format!(
+            "execution on `{}` is not built yet; only the CPU executes",
+            device.name()
+        ),
+    )
+    .with_help("use `--device cpu` (the default) or `:device cpu`; `tsrc emit --emit ptx` still compiles for NVIDIA GPUs")
+}
+
+/// One top-level definition of the session source.
+#[derive(Clone, Debug)]
+struct Def {
+    /// The names it binds (a `from` import may bind several).
+    names: Vec<String>,
+    /// Its text, ending in a newline.
+    text: String,
+    /// Where diagnostics about it point.
+    origin: Origin,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Origin {
+    /// Typed in the session: the offset of its text in the session transcript.
+    Input(u32),
+    /// From `:load FILE` (or the file of `tessera run`).
+    File(PathBuf),
+}
+
+/// A Tessera session: definitions, variables and the transcript diagnostics point into.
+pub struct Session {
+    db: Database,
+    file: SourceFile,
+    defs: Vec<Def>,
+    vars: BTreeMap<String, Val>,
+    /// The name diagnostics show (`<repl>` or the path of a `tessera run` file).
+    shown: String,
+    /// Everything executed so far, so that a diagnostic names its session line.
+    transcript: String,
+    interrupt: Interrupt,
+    device: Device,
+    color: bool,
+    /// Files added with `:load`, in order (for `:reload`).
+    loaded: Vec<PathBuf>,
+    synth_count: u64,
+    /// `print` output of the running statement, written when it ends.
+    pending_print: Vec<String>,
+    /// When set, diagnostics are collected here instead of rendered.
+    collected: Option<Vec<Diagnostic>>,
+    /// When set, the transcript offset of the command being run (scripts,
+    /// whose transcript is the whole text already).
+    command_base: Option<u32>,
+}
+
+impl Session {
+    /// A session whose diagnostics name `shown` (`<repl>`).
+    pub fn new(shown: &str, color: bool) -> Session {
+        let mut db = Database::new();
+        let file = db.set_source(SESSION_PATH, String::new());
+        Session {
+            db,
+            file,
+            defs: Vec::new(),
+            vars: BTreeMap::new(),
+            shown: shown.to_string(),
+            transcript: String::new(),
+            interrupt: Interrupt::new(),
+            device: Device::Cpu,
+            color,
+            loaded: Vec::new(),
+            synth_count: 0,
+            pending_print: Vec::new(),
+            collected: None,
+            command_base: None,
+        }
+    }
+
+    /// The flag a Ctrl-C handler sets to stop the running computation.
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn set_device(&mut self, device: Device) {
+        self.device = device;
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn database_mut(&mut self) -> &mut Database {
+        &mut self.db
+    }
+
+    /// The session source file (every definition so far).
+    pub fn source_file(&self) -> SourceFile {
+        self.file
+    }
+
+    /// Session variables and defined names, for completion.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.vars.keys().cloned().collect();
+        for d in &self.defs {
+            names.extend(d.names.iter().cloned());
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    pub fn variable(&self, name: &str) -> Option<&Val> {
+        self.vars.get(name)
+    }
+
+    /// Executes `input` (one or more top-level items, as typed): definitions are
+    /// added, statements run, expression statements print their value to `out`.
+    /// Diagnostics go to `err`. Stops at the first error; returns whether there
+    /// was none.
+    pub fn execute(&mut self, input: &str, out: &mut dyn Write, err: &mut dyn Write) -> bool {
+        let base = self.append_transcript(input);
+        self.execute_at(input, base, true, out, err)
+    }
+
+    /// Executes `text`, the content of a file shown as `shown`: its definitions
+    /// first (so statements may use functions defined below them), then its
+    /// statements in order. Diagnostics point into the file.
+    pub fn run_file(&mut self, text: &str, out: &mut dyn Write, err: &mut dyn Write) -> bool {
+        self.transcript = text.to_string();
+        let syntax_errors = parse_errors(text);
+        if !syntax_errors.is_empty() {
+            self.render(&syntax_errors, err);
+            return false;
+        }
+        let items = split(text);
+        let mut defs = Vec::new();
+        for (item, range) in &items {
+            if !matches!(item, ast::Item::Stmt(_)) {
+                defs.push((item.clone(), text[range.range()].to_string(), range.start));
+            }
+        }
+        if let Err(diags) = self.add_defs(defs) {
+            self.render(&diags, err);
+            return false;
+        }
+        for (item, range) in &items {
+            if let ast::Item::Stmt(s) = item {
+                let item_text = &text[range.range()];
+                if let Err(d) = self.run_statement(s, item_text, false, out) {
+                    self.render(&[d.shifted(range.start)], err);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Executes `input`, already in the transcript at `at`, without printing
+    /// expression values (`:time`).
+    pub fn execute_quiet(
+        &mut self,
+        input: &str,
+        at: u32,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> bool {
+        self.execute_at(input, at, false, out, err)
+    }
+
+    /// The type of the expression `text` (in the transcript at `at`): the
+    /// value's for what the host computes without running anything, the
+    /// checker's otherwise (nothing runs).
+    pub fn type_of(&mut self, text: &str, at: u32) -> Result<String, Vec<Diagnostic>> {
+        let parsed = syntax::parse_item(text);
+        let errors: Vec<Diagnostic> = parsed
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.shifted(at))
+            .collect();
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let e = match parsed.item {
+            Some(ast::Item::Stmt(ast::Stmt {
+                kind: ast::StmtKind::Expr(e),
+                ..
+            })) => e,
+            _ => {
+                return Err(vec![Diagnostic::new(
+                    "E0722",
+                    Span::new(at, at + text.len() as u32),
+                    "`:type` takes an expression",
+                )
+                .with_help("`:type x * 2.0`")])
+            }
+        };
+        if let ast::ExprKind::Name(id) = &e.kind {
+            if let Some(v) = self.vars.get(&id.name) {
+                return Ok(value_type(v));
+            }
+        }
+        self.static_type(&e, text).map_err(|d| vec![d.shifted(at)])
+    }
+
+    fn append_transcript(&mut self, input: &str) -> u32 {
+        let base = self.transcript.len() as u32;
+        self.transcript.push_str(input);
+        if !input.ends_with('\n') {
+            self.transcript.push('\n');
+        }
+        base
+    }
+
+    fn execute_at(
+        &mut self,
+        input: &str,
+        base: u32,
+        print_values: bool,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> bool {
+        let syntax_errors: Vec<Diagnostic> = parse_errors(input)
+            .into_iter()
+            .map(|d| d.shifted(base))
+            .collect();
+        if !syntax_errors.is_empty() {
+            self.render(&syntax_errors, err);
+            return false;
+        }
+        let items = split(input);
+        for (item, range) in items {
+            let item_text = &input[range.range()];
+            let result = match &item {
+                ast::Item::Stmt(s) => self
+                    .run_statement(s, item_text, print_values, out)
+                    .map_err(|d| vec![d.shifted(base + range.start)]),
+                _ => self.add_defs(vec![(
+                    item.clone(),
+                    item_text.to_string(),
+                    base + range.start,
+                )]),
+            };
+            if let Err(diags) = result {
+                self.render(&diags, err);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Renders diagnostics whose spans point into the transcript.
+    pub fn render(&mut self, diags: &[Diagnostic], err: &mut dyn Write) {
+        if let Some(c) = &mut self.collected {
+            c.extend(diags.iter().cloned());
+            return;
+        }
+        let _ = err.write_all(
+            render::render_human_all(&self.shown, &self.transcript, diags, self.color).as_bytes(),
+        );
+        let _ = err.flush();
+    }
+
+    /// Renders diagnostics whose spans point into `text` (shown under the session's name).
+    pub fn render_against(&self, text: &str, diags: &[Diagnostic], err: &mut dyn Write) {
+        let _ = err
+            .write_all(render::render_human_all(&self.shown, text, diags, self.color).as_bytes());
+        let _ = err.flush();
+    }
+
+    /// Appends a command line to the transcript and returns its offset (for
+    /// diagnostics about it).
+    pub fn note_command(&mut self, line: &str) -> u32 {
+        match self.command_base {
+            Some(at) => at,
+            None => self.append_transcript(line),
+        }
+    }
+
+    /// Runs `text` as a piped session would (every input, errors or not), with
+    /// `text` as the transcript; returns the diagnostics instead of rendering
+    /// them (the UI harness's `# run` cases).
+    pub fn run_script(&mut self, text: &str, out: &mut dyn Write) -> Vec<Diagnostic> {
+        self.transcript = text.to_string();
+        self.collected = Some(Vec::new());
+        let mut sink = std::io::sink();
+        for chunk in crate::chunk::chunks(text) {
+            if crate::command::is_command(&chunk.text) {
+                self.command_base = Some(chunk.offset);
+                let (next, _) = crate::command::run(self, &chunk.text, out, &mut sink);
+                self.command_base = None;
+                if next == crate::command::Next::Quit {
+                    break;
+                }
+            } else {
+                self.execute_at(&chunk.text, chunk.offset, true, out, &mut sink);
+            }
+        }
+        self.collected.take().unwrap_or_default()
+    }
+
+    fn session_text(defs: &[Def]) -> String {
+        let mut text = String::new();
+        for d in defs {
+            text.push_str(&d.text);
+            if !d.text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
+    }
+
+    /// Adds definitions typed at `offset`s of the transcript, replacing earlier
+    /// definitions of the same names; nothing is kept when any has an error.
+    fn add_defs(&mut self, items: Vec<(ast::Item, String, u32)>) -> Result<(), Vec<Diagnostic>> {
+        let mut new_defs = Vec::new();
+        for (item, text, offset) in items {
+            let names = defined_names(&item);
+            for n in &names {
+                if self.vars.contains_key(n) {
+                    // A definition shadows a variable of the same name.
+                    self.vars.remove(n);
+                }
+            }
+            new_defs.push(Def {
+                names,
+                text,
+                origin: Origin::Input(offset),
+            });
+        }
+        self.install(new_defs, |_| false)
+    }
+
+    /// Replaces the definitions that `drop` selects (and those binding the names
+    /// of `new`) by `new`, checks the result and keeps it only when the new
+    /// definitions have no errors (their diagnostics are returned, mapped to the
+    /// transcript).
+    fn install(
+        &mut self,
+        new: Vec<Def>,
+        drop: impl Fn(&Def) -> bool,
+    ) -> Result<(), Vec<Diagnostic>> {
+        let new_names: Vec<&String> = new.iter().flat_map(|d| d.names.iter()).collect();
+        let mut defs: Vec<Def> = self
+            .defs
+            .iter()
+            .filter(|d| !drop(d) && !d.names.iter().any(|n| new_names.contains(&n)))
+            .cloned()
+            .collect();
+        let first_new = defs.len();
+        defs.extend(new);
+        let text = Self::session_text(&defs);
+        self.db.set_source(SESSION_PATH, text.clone());
+        // Where each definition starts in the session source.
+        let mut starts = Vec::with_capacity(defs.len());
+        let mut at = 0u32;
+        for d in &defs {
+            starts.push(at);
+            at += d.text.len() as u32 + u32::from(!d.text.ends_with('\n'));
+        }
+        let mut errors = Vec::new();
+        let mut file_errors: Vec<(PathBuf, Diagnostic)> = Vec::new();
+        for d in self.db.diagnostics(self.file) {
+            if !d.is_error() {
+                continue;
+            }
+            let Some(i) = starts.iter().rposition(|s| *s <= d.span.start) else {
+                continue;
+            };
+            if i < first_new {
+                continue;
+            }
+            let end = starts[i] + defs[i].text.len() as u32;
+            match &defs[i].origin {
+                Origin::Input(offset) => errors.push(relocate(d, starts[i], end, *offset)),
+                Origin::File(path) => {
+                    file_errors.push((path.clone(), relocate(d, starts[i], end, 0)))
+                }
+            }
+        }
+        if errors.is_empty() && file_errors.is_empty() {
+            self.defs = defs;
+            return Ok(());
+        }
+        // Restore the previous source.
+        let old = Self::session_text(&self.defs);
+        self.db.set_source(SESSION_PATH, old);
+        if errors.is_empty() {
+            // Errors inside a loaded file that checked on its own (an interaction
+            // with session definitions): point at the file.
+            let (path, d) = &file_errors[0];
+            let mut d = d.clone();
+            d.message = format!("in `{}`: {}", path.display(), d.message);
+            errors.push(Diagnostic {
+                span: Span::new(0, 0),
+                ..d
+            });
+        }
+        Err(errors)
+    }
+
+    /// `:load FILE`: checks the file on its own (diagnostics name the file) and
+    /// adds its definitions. Top-level statements of the file are not run.
+    /// Returns how many top-level statements of the file were skipped.
+    pub fn load(&mut self, path: &Path, err: &mut dyn Write) -> Result<usize, LoadError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| LoadError::Unreadable(e.to_string()))?;
+        let shown = path.display().to_string();
+        let mut scratch = Database::new();
+        let file = scratch.set_source(path, text.clone());
+        let diags = scratch.diagnostics(file).to_vec();
+        if diags.iter().any(|d| d.is_error()) {
+            let _ = err
+                .write_all(render::render_human_all(&shown, &text, &diags, self.color).as_bytes());
+            return Err(LoadError::Errors);
+        }
+        let mut new = Vec::new();
+        let mut statements = 0;
+        for (item, range) in split(&text) {
+            if matches!(item, ast::Item::Stmt(_)) {
+                statements += 1;
+                continue;
+            }
+            new.push(Def {
+                names: defined_names(&item),
+                text: text[range.range()].to_string(),
+                origin: Origin::File(path.to_path_buf()),
+            });
+        }
+        let owned = path.to_path_buf();
+        match self.install(new, |d| d.origin == Origin::File(owned.clone())) {
+            Ok(()) => {
+                if !self.loaded.contains(&owned) {
+                    self.loaded.push(owned);
+                }
+                Ok(statements)
+            }
+            Err(diags) => {
+                self.render(&diags, err);
+                Err(LoadError::Errors)
+            }
+        }
+    }
+
+    /// The files `:reload` reads again.
+    pub fn loaded_files(&self) -> &[PathBuf] {
+        &self.loaded
+    }
+
+    /// The definitions from `file` (names), for `:load` feedback.
+    pub fn names_from(&self, path: &Path) -> Vec<String> {
+        self.defs
+            .iter()
+            .filter(|d| d.origin == Origin::File(path.to_path_buf()))
+            .flat_map(|d| d.names.iter().cloned())
+            .collect()
+    }
+
+    /// Sets the target architecture used by checks, `:emit` and `:resources`.
+    pub fn set_arch(&mut self, arch: Arch) {
+        self.db.set_arch(arch);
+    }
+}
+
+/// Why `:load` added nothing.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file cannot be read (the I/O message).
+    Unreadable(String),
+    /// Its diagnostics were rendered.
+    Errors,
+}
+
+/// The items of `text` with their ranges; items that did not parse are left
+/// out (their diagnostics come from [`parse_errors`]).
+fn split(text: &str) -> Vec<(ast::Item, Span)> {
+    syntax::split_items(text)
+        .into_iter()
+        .filter_map(|range| {
+            let parsed = syntax::parse_item(&text[range.range()]);
+            parsed.item.map(|i| (i, range))
+        })
+        .collect()
+}
+
+/// The syntax diagnostics of `text` (absolute spans).
+pub(crate) fn parse_errors(text: &str) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for range in syntax::split_items(text) {
+        let parsed = syntax::parse_item(&text[range.range()]);
+        out.extend(
+            parsed
+                .diagnostics
+                .into_iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.shifted(range.start)),
+        );
+    }
+    out
+}
+
+fn defined_names(item: &ast::Item) -> Vec<String> {
+    match item {
+        ast::Item::Import(i) => vec![i.alias.as_ref().unwrap_or(&i.path[0]).name.clone()],
+        ast::Item::FromImport(i) => i
+            .names
+            .iter()
+            .map(|n| n.alias.as_ref().unwrap_or(&n.name).name.clone())
+            .collect(),
+        ast::Item::Const(c) => vec![c.name.name.clone()],
+        ast::Item::Function(f) => vec![f.name.name.clone()],
+        ast::Item::Stmt(_) => vec![],
+    }
+}
+
+/// `d` with spans inside `[start, end]` moved to `to + (span - start)`; a
+/// primary span outside becomes the item's whole range, labels outside are dropped.
+pub(crate) fn relocate(d: &Diagnostic, start: u32, end: u32, to: u32) -> Diagnostic {
+    let inside = |s: Span| s.start >= start && s.end <= end;
+    let map = |s: Span| Span::new(s.start - start + to, s.end - start + to);
+    let mut out = d.clone();
+    out.span = if inside(d.span) {
+        map(d.span)
+    } else {
+        Span::new(to, to + (end - start))
+    };
+    out.labels = d
+        .labels
+        .iter()
+        .filter(|l| inside(l.span))
+        .map(|l| tessera::diag::Label {
+            span: map(l.span),
+            message: l.message.clone(),
+        })
+        .collect();
+    out
+}
+
+/// The type of a session value, written as in source (`Tensor[4, 1000, f32]`).
+pub fn value_type(v: &Val) -> String {
+    match v {
+        Val::Run(Value::Tensor(t)) => {
+            let mut parts: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+            parts.push(t.dtype().to_string());
+            format!("Tensor[{}]", parts.join(", "))
+        }
+        Val::Run(Value::Int(_)) => "int".into(),
+        Val::Run(Value::Float(_)) => "float".into(),
+        Val::Run(Value::Bool(_)) => "bool".into(),
+        Val::Run(Value::None) => "None".into(),
+        Val::Run(Value::Tuple(items)) => {
+            let parts: Vec<String> = items
+                .iter()
+                .map(|x| value_type(&Val::Run(x.clone())))
+                .collect();
+            format!("({})", parts.join(", "))
+        }
+        Val::Str(_) => "str".into(),
+        Val::DType(_) => "dtype".into(),
+        Val::List(items) => format!("list of {}", items.len()),
+    }
+}
+
+/// `Value` → `Val`.
+impl From<Value> for Val {
+    fn from(v: Value) -> Val {
+        Val::Run(v)
+    }
+}

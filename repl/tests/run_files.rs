@@ -1,0 +1,175 @@
+//! `tessera run` on every `tests/run/*.tsr`: each file is copied into a scratch
+//! directory and run there (so relative paths such as `save_npy(x, "x.npy")`
+//! stay inside it, and diagnostics name the bare file). Its stdout must equal
+//! `NAME.stdout`; with a `NAME.stderr` the run must exit 1 and its stderr
+//! (trailing spaces removed) match that file, where a `[...]` line matches any
+//! run of lines; without one it must exit 0 with an empty stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn matches(expected: &[&str], got: &[&str]) -> bool {
+    match expected.split_first() {
+        None => got.is_empty(),
+        Some((&"[...]", rest)) => (0..=got.len()).any(|i| matches(rest, &got[i..])),
+        Some((e, rest)) => got.first() == Some(e) && matches(rest, &got[1..]),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tessera");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_files() {
+    let dir = root().join("tests/run");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tsr"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "too few run files in {}", dir.display());
+    let mut failures = Vec::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
+        let work = scratch(&stem);
+        std::fs::copy(f, work.join(&name)).unwrap();
+        let (code, out, err) = run(&work, &["run", &name]);
+        let expected_out = std::fs::read_to_string(dir.join(format!("{stem}.stdout")))
+            .unwrap_or_else(|_| panic!("{stem}.stdout is missing"));
+        if out != expected_out {
+            failures.push(format!(
+                "{name}: stdout\n--- expected\n{expected_out}--- got\n{out}"
+            ));
+        }
+        match std::fs::read_to_string(dir.join(format!("{stem}.stderr"))) {
+            Ok(expected_err) => {
+                let got: Vec<String> = err.lines().map(|l| l.trim_end().to_string()).collect();
+                let mut got: Vec<&str> = got.iter().map(String::as_str).collect();
+                while got.last() == Some(&"") {
+                    got.pop();
+                }
+                let mut expected: Vec<&str> = expected_err.lines().collect();
+                while expected.last() == Some(&"") {
+                    expected.pop();
+                }
+                if code != 1 || !matches(&expected, &got) {
+                    failures.push(format!(
+                        "{name}: exit {code}, stderr\n--- expected\n{expected_err}--- got\n{err}"
+                    ));
+                }
+            }
+            Err(_) => {
+                if code != 0 || !err.is_empty() {
+                    failures.push(format!("{name}: exit {code}, stderr:\n{err}"));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn run_on_cuda_says_it_is_not_built() {
+    let work = scratch("cuda");
+    std::fs::write(work.join("a.tsr"), "x = ones([2], f32)\nprint(x)\n").unwrap();
+    let (code, out, err) = run(&work, &["run", "a.tsr", "--device", "cuda"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("error[E0721]") && err.contains("`cuda` is not built yet"),
+        "{err}"
+    );
+    let (code, out, _) = run(&work, &["run", "a.tsr", "--device", "cpu"]);
+    assert_eq!(code, 0);
+    assert_eq!(out, "tensor([1.0000, 1.0000], f32)\n");
+}
+
+#[test]
+fn unreadable_file_is_exit_2() {
+    let work = scratch("missing");
+    let (code, _, err) = run(&work, &["run", "no_such.tsr"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read `no_such.tsr`"), "{err}");
+}
+
+#[test]
+fn piped_session_runs_every_statement_and_reports_failure() {
+    use std::io::Write;
+    let work = scratch("piped");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("repl")
+        .current_dir(&work)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"x = 2\nundefined\nfor i in range(3):\n    x = x * 2\nprint(x)\n:type x\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "16\nint\n");
+    assert!(
+        stderr.contains("error[E0201]: unknown name `undefined`"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn repl_on_cuda_says_so_and_runs_on_the_cpu() {
+    use std::io::Write;
+    let work = scratch("repl-cuda");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["repl", "--device", "cuda"])
+        .current_dir(&work)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"1 + 2\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3\n");
+    assert!(
+        stderr.contains("error[E0721]") && stderr.contains("runs on the CPU"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
