@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): formatting, lints, every test of the
 # workspace, and a smoke run of `tsrc check` over examples/ and stdlib/.
-# Needs a Rust toolchain (cargo, rustfmt, clippy) and python3 with pip (for
+# Needs a Rust toolchain (cargo, rustfmt, clippy), python3 with pip (for
 # NVIDIA's ptxas, fetched from PyPI into .cache/ by scripts/fetch-ptxas.sh and
-# exported as TESSERA_PTXAS to the PTX validation tests); crates come from crates.io
+# exported as TESSERA_PTXAS to the PTX validation tests), Node.js 20+ with npm (the
+# VS Code extension; packages cached in .cache/npm) and Neovim (installed with
+# apt-get when missing, for the LSP check with Neovim's client); crates come from crates.io
 # into cargo's own cache, build outputs go to target/ (or $CARGO_TARGET_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +43,22 @@ export TESSERA_PTXAS
 
 step "cargo test --workspace --no-fail-fast"
 cargo test --workspace --no-fail-fast
+
+tessera_bin="${CARGO_TARGET_DIR:-target}/debug/tessera"
+
+step "tessera lsp under a client nobody here wrote: headless Neovim (tests/nvim/check.sh)"
+if ! command -v nvim >/dev/null 2>&1; then
+    step "installing neovim (Debian package)"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq neovim >/dev/null
+fi
+cargo build --quiet -p tessera-repl --bin tessera
+tests/nvim/check.sh "$tessera_bin"
+
+step "VS Code extension: npm ci (cached in .cache/npm), build, grammar/unit/client tests, vsce package"
+TESSERA_BIN="$tessera_bin" bash scripts/vscode-check.sh
 
 step "tsrc check on examples/*.tsr and every stdlib/ file (must exit 0)"
 mapfile -t files < <({ find examples -maxdepth 1 -name '*.tsr'; find stdlib -name '*.tsr'; } | sort)
