@@ -14,6 +14,8 @@
 //! as on the GPU (one of the values is kept), `atomic_add` is a real atomic
 //! read-modify-write (compare-and-swap on the element's bits).
 
+mod liveness;
+
 use std::rc::Rc;
 use std::sync::atomic::{
     AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering,
@@ -22,6 +24,7 @@ use std::sync::atomic::{
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use self::liveness::Liveness;
 use super::tensor::{decode_byte, encode_byte, float_to_i64, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
 use crate::check::DType;
@@ -170,6 +173,7 @@ pub fn run_grid(
     }
     let total = grid[0] * grid[1] * grid[2];
     let params = &params;
+    let live = &Liveness::of(kernel);
     (0..total).into_par_iter().try_for_each(|p| {
         interrupt.check()?;
         let pid = [
@@ -184,6 +188,7 @@ pub fn run_grid(
             grid,
             vals: vec![None; kernel.types.len()],
             interrupt,
+            live,
         };
         prog.region(&kernel.body).map(|_| ())
     })
@@ -347,6 +352,7 @@ struct Program<'a> {
     grid: [i64; 3],
     vals: Vec<Option<T>>,
     interrupt: &'a Interrupt,
+    live: &'a Liveness,
 }
 
 impl Program<'_> {
@@ -356,7 +362,13 @@ impl Program<'_> {
     /// data; E0704 is raised only when a poisoned lane is stored (in bounds and
     /// unmasked), decides control flow or addresses memory.
     fn poison(&self, op: &Op, out: &mut [T]) -> Result<(), ExecError> {
-        let pz = |v: Value| self.v(v).poison.as_ref();
+        // A value taken by its op (a dying `dot` accumulator) carried its
+        // marks over itself.
+        let pz = |v: Value| {
+            self.vals[v.0 as usize]
+                .as_ref()
+                .and_then(|t| t.poison.as_ref())
+        };
         let any = |v: Value| pz(v).is_some_and(|p| p.iter().any(|b| *b));
         let lanes = |v: Value| -> Option<Vec<bool>> { pz(v).cloned() };
         let or = |a: Option<Vec<bool>>, b: Option<Vec<bool>>| match (a, b) {
@@ -468,15 +480,26 @@ impl Program<'_> {
     fn region(&mut self, r: &Region) -> Result<Vec<T>, ExecError> {
         for op in &r.ops {
             if let OpKind::Yield(vs) = &op.kind {
-                return Ok(vs.iter().map(|v| self.v(*v).clone()).collect());
+                let out = vs.iter().map(|v| self.v(*v).clone()).collect();
+                self.drop_dead(op);
+                return Ok(out);
             }
             let mut out = self.op(op)?;
             self.poison(op, &mut out)?;
             for (res, t) in op.results.iter().zip(out) {
                 self.vals[res.0 as usize] = Some(t);
             }
+            self.drop_dead(op);
         }
         Ok(Vec::new())
+    }
+
+    /// Forgets the values `op` read for the last time (their buffers are
+    /// freed, or reused by whoever holds the only other reference).
+    fn drop_dead(&mut self, op: &Op) {
+        for v in self.live.dying(op) {
+            self.vals[v.0 as usize] = None;
+        }
     }
 
     fn run_region(&mut self, r: &Region, args: Vec<T>) -> Result<Vec<T>, ExecError> {
@@ -682,23 +705,29 @@ impl Program<'_> {
                 acc,
                 precision,
             } => {
+                // An accumulator read for the last time here is taken, so that
+                // its buffer is accumulated into in place (no copy per K step).
+                let acc = acc.map(|c| {
+                    if c != *a && c != *b && self.live.dying(op).contains(&c) {
+                        self.vals[c.0 as usize]
+                            .take()
+                            .expect("Tile IR: a value used before its definition")
+                    } else {
+                        self.v(c).clone()
+                    }
+                });
+                let acc_poisoned = acc
+                    .as_ref()
+                    .and_then(|t| t.poison.as_ref())
+                    .is_some_and(|p| p.iter().any(|b| *b));
+                let acc = acc.map(|t| Rc::try_unwrap(t).map_or_else(|t| t.buf.clone(), |t| t.buf));
                 let (x, y) = (self.v(*a), self.v(*b));
                 let (m, kk, n) = (x.shape[0], x.shape[1], y.shape[1]);
-                let acc = acc.map(|c| self.v(c).clone());
-                let buf = dot(
-                    &x.buf,
-                    &y.buf,
-                    acc.as_deref().map(|t| &t.buf),
-                    m,
-                    kk,
-                    n,
-                    *precision,
-                    rd(0),
-                );
+                let buf = dot(&x.buf, &y.buf, acc, m, kk, n, *precision, rd(0));
                 one(Tile {
                     shape: vec![m, n],
                     buf,
-                    poison: None,
+                    poison: acc_poisoned.then(|| vec![true; m * n]),
                 })
             }
             OpKind::Reduce {
@@ -1118,12 +1147,82 @@ fn erf64(x: f64) -> f64 {
     }
 }
 
+/// Calls `$name` in the variant compiled for the widest vector unit the
+/// machine has (AVX-512 or AVX2, detected at run time; the build targets
+/// baseline x86-64, SSE2). No fast-math: results are bit-identical on every
+/// path.
+macro_rules! widest {
+    ($avx512:ident, $avx2:ident, $base:ident, $($a:expr),*) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the feature was detected.
+                return unsafe { $avx512($($a),*) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the feature was detected.
+                return unsafe { $avx2($($a),*) };
+            }
+        }
+        $base($($a),*)
+    }};
+}
+
+/// The element loops, inlined into each variant (a plain loop, not `collect`,
+/// which would be an out-of-line call compiled for the baseline).
+#[inline(always)]
+fn map1_loop<X: Copy, Y>(p: &[X], f: &impl Fn(X) -> Y) -> Vec<Y> {
+    let mut out = Vec::with_capacity(p.len());
+    for (o, a) in out.spare_capacity_mut().iter_mut().zip(p) {
+        o.write(f(*a));
+    }
+    // SAFETY: every element up to `p.len()` was written.
+    unsafe { out.set_len(p.len()) };
+    out
+}
+
+#[inline(always)]
+fn zip_map_loop<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> {
+    let n = p.len().min(q.len());
+    let mut out = Vec::with_capacity(n);
+    for ((o, a), b) in out.spare_capacity_mut().iter_mut().zip(p).zip(q) {
+        o.write(f(*a, *b));
+    }
+    // SAFETY: every element up to `n` was written.
+    unsafe { out.set_len(n) };
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn map1_avx512<X: Copy, Y>(p: &[X], f: &impl Fn(X) -> Y) -> Vec<Y> {
+    map1_loop(p, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map1_avx2<X: Copy, Y>(p: &[X], f: &impl Fn(X) -> Y) -> Vec<Y> {
+    map1_loop(p, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn zip_map_avx512<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> {
+    zip_map_loop(p, q, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn zip_map_avx2<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> {
+    zip_map_loop(p, q, f)
+}
+
 fn map1<X: Copy, Y>(p: &[X], f: impl Fn(X) -> Y) -> Vec<Y> {
-    p.iter().map(|a| f(*a)).collect()
+    widest!(map1_avx512, map1_avx2, map1_loop, p, &f)
 }
 
 fn zip_map<X: Copy, Y>(p: &[X], q: &[X], f: impl Fn(X, X) -> Y) -> Vec<Y> {
-    p.iter().zip(q).map(|(a, b)| f(*a, *b)).collect()
+    widest!(zip_map_avx512, zip_map_avx2, zip_map_loop, p, q, &f)
 }
 
 /// Float unary ops; each arm is its own monomorphic loop (vectorisable, no
@@ -1159,7 +1258,8 @@ fn exp_f32(x: f32) -> f32 {
     // Round to nearest with the 1.5 * 2^23 trick: `floor` is a libm call on
     // baseline x86-64 (no SSE4.1), which would stop vectorisation.
     const MAGIC: f32 = 12_582_912.0;
-    let n = (xc * LOG2E + MAGIC) - MAGIC;
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let mut p = 1.987_569_2e-4f32;
     p = p * r + 1.398_2e-3;
@@ -1169,7 +1269,9 @@ fn exp_f32(x: f32) -> f32 {
     p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
     // 2^n as two factors, each within the normal exponent range.
-    let ni = n as i32;
+    // `n` as an integer, read from the mantissa of `t` (an `as` cast
+    // saturates, which does not vectorise).
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
     let h = ni >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);
@@ -1399,6 +1501,7 @@ fn broadcast(a: &Tile, to: &[usize]) -> Tile {
 
 /// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
 /// `cvt.rna.tf32.f32`.
+#[inline(always)]
 fn tf32(x: f32) -> f32 {
     if !x.is_finite() {
         return x;
@@ -1410,7 +1513,7 @@ fn tf32(x: f32) -> f32 {
 fn dot(
     a: &Buf,
     b: &Buf,
-    acc: Option<&Buf>,
+    acc: Option<Buf>,
     m: usize,
     k: usize,
     n: usize,
@@ -1420,14 +1523,14 @@ fn dot(
     match (a, b) {
         (Buf::F(x), Buf::F(y)) => {
             let mut c = match acc {
-                Some(Buf::F(c)) => c.clone(),
-                Some(other) => cast(other, DType::F32).f().to_vec(),
+                Some(Buf::F(c)) => c,
+                Some(other) => cast(&other, DType::F32).f().to_vec(),
                 None => vec![0.0f32; m * n],
             };
             let (xr, yr);
             let (x, y) = if precision == Precision::Tf32 {
-                xr = x.iter().map(|v| tf32(*v)).collect::<Vec<_>>();
-                yr = y.iter().map(|v| tf32(*v)).collect::<Vec<_>>();
+                xr = map1(x, tf32);
+                yr = map1(y, tf32);
                 (&xr[..], &yr[..])
             } else {
                 (&x[..], &y[..])
@@ -1455,8 +1558,8 @@ fn dot(
         }
         (Buf::D(x), Buf::D(y)) => {
             let mut c = match acc {
-                Some(Buf::D(c)) => c.clone(),
-                Some(other) => cast(other, DType::F64).get_d(),
+                Some(Buf::D(c)) => c,
+                Some(other) => cast(&other, DType::F64).get_d(),
                 None => vec![0.0f64; m * n],
             };
             // SAFETY: row-major slices of the stated sizes.
@@ -1482,7 +1585,7 @@ fn dot(
         }
         (Buf::I(x), Buf::I(y)) => {
             let mut c: Vec<i64> = match acc {
-                Some(t) => cast(t, DType::I64).i().to_vec(),
+                Some(t) => cast(&t, DType::I64).i().to_vec(),
                 None => vec![0; m * n],
             };
             for i in 0..m {
@@ -1528,7 +1631,7 @@ fn fmin<X: PartialOrd + Copy>(a: X, b: X) -> X {
 }
 /// Folds `row` with `f` in eight interleaved lanes, then the lanes together.
 #[inline(always)]
-fn lanes8(row: &[f32], init: f32, f: impl Fn(f32, f32) -> f32 + Copy) -> f32 {
+fn lanes8(row: &[f32], init: f32, f: &impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [init; 8];
     let mut chunks = row.chunks_exact(8);
     for c in &mut chunks {
@@ -1540,6 +1643,50 @@ fn lanes8(row: &[f32], init: f32, f: impl Fn(f32, f32) -> f32 + Copy) -> f32 {
         acc[i] = f(acc[i], *x);
     }
     acc.into_iter().fold(init, f)
+}
+
+#[inline(always)]
+fn rows_fold_loop(v: &[f32], len: usize, init: f32, f: &impl Fn(f32, f32) -> f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(v.len() / len.max(1));
+    for row in v.chunks(len) {
+        out.push(lanes8(row, init, f));
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_fold_avx512(
+    v: &[f32],
+    len: usize,
+    init: f32,
+    f: &impl Fn(f32, f32) -> f32,
+) -> Vec<f32> {
+    rows_fold_loop(v, len, init, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_fold_avx2(
+    v: &[f32],
+    len: usize,
+    init: f32,
+    f: &impl Fn(f32, f32) -> f32,
+) -> Vec<f32> {
+    rows_fold_loop(v, len, init, f)
+}
+
+/// Every `len`-long row of `v` folded with `f` (see [`lanes8`]).
+fn rows_fold(v: &[f32], len: usize, init: f32, f: &impl Fn(f32, f32) -> f32) -> Vec<f32> {
+    widest!(
+        rows_fold_avx512,
+        rows_fold_avx2,
+        rows_fold_loop,
+        v,
+        len,
+        init,
+        f
+    )
 }
 
 fn reduce(op: ReduceOp, x: &Buf, outer: usize, len: usize, inner: usize) -> Buf {
@@ -1562,16 +1709,12 @@ fn reduce(op: ReduceOp, x: &Buf, outer: usize, len: usize, inner: usize) -> Buf 
         if let Buf::F(v) = x {
             // Rows reduced along their contiguous axis: eight partial results
             // per row (vectorisable; the GPU's tree order differs as much).
-            return Buf::F(
-                v.chunks(len.max(1))
-                    .take(outer)
-                    .map(|row| match op {
-                        ReduceOp::Sum => lanes8(row, 0.0, |a, b| a + b),
-                        ReduceOp::Max => lanes8(row, f32::NEG_INFINITY, fmax),
-                        ReduceOp::Min => lanes8(row, f32::INFINITY, fmin),
-                    })
-                    .collect(),
-            );
+            let rows = &v[..(outer * len).min(v.len())];
+            return Buf::F(match op {
+                ReduceOp::Sum => rows_fold(rows, len, 0.0, &|a, b| a + b),
+                ReduceOp::Max => rows_fold(rows, len, f32::NEG_INFINITY, &fmax),
+                ReduceOp::Min => rows_fold(rows, len, f32::INFINITY, &fmin),
+            });
         }
     }
     match (x, op) {
