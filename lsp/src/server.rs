@@ -16,6 +16,7 @@ use serde_json::Value as Json;
 use tessera::backend::arch::Arch;
 use tessera::db::{Database, Options, SourceFile};
 use tessera::ide;
+use tessera::ir::tile::Specialization;
 use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp::lsp_types::*;
 use tower_lsp::{Client, LanguageServer};
@@ -48,6 +49,9 @@ struct State {
     options: Mutex<HashMap<Arch, Options>>,
     /// Base URL of `docs/diagnostics.md` for `codeDescription` links.
     docs_url: Mutex<Option<Url>>,
+    /// `tessera.defines`: the values of `tsrc report -D NAME=VALUE` that
+    /// every estimate (and `tessera/emit` without its own) is made with.
+    defines: Mutex<Specialization>,
     paths: Paths,
 }
 
@@ -122,6 +126,8 @@ fn caught<T>(what: &str, f: impl FnOnce() -> Result<T>) -> (Result<T>, Option<St
 pub struct Snapshot {
     pub db: Database,
     pub options: Options,
+    /// `tessera.defines` when the snapshot was taken.
+    pub spec: Specialization,
     paths: Arc<State>,
 }
 
@@ -153,6 +159,7 @@ impl Backend {
                 roots: Mutex::new(Vec::new()),
                 options: Mutex::new(HashMap::new()),
                 docs_url: Mutex::new(default_docs_url()),
+                defines: Mutex::new(Specialization::new()),
                 paths: Paths::new(),
             }),
         }
@@ -170,9 +177,16 @@ impl Backend {
                 .or_insert_with(|| Options::new(&*db, a)),
             _ => db.options(),
         };
+        let spec = self
+            .state
+            .defines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Snapshot {
             db: db.clone(),
             options,
+            spec,
             paths: self.state.clone(),
         }
     }
@@ -230,10 +244,7 @@ impl Backend {
                 let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
                 if with_resources {
                     let (_, extra) = tessera::backend::resources::file_resources(
-                        &s.db,
-                        file,
-                        s.options,
-                        &tessera::ir::tile::Specialization::new(),
+                        &s.db, file, s.options, &s.spec,
                     );
                     // Only what an estimate says: a kernel that does not
                     // lower (say, a const parameter without a default) is
@@ -291,18 +302,7 @@ impl Backend {
                     let mut db = self.state.db.lock().unwrap_or_else(|e| e.into_inner());
                     db.set_arch(a);
                 }
-                let open: Vec<(Url, i32)> = self
-                    .state
-                    .docs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .map(|(u, d)| (u.clone(), d.version))
-                    .collect();
-                for (u, v) in open {
-                    self.publish(u, v).await;
-                }
-                let _ = self.client.inlay_hint_refresh().await;
+                self.republish().await;
             }
             Err(_) => {
                 self.client
@@ -318,7 +318,26 @@ impl Backend {
         }
     }
 
-    fn apply_settings(&self, v: &Json) -> Option<String> {
+    /// Re-publishes the diagnostics of every open document and asks the
+    /// client to refresh its inlay hints: after a change of arch or defines.
+    async fn republish(&self) {
+        let open: Vec<(Url, i32)> = self
+            .state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(u, d)| (u.clone(), d.version))
+            .collect();
+        for (u, v) in open {
+            self.publish(u, v).await;
+        }
+        let _ = self.client.inlay_hint_refresh().await;
+    }
+
+    /// Applies `docsUrl` and `defines`; returns the `arch` to set, whether the
+    /// defines changed, and the errors of bad `defines` entries (those are skipped).
+    fn apply_settings(&self, v: &Json) -> Settings {
         if let Some(url) = v.get("docsUrl").and_then(Json::as_str) {
             *self
                 .state
@@ -326,8 +345,67 @@ impl Backend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Url::parse(url).ok();
         }
-        v.get("arch").and_then(Json::as_str).map(String::from)
+        let mut out = Settings {
+            arch: v.get("arch").and_then(Json::as_str).map(String::from),
+            defines_changed: false,
+            errors: Vec::new(),
+        };
+        if let Some(d) = v.get("defines") {
+            let (spec, errors) = parse_defines(d);
+            out.errors = errors;
+            let mut current = self.state.defines.lock().unwrap_or_else(|e| e.into_inner());
+            out.defines_changed = *current != spec;
+            *current = spec;
+        }
+        out
     }
+
+    async fn report_setting_errors(&self, errors: &[String]) {
+        for e in errors {
+            self.client
+                .show_message(MessageType::ERROR, format!("tessera.defines: {e}"))
+                .await;
+        }
+    }
+}
+
+/// What a settings object asked for.
+struct Settings {
+    arch: Option<String>,
+    defines_changed: bool,
+    errors: Vec<String>,
+}
+
+/// `tessera.defines` (`{"D": 64, "causal": true}`) → the specialization
+/// `tsrc report -D D=64 -D causal=True` makes: each entry goes through the
+/// parser of `-D`, so names and values mean exactly what they mean there.
+/// `null` (a cleared setting) is no defines; bad entries come back as errors.
+fn parse_defines(v: &Json) -> (Specialization, Vec<String>) {
+    let mut spec = Specialization::new();
+    let mut errors = Vec::new();
+    let Some(map) = v.as_object() else {
+        if !v.is_null() {
+            errors.push(format!("expected an object NAME → integer, got `{v}`"));
+        }
+        return (spec, errors);
+    };
+    for (name, value) in map {
+        let text = match value {
+            Json::String(s) => s.clone(),
+            Json::Number(_) | Json::Bool(_) => value.to_string(),
+            _ => {
+                errors.push(format!("`{name}`: `{value}` is not an integer"));
+                continue;
+            }
+        };
+        match Specialization::parse_define(&format!("{name}={text}")) {
+            Ok((n, x)) => {
+                spec.values.insert(n, x);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    (spec, errors)
 }
 
 /// Compiler diagnostics → LSP diagnostics of the document `uri`.
@@ -420,7 +498,14 @@ fn legend() -> SemanticTokensLegend {
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         if let Some(opts) = &params.initialization_options {
-            if let Some(arch) = self.apply_settings(opts) {
+            let settings = self.apply_settings(opts);
+            if !settings.errors.is_empty() {
+                return Err(Error::invalid_params(format!(
+                    "initializationOptions.defines: {}",
+                    settings.errors.join("; ")
+                )));
+            }
+            if let Some(arch) = settings.arch {
                 match arch.parse::<Arch>() {
                     Ok(a) => self
                         .state
@@ -616,8 +701,13 @@ impl LanguageServer for Backend {
             .get("tessera")
             .cloned()
             .unwrap_or(params.settings);
-        if let Some(arch) = self.apply_settings(&settings) {
-            self.set_arch(&arch).await;
+        let settings = self.apply_settings(&settings);
+        self.report_setting_errors(&settings.errors).await;
+        match settings.arch {
+            // set_arch re-publishes.
+            Some(arch) => self.set_arch(&arch).await,
+            None if settings.defines_changed => self.republish().await,
+            None => {}
         }
     }
 
@@ -628,7 +718,7 @@ impl LanguageServer for Backend {
                 return Ok(None);
             };
             let off = offset_of(s, file, p.position);
-            let Some(h) = ide::hover(&s.db, file, s.options, off) else {
+            let Some(h) = ide::hover(&s.db, file, s.options, &s.spec, off) else {
                 return Ok(None);
             };
             let ix = LineIndex::new(file.text(&s.db));
@@ -709,7 +799,7 @@ impl LanguageServer for Backend {
             let ix = LineIndex::new(file.text(&s.db));
             let from = ix.offset(params.range.start);
             let to = ix.offset(params.range.end);
-            let hints = ide::inlay_hints(&s.db, file, s.options, from, to);
+            let hints = ide::inlay_hints(&s.db, file, s.options, &s.spec, from, to);
             Ok(Some(
                 hints
                     .into_iter()
@@ -937,6 +1027,12 @@ impl Backend {
                 )));
             };
             let offset = params.position.map(|p| offset_of(s, file, p));
+            // The setting's defines, under the request's own: a request
+            // without any is specialised as every estimate is.
+            let mut params = params;
+            let mut defines = s.spec.values.clone();
+            defines.append(&mut params.defines);
+            params.defines = defines;
             match crate::emit::emit(&s.db, s.options, file, &params, offset) {
                 Ok(r) => Ok(r),
                 Err(EmitFailure::Invalid(m)) => Err(Error::invalid_params(m)),
@@ -974,6 +1070,22 @@ mod tests {
         assert!(log.is_none());
         let (r, _) = caught("hover", || Ok(7));
         assert_eq!(r.unwrap(), 7);
+    }
+
+    #[test]
+    fn defines_parse_like_dash_d() {
+        let (spec, errors) =
+            parse_defines(&serde_json::json!({"D": 64, "causal": true, "BM": "0x80"}));
+        assert!(errors.is_empty(), "{errors:?}");
+        let expected = Specialization::new()
+            .with("D", 64)
+            .with("causal", 1)
+            .with("BM", 128);
+        assert_eq!(spec, expected);
+        let (spec, errors) = parse_defines(&serde_json::json!({"D": 1.5, "2x": 3, "S": 8}));
+        assert_eq!(spec, Specialization::new().with("S", 8));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(parse_defines(&Json::Null), (Specialization::new(), vec![]));
     }
 
     #[test]

@@ -237,8 +237,14 @@ fn find(text: &str, line_has: &str, needle: &str) -> (u32, u32) {
 
 /// `tessera report` as JSON: the estimate the hints must repeat.
 fn report(file: &Path, arch: &str) -> Value {
+    report_with(file, arch, &[])
+}
+
+/// `tessera report` as JSON with `-D` values (`"D=64"`).
+fn report_with(file: &Path, arch: &str, defines: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["report", "--format", "json", "--arch", arch])
+        .args(defines.iter().flat_map(|d| ["-D", d]))
         .arg(file)
         .output()
         .unwrap();
@@ -563,6 +569,81 @@ fn diagnostics_hover_hints_definition_completion_emit() {
             .any(|h| h["label"] == expected_hint(&row80)),
         "{hints:#?} vs {row80}"
     );
+    c.stop();
+}
+
+/// The kernel estimate hint of the document (the one that is not a type).
+fn kernel_hints(c: &mut Client, uri: &str) -> Vec<String> {
+    let hints = c
+        .request(
+            "textDocument/inlayHint",
+            json!({"textDocument": {"uri": uri}, "range": range(0, 0, 100, 0)}),
+        )
+        .unwrap();
+    hints
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["kind"] != json!(1))
+        .map(|h| h["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The brief's `flash_attn` is specialised on `D`: without a value its hint
+/// says so; `tessera.defines` gives it one, and then hint, hover, resource
+/// diagnostics and `tessera/emit` agree with `tessera report -D D=64`.
+#[test]
+fn defines_setting_specialises_every_estimate() {
+    let root = scratch("defines");
+    let path = root.join("flash_attn.tsr");
+    std::fs::copy(repo().join("tests/lsp/flash_attn.tsr"), &path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let uri = url(&path);
+    let mut c = Client::start(&root, json!({}));
+    c.open(&uri, &text, 1);
+    assert!(c.diagnostics(&uri, 1).is_empty());
+
+    assert_eq!(kernel_hints(&mut c, &uri), ["≈ needs D (tessera.defines)"]);
+    let (l, col) = find(&text, "def flash_attn", "flash_attn");
+    let h = c.at("textDocument/hover", &uri, l, col + 2);
+    let md = h["contents"]["value"].as_str().unwrap().to_string();
+    assert!(
+        md.contains("No resource estimate: E0511") && md.contains("`tessera.defines`"),
+        "{md}"
+    );
+    let emit = json!({"uri": uri, "kind": "tile-ir", "kernel": "flash_attn"});
+    let e = c.request("tessera/emit", emit.clone()).unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("E0511"), "{e}");
+
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({"settings": {"tessera": {"defines": {"D": 64}}}}),
+    );
+    // Re-published with the defines: the resource pass now lowers the kernel
+    // and warns about its occupancy, as `tessera report -D D=64` does.
+    let mut codes = Vec::new();
+    for _ in 0..2 {
+        codes = c
+            .diagnostics(&uri, 1)
+            .iter()
+            .map(|d| d["code"].as_str().unwrap().to_string())
+            .collect();
+        if !codes.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(codes, ["W0004"]);
+    let row = report_with(&path, "sm_90", &["D=64"]);
+    assert_eq!(kernel_hints(&mut c, &uri), [expected_hint(&row)]);
+    let h = c.at("textDocument/hover", &uri, l, col + 2);
+    let md = h["contents"]["value"].as_str().unwrap().to_string();
+    assert!(
+        md.contains("as `tsrc report -D D=64`") && md.contains(&format!("≈ {}", row["regs"])),
+        "{md}"
+    );
+    // `tessera/emit` without its own defines uses the setting's.
+    let ir = c.request("tessera/emit", emit).unwrap();
+    assert!(ir["text"].as_str().unwrap().contains("D = 64"), "{ir}");
     c.stop();
 }
 

@@ -50,20 +50,75 @@ fn type_at(types: &[(Span, String)], rel: u32) -> Option<(Span, &str)> {
         .map(|(s, t)| (*s, t.as_str()))
 }
 
-/// The resources of a kernel item with its const parameters at their defaults,
-/// exactly as `tsrc report` computes them, or why there are none.
+/// Why a kernel has no estimate: the first lowering error, and the names it
+/// still needs a value for (const parameters, specialised dims) — what
+/// `tsrc report -D NAME=VALUE` (or the editor's `tessera.defines`) gives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NoEstimate {
+    pub reason: String,
+    pub needs: Vec<String>,
+}
+
+/// The resources of a kernel item under `spec` (const parameters without a
+/// value at their defaults), exactly as `tsrc report -D ...` computes them, or
+/// why there are none.
 pub fn kernel_estimate(
     db: &dyn Db,
     item: ItemSource<'_>,
     offset: u32,
     options: Options,
-) -> Result<Resources, String> {
-    match kernel_resources(db, item, offset, options, &Specialization::new()) {
+    spec: &Specialization,
+) -> Result<Resources, NoEstimate> {
+    match kernel_resources(db, item, offset, options, spec) {
         Ok((r, _)) => Ok(r),
-        Err(d) => Err(d
-            .first()
-            .map(|d| format!("{}: {}", d.code, d.message))
-            .unwrap_or_else(|| "the kernel does not compile".to_string())),
+        Err(d) => {
+            let mut needs: Vec<String> = Vec::new();
+            for name in d
+                .iter()
+                .filter(|d| d.code == "E0511")
+                .filter_map(needed_name)
+            {
+                if !needs.contains(&name) {
+                    needs.push(name);
+                }
+            }
+            Err(NoEstimate {
+                reason: d
+                    .first()
+                    .map(|d| format!("{}: {}", d.code, d.message))
+                    .unwrap_or_else(|| "the kernel does not compile".to_string()),
+                needs,
+            })
+        }
+    }
+}
+
+/// The name an E0511 asks a value for: every E0511's help line reads
+/// `... -D NAME=...` (see `ir::tile::lower`).
+fn needed_name(d: &crate::diag::Diagnostic) -> Option<String> {
+    let help = d.help.as_deref()?;
+    let rest = &help[help.find("-D ")? + 3..];
+    let name = &rest[..rest.find('=')?];
+    is_name(name).then(|| name.to_string())
+}
+
+/// `-D D=64 -D BM=128` for a hover's header; empty without values.
+fn defines_text(spec: &Specialization) -> String {
+    spec.values
+        .iter()
+        .map(|(k, v)| format!("-D {k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The short `def` hint of a kernel without an estimate: what it needs, where
+/// to set it (the full reason is in the hover).
+pub fn no_estimate_line(why: &NoEstimate) -> String {
+    if why.needs.is_empty() {
+        let code = why.reason.split(':').next().unwrap_or("error");
+        format!("≈ no estimate ({code})")
+    } else {
+        format!("≈ needs {} (tessera.defines)", why.needs.join(", "))
     }
 }
 
@@ -96,10 +151,14 @@ pub fn estimate_line(r: &Resources) -> String {
     )
 }
 
-fn estimate_markdown(r: &Resources) -> String {
+fn estimate_markdown(r: &Resources, spec: &Specialization) -> String {
     let limiters: Vec<&str> = r.occupancy.limiters().iter().map(|l| l.name()).collect();
+    let how = match defines_text(spec) {
+        d if d.is_empty() => "as `tsrc report`, const parameters at their defaults".to_string(),
+        d => format!("as `tsrc report {d}`"),
+    };
     format!(
-        "**Estimate for {}** (as `tsrc report`, const parameters at their defaults)\n\n\
+        "**Estimate for {}** ({how})\n\n\
          | threads | registers | shared memory | occupancy | blocks/SM | limiter |\n\
          |---:|---:|---:|---:|---:|---|\n\
          | {} | ≈ {} | {} ({} bytes) | {} | {} | {} |",
@@ -116,7 +175,14 @@ fn estimate_markdown(r: &Resources) -> String {
 
 /// Hover at `offset`: the type of the expression (shape included), a function's
 /// signature and docstring, and for a kernel its resource estimate.
-pub fn hover(db: &dyn Db, file: SourceFile, options: Options, offset: u32) -> Option<Hover> {
+/// Kernel estimates use `spec` (the editor's `tessera.defines`).
+pub fn hover(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &Specialization,
+    offset: u32,
+) -> Option<Hover> {
     let (item, start) = item_at(db, file, offset)?;
     let rel = offset - start;
     let occs = names::item_occurrences(db, item);
@@ -130,7 +196,7 @@ pub fn hover(db: &dyn Db, file: SourceFile, options: Options, offset: u32) -> Op
                 })
             }
             Target::At(loc) => {
-                if let Some(md) = definition_markdown(db, options, loc) {
+                if let Some(md) = definition_markdown(db, options, spec, loc) {
                     return Some(Hover { span, markdown: md });
                 }
             }
@@ -167,7 +233,12 @@ fn ctx_name(c: builtins::Ctx) -> &'static str {
 
 /// Markdown for a module-level definition (function, kernel, const); `None` for
 /// locals (their hover is their type).
-fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<String> {
+fn definition_markdown(
+    db: &dyn Db,
+    options: Options,
+    spec: &Specialization,
+    loc: Location,
+) -> Option<String> {
     let (item, start) = item_at(db, loc.file, loc.span.start)?;
     let parsed = parse_item(db, item).item.clone()?;
     match &*parsed {
@@ -190,9 +261,19 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
             }
             if f.is_kernel() {
                 md.push_str("\n\n");
-                match kernel_estimate(db, item, start, options) {
-                    Ok(r) => md.push_str(&estimate_markdown(&r)),
-                    Err(why) => md.push_str(&format!("No resource estimate: {why}")),
+                match kernel_estimate(db, item, start, options, spec) {
+                    Ok(r) => md.push_str(&estimate_markdown(&r, spec)),
+                    Err(why) => {
+                        md.push_str(&format!("No resource estimate: {}", why.reason));
+                        if !why.needs.is_empty() {
+                            let example: Vec<String> =
+                                why.needs.iter().map(|n| format!("\"{n}\": 128")).collect();
+                            md.push_str(&format!(
+                                "\n\nSet the setting `tessera.defines` (like `tsrc report -D`), e.g. `{{ {} }}`.",
+                                example.join(", ")
+                            ));
+                        }
+                    }
                 }
             }
             Some(md)
@@ -219,12 +300,14 @@ fn definition_markdown(db: &dyn Db, options: Options, loc: Location) -> Option<S
     }
 }
 
-/// Inlay hints of `file` within `[from, to)`: each kernel's estimate after its
-/// header, and the shape of each tile bound by an assignment.
+/// Inlay hints of `file` within `[from, to)`: each kernel's estimate under
+/// `spec` after its header (or what it needs for one), and the shape of each
+/// tile bound by an assignment.
 pub fn inlay_hints(
     db: &dyn Db,
     file: SourceFile,
     options: Options,
+    spec: &Specialization,
     from: u32,
     to: u32,
 ) -> Vec<InlayHint> {
@@ -241,13 +324,15 @@ pub fn inlay_hints(
             continue;
         };
         if !has_errors {
-            if let Ok(r) = kernel_estimate(db, item, start, options) {
-                out.push(InlayHint {
-                    offset: f.header_span.end + start,
-                    label: estimate_line(&r),
-                    is_type: false,
-                });
-            }
+            let label = match kernel_estimate(db, item, start, options, spec) {
+                Ok(r) => estimate_line(&r),
+                Err(why) => no_estimate_line(&why),
+            };
+            out.push(InlayHint {
+                offset: f.header_span.end + start,
+                label,
+                is_type: false,
+            });
         }
         let checked = check_item(db, item, options);
         let mut targets = Vec::new();

@@ -21,13 +21,34 @@ fn at(text: &str, needle: &str) -> u32 {
 #[test]
 fn hover_shows_concrete_tile_shapes_and_operators() {
     let (db, file) = db_with(KERNEL);
-    let h = hover(&db, file, db.options(), at(KERNEL, "t = load")).unwrap();
+    let h = hover(
+        &db,
+        file,
+        db.options(),
+        &Specialization::new(),
+        at(KERNEL, "t = load"),
+    )
+    .unwrap();
     assert!(h.markdown.contains("t: Tile[128, f32]"), "{}", h.markdown);
     // An operator: the type of the whole binary expression.
-    let h = hover(&db, file, db.options(), at(KERNEL, "* 2.0")).unwrap();
+    let h = hover(
+        &db,
+        file,
+        db.options(),
+        &Specialization::new(),
+        at(KERNEL, "* 2.0"),
+    )
+    .unwrap();
     assert!(h.markdown.contains("Tile[128, f32]"), "{}", h.markdown);
     // A dim in scope.
-    let h = hover(&db, file, db.options(), at(KERNEL, "cdiv(N") + 5).unwrap();
+    let h = hover(
+        &db,
+        file,
+        db.options(),
+        &Specialization::new(),
+        at(KERNEL, "cdiv(N") + 5,
+    )
+    .unwrap();
     assert!(h.markdown.contains("N:"), "{}", h.markdown);
 }
 
@@ -134,9 +155,16 @@ fn semantic_tokens_and_comments() {
 #[test]
 fn inlay_hints_repeat_the_report() {
     let (db, file) = db_with(KERNEL);
-    let hints = inlay_hints(&db, file, db.options(), 0, KERNEL.len() as u32);
+    let hints = inlay_hints(
+        &db,
+        file,
+        db.options(),
+        &Specialization::new(),
+        0,
+        KERNEL.len() as u32,
+    );
     let (_, item, start) = file_kernels(&db, file)[0].clone();
-    let r = kernel_estimate(&db, item, start, db.options()).unwrap();
+    let r = kernel_estimate(&db, item, start, db.options(), &Specialization::new()).unwrap();
     let estimate = hints.iter().find(|h| !h.is_type).unwrap();
     assert_eq!(estimate.label, estimate_line(&r));
     assert!(
@@ -149,4 +177,36 @@ fn inlay_hints_repeat_the_report() {
     assert_eq!(format_bytes(49152), "48 KiB");
     assert_eq!(format_bytes(1536), "1.5 KiB");
     assert_eq!(format_bytes(0), "0 B");
+}
+
+/// A kernel specialised on a tensor dim (`:` over `D`): without a value its
+/// hint says what it needs; with one, the estimate of `tsrc report -D`.
+#[test]
+fn a_kernel_that_needs_a_define_says_so() {
+    const SPECIALISED: &str = "@kernel(grid=(1,))\ndef rows(x: Tensor[\"M\", \"D\", f32]):\n    t = load(x[0:16, :])\n    store(x[0:16, :], t * 2.0)\n";
+    let (db, file) = db_with(SPECIALISED);
+    let len = SPECIALISED.len() as u32;
+    let none = Specialization::new();
+    let hints = inlay_hints(&db, file, db.options(), &none, 0, len);
+    let note = hints.iter().find(|h| !h.is_type).unwrap();
+    assert_eq!(note.label, "≈ needs D (tessera.defines)");
+    let h = hover(&db, file, db.options(), &none, at(SPECIALISED, "rows")).unwrap();
+    assert!(
+        h.markdown.contains("No resource estimate: E0511")
+            && h.markdown.contains("`tessera.defines`"),
+        "{}",
+        h.markdown
+    );
+    let d64 = Specialization::new().with("D", 64);
+    let hints = inlay_hints(&db, file, db.options(), &d64, 0, len);
+    let (_, item, start) = file_kernels(&db, file)[0].clone();
+    let r = kernel_estimate(&db, item, start, db.options(), &d64).unwrap();
+    let note = hints.iter().find(|h| !h.is_type).unwrap();
+    assert_eq!(note.label, estimate_line(&r));
+    let h = hover(&db, file, db.options(), &d64, at(SPECIALISED, "rows")).unwrap();
+    assert!(
+        h.markdown.contains("as `tsrc report -D D=64`"),
+        "{}",
+        h.markdown
+    );
 }

@@ -42,6 +42,11 @@ function currentArch(): string {
     return vscode.workspace.getConfiguration('tessera').get<string>('arch') ?? DEFAULT_ARCH;
 }
 
+/** `tessera.defines`: NAME → integer, as `tsrc report -D NAME=VALUE`. */
+function currentDefines(): Record<string, number> {
+    return vscode.workspace.getConfiguration('tessera').get<Record<string, number>>('defines') ?? {};
+}
+
 async function startClient(): Promise<void> {
     const setting = vscode.workspace.getConfiguration('tessera').get<string>('serverPath');
     const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
@@ -74,7 +79,7 @@ async function startClient(): Promise<void> {
             { scheme: 'file', language: 'tessera' },
             { scheme: 'untitled', language: 'tessera' },
         ],
-        initializationOptions: () => ({ arch: currentArch() }),
+        initializationOptions: () => ({ arch: currentArch(), defines: currentDefines() }),
         // Sends `workspace/didChangeConfiguration` with `{ settings: { tessera: {...} } }`.
         synchronize: { configurationSection: 'tessera', fileEvents: watcher },
         outputChannel: output,

@@ -18,6 +18,14 @@ test('tessera.arch offers exactly the targets of the compiler (backend/arch.rs),
     assert.equal(DEFAULT_ARCH, 'sm_90');
 });
 
+test('tessera.defines is an object of integers (tsrc report -D NAME=VALUE), empty by default', () => {
+    const setting = manifest.contributes.configuration.properties['tessera.defines'];
+    assert.equal(setting.type, 'object');
+    assert.deepEqual(setting.additionalProperties, { type: 'integer' });
+    assert.deepEqual(setting.default, {});
+    assert.match(readRepoFile('editors/vscode/src/extension.ts'), /initializationOptions: \(\) => \(\{ arch: currentArch\(\), defines: currentDefines\(\) \}\)/);
+});
+
 test('.tsr files are the tessera language, with the grammar and language configuration', () => {
     const [language] = manifest.contributes.languages;
     assert.equal(language.id, 'tessera');
