@@ -658,8 +658,6 @@ fn typing_every_stdlib_module_keystroke_by_keystroke() {
         .collect();
     modules.sort();
     assert!(!modules.is_empty());
-    // Wait for diagnostics every this many keystrokes (and after the last).
-    const EVERY: usize = 97;
     for module in modules {
         let text = std::fs::read_to_string(&module).unwrap();
         let uri = url(&root.join(module.file_name().unwrap()));
@@ -677,16 +675,14 @@ fn typing_every_stdlib_module_keystroke_by_keystroke() {
             } else {
                 col += ch.len_utf16() as u32;
             }
-            if i % EVERY == 0 || i + 1 == chars.len() {
-                // Every prefix gets diagnostics; they must be well-formed.
-                last = c.diagnostics(&uri, version);
-                for d in &last {
-                    assert!(d["code"].as_str().is_some_and(|c| c.len() == 5), "{d}");
-                    assert!(
-                        d["range"]["start"]["line"].as_u64().unwrap() <= line as u64,
-                        "{d}"
-                    );
-                }
+            // Every prefix gets its own diagnostics, and they are well-formed.
+            last = c.diagnostics(&uri, version);
+            for d in &last {
+                assert!(d["code"].as_str().is_some_and(|c| c.len() == 5), "{d}");
+                assert!(
+                    d["range"]["start"]["line"].as_u64().unwrap() <= line as u64,
+                    "{d}"
+                );
             }
         }
         // The whole module checks cleanly, as `tessera check` says of the stdlib.
