@@ -44,7 +44,8 @@ export TESSERA_PTXAS
 step "cargo test --workspace --no-fail-fast"
 cargo test --workspace --no-fail-fast
 
-tessera_bin="${CARGO_TARGET_DIR:-target}/debug/tessera"
+# Absolute: the client tests spawn it from a temporary workspace directory.
+tessera_bin="$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd || echo "$PWD/${CARGO_TARGET_DIR:-target}")/debug/tessera"
 
 step "tessera lsp under a client nobody here wrote: headless Neovim (tests/nvim/check.sh)"
 if ! command -v nvim >/dev/null 2>&1; then

@@ -48,6 +48,13 @@ if [ "$TESSERA_BIN" = none ]; then
     unset TESSERA_BIN
     echo "vscode-check: TESSERA_BIN=none: the client tests against tessera lsp are skipped"
 else
+    # The client tests start the server from a temporary workspace: a relative path
+    # given by the caller would not resolve there.
+    case "$TESSERA_BIN" in
+    /*) ;;
+    *) TESSERA_BIN="$PWD/$TESSERA_BIN" ;;
+    esac
+    [ -x "$TESSERA_BIN" ] || fail "TESSERA_BIN=$TESSERA_BIN is not an executable tessera binary"
     export TESSERA_BIN
     echo "vscode-check: client tests run against $TESSERA_BIN lsp"
 fi

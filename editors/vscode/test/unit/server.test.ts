@@ -91,14 +91,24 @@ describe('tessera lsp, as the extension speaks to it', { skip, timeout: 180_000 
             conn.onRequest(method, () => null);
         }
         conn.listen();
-        const uri = pathToFileURL(workspace).toString();
-        await conn.sendRequest('initialize', {
-            processId: process.pid,
-            rootUri: uri,
-            workspaceFolders: [{ uri, name: 'ws' }],
-            capabilities: {},
-            initializationOptions: { arch: 'sm_90' },
+        // A server that cannot start (bad path, crash) fails the suite with the reason
+        // instead of leaving `initialize` unanswered until the suite times out.
+        const died = new Promise<never>((_, reject) => {
+            server.on('error', (e) => reject(new Error(`cannot start ${bin} lsp: ${e.message}`)));
+            server.on('exit', (code, signal) => reject(new Error(`${bin} lsp exited (${code ?? signal}) during initialize:\n${stderr}`)));
         });
+        died.catch(() => undefined);
+        const uri = pathToFileURL(workspace).toString();
+        await Promise.race([
+            died,
+            conn.sendRequest('initialize', {
+                processId: process.pid,
+                rootUri: uri,
+                workspaceFolders: [{ uri, name: 'ws' }],
+                capabilities: {},
+                initializationOptions: { arch: 'sm_90' },
+            }),
+        ]);
         await conn.sendNotification('initialized', {});
     });
 
