@@ -291,9 +291,11 @@ impl EmitKind {
     }
 }
 
-fn parse_define(s: &str) -> Result<(String, i64), String> {
-    crate::ir::tile::Specialization::parse_define(s)
+fn parse_define(s: &str) -> Result<Define, String> {
+    crate::ir::tile::Specialization::parse_define_arg(s)
 }
+
+pub use crate::ir::tile::Define;
 
 /// `emit FILE --emit KIND [--arch ARCH] [--kernel NAME] [-D NAME=VALUE]... [-o OUT]`
 #[derive(Clone, Debug, clap::Args)]
@@ -310,9 +312,11 @@ pub struct EmitArgs {
     /// Only this kernel (default: every kernel of the file, in source order).
     #[arg(long, value_name = "NAME")]
     pub kernel: Option<String>,
-    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`, `-D causal=True`.
-    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
-    pub define: Vec<(String, i64)>,
+    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`, `-D causal=True`;
+    /// or assumes a run-time dim (or integer scalar) is a multiple of a power of two:
+    /// `-D K%8` (checked at kernel entry; used for vector loads and cp.async).
+    #[arg(short = 'D', value_name = "NAME=VALUE|NAME%DIVISOR", value_parser = parse_define)]
+    pub define: Vec<Define>,
     /// Write to this file instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -421,36 +425,49 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             return EXIT_USAGE;
         }
     }
-    // Every -D must name something of an emitted kernel.
+    // Every -D must name something of an emitted kernel (a divisor may also
+    // name an integer scalar parameter).
     let mut known: std::collections::BTreeSet<String> =
         ["num_warps", "num_stages"].map(String::from).into();
+    let mut int_scalars = std::collections::BTreeSet::new();
     for (_, item, _) in &kernels {
         if let Some(sig) = crate::db::item_signature(db, *item) {
             for p in &sig.params {
                 if p.is_const {
                     known.insert(p.name.clone());
                 }
-                if let crate::check::Ty::Tensor { dims, .. } = &p.ty {
-                    for d in dims {
-                        known.extend(d.symbols().into_iter().map(String::from));
+                match &p.ty {
+                    crate::check::Ty::Tensor { dims, .. } => {
+                        for d in dims {
+                            known.extend(d.symbols().into_iter().map(String::from));
+                        }
                     }
+                    crate::check::Ty::Scalar { dtype, .. } if dtype.is_int() && !p.is_const => {
+                        int_scalars.insert(p.name.clone());
+                    }
+                    _ => {}
                 }
             }
         }
     }
     let mut spec = crate::ir::tile::Specialization::new();
-    for (name, value) in &args.define {
-        if !known.contains(name)
-            && args.emit != EmitKind::GraphIr
-            && args.emit != EmitKind::ScheduleIr
-        {
+    for d in &args.define {
+        let name = d.name();
+        let divisor = matches!(d, Define::Divisor(..));
+        let ok = known.contains(name) || (divisor && int_scalars.contains(name));
+        if !ok && args.emit != EmitKind::GraphIr && args.emit != EmitKind::ScheduleIr {
+            let what = if divisor {
+                "tensor dim or integer scalar parameter"
+            } else {
+                "const parameter or tensor dim"
+            };
             let _ = writeln!(
                 err,
-                "error: `-D {name}`: no emitted kernel has a const parameter or tensor dim named `{name}`"
+                "error: `-D {name}`: no emitted kernel has a {what} named `{name}`"
             );
             return EXIT_USAGE;
         }
-        spec.values.insert(name.clone(), *value);
+        spec.add(d);
     }
     let cx = EmitContext {
         db,
@@ -651,7 +668,10 @@ mod emit_tests {
     #[test]
     fn tile_ir_of_every_kernel_in_source_order() {
         let mut a = args(write("k1.tsr", KERNELS), EmitKind::TileIr);
-        a.define = vec![("D".into(), 64), ("BLOCK".into(), 128)];
+        a.define = vec![
+            Define::Value("D".into(), 64),
+            Define::Value("BLOCK".into(), 128),
+        ];
         let (code, out, err) = run(&a);
         assert_eq!(code, EXIT_OK, "{err}");
         let scale = out.find("kernel @scale(").expect("scale");
@@ -721,12 +741,91 @@ mod emit_tests {
             "error: no whole-tensor function `nope` in this file (it has no whole-tensor functions)\n"
         );
         let mut a = args(write("k6.tsr", KERNELS), EmitKind::TileIr);
-        a.define = vec![("Q".into(), 1)];
+        a.define = vec![Define::Value("Q".into(), 1)];
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
         assert!(err.contains("`-D Q`"), "{err}");
         let a = args(PathBuf::from("/no/such/file.tsr"), EmitKind::TileIr);
         assert_eq!(run(&a).0, EXIT_USAGE);
+    }
+
+    #[test]
+    fn define_values_and_divisors_parse() {
+        assert_eq!(parse_define("K=64"), Ok(Define::Value("K".into(), 64)));
+        assert_eq!(parse_define("K%8"), Ok(Define::Divisor("K".into(), 8)));
+        assert_eq!(parse_define(" N % 16 "), Ok(Define::Divisor("N".into(), 16)));
+        for bad in ["K%0", "K%1", "K%3", "K%12", "K%-8", "K%2147483648"] {
+            let e = parse_define(bad).unwrap_err();
+            assert!(e.contains("power of two"), "{bad}: {e}");
+        }
+        let e = parse_define("K%x").unwrap_err();
+        assert!(e.contains("not an integer divisor"), "{e}");
+        assert!(parse_define("2K%8").unwrap_err().contains("not a name"));
+        assert!(parse_define("K").unwrap_err().contains("NAME%DIVISOR"));
+        let mut spec = crate::ir::tile::Specialization::new();
+        spec.add(&parse_define("K%8").unwrap());
+        spec.add(&parse_define("K%16").unwrap());
+        assert_eq!(spec.divisors.get("K"), Some(&16), "the last one wins");
+    }
+
+    const GEMM: &str = "@kernel(grid=(cdiv(M, 64), cdiv(N, 64)), num_warps=4, num_stages=2)\ndef mm(A: Tensor[\"M\", \"K\", f16], B: Tensor[\"K\", \"N\", f16], C: Tensor[\"M\", \"N\", f32], s: i32, f: f32):\n    m0 = program_id(0) * 64\n    n0 = program_id(1) * 64\n    acc = zeros([64, 64], f32)\n    for k in range(0, K, 32):\n        acc = dot(load(A[m0 : m0 + 64, k : k + 32]), load(B[k : k + 32, n0 : n0 + 64]), acc)\n    store(C[m0 : m0 + 64, n0 : n0 + 64], acc)\n";
+
+    #[test]
+    fn divisors_show_in_every_dump() {
+        let div = |n: &str, k: u64| Define::Divisor(n.into(), k);
+        let mut a = args(write("d1.tsr", GEMM), EmitKind::TileIr);
+        a.define = vec![div("K", 8), div("N", 8), div("s", 4)];
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(
+            out.contains("specialization {} assume {K % 8 == 0, N % 8 == 0, s % 4 == 0}"),
+            "{out}"
+        );
+        a.emit = EmitKind::TargetIr;
+        a.arch = Arch::Sm80;
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(out.contains("// assume K % 8 == 0 (-D K%8); trap otherwise"), "{out}");
+        assert!(out.contains("// assume s % 4 == 0 (-D s%4); trap otherwise"), "{out}");
+        assert!(out.contains("trap if") && out.contains("copy_async.16"), "{out}");
+        a.emit = EmitKind::Ptx;
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(out.contains("cp.async.cg.shared.global"), "{out}");
+        assert_eq!(out.matches(" trap;").count(), 3, "{out}");
+        // Without divisors: no assumptions anywhere.
+        a.define.clear();
+        let (_, out, _) = run(&a);
+        assert!(!out.contains("cp.async") && !out.contains("trap"), "{out}");
+        a.emit = EmitKind::TileIr;
+        let (_, out, _) = run(&a);
+        assert!(!out.contains("assume"), "{out}");
+    }
+
+    #[test]
+    fn divisor_usage_errors() {
+        let div = |n: &str, k: u64| Define::Divisor(n.into(), k);
+        // A float scalar cannot have a divisor; an int scalar can (above).
+        let mut a = args(write("d2.tsr", GEMM), EmitKind::TileIr);
+        a.define = vec![div("f", 8)];
+        let (code, _, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(
+            err.contains("no emitted kernel has a tensor dim or integer scalar parameter named `f`"),
+            "{err}"
+        );
+        // A fixed dim that contradicts its divisor: E0513, once per name.
+        a.define = vec![Define::Value("K".into(), 60), div("K", 8)];
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_ERRORS);
+        assert!(out.is_empty());
+        assert_eq!(err.matches("error[E0513]").count(), 1, "{err}");
+        assert!(err.contains("`K` is 60 in kernel `mm`"), "{err}");
+        // One that agrees is fine (and the dim is simply fixed).
+        a.define = vec![Define::Value("K".into(), 64), div("K", 8)];
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(!out.contains("assume"), "{out}");
     }
 }
 
@@ -757,9 +856,10 @@ pub struct ReportArgs {
     /// Only this kernel (default: every kernel of the file, in source order).
     #[arg(long, value_name = "NAME")]
     pub kernel: Option<String>,
-    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`.
-    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
-    pub define: Vec<(String, i64)>,
+    /// Fixes a const parameter or specialises a tensor dim: `-D D=128`; or assumes
+    /// a divisor of a run-time dim or integer scalar: `-D K%8`.
+    #[arg(short = 'D', value_name = "NAME=VALUE|NAME%DIVISOR", value_parser = parse_define)]
+    pub define: Vec<Define>,
 }
 
 /// `report` writing to the process's stdout and stderr; returns the exit status.
@@ -800,8 +900,8 @@ pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, co
         }
     }
     let mut spec = crate::ir::tile::Specialization::new();
-    for (name, value) in &args.define {
-        spec.values.insert(name.clone(), *value);
+    for d in &args.define {
+        spec.add(d);
     }
     let mut rows = Vec::new();
     let mut diags = Vec::new();

@@ -289,7 +289,7 @@ pub enum EmitHeader {
     Report(Specialization),
 }
 
-/// `# emit: tile-ir|report [-D NAME=VALUE]...` among a file's leading comment
+/// `# emit: tile-ir|report [-D NAME=VALUE|-D NAME%DIVISOR]...` among a file's leading comment
 /// lines: the case also lowers every kernel (as `tsrc emit --emit tile-ir` or
 /// `tsrc report` would), so emit-time diagnostics (E0511, E0512, W0003, W0004)
 /// can be tested and documented. `Ok(None)` without the header.
@@ -321,9 +321,9 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
                     ))
                 }
             };
-            let (name, value) =
-                Specialization::parse_define(def).map_err(|e| format!("line {}: {e}", i + 1))?;
-            spec.values.insert(name, value);
+            let d = Specialization::parse_define_arg(def)
+                .map_err(|e| format!("line {}: {e}", i + 1))?;
+            spec.add(&d);
         }
         return Ok(Some(if kind == Some("report") {
             EmitHeader::Report(spec)

@@ -113,6 +113,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "kernel needs a value for a const parameter or specialised dim",
     ),
     e("E0512", "not supported by code generation yet"),
+    e("E0513", "assumed divisor contradicts a fixed value"),
     // E06xx targets and resources
     e("E0602", "tiles exceed the register file"),
     e("E0603", "tiles exceed shared memory"),

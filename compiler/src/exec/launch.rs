@@ -403,6 +403,7 @@ fn specialise(
                 .map_err(|d| compile_error(&d))?;
             let full = Specialization {
                 values: k.specialization.iter().cloned().collect(),
+                ..Default::default()
             };
             db::tile_ir(db, item, opts, full)
                 .clone()

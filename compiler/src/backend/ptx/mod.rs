@@ -493,6 +493,7 @@ impl Printer<'_> {
                 )
             }
             Inst::Barrier => "bar.sync 0;".to_string(),
+            Inst::Trap { pred } => format!("@{} trap;", self.r(*pred)),
             Inst::CpAsync {
                 dst,
                 src,

@@ -329,3 +329,133 @@ fn gemm_loads_are_pipelined_over_num_stages() {
     assert!(pipes.iter().all(|b| b.bytes == 3 * 128 * 32 * 2));
     assert_eq!(k.smem_bytes(), 2 * 3 * 128 * 32 * 2);
 }
+
+/// The PTX and Target IR of `kernel` in `path` (relative to the repository)
+/// for `arch` under `spec`.
+fn source_kernel(
+    path: &str,
+    kernel: &str,
+    arch: Arch,
+    spec: &crate::ir::tile::Specialization,
+) -> (String, crate::ir::target::Kernel) {
+    use crate::db::{file_kernels, ptx_module, target_ir, Database};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut db = Database::new();
+    db.set_arch(arch);
+    let file = db.load_file(&root.join(path)).unwrap();
+    let k = file_kernels(&db, file)
+        .into_iter()
+        .find(|k| k.0 == kernel)
+        .unwrap();
+    let ptx = ptx_module(&db, std::slice::from_ref(&k), db.options(), spec).unwrap();
+    let t = target_ir(&db, k.1, db.options(), spec.clone())
+        .clone()
+        .unwrap();
+    (ptx, (*t).clone())
+}
+
+fn gemm_divisors() -> crate::ir::tile::Specialization {
+    crate::ir::tile::Specialization::new()
+        .with_divisor("K", 8)
+        .with_divisor("N", 8)
+}
+
+/// `-D K%8 -D N%8` (f16 rows of A and B 16-byte aligned) on the example gemm,
+/// whose M, N and K stay run-time values: its operands are copied with
+/// cp.async, software-pipelined over num_stages = 3 as with K and N fixed, the
+/// kernel traps at entry when K or N is not a multiple of 8, and ptxas
+/// accepts it for sm_80 and sm_90.
+#[test]
+fn divisibility_specialised_gemm_is_pipelined_and_assembles() {
+    use crate::ir::target::Inst;
+    let spec = gemm_divisors();
+    for arch in [Arch::Sm80, Arch::Sm90] {
+        let (ptx, k) = source_kernel("examples/gemm.tsr", "gemm", arch, &spec);
+        assert!(ptx.contains("cp.async.cg.shared.global"), "{arch}");
+        assert!(ptx.contains("cp.async.wait_group 2;"), "{arch}");
+        assert!(ptx.contains("// assume K % 8 == 0 (-D K%8); trap otherwise"));
+        assert!(ptx.contains("// assume N % 8 == 0 (-D N%8); trap otherwise"));
+        assert_eq!(ptx.matches(" trap;").count(), 2, "{arch}");
+        // No scalar operand loads are left: everything A and B goes through cp.async.
+        assert!(!ptx.contains("ld.global.b16"), "{arch}");
+        // M, N and K are still parameters (nothing was fixed).
+        for p in ["gemm_param_M", "gemm_param_N", "gemm_param_K"] {
+            assert!(ptx.contains(p), "{arch}: {p}");
+        }
+        let mut waits = Vec::new();
+        k.walk(&mut |i| {
+            if let Inst::CpAsyncWait { pending } = i {
+                waits.push(*pending)
+            }
+        });
+        assert_eq!(waits, vec![2, 0], "{arch}");
+        let pipes = k.smem.iter().filter(|b| b.name.starts_with("pipe")).count();
+        assert_eq!(pipes, 2, "{arch}");
+        if let Some(ptxas) = find_ptxas() {
+            let report = assemble(&ptxas, &ptx, arch, "gemm-div8")
+                .unwrap_or_else(|e| panic!("{arch}: ptxas rejected the gemm:\n{e}"));
+            assert!(report.contains("Compiling entry function 'gemm'"), "{report}");
+        } else {
+            eprintln!("notice: ptxas not found (set TESSERA_PTXAS); PTX not assembled");
+        }
+    }
+    let (ptx, _) = source_kernel("examples/gemm.tsr", "gemm", Arch::Sm80, &spec);
+    insta::assert_snapshot!("gemm_div8_sm80_ptx", ptx);
+}
+
+/// Without a divisor the gemm keeps its plain predicated scalar loads (16-byte
+/// alignment of its rows is not provable), and no entry check; a divisor that
+/// does not make rows 16-byte aligned (`K%4` for f16) only adds the check.
+#[test]
+fn gemm_without_divisors_is_unchanged() {
+    let plain = crate::ir::tile::Specialization::new();
+    let (ptx, _) = source_kernel("examples/gemm.tsr", "gemm", Arch::Sm80, &plain);
+    assert!(!ptx.contains("cp.async"), "{ptx}");
+    assert!(!ptx.contains("trap") && !ptx.contains("assume"), "{ptx}");
+    assert!(ptx.contains("ld.global.b16"), "{ptx}");
+    let four = crate::ir::tile::Specialization::new()
+        .with_divisor("K", 4)
+        .with_divisor("N", 4);
+    let (ptx4, _) = source_kernel("examples/gemm.tsr", "gemm", Arch::Sm80, &four);
+    assert!(!ptx4.contains("cp.async"), "{ptx4}");
+    assert_eq!(ptx4.matches(" trap;").count(), 2);
+    // Divisors of names the kernel does not have change nothing.
+    let other = crate::ir::tile::Specialization::new().with_divisor("Q", 16);
+    let (same, _) = source_kernel("examples/gemm.tsr", "gemm", Arch::Sm80, &other);
+    assert_eq!(same, ptx);
+}
+
+/// A divisor of an integer scalar parameter (a row stride) and of a dim
+/// proves 16-byte alignment of an f32 row: vector loads and stores, with the
+/// stride checked at entry.
+#[test]
+fn scalar_parameter_divisor_vectorises_rows() {
+    use crate::db::{file_kernels, ptx_module, Database};
+    let src = "@kernel(grid=(R,), num_warps=1)\n\
+def rows(x: Tensor[\"T\", f32], out: Tensor[\"T\", f32], stride: i32, R: i32):\n    \
+r = program_id(0) * stride\n    \
+store(out[r : r + 128], load(x[r : r + 128]) * 2.0)\n";
+    let ptx = |spec: &crate::ir::tile::Specialization| {
+        let mut db = Database::new();
+        db.set_arch(Arch::Sm80);
+        let file = db.set_source("/t/rows.tsr", src.to_string());
+        assert!(db.diagnostics(file).is_empty(), "{:?}", db.diagnostics(file));
+        ptx_module(&db, &file_kernels(&db, file), db.options(), spec).unwrap()
+    };
+    let plain = ptx(&crate::ir::tile::Specialization::new());
+    assert!(!plain.contains("ld.global.v4"), "{plain}");
+    let spec = crate::ir::tile::Specialization::new()
+        .with_divisor("stride", 4)
+        .with_divisor("T", 4);
+    let vec = ptx(&spec);
+    assert!(vec.contains("ld.global.v4.f32"), "{vec}");
+    assert!(vec.contains("st.global.v4.f32"), "{vec}");
+    assert!(vec.contains("// assume stride % 4 == 0 (-D stride%4)"), "{vec}");
+    assert_eq!(vec.matches(" trap;").count(), 2, "{vec}");
+    // Only the stride: the bound T may cut a vector, so loads stay scalar.
+    let stride_only = ptx(&crate::ir::tile::Specialization::new().with_divisor("stride", 4));
+    assert!(!stride_only.contains("ld.global.v4"), "{stride_only}");
+    if let Some(ptxas) = find_ptxas() {
+        assemble(&ptxas, &vec, Arch::Sm80, "rows-div4").unwrap();
+    }
+}

@@ -309,6 +309,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name: kname,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -731,6 +732,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name: kname,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -859,6 +861,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -1134,6 +1137,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -1359,6 +1363,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -1610,6 +1615,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -1972,6 +1978,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,
@@ -2280,6 +2287,7 @@ impl Lower<'_> {
         self.kernels.push(Kernel {
             name,
             specialization: vec![],
+            divisibility: vec![],
             params: kb.params,
             num_warps: 4,
             num_stages: 1,

@@ -182,6 +182,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 pred(k, p)
             ),
             Inst::Barrier => "barrier".to_string(),
+            Inst::Trap { pred } => format!("trap if {}", r(k, *pred)),
             Inst::CpAsync {
                 dst,
                 src,

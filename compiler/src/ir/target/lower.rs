@@ -149,8 +149,12 @@ struct TV {
 }
 
 struct TensorInfo {
-    /// A known divisor of each axis' stride (the product of the static dims after it).
+    /// A known divisor of each axis' stride (the product of the known divisors
+    /// of the dims after it).
     stride_div: Vec<u64>,
+    /// A known divisor of each dim: its value when static, else its assumed
+    /// divisor (`Kernel::divisibility`) or 1.
+    dim_div: Vec<u64>,
     ptr: Reg,
     dims: Vec<Operand>,
     static_dims: Vec<Option<u64>>,
@@ -662,6 +666,12 @@ impl<'a> Lower<'a> {
                 ty: RegTy::I32,
             });
         }
+        let assumed = |n: &str| {
+            tk.divisibility
+                .iter()
+                .find(|(x, _)| x == n)
+                .map(|&(_, d)| d)
+        };
         // Load what is used: all parameters, in the prologue (ptxas drops the unused).
         let mut dim_regs: HashMap<String, Reg> = HashMap::new();
         for (i, n) in dyn_dims.iter().enumerate() {
@@ -703,16 +713,23 @@ impl<'a> Lower<'a> {
                         .pop()
                         .unwrap_or_default();
                     self.prologue.extend(code);
+                    let dim_div: Vec<u64> = dims
+                        .iter()
+                        .map(|d| match d {
+                            Dim::Static(n) => *n,
+                            Dim::Dynamic(n) => assumed(n).unwrap_or(1),
+                        })
+                        .collect();
                     let stride_div = (0..dims.len())
                         .map(|a| {
-                            static_dims[a + 1..]
+                            dim_div[a + 1..]
                                 .iter()
-                                .map(|d| d.unwrap_or(1))
-                                .product()
+                                .fold(1u64, |p, &d| p.saturating_mul(d.max(1)).min(1 << 30))
                         })
                         .collect();
                     self.tensors[i] = Some(TensorInfo {
                         stride_div,
+                        dim_div,
                         ptr,
                         dims: dim_ops,
                         static_dims,
@@ -773,6 +790,41 @@ impl<'a> Lower<'a> {
                     self.scalars[i] = Some((reg, *d));
                 }
             }
+        }
+        // Divisibility assumptions hold or the kernel traps: code below relies on
+        // them for alignment (vector loads, 16-byte async copies).
+        for (name, k) in &tk.divisibility {
+            let reg = match dim_regs.get(name) {
+                Some(r) => Some(*r),
+                None => tk
+                    .params
+                    .iter()
+                    .position(|p| &p.name == name)
+                    .and_then(|i| self.scalars[i])
+                    .filter(|(_, d)| d.is_int())
+                    .map(|(r, _)| r),
+            };
+            let Some(reg) = reg else { continue };
+            let ty = self.regs[reg.0 as usize];
+            self.prologue.push(Inst::Comment(format!(
+                "assume {name} % {k} == 0 (-D {name}%{k}); trap otherwise"
+            )));
+            let low = self.new_reg(ty);
+            self.prologue.push(Inst::Binary {
+                op: BinOp::And,
+                dst: low,
+                a: Operand::Reg(reg),
+                b: Operand::Int(*k as i64 - 1),
+            });
+            let bad = self.new_reg(RegTy::Pred);
+            self.prologue.push(Inst::Cmp {
+                op: CmpOp::Ne,
+                ty,
+                dst: bad,
+                a: Operand::Reg(low),
+                b: Operand::Int(0),
+            });
+            self.prologue.push(Inst::Trap { pred: bad });
         }
         Ok(())
     }
@@ -891,9 +943,7 @@ impl<'a> Lower<'a> {
             OpKind::TensorDim { param, axis } => {
                 let t = self.tensor(*param)?;
                 let o = t.dims[*axis];
-                if let Some(n) = t.static_dims[*axis] {
-                    self.div.insert(res(0), n.max(1));
-                }
+                self.div.insert(res(0), t.dim_div[*axis].max(1));
                 let tv = self.scalar_tv(o, RegTy::I32, DType::I32);
                 self.define(res(0), tv);
             }
@@ -902,6 +952,12 @@ impl<'a> Lower<'a> {
                     return self.unsupported("this scalar parameter");
                 };
                 let ty = self.cty(d)?;
+                let name = &tk.params[*i].name;
+                if let Some(&(_, k)) = tk.divisibility.iter().find(|(n, _)| n == name) {
+                    if d.is_int() {
+                        self.div.insert(res(0), k);
+                    }
+                }
                 let tv = self.scalar_tv(Operand::Reg(r), ty, d);
                 self.define(res(0), tv);
             }
@@ -1446,13 +1502,14 @@ impl<'a> Lower<'a> {
     /// access of `layout`'s elements; plus the vector width that is proven safe.
     fn plan_access(&mut self, tensor: usize, access: &[Access], layout: &Layout) -> R<AccessPlan> {
         let t = self.tensor(tensor)?;
-        let (ptr, dims, static_dims, strides, mem, stride_div) = (
+        let (ptr, dims, static_dims, strides, mem, stride_div, dim_div) = (
             t.ptr,
             t.dims.clone(),
             t.static_dims.clone(),
             t.strides.clone(),
             t.mem,
             t.stride_div.clone(),
+            t.dim_div.clone(),
         );
         let bytes = mem.bytes() as i64;
         let mut thread_off = Operand::Int(0);
@@ -1596,10 +1653,8 @@ impl<'a> Lower<'a> {
                         .iter()
                         .all(|s| s.is_multiple_of(v as u64))
                 };
-                let dim_ok = |v: u32| match static_dims[a] {
-                    Some(n) => n % v as u64 == 0,
-                    None => false,
-                };
+                // Every vector wholly in or out of bounds.
+                let dim_ok = |v: u32| dim_div[a].is_multiple_of(v as u64);
                 let _ = max_base;
                 while v > 1 {
                     if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
@@ -2278,7 +2333,7 @@ impl<'a> Lower<'a> {
             _ => self.divisor(*start),
         };
         let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
-        let dim_ok = t.static_dims[last].is_some_and(|d| d.is_multiple_of(8));
+        let dim_ok = t.dim_div[last].is_multiple_of(8);
         if shape.len() != 2
             || !zero
             || !len.is_multiple_of(8)

@@ -330,6 +330,11 @@ pub enum Inst {
     },
     /// Block-wide barrier.
     Barrier,
+    /// Aborts the kernel (the launch fails with an error) where `pred` holds:
+    /// the entry check of a divisibility assumption (`-D K%8`).
+    Trap {
+        pred: Reg,
+    },
     /// Asynchronous copy of `bytes` (4, 8 or 16) from global `src + src_offset`
     /// to shared `dst`; `src_size` (a register holding `bytes` or 0) zero-fills
     /// the copy where it is 0 (out-of-bounds chunks). Completes at `CpAsyncWait`.
@@ -424,6 +429,7 @@ impl Inst {
             | Inst::CpAsyncCommit
             | Inst::CpAsyncWait { .. }
             | Inst::Barrier
+            | Inst::Trap { .. }
             | Inst::While { .. }
             | Inst::If { .. }
             | Inst::Comment(_) => vec![],
@@ -451,6 +457,7 @@ impl Inst {
                 v
             }
             Inst::Mov { src, .. } => ops(&[*src]),
+            Inst::Trap { pred } => vec![*pred],
             Inst::Unary { x, .. } => ops(&[*x]),
             Inst::Binary { a, b, .. } | Inst::MulWide { a, b, .. } | Inst::Cmp { a, b, .. } => {
                 ops(&[*a, *b])

@@ -196,6 +196,7 @@ impl Builder {
         Kernel {
             name: name.into(),
             specialization: vec![],
+            divisibility: vec![],
             params: self.params,
             num_warps,
             num_stages: 1,

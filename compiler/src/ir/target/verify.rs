@@ -269,7 +269,11 @@ impl Verifier<'_> {
                     self.expect(i, x, ty(iv));
                 }
             }
-            Inst::If { cond, .. } | Inst::While { pred: cond, .. } if ty(cond) != RegTy::Pred => {
+            Inst::If { cond, .. }
+            | Inst::While { pred: cond, .. }
+            | Inst::Trap { pred: cond }
+                if ty(cond) != RegTy::Pred =>
+            {
                 self.errors.push(format!("{i:?}: condition is not a pred"));
             }
             _ => {}

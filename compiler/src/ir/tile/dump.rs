@@ -187,9 +187,20 @@ impl Printer<'_> {
             .iter()
             .map(|(n, v)| format!("{n} = {v}"))
             .collect();
+        // Shown only when there are some, so kernels without them dump as before.
+        let divisibility = if k.divisibility.is_empty() {
+            String::new()
+        } else {
+            let d: Vec<String> = k
+                .divisibility
+                .iter()
+                .map(|(n, d)| format!("{n} % {d} == 0"))
+                .collect();
+            format!(" assume {{{}}}", d.join(", "))
+        };
         let _ = writeln!(
             self.out,
-            "kernel @{}({})\n    specialization {{{}}} num_warps = {} num_stages = {} {{",
+            "kernel @{}({})\n    specialization {{{}}}{divisibility} num_warps = {} num_stages = {} {{",
             k.name,
             params.join(", "),
             spec.join(", "),

@@ -58,9 +58,44 @@ use crate::syntax::ast::{self, Arg, BinOp, Expr, ExprKind, Function, Index, Stmt
 /// The compile-time values a kernel is lowered with: const parameters (by
 /// name; bools as 0/1) and specialised tensor dims. Names that are neither are
 /// ignored, so one specialization can serve every kernel of a file.
+///
+/// `divisors` are divisibility assumptions (`-D K%8`): a run-time tensor dim or
+/// integer scalar parameter is promised to be a multiple of a power of two
+/// without fixing its value. The kernel records them (`Kernel::divisibility`),
+/// the code generator uses them in alignment proofs (vector loads, `cp.async`)
+/// and checks them at kernel entry (a launch that breaks one traps). A divisor
+/// of a name that is fixed (`-D K=64`, a const parameter) must divide its value
+/// (E0513).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Specialization {
     pub values: BTreeMap<String, i64>,
+    pub divisors: BTreeMap<String, u64>,
+}
+
+/// One `-D` argument: `NAME=VALUE` fixes a value, `NAME%DIVISOR` assumes a
+/// power-of-two divisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Define {
+    Value(String, i64),
+    Divisor(String, u64),
+}
+
+impl Define {
+    pub fn name(&self) -> &str {
+        match self {
+            Define::Value(n, _) | Define::Divisor(n, _) => n,
+        }
+    }
+}
+
+fn check_define_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(format!("`{name}` is not a name"));
+    }
+    Ok(())
 }
 
 impl Specialization {
@@ -77,19 +112,56 @@ impl Specialization {
         self.values.get(name).copied()
     }
 
+    pub fn with_divisor(mut self, name: impl Into<String>, divisor: u64) -> Self {
+        self.divisors.insert(name.into(), divisor);
+        self
+    }
+
+    /// Adds one `-D` argument (the last of several for one name wins).
+    pub fn add(&mut self, d: &Define) {
+        match d {
+            Define::Value(n, v) => {
+                self.values.insert(n.clone(), *v);
+            }
+            Define::Divisor(n, k) => {
+                self.divisors.insert(n.clone(), *k);
+            }
+        }
+    }
+
+    /// Parses one `-D` argument: `NAME=VALUE` (see `parse_define`) or
+    /// `NAME%DIVISOR`, a power of two from 2 to 2^30 (`K%8`: K is a multiple of 8).
+    pub fn parse_define_arg(text: &str) -> Result<Define, String> {
+        match (text.split_once('%'), text.contains('=')) {
+            (Some((name, k)), false) => {
+                let name = name.trim();
+                check_define_name(name)?;
+                let k = k.trim().replace('_', "");
+                match k.parse::<i64>() {
+                    Ok(n) if (2..=1 << 30).contains(&n) && n.count_ones() == 1 => {
+                        Ok(Define::Divisor(name.to_string(), n as u64))
+                    }
+                    Ok(_) => Err(format!(
+                        "`{text}`: the divisor must be a power of two from 2 to 2^30 (e.g. `{name}%8`)"
+                    )),
+                    Err(_) => Err(format!(
+                        "`{text}`: `{}` is not an integer divisor (NAME%DIVISOR, e.g. `{name}%8`)",
+                        k
+                    )),
+                }
+            }
+            _ => Self::parse_define(text).map(|(n, v)| Define::Value(n, v)),
+        }
+    }
+
     /// Parses `NAME=VALUE` (`-D` on the command line): an integer (`128`,
     /// `0x80`, `1_024`, `-1`) or a bool (`True`/`False`, `true`/`false`).
     pub fn parse_define(text: &str) -> Result<(String, i64), String> {
         let Some((name, value)) = text.split_once('=') else {
-            return Err(format!("`{text}` is not NAME=VALUE"));
+            return Err(format!("`{text}` is not NAME=VALUE or NAME%DIVISOR"));
         };
         let name = name.trim();
-        if name.is_empty()
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            || name.starts_with(|c: char| c.is_ascii_digit())
-        {
-            return Err(format!("`{name}` is not a name"));
-        }
+        check_define_name(name)?;
         let v = value.trim().replace('_', "");
         let parsed = match v.as_str() {
             "True" | "true" => Some(1),
@@ -177,6 +249,8 @@ fn lower_inner(
         env: HashMap::new(),
         params: Vec::new(),
         specialization: BTreeMap::new(),
+        divisibility: BTreeMap::new(),
+        divisors_checked: HashSet::new(),
         next_sym: 0,
         loop_depth: 0,
         missing_dims: Vec::new(),
@@ -258,6 +332,11 @@ struct Lowerer<'a> {
     env: HashMap<String, LV>,
     params: Vec<Param>,
     specialization: BTreeMap<String, i64>,
+    /// The divisors of `spec.divisors` that name a run-time dim or integer
+    /// scalar parameter of this kernel.
+    divisibility: BTreeMap<String, u64>,
+    /// Fixed names whose assumed divisor was checked (one E0513 per name).
+    divisors_checked: HashSet<String>,
     next_sym: u32,
     /// How many loops enclose the statement being lowered.
     loop_depth: u32,
@@ -493,6 +572,32 @@ impl<'a> Lowerer<'a> {
 
     // ---- the kernel ----
 
+    /// E0513 when `name`, fixed to `value`, has an assumed divisor that does
+    /// not divide it (`-D K=60 -D K%8`).
+    fn check_divisor(&mut self, spec: &Specialization, name: &str, value: i64, span: Span) {
+        let Some(&k) = spec.divisors.get(name) else {
+            return;
+        };
+        if !self.divisors_checked.insert(name.to_string()) {
+            return;
+        }
+        if value.rem_euclid(k as i64) != 0 {
+            self.diags.push(
+                Diagnostic::new(
+                    "E0513",
+                    span,
+                    format!(
+                        "`{name}` is {value} in kernel `{}`, which is not a multiple of {k} as `-D {name}%{k}` assumes",
+                        self.f.name.name
+                    ),
+                )
+                .with_help(format!(
+                    "drop `-D {name}%{k}`, or give `{name}` a value that is a multiple of {k}"
+                )),
+            );
+        }
+    }
+
     fn kernel(&mut self, spec: &Specialization) -> R<Kernel> {
         let f = self.f;
         let scope = self.scope;
@@ -592,6 +697,7 @@ impl<'a> Lowerer<'a> {
                     };
                     if let Some(i) = value.as_int() {
                         self.specialization.insert(name.clone(), i);
+                        self.check_divisor(spec, name, i, p.name.span);
                     }
                     const_vals.insert(name.clone(), value.clone());
                     self.env.insert(
@@ -616,9 +722,15 @@ impl<'a> Lowerer<'a> {
                             match given {
                                 Some(v) => {
                                     self.specialization.insert(sym.to_string(), v);
+                                    self.check_divisor(spec, sym, v, p.name.span);
                                     Dim::Static(v as u64)
                                 }
-                                None => Dim::Dynamic(sym.to_string()),
+                                None => {
+                                    if let Some(&k) = spec.divisors.get(sym) {
+                                        self.divisibility.insert(sym.to_string(), k);
+                                    }
+                                    Dim::Dynamic(sym.to_string())
+                                }
                             }
                         } else {
                             // An affine dim ("4*D"): specialised when all its symbols are.
@@ -675,6 +787,9 @@ impl<'a> Lowerer<'a> {
                         kind: ParamKind::Scalar(dtype),
                     });
                     let v = self.scalar_param(idx, dtype);
+                    if let (Some(&k), true) = (spec.divisors.get(name), dtype.is_int()) {
+                        self.divisibility.insert(name.clone(), k);
+                    }
                     let sym = dtype.is_int().then(|| SymDim::symbol(name.clone()));
                     self.env.insert(
                         name.clone(),
@@ -747,6 +862,7 @@ impl<'a> Lowerer<'a> {
         let mut k = Kernel {
             name: f.name.name.clone(),
             specialization: self.specialization.clone().into_iter().collect(),
+            divisibility: self.divisibility.clone().into_iter().collect(),
             params: std::mem::take(&mut self.params),
             num_warps: num_warps as u32,
             num_stages: num_stages as u32,

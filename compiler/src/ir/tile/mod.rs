@@ -76,6 +76,10 @@ pub struct Kernel {
     pub name: String,
     /// The values fixed at compile time: const parameters and specialised dims, sorted by name.
     pub specialization: Vec<(String, i64)>,
+    /// Divisibility assumptions on run-time tensor dims and integer scalar
+    /// parameters (`-D K%8`: `K` is a multiple of 8), sorted by name. The code
+    /// generator uses them to prove alignment and checks them at kernel entry.
+    pub divisibility: Vec<(String, u64)>,
     /// Run-time parameters in launch order (const parameters are not among them).
     pub params: Vec<Param>,
     pub num_warps: u32,
@@ -348,5 +352,5 @@ mod lower_tests;
 mod tests;
 
 pub use builder::Builder;
-pub use lower::{lower_kernel, lower_kernel_with_dims, Specialization};
+pub use lower::{lower_kernel, lower_kernel_with_dims, Define, Specialization};
 pub use verify::verify;

@@ -18,6 +18,7 @@ fn kernel(b: Builder, params: Vec<Param>) -> Kernel {
     Kernel {
         name: "k".into(),
         specialization: vec![("BM".into(), 16)],
+        divisibility: vec![],
         params,
         num_warps: 4,
         num_stages: 1,
