@@ -16,7 +16,9 @@
 //! m16n8k16 on sm_80+, m16n8k8 f16 on sm_75): operands are staged in XOR-swizzled
 //! shared memory and read with `ldmatrix`; the accumulator stays in the mma
 //! layout. Operand loads that feed only such dots are not loaded into registers:
-//! on sm_80+, when 16-byte alignment is provable, they are copied with
+//! on sm_80+, when 16-byte alignment is provable (from static dims, or from the
+//! kernel's divisibility assumptions, which the prologue checks with a `trap`
+//! so that they hold in the code after it), they are copied with
 //! `cp.async` straight into the swizzled buffers — at the dot, once before a
 //! loop for loop-invariant operands, or software-pipelined over `num_stages`
 //! for loads indexed by a loop's induction variable. On sm_70 (no `ldmatrix`)

@@ -10,6 +10,9 @@
 //!   store %out[%1 : +1024], %4
 //! }
 //! ```
+//!
+//! A kernel compiled under divisibility assumptions (`-D N%4`) lists them after
+//! its specialization: `specialization {BLOCK = 1024} assume {N % 4 == 0}`.
 
 use std::fmt::{self, Write};
 
