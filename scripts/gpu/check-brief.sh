@@ -3,8 +3,10 @@
 # no GPU): builds one PTX module of examples/flash_attn.tsr, gemm.tsr and
 # softmax_rows.tsr per arch (sm_70, sm_80, sm_90 by default), head dim and causal
 # flag, runs each on the GPU through the driver API and compares with f64
-# references (scripts/gpu/check_brief.py), then launches every kernel of every
-# module once (scripts/gpu/smoke.py).
+# references (scripts/gpu/check_brief.py); builds gemm.tsr under `-D K%8 -D N%8`
+# per arch and checks it (scripts/gpu/check_gemm_div.py: numerics, and a trap for a
+# K that breaks the assumption); then launches every kernel of every module once
+# (scripts/gpu/smoke.py).
 #   [ARCHS="sm_70 sm_80 sm_90"] scripts/gpu/check-brief.sh [TSRC] [OUT_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -25,5 +27,13 @@ for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
         done
     done
 done
-python3 "$root/scripts/gpu/smoke.py" "$out"/brief_*.ptx || status=1
+# The gemm with run-time M, N, K under divisibility assumptions (-D K%8 -D N%8):
+# cp.async-pipelined, checked against a reference, and trapping on K = 70.
+for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
+    ptx="$out/gemm_div8_${arch}.ptx"
+    "$tsrc" emit "$root/examples/gemm.tsr" --emit ptx --arch "$arch" -D K%8 -D N%8 -o "$ptx"
+    echo "== $arch gemm -D K%8 -D N%8"
+    python3 "$root/scripts/gpu/check_gemm_div.py" "$ptx" || status=1
+done
+python3 "$root/scripts/gpu/smoke.py" "$out"/brief_*.ptx "$out"/gemm_div8_*.ptx || status=1
 exit $status
