@@ -753,7 +753,10 @@ mod emit_tests {
     fn define_values_and_divisors_parse() {
         assert_eq!(parse_define("K=64"), Ok(Define::Value("K".into(), 64)));
         assert_eq!(parse_define("K%8"), Ok(Define::Divisor("K".into(), 8)));
-        assert_eq!(parse_define(" N % 16 "), Ok(Define::Divisor("N".into(), 16)));
+        assert_eq!(
+            parse_define(" N % 16 "),
+            Ok(Define::Divisor("N".into(), 16))
+        );
         for bad in ["K%0", "K%1", "K%3", "K%12", "K%-8", "K%2147483648"] {
             let e = parse_define(bad).unwrap_err();
             assert!(e.contains("power of two"), "{bad}: {e}");
@@ -785,9 +788,18 @@ mod emit_tests {
         a.arch = Arch::Sm80;
         let (code, out, err) = run(&a);
         assert_eq!(code, EXIT_OK, "{err}");
-        assert!(out.contains("// assume K % 8 == 0 (-D K%8); trap otherwise"), "{out}");
-        assert!(out.contains("// assume s % 4 == 0 (-D s%4); trap otherwise"), "{out}");
-        assert!(out.contains("trap if") && out.contains("copy_async.16"), "{out}");
+        assert!(
+            out.contains("// assume K % 8 == 0 (-D K%8); trap otherwise"),
+            "{out}"
+        );
+        assert!(
+            out.contains("// assume s % 4 == 0 (-D s%4); trap otherwise"),
+            "{out}"
+        );
+        assert!(
+            out.contains("trap if") && out.contains("copy_async.16"),
+            "{out}"
+        );
         a.emit = EmitKind::Ptx;
         let (code, out, err) = run(&a);
         assert_eq!(code, EXIT_OK, "{err}");
@@ -811,7 +823,9 @@ mod emit_tests {
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
         assert!(
-            err.contains("no emitted kernel has a tensor dim or integer scalar parameter named `f`"),
+            err.contains(
+                "no emitted kernel has a tensor dim or integer scalar parameter named `f`"
+            ),
             "{err}"
         );
         // A fixed dim that contradicts its divisor: E0513, once per name.

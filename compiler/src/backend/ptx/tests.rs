@@ -394,7 +394,10 @@ fn divisibility_specialised_gemm_is_pipelined_and_assembles() {
         if let Some(ptxas) = find_ptxas() {
             let report = assemble(&ptxas, &ptx, arch, "gemm-div8")
                 .unwrap_or_else(|e| panic!("{arch}: ptxas rejected the gemm:\n{e}"));
-            assert!(report.contains("Compiling entry function 'gemm'"), "{report}");
+            assert!(
+                report.contains("Compiling entry function 'gemm'"),
+                "{report}"
+            );
         } else {
             eprintln!("notice: ptxas not found (set TESSERA_PTXAS); PTX not assembled");
         }
@@ -439,7 +442,11 @@ store(out[r : r + 128], load(x[r : r + 128]) * 2.0)\n";
         let mut db = Database::new();
         db.set_arch(Arch::Sm80);
         let file = db.set_source("/t/rows.tsr", src.to_string());
-        assert!(db.diagnostics(file).is_empty(), "{:?}", db.diagnostics(file));
+        assert!(
+            db.diagnostics(file).is_empty(),
+            "{:?}",
+            db.diagnostics(file)
+        );
         ptx_module(&db, &file_kernels(&db, file), db.options(), spec).unwrap()
     };
     let plain = ptx(&crate::ir::tile::Specialization::new());
@@ -450,7 +457,10 @@ store(out[r : r + 128], load(x[r : r + 128]) * 2.0)\n";
     let vec = ptx(&spec);
     assert!(vec.contains("ld.global.v4.f32"), "{vec}");
     assert!(vec.contains("st.global.v4.f32"), "{vec}");
-    assert!(vec.contains("// assume stride % 4 == 0 (-D stride%4)"), "{vec}");
+    assert!(
+        vec.contains("// assume stride % 4 == 0 (-D stride%4)"),
+        "{vec}"
+    );
     assert_eq!(vec.matches(" trap;").count(), 2, "{vec}");
     // Only the stride: the bound T may cut a vector, so loads stay scalar.
     let stride_only = ptx(&crate::ir::tile::Specialization::new().with_divisor("stride", 4));

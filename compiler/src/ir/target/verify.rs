@@ -269,9 +269,7 @@ impl Verifier<'_> {
                     self.expect(i, x, ty(iv));
                 }
             }
-            Inst::If { cond, .. }
-            | Inst::While { pred: cond, .. }
-            | Inst::Trap { pred: cond }
+            Inst::If { cond, .. } | Inst::While { pred: cond, .. } | Inst::Trap { pred: cond }
                 if ty(cond) != RegTy::Pred =>
             {
                 self.errors.push(format!("{i:?}: condition is not a pred"));
