@@ -202,7 +202,7 @@ impl Session {
             }
             StmtKind::Assign { target, value, .. } => {
                 let v = self.eval(value, text)?;
-                self.assign(target, v)?;
+                self.assign(target, v, text)?;
             }
             StmtKind::AugAssign { target, op, value } => {
                 let ExprKind::Name(id) = &target.kind else {
@@ -265,7 +265,7 @@ impl Session {
         Ok(Flow::Normal)
     }
 
-    fn assign(&mut self, target: &Expr, v: Val) -> R<()> {
+    fn assign(&mut self, target: &Expr, v: Val, text: &str) -> R<()> {
         match &target.kind {
             ExprKind::Name(id) => {
                 if self.defs.iter().any(|d| d.names.contains(&id.name)) {
@@ -305,16 +305,68 @@ impl Session {
                     ));
                 }
                 for (t, v) in targets.iter().zip(items) {
-                    self.assign(t, v)?;
+                    self.assign(t, v, text)?;
                 }
                 Ok(())
             }
+            ExprKind::Subscript { value, indices } => {
+                self.assign_part(target, value, indices, v, text)
+            }
             _ => Err(unsupported(
                 target.span,
-                "assigning into part of a tensor is not supported in a session",
-                "compute the new tensor with an expression, or write it from a kernel with `store`",
+                "only names, tuples of names and `t[...]` can be assigned in a session",
+                "write `x = ...`, `a, b = ...` or `t[i] = ...`",
             )),
         }
+    }
+
+    /// `t[indices] = v` on a session tensor variable: copy-on-write, so other
+    /// names that held `t`'s value keep the old elements.
+    fn assign_part(
+        &mut self,
+        target: &Expr,
+        base: &Expr,
+        indices: &[Index],
+        v: Val,
+        text: &str,
+    ) -> R<()> {
+        let ExprKind::Name(id) = &base.kind else {
+            return Err(unsupported(
+                base.span,
+                "only a tensor variable can be assigned into in a session",
+                "index the variable with every position at once: `t[i, j] = x`, not `t[i][j] = x`",
+            ));
+        };
+        let current = self.lookup(&id.name, base.span)?;
+        if current.tensor().is_none() {
+            return Err(wrong_kind(
+                base.span,
+                format!(
+                    "`{}` is not a tensor (it holds {}); only a tensor can be assigned into",
+                    id.name,
+                    current.describe()
+                ),
+            ));
+        }
+        drop(current);
+        let items = self.index_items(indices, text)?;
+        let value = match v {
+            Val::Run(x) => x,
+            other => {
+                return Err(wrong_kind(
+                    target.span,
+                    format!("cannot store a {} in a tensor", other.describe()),
+                ))
+            }
+        };
+        // Take the tensor out of the session while writing, so that its storage
+        // counts only the other holders (copy-on-write copies only for them).
+        let Some(Val::Run(Value::Tensor(mut t))) = self.vars.remove(&id.name) else {
+            unreachable!("checked to be a tensor variable");
+        };
+        let result = t.set_index(&items, &value);
+        self.vars.insert(id.name.clone(), Val::Run(Value::Tensor(t)));
+        result.map_err(|e| e.to_diagnostic(target.span))
     }
 
     fn lookup(&self, name: &str, span: Span) -> R<Val> {
@@ -595,6 +647,24 @@ impl Session {
     }
 
     fn index(&mut self, v: Val, vspan: Span, indices: &[Index], text: &str, span: Span) -> R<Val> {
+        let items = self.index_items(indices, text)?;
+        match v {            Val::Run(Value::Tensor(t)) => t
+                .index(&items)
+                .map(|t| Val::Run(Value::Tensor(t)))
+                .map_err(|e| e.to_diagnostic(span)),
+            Val::Run(Value::Tuple(vals)) => {
+                let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
+                index_seq(seq, &items, span)
+            }
+            Val::List(seq) => index_seq(seq, &items, span),
+            other => Err(wrong_kind(
+                vspan,
+                format!("a {} cannot be indexed", other.describe()),
+            )),
+        }
+    }
+
+    fn index_items(&mut self, indices: &[Index], text: &str) -> R<Vec<IndexItem>> {
         let mut items = Vec::new();
         for i in indices {
             items.push(match i {
@@ -617,21 +687,7 @@ impl Session {
                 }
             });
         }
-        match v {
-            Val::Run(Value::Tensor(t)) => t
-                .index(&items)
-                .map(|t| Val::Run(Value::Tensor(t)))
-                .map_err(|e| e.to_diagnostic(span)),
-            Val::Run(Value::Tuple(vals)) => {
-                let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
-                index_seq(seq, &items, span)
-            }
-            Val::List(seq) => index_seq(seq, &items, span),
-            other => Err(wrong_kind(
-                vspan,
-                format!("a {} cannot be indexed", other.describe()),
-            )),
-        }
+        Ok(items)
     }
 
     fn int_arg(&mut self, x: &Expr, text: &str, what: &str) -> R<i64> {
