@@ -113,6 +113,21 @@ impl Num {
     }
 }
 
+/// A number, or the element of a rank-0 tensor as a number of its kind.
+fn element(v: &Val) -> Option<Num> {
+    match v {
+        Val::Run(Value::Tensor(t)) if t.shape().is_empty() => {
+            let x = t.to_f64_vec()[0];
+            Some(if t.dtype().is_float() {
+                Num::F(x)
+            } else {
+                Num::I(x as i64)
+            })
+        }
+        _ => num(v),
+    }
+}
+
 fn int(i: i64) -> Val {
     Val::Run(Value::Int(i))
 }
@@ -205,11 +220,28 @@ impl Session {
                 self.assign(target, v, text)?;
             }
             StmtKind::AugAssign { target, op, value } => {
+                if let ExprKind::Subscript { value: base, indices } = &target.kind {
+                    // `t[idx] op= v`: read the part, compute, write it back.
+                    let lhs = self.eval(target, text)?;
+                    let rhs = self.eval(value, text)?;
+                    // One element (`t[i] += 1`): computed on the host.
+                    let v = match (element(&lhs), element(&rhs)) {
+                        (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
+                        _ => self.synth_binary(
+                            *op,
+                            (&lhs, target.span),
+                            (&rhs, value.span),
+                            s.span,
+                        )?,
+                    };
+                    self.assign_part(target, base, indices, v, text)?;
+                    return Ok(Flow::Normal);
+                }
                 let ExprKind::Name(id) = &target.kind else {
                     return Err(unsupported(
                         target.span,
-                        "only a variable can be updated with `op=` in a session",
-                        "write `x = x + y`, or launch a kernel that writes into the tensor",
+                        "only a variable or part of a tensor can be updated with `op=` in a session",
+                        "write `x = x + y` or `t[i] += y`",
                     ));
                 };
                 let lhs = self.lookup(&id.name, target.span)?;
@@ -529,7 +561,7 @@ impl Session {
             }
             ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
                 let v = self.eval(operand, text)?;
-                let n = num(&v).ok_or_else(|| {
+                let n = element(&v).ok_or_else(|| {
                     wrong_kind(
                         operand.span,
                         format!("cannot apply a unary operator to {}", v.describe()),
@@ -555,7 +587,7 @@ impl Session {
             {
                 let a = self.eval(lhs, text)?;
                 let b = self.eval(rhs, text)?;
-                match (num(&a), num(&b)) {
+                match (element(&a), element(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
                 }
@@ -601,10 +633,14 @@ impl Session {
                 self.is_host_scalar(lhs) && self.is_host_scalar(rhs)
             }
             ExprKind::Subscript { value, indices } => {
-                self.is_host_scalar(value)
-                    && indices
-                        .iter()
-                        .all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
+                let all_ints = indices.iter().all(|i| {
+                    matches!(i, Index::Expr(x) if !matches!(x.kind, ExprKind::None) && self.is_host_scalar(x))
+                });
+                // An element of a session tensor (`x[0]`, `a[i, j]`) is a number.
+                let element_of_tensor = matches!(&value.kind, ExprKind::Name(id)
+                    if self.vars.get(&id.name).and_then(Val::tensor)
+                        .is_some_and(|t| t.shape().len() == indices.len()));
+                all_ints && (self.is_host_scalar(value) || element_of_tensor)
             }
             ExprKind::Attribute { value, attr } => {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
@@ -694,6 +730,11 @@ impl Session {
         let v = self.eval(x, text)?;
         match v {
             Val::Run(Value::Int(i)) => Ok(i),
+            Val::Run(Value::Tensor(ref t))
+                if t.shape().is_empty() && !t.dtype().is_float() && t.dtype() != DType::Bool =>
+            {
+                Ok(t.to_f64_vec()[0] as i64)
+            }
             other => Err(wrong_kind(
                 x.span,
                 format!("{what} must be an integer, found {}", other.describe()),
