@@ -621,7 +621,7 @@ impl Session {
     /// Whether `e` is evaluated on the host to a scalar or other non-tensor value
     /// without running anything (names of scalar variables, literals, arithmetic
     /// of those, `.shape` of tensors...).
-    fn is_host_scalar(&self, e: &Expr) -> bool {
+    pub(crate) fn is_host_scalar(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
             ExprKind::Name(id) => match self.vars.get(&id.name) {
@@ -1090,7 +1090,10 @@ impl Session {
                     Val::Str(s) => Ok(int(s.chars().count() as i64)),
                     other => Err(wrong_kind(
                         x.span,
-                        format!("a {} has no length", other.describe()),
+                        format!(
+                            "`len` takes a tensor of rank 1 or more, a tuple, a list or a string, found {}",
+                            other.describe()
+                        ),
                     )),
                 }
             }
