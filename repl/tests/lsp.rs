@@ -728,7 +728,9 @@ fn session_script_has_no_false_errors() {
     let md = h["contents"]["value"].as_str().unwrap().to_string();
     assert!(md.contains("known at run time"), "{md}");
 
-    let bad = format!("{text}\ndef f(x: Tensor[N, f32]) -> Tensor[N, f32]:\n    print(x)\n    return x\n");
+    let bad = format!(
+        "{text}\ndef f(x: Tensor[N, f32]) -> Tensor[N, f32]:\n    print(x)\n    return x\n"
+    );
     let bad_path = root.join("bad.tsr");
     std::fs::write(&bad_path, &bad).unwrap();
     let bad_uri = url(&bad_path);

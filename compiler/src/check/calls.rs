@@ -407,7 +407,11 @@ impl Checker<'_> {
     fn builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
         match b.ctx {
             Ctx::Session if !self.top_level => {
-                let place = if self.in_kernel { "a kernel" } else { "a function" };
+                let place = if self.in_kernel {
+                    "a kernel"
+                } else {
+                    "a function"
+                };
                 self.report(
                     Diagnostic::new(
                         "E0725",

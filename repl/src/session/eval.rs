@@ -220,19 +220,20 @@ impl Session {
                 self.assign(target, v, text)?;
             }
             StmtKind::AugAssign { target, op, value } => {
-                if let ExprKind::Subscript { value: base, indices } = &target.kind {
+                if let ExprKind::Subscript {
+                    value: base,
+                    indices,
+                } = &target.kind
+                {
                     // `t[idx] op= v`: read the part, compute, write it back.
                     let lhs = self.eval(target, text)?;
                     let rhs = self.eval(value, text)?;
                     // One element (`t[i] += 1`): computed on the host.
                     let v = match (element(&lhs), element(&rhs)) {
                         (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                        _ => self.synth_binary(
-                            *op,
-                            (&lhs, target.span),
-                            (&rhs, value.span),
-                            s.span,
-                        )?,
+                        _ => {
+                            self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?
+                        }
                     };
                     self.assign_part(target, base, indices, v, text)?;
                     return Ok(Flow::Normal);
@@ -397,7 +398,8 @@ impl Session {
             unreachable!("checked to be a tensor variable");
         };
         let result = t.set_index(&items, &value);
-        self.vars.insert(id.name.clone(), Val::Run(Value::Tensor(t)));
+        self.vars
+            .insert(id.name.clone(), Val::Run(Value::Tensor(t)));
         result.map_err(|e| e.to_diagnostic(target.span))
     }
 
@@ -684,7 +686,8 @@ impl Session {
 
     fn index(&mut self, v: Val, vspan: Span, indices: &[Index], text: &str, span: Span) -> R<Val> {
         let items = self.index_items(indices, text)?;
-        match v {            Val::Run(Value::Tensor(t)) => t
+        match v {
+            Val::Run(Value::Tensor(t)) => t
                 .index(&items)
                 .map(|t| Val::Run(Value::Tensor(t)))
                 .map_err(|e| e.to_diagnostic(span)),

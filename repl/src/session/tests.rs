@@ -103,7 +103,10 @@ fn load_and_reload_pick_up_changes() {
     )
     .unwrap();
     let mut err = Vec::new();
-    assert!(matches!(s.load(&path, &mut std::io::sink(), &mut err), Err(LoadError::Errors)));
+    assert!(matches!(
+        s.load(&path, &mut std::io::sink(), &mut err),
+        Err(LoadError::Errors)
+    ));
     let err = String::from_utf8(err).unwrap();
     assert!(err.contains("lib.tsr:2"), "{err}");
     let (_, out, _) = run(&mut s, "g(ones([1], f32))");
