@@ -627,7 +627,8 @@ impl Session {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
             ExprKind::Name(id) => match self.vars.get(&id.name) {
-                Some(v) => v.tensor().is_none(),
+                // A rank-0 tensor (`s = sum(x)`) is used as the number it holds.
+                Some(v) => v.tensor().is_none_or(|t| t.shape().is_empty()),
                 None => self.const_value(&id.name).is_some(),
             },
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
