@@ -22,7 +22,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":help", "this list"),
     (
         ":load FILE",
-        "add the definitions of a .tsr file to the session",
+        "add the definitions of a .tsr file, then run its top-level statements",
     ),
     (":reload", "read the loaded files again"),
     (":type EXPR", "the type of an expression: dtype and shape"),
@@ -90,6 +90,8 @@ pub fn run(
     let rest_offset =
         (rest_start + line[rest_start..].len() - line[rest_start..].trim_start().len()) as u32;
     let whole = Span::new(lead, line.len() as u32);
+    // A top-level statement of a loaded file failed (rendered against the file).
+    let mut statement_failed = false;
     let result: Result<Next, Diagnostic> = match cmd {
         ":help" | ":h" | ":?" => {
             let _ = writeln!(out, "{}", help_text());
@@ -108,9 +110,13 @@ pub fn run(
                     session,
                     &PathBuf::from(rest),
                     Span::new(rest_offset, line.len() as u32),
+                    out,
                     err,
                 )
-                .map(|()| Next::Continue)
+                .map(|ok| {
+                    statement_failed |= !ok;
+                    Next::Continue
+                })
             }
         }
         ":reload" | ":r" => {
@@ -120,9 +126,12 @@ pub fn run(
             }
             let mut result = Ok(Next::Continue);
             for f in files {
-                if let Err(d) = load(session, &f, whole, err) {
-                    result = Err(d);
-                    break;
+                match load(session, &f, whole, out, err) {
+                    Ok(ok) => statement_failed |= !ok,
+                    Err(d) => {
+                        result = Err(d);
+                        break;
+                    }
                 }
             }
             result
@@ -193,7 +202,7 @@ pub fn run(
         }
     };
     match result {
-        Ok(next) => (next, true),
+        Ok(next) => (next, !statement_failed),
         Err(d) => {
             session.render(&[d.shifted(base)], err);
             (Next::Continue, false)
@@ -214,14 +223,18 @@ fn help_text() -> String {
     s
 }
 
+/// `:load` (and each file of `:reload`): `Ok(false)` when the definitions were
+/// added but a top-level statement of the file failed (already rendered).
 fn load(
     session: &mut Session,
     path: &std::path::Path,
     span: Span,
+    out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<(), Diagnostic> {
-    match session.load(path, err) {
-        Ok(_) => Ok(()),
+) -> Result<bool, Diagnostic> {
+    match session.load(path, out, err) {
+        Ok(_) => Ok(true),
+        Err(LoadError::StatementFailed { .. }) => Ok(false),
         Err(LoadError::Unreadable(m)) => Err(Diagnostic::new(
             "E0723",
             span,

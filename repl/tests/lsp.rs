@@ -703,3 +703,44 @@ fn typing_every_stdlib_module_keystroke_by_keystroke() {
     }
     c.stop();
 }
+
+/// A `tessera run` script with session builtins (`print`, `len`, `load_npy`,
+/// `save_npy`), a float const given at the launch and element assignment:
+/// the language server reports no error on it; `print` inside a function is
+/// E0725.
+#[test]
+fn session_script_has_no_false_errors() {
+    let root = scratch("session");
+    let path = root.join("script.tsr");
+    let text = std::fs::read_to_string(repo().join("tests/run/session_builtins.tsr")).unwrap();
+    std::fs::write(&path, &text).unwrap();
+    let uri = url(&path);
+    let mut c = Client::start(&root, json!({}));
+    c.open(&uri, &text, 1);
+    let errors: Vec<Value> = c
+        .diagnostics(&uri, 1)
+        .into_iter()
+        .filter(|d| d["severity"] == 1)
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let (l, col) = find(&text, "z = load_npy", "load_npy");
+    let h = c.at("textDocument/hover", &uri, l, col + 2);
+    let md = h["contents"]["value"].as_str().unwrap().to_string();
+    assert!(md.contains("known at run time"), "{md}");
+
+    let bad = format!(
+        "{text}\ndef f(x: Tensor[N, f32]) -> Tensor[N, f32]:\n    print(x)\n    return x\n"
+    );
+    let bad_path = root.join("bad.tsr");
+    std::fs::write(&bad_path, &bad).unwrap();
+    let bad_uri = url(&bad_path);
+    c.open(&bad_uri, &bad, 1);
+    let codes: Vec<String> = c
+        .diagnostics(&bad_uri, 1)
+        .iter()
+        .filter(|d| d["severity"] == 1)
+        .map(|d| d["code"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(codes, ["E0725"]);
+    c.stop();
+}

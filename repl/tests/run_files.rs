@@ -96,6 +96,43 @@ fn run_files() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The files `tessera run` executes without error also pass the checker (what
+/// `tsrc check` and the language server report): session builtins such as
+/// `print`, `len`, `load_npy` and `save_npy`, element assignment and `arange(n)`
+/// at top level are not reported as errors.
+#[test]
+fn run_files_check_clean() {
+    let dir = root().join("tests/run");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let f = e.unwrap().path();
+        if f.extension().is_none_or(|e| e != "tsr") || f.with_extension("stderr").exists() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mut db = tessera::db::Database::new();
+        let file = db.set_source(&f, text.clone());
+        let errors: Vec<_> = db
+            .diagnostics(file)
+            .iter()
+            .filter(|d| d.is_error())
+            .cloned()
+            .collect();
+        if !errors.is_empty() {
+            failures.push(tessera::diag::render::render_human_all(
+                &f.display().to_string(),
+                &text,
+                &errors,
+                false,
+            ));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 5, "too few clean run files");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn run_on_cuda_says_it_is_not_built() {
     let work = scratch("cuda");

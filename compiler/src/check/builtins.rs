@@ -10,6 +10,9 @@ pub enum Ctx {
     Tensor,
     /// Both: on tiles and scalars in kernels, on tensors and scalars elsewhere.
     Both,
+    /// Only in top-level statements, which `tessera run` and `tessera repl`
+    /// execute on the host (E0725 inside any function).
+    Session,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -248,7 +251,40 @@ pub const BUILTINS: &[Builtin] = &[
         Ctx::Tensor,
         "tensor(nested lists, dtype=)",
     ),
+    // session builtins: host operations of top-level statements
+    Builtin {
+        name: "print",
+        params: &["value"],
+        required: 0,
+        variadic: true,
+        ctx: Ctx::Session,
+        doc: "print(a, b, ...): writes the values on one line, separated by spaces",
+    },
+    b(
+        "len",
+        X,
+        1,
+        Ctx::Session,
+        "len(x): the size of a tensor's first dim, or the length of a tuple, list or string",
+    ),
+    b(
+        "load_npy",
+        &["path"],
+        1,
+        Ctx::Session,
+        "load_npy(path) -> Tensor: reads a .npy file (shape and dtype are known at run time)",
+    ),
+    b(
+        "save_npy",
+        &["tensor", "path"],
+        2,
+        Ctx::Session,
+        "save_npy(tensor, path): writes a .npy file that numpy reads",
+    ),
 ];
+
+/// The session builtins, for messages.
+pub const SESSION_BUILTINS: &str = "`print`, `len`, `load_npy`, `save_npy`";
 
 pub fn lookup(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)

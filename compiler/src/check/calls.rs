@@ -406,6 +406,30 @@ impl Checker<'_> {
 
     fn builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
         match b.ctx {
+            Ctx::Session if !self.top_level => {
+                let place = if self.in_kernel {
+                    "a kernel"
+                } else {
+                    "a function"
+                };
+                self.report(
+                    Diagnostic::new(
+                        "E0725",
+                        span,
+                        format!("`{}` is a session builtin and cannot be used inside {place}", b.name),
+                    )
+                    .with_help(format!(
+                        "{} only run in top-level statements (`tessera run`, `tessera repl`); return the value and use it there",
+                        builtins::SESSION_BUILTINS
+                    )),
+                );
+                return Val::err();
+            }
+            Ctx::Session => return self.session_builtin(b, args, span),
+            // `arange(n)` at top level makes a tensor on the host.
+            Ctx::Kernel if !self.in_kernel && self.top_level && b.name == "arange" => {
+                return self.session_arange(args, span)
+            }
             Ctx::Kernel if !self.in_kernel => {
                 self.report(
                     Diagnostic::new("E0503", span, format!("`{}` can only be used inside a `@kernel`", b.name))
@@ -932,6 +956,131 @@ impl Checker<'_> {
     }
 
     /// `min(a, b, ...)` / `max(a, b, ...)` of scalars (or elementwise).
+    /// `print`, `len`, `load_npy`, `save_npy` in a top-level statement.
+    fn session_builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
+        if b.name == "print" {
+            if let Some(a) = args.iter().find(|a| a.name.is_some()) {
+                self.report(
+                    Diagnostic::new("E0205", a.span, "`print` takes no keyword arguments")
+                        .with_help("`print(a, b, ...)`"),
+                );
+            }
+            return Val::of(Ty::NoneV);
+        }
+        let required: Vec<bool> = (0..b.params.len()).map(|i| i < b.required).collect();
+        let Some(slots) = self.bind_args(b.name, b.params, &required, args, span) else {
+            return Val::err();
+        };
+        let arg = |j: usize| slots.get(j).copied().flatten().map(|i| &args[i]);
+        let Some(a0) = arg(0) else { return Val::err() };
+        let path_ok = |me: &mut Self, a: &ArgV| -> bool {
+            if matches!(a.val.ty, Ty::Str | Ty::Err) {
+                return true;
+            }
+            me.report(Diagnostic::new(
+                "E0302",
+                a.expr.span,
+                format!("a path is a string, found `{}`", a.val.ty),
+            ));
+            false
+        };
+        match b.name {
+            "len" => {
+                let n = match &a0.val.ty {
+                    Ty::Err => return Val::err(),
+                    Ty::Tensor { dims, .. } if !dims.is_empty() => {
+                        Some(dims[0].clone()).filter(|d| d.as_symbol() != Some("?"))
+                    }
+                    Ty::Tuple(v) | Ty::List(v) => Some(Dim::constant(v.len() as i64)),
+                    Ty::Shape(d) => Some(Dim::constant(d.len() as i64)),
+                    Ty::Str => None,
+                    other => {
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            a0.expr.span,
+                            format!("a {} (`{other}`) has no length", other.kind_name()),
+                        ).with_help("`len` takes a tensor of rank 1 or more, a tuple, a list or a string"));
+                        return Val::err();
+                    }
+                };
+                Val::with(Ty::weak(DType::I32), n.map(Value::Int))
+            }
+            "load_npy" => {
+                path_ok(self, a0);
+                // The file decides shape and dtype: untracked here (uses are
+                // checked when the statement runs).
+                self.types.push((
+                    span,
+                    "Tensor (shape and dtype read from the file at run time)".into(),
+                ));
+                Val::err()
+            }
+            "save_npy" => {
+                if !matches!(a0.val.ty, Ty::Tensor { .. } | Ty::Err) {
+                    self.report(Diagnostic::new(
+                        "E0302",
+                        a0.expr.span,
+                        format!("`save_npy` saves a tensor, found `{}`", a0.val.ty),
+                    ));
+                }
+                if let Some(a1) = arg(1) {
+                    path_ok(self, a1);
+                }
+                Val::of(Ty::NoneV)
+            }
+            _ => Val::err(),
+        }
+    }
+
+    /// `arange(n)`, `arange(start, end)`, `dtype=` in a top-level statement: a
+    /// 1-D tensor made on the host.
+    fn session_arange(&mut self, args: &[ArgV], span: Span) -> Val {
+        let params = ["start", "end", "dtype"];
+        let Some(slots) = self.bind_args("arange", &params, &[true, false, false], args, span)
+        else {
+            return Val::err();
+        };
+        let arg = |j: usize| slots.get(j).copied().flatten().map(|i| &args[i]);
+        let bounds: Vec<&ArgV> = [arg(0), arg(1)].into_iter().flatten().collect();
+        for a in &bounds {
+            if a.val.ty.is_err() {
+                return Val::err();
+            }
+            if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
+                self.report(Diagnostic::new(
+                    "E0302",
+                    a.expr.span,
+                    format!("`arange` takes integers, found `{}`", a.val.ty),
+                ));
+                return Val::err();
+            }
+        }
+        let dtype = match arg(2) {
+            Some(a) => match self.dtype_arg(a) {
+                Some(d) => d,
+                None => return Val::err(),
+            },
+            None => DType::I32,
+        };
+        let value = |a: &ArgV| match &a.val.value {
+            Some(Value::Int(d)) => d.as_const(),
+            _ => None,
+        };
+        let len = match bounds[..] {
+            [end] => value(end),
+            [start, end] => value(end).zip(value(start)).map(|(e, s)| e - s),
+            _ => None,
+        };
+        let dim = match len {
+            Some(n) => Dim::constant(n.max(0)),
+            None => Dim::symbol("?"),
+        };
+        Val::of(Ty::Tensor {
+            dims: vec![dim],
+            dtype,
+        })
+    }
+
     fn minmax(&mut self, name: &'static str, args: &[ArgV], span: Span) -> Val {
         if let Some(a) = args.iter().find(|a| a.name.is_some()) {
             self.report(

@@ -797,16 +797,37 @@ impl Checker<'_> {
                         failed = true;
                         continue;
                     };
+                    // Top-level statements run on the host, which takes any step
+                    // (`Some(None)`: not known here).
+                    let mut stepped: Option<Option<i64>> = None;
                     if let Some(st) = step {
                         let sv = self.expr(st);
-                        if sv.value.as_ref().and_then(Value::as_int) != Some(1) && !sv.ty.is_err() {
-                            self.report(Diagnostic::new(
-                                "E0302",
-                                st.span,
-                                "slices with a step are not supported",
-                            ));
+                        let k = sv.value.as_ref().and_then(Value::as_int);
+                        if k != Some(1) && !sv.ty.is_err() {
+                            if self.top_level && !self.in_kernel {
+                                if k == Some(0) {
+                                    self.report(Diagnostic::new(
+                                        "E0302",
+                                        st.span,
+                                        "a slice step cannot be zero",
+                                    ));
+                                    failed = true;
+                                    continue;
+                                }
+                                stepped = Some(k);
+                            } else {
+                                self.report(
+                                    Diagnostic::new(
+                                        "E0302",
+                                        st.span,
+                                        "slices with a step are not supported",
+                                    )
+                                    .with_help("steps are supported in top-level statements only (the host indexes the tensor)"),
+                                );
+                            }
                         }
                     }
+                    let whole = start.is_none() && end.is_none();
                     let zero = Dim::constant(0);
                     // In whole-tensor functions bounds are Python's: a negative
                     // constant counts from the end, and constant bounds clamp to
@@ -828,6 +849,15 @@ impl Checker<'_> {
                     let len = match len.as_ref().and_then(Dim::as_const) {
                         Some(n) if n < 0 && !self.in_kernel => Some(zero),
                         _ => len,
+                    };
+                    // With a step: ceil(len / step) when the step is positive (or
+                    // the slice is the whole axis), else known at run time only.
+                    let len = match (stepped, len.as_ref().and_then(Dim::as_const)) {
+                        (None, _) => len,
+                        (Some(Some(k)), Some(n)) if k > 0 || whole => {
+                            Some(Dim::constant((n + k.abs() - 1) / k.abs()))
+                        }
+                        (Some(_), _) => Some(Dim::symbol("?")),
                     };
                     match len {
                         Some(len) => {

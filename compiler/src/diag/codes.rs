@@ -147,6 +147,12 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0722", "unknown session command or bad command usage"),
     e("E0723", "file cannot be read"),
     e("E0724", "integer overflow in a session computation"),
+    e("E0725", "session builtin used outside top-level statements"),
+    e(
+        "E0726",
+        "assigned value does not fit the shape of the indexed part",
+    ),
+    e("E0727", "assigned value does not fit the tensor's dtype"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

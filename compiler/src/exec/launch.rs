@@ -294,22 +294,47 @@ pub(crate) fn launch_bound(
         .collect();
     for (p, (_, v)) in sig.params.iter().zip(values) {
         if p.is_const {
-            let i = match v {
-                Value::Int(i) => *i,
-                Value::Bool(b) => *b as i64,
-                other => {
+            match (v, &p.default) {
+                (Value::Int(i), _) => {
+                    spec.values.insert(p.name.clone(), *i);
+                }
+                (Value::Bool(b), _) => {
+                    spec.values.insert(p.name.clone(), *b as i64);
+                }
+                // A float for an integer (or bool) const would change the
+                // kernel's shapes and loop bounds into floats: refuse it here.
+                (Value::Float(_), default)
+                    if p.ty.dtype().is_some_and(|d| !d.is_float())
+                        || (p.ty.is_err()
+                            && matches!(
+                                default,
+                                Some(check::Value::Int(_) | check::Value::Bool(_))
+                            )) =>
+                {
                     return Err(ExecError::new(
                         "E0707",
                         format!(
-                            "const parameter `{}` of `{}` must be an int or bool, got {}",
+                            "const parameter `{}` of `{}` is an integer, got a float",
+                            p.name, sig.name
+                        ),
+                    )
+                    .with_help(format!("pass an integer, e.g. `{}=128`", p.name)))
+                }
+                (Value::Float(x), _) => {
+                    spec.floats.insert(p.name.clone(), x.to_bits());
+                }
+                (other, _) => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!(
+                            "const parameter `{}` of `{}` must be an int, float or bool, got {}",
                             p.name,
                             sig.name,
                             other.describe()
                         ),
                     ))
                 }
-            };
-            spec.values.insert(p.name.clone(), i);
+            }
         }
         if let Some(c) = to_const(v) {
             lookup.insert(p.name.clone(), c);
@@ -403,6 +428,7 @@ fn specialise(
                 .map_err(|d| compile_error(&d))?;
             let full = Specialization {
                 values: k.specialization.iter().cloned().collect(),
+                floats: spec.floats.clone(),
                 ..Default::default()
             };
             db::tile_ir(db, item, opts, full)

@@ -118,7 +118,12 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
 
 /// Reads a `.npy` file written by numpy (or `save_npy`).
 pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
-    let bytes = std::fs::read(path).map_err(|e| err(path, e.to_string()))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.find(" (os error").map_or(msg.as_str(), |i| &msg[..i]);
+        ExecError::new("E0708", format!("cannot read `{}`: {msg}", path.display()))
+            .with_help("paths are relative to the directory `tessera` started in")
+    })?;
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(err(path, "not a .npy file (no \\x93NUMPY magic)"));
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::f8;
-use super::ExecError;
+use super::{ExecError, Value};
 use crate::check::DType;
 
 /// The elements of a tensor, one vector type per storage dtype (f8 formats and
@@ -355,6 +355,104 @@ impl Tensor {
     /// be negative, bounds clamp as in Python), `None` (new axis); axes not
     /// named are taken whole. Returns a copy.
     pub fn index(&self, idx: &[IndexItem]) -> Result<Tensor, ExecError> {
+        let (offsets, out_shape) = self.select(idx)?;
+        let src = self.storage.data();
+        let mut d = Data::zeros(self.dtype, offsets.len());
+        copy_elements(src, &offsets, &mut d);
+        Ok(Tensor::from_data(&out_shape, self.dtype, d))
+    }
+
+    /// `t[idx] = value`: writes `value` (a number, or a tensor that broadcasts
+    /// to the indexed part's shape and whose dtype widens to `t`'s) into the
+    /// elements `idx` selects. Copy-on-write: when other values share `t`'s
+    /// storage (`b = t` earlier), `t` gets its own copy first, so they keep the
+    /// old elements.
+    pub fn set_index(&mut self, idx: &[IndexItem], value: &Value) -> Result<(), ExecError> {
+        let (offsets, part) = self.select(idx)?;
+        let dtype = self.dtype;
+        let elements: Vec<f64> = match value {
+            Value::Int(_) | Value::Float(_) | Value::Bool(_) => {
+                let (x, kind) = match value {
+                    Value::Int(i) => (*i as f64, "int"),
+                    Value::Float(x) => (*x, "float"),
+                    Value::Bool(b) => (*b as i64 as f64, "bool"),
+                    _ => unreachable!(),
+                };
+                let fits = match value {
+                    Value::Float(_) => dtype.is_float(),
+                    Value::Bool(_) => dtype == DType::Bool,
+                    // Integers must be representable exactly (no silent wrap).
+                    _ => dtype != DType::Bool && (dtype.is_float() || round_to(dtype, x) == x),
+                };
+                if !fits {
+                    return Err(ExecError::new(
+                        "E0727",
+                        format!("cannot store the {kind} {value} in a tensor of dtype {dtype}"),
+                    )
+                    .with_help(match (kind, dtype.is_float()) {
+                        ("int", false) if dtype != DType::Bool => {
+                            format!("{value} is out of the range of {dtype}")
+                        }
+                        _ => "store a value of the tensor's kind, or convert the tensor first with `.to(...)`".to_string(),
+                    }));
+                }
+                vec![x]
+            }
+            Value::Tensor(v) => {
+                if !v.dtype.widens_to(dtype) {
+                    return Err(ExecError::new(
+                        "E0727",
+                        format!(
+                            "cannot store a {} tensor in a tensor of dtype {dtype}: {} does not widen to {dtype}",
+                            v.dtype, v.dtype
+                        ),
+                    )
+                    .with_help(format!("convert the value first: `value.to({dtype})`")));
+                }
+                let Some(map) = broadcast_offsets(v.shape(), &part) else {
+                    return Err(ExecError::new(
+                        "E0726",
+                        format!(
+                            "a value of shape {:?} does not fit the indexed part of shape {part:?}",
+                            v.shape()
+                        ),
+                    )
+                    .with_help(
+                        "the value's shape must equal the part's, or broadcast to it (dims of size 1 stretch)",
+                    ));
+                };
+                let src = v.to_f64_vec();
+                map.iter().map(|i| src[*i]).collect()
+            }
+            other => {
+                return Err(ExecError::new(
+                    "E0727",
+                    format!("cannot store {} in a tensor", other.describe()),
+                )
+                .with_help("store a number or a tensor"))
+            }
+        };
+        if Arc::get_mut(&mut self.storage).is_none() {
+            self.storage = Storage::new(self.storage.data().clone());
+        }
+        let data = Arc::get_mut(&mut self.storage)
+            .expect("storage was just made unique")
+            .0
+            .get_mut();
+        for (k, o) in offsets.iter().enumerate() {
+            let x = if elements.len() == 1 {
+                elements[0]
+            } else {
+                elements[k]
+            };
+            data.set(dtype, *o, x);
+        }
+        Ok(())
+    }
+
+    /// The storage offsets `idx` selects, in row-major order of the result,
+    /// and the result's shape.
+    fn select(&self, idx: &[IndexItem]) -> Result<(Vec<usize>, Vec<usize>), ExecError> {
         let named = idx
             .iter()
             .filter(|i| !matches!(i, IndexItem::NewAxis))
@@ -438,11 +536,43 @@ impl Tensor {
             }
             offsets = next;
         }
-        let src = self.storage.data();
-        let mut d = Data::zeros(self.dtype, offsets.len());
-        copy_elements(src, &offsets, &mut d);
-        Ok(Tensor::from_data(&out_shape, self.dtype, d))
+        Ok((offsets, out_shape))
     }
+}
+
+/// For each element of `to` (row-major), the element of a value of shape
+/// `from` that broadcasts to it; `None` when `from` does not broadcast to `to`.
+fn broadcast_offsets(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
+    if from.len() > to.len() {
+        // Leading dims of size 1 may be dropped (`x[0:1, :]` into a row).
+        let extra = from.len() - to.len();
+        if from[..extra].iter().any(|d| *d != 1) {
+            return None;
+        }
+        return broadcast_offsets(&from[extra..], to);
+    }
+    let lead = to.len() - from.len();
+    let fs = strides(from);
+    // The source stride of each target axis (0 where it broadcasts).
+    let mut st = vec![0usize; to.len()];
+    for (i, d) in from.iter().enumerate() {
+        match (*d, to[lead + i]) {
+            (a, b) if a == b => st[lead + i] = fs[i],
+            (1, _) => {}
+            _ => return None,
+        }
+    }
+    let n: usize = to.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let ts = strides(to);
+    for k in 0..n {
+        let mut o = 0;
+        for a in 0..to.len() {
+            o += (k / ts[a]) % to[a] * st[a];
+        }
+        out.push(o);
+    }
+    Some(out)
 }
 
 /// `dst[i] = src[offsets[i]]` for one storage type (no conversion).

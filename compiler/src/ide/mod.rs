@@ -228,6 +228,7 @@ fn ctx_name(c: builtins::Ctx) -> &'static str {
         builtins::Ctx::Kernel => "in kernels",
         builtins::Ctx::Tensor => "in whole-tensor code",
         builtins::Ctx::Both => "in kernels and whole-tensor code",
+        builtins::Ctx::Session => "in top-level statements (`tessera run`, `tessera repl`)",
     }
 }
 

@@ -113,6 +113,21 @@ impl Num {
     }
 }
 
+/// A number, or the element of a rank-0 tensor as a number of its kind.
+fn element(v: &Val) -> Option<Num> {
+    match v {
+        Val::Run(Value::Tensor(t)) if t.shape().is_empty() => {
+            let x = t.to_f64_vec()[0];
+            Some(if t.dtype().is_float() {
+                Num::F(x)
+            } else {
+                Num::I(x as i64)
+            })
+        }
+        _ => num(v),
+    }
+}
+
 fn int(i: i64) -> Val {
     Val::Run(Value::Int(i))
 }
@@ -202,14 +217,32 @@ impl Session {
             }
             StmtKind::Assign { target, value, .. } => {
                 let v = self.eval(value, text)?;
-                self.assign(target, v)?;
+                self.assign(target, v, text)?;
             }
             StmtKind::AugAssign { target, op, value } => {
+                if let ExprKind::Subscript {
+                    value: base,
+                    indices,
+                } = &target.kind
+                {
+                    // `t[idx] op= v`: read the part, compute, write it back.
+                    let lhs = self.eval(target, text)?;
+                    let rhs = self.eval(value, text)?;
+                    // One element (`t[i] += 1`): computed on the host.
+                    let v = match (element(&lhs), element(&rhs)) {
+                        (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
+                        _ => {
+                            self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?
+                        }
+                    };
+                    self.assign_part(target, base, indices, v, text)?;
+                    return Ok(Flow::Normal);
+                }
                 let ExprKind::Name(id) = &target.kind else {
                     return Err(unsupported(
                         target.span,
-                        "only a variable can be updated with `op=` in a session",
-                        "write `x = x + y`, or launch a kernel that writes into the tensor",
+                        "only a variable or part of a tensor can be updated with `op=` in a session",
+                        "write `x = x + y` or `t[i] += y`",
                     ));
                 };
                 let lhs = self.lookup(&id.name, target.span)?;
@@ -265,7 +298,7 @@ impl Session {
         Ok(Flow::Normal)
     }
 
-    fn assign(&mut self, target: &Expr, v: Val) -> R<()> {
+    fn assign(&mut self, target: &Expr, v: Val, text: &str) -> R<()> {
         match &target.kind {
             ExprKind::Name(id) => {
                 if self.defs.iter().any(|d| d.names.contains(&id.name)) {
@@ -305,16 +338,69 @@ impl Session {
                     ));
                 }
                 for (t, v) in targets.iter().zip(items) {
-                    self.assign(t, v)?;
+                    self.assign(t, v, text)?;
                 }
                 Ok(())
             }
+            ExprKind::Subscript { value, indices } => {
+                self.assign_part(target, value, indices, v, text)
+            }
             _ => Err(unsupported(
                 target.span,
-                "assigning into part of a tensor is not supported in a session",
-                "compute the new tensor with an expression, or write it from a kernel with `store`",
+                "only names, tuples of names and `t[...]` can be assigned in a session",
+                "write `x = ...`, `a, b = ...` or `t[i] = ...`",
             )),
         }
+    }
+
+    /// `t[indices] = v` on a session tensor variable: copy-on-write, so other
+    /// names that held `t`'s value keep the old elements.
+    fn assign_part(
+        &mut self,
+        target: &Expr,
+        base: &Expr,
+        indices: &[Index],
+        v: Val,
+        text: &str,
+    ) -> R<()> {
+        let ExprKind::Name(id) = &base.kind else {
+            return Err(unsupported(
+                base.span,
+                "only a tensor variable can be assigned into in a session",
+                "index the variable with every position at once: `t[i, j] = x`, not `t[i][j] = x`",
+            ));
+        };
+        let current = self.lookup(&id.name, base.span)?;
+        if current.tensor().is_none() {
+            return Err(wrong_kind(
+                base.span,
+                format!(
+                    "`{}` is not a tensor (it holds {}); only a tensor can be assigned into",
+                    id.name,
+                    current.describe()
+                ),
+            ));
+        }
+        drop(current);
+        let items = self.index_items(indices, text)?;
+        let value = match v {
+            Val::Run(x) => x,
+            other => {
+                return Err(wrong_kind(
+                    target.span,
+                    format!("cannot store a {} in a tensor", other.describe()),
+                ))
+            }
+        };
+        // Take the tensor out of the session while writing, so that its storage
+        // counts only the other holders (copy-on-write copies only for them).
+        let Some(Val::Run(Value::Tensor(mut t))) = self.vars.remove(&id.name) else {
+            unreachable!("checked to be a tensor variable");
+        };
+        let result = t.set_index(&items, &value);
+        self.vars
+            .insert(id.name.clone(), Val::Run(Value::Tensor(t)));
+        result.map_err(|e| e.to_diagnostic(target.span))
     }
 
     fn lookup(&self, name: &str, span: Span) -> R<Val> {
@@ -477,7 +563,7 @@ impl Session {
             }
             ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
                 let v = self.eval(operand, text)?;
-                let n = num(&v).ok_or_else(|| {
+                let n = element(&v).ok_or_else(|| {
                     wrong_kind(
                         operand.span,
                         format!("cannot apply a unary operator to {}", v.describe()),
@@ -503,7 +589,7 @@ impl Session {
             {
                 let a = self.eval(lhs, text)?;
                 let b = self.eval(rhs, text)?;
-                match (num(&a), num(&b)) {
+                match (element(&a), element(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
                 }
@@ -537,11 +623,12 @@ impl Session {
     /// Whether `e` is evaluated on the host to a scalar or other non-tensor value
     /// without running anything (names of scalar variables, literals, arithmetic
     /// of those, `.shape` of tensors...).
-    fn is_host_scalar(&self, e: &Expr) -> bool {
+    pub(crate) fn is_host_scalar(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
             ExprKind::Name(id) => match self.vars.get(&id.name) {
-                Some(v) => v.tensor().is_none(),
+                // A rank-0 tensor (`s = sum(x)`) is used as the number it holds.
+                Some(v) => v.tensor().is_none_or(|t| t.shape().is_empty()),
                 None => self.const_value(&id.name).is_some(),
             },
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
@@ -549,10 +636,14 @@ impl Session {
                 self.is_host_scalar(lhs) && self.is_host_scalar(rhs)
             }
             ExprKind::Subscript { value, indices } => {
-                self.is_host_scalar(value)
-                    && indices
-                        .iter()
-                        .all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
+                let all_ints = indices.iter().all(|i| {
+                    matches!(i, Index::Expr(x) if !matches!(x.kind, ExprKind::None) && self.is_host_scalar(x))
+                });
+                // An element of a session tensor (`x[0]`, `a[i, j]`) is a number.
+                let element_of_tensor = matches!(&value.kind, ExprKind::Name(id)
+                    if self.vars.get(&id.name).and_then(Val::tensor)
+                        .is_some_and(|t| t.shape().len() == indices.len()));
+                all_ints && (self.is_host_scalar(value) || element_of_tensor)
             }
             ExprKind::Attribute { value, attr } => {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
@@ -595,6 +686,25 @@ impl Session {
     }
 
     fn index(&mut self, v: Val, vspan: Span, indices: &[Index], text: &str, span: Span) -> R<Val> {
+        let items = self.index_items(indices, text)?;
+        match v {
+            Val::Run(Value::Tensor(t)) => t
+                .index(&items)
+                .map(|t| Val::Run(Value::Tensor(t)))
+                .map_err(|e| e.to_diagnostic(span)),
+            Val::Run(Value::Tuple(vals)) => {
+                let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
+                index_seq(seq, &items, span)
+            }
+            Val::List(seq) => index_seq(seq, &items, span),
+            other => Err(wrong_kind(
+                vspan,
+                format!("a {} cannot be indexed", other.describe()),
+            )),
+        }
+    }
+
+    fn index_items(&mut self, indices: &[Index], text: &str) -> R<Vec<IndexItem>> {
         let mut items = Vec::new();
         for i in indices {
             items.push(match i {
@@ -617,27 +727,18 @@ impl Session {
                 }
             });
         }
-        match v {
-            Val::Run(Value::Tensor(t)) => t
-                .index(&items)
-                .map(|t| Val::Run(Value::Tensor(t)))
-                .map_err(|e| e.to_diagnostic(span)),
-            Val::Run(Value::Tuple(vals)) => {
-                let seq: Vec<Val> = vals.into_iter().map(Val::Run).collect();
-                index_seq(seq, &items, span)
-            }
-            Val::List(seq) => index_seq(seq, &items, span),
-            other => Err(wrong_kind(
-                vspan,
-                format!("a {} cannot be indexed", other.describe()),
-            )),
-        }
+        Ok(items)
     }
 
     fn int_arg(&mut self, x: &Expr, text: &str, what: &str) -> R<i64> {
         let v = self.eval(x, text)?;
         match v {
             Val::Run(Value::Int(i)) => Ok(i),
+            Val::Run(Value::Tensor(ref t))
+                if t.shape().is_empty() && !t.dtype().is_float() && t.dtype() != DType::Bool =>
+            {
+                Ok(t.to_f64_vec()[0] as i64)
+            }
             other => Err(wrong_kind(
                 x.span,
                 format!("{what} must be an integer, found {}", other.describe()),
@@ -993,7 +1094,10 @@ impl Session {
                     Val::Str(s) => Ok(int(s.chars().count() as i64)),
                     other => Err(wrong_kind(
                         x.span,
-                        format!("a {} has no length", other.describe()),
+                        format!(
+                            "`len` takes a tensor of rank 1 or more, a tuple, a list or a string, found {}",
+                            other.describe()
+                        ),
                     )),
                 }
             }

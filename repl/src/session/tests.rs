@@ -84,7 +84,7 @@ fn load_and_reload_pick_up_changes() {
     .unwrap();
     let mut s = Session::new("<repl>", false);
     let mut err = Vec::new();
-    s.load(&path, &mut err).unwrap();
+    s.load(&path, &mut std::io::sink(), &mut err).unwrap();
     assert_eq!(s.names_from(&path), ["g"]);
     let (_, out, _) = run(&mut s, "g(ones([1], f32))");
     assert_eq!(out, "tensor([3.0000], f32)\n");
@@ -93,7 +93,7 @@ fn load_and_reload_pick_up_changes() {
         "def g(x: Tensor[\"N\", f32]) -> Tensor[\"N\", f32]:\n    return x * 4.0\n",
     )
     .unwrap();
-    s.load(&path, &mut err).unwrap();
+    s.load(&path, &mut std::io::sink(), &mut err).unwrap();
     let (_, out, _) = run(&mut s, "g(ones([1], f32))");
     assert_eq!(out, "tensor([4.0000], f32)\n");
     // A file with an error adds nothing; its diagnostics name the file.
@@ -103,7 +103,10 @@ fn load_and_reload_pick_up_changes() {
     )
     .unwrap();
     let mut err = Vec::new();
-    assert!(matches!(s.load(&path, &mut err), Err(LoadError::Errors)));
+    assert!(matches!(
+        s.load(&path, &mut std::io::sink(), &mut err),
+        Err(LoadError::Errors)
+    ));
     let err = String::from_utf8(err).unwrap();
     assert!(err.contains("lib.tsr:2"), "{err}");
     let (_, out, _) = run(&mut s, "g(ones([1], f32))");

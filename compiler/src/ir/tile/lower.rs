@@ -70,6 +70,9 @@ use crate::syntax::ast::{self, Arg, BinOp, Expr, ExprKind, Function, Index, Stmt
 pub struct Specialization {
     pub values: BTreeMap<String, i64>,
     pub divisors: BTreeMap<String, u64>,
+    /// Float const parameters given at a launch (`s=3.0`), as `f64` bit
+    /// patterns so that the specialization stays a hashable query key.
+    pub floats: BTreeMap<String, u64>,
 }
 
 /// One `-D` argument: `NAME=VALUE` fixes a value, `NAME%DIVISOR` assumes a
@@ -152,6 +155,17 @@ impl Specialization {
             }
             _ => Self::parse_define(text).map(|(n, v)| Define::Value(n, v)),
         }
+    }
+
+    /// Sets a float const parameter.
+    pub fn with_float(mut self, name: impl Into<String>, value: f64) -> Self {
+        self.floats.insert(name.into(), value.to_bits());
+        self
+    }
+
+    /// The float given for a const parameter.
+    pub fn float(&self, name: &str) -> Option<f64> {
+        self.floats.get(name).map(|b| f64::from_bits(*b))
     }
 
     /// Parses `NAME=VALUE` (`-D` on the command line): an integer (`128`,
@@ -658,6 +672,9 @@ impl<'a> Lowerer<'a> {
                     let is_bool = dt == Some(DType::Bool)
                         || (dt.is_none() && matches!(default, Some(CValue::Bool(_))));
                     let value = match (given, default) {
+                        _ if spec.float(name).is_some() => {
+                            CValue::Float(spec.float(name).expect("checked"))
+                        }
                         (Some(i), _) if is_bool => CValue::Bool(i != 0),
                         (Some(i), _) => CValue::int(i),
                         (None, Some(v)) => v,
