@@ -1150,6 +1150,113 @@ mod tests {
         assert_eq!(max_pressure(&q, &one), 4);
     }
 
+    mod schedule {
+        use super::super::{hoist_loads, sink};
+        use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+
+        fn ld(space: Space, dst: u32, addr: u32) -> Inst {
+            Inst::Ld {
+                space,
+                mem: MemTy::F32,
+                dst: vec![Reg(dst)],
+                addr: Reg(addr),
+                offset: 0,
+                pred: None,
+            }
+        }
+        fn add(dst: u32, a: u32, b: u32) -> Inst {
+            Inst::Binary {
+                op: BinOp::Add,
+                dst: Reg(dst),
+                a: Operand::Reg(Reg(a)),
+                b: Operand::Reg(Reg(b)),
+            }
+        }
+        fn st(src: u32, addr: u32) -> Inst {
+            Inst::St {
+                space: Space::Global,
+                mem: MemTy::F32,
+                src: vec![Operand::Reg(Reg(src))],
+                addr: Reg(addr),
+                offset: 0,
+                pred: None,
+            }
+        }
+        /// The order of `insts` after scheduling, as indices into `insts`.
+        fn order(insts: &[Inst], tys: &[RegTy]) -> Vec<usize> {
+            sink(&hoist_loads(insts), tys)
+                .into_iter()
+                .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
+                .collect()
+        }
+
+        #[test]
+        fn global_loads_and_their_addresses_move_up_to_the_last_store() {
+            // r0: address; f1 loaded, f2 = f1 + f1; r3 = r0 + r0 (address of
+            // the second load), f4 loaded from it; stored, then a load after
+            // the store stays behind it.
+            let insts = [
+                ld(Space::Global, 1, 0),
+                add(2, 1, 1),
+                add(3, 0, 0),
+                ld(Space::Global, 4, 3),
+                st(2, 0),
+                ld(Space::Global, 5, 0),
+                st(5, 4),
+            ];
+            let tys = [
+                RegTy::U32,
+                RegTy::F32,
+                RegTy::F32,
+                RegTy::U32,
+                RegTy::F32,
+                RegTy::F32,
+            ];
+            assert_eq!(order(&insts, &tys), [0, 2, 3, 1, 4, 5, 6]);
+            // A global load passes a shuffle (which keeps its place); a
+            // shared one does not (no m8n8k4 mma in the stretch).
+            let across = |space| {
+                [
+                    ld(space, 1, 0),
+                    Inst::ShflXor {
+                        dst: Reg(2),
+                        src: Reg(1),
+                        lane_mask: 1,
+                    },
+                    ld(space, 4, 0),
+                    st(4, 0),
+                    st(2, 0),
+                ]
+            };
+            assert_eq!(order(&across(Space::Global), &tys), [0, 2, 1, 3, 4]);
+            assert_eq!(order(&across(Space::Shared), &tys), [0, 1, 2, 3, 4]);
+        }
+
+        #[test]
+        fn instructions_that_free_more_than_they_write_are_not_sunk() {
+            // f2 = f0 + f1 reads the last uses of two loaded values: it frees
+            // two words for one and stays after the loads, where its
+            // operands are ready, rather than sinking past the store of f3
+            // (f3 = f5 + f5, of a value from outside the block, sinks).
+            let insts = [
+                ld(Space::Global, 0, 9),
+                ld(Space::Global, 1, 9),
+                add(2, 0, 1),
+                add(3, 5, 5),
+                st(3, 9),
+                st(2, 9),
+            ];
+            let mut tys = vec![RegTy::F32; 9];
+            tys.push(RegTy::U64);
+            assert_eq!(order(&insts, &tys), [0, 1, 2, 3, 4, 5]);
+            // With one operand from outside it frees one word for one: it
+            // sinks to its reader.
+            let mut one = insts.clone();
+            one[2] = add(2, 0, 6);
+            assert_eq!(order(&one, &tys), [0, 1, 3, 4, 2, 5]);
+        }
+    }
+
     #[test]
     fn estimate_has_a_floor() {
         assert_eq!(estimate_regs(&[inst(&[0], &[])], &one), MIN_REGS);
