@@ -21,10 +21,27 @@
 //! rewrite (where ptxas coalesces the copy of a loop-carried value). At each
 //! instruction the pressure is the words of the registers live after it plus
 //! those it writes (a result may reuse the register of an operand read for the
-//! last time), or of those live before it if more. Before that, instructions
-//! that neither touch memory nor synchronise are moved down to their first
-//! reader in their block, as ptxas's scheduler does to shorten live ranges
-//! (Target IR emits, e.g., all the address arithmetic of a tile access first).
+//! last time), or of those live before it if more. Before that, each block is
+//! put in the order ptxas's scheduler is modelled to run it:
+//!
+//! * loads are issued early ([`hoist_loads`]): within a stretch of a block
+//!   between stores, barriers, atomics, async copies and nested regions, every
+//!   global load (with the pure instructions computing its address and mask)
+//!   moves to the start of the stretch, as ptxas batches loads to cover their
+//!   latency (SASS: the `w` and `b` loads of a layer norm's last statement are
+//!   issued before its multiplies, 64 registers on every arch). Shared loads
+//!   move too where the stretch feeds `mma.m8n8k4` (sm_70): the operand
+//!   fragments of the whole k-step are resident before the first HMMA (gemm
+//!   on sm_70: 198 registers, 132 estimated without this);
+//! * instructions that neither touch memory nor synchronise are moved down to
+//!   their first reader in their block ([`sink`]), as ptxas's scheduler does
+//!   to shorten live ranges (Target IR emits, e.g., all the address arithmetic
+//!   of a tile access first), except one that writes a value and frees more
+//!   words than it writes (the last reads of two values in a select, a loaded
+//!   value added into a carried accumulator): ptxas runs it where its
+//!   operands are ready (SASS of gelu: each erf's select right after it; of a
+//!   row mean: the accumulation right after the loads).
+//!
 //! Thread/block ids and shared buffer addresses are rematerialised: each use
 //! reads a fresh copy made right before it, as ptxas re-reads them instead of
 //! holding them live. An IEEE f32 division, reciprocal or square root also
@@ -37,13 +54,23 @@
 //! count above 25%, with ptxas 12.9): merging repeated pure instructions
 //! (ptxas does CSE the index and bound computations Target IR repeats per
 //! access), hoisting loop invariants in front of loops, sinking chains of
-//! instructions transitively, and sinking only where it does not lengthen the
-//! live ranges of dying operands. SASS (nvdisasm) shows why a pressure model
+//! instructions transitively, and keeping in place every instruction that
+//! frees at least what it writes (predicate compares included: index
+//! registers then die early and low-pressure kernels fall under ptxas, which
+//! spreads values over more registers there). Also tried: hoisting shared
+//! loads everywhere (gemm_tf32 on sm_80: 131 against 79; ptxas interleaves
+//! them with the mma of the ldmatrix-less tf32 path), and stopping a load
+//! at instructions that consume earlier loads of its stretch (which ptxas's
+//! batching in `convert` suggests, but then sm_70 gemm falls 39% short and
+//! the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
 //! alone falls short: at low pressure ptxas spreads values over fresh
 //! registers (relu: 22 registers touched for ~14 live), on sm_90 it fully
 //! unrolls short constant loops (`row_sum4`: 23 registers there, 16 on
-//! sm_80), and it keeps more of the tensor-core main loop live than Target
-//! IR's order suggests (gemm: 198 on sm_70 against an estimate of 132).
+//! sm_80), it batches loads only as far as its pressure heuristics allow
+//! (`convert` on sm_90: loads in three batches, 34 registers, where the
+//! stretch-wide hoisting gives 49), and on sm_80/sm_90 it keeps more of the
+//! ldmatrix/mma main loop live than Target IR's order suggests (gemm: 155
+//! to 159 against 123).
 
 use std::fmt::Write as _;
 
@@ -560,14 +587,14 @@ impl Remat {
 /// and the test at the end of every iteration read it with the bound and step,
 /// so registers holding those stay live through the loop. A `While` loop
 /// repeats its condition, the test of its predicate (where it is left), and its
-/// body. Each block is first put in [`sink`] order. Thread/block ids and shared
+/// body. Each block is first put in [`hoist_loads`] and [`sink`] order. Thread/block ids and shared
 /// buffer addresses are not held: each use reads a fresh copy defined right
 /// before it (see `Remat`).
 pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
     fn convert(insts: &[crate::ir::target::Inst], rm: &mut Remat) -> Vec<Node> {
         use crate::ir::target::Inst;
         let mut out = Vec::with_capacity(insts.len());
-        for inst in sink(insts) {
+        for inst in sink(&hoist_loads(insts), &rm.tys) {
             let regs =
                 |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
             if inst.defs().iter().any(|r| rm.is_remat(r.0)) {
@@ -674,8 +701,13 @@ fn slow_path_scratch(inst: &crate::ir::target::Inst, tys: &[crate::ir::target::R
 /// arithmetic, compares, conversions, special registers) is placed right
 /// before the first instruction of the block that reads one of its results
 /// (nested regions included), so a value is not held while unrelated work
-/// runs. Memory accesses, barriers, shuffles and control flow keep their order.
-fn sink(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
+/// runs, unless it writes a value and frees more words than it writes (the
+/// block's last reads of values the block defines). Memory accesses, barriers,
+/// shuffles and control flow keep their order (given by [`hoist_loads`]).
+fn sink<'a>(
+    insts: &[&'a crate::ir::target::Inst],
+    tys: &[crate::ir::target::RegTy],
+) -> Vec<&'a crate::ir::target::Inst> {
     use crate::ir::target::Inst;
     fn reads(inst: &Inst, out: &mut std::collections::HashSet<u32>) {
         out.extend(inst.uses().into_iter().map(|r| r.0));
@@ -711,8 +743,33 @@ fn sink(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
     // For each instruction, the index it is placed before.
     let n = insts.len();
     let mut place: Vec<(usize, usize)> = Vec::with_capacity(n);
+    // Per register: the last index of the block reading it, and whether the
+    // block defines it.
+    let mut last_read = std::collections::HashMap::new();
+    let mut defined_here = std::collections::HashSet::new();
+    for (j, i) in insts.iter().enumerate() {
+        for &r in &reads_of[j] {
+            last_read.insert(r, j);
+        }
+        for r in i.defs() {
+            defined_here.insert(r.0);
+        }
+    }
+    let word = |r: u32| tys.get(r as usize).map_or(1, |t| t.words());
     for (k, inst) in insts.iter().enumerate() {
-        if movable(inst) {
+        // Writes a value and frees more words than it writes: the block's
+        // last reads of values it defines (a select of two computed values,
+        // an accumulation of a loaded value into a carried one).
+        let freeing = || {
+            let dying: u32 = reads_of[k]
+                .iter()
+                .filter(|r| defined_here.contains(r) && last_read.get(r) == Some(&k))
+                .map(|&r| word(r))
+                .sum();
+            let made: u32 = inst.defs().iter().map(|r| word(r.0)).sum();
+            made > 0 && dying > made
+        };
+        if movable(inst) && !freeing() {
             let defs: Vec<u32> = inst.defs().into_iter().map(|r| r.0).collect();
             // A later write of the same register (or of a register it reads)
             // pins it: only single-definition values move.
@@ -739,7 +796,113 @@ fn sink(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
         let (at, orig) = place[k];
         (at, if at == orig { 1 } else { 0 }, orig)
     });
-    order.into_iter().map(|k| &insts[k]).collect()
+    order.into_iter().map(|k| insts[k]).collect()
+}
+
+/// Loads issued early: within each stretch of a block between ordering points
+/// (stores, atomics, barriers, async copies, nested regions), every load and
+/// the pure instructions it depends on move to the start of the stretch, in
+/// their original order, as ptxas's scheduler batches loads to cover their
+/// latency. An instruction that cannot pass an earlier one (it reads or writes
+/// a register that one writes, or writes one it reads) stays, and so does
+/// everything depending on it.
+fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
+    use crate::ir::target::{Inst, Space};
+    use std::collections::HashSet;
+    let barrier = |i: &Inst| {
+        matches!(
+            i,
+            Inst::St { .. }
+                | Inst::AtomAdd { .. }
+                | Inst::Barrier
+                | Inst::CpAsync { .. }
+                | Inst::CpAsyncCommit
+                | Inst::CpAsyncWait { .. }
+                | Inst::For { .. }
+                | Inst::While { .. }
+                | Inst::If { .. }
+        )
+    };
+    let pure = |i: &Inst| {
+        matches!(
+            i,
+            Inst::Param { .. }
+                | Inst::Special { .. }
+                | Inst::SmemAddr { .. }
+                | Inst::Mov { .. }
+                | Inst::Unary { .. }
+                | Inst::Binary { .. }
+                | Inst::Fma { .. }
+                | Inst::MulWide { .. }
+                | Inst::Cmp { .. }
+                | Inst::Select { .. }
+                | Inst::Cvt { .. }
+        )
+    };
+    let set = |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<HashSet<u32>>();
+    let defs: Vec<HashSet<u32>> = insts.iter().map(|i| set(i.defs())).collect();
+    let uses: Vec<HashSet<u32>> = insts.iter().map(|i| set(i.uses())).collect();
+    let mut out = Vec::with_capacity(insts.len());
+    let mut start = 0;
+    while start < insts.len() {
+        let end = (start..insts.len())
+            .find(|&j| barrier(&insts[j]))
+            .unwrap_or(insts.len());
+        // Members: loads and (backwards) the pure instructions they read.
+        let mut member = vec![false; end - start];
+        let mut needed: HashSet<u32> = HashSet::new();
+        // Shared-memory loads move too where they feed `mma.m8n8k4` (sm_70):
+        // ptxas keeps the operand fragments of the whole k-step resident.
+        let m8n8k4 = insts[start..end]
+            .iter()
+            .any(|i| matches!(i, Inst::Mma { k: 4, .. }));
+        for j in (start..end).rev() {
+            let is_load =
+                matches!(insts[j], Inst::Ld { space, .. } if space == Space::Global || m8n8k4);
+            if is_load || (pure(&insts[j]) && defs[j].iter().any(|r| needed.contains(r))) {
+                member[j - start] = true;
+                needed.extend(uses[j].iter().copied());
+            }
+        }
+        // Drop members that cannot pass an earlier non-member, to a fixpoint.
+        loop {
+            let mut changed = false;
+            for m in start..end {
+                if !member[m - start] {
+                    continue;
+                }
+                let blocked = (start..m).any(|x| {
+                    !member[x - start]
+                        && (defs[m]
+                            .iter()
+                            .any(|r| uses[x].contains(r) || defs[x].contains(r))
+                            || uses[m].iter().any(|r| defs[x].contains(r)))
+                });
+                if blocked {
+                    member[m - start] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        out.extend(
+            (start..end)
+                .filter(|&j| member[j - start])
+                .map(|j| &insts[j]),
+        );
+        out.extend(
+            (start..end)
+                .filter(|&j| !member[j - start])
+                .map(|j| &insts[j]),
+        );
+        if end < insts.len() {
+            out.push(&insts[end]);
+        }
+        start = end + 1;
+    }
+    out
 }
 
 /// The resources of a Target IR kernel.
@@ -985,6 +1148,113 @@ mod tests {
         let mut q = p.to_vec();
         q.push(inst(&[], &[0]));
         assert_eq!(max_pressure(&q, &one), 4);
+    }
+
+    mod schedule {
+        use super::super::{hoist_loads, sink};
+        use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+
+        fn ld(space: Space, dst: u32, addr: u32) -> Inst {
+            Inst::Ld {
+                space,
+                mem: MemTy::F32,
+                dst: vec![Reg(dst)],
+                addr: Reg(addr),
+                offset: 0,
+                pred: None,
+            }
+        }
+        fn add(dst: u32, a: u32, b: u32) -> Inst {
+            Inst::Binary {
+                op: BinOp::Add,
+                dst: Reg(dst),
+                a: Operand::Reg(Reg(a)),
+                b: Operand::Reg(Reg(b)),
+            }
+        }
+        fn st(src: u32, addr: u32) -> Inst {
+            Inst::St {
+                space: Space::Global,
+                mem: MemTy::F32,
+                src: vec![Operand::Reg(Reg(src))],
+                addr: Reg(addr),
+                offset: 0,
+                pred: None,
+            }
+        }
+        /// The order of `insts` after scheduling, as indices into `insts`.
+        fn order(insts: &[Inst], tys: &[RegTy]) -> Vec<usize> {
+            sink(&hoist_loads(insts), tys)
+                .into_iter()
+                .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
+                .collect()
+        }
+
+        #[test]
+        fn global_loads_and_their_addresses_move_up_to_the_last_store() {
+            // r0: address; f1 loaded, f2 = f1 + f1; r3 = r0 + r0 (address of
+            // the second load), f4 loaded from it; stored, then a load after
+            // the store stays behind it.
+            let insts = [
+                ld(Space::Global, 1, 0),
+                add(2, 1, 1),
+                add(3, 0, 0),
+                ld(Space::Global, 4, 3),
+                st(2, 0),
+                ld(Space::Global, 5, 0),
+                st(5, 4),
+            ];
+            let tys = [
+                RegTy::U32,
+                RegTy::F32,
+                RegTy::F32,
+                RegTy::U32,
+                RegTy::F32,
+                RegTy::F32,
+            ];
+            assert_eq!(order(&insts, &tys), [0, 2, 3, 1, 4, 5, 6]);
+            // A global load passes a shuffle (which keeps its place); a
+            // shared one does not (no m8n8k4 mma in the stretch).
+            let across = |space| {
+                [
+                    ld(space, 1, 0),
+                    Inst::ShflXor {
+                        dst: Reg(2),
+                        src: Reg(1),
+                        lane_mask: 1,
+                    },
+                    ld(space, 4, 0),
+                    st(4, 0),
+                    st(2, 0),
+                ]
+            };
+            assert_eq!(order(&across(Space::Global), &tys), [0, 2, 1, 3, 4]);
+            assert_eq!(order(&across(Space::Shared), &tys), [0, 1, 2, 3, 4]);
+        }
+
+        #[test]
+        fn instructions_that_free_more_than_they_write_are_not_sunk() {
+            // f2 = f0 + f1 reads the last uses of two loaded values: it frees
+            // two words for one and stays after the loads, where its
+            // operands are ready, rather than sinking past the store of f3
+            // (f3 = f5 + f5, of a value from outside the block, sinks).
+            let insts = [
+                ld(Space::Global, 0, 9),
+                ld(Space::Global, 1, 9),
+                add(2, 0, 1),
+                add(3, 5, 5),
+                st(3, 9),
+                st(2, 9),
+            ];
+            let mut tys = vec![RegTy::F32; 9];
+            tys.push(RegTy::U64);
+            assert_eq!(order(&insts, &tys), [0, 1, 2, 3, 4, 5]);
+            // With one operand from outside it frees one word for one: it
+            // sinks to its reader.
+            let mut one = insts.clone();
+            one[2] = add(2, 0, 6);
+            assert_eq!(order(&one, &tys), [0, 1, 3, 4, 2, 5]);
+        }
     }
 
     #[test]
