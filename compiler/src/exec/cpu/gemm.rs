@@ -1,0 +1,428 @@
+//! The f32 `dot` of the CPU executor: `acc += a @ b` on whole tiles.
+//!
+//! Both operands are packed into register-blocked panels (converted to f32 and
+//! rounded to tf32 on the way, when asked), then a micro-kernel multiplies an
+//! `MR x K` panel of `a` by a `K x NR` panel of `b` into the accumulator in
+//! place, one fused multiply-add per product in `k` order. An operand is
+//! either a materialised tile or a [`View`] of tensor memory (a load that the
+//! interpreter left to the dot, see `super::deferred`): both are packed by the
+//! same code into the same panels, so the result does not depend on which one
+//! a program had.
+//!
+//! The micro-kernels are plain Rust loops compiled three times, for AVX-512,
+//! AVX2 + FMA and the baseline (picked at run time, as the elementwise loops
+//! are); the first two give bit-identical results (FMA, same order), the
+//! baseline rounds the product and the sum separately.
+
+use std::cell::RefCell;
+
+use half::{bf16, f16};
+
+use crate::check::DType;
+
+/// A tile of tensor memory standing for a load that was not materialised.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct View {
+    /// The tensor's first element.
+    pub ptr: *const u8,
+    /// The tensor's dtype: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Element offset of tile element `(0, 0)`; it may lie outside the
+    /// tensor when the in-bounds window starts later.
+    pub off: i64,
+    /// Element strides of the tile's rows and columns in the tensor.
+    pub rs: i64,
+    pub cs: i64,
+    /// The tile rows and columns (`lo..hi`) that are in bounds; the other
+    /// elements read as `fill`.
+    pub rows: (usize, usize),
+    pub cols: (usize, usize),
+    /// The load's `other=`, already rounded to the load's dtype.
+    pub fill: f32,
+}
+
+impl View {
+    /// Row `i` of the tile, columns `0..len`, into `out` (as f32).
+    ///
+    /// # Safety
+    /// The in-bounds window must address elements of the live tensor.
+    unsafe fn read_row(&self, i: usize, out: &mut [f32]) {
+        let (c0, c1) = self.cols;
+        if i < self.rows.0 || i >= self.rows.1 || c0 >= c1 {
+            out.fill(self.fill);
+            return;
+        }
+        out[..c0].fill(self.fill);
+        out[c1..].fill(self.fill);
+        let base = self.off + i as i64 * self.rs + c0 as i64 * self.cs;
+        let dst = &mut out[c0..c1];
+        macro_rules! conv {
+            ($t:ty, $f:expr) => {{
+                let p = self.ptr as *const $t;
+                for (j, o) in dst.iter_mut().enumerate() {
+                    *o = $f(*p.offset((base + j as i64 * self.cs) as isize));
+                }
+            }};
+        }
+        match self.dtype {
+            DType::F32 if self.cs == 1 => {
+                let p = (self.ptr as *const f32).offset(base as isize);
+                dst.copy_from_slice(std::slice::from_raw_parts(p, dst.len()));
+            }
+            DType::F32 => conv!(f32, |x: f32| x),
+            DType::F16 => conv!(f16, |x: f16| x.to_f32()),
+            DType::BF16 => conv!(bf16, |x: bf16| x.to_f32()),
+            d => unreachable!("a {d} view"),
+        }
+    }
+
+    /// Row `i` in memory when it can be read in place (f32, contiguous, all
+    /// in bounds).
+    ///
+    /// # Safety
+    /// As [`View::read_row`]; the slice lives as long as the tensor.
+    unsafe fn row_in_place<'a>(&self, i: usize, len: usize) -> Option<&'a [f32]> {
+        let whole = self.cols == (0, len) && i >= self.rows.0 && i < self.rows.1;
+        if self.dtype == DType::F32 && self.cs == 1 && whole {
+            let p = (self.ptr as *const f32).offset((self.off + i as i64 * self.rs) as isize);
+            Some(std::slice::from_raw_parts(p, len))
+        } else {
+            None
+        }
+    }
+}
+
+/// Where a `dot` operand's elements come from.
+#[derive(Clone, Copy)]
+pub(super) enum Source<'a> {
+    /// A materialised row-major tile.
+    Dense(&'a [f32]),
+    /// Tensor memory (a deferred load).
+    Mem(View),
+}
+
+impl Source<'_> {
+    /// Row `i` (`len` elements), read in place where possible, else through
+    /// `tmp`.
+    fn row<'s>(&'s self, i: usize, len: usize, tmp: &'s mut [f32]) -> &'s [f32] {
+        match self {
+            Source::Dense(v) => &v[i * len..(i + 1) * len],
+            // SAFETY: a view addresses the launch's live tensor (its window was
+            // checked against the tensor's dims when the load ran).
+            Source::Mem(view) => unsafe {
+                match view.row_in_place(i, len) {
+                    Some(r) => r,
+                    None => {
+                        view.read_row(i, &mut tmp[..len]);
+                        &tmp[..len]
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
+/// `cvt.rna.tf32.f32`.
+#[inline(always)]
+pub(super) fn tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    f32::from_bits((x.to_bits().wrapping_add(0x1000)) & 0xffff_e000)
+}
+
+/// One register block: `c[i * ldc + j] += sum_k a[k * MR + i] * b[k * NR + j]`
+/// for an `MR x NR` block of the accumulator.
+type MicroKernel = unsafe fn(usize, &[f32], &[f32], *mut f32, usize);
+
+#[inline(always)]
+unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: *mut f32,
+    ldc: usize,
+) {
+    let mut r = [[0f32; NR]; MR];
+    for (i, row) in r.iter_mut().enumerate() {
+        std::ptr::copy_nonoverlapping(c.add(i * ldc), row.as_mut_ptr(), NR);
+    }
+    for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(k) {
+        let ak: &[f32; MR] = ak.try_into().unwrap();
+        let bk: &[f32; NR] = bk.try_into().unwrap();
+        for i in 0..MR {
+            let x = ak[i];
+            for j in 0..NR {
+                r[i][j] = if FMA {
+                    x.mul_add(bk[j], r[i][j])
+                } else {
+                    x * bk[j] + r[i][j]
+                };
+            }
+        }
+    }
+    for (i, row) in r.iter().enumerate() {
+        std::ptr::copy_nonoverlapping(row.as_ptr(), c.add(i * ldc), NR);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn micro_avx512(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
+    micro_loop::<8, 32, true>(k, a, b, c, ldc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn micro_avx2(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
+    micro_loop::<6, 16, true>(k, a, b, c, ldc)
+}
+
+unsafe fn micro_base(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
+    micro_loop::<4, 8, false>(k, a, b, c, ldc)
+}
+
+/// The micro-kernel for this machine and its block (`MR`, `NR`).
+fn micro_kernel() -> (MicroKernel, usize, usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            return (micro_avx512, 8, 32);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return (micro_avx2, 6, 16);
+        }
+    }
+    (micro_base, 4, 8)
+}
+
+thread_local! {
+    /// Packing buffers (panels of `a`, of `b`, one row), reused across dots.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> = const {
+        RefCell::new((Vec::new(), Vec::new(), Vec::new()))
+    };
+}
+
+/// Packs `a` (`m x k`) into `MR`-row panels, `k`-major: panel `p` holds
+/// `a[p * MR + i][l]` at `(p * k + l) * MR + i`; rows past `m` are zero.
+fn pack_a(
+    a: &Source,
+    m: usize,
+    k: usize,
+    mr: usize,
+    conv: impl Fn(f32) -> f32,
+    out: &mut Vec<f32>,
+    tmp: &mut [f32],
+) {
+    let panels = m.div_ceil(mr);
+    out.clear();
+    out.resize(panels * k * mr, 0.0);
+    for r in 0..m {
+        let (p, i) = (r / mr, r % mr);
+        let row = a.row(r, k, tmp);
+        let dst = &mut out[p * k * mr..(p + 1) * k * mr];
+        for (l, x) in row.iter().enumerate() {
+            dst[l * mr + i] = conv(*x);
+        }
+    }
+}
+
+/// Packs `b` (`k x n`) into `NR`-column panels: panel `q` holds
+/// `b[l][q * NR + j]` at `(q * k + l) * NR + j`; columns past `n` are zero.
+fn pack_b(
+    b: &Source,
+    k: usize,
+    n: usize,
+    nr: usize,
+    conv: impl Fn(f32) -> f32,
+    out: &mut Vec<f32>,
+    tmp: &mut [f32],
+) {
+    let panels = n.div_ceil(nr);
+    out.clear();
+    out.resize(panels * k * nr, 0.0);
+    for l in 0..k {
+        let row = b.row(l, n, tmp);
+        for (q, chunk) in row.chunks(nr).enumerate() {
+            let at = (q * k + l) * nr;
+            for (o, x) in out[at..at + chunk.len()].iter_mut().zip(chunk) {
+                *o = conv(*x);
+            }
+        }
+    }
+}
+
+/// `c += a @ b` for an `m x k` `a`, a `k x n` `b` and a row-major `m x n` `c`;
+/// with `tf32` the inputs are rounded to tf32 first.
+pub(super) fn sdot(
+    a: Source,
+    b: Source,
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    round_tf32: bool,
+) {
+    assert_eq!(c.len(), m * n, "dot accumulator of the result's size");
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let (kernel, mr, nr) = micro_kernel();
+    SCRATCH.with(|s| {
+        let (pa, pb, tmp) = &mut *s.borrow_mut();
+        tmp.resize(k.max(n), 0.0);
+        if round_tf32 {
+            pack_a(&a, m, k, mr, tf32, pa, tmp);
+            pack_b(&b, k, n, nr, tf32, pb, tmp);
+        } else {
+            pack_a(&a, m, k, mr, |x| x, pa, tmp);
+            pack_b(&b, k, n, nr, |x| x, pb, tmp);
+        }
+        // Edge blocks go through a full-size block and back.
+        let mut edge = vec![0f32; mr * nr];
+        for (q, bp) in pb.chunks_exact(k * nr).enumerate() {
+            let j0 = q * nr;
+            let w = nr.min(n - j0);
+            for (p, ap) in pa.chunks_exact(k * mr).enumerate() {
+                let i0 = p * mr;
+                let h = mr.min(m - i0);
+                if h == mr && w == nr {
+                    // SAFETY: the block `i0..i0 + mr` x `j0..j0 + nr` is in `c`;
+                    // the kernel matches the detected features.
+                    unsafe { kernel(k, ap, bp, c.as_mut_ptr().add(i0 * n + j0), n) };
+                } else {
+                    for i in 0..h {
+                        edge[i * nr..i * nr + w]
+                            .copy_from_slice(&c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]);
+                    }
+                    // SAFETY: `edge` is one `mr x nr` block.
+                    unsafe { kernel(k, ap, bp, edge.as_mut_ptr(), nr) };
+                    for i in 0..h {
+                        c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]
+                            .copy_from_slice(&edge[i * nr..i * nr + w]);
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// `c + a @ b` in f64 from the same (optionally tf32-rounded) inputs.
+    fn reference(a: &[f32], b: &[f32], c: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut out: Vec<f64> = c.iter().map(|x| *x as f64).collect();
+        for i in 0..m {
+            for j in 0..n {
+                for l in 0..k {
+                    out[i * n + j] += a[i * k + l] as f64 * b[l * n + j] as f64;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_an_f64_reference_at_every_edge_size() {
+        let mut seed = 7;
+        for (m, k, n) in [
+            (1, 1, 1),
+            (7, 3, 5),
+            (8, 32, 32),
+            (13, 17, 50),
+            (128, 32, 64),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| lcg(&mut seed)).collect();
+            let c0: Vec<f32> = (0..m * n).map(|_| lcg(&mut seed)).collect();
+            for round in [false, true] {
+                let mut c = c0.clone();
+                sdot(Source::Dense(&a), Source::Dense(&b), &mut c, m, k, n, round);
+                let (ar, br): (Vec<f32>, Vec<f32>) = if round {
+                    (
+                        a.iter().map(|x| tf32(*x)).collect(),
+                        b.iter().map(|x| tf32(*x)).collect(),
+                    )
+                } else {
+                    (a.clone(), b.clone())
+                };
+                let want = reference(&ar, &br, &c0, m, k, n);
+                for (g, w) in c.iter().zip(&want) {
+                    assert!(
+                        (*g as f64 - w).abs() <= 1e-5 * (k as f64 + 1.0),
+                        "{m}x{k}x{n} tf32={round}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A view with a window, a fill, f16 memory and a column stride gives the
+    /// same bits as the materialised tile it stands for.
+    #[test]
+    fn a_view_packs_like_its_materialised_tile() {
+        // An f16 tensor 6 x 10; the tile is its transpose window rows 2..,
+        // cols 1.. of shape 5 x 4 (tile rows walk tensor columns).
+        let mem: Vec<f16> = (0..60)
+            .map(|i| f16::from_f32(i as f32 * 0.37 - 9.0))
+            .collect();
+        let (m, k) = (5usize, 4usize);
+        let view = View {
+            ptr: mem.as_ptr() as *const u8,
+            dtype: DType::F16,
+            off: 10 + 7, // tensor (1, 7) is tile (0, 0)
+            rs: 1,
+            cs: 10,
+            rows: (0, 3), // tensor columns 7, 8, 9 exist
+            cols: (0, 4), // tensor rows 1..5
+            fill: 0.5,
+        };
+        let mut dense = vec![0f32; m * k];
+        for i in 0..m {
+            for l in 0..k {
+                dense[i * k + l] = if i < 3 {
+                    mem[(1 + l) * 10 + 7 + i].to_f32()
+                } else {
+                    0.5
+                };
+            }
+        }
+        let mut seed = 3;
+        let n = 9;
+        let b: Vec<f32> = (0..k * n).map(|_| lcg(&mut seed)).collect();
+        let mut c1 = vec![1.0f32; m * n];
+        let mut c2 = c1.clone();
+        sdot(
+            Source::Mem(view),
+            Source::Dense(&b),
+            &mut c1,
+            m,
+            k,
+            n,
+            false,
+        );
+        sdot(
+            Source::Dense(&dense),
+            Source::Dense(&b),
+            &mut c2,
+            m,
+            k,
+            n,
+            false,
+        );
+        assert_eq!(c1, c2);
+    }
+}
