@@ -9,13 +9,13 @@
 //! same code into the same panels, so the result does not depend on which one
 //! a program had.
 //!
-//! The micro-kernels are plain Rust loops compiled three times, for AVX-512,
-//! AVX2 + FMA and the baseline (picked at run time, as the elementwise loops
-//! are); the first two give bit-identical results (FMA, same order), the
-//! baseline rounds the product and the sum separately.
+//! The micro-kernel is picked at run time, as the elementwise loops are:
+//! AVX2 + FMA intrinsics, or a plain loop for the baseline (which rounds the
+//! product and the sum separately where the FMA kernel rounds once).
 
 use std::cell::RefCell;
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::check::DType;
@@ -70,6 +70,14 @@ impl View {
                 dst.copy_from_slice(std::slice::from_raw_parts(p, dst.len()));
             }
             DType::F32 => conv!(f32, |x: f32| x),
+            DType::F16 if self.cs == 1 => {
+                let p = (self.ptr as *const f16).offset(base as isize);
+                std::slice::from_raw_parts(p, dst.len()).convert_to_f32_slice(dst);
+            }
+            DType::BF16 if self.cs == 1 => {
+                let p = (self.ptr as *const bf16).offset(base as isize);
+                std::slice::from_raw_parts(p, dst.len()).convert_to_f32_slice(dst);
+            }
             DType::F16 => conv!(f16, |x: f16| x.to_f32()),
             DType::BF16 => conv!(bf16, |x: bf16| x.to_f32()),
             d => unreachable!("a {d} view"),
@@ -86,6 +94,18 @@ impl View {
         if self.dtype == DType::F32 && self.cs == 1 && whole {
             let p = (self.ptr as *const f32).offset((self.off + i as i64 * self.rs) as isize);
             Some(std::slice::from_raw_parts(p, len))
+        } else {
+            None
+        }
+    }
+
+    /// The whole `m x k` tile in memory as f32 rows `rs` apart, when it can
+    /// be read in place.
+    fn in_place(&self, m: usize, k: usize) -> Option<(*const f32, usize)> {
+        let whole = self.rows == (0, m) && self.cols == (0, k);
+        if self.dtype == DType::F32 && self.cs == 1 && self.rs >= 0 && whole {
+            // SAFETY: element (0, 0) is in bounds (the window is the tile).
+            Some((unsafe { (self.ptr as *const f32).offset(self.off as isize) }, self.rs as usize))
         } else {
             None
         }
@@ -123,23 +143,29 @@ impl Source<'_> {
 }
 
 /// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
-/// `cvt.rna.tf32.f32`.
+/// `cvt.rna.tf32.f32`; infinities and NaN pass. Branch-free (vectorisable).
 #[inline(always)]
 pub(super) fn tf32(x: f32) -> f32 {
-    if !x.is_finite() {
-        return x;
-    }
-    f32::from_bits((x.to_bits().wrapping_add(0x1000)) & 0xffff_e000)
+    let b = x.to_bits();
+    let r = b.wrapping_add(0x1000) & 0xffff_e000;
+    f32::from_bits(if b & 0x7f80_0000 == 0x7f80_0000 {
+        b
+    } else {
+        r
+    })
 }
 
-/// One register block: `c[i * ldc + j] += sum_k a[k * MR + i] * b[k * NR + j]`
-/// for an `MR x NR` block of the accumulator.
-type MicroKernel = unsafe fn(usize, &[f32], &[f32], *mut f32, usize);
+/// One register block: `c[i * ldc + j] += sum_l a[i * lda + l] * b[l * NR + j]`
+/// for an `MR x NR` block of the accumulator, `a` being `MR` rows of `k`
+/// elements `lda` apart and `b` a packed panel.
+type MicroKernel = unsafe fn(usize, *const f32, usize, &[f32], *mut f32, usize);
 
+/// The portable block (the baseline's; `FMA` for tests of the rounding).
 #[inline(always)]
 unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
     k: usize,
-    a: &[f32],
+    a: *const f32,
+    lda: usize,
     b: &[f32],
     c: *mut f32,
     ldc: usize,
@@ -148,11 +174,10 @@ unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
     for (i, row) in r.iter_mut().enumerate() {
         std::ptr::copy_nonoverlapping(c.add(i * ldc), row.as_mut_ptr(), NR);
     }
-    for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(k) {
-        let ak: &[f32; MR] = ak.try_into().unwrap();
+    for (l, bk) in b.chunks_exact(NR).take(k).enumerate() {
         let bk: &[f32; NR] = bk.try_into().unwrap();
         for i in 0..MR {
-            let x = ak[i];
+            let x = *a.add(i * lda + l);
             for j in 0..NR {
                 r[i][j] = if FMA {
                     x.mul_add(bk[j], r[i][j])
@@ -167,31 +192,48 @@ unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn micro_avx512(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
-    micro_loop::<8, 32, true>(k, a, b, c, ldc)
-}
-
+/// The AVX2 + FMA block, 6 x 16: twelve accumulator registers, two of `b`
+/// and one broadcast of `a` per step (the 16 ymm registers). Written with
+/// intrinsics: the compiler's vectorisation of [`micro_loop`] spills. (An
+/// AVX-512 block would need intrinsics newer than the workspace's
+/// `rust-version`.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn micro_avx2(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
-    micro_loop::<6, 16, true>(k, a, b, c, ldc)
+unsafe fn micro_avx2(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
+    use std::arch::x86_64::*;
+    const MR: usize = 6;
+    const NR: usize = 16;
+    assert!(b.len() >= k * NR);
+    let rows: [*const f32; MR] = std::array::from_fn(|i| a.add(i * lda));
+    let mut r = [[_mm256_setzero_ps(); 2]; MR];
+    for (i, row) in r.iter_mut().enumerate() {
+        row[0] = _mm256_loadu_ps(c.add(i * ldc));
+        row[1] = _mm256_loadu_ps(c.add(i * ldc + 8));
+    }
+    let bp = b.as_ptr();
+    for l in 0..k {
+        let b0 = _mm256_loadu_ps(bp.add(l * NR));
+        let b1 = _mm256_loadu_ps(bp.add(l * NR + 8));
+        for (row, a_row) in r.iter_mut().zip(rows) {
+            let x = _mm256_broadcast_ss(&*a_row.add(l));
+            row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+            row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+        }
+    }
+    for (i, row) in r.iter().enumerate() {
+        _mm256_storeu_ps(c.add(i * ldc), row[0]);
+        _mm256_storeu_ps(c.add(i * ldc + 8), row[1]);
+    }
 }
 
-unsafe fn micro_base(k: usize, a: &[f32], b: &[f32], c: *mut f32, ldc: usize) {
-    micro_loop::<4, 8, false>(k, a, b, c, ldc)
+unsafe fn micro_base(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
+    micro_loop::<4, 8, false>(k, a, lda, b, c, ldc)
 }
 
 /// The micro-kernel for this machine and its block (`MR`, `NR`).
 fn micro_kernel() -> (MicroKernel, usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            return (micro_avx512, 8, 32);
-        }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             return (micro_avx2, 6, 16);
@@ -201,38 +243,37 @@ fn micro_kernel() -> (MicroKernel, usize, usize) {
 }
 
 thread_local! {
-    /// Packing buffers (panels of `a`, of `b`, one row), reused across dots.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> = const {
-        RefCell::new((Vec::new(), Vec::new(), Vec::new()))
+    /// Buffers reused across dots: `a` as f32 rows, the panels of `b`, one
+    /// row read through, one edge block of `a`.
+    static SCRATCH: RefCell<[Vec<f32>; 4]> = const {
+        RefCell::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()])
     };
 }
 
-/// Packs `a` (`m x k`) into `MR`-row panels, `k`-major: panel `p` holds
-/// `a[p * MR + i][l]` at `(p * k + l) * MR + i`; rows past `m` are zero.
-fn pack_a(
+/// `a` (`m x k`) as f32 rows of `k`, converted by `conv`, into `out`.
+#[inline(always)]
+fn rows_of(
     a: &Source,
     m: usize,
     k: usize,
-    mr: usize,
     conv: impl Fn(f32) -> f32,
     out: &mut Vec<f32>,
-    tmp: &mut [f32],
+    tmp: &mut Vec<f32>,
 ) {
-    let panels = m.div_ceil(mr);
     out.clear();
-    out.resize(panels * k * mr, 0.0);
-    for r in 0..m {
-        let (p, i) = (r / mr, r % mr);
+    out.resize(m * k, 0.0);
+    tmp.resize(k, 0.0);
+    for (r, dst) in out.chunks_exact_mut(k).enumerate() {
         let row = a.row(r, k, tmp);
-        let dst = &mut out[p * k * mr..(p + 1) * k * mr];
-        for (l, x) in row.iter().enumerate() {
-            dst[l * mr + i] = conv(*x);
+        for (o, x) in dst.iter_mut().zip(row) {
+            *o = conv(*x);
         }
     }
 }
 
 /// Packs `b` (`k x n`) into `NR`-column panels: panel `q` holds
 /// `b[l][q * NR + j]` at `(q * k + l) * NR + j`; columns past `n` are zero.
+#[inline(always)]
 fn pack_b(
     b: &Source,
     k: usize,
@@ -240,11 +281,12 @@ fn pack_b(
     nr: usize,
     conv: impl Fn(f32) -> f32,
     out: &mut Vec<f32>,
-    tmp: &mut [f32],
+    tmp: &mut Vec<f32>,
 ) {
     let panels = n.div_ceil(nr);
     out.clear();
     out.resize(panels * k * nr, 0.0);
+    tmp.resize(n, 0.0);
     for l in 0..k {
         let row = b.row(l, n, tmp);
         for (q, chunk) in row.chunks(nr).enumerate() {
@@ -254,6 +296,48 @@ fn pack_b(
             }
         }
     }
+}
+
+/// The operands in the micro-kernel's form: `a` as rows (in place when it
+/// is f32 in memory or a tile and needs no rounding), `b` packed into `pb`.
+#[inline(always)]
+fn prepare(
+    a: &Source,
+    b: &Source,
+    (m, k, n, nr): (usize, usize, usize, usize),
+    round_tf32: bool,
+    [ra, pb, tmp, _]: &mut [Vec<f32>; 4],
+) -> (*const f32, usize) {
+    let a_in_place = match a {
+        _ if round_tf32 => None,
+        Source::Dense(v) => Some((v.as_ptr(), k)),
+        Source::Mem(view) => view.in_place(m, k),
+    };
+    if round_tf32 {
+        pack_b(b, k, n, nr, tf32, pb, tmp);
+    } else {
+        pack_b(b, k, n, nr, |x| x, pb, tmp);
+    }
+    a_in_place.unwrap_or_else(|| {
+        if round_tf32 {
+            rows_of(a, m, k, tf32, ra, tmp);
+        } else {
+            rows_of(a, m, k, |x| x, ra, tmp);
+        }
+        (ra.as_ptr(), k)
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn prepare_avx2(
+    a: &Source,
+    b: &Source,
+    dims: (usize, usize, usize, usize),
+    round_tf32: bool,
+    scratch: &mut [Vec<f32>; 4],
+) -> (*const f32, usize) {
+    prepare(a, b, dims, round_tf32, scratch)
 }
 
 /// `c += a @ b` for an `m x k` `a`, a `k x n` `b` and a row-major `m x n` `c`;
@@ -268,39 +352,57 @@ pub(super) fn sdot(
     round_tf32: bool,
 ) {
     assert_eq!(c.len(), m * n, "dot accumulator of the result's size");
+    if let Source::Dense(v) = a {
+        assert_eq!(v.len(), m * k, "dot operand of its shape");
+    }
     if m == 0 || n == 0 || k == 0 {
         return;
     }
     let (kernel, mr, nr) = micro_kernel();
     SCRATCH.with(|s| {
-        let (pa, pb, tmp) = &mut *s.borrow_mut();
-        tmp.resize(k.max(n), 0.0);
-        if round_tf32 {
-            pack_a(&a, m, k, mr, tf32, pa, tmp);
-            pack_b(&b, k, n, nr, tf32, pb, tmp);
+        let s = &mut *s.borrow_mut();
+        let dims = (m, k, n, nr);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the AVX2 kernel was picked, so the machine has AVX2.
+        let (ap, lda) = if nr == 16 {
+            unsafe { prepare_avx2(&a, &b, dims, round_tf32, s) }
         } else {
-            pack_a(&a, m, k, mr, |x| x, pa, tmp);
-            pack_b(&b, k, n, nr, |x| x, pb, tmp);
-        }
+            prepare(&a, &b, dims, round_tf32, s)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (ap, lda) = prepare(&a, &b, dims, round_tf32, s);
+        let [_, pb, _, edge_a] = s;
         // Edge blocks go through a full-size block and back.
+        edge_a.clear();
+        edge_a.resize(mr * k, 0.0);
         let mut edge = vec![0f32; mr * nr];
         for (q, bp) in pb.chunks_exact(k * nr).enumerate() {
             let j0 = q * nr;
             let w = nr.min(n - j0);
-            for (p, ap) in pa.chunks_exact(k * mr).enumerate() {
-                let i0 = p * mr;
+            for i0 in (0..m).step_by(mr) {
                 let h = mr.min(m - i0);
+                // SAFETY: rows `i0..i0 + h` of `a` exist (`lda` apart, `k`
+                // long); the kernel matches the detected features.
+                let (a_blk, a_ld) = if h == mr {
+                    (unsafe { ap.add(i0 * lda) }, lda)
+                } else {
+                    for i in 0..h {
+                        let src = unsafe { std::slice::from_raw_parts(ap.add((i0 + i) * lda), k) };
+                        edge_a[i * k..(i + 1) * k].copy_from_slice(src);
+                    }
+                    (edge_a.as_ptr(), k)
+                };
                 if h == mr && w == nr {
-                    // SAFETY: the block `i0..i0 + mr` x `j0..j0 + nr` is in `c`;
-                    // the kernel matches the detected features.
-                    unsafe { kernel(k, ap, bp, c.as_mut_ptr().add(i0 * n + j0), n) };
+                    // SAFETY: the block `i0..i0 + mr` x `j0..j0 + nr` is in `c`.
+                    unsafe { kernel(k, a_blk, a_ld, bp, c.as_mut_ptr().add(i0 * n + j0), n) };
                 } else {
                     for i in 0..h {
                         edge[i * nr..i * nr + w]
                             .copy_from_slice(&c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]);
                     }
-                    // SAFETY: `edge` is one `mr x nr` block.
-                    unsafe { kernel(k, ap, bp, edge.as_mut_ptr(), nr) };
+                    // SAFETY: `edge` is one `mr x nr` block; rows of `a` past `h`
+                    // are the zero rows of `edge_a` (`a_blk` is `edge_a` then).
+                    unsafe { kernel(k, a_blk, a_ld, bp, edge.as_mut_ptr(), nr) };
                     for i in 0..h {
                         c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]
                             .copy_from_slice(&edge[i * nr..i * nr + w]);
@@ -368,6 +470,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The AVX2 kernel rounds exactly as the portable loop with fused
+    /// multiply-adds: one rounding per product-sum, in `k` order.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_kernel_matches_the_portable_fma_loop() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let mut seed = 11;
+        let k = 37;
+        let a: Vec<f32> = (0..6 * k).map(|_| lcg(&mut seed)).collect();
+        let b: Vec<f32> = (0..k * 16).map(|_| lcg(&mut seed)).collect();
+        let c0: Vec<f32> = (0..6 * 20).map(|_| lcg(&mut seed)).collect();
+        let (mut c1, mut c2) = (c0.clone(), c0.clone());
+        // SAFETY: a 6 x 16 block with row stride 20 in a 6 x 20 buffer.
+        unsafe {
+            micro_avx2(k, a.as_ptr(), k, &b, c1.as_mut_ptr(), 20);
+            micro_loop::<6, 16, true>(k, a.as_ptr(), k, &b, c2.as_mut_ptr(), 20);
+        }
+        assert_eq!(c1, c2);
     }
 
     /// A view with a window, a fill, f16 memory and a column stride gives the
