@@ -99,13 +99,50 @@ impl View {
         }
     }
 
+    /// Asks the cache for the in-bounds rows of this view moved by `delta`
+    /// elements: a load that moved by `delta` since its last run (a K loop)
+    /// is likely to move by as much again, and its rows lie on different
+    /// pages, where the hardware's prefetchers do not follow. Prefetches are
+    /// hints: addresses outside the tensor do not fault.
+    pub fn prefetch_moved(&self, delta: i64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            if self.cs != 1 || self.cols.0 >= self.cols.1 {
+                return;
+            }
+            let size = match self.dtype {
+                DType::F32 => 4,
+                _ => 2,
+            };
+            let bytes = (self.cols.1 - self.cols.0) as i64 * size;
+            for i in self.rows.0..self.rows.1 {
+                let at = (self.off + delta + i as i64 * self.rs + self.cols.0 as i64) * size;
+                let p = self.ptr.wrapping_offset(at as isize);
+                let mut line = 0;
+                while line < bytes + 63 {
+                    // SAFETY: a prefetch never faults.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_offset(line as isize) as *const i8)
+                    };
+                    line += 64;
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = delta;
+    }
+
     /// The whole `m x k` tile in memory as f32 rows `rs` apart, when it can
     /// be read in place.
     fn in_place(&self, m: usize, k: usize) -> Option<(*const f32, usize)> {
         let whole = self.rows == (0, m) && self.cols == (0, k);
         if self.dtype == DType::F32 && self.cs == 1 && self.rs >= 0 && whole {
             // SAFETY: element (0, 0) is in bounds (the window is the tile).
-            Some((unsafe { (self.ptr as *const f32).offset(self.off as isize) }, self.rs as usize))
+            Some((
+                unsafe { (self.ptr as *const f32).offset(self.off as isize) },
+                self.rs as usize,
+            ))
         } else {
             None
         }
@@ -148,11 +185,7 @@ impl Source<'_> {
 pub(super) fn tf32(x: f32) -> f32 {
     let b = x.to_bits();
     let r = b.wrapping_add(0x1000) & 0xffff_e000;
-    f32::from_bits(if b & 0x7f80_0000 == 0x7f80_0000 {
-        b
-    } else {
-        r
-    })
+    f32::from_bits(if b & 0x7f80_0000 == 0x7f80_0000 { b } else { r })
 }
 
 /// One register block: `c[i * ldc + j] += sum_l a[i * lda + l] * b[l * NR + j]`
@@ -318,14 +351,15 @@ fn prepare(
     } else {
         pack_b(b, k, n, nr, |x| x, pb, tmp);
     }
-    a_in_place.unwrap_or_else(|| {
-        if round_tf32 {
-            rows_of(a, m, k, tf32, ra, tmp);
-        } else {
-            rows_of(a, m, k, |x| x, ra, tmp);
-        }
-        (ra.as_ptr(), k)
-    })
+    if let Some(in_place) = a_in_place {
+        return in_place;
+    }
+    if round_tf32 {
+        rows_of(a, m, k, tf32, ra, tmp);
+    } else {
+        rows_of(a, m, k, |x| x, ra, tmp);
+    }
+    (ra.as_ptr(), k)
 }
 
 #[cfg(target_arch = "x86_64")]

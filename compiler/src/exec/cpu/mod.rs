@@ -679,11 +679,14 @@ impl Program<'_> {
                 let d = rd(0);
                 let (shape, starts) = self.access(access);
                 let res = op.results[0].0 as usize;
-                self.views[res] = None;
+                let last = self.views[res].take();
                 if self.deferred.contains(op) {
                     if let Some(view) =
                         self.deferred_load(*tensor, d, &shape, &starts, *mask, *other)
                     {
+                        if let Some(last) = last.filter(|l| l.off != view.off) {
+                            view.prefetch_moved(view.off - last.off);
+                        }
                         self.views[res] = Some(view);
                         return one(Tile {
                             shape,
