@@ -288,17 +288,15 @@ pub(crate) fn launch_bound(
 /// A kernel of `file` (or the stdlib) specialised for `args` with its
 /// decorator grid and run-time arguments, to be run by `cpu` tests.
 #[cfg(test)]
-pub(crate) fn prepared(
-    db: &Database,
-    file: SourceFile,
-    kernel: &str,
-    args: &[Value],
-) -> (Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]) {
+pub(crate) fn prepared(db: &Database, file: SourceFile, kernel: &str, args: &[Value]) -> Prepared {
     let (kfile, item) = find_kernel(db, file, kernel).unwrap();
     let sig = signature(db, item, kernel).unwrap();
     let values = match_args(&sig, args, &[]).unwrap();
     prepare(db, kfile, item, None, &values).unwrap()
 }
+
+/// A specialised kernel, its run-time arguments and its grid.
+pub(crate) type Prepared = (Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]);
 
 /// The specialised kernel, its run-time arguments and its grid.
 fn prepare(
@@ -307,7 +305,7 @@ fn prepare(
     item: ItemSource<'_>,
     grid: Option<Vec<i64>>,
     values: &[(String, Value)],
-) -> Result<(Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]), ExecError> {
+) -> Result<Prepared, ExecError> {
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
         return Err(ExecError::new("E0707", "not a kernel"));

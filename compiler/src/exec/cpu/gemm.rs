@@ -209,13 +209,13 @@ unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
     }
     for (l, bk) in b.chunks_exact(NR).take(k).enumerate() {
         let bk: &[f32; NR] = bk.try_into().unwrap();
-        for i in 0..MR {
+        for (i, row) in r.iter_mut().enumerate() {
             let x = *a.add(i * lda + l);
-            for j in 0..NR {
-                r[i][j] = if FMA {
-                    x.mul_add(bk[j], r[i][j])
+            for (acc, y) in row.iter_mut().zip(bk) {
+                *acc = if FMA {
+                    x.mul_add(*y, *acc)
                 } else {
-                    x * bk[j] + r[i][j]
+                    x * y + *acc
                 };
             }
         }
