@@ -281,6 +281,31 @@ pub(crate) fn launch_bound(
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
     interrupt.check()?;
+    let (kernel, args, grid) = prepare(db, kfile, item, grid, values)?;
+    cpu::run_grid(&kernel, &args, grid, interrupt)
+}
+
+/// A kernel of `file` (or the stdlib) specialised for `args` with its
+/// decorator grid and run-time arguments, to be run by `cpu` tests.
+#[cfg(test)]
+pub(crate) fn prepared(db: &Database, file: SourceFile, kernel: &str, args: &[Value]) -> Prepared {
+    let (kfile, item) = find_kernel(db, file, kernel).unwrap();
+    let sig = signature(db, item, kernel).unwrap();
+    let values = match_args(&sig, args, &[]).unwrap();
+    prepare(db, kfile, item, None, &values).unwrap()
+}
+
+/// A specialised kernel, its run-time arguments and its grid.
+pub(crate) type Prepared = (Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]);
+
+/// The specialised kernel, its run-time arguments and its grid.
+fn prepare(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    grid: Option<Vec<i64>>,
+    values: &[(String, Value)],
+) -> Result<Prepared, ExecError> {
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
         return Err(ExecError::new("E0707", "not a kernel"));
@@ -386,7 +411,7 @@ pub(crate) fn launch_bound(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    cpu::run_grid(&kernel, &args, g3, interrupt)
+    Ok((kernel, args, g3))
 }
 
 /// The Tile IR of a kernel specialised on `spec` and on the dims its tile

@@ -7,13 +7,17 @@
 //! the dtype after every op, as the device does), `f64` for f64 and `i64` for
 //! every integer dtype and bool (wrapped to the dtype's width after every op).
 //! `dot` multiplies in f32 (f64 for f64 tiles) with f32 accumulation, as on the
-//! GPU; `precision="tf32"` rounds its f32 inputs to tf32 first.
+//! GPU; `precision="tf32"` rounds its f32 inputs to tf32 first. A load read
+//! only by dots is left in tensor memory for the dot to pack from there
+//! ([`deferred`], [`gemm`]).
 //!
 //! Programs run in parallel on rayon's pool. Tensor memory is written through
 //! raw pointers ([`Mem`]): stores of different programs to the same element race
 //! as on the GPU (one of the values is kept), `atomic_add` is a real atomic
 //! read-modify-write (compare-and-swap on the element's bits).
 
+mod deferred;
+mod gemm;
 mod liveness;
 
 use std::rc::Rc;
@@ -24,6 +28,8 @@ use std::sync::atomic::{
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use self::deferred::DeferredLoads;
+use self::gemm::{Source, View};
 use self::liveness::Liveness;
 use super::tensor::{decode_byte, encode_byte, float_to_i64, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
@@ -73,6 +79,17 @@ pub fn run_grid(
     args: &[Arg],
     grid: [i64; 3],
     interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    run_grid_with(kernel, args, grid, interrupt, &DeferredLoads::of(kernel))
+}
+
+/// [`run_grid`] with the loads that may be left to their dots given.
+fn run_grid_with(
+    kernel: &Kernel,
+    args: &[Arg],
+    grid: [i64; 3],
+    interrupt: &Interrupt,
+    deferred: &DeferredLoads,
 ) -> Result<(), ExecError> {
     if args.len() != kernel.params.len() {
         return Err(ExecError::new(
@@ -187,8 +204,10 @@ pub fn run_grid(
             pid,
             grid,
             vals: vec![None; kernel.types.len()],
+            views: vec![None; kernel.types.len()],
             interrupt,
             live,
+            deferred,
         };
         prog.region(&kernel.body).map(|_| ())
     })
@@ -249,6 +268,15 @@ impl Buf {
             Repr::F => Buf::F(vec![x as f32; n]),
             Repr::D => Buf::D(vec![x; n]),
             Repr::I => Buf::I(vec![i; n]),
+        }
+    }
+
+    /// A one-element buffer repeated `n` times.
+    fn repeat(&self, n: usize) -> Buf {
+        match self {
+            Buf::F(v) => Buf::F(vec![v[0]; n]),
+            Buf::D(v) => Buf::D(vec![v[0]; n]),
+            Buf::I(v) => Buf::I(vec![v[0]; n]),
         }
     }
 
@@ -351,8 +379,12 @@ struct Program<'a> {
     pid: [i64; 3],
     grid: [i64; 3],
     vals: Vec<Option<T>>,
+    /// Per value, the tensor memory of a load left to its dots; the value
+    /// itself is then a tile of the right shape with no elements.
+    views: Vec<Option<View>>,
     interrupt: &'a Interrupt,
     live: &'a Liveness,
+    deferred: &'a DeferredLoads,
 }
 
 impl Program<'_> {
@@ -646,8 +678,25 @@ impl Program<'_> {
             } => {
                 let d = rd(0);
                 let (shape, starts) = self.access(access);
+                let res = op.results[0].0 as usize;
+                let last = self.views[res].take();
+                if self.deferred.contains(op) {
+                    if let Some(view) =
+                        self.deferred_load(*tensor, d, &shape, &starts, *mask, *other)
+                    {
+                        if let Some(last) = last.filter(|l| l.off != view.off) {
+                            view.prefetch_moved(view.off - last.off);
+                        }
+                        self.views[res] = Some(view);
+                        return one(Tile {
+                            shape,
+                            buf: Buf::F(Vec::new()),
+                            poison: None,
+                        });
+                    }
+                }
                 let n: usize = shape.iter().product();
-                let mut buf = normalise(d, Buf::filled(repr(d), n, *other));
+                let mut buf = normalise(d, Buf::filled(repr(d), 1, *other)).repeat(n);
                 let m = self.mem(*tensor);
                 for_each_run(m, &shape, &starts, |dst, off, len| {
                     // SAFETY: `off..off + len` is in bounds of the tensor.
@@ -723,7 +772,21 @@ impl Program<'_> {
                 let acc = acc.map(|t| Rc::try_unwrap(t).map_or_else(|t| t.buf.clone(), |t| t.buf));
                 let (x, y) = (self.v(*a), self.v(*b));
                 let (m, kk, n) = (x.shape[0], x.shape[1], y.shape[1]);
-                let buf = dot(&x.buf, &y.buf, acc, m, kk, n, *precision, rd(0));
+                let buf = match (
+                    source(x, self.views[a.0 as usize]),
+                    source(y, self.views[b.0 as usize]),
+                ) {
+                    (Some(sa), Some(sb)) => {
+                        let mut c = match acc {
+                            Some(Buf::F(c)) => c,
+                            Some(other) => cast(&other, DType::F32).f().to_vec(),
+                            None => vec![0.0f32; m * n],
+                        };
+                        gemm::sdot(sa, sb, &mut c, m, kk, n, *precision == Precision::Tf32);
+                        normalise(rd(0), Buf::F(c))
+                    }
+                    _ => dot(&x.buf, &y.buf, acc, m, kk, n, rd(0)),
+                };
                 one(Tile {
                     shape: vec![m, n],
                     buf,
@@ -811,6 +874,56 @@ impl Program<'_> {
         }
     }
 
+    /// The view a load of a 2-d f32/f16/bf16 tile can be left as (see
+    /// [`deferred`]): any access and bounds, a mask only when it is all set.
+    fn deferred_load(
+        &self,
+        tensor: usize,
+        d: DType,
+        shape: &[usize],
+        starts: &[(i64, Option<usize>)],
+        mask: Option<Value>,
+        other: Constant,
+    ) -> Option<View> {
+        let m = self.mem(tensor);
+        if shape.len() != 2 || m.dtype != d || !matches!(d, DType::F32 | DType::F16 | DType::BF16) {
+            return None;
+        }
+        if let Some(mk) = mask {
+            if self.v(mk).buf.i().contains(&0) {
+                return None;
+            }
+        }
+        let mut off = 0i64;
+        let mut ranges = Vec::with_capacity(2);
+        for (axis, (s, len)) in starts.iter().enumerate() {
+            match len {
+                // A point out of bounds: the whole tile is `other`, rare
+                // enough to leave to the general load.
+                None if *s < 0 || *s >= m.dims[axis] => return None,
+                None => {}
+                Some(len) => {
+                    let len = *len as i64;
+                    let lo = (-s).clamp(0, len);
+                    let hi = (m.dims[axis] - s).clamp(lo, len);
+                    ranges.push((m.strides[axis], (lo as usize, hi as usize)));
+                }
+            }
+            off += s * m.strides[axis];
+        }
+        let fill = normalise(d, Buf::filled(Repr::F, 1, other)).f()[0];
+        Some(View {
+            ptr: m.ptr,
+            dtype: d,
+            off,
+            rs: ranges[0].0,
+            cs: ranges[1].0,
+            rows: ranges[0].1,
+            cols: ranges[1].1,
+            fill,
+        })
+    }
+
     /// The tile shape of an access and, per tensor axis, `(start, Some(len))`
     /// for a range or `(index, None)` for a point.
     fn access(&self, access: &[Access]) -> (Vec<usize>, Vec<(i64, Option<usize>)>) {
@@ -826,6 +939,16 @@ impl Program<'_> {
             }
         }
         (shape, starts)
+    }
+}
+
+/// A `dot` operand for [`gemm::sdot`]: the view of a deferred load, or an
+/// f32-represented tile.
+fn source(t: &Tile, view: Option<View>) -> Option<Source<'_>> {
+    match (&t.buf, view) {
+        (_, Some(view)) => Some(Source::Mem(view)),
+        (Buf::F(f), None) => Some(Source::Dense(f)),
+        _ => None,
     }
 }
 
@@ -1499,63 +1622,10 @@ fn broadcast(a: &Tile, to: &[usize]) -> Tile {
     }
 }
 
-/// Rounds an f32 to tf32 (10 explicit mantissa bits, nearest, ties away), as
-/// `cvt.rna.tf32.f32`.
-#[inline(always)]
-fn tf32(x: f32) -> f32 {
-    if !x.is_finite() {
-        return x;
-    }
-    f32::from_bits((x.to_bits().wrapping_add(0x1000)) & 0xffff_e000)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn dot(
-    a: &Buf,
-    b: &Buf,
-    acc: Option<Buf>,
-    m: usize,
-    k: usize,
-    n: usize,
-    precision: Precision,
-    rd: DType,
-) -> Buf {
+/// `dot` of f64 and integer tiles (f32-represented ones go through
+/// [`gemm::sdot`]).
+fn dot(a: &Buf, b: &Buf, acc: Option<Buf>, m: usize, k: usize, n: usize, rd: DType) -> Buf {
     match (a, b) {
-        (Buf::F(x), Buf::F(y)) => {
-            let mut c = match acc {
-                Some(Buf::F(c)) => c,
-                Some(other) => cast(&other, DType::F32).f().to_vec(),
-                None => vec![0.0f32; m * n],
-            };
-            let (xr, yr);
-            let (x, y) = if precision == Precision::Tf32 {
-                xr = map1(x, tf32);
-                yr = map1(y, tf32);
-                (&xr[..], &yr[..])
-            } else {
-                (&x[..], &y[..])
-            };
-            // SAFETY: row-major slices of the stated sizes.
-            unsafe {
-                matrixmultiply::sgemm(
-                    m,
-                    k,
-                    n,
-                    1.0,
-                    x.as_ptr(),
-                    k as isize,
-                    1,
-                    y.as_ptr(),
-                    n as isize,
-                    1,
-                    1.0,
-                    c.as_mut_ptr(),
-                    n as isize,
-                    1,
-                );
-            }
-            normalise(rd, Buf::F(c))
-        }
         (Buf::D(x), Buf::D(y)) => {
             let mut c = match acc {
                 Some(Buf::D(c)) => c,
@@ -1751,5 +1821,161 @@ mod tests {
         assert!(exp_f32(f32::NAN).is_nan());
         assert_eq!(exp_f32(0.0), 1.0);
         assert_eq!(exp_f32(-100.0), 0.0);
+    }
+}
+
+/// Loads left to their dots ([`deferred`]) against the same launches with
+/// every load materialised: the results must be bit-identical.
+#[cfg(test)]
+mod deferred_tests {
+    use super::deferred::DeferredLoads;
+    use super::*;
+    use crate::db::Database;
+    use crate::exec::launch::prepared;
+    use crate::exec::{rng, Value as V};
+
+    const SRC: &str = r#"
+from std.linalg import gemm, gemm_tf32, gemm_bf16
+
+@kernel(grid=(cdiv(M, BM), cdiv(N, BN)))
+def strided(A: Tensor["M", "K", "Z", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N", f32],
+            BM: const = 32, BN: const = 32, BK: const = 16):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    acc = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        a = load(A[m0 : m0 + BM, k : k + BK, 1], other=0.5)
+        acc = dot(a, load(B[k : k + BK, n0 : n0 + BN], other=-2.0), acc)
+    store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
+
+@kernel(grid=(cdiv(M, BM), cdiv(N, BN)))
+def masked(A: Tensor["M", "K", f16], B: Tensor["K", "N", f16], C: Tensor["M", "N", f32],
+           BM: const = 32, BN: const = 32, BK: const = 16):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    rows = arange(0, BM) + m0
+    cols = arange(0, BK)
+    acc = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        keep = (rows[:, None] < 40) & (cols[None, :] + k < K)
+        a = load(A[m0 : m0 + BM, k : k + BK], mask=keep, other=1.5)
+        acc = dot(a, load(B[k : k + BK, n0 : n0 + BN]), acc)
+    store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
+
+@kernel(grid=(cdiv(M, BM), cdiv(N, BN)))
+def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N", f32],
+           BM: const = 32, BN: const = 32, BK: const = 32):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    acc = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        a = load(A[m0 : m0 + BM, k : k + BK])
+        b = load(B[k : k + BK, n0 : n0 + BN])
+        acc = dot(a, b, acc) + dot(a * 2.0, b)
+    store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
+"#;
+
+    /// Runs `kernel` on copies of `args` with and without deferred loads and
+    /// returns tensor argument `out` of both runs, and how many loads the
+    /// kernel may defer.
+    fn both(kernel: &str, args: &[V], out: usize) -> (Vec<f32>, Vec<f32>, usize) {
+        let mut db = Database::new();
+        let file = db.set_source("/deferred_tests.tsr", SRC.into());
+        let mut results = Vec::new();
+        let mut deferrable = 0;
+        for defer in [true, false] {
+            let args: Vec<V> = args
+                .iter()
+                .map(|a| match a {
+                    V::Tensor(t) => V::Tensor(t.deep_clone()),
+                    other => other.clone(),
+                })
+                .collect();
+            let (k, a, grid) = prepared(&db, file, kernel, &args);
+            let loads = if defer {
+                DeferredLoads::of(&k)
+            } else {
+                DeferredLoads::none()
+            };
+            if defer {
+                deferrable = loads.len();
+            }
+            run_grid_with(&k, &a, grid, &Interrupt::new(), &loads).unwrap();
+            let V::Tensor(t) = &args[out] else {
+                unreachable!()
+            };
+            results.push(t.to_f32_vec());
+        }
+        let b = results.pop().unwrap();
+        (results.pop().unwrap(), b, deferrable)
+    }
+
+    fn randn(shape: &[usize], d: DType, seed: u64) -> V {
+        V::Tensor(rng::randn(shape, d, seed))
+    }
+
+    fn zeros(shape: &[usize]) -> V {
+        V::Tensor(Tensor::zeros(shape, DType::F32))
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "element {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn stdlib_gemms_with_edge_tiles() {
+        // Sizes that are not multiples of the tiles: windows on both axes.
+        let (m, k, n) = (150, 70, 90);
+        for (kernel, d) in [
+            ("gemm_tf32", DType::F32),
+            ("gemm", DType::F16),
+            ("gemm_bf16", DType::BF16),
+        ] {
+            let args = [randn(&[m, k], d, 1), randn(&[k, n], d, 2), zeros(&[m, n])];
+            let (fast, slow, loads) = both(kernel, &args, 2);
+            assert_eq!(loads, 2, "{kernel}: both loads deferrable");
+            same_bits(&fast, &slow);
+            assert!(fast.iter().any(|x| *x != 0.0));
+        }
+    }
+
+    #[test]
+    fn non_contiguous_source_and_other() {
+        let args = [
+            randn(&[45, 37, 3], DType::F32, 3),
+            randn(&[37, 50], DType::F32, 4),
+            zeros(&[45, 50]),
+        ];
+        let (fast, slow, loads) = both("strided", &args, 2);
+        assert_eq!(loads, 2);
+        same_bits(&fast, &slow);
+    }
+
+    #[test]
+    fn masked_loads_fall_back_where_a_lane_is_off() {
+        let args = [
+            randn(&[70, 40], DType::F16, 5),
+            randn(&[40, 33], DType::F16, 6),
+            zeros(&[70, 33]),
+        ];
+        let (fast, slow, loads) = both("masked", &args, 2);
+        assert_eq!(loads, 2);
+        same_bits(&fast, &slow);
+    }
+
+    #[test]
+    fn a_load_read_by_other_ops_is_materialised() {
+        let args = [
+            randn(&[64, 64], DType::F32, 7),
+            randn(&[64, 64], DType::F32, 8),
+            zeros(&[64, 64]),
+        ];
+        let (fast, slow, loads) = both("reused", &args, 2);
+        // `a` is also multiplied by 2: only `b` is left to the dots.
+        assert_eq!(loads, 1);
+        same_bits(&fast, &slow);
     }
 }
