@@ -31,10 +31,12 @@
 //!   loads of its live iterations issued together, 23 registers; 16 on
 //!   sm_80, which keeps the loop);
 //! * loads are issued early ([`hoist_loads`]): within a stretch of a block
-//!   between stores, barriers, atomics, async copies and nested regions, every
-//!   global load (with the pure instructions computing its address and mask)
-//!   moves to the start of the stretch, as ptxas batches loads to cover their
-//!   latency (SASS: the `w` and `b` loads of a layer norm's last statement are
+//!   between stores, barriers, atomics, async copies and nested regions, the
+//!   global loads (with the pure instructions computing their addresses and
+//!   masks) move to the start of the stretch, as ptxas batches loads to cover
+//!   their latency, up to [`LOAD_WINDOW_WORDS`] loaded words (all of them where
+//!   the stretch has an mma; `convert` on sm_90: 34 registers, 49 estimated
+//!   without the window, 37 with it) (SASS: the `w` and `b` loads of a layer norm's last statement are
 //!   issued before its multiplies, 64 registers on every arch). Shared loads
 //!   move too where the stretch feeds `mma.m8n8k4` (sm_70): the operand
 //!   fragments of the whole k-step are resident before the first HMMA (gemm
@@ -66,14 +68,11 @@
 //! spreads values over more registers there). Also tried: hoisting shared
 //! loads everywhere (gemm_tf32 on sm_80: 131 against 79; ptxas interleaves
 //! them with the mma of the ldmatrix-less tf32 path), and stopping a load
-//! at instructions that consume earlier loads of its stretch (which ptxas's
-//! batching in `convert` suggests, but then sm_70 gemm falls 39% short and
-//! the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
+//! at instructions that consume earlier loads of its stretch (then sm_70
+//! gemm falls 39% short and the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
 //! alone falls short: at low pressure ptxas spreads values over fresh
 //! registers (relu: 22 registers touched for ~14 live), on sm_90 it
-//! unrolls longer constant loops by 4 (not modelled), it batches loads only as far as its pressure heuristics allow
-//! (`convert` on sm_90: loads in three batches, 34 registers, where the
-//! stretch-wide hoisting gives 49), and on sm_80/sm_90 it keeps more of the
+//! unrolls longer constant loops by 4 (not modelled), and on sm_80/sm_90 it keeps more of the
 //! ldmatrix/mma main loop live than Target IR's order suggests (gemm: 155
 //! to 159 against 123).
 
@@ -115,6 +114,11 @@ pub const PTXAS_OVERHEAD: u32 = 3;
 pub const SLOW_DIV_REGS: u32 = 9;
 /// The same for an IEEE f32 square root (`sqrt.rn`).
 pub const SLOW_SQRT_REGS: u32 = 4;
+/// The most words of global loads ptxas 12.9 issues ahead of their uses in
+/// one stretch (see [`hoist_loads`]): `n` f32 loads from one address summed in
+/// order take `n + 2 + 3` registers up to `n = 24` and 30 or 31 from `n = 25`
+/// on, on sm_70, sm_80 and sm_90 (`compiler/tests/ptxas.rs` re-checks this).
+pub const LOAD_WINDOW_WORDS: u32 = 25;
 /// The fewest registers ptxas 12.9 reports for a kernel that touches global
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;
@@ -1216,9 +1220,26 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let m8n8k4 = insts[start..end]
             .iter()
             .any(|i| matches!(i, Inst::Mma { k: 4, .. }));
+        // The loads that move: the first [`LOAD_WINDOW_WORDS`] words of them
+        // (all of them where the stretch feeds an mma: its fragments).
+        let any_mma = insts[start..end]
+            .iter()
+            .any(|i| matches!(i, Inst::Mma { .. }));
+        let mut in_window = vec![false; end - start];
+        let mut words = 0u32;
+        for j in start..end {
+            if let Inst::Ld {
+                space, mem, dst, ..
+            } = &insts[j]
+            {
+                if *space == Space::Global || m8n8k4 {
+                    words += dst.len() as u32 * mem.bytes().div_ceil(4);
+                    in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
+                }
+            }
+        }
         for j in (start..end).rev() {
-            let is_load =
-                matches!(insts[j], Inst::Ld { space, .. } if space == Space::Global || m8n8k4);
+            let is_load = in_window[j - start];
             if is_load || (pure(&insts[j]) && defs[j].iter().any(|r| needed.contains(r))) {
                 member[j - start] = true;
                 needed.extend(uses[j].iter().copied());
