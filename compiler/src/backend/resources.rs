@@ -1614,6 +1614,32 @@ mod tests {
         }
 
         #[test]
+        fn global_loads_move_up_to_the_load_window() {
+            use super::super::LOAD_WINDOW_WORDS;
+            // Loads each followed by an addition of its value: the first
+            // LOAD_WINDOW_WORDS loads move to the top, the rest stay in place.
+            let n = LOAD_WINDOW_WORDS + 3;
+            let mut insts = Vec::new();
+            for i in 0..n {
+                insts.push(ld(Space::Global, 1 + 2 * i, 0));
+                insts.push(add(2 + 2 * i, 1 + 2 * i, 1 + 2 * i));
+            }
+            let hoisted: Vec<*const Inst> = hoist_loads(&insts)
+                .into_iter()
+                .map(|i| i as *const Inst)
+                .collect();
+            let w = LOAD_WINDOW_WORDS as usize;
+            for (k, p) in hoisted.iter().enumerate().take(w) {
+                assert!(std::ptr::eq(*p, &insts[2 * k]), "load {k} first");
+            }
+            // After the window: the additions of the hoisted loads, then each
+            // remaining load before its addition.
+            assert!(std::ptr::eq(hoisted[w], &insts[1]));
+            assert!(std::ptr::eq(hoisted[2 * w], &insts[2 * w]));
+            assert!(std::ptr::eq(hoisted[2 * w + 1], &insts[2 * w + 1]));
+        }
+
+        #[test]
         fn instructions_that_free_more_than_they_write_are_not_sunk() {
             // f2 = f0 + f1 reads the last uses of two loaded values: it frees
             // two words for one and stays after the loads, where its
