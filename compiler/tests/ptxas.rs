@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use tessera::backend::arch::Arch;
 use tessera::backend::ptxas::{self, PtxasError};
-use tessera::backend::resources::{self, estimate_regs, Node, SLOW_DIV_REGS, SLOW_SQRT_REGS};
+use tessera::backend::resources::{
+    self, estimate_regs, Node, LOAD_WINDOW_WORDS, PTXAS_OVERHEAD, SLOW_DIV_REGS, SLOW_SQRT_REGS,
+};
 use tessera::db::{file_kernels, tile_ir, Database};
 use tessera::ir::tile::Specialization;
 
@@ -130,6 +132,29 @@ fn main() -> ExitCode {
         );
     }
 
+    // The load window: `n` f32 loads summed in order. ptxas issues loads
+    // ahead of the additions until LOAD_WINDOW_WORDS of them are in flight.
+    for arch in ARCHS {
+        let mut row = Vec::new();
+        for n in [8u32, 16, 24, 32, 48, 64] {
+            let expected = n.min(LOAD_WINDOW_WORDS) + 2 + PTXAS_OVERHEAD;
+            match ptxas::assemble(&ptxas, &loads_summed(n, arch), arch) {
+                Ok(f) if f.len() == 1 => {
+                    row.push(format!("{n}:{}/{expected}", f[0].regs));
+                    // Within 1: past the window ptxas uses 30 or 31.
+                    if f[0].regs.abs_diff(expected) > 1 {
+                        failures.push(format!(
+                            "{arch}: {n} loads summed: ptxas uses {} registers, the window model {expected}",
+                            f[0].regs
+                        ));
+                    }
+                }
+                other => failures.push(format!("{arch}: {n} loads summed: {other:?}")),
+            }
+        }
+        println!("ok   {arch} load window n:ptxas/model {}", row.join(" "));
+    }
+
     corpus(&ptxas, &mut failures);
 
     if failures.is_empty() {
@@ -170,6 +195,25 @@ fn live_values(n: u32, arch: Arch) -> (String, Vec<Node>) {
     ptx += &format!("st.global.f32 [%rd2], %f{n};\nret;\n}}\n");
     program.push(inst(&[], &[1, 2 + n]));
     (ptx, program)
+}
+
+/// `n` f32 loads from one address (128 floats apart), summed in load order
+/// and the sum stored.
+fn loads_summed(n: u32, arch: Arch) -> String {
+    let mut ptx = format!(
+        ".version 8.0\n.target {arch}\n.address_size 64\n.visible .entry k(.param .u64 p)\n{{\n\
+         .reg .f32 %f<{}>;\n.reg .b64 %rd<3>;\nld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\n",
+        2 * n + 1
+    );
+    for i in 0..n {
+        ptx += &format!("ld.global.f32 %f{i}, [%rd2+{}];\n", 512 * i);
+    }
+    ptx += &format!("mov.f32 %f{n}, %f0;\n");
+    for i in 1..n {
+        ptx += &format!("add.f32 %f{}, %f{}, %f{i};\n", n + i, n + i - 1);
+    }
+    ptx += &format!("st.global.f32 [%rd2], %f{};\nret;\n}}\n", 2 * n - 1);
+    ptx
 }
 
 /// [`live_values`] with an IEEE f32 `op` (`div`, `rcp` or `sqrt`) of the first
@@ -277,12 +321,12 @@ struct Row {
 /// within 10%.
 const MEDIAN_BOUND: f64 = 0.10;
 /// The worst error the corpus may show. The issue's goal is 25%; the model
-/// does not reach it yet for 6 of 216 pairs (ptxas fully unrolls short
-/// constant loops on sm_90, batches loads less far than the model in
-/// `convert` on sm_90 (+44%), and at low pressure spreads values over more
-/// registers than it needs), so this bound only keeps the current worst
-/// (44.1%) from growing.
-const WORST_BOUND: f64 = 0.45;
+/// does not reach it yet for 2 of 216 pairs (`scale_all` on sm_70 and sm_80,
+/// +28%: in its grid-stride loop ptxas reads the parameters from the constant
+/// bank and keeps the step in a uniform register, which a model holding
+/// every parameter misses; treating all parameters so makes the corpus
+/// worse), so this bound only keeps the current worst (27.8%) from growing.
+const WORST_BOUND: f64 = 0.28;
 
 /// Every kernel of the corpus for every arch: Tile IR, Target IR, PTX, `ptxas
 /// -v`, and the register estimate against ptxas's count. A PTX module ptxas

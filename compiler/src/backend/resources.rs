@@ -24,11 +24,19 @@
 //! last time), or of those live before it if more. Before that, each block is
 //! put in the order ptxas's scheduler is modelled to run it:
 //!
+//! * a loop with constant bounds, no loop inside and at most
+//!   [`Arch::full_unroll_max_trips`] trips (sm_90: 4) is replaced by its
+//!   iterations ([`unroll_short_loops`]), branches on what is then constant
+//!   folded, as ptxas unrolls it there (SASS of `row_sum4` on sm_90: the
+//!   loads of its live iterations issued together, 23 registers; 16 on
+//!   sm_80, which keeps the loop);
 //! * loads are issued early ([`hoist_loads`]): within a stretch of a block
-//!   between stores, barriers, atomics, async copies and nested regions, every
-//!   global load (with the pure instructions computing its address and mask)
-//!   moves to the start of the stretch, as ptxas batches loads to cover their
-//!   latency (SASS: the `w` and `b` loads of a layer norm's last statement are
+//!   between stores, barriers, atomics, async copies and nested regions, the
+//!   global loads (with the pure instructions computing their addresses and
+//!   masks) move to the start of the stretch, as ptxas batches loads to cover
+//!   their latency, up to [`LOAD_WINDOW_WORDS`] loaded words (all of them where
+//!   the stretch has an mma; `convert` on sm_90: 34 registers, 49 estimated
+//!   without the window, 37 with it) (SASS: the `w` and `b` loads of a layer norm's last statement are
 //!   issued before its multiplies, 64 registers on every arch). Shared loads
 //!   move too where the stretch feeds `mma.m8n8k4` (sm_70): the operand
 //!   fragments of the whole k-step are resident before the first HMMA (gemm
@@ -60,15 +68,11 @@
 //! spreads values over more registers there). Also tried: hoisting shared
 //! loads everywhere (gemm_tf32 on sm_80: 131 against 79; ptxas interleaves
 //! them with the mma of the ldmatrix-less tf32 path), and stopping a load
-//! at instructions that consume earlier loads of its stretch (which ptxas's
-//! batching in `convert` suggests, but then sm_70 gemm falls 39% short and
-//! the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
+//! at instructions that consume earlier loads of its stretch (then sm_70
+//! gemm falls 39% short and the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
 //! alone falls short: at low pressure ptxas spreads values over fresh
-//! registers (relu: 22 registers touched for ~14 live), on sm_90 it fully
-//! unrolls short constant loops (`row_sum4`: 23 registers there, 16 on
-//! sm_80), it batches loads only as far as its pressure heuristics allow
-//! (`convert` on sm_90: loads in three batches, 34 registers, where the
-//! stretch-wide hoisting gives 49), and on sm_80/sm_90 it keeps more of the
+//! registers (relu: 22 registers touched for ~14 live), on sm_90 it
+//! unrolls longer constant loops by 4 (not modelled), and on sm_80/sm_90 it keeps more of the
 //! ldmatrix/mma main loop live than Target IR's order suggests (gemm: 155
 //! to 159 against 123).
 
@@ -110,6 +114,11 @@ pub const PTXAS_OVERHEAD: u32 = 3;
 pub const SLOW_DIV_REGS: u32 = 9;
 /// The same for an IEEE f32 square root (`sqrt.rn`).
 pub const SLOW_SQRT_REGS: u32 = 4;
+/// The most words of global loads ptxas 12.9 issues ahead of their uses in
+/// one stretch (see [`hoist_loads`]): `n` f32 loads from one address summed in
+/// order take `n + 2 + 3` registers up to `n = 24` and 30 or 31 from `n = 25`
+/// on, on sm_70, sm_80 and sm_90 (`compiler/tests/ptxas.rs` re-checks this).
+pub const LOAD_WINDOW_WORDS: u32 = 25;
 /// The fewest registers ptxas 12.9 reports for a kernel that touches global
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;
@@ -520,14 +529,26 @@ struct Remat {
     remat: Vec<bool>,
     /// Words of every register, the fresh ones (one per use) included.
     words: Vec<u32>,
-    /// The types of the kernel's registers.
+    /// The types of the kernel's registers (and of the fresh ones).
     tys: Vec<crate::ir::target::RegTy>,
+    /// Per register of the kernel: how many instructions write it.
+    def_count: Vec<u32>,
+    /// Registers written once, by a move of an integer immediate.
+    consts: std::collections::HashMap<u32, i64>,
+    /// The most trips of a loop ptxas unrolls completely on the kernel's arch.
+    max_unroll_trips: u32,
 }
 
 impl Remat {
     fn new(kernel: &crate::ir::target::Kernel) -> Self {
         use crate::ir::target::Inst;
-        fn walk(insts: &[Inst], defs: &mut [u32], cheap: &mut [bool]) {
+        use crate::ir::target::Operand;
+        fn walk(
+            insts: &[Inst],
+            defs: &mut [u32],
+            cheap: &mut [bool],
+            imm: &mut std::collections::HashMap<u32, i64>,
+        ) {
             for i in insts {
                 for r in i.defs() {
                     defs[r.0 as usize] += 1;
@@ -535,20 +556,38 @@ impl Remat {
                         cheap[r.0 as usize] = true;
                     }
                 }
+                if let Inst::Mov {
+                    dst,
+                    src: Operand::Int(v),
+                } = i
+                {
+                    imm.insert(dst.0, *v);
+                }
                 for region in i.regions() {
-                    walk(region, defs, cheap);
+                    walk(region, defs, cheap, imm);
                 }
             }
         }
         let n = kernel.regs.len();
         let mut defs = vec![0; n];
         let mut cheap = vec![false; n];
-        walk(&kernel.body, &mut defs, &mut cheap);
+        let mut imm = std::collections::HashMap::new();
+        walk(&kernel.body, &mut defs, &mut cheap, &mut imm);
+        imm.retain(|r, _| defs[*r as usize] == 1);
         Remat {
             remat: (0..n).map(|r| cheap[r] && defs[r] == 1).collect(),
             words: kernel.regs.iter().map(|t| t.words()).collect(),
             tys: kernel.regs.clone(),
+            def_count: defs,
+            consts: imm,
+            max_unroll_trips: kernel.arch.full_unroll_max_trips(),
         }
+    }
+
+    /// A new register of `r`'s type.
+    fn fresh_like(&mut self, r: u32) -> u32 {
+        self.tys.push(self.tys[r as usize]);
+        self.fresh(self.words[r as usize])
     }
 
     fn is_remat(&self, r: u32) -> bool {
@@ -594,7 +633,8 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
     fn convert(insts: &[crate::ir::target::Inst], rm: &mut Remat) -> Vec<Node> {
         use crate::ir::target::Inst;
         let mut out = Vec::with_capacity(insts.len());
-        for inst in sink(&hoist_loads(insts), &rm.tys) {
+        let insts = unroll_short_loops(insts, rm);
+        for inst in sink(&hoist_loads(&insts), &rm.tys) {
             let regs =
                 |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
             if inst.defs().iter().any(|r| rm.is_remat(r.0)) {
@@ -665,6 +705,330 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
     let mut rm = Remat::new(kernel);
     let program = convert(&kernel.body, &mut rm);
     (program, rm.words)
+}
+
+/// The trips of a loop ptxas unrolls completely on the kernel's arch (see
+/// [`super::arch::Arch::full_unroll_max_trips`]): a `For` with constant
+/// bounds and no loop inside.
+fn unrolled_trips(inst: &crate::ir::target::Inst, max: u32) -> Option<Vec<i64>> {
+    use crate::ir::target::{Inst, Operand};
+    fn has_loop(insts: &[Inst]) -> bool {
+        insts.iter().any(|i| {
+            matches!(i, Inst::For { .. } | Inst::While { .. })
+                || i.regions().into_iter().any(|r| has_loop(r))
+        })
+    }
+    let Inst::For {
+        lo: Operand::Int(lo),
+        hi: Operand::Int(hi),
+        step: Operand::Int(step),
+        body,
+        ..
+    } = inst
+    else {
+        return None;
+    };
+    if *step == 0 || has_loop(body) {
+        return None;
+    }
+    let mut trips = Vec::new();
+    let mut v = *lo;
+    while (*step > 0 && v < *hi) || (*step < 0 && v > *hi) {
+        if trips.len() as u32 == max {
+            return None;
+        }
+        trips.push(v);
+        v += step;
+    }
+    (!trips.is_empty()).then_some(trips)
+}
+
+/// `insts` with every loop that ptxas unrolls completely (see
+/// [`unrolled_trips`]) replaced by its iterations in sequence, so that the
+/// loads of different iterations can be issued together ([`hoist_loads`]).
+/// Each iteration sets the induction variable to its constant; a branch on a
+/// condition that is then constant becomes the arm taken (ptxas folds it:
+/// `if c == 0: continue` leaves no branch); the registers an iteration writes
+/// get fresh names, except in the last iteration, which writes the original
+/// registers that the code after the loop reads.
+fn unroll_short_loops<'a>(
+    insts: &'a [crate::ir::target::Inst],
+    rm: &mut Remat,
+) -> std::borrow::Cow<'a, [crate::ir::target::Inst]> {
+    use crate::ir::target::{Inst, Operand, Reg};
+    use std::collections::HashMap;
+    let max = rm.max_unroll_trips;
+    if max == 0 || !insts.iter().any(|i| unrolled_trips(i, max).is_some()) {
+        return std::borrow::Cow::Borrowed(insts);
+    }
+    /// One iteration being written out.
+    struct Iteration<'r> {
+        rm: &'r mut Remat,
+        /// Current name of each renamed register.
+        map: HashMap<u32, u32>,
+        /// This iteration's name of each register it writes.
+        names: HashMap<u32, u32>,
+        /// Registers holding a known integer (or predicate) value.
+        consts: HashMap<u32, i64>,
+        last: bool,
+    }
+    impl Iteration<'_> {
+        fn name(&mut self, r: u32) -> u32 {
+            if self.last || self.rm.is_remat(r) {
+                return r;
+            }
+            if let Some(&n) = self.names.get(&r) {
+                return n;
+            }
+            let n = self.rm.fresh_like(r);
+            self.names.insert(r, n);
+            n
+        }
+        fn operand(&self, o: &Operand) -> Option<i64> {
+            match o {
+                Operand::Int(v) => Some(*v),
+                Operand::Reg(r) => self.consts.get(&r.0).copied(),
+                Operand::Float(_) => None,
+            }
+        }
+        /// The value `inst` (already renamed) writes, where known.
+        fn fold(&self, inst: &Inst) -> Option<i64> {
+            use crate::ir::target::{BinOp, CmpOp, RegTy};
+            let int = |r: &Reg| {
+                !matches!(
+                    self.rm.tys[r.0 as usize],
+                    RegTy::F32 | RegTy::F64 | RegTy::B16 | RegTy::B32
+                )
+            };
+            match inst {
+                Inst::Mov { dst, src } if int(dst) => self.operand(src),
+                Inst::Cmp { op, a, b, ty, .. }
+                    if !matches!(ty, RegTy::F32 | RegTy::F64 | RegTy::B16 | RegTy::B32) =>
+                {
+                    let (a, b) = (self.operand(a)?, self.operand(b)?);
+                    Some(i64::from(match op {
+                        CmpOp::Eq => a == b,
+                        CmpOp::Ne => a != b,
+                        CmpOp::Lt => a < b,
+                        CmpOp::Le => a <= b,
+                        CmpOp::Gt => a > b,
+                        CmpOp::Ge => a >= b,
+                    }))
+                }
+                Inst::Binary { op, dst, a, b } if int(dst) => {
+                    let (a, b) = (self.operand(a)?, self.operand(b)?);
+                    match op {
+                        BinOp::Add => Some(a.wrapping_add(b)),
+                        BinOp::Sub => Some(a.wrapping_sub(b)),
+                        BinOp::Mul => Some(a.wrapping_mul(b)),
+                        BinOp::And => Some(a & b),
+                        BinOp::Or => Some(a | b),
+                        BinOp::Xor => Some(a ^ b),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        }
+        fn emit(&mut self, body: &[Inst], out: &mut Vec<Inst>) {
+            for inst in body {
+                if let Inst::If {
+                    cond,
+                    then,
+                    otherwise,
+                } = inst
+                {
+                    let cond = Reg(*self.map.get(&cond.0).unwrap_or(&cond.0));
+                    if let Some(v) = self.consts.get(&cond.0) {
+                        self.emit(if *v != 0 { then } else { otherwise }, out);
+                        continue;
+                    }
+                    // A register both arms write gets the same name in both;
+                    // one only the first arm writes is local to it.
+                    let before = self.map.clone();
+                    let mut t = Vec::new();
+                    self.emit(then, &mut t);
+                    self.map = before;
+                    let mut o = Vec::new();
+                    self.emit(otherwise, &mut o);
+                    out.push(Inst::If {
+                        cond,
+                        then: t,
+                        otherwise: o,
+                    });
+                    continue;
+                }
+                let mut i = inst.clone();
+                rename_regs(
+                    &mut i,
+                    &mut |r| *r = Reg(*self.map.get(&r.0).unwrap_or(&r.0)),
+                    &mut |_| {},
+                );
+                let value = self.fold(&i);
+                let mut renamed = Vec::new();
+                rename_regs(&mut i, &mut |_| {}, &mut |r| {
+                    let n = self.name(r.0);
+                    renamed.push((r.0, n));
+                    *r = Reg(n);
+                });
+                for (r, n) in renamed {
+                    self.map.insert(r, n);
+                    match value {
+                        Some(v) => self.consts.insert(n, v),
+                        None => self.consts.remove(&n),
+                    };
+                }
+                out.push(i);
+            }
+        }
+    }
+    fn defs_in(insts: &[Inst], out: &mut HashMap<u32, u32>) {
+        for i in insts {
+            for r in i.defs() {
+                *out.entry(r.0).or_default() += 1;
+            }
+            for region in i.regions() {
+                defs_in(region, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for inst in insts {
+        let (Some(trips), Inst::For { iv, body, .. }) = (unrolled_trips(inst, max), inst) else {
+            out.push(inst.clone());
+            continue;
+        };
+        let mut consts = rm.consts.clone();
+        let mut map = HashMap::new();
+        for (k, &v) in trips.iter().enumerate() {
+            let mut it = Iteration {
+                rm: &mut *rm,
+                map,
+                names: HashMap::new(),
+                consts,
+                last: k + 1 == trips.len(),
+            };
+            let ivn = it.name(iv.0);
+            out.push(Inst::Mov {
+                dst: Reg(ivn),
+                src: Operand::Int(v),
+            });
+            it.map.insert(iv.0, ivn);
+            it.consts.insert(ivn, v);
+            it.emit(body, &mut out);
+            map = it.map;
+            consts = it.consts;
+        }
+        // A carried register (written before the loop too) that the last
+        // iteration did not write: the code after the loop reads its copy.
+        let mut in_body = HashMap::new();
+        defs_in(body, &mut in_body);
+        let mut carried: Vec<(u32, u32)> = map
+            .into_iter()
+            .filter(|&(r, n)| {
+                r != n && rm.def_count.get(r as usize).copied().unwrap_or(0) > in_body[&r]
+            })
+            .collect();
+        carried.sort();
+        for (r, n) in carried {
+            out.push(Inst::Mov {
+                dst: Reg(r),
+                src: Operand::Reg(Reg(n)),
+            });
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Applies `uses` to every register `inst` reads and `defs` to every one it
+/// writes (a predicated load's destinations count as written only), for
+/// instructions without nested regions.
+fn rename_regs(
+    inst: &mut crate::ir::target::Inst,
+    uses: &mut dyn FnMut(&mut crate::ir::target::Reg),
+    defs: &mut dyn FnMut(&mut crate::ir::target::Reg),
+) {
+    use crate::ir::target::{Inst, Operand};
+    let op = |o: &mut Operand, uses: &mut dyn FnMut(&mut crate::ir::target::Reg)| {
+        if let Operand::Reg(r) = o {
+            uses(r)
+        }
+    };
+    match inst {
+        Inst::Param { dst, .. } | Inst::Special { dst, .. } | Inst::SmemAddr { dst, .. } => {
+            defs(dst)
+        }
+        Inst::Mov { dst, src } | Inst::Unary { dst, x: src, .. } => {
+            op(src, uses);
+            defs(dst)
+        }
+        Inst::Binary { dst, a, b, .. }
+        | Inst::MulWide { dst, a, b }
+        | Inst::Cmp { dst, a, b, .. } => {
+            op(a, uses);
+            op(b, uses);
+            defs(dst)
+        }
+        Inst::Fma { dst, a, b, c } => {
+            op(a, uses);
+            op(b, uses);
+            op(c, uses);
+            defs(dst)
+        }
+        Inst::Select { dst, cond, a, b } => {
+            uses(cond);
+            op(a, uses);
+            op(b, uses);
+            defs(dst)
+        }
+        Inst::Cvt { dst, src, .. } | Inst::ShflXor { dst, src, .. } => {
+            uses(src);
+            defs(dst)
+        }
+        Inst::Ld {
+            dst, addr, pred, ..
+        } => {
+            uses(addr);
+            pred.iter_mut().for_each(&mut *uses);
+            dst.iter_mut().for_each(defs)
+        }
+        Inst::St {
+            src, addr, pred, ..
+        } => {
+            src.iter_mut().for_each(|o| op(o, uses));
+            uses(addr);
+            pred.iter_mut().for_each(uses)
+        }
+        Inst::AtomAdd {
+            src, addr, pred, ..
+        } => {
+            op(src, uses);
+            uses(addr);
+            pred.iter_mut().for_each(uses)
+        }
+        Inst::CpAsync {
+            dst, src, src_size, ..
+        } => {
+            uses(dst);
+            uses(src);
+            src_size.iter_mut().for_each(uses)
+        }
+        Inst::LdMatrix { dst, addr, .. } => {
+            uses(addr);
+            dst.iter_mut().for_each(defs)
+        }
+        Inst::Mma { d, a, b, c, .. } => {
+            a.iter_mut().chain(b).chain(c).for_each(&mut *uses);
+            d.iter_mut().for_each(defs)
+        }
+        Inst::For { .. }
+        | Inst::While { .. }
+        | Inst::If { .. }
+        | Inst::Barrier
+        | Inst::CpAsyncCommit
+        | Inst::CpAsyncWait { .. }
+        | Inst::Comment(_) => {}
+    }
 }
 
 /// Registers that the subroutine behind `inst` needs beyond the values live
@@ -856,9 +1220,26 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let m8n8k4 = insts[start..end]
             .iter()
             .any(|i| matches!(i, Inst::Mma { k: 4, .. }));
+        // The loads that move: the first [`LOAD_WINDOW_WORDS`] words of them
+        // (all of them where the stretch feeds an mma: its fragments).
+        let any_mma = insts[start..end]
+            .iter()
+            .any(|i| matches!(i, Inst::Mma { .. }));
+        let mut in_window = vec![false; end - start];
+        let mut words = 0u32;
+        for j in start..end {
+            if let Inst::Ld {
+                space, mem, dst, ..
+            } = &insts[j]
+            {
+                if *space == Space::Global || m8n8k4 {
+                    words += dst.len() as u32 * mem.bytes().div_ceil(4);
+                    in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
+                }
+            }
+        }
         for j in (start..end).rev() {
-            let is_load =
-                matches!(insts[j], Inst::Ld { space, .. } if space == Space::Global || m8n8k4);
+            let is_load = in_window[j - start];
             if is_load || (pure(&insts[j]) && defs[j].iter().any(|r| needed.contains(r))) {
                 member[j - start] = true;
                 needed.extend(uses[j].iter().copied());
@@ -1233,6 +1614,32 @@ mod tests {
         }
 
         #[test]
+        fn global_loads_move_up_to_the_load_window() {
+            use super::super::LOAD_WINDOW_WORDS;
+            // Loads each followed by an addition of its value: the first
+            // LOAD_WINDOW_WORDS loads move to the top, the rest stay in place.
+            let n = LOAD_WINDOW_WORDS + 3;
+            let mut insts = Vec::new();
+            for i in 0..n {
+                insts.push(ld(Space::Global, 1 + 2 * i, 0));
+                insts.push(add(2 + 2 * i, 1 + 2 * i, 1 + 2 * i));
+            }
+            let hoisted: Vec<*const Inst> = hoist_loads(&insts)
+                .into_iter()
+                .map(|i| i as *const Inst)
+                .collect();
+            let w = LOAD_WINDOW_WORDS as usize;
+            for (k, p) in hoisted.iter().enumerate().take(w) {
+                assert!(std::ptr::eq(*p, &insts[2 * k]), "load {k} first");
+            }
+            // After the window: the additions of the hoisted loads, then each
+            // remaining load before its addition.
+            assert!(std::ptr::eq(hoisted[w], &insts[1]));
+            assert!(std::ptr::eq(hoisted[2 * w], &insts[2 * w]));
+            assert!(std::ptr::eq(hoisted[2 * w + 1], &insts[2 * w + 1]));
+        }
+
+        #[test]
         fn instructions_that_free_more_than_they_write_are_not_sunk() {
             // f2 = f0 + f1 reads the last uses of two loaded values: it frees
             // two words for one and stays after the loads, where its
@@ -1254,6 +1661,88 @@ mod tests {
             let mut one = insts.clone();
             one[2] = add(2, 0, 6);
             assert_eq!(order(&one, &tys), [0, 1, 3, 4, 2, 5]);
+        }
+    }
+
+    #[test]
+    fn short_constant_loops_are_unrolled_where_the_arch_does() {
+        use super::{unroll_short_loops, Remat};
+        use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+        // for r0 in range(0, 3, 1) { p1 = r0 == 0; if p1 {} else { f2 = ld [r4];
+        // f3 = f3 + f2 } }, f3 written before the loop (carried).
+        let body = vec![
+            Inst::Cmp {
+                op: CmpOp::Eq,
+                ty: RegTy::I32,
+                dst: Reg(1),
+                a: Operand::Reg(Reg(0)),
+                b: Operand::Int(0),
+            },
+            Inst::If {
+                cond: Reg(1),
+                then: vec![],
+                otherwise: vec![
+                    Inst::Ld {
+                        space: Space::Global,
+                        mem: MemTy::F32,
+                        dst: vec![Reg(2)],
+                        addr: Reg(4),
+                        offset: 0,
+                        pred: None,
+                    },
+                    Inst::Binary {
+                        op: BinOp::Add,
+                        dst: Reg(3),
+                        a: Operand::Reg(Reg(3)),
+                        b: Operand::Reg(Reg(2)),
+                    },
+                ],
+            },
+        ];
+        let insts = [Inst::For {
+            iv: Reg(0),
+            lo: Operand::Int(0),
+            hi: Operand::Int(3),
+            step: Operand::Int(1),
+            body,
+        }];
+        let tys = vec![RegTy::I32, RegTy::Pred, RegTy::F32, RegTy::F32, RegTy::U64];
+        let remat = |max| Remat {
+            remat: vec![false; 5],
+            words: tys.iter().map(|t| t.words()).collect(),
+            tys: tys.clone(),
+            def_count: vec![1, 1, 1, 2, 1],
+            consts: Default::default(),
+            max_unroll_trips: max,
+        };
+        // Three trips are more than two: the loop stays.
+        assert_eq!(&*unroll_short_loops(&insts, &mut remat(2)), &insts);
+        let mut rm = remat(4);
+        let out = unroll_short_loops(&insts, &mut rm).into_owned();
+        // The first iteration's branch folds to the empty arm, the others to
+        // their loads, which write different registers; the last iteration
+        // writes the original f2 and f3 and reads the second one's f3.
+        assert!(out
+            .iter()
+            .all(|i| !matches!(i, Inst::For { .. } | Inst::If { .. })));
+        let loads: Vec<Vec<Reg>> = out
+            .iter()
+            .filter_map(|i| match i {
+                Inst::Ld { dst, .. } => Some(dst.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(loads.len(), 2);
+        assert_ne!(loads[0], loads[1]);
+        assert_eq!(loads[1], [Reg(2)]);
+        match out.last() {
+            Some(Inst::Binary {
+                dst: Reg(3),
+                a: Operand::Reg(Reg(a)),
+                b: Operand::Reg(Reg(2)),
+                ..
+            }) => assert!(*a >= 5, "reads the previous iteration's sum"),
+            other => panic!("unexpected last instruction {other:?}"),
         }
     }
 
