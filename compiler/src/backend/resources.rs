@@ -1021,6 +1021,7 @@ fn rename_regs(
             a.iter_mut().chain(b).chain(c).for_each(&mut *uses);
             d.iter_mut().for_each(defs)
         }
+        Inst::Trap { pred } => uses(pred),
         Inst::For { .. }
         | Inst::While { .. }
         | Inst::If { .. }
