@@ -10,7 +10,7 @@
 //! a program had.
 //!
 //! The micro-kernel is picked at run time, as the elementwise loops are:
-//! AVX2 + FMA intrinsics, or a plain loop for the baseline (which rounds the
+//! AVX-512F intrinsics, AVX2 + FMA intrinsics, or a plain loop for the baseline (which rounds the
 //! product and the sum separately where the FMA kernel rounds once).
 
 use std::cell::RefCell;
@@ -227,9 +227,7 @@ unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
 
 /// The AVX2 + FMA block, 6 x 16: twelve accumulator registers, two of `b`
 /// and one broadcast of `a` per step (the 16 ymm registers). Written with
-/// intrinsics: the compiler's vectorisation of [`micro_loop`] spills. (An
-/// AVX-512 block would need intrinsics newer than the workspace's
-/// `rust-version`.)
+/// intrinsics: the compiler's vectorisation of [`micro_loop`] spills.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
@@ -259,6 +257,39 @@ unsafe fn micro_avx2(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32
     }
 }
 
+/// The AVX-512F block, 8 x 32: sixteen zmm accumulators, two of `b` and one
+/// broadcast of `a` per step; eight rows keep the row pointers in general
+/// registers and divide the usual 64- and 128-row tiles. Same products in
+/// the same `k` order as [`micro_avx2`], so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn micro_avx512(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
+    use std::arch::x86_64::*;
+    const MR: usize = 8;
+    const NR: usize = 32;
+    assert!(b.len() >= k * NR);
+    let rows: [*const f32; MR] = std::array::from_fn(|i| a.add(i * lda));
+    let mut r = [[_mm512_setzero_ps(); 2]; MR];
+    for (i, row) in r.iter_mut().enumerate() {
+        row[0] = _mm512_loadu_ps(c.add(i * ldc));
+        row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+    }
+    let bp = b.as_ptr();
+    for l in 0..k {
+        let b0 = _mm512_loadu_ps(bp.add(l * NR));
+        let b1 = _mm512_loadu_ps(bp.add(l * NR + 16));
+        for (row, a_row) in r.iter_mut().zip(rows) {
+            let x = _mm512_set1_ps(*a_row.add(l));
+            row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+            row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+        }
+    }
+    for (i, row) in r.iter().enumerate() {
+        _mm512_storeu_ps(c.add(i * ldc), row[0]);
+        _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
+    }
+}
+
 unsafe fn micro_base(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
     micro_loop::<4, 8, false>(k, a, lda, b, c, ldc)
 }
@@ -267,8 +298,11 @@ unsafe fn micro_base(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32
 fn micro_kernel() -> (MicroKernel, usize, usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            if has!("avx512f") {
+                return (micro_avx512, 8, 32);
+            }
             return (micro_avx2, 6, 16);
         }
     }
@@ -397,8 +431,9 @@ pub(super) fn sdot(
         let s = &mut *s.borrow_mut();
         let dims = (m, k, n, nr);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the AVX2 kernel was picked, so the machine has AVX2.
-        let (ap, lda) = if nr == 16 {
+        // SAFETY: a SIMD kernel (AVX2 or AVX-512, blocks 16 or 32 wide) was
+        // picked, so the machine has AVX2.
+        let (ap, lda) = if nr >= 16 {
             unsafe { prepare_avx2(&a, &b, dims, round_tf32, s) }
         } else {
             prepare(&a, &b, dims, round_tf32, s)
@@ -526,6 +561,28 @@ mod tests {
         unsafe {
             micro_avx2(k, a.as_ptr(), k, &b, c1.as_mut_ptr(), 20);
             micro_loop::<6, 16, true>(k, a.as_ptr(), k, &b, c2.as_mut_ptr(), 20);
+        }
+        assert_eq!(c1, c2);
+    }
+
+    /// The AVX-512 kernel gives the bits of the portable FMA loop (and so of
+    /// the AVX2 kernel): same products, same `k` order.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_kernel_matches_the_portable_fma_loop() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let mut seed = 13;
+        let k = 37;
+        let a: Vec<f32> = (0..8 * k).map(|_| lcg(&mut seed)).collect();
+        let b: Vec<f32> = (0..k * 32).map(|_| lcg(&mut seed)).collect();
+        let c0: Vec<f32> = (0..8 * 40).map(|_| lcg(&mut seed)).collect();
+        let (mut c1, mut c2) = (c0.clone(), c0.clone());
+        // SAFETY: an 8 x 32 block with row stride 40 in an 8 x 40 buffer.
+        unsafe {
+            micro_avx512(k, a.as_ptr(), k, &b, c1.as_mut_ptr(), 40);
+            micro_loop::<8, 32, true>(k, a.as_ptr(), k, &b, c2.as_mut_ptr(), 40);
         }
         assert_eq!(c1, c2);
     }
