@@ -1082,21 +1082,8 @@ fn sink<'a>(
             }
         }
     }
-    let movable = |i: &Inst| {
-        matches!(
-            i,
-            Inst::Param { .. }
-                | Inst::Special { .. }
-                | Inst::SmemAddr { .. }
-                | Inst::Unary { .. }
-                | Inst::Binary { .. }
-                | Inst::Fma { .. }
-                | Inst::MulWide { .. }
-                | Inst::Cmp { .. }
-                | Inst::Select { .. }
-                | Inst::Cvt { .. }
-        )
-    };
+    // Pure and not a copy: copies stay where Target IR put them.
+    let movable = |i: &Inst| i.is_pure() && !matches!(i, Inst::Mov { .. });
     let reads_of: Vec<std::collections::HashSet<u32>> = insts
         .iter()
         .map(|i| {
@@ -1188,22 +1175,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
                 | Inst::If { .. }
         )
     };
-    let pure = |i: &Inst| {
-        matches!(
-            i,
-            Inst::Param { .. }
-                | Inst::Special { .. }
-                | Inst::SmemAddr { .. }
-                | Inst::Mov { .. }
-                | Inst::Unary { .. }
-                | Inst::Binary { .. }
-                | Inst::Fma { .. }
-                | Inst::MulWide { .. }
-                | Inst::Cmp { .. }
-                | Inst::Select { .. }
-                | Inst::Cvt { .. }
-        )
-    };
+    let pure = |i: &Inst| i.is_pure();
     let set = |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<HashSet<u32>>();
     let defs: Vec<HashSet<u32>> = insts.iter().map(|i| set(i.defs())).collect();
     let uses: Vec<HashSet<u32>> = insts.iter().map(|i| set(i.uses())).collect();

@@ -505,6 +505,25 @@ impl Inst {
         }
     }
 
+    /// Whether the instruction only computes registers from registers (no
+    /// memory, synchronisation, control flow or trap), so a scheduler may move it.
+    pub fn is_pure(&self) -> bool {
+        matches!(
+            self,
+            Inst::Param { .. }
+                | Inst::Special { .. }
+                | Inst::SmemAddr { .. }
+                | Inst::Mov { .. }
+                | Inst::Unary { .. }
+                | Inst::Binary { .. }
+                | Inst::Fma { .. }
+                | Inst::MulWide { .. }
+                | Inst::Cmp { .. }
+                | Inst::Select { .. }
+                | Inst::Cvt { .. }
+        )
+    }
+
     /// The nested instruction lists (loop bodies, branches).
     pub fn regions(&self) -> Vec<&Vec<Inst>> {
         match self {
