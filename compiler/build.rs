@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Read at run time, not `env!`: a build script binary copied along with a
+    // target directory (worktrees, CI caches) must not point at its old checkout.
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
 
     let grammar_dir = root.join("grammar");
