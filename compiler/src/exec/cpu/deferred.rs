@@ -99,7 +99,7 @@ fn count_uses(r: &Region, uses: &mut HashMap<Value, usize>) {
     }
 }
 
-fn writes_memory(op: &Op) -> bool {
+pub(super) fn writes_memory(op: &Op) -> bool {
     matches!(op.kind, OpKind::Store { .. } | OpKind::AtomicAdd { .. })
         || op
             .kind

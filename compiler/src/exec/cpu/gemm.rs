@@ -14,10 +14,12 @@
 //! product and the sum separately where the FMA kernel rounds once).
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use super::packed::{aligned, Key, PackCache, Packed, Side};
 use crate::check::DType;
 
 /// A tile of tensor memory standing for a load that was not materialised.
@@ -39,6 +41,9 @@ pub(super) struct View {
     pub cols: (usize, usize),
     /// The load's `other=`, already rounded to the load's dtype.
     pub fill: f32,
+    /// No program of the launch writes the tensor (its packed copies may be
+    /// kept, see `super::packed`).
+    pub read_only: bool,
 }
 
 impl View {
@@ -89,6 +94,7 @@ impl View {
     ///
     /// # Safety
     /// As [`View::read_row`]; the slice lives as long as the tensor.
+    #[inline(always)]
     unsafe fn row_in_place<'a>(&self, i: usize, len: usize) -> Option<&'a [f32]> {
         let whole = self.cols == (0, len) && i >= self.rows.0 && i < self.rows.1;
         if self.dtype == DType::F32 && self.cs == 1 && whole {
@@ -161,6 +167,7 @@ pub(super) enum Source<'a> {
 impl Source<'_> {
     /// Row `i` (`len` elements), read in place where possible, else through
     /// `tmp`.
+    #[inline(always)]
     fn row<'s>(&'s self, i: usize, len: usize, tmp: &'s mut [f32]) -> &'s [f32] {
         match self {
             Source::Dense(v) => &v[i * len..(i + 1) * len],
@@ -317,99 +324,202 @@ thread_local! {
     };
 }
 
-/// `a` (`m x k`) as f32 rows of `k`, converted by `conv`, into `out`.
+/// One `dot` of a chain: `a` is `m x k`, `b` is `k x n` (`m` and `n` are
+/// the chain's).
+#[derive(Clone, Copy)]
+pub(super) struct Part<'a> {
+    pub a: Source<'a>,
+    pub b: Source<'a>,
+    pub k: usize,
+}
+
+/// The parts' `a` side by side as f32 rows of `kt` (the parts' summed `k`),
+/// converted by `conv`, into `out`.
 #[inline(always)]
 fn rows_of(
-    a: &Source,
-    m: usize,
-    k: usize,
+    parts: &[Part],
+    kt: usize,
     conv: impl Fn(f32) -> f32,
-    out: &mut Vec<f32>,
+    out: &mut [f32],
     tmp: &mut Vec<f32>,
 ) {
-    out.clear();
-    out.resize(m * k, 0.0);
-    tmp.resize(k, 0.0);
-    for (r, dst) in out.chunks_exact_mut(k).enumerate() {
-        let row = a.row(r, k, tmp);
-        for (o, x) in dst.iter_mut().zip(row) {
-            *o = conv(*x);
-        }
-    }
-}
-
-/// Packs `b` (`k x n`) into `NR`-column panels: panel `q` holds
-/// `b[l][q * NR + j]` at `(q * k + l) * NR + j`; columns past `n` are zero.
-#[inline(always)]
-fn pack_b(
-    b: &Source,
-    k: usize,
-    n: usize,
-    nr: usize,
-    conv: impl Fn(f32) -> f32,
-    out: &mut Vec<f32>,
-    tmp: &mut Vec<f32>,
-) {
-    let panels = n.div_ceil(nr);
-    out.clear();
-    out.resize(panels * k * nr, 0.0);
-    tmp.resize(n, 0.0);
-    for l in 0..k {
-        let row = b.row(l, n, tmp);
-        for (q, chunk) in row.chunks(nr).enumerate() {
-            let at = (q * k + l) * nr;
-            for (o, x) in out[at..at + chunk.len()].iter_mut().zip(chunk) {
+    tmp.resize(parts.iter().map(|p| p.k).max().unwrap_or(0), 0.0);
+    // Row by row: the parts of a row often lie side by side in memory.
+    for (r, dst) in out.chunks_exact_mut(kt).enumerate() {
+        let mut k0 = 0;
+        for p in parts {
+            let row = p.a.row(r, p.k, tmp);
+            for (o, x) in dst[k0..k0 + p.k].iter_mut().zip(row) {
                 *o = conv(*x);
             }
+            k0 += p.k;
         }
     }
 }
 
-/// The operands in the micro-kernel's form: `a` as rows (in place when it
-/// is f32 in memory or a tile and needs no rounding), `b` packed into `pb`.
+/// Packs the parts' `b` stacked along `k` (`kt x n`) into `NR`-column panels:
+/// panel `q` holds `b[l][q * NR + j]` at `(q * kt + l) * NR + j`; columns
+/// past `n` are zero.
 #[inline(always)]
-fn prepare(
-    a: &Source,
-    b: &Source,
-    (m, k, n, nr): (usize, usize, usize, usize),
+fn pack_b(
+    parts: &[Part],
+    (kt, n, nr): (usize, usize, usize),
+    conv: impl Fn(f32) -> f32,
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) {
+    tmp.resize(n, 0.0);
+    let mut l = 0;
+    for p in parts {
+        for lp in 0..p.k {
+            let row = p.b.row(lp, n, tmp);
+            for (q, chunk) in row.chunks(nr).enumerate() {
+                let at = (q * kt + l) * nr;
+                for (o, x) in out[at..at + chunk.len()].iter_mut().zip(chunk) {
+                    *o = conv(*x);
+                }
+            }
+            l += 1;
+        }
+    }
+}
+
+/// Packs one operand of a chain into `out` (zeroed): `a` as rows, `b` in
+/// panels, rounded to tf32 when asked.
+#[inline(always)]
+fn pack(
+    parts: &[Part],
+    side: Side,
+    (kt, n): (usize, usize),
     round_tf32: bool,
-    [ra, pb, tmp, _]: &mut [Vec<f32>; 4],
-) -> (*const f32, usize) {
-    let a_in_place = match a {
-        _ if round_tf32 => None,
-        Source::Dense(v) => Some((v.as_ptr(), k)),
-        Source::Mem(view) => view.in_place(m, k),
-    };
-    if round_tf32 {
-        pack_b(b, k, n, nr, tf32, pb, tmp);
-    } else {
-        pack_b(b, k, n, nr, |x| x, pb, tmp);
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) {
+    match (side, round_tf32) {
+        (Side::Rows, true) => rows_of(parts, kt, tf32, out, tmp),
+        (Side::Rows, false) => rows_of(parts, kt, |x| x, out, tmp),
+        (Side::Panels(nr), true) => pack_b(parts, (kt, n, nr), tf32, out, tmp),
+        (Side::Panels(nr), false) => pack_b(parts, (kt, n, nr), |x| x, out, tmp),
     }
-    if let Some(in_place) = a_in_place {
-        return in_place;
-    }
-    if round_tf32 {
-        rows_of(a, m, k, tf32, ra, tmp);
-    } else {
-        rows_of(a, m, k, |x| x, ra, tmp);
-    }
-    (ra.as_ptr(), k)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_avx512(
+    parts: &[Part],
+    side: Side,
+    dims: (usize, usize),
+    round_tf32: bool,
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) {
+    pack(parts, side, dims, round_tf32, out, tmp)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn prepare_avx2(
-    a: &Source,
-    b: &Source,
-    dims: (usize, usize, usize, usize),
+unsafe fn pack_avx2(
+    parts: &[Part],
+    side: Side,
+    dims: (usize, usize),
     round_tf32: bool,
-    scratch: &mut [Vec<f32>; 4],
-) -> (*const f32, usize) {
-    prepare(a, b, dims, round_tf32, scratch)
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) {
+    pack(parts, side, dims, round_tf32, out, tmp)
+}
+
+/// [`pack`] compiled for the vector width of the micro-kernel picked
+/// (`nr` columns).
+fn pack_for(
+    nr: usize,
+    parts: &[Part],
+    side: Side,
+    dims: (usize, usize),
+    round_tf32: bool,
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if nr >= 32 {
+            // SAFETY: the 32-wide micro-kernel is picked on AVX-512F only.
+            return unsafe { pack_avx512(parts, side, dims, round_tf32, out, tmp) };
+        }
+        if nr >= 16 {
+            // SAFETY: the 16-wide micro-kernel is picked on AVX2 only.
+            return unsafe { pack_avx2(parts, side, dims, round_tf32, out, tmp) };
+        }
+    }
+    let _ = nr;
+    pack(parts, side, dims, round_tf32, out, tmp)
+}
+
+/// One packed operand: kept by the launch's cache, or in a scratch buffer.
+enum Operand<'s> {
+    Kept(Arc<Packed>),
+    Scratch(&'s [f32]),
+}
+
+impl Operand<'_> {
+    fn as_slice(&self) -> &[f32] {
+        match self {
+            Operand::Kept(p) => p.as_slice(),
+            Operand::Scratch(s) => s,
+        }
+    }
+}
+
+/// Packs the `side` operand of `parts` (`len` f32), through the launch's
+/// cache when its memory may be kept, else into `scratch`.
+#[allow(clippy::too_many_arguments)]
+fn packed<'s>(
+    parts: &[Part],
+    side: Side,
+    (kt, n, nr, len): (usize, usize, usize, usize),
+    round_tf32: bool,
+    cache: Option<&PackCache>,
+    scratch: &'s mut Vec<f32>,
+    tmp: &mut Vec<f32>,
+) -> Operand<'s> {
+    let views = parts.iter().map(|p| match (side, p.a, p.b) {
+        (Side::Rows, Source::Mem(v), _) | (Side::Panels(_), _, Source::Mem(v)) => Some((v, p.k)),
+        _ => None,
+    });
+    let key = cache.and_then(|_| Key::of(views, side, round_tf32));
+    if let (Some(cache), Some(key)) = (cache, key) {
+        let kept = cache.get_or_pack(key, len, |out| {
+            pack_for(nr, parts, side, (kt, n), round_tf32, out, tmp)
+        });
+        if let Some(p) = kept {
+            return Operand::Kept(p);
+        }
+    }
+    let at = aligned(scratch, len);
+    let out = &mut scratch[at..at + len];
+    pack_for(nr, parts, side, (kt, n), round_tf32, out, tmp);
+    Operand::Scratch(out)
+}
+
+/// How deep (`k`) one pass of the micro-kernel goes: a packed panel of `b`
+/// (`k x NR` f32) then fills half of a 32 KiB L1 data cache, where it is read
+/// once per row block.
+fn pass_depth(nr: usize) -> usize {
+    (16 * 1024 / (4 * nr)).max(32)
+}
+
+/// Whether a chain of dots with `m x n` results and summed depth `k` is as
+/// deep as it should grow before it is multiplied: its packed operands then
+/// fill about half of a 1 MiB L2 cache. Deep chains read each row of `a` in
+/// one long run (streamed by the hardware's prefetchers) instead of one
+/// short run per dot.
+pub(super) fn chain_is_full(m: usize, k: usize, n: usize) -> bool {
+    (m + n) * k * 4 >= 512 * 1024
 }
 
 /// `c += a @ b` for an `m x k` `a`, a `k x n` `b` and a row-major `m x n` `c`;
 /// with `tf32` the inputs are rounded to tf32 first.
+#[cfg(test)]
 pub(super) fn sdot(
     a: Source,
     b: Source,
@@ -419,62 +529,116 @@ pub(super) fn sdot(
     n: usize,
     round_tf32: bool,
 ) {
-    assert_eq!(c.len(), m * n, "dot accumulator of the result's size");
     if let Source::Dense(v) = a {
         assert_eq!(v.len(), m * k, "dot operand of its shape");
     }
+    sdot_chain(&[Part { a, b, k }], c, (m, n), round_tf32, None);
+}
+
+/// `c += a1 @ b1 + a2 @ b2 + ...`: the dots of the parts one after the other,
+/// with the same products added in the same order (part by part, `k`
+/// ascending), so the same bits; the parts are packed side by side along `k`,
+/// so that each accumulator block stays in registers across all of them.
+/// Packed operands are kept in `cache` where their memory allows.
+pub(super) fn sdot_chain(
+    parts: &[Part],
+    c: &mut [f32],
+    (m, n): (usize, usize),
+    round_tf32: bool,
+    cache: Option<&PackCache>,
+) {
+    assert_eq!(c.len(), m * n, "dot accumulator of the result's size");
+    let k: usize = parts.iter().map(|p| p.k).sum();
     if m == 0 || n == 0 || k == 0 {
         return;
     }
     let (kernel, mr, nr) = micro_kernel();
     SCRATCH.with(|s| {
-        let s = &mut *s.borrow_mut();
-        let dims = (m, k, n, nr);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a SIMD kernel (AVX2 or AVX-512, blocks 16 or 32 wide) was
-        // picked, so the machine has AVX2.
-        let (ap, lda) = if nr >= 16 {
-            unsafe { prepare_avx2(&a, &b, dims, round_tf32, s) }
-        } else {
-            prepare(&a, &b, dims, round_tf32, s)
+        let [ra, pb, tmp, edge_a] = &mut *s.borrow_mut();
+        let b_len = n.div_ceil(nr) * k * nr;
+        let b = packed(
+            parts,
+            Side::Panels(nr),
+            (k, n, nr, b_len),
+            round_tf32,
+            cache,
+            pb,
+            tmp,
+        );
+        // `a` is read in place when it is one f32 tile or view that needs no
+        // rounding.
+        let in_place = match parts {
+            _ if round_tf32 => None,
+            [Part {
+                a: Source::Dense(v),
+                ..
+            }] => Some((v.as_ptr(), k)),
+            [Part {
+                a: Source::Mem(view),
+                ..
+            }] => view.in_place(m, k),
+            _ => None,
         };
-        #[cfg(not(target_arch = "x86_64"))]
-        let (ap, lda) = prepare(&a, &b, dims, round_tf32, s);
-        let [_, pb, _, edge_a] = s;
+        let a = match in_place {
+            Some(_) => None,
+            None => Some(packed(
+                parts,
+                Side::Rows,
+                (k, n, nr, m * k),
+                round_tf32,
+                cache,
+                ra,
+                tmp,
+            )),
+        };
+        let (ap, lda) = in_place.unwrap_or_else(|| (a.as_ref().unwrap().as_slice().as_ptr(), k));
+        let pb = b.as_slice();
+        let depth = pass_depth(nr);
         // Edge blocks go through a full-size block and back.
         edge_a.clear();
-        edge_a.resize(mr * k, 0.0);
-        let mut edge = vec![0f32; mr * nr];
-        for (q, bp) in pb.chunks_exact(k * nr).enumerate() {
-            let j0 = q * nr;
-            let w = nr.min(n - j0);
-            for i0 in (0..m).step_by(mr) {
-                let h = mr.min(m - i0);
-                // SAFETY: rows `i0..i0 + h` of `a` exist (`lda` apart, `k`
-                // long); the kernel matches the detected features.
-                let (a_blk, a_ld) = if h == mr {
-                    (unsafe { ap.add(i0 * lda) }, lda)
-                } else {
-                    for i in 0..h {
-                        let src = unsafe { std::slice::from_raw_parts(ap.add((i0 + i) * lda), k) };
-                        edge_a[i * k..(i + 1) * k].copy_from_slice(src);
-                    }
-                    (edge_a.as_ptr(), k)
-                };
-                if h == mr && w == nr {
-                    // SAFETY: the block `i0..i0 + mr` x `j0..j0 + nr` is in `c`.
-                    unsafe { kernel(k, a_blk, a_ld, bp, c.as_mut_ptr().add(i0 * n + j0), n) };
-                } else {
-                    for i in 0..h {
-                        edge[i * nr..i * nr + w]
-                            .copy_from_slice(&c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]);
-                    }
-                    // SAFETY: `edge` is one `mr x nr` block; rows of `a` past `h`
-                    // are the zero rows of `edge_a` (`a_blk` is `edge_a` then).
-                    unsafe { kernel(k, a_blk, a_ld, bp, edge.as_mut_ptr(), nr) };
-                    for i in 0..h {
-                        c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]
-                            .copy_from_slice(&edge[i * nr..i * nr + w]);
+        edge_a.resize(mr * depth.min(k), 0.0);
+        let mut edge = [0f32; 8 * 32];
+        let edge = &mut edge[..mr * nr];
+        // Pass by pass along `k`: every accumulator element still adds its
+        // products in `k` order.
+        for k0 in (0..k).step_by(depth) {
+            let kk = depth.min(k - k0);
+            for (q, panel) in pb.chunks_exact(k * nr).enumerate() {
+                let bp = &panel[k0 * nr..(k0 + kk) * nr];
+                let j0 = q * nr;
+                let w = nr.min(n - j0);
+                for i0 in (0..m).step_by(mr) {
+                    let h = mr.min(m - i0);
+                    // SAFETY: rows `i0..i0 + h` of `a` exist (`lda` apart, `k`
+                    // long); the kernel matches the detected features.
+                    let (a_blk, a_ld) = if h == mr {
+                        (unsafe { ap.add(i0 * lda + k0) }, lda)
+                    } else {
+                        for i in 0..h {
+                            let src = unsafe {
+                                std::slice::from_raw_parts(ap.add((i0 + i) * lda + k0), kk)
+                            };
+                            edge_a[i * kk..(i + 1) * kk].copy_from_slice(src);
+                        }
+                        edge_a[h * kk..mr * kk].fill(0.0);
+                        (edge_a.as_ptr(), kk)
+                    };
+                    if h == mr && w == nr {
+                        // SAFETY: the block `i0..i0 + mr` x `j0..j0 + nr` is in `c`.
+                        unsafe { kernel(kk, a_blk, a_ld, bp, c.as_mut_ptr().add(i0 * n + j0), n) };
+                    } else {
+                        for i in 0..h {
+                            edge[i * nr..i * nr + w]
+                                .copy_from_slice(&c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]);
+                        }
+                        // SAFETY: `edge` is one `mr x nr` block; rows of `a`
+                        // past `h` are the zero rows of `edge_a` (`a_blk` is
+                        // `edge_a` then).
+                        unsafe { kernel(kk, a_blk, a_ld, bp, edge.as_mut_ptr(), nr) };
+                        for i in 0..h {
+                            c[(i0 + i) * n + j0..(i0 + i) * n + j0 + w]
+                                .copy_from_slice(&edge[i * nr..i * nr + w]);
+                        }
                     }
                 }
             }
@@ -606,6 +770,7 @@ mod tests {
             rows: (0, 3), // tensor columns 7, 8, 9 exist
             cols: (0, 4), // tensor rows 1..5
             fill: 0.5,
+            read_only: true,
         };
         let mut dense = vec![0f32; m * k];
         for i in 0..m {

@@ -9,16 +9,21 @@
 //! `dot` multiplies in f32 (f64 for f64 tiles) with f32 accumulation, as on the
 //! GPU; `precision="tf32"` rounds its f32 inputs to tf32 first. A load read
 //! only by dots is left in tensor memory for the dot to pack from there
-//! ([`deferred`], [`gemm`]).
+//! ([`deferred`], [`gemm`]); a K loop of such dots multiplies several
+//! iterations at once ([`chain`]), and operands packed from memory that the
+//! launch does not write are packed once and shared by its programs
+//! ([`packed`]). None of these changes a bit of the result.
 //!
 //! Programs run in parallel on rayon's pool. Tensor memory is written through
 //! raw pointers ([`Mem`]): stores of different programs to the same element race
 //! as on the GPU (one of the values is kept), `atomic_add` is a real atomic
 //! read-modify-write (compare-and-swap on the element's bits).
 
+mod chain;
 mod deferred;
 mod gemm;
 mod liveness;
+mod packed;
 
 use std::rc::Rc;
 use std::sync::atomic::{
@@ -28,9 +33,11 @@ use std::sync::atomic::{
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use self::chain::{ChainedDot, ChainedLoops};
 use self::deferred::DeferredLoads;
-use self::gemm::{Source, View};
+use self::gemm::{Part, Source, View};
 use self::liveness::Liveness;
+use self::packed::PackCache;
 use super::tensor::{decode_byte, encode_byte, float_to_i64, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
 use crate::check::DType;
@@ -53,6 +60,9 @@ struct Mem {
     dtype: DType,
     dims: Vec<i64>,
     strides: Vec<i64>,
+    /// No store or atomic of the kernel writes this memory, through this
+    /// parameter or another one sharing it.
+    read_only: bool,
 }
 
 // SAFETY: the pointer stays valid for the launch (the tensors are held by the
@@ -80,16 +90,20 @@ pub fn run_grid(
     grid: [i64; 3],
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
-    run_grid_with(kernel, args, grid, interrupt, &DeferredLoads::of(kernel))
+    let deferred = DeferredLoads::of(kernel);
+    let chained = ChainedLoops::of(kernel, &deferred);
+    run_grid_with(kernel, args, grid, interrupt, &deferred, &chained)
 }
 
-/// [`run_grid`] with the loads that may be left to their dots given.
+/// [`run_grid`] with the loads that may be left to their dots and the loops
+/// whose dots may be chained given.
 fn run_grid_with(
     kernel: &Kernel,
     args: &[Arg],
     grid: [i64; 3],
     interrupt: &Interrupt,
     deferred: &DeferredLoads,
+    chained: &ChainedLoops,
 ) -> Result<(), ExecError> {
     if args.len() != kernel.params.len() {
         return Err(ExecError::new(
@@ -153,6 +167,7 @@ fn run_grid_with(
                     dtype: *dtype,
                     dims: d,
                     strides: st,
+                    read_only: false,
                 })
             }
             (ParamKind::Scalar(d), Arg::Int(i)) => Param::Scalar(scalar_of(*d, *i as f64, *i)),
@@ -188,9 +203,11 @@ fn run_grid_with(
             .with_help("a grid like `cdiv(N, BLOCK)` is 0 when N is 0: check the tensor sizes"));
         }
     }
+    mark_read_only(kernel, &mut params);
     let total = grid[0] * grid[1] * grid[2];
     let params = &params;
     let live = &Liveness::of(kernel);
+    let cache = &PackCache::new();
     (0..total).into_par_iter().try_for_each(|p| {
         interrupt.check()?;
         let pid = [
@@ -208,9 +225,48 @@ fn run_grid_with(
             interrupt,
             live,
             deferred,
+            chained,
+            in_chained_loop: false,
+            cache,
         };
-        prog.region(&kernel.body).map(|_| ())
+        prog.region(&kernel.body, None).map(|_| ())
     })
+}
+
+/// Marks the tensor parameters whose memory no store or atomic of `kernel`
+/// writes: not written through the parameter itself, nor through another
+/// one whose tensor shares its memory.
+fn mark_read_only(kernel: &Kernel, params: &mut [Param]) {
+    fn written(r: &Region, out: &mut Vec<usize>) {
+        for op in &r.ops {
+            if let OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } = &op.kind {
+                out.push(*tensor);
+            }
+            for nested in op.kind.regions() {
+                written(nested, out);
+            }
+        }
+    }
+    let mut w = Vec::new();
+    written(&kernel.body, &mut w);
+    let span = |m: &Mem| {
+        let len: i64 = m.dims.iter().product();
+        let start = m.ptr as usize;
+        (start, start + len as usize * m.dtype.bytes() as usize)
+    };
+    let written_spans: Vec<(usize, usize)> = w
+        .iter()
+        .filter_map(|&i| match &params[i] {
+            Param::Mem(m) => Some(span(m)),
+            Param::Scalar(_) => None,
+        })
+        .collect();
+    for (i, p) in params.iter_mut().enumerate() {
+        if let Param::Mem(m) = p {
+            let (lo, hi) = span(m);
+            m.read_only = !w.contains(&i) && written_spans.iter().all(|&(a, b)| hi <= a || b <= lo);
+        }
+    }
 }
 
 fn scalar_of(d: DType, x: f64, i: i64) -> Rc0 {
@@ -385,6 +441,59 @@ struct Program<'a> {
     interrupt: &'a Interrupt,
     live: &'a Liveness,
     deferred: &'a DeferredLoads,
+    chained: &'a ChainedLoops,
+    /// Inside a chained loop: its loads are packed a chain at a time, long
+    /// after they run, so prefetching for the next load is of no use.
+    in_chained_loop: bool,
+    /// The launch's packed dot operands.
+    cache: &'a PackCache,
+}
+
+/// The dots of a chained loop not multiplied yet (see [`chain`]).
+struct Pending {
+    parts: Vec<(View, View, usize)>,
+    /// The summed `k` of `parts`.
+    k: usize,
+    mn: (usize, usize),
+    tf32: bool,
+}
+
+impl Pending {
+    fn new() -> Pending {
+        Pending {
+            parts: Vec::new(),
+            k: 0,
+            mn: (0, 0),
+            tf32: false,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        gemm::chain_is_full(self.mn.0, self.k, self.mn.1)
+    }
+
+    /// Multiplies the pending dots into `acc` (an f32 tile, copied first if
+    /// it is shared).
+    fn multiply(&mut self, acc: &mut T, cache: &PackCache) {
+        if self.parts.is_empty() {
+            return;
+        }
+        let parts: Vec<Part> = self
+            .parts
+            .iter()
+            .map(|&(a, b, k)| Part {
+                a: Source::Mem(a),
+                b: Source::Mem(b),
+                k,
+            })
+            .collect();
+        let Buf::F(c) = &mut Rc::make_mut(acc).buf else {
+            unreachable!("a chained dot accumulates in f32")
+        };
+        gemm::sdot_chain(&parts, c, self.mn, self.tf32, Some(cache));
+        self.parts.clear();
+        self.k = 0;
+    }
 }
 
 impl Program<'_> {
@@ -509,14 +618,25 @@ impl Program<'_> {
         self.k.ty(v).dtype()
     }
 
-    fn region(&mut self, r: &Region) -> Result<Vec<T>, ExecError> {
-        for op in &r.ops {
+    /// Runs the ops of `r`; in the body of a chained loop, its dot joins
+    /// `chain` instead of running.
+    fn region(
+        &mut self,
+        r: &Region,
+        mut chain: Option<(ChainedDot, &mut Pending)>,
+    ) -> Result<Vec<T>, ExecError> {
+        for (i, op) in r.ops.iter().enumerate() {
             if let OpKind::Yield(vs) = &op.kind {
                 let out = vs.iter().map(|v| self.v(*v).clone()).collect();
                 self.drop_dead(op);
                 return Ok(out);
             }
-            let mut out = self.op(op)?;
+            let mut out = match &mut chain {
+                Some((c, pending)) if c.dot == i => {
+                    self.chained_dot(op, r.args[1 + c.carried], pending)?
+                }
+                _ => self.op(op)?,
+            };
             self.poison(op, &mut out)?;
             for (res, t) in op.results.iter().zip(out) {
                 self.vals[res.0 as usize] = Some(t);
@@ -535,10 +655,57 @@ impl Program<'_> {
     }
 
     fn run_region(&mut self, r: &Region, args: Vec<T>) -> Result<Vec<T>, ExecError> {
+        self.run_region_chained(r, args, None)
+    }
+
+    fn run_region_chained(
+        &mut self,
+        r: &Region,
+        args: Vec<T>,
+        chain: Option<(ChainedDot, &mut Pending)>,
+    ) -> Result<Vec<T>, ExecError> {
         for (a, x) in r.args.iter().zip(args) {
             self.vals[a.0 as usize] = Some(x);
         }
-        self.region(r)
+        self.region(r, chain)
+    }
+
+    /// The dot of a chained loop: when both operands were left as views and
+    /// nothing is poisoned, it joins `pending` and its result is the
+    /// accumulator as it stands (read by nothing but the yield, and
+    /// multiplied into when the chain is); otherwise the chain is multiplied
+    /// and the dot runs.
+    fn chained_dot(
+        &mut self,
+        op: &Op,
+        acc: Value,
+        pending: &mut Pending,
+    ) -> Result<Vec<T>, ExecError> {
+        let OpKind::Dot {
+            a, b, precision, ..
+        } = &op.kind
+        else {
+            unreachable!("a chained loop's dot")
+        };
+        let (x, y, c) = (self.v(*a), self.v(*b), self.v(acc));
+        let clean = x.poison.is_none() && y.poison.is_none() && c.poison.is_none();
+        if let (Some(va), Some(vb), true) =
+            (self.views[a.0 as usize], self.views[b.0 as usize], clean)
+        {
+            let k = x.shape[1];
+            pending.mn = (x.shape[0], y.shape[1]);
+            pending.tf32 = *precision == Precision::Tf32;
+            pending.parts.push((va, vb, k));
+            pending.k += k;
+            return Ok(vec![c.clone()]);
+        }
+        let slot = &mut self.vals[acc.0 as usize];
+        let mut t = slot
+            .take()
+            .expect("Tile IR: a value used before its definition");
+        pending.multiply(&mut t, self.cache);
+        *slot = Some(t);
+        self.op(op)
     }
 
     fn mem(&self, i: usize) -> &Mem {
@@ -685,7 +852,9 @@ impl Program<'_> {
                         self.deferred_load(*tensor, d, &shape, &starts, *mask, *other)
                     {
                         if let Some(last) = last.filter(|l| l.off != view.off) {
-                            view.prefetch_moved(view.off - last.off);
+                            if !self.in_chained_loop {
+                                view.prefetch_moved(view.off - last.off);
+                            }
                         }
                         self.views[res] = Some(view);
                         return one(Tile {
@@ -782,7 +951,13 @@ impl Program<'_> {
                             Some(other) => cast(&other, DType::F32).f().to_vec(),
                             None => vec![0.0f32; m * n],
                         };
-                        gemm::sdot(sa, sb, &mut c, m, kk, n, *precision == Precision::Tf32);
+                        let parts = [Part {
+                            a: sa,
+                            b: sb,
+                            k: kk,
+                        }];
+                        let tf32 = *precision == Precision::Tf32;
+                        gemm::sdot_chain(&parts, &mut c, (m, n), tf32, Some(self.cache));
                         normalise(rd(0), Buf::F(c))
                     }
                     _ => dot(&x.buf, &y.buf, acc, m, kk, n, rd(0)),
@@ -835,12 +1010,24 @@ impl Program<'_> {
                         .with_help("a loop step must be non-zero"));
                 }
                 let mut carried: Vec<T> = init.iter().map(|v| self.v(*v).clone()).collect();
+                let chain = self.chained.get(op);
+                let mut pending = Pending::new();
+                let outer = self.in_chained_loop;
+                self.in_chained_loop |= chain.is_some();
                 while (s > 0 && i < h) || (s < 0 && i > h) {
                     self.interrupt.check()?;
                     let mut args = vec![scalar_tile(Buf::I(vec![wrap_int(iv_dtype, i)]))];
                     args.extend(carried);
-                    carried = self.run_region(body, args)?;
+                    carried =
+                        self.run_region_chained(body, args, chain.map(|c| (c, &mut pending)))?;
+                    if let Some(c) = chain.filter(|_| pending.is_full()) {
+                        pending.multiply(&mut carried[c.carried], self.cache);
+                    }
                     i += s;
+                }
+                self.in_chained_loop = outer;
+                if let Some(c) = chain {
+                    pending.multiply(&mut carried[c.carried], self.cache);
                 }
                 Ok(carried)
             }
@@ -921,6 +1108,7 @@ impl Program<'_> {
             rows: ranges[0].1,
             cols: ranges[1].1,
             fill,
+            read_only: m.read_only,
         })
     }
 
@@ -1828,6 +2016,7 @@ mod tests {
 /// every load materialised: the results must be bit-identical.
 #[cfg(test)]
 mod deferred_tests {
+    use super::chain::ChainedLoops;
     use super::deferred::DeferredLoads;
     use super::*;
     use crate::db::Database;
@@ -1836,6 +2025,18 @@ mod deferred_tests {
 
     const SRC: &str = r#"
 from std.linalg import gemm, gemm_tf32, gemm_bf16
+
+@kernel(grid=(1,))
+def rewrites_a(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N", f32],
+               BM: const = 16, BN: const = 16, BK: const = 16):
+    acc = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        acc = dot(load(A[0 : BM, k : k + BK]), load(B[k : k + BK, 0 : BN]), acc, precision="tf32")
+    store(A[0 : BM, 0 : BN], acc)
+    again = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        again = dot(load(A[0 : BM, k : k + BK]), load(B[k : k + BK, 0 : BN]), again, precision="tf32")
+    store(C[0 : BM, 0 : BN], again)
 
 @kernel(grid=(cdiv(M, BM), cdiv(N, BN)))
 def strided(A: Tensor["M", "K", "Z", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N", f32],
@@ -1875,15 +2076,17 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
     store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
 "#;
 
-    /// Runs `kernel` on copies of `args` with and without deferred loads and
-    /// returns tensor argument `out` of both runs, and how many loads the
-    /// kernel may defer.
-    fn both(kernel: &str, args: &[V], out: usize) -> (Vec<f32>, Vec<f32>, usize) {
+    /// Runs `kernel` on copies of `args` with loads deferred and K loops
+    /// chained, with loads deferred only, and with neither; checks that the
+    /// first two give the same bits and returns tensor argument `out` of the
+    /// first and last runs, how many loads the kernel may defer and how many
+    /// loops it may chain.
+    fn both(kernel: &str, args: &[V], out: usize) -> (Vec<f32>, Vec<f32>, usize, usize) {
         let mut db = Database::new();
         let file = db.set_source("/deferred_tests.tsr", SRC.into());
         let mut results = Vec::new();
-        let mut deferrable = 0;
-        for defer in [true, false] {
+        let (mut deferrable, mut chainable) = (0, 0);
+        for mode in 0..3 {
             let args: Vec<V> = args
                 .iter()
                 .map(|a| match a {
@@ -1892,22 +2095,31 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
                 })
                 .collect();
             let (k, a, grid) = prepared(&db, file, kernel, &args);
-            let loads = if defer {
+            let loads = if mode < 2 {
                 DeferredLoads::of(&k)
             } else {
                 DeferredLoads::none()
             };
-            if defer {
+            let loops = if mode == 0 {
+                ChainedLoops::of(&k, &loads)
+            } else {
+                ChainedLoops::none()
+            };
+            if mode == 0 {
                 deferrable = loads.len();
+                chainable = loops.len();
             }
-            run_grid_with(&k, &a, grid, &Interrupt::new(), &loads).unwrap();
+            run_grid_with(&k, &a, grid, &Interrupt::new(), &loads, &loops).unwrap();
             let V::Tensor(t) = &args[out] else {
                 unreachable!()
             };
             results.push(t.to_f32_vec());
         }
-        let b = results.pop().unwrap();
-        (results.pop().unwrap(), b, deferrable)
+        let none = results.pop().unwrap();
+        let unchained = results.pop().unwrap();
+        let chained = results.pop().unwrap();
+        same_bits(&chained, &unchained);
+        (chained, none, deferrable, chainable)
     }
 
     fn randn(shape: &[usize], d: DType, seed: u64) -> V {
@@ -1927,19 +2139,41 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
 
     #[test]
     fn stdlib_gemms_with_edge_tiles() {
-        // Sizes that are not multiples of the tiles: windows on both axes.
-        let (m, k, n) = (150, 70, 90);
-        for (kernel, d) in [
-            ("gemm_tf32", DType::F32),
-            ("gemm", DType::F16),
-            ("gemm_bf16", DType::BF16),
-        ] {
+        // Sizes that are not multiples of the tiles: windows on both axes;
+        // K = 300 makes chains deeper than one pass of the micro-kernel.
+        for ((m, k, n), (kernel, d)) in [(150, 70, 90), (70, 300, 40)].into_iter().flat_map(|s| {
+            [
+                ("gemm_tf32", DType::F32),
+                ("gemm", DType::F16),
+                ("gemm_bf16", DType::BF16),
+            ]
+            .map(|kd| (s, kd))
+        }) {
             let args = [randn(&[m, k], d, 1), randn(&[k, n], d, 2), zeros(&[m, n])];
-            let (fast, slow, loads) = both(kernel, &args, 2);
+            let (fast, slow, loads, loops) = both(kernel, &args, 2);
             assert_eq!(loads, 2, "{kernel}: both loads deferrable");
+            assert_eq!(loops, 1, "{kernel}: the K loop chainable");
             same_bits(&fast, &slow);
             assert!(fast.iter().any(|x| *x != 0.0));
         }
+    }
+
+    /// A kernel that writes A between two K loops over it: packed copies of
+    /// A must not outlive the store (only B's may be kept).
+    #[test]
+    fn packed_operands_of_written_tensors_are_not_kept() {
+        let args = [
+            randn(&[16, 32], DType::F32, 9),
+            randn(&[32, 16], DType::F32, 10),
+            zeros(&[16, 16]),
+        ];
+        let (fast, slow, loads, loops) = both("rewrites_a", &args, 2);
+        assert_eq!((loads, loops), (4, 2));
+        same_bits(&fast, &slow);
+        // The second product really read the rewritten A.
+        let (mut first, _, _, _) = both("rewrites_a", &args, 0);
+        first.truncate(16);
+        assert!(fast.iter().any(|x| *x != 0.0) && first.iter().any(|x| *x != 0.0));
     }
 
     #[test]
@@ -1949,8 +2183,8 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
             randn(&[37, 50], DType::F32, 4),
             zeros(&[45, 50]),
         ];
-        let (fast, slow, loads) = both("strided", &args, 2);
-        assert_eq!(loads, 2);
+        let (fast, slow, loads, loops) = both("strided", &args, 2);
+        assert_eq!((loads, loops), (2, 1));
         same_bits(&fast, &slow);
     }
 
@@ -1961,8 +2195,8 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
             randn(&[40, 33], DType::F16, 6),
             zeros(&[70, 33]),
         ];
-        let (fast, slow, loads) = both("masked", &args, 2);
-        assert_eq!(loads, 2);
+        let (fast, slow, loads, loops) = both("masked", &args, 2);
+        assert_eq!((loads, loops), (2, 1));
         same_bits(&fast, &slow);
     }
 
@@ -1973,9 +2207,10 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
             randn(&[64, 64], DType::F32, 8),
             zeros(&[64, 64]),
         ];
-        let (fast, slow, loads) = both("reused", &args, 2);
-        // `a` is also multiplied by 2: only `b` is left to the dots.
-        assert_eq!(loads, 1);
+        let (fast, slow, loads, loops) = both("reused", &args, 2);
+        // `a` is also multiplied by 2: only `b` is left to the dots, and
+        // neither dot can be chained.
+        assert_eq!((loads, loops), (1, 0));
         same_bits(&fast, &slow);
     }
 }
