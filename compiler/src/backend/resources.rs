@@ -40,7 +40,10 @@
 //!   issued before its multiplies, 64 registers on every arch). Shared loads
 //!   move too where the stretch feeds `mma.m8n8k4` (sm_70): the operand
 //!   fragments of the whole k-step are resident before the first HMMA (gemm
-//!   on sm_70: 198 registers, 132 estimated without this);
+//!   on sm_70: 198 registers, 132 estimated without this); so do the
+//!   `ldmatrix` loads of a stretch with an mma (sm_75+; SASS of `gemm_tuned`
+//!   on sm_80: the 10 LDSM of both k-steps before the first HMMA; gemm on
+//!   sm_80: 155 registers, 123 estimated without this, 150 with it);
 //! * instructions that neither touch memory nor synchronise are moved down to
 //!   their first reader in their block ([`sink`]), as ptxas's scheduler does
 //!   to shorten live ranges (Target IR emits, e.g., all the address arithmetic
@@ -52,7 +55,16 @@
 //!
 //! Thread/block ids and shared buffer addresses are rematerialised: each use
 //! reads a fresh copy made right before it, as ptxas re-reads them instead of
-//! holding them live. An IEEE f32 division, reciprocal or square root also
+//! holding them live. So are kernel parameters read inside a loop where
+//! ptxas takes them from the constant bank there
+//! ([`Arch::loop_params_from_constant_bank`]: sm_70 to sm_89), so that they
+//! are not held across the loop (`scale_all`'s grid-stride loop on sm_80: 18
+//! registers, 23 estimated holding its 6 words of parameters, 19 without).
+//! Outside loops ptxas reads them from the bank too, but treating them so
+//! there makes the corpus worse (median 6.2%, 6 pairs above 25%, with the
+//! rest of the model as it is): the straight-line kernels it shrinks are
+//! those already under-estimated, where ptxas spreads values over more
+//! registers than are live. An IEEE f32 division, reciprocal or square root also
 //! needs the registers of the slow-path subroutine ptxas calls for it
 //! ([`SLOW_DIV_REGS`], [`SLOW_SQRT_REGS`]) on top of the values live there.
 //! The estimate is the peak, plus the registers ptxas keeps for itself
@@ -71,10 +83,11 @@
 //! at instructions that consume earlier loads of its stretch (then sm_70
 //! gemm falls 39% short and the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
 //! alone falls short: at low pressure ptxas spreads values over fresh
-//! registers (relu: 22 registers touched for ~14 live), on sm_90 it
-//! unrolls longer constant loops by 4 (not modelled), and on sm_80/sm_90 it keeps more of the
-//! ldmatrix/mma main loop live than Target IR's order suggests (gemm: 155
-//! to 159 against 123).
+//! registers (relu: 22 registers touched for ~14 live), and on sm_90 it
+//! unrolls longer constant loops by 4 (not modelled; run-time trip loops
+//! such as `scale_all`'s it keeps rolled), holds the parameters a loop
+//! reads in registers, and keeps uniform values (a grid-stride step) in
+//! uniform registers, which `ptxas -v` does not count (not modelled).
 
 use std::fmt::Write as _;
 
@@ -521,9 +534,9 @@ pub fn render_json(rows: &[Resources]) -> String {
 /// holding it: special registers (thread and block ids, re-read with `S2R`
 /// next to each use rather than kept live across a loop or a long stretch of
 /// code) and shared-memory buffer addresses (immediates). Only
-/// single-definition registers qualify. (Kernel parameters, which ptxas can
-/// also take from the constant bank, were tried too: treating them so made the
-/// corpus median worse, 8.3% -> 10.7%, so they are held like other values.)
+/// single-definition registers qualify. Kernel parameters are too, inside
+/// loops only, on archs where ptxas reads them from the constant bank there
+/// (see the module docs).
 struct Remat {
     /// Per register: whether it is rematerialised.
     remat: Vec<bool>,
@@ -537,6 +550,12 @@ struct Remat {
     consts: std::collections::HashMap<u32, i64>,
     /// The most trips of a loop ptxas unrolls completely on the kernel's arch.
     max_unroll_trips: u32,
+    /// Per register: whether it is a kernel parameter (written once) that
+    /// ptxas reads from the constant bank inside loops on the kernel's arch
+    /// (see [`super::arch::Arch::loop_params_from_constant_bank`]).
+    bank_param: Vec<bool>,
+    /// How many loops enclose the instructions being converted.
+    loop_depth: u32,
 }
 
 impl Remat {
@@ -548,12 +567,16 @@ impl Remat {
             defs: &mut [u32],
             cheap: &mut [bool],
             imm: &mut std::collections::HashMap<u32, i64>,
+            param: &mut [bool],
         ) {
             for i in insts {
                 for r in i.defs() {
                     defs[r.0 as usize] += 1;
                     if matches!(i, Inst::Special { .. } | Inst::SmemAddr { .. }) {
                         cheap[r.0 as usize] = true;
+                    }
+                    if matches!(i, Inst::Param { .. }) {
+                        param[r.0 as usize] = true;
                     }
                 }
                 if let Inst::Mov {
@@ -564,7 +587,7 @@ impl Remat {
                     imm.insert(dst.0, *v);
                 }
                 for region in i.regions() {
-                    walk(region, defs, cheap, imm);
+                    walk(region, defs, cheap, imm, param);
                 }
             }
         }
@@ -572,15 +595,19 @@ impl Remat {
         let mut defs = vec![0; n];
         let mut cheap = vec![false; n];
         let mut imm = std::collections::HashMap::new();
-        walk(&kernel.body, &mut defs, &mut cheap, &mut imm);
+        let mut param = vec![false; n];
+        walk(&kernel.body, &mut defs, &mut cheap, &mut imm, &mut param);
         imm.retain(|r, _| defs[*r as usize] == 1);
+        let bank = kernel.arch.loop_params_from_constant_bank();
         Remat {
             remat: (0..n).map(|r| cheap[r] && defs[r] == 1).collect(),
+            bank_param: (0..n).map(|r| bank && param[r] && defs[r] == 1).collect(),
             words: kernel.regs.iter().map(|t| t.words()).collect(),
             tys: kernel.regs.clone(),
             def_count: defs,
             consts: imm,
             max_unroll_trips: kernel.arch.full_unroll_max_trips(),
+            loop_depth: 0,
         }
     }
 
@@ -600,12 +627,21 @@ impl Remat {
         self.words.len() as u32 - 1
     }
 
-    /// `uses` with every rematerialised register replaced by a fresh one that
-    /// `out` defines right before (live only up to this use).
+    /// Whether a use of `r` here reads a copy made for it rather than `r`
+    /// itself: `r` is rematerialised, or is a parameter read from the
+    /// constant bank inside a loop.
+    fn fresh_at_use(&self, r: u32) -> bool {
+        self.is_remat(r)
+            || (self.loop_depth > 0 && self.bank_param.get(r as usize).copied().unwrap_or(false))
+    }
+
+    /// `uses` with every register read from a copy ([`Remat::fresh_at_use`])
+    /// replaced by a fresh one that `out` defines right before (live only up
+    /// to this use).
     fn uses(&mut self, uses: Vec<u32>, out: &mut Vec<Node>) -> Vec<u32> {
         uses.into_iter()
             .map(|r| {
-                if !self.is_remat(r) {
+                if !self.fresh_at_use(r) {
                     return r;
                 }
                 let fresh = self.words.len() as u32;
@@ -644,8 +680,10 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
                 Inst::Comment(_) => {}
                 Inst::For { iv, body, .. } => {
                     let bounds = regs(inst.uses());
+                    rm.loop_depth += 1;
                     let mut b = convert(body, rm);
                     let mut step_uses = rm.uses(bounds.clone(), &mut b);
+                    rm.loop_depth -= 1;
                     step_uses.push(iv.0);
                     b.push(Node::Inst {
                         defs: vec![iv.0],
@@ -662,9 +700,11 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
                     });
                 }
                 Inst::While { cond, pred, body } => {
+                    rm.loop_depth += 1;
                     let mut b = convert(cond, rm);
                     b.push(Node::Test { uses: vec![pred.0] });
                     b.extend(convert(body, rm));
+                    rm.loop_depth -= 1;
                     out.push(Node::Loop {
                         entry: Box::new(Node::Inst {
                             defs: vec![],
@@ -1201,14 +1241,17 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let mut in_window = vec![false; end - start];
         let mut words = 0u32;
         for j in start..end {
-            if let Inst::Ld {
-                space, mem, dst, ..
-            } = &insts[j]
-            {
-                if *space == Space::Global || m8n8k4 {
+            match &insts[j] {
+                Inst::Ld {
+                    space, mem, dst, ..
+                } if *space == Space::Global || m8n8k4 => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
                 }
+                // The ldmatrix fragments of the stretch's mma: all resident
+                // before the first one.
+                Inst::LdMatrix { .. } => in_window[j - start] = any_mma,
+                _ => {}
             }
         }
         for j in (start..end).rev() {
@@ -1687,6 +1730,8 @@ mod tests {
             def_count: vec![1, 1, 1, 2, 1],
             consts: Default::default(),
             max_unroll_trips: max,
+            bank_param: vec![false; 5],
+            loop_depth: 0,
         };
         // Three trips are more than two: the loop stays.
         assert_eq!(&*unroll_short_loops(&insts, &mut remat(2)), &insts);
