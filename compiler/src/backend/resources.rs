@@ -1630,6 +1630,33 @@ mod tests {
         }
 
         #[test]
+        fn ldmatrix_fragments_move_before_the_first_mma() {
+            // Two k-steps: ldmatrix b1..b4 from r0, mma into f6..f9, then
+            // ldmatrix b10..b13 and a second mma. With the mma in the stretch
+            // both ldmatrix loads come first; a stretch without one keeps them.
+            let ldm = |d: u32| Inst::LdMatrix {
+                dst: (d..d + 4).map(Reg).collect(),
+                addr: Reg(0),
+                trans: false,
+            };
+            let mma = |a: u32, c: u32| Inst::Mma {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: MemTy::F16,
+                d: (c..c + 4).map(Reg).collect(),
+                a: (a..a + 4).map(Reg).collect(),
+                b: vec![Reg(a), Reg(a + 1)],
+                c: (c..c + 4).map(Reg).collect(),
+            };
+            let tys = vec![RegTy::U32; 14];
+            let insts = [ldm(1), mma(1, 6), ldm(10), mma(10, 6)];
+            assert_eq!(order(&insts, &tys), [0, 2, 1, 3]);
+            let no_mma = [ldm(1), st(1, 0), ldm(10)];
+            assert_eq!(order(&no_mma, &tys), [0, 1, 2]);
+        }
+
+        #[test]
         fn global_loads_move_up_to_the_load_window() {
             use super::super::LOAD_WINDOW_WORDS;
             // Loads each followed by an addition of its value: the first
@@ -1678,6 +1705,67 @@ mod tests {
             one[2] = add(2, 0, 6);
             assert_eq!(order(&one, &tys), [0, 1, 3, 4, 2, 5]);
         }
+    }
+
+    #[test]
+    fn loop_parameters_come_from_the_constant_bank_before_sm_90() {
+        use crate::backend::arch::Arch;
+        use crate::ir::target::{BinOp, Inst, Kernel, Operand, Param, Reg, RegTy};
+        // r0 = param n; r1 = param p (64-bit); f2 = param a; for r3 in
+        // range(0, r0, 1) { f4 = f2 + f2; r5 = r1 + r1 }.
+        let param = |dst: u32, index: usize| Inst::Param {
+            dst: Reg(dst),
+            index,
+        };
+        let add = |dst: u32, a: u32| Inst::Binary {
+            op: BinOp::Add,
+            dst: Reg(dst),
+            a: Operand::Reg(Reg(a)),
+            b: Operand::Reg(Reg(a)),
+        };
+        let kernel = |arch| Kernel {
+            name: "k".into(),
+            arch,
+            num_threads: 32,
+            params: [("n", RegTy::I32), ("p", RegTy::U64), ("a", RegTy::F32)]
+                .map(|(name, ty)| Param {
+                    name: name.into(),
+                    ty,
+                })
+                .to_vec(),
+            smem: vec![],
+            regs: vec![
+                RegTy::I32,
+                RegTy::U64,
+                RegTy::F32,
+                RegTy::I32,
+                RegTy::F32,
+                RegTy::U64,
+            ],
+            body: vec![
+                param(0, 0),
+                param(1, 1),
+                param(2, 2),
+                Inst::For {
+                    iv: Reg(3),
+                    lo: Operand::Int(0),
+                    hi: Operand::Reg(Reg(0)),
+                    step: Operand::Int(1),
+                    body: vec![add(4, 2), add(5, 1)],
+                },
+            ],
+            layouts: vec![],
+        };
+        let peak = |arch| {
+            let (program, words) = program_of(&kernel(arch));
+            max_pressure(&program, &|r| words[r as usize])
+        };
+        // sm_90 holds n, p and a across the loop with the induction variable
+        // (5 words) and r5 (2); on sm_80 each use in the loop reads a copy:
+        // the peak is r3, p's copy and r5.
+        assert_eq!(peak(Arch::Sm90), 7);
+        assert_eq!(peak(Arch::Sm80), 5);
+        assert_eq!(peak(Arch::Sm70), 5);
     }
 
     #[test]
