@@ -1799,6 +1799,58 @@ mod tests {
     }
 
     #[test]
+    fn loads_are_issued_early_only_as_far_as_the_register_limit() {
+        use crate::backend::arch::Arch;
+        use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+        // `n` k-steps, each an ldmatrix of 4 registers into one mma on the
+        // accumulators r1..r4 (r0: the address): in order a few registers
+        // are live; with every ldmatrix first, 4n.
+        let kernel = |n: u32| {
+            let mut body = Vec::new();
+            for i in 0..n {
+                let a: Vec<Reg> = (0..4).map(|j| Reg(5 + 4 * i + j)).collect();
+                body.push(Inst::LdMatrix {
+                    dst: a.clone(),
+                    addr: Reg(0),
+                    trans: false,
+                });
+                body.push(Inst::Mma {
+                    m: 16,
+                    n: 8,
+                    k: 16,
+                    input: MemTy::F16,
+                    d: (1..5).map(Reg).collect(),
+                    a: a.clone(),
+                    b: a[..2].to_vec(),
+                    c: (1..5).map(Reg).collect(),
+                });
+            }
+            body.push(Inst::St {
+                space: Space::Shared,
+                mem: MemTy::F32,
+                src: (1..5).map(|r| Operand::Reg(Reg(r))).collect(),
+                addr: Reg(0),
+                offset: 0,
+                pred: None,
+            });
+            Kernel {
+                name: "k".into(),
+                arch: Arch::Sm80,
+                num_threads: 32,
+                params: vec![],
+                smem: vec![],
+                regs: vec![RegTy::U32; 5 + 4 * n as usize],
+                body,
+                layouts: vec![],
+            }
+        };
+        // 30 k-steps fit (120 words early); 70 do not (280), but in order
+        // they do: ptxas stops at the limit.
+        assert!((120..=130).contains(&of_target(&kernel(30)).regs));
+        assert_eq!(of_target(&kernel(70)).regs, 255);
+    }
+
+    #[test]
     fn short_constant_loops_are_unrolled_where_the_arch_does() {
         use super::{unroll_short_loops, Remat};
         use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
