@@ -276,6 +276,17 @@ impl Arch {
         }
     }
 
+    /// Whether ptxas 12.9 feeds kernel parameters used inside a loop to the
+    /// loop's instructions straight from the constant bank (`c[0x0][..]`
+    /// operands of IMAD.WIDE, ISETP, FMUL, ...) instead of holding them in
+    /// registers across it. SASS of `scale_all` (a grid-stride loop reading
+    /// the `x` and `out` pointers, `alpha` and `N`): so on sm_70 and sm_80,
+    /// 18 registers; on sm_90 it loads them before the loop (`LDC.64` into
+    /// registers, `ULDC` into uniform ones), 24 registers.
+    pub fn loop_params_from_constant_bank(self) -> bool {
+        self.is_nvidia() && self < Arch::Sm90
+    }
+
     /// `ldmatrix` (warp-wide 8x8 16-bit matrix loads from shared memory), sm_75+.
     pub fn has_ldmatrix(self) -> bool {
         self.is_nvidia() && self >= Arch::Sm75

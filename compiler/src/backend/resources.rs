@@ -40,7 +40,10 @@
 //!   issued before its multiplies, 64 registers on every arch). Shared loads
 //!   move too where the stretch feeds `mma.m8n8k4` (sm_70): the operand
 //!   fragments of the whole k-step are resident before the first HMMA (gemm
-//!   on sm_70: 198 registers, 132 estimated without this);
+//!   on sm_70: 198 registers, 132 estimated without this); so do the
+//!   `ldmatrix` loads of a stretch with an mma (sm_75+; SASS of `gemm_tuned`
+//!   on sm_80: the 10 LDSM of both k-steps before the first HMMA; gemm on
+//!   sm_80: 155 registers, 123 estimated without this, 150 with it);
 //! * instructions that neither touch memory nor synchronise are moved down to
 //!   their first reader in their block ([`sink`]), as ptxas's scheduler does
 //!   to shorten live ranges (Target IR emits, e.g., all the address arithmetic
@@ -52,7 +55,16 @@
 //!
 //! Thread/block ids and shared buffer addresses are rematerialised: each use
 //! reads a fresh copy made right before it, as ptxas re-reads them instead of
-//! holding them live. An IEEE f32 division, reciprocal or square root also
+//! holding them live. So are kernel parameters read inside a loop where
+//! ptxas takes them from the constant bank there
+//! ([`Arch::loop_params_from_constant_bank`]: sm_70 to sm_89), so that they
+//! are not held across the loop (`scale_all`'s grid-stride loop on sm_80: 18
+//! registers, 23 estimated holding its 6 words of parameters, 19 without).
+//! Outside loops ptxas reads them from the bank too, but treating them so
+//! there makes the corpus worse (median 6.2%, 6 pairs above 25%, with the
+//! rest of the model as it is): the straight-line kernels it shrinks are
+//! those already under-estimated, where ptxas spreads values over more
+//! registers than are live. An IEEE f32 division, reciprocal or square root also
 //! needs the registers of the slow-path subroutine ptxas calls for it
 //! ([`SLOW_DIV_REGS`], [`SLOW_SQRT_REGS`]) on top of the values live there.
 //! The estimate is the peak, plus the registers ptxas keeps for itself
@@ -71,10 +83,11 @@
 //! at instructions that consume earlier loads of its stretch (then sm_70
 //! gemm falls 39% short and the median grows to 7.4%). SASS (nvdisasm) shows why a pressure model
 //! alone falls short: at low pressure ptxas spreads values over fresh
-//! registers (relu: 22 registers touched for ~14 live), on sm_90 it
-//! unrolls longer constant loops by 4 (not modelled), and on sm_80/sm_90 it keeps more of the
-//! ldmatrix/mma main loop live than Target IR's order suggests (gemm: 155
-//! to 159 against 123).
+//! registers (relu: 22 registers touched for ~14 live), and on sm_90 it
+//! unrolls longer constant loops by 4 (not modelled; run-time trip loops
+//! such as `scale_all`'s it keeps rolled), holds the parameters a loop
+//! reads in registers, and keeps uniform values (a grid-stride step) in
+//! uniform registers, which `ptxas -v` does not count (not modelled).
 
 use std::fmt::Write as _;
 
@@ -521,9 +534,9 @@ pub fn render_json(rows: &[Resources]) -> String {
 /// holding it: special registers (thread and block ids, re-read with `S2R`
 /// next to each use rather than kept live across a loop or a long stretch of
 /// code) and shared-memory buffer addresses (immediates). Only
-/// single-definition registers qualify. (Kernel parameters, which ptxas can
-/// also take from the constant bank, were tried too: treating them so made the
-/// corpus median worse, 8.3% -> 10.7%, so they are held like other values.)
+/// single-definition registers qualify. Kernel parameters are too, inside
+/// loops only, on archs where ptxas reads them from the constant bank there
+/// (see the module docs).
 struct Remat {
     /// Per register: whether it is rematerialised.
     remat: Vec<bool>,
@@ -537,6 +550,14 @@ struct Remat {
     consts: std::collections::HashMap<u32, i64>,
     /// The most trips of a loop ptxas unrolls completely on the kernel's arch.
     max_unroll_trips: u32,
+    /// Per register: whether it is a kernel parameter (written once) that
+    /// ptxas reads from the constant bank inside loops on the kernel's arch
+    /// (see [`super::arch::Arch::loop_params_from_constant_bank`]).
+    bank_param: Vec<bool>,
+    /// How many loops enclose the instructions being converted.
+    loop_depth: u32,
+    /// Whether loads are issued early ([`hoist_loads`]).
+    hoist: bool,
 }
 
 impl Remat {
@@ -548,12 +569,16 @@ impl Remat {
             defs: &mut [u32],
             cheap: &mut [bool],
             imm: &mut std::collections::HashMap<u32, i64>,
+            param: &mut [bool],
         ) {
             for i in insts {
                 for r in i.defs() {
                     defs[r.0 as usize] += 1;
                     if matches!(i, Inst::Special { .. } | Inst::SmemAddr { .. }) {
                         cheap[r.0 as usize] = true;
+                    }
+                    if matches!(i, Inst::Param { .. }) {
+                        param[r.0 as usize] = true;
                     }
                 }
                 if let Inst::Mov {
@@ -564,7 +589,7 @@ impl Remat {
                     imm.insert(dst.0, *v);
                 }
                 for region in i.regions() {
-                    walk(region, defs, cheap, imm);
+                    walk(region, defs, cheap, imm, param);
                 }
             }
         }
@@ -572,15 +597,20 @@ impl Remat {
         let mut defs = vec![0; n];
         let mut cheap = vec![false; n];
         let mut imm = std::collections::HashMap::new();
-        walk(&kernel.body, &mut defs, &mut cheap, &mut imm);
+        let mut param = vec![false; n];
+        walk(&kernel.body, &mut defs, &mut cheap, &mut imm, &mut param);
         imm.retain(|r, _| defs[*r as usize] == 1);
+        let bank = kernel.arch.loop_params_from_constant_bank();
         Remat {
             remat: (0..n).map(|r| cheap[r] && defs[r] == 1).collect(),
+            bank_param: (0..n).map(|r| bank && param[r] && defs[r] == 1).collect(),
             words: kernel.regs.iter().map(|t| t.words()).collect(),
             tys: kernel.regs.clone(),
             def_count: defs,
             consts: imm,
             max_unroll_trips: kernel.arch.full_unroll_max_trips(),
+            loop_depth: 0,
+            hoist: true,
         }
     }
 
@@ -600,12 +630,21 @@ impl Remat {
         self.words.len() as u32 - 1
     }
 
-    /// `uses` with every rematerialised register replaced by a fresh one that
-    /// `out` defines right before (live only up to this use).
+    /// Whether a use of `r` here reads a copy made for it rather than `r`
+    /// itself: `r` is rematerialised, or is a parameter read from the
+    /// constant bank inside a loop.
+    fn fresh_at_use(&self, r: u32) -> bool {
+        self.is_remat(r)
+            || (self.loop_depth > 0 && self.bank_param.get(r as usize).copied().unwrap_or(false))
+    }
+
+    /// `uses` with every register read from a copy ([`Remat::fresh_at_use`])
+    /// replaced by a fresh one that `out` defines right before (live only up
+    /// to this use).
     fn uses(&mut self, uses: Vec<u32>, out: &mut Vec<Node>) -> Vec<u32> {
         uses.into_iter()
             .map(|r| {
-                if !self.is_remat(r) {
+                if !self.fresh_at_use(r) {
                     return r;
                 }
                 let fresh = self.words.len() as u32;
@@ -630,11 +669,22 @@ impl Remat {
 /// buffer addresses are not held: each use reads a fresh copy defined right
 /// before it (see `Remat`).
 pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
+    program_with(kernel, true)
+}
+
+/// [`program_of`], with loads issued early (`hoist`) or left where Target IR
+/// puts them.
+fn program_with(kernel: &crate::ir::target::Kernel, hoist: bool) -> (Vec<Node>, Vec<u32>) {
     fn convert(insts: &[crate::ir::target::Inst], rm: &mut Remat) -> Vec<Node> {
         use crate::ir::target::Inst;
         let mut out = Vec::with_capacity(insts.len());
         let insts = unroll_short_loops(insts, rm);
-        for inst in sink(&hoist_loads(&insts), &rm.tys) {
+        let order = if rm.hoist {
+            hoist_loads(&insts)
+        } else {
+            insts.iter().collect()
+        };
+        for inst in sink(&order, &rm.tys) {
             let regs =
                 |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
             if inst.defs().iter().any(|r| rm.is_remat(r.0)) {
@@ -644,8 +694,10 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
                 Inst::Comment(_) => {}
                 Inst::For { iv, body, .. } => {
                     let bounds = regs(inst.uses());
+                    rm.loop_depth += 1;
                     let mut b = convert(body, rm);
                     let mut step_uses = rm.uses(bounds.clone(), &mut b);
+                    rm.loop_depth -= 1;
                     step_uses.push(iv.0);
                     b.push(Node::Inst {
                         defs: vec![iv.0],
@@ -662,9 +714,11 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
                     });
                 }
                 Inst::While { cond, pred, body } => {
+                    rm.loop_depth += 1;
                     let mut b = convert(cond, rm);
                     b.push(Node::Test { uses: vec![pred.0] });
                     b.extend(convert(body, rm));
+                    rm.loop_depth -= 1;
                     out.push(Node::Loop {
                         entry: Box::new(Node::Inst {
                             defs: vec![],
@@ -703,6 +757,7 @@ pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
         out
     }
     let mut rm = Remat::new(kernel);
+    rm.hoist = hoist;
     let program = convert(&kernel.body, &mut rm);
     (program, rm.words)
 }
@@ -1201,14 +1256,17 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let mut in_window = vec![false; end - start];
         let mut words = 0u32;
         for j in start..end {
-            if let Inst::Ld {
-                space, mem, dst, ..
-            } = &insts[j]
-            {
-                if *space == Space::Global || m8n8k4 {
+            match &insts[j] {
+                Inst::Ld {
+                    space, mem, dst, ..
+                } if *space == Space::Global || m8n8k4 => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
                 }
+                // The ldmatrix fragments of the stretch's mma: all resident
+                // before the first one.
+                Inst::LdMatrix { .. } => in_window[j - start] = any_mma,
+                _ => {}
             }
         }
         for j in (start..end).rev() {
@@ -1260,14 +1318,29 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
 }
 
 /// The resources of a Target IR kernel.
+///
+/// Loads issued early are latency hiding that ptxas gives up where registers
+/// run out: where that order needs more registers than a thread can have but
+/// Target IR's own order does not, ptxas issues them only as early as the
+/// limit allows, and the estimate is the limit (flash attention with `D = 64`
+/// on sm_80 and sm_90: 255 and 254 registers, no spills; 256 to 263
+/// estimated with every load early, 237 to 239 with none).
 pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
-    let (program, widths) = program_of(kernel);
-    let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
+    let estimate = |hoist| {
+        let (program, widths) = program_with(kernel, hoist);
+        let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
+        estimate_regs(&program, &words)
+    };
+    let max = kernel.arch.info().max_regs_per_thread;
+    let mut regs = estimate(true);
+    if regs > max && estimate(false) <= max {
+        regs = max;
+    }
     Resources::new(
         kernel.name.clone(),
         kernel.arch,
         kernel.num_threads,
-        estimate_regs(&program, &words),
+        regs,
         kernel.smem_bytes(),
     )
 }
@@ -1587,6 +1660,33 @@ mod tests {
         }
 
         #[test]
+        fn ldmatrix_fragments_move_before_the_first_mma() {
+            // Two k-steps: ldmatrix b1..b4 from r0, mma into f6..f9, then
+            // ldmatrix b10..b13 and a second mma. With the mma in the stretch
+            // both ldmatrix loads come first; a stretch without one keeps them.
+            let ldm = |d: u32| Inst::LdMatrix {
+                dst: (d..d + 4).map(Reg).collect(),
+                addr: Reg(0),
+                trans: false,
+            };
+            let mma = |a: u32, c: u32| Inst::Mma {
+                m: 16,
+                n: 8,
+                k: 16,
+                input: MemTy::F16,
+                d: (c..c + 4).map(Reg).collect(),
+                a: (a..a + 4).map(Reg).collect(),
+                b: vec![Reg(a), Reg(a + 1)],
+                c: (c..c + 4).map(Reg).collect(),
+            };
+            let tys = vec![RegTy::U32; 14];
+            let insts = [ldm(1), mma(1, 6), ldm(10), mma(10, 6)];
+            assert_eq!(order(&insts, &tys), [0, 2, 1, 3]);
+            let no_mma = [ldm(1), st(1, 0), ldm(10)];
+            assert_eq!(order(&no_mma, &tys), [0, 1, 2]);
+        }
+
+        #[test]
         fn global_loads_move_up_to_the_load_window() {
             use super::super::LOAD_WINDOW_WORDS;
             // Loads each followed by an addition of its value: the first
@@ -1635,6 +1735,119 @@ mod tests {
             one[2] = add(2, 0, 6);
             assert_eq!(order(&one, &tys), [0, 1, 3, 4, 2, 5]);
         }
+    }
+
+    #[test]
+    fn loop_parameters_come_from_the_constant_bank_before_sm_90() {
+        use crate::backend::arch::Arch;
+        use crate::ir::target::{BinOp, Inst, Kernel, Operand, Param, Reg, RegTy};
+        // r0 = param n; r1 = param p (64-bit); f2 = param a; for r3 in
+        // range(0, r0, 1) { f4 = f2 + f2; r5 = r1 + r1 }.
+        let param = |dst: u32, index: usize| Inst::Param {
+            dst: Reg(dst),
+            index,
+        };
+        let add = |dst: u32, a: u32| Inst::Binary {
+            op: BinOp::Add,
+            dst: Reg(dst),
+            a: Operand::Reg(Reg(a)),
+            b: Operand::Reg(Reg(a)),
+        };
+        let kernel = |arch| Kernel {
+            name: "k".into(),
+            arch,
+            num_threads: 32,
+            params: [("n", RegTy::I32), ("p", RegTy::U64), ("a", RegTy::F32)]
+                .map(|(name, ty)| Param {
+                    name: name.into(),
+                    ty,
+                })
+                .to_vec(),
+            smem: vec![],
+            regs: vec![
+                RegTy::I32,
+                RegTy::U64,
+                RegTy::F32,
+                RegTy::I32,
+                RegTy::F32,
+                RegTy::U64,
+            ],
+            body: vec![
+                param(0, 0),
+                param(1, 1),
+                param(2, 2),
+                Inst::For {
+                    iv: Reg(3),
+                    lo: Operand::Int(0),
+                    hi: Operand::Reg(Reg(0)),
+                    step: Operand::Int(1),
+                    body: vec![add(4, 2), add(5, 1)],
+                },
+            ],
+            layouts: vec![],
+        };
+        let peak = |arch| {
+            let (program, words) = program_of(&kernel(arch));
+            max_pressure(&program, &|r| words[r as usize])
+        };
+        // sm_90 holds n, p and a across the loop with the induction variable
+        // (5 words) and r5 (2); on sm_80 each use in the loop reads a copy:
+        // the peak is r3, p's copy and r5.
+        assert_eq!(peak(Arch::Sm90), 7);
+        assert_eq!(peak(Arch::Sm80), 5);
+        assert_eq!(peak(Arch::Sm70), 5);
+    }
+
+    #[test]
+    fn loads_are_issued_early_only_as_far_as_the_register_limit() {
+        use crate::backend::arch::Arch;
+        use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+        // `n` k-steps, each an ldmatrix of 4 registers into one mma on the
+        // accumulators r1..r4 (r0: the address): in order a few registers
+        // are live; with every ldmatrix first, 4n.
+        let kernel = |n: u32| {
+            let mut body = Vec::new();
+            for i in 0..n {
+                let a: Vec<Reg> = (0..4).map(|j| Reg(5 + 4 * i + j)).collect();
+                body.push(Inst::LdMatrix {
+                    dst: a.clone(),
+                    addr: Reg(0),
+                    trans: false,
+                });
+                body.push(Inst::Mma {
+                    m: 16,
+                    n: 8,
+                    k: 16,
+                    input: MemTy::F16,
+                    d: (1..5).map(Reg).collect(),
+                    a: a.clone(),
+                    b: a[..2].to_vec(),
+                    c: (1..5).map(Reg).collect(),
+                });
+            }
+            body.push(Inst::St {
+                space: Space::Shared,
+                mem: MemTy::F32,
+                src: (1..5).map(|r| Operand::Reg(Reg(r))).collect(),
+                addr: Reg(0),
+                offset: 0,
+                pred: None,
+            });
+            Kernel {
+                name: "k".into(),
+                arch: Arch::Sm80,
+                num_threads: 32,
+                params: vec![],
+                smem: vec![],
+                regs: vec![RegTy::U32; 5 + 4 * n as usize],
+                body,
+                layouts: vec![],
+            }
+        };
+        // 30 k-steps fit (120 words early); 70 do not (280), but in order
+        // they do: ptxas stops at the limit.
+        assert!((120..=130).contains(&of_target(&kernel(30)).regs));
+        assert_eq!(of_target(&kernel(70)).regs, 255);
     }
 
     #[test]
@@ -1687,6 +1900,9 @@ mod tests {
             def_count: vec![1, 1, 1, 2, 1],
             consts: Default::default(),
             max_unroll_trips: max,
+            bank_param: vec![false; 5],
+            loop_depth: 0,
+            hoist: true,
         };
         // Three trips are more than two: the loop stays.
         assert_eq!(&*unroll_short_loops(&insts, &mut remat(2)), &insts);
