@@ -11,9 +11,10 @@
 //! the memory again would give. The cache is bounded; past the bound,
 //! operands are packed per dot as before.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
 
 use super::gemm::View;
 use crate::check::DType;
@@ -111,14 +112,16 @@ impl Key {
 
 /// The packed operands of one launch.
 pub(super) struct PackCache {
-    map: Mutex<HashMap<Key, Arc<Packed>>>,
+    /// Fx rather than SipHash: keys are long and come from the kernel, not
+    /// from an adversary.
+    map: Mutex<FxHashMap<Key, Arc<Packed>>>,
     bytes: AtomicUsize,
 }
 
 impl PackCache {
     pub fn new() -> PackCache {
         PackCache {
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(FxHashMap::default()),
             bytes: AtomicUsize::new(0),
         }
     }
