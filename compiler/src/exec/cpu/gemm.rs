@@ -403,31 +403,26 @@ fn pack(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn pack_avx512(
-    parts: &[Part],
-    side: Side,
-    dims: (usize, usize),
-    round_tf32: bool,
-    out: &mut [f32],
-    tmp: &mut Vec<f32>,
-) {
-    pack(parts, side, dims, round_tf32, out, tmp)
+/// [`pack`] compiled with a vector extension enabled (a `#[target_feature]`
+/// function cannot be generic over the feature).
+macro_rules! pack_with {
+    ($name:ident, $feature:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        unsafe fn $name(
+            parts: &[Part],
+            side: Side,
+            dims: (usize, usize),
+            round_tf32: bool,
+            out: &mut [f32],
+            tmp: &mut Vec<f32>,
+        ) {
+            pack(parts, side, dims, round_tf32, out, tmp)
+        }
+    };
 }
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn pack_avx2(
-    parts: &[Part],
-    side: Side,
-    dims: (usize, usize),
-    round_tf32: bool,
-    out: &mut [f32],
-    tmp: &mut Vec<f32>,
-) {
-    pack(parts, side, dims, round_tf32, out, tmp)
-}
+pack_with!(pack_avx512, "avx512f");
+pack_with!(pack_avx2, "avx2");
 
 /// [`pack`] compiled for the vector width of the micro-kernel picked
 /// (`nr` columns).
