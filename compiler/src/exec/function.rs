@@ -346,6 +346,9 @@ fn run_schedule(
         })
         .collect::<Result<Vec<_>, ExecError>>()?;
     Ok(match outs.len() {
+        // A function that returns nothing (it launched kernels for their
+        // stores) gives None, as in Python.
+        0 => Value::None,
         1 => outs.into_iter().next().unwrap(),
         _ => Value::Tuple(outs),
     })

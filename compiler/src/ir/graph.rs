@@ -1241,7 +1241,14 @@ impl<'a> Builder<'a> {
                                 outputs.push(self.expr(i)?);
                             }
                         }
-                        _ => outputs.push(self.expr(x)?),
+                        _ => {
+                            // `return k(...)` of a kernel launch returns None:
+                            // the launch runs, and nothing is returned.
+                            let n = self.expr(x)?;
+                            if !matches!(self.ty_of(n), GType::Unit) {
+                                outputs.push(n);
+                            }
+                        }
                     }
                     return Ok(true);
                 }

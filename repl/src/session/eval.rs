@@ -7,6 +7,7 @@
 use std::fmt;
 use std::io::Write;
 
+use tessera::check::scope::Entry;
 use tessera::check::DType;
 use tessera::diag::Diagnostic;
 use tessera::exec::{self, IndexItem, Tensor, Value};
@@ -750,7 +751,7 @@ impl Session {
         // `k[grid](...)`: a launch with an explicit grid.
         if let ExprKind::Subscript { value, indices } = &func.kind {
             if let ExprKind::Name(id) = &value.kind {
-                if self.is_kernel(&id.name) {
+                if let Some(kernel) = self.kernel_named(&id.name) {
                     let mut grid = Vec::new();
                     for i in indices {
                         let Index::Expr(x) = i else {
@@ -785,7 +786,7 @@ impl Session {
                             }
                         }
                     }
-                    return self.launch(&id.name, Some(grid), args, text, e.span);
+                    return self.launch(&kernel, Some(grid), args, text, e.span);
                 }
             }
         }
@@ -820,8 +821,8 @@ impl Session {
                 ),
             ));
         }
-        if self.is_kernel(name) {
-            return self.launch(name, None, args, text, e.span);
+        if let Some(kernel) = self.kernel_named(name) {
+            return self.launch(&kernel, None, args, text, e.span);
         }
         let user_defined = self.defs.iter().any(|d| d.names.iter().any(|n| n == name));
         if user_defined || !HOST_BUILTINS.contains(&name) {
@@ -845,10 +846,14 @@ impl Session {
         }
     }
 
-    fn is_kernel(&self, name: &str) -> bool {
-        tessera::db::file_kernels(&self.db, self.file)
-            .iter()
-            .any(|(n, _, _)| n == name)
+    /// The kernel `name` launches in the session: one defined in it, or one
+    /// imported into it (`from std.linalg import gemm_tf32 as mm` launches
+    /// `gemm_tf32`).
+    fn kernel_named(&self, name: &str) -> Option<String> {
+        match tessera::db::module_scope(&self.db, self.file).get(name) {
+            Some(Entry::Function(sig)) if sig.is_kernel => Some(sig.name.clone()),
+            _ => None,
+        }
     }
 
     fn launch(
