@@ -6,7 +6,7 @@
 # references (scripts/gpu/check_brief.py); builds gemm.tsr under `-D K%8 -D N%8`
 # per arch and checks it (scripts/gpu/check_gemm_div.py: numerics, and a trap for a
 # K that breaks the assumption); then launches every kernel of every module once
-# (scripts/gpu/smoke.py).
+# (scripts/gpu/smoke.py). Gathers, scatters, tile slices and powers: check_features.py.
 #   [ARCHS="sm_70 sm_80 sm_90"] scripts/gpu/check-brief.sh [TSRC] [OUT_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -35,5 +35,22 @@ for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
     echo "== $arch gemm -D K%8 -D N%8"
     python3 "$root/scripts/gpu/check_gemm_div.py" "$ptx" || status=1
 done
-python3 "$root/scripts/gpu/smoke.py" "$out"/brief_*.ptx "$out"/gemm_div8_*.ptx || status=1
+# Gathers, scatters, tile slices and powers: tests/ui/valid/gather.tsr and
+# powers.tsr and the kernels of tests/ui/emit/tile_slices.tsr that need no -D, in
+# one module per arch.
+python3 - "$root" "$out/gather.tsr" <<'PY'
+import re, sys
+root, dst = sys.argv[1], sys.argv[2]
+slices = open(f"{root}/tests/ui/emit/tile_slices.tsr").read()
+keep = [b for b in re.split(r"\n(?=@kernel)", slices) if re.search(r"def (halves|corner|first_rows)\(", b)]
+valid = [open(f"{root}/tests/ui/valid/{n}.tsr").read() for n in ("gather", "powers")]
+open(dst, "w").write("\n".join(valid) + "\n" + "\n".join(keep) + "\n")
+PY
+for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
+    ptx="$out/gather_${arch}.ptx"
+    "$tsrc" emit "$out/gather.tsr" --emit ptx --arch "$arch" -o "$ptx"
+    echo "== $arch gathers, scatters, tile slices, powers"
+    python3 "$root/scripts/gpu/check_features.py" "$ptx" || status=1
+done
+python3 "$root/scripts/gpu/smoke.py" "$out"/brief_*.ptx "$out"/gemm_div8_*.ptx "$out"/gather_*.ptx || status=1
 exit $status

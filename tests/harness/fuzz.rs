@@ -374,7 +374,9 @@ fn lower_all(text: &str) -> usize {
                     assert_well_formed(text, &shifted);
                     for d in &shifted {
                         assert!(
-                            d.code == "E0511" || d.code == "E0512",
+                            // Missing values, unsupported constructs, and tile
+                            // bounds that only the specialised sizes rule out.
+                            matches!(&*d.code, "E0511" | "E0512" | "E0405" | "E0413"),
                             "{name}: lowering error {} {}\n{text}",
                             d.code,
                             d.message

@@ -1139,6 +1139,22 @@ fn sink<'a>(
     }
     // Pure and not a copy: copies stay where Target IR put them.
     let movable = |i: &Inst| i.is_pure() && !matches!(i, Inst::Mov { .. });
+    // Address arithmetic (64-bit) does not move past a global load: ptxas
+    // computes the addresses of a batch of loads (a gather's) before issuing
+    // them back to back.
+    let address = |i: &Inst| {
+        matches!(i, Inst::MulWide { .. })
+            || matches!(i, Inst::Binary { dst, .. } if tys.get(dst.0 as usize) == Some(&crate::ir::target::RegTy::U64))
+    };
+    let global_load = |i: &Inst| {
+        matches!(
+            i,
+            Inst::Ld {
+                space: crate::ir::target::Space::Global,
+                ..
+            }
+        )
+    };
     let reads_of: Vec<std::collections::HashSet<u32>> = insts
         .iter()
         .map(|i| {
@@ -1187,7 +1203,12 @@ fn sink<'a>(
                         .iter()
                         .any(|r| defs.contains(&r.0) || reads_of[k].contains(&r.0))
             });
-            let at = first_use.map_or(k, |j| j.max(k));
+            let mut at = first_use.map_or(k, |j| j.max(k));
+            if address(inst) {
+                if let Some(ld) = (k + 1..at).find(|&j| global_load(insts[j])) {
+                    at = ld;
+                }
+            }
             if at > k {
                 // Placed just before `at`, after everything originally before it.
                 place.push((at, k));

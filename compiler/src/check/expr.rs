@@ -922,9 +922,8 @@ impl Checker<'_> {
                 Index::Expr(e) => {
                     let v = self.expr(e);
                     match self.int_index(&v, e) {
-                        Ok(Some(Value::Int(i))) if i.as_const().is_some() => {
-                            let i = i.as_const().unwrap_or(0);
-                            if let Some(n) = dims[d].as_const() {
+                        Ok(Some(Value::Int(i))) if self.runtime_symbol(&i).is_none() => {
+                            if let (Some(i), Some(n)) = (i.as_const(), dims[d].as_const()) {
                                 if i >= n || i < n.saturating_neg() {
                                     self.report(Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})")));
                                     return Val::err();
@@ -966,7 +965,14 @@ impl Checker<'_> {
                         Some(Some(Value::Int(b))) => Some(b),
                         _ => None,
                     };
-                    match (a, b) {
+                    // Python's bounds: a negative constant counts from the end,
+                    // constant bounds clamp to the dim.
+                    let full = dims[d].clone();
+                    let bound = |x: Option<Dim>| {
+                        x.filter(|x| self.runtime_symbol(x).is_none())
+                            .map(|x| python_bound(&x, &full))
+                    };
+                    match (bound(a), bound(b)) {
                         (Some(a), Some(b))
                             if b.checked_sub(&a)
                                 .is_some_and(|l| l.as_const().is_some_and(|n| n > 0)) =>
@@ -974,11 +980,14 @@ impl Checker<'_> {
                             out.push(b.checked_sub(&a).unwrap_or_default());
                         }
                         _ => {
-                            self.report(Diagnostic::new(
-                                "E0405",
-                                *span,
-                                "a slice of a tile needs constant bounds",
-                            ));
+                            self.report(
+                                Diagnostic::new(
+                                    "E0405",
+                                    *span,
+                                    "a slice of a tile needs compile-time bounds that make it non-empty",
+                                )
+                                .with_help("slice a tile with constants (`t[0 : 8]`, `t[-4:]`); to pick run-time positions, load them from memory or select with `where(mask, a, b)`"),
+                            );
                             return Val::err();
                         }
                     }

@@ -182,7 +182,7 @@ impl Session {
     fn host_only(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
-                if matches!(id.name.as_str(), "randn" | "ones" | "empty" | "tensor" | "load_npy" | "len")
+                if matches!(id.name.as_str(), "randn" | "ones" | "empty" | "tensor" | "arange" | "load_npy" | "len")
                     && !self.vars.contains_key(&id.name)),
             ExprKind::Subscript { indices, .. } => self.host_indices(indices),
             ExprKind::Attribute { attr, .. } => attr.name == "shape" || attr.name == "dtype",

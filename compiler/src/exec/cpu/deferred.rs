@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::tile::{Kernel, Op, OpKind, Region, Value};
+use crate::ir::tile::{Access, Kernel, Op, OpKind, Region, Value};
 
 pub(super) struct DeferredLoads {
     /// The load ops (by address, stable for the launch).
@@ -54,7 +54,10 @@ impl DeferredLoads {
             for nested in op.kind.regions() {
                 self.region(nested, uses);
             }
-            if !matches!(op.kind, OpKind::Load { .. }) || op.results.len() != 1 {
+            // A gather is read element by element: never a view.
+            let window =
+                matches!(&op.kind, OpKind::Load { access, .. } if !Access::is_gather(access));
+            if !window || op.results.len() != 1 {
                 continue;
             }
             let v = op.results[0];

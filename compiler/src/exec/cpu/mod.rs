@@ -549,6 +549,18 @@ impl Program<'_> {
                     .collect();
                 set(out, Some(p));
             }
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                ..
+            } if any(*x) => {
+                let src = self.v(*x);
+                let idx = extract_index(&src.shape, *axis, *start as usize, *len as usize);
+                let p = src.poison.as_ref().expect("poisoned");
+                set(out, Some(idx.iter().map(|&i| p[i]).collect()))
+            }
             OpKind::Broadcast { x, .. } | OpKind::Transpose { x } if any(*x) => {
                 // The same rearrangement applied to the marks.
                 let src = self.v(*x);
@@ -827,6 +839,27 @@ impl Program<'_> {
                     poison: None,
                 })
             }
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                drop,
+            } => {
+                let a = self.v(*x);
+                let idx = extract_index(&a.shape, *axis, *start as usize, *len as usize);
+                let mut shape = a.shape.clone();
+                if *drop {
+                    shape.remove(*axis);
+                } else {
+                    shape[*axis] = *len as usize;
+                }
+                one(Tile {
+                    shape,
+                    buf: a.buf.gather(&idx),
+                    poison: None,
+                })
+            }
             OpKind::Arange { start, len } => {
                 let s = self.v(*start).buf.get_i(0);
                 let mut v: Vec<i64> = (0..*len as i64).map(|i| s + i).collect();
@@ -844,12 +877,14 @@ impl Program<'_> {
                 other,
             } => {
                 let d = rd(0);
-                let (shape, starts) = self.access(access);
+                let placed = self.access(*tensor, access);
+                let shape = placed.shape().to_vec();
                 let res = op.results[0].0 as usize;
                 let last = self.views[res].take();
-                if self.deferred.contains(op) {
+                if let (true, Placed::Window { starts, .. }) = (self.deferred.contains(op), &placed)
+                {
                     if let Some(view) =
-                        self.deferred_load(*tensor, d, &shape, &starts, *mask, *other)
+                        self.deferred_load(*tensor, d, &shape, starts, *mask, *other)
                     {
                         if let Some(last) = last.filter(|l| l.off != view.off) {
                             if !self.in_chained_loop {
@@ -867,7 +902,7 @@ impl Program<'_> {
                 let n: usize = shape.iter().product();
                 let mut buf = normalise(d, Buf::filled(repr(d), 1, *other)).repeat(n);
                 let m = self.mem(*tensor);
-                for_each_run(m, &shape, &starts, |dst, off, len| {
+                placed.for_each_run(m, |dst, off, len| {
                     // SAFETY: `off..off + len` is in bounds of the tensor.
                     unsafe { read_run(m, off, &mut buf, dst, len) }
                 });
@@ -895,14 +930,14 @@ impl Program<'_> {
                 mask,
             } => {
                 let add = matches!(op.kind, OpKind::AtomicAdd { .. });
-                let (shape, starts) = self.access(access);
+                let placed = self.access(*tensor, access);
                 let v = self.v(*value).clone();
                 let mk = mask.map(|mk| self.v(mk).clone());
                 let mk = mk.as_ref().map(|t| t.buf.i());
                 let m = self.mem(*tensor);
                 if let Some(p) = &v.poison {
                     let mut bad = false;
-                    for_each_run(m, &shape, &starts, |at, _, len| {
+                    placed.for_each_run(m, |at, _, len| {
                         bad |= (at..at + len).any(|j| {
                             p[if p.len() == 1 { 0 } else { j }] && mk.is_none_or(|mk| mk[j] != 0)
                         });
@@ -911,7 +946,7 @@ impl Program<'_> {
                         return Err(div_by_zero());
                     }
                 }
-                for_each_run(m, &shape, &starts, |src, off, len| {
+                placed.for_each_run(m, |src, off, len| {
                     // SAFETY: `off..off + len` is in bounds of the tensor.
                     unsafe { write_run(m, off, &v.buf, src, len, mk, add) }
                 });
@@ -1112,9 +1147,31 @@ impl Program<'_> {
         })
     }
 
-    /// The tile shape of an access and, per tensor axis, `(start, Some(len))`
-    /// for a range or `(index, None)` for a point.
-    fn access(&self, access: &[Access]) -> (Vec<usize>, Vec<(i64, Option<usize>)>) {
+    /// Where an access of tensor `tensor` reads or writes.
+    fn access(&self, tensor: usize, access: &[Access]) -> Placed {
+        if Access::is_gather(access) {
+            let shape: Vec<usize> = Access::shape(access, &self.k.types)
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            let n = shape.iter().product();
+            let m = self.mem(tensor);
+            let idx: Vec<&[i64]> = access.iter().map(|a| self.v(a.value()).buf.i()).collect();
+            let offsets = (0..n)
+                .map(|e| {
+                    let mut off = 0i64;
+                    for (axis, ix) in idx.iter().enumerate() {
+                        let i = ix[if ix.len() == 1 { 0 } else { e }];
+                        if i < 0 || i >= m.dims[axis] {
+                            return None;
+                        }
+                        off += i * m.strides[axis];
+                    }
+                    Some(off as usize)
+                })
+                .collect();
+            return Placed::Gathered { shape, offsets };
+        }
         let mut shape = Vec::new();
         let mut starts = Vec::new();
         for a in access {
@@ -1124,9 +1181,47 @@ impl Program<'_> {
                     shape.push(*len as usize);
                     starts.push((self.v(*start).buf.get_i(0), Some(*len as usize)));
                 }
+                Access::Gather(_) => unreachable!("Tile IR: a gather mixed with points or ranges"),
             }
         }
-        (shape, starts)
+        Placed::Window { shape, starts }
+    }
+}
+
+/// The elements an access touches.
+enum Placed {
+    /// A window: per tensor axis, `(start, Some(len))` for a range or
+    /// `(index, None)` for a point.
+    Window {
+        shape: Vec<usize>,
+        starts: Vec<(i64, Option<usize>)>,
+    },
+    /// A gather: each element's tensor offset, `None` when out of bounds.
+    Gathered {
+        shape: Vec<usize>,
+        offsets: Vec<Option<usize>>,
+    },
+}
+
+impl Placed {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Placed::Window { shape, .. } | Placed::Gathered { shape, .. } => shape,
+        }
+    }
+
+    /// Calls `f(tile_offset, tensor_offset, len)` for every in-bounds run.
+    fn for_each_run(&self, m: &Mem, mut f: impl FnMut(usize, usize, usize)) {
+        match self {
+            Placed::Window { shape, starts } => for_each_run(m, shape, starts, f),
+            Placed::Gathered { offsets, .. } => {
+                for (e, off) in offsets.iter().enumerate() {
+                    if let Some(off) = off {
+                        f(e, *off, 1);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -1141,9 +1236,22 @@ fn source(t: &Tile, view: Option<View>) -> Option<Source<'_>> {
 }
 
 fn access_poisoned(access: &[Access], any: &dyn Fn(Value) -> bool) -> bool {
-    access.iter().any(|a| match a {
-        Access::Point(v) | Access::Range { start: v, .. } => any(*v),
-    })
+    access.iter().any(|a| any(a.value()))
+}
+
+/// The row-major indices into a tile of `shape` of elements `start ..
+/// start + len` of `axis`, in order.
+fn extract_index(shape: &[usize], axis: usize, start: usize, len: usize) -> Vec<usize> {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut idx = Vec::with_capacity(outer * len * inner);
+    for o in 0..outer {
+        for a in start..start + len {
+            let base = (o * shape[axis] + a) * inner;
+            idx.extend(base..base + inner);
+        }
+    }
+    idx
 }
 
 fn select<X: Copy>(c: &[i64], a: &[X], b: &[X]) -> Vec<X> {

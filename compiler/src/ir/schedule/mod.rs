@@ -1257,16 +1257,11 @@ fn verify_region(
         define(*a, defined)?;
     }
     for (i, op) in r.ops.iter().enumerate() {
-        let access_uses = |a: &[Access]| -> Vec<Value> {
-            a.iter()
-                .map(|a| match a {
-                    Access::Point(v) | Access::Range { start: v, .. } => *v,
-                })
-                .collect()
-        };
+        let access_uses = |a: &[Access]| -> Vec<Value> { a.iter().map(Access::value).collect() };
         let uses: Vec<Value> = match &op.kind {
             OpKind::Unary { x, .. }
             | OpKind::Transpose { x }
+            | OpKind::Extract { x, .. }
             | OpKind::Cast { x, .. }
             | OpKind::Splat { x, .. }
             | OpKind::Broadcast { x, .. }
@@ -1306,13 +1301,7 @@ fn verify_region(
                 if dims.len() != access.len() {
                     return Err(format!("op {i}: access rank differs from the tensor's"));
                 }
-                let lens: Vec<u32> = access
-                    .iter()
-                    .filter_map(|a| match a {
-                        Access::Range { len, .. } => Some(*len),
-                        Access::Point(_) => None,
-                    })
-                    .collect();
+                let lens = Access::shape(access, &k.types);
                 let tile = match &op.kind {
                     OpKind::Store { value, .. } => k.ty(*value).shape().to_vec(),
                     _ => k.types[op.results[0].0 as usize].shape().to_vec(),

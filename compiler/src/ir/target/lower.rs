@@ -536,6 +536,15 @@ impl<'a> Lower<'a> {
             "convert layout {} -> {}",
             v.layout, to
         )));
+        let rank = to.rank();
+        self.exchange(v, to, &(0..rank).collect::<Vec<_>>(), &vec![0; rank])
+    }
+
+    /// Moves elements of `v` through shared memory into layout `to`: element
+    /// `c` of the result is element `e` of `v`, where `e[src_axis[r]] = c[r] +
+    /// offset[src_axis[r]]` for each axis `r` of the result and `e[a] =
+    /// offset[a]` on the axes of `v` no result axis maps to.
+    fn exchange(&mut self, v: &TV, to: &Rc<Layout>, src_axis: &[usize], offset: &[u32]) -> R<TV> {
         let (ety, bytes) = match v.ty {
             RegTy::Pred | RegTy::I32 | RegTy::U32 | RegTy::B32 => (RegTy::U32, 4u32),
             RegTy::F32 => (RegTy::F32, 4),
@@ -575,13 +584,33 @@ impl<'a> Lower<'a> {
             });
         }
         self.emit(Inst::Barrier);
-        let lb = self.linear_base(&to.clone());
+        // The thread's base element of `to`, as a linear index into `v`.
+        let mut lb = Operand::Int(0);
+        for (r, terms) in to.terms.clone().iter().enumerate() {
+            let b = self.base(terms);
+            let t = self.bin(
+                BinOp::Mul,
+                RegTy::I32,
+                b,
+                Operand::Int(strides[src_axis[r]] as i64),
+            );
+            lb = self.bin(BinOp::Add, RegTy::I32, lb, t);
+        }
+        let fixed: u64 = offset
+            .iter()
+            .zip(&strides)
+            .map(|(&o, &st)| o as u64 * st)
+            .sum();
         let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(bytes as i64));
         let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
         let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
         let mut ops = Vec::new();
         for s in to.slots.clone() {
-            let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+            let lin: u64 = fixed
+                + s.iter()
+                    .enumerate()
+                    .map(|(r, &o)| o as u64 * strides[src_axis[r]])
+                    .sum::<u64>();
             let dst = self.new_reg(ety);
             self.emit(Inst::Ld {
                 space: Space::Shared,
@@ -1082,6 +1111,38 @@ impl<'a> Lower<'a> {
                 };
                 self.define(res(0), tv);
             }
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                drop,
+            } => {
+                let xv = self.val(*x);
+                let shape = self.tk.ty(res(0)).shape().to_vec();
+                let to = self.blocked(&shape);
+                let src_axis: Vec<usize> = (0..shape.len())
+                    .map(|r| if *drop && r >= *axis { r + 1 } else { r })
+                    .collect();
+                let mut offset = vec![0; xv.layout.rank()];
+                offset[*axis] = *start;
+                // A uniform tile (a splat) stays one value.
+                if !xv.ops.is_empty() && xv.ops.iter().all(|o| *o == xv.ops[0]) {
+                    let tv = TV {
+                        ops: vec![xv.ops[0]; to.num_slots()],
+                        layout: to,
+                        ..xv
+                    };
+                    self.define(res(0), tv);
+                    return Ok(());
+                }
+                self.emit(Inst::Comment(format!(
+                    "extract axis {axis} {start} : +{len} {} -> {}",
+                    xv.layout, to
+                )));
+                let tv = self.exchange(&xv, &to, &src_axis, &offset)?;
+                self.define(res(0), tv);
+            }
             OpKind::Arange { start, len } => {
                 let s = self.scalar(*start);
                 let layout = self.blocked(&[*len]);
@@ -1226,6 +1287,99 @@ impl<'a> Lower<'a> {
         Operand::Reg(dst)
     }
 
+    /// `x ** n` for a small integer constant `n`: square and multiply.
+    fn pow_const(&mut self, ty: RegTy, x: Operand, n: u32) -> Operand {
+        let one = if ty.is_float() {
+            Operand::Float(1.0)
+        } else {
+            Operand::Int(1)
+        };
+        let (mut acc, mut base, mut k) = (None, x, n);
+        while k > 0 {
+            if k & 1 == 1 {
+                acc = Some(match acc {
+                    None => base,
+                    Some(a) => self.bin(BinOp::Mul, ty, a, base),
+                });
+            }
+            k >>= 1;
+            if k > 0 {
+                base = self.bin(BinOp::Mul, ty, base, base);
+            }
+        }
+        acc.unwrap_or(one)
+    }
+
+    /// `x ** y` on f32 as the CPU's `powf` computes it: an integer constant
+    /// exponent multiplies; otherwise `2^(y log2 |x|)` with the sign of a
+    /// negative base raised to an odd integer, NaN for a negative base and a
+    /// non-integer exponent, and `x ** 0 = 1`.
+    fn pow_f32(&mut self, x: Operand, y: Operand) -> Operand {
+        let f = RegTy::F32;
+        if let Operand::Float(c) = y {
+            if c == c.trunc() && c.abs() <= 64.0 {
+                let r = self.pow_const(f, x, c.abs() as u32);
+                return if c < 0.0 {
+                    self.bin(BinOp::Div, f, Operand::Float(1.0), r)
+                } else {
+                    r
+                };
+            }
+        }
+        let ax = self.un(UnOp::Abs, f, x);
+        let l = self.un(UnOp::Log2Approx, f, ax);
+        let m = self.bin(BinOp::Mul, f, l, y);
+        let r = self.un(UnOp::Exp2Approx, f, m);
+        let fy = self.un(UnOp::Floor, f, y);
+        let int = self.cmp(CmpOp::Eq, f, fy, y);
+        let half = self.bin(BinOp::Mul, f, y, Operand::Float(0.5));
+        let fh = self.un(UnOp::Floor, f, half);
+        let odd_half = self.cmp(CmpOp::Ne, f, fh, half);
+        let odd = self.bin(BinOp::And, RegTy::Pred, int, odd_half);
+        let nr = self.un(UnOp::Neg, f, r);
+        let signed = self.select(f, odd, nr, r);
+        let neg_base = self.select(f, int, signed, Operand::Float(f64::NAN));
+        let neg = self.cmp(CmpOp::Lt, f, x, Operand::Float(0.0));
+        let res = self.select(f, neg, neg_base, r);
+        let y0 = self.cmp(CmpOp::Eq, f, y, Operand::Float(0.0));
+        self.select(f, y0, Operand::Float(1.0), res)
+    }
+
+    /// `x ** y` on integers as the CPU computes it: wrapping square and
+    /// multiply over the exponent's bits; a negative exponent gives `1 / x`
+    /// truncated (1 for 1, +-1 for -1, else 0).
+    fn pow_int(&mut self, ty: RegTy, x: Operand, y: Operand) -> Operand {
+        if let Operand::Int(c) = y {
+            if (0..=64).contains(&c) {
+                return self.pow_const(ty, x, c as u32);
+            }
+        }
+        let bits = if ty.words() == 2 { 63 } else { 31 };
+        let (mut acc, mut base) = (Operand::Int(1), x);
+        for i in 0..bits {
+            let bit = self.bin(BinOp::And, ty, y, Operand::Int(1i64 << i));
+            let on = self.cmp(CmpOp::Ne, ty, bit, Operand::Int(0));
+            let prod = self.bin(BinOp::Mul, ty, acc, base);
+            acc = self.select(ty, on, prod, acc);
+            if i + 1 < bits {
+                base = self.bin(BinOp::Mul, ty, base, base);
+            }
+        }
+        if !matches!(ty, RegTy::I32 | RegTy::I64) {
+            return acc;
+        }
+        // Negative exponents: 1 / x truncated.
+        let odd = self.bin(BinOp::And, ty, y, Operand::Int(1));
+        let is_odd = self.cmp(CmpOp::Ne, ty, odd, Operand::Int(0));
+        let minus = self.select(ty, is_odd, Operand::Int(-1), Operand::Int(1));
+        let is_one = self.cmp(CmpOp::Eq, ty, x, Operand::Int(1));
+        let is_minus = self.cmp(CmpOp::Eq, ty, x, Operand::Int(-1));
+        let m = self.select(ty, is_minus, minus, Operand::Int(0));
+        let inv = self.select(ty, is_one, Operand::Int(1), m);
+        let neg = self.cmp(CmpOp::Lt, ty, y, Operand::Int(0));
+        self.select(ty, neg, inv, acc)
+    }
+
     /// `|y|` with the sign of `x` (y >= 0).
     fn copysign(&mut self, y: Operand, x: Operand) -> Operand {
         let neg = self.cmp(CmpOp::Lt, RegTy::F32, x, Operand::Float(0.0));
@@ -1290,11 +1444,8 @@ impl<'a> Lower<'a> {
                     self.select(ty, fix, q1, q)
                 }
             }
-            BinaryOp::Pow if ty == RegTy::F32 => {
-                let l = self.un(UnOp::Log2Approx, ty, x);
-                let m = self.bin(BinOp::Mul, ty, l, y);
-                self.un(UnOp::Exp2Approx, ty, m)
-            }
+            BinaryOp::Pow if ty == RegTy::F32 => self.pow_f32(x, y),
+            BinaryOp::Pow if !float => self.pow_int(ty, x, y),
             BinaryOp::Pow => return self.unsupported(format!("`**` on {}", d.name())),
             _ if ty == RegTy::Pred => {
                 // Eq / Ne on bools.
@@ -1503,6 +1654,9 @@ impl<'a> Lower<'a> {
     /// Per slot: the address register, byte offset and in-bounds predicate of an
     /// access of `layout`'s elements; plus the vector width that is proven safe.
     fn plan_access(&mut self, tensor: usize, access: &[Access], layout: &Layout) -> R<AccessPlan> {
+        if Access::is_gather(access) {
+            return self.plan_gather(access, layout);
+        }
         let t = self.tensor(tensor)?;
         let (ptr, dims, static_dims, strides, mem, stride_div, dim_div) = (
             t.ptr,
@@ -1543,6 +1697,10 @@ impl<'a> Lower<'a> {
                         .sum();
                     axes.push((a, sb, *start, max_base, s));
                     d += 1;
+                }
+                // The verifier keeps gathers from mixing with points and ranges.
+                Access::Gather(_) => {
+                    return self.unsupported("a gather mixed with a point or range")
                 }
             }
         }
@@ -1667,7 +1825,79 @@ impl<'a> Lower<'a> {
                 vec = v;
             }
         }
-        Ok(AccessPlan { slots, vec })
+        Ok(AccessPlan {
+            slots,
+            vec,
+            gather: None,
+        })
+    }
+
+    /// `plan_access` of a gather: the index tiles converted to `layout`, one
+    /// element per access; each slot's address and bounds predicate are
+    /// computed where it is accessed (`slot`), so they are not all live at once.
+    fn plan_gather(&mut self, access: &[Access], layout: &Layout) -> R<AccessPlan> {
+        let rc = Rc::new(layout.clone());
+        let mut gather = vec![Vec::with_capacity(access.len()); layout.num_slots()];
+        for acc in access {
+            let idx = self.val(acc.value());
+            let idx = self.convert(&idx, &rc)?;
+            for (slot, g) in gather.iter_mut().enumerate() {
+                g.push(idx.ops[slot]);
+            }
+        }
+        Ok(AccessPlan {
+            slots: vec![],
+            vec: 1,
+            gather: Some(gather),
+        })
+    }
+
+    /// The address, offset and bounds predicate of slot `i` of a plan.
+    fn slot(&mut self, tensor: usize, plan: &AccessPlan, i: usize) -> R<SlotAccess> {
+        let Some(gather) = &plan.gather else {
+            return Ok(plan.slots[i]);
+        };
+        let t = self.tensor(tensor)?;
+        let (ptr, dims, static_dims, strides, bytes) = (
+            t.ptr,
+            t.dims.clone(),
+            t.static_dims.clone(),
+            t.strides.clone(),
+            t.mem.bytes() as i64,
+        );
+        let mut off = Operand::Int(0);
+        let mut preds = Vec::new();
+        for (a, &i) in gather[i].iter().enumerate() {
+            let safe = matches!((i, static_dims[a]), (Operand::Int(x), Some(d)) if x >= 0 && (x as u64) < d);
+            if !safe {
+                // Unsigned: a negative index is huge, so one compare checks both ends.
+                preds.push(self.cmp(CmpOp::Lt, RegTy::U32, i, dims[a]));
+            }
+            let t = self.bin(BinOp::Mul, RegTy::I32, i, strides[a]);
+            off = self.bin(BinOp::Add, RegTy::I32, off, t);
+        }
+        let (addr, offset) = match off {
+            Operand::Int(k) => (ptr, k * bytes),
+            off => {
+                let wide = self.new_reg(RegTy::I64);
+                self.emit(Inst::MulWide {
+                    dst: wide,
+                    a: off,
+                    b: Operand::Int(bytes),
+                });
+                let addr = self.new_reg(RegTy::U64);
+                self.emit(Inst::Binary {
+                    op: BinOp::Add,
+                    dst: addr,
+                    a: Operand::Reg(ptr),
+                    b: Operand::Reg(wide),
+                });
+                (addr, 0)
+            }
+        };
+        let p = self.and_preds(&preds);
+        let pred = self.pred_reg(p);
+        Ok(SlotAccess { addr, offset, pred })
     }
 
     /// Groups of `vec` slots that are contiguous and aligned along the last axis.
@@ -1775,63 +2005,73 @@ impl<'a> Lower<'a> {
             o => o,
         };
         let mut ops = vec![Operand::Int(0); layout.num_slots()];
-        for group in Self::vector_groups(&layout, plan.vec) {
-            let first = plan.slots[group[0]];
-            let mut pred = first.pred;
-            if let Some(m) = &mask {
-                let mut ps: Vec<Operand> = pred.into_iter().map(Operand::Reg).collect();
-                ps.push(m.ops[group[0]]);
-                let p = self.and_preds(&ps);
-                pred = self.pred_reg(p);
-            }
-            let dsts: Vec<Reg> = group.iter().map(|_| self.new_reg(rty)).collect();
-            if pred.is_some() {
-                for &d in &dsts {
-                    let init = if direct { other_op } else { Operand::Int(0) };
-                    self.emit(Inst::Mov { dst: d, src: init });
+        // The addresses of a few accesses first, then their loads: a gather's
+        // loads are issued back to back (as ptxas schedules them) rather than
+        // each waiting behind its own address arithmetic.
+        let groups = Self::vector_groups(&layout, plan.vec);
+        for batch in groups.chunks(LOAD_BATCH) {
+            let firsts = batch
+                .iter()
+                .map(|g| self.slot(tensor, &plan, g[0]))
+                .collect::<R<Vec<_>>>()?;
+            for (group, first) in batch.iter().zip(firsts) {
+                let mut pred = first.pred;
+                if let Some(m) = &mask {
+                    let mut ps: Vec<Operand> = pred.into_iter().map(Operand::Reg).collect();
+                    ps.push(m.ops[group[0]]);
+                    let p = self.and_preds(&ps);
+                    pred = self.pred_reg(p);
                 }
-            }
-            self.emit(Inst::Ld {
-                space: Space::Global,
-                mem,
-                dst: dsts.clone(),
-                addr: first.addr,
-                offset: first.offset,
-                pred,
-            });
-            for (k, &slot) in group.iter().enumerate() {
-                let raw = Operand::Reg(dsts[k]);
-                let v = if direct {
-                    raw
-                } else {
-                    let v = match mem {
-                        MemTy::F16 => self.cvt(RegTy::F32, raw, None),
-                        MemTy::BF16 => {
-                            let sh = self.bin(BinOp::Shl, RegTy::U32, raw, Operand::Int(16));
-                            let f = self.new_reg(RegTy::F32);
-                            self.emit(Inst::Mov { dst: f, src: sh });
-                            Operand::Reg(f)
-                        }
-                        MemTy::U8 if dtype == DType::Bool => {
-                            self.cmp(CmpOp::Ne, RegTy::U32, raw, Operand::Int(0))
-                        }
-                        MemTy::F8E4M3 | MemTy::F8E5M2 => self.decode_f8(raw, mem),
-                        _ => raw,
-                    };
-                    match pred {
-                        Some(p)
-                            if other_op != Operand::Int(0) && other_op != Operand::Float(0.0) =>
-                        {
-                            self.select(cty, Operand::Reg(p), v, other_op)
-                        }
-                        Some(p) if cty == RegTy::Pred => {
-                            // `other` False: in-bounds and loaded.
-                            self.bin(BinOp::And, RegTy::Pred, Operand::Reg(p), v)
-                        }
-                        _ => v,
+                let dsts: Vec<Reg> = group.iter().map(|_| self.new_reg(rty)).collect();
+                if pred.is_some() {
+                    for &d in &dsts {
+                        let init = if direct { other_op } else { Operand::Int(0) };
+                        self.emit(Inst::Mov { dst: d, src: init });
                     }
-                };
-                ops[slot] = v;
+                }
+                self.emit(Inst::Ld {
+                    space: Space::Global,
+                    mem,
+                    dst: dsts.clone(),
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+                for (k, &slot) in group.iter().enumerate() {
+                    let raw = Operand::Reg(dsts[k]);
+                    let v = if direct {
+                        raw
+                    } else {
+                        let v = match mem {
+                            MemTy::F16 => self.cvt(RegTy::F32, raw, None),
+                            MemTy::BF16 => {
+                                let sh = self.bin(BinOp::Shl, RegTy::U32, raw, Operand::Int(16));
+                                let f = self.new_reg(RegTy::F32);
+                                self.emit(Inst::Mov { dst: f, src: sh });
+                                Operand::Reg(f)
+                            }
+                            MemTy::U8 if dtype == DType::Bool => {
+                                self.cmp(CmpOp::Ne, RegTy::U32, raw, Operand::Int(0))
+                            }
+                            MemTy::F8E4M3 | MemTy::F8E5M2 => self.decode_f8(raw, mem),
+                            _ => raw,
+                        };
+                        match pred {
+                            Some(p)
+                                if other_op != Operand::Int(0)
+                                    && other_op != Operand::Float(0.0) =>
+                            {
+                                self.select(cty, Operand::Reg(p), v, other_op)
+                            }
+                            Some(p) if cty == RegTy::Pred => {
+                                // `other` False: in-bounds and loaded.
+                                self.bin(BinOp::And, RegTy::Pred, Operand::Reg(p), v)
+                            }
+                            _ => v,
+                        }
+                    };
+                    ops[slot] = v;
+                }
             }
         }
         Ok(TV {
@@ -1889,7 +2129,7 @@ impl<'a> Lower<'a> {
             None
         };
         for group in Self::vector_groups(&layout, plan.vec) {
-            let first = plan.slots[group[0]];
+            let first = self.slot(tensor, &plan, group[0])?;
             let mut ps: Vec<Operand> = first.pred.into_iter().map(Operand::Reg).collect();
             ps.extend(owner);
             if let Some(m) = &mask {
@@ -3305,6 +3545,7 @@ impl<'a> Lower<'a> {
             let indices_ok = access.iter().all(|a| match a {
                 Access::Point(x) => outside(self, x),
                 Access::Range { start, .. } => *start == iv || outside(self, start),
+                Access::Gather(_) => false,
             });
             let shape = self.tk.ty(v).shape().to_vec();
             if self.defer_ok.contains(&v)
@@ -3694,9 +3935,15 @@ struct Deferred {
     slots: Vec<SlotAccess>,
 }
 
+/// How many accesses of a load have their addresses computed before the
+/// first of them is issued (see `load`).
+const LOAD_BATCH: usize = 4;
+
 struct AccessPlan {
     slots: Vec<SlotAccess>,
     vec: u32,
+    /// For a gather: per slot, its index on each tensor axis (`slots` is empty).
+    gather: Option<Vec<Vec<Operand>>>,
 }
 
 /// The length of the contiguous runs along the last axis of a layout's slots

@@ -32,6 +32,16 @@ impl Builder {
         &self.types[v.0 as usize]
     }
 
+    /// The op defining `v`, if it is in a region still open (so `v` is visible).
+    pub fn def(&self, v: Value) -> Option<&OpKind> {
+        self.stack
+            .iter()
+            .rev()
+            .flat_map(|ops| ops.iter().rev())
+            .find(|op| op.results.contains(&v))
+            .map(|op| &op.kind)
+    }
+
     /// Appends an op defining fresh values of `results` types to the innermost region.
     pub fn push(&mut self, kind: OpKind, results: Vec<Type>) -> Vec<Value> {
         let results: Vec<Value> = results.into_iter().map(|t| self.value(t)).collect();

@@ -9,14 +9,7 @@ use super::*;
 impl OpKind {
     /// The values this op reads (not those of its nested regions).
     pub fn operands(&self) -> Vec<Value> {
-        let acc = |access: &[Access]| -> Vec<Value> {
-            access
-                .iter()
-                .map(|a| match a {
-                    Access::Point(v) | Access::Range { start: v, .. } => *v,
-                })
-                .collect()
-        };
+        let acc = |access: &[Access]| -> Vec<Value> { access.iter().map(Access::value).collect() };
         match self {
             OpKind::Const(_)
             | OpKind::ProgramId(_)
@@ -29,6 +22,7 @@ impl OpKind {
             | OpKind::Broadcast { x, .. }
             | OpKind::ExpandDims { x, .. }
             | OpKind::Transpose { x }
+            | OpKind::Extract { x, .. }
             | OpKind::Reduce { x, .. } => vec![*x],
             OpKind::Arange { start, .. } => vec![*start],
             OpKind::Binary { a, b, .. } => vec![*a, *b],
@@ -112,9 +106,8 @@ impl OpKind {
     fn map_values(&mut self, f: &mut dyn FnMut(Value) -> Value) {
         let acc = |access: &mut Vec<Access>, f: &mut dyn FnMut(Value) -> Value| {
             for a in access {
-                match a {
-                    Access::Point(v) | Access::Range { start: v, .. } => *v = f(*v),
-                }
+                let v = a.value_mut();
+                *v = f(*v);
             }
         };
         match self {
@@ -129,6 +122,7 @@ impl OpKind {
             | OpKind::Broadcast { x, .. }
             | OpKind::ExpandDims { x, .. }
             | OpKind::Transpose { x }
+            | OpKind::Extract { x, .. }
             | OpKind::Reduce { x, .. } => *x = f(*x),
             OpKind::Arange { start, .. } => *start = f(*start),
             OpKind::Binary { a, b, .. } => {

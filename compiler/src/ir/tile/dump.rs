@@ -237,6 +237,7 @@ impl Printer<'_> {
             .map(|a| match a {
                 Access::Point(v) => v.to_string(),
                 Access::Range { start, len } => format!("{start} : +{len}"),
+                Access::Gather(v) => format!("each {v}"),
             })
             .collect();
         format!("{}[{}]", self.param(tensor), parts.join(", "))
@@ -296,6 +297,18 @@ impl Printer<'_> {
                 format!("expand_dims {x}, {axis} : {} -> {}", self.ty(*x), types())
             }
             OpKind::Transpose { x } => format!("transpose {x} : {} -> {}", self.ty(*x), types()),
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                drop,
+            } => format!(
+                "extract {x}, axis {axis}, {start} : +{len}{} : {} -> {}",
+                if *drop { " drop" } else { "" },
+                self.ty(*x),
+                types()
+            ),
             OpKind::Arange { start, len } => format!("arange {start}, {len} : {}", types()),
             OpKind::Load {
                 tensor,

@@ -500,3 +500,161 @@ fn runtime_other_fills_outside_elements() {
     }
     close(out(&args[1]), &want, 0.0);
 }
+
+/// Gathers with a run-time fill, an affine (range) index, a 2-D outer-product
+/// gather with a masked-off row, and an i64 index tile with values past i32.
+#[test]
+fn gathers_read_each_element_at_its_index() {
+    let src = "@kernel(grid=(cdiv(K, 16),))\ndef gather(x: Tensor[\"N\", \"C\", f32], rows: Tensor[\"K\", i64], out: Tensor[\"K\", 8, f32], fill: f32):\n    k0 = program_id(0) * 16\n    j = k0 + arange(0, 16)\n    r = load(rows[j], mask=j < K, other=-1)\n    cols = arange(0, 8) * 2 + 1\n    t = load(x[r, cols], mask=(arange(0, 16) != 5)[:, None], other=fill)\n    store(out[j, 0 : 8], t)\n";
+    let k = kernel(src, "gather", &Specialization::new());
+    let text = k.dump();
+    // `j` is `arange + scalar`: a range; `r` and `cols` are gathers.
+    assert!(text.contains("load %rows[%"), "{text}");
+    assert!(text.contains(" : +16]"), "{text}");
+    assert!(text.contains("load %x[each %"), "{text}");
+    let (n, c, kk) = (9, 20, 37);
+    let x = q(DType::F32, data(n * c, 21));
+    let rows: Vec<f64> = (0..kk)
+        .map(|i| match i % 7 {
+            0 => -1.0,
+            1 => n as f64,
+            2 => 4294967296.0 + 2.0, // 2^32 + 2: must not wrap to row 2
+            _ => ((i * 5) % n) as f64,
+        })
+        .collect();
+    let mut args = [
+        tensor(&[n, c], x.clone()),
+        tensor(&[kk], rows.clone()),
+        tensor(&[kk, 8], vec![0.0; kk * 8]),
+        ArgV::Scalar(-3.0),
+    ];
+    launch(&k, [kk.div_ceil(16), 1, 1], &mut args);
+    let mut want = vec![0.0; kk * 8];
+    for i in 0..kk {
+        for j in 0..8 {
+            let col = 2 * j + 1;
+            let r = rows[i];
+            want[i * 8 + j] = if i % 16 != 5 && r >= 0.0 && r < n as f64 {
+                x[r as usize * c + col]
+            } else {
+                -3.0
+            };
+        }
+    }
+    close(out(&args[2]), &want, 0.0);
+}
+
+/// A scatter through a permutation and an atomic histogram whose values
+/// include ones outside it (never written) and masked-off lanes.
+#[test]
+fn scatters_write_each_element_at_its_index() {
+    let src = "@kernel(grid=(1,))\ndef permute_rows(x: Tensor[8, 4, f32], p: Tensor[8, i32], out: Tensor[8, 4, f32]):\n    store(out[load(p[0 : 8]), 0 : 4], load(x[0 : 8, 0 : 4]))\n\n@kernel(grid=(cdiv(N, 32),))\ndef histogram(v: Tensor[\"N\", i32], hist: Tensor[6, f32]):\n    offs = program_id(0) * 32 + arange(0, 32)\n    atomic_add(hist[load(v[offs])], 0.5, mask=offs < N)\n";
+    let k = kernel(src, "permute_rows", &Specialization::new());
+    let x = q(DType::F32, data(32, 5));
+    let p = [3.0, 7.0, 0.0, 5.0, 1.0, 6.0, 2.0, 4.0];
+    let mut args = [
+        tensor(&[8, 4], x.clone()),
+        tensor(&[8], p.to_vec()),
+        tensor(&[8, 4], vec![0.0; 32]),
+    ];
+    launch(&k, [1, 1, 1], &mut args);
+    let mut want = vec![0.0; 32];
+    for i in 0..8 {
+        for j in 0..4 {
+            want[p[i] as usize * 4 + j] = x[i * 4 + j];
+        }
+    }
+    close(out(&args[2]), &want, 0.0);
+
+    let k = kernel(src, "histogram", &Specialization::new());
+    let n = 75;
+    let v: Vec<f64> = (0..n).map(|i| ((i * 7) % 9) as f64 - 1.0).collect();
+    let mut args = [tensor(&[n], v.clone()), tensor(&[6], vec![0.0; 6])];
+    launch(&k, [n.div_ceil(32), 1, 1], &mut args);
+    let mut want = vec![0.0; 6];
+    for &b in &v {
+        if (0.0..6.0).contains(&b) {
+            want[b as usize] += 0.5;
+        }
+    }
+    close(out(&args[1]), &want, 0.0);
+}
+
+/// Tile slices and indices: negative bounds count from the end, an index
+/// drops its axis.
+#[test]
+fn tile_slices_and_indices() {
+    let src = "@kernel(grid=(1,))\ndef pieces(x: Tensor[8, 8, f32], a: Tensor[4, 4, f32], b: Tensor[8, f32], c: Tensor[2, f32]):\n    t = load(x[:, :])\n    store(a[:, :], t[2:6, -4:] * 2.0)\n    store(b[:], t[:, 5])\n    store(c[0], t[-1, 0])\n    store(c[1], t[3][7])\n";
+    let k = kernel(src, "pieces", &Specialization::new());
+    let x = q(DType::F32, data(64, 9));
+    let mut args = [
+        tensor(&[8, 8], x.clone()),
+        tensor(&[4, 4], vec![0.0; 16]),
+        tensor(&[8], vec![0.0; 8]),
+        tensor(&[2], vec![0.0; 2]),
+    ];
+    launch(&k, [1, 1, 1], &mut args);
+    let want_a: Vec<f64> = (0..16)
+        .map(|i| 2.0 * x[(2 + i / 4) * 8 + 4 + i % 4])
+        .collect();
+    let want_b: Vec<f64> = (0..8).map(|r| x[r * 8 + 5]).collect();
+    close(out(&args[1]), &want_a, 0.0);
+    close(out(&args[2]), &want_b, 0.0);
+    close(out(&args[3]), &[x[56], x[31]], 0.0);
+}
+
+/// `**` on f32 and integer tiles (tests/ui/valid/powers.tsr) against f64
+/// `powf` and wrapping integer powers.
+#[test]
+fn powers_follow_powf_and_wrap_on_integers() {
+    let src = include_str!("../../../../tests/ui/valid/powers.tsr");
+    let k = kernel(src, "powers", &Specialization::new());
+    let mut x = q(DType::F32, data(16, 31).iter().map(|v| 2.0 * v).collect());
+    x[0] = 0.0;
+    x[1] = -1.5;
+    let e: Vec<f64> = (0..16).map(|i| ((i * 5) % 9) as f64).collect();
+    let mut args = [
+        tensor(&[16], x.clone()),
+        tensor(&[16], e.clone()),
+        tensor(&[5, 16], vec![0.0; 80]),
+        tensor(&[3, 16], vec![0.0; 48]),
+        ArgV::Scalar(0.75),
+    ];
+    launch(&k, [1, 1, 1], &mut args);
+    let powf = |a: f64, b: f64| (a as f32).powf(b as f32) as f64;
+    let mut want = Vec::new();
+    for f in [
+        &(|a: f64, _: f64| a * a) as &dyn Fn(f64, f64) -> f64,
+        &|a, _| a * a * a,
+        &|a, _| powf(a, 0.75),
+        &|a, _| powf(a, -2.0),
+        &|a, k| powf(a, k - 3.0),
+    ] {
+        want.extend(x.iter().zip(&e).map(|(&a, &k)| f(a, k)));
+    }
+    let got = out(&args[2]);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "element {i}: {g} vs {w}"
+        );
+    }
+    assert!(got[32 + 1].is_nan(), "(-1.5) ** 0.75 is NaN");
+    let ipow = |a: i64, b: i64| -> f64 {
+        if b < 0 {
+            match a {
+                1 => 1.0,
+                -1 if b % 2 == 0 => 1.0,
+                -1 => -1.0,
+                _ => 0.0,
+            }
+        } else {
+            a.wrapping_pow(b as u32) as i32 as f64
+        }
+    };
+    let mut iwant = Vec::new();
+    iwant.extend(e.iter().map(|&k| ipow(k as i64, 3)));
+    iwant.extend(e.iter().map(|&k| ipow(k as i64, k as i64)));
+    iwant.extend(e.iter().map(|&k| ipow(k as i64 - 2, k as i64 - 5)));
+    close(out(&args[3]), &iwant, 0.0);
+}

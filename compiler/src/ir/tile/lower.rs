@@ -2196,10 +2196,6 @@ impl<'a> Lowerer<'a> {
         } else {
             dt
         };
-        if op == BinOp::Pow && !opdt.is_float() {
-            self.unsupported(span, "`**` on integers");
-            return Err(());
-        }
         let a = self.coerce(&l, opdt, &shape, le.span)?;
         let b = self.coerce(&r, opdt, &shape, re.span)?;
         let rdt = if bop.is_comparison() {
@@ -2264,12 +2260,24 @@ impl<'a> Lowerer<'a> {
                 }
             }
             LV::Val { v: x, weak, .. } => {
-                // Tiles take `:` and `None` only here.
+                // Tiles take compile-time indices and slices, `:` and `None`.
                 let t = self.b.ty(x).clone();
                 let mut cur = x;
                 let mut shape = t.shape().to_vec();
                 let mut axis = 0;
                 for idx in indices {
+                    if axis >= shape.len()
+                        && !matches!(
+                            idx,
+                            Index::Expr(Expr {
+                                kind: ExprKind::None,
+                                ..
+                            })
+                        )
+                    {
+                        self.internal(idx.span(), "too many indices for the tile");
+                        return Err(());
+                    }
                     match idx {
                         Index::Expr(Expr {
                             kind: ExprKind::None,
@@ -2288,11 +2296,75 @@ impl<'a> Lowerer<'a> {
                             step: None,
                             ..
                         } => axis += 1,
-                        other => {
-                            self.unsupported(
-                                other.span(),
-                                "indexing or slicing a tile (other than `:` and `None`)",
+                        Index::Expr(e) => {
+                            let n = shape[axis] as i64;
+                            let iv = self.expr(e)?;
+                            let i = self.const_int(&iv, e.span, "a tile index")?;
+                            let j = if i < 0 { i + n } else { i };
+                            if !(0..n).contains(&j) {
+                                self.diags.push(Diagnostic::new(
+                                    "E0413",
+                                    e.span,
+                                    format!("index {i} is out of range for axis {axis} of the tile (size {n})"),
+                                ).with_help(format!("index a tile of size {n} with 0 to {}, or -{n} to -1", n - 1)));
+                                return Err(());
+                            }
+                            shape.remove(axis);
+                            cur = self.b.push1(
+                                OpKind::Extract {
+                                    x: cur,
+                                    axis,
+                                    start: j as u32,
+                                    len: 1,
+                                    drop: true,
+                                },
+                                tile_type(shape.clone(), t.dtype()),
                             );
+                        }
+                        Index::Slice {
+                            start: a,
+                            end: b,
+                            step: None,
+                            span: sp,
+                        } => {
+                            let n = shape[axis] as i64;
+                            // Python's bounds: negative counts from the end, clamped.
+                            let bound = |this: &mut Self, e: &Option<Expr>, dflt: i64| -> R<i64> {
+                                let Some(e) = e else { return Ok(dflt) };
+                                let lv = this.expr(e)?;
+                                let c = this.const_int(&lv, e.span, "a tile slice bound")?;
+                                Ok(if c < 0 { (c + n).max(0) } else { c.min(n) })
+                            };
+                            let lo = bound(self, a, 0)?;
+                            let hi = bound(self, b, n)?;
+                            if hi <= lo {
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        "E0405",
+                                        *sp,
+                                        format!("this slice of a tile of size {n} is empty ({lo} : {hi})"),
+                                    )
+                                    .with_help("slices of tiles must keep at least one element"),
+                                );
+                                return Err(());
+                            }
+                            if (lo, hi) != (0, n) {
+                                shape[axis] = (hi - lo) as u32;
+                                cur = self.b.push1(
+                                    OpKind::Extract {
+                                        x: cur,
+                                        axis,
+                                        start: lo as u32,
+                                        len: (hi - lo) as u32,
+                                        drop: false,
+                                    },
+                                    tile_type(shape.clone(), t.dtype()),
+                                );
+                            }
+                            axis += 1;
+                        }
+                        other => {
+                            self.unsupported(other.span(), "a slice of a tile with a step");
                             return Err(());
                         }
                     }
@@ -2317,6 +2389,8 @@ impl<'a> Lowerer<'a> {
         }
         let mut access = Vec::new();
         let mut shape = Vec::new();
+        // The axes indexed by a tile, with the (not yet normalised) index tile.
+        let mut gathers: Vec<(usize, Value)> = Vec::new();
         let zero = LV::Const {
             c: CValue::int(0),
             dtype: DType::I32,
@@ -2360,9 +2434,20 @@ impl<'a> Lowerer<'a> {
                 Some(Index::Expr(e)) => {
                     let v = self.expr(e)?;
                     let (idt, _, s) = self.info(&v, e.span)?;
-                    if !s.is_empty() || !idt.is_int() {
-                        self.unsupported(e.span, "indexing a tensor with a tile (gather)");
+                    if !idt.is_int() {
+                        self.internal(e.span, format!("an index of type {idt}"));
                         return Err(());
+                    }
+                    if !s.is_empty() {
+                        // An index tile: its dims join the slice's shape.
+                        let LV::Val { v, .. } = v else {
+                            self.internal(e.span, "an index tile that is not a value");
+                            return Err(());
+                        };
+                        gathers.push((access.len(), v));
+                        access.push(Access::Gather(v));
+                        shape.extend(s);
+                        continue;
                     }
                     // A negative constant index counts from the end (Python).
                     let v = match (&v, self.sym_of(&v).and_then(|d| d.as_const())) {
@@ -2450,11 +2535,202 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
+        if !gathers.is_empty() {
+            access = self.gather_access(access, &shape, span)?;
+        }
         Ok(LV::Ref {
             tensor: t,
             access,
             shape,
         })
+    }
+
+    /// An access with index tiles (each `Access::Gather` holding the source
+    /// index tile, its dims in place in `shape`) in the form Tile IR takes:
+    /// 1-D tiles that are `arange(s, s + n) + x` become the range `s + x : +n`
+    /// (contiguous, vectorisable); otherwise every axis becomes a gather of
+    /// the whole shape (`i32`, indices past `i32` clamped to stay out of bounds).
+    fn gather_access(&mut self, access: Vec<Access>, shape: &[u32], span: Span) -> R<Vec<Access>> {
+        let mut ranges = Vec::new();
+        for a in &access {
+            if let Access::Gather(v) = a {
+                let t = self.b.ty(*v).clone();
+                match self.affine_start(*v) {
+                    Some(start) if t.shape().len() == 1 => ranges.push(Access::Range {
+                        start,
+                        len: t.shape()[0],
+                    }),
+                    _ => break,
+                }
+            }
+        }
+        if ranges.len()
+            == access
+                .iter()
+                .filter(|a| matches!(a, Access::Gather(_)))
+                .count()
+        {
+            let mut ranges = ranges.into_iter();
+            return Ok(access
+                .into_iter()
+                .map(|a| match a {
+                    Access::Gather(_) => ranges.next().expect("one range per gather"),
+                    a => a,
+                })
+                .collect());
+        }
+        let mut out = Vec::with_capacity(access.len());
+        let mut pos = 0;
+        for a in access {
+            let (v, at) = match a {
+                Access::Point(v) => (v, pos),
+                Access::Range { start, len } => {
+                    let start = self.index_i32(start);
+                    let ar = self.b.push1(
+                        OpKind::Arange { start, len },
+                        tile_type(vec![len], DType::I32),
+                    );
+                    pos += 1;
+                    (ar, pos - 1)
+                }
+                Access::Gather(v) => {
+                    let r = self.b.ty(v).shape().len();
+                    pos += r;
+                    (v, pos - r)
+                }
+            };
+            let v = self.index_i32(v);
+            let g = self.place_axes(v, at, shape, span)?;
+            out.push(Access::Gather(g));
+        }
+        Ok(out)
+    }
+
+    /// `v` as `arange(s, s + n) + x` (`x` scalars, added or subtracted, all
+    /// `i32`): the scalar `s + x`, emitted; `None` for any other tile.
+    fn affine_start(&mut self, v: Value) -> Option<Value> {
+        if self.b.ty(v).dtype() != DType::I32 {
+            return None;
+        }
+        let scalar_of = |b: &Builder, t: Value| match b.def(t) {
+            Some(OpKind::Splat { x, .. }) => Some(*x),
+            _ => None,
+        };
+        let (base, x, op) = match self.b.def(v)?.clone() {
+            OpKind::Arange { start, .. } => return Some(start),
+            // `arange(0, n) + x`: the start is `x` itself.
+            OpKind::Binary {
+                op: BinaryOp::Add,
+                a,
+                b,
+            } if self.zero_arange(a) || self.zero_arange(b) => {
+                let other = if self.zero_arange(a) { b } else { a };
+                return scalar_of(&self.b, other);
+            }
+            OpKind::Binary {
+                op: BinaryOp::Add,
+                a,
+                b,
+            } => match (scalar_of(&self.b, a), scalar_of(&self.b, b)) {
+                (_, Some(x)) => (a, x, BinaryOp::Add),
+                (Some(x), _) => (b, x, BinaryOp::Add),
+                _ => return None,
+            },
+            OpKind::Binary {
+                op: BinaryOp::Sub,
+                a,
+                b,
+            } => (a, scalar_of(&self.b, b)?, BinaryOp::Sub),
+            _ => return None,
+        };
+        let s = self.affine_start(base)?;
+        Some(
+            self.b
+                .push1(OpKind::Binary { op, a: s, b: x }, Type::Scalar(DType::I32)),
+        )
+    }
+
+    /// Whether `v` is `arange(0, n)`.
+    fn zero_arange(&self, v: Value) -> bool {
+        match self.b.def(v) {
+            Some(OpKind::Arange { start, .. }) => {
+                matches!(self.b.def(*start), Some(OpKind::Const(Constant::Int(0))))
+            }
+            _ => false,
+        }
+    }
+
+    /// An integer index (scalar or tile) as `i32`. Wider indices are clamped
+    /// to `[-1, i32::MAX]` first, so one past `i32` stays out of bounds
+    /// instead of wrapping into them.
+    fn index_i32(&mut self, v: Value) -> Value {
+        let t = self.b.ty(v).clone();
+        let d = t.dtype();
+        if d == DType::I32 {
+            return v;
+        }
+        let mut v = v;
+        if matches!(d, DType::I64 | DType::U32) {
+            let shape = t.shape().to_vec();
+            let bound = |this: &mut Self, op: BinaryOp, x: Value, c: i64| {
+                let mut k = this.constant(Constant::Int(c), d);
+                if !shape.is_empty() {
+                    k = this.b.push1(
+                        OpKind::Splat {
+                            x: k,
+                            shape: shape.clone(),
+                        },
+                        tile_type(shape.clone(), d),
+                    );
+                }
+                this.b.push1(
+                    OpKind::Binary { op, a: x, b: k },
+                    tile_type(shape.clone(), d),
+                )
+            };
+            if d == DType::I64 {
+                v = bound(self, BinaryOp::Max, v, -1);
+            }
+            v = bound(self, BinaryOp::Min, v, i32::MAX as i64);
+        }
+        self.b.push1(
+            OpKind::Cast {
+                x: v,
+                to: DType::I32,
+            },
+            tile_type(t.shape().to_vec(), DType::I32),
+        )
+    }
+
+    /// A tile (or scalar) whose axes are dims `at..` of `shape`, broadcast to
+    /// `shape`: `[n]` at 1 of `[a, n, b]` is `[1, n, 1]` repeated.
+    fn place_axes(&mut self, v: Value, at: usize, shape: &[u32], span: Span) -> R<Value> {
+        let t = self.b.ty(v).clone();
+        let d = t.dtype();
+        let mut cur = t.shape().to_vec();
+        let mut v = v;
+        if !cur.is_empty() {
+            for _ in 0..at {
+                cur.insert(0, 1);
+                v = self.b.push1(
+                    OpKind::ExpandDims { x: v, axis: 0 },
+                    tile_type(cur.clone(), d),
+                );
+            }
+            while cur.len() < shape.len() {
+                let axis = cur.len();
+                cur.push(1);
+                v = self
+                    .b
+                    .push1(OpKind::ExpandDims { x: v, axis }, tile_type(cur.clone(), d));
+            }
+        }
+        let lv = LV::Val {
+            v,
+            weak: false,
+            sym: None,
+        };
+        self.coerce(&lv, d, shape, span)
     }
 
     /// An integer index as an `i32` (or `i64`) value.
@@ -3002,6 +3278,8 @@ impl<'a> Lowerer<'a> {
                     );
                     (ar, vec![*len])
                 }
+                // Already of the whole shape: nothing to place.
+                Access::Gather(v) => (*v, shape.to_vec()),
             };
             let lo = self.coerce(
                 &LV::Val {
@@ -3048,7 +3326,7 @@ impl<'a> Lowerer<'a> {
                 bool_t(s.clone()),
             );
             // Place the axis in the result shape: [len] -> [1, .., len, .., 1].
-            if !s.is_empty() {
+            if matches!(a, Access::Range { .. }) {
                 let mut cur = s;
                 for _ in 0..pos {
                     cur.insert(0, 1);

@@ -174,8 +174,8 @@ fn static_shapes_tf32_and_full_reductions() {
 
 /// Every kernel of every UI case and example that checks without errors
 /// lowers and verifies: with its defaults, or (E0511) with every tensor dim
-/// specialised to 64. E0512 (not supported yet) is allowed only for the
-/// constructs listed in `tests/ui/emit/unsupported.tsr`'s kind.
+/// specialised to 64; none is E0512 (not supported yet). Files with an
+/// `# emit:` header expect lowering diagnostics: the UI harness checks them.
 #[test]
 fn corpus_kernels_lower_and_verify() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -245,6 +245,7 @@ fn corpus_kernels_lower_and_verify() {
     }
     println!("{lowered_n} kernels lowered; unsupported: {unsupported:#?}");
     assert!(failures.is_empty(), "{failures:#?}");
+    assert!(unsupported.is_empty(), "{unsupported:#?}");
     assert!(lowered_n >= 37, "{lowered_n}");
 }
 
@@ -370,4 +371,92 @@ fn specialise_only_the_dims_a_kernel_needs() {
     no_d.remove("D");
     let d = lower_kernel_with_dims(f, &scope, &Specialization::new(), &no_d).unwrap_err();
     assert_eq!(d[0].code, "E0511");
+}
+
+const GATHER: &str = include_str!("../../../../tests/ui/valid/gather.tsr");
+const TILE_SLICES: &str = include_str!("../../../../tests/ui/emit/tile_slices.tsr");
+
+/// Tensors indexed with tiles: affine index tiles become ranges, others
+/// gathers of the whole shape; tile slices and indices are `extract`s.
+#[test]
+fn gathers_scatters_and_tile_slices() {
+    let mut text = String::new();
+    for (name, r) in lower_file("/t/gather.tsr", GATHER, &Specialization::new()) {
+        let k = r.unwrap_or_else(|d| panic!("{name}: {d:#?}"));
+        text.push_str(&k.dump());
+        text.push('\n');
+    }
+    insta::assert_snapshot!("gathers", text);
+    assert!(
+        text.contains("load %x[%"),
+        "vadd_offsets reads a range: {text}"
+    );
+    assert!(text.contains("atomic_add %hist[each %"), "{text}");
+    let spec = Specialization::new().with("K", 20);
+    let mut text = String::new();
+    for (name, r) in lower_file("/t/tile_slices.tsr", TILE_SLICES, &spec) {
+        match (name.as_str(), r) {
+            ("past_the_end", Err(d)) => assert_eq!(d[0].code, "E0413", "{d:?}"),
+            ("emptied", Err(d)) => assert_eq!(d[0].code, "E0405", "{d:?}"),
+            (_, Ok(k)) => {
+                text.push_str(&k.dump());
+                text.push('\n');
+            }
+            (name, Err(d)) => panic!("{name}: {d:#?}"),
+        }
+    }
+    insta::assert_snapshot!("tile_slices", text);
+}
+
+/// The verifier keeps a gather's indices whole: i32 tiles of one shape, with
+/// no point or range beside them.
+#[test]
+fn verifier_checks_gathers() {
+    let k = lowered("/t/gather.tsr", GATHER, &Specialization::new(), "embedding");
+    let at = k
+        .body
+        .ops
+        .iter()
+        .position(|op| matches!(&op.kind, OpKind::Load { access, .. } if Access::is_gather(access)))
+        .expect("a gather");
+    let scalar = k
+        .body
+        .ops
+        .iter()
+        .find(|op| {
+            k.ty(op.results.first().copied().unwrap_or(Value(0))) == &Type::Scalar(DType::I32)
+        })
+        .map(|op| op.results[0])
+        .expect("an i32 scalar");
+    let tile = |k: &Kernel| match &k.body.ops[at].kind {
+        OpKind::Load { access, .. } => access[0].value(),
+        _ => unreachable!(),
+    };
+    let mutate = |f: &dyn Fn(&mut Vec<Access>, Value)| {
+        let mut m = (*k).clone();
+        let t = tile(&m);
+        if let OpKind::Load { access, .. } = &mut m.body.ops[at].kind {
+            f(access, t);
+        }
+        verify(&m).join("\n")
+    };
+    assert!(verify(&k).is_empty());
+    let e = mutate(&|a, _| {
+        a[1] = Access::Range {
+            start: scalar,
+            len: 64,
+        }
+    });
+    assert!(e.contains("mixes a point or range with gathers"), "{e}");
+    let e = mutate(&|a, _| a[1] = Access::Gather(scalar));
+    assert!(e.contains("not an i32 tile"), "{e}");
+    let tokens = k
+        .body
+        .ops
+        .iter()
+        .find(|op| matches!(k.ty(op.results.first().copied().unwrap_or(Value(0))), Type::Tile { shape, .. } if shape == &[32]))
+        .map(|op| op.results[0])
+        .expect("the token tile");
+    let e = mutate(&|a, _| a[1] = Access::Gather(tokens));
+    assert!(e.contains("has shape [32]"), "{e}");
 }

@@ -218,6 +218,47 @@ pub enum Access {
     Point(Value),
     /// `start : start + len`, `len` known at compile time.
     Range { start: Value, len: u32 },
+    /// An `i32` tile of the access's whole shape: element `e` of the tile is
+    /// at index `idx[e]` on this axis (a gather or scatter). An access with a
+    /// gather has gathers only (a point or range on another axis is spelled as
+    /// a gather of the whole shape), so each element's address is its own;
+    /// elements whose index falls outside an axis are out of bounds.
+    Gather(Value),
+}
+
+impl Access {
+    /// The value the access reads (index, start or index tile).
+    pub fn value(&self) -> Value {
+        match self {
+            Access::Point(v) | Access::Range { start: v, .. } | Access::Gather(v) => *v,
+        }
+    }
+
+    pub fn value_mut(&mut self) -> &mut Value {
+        match self {
+            Access::Point(v) | Access::Range { start: v, .. } | Access::Gather(v) => v,
+        }
+    }
+
+    /// Whether an access list is a gather (then every axis is a `Gather`).
+    pub fn is_gather(access: &[Access]) -> bool {
+        access.iter().any(|a| matches!(a, Access::Gather(_)))
+    }
+
+    /// The shape of the tile an access list reads or writes: the lengths of
+    /// its ranges, or the shape of its gather tiles.
+    pub fn shape(access: &[Access], types: &[Type]) -> Vec<u32> {
+        match access.iter().find(|a| matches!(a, Access::Gather(_))) {
+            Some(g) => types[g.value().0 as usize].shape().to_vec(),
+            None => access
+                .iter()
+                .filter_map(|a| match a {
+                    Access::Range { len, .. } => Some(*len),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -272,13 +313,22 @@ pub enum OpKind {
     Transpose {
         x: Value,
     },
+    /// Elements `start .. start + len` of axis `axis` of `x` (`t[a : b]`);
+    /// an index (`t[i]`, `len` 1) drops the axis when `drop`.
+    Extract {
+        x: Value,
+        axis: usize,
+        start: u32,
+        len: u32,
+        drop: bool,
+    },
     /// `[start, start + len)` as an `i32` tile.
     Arange {
         start: Value,
         len: u32,
     },
     /// A tile read from tensor parameter `tensor`; the tile's shape is the `len`
-    /// of each `Range` access, in order. `mask` (bool, the tile's shape) further
+    /// of each `Range` access, in order (or the shape of the `Gather` tiles). `mask` (bool, the tile's shape) further
     /// restricts which elements are read; others read `other`.
     Load {
         tensor: usize,

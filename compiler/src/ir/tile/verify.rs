@@ -53,6 +53,7 @@ fn op_name(kind: &OpKind) -> &'static str {
         OpKind::Broadcast { .. } => "broadcast",
         OpKind::ExpandDims { .. } => "expand_dims",
         OpKind::Transpose { .. } => "transpose",
+        OpKind::Extract { .. } => "extract",
         OpKind::Arange { .. } => "arange",
         OpKind::Load { .. } => "load",
         OpKind::Store { .. } => "store",
@@ -208,12 +209,34 @@ impl Verifier<'_> {
         what: &str,
     ) -> Option<(Vec<u32>, DType)> {
         let mut shape = Vec::new();
+        let gather = Access::is_gather(access);
+        let mut gather_shape: Option<Vec<u32>> = None;
         for a in access {
-            let (Access::Point(v) | Access::Range { start: v, .. }) = a;
-            match self.use_(*v, what) {
-                Some(Type::Scalar(d)) if d.is_int() => {}
-                Some(t) => self.err(format!("{what}: index {v} is {t}, not an integer scalar")),
-                None => {}
+            let v = a.value();
+            match (a, self.use_(v, what)) {
+                (
+                    Access::Gather(_),
+                    Some(Type::Tile {
+                        shape,
+                        dtype: DType::I32,
+                    }),
+                ) => match &gather_shape {
+                    Some(s) if *s != shape => self.err(format!(
+                        "{what}: gather index {v} has shape {shape:?}, another {s:?}"
+                    )),
+                    _ => gather_shape = Some(shape),
+                },
+                (Access::Gather(_), Some(t)) => {
+                    self.err(format!("{what}: gather index {v} is {t}, not an i32 tile"))
+                }
+                (_, Some(t)) if gather => self.err(format!(
+                    "{what}: index {v} ({t}) mixes a point or range with gathers"
+                )),
+                (_, Some(Type::Scalar(d))) if d.is_int() => {}
+                (_, Some(t)) => {
+                    self.err(format!("{what}: index {v} is {t}, not an integer scalar"))
+                }
+                (_, None) => {}
             }
             if let Access::Range { len, .. } = a {
                 if *len == 0 {
@@ -221,6 +244,9 @@ impl Verifier<'_> {
                 }
                 shape.push(*len);
             }
+        }
+        if let Some(s) = gather_shape {
+            shape = s;
         }
         let (dims, dtype) = self.tensor(tensor, what)?;
         if dims.len() != access.len() {
@@ -344,7 +370,8 @@ impl Verifier<'_> {
                 }
                 let d = ta.dtype();
                 let ok = match b {
-                    BinaryOp::Div | BinaryOp::Pow => d.is_float(),
+                    BinaryOp::Div => d.is_float(),
+                    BinaryOp::Pow => d.is_float() || d.is_int(),
                     BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d.is_int() || d == DType::Bool,
                     BinaryOp::Eq | BinaryOp::Ne => true,
                     _ => d.is_int() || d.is_float(),
@@ -426,6 +453,35 @@ impl Verifier<'_> {
                     return None;
                 }
                 Some(vec![tile_or_scalar(vec![s[1], s[0]], t.dtype())])
+            }
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                drop,
+            } => {
+                let t = self.use_(*x, what)?;
+                let mut s = t.shape().to_vec();
+                let n = s.get(*axis).copied();
+                match n {
+                    Some(n) if *len > 0 && (*start as u64 + *len as u64) <= n as u64 => {}
+                    _ => {
+                        self.err(format!(
+                            "{what}: elements {start} .. {start} + {len} of axis {axis} of {t}"
+                        ));
+                        return None;
+                    }
+                }
+                if *drop {
+                    if *len != 1 {
+                        self.err(format!("{what}: drops an axis of length {len}"));
+                    }
+                    s.remove(*axis);
+                } else {
+                    s[*axis] = *len;
+                }
+                Some(vec![tile_or_scalar(s, t.dtype())])
             }
             OpKind::Arange { start, len } => {
                 let t = self.use_(*start, what)?;
