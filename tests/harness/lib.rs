@@ -14,7 +14,9 @@
 //!   kernel of a file that checks cleanly, adding the lowering diagnostics (E0511,
 //!   E0512), as `tsrc emit --emit tile-ir` reports them; `# emit: report
 //!   [-D NAME=VALUE]...` compiles every kernel to Target IR and adds the resource
-//!   diagnostics (W0003, W0004, E06xx), as `tsrc report` reports them.
+//!   diagnostics (W0003, W0004, E06xx), as `tsrc report` reports them; `# emit:
+//!   schedule-ir` lowers every whole-tensor function to its launch plan and adds
+//!   what does not lower (E0512), as `tsrc emit --emit schedule-ir` reports it.
 //! * A leading comment line `# run` executes the file as a piped REPL session
 //!   (`tessera repl < FILE`: statements and `:commands`, every input run even
 //!   after an error) instead of checking it, and the session's diagnostics
@@ -287,9 +289,13 @@ pub enum EmitHeader {
     /// and add the resource diagnostics (W0003, W0004, E06xx), as `tsrc report`
     /// does.
     Report(Specialization),
+    /// `# emit: schedule-ir`: lower every whole-tensor function to its launch
+    /// plan (E0512), as `tsrc emit --emit schedule-ir` does.
+    ScheduleIr,
 }
 
-/// `# emit: tile-ir|report [-D NAME=VALUE|-D NAME%DIVISOR]...` among a file's leading comment
+/// `# emit: tile-ir|report [-D NAME=VALUE|-D NAME%DIVISOR]...` (or `# emit:
+/// schedule-ir`, for whole-tensor functions) among a file's leading comment
 /// lines: the case also lowers every kernel (as `tsrc emit --emit tile-ir` or
 /// `tsrc report` would), so emit-time diagnostics (E0511, E0512, W0003, W0004)
 /// can be tested and documented. `Ok(None)` without the header.
@@ -303,9 +309,12 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
         };
         let mut words = args.split_whitespace();
         let kind = words.next();
+        if kind == Some("schedule-ir") {
+            return Ok(Some(EmitHeader::ScheduleIr));
+        }
         if kind != Some("tile-ir") && kind != Some("report") {
             return Err(format!(
-                "line {}: only `# emit: tile-ir` and `# emit: report` are supported",
+                "line {}: only `# emit: tile-ir`, `# emit: report` and `# emit: schedule-ir` are supported",
                 i + 1
             ));
         }
@@ -344,6 +353,13 @@ fn diagnostics_with_emit(db: &Database, file: SourceFile, text: &str) -> Vec<Dia
         }
         Ok(Some(EmitHeader::Report(spec))) => {
             diags.extend(file_resources(db, file, db.options(), &spec).1);
+        }
+        Ok(Some(EmitHeader::ScheduleIr)) if !diags.iter().any(|d| d.is_error()) => {
+            for (_, item, offset) in tessera::db::file_functions(db, file) {
+                if let Err(e) = tessera::db::schedule_ir(db, item, db.options()) {
+                    diags.push(e.clone().shifted(offset).diagnostic());
+                }
+            }
         }
         _ => {}
     }
