@@ -4,7 +4,7 @@ tests/ui/emit/tile_slices.tsr and the powers of tests/ui/valid/powers.tsr on the
 GPU and compares them with references computed here. Out-of-range indices must
 read `other=` and never be written.
 Usage: check_features.py FILE.ptx   (scripts/gpu/check-brief.sh builds it)"""
-import math, os, random, re, sys
+import math, os, random, re, struct, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cuda_driver  # noqa: E402  (loads sys.argv[1])
@@ -30,7 +30,8 @@ def run(name, grid, **args):
 
 
 def f32(n):
-    return [random.uniform(-1, 1) for _ in range(n)]
+    """Values an f32 tensor holds exactly."""
+    return [struct.unpack("<f", struct.pack("<f", random.uniform(-1, 1)))[0] for _ in range(n)]
 
 
 ok = True
@@ -131,7 +132,7 @@ def ipow(a, b):
     return wrap32(a**b)
 
 
-x = [random.uniform(-2, 2) for _ in range(16)]
+x = [2 * v for v in f32(16)]
 x[0], x[1] = 0.0, -1.5
 ks = [random.randrange(0, 9) for _ in range(16)]
 out, iout = Buf([0.0] * 80, "f32"), Buf([0] * 48, "i32")

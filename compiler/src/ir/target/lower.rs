@@ -996,7 +996,8 @@ impl<'a> Lower<'a> {
                 let x = self.val(*x);
                 let mut ops = Vec::with_capacity(x.ops.len());
                 for &o in &x.ops {
-                    ops.push(self.unary(*u, x.ty, x.dtype, o)?);
+                    let v = self.unary(*u, x.ty, x.dtype, o)?;
+                    ops.push(self.round_to_storage(v, x.dtype));
                 }
                 let tv = TV { ops, ..x };
                 self.define(res(0), tv);
@@ -1011,7 +1012,12 @@ impl<'a> Lower<'a> {
                 let bt = self.convert(&bt, &a.layout)?;
                 let mut ops = Vec::with_capacity(a.ops.len());
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
-                    ops.push(self.binary(*b, a.ty, a.dtype, x, y)?);
+                    let v = self.binary(*b, a.ty, a.dtype, x, y)?;
+                    ops.push(if b.is_comparison() {
+                        v
+                    } else {
+                        self.round_to_storage(v, a.dtype)
+                    });
                 }
                 if a.layout.shape.is_empty() && a.dtype.is_int() {
                     let (da, db) = (self.divisor(*av), self.divisor(*bv));
@@ -1198,7 +1204,14 @@ impl<'a> Lower<'a> {
                 keepdims,
             } => {
                 let x = self.val(*x);
-                let tv = self.reduce(*r, &x, *axis, *keepdims)?;
+                let mut tv = self.reduce(*r, &x, *axis, *keepdims)?;
+                if *r == ReduceOp::Sum {
+                    let ops = std::mem::take(&mut tv.ops);
+                    tv.ops = ops
+                        .into_iter()
+                        .map(|v| self.round_to_storage(v, x.dtype))
+                        .collect();
+                }
                 self.define(res(0), tv);
             }
             OpKind::For {
@@ -1484,13 +1497,21 @@ impl<'a> Lower<'a> {
             return Ok(self.select(tty, x, one, zero));
         }
         let x = self.materialize(fty, x);
-        let mut v = if fty == tty {
+        let v = if fty == tty {
             x
         } else {
             self.cvt(tty, x, None)
         };
-        // Round to the storage type where it is narrower than the compute type.
-        v = match to {
+        Ok(self.round_to_storage(v, to))
+    }
+
+    /// A computed value rounded (or wrapped) to `d` where `d` is narrower
+    /// than its compute type (f16, bf16, f8, i8, i16, u8), as the CPU
+    /// executor rounds every result: a chain of bf16 operations then gives
+    /// the same bits on both, and a bf16 store (which keeps the high half)
+    /// stores a rounded value.
+    fn round_to_storage(&mut self, v: Operand, to: DType) -> Operand {
+        match to {
             DType::F16 => {
                 let h = self.cvt(RegTy::B16, v, None);
                 self.cvt(RegTy::F32, h, None)
@@ -1505,8 +1526,7 @@ impl<'a> Lower<'a> {
                 self.decode_f8(c, m)
             }
             _ => v,
-        };
-        Ok(v)
+        }
     }
 
     /// (exponent bits, mantissa bits, bias) of an 8-bit float.
