@@ -35,15 +35,15 @@ for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do
     echo "== $arch gemm -D K%8 -D N%8"
     python3 "$root/scripts/gpu/check_gemm_div.py" "$ptx" || status=1
 done
-# Gathers, scatters, tile slices and powers: tests/ui/valid/gather.tsr and
-# powers.tsr and the kernels of tests/ui/emit/tile_slices.tsr that need no -D, in
-# one module per arch.
+# Gathers, scatters, tile slices, powers and less common dtypes:
+# tests/ui/valid/gather.tsr and powers.tsr, tests/ui/emit/kernel_dtypes.tsr and the
+# kernels of tests/ui/emit/tile_slices.tsr that need no -D, in one module per arch.
 python3 - "$root" "$out/gather.tsr" <<'PY'
 import re, sys
 root, dst = sys.argv[1], sys.argv[2]
 slices = open(f"{root}/tests/ui/emit/tile_slices.tsr").read()
 keep = [b for b in re.split(r"\n(?=@kernel)", slices) if re.search(r"def (halves|corner|first_rows)\(", b)]
-valid = [open(f"{root}/tests/ui/valid/{n}.tsr").read() for n in ("gather", "powers")]
+valid = [open(f"{root}/tests/ui/{n}.tsr").read() for n in ("valid/gather", "valid/powers", "emit/kernel_dtypes")]
 open(dst, "w").write("\n".join(valid) + "\n" + "\n".join(keep) + "\n")
 PY
 for arch in ${ARCHS:-sm_70 sm_80 sm_90}; do

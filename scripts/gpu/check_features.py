@@ -1,7 +1,8 @@
 """Runs the kernels of tests/ui/valid/gather.tsr (tensors indexed with tiles:
 gathers, scatters, an atomic histogram), the tile slices of
-tests/ui/emit/tile_slices.tsr and the powers of tests/ui/valid/powers.tsr on the
-GPU and compares them with references computed here. Out-of-range indices must
+tests/ui/emit/tile_slices.tsr, the powers of tests/ui/valid/powers.tsr and the
+dtype corners of tests/ui/emit/kernel_dtypes.tsr on the GPU and compares them
+with references computed here. Out-of-range indices must
 read `other=` and never be written.
 Usage: check_features.py FILE.ptx   (scripts/gpu/check-brief.sh builds it)"""
 import math, os, random, re, struct, sys
@@ -10,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cuda_driver  # noqa: E402  (loads sys.argv[1])
 from cuda_driver import Buf, bf16_bits, bf16_val, close, launch  # noqa: E402
 
-cuda_driver.FMT["i64"] = "q"
+cuda_driver.FMT.update({"i64": "q", "f64": "d", "u8": "B", "u32": "I", "bool": "B"})
 random.seed(7)
 text = open(sys.argv[1]).read()
 cdiv = lambda a, b: (a + b - 1) // b
@@ -148,6 +149,44 @@ igot = iout.get()
 irefs = [[wrap32(k**3) for k in ks], [ipow(k, k) for k in ks], [ipow(k - 2, k - 5) for k in ks]]
 for i, (name, ref) in enumerate(zip(["k ** 3", "k ** k", "(k - 2) ** (k - 5)"], irefs)):
     ok &= close(igot[i * 16 : i * 16 + 16], ref, 0.0, f"powers {name}")
+
+# Dtype corners: unsigned negation, bool reductions and ordering, f64/i64
+# reductions with f16/i64/f64 atomics, min/max of three, a run-time step with break.
+a = [(i * 7) % 256 for i in range(64)]
+b = [(i * 1000003) % (1 << 32) for i in range(64)]
+f = [1 if i % 3 == 0 else 0 for i in range(64)]
+o, aa = Buf([0] * 64, "u32"), Buf([0, 0], "bool")
+run("small_ints", [1], a=Buf(a, "u8"), b=Buf(b, "u32"), flags=Buf(f, "bool"), out=o, any_all=aa)
+ref = [((-y) % (1 << 32) + y + ((-x) % 256)) % (1 << 32) for x, y in zip(a, b)]
+ok &= close(o.get(), ref, 0.0, "small_ints -u32, abs(u32), -u8")
+anyf = int(any(f) or (not f[0] and a[0] > 3))
+allf = int(all(fv or av > 3 for fv, av in zip(f, a)))
+ok &= close(aa.get(), [anyf, allf], 0.0, "small_ints bool max/min/ordering")
+N = 1000
+xs = [random.uniform(-1, 1) for _ in range(N)]
+ks = [random.randrange(0, 1 << 40) for _ in range(N)]
+tot, big, hist = Buf([0.0], "f64"), Buf([0], "i64"), Buf([0.0] * 8, "f16")
+run("wide_sums", [cdiv(N, 128)], x=Buf(xs, "f64"), k=Buf(ks, "i64"), total=tot, big=big, hist=hist, N=N)
+ok &= close(tot.get(), [sum(xs)], 1e-12, "wide_sums f64 sum + f64 atomic")
+bref = sum(max(ks[i : i + 128]) + min(ks[i : i + 128]) for i in range(0, N, 128))
+ok &= close(big.get(), [bref], 0.0, "wide_sums i64 max/min + i64 atomic")
+ok &= close(hist.get(), [sum(1 for v in ks if v % 8 == j) for j in range(8)], 0.0, "wide_sums f16 atomic")
+xs = [random.uniform(-3, 3) for _ in range(32)]
+xh = [struct.unpack("<e", struct.pack("<e", v))[0] for v in xs]
+yh = Buf([0.0] * 32, "f16")
+run("clamp3", [1], x=Buf(xh, "f16"), y=yh, lo=-0.5)
+ok &= close(yh.get(), [max(v, -0.5, -1.0) for v in xh], 0.0, "clamp3 max of three, .to(x.dtype)")
+N = 50
+xs = [i * 0.25 for i in range(N)]
+for step, limit in [(3, 6.0), (7, 100.0), (-1, 0.0)]:
+    o = Buf([0.0], "f32")
+    run("strided_until", [1], x=Buf(xs, "f32"), out=o, step=step, limit=limit, N=N)
+    acc, i = 0.0, 0
+    while (step > 0 and i < N) or (step < 0 and i > N):
+        if xs[i] > limit:
+            break
+        acc, i = acc + xs[i], i + step
+    ok &= close(o.get(), [acc], 1e-6, f"strided_until step={step}")
 
 print("ALL OK" if ok else "SOME FAILED")
 sys.exit(0 if ok else 1)

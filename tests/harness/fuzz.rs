@@ -376,7 +376,10 @@ fn lower_all(text: &str) -> usize {
                         assert!(
                             // Missing values, unsupported constructs, and tile
                             // bounds that only the specialised sizes rule out.
-                            matches!(d.code, "E0511" | "E0512" | "E0405" | "E0413"),
+                            matches!(
+                                d.code,
+                                "E0511" | "E0512" | "E0405" | "E0406" | "E0413" | "E0315"
+                            ),
                             "{name}: lowering error {} {}\n{text}",
                             d.code,
                             d.message

@@ -542,6 +542,21 @@ impl Checker<'_> {
                     ));
                     return Val::err();
                 }
+                // Kernels compute transcendentals with f32 approximations.
+                if self.in_kernel
+                    && dt == DType::F64
+                    && !matches!(b.name, "sqrt" | "rsqrt" | "abs" | "relu")
+                {
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            a0.expr.span,
+                            format!("`{}` on f64 is not supported in kernels", b.name),
+                        )
+                        .with_help("compute it in f32: `.to(f32)`"),
+                    );
+                    return Val::err();
+                }
                 let rdt = if b.name == "abs" || dt.is_float() {
                     dt
                 } else {
@@ -1202,6 +1217,25 @@ impl Checker<'_> {
         third: Option<&ArgV>,
     ) -> Val {
         let (dims, dtype) = match &ptr.val.ty {
+            // The GPU's atomic adds: f32, f64, f16, i32, u32, i64 (others
+            // would need compare-and-swap loops, not generated).
+            Ty::Ref { dtype, .. }
+                if name == "atomic_add"
+                    && !matches!(
+                        dtype,
+                        DType::F32 | DType::F64 | DType::F16 | DType::I32 | DType::U32 | DType::I64
+                    ) =>
+            {
+                self.report(
+                    Diagnostic::new(
+                        "E0311",
+                        ptr.expr.span,
+                        format!("`atomic_add` on {dtype} tensors is not supported"),
+                    )
+                    .with_help("accumulate into an f32, f64, f16, i32, u32 or i64 tensor"),
+                );
+                return Val::of(Ty::NoneV);
+            }
             Ty::Ref { dims, dtype } | Ty::Tensor { dims, dtype } => (dims.clone(), *dtype),
             Ty::Err => {
                 return if name == "load" {
@@ -1356,6 +1390,20 @@ impl Checker<'_> {
                 self.report(
                     Diagnostic::new("E0411", e.span, format!("`dot` takes 2-D tiles; `{}` has rank {}", v.ty, d.len()))
                         .with_help("add an axis with `[:, None]` / `[None, :]`, or reduce with `sum(a * b, axis=k)`"),
+                );
+                return Val::err();
+            }
+        }
+        // Tensor cores and the FMA path multiply floats only.
+        for (v, e) in [(l, le), (r, re)] {
+            if let Some(d) = v.ty.dtype().filter(|d| !d.is_float()) {
+                self.report(
+                    Diagnostic::new(
+                        "E0311",
+                        e.span,
+                        format!("`dot` multiplies float tiles; this one is {d}"),
+                    )
+                    .with_help("convert the operands first: `.to(f16)` or `.to(f32)`"),
                 );
                 return Val::err();
             }

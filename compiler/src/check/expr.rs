@@ -449,7 +449,17 @@ impl Checker<'_> {
                 }
                 dt
             }
-            Div if !dt.is_float() => DType::F32,
+            Div if !dt.is_float() && dt != DType::Bool => DType::F32,
+            // The code generator has no f64 exp2/log2 (PTX approximates f32 only).
+            Pow if dt == DType::F64 && self.in_kernel => {
+                self.report(
+                    Diagnostic::new("E0311", span, "`**` on f64 is not supported in kernels")
+                        .with_help(
+                            "compute it in f32 (`.to(f32)`), or multiply for a small integer power",
+                        ),
+                );
+                return Val::err();
+            }
             _ if dt == DType::Bool => {
                 self.report(
                     Diagnostic::new(
@@ -949,6 +959,13 @@ impl Checker<'_> {
                 } => {
                     out.push(dims[d].clone());
                     d += 1;
+                }
+                Index::Slice { step: Some(st), .. } => {
+                    self.report(
+                        Diagnostic::new("E0302", st.span, "slices of tiles with a step are not supported")
+                            .with_help("load the elements you need with a strided index tile: `load(x[arange(0, n) * 2])`"),
+                    );
+                    return Val::err();
                 }
                 Index::Slice {
                     start, end, span, ..

@@ -7,7 +7,7 @@ use super::ctx::{BindKind, Binding, Checker};
 use super::dims::Dim;
 use super::scope::{annotation, Annot, ModuleScope};
 use super::suggest;
-use super::types::{Ty, Value};
+use super::types::{DType, Ty, Value};
 use super::ItemCheck;
 use crate::backend::arch::Arch;
 use crate::diag::Diagnostic;
@@ -71,6 +71,34 @@ impl Checker<'_> {
                         p.name.name.clone(),
                         Binding {
                             ty,
+                            value: None,
+                            kind: BindKind::Param,
+                            span: p.name.span,
+                            maybe_unbound: false,
+                        },
+                    );
+                }
+                Annot::Ty(Ty::Scalar {
+                    dtype: dt @ (DType::F8E4M3 | DType::F8E5M2),
+                    ..
+                }) if self.in_kernel => {
+                    self.report(
+                        Diagnostic::new(
+                            "E0510",
+                            tspan,
+                            format!(
+                                "kernel parameter `{}` cannot be an {dt} scalar",
+                                p.name.name
+                            ),
+                        )
+                        .with_help(
+                            "pass it as f16 or f32 and convert with `.to(...)` where needed",
+                        ),
+                    );
+                    self.env.insert(
+                        p.name.name.clone(),
+                        Binding {
+                            ty: Ty::Err,
                             value: None,
                             kind: BindKind::Param,
                             span: p.name.span,

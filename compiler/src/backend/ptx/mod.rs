@@ -482,6 +482,9 @@ impl Printer<'_> {
                     MemTy::F32 => ("f32", RegTy::F32),
                     MemTy::F64 => ("f64", RegTy::F64),
                     MemTy::U32 => ("u32", RegTy::U32),
+                    // Two's complement: an unsigned add is the signed one.
+                    MemTy::I64 => ("u64", RegTy::I64),
+                    MemTy::F16 => ("noftz.f16", RegTy::B16),
                     _ => ("s32", RegTy::I32),
                 };
                 format!(
@@ -546,6 +549,16 @@ impl Printer<'_> {
                     list(c)
                 )
             }
+            // 64-bit values move as two halves, in a scope with its own registers.
+            Inst::ShflXor {
+                dst,
+                src,
+                lane_mask,
+            } if self.ty(*src).words() == 2 => format!(
+                "{{ .reg .b32 %lo, %hi; mov.b64 {{%lo, %hi}}, {}; shfl.sync.bfly.b32 %lo, %lo, {lane_mask}, 31, -1; shfl.sync.bfly.b32 %hi, %hi, {lane_mask}, 31, -1; mov.b64 {}, {{%lo, %hi}}; }}",
+                self.r(*src),
+                self.r(*dst)
+            ),
             Inst::ShflXor {
                 dst,
                 src,
@@ -573,22 +586,24 @@ impl Printer<'_> {
                 let q = self.extra_pred;
                 self.extra_pred += 1;
                 let hi_s = self.o(*hi, t);
+                // i32, or i64 for a loop over i64 bounds.
+                let sty = if t == RegTy::I64 { "s64" } else { "s32" };
                 match step {
                     Operand::Int(s) => {
                         let c = if *s > 0 { "ge" } else { "le" };
-                        self.line(depth, &format!("setp.{c}.s32 %q{q}, {ivn}, {hi_s};"));
+                        self.line(depth, &format!("setp.{c}.{sty} %q{q}, {ivn}, {hi_s};"));
                     }
                     _ => {
                         // Run-time step: exit when (step > 0 && iv >= hi) || (step <= 0 && iv <= hi).
                         let st = self.o(*step, t);
                         self.extra_pred += 2;
                         let (a, b) = (q + 1, q + 2);
-                        self.line(depth, &format!("setp.gt.s32 %q{a}, {st}, 0;"));
+                        self.line(depth, &format!("setp.gt.{sty} %q{a}, {st}, 0;"));
                         self.line(
                             depth,
-                            &format!("setp.ge.and.s32 %q{b}, {ivn}, {hi_s}, %q{a};"),
+                            &format!("setp.ge.and.{sty} %q{b}, {ivn}, {hi_s}, %q{a};"),
                         );
-                        self.line(depth, &format!("setp.le.s32 %q{q}, {ivn}, {hi_s};"));
+                        self.line(depth, &format!("setp.le.{sty} %q{q}, {ivn}, {hi_s};"));
                         self.line(depth, &format!("not.pred %q{a}, %q{a};"));
                         self.line(depth, &format!("and.pred %q{q}, %q{q}, %q{a};"));
                         self.line(depth, &format!("or.pred %q{q}, %q{q}, %q{b};"));

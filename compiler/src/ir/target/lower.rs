@@ -1235,7 +1235,11 @@ impl<'a> Lower<'a> {
     fn unary(&mut self, u: UnaryOp, ty: RegTy, d: DType, x: Operand) -> R<Operand> {
         let f32 = ty == RegTy::F32;
         let float = ty.is_float();
+        let unsigned = matches!(ty, RegTy::U32 | RegTy::U64);
         Ok(match u {
+            // PTX has no unsigned neg/abs: -x wraps as 0 - x, |x| is x.
+            UnaryOp::Neg if unsigned => self.bin(BinOp::Sub, ty, Operand::Int(0), x),
+            UnaryOp::Abs if unsigned => x,
             UnaryOp::Neg => self.un(UnOp::Neg, ty, x),
             UnaryOp::Not | UnaryOp::Invert => {
                 let x = self.materialize(ty, x);
@@ -1411,7 +1415,27 @@ impl<'a> Lower<'a> {
             BinaryOp::Gt => CmpOp::Gt,
             _ => CmpOp::Ge,
         };
+        let pred = ty == RegTy::Pred;
         Ok(match b {
+            // Bools order False < True: max is or, min is and.
+            BinaryOp::Max if pred => self.bin(BinOp::Or, ty, x, y),
+            BinaryOp::Min if pred => self.bin(BinOp::And, ty, x, y),
+            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge if pred => {
+                let (x, y) = if matches!(b, BinaryOp::Gt | BinaryOp::Ge) {
+                    (y, x)
+                } else {
+                    (x, y)
+                };
+                let x = self.materialize(ty, x);
+                let nx = self.un(UnOp::Not, ty, x);
+                // x < y: !x & y;  x <= y: !x | y.
+                let op = if matches!(b, BinaryOp::Lt | BinaryOp::Gt) {
+                    BinOp::And
+                } else {
+                    BinOp::Or
+                };
+                self.bin(op, ty, nx, y)
+            }
             BinaryOp::Add => self.bin(BinOp::Add, ty, x, y),
             BinaryOp::Sub => self.bin(BinOp::Sub, ty, x, y),
             BinaryOp::Mul => self.bin(BinOp::Mul, ty, x, y),
@@ -2121,7 +2145,12 @@ impl<'a> Lower<'a> {
             self.tk.params[tensor].name,
             layout
         )));
-        if atomic && !matches!(mem, MemTy::F32 | MemTy::I32 | MemTy::U32 | MemTy::F64) {
+        if atomic
+            && !matches!(
+                mem,
+                MemTy::F32 | MemTy::I32 | MemTy::U32 | MemTy::F64 | MemTy::I64 | MemTy::F16
+            )
+        {
             return self.unsupported(format!("atomic_add on {}", dtype.name()));
         }
         let mask = match mask {
@@ -2214,10 +2243,39 @@ impl<'a> Lower<'a> {
     }
 
     fn reduce(&mut self, r: ReduceOp, x: &TV, axis: usize, keepdims: bool) -> R<TV> {
-        if !matches!(x.ty, RegTy::F32 | RegTy::I32 | RegTy::U32) {
+        if x.ty == RegTy::Pred {
+            // Bools reduce as 0/1 (max: any, min: all).
+            let ops = x
+                .ops
+                .iter()
+                .map(|&o| self.select(RegTy::U32, o, Operand::Int(1), Operand::Int(0)))
+                .collect();
+            let xi = TV {
+                ops,
+                ty: RegTy::U32,
+                ..x.clone()
+            };
+            let red = self.reduce(r, &xi, axis, keepdims)?;
+            let ops = red
+                .ops
+                .iter()
+                .map(|&o| self.cmp(CmpOp::Ne, RegTy::U32, o, Operand::Int(0)))
+                .collect();
+            return Ok(TV {
+                ops,
+                ty: RegTy::Pred,
+                ..red
+            });
+        }
+        if !matches!(
+            x.ty,
+            RegTy::F32 | RegTy::I32 | RegTy::U32 | RegTy::F64 | RegTy::I64 | RegTy::U64
+        ) {
             return self.unsupported(format!("a reduction over {}", x.dtype.name()));
         }
         let ty = x.ty;
+        // Bytes per partial in shared memory.
+        let eb: i64 = if ty.words() == 2 { 8 } else { 4 };
         self.emit(Inst::Comment(format!("reduce axis {axis} of {}", x.layout)));
         let out = Rc::new(x.layout.slice(axis, keepdims));
         // 1. Within the thread.
@@ -2265,7 +2323,7 @@ impl<'a> Lower<'a> {
         if !wterms.is_empty() {
             let nw: u32 = wterms.iter().map(|t| 1u32 << t.bits).product();
             let n_out: u64 = out.shape.iter().map(|&d| d as u64).product();
-            self.reserve_scratch((n_out * nw as u64 * 4) as u32);
+            self.reserve_scratch((n_out * nw as u64 * eb as u64) as u32);
             // The warp's index along the axis.
             let mut widx = Operand::Int(0);
             let mut acc_bits = 0u8;
@@ -2285,18 +2343,19 @@ impl<'a> Lower<'a> {
             }
             let smem = self.scratch_addr();
             let lb = self.linear_base(&out.clone());
-            let row = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(nw as i64 * 4));
+            let row = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(nw as i64 * eb));
             let rbase = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), row);
             let rbase = self.materialize(RegTy::U32, rbase);
-            let wo = self.bin(BinOp::Mul, RegTy::I32, widx, Operand::Int(4));
+            let wo = self.bin(BinOp::Mul, RegTy::I32, widx, Operand::Int(eb));
             let waddr = self.bin(BinOp::Add, RegTy::U32, rbase, wo);
             let waddr = self.materialize(RegTy::U32, waddr).reg().expect("reg");
             let rbase = rbase.reg().expect("reg");
             let strides = row_major(&out.shape);
-            let mem = if ty == RegTy::F32 {
-                MemTy::F32
-            } else {
-                MemTy::U32
+            let mem = match ty {
+                RegTy::F32 => MemTy::F32,
+                RegTy::F64 => MemTy::F64,
+                RegTy::I64 | RegTy::U64 => MemTy::I64,
+                _ => MemTy::U32,
             };
             let lins: Vec<i64> = out
                 .slots
@@ -2314,7 +2373,7 @@ impl<'a> Lower<'a> {
                     mem,
                     src: vec![*p],
                     addr: waddr,
-                    offset: lins[j] * nw as i64 * 4,
+                    offset: lins[j] * nw as i64 * eb,
                     pred: None,
                 });
             }
@@ -2328,7 +2387,7 @@ impl<'a> Lower<'a> {
                         mem,
                         dst: vec![dst],
                         addr: rbase,
-                        offset: lins[j] * nw as i64 * 4 + w * 4,
+                        offset: lins[j] * nw as i64 * eb + w * eb,
                         pred: None,
                     });
                     acc = Some(match acc {
@@ -3778,13 +3837,18 @@ impl<'a> Lower<'a> {
         }
         let hint = self.yield_layouts(body);
         let carried = self.carried(init, &hint);
-        let iv = self.new_reg(RegTy::I32);
+        // The loop variable has the bounds' type (i32, or i64 over i64 bounds).
+        let idt = self.tk.ty(body.args[0]).dtype();
+        let ity = if idt == DType::I64 {
+            RegTy::I64
+        } else {
+            RegTy::I32
+        };
+        let iv = self.new_reg(ity);
         let d = gcd(self.divisor(lo), self.divisor(step));
         self.div.insert(body.args[0], d);
-        self.vals.insert(
-            body.args[0],
-            self.scalar_tv(Operand::Reg(iv), RegTy::I32, DType::I32),
-        );
+        self.vals
+            .insert(body.args[0], self.scalar_tv(Operand::Reg(iv), ity, idt));
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }

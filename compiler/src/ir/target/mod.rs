@@ -374,7 +374,8 @@ pub enum Inst {
         b: Vec<Reg>,
         c: Vec<Reg>,
     },
-    /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole warp).
+    /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole
+    /// warp); a 64-bit register moves as two 32-bit halves.
     ShflXor {
         dst: Reg,
         src: Reg,

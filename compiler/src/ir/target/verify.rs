@@ -205,9 +205,10 @@ impl Verifier<'_> {
                     self.data(i, *mem, ty(r));
                 }
             }
-            Inst::ShflXor { dst, src, .. } if ty(dst) != ty(src) || ty(dst).words() != 1 => {
-                self.errors
-                    .push(format!("{i:?}: shuffles move one 32-bit register"));
+            Inst::ShflXor { dst, src, .. } if ty(dst) != ty(src) || ty(dst) == RegTy::Pred => {
+                self.errors.push(format!(
+                    "{i:?}: shuffles move one register (32 or 64 bits) of one type"
+                ));
             }
             Inst::CpAsync {
                 dst,

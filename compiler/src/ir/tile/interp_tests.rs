@@ -658,3 +658,77 @@ fn powers_follow_powf_and_wrap_on_integers() {
     iwant.extend(e.iter().map(|&k| ipow(k as i64 - 2, k as i64 - 5)));
     close(out(&args[3]), &iwant, 0.0);
 }
+
+/// tests/ui/emit/kernel_dtypes.tsr: i64 loop bounds and indices, unsigned
+/// negation, bool reductions and ordering, f64/i64 reductions, f16 and i64
+/// atomics, a `for` with `break` over a run-time step.
+#[test]
+fn less_common_dtypes_and_forms() {
+    let src = include_str!("../../../../tests/ui/emit/kernel_dtypes.tsr");
+    let spec = Specialization::new();
+    // i64 bounds: out[s : s + 16] = 2 * sum_{i in [s, t)} x[i : i + 16].
+    let k = kernel(src, "i64_indices", &spec);
+    let n = 40;
+    let x = q(DType::F32, data(n, 41));
+    let (s, t) = (3usize, 7usize);
+    let mut args = [
+        tensor(&[n], x.clone()),
+        tensor(&[n], vec![0.0; n]),
+        ArgV::Scalar(s as f64),
+        ArgV::Scalar(t as f64),
+    ];
+    launch(&k, [1, 1, 1], &mut args);
+    let mut want = vec![0.0; n];
+    for j in 0..16 {
+        want[s + j] = 2.0 * (s..t).map(|i| x[i + j]).sum::<f64>();
+    }
+    close(out(&args[1]), &want, 1e-5);
+    // Unsigned negation wraps; bools order False < True.
+    let k = kernel(src, "small_ints", &spec);
+    let a: Vec<f64> = (0..64).map(|i| (i * 7 % 256) as f64).collect();
+    let b: Vec<f64> = (0..64).map(|i| (i * 1_000_003) as f64).collect();
+    let f: Vec<f64> = (0..64).map(|i| (i % 3 == 0) as u8 as f64).collect();
+    let mut args = [
+        tensor(&[64], a.clone()),
+        tensor(&[64], b.clone()),
+        tensor(&[64], f.clone()),
+        tensor(&[64], vec![0.0; 64]),
+        tensor(&[2], vec![0.0; 2]),
+    ];
+    launch(&k, [1, 1, 1], &mut args);
+    let want: Vec<f64> = (0..64)
+        .map(|i| {
+            let (x, y) = (a[i] as u32 as u8, b[i] as u32);
+            let negx = (x.wrapping_neg()) as u32;
+            y.wrapping_neg().wrapping_add(y).wrapping_add(negx) as f64
+        })
+        .collect();
+    close(out(&args[3]), &want, 0.0);
+    let g0 = a[0] > 3.0;
+    let any = f.iter().any(|&v| v != 0.0) | (!(f[0] != 0.0) & g0);
+    let all = (0..64).all(|i| f[i] != 0.0 || a[i] > 3.0);
+    close(out(&args[4]), &[any as u8 as f64, all as u8 as f64], 0.0);
+    // A run-time step with a break.
+    let k = kernel(src, "strided_until", &spec);
+    let n = 50;
+    let x: Vec<f64> = (0..n).map(|i| i as f64 * 0.25).collect();
+    for (step, limit) in [(3i64, 6.0), (7, 100.0), (-1, 0.0)] {
+        let mut args = [
+            tensor(&[n], x.clone()),
+            tensor(&[1], vec![0.0]),
+            ArgV::Scalar(step as f64),
+            ArgV::Scalar(limit),
+        ];
+        launch(&k, [1, 1, 1], &mut args);
+        let mut acc = 0.0;
+        let mut i = 0i64;
+        while (step > 0 && i < n as i64) || (step < 0 && i > n as i64) {
+            if x[i as usize] > limit {
+                break;
+            }
+            acc += x[i as usize];
+            i += step;
+        }
+        close(out(&args[1]), &[acc], 1e-6);
+    }
+}

@@ -316,6 +316,10 @@ enum LV {
     ToMethod(Box<LV>),
     List(Vec<LV>),
     NoneV,
+    /// A value only the host has (a function, kernel, module or dict bound
+    /// to a name): kernels cannot use it (the checker rejects every use but
+    /// binding it), so it lowers to nothing.
+    Host,
 }
 
 impl LV {
@@ -330,6 +334,7 @@ impl LV {
             LV::ToMethod(_) => "method",
             LV::List(_) => "list",
             LV::NoneV => "None",
+            LV::Host => "host value",
         }
     }
 }
@@ -357,6 +362,34 @@ struct Lowerer<'a> {
     /// Dims a tile shape needed but the specialization lacked (E0511).
     missing_dims: Vec<String>,
     diags: Vec<Diagnostic>,
+}
+
+/// The items of a constant tuple or list, as lowering values.
+fn const_items(items: &[CValue]) -> Vec<LV> {
+    items
+        .iter()
+        .map(|v| match v {
+            CValue::Int(_) => LV::Const {
+                c: v.clone(),
+                dtype: DType::I32,
+                weak: true,
+            },
+            CValue::Float(_) => LV::Const {
+                c: v.clone(),
+                dtype: DType::F32,
+                weak: true,
+            },
+            CValue::Bool(_) => LV::Const {
+                c: v.clone(),
+                dtype: DType::Bool,
+                weak: true,
+            },
+            CValue::Str(s) => LV::Str(s.clone()),
+            CValue::DType(d) => LV::DType(*d),
+            CValue::Tuple(t) => LV::List(const_items(t)),
+            CValue::None => LV::NoneV,
+        })
+        .collect()
 }
 
 fn tile_type(shape: Vec<u32>, dtype: DType) -> Type {
@@ -1649,6 +1682,17 @@ impl<'a> Lowerer<'a> {
                 dt = DType::I64;
             }
         }
+        if self.sym_of(&step.0).and_then(|d| d.as_const()) == Some(0) {
+            self.diags.push(
+                Diagnostic::new(
+                    "E0315",
+                    step.1,
+                    "`range` has step 0 once the kernel is specialised",
+                )
+                .with_help("give the step a non-zero value"),
+            );
+            return Err(());
+        }
         let lo_v = self.materialize(&lo.0, dt, lo.1)?;
         let hi_v = self.materialize(&hi.0, dt, hi.1)?;
         let step_v = self.materialize(&step.0, dt, step.1)?;
@@ -1663,33 +1707,39 @@ impl<'a> Lowerer<'a> {
         let saved = self.env.clone();
         if j.brk {
             // `for` with `break`: a `while` over (iv, broken, carried...).
-            let step_c = match self.sym_of(&step.0).and_then(|d| d.as_const()) {
-                Some(c) => c,
-                None => {
-                    self.unsupported(step.1, "a `for` loop with `break` and a run-time step");
-                    return Err(());
-                }
-            };
+            let step_c = self.sym_of(&step.0).and_then(|d| d.as_const());
             let false_v = self.constant(Constant::Bool(false), DType::Bool);
-            let cmp = if step_c > 0 {
-                BinaryOp::Lt
-            } else {
-                BinaryOp::Gt
-            };
-            // The condition: iv < hi and not broken.
+            let zero_v = self.constant(Constant::Int(0), dt);
+            // The condition: iv before hi (in the step's direction) and not broken.
             let iv_c = self.b.value(Type::Scalar(dt));
             let brk_c = self.b.value(Type::Scalar(DType::Bool));
             let mut cargs = vec![iv_c, brk_c];
             cargs.extend(self.bind_args(&names, &init));
             self.b.begin();
-            let more = self.b.push1(
-                OpKind::Binary {
-                    op: cmp,
-                    a: iv_c,
-                    b: hi_v,
-                },
-                Type::Scalar(DType::Bool),
-            );
+            let bool_t = Type::Scalar(DType::Bool);
+            let more = match step_c {
+                Some(c) => self.b.push1(
+                    OpKind::Binary {
+                        op: if c > 0 { BinaryOp::Lt } else { BinaryOp::Gt },
+                        a: iv_c,
+                        b: hi_v,
+                    },
+                    bool_t.clone(),
+                ),
+                None => {
+                    // A run-time step: (step > 0 and iv < hi) or (step < 0 and iv > hi).
+                    let bin = |this: &mut Self, op, a, b| {
+                        this.b.push1(OpKind::Binary { op, a, b }, bool_t.clone())
+                    };
+                    let up = bin(self, BinaryOp::Gt, step_v, zero_v);
+                    let down = bin(self, BinaryOp::Lt, step_v, zero_v);
+                    let lt = bin(self, BinaryOp::Lt, iv_c, hi_v);
+                    let gt = bin(self, BinaryOp::Gt, iv_c, hi_v);
+                    let a = bin(self, BinaryOp::And, up, lt);
+                    let b = bin(self, BinaryOp::And, down, gt);
+                    bin(self, BinaryOp::Or, a, b)
+                }
+            };
             let not_broken = self.b.push1(
                 OpKind::Unary {
                     op: UnaryOp::Not,
@@ -2034,6 +2084,8 @@ impl<'a> Lowerer<'a> {
                         }
                         Ok(LV::List(items))
                     }
+                    ("dtype", LV::Tensor(t)) => Ok(LV::DType(self.tensor_dtype(*t))),
+                    ("dtype", LV::Ref { tensor, .. }) => Ok(LV::DType(self.tensor_dtype(*tensor))),
                     ("dtype", _) => {
                         let (d, _, _) = self.info(&v, e.span)?;
                         Ok(LV::DType(d))
@@ -2051,10 +2103,7 @@ impl<'a> Lowerer<'a> {
                 }
                 Ok(LV::List(vs))
             }
-            ExprKind::Dict(_) => {
-                self.unsupported(e.span, "a dict in a kernel");
-                Err(())
-            }
+            ExprKind::Dict(_) => Ok(LV::Host),
             ExprKind::Error => {
                 self.internal(e.span, "an expression with a syntax error");
                 Err(())
@@ -2076,10 +2125,9 @@ impl<'a> Lowerer<'a> {
                         CValue::Bool(_) => (DType::Bool, true),
                         CValue::DType(d) => return Ok(LV::DType(*d)),
                         CValue::Str(s) => return Ok(LV::Str(s.clone())),
-                        _ => {
-                            self.unsupported(id.span, format!("the constant `{}` here", id.name));
-                            return Err(());
-                        }
+                        CValue::None => return Ok(LV::NoneV),
+                        // A list or tuple: its items (indexed with constants).
+                        CValue::Tuple(items) => return Ok(LV::List(const_items(items))),
                     },
                 };
                 return Ok(LV::Const {
@@ -2088,10 +2136,7 @@ impl<'a> Lowerer<'a> {
                     weak,
                 });
             }
-            Some(_) => {
-                self.unsupported(id.span, format!("using `{}` inside a kernel", id.name));
-                return Err(());
-            }
+            Some(_) => return Ok(LV::Host),
             None => {}
         }
         if let Some(b) = builtins::lookup(&id.name) {
@@ -2661,8 +2706,8 @@ impl<'a> Lowerer<'a> {
     }
 
     /// An integer index (scalar or tile) as `i32`. Wider indices are clamped
-    /// to `[-1, i32::MAX]` first, so one past `i32` stays out of bounds
-    /// instead of wrapping into them.
+    /// to the `i32` range first, so one past it stays out of bounds instead
+    /// of wrapping into them.
     fn index_i32(&mut self, v: Value) -> Value {
         let t = self.b.ty(v).clone();
         let d = t.dtype();
@@ -2689,7 +2734,7 @@ impl<'a> Lowerer<'a> {
                 )
             };
             if d == DType::I64 {
-                v = bound(self, BinaryOp::Max, v, -1);
+                v = bound(self, BinaryOp::Max, v, i32::MIN as i64);
             }
             v = bound(self, BinaryOp::Min, v, i32::MAX as i64);
         }
@@ -2733,11 +2778,13 @@ impl<'a> Lowerer<'a> {
         self.coerce(&lv, d, shape, span)
     }
 
-    /// An integer index as an `i32` (or `i64`) value.
+    /// An integer index as an `i32` value (a wider one clamped to the `i32`
+    /// range, which stays out of bounds: tensor dims are below 2^31).
     fn index_value(&mut self, lv: &LV, span: Span) -> R<Value> {
         let (d, weak, _) = self.info(lv, span)?;
         let d = if weak || !d.is_int() { DType::I32 } else { d };
-        self.materialize(lv, d, span)
+        let v = self.materialize(lv, d, span)?;
+        Ok(self.index_i32(v))
     }
 
     // ---- calls ----
@@ -2883,10 +2930,9 @@ impl<'a> Lowerer<'a> {
                 self.binary(BinOp::FloorDiv, s, y, span, &a.value, &b.value)
             }
             "min" | "max" | "sum" | "mean" => {
-                let is_reduce = matches!(name, "sum" | "mean")
-                    || bound.positional.len() == 1
-                    || slot(1).is_some_and(|a| a.name.is_some())
-                    || slot(2).is_some();
+                // As the checker reads them: two or more positional arguments
+                // are an elementwise min/max (`max(a, b, 0.0)`), else a reduction.
+                let is_reduce = matches!(name, "sum" | "mean") || bound.positional.len() < 2;
                 if !is_reduce {
                     let op = if name == "min" {
                         BinaryOp::Min
@@ -3044,7 +3090,14 @@ impl<'a> Lowerer<'a> {
                 for it in &items {
                     let n = self.const_int(it, shape_arg.value.span, "a tile dim")?;
                     if n <= 0 {
-                        self.internal(shape_arg.span, "a tile dim must be positive");
+                        self.diags.push(
+                            Diagnostic::new(
+                                "E0406",
+                                shape_arg.value.span,
+                                format!("a tile dim is {n} once the kernel is specialised; tile dims must be positive"),
+                            )
+                            .with_help("give the const parameters that size this tile positive values"),
+                        );
                         return Err(());
                     }
                     shape.push(n as u32);
@@ -3108,6 +3161,7 @@ impl<'a> Lowerer<'a> {
                             Constant::Float(c.as_int().unwrap_or(0) as f64)
                         }
                         (CValue::Int(_), d) if d.is_int() => Constant::Int(c.as_int().unwrap_or(0)),
+                        (CValue::Int(_), DType::Bool) => Constant::Bool(c.as_int() != Some(0)),
                         _ => {
                             self.internal(span, format!("`other={c}` for a {dtype} tensor"));
                             return Err(());

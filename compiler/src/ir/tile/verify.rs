@@ -373,7 +373,15 @@ impl Verifier<'_> {
                     BinaryOp::Div => d.is_float(),
                     BinaryOp::Pow => d.is_float() || d.is_int(),
                     BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d.is_int() || d == DType::Bool,
-                    BinaryOp::Eq | BinaryOp::Ne => true,
+                    // Bools order False < True.
+                    BinaryOp::Eq
+                    | BinaryOp::Ne
+                    | BinaryOp::Lt
+                    | BinaryOp::Le
+                    | BinaryOp::Gt
+                    | BinaryOp::Ge
+                    | BinaryOp::Max
+                    | BinaryOp::Min => true,
                     _ => d.is_int() || d.is_float(),
                 };
                 if !ok {
