@@ -6,13 +6,17 @@
 //! * `position` — byte offsets ↔ UTF-16 positions;
 //! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
 //! * `emit` — the `tessera/emit` request;
-//! * `actions` — quick fixes.
+//! * `actions` — quick fixes;
+//! * `complete` — completion items valid where the cursor is;
+//! * `hints` — inlay hints (kernel estimates survive errors elsewhere).
 //!
 //! The editor queries themselves (hover, definitions, completion, ...) live in
 //! `tessera::ide`, over the checker's results.
 
 pub mod actions;
+pub mod complete;
 pub mod emit;
+pub mod hints;
 pub mod paths;
 pub mod position;
 pub mod server;

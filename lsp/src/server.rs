@@ -799,7 +799,7 @@ impl LanguageServer for Backend {
             let ix = LineIndex::new(file.text(&s.db));
             let from = ix.offset(params.range.start);
             let to = ix.offset(params.range.end);
-            let hints = ide::inlay_hints(&s.db, file, s.options, &s.spec, from, to);
+            let hints = crate::hints::inlay_hints(&s.db, file, s.options, &s.spec, from, to);
             Ok(Some(
                 hints
                     .into_iter()
@@ -822,41 +822,13 @@ impl LanguageServer for Backend {
     async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
         let p = params.text_document_position;
         self.on_snapshot("completion", None, move |s| {
-            use tessera::ide::complete::CompletionKind as K;
             let Some(file) = s.file(&p.text_document.uri) else {
                 return Ok(None);
             };
             let off = offset_of(s, file, p.position);
-            let items = ide::complete::completions(&s.db, file, s.options, off)
-                .into_iter()
-                .map(|c| CompletionItem {
-                    label: c.label,
-                    kind: Some(match c.kind {
-                        K::Local | K::Variable => CompletionItemKind::VARIABLE,
-                        K::Param => CompletionItemKind::VARIABLE,
-                        K::Dim => CompletionItemKind::TYPE_PARAMETER,
-                        K::Function | K::Kernel | K::Builtin => CompletionItemKind::FUNCTION,
-                        K::Const => CompletionItemKind::CONSTANT,
-                        K::Module => CompletionItemKind::MODULE,
-                        K::Type => CompletionItemKind::TYPE_PARAMETER,
-                        K::Keyword => CompletionItemKind::KEYWORD,
-                        K::Decorator => CompletionItemKind::FUNCTION,
-                        K::Option => CompletionItemKind::PROPERTY,
-                        K::Field => CompletionItemKind::FIELD,
-                        K::Method => CompletionItemKind::METHOD,
-                    }),
-                    detail: c.detail,
-                    documentation: c.doc.map(|d| {
-                        Documentation::MarkupContent(MarkupContent {
-                            kind: MarkupKind::Markdown,
-                            value: d,
-                        })
-                    }),
-                    insert_text: c.insert,
-                    ..Default::default()
-                })
-                .collect();
-            Ok(Some(CompletionResponse::Array(items)))
+            Ok(Some(CompletionResponse::Array(crate::complete::items(
+                &s.db, s.options, file, off,
+            ))))
         })
         .await
     }
@@ -996,14 +968,23 @@ impl LanguageServer for Backend {
             return Ok(None);
         };
         let uri = params.text_document.uri;
-        let actions: Vec<CodeActionOrCommand> = params
-            .context
-            .diagnostics
-            .iter()
-            .flat_map(|d| crate::actions::quick_fixes(&uri, &text, d))
-            .map(CodeActionOrCommand::CodeAction)
-            .collect();
-        Ok(Some(actions))
+        // No snapshot needed (the text and the diagnostics are all it reads),
+        // but the same guard: a panic is logged and answered, never fatal.
+        let (r, log) = caught("codeAction", || {
+            Ok(Some(
+                params
+                    .context
+                    .diagnostics
+                    .iter()
+                    .flat_map(|d| crate::actions::quick_fixes(&uri, &text, d))
+                    .map(CodeActionOrCommand::CodeAction)
+                    .collect(),
+            ))
+        });
+        if let Some(log) = log {
+            self.client.log_message(MessageType::ERROR, log).await;
+        }
+        r
     }
 }
 
@@ -1036,6 +1017,11 @@ impl Backend {
             match crate::emit::emit(&s.db, s.options, file, &params, offset) {
                 Ok(r) => Ok(r),
                 Err(EmitFailure::Invalid(m)) => Err(Error::invalid_params(m)),
+                Err(EmitFailure::Unsupported(m)) => Err(Error {
+                    code: ErrorCode::ServerError(REQUEST_FAILED),
+                    message: m.into(),
+                    data: None,
+                }),
                 Err(EmitFailure::Diagnostics(m, diags)) => Err(Error {
                     code: ErrorCode::ServerError(REQUEST_FAILED),
                     message: m.into(),

@@ -413,8 +413,13 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .iter()
         .map(|i| i["label"].as_str().unwrap())
         .collect();
-    for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "scale", "nn"] {
+    for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "nn"] {
         assert!(labels.contains(&want), "{want} in {labels:?}");
+    }
+    // Nothing a kernel may not call: functions (E0508), whole-tensor and
+    // session builtins (E0508, E0725).
+    for absent in ["scale", "twice", "matmul", "print", "load_npy"] {
+        assert!(!labels.contains(&absent), "{absent} in {labels:?}");
     }
     let load = items
         .as_array()
@@ -438,6 +443,22 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         labels.contains(&"relu") && labels.contains(&"softmax"),
         "{labels:?}"
     );
+    // In a whole-tensor function: functions and tensor builtins, no kernel
+    // builtins (E0503) or session builtins (E0725).
+    let (l, col) = find(&good, "return scale(", "scale");
+    let items = c.at("textDocument/completion", &main, l, col);
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    for want in ["scale", "tile_add", "matmul", "a"] {
+        assert!(labels.contains(&want), "{want} in {labels:?}");
+    }
+    for absent in ["load", "program_id", "print", "save_npy"] {
+        assert!(!labels.contains(&absent), "{absent} in {labels:?}");
+    }
 
     // Signature help inside `load(`.
     let (l, col) = find(&good, "a = load", "x[");
@@ -525,6 +546,24 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap_err();
     assert_eq!(e["code"], -32602);
+    // HIP is in the brief but not built: said so, for the kind and for PTX
+    // on an AMD arch.
+    for (kind, arch) in [("hip", "gfx942"), ("ptx", "gfx90a")] {
+        let e = c
+            .request(
+                "tessera/emit",
+                json!({"uri": main, "kind": kind, "arch": arch, "kernel": "tile_add"}),
+            )
+            .unwrap_err();
+        assert_eq!(e["code"], -32803, "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("HIP is not built yet"),
+            "{e}"
+        );
+    }
     c.change(&main, 4, range(l, c0, l, c0 + 6), "BN");
     assert!(c.diagnostics(&main, 4).is_empty());
 
@@ -547,6 +586,21 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     assert_eq!(edit["range"], range(l, col, l, col + 4));
     c.change(&main, 6, range(l, col, l, col + 4), "load");
     assert!(c.diagnostics(&main, 6).is_empty());
+
+    // A document not saved anywhere (VS Code's untitled editors) is checked too.
+    // Just the kernel: there is no folder to import `helpers` from.
+    let kernel = &bad[bad.find("@kernel").unwrap()..bad.find("\n\n\ndef twice").unwrap()];
+    let untitled = "untitled:Untitled-1";
+    c.open(untitled, kernel, 1);
+    let diags = c.diagnostics(untitled, 1);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["code"], "E0402");
+    let (l, col) = find(kernel, "store(out", "a + b");
+    let h = c.at("textDocument/hover", untitled, l, col);
+    assert!(h["contents"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("Tile[128, 64, bf16]"));
 
     // The arch setting changes the estimate (and re-publishes diagnostics).
     c.notify(
