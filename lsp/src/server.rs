@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
@@ -37,11 +38,26 @@ struct Doc {
     text: String,
     version: i32,
     path: PathBuf,
+    /// The diagnostics last published for it.
+    published: Option<Vec<Diagnostic>>,
+}
+
+/// What one publication of a document's diagnostics holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// The checker's diagnostics, published always.
+    Checker,
+    /// With the kernels' resource diagnostics, published if there are any.
+    Resources,
+    /// Both, published if they differ from the last publication.
+    IfChanged,
 }
 
 struct State {
     db: Mutex<Database>,
     docs: Mutex<HashMap<Url, Doc>>,
+    /// Counts document changes, to run `refresh_others` once edits pause.
+    edits: AtomicU64,
     /// `.tsr` files of the workspace folders (database paths).
     workspace: Mutex<Vec<PathBuf>>,
     roots: Mutex<Vec<PathBuf>>,
@@ -155,6 +171,7 @@ impl Backend {
             state: Arc::new(State {
                 db: Mutex::new(Database::new()),
                 docs: Mutex::new(HashMap::new()),
+                edits: AtomicU64::new(0),
                 workspace: Mutex::new(Vec::new()),
                 roots: Mutex::new(Vec::new()),
                 options: Mutex::new(HashMap::new()),
@@ -221,17 +238,43 @@ impl Backend {
     /// since lowering every kernel costs more than checking — again with the
     /// resource warnings of the kernels (W0003, W0004, E06xx).
     async fn publish(&self, uri: Url, version: i32) {
-        if self.publish_once(&uri, version, false).await {
+        if self.publish_once(&uri, version, Pass::Checker).await {
             let this = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(RESOURCES_DELAY).await;
-                this.publish_once(&uri, version, true).await;
+                this.publish_once(&uri, version, Pass::Resources).await;
             });
         }
     }
 
+    /// After a change to `changed`, the other open documents: one that imports
+    /// it (or is imported by it) may have new diagnostics. Once the edits
+    /// pause; each is published only if its diagnostics changed.
+    fn refresh_others(&self, changed: Url) {
+        let generation = self.state.edits.fetch_add(1, Ordering::SeqCst) + 1;
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RESOURCES_DELAY).await;
+            if this.state.edits.load(Ordering::SeqCst) != generation {
+                return;
+            }
+            let open: Vec<(Url, i32)> = this
+                .state
+                .docs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|(u, _)| **u != changed)
+                .map(|(u, d)| (u.clone(), d.version))
+                .collect();
+            for (u, v) in open {
+                this.publish_once(&u, v, Pass::IfChanged).await;
+            }
+        });
+    }
+
     /// One publication; false when the version is stale or was cancelled.
-    async fn publish_once(&self, uri: &Url, version: i32, with_resources: bool) -> bool {
+    async fn publish_once(&self, uri: &Url, version: i32, pass: Pass) -> bool {
         if self.current_version(uri) != Some(version) {
             return false;
         }
@@ -242,7 +285,7 @@ impl Backend {
                     return Ok(None);
                 };
                 let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
-                if with_resources {
+                if pass != Pass::Checker {
                     let (_, extra) = tessera::backend::resources::file_resources(
                         &s.db, file, s.options, &s.spec,
                     );
@@ -253,7 +296,7 @@ impl Backend {
                         .into_iter()
                         .filter(|d| d.code.starts_with("W000") || d.code.starts_with("E060"))
                         .collect();
-                    if extra.is_empty() {
+                    if extra.is_empty() && pass == Pass::Resources {
                         return Ok(None);
                     }
                     diags.extend(extra);
@@ -262,7 +305,17 @@ impl Backend {
             })
             .await;
         match r {
-            Ok(Some(diags)) if self.current_version(uri) == Some(version) => {
+            Ok(Some(diags)) => {
+                {
+                    let mut docs = self.state.docs.lock().unwrap_or_else(|e| e.into_inner());
+                    let Some(doc) = docs.get_mut(uri).filter(|d| d.version == version) else {
+                        return false;
+                    };
+                    if pass == Pass::IfChanged && doc.published.as_ref() == Some(&diags) {
+                        return true;
+                    }
+                    doc.published = Some(diags.clone());
+                }
                 self.client
                     .publish_diagnostics(uri.clone(), diags, Some(version))
                     .await;
@@ -643,9 +696,11 @@ impl LanguageServer for Backend {
                     text: doc.text,
                     version: doc.version,
                     path,
+                    published: None,
                 },
             );
-        self.publish(doc.uri, doc.version).await;
+        self.publish(doc.uri.clone(), doc.version).await;
+        self.refresh_others(doc.uri);
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {
@@ -675,7 +730,8 @@ impl LanguageServer for Backend {
                 .log_message(MessageType::ERROR, format!("didChange: {e}"))
                 .await;
         }
-        self.publish(uri, version).await;
+        self.publish(uri.clone(), version).await;
+        self.refresh_others(uri);
     }
 
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
@@ -692,7 +748,65 @@ impl LanguageServer for Backend {
                 let _ = self.set_text(&doc.path, text);
             }
         }
-        self.client.publish_diagnostics(uri, Vec::new(), None).await;
+        self.client
+            .publish_diagnostics(uri.clone(), Vec::new(), None)
+            .await;
+        self.refresh_others(uri);
+    }
+
+    /// Files changed on disk (the VS Code extension watches `**/*.tsr`): a
+    /// file that is not open is read again, so its importers see the new text.
+    async fn did_change_watched_files(&self, params: DidChangeWatchedFilesParams) {
+        let open: Vec<PathBuf> = self
+            .state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|d| d.path.clone())
+            .collect();
+        let mut reloaded = None;
+        for change in params.changes {
+            let Some(path) = self.state.paths.db_path(&change.uri) else {
+                continue;
+            };
+            if Paths::is_stdlib(&path)
+                || open.contains(&path)
+                || path.extension().is_none_or(|x| x != "tsr")
+            {
+                continue;
+            }
+            let text = if change.typ == FileChangeType::DELETED {
+                None
+            } else {
+                std::fs::read_to_string(&path).ok()
+            };
+            {
+                let mut workspace = self
+                    .state
+                    .workspace
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                workspace.retain(|p| *p != path);
+                if text.is_some() {
+                    workspace.push(path.clone());
+                }
+            }
+            // A deleted file: the database cannot forget it, so importers
+            // keep its last text.
+            let Some(text) = text else {
+                continue;
+            };
+            if let Err(e) = self.set_text(&path, text) {
+                self.client
+                    .log_message(MessageType::ERROR, format!("didChangeWatchedFiles: {e}"))
+                    .await;
+            }
+            reloaded = Some(change.uri);
+        }
+        if let Some(uri) = reloaded {
+            self.refresh_others(uri);
+        }
     }
 
     async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {

@@ -626,6 +626,79 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     c.stop();
 }
 
+impl Client {
+    /// Waits for a publication of `uri`'s diagnostics (any version) whose
+    /// codes are `codes` (sorted); earlier ones are skipped.
+    fn diagnostics_become(&mut self, uri: &str, codes: &[&str]) {
+        let matches = |m: &Value| {
+            if m["method"] != "textDocument/publishDiagnostics" || m["params"]["uri"] != uri {
+                return false;
+            }
+            let mut got: Vec<&str> = m["params"]["diagnostics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["code"].as_str().unwrap())
+                .collect();
+            got.sort();
+            got == codes
+        };
+        if let Some(i) = self.queued.iter().position(matches) {
+            self.queued.drain(..=i);
+            return;
+        }
+        loop {
+            let m = self.recv();
+            if matches(&m) {
+                return;
+            }
+            self.queued.push(m);
+        }
+    }
+}
+
+/// Diagnostics follow edits of other files: an open importer is re-published
+/// when an imported file changes in the editor or, closed, on disk.
+#[test]
+fn editing_an_imported_file_updates_its_importers() {
+    let root = scratch("importers");
+    for f in ["main.tsr", "helpers.tsr"] {
+        std::fs::copy(repo().join("tests/lsp").join(f), root.join(f)).unwrap();
+    }
+    let main_text = std::fs::read_to_string(root.join("main.tsr")).unwrap();
+    let helpers_text = std::fs::read_to_string(root.join("helpers.tsr")).unwrap();
+    let (main, helpers) = (url(&root.join("main.tsr")), url(&root.join("helpers.tsr")));
+    let mut c = Client::start(&root, json!({}));
+    c.open(&main, &main_text, 1);
+    assert!(c.diagnostics(&main, 1).is_empty());
+    c.open(&helpers, &helpers_text, 1);
+    assert!(c.diagnostics(&helpers, 1).is_empty());
+
+    // Rename `scale` in helpers.tsr: main.tsr's import of it breaks.
+    let (l, col) = find(&helpers_text, "def scale", "scale");
+    c.change(&helpers, 2, range(l, col, l, col + 5), "scaled");
+    c.diagnostics_become(&main, &["E0203"]);
+    c.change(&helpers, 3, range(l, col, l, col + 6), "scale");
+    c.diagnostics_become(&main, &[]);
+
+    // Closed, then changed on disk (the client's file watcher reports it).
+    c.notify(
+        "textDocument/didClose",
+        json!({"textDocument": {"uri": helpers}}),
+    );
+    std::fs::write(
+        root.join("helpers.tsr"),
+        helpers_text.replace("def scale", "def scaled"),
+    )
+    .unwrap();
+    c.notify(
+        "workspace/didChangeWatchedFiles",
+        json!({"changes": [{"uri": helpers, "type": 2}]}),
+    );
+    c.diagnostics_become(&main, &["E0203"]);
+    c.stop();
+}
+
 /// The kernel estimate hint of the document (the one that is not a type).
 fn kernel_hints(c: &mut Client, uri: &str) -> Vec<String> {
     let hints = c
