@@ -587,6 +587,26 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     c.change(&main, 6, range(l, col, l, col + 4), "load");
     assert!(c.diagnostics(&main, 6).is_empty());
 
+    // A quick fix that converts: an f32 sum stored into a bf16 tensor.
+    let (l, col) = find(&good, "store(out", "a + b");
+    c.change(&main, 7, range(l, col, l, col + 5), "a + b.to(f32)");
+    let diags = c.diagnostics(&main, 7);
+    let d = diags
+        .iter()
+        .find(|d| d["code"] == "E0301")
+        .unwrap_or_else(|| panic!("E0301 in {diags:#?}"));
+    let actions = c
+        .request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": main}, "range": d["range"], "context": {"diagnostics": [d]}}),
+        )
+        .unwrap();
+    let edit = &actions[0]["edit"]["changes"][&main][0];
+    assert_eq!(edit["newText"], "(a + b.to(f32)).to(bf16)", "{actions:#}");
+    assert_eq!(edit["range"], range(l, col, l, col + 13));
+    c.change(&main, 8, range(l, col, l, col + 13), "a + b");
+    assert!(c.diagnostics(&main, 8).is_empty());
+
     // A document not saved anywhere (VS Code's untitled editors) is checked too.
     // Just the kernel: there is no folder to import `helpers` from.
     let kernel = &bad[bad.find("@kernel").unwrap()..bad.find("\n\n\ndef twice").unwrap()];
@@ -607,7 +627,7 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         "workspace/didChangeConfiguration",
         json!({"settings": {"tessera": {"arch": "sm_80"}}}),
     );
-    assert!(c.diagnostics(&main, 6).is_empty());
+    assert!(c.diagnostics(&main, 8).is_empty());
     let hints = c
         .request(
             "textDocument/inlayHint",
