@@ -60,6 +60,8 @@ struct State {
     edits: AtomicU64,
     /// `.tsr` files of the workspace folders (database paths).
     workspace: Mutex<Vec<PathBuf>>,
+    /// True once `initialized` has loaded the workspace files.
+    workspace_loaded: tokio::sync::watch::Sender<bool>,
     roots: Mutex<Vec<PathBuf>>,
     /// Options for archs other than the configured one (`tessera/emit` with `arch`).
     options: Mutex<HashMap<Arch, Options>>,
@@ -173,6 +175,7 @@ impl Backend {
                 docs: Mutex::new(HashMap::new()),
                 edits: AtomicU64::new(0),
                 workspace: Mutex::new(Vec::new()),
+                workspace_loaded: tokio::sync::watch::Sender::new(false),
                 roots: Mutex::new(Vec::new()),
                 options: Mutex::new(HashMap::new()),
                 docs_url: Mutex::new(default_docs_url()),
@@ -660,6 +663,7 @@ impl LanguageServer for Backend {
             }
             let n = files.len();
             *state.workspace.lock().unwrap_or_else(|e| e.into_inner()) = files;
+            state.workspace_loaded.send_replace(true);
             n
         })
         .await
@@ -871,6 +875,14 @@ impl LanguageServer for Backend {
     }
 
     async fn references(&self, params: ReferenceParams) -> Result<Option<Vec<Location>>> {
+        // References in files not opened yet need the workspace loaded (a
+        // client that never sends `initialized` gets the open files after 10 s).
+        let mut loaded = self.state.workspace_loaded.subscribe();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            loaded.wait_for(|done| *done),
+        )
+        .await;
         let p = params.text_document_position;
         let include_decl = params.context.include_declaration;
         let mut paths: Vec<PathBuf> = self

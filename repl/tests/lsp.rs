@@ -677,8 +677,9 @@ impl Client {
     }
 }
 
-/// Diagnostics follow edits of other files: an open importer is re-published
-/// when an imported file changes in the editor or, closed, on disk.
+/// Workspace files are known before they are opened, and diagnostics follow
+/// edits of other files: an open importer is re-published when an imported
+/// file changes in the editor or, closed, on disk.
 #[test]
 fn editing_an_imported_file_updates_its_importers() {
     let root = scratch("importers");
@@ -689,13 +690,29 @@ fn editing_an_imported_file_updates_its_importers() {
     let helpers_text = std::fs::read_to_string(root.join("helpers.tsr")).unwrap();
     let (main, helpers) = (url(&root.join("main.tsr")), url(&root.join("helpers.tsr")));
     let mut c = Client::start(&root, json!({}));
-    c.open(&main, &main_text, 1);
-    assert!(c.diagnostics(&main, 1).is_empty());
     c.open(&helpers, &helpers_text, 1);
     assert!(c.diagnostics(&helpers, 1).is_empty());
+    // main.tsr is not open: the server loaded it with the workspace, so the
+    // references of `scale` include its import and call.
+    let (l, col) = find(&helpers_text, "def scale", "scale");
+    let refs = c
+        .request(
+            "textDocument/references",
+            json!({"textDocument": {"uri": helpers}, "position": {"line": l, "character": col},
+                   "context": {"includeDeclaration": false}}),
+        )
+        .unwrap();
+    let in_main = refs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["uri"] == main)
+        .count();
+    assert_eq!(in_main, 2, "{refs:#}");
+    c.open(&main, &main_text, 1);
+    assert!(c.diagnostics(&main, 1).is_empty());
 
     // Rename `scale` in helpers.tsr: main.tsr's import of it breaks.
-    let (l, col) = find(&helpers_text, "def scale", "scale");
     c.change(&helpers, 2, range(l, col, l, col + 5), "scaled");
     c.diagnostics_become(&main, &["E0203"]);
     c.change(&helpers, 3, range(l, col, l, col + 6), "scale");
