@@ -7,6 +7,7 @@
 //! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
 //! * `emit` — the `tessera/emit` request;
 //! * `actions` — quick fixes;
+//! * `carry` — resource warnings kept across edits of other kernels;
 //! * `complete` — completion items valid where the cursor is;
 //! * `hints` — inlay hints (kernel estimates survive errors elsewhere).
 //!
@@ -14,6 +15,7 @@
 //! `tessera::ide`, over the checker's results.
 
 pub mod actions;
+pub mod carry;
 pub mod complete;
 pub mod emit;
 pub mod hints;

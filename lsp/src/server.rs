@@ -22,6 +22,7 @@ use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp::lsp_types::*;
 use tower_lsp::{Client, LanguageServer};
 
+use crate::carry::KernelWarnings;
 use crate::emit::{EmitFailure, EmitParams, EmitResult};
 use crate::paths::Paths;
 use crate::position::LineIndex;
@@ -40,17 +41,19 @@ struct Doc {
     path: PathBuf,
     /// The diagnostics last published for it.
     published: Option<Vec<Diagnostic>>,
+    /// Its kernels' last resource diagnostics (see `crate::carry`).
+    warnings: KernelWarnings,
 }
 
 /// What one publication of a document's diagnostics holds.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pass {
-    /// The checker's diagnostics, published always.
+    /// The checker's diagnostics (and the resource diagnostics of the
+    /// kernels unchanged since the last estimate), published always.
     Checker,
-    /// With the kernels' resource diagnostics, published if there are any.
-    Resources,
-    /// Both, published if they differ from the last publication.
-    IfChanged,
+    /// With the kernels' resource diagnostics; published if they differ
+    /// from the last publication.
+    Estimates,
 }
 
 struct State {
@@ -245,7 +248,7 @@ impl Backend {
             let this = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(RESOURCES_DELAY).await;
-                this.publish_once(&uri, version, Pass::Resources).await;
+                this.publish_once(&uri, version, Pass::Estimates).await;
             });
         }
     }
@@ -271,16 +274,20 @@ impl Backend {
                 .map(|(u, d)| (u.clone(), d.version))
                 .collect();
             for (u, v) in open {
-                this.publish_once(&u, v, Pass::IfChanged).await;
+                this.publish_once(&u, v, Pass::Estimates).await;
             }
         });
     }
 
     /// One publication; false when the version is stale or was cancelled.
     async fn publish_once(&self, uri: &Url, version: i32, pass: Pass) -> bool {
-        if self.current_version(uri) != Some(version) {
-            return false;
-        }
+        let carried = {
+            let docs = self.state.docs.lock().unwrap_or_else(|e| e.into_inner());
+            match docs.get(uri) {
+                Some(d) if d.version == version => d.warnings.clone(),
+                _ => return false,
+            }
+        };
         let u = uri.clone();
         let r = self
             .on_snapshot("diagnostics", None, move |s| {
@@ -288,33 +295,38 @@ impl Backend {
                     return Ok(None);
                 };
                 let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
-                if pass != Pass::Checker {
-                    let (_, extra) = tessera::backend::resources::file_resources(
-                        &s.db, file, s.options, &s.spec,
-                    );
-                    // Only what an estimate says: a kernel that does not
-                    // lower (say, a const parameter without a default) is
-                    // not an error of the file.
-                    let extra: Vec<_> = extra
-                        .into_iter()
-                        .filter(|d| d.code.starts_with("W000") || d.code.starts_with("E060"))
-                        .collect();
-                    if extra.is_empty() && pass == Pass::Resources {
-                        return Ok(None);
-                    }
-                    diags.extend(extra);
+                let arch = s.options.arch(&s.db);
+                if pass == Pass::Checker {
+                    diags.extend(carried.carried(&s.db, file, arch, &s.spec));
+                    return Ok(Some((self_convert(s, &u, file, &diags), None)));
                 }
-                Ok(Some(self_convert(s, &u, file, &diags)))
+                let (_, extra) =
+                    tessera::backend::resources::file_resources(&s.db, file, s.options, &s.spec);
+                // Only what an estimate says: a kernel that does not lower
+                // (say, a const parameter without a default) is not an error
+                // of the file.
+                let extra: Vec<_> = extra
+                    .into_iter()
+                    .filter(|d| d.code.starts_with("W000") || d.code.starts_with("E060"))
+                    .collect();
+                let warnings = KernelWarnings::record(&s.db, file, arch, &s.spec, &extra);
+                diags.extend(extra);
+                Ok(Some((self_convert(s, &u, file, &diags), Some(warnings))))
             })
             .await;
         match r {
-            Ok(Some(diags)) => {
+            Ok(Some((diags, warnings))) => {
                 {
                     let mut docs = self.state.docs.lock().unwrap_or_else(|e| e.into_inner());
                     let Some(doc) = docs.get_mut(uri).filter(|d| d.version == version) else {
                         return false;
                     };
-                    if pass == Pass::IfChanged && doc.published.as_ref() == Some(&diags) {
+                    if let Some(w) = warnings {
+                        doc.warnings = w;
+                    }
+                    // The checker's publication is the answer to an edit and
+                    // always goes out; the later ones only when they add something.
+                    if pass != Pass::Checker && doc.published.as_ref() == Some(&diags) {
                         return true;
                     }
                     doc.published = Some(diags.clone());
@@ -699,6 +711,7 @@ impl LanguageServer for Backend {
                     version: doc.version,
                     path: path.clone(),
                     published: None,
+                    warnings: KernelWarnings::default(),
                 },
             );
         if let Err(e) = self.set_text(&path, doc.text) {

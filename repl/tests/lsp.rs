@@ -808,6 +808,15 @@ fn defines_setting_specialises_every_estimate() {
     // `tessera/emit` without its own defines uses the setting's.
     let ir = c.request("tessera/emit", emit).unwrap();
     assert!(ir["text"].as_str().unwrap().contains("D = 64"), "{ir}");
+
+    // An edit outside the kernel: the first publication (the checker's, at
+    // once) already repeats the kernel's W0004, one line further down.
+    let (wl, _) = find(&text, "def flash_attn", "flash_attn");
+    c.change(&uri, 2, range(0, 0, 0, 0), "# attention\n");
+    let diags = c.diagnostics(&uri, 2);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["code"], "W0004");
+    assert_eq!(diags[0]["range"]["start"]["line"], wl + 1);
     c.stop();
 }
 
