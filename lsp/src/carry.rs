@@ -19,7 +19,8 @@ use tessera::syntax::span::Span;
 pub struct KernelWarnings {
     arch: Option<Arch>,
     spec: Specialization,
-    /// (a kernel's code, its diagnostics relative to the code's start)
+    /// (a kernel's code, its diagnostics relative to the code's start), for
+    /// the kernels that have any
     kernels: Vec<(String, Vec<Diagnostic>)>,
 }
 
@@ -82,6 +83,7 @@ impl KernelWarnings {
                     .collect();
                 (code.to_string(), own)
             })
+            .filter(|(_, own): &(String, Vec<Diagnostic>)| !own.is_empty())
             .collect();
         KernelWarnings {
             arch: Some(arch),
@@ -99,7 +101,7 @@ impl KernelWarnings {
         arch: Arch,
         spec: &Specialization,
     ) -> Vec<Diagnostic> {
-        if self.arch != Some(arch) || self.spec != *spec {
+        if self.kernels.is_empty() || self.arch != Some(arch) || self.spec != *spec {
             return Vec::new();
         }
         let mut out = Vec::new();
