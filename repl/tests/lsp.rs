@@ -528,6 +528,36 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap();
     assert_eq!(r["name"], "twice");
+    // Every level: the same text as `tessera emit` prints for it.
+    for (kind, name) in [
+        ("graph-ir", "twice"),
+        ("schedule-ir", "twice"),
+        ("tile-ir", "tile_add"),
+        ("target-ir", "tile_add"),
+        ("ptx", "tile_add"),
+    ] {
+        let r = c
+            .request(
+                "tessera/emit",
+                json!({"uri": main, "kind": kind, "kernel": name}),
+            )
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["emit", "--emit", kind, "--kernel", name])
+            .arg(&main_path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            r["text"].as_str().unwrap().trim_end(),
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            "{kind} of {name}"
+        );
+    }
     let (l, c0) = find(&good, "load(y[", "BN])");
     c.change(&main, 3, range(l, c0, l, c0 + 2), "2 * BN");
     assert_eq!(c.diagnostics(&main, 3).len(), 1);
