@@ -9,7 +9,8 @@
 //! * `actions` — quick fixes;
 //! * `carry` — resource warnings kept across edits of other kernels;
 //! * `complete` — completion items valid where the cursor is;
-//! * `hints` — inlay hints (kernel estimates survive errors elsewhere).
+//! * `hints` — inlay hints (kernel estimates survive errors elsewhere);
+//! * `hover` — hovers (a callee's also says what its call returns).
 //!
 //! The editor queries themselves (hover, definitions, completion, ...) live in
 //! `tessera::ide`, over the checker's results.
@@ -19,6 +20,7 @@ pub mod carry;
 pub mod complete;
 pub mod emit;
 pub mod hints;
+pub mod hover;
 pub mod paths;
 pub mod position;
 pub mod server;

@@ -852,7 +852,7 @@ impl LanguageServer for Backend {
                 return Ok(None);
             };
             let off = offset_of(s, file, p.position);
-            let Some(h) = ide::hover(&s.db, file, s.options, &s.spec, off) else {
+            let Some(h) = crate::hover::hover(&s.db, file, s.options, &s.spec, off) else {
                 return Ok(None);
             };
             let ix = LineIndex::new(file.text(&s.db));

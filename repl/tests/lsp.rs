@@ -342,10 +342,16 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     }
     let (l, col) = find(&good, "m0 = program_id", "program_id");
     let h = c.at("textDocument/hover", &main, l, col);
-    assert!(h["contents"]["value"]
-        .as_str()
-        .unwrap()
-        .contains("program_id(axis)"));
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("program_id(axis)"), "{text}");
+    assert!(
+        text.contains("This call: `program_id(0)` → `i32`"),
+        "{text}"
+    );
+    let (l, col) = find(&good, "b = load", "load");
+    let h = c.at("textDocument/hover", &main, l, col + 1);
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("→ `Tile[128, 64, bf16]`"), "{text}");
 
     // Inlay hints: the estimate after the kernel's header, shapes after tiles.
     let hints = c
