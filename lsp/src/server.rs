@@ -63,6 +63,8 @@ struct State {
     edits: AtomicU64,
     /// `.tsr` files of the workspace folders (database paths).
     workspace: Mutex<Vec<PathBuf>>,
+    /// Bad `initializationOptions`, shown once the client is initialized.
+    startup_problems: Mutex<Vec<String>>,
     /// True once `initialized` has loaded the workspace files.
     workspace_loaded: tokio::sync::watch::Sender<bool>,
     roots: Mutex<Vec<PathBuf>>,
@@ -178,6 +180,7 @@ impl Backend {
                 docs: Mutex::new(HashMap::new()),
                 edits: AtomicU64::new(0),
                 workspace: Mutex::new(Vec::new()),
+                startup_problems: Mutex::new(Vec::new()),
                 workspace_loaded: tokio::sync::watch::Sender::new(false),
                 roots: Mutex::new(Vec::new()),
                 options: Mutex::new(HashMap::new()),
@@ -565,14 +568,15 @@ fn legend() -> SemanticTokensLegend {
 #[tower_lsp::async_trait]
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        // A bad setting does not stop the server (the editor would be left
+        // without one): it is skipped, and `initialized` says so.
         if let Some(opts) = &params.initialization_options {
             let settings = self.apply_settings(opts);
-            if !settings.errors.is_empty() {
-                return Err(Error::invalid_params(format!(
-                    "initializationOptions.defines: {}",
-                    settings.errors.join("; ")
-                )));
-            }
+            let mut problems: Vec<String> = settings
+                .errors
+                .iter()
+                .map(|e| format!("tessera.defines: {e}"))
+                .collect();
             if let Some(arch) = settings.arch {
                 match arch.parse::<Arch>() {
                     Ok(a) => self
@@ -581,13 +585,18 @@ impl LanguageServer for Backend {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .set_arch(a),
-                    Err(_) => {
-                        return Err(Error::invalid_params(format!(
-                            "initializationOptions.arch: unknown arch `{arch}`"
-                        )))
-                    }
+                    Err(_) => problems.push(format!(
+                        "tessera.arch: unknown arch `{arch}` (one of: {}); using {}",
+                        Arch::ALL.map(|a| a.name()).join(", "),
+                        Arch::default().name()
+                    )),
                 }
             }
+            *self
+                .state
+                .startup_problems
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = problems;
         }
         let mut roots: Vec<PathBuf> = params
             .workspace_folders
@@ -648,6 +657,16 @@ impl LanguageServer for Backend {
     }
 
     async fn initialized(&self, _: InitializedParams) {
+        let problems = std::mem::take(
+            &mut *self
+                .state
+                .startup_problems
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for p in problems {
+            self.client.show_message(MessageType::ERROR, p).await;
+        }
         // Load the workspace's `.tsr` files so imports and references between them resolve.
         let state = self.state.clone();
         let loaded = tokio::task::spawn_blocking(move || {

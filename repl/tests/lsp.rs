@@ -772,6 +772,46 @@ fn editing_an_imported_file_updates_its_importers() {
     c.stop();
 }
 
+/// Bad initialization options do not stop the server: each is shown to the
+/// user, and the defaults serve.
+#[test]
+fn bad_settings_are_shown_and_the_server_runs_on() {
+    let root = scratch("settings");
+    let path = root.join("main.tsr");
+    std::fs::copy(repo().join("tests/lsp/main.tsr"), &path).unwrap();
+    std::fs::copy(
+        repo().join("tests/lsp/helpers.tsr"),
+        root.join("helpers.tsr"),
+    )
+    .unwrap();
+    let mut c = Client::start(&root, json!({"arch": "sm_99", "defines": {"BM": 1.5}}));
+    let mut shown = Vec::new();
+    while shown.len() < 2 {
+        let m = c.recv();
+        if m["method"] == "window/showMessage" {
+            shown.push(m["params"]["message"].as_str().unwrap().to_string());
+        }
+    }
+    shown.sort();
+    assert!(
+        shown[0].starts_with("tessera.arch: unknown arch `sm_99`"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].starts_with("tessera.defines:") && shown[1].contains("`BM`"),
+        "{shown:?}"
+    );
+    let uri = url(&path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    c.open(&uri, &text, 1);
+    assert!(c.diagnostics(&uri, 1).is_empty());
+    assert_eq!(
+        kernel_hints(&mut c, &uri),
+        [expected_hint(&report(&path, "sm_90"))]
+    );
+    c.stop();
+}
+
 /// The kernel estimate hint of the document (the one that is not a type).
 fn kernel_hints(c: &mut Client, uri: &str) -> Vec<String> {
     let hints = c
