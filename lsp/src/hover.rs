@@ -1,5 +1,6 @@
 //! Hover: `tessera::ide::hover`, plus the type of the call when the cursor is
-//! on the name of a called builtin or function.
+//! on the name of a called builtin or function, and the options of `@kernel`
+//! and `@autotune` (described as completion describes them).
 //!
 //! On a callee's name `ide::hover` describes the callee (signature, doc); what
 //! the call returns here — `matmul(q, k.T)` is `Tensor[B, H, S, S, bf16]` —
@@ -32,6 +33,46 @@ fn closing_paren(text: &str, open: usize) -> Option<usize> {
     None
 }
 
+/// A decorator option under the cursor (`num_warps` in `@kernel(num_warps=4)`):
+/// the text completion offers for it.
+fn decorator_option(
+    db: &Database,
+    file: SourceFile,
+    options: Options,
+    offset: u32,
+) -> Option<Hover> {
+    let text = file.text(db);
+    let offset = (offset as usize).min(text.len());
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let start = text[..offset]
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| is_word(*c))
+        .last()
+        .map_or(offset, |(i, _)| i);
+    let end = offset
+        + text[offset..]
+            .find(|c: char| !is_word(c))
+            .unwrap_or(text.len() - offset);
+    let word = &text[start..end];
+    if word.is_empty() || !text[end..].trim_start().starts_with('=') {
+        return None;
+    }
+    let call = ide::complete::open_call(&text[..start])?;
+    if !matches!(call.callee.as_str(), "@kernel" | "@autotune") {
+        return None;
+    }
+    let label = format!("{word}=");
+    let doc = ide::complete::completions(db, file, options, start as u32)
+        .into_iter()
+        .find(|c| c.label == label)?
+        .detail?;
+    Some(Hover {
+        span: tessera::syntax::span::Span::new(start as u32, end as u32),
+        markdown: format!("```tsr\n{}({label}...)\n```\n\n{doc}", call.callee),
+    })
+}
+
 /// The hover at `offset`, with the call's type when it is on a callee.
 pub fn hover(
     db: &Database,
@@ -40,7 +81,9 @@ pub fn hover(
     spec: &Specialization,
     offset: u32,
 ) -> Option<Hover> {
-    let mut h = ide::hover(db, file, options, spec, offset)?;
+    let Some(mut h) = ide::hover(db, file, options, spec, offset) else {
+        return decorator_option(db, file, options, offset);
+    };
     let text = file.text(db);
     let after = h.span.end as usize;
     if text[after..].starts_with('(') {
@@ -115,6 +158,31 @@ mod tests {
             "{md}"
         );
         assert_eq!(closing_paren("f(a, \")\", g(b)) + 1", 1), Some(14));
+
+        let kernel = "@kernel(grid=(cdiv(N, 256),), num_warps=4, num_stages=2)\ndef k(x: Tensor[\"N\", f32]):\n    pass\n";
+        let file = db.set_source("/t/deco.tsr", kernel.to_string());
+        let h = hover(
+            &db,
+            file,
+            options,
+            &spec,
+            kernel.find("num_warps").unwrap() as u32 + 3,
+        )
+        .unwrap();
+        assert!(h.markdown.contains("warps per program"), "{}", h.markdown);
+        assert_eq!(
+            &kernel[h.span.start as usize..h.span.end as usize],
+            "num_warps"
+        );
+        let h = hover(
+            &db,
+            file,
+            options,
+            &spec,
+            kernel.find("num_stages").unwrap() as u32,
+        )
+        .unwrap();
+        assert!(h.markdown.contains("software-pipeline"), "{}", h.markdown);
         assert_eq!(closing_paren("f(a, # x\n", 1), None);
     }
 }
