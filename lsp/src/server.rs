@@ -284,10 +284,13 @@ impl Backend {
 
     /// One publication; false when the version is stale or was cancelled.
     async fn publish_once(&self, uri: &Url, version: i32, pass: Pass) -> bool {
-        let carried = {
+        let (carried, expected) = {
             let docs = self.state.docs.lock().unwrap_or_else(|e| e.into_inner());
             match docs.get(uri) {
-                Some(d) if d.version == version => d.warnings.clone(),
+                Some(d) if d.version == version => (
+                    d.warnings.clone(),
+                    (!Paths::is_stdlib(&d.path)).then(|| d.text.clone()),
+                ),
                 _ => return false,
             }
         };
@@ -297,6 +300,11 @@ impl Backend {
                 let Some(file) = s.file(&u) else {
                     return Ok(None);
                 };
+                // `didChange` records the version before it sets the text: a
+                // snapshot taken in between has the previous text.
+                if expected.is_some_and(|t| t != *file.text(&s.db)) {
+                    return Err(content_modified());
+                }
                 let mut diags: Vec<tessera::diag::Diagnostic> = s.db.diagnostics(file).to_vec();
                 let arch = s.options.arch(&s.db);
                 if pass == Pass::Checker {
