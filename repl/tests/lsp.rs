@@ -20,11 +20,30 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch workspace, removed at the end of a test that passes (kept for a
+/// look after one that fails).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tessera-lsp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn write_message(stdin: &Mutex<ChildStdin>, msg: &Value) {
