@@ -32,11 +32,18 @@ pub struct EmitResult {
 pub enum EmitFailure {
     /// Bad parameters (unknown kind, no such kernel).
     Invalid(String),
+    /// A valid request for output the compiler does not produce (HIP).
+    Unsupported(String),
     /// The compiler's diagnostics (absolute spans in the file).
     Diagnostics(String, Vec<Diagnostic>),
 }
 
 pub const KINDS: [&str; 5] = ["graph-ir", "schedule-ir", "tile-ir", "target-ir", "ptx"];
+
+/// The answer to `kind: "hip"` (and to PTX for an AMD arch): the brief's HIP
+/// output does not exist yet, and the server says so instead of guessing.
+pub const HIP_NOT_BUILT: &str = "HIP is not built yet: the compiler has no AMD code generator \
+     (gfx90a, gfx942, gfx1100 have Tile IR only); PTX and Target IR need an NVIDIA arch (sm_70 ... sm_90a)";
 
 /// Emits `kind` for the kernel/function `name` or, without one, the one whose
 /// item covers `offset`.
@@ -48,10 +55,19 @@ pub fn emit(
     offset: Option<u32>,
 ) -> Result<EmitResult, EmitFailure> {
     let kind = params.kind.as_str();
+    if kind == "hip" {
+        return Err(EmitFailure::Unsupported(HIP_NOT_BUILT.into()));
+    }
     if !KINDS.contains(&kind) {
         return Err(EmitFailure::Invalid(format!(
             "unknown kind `{kind}` (one of: {})",
             KINDS.join(", ")
+        )));
+    }
+    let arch = options.arch(db);
+    if kind == "ptx" && !arch.is_nvidia() {
+        return Err(EmitFailure::Unsupported(format!(
+            "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {arch}; {HIP_NOT_BUILT}"
         )));
     }
     let whole_tensor = matches!(kind, "graph-ir" | "schedule-ir");
@@ -129,15 +145,7 @@ pub fn emit(
             .as_ref()
             .map(|k| k.to_string())
             .map_err(|d| shift(d, offset)),
-        _ => {
-            let arch = options.arch(db);
-            if !arch.is_nvidia() {
-                return Err(EmitFailure::Invalid(format!(
-                    "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {arch}"
-                )));
-            }
-            db::ptx_module(db, &[kernel], options, &spec)
-        }
+        _ => db::ptx_module(db, &[kernel], options, &spec),
     };
     text.map(|text| EmitResult { text, name })
         .map_err(|d| failure(db, file, d))

@@ -6,13 +6,21 @@
 //! * `position` — byte offsets ↔ UTF-16 positions;
 //! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
 //! * `emit` — the `tessera/emit` request;
-//! * `actions` — quick fixes.
+//! * `actions` — quick fixes;
+//! * `carry` — resource warnings kept across edits of other kernels;
+//! * `complete` — completion items valid where the cursor is;
+//! * `hints` — inlay hints (kernel estimates survive errors elsewhere);
+//! * `hover` — hovers (a callee's also says what its call returns).
 //!
 //! The editor queries themselves (hover, definitions, completion, ...) live in
 //! `tessera::ide`, over the checker's results.
 
 pub mod actions;
+pub mod carry;
+pub mod complete;
 pub mod emit;
+pub mod hints;
+pub mod hover;
 pub mod paths;
 pub mod position;
 pub mod server;

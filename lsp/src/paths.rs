@@ -53,8 +53,13 @@ impl Paths {
         Paths { stdlib_dir }
     }
 
-    /// The database path of a document: `<std.nn>` for the stdlib copies.
+    /// The database path of a document: `<std.nn>` for the stdlib copies, the
+    /// URI itself for a document not on disk (VS Code's `untitled:Untitled-1`;
+    /// it imports nothing but the stdlib).
     pub fn db_path(&self, uri: &Url) -> Option<PathBuf> {
+        if uri.scheme() != "file" {
+            return Some(PathBuf::from(uri.as_str()));
+        }
         let path = uri.to_file_path().ok()?;
         let canonical = path.canonicalize().unwrap_or_else(|_| path.clone());
         if let Ok(rel) = canonical.strip_prefix(&self.stdlib_dir) {
@@ -73,6 +78,15 @@ impl Paths {
         let s = path.to_string_lossy();
         if let Some(module) = s.strip_prefix('<').and_then(|m| m.strip_suffix('>')) {
             return Url::from_file_path(module_file(&self.stdlib_dir, module)).ok();
+        }
+        if !path.is_absolute() {
+            // A document not on disk (see `db_path`); a one-letter scheme
+            // would be a Windows drive.
+            if let Ok(url) = Url::parse(&s) {
+                if url.scheme().len() > 1 && url.scheme() != "file" {
+                    return Some(url);
+                }
+            }
         }
         Url::from_file_path(path).ok()
     }
@@ -126,4 +140,22 @@ pub fn workspace_files(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_not_on_disk_keep_their_uri() {
+        let paths = Paths::new();
+        let untitled = Url::parse("untitled:Untitled-1").unwrap();
+        let path = paths.db_path(&untitled).unwrap();
+        assert_eq!(paths.uri(&path), Some(untitled));
+        let file = Url::parse("file:///tmp/a.tsr").unwrap();
+        assert_eq!(paths.db_path(&file), Some(PathBuf::from("/tmp/a.tsr")));
+        assert_eq!(paths.uri(Path::new("/tmp/a.tsr")), Some(file));
+        let std = paths.uri(Path::new("<std.nn>")).unwrap();
+        assert_eq!(paths.db_path(&std), Some(PathBuf::from("<std.nn>")));
+    }
 }

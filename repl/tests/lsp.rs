@@ -20,11 +20,30 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch workspace, removed at the end of a test that passes (kept for a
+/// look after one that fails).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tessera-lsp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn write_message(stdin: &Mutex<ChildStdin>, msg: &Value) {
@@ -342,10 +361,16 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     }
     let (l, col) = find(&good, "m0 = program_id", "program_id");
     let h = c.at("textDocument/hover", &main, l, col);
-    assert!(h["contents"]["value"]
-        .as_str()
-        .unwrap()
-        .contains("program_id(axis)"));
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("program_id(axis)"), "{text}");
+    assert!(
+        text.contains("This call: `program_id(0)` → `i32`"),
+        "{text}"
+    );
+    let (l, col) = find(&good, "b = load", "load");
+    let h = c.at("textDocument/hover", &main, l, col + 1);
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("→ `Tile[128, 64, bf16]`"), "{text}");
 
     // Inlay hints: the estimate after the kernel's header, shapes after tiles.
     let hints = c
@@ -413,8 +438,13 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         .iter()
         .map(|i| i["label"].as_str().unwrap())
         .collect();
-    for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "scale", "nn"] {
+    for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "nn"] {
         assert!(labels.contains(&want), "{want} in {labels:?}");
+    }
+    // Nothing a kernel may not call: functions (E0508), whole-tensor and
+    // session builtins (E0508, E0725).
+    for absent in ["scale", "twice", "matmul", "print", "load_npy"] {
+        assert!(!labels.contains(&absent), "{absent} in {labels:?}");
     }
     let load = items
         .as_array()
@@ -438,6 +468,22 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         labels.contains(&"relu") && labels.contains(&"softmax"),
         "{labels:?}"
     );
+    // In a whole-tensor function: functions and tensor builtins, no kernel
+    // builtins (E0503) or session builtins (E0725).
+    let (l, col) = find(&good, "return scale(", "scale");
+    let items = c.at("textDocument/completion", &main, l, col);
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    for want in ["scale", "tile_add", "matmul", "a"] {
+        assert!(labels.contains(&want), "{want} in {labels:?}");
+    }
+    for absent in ["load", "program_id", "print", "save_npy"] {
+        assert!(!labels.contains(&absent), "{absent} in {labels:?}");
+    }
 
     // Signature help inside `load(`.
     let (l, col) = find(&good, "a = load", "x[");
@@ -507,6 +553,36 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap();
     assert_eq!(r["name"], "twice");
+    // Every level: the same text as `tessera emit` prints for it.
+    for (kind, name) in [
+        ("graph-ir", "twice"),
+        ("schedule-ir", "twice"),
+        ("tile-ir", "tile_add"),
+        ("target-ir", "tile_add"),
+        ("ptx", "tile_add"),
+    ] {
+        let r = c
+            .request(
+                "tessera/emit",
+                json!({"uri": main, "kind": kind, "kernel": name}),
+            )
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["emit", "--emit", kind, "--kernel", name])
+            .arg(&main_path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            r["text"].as_str().unwrap().trim_end(),
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            "{kind} of {name}"
+        );
+    }
     let (l, c0) = find(&good, "load(y[", "BN])");
     c.change(&main, 3, range(l, c0, l, c0 + 2), "2 * BN");
     assert_eq!(c.diagnostics(&main, 3).len(), 1);
@@ -525,6 +601,24 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap_err();
     assert_eq!(e["code"], -32602);
+    // HIP is in the brief but not built: said so, for the kind and for PTX
+    // on an AMD arch.
+    for (kind, arch) in [("hip", "gfx942"), ("ptx", "gfx90a")] {
+        let e = c
+            .request(
+                "tessera/emit",
+                json!({"uri": main, "kind": kind, "arch": arch, "kernel": "tile_add"}),
+            )
+            .unwrap_err();
+        assert_eq!(e["code"], -32803, "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("HIP is not built yet"),
+            "{e}"
+        );
+    }
     c.change(&main, 4, range(l, c0, l, c0 + 6), "BN");
     assert!(c.diagnostics(&main, 4).is_empty());
 
@@ -548,12 +642,47 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     c.change(&main, 6, range(l, col, l, col + 4), "load");
     assert!(c.diagnostics(&main, 6).is_empty());
 
+    // A quick fix that converts: an f32 sum stored into a bf16 tensor.
+    let (l, col) = find(&good, "store(out", "a + b");
+    c.change(&main, 7, range(l, col, l, col + 5), "a + b.to(f32)");
+    let diags = c.diagnostics(&main, 7);
+    let d = diags
+        .iter()
+        .find(|d| d["code"] == "E0301")
+        .unwrap_or_else(|| panic!("E0301 in {diags:#?}"));
+    let actions = c
+        .request(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": main}, "range": d["range"], "context": {"diagnostics": [d]}}),
+        )
+        .unwrap();
+    let edit = &actions[0]["edit"]["changes"][&main][0];
+    assert_eq!(edit["newText"], "(a + b.to(f32)).to(bf16)", "{actions:#}");
+    assert_eq!(edit["range"], range(l, col, l, col + 13));
+    c.change(&main, 8, range(l, col, l, col + 13), "a + b");
+    assert!(c.diagnostics(&main, 8).is_empty());
+
+    // A document not saved anywhere (VS Code's untitled editors) is checked too.
+    // Just the kernel: there is no folder to import `helpers` from.
+    let kernel = &bad[bad.find("@kernel").unwrap()..bad.find("\n\n\ndef twice").unwrap()];
+    let untitled = "untitled:Untitled-1";
+    c.open(untitled, kernel, 1);
+    let diags = c.diagnostics(untitled, 1);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["code"], "E0402");
+    let (l, col) = find(kernel, "store(out", "a + b");
+    let h = c.at("textDocument/hover", untitled, l, col);
+    assert!(h["contents"]["value"]
+        .as_str()
+        .unwrap()
+        .contains("Tile[128, 64, bf16]"));
+
     // The arch setting changes the estimate (and re-publishes diagnostics).
     c.notify(
         "workspace/didChangeConfiguration",
         json!({"settings": {"tessera": {"arch": "sm_80"}}}),
     );
-    assert!(c.diagnostics(&main, 6).is_empty());
+    assert!(c.diagnostics(&main, 8).is_empty());
     let hints = c
         .request(
             "textDocument/inlayHint",
@@ -568,6 +697,136 @@ fn diagnostics_hover_hints_definition_completion_emit() {
             .iter()
             .any(|h| h["label"] == expected_hint(&row80)),
         "{hints:#?} vs {row80}"
+    );
+    c.stop();
+}
+
+impl Client {
+    /// Waits for a publication of `uri`'s diagnostics (any version) whose
+    /// codes are `codes` (sorted); earlier ones are skipped.
+    fn diagnostics_become(&mut self, uri: &str, codes: &[&str]) {
+        let matches = |m: &Value| {
+            if m["method"] != "textDocument/publishDiagnostics" || m["params"]["uri"] != uri {
+                return false;
+            }
+            let mut got: Vec<&str> = m["params"]["diagnostics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["code"].as_str().unwrap())
+                .collect();
+            got.sort();
+            got == codes
+        };
+        if let Some(i) = self.queued.iter().position(matches) {
+            self.queued.drain(..=i);
+            return;
+        }
+        loop {
+            let m = self.recv();
+            if matches(&m) {
+                return;
+            }
+            self.queued.push(m);
+        }
+    }
+}
+
+/// Workspace files are known before they are opened, and diagnostics follow
+/// edits of other files: an open importer is re-published when an imported
+/// file changes in the editor or, closed, on disk.
+#[test]
+fn editing_an_imported_file_updates_its_importers() {
+    let root = scratch("importers");
+    for f in ["main.tsr", "helpers.tsr"] {
+        std::fs::copy(repo().join("tests/lsp").join(f), root.join(f)).unwrap();
+    }
+    let main_text = std::fs::read_to_string(root.join("main.tsr")).unwrap();
+    let helpers_text = std::fs::read_to_string(root.join("helpers.tsr")).unwrap();
+    let (main, helpers) = (url(&root.join("main.tsr")), url(&root.join("helpers.tsr")));
+    let mut c = Client::start(&root, json!({}));
+    c.open(&helpers, &helpers_text, 1);
+    assert!(c.diagnostics(&helpers, 1).is_empty());
+    // main.tsr is not open: the server loaded it with the workspace, so the
+    // references of `scale` include its import and call.
+    let (l, col) = find(&helpers_text, "def scale", "scale");
+    let refs = c
+        .request(
+            "textDocument/references",
+            json!({"textDocument": {"uri": helpers}, "position": {"line": l, "character": col},
+                   "context": {"includeDeclaration": false}}),
+        )
+        .unwrap();
+    let in_main = refs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["uri"] == main)
+        .count();
+    assert_eq!(in_main, 2, "{refs:#}");
+    c.open(&main, &main_text, 1);
+    assert!(c.diagnostics(&main, 1).is_empty());
+
+    // Rename `scale` in helpers.tsr: main.tsr's import of it breaks.
+    c.change(&helpers, 2, range(l, col, l, col + 5), "scaled");
+    c.diagnostics_become(&main, &["E0203"]);
+    c.change(&helpers, 3, range(l, col, l, col + 6), "scale");
+    c.diagnostics_become(&main, &[]);
+
+    // Closed, then changed on disk (the client's file watcher reports it).
+    c.notify(
+        "textDocument/didClose",
+        json!({"textDocument": {"uri": helpers}}),
+    );
+    std::fs::write(
+        root.join("helpers.tsr"),
+        helpers_text.replace("def scale", "def scaled"),
+    )
+    .unwrap();
+    c.notify(
+        "workspace/didChangeWatchedFiles",
+        json!({"changes": [{"uri": helpers, "type": 2}]}),
+    );
+    c.diagnostics_become(&main, &["E0203"]);
+    c.stop();
+}
+
+/// Bad initialization options do not stop the server: each is shown to the
+/// user, and the defaults serve.
+#[test]
+fn bad_settings_are_shown_and_the_server_runs_on() {
+    let root = scratch("settings");
+    let path = root.join("main.tsr");
+    std::fs::copy(repo().join("tests/lsp/main.tsr"), &path).unwrap();
+    std::fs::copy(
+        repo().join("tests/lsp/helpers.tsr"),
+        root.join("helpers.tsr"),
+    )
+    .unwrap();
+    let mut c = Client::start(&root, json!({"arch": "sm_99", "defines": {"BM": 1.5}}));
+    let mut shown = Vec::new();
+    while shown.len() < 2 {
+        let m = c.recv();
+        if m["method"] == "window/showMessage" {
+            shown.push(m["params"]["message"].as_str().unwrap().to_string());
+        }
+    }
+    shown.sort();
+    assert!(
+        shown[0].starts_with("tessera.arch: unknown arch `sm_99`"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].starts_with("tessera.defines:") && shown[1].contains("`BM`"),
+        "{shown:?}"
+    );
+    let uri = url(&path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    c.open(&uri, &text, 1);
+    assert!(c.diagnostics(&uri, 1).is_empty());
+    assert_eq!(
+        kernel_hints(&mut c, &uri),
+        [expected_hint(&report(&path, "sm_90"))]
     );
     c.stop();
 }
@@ -644,6 +903,15 @@ fn defines_setting_specialises_every_estimate() {
     // `tessera/emit` without its own defines uses the setting's.
     let ir = c.request("tessera/emit", emit).unwrap();
     assert!(ir["text"].as_str().unwrap().contains("D = 64"), "{ir}");
+
+    // An edit outside the kernel: the first publication (the checker's, at
+    // once) already repeats the kernel's W0004, one line further down.
+    let (wl, _) = find(&text, "def flash_attn", "flash_attn");
+    c.change(&uri, 2, range(0, 0, 0, 0), "# attention\n");
+    let diags = c.diagnostics(&uri, 2);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["code"], "W0004");
+    assert_eq!(diags[0]["range"]["start"]["line"], wl + 1);
     c.stop();
 }
 
