@@ -60,7 +60,12 @@ enum Command {
         device: DeviceArg,
     },
     /// Run the language server on stdin/stdout (for editors).
-    Lsp,
+    Lsp {
+        /// Accepted and ignored: stdio is the only transport, and some
+        /// clients pass the flag by themselves.
+        #[arg(long, hide = true)]
+        stdio: bool,
+    },
     #[command(flatten)]
     Compiler(CompilerCommand),
 }
@@ -76,7 +81,7 @@ fn main() -> ExitCode {
             &mut std::io::stderr(),
         ),
         Command::Repl { device } => repl(device.into()),
-        Command::Lsp => match tessera_lsp::run_stdio() {
+        Command::Lsp { .. } => match tessera_lsp::run_stdio() {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("error: tessera lsp: {e}");
