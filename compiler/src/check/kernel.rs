@@ -14,6 +14,20 @@ use crate::diag::Diagnostic;
 use crate::syntax::ast::{Decorator, Expr, ExprKind, Function};
 
 impl Checker<'_> {
+    /// Binds a parameter whose type was rejected, so later uses report nothing more.
+    fn bind_bad_param(&mut self, name: &crate::syntax::ast::Ident) {
+        self.env.insert(
+            name.name.clone(),
+            Binding {
+                ty: Ty::Err,
+                value: None,
+                kind: BindKind::Param,
+                span: name.span,
+                maybe_unbound: false,
+            },
+        );
+    }
+
     fn params(&mut self, f: &Function) {
         let mut seen: HashSet<&str> = HashSet::new();
         let scope: &ModuleScope = self.scope;
@@ -95,16 +109,7 @@ impl Checker<'_> {
                             "pass it as f16 or f32 and convert with `.to(...)` where needed",
                         ),
                     );
-                    self.env.insert(
-                        p.name.name.clone(),
-                        Binding {
-                            ty: Ty::Err,
-                            value: None,
-                            kind: BindKind::Param,
-                            span: p.name.span,
-                            maybe_unbound: false,
-                        },
-                    );
+                    self.bind_bad_param(&p.name);
                 }
                 Annot::Ty(Ty::Tile { .. }) => {
                     self.report(
@@ -118,16 +123,7 @@ impl Checker<'_> {
                         )
                         .with_help("take a `Tensor[...]` and `load` tiles from it"),
                     );
-                    self.env.insert(
-                        p.name.name.clone(),
-                        Binding {
-                            ty: Ty::Err,
-                            value: None,
-                            kind: BindKind::Param,
-                            span: p.name.span,
-                            maybe_unbound: false,
-                        },
-                    );
+                    self.bind_bad_param(&p.name);
                 }
                 Annot::Ty(ty) => {
                     let value = match &ty {
