@@ -19,7 +19,6 @@ pub mod actions;
 pub mod carry;
 pub mod complete;
 pub mod emit;
-pub mod hints;
 pub mod hover;
 pub mod paths;
 pub mod position;

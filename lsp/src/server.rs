@@ -259,6 +259,18 @@ impl Backend {
     /// After a change to `changed`, the other open documents: one that imports
     /// it (or is imported by it) may have new diagnostics. Once the edits
     /// pause; each is published only if its diagnostics changed.
+    /// The open documents and their versions, but `except`.
+    fn open_versions(&self, except: Option<&Url>) -> Vec<(Url, i32)> {
+        self.state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(u, _)| Some(*u) != except)
+            .map(|(u, d)| (u.clone(), d.version))
+            .collect()
+    }
+
     fn refresh_others(&self, changed: Url) {
         let generation = self.state.edits.fetch_add(1, Ordering::SeqCst) + 1;
         let this = self.clone();
@@ -267,15 +279,7 @@ impl Backend {
             if this.state.edits.load(Ordering::SeqCst) != generation {
                 return;
             }
-            let open: Vec<(Url, i32)> = this
-                .state
-                .docs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .filter(|(u, _)| **u != changed)
-                .map(|(u, d)| (u.clone(), d.version))
-                .collect();
+            let open = this.open_versions(Some(&changed));
             for (u, v) in open {
                 this.publish_once(&u, v, Pass::Estimates).await;
             }
@@ -400,14 +404,7 @@ impl Backend {
     /// Re-publishes the diagnostics of every open document and asks the
     /// client to refresh its inlay hints: after a change of arch or defines.
     async fn republish(&self) {
-        let open: Vec<(Url, i32)> = self
-            .state
-            .docs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(u, d)| (u.clone(), d.version))
-            .collect();
+        let open = self.open_versions(None);
         for (u, v) in open {
             self.publish(u, v).await;
         }
@@ -968,7 +965,7 @@ impl LanguageServer for Backend {
             let ix = LineIndex::new(file.text(&s.db));
             let from = ix.offset(params.range.start);
             let to = ix.offset(params.range.end);
-            let hints = crate::hints::inlay_hints(&s.db, file, s.options, &s.spec, from, to);
+            let hints = tessera::ide::inlay_hints(&s.db, file, s.options, &s.spec, from, to);
             Ok(Some(
                 hints
                     .into_iter()

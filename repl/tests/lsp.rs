@@ -293,6 +293,16 @@ fn expected_hint(row: &Value) -> String {
     )
 }
 
+/// The labels of a completion answer.
+fn labels_of(items: &Value) -> Vec<&str> {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn diagnostics_hover_hints_definition_completion_emit() {
     let root = scratch("e2e");
@@ -432,12 +442,7 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     // Completion: locals, dims, builtins with signatures, dtypes; module members.
     let (l, col) = find(&good, "store(out", "a + b");
     let items = c.at("textDocument/completion", &main, l, col);
-    let labels: Vec<&str> = items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
+    let labels = labels_of(&items);
     for want in ["m0", "n0", "BM", "M", "x", "load", "bf16", "nn"] {
         assert!(labels.contains(&want), "{want} in {labels:?}");
     }
@@ -458,12 +463,7 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     );
     let (l, col) = find(&good, "return scale(", "relu");
     let items = c.at("textDocument/completion", &main, l, col);
-    let labels: Vec<&str> = items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
+    let labels = labels_of(&items);
     assert!(
         labels.contains(&"relu") && labels.contains(&"softmax"),
         "{labels:?}"
@@ -472,12 +472,7 @@ fn diagnostics_hover_hints_definition_completion_emit() {
     // builtins (E0503) or session builtins (E0725).
     let (l, col) = find(&good, "return scale(", "scale");
     let items = c.at("textDocument/completion", &main, l, col);
-    let labels: Vec<&str> = items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
+    let labels = labels_of(&items);
     for want in ["scale", "tile_add", "matmul", "a"] {
         assert!(labels.contains(&want), "{want} in {labels:?}");
     }

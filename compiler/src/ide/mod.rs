@@ -313,9 +313,11 @@ pub fn inlay_hints(
     to: u32,
 ) -> Vec<InlayHint> {
     let mut out = Vec::new();
-    let has_errors = crate::db::file_diagnostics(db, file, options)
+    let errors: Vec<(u32, u32)> = crate::db::file_diagnostics(db, file, options)
         .iter()
-        .any(|d| d.is_error());
+        .filter(|d| d.is_error())
+        .map(|d| (d.span.start, d.span.end))
+        .collect();
     for (_, item, start) in file_kernels(db, file) {
         let end = start + item.text(db).len() as u32;
         if end < from || start > to {
@@ -324,11 +326,22 @@ pub fn inlay_hints(
         let Some(Item::Function(f)) = parse_item(db, item).item.as_deref() else {
             continue;
         };
-        if !has_errors {
-            let label = match kernel_estimate(db, item, start, options, spec) {
-                Ok(r) => estimate_line(&r),
-                Err(why) => no_estimate_line(&why),
-            };
+        // A kernel with an error of its own has no estimate; one whose file
+        // has errors elsewhere keeps it (or says which value it needs: any
+        // other failure may come from those errors).
+        let own_error = errors.iter().any(|&(s, e)| s < end && e >= start);
+        let label = if own_error {
+            None
+        } else {
+            match kernel_estimate(db, item, start, options, spec) {
+                Ok(r) => Some(estimate_line(&r)),
+                Err(why) if errors.is_empty() || !why.needs.is_empty() => {
+                    Some(no_estimate_line(&why))
+                }
+                Err(_) => None,
+            }
+        };
+        if let Some(label) = label {
             out.push(InlayHint {
                 offset: f.header_span.end + start,
                 label,

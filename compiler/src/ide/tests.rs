@@ -210,3 +210,33 @@ fn a_kernel_that_needs_a_define_says_so() {
         h.markdown
     );
 }
+
+/// An error in one kernel hides only that kernel's estimate.
+#[test]
+fn a_kernel_keeps_its_estimate_while_another_has_an_error() {
+    const GOOD: &str = "@kernel(grid=(cdiv(N, 256),), num_warps=4)
+def good(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):
+    i = program_id(0) * 256
+    store(out[i : i + 256], load(x[i : i + 256]) * 2.0)
+";
+    let estimates = |text: &str| -> Vec<(u32, String)> {
+        let (db, file) = db_with(text);
+        let none = Specialization::new();
+        inlay_hints(&db, file, db.options(), &none, 0, text.len() as u32)
+            .into_iter()
+            .filter(|h| !h.is_type)
+            .map(|h| (h.offset, h.label))
+            .collect()
+    };
+    let clean = estimates(GOOD);
+    assert_eq!(clean.len(), 1, "{clean:?}");
+    assert!(clean[0].1.starts_with("≈ ") && clean[0].1.contains("regs"));
+    let broken = "\n\n@kernel(grid=(1,), num_warps=4)
+def broken(x: Tensor[\"N\", f32]):
+    v = laod(x[0 : 128])
+";
+    // The same estimate at the same place; none for the broken kernel.
+    assert_eq!(estimates(&format!("{GOOD}{broken}")), clean);
+    // An error in the kernel itself: no estimate.
+    assert_eq!(estimates(&GOOD.replace("load(x", "laod(x")), vec![]);
+}
