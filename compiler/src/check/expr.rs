@@ -322,6 +322,12 @@ impl Checker<'_> {
             }
         } else if same_category(a, b) && (lk == Kind::Scalar) != (rk == Kind::Scalar) {
             return Some((if lk == Kind::Scalar { b } else { a }, false));
+        } else if lk == Kind::Scalar && a.is_int() && b.is_float() {
+            // An integer scalar (a dim, a loop index, an `i32` parameter) is weak
+            // against floats, as in Triton and numpy: `sum(v) / N`.
+            return Some((b, false));
+        } else if rk == Kind::Scalar && b.is_int() && a.is_float() {
+            return Some((a, false));
         } else if let Some(d) = DType::join(a, b) {
             return Some((d, false));
         }
