@@ -96,6 +96,8 @@ pub struct Checker<'a> {
     pub expr_vals: Option<Vec<(Span, Val)>>,
     /// `reshape` shapes may hold one `-1`.
     pub allow_infer_dim: bool,
+    /// What the dtype variables and batch runs of a generic function stand for.
+    pub tenv: super::generics::TypeEnv,
 }
 
 impl<'a> Checker<'a> {
@@ -120,6 +122,7 @@ impl<'a> Checker<'a> {
             usage: Usage::default(),
             expr_vals: None,
             allow_infer_dim: false,
+            tenv: Default::default(),
         }
     }
 

@@ -80,6 +80,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
     ),
     e("E0314", "operation needs integer or bool operands"),
     e("E0315", "constant evaluation failed"),
+    e("E0320", "dtype variable bound to two different dtypes"),
+    e("E0321", "dtype outside the dtype variable's bound"),
+    e("E0322", "malformed dtype variable"),
+    e("E0323", "kernel with dtype variables or a batch run"),
     // E04xx shapes
     e("E0401", "dim bound to two different sizes"),
     e("E0402", "shapes do not broadcast"),
@@ -97,6 +101,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0411", "wrong rank for this operation"),
     e("E0412", "reshape changes the number of elements"),
     e("E0413", "constant index out of range"),
+    e("E0414", "batch run bound to two different runs of dims"),
+    e("E0415", "misplaced batch run"),
     // E05xx kernels and launches
     e("E0501", "kernel launched without a grid"),
     e("E0502", "invalid grid"),

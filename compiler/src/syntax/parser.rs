@@ -366,6 +366,7 @@ pub fn str_value(parts: &[&str]) -> String {
 
 pub fn make_function(
     name: Ident,
+    type_params: Vec<TypeParam>,
     params: Vec<Param>,
     ret: Option<TypeExpr>,
     body: Vec<Stmt>,
@@ -382,6 +383,7 @@ pub fn make_function(
     Box::new(Function {
         decorators: Vec::new(),
         name,
+        type_params,
         params,
         ret,
         docstring,
