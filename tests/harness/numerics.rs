@@ -944,6 +944,23 @@ fn run_time_errors_have_their_codes() {
     // E0708: not a .npy file.
     let e = err_of(npy::load_npy(&root().join("tests/numerics/builtins.tsr")));
     assert_eq!(e.code, "E0708", "{e}");
+    // ... and a 128-byte file whose header claims 2^64 elements (an empty
+    // tensor before sizes were checked).
+    let e = err_of(npy::load_npy(
+        &root().join("tests/repl/data/huge_shape.npy"),
+    ));
+    assert_eq!(e.code, "E0708", "{e}");
+    assert!(e.message.contains("does not fit 64 bits"), "{e}");
+    // E0712: a shape whose element count overflows, and one whose byte size does.
+    let e = err_of(Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32));
+    assert_eq!(e.code, "E0712", "{e}");
+    let e = err_of(tessera::exec::rng::try_randn(&[1 << 62], DType::F64, 0));
+    assert_eq!(e.code, "E0712", "{e}");
+    // E0713: 4 PiB, more memory than any machine has: refused at once (by the
+    // memory available, or by the allocator), never an abort.
+    let e = err_of(Tensor::try_full(&[1 << 25, 1 << 25], DType::F32, 1.0));
+    assert_eq!(e.code, "E0713", "{e}");
+    assert!(e.message.contains("4503599627370496 bytes"), "{e}");
     // E0709: a kernel that cannot be compiled (here: a check error in its body).
     let mut db3 = Database::new();
     let f3 = db3.set_source(

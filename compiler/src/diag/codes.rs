@@ -128,6 +128,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "E0605",
         "dot shape not supported by the target's tensor cores",
     ),
+    e("E0606", "tile too large for the target"),
+    e("E0607", "invalid `num_warps`"),
+    e("E0608", "invalid `num_stages`"),
+    e("E0609", "launch grid exceeds the target's limits"),
     // E07xx execution (run-time errors of `tessera::exec`; no static check
     // produces them: tests/harness/numerics.rs triggers each one)
     e(
@@ -147,6 +151,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0709", "kernel cannot be compiled for this launch"),
     e("E0710", "function cannot run yet"),
     e("E0711", "launch requirement does not hold"),
+    e("E0712", "tensor size overflows"),
+    e("E0713", "cannot allocate tensor memory"),
     // E072x sessions (`tessera repl`, `tessera run`)
     e("E0720", "not supported in a session statement"),
     e("E0721", "device not available"),

@@ -385,7 +385,7 @@ fn run_schedule(
                 }
             },
             BufKind::View(_) => None,
-            BufKind::Output(_) | BufKind::Temp => Some(Tensor::empty(&shape, b.dtype)),
+            BufKind::Output(_) | BufKind::Temp => Some(Tensor::try_zeros(&shape, b.dtype)?),
         };
     }
     let mut scalars = scalars.clone();
@@ -460,7 +460,7 @@ fn run_steps(
                     Num::F(x) => x as i64 as u64,
                 };
                 let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
-                t.assign(&rng::randn(t.shape(), t.dtype(), seed));
+                t.assign(&rng::try_randn(t.shape(), t.dtype(), seed)?);
                 continue;
             }
             Step::HostData { buf, values, .. } => {
@@ -483,7 +483,7 @@ fn run_steps(
                         ),
                     ));
                 }
-                t.assign(&Tensor::from_f64(t.shape(), t.dtype(), &data));
+                t.assign(&Tensor::try_from_f64(t.shape(), t.dtype(), &data)?);
                 continue;
             }
             Step::Call {
@@ -688,9 +688,10 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
                         let f = f.trim();
                         f.parse::<i64>().ok().or_else(|| env.get(f).copied())
                     })
-                    .product::<Option<i64>>()
+                    .try_fold(1i64, |acc, f| acc.checked_mul(f?))
             })
-            .sum::<Option<i64>>()
+            // An overflowing side is one that cannot be checked (E0711).
+            .try_fold(0i64, |acc, t| acc.checked_add(t?))
     };
     let unchecked = || {
         ExecError::new(

@@ -803,7 +803,10 @@ impl Session {
                     return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
                 };
                 let d = self.dtype_arg(&a.value, text)?;
-                return Ok(Val::Run(Value::Tensor(t.to(d))));
+                return t
+                    .try_to(d)
+                    .map(|t| Val::Run(Value::Tensor(t)))
+                    .map_err(|err| err.to_diagnostic(e.span));
             }
             return self.synth_eval(e, text);
         }
@@ -988,7 +991,12 @@ impl Session {
     }
 
     fn host_builtin(&mut self, name: &str, e: &Expr, args: &[Arg], text: &str) -> R<Val> {
-        let tensor = |t: Tensor| Ok(Val::Run(Value::Tensor(t)));
+        // Creation fails without ending the session: a size that overflows
+        // (E0712) or memory that cannot be had (E0713).
+        let tensor = |t: Result<Tensor, exec::ExecError>| {
+            t.map(|t| Val::Run(Value::Tensor(t)))
+                .map_err(|err| err.to_diagnostic(e.span))
+        };
         match name {
             "zeros" | "ones" | "empty" | "randn" => {
                 let params: &[&str] = if name == "randn" {
@@ -1003,15 +1011,14 @@ impl Session {
                     None => DType::F32,
                 };
                 match name {
-                    "zeros" => tensor(Tensor::zeros(&shape, dtype)),
-                    "ones" => tensor(Tensor::ones(&shape, dtype)),
-                    "empty" => tensor(Tensor::empty(&shape, dtype)),
+                    "zeros" | "empty" => tensor(Tensor::try_zeros(&shape, dtype)),
+                    "ones" => tensor(Tensor::try_full(&shape, dtype, 1.0)),
                     _ => {
                         let seed = match b.get(2).copied().flatten() {
                             Some(x) => self.int_arg(x, text, "a seed")?,
                             None => 0,
                         };
-                        tensor(exec::rng::randn(&shape, dtype, seed as u64))
+                        tensor(exec::rng::try_randn(&shape, dtype, seed as u64))
                     }
                 }
             }
@@ -1033,7 +1040,7 @@ impl Session {
                         Num::F(_) => DType::F32,
                     },
                 };
-                tensor(Tensor::full(&shape, dtype, value.f()))
+                tensor(Tensor::try_full(&shape, dtype, value.f()))
             }
             "arange" => {
                 let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
@@ -1046,7 +1053,7 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::I32,
                 };
-                tensor(Tensor::arange(start, end, dtype))
+                tensor(Tensor::try_arange(start, end, dtype))
             }
             "tensor" => {
                 let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
@@ -1063,7 +1070,7 @@ impl Session {
                     None if any_float => DType::F32,
                     None => DType::I32,
                 };
-                tensor(Tensor::from_f64(&shape, dtype, &flat))
+                tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
             "load_npy" => {
                 let b = Self::bind(name, &["path"], 1, args, e.span)?;
