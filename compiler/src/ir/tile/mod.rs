@@ -391,6 +391,7 @@ pub enum OpKind {
 mod builder;
 mod cleanup;
 mod dump;
+mod limits;
 pub mod lower;
 mod verify;
 
@@ -402,5 +403,6 @@ mod lower_tests;
 mod tests;
 
 pub use builder::Builder;
+pub use limits::check_tile_sizes;
 pub use lower::{lower_kernel, lower_kernel_with_dims, Define, Specialization};
 pub use verify::verify;
