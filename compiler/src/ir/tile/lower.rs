@@ -3072,6 +3072,10 @@ impl<'a> Lowerer<'a> {
                 };
                 let len = match len {
                     Some(d) => match d.as_const() {
+                        Some(n) if n > u32::MAX as i64 => {
+                            self.internal(span, format!("an `arange` of length {n}"));
+                            return Err(());
+                        }
                         Some(n) if n > 0 => n as u32,
                         _ => {
                             let lv = LV::Val {
@@ -3120,7 +3124,11 @@ impl<'a> Lowerer<'a> {
                         );
                         return Err(());
                     }
-                    shape.push(n as u32);
+                    let Ok(n) = u32::try_from(n) else {
+                        self.internal(shape_arg.value.span, format!("a tile dim of {n}"));
+                        return Err(());
+                    };
+                    shape.push(n);
                 }
                 let (value, dt_slot) = if name == "zeros" {
                     (
