@@ -272,7 +272,9 @@ pub fn tile_ir<'db>(
     if !errors.is_empty() {
         return Err(errors);
     }
-    crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec).map(Arc::new)
+    let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec)?;
+    crate::ir::tile::check_tile_sizes(&k, options.arch(db)).map_err(|d| vec![d])?;
+    Ok(Arc::new(k))
 }
 
 /// The lowering diagnostics (E0511, E0512) of every kernel of `file` under

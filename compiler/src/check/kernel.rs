@@ -9,9 +9,13 @@ use super::scope::{annotation_in, Annot, ModuleScope};
 use super::suggest;
 use super::types::{DType, Ty, Value};
 use super::ItemCheck;
-use crate::backend::arch::Arch;
+use crate::backend::arch::{check_num_stages, check_num_warps, Arch, MAX_GRID};
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{Decorator, Expr, ExprKind, Function};
+
+pub(crate) const NUM_WARPS_HELP: &str =
+    "num_warps is 1, 2, 4, 8, 16 or 32 (at most 1024 threads per block)";
+pub(crate) const NUM_STAGES_HELP: &str = "num_stages is 1 (no pipelining) to 8; 2 to 4 is typical";
 
 impl Checker<'_> {
     /// Binds a parameter whose type was rejected, so later uses report nothing more.
@@ -277,16 +281,9 @@ impl Checker<'_> {
                 "grid" => self.grid_option(&a.value),
                 "num_warps" => {
                     if let Some(n) = self.option_int(&a.value) {
-                        if n <= 0 || (n as u64).count_ones() != 1 {
+                        if let Err(m) = check_num_warps(n) {
                             self.report(
-                                Diagnostic::new(
-                                    "E0506",
-                                    a.value.span,
-                                    format!(
-                                        "`num_warps` must be a positive power of two, found {n}"
-                                    ),
-                                )
-                                .with_help("typical values are 2, 4, 8 or 16"),
+                                Diagnostic::new("E0607", a.value.span, m).with_help(NUM_WARPS_HELP),
                             );
                         } else {
                             self.kernel.num_warps =
@@ -297,14 +294,10 @@ impl Checker<'_> {
                 }
                 "num_stages" => {
                     if let Some(n) = self.option_int(&a.value) {
-                        if n < 1 {
+                        if let Err(m) = check_num_stages(n) {
                             self.report(
-                                Diagnostic::new(
-                                    "E0506",
-                                    a.value.span,
-                                    format!("`num_stages` must be at least 1, found {n}"),
-                                )
-                                .with_help("1 disables pipelining; 2 to 4 is typical"),
+                                Diagnostic::new("E0608", a.value.span, m)
+                                    .with_help(NUM_STAGES_HELP),
                             );
                         } else {
                             self.kernel.num_stages = Some(n as u64);
@@ -366,10 +359,28 @@ impl Checker<'_> {
             return;
         }
         let mut ok = true;
-        for it in &items {
+        for (axis, it) in items.iter().enumerate() {
             let v = self.expr(it);
             match &v.ty {
-                Ty::Scalar { dtype, .. } if dtype.is_int() => {}
+                Ty::Scalar { dtype, .. } if dtype.is_int() => {
+                    // A size known here is held to the launch limits now.
+                    let known = v
+                        .value
+                        .as_ref()
+                        .filter(|_| self.is_compile_time(&v.value))
+                        .and_then(Value::as_int);
+                    let max = MAX_GRID[axis];
+                    if let Some(n) = known.filter(|n| *n < 1 || *n > max) {
+                        self.report(
+                            Diagnostic::new(
+                                "E0609",
+                                it.span,
+                                format!("grid dim {axis} is {n}; it must be from 1 to {max}"),
+                            )
+                            .with_help("grids are at most (2147483647, 65535, 65535) programs (CUDA's limits): use bigger blocks, or loop inside the kernel"),
+                        );
+                    }
+                }
                 Ty::Err => ok = false,
                 other => {
                     ok = false;
@@ -476,10 +487,23 @@ impl Checker<'_> {
                                     "the values of `{key}` must be a non-empty list of constants"
                                 ),
                             )),
+                            Some(vs) if key == "num_stages" => {
+                                for n in vs {
+                                    if let Err(m) = check_num_stages(n) {
+                                        self.report(
+                                            Diagnostic::new("E0608", v.span, m)
+                                                .with_help(NUM_STAGES_HELP),
+                                        );
+                                    }
+                                }
+                            }
                             Some(vs) if key == "num_warps" => {
                                 for n in vs {
-                                    if n <= 0 || (n as u64).count_ones() != 1 {
-                                        self.report(Diagnostic::new("E0509", v.span, format!("`num_warps` must be a positive power of two, found {n}")));
+                                    if let Err(m) = check_num_warps(n) {
+                                        self.report(
+                                            Diagnostic::new("E0607", v.span, m)
+                                                .with_help(NUM_WARPS_HELP),
+                                        );
                                     } else {
                                         self.check_threads(n as u64, v.span);
                                         self.kernel.num_warps =

@@ -260,6 +260,14 @@ fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagn
         )
     };
     match eval_const(a, &lookup) {
+        // A size: a negative one would make every stride and byte count that
+        // multiplies it meaningless (and overflow in code generation).
+        Ok(Value::Int(d)) if d.as_const().is_some_and(|c| c < 0) => Err(Diagnostic::new(
+            "E0111",
+            a.span,
+            format!("a dim is {}; dims are sizes, 0 or more", d),
+        )
+        .with_help("write the size of the axis, e.g. `Tensor[64, 80, f32]`")),
         Ok(Value::Int(d)) => Ok(d),
         Ok(Value::Str(s)) => Dim::parse_affine(&s).map_err(|m| {
             Diagnostic::new("E0111", a.span, format!("invalid dim expression \"{s}\": {m}"))

@@ -1154,12 +1154,17 @@ impl Program<'_> {
                 None => {}
                 Some(len) => {
                     let len = *len as i64;
+                    // A window wholly outside the tensor is left to the general
+                    // load (which clips); so the offsets below stay small.
+                    if *s < -len || *s > m.dims[axis] {
+                        return None;
+                    }
                     let lo = (-s).clamp(0, len);
                     let hi = (m.dims[axis] - s).clamp(lo, len);
                     ranges.push((m.strides[axis], (lo as usize, hi as usize)));
                 }
             }
-            off += s * m.strides[axis];
+            off = off.checked_add(s.checked_mul(m.strides[axis])?)?;
         }
         let fill = normalise(d, Buf::filled(Repr::F, 1, other)).f()[0];
         Some(View {
@@ -2388,6 +2393,7 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
 /// holds its shape's elements.
 #[cfg(test)]
 mod bounds_tests {
+    use super::deferred::DeferredLoads;
     use super::*;
     use crate::db::Database;
     use crate::exec::launch::prepared;
@@ -2403,6 +2409,12 @@ def shifted(x: Tensor["N", f32], y: Tensor["R", "C", i32], shift: i64, BLOCK: co
     r = program_id(0) + shift + 4
     t = load(y[r : r + 2, i : i + BLOCK], other=7)
     store(y[r : r + 2, i : i + BLOCK], t + 1)
+
+@kernel(grid=(1,))
+def mm(a: Tensor[16, 16, f32], b: Tensor[16, 16, f32], c: Tensor[16, 16, f32], shift: i64):
+    x = load(a[shift : shift + 16, 0 : 16])
+    y = load(b[0 : 16, shift : shift + 16])
+    store(c[0 : 16, 0 : 16], dot(x, y))
 "#;
 
     fn run(shift: i64) -> (Vec<f64>, Vec<f64>) {
@@ -2436,6 +2448,40 @@ def shifted(x: Tensor["N", f32], y: Tensor["R", "C", i32], shift: i64, BLOCK: co
             let (x, y) = run(shift);
             assert_eq!(x, vec![0.0; 10], "shift {shift}");
             assert_eq!(y, vec![0.0; 30], "shift {shift}");
+        }
+    }
+
+    /// Loads read by a `dot` straight from tensor memory (deferred) are
+    /// clipped too, wherever their windows start.
+    #[test]
+    fn deferred_loads_outside_the_tensor_read_their_fill() {
+        let mut db = Database::new();
+        let file = db.set_source("/bounds_tests.tsr", SRC.into());
+        let ones = Tensor::full(&[16, 16], DType::F32, 1.0);
+        for shift in [0, 8, -8, 1 << 40, -1 << 40, i64::MIN, i64::MAX - 3] {
+            let c = Tensor::zeros(&[16, 16], DType::F32);
+            let args = [
+                V::Tensor(ones.clone()),
+                V::Tensor(ones.clone()),
+                V::Tensor(c.clone()),
+                V::Int(shift),
+            ];
+            let (k, a, grid) = prepared(&db, file, "mm", &args);
+            assert_eq!(DeferredLoads::of(&k).len(), 2, "both loads are deferred");
+            run_grid(&k, &a, grid, &Interrupt::new()).unwrap();
+            // c[i, j] is 16 where row i of the `a` window and column j of the
+            // `b` window are in the tensor, else 0.
+            let inside = |p: i64| (0..16).contains(&(p as i128 + shift as i128));
+            let want: Vec<f64> = (0..256)
+                .map(|e| {
+                    if inside(e / 16) && inside(e % 16) {
+                        16.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            assert_eq!(c.to_f64_vec(), want, "shift {shift}");
         }
     }
 
