@@ -80,6 +80,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     ),
     e("E0314", "operation needs integer or bool operands"),
     e("E0315", "constant evaluation failed"),
+    e("E0316", "function used as a value"),
+    e("E0317", "reduction of an empty extent has no identity"),
     // E04xx shapes
     e("E0401", "dim bound to two different sizes"),
     e("E0402", "shapes do not broadcast"),
