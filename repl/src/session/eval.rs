@@ -595,6 +595,21 @@ impl Session {
                         format!("cannot apply a unary operator to {}", v.describe()),
                     )
                 })?;
+                // As the checker: `-` of a bool is E0311, `~` of a bool is `not`.
+                if let Val::Run(Value::Bool(b)) = v {
+                    match op {
+                        UnaryOp::Neg | UnaryOp::Pos => {
+                            return Err(Diagnostic::new(
+                                "E0311",
+                                e.span,
+                                format!("`{}` is not defined on `bool` values", op.symbol()),
+                            )
+                            .with_primary_label("unsupported dtype for this operation")
+                            .with_help("convert first, e.g. `.to(i32)`"))
+                        }
+                        UnaryOp::Not | UnaryOp::Invert => return Ok(boolean(!b)),
+                    }
+                }
                 Ok(match (op, n) {
                     (UnaryOp::Neg, Num::I(i)) => int(-i),
                     (UnaryOp::Neg, Num::F(x)) => float(-x),
@@ -1115,6 +1130,15 @@ impl Session {
                         Num::F(_) => DType::F32,
                     },
                 };
+                // As the checker: a float never fills an integer tensor implicitly.
+                if matches!(value, Num::F(_)) && !dtype.is_float() {
+                    return Err(Diagnostic::new(
+                        "E0301",
+                        vx.span,
+                        format!("a `float` fill value for a `{dtype}` tensor"),
+                    )
+                    .with_help(format!("convert the value: `{}.to({dtype})`", &text[vx.span.range()])));
+                }
                 tensor(Tensor::full(&shape, dtype, value.f()))
             }
             "arange" => {
