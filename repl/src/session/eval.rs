@@ -1137,7 +1137,10 @@ impl Session {
                         vx.span,
                         format!("a `float` fill value for a `{dtype}` tensor"),
                     )
-                    .with_help(format!("convert the value: `{}.to({dtype})`", &text[vx.span.range()])));
+                    .with_help(format!(
+                        "convert the value: `{}.to({dtype})`",
+                        &text[vx.span.range()]
+                    )));
                 }
                 tensor(Tensor::full(&shape, dtype, value.f()))
             }
