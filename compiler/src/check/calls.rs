@@ -1576,7 +1576,7 @@ impl Checker<'_> {
                     );
                 }
                 Some(Value::Str(s)) if s == "tf32" => tf32 = true,
-                Some(Value::Str(s)) if s == "ieee" || s == "f32" => {}
+                Some(Value::Str(s)) if s == "ieee" => {}
                 Some(Value::None) => {}
                 _ if p.ty.is_err() => {}
                 _ => self.report(Diagnostic::new(
