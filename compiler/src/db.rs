@@ -32,6 +32,10 @@ pub struct SourceFile {
 pub struct Options {
     #[returns(copy)]
     pub arch: Arch,
+    /// f32 `matmul` without `precision=` multiplies at tf32 (the session's
+    /// `set_float32_matmul_precision("high")`); ieee otherwise.
+    #[returns(copy)]
+    pub matmul_tf32: bool,
 }
 
 /// The text of one top-level item of one file.
@@ -435,12 +439,21 @@ impl Database {
             events,
             logging,
         };
-        db.options = Some(Options::new(&db, Arch::default()));
+        db.options = Some(Options::new(&db, Arch::default(), false));
         db
     }
 
     pub fn options(&self) -> Options {
         self.options.expect("options are set in Database::new")
+    }
+
+    /// The precision of f32 `matmul` without `precision=`: tf32 or ieee.
+    pub fn set_matmul_tf32(&mut self, tf32: bool) {
+        use salsa::Setter;
+        let options = self.options();
+        if options.matmul_tf32(self) != tf32 {
+            options.set_matmul_tf32(self).to(tf32);
+        }
     }
 
     pub fn set_arch(&mut self, arch: Arch) {
@@ -605,7 +618,7 @@ pub fn graph_ir_uninlined<'db>(
         .clone()
         .ok_or_else(|| LowerError::new(f.name.span, "a function without a signature"))?;
     let is_builtin_alias = std_nn_alias(db, file);
-    let g = graph::build(f, &sig, &vals, &is_builtin_alias)?;
+    let g = graph::build(f, &sig, &vals, &is_builtin_alias, options.matmul_tf32(db))?;
     if cfg!(debug_assertions) {
         if let Err(e) = graph::verify(&g) {
             panic!("Graph IR verifier: {e}\n{}", graph::dump(&g));
@@ -772,7 +785,7 @@ fn specialized_graph_err(
     let sig = check::scope::signature(&f, &|n| consts_scope.const_value(n));
     let sig = check::generics::instantiate(&sig, env);
     let is_builtin_alias = std_nn_alias(db, file);
-    crate::ir::graph::build(&f, &sig, &vals, &is_builtin_alias)
+    crate::ir::graph::build(&f, &sig, &vals, &is_builtin_alias, options.matmul_tf32(db))
 }
 
 /// The Graph IR and Schedule IR of one instance of a generic function (its

@@ -200,7 +200,7 @@ impl Backend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(a)
-                .or_insert_with(|| Options::new(&*db, a)),
+                .or_insert_with(|| Options::new(&*db, a, false)),
             _ => db.options(),
         };
         let spec = self

@@ -80,6 +80,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     ),
     e("E0314", "operation needs integer or bool operands"),
     e("E0315", "constant evaluation failed"),
+    e("E0316", "function used as a value"),
+    e("E0317", "reduction of an empty extent has no identity"),
     e("E0320", "dtype variable bound to two different dtypes"),
     e("E0321", "dtype outside the dtype variable's bound"),
     e("E0322", "malformed dtype variable"),

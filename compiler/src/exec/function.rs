@@ -323,10 +323,10 @@ fn scalar(
         }
         ScalarExpr::Cast(x, d) => {
             let v = scalar(x, env, params)?;
-            if d.is_float() {
-                Num::F(super::round_to(*d, v.f()))
-            } else {
-                Num::I(super::round_to(*d, v.f()) as i64)
+            match v {
+                _ if d.is_float() => Num::F(super::round_to(*d, v.f())),
+                Num::I(i) => Num::I(super::tensor::wrap_int(*d, i)),
+                Num::F(x) => Num::I(super::tensor::float_to_int(*d, x)),
             }
         }
         ScalarExpr::Var(v) => *params.get(&format!("${v}")).ok_or_else(|| {
@@ -699,6 +699,27 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
             format!("the launch requires `{r}`, which cannot be checked"),
         )
     };
+    // `nonempty max: N`: the reduced extent of a `max`, `min` or `mean`.
+    if let Some((op, extent)) = r
+        .strip_prefix("nonempty ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        let n = eval(extent).ok_or_else(unchecked)?;
+        return if n > 0 {
+            Ok(())
+        } else {
+            let extent = extent.trim();
+            let what = if extent.parse::<i64>().is_ok() {
+                "an empty axis".to_string()
+            } else {
+                format!("an empty extent (`{extent}` = 0)")
+            };
+            Err(
+                ExecError::new("E0317", format!("`{op}` of {what} has no value"))
+                    .with_help("only `sum` of nothing is defined (0); reduce a non-empty axis"),
+            )
+        };
+    }
     // Other requirements describe the target (`f32 inputs multiplied at tf32
     // precision`): the CPU executes the same Tile IR (it rounds to tf32 too).
     let Some((lhs, rhs)) = r.split_once("<=") else {

@@ -214,10 +214,13 @@ pub enum NodeKind {
         x: NodeId,
         to: DType,
     },
-    /// Batched matrix product, batch dims broadcast.
+    /// Batched matrix product, batch dims broadcast. `tf32`: f32 operands
+    /// are rounded to tf32 (asked for by `precision="tf32"` or the session's
+    /// default); otherwise f32 multiplies in full f32.
     MatMul {
         a: NodeId,
         b: NodeId,
+        tf32: bool,
     },
     Softmax {
         x: NodeId,
@@ -374,7 +377,7 @@ pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
         | NodeKind::Reshape { x } => vec![*x],
-        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => vec![*a, *b],
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => vec![*a, *b],
         NodeKind::Select { cond, a, b } => vec![*cond, *a, *b],
         NodeKind::LayerNorm {
             x,
@@ -535,6 +538,8 @@ struct Builder<'a> {
     /// Names that are dims of tensor parameters or const parameters (compile-time symbols).
     static_syms: Vec<String>,
     is_builtin_alias: &'a dyn Fn(&FnSig) -> bool,
+    /// f32 `matmul` without `precision=` rounds to tf32.
+    default_tf32: bool,
 }
 
 type R<T> = Result<T, LowerError>;
@@ -659,7 +664,11 @@ impl<'a> Builder<'a> {
                 let b = self.expr(rhs)?;
                 let kind = match BinaryOp::from_ast(*op) {
                     Some(op) => NodeKind::Binary { op, a, b },
-                    None => NodeKind::MatMul { a, b },
+                    None => NodeKind::MatMul {
+                        a,
+                        b,
+                        tf32: self.default_tf32,
+                    },
                 };
                 Ok(self.push(kind, ty, e.span))
             }
@@ -1121,10 +1130,20 @@ impl<'a> Builder<'a> {
                         keepdims,
                     }
                 }
-                "matmul" => NodeKind::MatMul {
-                    a: self.expr(need(0)?)?,
-                    b: self.expr(need(1)?)?,
-                },
+                "matmul" => {
+                    let tf32 = match arg(2) {
+                        Some(p) => match &p.kind {
+                            ExprKind::Str(s) => s == "tf32",
+                            _ => self.default_tf32,
+                        },
+                        None => self.default_tf32,
+                    };
+                    NodeKind::MatMul {
+                        a: self.expr(need(0)?)?,
+                        b: self.expr(need(1)?)?,
+                        tf32,
+                    }
+                }
                 "softmax" => {
                     let x = self.expr(need(0)?)?;
                     let rank = self.ty_of(x).dims().len();
@@ -1230,7 +1249,11 @@ impl<'a> Builder<'a> {
                     let ty = self.ty_of(a).clone();
                     let kind = match BinaryOp::from_ast(*op) {
                         Some(op) => NodeKind::Binary { op, a, b },
-                        None => NodeKind::MatMul { a, b },
+                        None => NodeKind::MatMul {
+                            a,
+                            b,
+                            tf32: self.default_tf32,
+                        },
                     };
                     let n = self.push(kind, ty, s.span);
                     self.env.insert(id.name.clone(), n);
@@ -1326,6 +1349,7 @@ impl<'a> Builder<'a> {
             env: HashMap::new(),
             static_syms: self.static_syms.clone(),
             is_builtin_alias: self.is_builtin_alias,
+            default_tf32: self.default_tf32,
         }
     }
 
@@ -1725,6 +1749,7 @@ pub fn build(
     sig: &FnSig,
     vals: &[(Span, Val)],
     is_builtin_alias: &dyn Fn(&FnSig) -> bool,
+    default_tf32: bool,
 ) -> Result<Graph, LowerError> {
     if sig.is_kernel {
         return Err(LowerError::new(
@@ -1741,6 +1766,7 @@ pub fn build(
         env: HashMap::new(),
         static_syms: Vec::new(),
         is_builtin_alias,
+        default_tf32,
     };
     let mut params = Vec::new();
     for p in &sig.params {
@@ -1798,7 +1824,7 @@ pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
         | NodeKind::Reshape { x } => o(x),
-        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => {
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => {
             o(a);
             o(b);
         }
@@ -2169,7 +2195,7 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                     }
                 }
             }
-            NodeKind::MatMul { a, b } => {
+            NodeKind::MatMul { a, b, .. } => {
                 let (mut da, mut db) = (dims(*a), dims(*b));
                 if da.is_empty() || db.is_empty() {
                     return err(i, "matmul of a scalar".into());
@@ -2444,7 +2470,9 @@ fn dump_into(g: &Graph, indent: &str, s: &mut String) {
                 bcast_note(g, n, &[(*cond, "cond"), (*a, "lhs"), (*b, "rhs")])
             ),
             NodeKind::Cast { x, to } => format!("cast {x} to {to}"),
-            NodeKind::MatMul { a, b } => format!("matmul {a}, {b}"),
+            NodeKind::MatMul { a, b, tf32 } => {
+                format!("matmul {a}, {b}{}", if *tf32 { " tf32" } else { "" })
+            }
             NodeKind::Softmax { x, axis } => format!("softmax {x}, axis={axis}"),
             NodeKind::LayerNorm {
                 x,

@@ -3476,8 +3476,14 @@ impl<'a> Lowerer<'a> {
         let x = self.materialize(a, d, ae.span)?;
         let y = self.materialize(b, d, be.span)?;
         let out = vec![sa[0], sb[1]];
+        // f64 accumulates in f64, every narrower float in f32.
+        let od = if d == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let acc = match acc {
-            Some((lv, sp)) => Some(self.coerce(&lv, DType::F32, &out, sp)?),
+            Some((lv, sp)) => Some(self.coerce(&lv, od, &out, sp)?),
             None => None,
         };
         let r = self.b.push1(
@@ -3487,7 +3493,7 @@ impl<'a> Lowerer<'a> {
                 acc,
                 precision,
             },
-            tile_type(out, DType::F32),
+            tile_type(out, od),
         );
         Ok(self.val(r, false))
     }
