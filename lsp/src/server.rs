@@ -518,10 +518,10 @@ fn self_convert(
                 .collect();
             Diagnostic {
                 range: ix.range(d.span.start, d.span.end),
-                severity: Some(if d.is_error() {
-                    DiagnosticSeverity::ERROR
-                } else {
-                    DiagnosticSeverity::WARNING
+                severity: Some(match d.severity {
+                    tessera::diag::Severity::Error => DiagnosticSeverity::ERROR,
+                    tessera::diag::Severity::Warning => DiagnosticSeverity::WARNING,
+                    tessera::diag::Severity::Note => DiagnosticSeverity::INFORMATION,
                 }),
                 code: Some(NumberOrString::String(d.code.to_string())),
                 code_description: docs.as_ref().map(|base| {
@@ -1091,7 +1091,9 @@ impl LanguageServer for Backend {
                 let mut start = t.span.start as usize;
                 let end = t.span.end as usize;
                 while start < end {
-                    let line_end = text[start..end].find('\n').map_or(end, |i| start + i);
+                    let line_end = text[start..end]
+                        .find(['\n', '\r'])
+                        .map_or(end, |i| start + i);
                     if line_end > start {
                         let p = ix.position(start as u32);
                         let len = text[start..line_end].encode_utf16().count() as u32;

@@ -25,6 +25,7 @@ use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
 use tessera::exec::{Interrupt, Value};
+use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
 
 pub use eval::{host_builtins, Val};
@@ -103,6 +104,9 @@ pub struct Session {
     /// When set, the transcript offset of the command being run (scripts,
     /// whose transcript is the whole text already).
     command_base: Option<u32>,
+    /// Each kernel's specialization at its last launch in the session: what
+    /// `:emit` and `:resources` use without `-D`.
+    last_launch: BTreeMap<String, Specialization>,
 }
 
 impl Session {
@@ -125,7 +129,13 @@ impl Session {
             pending_print: Vec::new(),
             collected: None,
             command_base: None,
+            last_launch: BTreeMap::new(),
         }
+    }
+
+    /// The specialization kernel `name` last ran with in this session.
+    pub fn last_launch(&self, name: &str) -> Option<&Specialization> {
+        self.last_launch.get(name)
     }
 
     /// The flag a Ctrl-C handler sets to stop the running computation.
