@@ -1057,7 +1057,10 @@ fn malformed_messages_are_answered_and_the_server_keeps_serving() {
     c.raw(&framed("[1, 2]"), usize::MAX);
     assert_eq!(code(&c.response(Value::Null)), -32600);
     // A bad method with a valid id: the answer carries the id.
-    c.raw(&framed(r#"{"jsonrpc":"2.0","id":77,"method":5}"#), usize::MAX);
+    c.raw(
+        &framed(r#"{"jsonrpc":"2.0","id":77,"method":5}"#),
+        usize::MAX,
+    );
     assert_eq!(code(&c.response(json!(77))), -32600);
     // Headers without Content-Length: parse error, then the next message is read.
     c.raw(b"Content-Type: text/plain\r\n\r\n", usize::MAX);

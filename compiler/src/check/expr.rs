@@ -1092,7 +1092,7 @@ impl Checker<'_> {
                     attr.span,
                     format!("no attribute `{name}` on {} `{other}`", other.kind_name()),
                 );
-                if let Some(s) = suggest(name, ["T", "shape", "dtype", "to"].into_iter()) {
+                if let Some(s) = suggest(name, VALUE_MEMBERS.iter().copied()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 self.report(d);
@@ -1101,6 +1101,10 @@ impl Checker<'_> {
         }
     }
 }
+
+/// The attributes and methods of tiles, tensors and scalars (`x.T`,
+/// `x.shape`, `x.dtype`, `x.to(...)`), for suggestions and completion.
+pub const VALUE_MEMBERS: &[&str] = &["T", "dtype", "shape", "to"];
 
 /// A slice bound as Python reads it on an axis of size `full`: a negative
 /// constant counts from the end, and constants clamp to `[0, full]` when `full`

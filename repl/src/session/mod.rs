@@ -175,6 +175,35 @@ impl Session {
         names
     }
 
+    /// What may follow `NAME.` for each name that has members: a session
+    /// value's attributes and methods (the checker's table), a module's
+    /// definitions (`import std.nn as nn`), a namespace's modules (`std`).
+    pub fn members(&self) -> BTreeMap<String, Vec<String>> {
+        use tessera::check::scope::Entry;
+        let mut out = BTreeMap::new();
+        for (name, v) in &self.vars {
+            if matches!(
+                v,
+                Val::Run(Value::Tensor(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_))
+            ) {
+                let m = tessera::check::expr::VALUE_MEMBERS
+                    .iter()
+                    .map(|s| s.to_string());
+                out.insert(name.clone(), m.collect());
+            }
+        }
+        let scope = tessera::db::module_scope(&self.db, self.file);
+        for name in scope.names() {
+            let names: Vec<String> = match scope.get(name) {
+                Some(Entry::Module(m)) => m.names().map(String::from).collect(),
+                Some(Entry::Namespace(map)) => map.keys().cloned().collect(),
+                _ => continue,
+            };
+            out.insert(name.to_string(), names);
+        }
+        out
+    }
+
     pub fn variable(&self, name: &str) -> Option<&Val> {
         self.vars.get(name)
     }
