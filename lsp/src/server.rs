@@ -1176,6 +1176,25 @@ impl Backend {
                 )));
             };
             let offset = params.position.map(|p| offset_of(s, file, p));
+            // The request's own defines name something of the kernel, as
+            // `tsrc emit -D` checks them (the setting's may be for others).
+            if matches!(params.kind.as_str(), "tile-ir" | "target-ir" | "ptx")
+                && !params.defines.is_empty()
+            {
+                let mut kernels = tessera::db::file_kernels(&s.db, file);
+                if let Some(k) = &params.kernel {
+                    kernels.retain(|x| &x.0 == k);
+                }
+                let own: Vec<tessera::cli::Define> = params
+                    .defines
+                    .iter()
+                    .map(|(n, v)| tessera::cli::Define::Value(n.clone(), *v))
+                    .collect();
+                if !kernels.is_empty() {
+                    tessera::cli::specialization(&s.db, &kernels, &own)
+                        .map_err(Error::invalid_params)?;
+                }
+            }
             // The setting's defines, under the request's own: a request
             // without any is specialised as every estimate is.
             let mut params = params;

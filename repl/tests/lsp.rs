@@ -868,6 +868,12 @@ fn defines_setting_specialises_every_estimate() {
     let emit = json!({"uri": uri, "kind": "tile-ir", "kernel": "flash_attn"});
     let e = c.request("tessera/emit", emit.clone()).unwrap_err();
     assert!(e["message"].as_str().unwrap().contains("E0511"), "{e}");
+    // A define the kernel does not have is refused, as `tsrc emit -D NOPE=1` is.
+    let mut bad = emit.clone();
+    bad["defines"] = json!({"NOPE": 1});
+    let e = c.request("tessera/emit", bad).unwrap_err();
+    assert_eq!(e["code"], -32602, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("`-D NOPE`"), "{e}");
 
     c.notify(
         "workspace/didChangeConfiguration",
