@@ -268,10 +268,11 @@ fn arch_arg(words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
 /// A `-D` of a command line: `-D NAME=VALUE`, `-D NAME%DIVISOR` or `-DNAME=VALUE`.
 type DefineArg = (tessera::cli::Define, Span);
 
+/// A word of a command line with its span.
+type Word<'a> = (&'a str, Span);
+
 /// The words of a command without its `-D` arguments, and those parsed.
-fn split_defines<'a>(
-    words: &[(&'a str, Span)],
-) -> Result<(Vec<(&'a str, Span)>, Vec<DefineArg>), Diagnostic> {
+fn split_defines<'a>(words: &[Word<'a>]) -> Result<(Vec<Word<'a>>, Vec<DefineArg>), Diagnostic> {
     let help =
         "`-D NAME=VALUE` fixes a const parameter or dim; `-D NAME%DIVISOR` assumes a divisor";
     let mut rest = Vec::new();
