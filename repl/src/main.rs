@@ -52,7 +52,7 @@ enum Command {
     },
     /// Execute a .tsr file's top-level statements (after its definitions).
     Run {
-        /// The `.tsr` file.
+        /// The `.tsr` file (`-`: standard input, shown as `<stdin>`).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Where statements run.

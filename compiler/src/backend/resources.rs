@@ -425,6 +425,16 @@ impl Resources {
     /// fits on an SM, the E06xx error of the resource that does not fit. `span`
     /// is where to point (the kernel's name).
     pub fn diagnostics(&self, span: Span) -> Vec<Diagnostic> {
+        self.diagnostics_hiding(span, false)
+    }
+
+    /// [`Resources::diagnostics`] of a kernel that does or does not hide
+    /// memory latency within a warp (`target::Kernel::hides_latency`): low
+    /// occupancy is W0004 (a warning) where nothing else hides latency, and
+    /// the note W0006 where tensor cores or pipelined copies do, since such
+    /// kernels are fast at low occupancy and a warning there would teach
+    /// users to ignore W0004.
+    pub fn diagnostics_hiding(&self, span: Span, hides_latency: bool) -> Vec<Diagnostic> {
         let info = self.arch.info();
         let mut out = Vec::new();
         let occ = &self.occupancy;
@@ -481,6 +491,24 @@ impl Resources {
                 .with_help(
                     "use smaller tiles, fewer pipeline stages (`num_stages=`) or fewer warps",
                 ),
+            );
+        } else if occ.occupancy() < 0.25 && hides_latency {
+            out.push(
+                Diagnostic::new(
+                    "W0006",
+                    span,
+                    format!(
+                        "kernel `{}` has {:.1}% occupancy on {} ({} warps of {} per SM), limited by {}; its tensor-core or pipelined loop hides memory latency",
+                        self.kernel,
+                        occ.occupancy() * 100.0,
+                        info.name,
+                        occ.active_warps,
+                        occ.max_warps_per_sm,
+                        occ.limiter().name().replace('_', " ")
+                    ),
+                )
+                .with_primary_label("low occupancy, latency hidden")
+                .with_help("no action needed: tensor-core and software-pipelined kernels (cuBLAS's GEMMs too) run well at 12-25%; measure before trading tile size for occupancy"),
             );
         } else if occ.occupancy() < 0.25 {
             out.push(
@@ -1460,7 +1488,7 @@ pub fn kernel_resources(
         Some(crate::syntax::ast::Item::Function(f)) => f.name.span,
         _ => Span::new(0, 0),
     };
-    let diags = resources.diagnostics(name_span.shift(offset));
+    let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
     Ok((resources, diags))
 }
 

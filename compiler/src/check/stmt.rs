@@ -612,7 +612,7 @@ impl Checker<'_> {
                             format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
                         )
                         .with_label(rspan, "declared here")
-                        .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
+                        .with_help(format!("convert explicitly: `{}.to({rdt})`", describe(e))),
                     );
                 }
             }

@@ -20,6 +20,14 @@ const fn e(code: &'static str, title: &'static str) -> CodeInfo {
     }
 }
 
+const fn n(code: &'static str, title: &'static str) -> CodeInfo {
+    CodeInfo {
+        code,
+        severity: Severity::Note,
+        title,
+    }
+}
+
 const fn w(code: &'static str, title: &'static str) -> CodeInfo {
     CodeInfo {
         code,
@@ -172,7 +180,15 @@ pub const CATALOGUE: &[CodeInfo] = &[
     w("W0002", "unused import"),
     w("W0005", "unreachable code"),
     w("W0003", "kernel likely spills registers"),
-    w("W0004", "low occupancy (under 25%)"),
+    w(
+        "W0004",
+        "low occupancy (under 25%) with nothing hiding memory latency",
+    ),
+    // Notes (severity `note`): information, no action needed.
+    n(
+        "W0006",
+        "low occupancy (under 25%), latency hidden by tensor cores or pipelined copies",
+    ),
 ];
 
 pub fn lookup(code: &str) -> Option<&'static CodeInfo> {

@@ -853,9 +853,11 @@ const SUMMARY_AT: usize = 1000;
 
 impl fmt::Display for Tensor {
     /// numpy-like: `tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], f32)`;
-    /// floats with 4 decimals (scientific when magnitudes need it), columns
-    /// aligned, more than 1000 elements summarised with `...` (3 items per edge),
-    /// the shape shown when summarised.
+    /// floats with 4 decimals, f64 with 8 (as numpy prints float64: an f64
+    /// result is usually asked for its extra digits), scientific when
+    /// magnitudes need it; columns aligned, more than 1000 elements summarised
+    /// with `...` (3 items per edge); the shape shown when summarised or when
+    /// the tensor has no elements (`tensor([], f32, shape=[0, 3])`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let data = self.to_f64_vec();
         let summarise = data.len() > SUMMARY_AT;
@@ -871,6 +873,7 @@ impl fmt::Display for Tensor {
             let min = finite.iter().cloned().fold(f64::INFINITY, f64::min);
             max >= 1e8 || (min < 1e-4 && min.is_finite())
         };
+        let digits = if self.dtype == DType::F64 { 8 } else { 4 };
         let fmt_one = |x: f64| -> String {
             if self.dtype == DType::Bool {
                 if x != 0.0 { "True" } else { "False" }.to_string()
@@ -881,9 +884,9 @@ impl fmt::Display for Tensor {
             } else if x.is_infinite() {
                 if x > 0.0 { "inf" } else { "-inf" }.to_string()
             } else if sci {
-                format!("{x:.4e}")
+                format!("{x:.digits$e}")
             } else {
-                format!("{x:.4}")
+                format!("{x:.digits$}")
             }
         };
         let width = shown
@@ -911,7 +914,7 @@ impl fmt::Display for Tensor {
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
-        if summarise {
+        if summarise || data.is_empty() {
             let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
             out.push_str(&format!(", shape=[{}]", dims.join(", ")));
         }
@@ -1021,9 +1024,24 @@ mod tests {
         assert!(s.contains("..."), "{s}");
         assert!(s.ends_with(", f16, shape=[40, 40])"), "{s}");
         assert_eq!(s.lines().count(), 7, "{s}");
+        // f64 with 8 decimals, as numpy prints float64.
         assert_eq!(
             Tensor::full(&[], DType::F64, 2.0).to_string(),
-            "tensor(2.0000, f64)"
+            "tensor(2.00000000, f64)"
+        );
+        let third = Tensor::from_f64(&[2], DType::F64, &[1.0 / 3.0, 1e-9]);
+        assert_eq!(
+            third.to_string(),
+            "tensor([3.33333333e-1, 1.00000000e-9], f64)"
+        );
+        // Empty tensors show their shape (else `[0, 3]` and `[3, 0]` look alike).
+        assert_eq!(
+            Tensor::zeros(&[0, 3], DType::F32).to_string(),
+            "tensor([], f32, shape=[0, 3])"
+        );
+        assert_eq!(
+            Tensor::zeros(&[0], DType::I32).to_string(),
+            "tensor([], i32, shape=[0])"
         );
     }
 

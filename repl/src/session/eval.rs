@@ -245,9 +245,13 @@ impl Session {
                     // One element (`t[i] += 1`): computed on the host.
                     let v = match (element(&lhs), element(&rhs)) {
                         (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                        _ => {
-                            self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?
-                        }
+                        _ => self.synth_binary(
+                            *op,
+                            (&lhs, target.span),
+                            (&rhs, value.span),
+                            s.span,
+                            text,
+                        )?,
                     };
                     self.assign_part(target, base, indices, v, text)?;
                     return Ok(Flow::Normal);
@@ -263,7 +267,13 @@ impl Session {
                 let rhs = self.eval(value, text)?;
                 let v = match (num(&lhs), num(&rhs)) {
                     (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                    _ => self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?,
+                    _ => self.synth_binary(
+                        *op,
+                        (&lhs, target.span),
+                        (&rhs, value.span),
+                        s.span,
+                        text,
+                    )?,
                 };
                 self.vars.insert(id.name.clone(), v);
             }
@@ -982,8 +992,40 @@ impl Session {
             &named,
             &self.interrupt,
         )
-        .map_err(|e| e.to_diagnostic(span))?;
+        .map_err(|e| {
+            let at = e
+                .param
+                .as_deref()
+                .and_then(|p| self.argument_span(name, p, args))
+                .unwrap_or(span);
+            e.to_diagnostic(at)
+        })?;
+        if let Ok(spec) =
+            exec::launch_specialization(&self.db, self.file, name, &positional, &named)
+        {
+            self.last_launch.insert(name.to_string(), spec);
+        }
         Ok(Val::Run(Value::None))
+    }
+
+    /// The span of the argument that kernel `kernel`'s parameter `param` got:
+    /// the keyword argument of that name, else the positional one in its place.
+    fn argument_span(&self, kernel: &str, param: &str, args: &[Arg]) -> Option<Span> {
+        if let Some(a) = args
+            .iter()
+            .find(|a| a.name.as_ref().is_some_and(|n| n.name == param))
+        {
+            return Some(a.value.span);
+        }
+        let sig = match tessera::db::module_scope(&self.db, self.file).get(kernel) {
+            Some(Entry::Function(sig)) => sig.clone(),
+            _ => return None,
+        };
+        let index = sig.params.iter().position(|p| p.name == param)?;
+        args.iter()
+            .filter(|a| a.name.is_none())
+            .nth(index)
+            .map(|a| a.value.span)
     }
 
     fn dtype_arg(&mut self, x: &Expr, text: &str) -> R<DType> {

@@ -214,7 +214,42 @@ pub fn lower_kernel(
     scope: &ModuleScope,
     spec: &Specialization,
 ) -> Result<Kernel, Vec<Diagnostic>> {
-    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+    let (mut diags, mut missing) = match lower_inner(f, scope, spec) {
+        Ok(k) => return Ok(k),
+        Err(e) => e,
+    };
+    // Lowering stops at the first dim it needs a value for. Lowering again
+    // with a stand-in value for each one found finds the next, so one run
+    // names every dim the kernel must be specialised on. Only those E0511s
+    // are kept: other errors of a trial may come from the stand-in. Each
+    // round fixes at least one more dim of the signature, so this ends.
+    const STAND_IN: i64 = 64;
+    let mut trial = spec.clone();
+    loop {
+        let new: Vec<String> = missing
+            .into_iter()
+            .filter(|m| !trial.values.contains_key(m))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        trial.values.extend(new.into_iter().map(|m| (m, STAND_IN)));
+        match lower_inner(f, scope, &trial) {
+            Ok(_) => break,
+            Err((more, m)) => {
+                for d in more.into_iter().filter(|d| d.code == "E0511") {
+                    if !diags
+                        .iter()
+                        .any(|x| x.span == d.span && x.message == d.message)
+                    {
+                        diags.push(d);
+                    }
+                }
+                missing = m;
+            }
+        }
+    }
+    Err(diags)
 }
 
 /// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
