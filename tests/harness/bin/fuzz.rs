@@ -163,6 +163,9 @@ fn measure(seed: u64, n: u64, root: &std::path::Path) -> ExitCode {
     let mut codes: BTreeMap<String, u64> = BTreeMap::new();
     let mut example: BTreeMap<String, String> = BTreeMap::new();
     let start = Instant::now();
+    let mut ran = (0u64, 0u64);
+    let mut emitted = (0u64, 0u64);
+    let mut run_errors: BTreeMap<String, u64> = BTreeMap::new();
     for i in 0..n {
         let (text, origin) = if i % 2 == 0 {
             (
@@ -182,6 +185,49 @@ fn measure(seed: u64, n: u64, root: &std::path::Path) -> ExitCode {
                 .collect::<Vec<_>>()
         }))
         .unwrap_or_else(|_| vec![("panic".to_string(), String::new())]);
+        if origin == Origin::Generated && errs.is_empty() && i % 10 == 0 {
+            // One in five generated programs also runs: how many run to the end.
+            let mut session = tessera_repl::session::Session::new("fuzz.tsr", false);
+            let mut err = Vec::new();
+            let ok = session.run_file(&text, &mut std::io::sink(), &mut err);
+            let mut db = tessera::db::Database::new();
+            db.set_arch(tessera::backend::arch::Arch::Sm80);
+            let f = db.set_source("fuzz.tsr", text.clone());
+            let cx = tessera::cli::EmitContext {
+                db: &db,
+                file: f,
+                kernels: tessera::db::file_kernels(&db, f),
+                spec: tessera::ir::tile::Specialization::new(),
+                arch: tessera::backend::arch::Arch::Sm80,
+                function: None,
+            };
+            for kind in [
+                tessera::cli::EmitKind::ScheduleIr,
+                tessera::cli::EmitKind::Ptx,
+            ] {
+                emitted.0 += 1;
+                match tessera::cli::emit_with(&cx, kind) {
+                    Ok(_) => emitted.1 += 1,
+                    Err(tessera::cli::EmitError::Diagnostics(d)) => {
+                        *run_errors
+                            .entry(format!("emit {}: {}", d[0].code, d[0].message))
+                            .or_default() += 1;
+                    }
+                    Err(tessera::cli::EmitError::Usage(u)) => {
+                        *run_errors.entry(format!("emit: {u}")).or_default() += 1;
+                    }
+                }
+            }
+            ran.0 += 1;
+            ran.1 += u64::from(ok);
+            if !ok {
+                let e = String::from_utf8_lossy(&err);
+                let code = e.find("error[").map_or("?".to_string(), |i| {
+                    e[i..].lines().next().unwrap_or("").to_string()
+                });
+                *run_errors.entry(code).or_default() += 1;
+            }
+        }
         let e = by_origin.entry(origin.name()).or_default();
         e.0 += 1;
         e.1 += u64::from(errs.is_empty());
@@ -201,6 +247,19 @@ fn measure(seed: u64, n: u64, root: &std::path::Path) -> ExitCode {
             "  {o:<18} {total:>7} inputs, {:>5.1}% check cleanly",
             100.0 * *clean as f64 / (*total).max(1) as f64
         );
+    }
+    println!(
+        "  generated and run:  {:>7} programs, {:>5.1}% run to the end",
+        ran.0,
+        100.0 * ran.1 as f64 / ran.0.max(1) as f64
+    );
+    println!(
+        "  generated, emitted: {:>7} schedule-ir/ptx emissions, {:>5.1}% without errors",
+        emitted.0,
+        100.0 * emitted.1 as f64 / emitted.0.max(1) as f64
+    );
+    for (e, k) in &run_errors {
+        println!("  run error x{k}: {e}");
     }
     let mut codes: Vec<_> = codes.into_iter().collect();
     codes.sort_by_key(|c| std::cmp::Reverse(c.1));

@@ -245,12 +245,13 @@ impl Gen<'_> {
     }
 
     fn kernel(&mut self) {
-        match self.rng.below(7) {
-            0 | 1 => self.elementwise(),
-            2 => self.rows(),
-            3 => self.tile2d(),
-            4 => self.gemm(),
-            5 => self.loop_reduce(),
+        match self.rng.below(15) {
+            0 => self.stdlib_kernel(),
+            1..=4 => self.elementwise(),
+            5 | 6 => self.rows(),
+            7 | 8 => self.tile2d(),
+            9 | 10 => self.gemm(),
+            11 | 12 => self.loop_reduce(),
             _ => self.gather(),
         }
     }
@@ -275,6 +276,14 @@ impl Gen<'_> {
             ));
         }
         text.push_str(&self.decorator(has_grid.then_some("(cdiv(N, BLOCK),)"), ""));
+        // The block size's default from a module-level const, sometimes.
+        let block_default = if self.rng.chance(1, 4) {
+            let c = format!("B_{name}");
+            self.defs.push(format!("const {c} = {block}\n"));
+            c
+        } else {
+            block.to_string()
+        };
         let alpha_param = alpha.map_or(String::new(), |a| format!(", alpha: {}", a.name()));
         let flag = self.rng.chance(1, 5);
         let flag_param = if flag {
@@ -283,7 +292,7 @@ impl Gen<'_> {
             ""
         };
         text.push_str(&format!(
-            "def {name}(x: Tensor[\"N\", {d}], y: Tensor[\"N\", {d}], out: Tensor[\"N\", {d}]{alpha_param}{flag_param}, BLOCK: const = {block}):\n",
+            "def {name}(x: Tensor[\"N\", {d}], y: Tensor[\"N\", {d}], out: Tensor[\"N\", {d}]{alpha_param}{flag_param}, BLOCK: const = {block_default}):\n",
             d = dt.name()
         ));
         let masked = self.rng.chance(1, 2);
@@ -363,6 +372,22 @@ impl Gen<'_> {
             alpha,
             has_grid,
         });
+    }
+
+    /// A kernel of the standard library, imported and launched.
+    fn stdlib_kernel(&mut self) {
+        if self.defs.iter().any(|d| d.contains("import softmax_rows")) {
+            return self.elementwise();
+        }
+        self.defs
+            .push("from std.nn import softmax_rows\n".to_string());
+        let m = self.rng.range(1, 6);
+        let n = self.rng.range(1, 1024);
+        let host = format!(
+            "xs = {}\nos = zeros([{m}, {n}], f32)\nsoftmax_rows(xs, os)\nprint(sum(os, dim=1))\n",
+            self.host_tensor(F32, &[m, n])
+        );
+        self.host.push(host);
     }
 
     /// A statement that prints something of a host tensor.
