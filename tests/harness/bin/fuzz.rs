@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         run_budget: limits.run_budget,
         hang: Duration::from_secs(args.num("--hang-seconds", 20)),
         minimize: Duration::from_secs(args.num("--minimize-seconds", 60)),
-        memory_mb: args.num("--memory-mb", 4096),
+        memory_mb: args.num("--memory-mb", 2048),
         max_inputs: args.value("--max-inputs").and_then(|v| v.parse().ok()),
         known: Some(
             args.value("--known")

@@ -16,7 +16,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::exec::{execute, quiet_panics, Counts, Limits, Stage};
+use super::exec::{execute, process_cpu_ms, quiet_panics, Counts, Limits, Stage};
 use super::inputs::{input, Corpus};
 use super::minimize::minimize;
 
@@ -76,6 +76,9 @@ impl Signature {
         let kind = if stderr.contains("has overflowed its stack") {
             "stack-overflow".to_string()
         } else if stderr.contains("memory allocation of") {
+            "out-of-memory".to_string()
+        } else if status.signal() == Some(9) {
+            // Not the parent's kill (that is a hang): the kernel's OOM killer.
             "out-of-memory".to_string()
         } else if status.signal() == Some(6) {
             "abort".to_string()
@@ -148,12 +151,14 @@ pub fn worker(
             );
         }
         if last_report.elapsed() > Duration::from_millis(250) {
+            counts.cpu_ms = process_cpu_ms();
             let _ = writeln!(stdout.lock(), "T {}", counts.encode());
             last_report = Instant::now();
         }
         index += jobs;
         done += 1;
     }
+    counts.cpu_ms = process_cpu_ms();
     let _ = writeln!(stdout.lock(), "T {}", counts.encode());
 }
 
@@ -379,6 +384,14 @@ pub fn summary(c: &Counts, secs: f64) -> String {
         c.total_runs(),
         rate(c.total_runs(), secs)
     ));
+    if c.cpu_ms > 0 {
+        let cpu = c.cpu_ms as f64 / 1000.0;
+        s.push_str(&format!(
+            "  workers' CPU time {cpu:.1} s: {:.1} executions per CPU second; 10 million executions would take {:.1} h on 2 cores\n",
+            rate(c.total_runs(), cpu),
+            1e7 / rate(c.total_runs(), cpu).max(1e-9) / 2.0 / 3600.0
+        ));
+    }
     s
 }
 

@@ -58,6 +58,9 @@ pub struct Counts {
     pub clean: u64,
     /// Runs stopped by their budget (E0706).
     pub interrupted: u64,
+    /// CPU time of the processes that ran the inputs (user and system), in
+    /// milliseconds, where the platform says (Linux).
+    pub cpu_ms: u64,
 }
 
 impl Counts {
@@ -69,6 +72,7 @@ impl Counts {
         self.inputs += o.inputs;
         self.clean += o.clean;
         self.interrupted += o.interrupted;
+        self.cpu_ms += o.cpu_ms;
     }
 
     pub fn total_runs(&self) -> u64 {
@@ -77,7 +81,7 @@ impl Counts {
 
     /// `inputs clean runs... nanos... interrupted`, for the worker protocol.
     pub fn encode(&self) -> String {
-        let mut v = vec![self.inputs, self.clean, self.interrupted];
+        let mut v = vec![self.inputs, self.clean, self.interrupted, self.cpu_ms];
         v.extend(self.runs);
         v.extend(self.nanos);
         v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
@@ -89,14 +93,31 @@ impl Counts {
             .map(str::parse)
             .collect::<Result<_, _>>()
             .ok()?;
-        (v.len() == 11).then(|| Counts {
+        (v.len() == 12).then(|| Counts {
             inputs: v[0],
             clean: v[1],
             interrupted: v[2],
-            runs: [v[3], v[4], v[5], v[6]],
-            nanos: [v[7], v[8], v[9], v[10]],
+            cpu_ms: v[3],
+            runs: [v[4], v[5], v[6], v[7]],
+            nanos: [v[8], v[9], v[10], v[11]],
         })
     }
+}
+
+/// User and system CPU time of this process so far, in milliseconds (Linux;
+/// 0 elsewhere).
+pub fn process_cpu_ms() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // The fields after the command name, which is in parentheses.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, in clock ticks (100 a second).
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) * 10
 }
 
 /// A panic caught in a stage.
