@@ -543,3 +543,45 @@ fn bounded_fuzz_run() {
         out.join("crashes").display()
     );
 }
+
+/// An input that loops forever ends at its run budget (the executor's
+/// interrupt, E0706), on the host and inside a kernel, and is counted.
+#[test]
+fn run_budget_interrupts_endless_loops() {
+    let limits = exec::Limits {
+        run_budget: std::time::Duration::from_millis(200),
+        ..exec::Limits::default()
+    };
+    for text in [
+        "n = 0\nwhile True:\n    n += 1\n",
+        "@kernel(grid=(1,))\ndef spin(x: Tensor[4, f32]):\n    i = 0\n    while i < 1:\n        i = i * 1\n    store(x[0 : 4], load(x[0 : 4]))\n\nx = zeros([4], f32)\nspin(x)\n",
+    ] {
+        let mut counts = exec::Counts::default();
+        let start = std::time::Instant::now();
+        exec::execute(text, &limits, &mut counts, &mut |_| {}).unwrap();
+        assert_eq!(counts.interrupted, 1, "{text}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
+
+/// The driver regenerates the input that killed a worker from the seed and
+/// its index, so inputs must be a pure function of the two; minimization
+/// keeps what makes an input fail.
+#[test]
+fn inputs_replay_and_minimize() {
+    let corpus = inputs::Corpus::load(&tessera_tests::workspace_root());
+    for i in 0..40 {
+        assert_eq!(inputs::input(7, i, &corpus), inputs::input(7, i, &corpus));
+    }
+    assert_ne!(
+        inputs::input(7, 0, &corpus).0,
+        inputs::input(8, 0, &corpus).0
+    );
+    let text = "x = 1\ny = [0][0][0]\nz = 2\n@kernel\n";
+    let small = tessera_tests::fuzzing::minimize::minimize(
+        text,
+        &mut |t| t.contains("[0][0]"),
+        std::time::Duration::from_secs(10),
+    );
+    assert_eq!(small, "[0][0]");
+}
