@@ -255,7 +255,7 @@ fn mutate_once(rng: &mut Rng, text: &str, donor: &str) -> String {
         (!c.is_empty()).then(|| c[rng.below(c.len())].clone())
     };
     let replace = |t: &Tok, with: &str| format!("{}{with}{}", &text[..t.start], &text[t.end..]);
-    match rng.below(16) {
+    match rng.below(17) {
         // A dtype for another.
         0 | 1 => {
             if let Some(t) = pick_tok(rng, &|t| {
@@ -325,6 +325,17 @@ fn mutate_once(rng: &mut Rng, text: &str, donor: &str) -> String {
                 return replace(&a, &text[b.start..b.end]);
             }
         }
+        // A parenthesised or bracketed subexpression replaced by one of another program.
+        15 => {
+            if let (Some(at), Some(from)) = (group(rng, text), group(rng, donor)) {
+                return format!(
+                    "{}{}{}",
+                    &text[..at.0],
+                    &donor[from.0..from.1],
+                    &text[at.1..]
+                );
+            }
+        }
         // A word of the vocabulary inserted between tokens.
         14 => {
             let at = if toks.is_empty() {
@@ -363,6 +374,38 @@ fn bytes(rng: &mut Rng, text: &str) -> String {
         _ => b.push(byte),
     }
     String::from_utf8_lossy(&b).into_owned()
+}
+
+/// The byte range of a random balanced `(...)` or `[...]` group of `text`.
+fn group(rng: &mut Rng, text: &str) -> Option<(usize, usize)> {
+    let toks = tokens(text);
+    let opens: Vec<usize> = toks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.kind == Kind::Punct && matches!(&text[t.start..t.end], "[" | "("))
+        .map(|(i, _)| i)
+        .collect();
+    if opens.is_empty() {
+        return None;
+    }
+    let o = opens[rng.below(opens.len())];
+    let mut depth = 0;
+    for t in &toks[o..] {
+        if t.kind != Kind::Punct {
+            continue;
+        }
+        match &text[t.start..t.end] {
+            "[" | "(" | "{" => depth += 1,
+            "]" | ")" | "}" => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some((toks[o].start, t.end));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Swaps two top-level elements inside a `[...]` or `(...)` group.
