@@ -201,8 +201,32 @@ pub fn representative(f: &ast::Function) -> TypeEnv {
 }
 
 /// Every environment the body is checked in: the product of the bounds'
-/// dtypes (the first variable varies fastest), at most `cap` of them.
+/// dtypes (the first variable varies fastest, runs opaque), at most `cap` of
+/// them, then the representative dtypes with every run of 0 and of 2 dims
+/// (what only some ranks break: a positive axis, an index into the run).
 pub fn body_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
+    let mut out = dtype_envs(f, cap);
+    let mut runs: Vec<String> = Vec::new();
+    if let Some(g) = generic_sig(f) {
+        for s in g.params.iter() {
+            if let Some((r, _)) = &s.run {
+                if !runs.contains(r) {
+                    runs.push(r.clone());
+                }
+            }
+        }
+    }
+    if !runs.is_empty() {
+        for k in [0, 2] {
+            let mut e = representative(f);
+            e.runs = runs.iter().map(|r| (r.clone(), k)).collect();
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn dtype_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
     let vars = vars_of(f);
     let mut out = vec![TypeEnv::default()];
     for (n, b) in &vars {
