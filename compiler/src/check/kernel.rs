@@ -623,7 +623,15 @@ fn check_function_with(
             .diagnostics
             .into_iter()
             .filter(|d| d.is_error())
-            .map(|d| d.with_help(format!("this error is in the instance {shown}")))
+            .map(|mut d| {
+                // Kept after the error's own help, which says how to fix it.
+                let note = format!("this error is in the instance {shown}");
+                d.help = Some(match d.help.take() {
+                    Some(h) => format!("{h} ({note})"),
+                    None => note,
+                });
+                d
+            })
             .collect();
         if !errors.is_empty() {
             c0.diagnostics.extend(errors);
