@@ -604,6 +604,17 @@ fn emit_whole_tensor(cx: &EmitContext, schedule: bool) -> Result<String, EmitErr
         let names: Vec<String> = functions.iter().map(|f| f.0.clone()).collect();
         functions.retain(|f| &f.0 == name);
         if functions.is_empty() {
+            if let Some((item, _)) = crate::db::function_item(cx.db, cx.file, name) {
+                if let Some(crate::syntax::ast::Item::Function(f)) =
+                    crate::db::parse_item(cx.db, item).item.as_deref()
+                {
+                    if crate::check::generics::generic_sig(f).is_some() {
+                        return Err(EmitError::Usage(format!(
+                            "`{name}` is generic (dtype variables or a batch run): it has no IR of its own and is lowered into each caller, for the call's dtypes and ranks"
+                        )));
+                    }
+                }
+            }
             let known = if names.is_empty() {
                 "it has no whole-tensor functions".to_string()
             } else {

@@ -1880,8 +1880,9 @@ impl Checker<'_> {
                     })
                 })
                 .collect();
-            match super::generics::bind_call(sig, &cargs) {
-                Ok(env) => {
+            match super::generics::bind_call_shown(sig, &cargs) {
+                Ok((env, shown)) => {
+                    self.instances.push((span, shown));
                     instance = Arc::new(super::generics::instantiate(sig, &env));
                     &instance
                 }

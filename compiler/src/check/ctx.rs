@@ -84,6 +84,8 @@ pub struct Checker<'a> {
     pub uses: BTreeSet<String>,
     pub diags: Vec<Diagnostic>,
     pub types: Vec<(Span, String)>,
+    /// See `ItemCheck::instances`.
+    pub instances: Vec<(Span, String)>,
     /// The declared return type of the function being checked.
     pub ret: Option<(Ty, Span)>,
     pub fn_name: String,
@@ -118,6 +120,7 @@ impl<'a> Checker<'a> {
             local_defs: Vec::new(),
             uses: BTreeSet::new(),
             diags: Vec::new(),
+            instances: Vec::new(),
             types: Vec::new(),
             ret: None,
             fn_name: String::new(),

@@ -201,8 +201,32 @@ pub fn representative(f: &ast::Function) -> TypeEnv {
 }
 
 /// Every environment the body is checked in: the product of the bounds'
-/// dtypes (the first variable varies fastest), at most `cap` of them.
+/// dtypes (the first variable varies fastest, runs opaque), at most `cap` of
+/// them, then the representative dtypes with every run of 0 and of 2 dims
+/// (what only some ranks break: a positive axis, an index into the run).
 pub fn body_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
+    let mut out = dtype_envs(f, cap);
+    let mut runs: Vec<String> = Vec::new();
+    if let Some(g) = generic_sig(f) {
+        for s in g.params.iter() {
+            if let Some((r, _)) = &s.run {
+                if !runs.contains(r) {
+                    runs.push(r.clone());
+                }
+            }
+        }
+    }
+    if !runs.is_empty() {
+        for k in [0, 2] {
+            let mut e = representative(f);
+            e.runs = runs.iter().map(|r| (r.clone(), k)).collect();
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn dtype_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
     let vars = vars_of(f);
     let mut out = vec![TypeEnv::default()];
     for (n, b) in &vars {
@@ -406,8 +430,16 @@ pub struct CallArg<'a> {
 /// Errors: a variable bound to two dtypes (E0320), a dtype outside the bound
 /// (E0321), a run bound to two different runs (E0414).
 pub fn bind_call(sig: &FnSig, args: &[CallArg<'_>]) -> Result<TypeEnv, Vec<Diagnostic>> {
+    bind_call_shown(sig, args).map(|b| b.0)
+}
+
+/// [`bind_call`], with the binding rendered for hover: `T = bf16, *B = [Z, M]`.
+pub fn bind_call_shown(
+    sig: &FnSig,
+    args: &[CallArg<'_>],
+) -> Result<(TypeEnv, String), Vec<Diagnostic>> {
     let Some(g) = &sig.generics else {
-        return Ok(TypeEnv::default());
+        return Ok((TypeEnv::default(), String::new()));
     };
     let mut diags = Vec::new();
     let mut dtypes: HashMap<&str, (DType, Span, &str)> = HashMap::new();
@@ -503,11 +535,20 @@ pub fn bind_call(sig: &FnSig, args: &[CallArg<'_>]) -> Result<TypeEnv, Vec<Diagn
         let d = dtypes.get(v.as_str()).map_or(b.dtypes()[0], |x| x.0);
         env.dtypes.push((v.clone(), d));
     }
-    let mut rs: Vec<(String, usize)> = runs
-        .into_iter()
-        .map(|(r, (v, _, _))| (r.to_string(), v.len()))
-        .collect();
+    let mut rs: Vec<(&str, Vec<Dim>)> = runs.into_iter().map(|(r, (v, _, _))| (r, v)).collect();
     rs.sort();
-    env.runs = rs;
-    Ok(env)
+    let mut shown: Vec<String> = env
+        .dtypes
+        .iter()
+        .map(|(n, d)| format!("{n} = {d}"))
+        .collect();
+    shown.extend(
+        rs.iter()
+            .map(|(r, v)| format!("*{r} = {}", super::types::render_dims(v))),
+    );
+    env.runs = rs
+        .into_iter()
+        .map(|(r, v)| (r.to_string(), v.len()))
+        .collect();
+    Ok((env, shown.join(", ")))
 }

@@ -625,7 +625,12 @@ fn check_function_with(
         }
         return (check, vals);
     }
-    let envs = super::generics::body_envs(f, 16);
+    // A kernel cannot be generic (E0323): its body is checked once.
+    let envs = if f.is_kernel() {
+        vec![super::generics::representative(f)]
+    } else {
+        super::generics::body_envs(f, 16)
+    };
     let mut first = None;
     for env in envs {
         let shown = env.describe();
@@ -642,7 +647,15 @@ fn check_function_with(
             .diagnostics
             .into_iter()
             .filter(|d| d.is_error())
-            .map(|d| d.with_help(format!("this error is in the instance {shown}")))
+            .map(|mut d| {
+                // Kept after the error's own help, which says how to fix it.
+                let note = format!("this error is in the instance {shown}");
+                d.help = Some(match d.help.take() {
+                    Some(h) => format!("{h} ({note})"),
+                    None => note,
+                });
+                d
+            })
             .collect();
         if !errors.is_empty() {
             c0.diagnostics.extend(errors);

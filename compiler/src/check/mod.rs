@@ -60,6 +60,9 @@ pub struct ItemCheck {
     pub signature: Option<Signature>,
     /// Module-level names the item refers to (sorted), for unused-import warnings.
     pub uses: Vec<String>,
+    /// Calls of generic functions: the call's span and what its dtype
+    /// variables and batch runs are bound to (`T = bf16, *B = [Z, M]`), for hover.
+    pub instances: Vec<(Span, String)>,
 }
 
 impl ItemCheck {
@@ -106,6 +109,7 @@ impl ctx::Checker<'_> {
         ItemCheck {
             diagnostics,
             types: self.types,
+            instances: self.instances,
             signature,
             uses: self.uses.into_iter().collect(),
         }

@@ -175,21 +175,26 @@ pub fn annotation_in(
             };
             let mut ok = true;
             let dtype = match &last.kind {
-                ExprKind::Name(id) => match DType::from_name(&id.name)
-                    .or_else(|| env.dtype(&id.name))
-                {
-                    Some(d) => Some(d),
-                    None => {
-                        if consts(&id.name).is_some()
-                            || id.name.len() == 1 && id.name.chars().all(|c| c.is_ascii_uppercase())
-                        {
-                            diags.push(missing_dtype(base, last.span));
-                        } else {
-                            diags.push(unknown_type(id));
+                ExprKind::Name(id) => {
+                    match DType::from_name(&id.name).or_else(|| env.dtype(&id.name)) {
+                        Some(d) => Some(d),
+                        None => {
+                            if consts(&id.name).is_some() {
+                                diags.push(missing_dtype(base, last.span));
+                            } else if id.name.len() == 1
+                                && id.name.chars().all(|c| c.is_ascii_uppercase())
+                            {
+                                diags.push(missing_dtype(base, last.span).with_help(format!(
+                                "add the element type, `{}[..., f32]`, or declare `{}` as a dtype variable bound at each call: `def f[{}: float](...)`",
+                                base.name, id.name, id.name
+                            )));
+                            } else {
+                                diags.push(unknown_type(id));
+                            }
+                            None
                         }
-                        None
                     }
-                },
+                }
                 _ => {
                     diags.push(missing_dtype(base, last.span));
                     None

@@ -196,7 +196,24 @@ pub fn hover(
                 })
             }
             Target::At(loc) => {
-                if let Some(md) = definition_markdown(db, options, spec, loc) {
+                if let Some(mut md) = definition_markdown(db, options, spec, loc) {
+                    // On the callee of a generic function's call: what this
+                    // call binds its dtype variables and batch runs to.
+                    let text = item.text(db);
+                    if text
+                        .get(occ.span.end as usize..)
+                        .is_some_and(|t| t.starts_with('('))
+                    {
+                        let checked = check_item(db, item, options);
+                        if let Some((_, shown)) = checked
+                            .instances
+                            .iter()
+                            .filter(|(s, _)| s.start <= occ.span.start && occ.span.end < s.end)
+                            .min_by_key(|(s, _)| s.len())
+                        {
+                            md.push_str(&format!("\n\n---\n\nThis call binds `{shown}`"));
+                        }
+                    }
                     return Some(Hover { span, markdown: md });
                 }
             }

@@ -240,3 +240,43 @@ def broken(x: Tensor[\"N\", f32]):
     // An error in the kernel itself: no estimate.
     assert_eq!(estimates(&GOOD.replace("load(x", "laod(x")), vec![]);
 }
+
+#[test]
+fn hover_on_a_generic_call_shows_its_bound_dtype_and_run() {
+    let src = r#"def scale[T: float](x: Tensor["*B", "N", T], k: f32) -> Tensor["*B", "N", T]:
+    return x * k
+
+def f(a: Tensor["Z", "M", "N", bf16]) -> Tensor["Z", "M", "N", bf16]:
+    y = scale(a, 2.0)
+    return y
+"#;
+    let (db, file) = db_with(src);
+    let spec = Specialization::new();
+    let h = hover(&db, file, db.options(), &spec, at(src, "scale(a")).unwrap();
+    assert!(
+        h.markdown
+            .contains("def scale[T: float](x: Tensor[*B, N, T], k: f32) -> Tensor[*B, N, T]"),
+        "{}",
+        h.markdown
+    );
+    assert!(
+        h.markdown
+            .contains("This call binds `T = bf16, *B = [Z, M]`"),
+        "{}",
+        h.markdown
+    );
+    // The binding's type is the instance's.
+    let h = hover(&db, file, db.options(), &spec, at(src, "y = scale")).unwrap();
+    assert!(
+        h.markdown.contains("y: Tensor[Z, M, N, bf16]"),
+        "{}",
+        h.markdown
+    );
+    // In the body, the run stays opaque and `T` is checked at its representative.
+    let h = hover(&db, file, db.options(), &spec, at(src, "x * k")).unwrap();
+    assert!(
+        h.markdown.contains("x: Tensor[*B, N, f32]"),
+        "{}",
+        h.markdown
+    );
+}

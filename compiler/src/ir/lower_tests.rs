@@ -903,3 +903,42 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
         }
     }
 }
+
+#[test]
+fn generic_calls_inline_the_instance_of_each_call() {
+    let src = r#"def inner[T: float](x: Tensor["*B", "N", T]) -> Tensor["*B", "N", T]:
+    return x - max(x, dim=-1, keepdims=True)
+
+def outer[U: float](x: Tensor["*A", "N", U], w: Tensor["N", U]) -> Tensor["*A", "N", U]:
+    return exp(inner(x)) * w
+
+def use(a: Tensor["Z", "M", "N", bf16], w: Tensor["N", bf16], v: Tensor["N", f64]) -> Tensor["Z", "M", "N", bf16]:
+    return outer(a, w) + sum(inner(v)).to(bf16)
+"#;
+    let (db, file) = db_with(src);
+    let (item, _) = db::function_item(&db, file, "use").unwrap();
+    let g = db::graph_ir(&db, item, db.options()).clone().unwrap();
+    let dump = graph::dump(&g);
+    assert!(
+        g.nodes
+            .iter()
+            .all(|n| !matches!(n.kind, NodeKind::Call { .. })),
+        "{dump}"
+    );
+    // The rank-3 bf16 instance reduces axis 2; the rank-1 f64 one axis 0.
+    assert!(
+        dump.contains("max %0, axis=2, keepdims=true : Tensor[Z, M, 1, bf16]"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("axis=0, keepdims=true : Tensor[1, f64]"),
+        "{dump}"
+    );
+    // Generic functions have no graph of their own.
+    let names: Vec<String> = db::file_functions(&db, file)
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(names, ["use"]);
+    schedule_of(src, "use");
+}
