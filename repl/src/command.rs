@@ -314,6 +314,8 @@ fn command_spec(
 ) -> Result<Specialization, Diagnostic> {
     if defines.is_empty() {
         return Ok(match session.last_launch(name) {
+            // Specialised on nothing: the same as without a launch.
+            Some(spec) if spec.values.is_empty() && spec.floats.is_empty() => spec,
             Some(spec) => {
                 let mut shown: Vec<String> = spec
                     .values
@@ -330,7 +332,7 @@ fn command_spec(
                     "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
                     shown.join(", ")
                 );
-                spec.clone()
+                spec
             }
             None => Specialization::new(),
         });
