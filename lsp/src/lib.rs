@@ -102,6 +102,9 @@ impl<S: Service<Request>> Service<Request> for ExitWatch<S> {
 pub fn run_stdio() -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // handlers and diagnostics runs (on blocking threads) recurse as deep
+        // as the nesting limit allows
+        .thread_stack_size(tessera::stack::STACK_SIZE)
         .enable_all()
         .build()?;
     runtime.block_on(serve(tokio::io::stdin(), tokio::io::stdout()));

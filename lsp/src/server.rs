@@ -200,7 +200,7 @@ impl Backend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(a)
-                .or_insert_with(|| Options::new(&*db, a)),
+                .or_insert_with(|| Options::new(&*db, a, false)),
             _ => db.options(),
         };
         let spec = self
@@ -474,10 +474,20 @@ fn parse_defines(v: &Json) -> (Specialization, Vec<String>) {
                 continue;
             }
         };
+        // num_warps and num_stages are held to their ranges here too, so a bad
+        // value is one message rather than an error on every kernel.
+        let range = |n: &str, x: i64| match n {
+            "num_warps" => tessera::backend::arch::check_num_warps(x),
+            "num_stages" => tessera::backend::arch::check_num_stages(x),
+            _ => Ok(()),
+        };
         match Specialization::parse_define(&format!("{name}={text}")) {
-            Ok((n, x)) => {
-                spec.values.insert(n, x);
-            }
+            Ok((n, x)) => match range(&n, x) {
+                Ok(()) => {
+                    spec.values.insert(n, x);
+                }
+                Err(e) => errors.push(e),
+            },
             Err(e) => errors.push(e),
         }
     }
@@ -1259,6 +1269,23 @@ mod tests {
         assert_eq!(spec, Specialization::new().with("S", 8));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert_eq!(parse_defines(&Json::Null), (Specialization::new(), vec![]));
+        // Out of range: skipped with a message (`num_warps=0` divided by zero).
+        let (spec, errors) =
+            parse_defines(&serde_json::json!({"num_warps": 0, "num_stages": 9, "BM": 64}));
+        assert_eq!(spec, Specialization::new().with("BM", 64));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].contains("found 0") || errors[1].contains("found 0"),
+            "{errors:?}"
+        );
+        let (spec, errors) = parse_defines(&serde_json::json!({"num_warps": 8, "num_stages": 3}));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            spec,
+            Specialization::new()
+                .with("num_warps", 8)
+                .with("num_stages", 3)
+        );
     }
 
     #[test]

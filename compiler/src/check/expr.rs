@@ -226,7 +226,14 @@ fn same_category(a: DType, b: DType) -> bool {
 
 impl Checker<'_> {
     pub fn expr(&mut self, e: &Expr) -> Val {
-        let v = self.expr_inner(e);
+        let callee = std::mem::take(&mut self.callee);
+        let mut v = self.expr_inner(e);
+        if !callee {
+            if let Ty::Callable(c) = &v.ty {
+                self.report(not_a_value(c, e));
+                v = Val::err();
+            }
+        }
         if let Some(vals) = &mut self.expr_vals {
             vals.push((e.span, v.clone()));
         }
@@ -492,6 +499,12 @@ impl Checker<'_> {
             }
         } else if same_category(a, b) && (lk == Kind::Scalar) != (rk == Kind::Scalar) {
             return Some((if lk == Kind::Scalar { b } else { a }, false));
+        } else if lk == Kind::Scalar && a.is_int() && b.is_float() {
+            // An integer scalar (a dim, a loop index, an `i32` parameter) is weak
+            // against floats, as in Triton and numpy: `sum(v) / N`.
+            return Some((b, false));
+        } else if rk == Kind::Scalar && b.is_int() && a.is_float() {
+            return Some((a, false));
         } else if let Some(d) = DType::join(a, b) {
             return Some((d, false));
         }
@@ -1285,4 +1298,26 @@ pub fn python_bound(b: &Dim, full: &Dim) -> Dim {
         (Some(c), None) if c < 0 => full.checked_add(b).unwrap_or_else(|| b.clone()),
         _ => b.clone(),
     }
+}
+
+/// E0316: a function, kernel, builtin or method used as a value. Functions are
+/// not first-class (a kernel is compiled per call site and a session builtin
+/// runs on the host), so only a call may name one.
+fn not_a_value(c: &Callee, e: &Expr) -> Diagnostic {
+    let what = match c {
+        Callee::Builtin(n) => format!("the builtin `{n}`"),
+        Callee::Function(sig) if sig.is_kernel => format!("the kernel `{}`", sig.name),
+        Callee::Function(sig) => format!("the function `{}`", sig.name),
+        Callee::Method { name, .. } => format!("the method `{name}`"),
+    };
+    Diagnostic::new(
+        "E0316",
+        e.span,
+        format!("{what} is not a value; functions can only be called"),
+    )
+    .with_primary_label("used as a value")
+    .with_help(format!(
+        "call it: `{}(...)` (functions are not first-class values)",
+        describe(e)
+    ))
 }

@@ -27,7 +27,7 @@ mod tensor;
 
 pub use function::run_function;
 pub use launch::{compiled_specialization, launch_kernel, launch_specialization, LaunchSpec};
-pub use tensor::{round_to, IndexItem, Tensor};
+pub use tensor::{float_to_int, round_to, wrap_int, IndexItem, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;

@@ -279,10 +279,12 @@ impl Session {
             return Err(errors);
         }
         let e = match parsed.item {
-            Some(ast::Item::Stmt(ast::Stmt {
-                kind: ast::StmtKind::Expr(e),
-                ..
-            })) => e,
+            Some(ast::Item::Stmt(mut s)) if matches!(s.kind, ast::StmtKind::Expr(_)) => {
+                match std::mem::replace(&mut s.kind, ast::StmtKind::Pass) {
+                    ast::StmtKind::Expr(e) => e,
+                    _ => unreachable!("matched above"),
+                }
+            }
             _ => {
                 return Err(vec![Diagnostic::new(
                     "E0722",

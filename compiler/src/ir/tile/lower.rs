@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::*;
-use crate::backend::arch::Arch;
+use crate::backend::arch::{check_num_stages, check_num_warps, Arch};
 use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
 use crate::check::ctx::Checker;
 use crate::check::dims::Dim as SymDim;
@@ -928,6 +928,26 @@ impl<'a> Lowerer<'a> {
             if let Some(x) = spec.get(k) {
                 *v = x;
             }
+        }
+        // Whichever way they came (decorator, autotune space, `-D`, a session
+        // or an editor's defines), the options are checked here, where they
+        // become the kernel's: the layouts divide by `num_warps`.
+        let bad_warps = check_num_warps(num_warps).err().map(|m| ("E0607", m));
+        let bad_stages = check_num_stages(num_stages).err().map(|m| ("E0608", m));
+        if let Some((code, message)) = bad_warps.or(bad_stages) {
+            self.diags.push(
+                Diagnostic::new(
+                    code,
+                    f.name.span,
+                    format!("kernel `{}`: {message}", f.name.name),
+                )
+                .with_help(if code == "E0607" {
+                    crate::check::kernel::NUM_WARPS_HELP
+                } else {
+                    crate::check::kernel::NUM_STAGES_HELP
+                }),
+            );
+            return Err(());
         }
         let empty = HashSet::new();
         // A final bare `return` ends the kernel as falling off its end does.
@@ -3087,6 +3107,10 @@ impl<'a> Lowerer<'a> {
                 };
                 let len = match len {
                     Some(d) => match d.as_const() {
+                        Some(n) if n > u32::MAX as i64 => {
+                            self.internal(span, format!("an `arange` of length {n}"));
+                            return Err(());
+                        }
                         Some(n) if n > 0 => n as u32,
                         _ => {
                             let lv = LV::Val {
@@ -3135,7 +3159,11 @@ impl<'a> Lowerer<'a> {
                         );
                         return Err(());
                     }
-                    shape.push(n as u32);
+                    let Ok(n) = u32::try_from(n) else {
+                        self.internal(shape_arg.value.span, format!("a tile dim of {n}"));
+                        return Err(());
+                    };
+                    shape.push(n);
                 }
                 let (value, dt_slot) = if name == "zeros" {
                     (
@@ -3483,8 +3511,14 @@ impl<'a> Lowerer<'a> {
         let x = self.materialize(a, d, ae.span)?;
         let y = self.materialize(b, d, be.span)?;
         let out = vec![sa[0], sb[1]];
+        // f64 accumulates in f64, every narrower float in f32.
+        let od = if d == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let acc = match acc {
-            Some((lv, sp)) => Some(self.coerce(&lv, DType::F32, &out, sp)?),
+            Some((lv, sp)) => Some(self.coerce(&lv, od, &out, sp)?),
             None => None,
         };
         let r = self.b.push1(
@@ -3494,7 +3528,7 @@ impl<'a> Lowerer<'a> {
                 acc,
                 precision,
             },
-            tile_type(out, DType::F32),
+            tile_type(out, od),
         );
         Ok(self.val(r, false))
     }
