@@ -314,6 +314,8 @@ fn command_spec(
 ) -> Result<Specialization, Diagnostic> {
     if defines.is_empty() {
         return Ok(match session.last_launch(name) {
+            // Specialised on nothing: the same as without a launch.
+            Some(spec) if spec.values.is_empty() && spec.floats.is_empty() => spec,
             Some(spec) => {
                 let mut shown: Vec<String> = spec
                     .values
@@ -330,7 +332,7 @@ fn command_spec(
                     "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
                     shown.join(", ")
                 );
-                spec.clone()
+                spec
             }
             None => Specialization::new(),
         });
@@ -429,22 +431,55 @@ fn emit(
                 Ok(Next::Continue)
             }
             Err(EmitError::Usage(m)) => Err(usage(whole, m, help)),
-            Err(EmitError::Diagnostics(diags)) => {
-                let first = diags.into_iter().find(|d| d.is_error());
-                Err(match first {
-                    Some(d) => Diagnostic {
-                        span: name_span,
-                        labels: Vec::new(),
-                        message: format!("`{name}`: {}", d.message),
-                        ..d
-                    },
-                    None => usage(whole, "nothing to emit", help),
-                })
-            }
+            Err(EmitError::Diagnostics(diags)) => Err(kernel_error(name, name_span, diags)
+                .unwrap_or_else(|| usage(whole, "nothing to emit", help))),
         }
     });
     session.set_arch(previous);
     result
+}
+
+/// The error of a kernel that does not compile, at its name on the command
+/// line: its first error, or, when it needs values for several dims or const
+/// parameters (E0511), one error naming all of them.
+fn kernel_error(name: &str, span: Span, diags: Vec<Diagnostic>) -> Option<Diagnostic> {
+    let errors: Vec<Diagnostic> = diags.into_iter().filter(|d| d.is_error()).collect();
+    let first = errors.first()?.clone();
+    // Every E0511's help reads `... -D NAME=...`.
+    let mut needs: Vec<&str> = Vec::new();
+    for d in errors.iter().filter(|d| d.code == "E0511") {
+        let Some(help) = d.help.as_deref() else {
+            continue;
+        };
+        let Some(at) = help.find("-D ") else {
+            continue;
+        };
+        let rest = &help[at + 3..];
+        let n = &rest[..rest.find(['=', '`', ' ']).unwrap_or(rest.len())];
+        if !needs.contains(&n) {
+            needs.push(n);
+        }
+    }
+    let (message, help) = if needs.len() > 1 {
+        let names: Vec<String> = needs.iter().map(|n| format!("`{n}`")).collect();
+        let defines: Vec<String> = needs.iter().map(|n| format!("-D {n}=128")).collect();
+        (
+            format!(
+                "`{name}` needs compile-time values for {}",
+                names.join(", ")
+            ),
+            Some(format!("give them all, e.g. `{}`", defines.join(" "))),
+        )
+    } else {
+        (format!("`{name}`: {}", first.message), first.help.clone())
+    };
+    Some(Diagnostic {
+        span,
+        labels: Vec::new(),
+        message,
+        help,
+        ..first
+    })
 }
 
 fn not_defined(name: &str, span: Span, what: &str, other_kind: bool) -> Diagnostic {
@@ -513,18 +548,9 @@ fn resources(
                         }
                         Ok(Next::Continue)
                     }
-                    Err(diags) => {
-                        let d = diags.into_iter().find(|d| d.is_error());
-                        Err(match d {
-                            Some(d) => Diagnostic {
-                                span: name_span,
-                                labels: Vec::new(),
-                                message: format!("`{name}`: {}", d.message),
-                                ..d
-                            },
-                            None => usage(whole, "no resources", "`:resources gemm sm_90`"),
-                        })
-                    }
+                    Err(diags) => Err(kernel_error(name, name_span, diags).unwrap_or_else(|| {
+                        usage(whole, "no resources", "`:resources gemm sm_90`")
+                    })),
                 },
             ),
     };

@@ -81,7 +81,11 @@ fn execute(
 /// The interactive shell; returns the exit status (0 on Ctrl-D or `:quit`).
 pub fn interactive(mut session: Session, color: bool) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
+    // rustyline keeps 100 entries by default; a session of kernels and
+    // tensors runs past that in an afternoon (bash keeps 500 to 1000).
     let config = rustyline::Config::builder()
+        .max_history_size(1000)
+        .unwrap_or_else(|_| rustyline::Config::builder())
         .auto_add_history(false)
         // Tab completes the common prefix, a second Tab lists the candidates
         // (bash's way; cycling showed one candidate at a time).

@@ -1275,7 +1275,13 @@ impl Checker<'_> {
                     attr.span,
                     format!("no attribute `{name}` on {} `{other}`", other.kind_name()),
                 );
-                if let Some(s) = suggest(name, VALUE_MEMBERS.iter().copied()) {
+                if builtins::names().any(|b| b == name) {
+                    // `x.reshape([3, 4])`, `x.sum()`: a builtin written as a method.
+                    d = d.with_help(format!(
+                        "`{name}` is a function, not a method: `{name}({}, ...)`",
+                        describe(value)
+                    ));
+                } else if let Some(s) = suggest(name, VALUE_MEMBERS.iter().copied()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 self.report(d);

@@ -249,3 +249,22 @@ fn help_lines_quote_the_expression_as_written() {
         "{helps:?}"
     );
 }
+
+/// A builtin written as a method (`x.reshape(...)`) is pointed at the
+/// function, not at a similarly spelled attribute.
+#[test]
+fn builtins_written_as_methods_point_at_the_function() {
+    let mut db = crate::db::Database::new();
+    let src = "def f(x: Tensor[12, f32]) -> Tensor[3, 4, f32]:\n    return x.reshape([3, 4])\n";
+    let file = db.set_source("/t/method.tsr", src.to_string());
+    let d = db
+        .diagnostics(file)
+        .iter()
+        .find(|d| d.code == "E0303")
+        .cloned()
+        .expect("E0303");
+    assert_eq!(
+        d.help.as_deref(),
+        Some("`reshape` is a function, not a method: `reshape(x, ...)`")
+    );
+}

@@ -482,5 +482,13 @@ mod tests {
         assert!(v["label"].is_null());
         assert_eq!(v["severity"], "warning");
         assert_eq!(v["labels"].as_array().unwrap().len(), 0);
+
+        // A note is neither: `note` in JSON and in the human header.
+        let note = Diagnostic::new("W0006", Span::new(0, 3), "low occupancy, latency hidden");
+        let v: serde_json::Value =
+            serde_json::from_str(&render_json("x.tsr", &idx, &note)).unwrap();
+        assert_eq!(v["severity"], "note");
+        let human = render_human_all("x.tsr", "abc\n", &[note], false);
+        assert!(human.starts_with("note[W0006]: "), "{human}");
     }
 }

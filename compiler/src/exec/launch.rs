@@ -33,21 +33,29 @@ pub fn launch_kernel(
     launch_bound(db, kfile, item, grid, &values, interrupt)
 }
 
-/// The specialization a launch of `kernel` with these arguments compiles
-/// for: its const parameters and the dims of its tensor arguments (what the
-/// REPL's `:emit` and `:resources` show for a kernel as it last ran).
+/// What a launch of a kernel was given to specialise it: its const
+/// parameters and the dims of its tensor arguments. Cheap to take at every
+/// launch; [`compiled_specialization`] turns it into what the launch compiled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaunchSpec {
+    pub consts: Specialization,
+    pub dims: BTreeMap<String, i64>,
+}
+
+/// The [`LaunchSpec`] of a launch of `kernel` with these arguments (what the
+/// REPL keeps to show a kernel as it last ran).
 pub fn launch_specialization(
     db: &Database,
     file: SourceFile,
     kernel: &str,
     args: &[Value],
     named: &[(String, Value)],
-) -> Result<Specialization, ExecError> {
+) -> Result<LaunchSpec, ExecError> {
     let (_, item) = find_kernel(db, file, kernel)?;
     let sig = signature(db, item, kernel)?;
     let values = match_args(&sig, args, named)?;
+    let dims = bind_dims(&sig, &values)?;
     let mut spec = Specialization::new();
-    spec.values = bind_dims(&sig, &values)?;
     for (p, (_, v)) in sig.params.iter().zip(&values) {
         if p.is_const {
             match v {
@@ -64,7 +72,29 @@ pub fn launch_specialization(
             }
         }
     }
-    Ok(spec)
+    Ok(LaunchSpec { consts: spec, dims })
+}
+
+/// The specialization a launch with `launch` compiled `kernel` for, as the
+/// launch itself picks it: the const parameters and only the dims its tile
+/// shapes need (`flash_attn` gets `D`, and keeps `S`, `B`, `H` run-time values).
+pub fn compiled_specialization(
+    db: &Database,
+    file: SourceFile,
+    kernel: &str,
+    launch: &LaunchSpec,
+) -> Result<Specialization, ExecError> {
+    let (kfile, item) = find_kernel(db, file, kernel)?;
+    let parsed = db::parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(ExecError::new("E0707", "not a kernel"));
+    };
+    let k = specialise(db, kfile, item, f, launch.consts.clone(), &launch.dims)?;
+    Ok(Specialization {
+        values: k.specialization.iter().cloned().collect(),
+        floats: launch.consts.floats.clone(),
+        ..Default::default()
+    })
 }
 
 /// The file and item defining kernel `name`: `file` itself first, then the

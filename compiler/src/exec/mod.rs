@@ -26,7 +26,7 @@ pub mod rng;
 mod tensor;
 
 pub use function::run_function;
-pub use launch::{launch_kernel, launch_specialization};
+pub use launch::{compiled_specialization, launch_kernel, launch_specialization, LaunchSpec};
 pub use tensor::{float_to_int, round_to, wrap_int, IndexItem, Tensor};
 
 use crate::diag::Diagnostic;

@@ -106,7 +106,7 @@ pub struct Session {
     command_base: Option<u32>,
     /// Each kernel's specialization at its last launch in the session: what
     /// `:emit` and `:resources` use without `-D`.
-    last_launch: BTreeMap<String, Specialization>,
+    last_launch: BTreeMap<String, tessera::exec::LaunchSpec>,
 }
 
 impl Session {
@@ -133,9 +133,11 @@ impl Session {
         }
     }
 
-    /// The specialization kernel `name` last ran with in this session.
-    pub fn last_launch(&self, name: &str) -> Option<&Specialization> {
-        self.last_launch.get(name)
+    /// The specialization kernel `name` was compiled with at its last launch
+    /// in this session (`None` if it has not run, or no longer compiles so).
+    pub fn last_launch(&self, name: &str) -> Option<Specialization> {
+        let launch = self.last_launch.get(name)?;
+        tessera::exec::compiled_specialization(&self.db, self.file, name, launch).ok()
     }
 
     /// The flag a Ctrl-C handler sets to stop the running computation.
