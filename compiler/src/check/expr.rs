@@ -59,6 +59,7 @@ fn same_category(a: DType, b: DType) -> bool {
 
 impl Checker<'_> {
     pub fn expr(&mut self, e: &Expr) -> Val {
+        crate::cancel::checkpoint();
         let v = self.expr_inner(e);
         if let Some(vals) = &mut self.expr_vals {
             vals.push((e.span, v.clone()));

@@ -1238,6 +1238,7 @@ impl<'a> Lowerer<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>) -> R<()> {
+        crate::cancel::checkpoint();
         self.b.span = s.span;
         match &s.kind {
             StmtKind::Expr(e) => {
@@ -1959,6 +1960,7 @@ impl<'a> Lowerer<'a> {
     // ---- expressions ----
 
     fn expr(&mut self, e: &Expr) -> R<LV> {
+        crate::cancel::checkpoint();
         let saved_span = self.b.span;
         self.b.span = e.span;
         let r = self.expr_inner(e);
