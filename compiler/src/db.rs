@@ -397,6 +397,9 @@ pub struct Database {
     events: Arc<Mutex<Option<Vec<String>>>>,
     /// Created by `with_event_log`: salsa reports executions to `events`.
     logging: bool,
+    /// Advanced by every write, so that computations on clones taken before it
+    /// stop at their next `cancel::checkpoint`.
+    generation: crate::cancel::Generation,
 }
 
 impl Default for Database {
@@ -438,6 +441,7 @@ impl Database {
             options: None,
             events,
             logging,
+            generation: Default::default(),
         };
         db.options = Some(Options::new(&db, Arch::default(), false));
         db
@@ -452,14 +456,22 @@ impl Database {
         use salsa::Setter;
         let options = self.options();
         if options.matmul_tf32(self) != tf32 {
+            self.generation.advance();
             options.set_matmul_tf32(self).to(tf32);
         }
+    }
+
+    /// The write count this handle was taken at: computations on a clone run in
+    /// `cancel::scope` of it stop once the database is written to.
+    pub fn generation(&self) -> crate::cancel::Generation {
+        self.generation.clone()
     }
 
     pub fn set_arch(&mut self, arch: Arch) {
         use salsa::Setter;
         let options = self.options();
         if options.arch(self) != arch {
+            self.generation.advance();
             options.set_arch(self).to(arch);
         }
     }
@@ -470,6 +482,7 @@ impl Database {
         let path = path.into();
         if let Some(file) = self.files.get(&path) {
             if file.text(self) != &text {
+                self.generation.advance();
                 file.set_text(self).to(text);
             }
             return file;

@@ -1,6 +1,7 @@
 //! Tessera compiler core: syntax → check → ir → backend, on one salsa database.
 
 pub mod backend;
+pub mod cancel;
 pub mod check;
 pub mod cli;
 pub mod db;

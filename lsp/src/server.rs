@@ -4,8 +4,10 @@
 //! the new text — salsa then cancels every snapshot still computing and waits
 //! for them to unwind — and each request or diagnostics run works on its own
 //! snapshot (`Database::clone`) on a blocking thread. A snapshot cancelled by a
-//! newer edit answers `ContentModified`; a panic in a handler is caught, logged
-//! and answered with an internal error, and the server keeps serving.
+//! newer edit (at a salsa query, or at a pass's `tessera::cancel::checkpoint`
+//! inside a long query) answers `ContentModified`; a panic in a handler is
+//! caught, logged and answered with an internal error, and the server keeps
+//! serving.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -227,7 +229,9 @@ impl Backend {
     ) -> Result<T> {
         let snap = self.snapshot(arch);
         let joined = tokio::task::spawn_blocking(move || {
-            let r = caught(what, || f(&snap));
+            // a newer edit stops this at the passes' next checkpoint
+            let generation = snap.db.generation();
+            let r = caught(what, || tessera::cancel::scope(generation, || f(&snap)));
             drop(snap);
             r
         })

@@ -1093,3 +1093,81 @@ fn malformed_messages_are_answered_and_the_server_keeps_serving() {
     assert!(c.diagnostics(&uri, 2).is_empty());
     c.stop();
 }
+
+/// A kernel whose estimate takes long: `statements` chains of `MAX_DEPTH - 2`
+/// terms (as deep as a statement in a function body may go), each depending on
+/// the one before.
+fn slow_kernel(statements: usize) -> String {
+    let chain = vec!["a"; tessera::syntax::MAX_DEPTH - 2].join(" + ");
+    let mut text = String::from(
+        "@kernel(grid=(1,), num_warps=4)\n\
+         def slow(x: Tensor[128, f32], out: Tensor[128, f32]):\n    \
+             a = load(x[0 : 128])\n",
+    );
+    for _ in 0..statements {
+        text += &format!("    a = {chain}\n");
+    }
+    text += "    store(out[0 : 128], a)\n";
+    text
+}
+
+/// An edit cancels the estimate still running on the old text (tens of
+/// seconds of lowering in a debug build, one long query), so that a request
+/// after the edit is answered at once rather than after it; and every query
+/// answers on a document nested as deep as the language allows (the server's
+/// threads have the stack for it).
+#[test]
+fn an_edit_cancels_a_long_estimate_and_deep_documents_answer() {
+    let root = scratch("slow");
+    let path = root.join("slow.tsr");
+    let text = slow_kernel(2);
+    std::fs::write(&path, &text).unwrap();
+    let uri = url(&path);
+    let last = text.lines().count() as u32;
+    let mut c = Client::start(&root, json!({}));
+    c.open(&uri, &text, 1);
+    // the checker's diagnostics; the estimate starts a moment later
+    assert!(c.diagnostics(&uri, 1).is_empty());
+    std::thread::sleep(Duration::from_millis(1000));
+    let small = "def f(x: Tensor[4, f32]) -> Tensor[4, f32]:\n    return x * 2.0\n";
+    let edited = Instant::now();
+    c.change(&uri, 2, range(0, 0, last, 0), small);
+    let hover = c.at("textDocument/hover", &uri, 1, 11);
+    let waited = edited.elapsed();
+    assert!(hover.to_string().contains("f32"), "{hover}");
+    assert!(c.diagnostics(&uri, 2).is_empty());
+    assert!(
+        waited < Duration::from_secs(10),
+        "a request after the edit waited {waited:?} for the old text's estimate"
+    );
+
+    // back to the deep text: every query answers
+    c.change(&uri, 3, range(0, 0, 2, 0), &text);
+    assert!(c.diagnostics(&uri, 3).is_empty());
+    let hover = c.at("textDocument/hover", &uri, 3, 4);
+    assert!(hover.to_string().contains("f32"), "{hover}");
+    for (method, params) in [
+        (
+            "textDocument/inlayHint",
+            json!({"textDocument": {"uri": uri}, "range": range(0, 0, last, 0)}),
+        ),
+        (
+            "textDocument/semanticTokens/full",
+            json!({"textDocument": {"uri": uri}}),
+        ),
+        (
+            "textDocument/completion",
+            json!({"textDocument": {"uri": uri}, "position": {"line": 3, "character": 8}}),
+        ),
+        (
+            "textDocument/references",
+            json!({"textDocument": {"uri": uri}, "position": {"line": 2, "character": 4},
+                   "context": {"includeDeclaration": true}}),
+        ),
+    ] {
+        let r = c.request(method, params);
+        assert!(r.is_ok(), "{method}: {r:?}");
+        assert!(!r.unwrap().is_null(), "{method}");
+    }
+    c.stop();
+}

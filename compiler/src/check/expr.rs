@@ -226,6 +226,7 @@ fn same_category(a: DType, b: DType) -> bool {
 
 impl Checker<'_> {
     pub fn expr(&mut self, e: &Expr) -> Val {
+        crate::cancel::checkpoint();
         let callee = std::mem::take(&mut self.callee);
         let mut v = self.expr_inner(e);
         if !callee {

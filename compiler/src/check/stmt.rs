@@ -62,6 +62,7 @@ impl Checker<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> bool {
+        crate::cancel::checkpoint();
         match &s.kind {
             StmtKind::Expr(e) => {
                 self.expr(e);

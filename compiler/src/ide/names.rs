@@ -15,6 +15,7 @@ use crate::syntax::ast::{
     self, Expr, ExprKind, Index, Item, Stmt, StmtKind, TypeExpr, TypeExprKind,
 };
 use crate::syntax::span::Span;
+use std::collections::HashMap;
 
 /// How an occurrence binds or refers to its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -606,11 +607,6 @@ pub fn references(
         .unwrap_or("")
         .to_string();
     let mut out = Vec::new();
-    let mut push = |l: Location| {
-        if !out.contains(&l) {
-            out.push(l);
-        }
-    };
     // A local of this item: search the item only.
     let is_local = def.file == file
         && def.span.start >= start
@@ -630,12 +626,20 @@ pub fn references(
                 continue;
             }
             let occs = item_occurrences(db, *source);
+            // Within an item, what an occurrence resolves to depends only on
+            // its name, qualifier and whether it names the item: resolve each
+            // such key once, so that an item with many uses stays linear.
+            let mut resolved: HashMap<(&str, &[String], bool), bool> = HashMap::new();
             for o in &occs {
                 if o.name != name && o.name != def_name {
                     continue;
                 }
-                if resolve(db, f, *source, *s, &occs, o) == Target::At(def) {
-                    push(Location {
+                let key = (o.name.as_str(), &o.qualifier[..], o.kind == OccKind::Item);
+                let hit = *resolved
+                    .entry(key)
+                    .or_insert_with(|| resolve(db, f, *source, *s, &occs, o) == Target::At(def));
+                if hit {
+                    out.push(Location {
                         file: f,
                         span: o.span.shift(*s),
                     });
@@ -644,6 +648,7 @@ pub fn references(
         }
     }
     out.sort_by_key(|l| (l.file.path(db).clone(), l.span.start));
+    out.dedup();
     out
 }
 

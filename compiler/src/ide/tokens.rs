@@ -59,7 +59,16 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
     let mut out = Vec::new();
     let mut prev: Option<Tok> = None;
     // Occurrences of the current item, cached while tokens stay in it.
-    let mut current: Option<(u32, u32, Vec<names::Occurrence>)> = None;
+    // Per item: its span, its occurrences by start offset (relative to the
+    // item) and how each local is first bound — looked up once per name token,
+    // so a long item stays linear.
+    type ItemNames = (
+        u32,
+        u32,
+        std::collections::HashMap<u32, names::Occurrence>,
+        std::collections::HashMap<String, OccKind>,
+    );
+    let mut current: Option<ItemNames> = None;
     let toks = &lexed.tokens;
     for (k, (start, tok, end)) in toks.iter().enumerate() {
         let span = Span::new(*start, *end);
@@ -102,27 +111,28 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                 } else {
                     let rel_kind = {
                         let fresh =
-                            !matches!(&current, Some((s, e, _)) if *s <= *start && *start < *e);
+                            !matches!(&current, Some((s, e, ..)) if *s <= *start && *start < *e);
                         if fresh {
                             current = item_at(db, file, *start).map(|(item, s)| {
-                                (
-                                    s,
-                                    s + item.text(db).len() as u32,
-                                    names::item_occurrences(db, item),
-                                )
+                                let occs = names::item_occurrences(db, item);
+                                let mut bound = std::collections::HashMap::new();
+                                for (name, kind, _) in names::locals(&occs) {
+                                    bound.entry(name).or_insert(kind);
+                                }
+                                let mut by_start = std::collections::HashMap::new();
+                                for o in occs {
+                                    by_start.entry(o.span.start).or_insert(o);
+                                }
+                                (s, s + item.text(db).len() as u32, by_start, bound)
                             });
                         }
-                        current.as_ref().and_then(|(s, _, occs)| {
-                            let rel = start - s;
-                            let here = occs.iter().find(|o| o.span.start == rel)?;
+                        current.as_ref().and_then(|(s, _, occs, bound)| {
+                            let here = occs.get(&(start - s))?;
                             if !here.qualifier.is_empty() {
                                 return Some(None);
                             }
                             // A local: how its name is first bound.
-                            names::locals(occs)
-                                .into_iter()
-                                .find(|(name, ..)| name == n)
-                                .map(|(_, kind, _)| Some(kind))
+                            bound.get(*n).map(|&kind| Some(kind))
                         })
                     };
                     match rel_kind {

@@ -640,6 +640,7 @@ impl<'a> Builder<'a> {
     }
 
     fn expr(&mut self, e: &Expr) -> R<NodeId> {
+        crate::cancel::checkpoint();
         let v = self.val(e)?;
         if let Some(id) = self.known_scalar(v, e.span) {
             return Ok(id);

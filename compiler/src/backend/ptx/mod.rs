@@ -259,6 +259,7 @@ impl Printer<'_> {
 
     fn block(&mut self, insts: &[Inst], depth: usize) {
         for i in insts {
+            crate::cancel::checkpoint();
             self.inst(i, depth);
         }
     }

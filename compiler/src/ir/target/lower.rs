@@ -940,6 +940,7 @@ impl<'a> Lower<'a> {
     }
 
     fn op(&mut self, op: &tile::Op) -> R<()> {
+        crate::cancel::checkpoint();
         let tk = self.tk;
         let res = |i: usize| op.results[i];
         match &op.kind {

@@ -1293,6 +1293,7 @@ impl<'a> Lowerer<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>) -> R<()> {
+        crate::cancel::checkpoint();
         self.b.span = s.span;
         match &s.kind {
             StmtKind::Expr(e) => {
@@ -2014,6 +2015,7 @@ impl<'a> Lowerer<'a> {
     // ---- expressions ----
 
     fn expr(&mut self, e: &Expr) -> R<LV> {
+        crate::cancel::checkpoint();
         let saved_span = self.b.span;
         self.b.span = e.span;
         let r = self.expr_inner(e);
