@@ -1121,6 +1121,23 @@ fn run_time_errors_have_their_codes() {
     // E0708: not a .npy file.
     let e = err_of(npy::load_npy(&root().join("tests/numerics/builtins.tsr")));
     assert_eq!(e.code, "E0708", "{e}");
+    // ... and a 128-byte file whose header claims 2^64 elements (an empty
+    // tensor before sizes were checked).
+    let e = err_of(npy::load_npy(
+        &root().join("tests/repl/data/huge_shape.npy"),
+    ));
+    assert_eq!(e.code, "E0708", "{e}");
+    assert!(e.message.contains("does not fit 64 bits"), "{e}");
+    // E0712: a shape whose element count overflows, and one whose byte size does.
+    let e = err_of(Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32));
+    assert_eq!(e.code, "E0712", "{e}");
+    let e = err_of(tessera::exec::rng::try_randn(&[1 << 62], DType::F64, 0));
+    assert_eq!(e.code, "E0712", "{e}");
+    // E0713: 4 PiB, more memory than any machine has: refused at once (by the
+    // memory available, or by the allocator), never an abort.
+    let e = err_of(Tensor::try_full(&[1 << 25, 1 << 25], DType::F32, 1.0));
+    assert_eq!(e.code, "E0713", "{e}");
+    assert!(e.message.contains("4503599627370496 bytes"), "{e}");
     // E0709: a kernel that cannot be compiled (here: a check error in its body).
     let mut db3 = Database::new();
     let f3 = db3.set_source(
@@ -1208,4 +1225,97 @@ fn npy_files_written_by_numpy() {
     let f = npy::load_npy(&dir.join("f64_fortran.npy")).expect_err("fortran order");
     assert_eq!(f.code, "E0708");
     assert!(f.message.contains("Fortran"), "{f}");
+}
+
+/// std.nn's dtype-generic definitions (`stdlib/std/nn.tsr`, run as entry
+/// points, so each call runs the instance its argument binds: the bodies as
+/// written, not the builtins they stand for) for every float dtype and ranks
+/// 1 to 3. They compute in the input dtype, so the tolerance follows it.
+#[test]
+fn std_nn_generic_definitions_every_dtype_and_rank() {
+    let mut db = Database::new();
+    let file = db
+        .load_file(&root().join("stdlib/std/nn.tsr"))
+        .expect("nn.tsr");
+    let errors: Vec<_> = db
+        .diagnostics(file)
+        .iter()
+        .filter(|d| d.is_error())
+        .cloned()
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let n = 37;
+    let cases: [(DType, f64); 4] = [
+        (DType::F64, 1e-12),
+        (DType::F32, F32),
+        (DType::F16, 1e-2),
+        (DType::BF16, 6e-2),
+    ];
+    for (d, tol) in cases {
+        for shape in [vec![n], vec![5, n], vec![2, 3, n]] {
+            let rows_n: usize = shape[..shape.len() - 1].iter().product();
+            let len = rows_n * n;
+            let x: Vec<f64> = data(len, 71, d).iter().map(|v| v * 3.0).collect();
+            let x: Vec<f64> = x.iter().map(|v| round_to(d, *v)).collect();
+            let w = data(n, 72, d);
+            let b = data(n, 73, d);
+            let what = |f: &str| format!("std.nn.{f} {d} {shape:?}");
+            let xt = t(&shape, d, &x);
+            let run = |f: &str, args: &[Value]| {
+                let v = run_function(&db, file, f, args, &[], &Interrupt::new())
+                    .unwrap_or_else(|e| panic!("{}: {e}", what(f)));
+                let r = tensor(&v);
+                assert_eq!(r.dtype(), d, "{}: result dtype", what(f));
+                assert_eq!(r.shape(), &shape[..], "{}: result shape", what(f));
+                r.to_f64_vec()
+            };
+            let ew = |f: fn(f64) -> f64| x.iter().map(|v| f(*v)).collect::<Vec<_>>();
+            close(
+                &what("relu"),
+                &run("relu", &[xt.clone()]),
+                &ew(|v| v.max(0.0)),
+                tol,
+            );
+            close(
+                &what("gelu"),
+                &run("gelu", &[xt.clone()]),
+                &ew(gelu_ref),
+                tol,
+            );
+            close(
+                &what("silu"),
+                &run("silu", &[xt.clone()]),
+                &ew(silu_ref),
+                tol,
+            );
+            close(
+                &what("softmax"),
+                &run("softmax", &[xt.clone()]),
+                &softmax_ref(&x, rows_n, n),
+                tol,
+            );
+            close(
+                &what("layer_norm"),
+                &run("layer_norm", &[xt.clone(), t(&[n], d, &w), t(&[n], d, &b)]),
+                &layer_norm_ref(&x, &w, Some(&b), rows_n, n, 1e-5),
+                tol,
+            );
+            close(
+                &what("rms_norm"),
+                &run("rms_norm", &[xt.clone(), t(&[n], d, &w)]),
+                &layer_norm_ref(&x, &w, None, rows_n, n, 1e-6),
+                tol,
+            );
+        }
+    }
+    // An integer tensor is outside `T: float`, at run time as in the checker.
+    let e = err_of(run_function(
+        &db,
+        file,
+        "gelu",
+        &[t(&[4], DType::I32, &[1.0, 2.0, 3.0, 4.0])],
+        &[],
+        &Interrupt::new(),
+    ));
+    assert_eq!(e.code, "E0321", "{e}");
 }

@@ -33,7 +33,7 @@ fn make(kind: Kind, dims: Vec<Dim>, dtype: DType, weak: bool) -> Ty {
     }
 }
 
-fn certainly_differ(a: &Dim, b: &Dim) -> bool {
+pub(crate) fn certainly_differ(a: &Dim, b: &Dim) -> bool {
     a.checked_sub(b)
         .and_then(|d| d.as_const())
         .is_some_and(|c| c != 0)
@@ -1864,6 +1864,36 @@ impl Checker<'_> {
             } else {
                 Val::err()
             };
+        };
+        // A generic callee: bind its dtype variables and batch runs, then check
+        // the call against that instance of the signature.
+        let instance;
+        let sig = if sig.generics.is_some() {
+            let cargs: Vec<super::generics::CallArg<'_>> = slots
+                .iter()
+                .enumerate()
+                .filter_map(|(j, s)| {
+                    s.map(|i| super::generics::CallArg {
+                        param: j,
+                        ty: &args[i].val.ty,
+                        span: args[i].span,
+                    })
+                })
+                .collect();
+            match super::generics::bind_call(sig, &cargs) {
+                Ok(env) => {
+                    instance = Arc::new(super::generics::instantiate(sig, &env));
+                    &instance
+                }
+                Err(diags) => {
+                    for d in diags {
+                        self.report(d);
+                    }
+                    return Val::err();
+                }
+            }
+        } else {
+            sig
         };
         let errors_before = self.diags.len();
         let mut binds: HashMap<String, (Dim, Span, String)> = HashMap::new();

@@ -3,7 +3,7 @@
 
 use super::ctx::{BindKind, Binding, Checker, Val};
 use super::fxhash::FxHashMap;
-use super::scope::{annotation, Annot, Entry};
+use super::scope::{annotation_in, Annot, Entry};
 use super::types::{render_dims, DType, Ty, Value};
 use super::{builtins, expr::describe};
 use crate::diag::Diagnostic;
@@ -117,7 +117,9 @@ impl Checker<'_> {
     /// `x: T = value`: the value must fit the annotation.
     fn annotated(&mut self, v: Val, te: &TypeExpr, value: &Expr) -> Val {
         let scope = self.scope;
-        let Annot::Ty(t) = annotation(te, &|n| scope.const_value(n), &mut self.diags) else {
+        let Annot::Ty(t) =
+            annotation_in(te, &|n| scope.const_value(n), &self.tenv, &mut self.diags)
+        else {
             return v;
         };
         if v.ty.is_err() || t.is_err() {
@@ -610,7 +612,7 @@ impl Checker<'_> {
                             format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
                         )
                         .with_label(rspan, "declared here")
-                        .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
+                        .with_help(format!("convert explicitly: `{}.to({rdt})`", describe(e))),
                     );
                 }
             }

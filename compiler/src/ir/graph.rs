@@ -59,6 +59,7 @@ use crate::check::builtins;
 use crate::check::ctx::Val;
 use crate::check::dims::Dim;
 use crate::check::expr::broadcast;
+use crate::check::generics::{bind_call, CallArg, TypeEnv};
 use crate::check::scope::FnSig;
 use crate::check::types::{render_dims, Callee};
 use crate::check::{DType, Ty, Value};
@@ -1922,7 +1923,43 @@ fn subst_type(t: &GType, env: &dyn Fn(&str) -> Option<Dim>) -> Option<GType> {
 /// keep the call (callee not found, a recursive call, const arguments it cannot
 /// specialise on). A call whose dims do not bind is kept too. Inlined nodes take
 /// the call's span.
-pub type Resolver<'a> = dyn FnMut(&FnSig, &[(String, Value)]) -> Option<std::sync::Arc<Graph>> + 'a;
+/// A generic callee's instance (its dtype variables and batch runs as the
+/// call's arguments bind them) is passed too; it is empty for other callees.
+pub type Resolver<'a> =
+    dyn FnMut(&FnSig, &[(String, Value)], &TypeEnv) -> Option<std::sync::Arc<Graph>> + 'a;
+
+/// The instance of a generic callee that a call's argument types bind
+/// (`None` when they do not bind, which the checker has reported).
+fn call_env(
+    sig: &FnSig,
+    args: &[(String, NodeId)],
+    ty: &dyn Fn(NodeId) -> GType,
+) -> Option<TypeEnv> {
+    if sig.generics.is_none() {
+        return Some(TypeEnv::default());
+    }
+    let tys: Vec<(usize, Ty)> = args
+        .iter()
+        .filter_map(|(name, a)| {
+            let j = sig.params.iter().position(|p| p.name == *name)?;
+            let t = match ty(*a) {
+                GType::Tensor { dims, dtype } => Ty::Tensor { dims, dtype },
+                GType::Scalar(dtype) => Ty::scalar(dtype),
+                GType::Unit => return None,
+            };
+            Some((j, t))
+        })
+        .collect();
+    let cargs: Vec<CallArg<'_>> = tys
+        .iter()
+        .map(|(j, t)| CallArg {
+            param: *j,
+            ty: t,
+            span: Span::new(0, 0),
+        })
+        .collect();
+    bind_call(sig, &cargs).ok()
+}
 
 pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
     let mut nodes: Vec<Node> = Vec::new();
@@ -1933,7 +1970,8 @@ pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
             sig, args, consts, ..
         } = &n.kind
         {
-            if let Some(callee) = resolve(sig, consts) {
+            let env = call_env(sig, args, &|a| nodes[remap(a).0 as usize].ty.clone());
+            if let Some(callee) = env.and_then(|env| resolve(sig, consts, &env)) {
                 if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
                     map.push(out);
                     continue;

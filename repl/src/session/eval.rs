@@ -245,9 +245,13 @@ impl Session {
                     // One element (`t[i] += 1`): computed on the host.
                     let v = match (element(&lhs), element(&rhs)) {
                         (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                        _ => {
-                            self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?
-                        }
+                        _ => self.synth_binary(
+                            *op,
+                            (&lhs, target.span),
+                            (&rhs, value.span),
+                            s.span,
+                            text,
+                        )?,
                     };
                     self.assign_part(target, base, indices, v, text)?;
                     return Ok(Flow::Normal);
@@ -263,7 +267,13 @@ impl Session {
                 let rhs = self.eval(value, text)?;
                 let v = match (num(&lhs), num(&rhs)) {
                     (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                    _ => self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?,
+                    _ => self.synth_binary(
+                        *op,
+                        (&lhs, target.span),
+                        (&rhs, value.span),
+                        s.span,
+                        text,
+                    )?,
                 };
                 self.vars.insert(id.name.clone(), v);
             }
@@ -862,7 +872,10 @@ impl Session {
                     return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
                 };
                 let d = self.dtype_arg(&a.value, text)?;
-                return Ok(Val::Run(Value::Tensor(t.to(d))));
+                return t
+                    .try_to(d)
+                    .map(|t| Val::Run(Value::Tensor(t)))
+                    .map_err(|err| err.to_diagnostic(e.span));
             }
             return self.synth_eval(e, text);
         }
@@ -979,8 +992,40 @@ impl Session {
             &named,
             &self.interrupt,
         )
-        .map_err(|e| e.to_diagnostic(span))?;
+        .map_err(|e| {
+            let at = e
+                .param
+                .as_deref()
+                .and_then(|p| self.argument_span(name, p, args))
+                .unwrap_or(span);
+            e.to_diagnostic(at)
+        })?;
+        if let Ok(spec) =
+            exec::launch_specialization(&self.db, self.file, name, &positional, &named)
+        {
+            self.last_launch.insert(name.to_string(), spec);
+        }
         Ok(Val::Run(Value::None))
+    }
+
+    /// The span of the argument that kernel `kernel`'s parameter `param` got:
+    /// the keyword argument of that name, else the positional one in its place.
+    fn argument_span(&self, kernel: &str, param: &str, args: &[Arg]) -> Option<Span> {
+        if let Some(a) = args
+            .iter()
+            .find(|a| a.name.as_ref().is_some_and(|n| n.name == param))
+        {
+            return Some(a.value.span);
+        }
+        let sig = match tessera::db::module_scope(&self.db, self.file).get(kernel) {
+            Some(Entry::Function(sig)) => sig.clone(),
+            _ => return None,
+        };
+        let index = sig.params.iter().position(|p| p.name == param)?;
+        args.iter()
+            .filter(|a| a.name.is_none())
+            .nth(index)
+            .map(|a| a.value.span)
     }
 
     fn dtype_arg(&mut self, x: &Expr, text: &str) -> R<DType> {
@@ -1076,7 +1121,12 @@ impl Session {
     }
 
     fn host_builtin(&mut self, name: &str, e: &Expr, args: &[Arg], text: &str) -> R<Val> {
-        let tensor = |t: Tensor| Ok(Val::Run(Value::Tensor(t)));
+        // Creation fails without ending the session: a size that overflows
+        // (E0712) or memory that cannot be had (E0713).
+        let tensor = |t: Result<Tensor, exec::ExecError>| {
+            t.map(|t| Val::Run(Value::Tensor(t)))
+                .map_err(|err| err.to_diagnostic(e.span))
+        };
         match name {
             "zeros" | "ones" | "empty" | "randn" => {
                 let params: &[&str] = if name == "randn" {
@@ -1100,15 +1150,14 @@ impl Session {
                     .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
                 }
                 match name {
-                    "zeros" => tensor(Tensor::zeros(&shape, dtype)),
-                    "ones" => tensor(Tensor::ones(&shape, dtype)),
-                    "empty" => tensor(Tensor::empty(&shape, dtype)),
+                    "zeros" | "empty" => tensor(Tensor::try_zeros(&shape, dtype)),
+                    "ones" => tensor(Tensor::try_full(&shape, dtype, 1.0)),
                     _ => {
                         let seed = match b.get(2).copied().flatten() {
                             Some(x) => self.int_arg(x, text, "a seed")?,
                             None => 0,
                         };
-                        tensor(exec::rng::randn(&shape, dtype, seed as u64))
+                        tensor(exec::rng::try_randn(&shape, dtype, seed as u64))
                     }
                 }
             }
@@ -1142,7 +1191,7 @@ impl Session {
                         &text[vx.span.range()]
                     )));
                 }
-                tensor(Tensor::full(&shape, dtype, value.f()))
+                tensor(Tensor::try_full(&shape, dtype, value.f()))
             }
             "arange" => {
                 let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
@@ -1155,7 +1204,7 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::I32,
                 };
-                tensor(Tensor::arange(start, end, dtype))
+                tensor(Tensor::try_arange(start, end, dtype))
             }
             "tensor" => {
                 let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
@@ -1172,7 +1221,7 @@ impl Session {
                     None if any_float => DType::F32,
                     None => DType::I32,
                 };
-                tensor(Tensor::from_f64(&shape, dtype, &flat))
+                tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
             "load_npy" => {
                 let b = Self::bind(name, &["path"], 1, args, e.span)?;

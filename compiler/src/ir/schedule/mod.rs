@@ -523,8 +523,38 @@ impl<'g> Lower<'g> {
         Ok((r, last.clone()))
     }
 
-    fn launch(&mut self, l: Launch) {
+    fn launch(&mut self, mut l: Launch) {
+        self.columns_on_x(&mut l);
         self.steps.push(Step::Launch(l));
+    }
+
+    /// A grid may have 2^31 - 1 programs on axis 0 but only 65535 on axis 1
+    /// (CUDA's limits, checked at every launch): a generated kernel over a
+    /// single row of tiles, grid `(1, cdiv(N, BLOCK))`, is launched as
+    /// `(cdiv(N, BLOCK), 1)` with its program ids swapped, so a 1-D tensor of
+    /// more than 65535 blocks (8.4M elements) still runs.
+    fn columns_on_x(&mut self, l: &mut Launch) {
+        let KernelRef::Generated(k) = l.kernel else {
+            return;
+        };
+        let Some(grid) = l.grid.as_mut() else { return };
+        let one_row = matches!(&grid[..], [ScalarExpr::Index(d), _] if d.as_const() == Some(1));
+        // Only a kernel made for this launch alone (the one just generated).
+        if !one_row || k + 1 != self.kernels.len() {
+            return;
+        }
+        grid.swap(0, 1);
+        let mut stack = vec![&mut self.kernels[k].body];
+        while let Some(r) = stack.pop() {
+            for op in &mut r.ops {
+                if let OpKind::ProgramId(a) | OpKind::NumPrograms(a) = &mut op.kind {
+                    if *a < 2 {
+                        *a = 1 - *a;
+                    }
+                }
+                stack.extend(op.kind.regions_mut());
+            }
+        }
     }
 
     /// Matches `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)`:

@@ -330,11 +330,13 @@ impl<'a> Lower<'a> {
         match (op, a, b) {
             (BinOp::Add, x, Operand::Int(0)) | (BinOp::Add, Operand::Int(0), x) => return x,
             (BinOp::Mul, x, Operand::Int(1)) | (BinOp::Mul, Operand::Int(1), x) => return x,
+            // Wrapping, as the instruction would: a tensor type's static dims
+            // may multiply past 64 bits in the addresses of masked-off lanes.
             (BinOp::Add, Operand::Int(x), Operand::Int(y)) if !ty.is_float() => {
-                return Operand::Int(x + y)
+                return Operand::Int(x.wrapping_add(y))
             }
             (BinOp::Mul, Operand::Int(x), Operand::Int(y)) if !ty.is_float() => {
-                return Operand::Int(x * y)
+                return Operand::Int(x.wrapping_mul(y))
             }
             _ => {}
         }
@@ -1805,7 +1807,11 @@ impl<'a> Lower<'a> {
                 };
                 preds.extend(p);
                 match strides[a] {
-                    Operand::Int(st) => static_off += o as i64 * st * bytes,
+                    // Wrapping: only in-bounds lanes (predicated) use the address.
+                    Operand::Int(st) => {
+                        static_off =
+                            static_off.wrapping_add((o as i64).wrapping_mul(st).wrapping_mul(bytes))
+                    }
                     _ if o == 0 => {}
                     _ => dyn_key.push((a, o)),
                 }
@@ -1936,7 +1942,7 @@ impl<'a> Lower<'a> {
             off = self.bin(BinOp::Add, RegTy::I32, off, t);
         }
         let (addr, offset) = match off {
-            Operand::Int(k) => (ptr, k * bytes),
+            Operand::Int(k) => (ptr, k.wrapping_mul(bytes)),
             off => {
                 let wide = self.new_reg(RegTy::I64);
                 self.emit(Inst::MulWide {
