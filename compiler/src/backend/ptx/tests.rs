@@ -519,3 +519,34 @@ def casts(x: Tensor["N", f32]) -> Tensor["N", i8]:
         }
     }
 }
+
+/// A `dot(..., precision="tf32")` that runs on FMA units (sm_70/75 have no
+/// tf32 tensor cores) rounds its operands to tf32 first, as the CPU executor
+/// and `cvt.rna.tf32.f32` do (add 0x1000, clear the low 13 bits, NaN and
+/// infinities unchanged); an ieee `dot` does not.
+#[test]
+fn tf32_dot_on_fma_units_rounds_its_operands() {
+    use crate::db::{file_kernels, ptx_module, Database};
+    use crate::ir::tile::Specialization;
+    let src = |p: &str| {
+        format!(
+            "@kernel(grid=(1,))\ndef d(A: Tensor[16, 16, f32], B: Tensor[16, 16, f32], C: Tensor[16, 16, f32]):\n    store(C[0 : 16, 0 : 16], dot(load(A[0 : 16, 0 : 16]), load(B[0 : 16, 0 : 16]){p}))\n"
+        )
+    };
+    let ptxas = find_ptxas();
+    for (p, rounds) in [(", precision=\"tf32\"", true), ("", false)] {
+        for arch in [Arch::Sm70, Arch::Sm75] {
+            let mut db = Database::new();
+            db.set_arch(arch);
+            let file = db.set_source("/t/d.tsr", src(p));
+            let kernels = file_kernels(&db, file);
+            let ptx =
+                ptx_module(&db, &kernels, db.options(), &Specialization::new()).expect("lowers");
+            let has = ptx.contains(", 4096;") && ptx.contains(", 4294959104;");
+            assert_eq!(has, rounds, "{arch} {p}:\n{ptx}");
+            if let Some(x) = &ptxas {
+                assemble(x, &ptx, arch, "tf32-fma").unwrap_or_else(|e| panic!("{arch}: {e}"));
+            }
+        }
+    }
+}

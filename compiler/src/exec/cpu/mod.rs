@@ -239,8 +239,8 @@ fn run_grid_with(
     })
 }
 
-/// Every grid dim positive and within CUDA's limits (`MAX_GRID`), as the
-/// device would launch it: E0703 otherwise.
+/// Every grid dim non-negative (a 0 dim launches nothing) and within CUDA's
+/// limits (`MAX_GRID`), as the device would launch it: E0703 otherwise.
 pub(crate) fn check_grid(kernel: &str, grid: [i64; 3]) -> Result<(), ExecError> {
     for (axis, g) in grid.iter().enumerate() {
         if *g < 0 {
@@ -2521,11 +2521,13 @@ def mm(a: Tensor[16, 16, f32], b: Tensor[16, 16, f32], c: Tensor[16, 16, f32], s
             [1 << 31, 1, 1],
             [1, 65536, 1],
             [1, 1, 65536],
-            [0, 1, 1],
+            [-1, 1, 1],
         ] {
             let e = run_grid(&k, &a, grid, &Interrupt::new()).unwrap_err();
             assert_eq!(e.code, "E0703", "{grid:?}: {e}");
         }
+        // A 0 dim is a launch of no programs (work on an empty tensor).
+        run_grid(&k, &a, [0, 1, 1], &Interrupt::new()).unwrap();
         assert_eq!(x.to_f64_vec(), vec![0.0; 10]);
         run_grid(&k, &a, [1, 1, 65535], &Interrupt::new()).unwrap();
     }

@@ -1672,6 +1672,25 @@ impl<'a> Lower<'a> {
 
     /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
     /// are not preserved), keeping it in f32.
+    /// An f32 rounded to tf32 (10 mantissa bits, nearest, ties away from
+    /// zero), bit for bit as `cvt.rna.tf32.f32` and the CPU executor's
+    /// `tf32()`: add half an ulp of tf32 to the bits and clear the low 13;
+    /// infinities and NaN pass unchanged. Integer ops, so any arch has it.
+    fn round_tf32(&mut self, v: Operand) -> Operand {
+        let v = self.materialize(RegTy::F32, v);
+        let u = self.new_reg(RegTy::U32);
+        self.emit(Inst::Mov { dst: u, src: v });
+        let u = Operand::Reg(u);
+        let a = self.bin(BinOp::Add, RegTy::U32, u, Operand::Int(0x1000));
+        let r = self.bin(BinOp::And, RegTy::U32, a, Operand::Int(0xffff_e000));
+        let e = self.bin(BinOp::And, RegTy::U32, u, Operand::Int(0x7f80_0000));
+        let special = self.cmp(CmpOp::Eq, RegTy::U32, e, Operand::Int(0x7f80_0000));
+        let bits = self.select(RegTy::U32, special, u, r);
+        let f = self.new_reg(RegTy::F32);
+        self.emit(Inst::Mov { dst: f, src: bits });
+        Operand::Reg(f)
+    }
+
     fn round_bf16(&mut self, v: Operand) -> Operand {
         let u = self.new_reg(RegTy::U32);
         self.emit(Inst::Mov { dst: u, src: v });
@@ -2485,6 +2504,7 @@ impl<'a> Lower<'a> {
             })
             .collect();
         // Stage A ([m,k], row-major) and B ([k,n]) in shared memory.
+        let tf32_fma = precision == tile::Precision::Tf32 && !f64_dot;
         let a_bytes = m * k * es;
         self.reserve_scratch(a_bytes + k * n * es);
         let smem = self.scratch_addr();
@@ -2496,6 +2516,10 @@ impl<'a> Lower<'a> {
             let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
             for (s, &o) in tv.layout.slots.iter().zip(&tv.ops) {
                 let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+                // A tf32 `dot` without tf32 tensor cores (sm_70/75, or a shape
+                // they do not take) still multiplies tf32 operands, as the CPU
+                // executor does: one meaning on every target.
+                let o = if tf32_fma { self.round_tf32(o) } else { o };
                 self.emit(Inst::St {
                     space: Space::Shared,
                     mem: mt,
