@@ -200,7 +200,7 @@ impl Backend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(a)
-                .or_insert_with(|| Options::new(&*db, a)),
+                .or_insert_with(|| Options::new(&*db, a, false)),
             _ => db.options(),
         };
         let spec = self
@@ -474,10 +474,20 @@ fn parse_defines(v: &Json) -> (Specialization, Vec<String>) {
                 continue;
             }
         };
+        // num_warps and num_stages are held to their ranges here too, so a bad
+        // value is one message rather than an error on every kernel.
+        let range = |n: &str, x: i64| match n {
+            "num_warps" => tessera::backend::arch::check_num_warps(x),
+            "num_stages" => tessera::backend::arch::check_num_stages(x),
+            _ => Ok(()),
+        };
         match Specialization::parse_define(&format!("{name}={text}")) {
-            Ok((n, x)) => {
-                spec.values.insert(n, x);
-            }
+            Ok((n, x)) => match range(&n, x) {
+                Ok(()) => {
+                    spec.values.insert(n, x);
+                }
+                Err(e) => errors.push(e),
+            },
             Err(e) => errors.push(e),
         }
     }
@@ -518,10 +528,10 @@ fn self_convert(
                 .collect();
             Diagnostic {
                 range: ix.range(d.span.start, d.span.end),
-                severity: Some(if d.is_error() {
-                    DiagnosticSeverity::ERROR
-                } else {
-                    DiagnosticSeverity::WARNING
+                severity: Some(match d.severity {
+                    tessera::diag::Severity::Error => DiagnosticSeverity::ERROR,
+                    tessera::diag::Severity::Warning => DiagnosticSeverity::WARNING,
+                    tessera::diag::Severity::Note => DiagnosticSeverity::INFORMATION,
                 }),
                 code: Some(NumberOrString::String(d.code.to_string())),
                 code_description: docs.as_ref().map(|base| {
@@ -1091,7 +1101,9 @@ impl LanguageServer for Backend {
                 let mut start = t.span.start as usize;
                 let end = t.span.end as usize;
                 while start < end {
-                    let line_end = text[start..end].find('\n').map_or(end, |i| start + i);
+                    let line_end = text[start..end]
+                        .find(['\n', '\r'])
+                        .map_or(end, |i| start + i);
                     if line_end > start {
                         let p = ix.position(start as u32);
                         let len = text[start..line_end].encode_utf16().count() as u32;
@@ -1174,6 +1186,25 @@ impl Backend {
                 )));
             };
             let offset = params.position.map(|p| offset_of(s, file, p));
+            // The request's own defines name something of the kernel, as
+            // `tsrc emit -D` checks them (the setting's may be for others).
+            if matches!(params.kind.as_str(), "tile-ir" | "target-ir" | "ptx")
+                && !params.defines.is_empty()
+            {
+                let mut kernels = tessera::db::file_kernels(&s.db, file);
+                if let Some(k) = &params.kernel {
+                    kernels.retain(|x| &x.0 == k);
+                }
+                let own: Vec<tessera::cli::Define> = params
+                    .defines
+                    .iter()
+                    .map(|(n, v)| tessera::cli::Define::Value(n.clone(), *v))
+                    .collect();
+                if !kernels.is_empty() {
+                    tessera::cli::specialization(&s.db, &kernels, &own)
+                        .map_err(Error::invalid_params)?;
+                }
+            }
             // The setting's defines, under the request's own: a request
             // without any is specialised as every estimate is.
             let mut params = params;
@@ -1238,6 +1269,23 @@ mod tests {
         assert_eq!(spec, Specialization::new().with("S", 8));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert_eq!(parse_defines(&Json::Null), (Specialization::new(), vec![]));
+        // Out of range: skipped with a message (`num_warps=0` divided by zero).
+        let (spec, errors) =
+            parse_defines(&serde_json::json!({"num_warps": 0, "num_stages": 9, "BM": 64}));
+        assert_eq!(spec, Specialization::new().with("BM", 64));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].contains("found 0") || errors[1].contains("found 0"),
+            "{errors:?}"
+        );
+        let (spec, errors) = parse_defines(&serde_json::json!({"num_warps": 8, "num_stages": 3}));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            spec,
+            Specialization::new()
+                .with("num_warps", 8)
+                .with("num_stages", 3)
+        );
     }
 
     #[test]

@@ -64,6 +64,55 @@ pub struct ArchInfo {
     pub smem_carveouts: &'static [u32],
 }
 
+/// The largest launch grid, per axis: CUDA's limits (x at most 2^31 - 1, y and
+/// z at most 65535), applied to every target so that a launch that runs on one
+/// runs on all (AMD's are larger). Their product is below 2^63, so a program's
+/// linear index always fits an i64.
+pub const MAX_GRID: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
+
+/// `num_warps` is a power of two from 1 to this: 32 warps of 32 threads are
+/// CUDA's 1024 threads per block (a target with fewer, or with 64-wide
+/// wavefronts, is held to its own limit by E0604).
+pub const MAX_NUM_WARPS: i64 = 32;
+
+/// `num_stages` is from 1 to this. Each stage is a copy of a loop's dot
+/// operands in shared memory; at 8 stages the copies of the smallest tensor-
+/// core tiles (16x16x16 f16) already cover the loads in flight that any
+/// supported target can keep, so deeper pipelines only cost memory.
+pub const MAX_NUM_STAGES: i64 = 8;
+
+/// Whether `n` is a valid `num_warps`; the message says why not.
+pub fn check_num_warps(n: i64) -> Result<(), String> {
+    if n >= 1 && n <= MAX_NUM_WARPS && n.count_ones() == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "`num_warps` must be a power of two from 1 to {MAX_NUM_WARPS}, found {n}"
+        ))
+    }
+}
+
+/// Whether `n` is a valid `num_stages`; the message says why not.
+pub fn check_num_stages(n: i64) -> Result<(), String> {
+    if (1..=MAX_NUM_STAGES).contains(&n) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`num_stages` must be from 1 to {MAX_NUM_STAGES}, found {n}"
+        ))
+    }
+}
+
+impl ArchInfo {
+    /// The most bytes one tile may occupy on this target: everything a block
+    /// can hold at once, its whole register file plus its shared memory. A
+    /// bigger tile cannot exist on the chip however it is laid out or spilled
+    /// to shared memory, whatever `num_warps` is.
+    pub fn max_tile_bytes(&self) -> u64 {
+        self.regs_per_block as u64 * 4 + self.max_smem_per_block as u64
+    }
+}
+
 const NV_MMA_70: &[&str] = &["f16"];
 const NV_MMA_80: &[&str] = &["f16", "bf16", "f32"];
 const NV_MMA_89: &[&str] = &["f16", "bf16", "f32", "f8e4m3", "f8e5m2"];
@@ -324,13 +373,9 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Callers (clap, the REPL) show the text themselves: only the choices here.
         let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
-        write!(
-            f,
-            "unknown architecture `{}` (expected one of: {})",
-            self.0,
-            names.join(", ")
-        )
+        write!(f, "expected one of: {}", names.join(", "))
     }
 }
 

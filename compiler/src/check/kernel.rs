@@ -5,13 +5,17 @@ use std::collections::HashSet;
 
 use super::ctx::{BindKind, Binding, Checker};
 use super::dims::Dim;
-use super::scope::{annotation, Annot, ModuleScope};
+use super::scope::{annotation_in, Annot, ModuleScope};
 use super::suggest;
 use super::types::{DType, Ty, Value};
 use super::ItemCheck;
-use crate::backend::arch::Arch;
+use crate::backend::arch::{check_num_stages, check_num_warps, Arch, MAX_GRID};
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{Decorator, Expr, ExprKind, Function};
+
+pub(crate) const NUM_WARPS_HELP: &str =
+    "num_warps is 1, 2, 4, 8, 16 or 32 (at most 1024 threads per block)";
+pub(crate) const NUM_STAGES_HELP: &str = "num_stages is 1 (no pipelining) to 8; 2 to 4 is typical";
 
 impl Checker<'_> {
     /// Binds a parameter whose type was rejected, so later uses report nothing more.
@@ -41,7 +45,7 @@ impl Checker<'_> {
                 continue;
             }
             let annot = match &p.ty {
-                Some(t) => annotation(t, &|n| scope.const_value(n), &mut self.diags),
+                Some(t) => annotation_in(t, &|n| scope.const_value(n), &self.tenv, &mut self.diags),
                 None => {
                     if self.in_kernel {
                         self.report(
@@ -277,16 +281,9 @@ impl Checker<'_> {
                 "grid" => self.grid_option(&a.value),
                 "num_warps" => {
                     if let Some(n) = self.option_int(&a.value) {
-                        if n <= 0 || (n as u64).count_ones() != 1 {
+                        if let Err(m) = check_num_warps(n) {
                             self.report(
-                                Diagnostic::new(
-                                    "E0506",
-                                    a.value.span,
-                                    format!(
-                                        "`num_warps` must be a positive power of two, found {n}"
-                                    ),
-                                )
-                                .with_help("typical values are 2, 4, 8 or 16"),
+                                Diagnostic::new("E0607", a.value.span, m).with_help(NUM_WARPS_HELP),
                             );
                         } else {
                             self.kernel.num_warps =
@@ -297,14 +294,10 @@ impl Checker<'_> {
                 }
                 "num_stages" => {
                     if let Some(n) = self.option_int(&a.value) {
-                        if n < 1 {
+                        if let Err(m) = check_num_stages(n) {
                             self.report(
-                                Diagnostic::new(
-                                    "E0506",
-                                    a.value.span,
-                                    format!("`num_stages` must be at least 1, found {n}"),
-                                )
-                                .with_help("1 disables pipelining; 2 to 4 is typical"),
+                                Diagnostic::new("E0608", a.value.span, m)
+                                    .with_help(NUM_STAGES_HELP),
                             );
                         } else {
                             self.kernel.num_stages = Some(n as u64);
@@ -366,10 +359,28 @@ impl Checker<'_> {
             return;
         }
         let mut ok = true;
-        for it in &items {
+        for (axis, it) in items.iter().enumerate() {
             let v = self.expr(it);
             match &v.ty {
-                Ty::Scalar { dtype, .. } if dtype.is_int() => {}
+                Ty::Scalar { dtype, .. } if dtype.is_int() => {
+                    // A size known here is held to the launch limits now.
+                    let known = v
+                        .value
+                        .as_ref()
+                        .filter(|_| self.is_compile_time(&v.value))
+                        .and_then(Value::as_int);
+                    let max = MAX_GRID[axis];
+                    if let Some(n) = known.filter(|n| *n < 1 || *n > max) {
+                        self.report(
+                            Diagnostic::new(
+                                "E0609",
+                                it.span,
+                                format!("grid dim {axis} is {n}; it must be from 1 to {max}"),
+                            )
+                            .with_help("grids are at most (2147483647, 65535, 65535) programs (CUDA's limits): use bigger blocks, or loop inside the kernel"),
+                        );
+                    }
+                }
                 Ty::Err => ok = false,
                 other => {
                     ok = false;
@@ -476,10 +487,23 @@ impl Checker<'_> {
                                     "the values of `{key}` must be a non-empty list of constants"
                                 ),
                             )),
+                            Some(vs) if key == "num_stages" => {
+                                for n in vs {
+                                    if let Err(m) = check_num_stages(n) {
+                                        self.report(
+                                            Diagnostic::new("E0608", v.span, m)
+                                                .with_help(NUM_STAGES_HELP),
+                                        );
+                                    }
+                                }
+                            }
                             Some(vs) if key == "num_warps" => {
                                 for n in vs {
-                                    if n <= 0 || (n as u64).count_ones() != 1 {
-                                        self.report(Diagnostic::new("E0509", v.span, format!("`num_warps` must be a positive power of two, found {n}")));
+                                    if let Err(m) = check_num_warps(n) {
+                                        self.report(
+                                            Diagnostic::new("E0607", v.span, m)
+                                                .with_help(NUM_WARPS_HELP),
+                                        );
                                     } else {
                                         self.check_threads(n as u64, v.span);
                                         self.kernel.num_warps =
@@ -579,13 +603,83 @@ pub fn check_function_typed(
     check_function_with(f, scope, arch, true)
 }
 
+/// Checks a generic function's body once per dtype its variables allow (the
+/// representative's check gives the types and values; the first other
+/// instance with errors adds those, saying which instance it is), or one
+/// instance only when `env` fixes it (lowering a call's instance).
 fn check_function_with(
     f: &Function,
     scope: &ModuleScope,
     arch: Arch,
     keep_vals: bool,
 ) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
+    let mut decl = Vec::new();
+    super::generics::check_decl(f, &mut decl);
+    if super::generics::generic_sig(f).is_none() {
+        let (mut check, vals) = check_function_in(f, scope, arch, keep_vals, Default::default());
+        if !decl.is_empty() {
+            check.diagnostics.extend(decl);
+            check
+                .diagnostics
+                .sort_by_key(|d| (d.span.start, d.span.end));
+        }
+        return (check, vals);
+    }
+    let envs = super::generics::body_envs(f, 16);
+    let mut first = None;
+    for env in envs {
+        let shown = env.describe();
+        let (check, vals) = check_function_in(f, scope, arch, keep_vals, env);
+        let Some((c0, _)) = &mut first else {
+            first = Some((check, vals));
+            continue;
+        };
+        let c0: &mut ItemCheck = c0;
+        if c0.diagnostics.iter().any(|d| d.is_error()) {
+            break;
+        }
+        let errors: Vec<_> = check
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.with_help(format!("this error is in the instance {shown}")))
+            .collect();
+        if !errors.is_empty() {
+            c0.diagnostics.extend(errors);
+            break;
+        }
+    }
+    let (mut check, vals) = first.unwrap_or_default();
+    check.diagnostics.extend(decl);
+    check
+        .diagnostics
+        .sort_by_key(|d| (d.span.start, d.span.end));
+    (check, vals)
+}
+
+/// Checks a function with a fixed meaning of its dtype variables and runs.
+pub fn check_function_instance(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+    env: super::generics::TypeEnv,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
+    let mut decl = Vec::new();
+    super::generics::check_decl(f, &mut decl);
+    let (mut check, vals) = check_function_in(f, scope, arch, true, env);
+    check.diagnostics.extend(decl);
+    (check, vals)
+}
+
+fn check_function_in(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+    keep_vals: bool,
+    env: super::generics::TypeEnv,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
     let mut c = Checker::new(scope, arch);
+    c.tenv = env;
     if keep_vals {
         c.expr_vals = Some(Vec::new());
     }
@@ -605,7 +699,7 @@ fn check_function_with(
         .collect();
     if let Some(rt) = &f.ret {
         let mut ann = Vec::new();
-        let a = annotation(rt, &|n| scope.const_value(n), &mut ann);
+        let a = annotation_in(rt, &|n| scope.const_value(n), &c.tenv, &mut ann);
         c.diags.extend(ann);
         if c.in_kernel {
             c.report(

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use half::f16;
 
-use super::tensor::{Data, Tensor};
+use super::tensor::{checked_numel, Data, Tensor};
 use super::ExecError;
 use crate::check::DType;
 
@@ -166,7 +166,6 @@ pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
         .map(|s| s.trim_end_matches('L').parse::<usize>())
         .collect::<Result<_, _>>()
         .map_err(|_| err(path, format!("bad shape ({shape_text})")))?;
-    let n: usize = shape.iter().product();
     let body = &bytes[start + hlen..];
     let (dtype, size) = match descr {
         "<f8" => (DType::F64, 8),
@@ -186,31 +185,51 @@ pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
             ))
         }
     };
-    if body.len() < n * size {
+    // The header's shape against the file's length, in checked arithmetic: a
+    // short file claiming a huge shape is an error, never an empty tensor.
+    let n = checked_numel(&shape, dtype).map_err(|e| {
+        err(
+            path,
+            format!("the header's shape does not fit: {}", e.message),
+        )
+    })?;
+    let want = n * size;
+    if body.len() < want {
         return Err(err(
             path,
-            format!("expected {} bytes of data, found {}", n * size, body.len()),
+            format!(
+                "the header's shape {shape:?} needs {want} bytes of data, the file has {}",
+                body.len()
+            ),
         ));
     }
-    let b = &body[..n * size];
+    let b = &body[..want];
+    // No bigger than the file already read, but still asked for without
+    // aborting; filled in place.
+    let mut data = Data::alloc(&shape, dtype)?;
     macro_rules! read {
-        ($t:ty, $k:expr) => {
-            b.chunks_exact($k)
-                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
-                .collect()
+        ($v:expr, $t:ty, $k:expr) => {
+            for (o, c) in $v.iter_mut().zip(b.chunks_exact($k)) {
+                *o = <$t>::from_le_bytes(c.try_into().expect("chunks of the type's size"));
+            }
         };
     }
-    let data = match dtype {
-        DType::F64 => Data::F64(read!(f64, 8)),
-        DType::F32 => Data::F32(read!(f32, 4)),
-        DType::F16 => Data::F16(read!(f16, 2)),
-        DType::I64 => Data::I64(read!(i64, 8)),
-        DType::I32 => Data::I32(read!(i32, 4)),
-        DType::I16 => Data::I16(read!(i16, 2)),
-        DType::I8 => Data::I8(read!(i8, 1)),
-        DType::U32 => Data::U32(read!(u32, 4)),
-        DType::Bool => Data::U8(b.iter().map(|x| (*x != 0) as u8).collect()),
-        _ => Data::U8(b.to_vec()),
-    };
+    match &mut data {
+        Data::F64(v) => read!(v, f64, 8),
+        Data::F32(v) => read!(v, f32, 4),
+        Data::F16(v) => read!(v, f16, 2),
+        Data::I64(v) => read!(v, i64, 8),
+        Data::I32(v) => read!(v, i32, 4),
+        Data::I16(v) => read!(v, i16, 2),
+        Data::I8(v) => read!(v, i8, 1),
+        Data::U32(v) => read!(v, u32, 4),
+        Data::U8(v) if dtype == DType::Bool => {
+            for (o, x) in v.iter_mut().zip(b) {
+                *o = (*x != 0) as u8;
+            }
+        }
+        Data::U8(v) => v.copy_from_slice(b),
+        Data::BF16(_) => unreachable!("no .npy dtype loads as bf16"),
+    }
     Ok(Tensor::from_data(&shape, dtype, data))
 }

@@ -5,7 +5,8 @@
 
 use rayon::prelude::*;
 
-use super::Tensor;
+use super::tensor::Data;
+use super::{ExecError, Tensor};
 use crate::check::DType;
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -38,12 +39,30 @@ pub fn normal(seed: u64, i: u64) -> f64 {
 /// Standard normal samples of `shape`, rounded to `dtype` (integer dtypes
 /// truncate, as a cast would).
 pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
-    let n: usize = shape.iter().product();
-    let data: Vec<f64> = (0..n as u64)
-        .into_par_iter()
-        .map(|i| normal(seed, i))
-        .collect();
-    Tensor::from_f64(shape, dtype, &data)
+    try_randn(shape, dtype, seed).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`randn`]; E0712 when the shape's size overflows, E0713 when the memory
+/// cannot be had.
+pub fn try_randn(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, ExecError> {
+    let mut data = Data::alloc(shape, dtype)?;
+    // Sampled in parallel a chunk at a time, so that no f64 copy of the whole
+    // tensor is needed.
+    const CHUNK: usize = 1 << 16;
+    let n = data.len();
+    let mut buf = Vec::with_capacity(CHUNK.min(n));
+    for start in (0..n).step_by(CHUNK) {
+        let end = (start + CHUNK).min(n);
+        buf.clear();
+        (start..end)
+            .into_par_iter()
+            .map(|i| normal(seed, i as u64))
+            .collect_into_vec(&mut buf);
+        for (k, x) in buf.iter().enumerate() {
+            data.set(dtype, start + k, *x);
+        }
+    }
+    Ok(Tensor::from_data(shape, dtype, data))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! only touched by the thread that owns the session.
 
 use std::cell::UnsafeCell;
+use std::collections::TryReserveError;
 use std::fmt;
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ pub(crate) struct Storage(UnsafeCell<Data>);
 // into the vector's buffer (never reallocated while shared); element races are
 // the program's, as on the device.
 unsafe impl Sync for Storage {}
+// SAFETY: the data is owned (no thread-bound state); as for `Sync`.
 unsafe impl Send for Storage {}
 
 impl Storage {
@@ -77,7 +79,8 @@ impl Storage {
 }
 
 /// Rounds `x` to the nearest value of `dtype` (floats), or converts it the way
-/// a cast does (integers truncate toward zero and wrap, bool is `x != 0`).
+/// a float-to-integer cast does (toward zero, saturating at the dtype's range,
+/// NaN to 0; bool is `x != 0`).
 pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
@@ -87,7 +90,7 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
         DType::F8E4M3 => f8::e4m3_to_f32(f8::e4m3_from_f32(x as f32)) as f64,
         DType::F8E5M2 => f8::e5m2_to_f32(f8::e5m2_from_f32(x as f32)) as f64,
         DType::Bool => (x != 0.0) as i64 as f64,
-        _ => wrap_int(dtype, float_to_i64(x)) as f64,
+        _ => float_to_int(dtype, x) as f64,
     }
 }
 
@@ -96,8 +99,29 @@ pub(crate) fn float_to_i64(x: f64) -> i64 {
     x as i64
 }
 
+/// Float to the integer dtype `dtype` as a cast: toward zero, saturating at
+/// the dtype's range, NaN to 0 — what PTX's `cvt.rzi` gives, so the CPU and
+/// the GPU agree (a wrapped `1e10` would be a plausible-looking wrong number).
+pub fn float_to_int(dtype: DType, x: f64) -> i64 {
+    let (lo, hi): (i64, i64) = match dtype {
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U32 => (0, u32::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::Bool => return (x != 0.0) as i64,
+        // `as` saturates at i64's range and maps NaN to 0.
+        _ => return x as i64,
+    };
+    if x.is_nan() {
+        0
+    } else {
+        (x as i64).clamp(lo, hi)
+    }
+}
+
 /// Wraps `x` to the width of the integer dtype (two's complement).
-pub(crate) fn wrap_int(dtype: DType, x: i64) -> i64 {
+pub fn wrap_int(dtype: DType, x: i64) -> i64 {
     match dtype {
         DType::I32 => x as i32 as i64,
         DType::I16 => x as i16 as i64,
@@ -109,20 +133,172 @@ pub(crate) fn wrap_int(dtype: DType, x: i64) -> i64 {
     }
 }
 
+/// Tensors of at least this many bytes are compared with the memory the
+/// system has available before they are allocated (smaller ones are not worth
+/// reading `/proc/meminfo` for).
+const ASK_SYSTEM_FROM: usize = 64 << 20;
+
+/// The element count of `shape`, checked: E0712 when it, or its size in bytes
+/// as `dtype`, does not fit the address space (`isize::MAX` bytes, as for any
+/// Rust allocation). Every tensor's storage holds exactly this many elements.
+pub fn checked_numel(shape: &[usize], dtype: DType) -> Result<usize, ExecError> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|n| {
+            n.checked_mul(dtype.bytes() as usize)
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| too_large(shape, dtype))
+}
+
+/// E0712: a shape whose element count or byte size overflows.
+pub(crate) fn too_large(shape: &[usize], dtype: DType) -> ExecError {
+    let count = shape
+        .iter()
+        .try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
+    let why = match count {
+        Some(n) if n <= u64::MAX as u128 => format!(
+            "{n} elements of {} bytes are {} bytes",
+            dtype.bytes(),
+            n * dtype.bytes() as u128
+        ),
+        _ => "the product of its dims does not fit 64 bits".to_string(),
+    };
+    ExecError::new(
+        "E0712",
+        format!("a tensor of shape {shape:?} {dtype} is too large: {why}"),
+    )
+    .with_help(format!(
+        "a tensor holds at most {} bytes (2^63 - 1, the address space): the product of the dims times the element size",
+        isize::MAX
+    ))
+}
+
+/// The memory the system can give without swapping, in bytes: `MemAvailable`
+/// of `/proc/meminfo` (Linux); `None` where it is unknown.
+pub fn memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line
+        .trim_start_matches("MemAvailable:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
+/// `bytes` with a binary unit (`3.6 GiB`).
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut x = bytes as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < units.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{x:.1} {}", units[u])
+    }
+}
+
+/// E0713: the memory for a tensor cannot be had. The message is the request
+/// (stable); the help says what is available (it varies from run to run).
+pub(crate) fn out_of_memory(
+    shape: &[usize],
+    dtype: DType,
+    bytes: usize,
+    available: Option<u64>,
+) -> ExecError {
+    let help = match available {
+        Some(a) if bytes as u64 > a => format!(
+            "only {} of memory is available (MemAvailable in /proc/meminfo): a tensor larger than that is refused rather than left to swap; use smaller tensors",
+            human_bytes(a)
+        ),
+        Some(a) => format!(
+            "the allocator refused the request ({} of memory is available, MemAvailable in /proc/meminfo); use smaller tensors",
+            human_bytes(a)
+        ),
+        None => "the allocator refused the request (the memory available is unknown on this system); use smaller tensors".to_string(),
+    };
+    ExecError::new(
+        "E0713",
+        format!(
+            "cannot allocate {bytes} bytes ({}) for a tensor of shape {shape:?} {dtype}",
+            human_bytes(bytes as u64)
+        ),
+    )
+    .with_help(help)
+}
+
 impl Data {
-    pub(crate) fn zeros(dtype: DType, n: usize) -> Data {
-        match dtype {
-            DType::F64 => Data::F64(vec![0.0; n]),
-            DType::F32 => Data::F32(vec![0.0; n]),
-            DType::F16 => Data::F16(vec![f16::ZERO; n]),
-            DType::BF16 => Data::BF16(vec![bf16::ZERO; n]),
-            DType::I64 => Data::I64(vec![0; n]),
-            DType::I32 => Data::I32(vec![0; n]),
-            DType::I16 => Data::I16(vec![0; n]),
-            DType::I8 => Data::I8(vec![0; n]),
-            DType::U32 => Data::U32(vec![0; n]),
-            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(vec![0; n]),
+    /// `n` zeros of `dtype`'s storage type; `Err` when the allocator refuses
+    /// (the memory is reserved first, so a failure is an error, not an abort).
+    fn try_zeros(dtype: DType, n: usize) -> Result<Data, TryReserveError> {
+        fn filled<T: Clone>(n: usize, x: T) -> Result<Vec<T>, TryReserveError> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n)?;
+            v.resize(n, x);
+            Ok(v)
         }
+        Ok(match dtype {
+            DType::F64 => Data::F64(filled(n, 0.0)?),
+            DType::F32 => Data::F32(filled(n, 0.0)?),
+            DType::F16 => Data::F16(filled(n, f16::ZERO)?),
+            DType::BF16 => Data::BF16(filled(n, bf16::ZERO)?),
+            DType::I64 => Data::I64(filled(n, 0)?),
+            DType::I32 => Data::I32(filled(n, 0)?),
+            DType::I16 => Data::I16(filled(n, 0)?),
+            DType::I8 => Data::I8(filled(n, 0)?),
+            DType::U32 => Data::U32(filled(n, 0)?),
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(filled(n, 0)?),
+        })
+    }
+
+    /// Zeroed storage for a tensor of `shape` and `dtype`: the element count
+    /// and byte size checked (E0712), the memory asked of the allocator without
+    /// aborting (E0713).
+    pub(crate) fn alloc(shape: &[usize], dtype: DType) -> Result<Data, ExecError> {
+        let n = checked_numel(shape, dtype)?;
+        let bytes = n * dtype.bytes() as usize;
+        let available = if bytes >= ASK_SYSTEM_FROM {
+            memory_available()
+        } else {
+            None
+        };
+        if available.is_some_and(|a| bytes as u64 > a) {
+            return Err(out_of_memory(shape, dtype, bytes, available));
+        }
+        Data::try_zeros(dtype, n).map_err(|_| out_of_memory(shape, dtype, bytes, available))
+    }
+
+    /// A copy; `Err` when the allocator refuses.
+    fn try_clone(&self) -> Result<Data, TryReserveError> {
+        fn copy<T: Clone>(v: &[T]) -> Result<Vec<T>, TryReserveError> {
+            let mut out = Vec::new();
+            out.try_reserve_exact(v.len())?;
+            out.extend_from_slice(v);
+            Ok(out)
+        }
+        Ok(match self {
+            Data::F64(v) => Data::F64(copy(v)?),
+            Data::F32(v) => Data::F32(copy(v)?),
+            Data::F16(v) => Data::F16(copy(v)?),
+            Data::BF16(v) => Data::BF16(copy(v)?),
+            Data::I64(v) => Data::I64(copy(v)?),
+            Data::I32(v) => Data::I32(copy(v)?),
+            Data::I16(v) => Data::I16(copy(v)?),
+            Data::I8(v) => Data::I8(copy(v)?),
+            Data::U32(v) => Data::U32(copy(v)?),
+            Data::U8(v) => Data::U8(copy(v)?),
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -164,10 +340,10 @@ impl Data {
             Data::F16(v) => v[i] = f16::from_f64(x),
             Data::BF16(v) => v[i] = bf16::from_f64(x),
             Data::I64(v) => v[i] = float_to_i64(x),
-            Data::I32(v) => v[i] = wrap_int(DType::I32, float_to_i64(x)) as i32,
-            Data::I16(v) => v[i] = wrap_int(DType::I16, float_to_i64(x)) as i16,
-            Data::I8(v) => v[i] = wrap_int(DType::I8, float_to_i64(x)) as i8,
-            Data::U32(v) => v[i] = wrap_int(DType::U32, float_to_i64(x)) as u32,
+            Data::I32(v) => v[i] = float_to_int(DType::I32, x) as i32,
+            Data::I16(v) => v[i] = float_to_int(DType::I16, x) as i16,
+            Data::I8(v) => v[i] = float_to_int(DType::I8, x) as i8,
+            Data::U32(v) => v[i] = float_to_int(DType::U32, x) as u32,
             Data::U8(v) => v[i] = encode_byte(dtype, x),
         }
     }
@@ -187,7 +363,7 @@ pub(crate) fn encode_byte(dtype: DType, x: f64) -> u8 {
         DType::F8E4M3 => f8::e4m3_from_f32(x as f32),
         DType::F8E5M2 => f8::e5m2_from_f32(x as f32),
         DType::Bool => (x != 0.0) as u8,
-        _ => wrap_int(DType::U8, float_to_i64(x)) as u8,
+        _ => float_to_int(DType::U8, x) as u8,
     }
 }
 
@@ -226,8 +402,14 @@ impl IndexItem {
 }
 
 impl Tensor {
+    /// The tensor of `shape` over `data`, which holds exactly the shape's
+    /// element count (the invariant launches rely on: see `cpu::Mem`).
     pub(crate) fn from_data(shape: &[usize], dtype: DType, data: Data) -> Tensor {
-        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        assert_eq!(
+            Some(data.len()),
+            checked_numel(shape, dtype).ok(),
+            "Tensor::from_data: the storage does not hold the shape's elements"
+        );
         Tensor {
             shape: shape.to_vec(),
             dtype,
@@ -236,34 +418,74 @@ impl Tensor {
     }
 
     /// The same memory seen with another shape of the same element count
-    /// (Schedule IR views, `reshape`).
+    /// (Schedule IR views, `reshape`); `None` when the counts differ (or the
+    /// new shape's overflows).
     pub fn view(&self, shape: &[usize]) -> Option<Tensor> {
-        (shape.iter().product::<usize>() == self.numel()).then(|| Tensor {
+        (checked_numel(shape, self.dtype).ok() == Some(self.numel())).then(|| Tensor {
             shape: shape.to_vec(),
             dtype: self.dtype,
             storage: self.storage.clone(),
         })
     }
 
+    /// Zeros; E0712 when the shape's size overflows, E0713 when the memory
+    /// cannot be had.
+    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor, ExecError> {
+        Ok(Tensor::from_data(shape, dtype, Data::alloc(shape, dtype)?))
+    }
+
+    /// Every element `value` (converted to `dtype` as a cast does); errors as
+    /// [`Tensor::try_zeros`].
+    pub fn try_full(shape: &[usize], dtype: DType, value: f64) -> Result<Tensor, ExecError> {
+        let mut d = Data::alloc(shape, dtype)?;
+        let x = round_to(dtype, value);
+        for i in 0..d.len() {
+            d.set(dtype, i, x);
+        }
+        Ok(Tensor::from_data(shape, dtype, d))
+    }
+
+    /// `[start, end)` with step 1, as a 1-D tensor; errors as [`Tensor::try_zeros`].
+    pub fn try_arange(start: i64, end: i64, dtype: DType) -> Result<Tensor, ExecError> {
+        // `end - start` may not fit an i64 (`arange(-2**63, 2**63 - 1)`).
+        let n = (end as i128 - start as i128).max(0);
+        let n = usize::try_from(n).map_err(|_| too_large(&[usize::MAX], dtype))?;
+        let mut d = Data::alloc(&[n], dtype)?;
+        for i in 0..n {
+            d.set(dtype, i, (start + i as i64) as f64);
+        }
+        Ok(Tensor::from_data(&[n], dtype, d))
+    }
+
+    /// A tensor of `shape` holding `data` (row-major) converted to `dtype`;
+    /// E0713 when the memory cannot be had. Panics when the lengths differ (a
+    /// caller bug, not a user error).
+    pub fn try_from_f64(shape: &[usize], dtype: DType, data: &[f64]) -> Result<Tensor, ExecError> {
+        assert_eq!(
+            checked_numel(shape, dtype).ok(),
+            Some(data.len()),
+            "Tensor::from_f64: shape and data length differ"
+        );
+        let mut d = Data::alloc(shape, dtype)?;
+        for (i, x) in data.iter().enumerate() {
+            d.set(dtype, i, *x);
+        }
+        Ok(Tensor::from_data(shape, dtype, d))
+    }
+
+    // The constructors below are for tests and for sizes the caller has
+    // already allocated once: they panic where the `try_` ones return an error.
+
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor::from_data(shape, dtype, Data::zeros(dtype, shape.iter().product()))
+        Tensor::try_zeros(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::full(shape, dtype, 1.0)
     }
 
-    /// Every element `value` (converted to `dtype` as a cast does).
     pub fn full(shape: &[usize], dtype: DType, value: f64) -> Tensor {
-        let n: usize = shape.iter().product();
-        let mut d = Data::zeros(dtype, n);
-        let mut one = Data::zeros(dtype, 1);
-        one.set(dtype, 0, value);
-        let x = one.get(dtype, 0);
-        for i in 0..n {
-            d.set(dtype, i, x);
-        }
-        Tensor::from_data(shape, dtype, d)
+        Tensor::try_full(shape, dtype, value).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Uninitialised as far as the language goes; the CPU zero-fills it.
@@ -271,26 +493,12 @@ impl Tensor {
         Tensor::zeros(shape, dtype)
     }
 
-    /// `[start, end)` with step 1, as a 1-D tensor.
     pub fn arange(start: i64, end: i64, dtype: DType) -> Tensor {
-        let n = (end - start).max(0) as usize;
-        let data: Vec<f64> = (0..n).map(|i| (start + i as i64) as f64).collect();
-        Tensor::from_f64(&[n], dtype, &data)
+        Tensor::try_arange(start, end, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// A tensor of `shape` holding `data` (row-major) converted to `dtype`.
-    /// Panics when the lengths differ (a caller bug, not a user error).
     pub fn from_f64(shape: &[usize], dtype: DType, data: &[f64]) -> Tensor {
-        assert_eq!(
-            shape.iter().product::<usize>(),
-            data.len(),
-            "Tensor::from_f64: shape and data length differ"
-        );
-        let mut d = Data::zeros(dtype, data.len());
-        for (i, x) in data.iter().enumerate() {
-            d.set(dtype, i, *x);
-        }
-        Tensor::from_data(shape, dtype, d)
+        Tensor::try_from_f64(shape, dtype, data).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn to_f64_vec(&self) -> Vec<f64> {
@@ -324,12 +532,28 @@ impl Tensor {
     }
 
     /// A copy converted to `dtype` (floats round to nearest, float to integer
-    /// truncates toward zero, integers wrap, bool is `x != 0`).
+    /// truncates toward zero and saturates with NaN to 0, integers wrap, bool
+    /// is `x != 0`).
     pub fn to(&self, dtype: DType) -> Tensor {
+        self.try_to(dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Tensor::to`]; E0713 when the memory for the copy cannot be had.
+    pub fn try_to(&self, dtype: DType) -> Result<Tensor, ExecError> {
         if dtype == self.dtype {
-            return self.deep_clone();
+            return self.try_deep_clone();
         }
-        Tensor::from_f64(&self.shape, dtype, &self.to_f64_vec())
+        let mut d = Data::alloc(&self.shape, dtype)?;
+        let src = self.storage.data();
+        // Integer to integer wraps (as a cast in C); everything else goes
+        // through `Data::set`, which saturates floats into integers.
+        let wrap = self.dtype.is_int() && dtype.is_int();
+        for i in 0..d.len() {
+            let x = src.get(self.dtype, i);
+            let x = if wrap { wrap_int(dtype, x as i64) as f64 } else { x };
+            d.set(dtype, i, x);
+        }
+        Ok(Tensor::from_data(&self.shape, dtype, d))
     }
 
     /// Overwrites every element with `src`'s (same element count and dtype),
@@ -348,7 +572,16 @@ impl Tensor {
 
     /// A copy with its own storage.
     pub fn deep_clone(&self) -> Tensor {
-        Tensor::from_data(&self.shape, self.dtype, self.storage.data().clone())
+        self.try_deep_clone().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Tensor::deep_clone`]; E0713 when the memory for the copy cannot be had.
+    pub fn try_deep_clone(&self) -> Result<Tensor, ExecError> {
+        let data = self.storage.data().try_clone().map_err(|_| {
+            let bytes = self.numel() * self.dtype.bytes() as usize;
+            out_of_memory(&self.shape, self.dtype, bytes, memory_available())
+        })?;
+        Ok(Tensor::from_data(&self.shape, self.dtype, data))
     }
 
     /// `t[idx]`: integers (negative from the end), slices `a:b:step` (steps may
@@ -357,7 +590,7 @@ impl Tensor {
     pub fn index(&self, idx: &[IndexItem]) -> Result<Tensor, ExecError> {
         let (offsets, out_shape) = self.select(idx)?;
         let src = self.storage.data();
-        let mut d = Data::zeros(self.dtype, offsets.len());
+        let mut d = Data::alloc(&out_shape, self.dtype)?;
         copy_elements(src, &offsets, &mut d);
         Ok(Tensor::from_data(&out_shape, self.dtype, d))
     }
@@ -433,7 +666,7 @@ impl Tensor {
             }
         };
         if Arc::get_mut(&mut self.storage).is_none() {
-            self.storage = Storage::new(self.storage.data().clone());
+            self.storage = self.try_deep_clone()?.storage;
         }
         let data = Arc::get_mut(&mut self.storage)
             .expect("storage was just made unique")
@@ -528,7 +761,15 @@ impl Tensor {
         let strides = strides(&self.shape);
         let mut offsets = vec![0usize];
         for (a, (pos, _)) in picks.iter().enumerate() {
-            let mut next = Vec::with_capacity(offsets.len() * pos.len());
+            // At most the tensor's element count (each axis picks positions of
+            // its own), but 8 bytes each: asked for without aborting.
+            let mut next = Vec::new();
+            next.try_reserve_exact(offsets.len() * pos.len())
+                .map_err(|_| {
+                    // The table of offsets is an i64 tensor of the result's shape.
+                    let bytes = offsets.len() * pos.len() * 8;
+                    out_of_memory(&out_shape, DType::I64, bytes, memory_available())
+                })?;
             for o in &offsets {
                 for p in pos {
                     next.push(o + p * strides[a]);
@@ -612,9 +853,11 @@ const SUMMARY_AT: usize = 1000;
 
 impl fmt::Display for Tensor {
     /// numpy-like: `tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], f32)`;
-    /// floats with 4 decimals (scientific when magnitudes need it), columns
-    /// aligned, more than 1000 elements summarised with `...` (3 items per edge),
-    /// the shape shown when summarised.
+    /// floats with 4 decimals, f64 with 8 (as numpy prints float64: an f64
+    /// result is usually asked for its extra digits), scientific when
+    /// magnitudes need it; columns aligned, more than 1000 elements summarised
+    /// with `...` (3 items per edge); the shape shown when summarised or when
+    /// the tensor has no elements (`tensor([], f32, shape=[0, 3])`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let data = self.to_f64_vec();
         let summarise = data.len() > SUMMARY_AT;
@@ -630,6 +873,7 @@ impl fmt::Display for Tensor {
             let min = finite.iter().cloned().fold(f64::INFINITY, f64::min);
             max >= 1e8 || (min < 1e-4 && min.is_finite())
         };
+        let digits = if self.dtype == DType::F64 { 8 } else { 4 };
         let fmt_one = |x: f64| -> String {
             if self.dtype == DType::Bool {
                 if x != 0.0 { "True" } else { "False" }.to_string()
@@ -640,9 +884,9 @@ impl fmt::Display for Tensor {
             } else if x.is_infinite() {
                 if x > 0.0 { "inf" } else { "-inf" }.to_string()
             } else if sci {
-                format!("{x:.4e}")
+                format!("{x:.digits$e}")
             } else {
-                format!("{x:.4}")
+                format!("{x:.digits$}")
             }
         };
         let width = shown
@@ -670,7 +914,7 @@ impl fmt::Display for Tensor {
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
-        if summarise {
+        if summarise || data.is_empty() {
             let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
             out.push_str(&format!(", shape=[{}]", dims.join(", ")));
         }
@@ -780,9 +1024,24 @@ mod tests {
         assert!(s.contains("..."), "{s}");
         assert!(s.ends_with(", f16, shape=[40, 40])"), "{s}");
         assert_eq!(s.lines().count(), 7, "{s}");
+        // f64 with 8 decimals, as numpy prints float64.
         assert_eq!(
             Tensor::full(&[], DType::F64, 2.0).to_string(),
-            "tensor(2.0000, f64)"
+            "tensor(2.00000000, f64)"
+        );
+        let third = Tensor::from_f64(&[2], DType::F64, &[1.0 / 3.0, 1e-9]);
+        assert_eq!(
+            third.to_string(),
+            "tensor([3.33333333e-1, 1.00000000e-9], f64)"
+        );
+        // Empty tensors show their shape (else `[0, 3]` and `[3, 0]` look alike).
+        assert_eq!(
+            Tensor::zeros(&[0, 3], DType::F32).to_string(),
+            "tensor([], f32, shape=[0, 3])"
+        );
+        assert_eq!(
+            Tensor::zeros(&[0], DType::I32).to_string(),
+            "tensor([], i32, shape=[0])"
         );
     }
 
@@ -817,7 +1076,7 @@ mod tests {
         assert_eq!(t.to(DType::F16).dtype(), DType::F16);
         assert_eq!(
             Tensor::from_f64(&[2], DType::I8, &[300.0, -1.7]).to_f64_vec(),
-            vec![44.0, -1.0]
+            vec![127.0, -1.0]
         );
     }
 }

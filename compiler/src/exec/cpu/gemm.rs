@@ -198,9 +198,19 @@ pub(super) fn tf32(x: f32) -> f32 {
 /// One register block: `c[i * ldc + j] += sum_l a[i * lda + l] * b[l * NR + j]`
 /// for an `MR x NR` block of the accumulator, `a` being `MR` rows of `k`
 /// elements `lda` apart and `b` a packed panel.
+///
+/// # Safety
+/// `a` must address `MR` rows of `k` readable elements, `lda` apart; `c` must
+/// address `MR` rows of `NR` writable elements, `ldc` apart, not aliasing `a`
+/// or `b`; `b` holds at least `k * NR` elements (asserted by the vector
+/// kernels); a vector kernel needs its CPU features (picked by
+/// [`micro_kernel`] from the detected ones).
 type MicroKernel = unsafe fn(usize, *const f32, usize, &[f32], *mut f32, usize);
 
 /// The portable block (the baseline's; `FMA` for tests of the rounding).
+///
+/// # Safety
+/// As [`MicroKernel`].
 #[inline(always)]
 unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
     k: usize,
@@ -235,6 +245,9 @@ unsafe fn micro_loop<const MR: usize, const NR: usize, const FMA: bool>(
 /// The AVX2 + FMA block, 6 x 16: twelve accumulator registers, two of `b`
 /// and one broadcast of `a` per step (the 16 ymm registers). Written with
 /// intrinsics: the compiler's vectorisation of [`micro_loop`] spills.
+///
+/// # Safety
+/// As [`MicroKernel`], on a CPU with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
@@ -268,6 +281,9 @@ unsafe fn micro_avx2(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32
 /// broadcast of `a` per step; eight rows keep the row pointers in general
 /// registers and divide the usual 64- and 128-row tiles. Same products in
 /// the same `k` order as [`micro_avx2`], so the same bits.
+///
+/// # Safety
+/// As [`MicroKernel`], on a CPU with AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_avx512(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
@@ -297,6 +313,10 @@ unsafe fn micro_avx512(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f
     }
 }
 
+/// The portable 4 x 8 block.
+///
+/// # Safety
+/// As [`MicroKernel`].
 unsafe fn micro_base(k: usize, a: *const f32, lda: usize, b: &[f32], c: *mut f32, ldc: usize) {
     micro_loop::<4, 8, false>(k, a, lda, b, c, ldc)
 }
@@ -407,6 +427,8 @@ fn pack(
 /// function cannot be generic over the feature).
 macro_rules! pack_with {
     ($name:ident, $feature:literal) => {
+        /// # Safety
+        /// The CPU must have the feature (only safe code runs inside).
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feature)]
         unsafe fn $name(
@@ -610,6 +632,8 @@ pub(super) fn sdot_chain(
                         (unsafe { ap.add(i0 * lda + k0) }, lda)
                     } else {
                         for i in 0..h {
+                            // SAFETY: row `i0 + i < m` of `a`, `k0 + kk <= k`
+                            // elements of it.
                             let src = unsafe {
                                 std::slice::from_raw_parts(ap.add((i0 + i) * lda + k0), kk)
                             };

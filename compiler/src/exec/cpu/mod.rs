@@ -38,8 +38,9 @@ use self::deferred::DeferredLoads;
 use self::gemm::{Part, Source, View};
 use self::liveness::Liveness;
 use self::packed::PackCache;
-use super::tensor::{decode_byte, encode_byte, float_to_i64, round_to, wrap_int};
+use super::tensor::{decode_byte, encode_byte, float_to_i64, float_to_int, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
+use crate::backend::arch::MAX_GRID;
 use crate::check::DType;
 use crate::ir::tile::{
     Access, BinaryOp, Constant, Dim, Kernel, Op, OpKind, ParamKind, Precision, ReduceOp, Region,
@@ -66,7 +67,9 @@ struct Mem {
 }
 
 // SAFETY: the pointer stays valid for the launch (the tensors are held by the
-// caller); element races between programs are the kernel's, as on the GPU.
+// caller) and addresses the product of `dims` elements (checked against the
+// storage in `run_grid_with`); element races between programs are the
+// kernel's, as on the GPU.
 unsafe impl Send for Mem {}
 unsafe impl Sync for Mem {}
 
@@ -157,6 +160,14 @@ fn run_grid_with(
                         }
                     }
                 }
+                // The invariant `Mem` relies on: the storage holds the
+                // shape's element count (established by every `Tensor`
+                // constructor; checked again here because the unsafe accesses
+                // depend on it), so every stride and offset below fits an i64.
+                let numel = super::tensor::checked_numel(t.shape(), t.dtype())?;
+                if t.storage.data().len() != numel || numel > i64::MAX as usize {
+                    return Err(super::tensor::too_large(t.shape(), t.dtype()));
+                }
                 let d: Vec<i64> = t.shape().iter().map(|&x| x as i64).collect();
                 let mut st = vec![1i64; d.len()];
                 for i in (0..d.len().saturating_sub(1)).rev() {
@@ -172,7 +183,7 @@ fn run_grid_with(
             }
             (ParamKind::Scalar(d), Arg::Int(i)) => Param::Scalar(scalar_of(*d, *i as f64, *i)),
             (ParamKind::Scalar(d), Arg::Float(x)) => {
-                Param::Scalar(scalar_of(*d, *x, float_to_i64(*x)))
+                Param::Scalar(scalar_of(*d, *x, float_to_int(*d, *x)))
             }
             _ => {
                 return Err(ExecError::new(
@@ -191,19 +202,14 @@ fn run_grid_with(
             }
         });
     }
-    for (axis, g) in grid.iter().enumerate() {
-        if *g <= 0 {
-            return Err(ExecError::new(
-                "E0703",
-                format!(
-                    "grid dim {axis} of `{}` is {g}; grid dims must be positive",
-                    kernel.name
-                ),
-            )
-            .with_help("a grid like `cdiv(N, BLOCK)` is 0 when N is 0: check the tensor sizes"));
-        }
+    check_grid(&kernel.name, grid)?;
+    // A grid with a 0 dim is a launch of no programs (a tensor of 0
+    // elements: `cdiv(0, BLOCK)`), which does nothing, as in Triton.
+    if grid.contains(&0) {
+        return Ok(());
     }
     mark_read_only(kernel, &mut params);
+    // At most (2^31 - 1) * 65535 * 65535 < 2^63 after `check_grid`.
     let total = grid[0] * grid[1] * grid[2];
     let params = &params;
     let live = &Liveness::of(kernel);
@@ -231,6 +237,33 @@ fn run_grid_with(
         };
         prog.region(&kernel.body, None).map(|_| ())
     })
+}
+
+/// Every grid dim positive and within CUDA's limits (`MAX_GRID`), as the
+/// device would launch it: E0703 otherwise.
+pub(crate) fn check_grid(kernel: &str, grid: [i64; 3]) -> Result<(), ExecError> {
+    for (axis, g) in grid.iter().enumerate() {
+        if *g < 0 {
+            return Err(ExecError::new(
+                "E0703",
+                format!("grid dim {axis} of `{kernel}` is {g}; grid dims must not be negative"),
+            )
+            .with_help("a grid dim counts programs: check how it is computed"));
+        }
+        let max = MAX_GRID[axis];
+        if *g > max {
+            return Err(ExecError::new(
+                "E0703",
+                format!(
+                    "grid dim {axis} of `{kernel}` is {g}, more than the {max} a launch may have"
+                ),
+            )
+            .with_help(
+                "grids are at most (2147483647, 65535, 65535) programs (CUDA's limits): use bigger blocks, or loop inside the kernel",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Marks the tensor parameters whose memory no store or atomic of `kernel`
@@ -1126,12 +1159,17 @@ impl Program<'_> {
                 None => {}
                 Some(len) => {
                     let len = *len as i64;
+                    // A window wholly outside the tensor is left to the general
+                    // load (which clips); so the offsets below stay small.
+                    if *s < -len || *s > m.dims[axis] {
+                        return None;
+                    }
                     let lo = (-s).clamp(0, len);
                     let hi = (m.dims[axis] - s).clamp(lo, len);
                     ranges.push((m.strides[axis], (lo as usize, hi as usize)));
                 }
             }
-            off += s * m.strides[axis];
+            off = off.checked_add(s.checked_mul(m.strides[axis])?)?;
         }
         let fill = normalise(d, Buf::filled(Repr::F, 1, other)).f()[0];
         Some(View {
@@ -1285,6 +1323,12 @@ fn apply_mask(buf: &mut Buf, fill: &Buf, mask: &[i64]) {
 /// Calls `f(tile_offset, tensor_offset, len)` for every in-bounds run of
 /// consecutive elements of an access (the innermost axis is contiguous in the
 /// tile; it is contiguous in memory when it is the tensor's last axis).
+///
+/// This is what the unsafe reads and writes of a launch rely on: every
+/// position passed on is clipped to `0..dims[axis]` on every axis (in
+/// saturating arithmetic, whatever the kernel computed for its starts), so
+/// `tensor_offset + len` is at most the tensor's element count, which its
+/// storage holds (see `run_grid_with`).
 fn for_each_run(
     m: &Mem,
     shape: &[usize],
@@ -1306,8 +1350,10 @@ fn for_each_run(
     // The innermost run: the last axis' valid window (a point: one element).
     let (lo, hi) = match last_len {
         Some(len) => {
-            let lo = (-last_start).clamp(0, len as i64);
-            let hi = (m.dims[rank - 1] - last_start).clamp(lo, len as i64);
+            let lo = last_start.saturating_neg().clamp(0, len as i64);
+            let hi = m.dims[rank - 1]
+                .saturating_sub(last_start)
+                .clamp(lo, len as i64);
             (lo as usize, hi as usize)
         }
         None => (0, 1),
@@ -1340,7 +1386,7 @@ fn for_each_run(
         for (axis, (s, len)) in starts.iter().enumerate().take(rank - 1) {
             let pos = if len.is_some() {
                 oi += 1;
-                s + idx[oi - 1] as i64
+                s.saturating_add(idx[oi - 1] as i64)
             } else {
                 *s
             };
@@ -1471,8 +1517,12 @@ fn int_of(src: &Buf, i: usize) -> Option<i64> {
     }
 }
 
+/// Writes `x` (or the integer `src[si]` exactly) to element `at` of `m`.
+///
+/// # Safety
+/// `at` must be within the tensor.
 unsafe fn write_one(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
-    let int = int_of(src, si).unwrap_or_else(|| float_to_i64(x));
+    let int = int_of(src, si).unwrap_or_else(|| float_to_int(m.dtype, x));
     match m.dtype {
         DType::F64 => (m.ptr as *mut f64).add(at).write(x),
         DType::F32 => (m.ptr as *mut f32).add(at).write(x as f32),
@@ -1490,6 +1540,10 @@ unsafe fn write_one(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
 }
 
 /// `m[at] += x` as one atomic read-modify-write.
+///
+/// # Safety
+/// `at` must be within the tensor (whose elements are aligned for their
+/// type, as the storage vector is).
 unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     let int = int_of(src, si).unwrap_or_else(|| float_to_i64(x));
     macro_rules! cas {
@@ -1612,24 +1666,32 @@ fn zip_map_loop<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> 
     out
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn map1_avx512<X: Copy, Y>(p: &[X], f: &impl Fn(X) -> Y) -> Vec<Y> {
     map1_loop(p, f)
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn map1_avx2<X: Copy, Y>(p: &[X], f: &impl Fn(X) -> Y) -> Vec<Y> {
     map1_loop(p, f)
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn zip_map_avx512<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> {
     zip_map_loop(p, q, f)
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn zip_map_avx2<X: Copy, Y>(p: &[X], q: &[X], f: &impl Fn(X, X) -> Y) -> Vec<Y> {
@@ -1862,16 +1924,8 @@ fn cast(x: &Buf, to: DType) -> Buf {
         (Buf::I(v), Repr::F) => Buf::F(v.iter().map(|x| *x as f32).collect()),
         (Buf::I(v), Repr::D) => Buf::D(v.iter().map(|x| *x as f64).collect()),
         (Buf::I(v), Repr::I) => Buf::I(v.clone()),
-        (Buf::F(v), Repr::I) => Buf::I(if to == DType::Bool {
-            v.iter().map(|x| (*x != 0.0) as i64).collect()
-        } else {
-            v.iter().map(|x| float_to_i64(*x as f64)).collect()
-        }),
-        (Buf::D(v), Repr::I) => Buf::I(if to == DType::Bool {
-            v.iter().map(|x| (*x != 0.0) as i64).collect()
-        } else {
-            v.iter().map(|x| float_to_i64(*x)).collect()
-        }),
+        (Buf::F(v), Repr::I) => Buf::I(v.iter().map(|x| float_to_int(to, *x as f64)).collect()),
+        (Buf::D(v), Repr::I) => Buf::I(v.iter().map(|x| float_to_int(to, *x)).collect()),
     };
     normalise(to, b)
 }
@@ -1928,7 +1982,11 @@ fn dot(a: &Buf, b: &Buf, acc: Option<Buf>, m: usize, k: usize, n: usize, rd: DTy
                 Some(other) => cast(&other, DType::F64).get_d(),
                 None => vec![0.0f64; m * n],
             };
-            // SAFETY: row-major slices of the stated sizes.
+            assert!(
+                x.len() == m * k && y.len() == k * n && c.len() == m * n,
+                "Tile IR: dot operands of their shapes"
+            );
+            // SAFETY: row-major slices of the stated sizes (asserted above).
             unsafe {
                 matrixmultiply::dgemm(
                     m,
@@ -2020,6 +2078,8 @@ fn rows_fold_loop(v: &[f32], len: usize, init: f32, f: &impl Fn(f32, f32) -> f32
     out
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn rows_fold_avx512(
@@ -2031,6 +2091,8 @@ unsafe fn rows_fold_avx512(
     rows_fold_loop(v, len, init, f)
 }
 
+/// # Safety
+/// The CPU must have the feature (only safe code runs inside).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn rows_fold_avx2(
@@ -2320,5 +2382,151 @@ def reused(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N
         // neither dot can be chained.
         assert_eq!((loads, loops), (1, 0));
         same_bits(&fast, &slow);
+    }
+}
+
+/// The invariants the unsafe reads and writes of a launch rely on: accesses are
+/// clipped to the tensor whatever the kernel computes, and a tensor's storage
+/// holds its shape's elements.
+#[cfg(test)]
+mod bounds_tests {
+    use super::deferred::DeferredLoads;
+    use super::*;
+    use crate::db::Database;
+    use crate::exec::launch::prepared;
+    use crate::exec::Value as V;
+
+    const SRC: &str = r#"
+@kernel(grid=(3,))
+def shifted(x: Tensor["N", f32], y: Tensor["R", "C", i32], shift: i64, BLOCK: const = 8):
+    i = program_id(0) * BLOCK + shift
+    v = load(x[i : i + BLOCK], other=5.0)
+    store(x[i : i + BLOCK], v + 1.0)
+    atomic_add(x[i : i + BLOCK], v)
+    r = program_id(0) + shift + 4
+    t = load(y[r : r + 2, i : i + BLOCK], other=7)
+    store(y[r : r + 2, i : i + BLOCK], t + 1)
+
+@kernel(grid=(1,))
+def mm(a: Tensor[16, 16, f32], b: Tensor[16, 16, f32], c: Tensor[16, 16, f32], shift: i64):
+    x = load(a[shift : shift + 16, 0 : 16])
+    y = load(b[0 : 16, shift : shift + 16])
+    store(c[0 : 16, 0 : 16], dot(x, y))
+"#;
+
+    fn run(shift: i64) -> (Vec<f64>, Vec<f64>) {
+        let mut db = Database::new();
+        let file = db.set_source("/bounds_tests.tsr", SRC.into());
+        let x = Tensor::zeros(&[10], DType::F32);
+        let y = Tensor::zeros(&[3, 10], DType::I32);
+        let args = [V::Tensor(x.clone()), V::Tensor(y.clone()), V::Int(shift)];
+        let (k, a, grid) = prepared(&db, file, "shifted", &args);
+        run_grid(&k, &a, grid, &Interrupt::new()).unwrap();
+        (x.to_f64_vec(), y.to_f64_vec())
+    }
+
+    /// Windows that start before, straddle or lie far past the tensor (up to
+    /// the ends of i64) touch only its elements: the reads and writes outside
+    /// are clipped (the kernel's arithmetic wraps, the clipping saturates).
+    #[test]
+    fn accesses_outside_the_tensor_are_clipped() {
+        let (x, y) = run(-4);
+        // Programs cover -4..20: elements 0..10 are written once, `2 * 0 + 1`.
+        assert_eq!(x, vec![1.0; 10]);
+        assert_eq!(y.iter().filter(|&&v| v != 0.0).count(), 20, "{y:?}");
+        for shift in [
+            i64::MIN,
+            i64::MIN + 3,
+            -1 << 40,
+            1 << 40,
+            i64::MAX - 3,
+            i64::MAX,
+        ] {
+            let (x, y) = run(shift);
+            assert_eq!(x, vec![0.0; 10], "shift {shift}");
+            assert_eq!(y, vec![0.0; 30], "shift {shift}");
+        }
+    }
+
+    /// Loads read by a `dot` straight from tensor memory (deferred) are
+    /// clipped too, wherever their windows start.
+    #[test]
+    fn deferred_loads_outside_the_tensor_read_their_fill() {
+        let mut db = Database::new();
+        let file = db.set_source("/bounds_tests.tsr", SRC.into());
+        let ones = Tensor::full(&[16, 16], DType::F32, 1.0);
+        for shift in [0, 8, -8, 1 << 40, -1 << 40, i64::MIN, i64::MAX - 3] {
+            let c = Tensor::zeros(&[16, 16], DType::F32);
+            let args = [
+                V::Tensor(ones.clone()),
+                V::Tensor(ones.clone()),
+                V::Tensor(c.clone()),
+                V::Int(shift),
+            ];
+            let (k, a, grid) = prepared(&db, file, "mm", &args);
+            assert_eq!(DeferredLoads::of(&k).len(), 2, "both loads are deferred");
+            run_grid(&k, &a, grid, &Interrupt::new()).unwrap();
+            // c[i, j] is 16 where row i of the `a` window and column j of the
+            // `b` window are in the tensor, else 0.
+            let inside = |p: i64| (0..16).contains(&(p as i128 + shift as i128));
+            let want: Vec<f64> = (0..256)
+                .map(|e| {
+                    if inside(e / 16) && inside(e % 16) {
+                        16.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            assert_eq!(c.to_f64_vec(), want, "shift {shift}");
+        }
+    }
+
+    /// The old segfault: a tensor whose shape claims more elements than its
+    /// storage holds cannot be made (the shape's size is checked, a view must
+    /// keep the element count), so a launch never addresses past a buffer.
+    #[test]
+    fn a_shape_bigger_than_its_storage_cannot_be_made() {
+        let empty = Tensor::zeros(&[0], DType::F32);
+        // 2^32 * 2^32 wraps to 0 in unchecked arithmetic: the count of `empty`.
+        assert!(empty.view(&[1 << 32, 1 << 32]).is_none());
+        assert_eq!(
+            Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32)
+                .unwrap_err()
+                .code,
+            "E0712"
+        );
+        let r = std::panic::catch_unwind(|| {
+            Tensor::from_data(
+                &[1 << 32, 1 << 32],
+                DType::F32,
+                super::super::tensor::Data::F32(vec![]),
+            )
+        });
+        assert!(r.is_err(), "a tensor over storage of another size");
+    }
+
+    /// Grids past CUDA's limits are refused before any program runs (a grid
+    /// of 2^63 - 1 programs used to run for ever).
+    #[test]
+    fn grids_are_bounded() {
+        let mut db = Database::new();
+        let file = db.set_source("/bounds_tests.tsr", SRC.into());
+        let x = Tensor::zeros(&[10], DType::F32);
+        let y = Tensor::zeros(&[3, 10], DType::I32);
+        let args = [V::Tensor(x.clone()), V::Tensor(y), V::Int(0)];
+        let (k, a, _) = prepared(&db, file, "shifted", &args);
+        for grid in [
+            [i64::MAX, 1, 1],
+            [1 << 31, 1, 1],
+            [1, 65536, 1],
+            [1, 1, 65536],
+            [0, 1, 1],
+        ] {
+            let e = run_grid(&k, &a, grid, &Interrupt::new()).unwrap_err();
+            assert_eq!(e.code, "E0703", "{grid:?}: {e}");
+        }
+        assert_eq!(x.to_f64_vec(), vec![0.0; 10]);
+        run_grid(&k, &a, [1, 1, 65535], &Interrupt::new()).unwrap();
     }
 }

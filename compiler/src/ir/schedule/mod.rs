@@ -523,8 +523,38 @@ impl<'g> Lower<'g> {
         Ok((r, last.clone()))
     }
 
-    fn launch(&mut self, l: Launch) {
+    fn launch(&mut self, mut l: Launch) {
+        self.columns_on_x(&mut l);
         self.steps.push(Step::Launch(l));
+    }
+
+    /// A grid may have 2^31 - 1 programs on axis 0 but only 65535 on axis 1
+    /// (CUDA's limits, checked at every launch): a generated kernel over a
+    /// single row of tiles, grid `(1, cdiv(N, BLOCK))`, is launched as
+    /// `(cdiv(N, BLOCK), 1)` with its program ids swapped, so a 1-D tensor of
+    /// more than 65535 blocks (8.4M elements) still runs.
+    fn columns_on_x(&mut self, l: &mut Launch) {
+        let KernelRef::Generated(k) = l.kernel else {
+            return;
+        };
+        let Some(grid) = l.grid.as_mut() else { return };
+        let one_row = matches!(&grid[..], [ScalarExpr::Index(d), _] if d.as_const() == Some(1));
+        // Only a kernel made for this launch alone (the one just generated).
+        if !one_row || k + 1 != self.kernels.len() {
+            return;
+        }
+        grid.swap(0, 1);
+        let mut stack = vec![&mut self.kernels[k].body];
+        while let Some(r) = stack.pop() {
+            for op in &mut r.ops {
+                if let OpKind::ProgramId(a) | OpKind::NumPrograms(a) = &mut op.kind {
+                    if *a < 2 {
+                        *a = 1 - *a;
+                    }
+                }
+                stack.extend(op.kind.regions_mut());
+            }
+        }
     }
 
     /// Matches `matmul(softmax(matmul(q, transpose(k, -2, -1)) * s, dim=-1), v)`:
@@ -532,7 +562,7 @@ impl<'g> Lower<'g> {
     fn attention(&self, n: NodeId) -> Option<Attention> {
         let g = self.g;
         let single = |x: NodeId| self.uses[x.0 as usize] == 1;
-        let NodeKind::MatMul { a: sm, b: v } = g.node(n).kind else {
+        let NodeKind::MatMul { a: sm, b: v, .. } = g.node(n).kind else {
             return None;
         };
         let NodeKind::Softmax { x: scaled, axis } = g.node(sm).kind else {
@@ -569,7 +599,7 @@ impl<'g> Lower<'g> {
         if !single(scaled) || !single(scores) {
             return None;
         }
-        let NodeKind::MatMul { a: q, b: kt } = g.node(scores).kind else {
+        let NodeKind::MatMul { a: q, b: kt, .. } = g.node(scores).kind else {
             return None;
         };
         let (NodeKind::Transpose { x: k, a: 2, b: 3 } | NodeKind::Transpose { x: k, a: 3, b: 2 }) =
@@ -597,7 +627,7 @@ impl<'g> Lower<'g> {
 
     fn lower_matmul(&mut self, n: NodeId, out: Option<BufId>) -> R<()> {
         let g = self.g;
-        let NodeKind::MatMul { a, b } = g.node(n).kind else {
+        let NodeKind::MatMul { a, b, tf32 } = g.node(n).kind else {
             unreachable!("a matmul")
         };
         let dn = g.ty(n).dims();
@@ -630,7 +660,9 @@ impl<'g> Lower<'g> {
         let (name, batched): (&'static str, bool) = match (dt, flat, da.len(), db.len()) {
             (DType::F16, true, _, _) => ("gemm", false),
             (DType::BF16, true, _, _) => ("gemm_bf16", false),
-            (DType::F32, true, _, _) => ("gemm_tf32", false),
+            // Full f32 unless tf32 was asked for: the generated gemm's `dot`
+            // at ieee precision (FMA units), not `gemm_tf32`'s tensor cores.
+            (DType::F32, true, _, _) if tf32 => ("gemm_tf32", false),
             (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
@@ -2122,6 +2154,24 @@ impl<'g> Lower<'g> {
             }
             other => return Err(l.unsupported(id, format!("{other:?}"))),
         }
+            // The maximum, minimum or mean of nothing has no value: checked at
+            // run time unless the extent is known to be positive (E0317).
+            if let NodeKind::Reduce { op, x, axis, .. } = &node.kind {
+                let xd = g.ty(*x).dims();
+                let reduced = match axis {
+                    Some(j) => xd.get(*j).cloned(),
+                    None => product(xd),
+                };
+                // A constant 0 reaches here from a function specialised on
+                // the sizes it is called with.
+                let unproven = reduced.filter(|d| d.as_const().is_none_or(|c| c <= 0));
+                if let (false, Some(extent)) = (*op == ReduceKind::Sum, unproven) {
+                    if let Some(Step::Launch(last)) = l.steps.last_mut() {
+                        let name = format!("{op:?}").to_lowercase();
+                        last.requires.push(format!("nonempty {name}: {extent}"));
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -79,7 +79,7 @@ impl OpKind {
         }
     }
 
-    fn regions_mut(&mut self) -> Vec<&mut Region> {
+    pub(crate) fn regions_mut(&mut self) -> Vec<&mut Region> {
         match self {
             OpKind::For { body, .. } => vec![body],
             OpKind::While { cond, body, .. } => vec![cond, body],

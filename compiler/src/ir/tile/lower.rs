@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::*;
-use crate::backend::arch::Arch;
+use crate::backend::arch::{check_num_stages, check_num_warps, Arch};
 use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
 use crate::check::ctx::Checker;
 use crate::check::dims::Dim as SymDim;
@@ -214,7 +214,42 @@ pub fn lower_kernel(
     scope: &ModuleScope,
     spec: &Specialization,
 ) -> Result<Kernel, Vec<Diagnostic>> {
-    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+    let (mut diags, mut missing) = match lower_inner(f, scope, spec) {
+        Ok(k) => return Ok(k),
+        Err(e) => e,
+    };
+    // Lowering stops at the first dim it needs a value for. Lowering again
+    // with a stand-in value for each one found finds the next, so one run
+    // names every dim the kernel must be specialised on. Only those E0511s
+    // are kept: other errors of a trial may come from the stand-in. Each
+    // round fixes at least one more dim of the signature, so this ends.
+    const STAND_IN: i64 = 64;
+    let mut trial = spec.clone();
+    loop {
+        let new: Vec<String> = missing
+            .into_iter()
+            .filter(|m| !trial.values.contains_key(m))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        trial.values.extend(new.into_iter().map(|m| (m, STAND_IN)));
+        match lower_inner(f, scope, &trial) {
+            Ok(_) => break,
+            Err((more, m)) => {
+                for d in more.into_iter().filter(|d| d.code == "E0511") {
+                    if !diags
+                        .iter()
+                        .any(|x| x.span == d.span && x.message == d.message)
+                    {
+                        diags.push(d);
+                    }
+                }
+                missing = m;
+            }
+        }
+    }
+    Err(diags)
 }
 
 /// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
@@ -893,6 +928,26 @@ impl<'a> Lowerer<'a> {
             if let Some(x) = spec.get(k) {
                 *v = x;
             }
+        }
+        // Whichever way they came (decorator, autotune space, `-D`, a session
+        // or an editor's defines), the options are checked here, where they
+        // become the kernel's: the layouts divide by `num_warps`.
+        let bad_warps = check_num_warps(num_warps).err().map(|m| ("E0607", m));
+        let bad_stages = check_num_stages(num_stages).err().map(|m| ("E0608", m));
+        if let Some((code, message)) = bad_warps.or(bad_stages) {
+            self.diags.push(
+                Diagnostic::new(
+                    code,
+                    f.name.span,
+                    format!("kernel `{}`: {message}", f.name.name),
+                )
+                .with_help(if code == "E0607" {
+                    crate::check::kernel::NUM_WARPS_HELP
+                } else {
+                    crate::check::kernel::NUM_STAGES_HELP
+                }),
+            );
+            return Err(());
         }
         let empty = HashSet::new();
         // A final bare `return` ends the kernel as falling off its end does.
@@ -3052,6 +3107,10 @@ impl<'a> Lowerer<'a> {
                 };
                 let len = match len {
                     Some(d) => match d.as_const() {
+                        Some(n) if n > u32::MAX as i64 => {
+                            self.internal(span, format!("an `arange` of length {n}"));
+                            return Err(());
+                        }
                         Some(n) if n > 0 => n as u32,
                         _ => {
                             let lv = LV::Val {
@@ -3100,7 +3159,11 @@ impl<'a> Lowerer<'a> {
                         );
                         return Err(());
                     }
-                    shape.push(n as u32);
+                    let Ok(n) = u32::try_from(n) else {
+                        self.internal(shape_arg.value.span, format!("a tile dim of {n}"));
+                        return Err(());
+                    };
+                    shape.push(n);
                 }
                 let (value, dt_slot) = if name == "zeros" {
                     (
@@ -3448,8 +3511,14 @@ impl<'a> Lowerer<'a> {
         let x = self.materialize(a, d, ae.span)?;
         let y = self.materialize(b, d, be.span)?;
         let out = vec![sa[0], sb[1]];
+        // f64 accumulates in f64, every narrower float in f32.
+        let od = if d == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let acc = match acc {
-            Some((lv, sp)) => Some(self.coerce(&lv, DType::F32, &out, sp)?),
+            Some((lv, sp)) => Some(self.coerce(&lv, od, &out, sp)?),
             None => None,
         };
         let r = self.b.push1(
@@ -3459,7 +3528,7 @@ impl<'a> Lowerer<'a> {
                 acc,
                 precision,
             },
-            tile_type(out, DType::F32),
+            tile_type(out, od),
         );
         Ok(self.val(r, false))
     }

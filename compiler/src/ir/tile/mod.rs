@@ -41,8 +41,12 @@ impl Type {
         }
     }
 
+    /// The element count, saturating (a shape of several large dims may not
+    /// fit 64 bits; such a tile is refused by `check_tile_sizes`).
     pub fn num_elements(&self) -> u64 {
-        self.shape().iter().map(|&d| d as u64).product()
+        self.shape()
+            .iter()
+            .fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
     }
 }
 
@@ -391,6 +395,7 @@ pub enum OpKind {
 mod builder;
 mod cleanup;
 mod dump;
+mod limits;
 pub mod lower;
 mod verify;
 
@@ -402,5 +407,6 @@ mod lower_tests;
 mod tests;
 
 pub use builder::Builder;
+pub use limits::check_tile_sizes;
 pub use lower::{lower_kernel, lower_kernel_with_dims, Define, Specialization};
 pub use verify::verify;
