@@ -94,14 +94,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(n) = args.value("--measure") {
-        // A large stack: inputs nested deeper than the compiler handles yet
-        // would end the measurement.
+        // The compiler's query stack, as the binaries use.
         let n = n.parse().unwrap_or(1000);
-        return std::thread::Builder::new()
-            .stack_size(1 << 30)
-            .spawn(move || measure(seed, n, &root))
-            .expect("thread")
-            .join()
+        return tessera::stack::with_stack(move || measure(seed, n, &root))
             .unwrap_or(ExitCode::FAILURE);
     }
     if args.flag("--lsp-replay") {

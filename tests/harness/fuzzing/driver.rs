@@ -251,6 +251,7 @@ struct Slot {
     current: Counts,
     closed: bool,
     finished: bool,
+    hung: bool,
 }
 
 fn attach(id: usize, child: &mut Child, tx: &mpsc::Sender<Msg>) -> Arc<Mutex<String>> {
@@ -439,6 +440,7 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
             current: Counts::default(),
             closed: false,
             finished: false,
+            hung: false,
         });
     }
     let mut found: BTreeMap<Signature, Found> = BTreeMap::new();
@@ -472,10 +474,17 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
             if slot.finished {
                 continue;
             }
-            let hung = slot.index.is_some() && slot.began.elapsed() > opts.hang && !slot.closed;
-            if hung {
+            // Killed for a hang once; classified as one even after its
+            // stdout closes and its status shows the kill's signal.
+            if !slot.hung
+                && slot.index.is_some()
+                && slot.began.elapsed() > opts.hang
+                && matches!(slot.child.try_wait(), Ok(None))
+            {
+                slot.hung = true;
                 let _ = slot.child.kill();
             }
+            let hung = slot.hung;
             let Ok(Some(status)) = slot.child.try_wait() else {
                 continue;
             };
@@ -541,6 +550,7 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
                 current: Counts::default(),
                 closed: false,
                 finished: false,
+                hung: false,
             };
         }
         if last_status.elapsed() > Duration::from_secs(10) {

@@ -403,11 +403,24 @@ fn run_budgeted(text: &str, budget: Duration) -> bool {
 
 /// Runs the stages of `limits` on `text`, adding to `counts`; `on_stage` is
 /// told each stage before it starts (the worker reports it to its parent).
+/// The stages run on a thread with the compiler's query stack
+/// (`tessera::stack::with_stack`), as the binaries and the language server
+/// run them.
 pub fn execute(
     text: &str,
     limits: &Limits,
     counts: &mut Counts,
-    on_stage: &mut dyn FnMut(Stage),
+    on_stage: &mut (dyn FnMut(Stage) + Send),
+) -> Result<(), Failure> {
+    tessera::stack::with_stack(|| execute_here(text, limits, counts, on_stage))
+        .expect("the system starts a thread for the stages")
+}
+
+fn execute_here(
+    text: &str,
+    limits: &Limits,
+    counts: &mut Counts,
+    on_stage: &mut (dyn FnMut(Stage) + Send),
 ) -> Result<(), Failure> {
     counts.inputs += 1;
     let mut db = Database::new();

@@ -21,6 +21,12 @@ pub struct Replay {
 /// Replays the prefixes of `text` ending every `stride` characters (and the
 /// whole text); a failure names the prefix's length in bytes.
 pub fn replay(text: &str, stride: usize, out: &mut Replay) -> Result<(), (usize, Failure)> {
+    // The server runs its queries with the compiler's query stack.
+    tessera::stack::with_stack(|| replay_here(text, stride, out))
+        .expect("the system starts a thread for the queries")
+}
+
+fn replay_here(text: &str, stride: usize, out: &mut Replay) -> Result<(), (usize, Failure)> {
     let mut db = Database::new();
     let path = "/fuzz/prefix.tsr";
     let mut ends: Vec<usize> = text
