@@ -36,7 +36,7 @@ pub struct CheckArgs {
     /// How to print diagnostics.
     #[arg(long, value_enum, default_value_t = MessageFormat::Human)]
     pub message_format: MessageFormat,
-    /// The `.tsr` files to check.
+    /// The `.tsr` files to check (`-`: standard input, shown as `<stdin>`).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
 }
@@ -148,8 +148,8 @@ fn run_check(
     db.set_arch(args.arch);
     let mut summary = CheckSummary::default();
     for path in &args.files {
-        let shown = path.display().to_string();
-        let file = match db.load_file(path) {
+        let shown = shown_path(path);
+        let file = match load_source(&mut db, path) {
             Ok(file) => file,
             Err(e) => {
                 summary.files_unreadable += 1;
@@ -164,6 +164,7 @@ fn run_check(
             match d.severity {
                 Severity::Error => summary.errors += 1,
                 Severity::Warning => summary.warnings += 1,
+                Severity::Note => {}
             }
         }
         match args.message_format {
@@ -180,6 +181,42 @@ fn run_check(
         }
     }
     summary
+}
+
+/// How a file argument is shown in messages: `-` (standard input) as `<stdin>`.
+pub fn shown_path(path: &std::path::Path) -> String {
+    if path.as_os_str() == "-" {
+        STDIN_NAME.to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// The name standard input has in diagnostics.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// The text of a file argument: `-` reads standard input to its end.
+pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// Loads a file argument into `db` (`-`: standard input, as `<stdin>`).
+fn load_source(
+    db: &mut Database,
+    path: &std::path::Path,
+) -> std::io::Result<crate::db::SourceFile> {
+    if path.as_os_str() == "-" {
+        let text = read_source(path)?;
+        Ok(db.set_source(STDIN_NAME, text))
+    } else {
+        db.load_file(path)
+    }
 }
 
 /// An I/O error's message without the `(os error N)` suffix.
@@ -300,7 +337,7 @@ pub use crate::ir::tile::Define;
 /// `emit FILE --emit KIND [--arch ARCH] [--kernel NAME] [-D NAME=VALUE]... [-o OUT]`
 #[derive(Clone, Debug, clap::Args)]
 pub struct EmitArgs {
-    /// The `.tsr` file.
+    /// The `.tsr` file (`-`: standard input, shown as `<stdin>`).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// What to print: graph-ir, schedule-ir, tile-ir, target-ir or ptx.
@@ -370,8 +407,8 @@ fn load_and_check(
     outcome: &str,
 ) -> Result<crate::db::SourceFile, u8> {
     db.set_arch(arch);
-    let shown = path.display().to_string();
-    let file = db.load_file(path).map_err(|e| {
+    let shown = shown_path(path);
+    let file = load_source(db, path).map_err(|e| {
         let _ = writeln!(err, "error: cannot read `{shown}`: {}", io_message(&e));
         EXIT_USAGE
     })?;
@@ -394,7 +431,7 @@ fn load_and_check(
 
 fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
     let mut db = Database::new();
-    let shown = args.file.display().to_string();
+    let shown = shown_path(&args.file);
     let file = match load_and_check(
         &mut db,
         args.arch,
@@ -425,50 +462,21 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             return EXIT_USAGE;
         }
     }
-    // Every -D must name something of an emitted kernel (a divisor may also
-    // name an integer scalar parameter).
-    let mut known: std::collections::BTreeSet<String> =
-        ["num_warps", "num_stages"].map(String::from).into();
-    let mut int_scalars = std::collections::BTreeSet::new();
-    for (_, item, _) in &kernels {
-        if let Some(sig) = crate::db::item_signature(db, *item) {
-            for p in &sig.params {
-                if p.is_const {
-                    known.insert(p.name.clone());
-                }
-                match &p.ty {
-                    crate::check::Ty::Tensor { dims, .. } => {
-                        for d in dims {
-                            known.extend(d.symbols().into_iter().map(String::from));
-                        }
-                    }
-                    crate::check::Ty::Scalar { dtype, .. } if dtype.is_int() && !p.is_const => {
-                        int_scalars.insert(p.name.clone());
-                    }
-                    _ => {}
-                }
+    let spec = if matches!(args.emit, EmitKind::GraphIr | EmitKind::ScheduleIr) {
+        let mut spec = crate::ir::tile::Specialization::new();
+        for d in &args.define {
+            spec.add(d);
+        }
+        spec
+    } else {
+        match specialization(db, &kernels, &args.define) {
+            Ok(spec) => spec,
+            Err(message) => {
+                let _ = writeln!(err, "error: {message}");
+                return EXIT_USAGE;
             }
         }
-    }
-    let mut spec = crate::ir::tile::Specialization::new();
-    for d in &args.define {
-        let name = d.name();
-        let divisor = matches!(d, Define::Divisor(..));
-        let ok = known.contains(name) || (divisor && int_scalars.contains(name));
-        if !ok && args.emit != EmitKind::GraphIr && args.emit != EmitKind::ScheduleIr {
-            let what = if divisor {
-                "tensor dim or integer scalar parameter"
-            } else {
-                "const parameter or tensor dim"
-            };
-            let _ = writeln!(
-                err,
-                "error: `-D {name}`: no emitted kernel has a {what} named `{name}`"
-            );
-            return EXIT_USAGE;
-        }
-        spec.add(d);
-    }
+    };
     let cx = EmitContext {
         db,
         file,
@@ -511,6 +519,69 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             EXIT_USAGE
         }
     }
+}
+
+/// The specialization of `-D` arguments for `kernels`, each checked to name
+/// something of one of them: a const parameter, a tensor dim, `num_warps` or
+/// `num_stages` (a divisor may also name an integer scalar parameter). Every
+/// front end that takes `-D` (`emit`, `report`, the REPL's `:emit` and
+/// `:resources`, the language server's `tessera/emit`) goes through this, so
+/// one name is accepted or rejected the same way everywhere.
+pub fn specialization<'db>(
+    db: &'db dyn crate::db::Db,
+    kernels: &[(String, crate::db::ItemSource<'db>, u32)],
+    defines: &[Define],
+) -> Result<crate::ir::tile::Specialization, String> {
+    let mut known: std::collections::BTreeSet<String> =
+        ["num_warps", "num_stages"].map(String::from).into();
+    let mut int_scalars = std::collections::BTreeSet::new();
+    for (_, item, _) in kernels {
+        if let Some(sig) = crate::db::item_signature(db, *item) {
+            for p in &sig.params {
+                if p.is_const {
+                    known.insert(p.name.clone());
+                }
+                match &p.ty {
+                    crate::check::Ty::Tensor { dims, .. } => {
+                        for d in dims {
+                            known.extend(d.symbols().into_iter().map(String::from));
+                        }
+                    }
+                    crate::check::Ty::Scalar { dtype, .. } if dtype.is_int() && !p.is_const => {
+                        int_scalars.insert(p.name.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut spec = crate::ir::tile::Specialization::new();
+    for d in defines {
+        let name = d.name();
+        let divisor = matches!(d, Define::Divisor(..));
+        if !(known.contains(name) || (divisor && int_scalars.contains(name))) {
+            let what = if divisor {
+                "tensor dim or integer scalar parameter"
+            } else {
+                "const parameter or tensor dim"
+            };
+            let mut names: Vec<&str> = known.iter().map(String::as_str).collect();
+            if divisor {
+                names.extend(int_scalars.iter().map(String::as_str));
+                names.sort_unstable();
+            }
+            let kernel = match kernels {
+                [(k, _, _)] => format!("kernel `{k}` has no"),
+                _ => "no emitted kernel has a".to_string(),
+            };
+            return Err(format!(
+                "`-D {name}`: {kernel} {what} named `{name}` (it may set: {})",
+                names.join(", ")
+            ));
+        }
+        spec.add(d);
+    }
+    Ok(spec)
 }
 
 /// The text of one `--emit` kind for a checked file (shared with the REPL's `:emit`).
@@ -823,9 +894,7 @@ mod emit_tests {
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
         assert!(
-            err.contains(
-                "no emitted kernel has a tensor dim or integer scalar parameter named `f`"
-            ),
+            err.contains("no tensor dim or integer scalar parameter named `f`"),
             "{err}"
         );
         // A fixed dim that contradicts its divisor: E0513, once per name.
@@ -858,7 +927,7 @@ pub enum ReportFormat {
 /// `report FILE [--arch ARCH] [--format table|json] [--kernel NAME] [-D NAME=VALUE]...`
 #[derive(Clone, Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The `.tsr` file.
+    /// The `.tsr` file (`-`: standard input, shown as `<stdin>`).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Target architecture: sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a gfx90a gfx942 gfx1100.
@@ -889,7 +958,7 @@ pub fn report(args: &ReportArgs) -> u8 {
 /// on stderr. Exit 1 when any kernel has an error (the others are still printed).
 pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, color: bool) -> u8 {
     let mut db = Database::new();
-    let shown = args.file.display().to_string();
+    let shown = shown_path(&args.file);
     let file = match load_and_check(&mut db, args.arch, &args.file, err, color, "no report") {
         Ok(file) => file,
         Err(code) => return code,
@@ -913,10 +982,13 @@ pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, co
             return EXIT_USAGE;
         }
     }
-    let mut spec = crate::ir::tile::Specialization::new();
-    for d in &args.define {
-        spec.add(d);
-    }
+    let spec = match specialization(db, &kernels, &args.define) {
+        Ok(spec) => spec,
+        Err(message) => {
+            let _ = writeln!(err, "error: {message}");
+            return EXIT_USAGE;
+        }
+    };
     let mut rows = Vec::new();
     let mut diags = Vec::new();
     for (_, item, offset) in &kernels {
@@ -1024,5 +1096,25 @@ mod report_tests {
         );
         assert_eq!(code, EXIT_ERRORS);
         assert!(out.is_empty() && err.contains("E0201"), "{err}");
+    }
+
+    #[test]
+    fn unknown_defines_are_usage_errors_as_in_emit() {
+        let (code, out, err) = run(TWO, |a| {
+            a.define = vec![Define::Value("NOPE".into(), 1)];
+        });
+        assert_eq!(code, EXIT_USAGE);
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.contains(
+                "`-D NOPE`: no emitted kernel has a const parameter or tensor dim named `NOPE`"
+            ),
+            "{err}"
+        );
+        // A name of one kernel is accepted, as `emit` accepts it.
+        let (code, _, err) = run(TWO, |a| {
+            a.define = vec![Define::Value("num_warps".into(), 4)];
+        });
+        assert_eq!(code, EXIT_OK, "{err}");
     }
 }

@@ -32,6 +32,10 @@ pub struct SourceFile {
 pub struct Options {
     #[returns(copy)]
     pub arch: Arch,
+    /// f32 `matmul` without `precision=` multiplies at tf32 (the session's
+    /// `set_float32_matmul_precision("high")`); ieee otherwise.
+    #[returns(copy)]
+    pub matmul_tf32: bool,
 }
 
 /// The text of one top-level item of one file.
@@ -435,12 +439,21 @@ impl Database {
             events,
             logging,
         };
-        db.options = Some(Options::new(&db, Arch::default()));
+        db.options = Some(Options::new(&db, Arch::default(), false));
         db
     }
 
     pub fn options(&self) -> Options {
         self.options.expect("options are set in Database::new")
+    }
+
+    /// The precision of f32 `matmul` without `precision=`: tf32 or ieee.
+    pub fn set_matmul_tf32(&mut self, tf32: bool) {
+        use salsa::Setter;
+        let options = self.options();
+        if options.matmul_tf32(self) != tf32 {
+            options.set_matmul_tf32(self).to(tf32);
+        }
     }
 
     pub fn set_arch(&mut self, arch: Arch) {
@@ -583,6 +596,15 @@ pub fn graph_ir_uninlined<'db>(
             "Graph IR of an item that is not a function",
         ));
     };
+    if check::generics::generic_sig(f).is_some() {
+        return Err(LowerError::new(
+            f.name.span,
+            format!(
+                "`{}` is generic (dtype variables or a batch run): it is lowered at each call, for the call's dtypes and ranks",
+                f.name.name
+            ),
+        ));
+    }
     let file = item.file(db);
     let scope = module_scope(db, file);
     let (checked, vals) = check::kernel::check_function_typed(f, scope, options.arch(db));
@@ -596,7 +618,7 @@ pub fn graph_ir_uninlined<'db>(
         .clone()
         .ok_or_else(|| LowerError::new(f.name.span, "a function without a signature"))?;
     let is_builtin_alias = std_nn_alias(db, file);
-    let g = graph::build(f, &sig, &vals, &is_builtin_alias)?;
+    let g = graph::build(f, &sig, &vals, &is_builtin_alias, options.matmul_tf32(db))?;
     if cfg!(debug_assertions) {
         if let Err(e) = graph::verify(&g) {
             panic!("Graph IR verifier: {e}\n{}", graph::dump(&g));
@@ -679,15 +701,15 @@ fn inline_calls<'db>(
     }
     stack.push(item);
     let file = item.file(db);
-    let out = crate::ir::graph::inline(&g, &mut |sig, consts| {
+    let out = crate::ir::graph::inline(&g, &mut |sig, consts, env| {
         let callee = callee_item(db, file, sig)?;
         if stack.contains(&callee) {
             return None;
         }
-        if consts.is_empty() {
+        if consts.is_empty() && sig.generics.is_none() {
             return inlined_graph(db, callee, options, stack).ok();
         }
-        let special = specialized_graph(db, callee, options, consts)?;
+        let special = specialized_graph(db, callee, options, consts, env)?;
         Some(inline_calls(db, callee, Arc::new(special), options, stack))
     });
     stack.pop();
@@ -695,38 +717,96 @@ fn inline_calls<'db>(
 }
 
 /// The graph of a function item checked with some const parameters fixed (a
-/// call's const arguments): their defaults are replaced by the values. Not
+/// call's const arguments): their defaults are replaced by the values; a
+/// generic function is checked and built for the instance `env`. Not
 /// cached; `None` when a value is not a literal or the function does not lower.
 fn specialized_graph(
     db: &dyn Db,
     item: ItemSource<'_>,
     options: Options,
     consts: &[(String, check::Value)],
+    env: &check::generics::TypeEnv,
 ) -> Option<crate::ir::graph::Graph> {
+    specialized_graph_err(db, item, options, consts, env).ok()
+}
+
+fn specialized_graph_err(
+    db: &dyn Db,
+    item: ItemSource<'_>,
+    options: Options,
+    consts: &[(String, check::Value)],
+    env: &check::generics::TypeEnv,
+) -> Result<crate::ir::graph::Graph, crate::ir::graph::LowerError> {
+    use crate::ir::graph::LowerError;
+    let nowhere = crate::syntax::span::Span::new(0, 0);
+    let not_lowered = || LowerError::new(nowhere, "a call that cannot be specialised");
     let parsed = parse_item(db, item);
-    let ast::Item::Function(f) = parsed.item.as_deref()? else {
-        return None;
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(not_lowered());
     };
     let mut f = f.clone();
     for (name, value) in consts {
-        let p = f.params.iter_mut().find(|p| p.name.name == *name)?;
+        let p = f
+            .params
+            .iter_mut()
+            .find(|p| p.name.name == *name)
+            .ok_or_else(not_lowered)?;
         let kind = match value {
             check::Value::Bool(b) => ast::ExprKind::Bool(*b),
             check::Value::Float(x) => ast::ExprKind::Float(*x),
-            v => ast::ExprKind::Int(v.as_int()?),
+            v => ast::ExprKind::Int(v.as_int().ok_or_else(not_lowered)?),
         };
         p.default = Some(ast::Expr::new(kind, p.span));
     }
     let file = item.file(db);
     let scope = module_scope(db, file);
-    let (checked, vals) = check::kernel::check_function_typed(&f, scope, options.arch(db));
-    if checked.diagnostics.iter().any(|d| d.is_error()) {
-        return None;
+    let generic = check::generics::generic_sig(&f).is_some();
+    let (checked, vals) = if generic {
+        check::kernel::check_function_instance(&f, scope, options.arch(db), env.clone())
+    } else {
+        check::kernel::check_function_typed(&f, scope, options.arch(db))
+    };
+    if let Some(d) = checked.diagnostics.iter().find(|d| d.is_error()) {
+        return Err(LowerError::new(
+            f.name.span,
+            format!(
+                "`{}` has errors for {}: {}",
+                f.name.name,
+                if generic {
+                    env.describe()
+                } else {
+                    "these const arguments".into()
+                },
+                d.message
+            ),
+        ));
     }
     let consts_scope = module_consts(db, file);
     let sig = check::scope::signature(&f, &|n| consts_scope.const_value(n));
+    let sig = check::generics::instantiate(&sig, env);
     let is_builtin_alias = std_nn_alias(db, file);
-    crate::ir::graph::build(&f, &sig, &vals, &is_builtin_alias).ok()
+    crate::ir::graph::build(&f, &sig, &vals, &is_builtin_alias, options.matmul_tf32(db))
+}
+
+/// The Graph IR and Schedule IR of one instance of a generic function (its
+/// dtype variables and batch runs fixed by `env`), calls inlined. Not cached:
+/// what runs a generic function as an entry point (not through a call) uses it.
+pub fn instance_schedule<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    env: &check::generics::TypeEnv,
+) -> Result<
+    (
+        Arc<crate::ir::graph::Graph>,
+        Arc<crate::ir::schedule::Schedule>,
+    ),
+    crate::ir::graph::LowerError,
+> {
+    let g = specialized_graph_err(db, item, options, &[], env)?;
+    let g = inline_calls(db, item, Arc::new(g), options, &mut Vec::new());
+    let s = crate::ir::schedule::lower(&g)?;
+    Ok((g, Arc::new(s)))
 }
 
 /// The Graph IR of a whole-tensor function item, with calls to other
@@ -776,7 +856,11 @@ pub fn file_functions<'db>(
         .iter()
         .filter_map(
             |(source, offset)| match parse_item(db, *source).item.as_deref() {
-                Some(ast::Item::Function(f)) if !f.is_kernel() => {
+                // A generic function has no graph of its own: it is lowered
+                // into its callers, one instance per call's dtypes and ranks.
+                Some(ast::Item::Function(f))
+                    if !f.is_kernel() && check::generics::generic_sig(f).is_none() =>
+                {
                     Some((f.name.name.clone(), *source, *offset))
                 }
                 _ => None,

@@ -8,5 +8,6 @@ pub mod diag;
 pub mod exec;
 pub mod ide;
 pub mod ir;
+pub mod stack;
 pub mod stdlib;
 pub mod syntax;

@@ -3,6 +3,24 @@
 //! `scripts/fetch-ptxas.sh`) for sm_70, sm_80, sm_90 and sm_90a, and what it
 //! reports is read back. Without `TESSERA_PTXAS` the test is skipped with a
 //! note, except under CI (`CI` set), where that is a failure.
+//!
+//! The register estimate is compared with ptxas's count on three sets, each
+//! printed with its median, 90th percentile and worst error per arch:
+//!
+//! * the corpus (stdlib/, tests/ui/valid/, examples/), which the model's
+//!   rules were tuned on;
+//! * tests/estimate/, kernels written afterwards and never tuned against;
+//! * generated kernels ([`generate`]), seeds `0..200` by default or
+//!   `TESSERA_GEN_SEEDS=a..b` (a held-out range, to measure without tuning
+//!   on it); every one must check clean, compile and assemble.
+//!
+//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated` runs only the named sets (and
+//! none of the probes of the model's constants). So
+//! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
+//! tessera-compiler --test ptxas` measures a held-out range.
+
+#[path = "ptxas/generate.rs"]
+mod generate;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,9 +52,40 @@ fn main() -> ExitCode {
         }
     };
     let mut failures = Vec::new();
+    // `TESSERA_PTXAS_ONLY=corpus,fresh,generated` (any of them) runs only
+    // those comparisons, to measure the estimate without the rest.
+    let only = std::env::var("TESSERA_PTXAS_ONLY").ok();
+    let part = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p == name))
+    };
+    if only.is_none() {
+        model_checks(&ptxas, &mut failures);
+    }
+    if part("corpus") {
+        corpus(&ptxas, &mut failures);
+    }
+    if part("fresh") {
+        fresh(&ptxas, &mut failures);
+    }
+    if part("generated") {
+        generated(&ptxas, &mut failures);
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for f in &failures {
+            println!("FAIL {f}");
+        }
+        ExitCode::FAILURE
+    }
+}
 
+/// The fetch/run/parse path on a sample, and the calibrated constants of
+/// the ptxas model on probes built for each.
+fn model_checks(ptxas: &Path, failures: &mut Vec<String>) {
     for arch in ARCHS {
-        match ptxas::assemble(&ptxas, SAMPLE, arch) {
+        match ptxas::assemble(ptxas, SAMPLE, arch) {
             Ok(funcs) => {
                 let names: Vec<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
                 let add = funcs.iter().find(|f| f.name == "add_one");
@@ -62,7 +111,7 @@ fn main() -> ExitCode {
     }
 
     // Broken PTX must come back as a rejection carrying ptxas's message.
-    match ptxas::assemble(&ptxas, ".version 8.0\n.target sm_80\n.bogus\n", Arch::Sm80) {
+    match ptxas::assemble(ptxas, ".version 8.0\n.target sm_80\n.bogus\n", Arch::Sm80) {
         Err(PtxasError::Rejected { stderr, .. }) if !stderr.is_empty() => {
             println!("ok   broken PTX is rejected")
         }
@@ -77,7 +126,7 @@ fn main() -> ExitCode {
             let (ptx, program) = live_values(n, arch);
             let words = |r: u32| if r < 2 { 2 } else { 1 };
             let estimate = estimate_regs(&program, &words);
-            match ptxas::assemble(&ptxas, &ptx, arch) {
+            match ptxas::assemble(ptxas, &ptx, arch) {
                 Ok(f) if f.len() == 1 => {
                     row.push(format!("{n}:{}/{estimate}", f[0].regs));
                     if f[0].regs != estimate {
@@ -110,7 +159,7 @@ fn main() -> ExitCode {
                     _ => 1,
                 };
                 let estimate = estimate_regs(&program, &words);
-                match ptxas::assemble(&ptxas, &ptx, arch) {
+                match ptxas::assemble(ptxas, &ptx, arch) {
                     Ok(f) if f.len() == 1 => {
                         row.push(format!("{op}{n}:{}/{estimate}", f[0].regs));
                         // Within 2: sm_90 needs up to 2 fewer, sm_70/80 up to
@@ -138,7 +187,7 @@ fn main() -> ExitCode {
         let mut row = Vec::new();
         for n in [8u32, 16, 24, 32, 48, 64] {
             let expected = n.min(LOAD_WINDOW_WORDS) + 2 + PTXAS_OVERHEAD;
-            match ptxas::assemble(&ptxas, &loads_summed(n, arch), arch) {
+            match ptxas::assemble(ptxas, &loads_summed(n, arch), arch) {
                 Ok(f) if f.len() == 1 => {
                     row.push(format!("{n}:{}/{expected}", f[0].regs));
                     // Within 1: past the window ptxas uses 30 or 31.
@@ -162,7 +211,7 @@ fn main() -> ExitCode {
         let mut row = Vec::new();
         for k in 1..=3 {
             let (estimate, ptx) = compile_one(&grid_stride_inputs(k), arch);
-            match ptxas::assemble(&ptxas, &ptx, arch) {
+            match ptxas::assemble(ptxas, &ptx, arch) {
                 Ok(f) if f.len() == 1 => {
                     row.push(format!("{k}:{}/{estimate}", f[0].regs));
                     // Holding the parameters: +28% to +30% on sm_70/sm_80.
@@ -182,17 +231,6 @@ fn main() -> ExitCode {
             "ok   {arch} loop parameters k:ptxas/estimate {}",
             row.join(" ")
         );
-    }
-
-    corpus(&ptxas, &mut failures);
-
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        for f in &failures {
-            println!("FAIL {f}");
-        }
-        ExitCode::FAILURE
     }
 }
 
@@ -387,102 +425,143 @@ struct Row {
     at_limit: bool,
 }
 
-/// The goal for the register estimate over the corpus: a median error
-/// within 10%.
+impl Row {
+    /// The relative error of the estimate. Where ptxas spills, or uses every
+    /// register a thread can have (it then rematerialises and reschedules to
+    /// fit), it reports its limit, not the kernel's demand; an estimate above
+    /// the limit predicted that (W0003), so the comparison is at the limit.
+    /// An estimate under it is compared as is.
+    fn error(&self) -> f64 {
+        let estimate = if self.at_limit {
+            self.estimate.min(self.ptxas)
+        } else {
+            self.estimate
+        };
+        (estimate as f64 - self.ptxas as f64) / self.ptxas.max(1) as f64
+    }
+}
+
+/// The goal for the register estimate: a median error within 10%.
 const MEDIAN_BOUND: f64 = 0.10;
-/// The goal for the worst error over the corpus.
+/// The goal for the worst error.
 const WORST_BOUND: f64 = 0.25;
 
-/// Every kernel of the corpus for every arch: Tile IR, Target IR, PTX, `ptxas
-/// -v`, and the register estimate against ptxas's count. A PTX module ptxas
-/// rejects is a failure; kernels that do not lower yet are listed. The median
-/// and worst error must stay within [`MEDIAN_BOUND`] and [`WORST_BOUND`].
-fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut rows = Vec::new();
-    let mut skipped = Vec::new();
-    for path in corpus_files() {
-        let shown = path
-            .strip_prefix(&root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        for arch in ARCHS {
-            let mut db = Database::new();
-            db.set_arch(arch);
-            let file = match db.load_file(&path) {
-                Ok(f) => f,
-                Err(e) => {
-                    failures.push(format!("{shown}: {e}"));
+/// Every kernel of `file` on `arch` (under each of its
+/// [`specializations`]): Tile IR, Target IR, PTX, `ptxas -v`, and the
+/// register estimate beside ptxas's count. A PTX module ptxas rejects is a
+/// failure; kernels that do not lower are listed in `skipped` (or, where
+/// `strict`, are failures too).
+#[allow(clippy::too_many_arguments)]
+fn measure_file(
+    ptxas: &Path,
+    db: &Database,
+    file: tessera::db::SourceFile,
+    shown: &str,
+    arch: Arch,
+    strict: bool,
+    rows: &mut Vec<Row>,
+    skipped: &mut Vec<String>,
+    failures: &mut Vec<String>,
+) {
+    let mut missed = Vec::new();
+    let mut not_compiled = |what: String| missed.push(what);
+    let errors: Vec<String> = db
+        .diagnostics(file)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("{} {}", d.code, d.message))
+        .collect();
+    if !errors.is_empty() {
+        not_compiled(format!("{shown} ({arch}): check errors {errors:?}"));
+    } else {
+        measure_kernels(
+            ptxas,
+            db,
+            file,
+            shown,
+            arch,
+            rows,
+            &mut not_compiled,
+            failures,
+        );
+    }
+    if strict {
+        failures.extend(missed);
+    } else {
+        skipped.extend(missed);
+    }
+}
+
+/// [`measure_file`] for a file without check errors.
+#[allow(clippy::too_many_arguments)]
+fn measure_kernels(
+    ptxas: &Path,
+    db: &Database,
+    file: tessera::db::SourceFile,
+    shown: &str,
+    arch: Arch,
+    rows: &mut Vec<Row>,
+    not_compiled: &mut dyn FnMut(String),
+    failures: &mut Vec<String>,
+) {
+    for (name, item, _) in file_kernels(db, file) {
+        for (tag, spec) in specializations(db, item) {
+            let label = format!("{shown}:{name}{tag}");
+            let tk = match tile_ir(db, item, db.options(), spec) {
+                Ok(k) => k.clone(),
+                Err(d) => {
+                    let codes: Vec<String> = d
+                        .iter()
+                        .map(|d| format!("{} {}", d.code, d.message))
+                        .collect();
+                    not_compiled(format!("{label} ({arch}): Tile IR {codes:?}"));
                     continue;
                 }
             };
-            if db.diagnostics(file).iter().any(|d| d.is_error()) {
-                skipped.push(format!("{shown} ({arch}): check errors"));
-                continue;
-            }
-            for (name, item, _) in file_kernels(&db, file) {
-                for (tag, spec) in specializations(&db, item) {
-                    let label = format!("{shown}:{name}{tag}");
-                    let tk = match tile_ir(&db, item, db.options(), spec) {
-                        Ok(k) => k.clone(),
-                        Err(d) => {
-                            let codes: Vec<&str> = d.iter().map(|d| d.code).collect();
-                            skipped.push(format!("{label} ({arch}): Tile IR {codes:?}"));
-                            continue;
-                        }
-                    };
-                    let target = match tessera::ir::target::lower(&tk, arch) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            skipped.push(format!("{label} ({arch}): Target IR: {e:?}"));
-                            continue;
-                        }
-                    };
-                    let estimate = resources::of_target(&target);
-                    let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target));
-                    match ptxas::assemble(ptxas, &ptx, arch) {
-                        Ok(funcs) => match funcs.iter().find(|f| f.entry) {
-                            Some(f) => rows.push(Row {
-                                kernel: label,
-                                arch,
-                                estimate: estimate.regs,
-                                ptxas: f.regs,
-                                spills: f.spill_stores > 0,
-                                at_limit: f.spill_stores > 0
-                                    || f.regs >= arch.info().max_regs_per_thread,
-                            }),
-                            None => failures
-                                .push(format!("{label} ({arch}): no entry in ptxas's report")),
-                        },
-                        Err(e) => failures.push(format!("{label} ({arch}): {e}")),
-                    }
+            let target = match tessera::ir::target::lower(&tk, arch) {
+                Ok(t) => t,
+                Err(e) => {
+                    not_compiled(format!("{label} ({arch}): Target IR: {e:?}"));
+                    continue;
                 }
+            };
+            let estimate = resources::of_target(&target);
+            let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target));
+            match ptxas::assemble(ptxas, &ptx, arch) {
+                Ok(funcs) => match funcs.iter().find(|f| f.entry) {
+                    Some(f) => rows.push(Row {
+                        kernel: label,
+                        arch,
+                        estimate: estimate.regs,
+                        ptxas: f.regs,
+                        spills: f.spill_stores > 0,
+                        at_limit: f.spill_stores > 0 || f.regs >= arch.info().max_regs_per_thread,
+                    }),
+                    None => failures.push(format!("{label} ({arch}): no entry in ptxas's report")),
+                },
+                Err(e) => failures.push(format!("{label} ({arch}): {e}")),
             }
         }
     }
+}
+
+/// The table of `rows` (all of them, or only those over `only_over`), then
+/// the median, 90th percentile and worst error per arch and over all.
+/// Returns the median and worst over all.
+fn summarise(title: &str, rows: &[Row], only_over: Option<f64>) -> Option<(f64, f64)> {
     println!(
-        "\nregister estimate vs ptxas -v ({} kernel x arch pairs):",
+        "\n{title}: register estimate vs ptxas -v ({} kernel x arch pairs)",
         rows.len()
     );
     println!(
         "{:<60} {:>7} {:>6} {:>8} {:>7}",
         "kernel", "arch", "ptxas", "estimate", "error"
     );
-    let mut errors: Vec<f64> = Vec::new();
-    for r in &rows {
-        // Where ptxas spills, or uses every register a thread can have (it
-        // then rematerialises and reschedules to fit), it reports its limit,
-        // not the kernel's demand; an estimate above the limit predicted that
-        // (W0003), so the comparison is at the limit. An estimate under it is
-        // compared as is.
-        let estimate = if r.at_limit {
-            r.estimate.min(r.ptxas)
-        } else {
-            r.estimate
-        };
-        let err = (estimate as f64 - r.ptxas as f64) / r.ptxas.max(1) as f64;
-        errors.push(err.abs());
+    for r in rows {
+        let err = r.error();
+        if only_over.is_some_and(|b| err.abs() <= b) {
+            continue;
+        }
         println!(
             "{:<60} {:>7} {:>6} {:>8} {:>+6.1}%{}",
             r.kernel,
@@ -499,39 +578,260 @@ fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
             }
         );
     }
+    let stats = |errors: &mut Vec<f64>| -> Option<(f64, f64, f64)> {
+        if errors.is_empty() {
+            return None;
+        }
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        let median = if n % 2 == 1 {
+            errors[n / 2]
+        } else {
+            (errors[n / 2 - 1] + errors[n / 2]) / 2.0
+        };
+        let p90 = errors[((n as f64 * 0.9).ceil() as usize).clamp(1, n) - 1];
+        Some((median, p90, errors[n - 1]))
+    };
+    let mut archs: Vec<Arch> = rows.iter().map(|r| r.arch).collect();
+    archs.dedup();
+    archs.sort_by_key(|a| a.name());
+    archs.dedup();
+    for arch in archs {
+        let mut e: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.arch == arch)
+            .map(|r| r.error().abs())
+            .collect();
+        if let Some((median, p90, worst)) = stats(&mut e) {
+            println!(
+                "{title} {:<6}: {:>4} pairs, median {:>5.1}%, p90 {:>5.1}%, worst {:>5.1}%",
+                arch.name(),
+                e.len(),
+                median * 100.0,
+                p90 * 100.0,
+                worst * 100.0
+            );
+        }
+    }
+    let mut all: Vec<f64> = rows.iter().map(|r| r.error().abs()).collect();
+    let (median, p90, worst) = stats(&mut all)?;
+    let over = all.iter().filter(|&&e| e > WORST_BOUND).count();
+    println!(
+        "{title} all   : {:>4} pairs, median {:>5.1}%, p90 {:>5.1}%, worst {:>5.1}%, {over} above {:.0}%",
+        all.len(),
+        median * 100.0,
+        p90 * 100.0,
+        worst * 100.0,
+        WORST_BOUND * 100.0
+    );
+    Some((median, worst))
+}
+
+/// Where the estimate stands on kernels it was not tuned to (the fresh ten
+/// and the generated tuning seeds 0..200, ptxas 12.9.86, November 2026):
+/// fresh median 12.5%, worst 34.4%; generated median 10.9%, worst 177.1%
+/// (a 16 x 256 tile whose elementwise chain Target IR computes statement by
+/// statement, which ptxas reorders element by element). The goal
+/// ([`MEDIAN_BOUND`], [`WORST_BOUND`]) is not met there yet; these bounds
+/// keep the estimate from getting worse until it is, and
+/// `TESSERA_ESTIMATE_GOAL=1` holds those comparisons to the goal instead.
+const FRESH_BOUNDS: (f64, f64) = (0.13, 0.35);
+/// See [`FRESH_BOUNDS`].
+const GENERATED_BOUNDS: (f64, f64) = (0.12, 1.80);
+
+/// Fails unless the median and worst error of `title`'s rows are within
+/// `bounds` (median, worst), or, where they are looser than the goal and
+/// `TESSERA_ESTIMATE_GOAL` is set, within the goal.
+fn check_goal(
+    title: &str,
+    summary: Option<(f64, f64)>,
+    bounds: (f64, f64),
+    failures: &mut Vec<String>,
+) {
+    let Some((median, worst)) = summary else {
+        failures.push(format!("{title}: no kernel was compared with ptxas"));
+        return;
+    };
+    let goal = (MEDIAN_BOUND, WORST_BOUND);
+    let met = median <= goal.0 && worst <= goal.1;
+    println!(
+        "{title}: the goal (median within {:.0}%, none over {:.0}%) is {}",
+        goal.0 * 100.0,
+        goal.1 * 100.0,
+        if met { "met" } else { "NOT met" }
+    );
+    let (median_bound, worst_bound) = if std::env::var_os("TESSERA_ESTIMATE_GOAL").is_some() {
+        goal
+    } else {
+        bounds
+    };
+    if median > median_bound {
+        failures.push(format!(
+            "{title}: median register estimate error {:.1}% is above {:.0}%",
+            median * 100.0,
+            median_bound * 100.0
+        ));
+    }
+    if worst > worst_bound {
+        failures.push(format!(
+            "{title}: worst register estimate error {:.1}% is above {:.0}%",
+            worst * 100.0,
+            worst_bound * 100.0
+        ));
+    }
+}
+
+/// Every kernel of the corpus for every arch (see [`measure_file`]); the
+/// median and worst error must stay within the goal.
+fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for path in corpus_files() {
+        let shown = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for arch in ARCHS {
+            let mut db = Database::new();
+            db.set_arch(arch);
+            match db.load_file(&path) {
+                Ok(file) => measure_file(
+                    ptxas,
+                    &db,
+                    file,
+                    &shown,
+                    arch,
+                    false,
+                    &mut rows,
+                    &mut skipped,
+                    failures,
+                ),
+                Err(e) => failures.push(format!("{shown}: {e}")),
+            }
+        }
+    }
+    let summary = summarise("corpus", &rows, None);
     for s in &skipped {
         println!("not compiled: {s}");
     }
-    if !errors.is_empty() {
-        errors.sort_by(f64::total_cmp);
-        let median = if errors.len() % 2 == 1 {
-            errors[errors.len() / 2]
-        } else {
-            (errors[errors.len() / 2 - 1] + errors[errors.len() / 2]) / 2.0
-        };
-        let worst = errors[errors.len() - 1];
-        let over = errors.iter().filter(|&&e| e > 0.25).count();
-        println!(
-            "register estimate error over {} pairs: median {:.1}%, worst {:.1}%, {over} above 25%",
-            errors.len(),
-            median * 100.0,
-            worst * 100.0
-        );
-        if median > MEDIAN_BOUND {
-            failures.push(format!(
-                "median register estimate error {:.1}% is above {:.0}%",
-                median * 100.0,
-                MEDIAN_BOUND * 100.0
-            ));
+    check_goal("corpus", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
+}
+
+/// The kernels of tests/estimate/ (written after the model was tuned, never
+/// tuned against), reported apart from the corpus.
+fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("tests/estimate"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|x| x == "tsr"));
+    files.sort();
+    for path in files {
+        let shown = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for arch in GENERATED_ARCHS {
+            let mut db = Database::new();
+            db.set_arch(arch);
+            match db.load_file(&path) {
+                Ok(file) => measure_file(
+                    ptxas,
+                    &db,
+                    file,
+                    &shown,
+                    arch,
+                    true,
+                    &mut rows,
+                    &mut skipped,
+                    failures,
+                ),
+                Err(e) => failures.push(format!("{shown}: {e}")),
+            }
         }
-        if worst > WORST_BOUND {
-            failures.push(format!(
-                "worst register estimate error {:.1}% is above {:.0}%",
-                worst * 100.0,
-                WORST_BOUND * 100.0
-            ));
-        }
-    } else {
-        failures.push("no kernel of the corpus was compared with ptxas".into());
     }
+    let summary = summarise("fresh", &rows, None);
+    check_goal("fresh", summary, FRESH_BOUNDS, failures);
+}
+
+/// The archs generated kernels are compared on.
+const GENERATED_ARCHS: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
+
+/// The seeds of the generated kernels: `TESSERA_GEN_SEEDS=a..b` or, by
+/// default, the tuning range `0..200`.
+fn generated_seeds() -> Result<std::ops::Range<u64>, String> {
+    match std::env::var("TESSERA_GEN_SEEDS") {
+        Err(_) => Ok(0..200),
+        Ok(v) => v
+            .split_once("..")
+            .and_then(|(a, b)| Some(a.trim().parse().ok()?..b.trim().parse().ok()?))
+            .ok_or_else(|| format!("TESSERA_GEN_SEEDS={v:?}: expected a range such as 1000..1200")),
+    }
+}
+
+/// The generated kernels of [`generated_seeds`] on sm_70, sm_80 and sm_90:
+/// each must check clean, compile and assemble; the distribution of the
+/// error is printed (rows over the goal's worst in full) and must meet the
+/// goal.
+fn generated(ptxas: &Path, failures: &mut Vec<String>) {
+    let seeds = match generated_seeds() {
+        Ok(s) => s,
+        Err(e) => {
+            failures.push(e);
+            return;
+        }
+    };
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for seed in seeds.clone() {
+        let source = generate::kernel(seed);
+        let shown = format!("seed {seed}");
+        let before = failures.len();
+        for arch in GENERATED_ARCHS {
+            let mut db = Database::new();
+            db.set_arch(arch);
+            let file = db.set_source(format!("gen{seed}.tsr"), source.clone());
+            measure_file(
+                ptxas,
+                &db,
+                file,
+                &shown,
+                arch,
+                true,
+                &mut rows,
+                &mut skipped,
+                failures,
+            );
+        }
+        if failures.len() > before {
+            println!("generated kernel of seed {seed}:\n{source}");
+        }
+    }
+    let title = format!("generated {}..{}", seeds.start, seeds.end);
+    let summary = summarise(&title, &rows, Some(WORST_BOUND));
+    let mut over: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.error().abs() > WORST_BOUND)
+        .filter_map(|r| {
+            r.kernel
+                .strip_prefix("seed ")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    over.dedup();
+    for seed in over {
+        println!(
+            "generated kernel of seed {seed}:\n{}",
+            generate::kernel(seed)
+        );
+    }
+    check_goal(&title, summary, GENERATED_BOUNDS, failures);
 }

@@ -2,7 +2,7 @@
 //!
 //! A document's diagnostics are published twice per edit: the checker's at
 //! once, and 150 ms later with the kernels' resource diagnostics (W0003,
-//! W0004, E06xx), which need the kernels lowered. Without care the second
+//! W0004, the note W0006, E06xx), which need the kernels lowered. Without care the second
 //! kind would vanish at every keystroke and come back a moment later. The
 //! first publication therefore repeats the last resource diagnostics of every
 //! kernel whose text has not changed since (same arch and defines): its
@@ -137,13 +137,23 @@ mod tests {
         let spec = Specialization::new();
         let b_name = (a.len() + b.find("def b").unwrap() + 4) as u32;
         let warning = |at: u32| Diagnostic::new("W0004", Span::new(at, at + 1), "low occupancy");
-        let recorded = KernelWarnings::record(&db, file, Arch::Sm90, &spec, &[warning(b_name)]);
+        let note = |at: u32| Diagnostic::new("W0006", Span::new(at, at + 1), "latency hidden");
+        let recorded = KernelWarnings::record(
+            &db,
+            file,
+            Arch::Sm90,
+            &spec,
+            &[warning(b_name), note(b_name)],
+        );
 
         // Text inserted above `b`, comments around it: its warning moves with it.
         let file = db.set_source("/t/carry.tsr", format!("# note\n{a}\n# b:{b}\n# end\n"));
         let carried = recorded.carried(&db, file, Arch::Sm90, &spec);
-        assert_eq!(carried.len(), 1);
+        assert_eq!(carried.len(), 2);
         assert_eq!(carried[0].span, Span::new(b_name + 12, b_name + 13));
+        // A note stays a note (the server publishes it as Information).
+        assert_eq!(carried[1].severity, tessera::diag::Severity::Note);
+        assert_eq!(carried[1].span, carried[0].span);
         // Another arch or other defines: nothing is carried.
         assert!(recorded.carried(&db, file, Arch::Sm80, &spec).is_empty());
         let d = Specialization::new().with("D", 64);

@@ -6,6 +6,8 @@
 //! * `position` — byte offsets ↔ UTF-16 positions;
 //! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
 //! * `emit` — the `tessera/emit` request;
+//! * `framing` — the base protocol's frames; malformed messages are answered
+//!   (parse error, invalid request) instead of ending the server;
 //! * `actions` — quick fixes;
 //! * `carry` — resource warnings kept across edits of other kernels;
 //! * `complete` — completion items valid where the cursor is;
@@ -19,6 +21,7 @@ pub mod actions;
 pub mod carry;
 pub mod complete;
 pub mod emit;
+pub mod framing;
 pub mod hover;
 pub mod paths;
 pub mod position;
@@ -38,7 +41,7 @@ use tower_lsp::{LspService, Server};
 pub async fn serve<I, O>(input: I, output: O)
 where
     I: AsyncRead + Unpin,
-    O: AsyncWrite,
+    O: AsyncWrite + Unpin,
 {
     let (service, socket) = LspService::build(server::Backend::new)
         .custom_method("tessera/emit", server::Backend::emit)
@@ -48,10 +51,24 @@ where
         inner: service,
         exited: exited.clone(),
     };
+    // tower-lsp talks to `framing` through in-memory pipes: `framing` reads
+    // the client's frames (answering malformed ones itself) and writes
+    // every message to the client.
+    let (to_server, server_in) = tokio::io::duplex(1 << 16);
+    let (server_out, from_server) = tokio::io::duplex(1 << 16);
+    let (messages, outgoing) = tokio::sync::mpsc::unbounded_channel();
+    let all = async {
+        tokio::join!(
+            Server::new(server_in, server_out, socket).serve(service),
+            framing::read_input(input, to_server, messages.clone()),
+            framing::pump_output(from_server, messages),
+            framing::write_output(output, outgoing),
+        )
+    };
     // tower-lsp's loop only ends at the end of the input (or at the next
     // message after `exit`); the protocol asks the server to exit at `exit`.
     tokio::select! {
-        _ = Server::new(input, output, socket).serve(service) => {}
+        _ = all => {}
         _ = exited.notified() => {}
     }
 }
@@ -85,6 +102,9 @@ impl<S: Service<Request>> Service<Request> for ExitWatch<S> {
 pub fn run_stdio() -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // handlers and diagnostics runs (on blocking threads) recurse as deep
+        // as the nesting limit allows
+        .thread_stack_size(tessera::stack::STACK_SIZE)
         .enable_all()
         .build()?;
     runtime.block_on(serve(tokio::io::stdin(), tokio::io::stdout()));

@@ -1,5 +1,6 @@
 //! Byte offsets ↔ LSP positions. LSP counts columns in UTF-16 code units (the
-//! protocol's default encoding); the compiler's spans are byte offsets.
+//! protocol's default encoding); the compiler's spans are byte offsets. Lines
+//! end at `\n`, `\r\n` or a lone `\r`, as the protocol's positions count them.
 
 use tower_lsp::lsp_types::{Position, Range};
 
@@ -12,7 +13,13 @@ pub struct LineIndex<'a> {
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
         let mut starts = vec![0];
-        starts.extend(text.match_indices('\n').map(|(i, _)| i as u32 + 1));
+        let bytes = text.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            let ends_line = b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            if ends_line {
+                starts.push(i as u32 + 1);
+            }
+        }
         LineIndex { text, starts }
     }
 
@@ -38,11 +45,16 @@ impl<'a> LineIndex<'a> {
         let Some(&start) = self.starts.get(pos.line as usize) else {
             return self.text.len() as u32;
         };
-        let end = self
+        let next = self
             .starts
             .get(pos.line as usize + 1)
-            .map_or(self.text.len(), |&s| s as usize - 1);
-        let line = &self.text[start as usize..end];
+            .map_or(self.text.len(), |&s| s as usize);
+        // The line without its terminator (`\n`, `\r\n` or `\r`).
+        let line = self.text[start as usize..next]
+            .strip_suffix('\n')
+            .unwrap_or(&self.text[start as usize..next]);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let end = start as usize + line.len();
         let mut units = 0u32;
         for (i, c) in line.char_indices() {
             if units >= pos.character {
@@ -75,5 +87,23 @@ mod tests {
         assert_eq!(ix.offset(Position::new(0, 99)), 2);
         assert_eq!(ix.offset(Position::new(9, 0)), text.len() as u32);
         assert_eq!(ix.position(3), Position::new(1, 0));
+    }
+
+    #[test]
+    fn a_lone_carriage_return_ends_a_line() {
+        // `\r\n` is one terminator; `\r` alone and `\n` alone are one each.
+        let text = "a\r\nb\rcd\ne\r";
+        let ix = LineIndex::new(text);
+        let at = |s: &str| text.find(s).unwrap() as u32;
+        assert_eq!(ix.position(at("b")), Position::new(1, 0));
+        assert_eq!(ix.position(at("cd")), Position::new(2, 0));
+        assert_eq!(ix.position(at("e")), Position::new(3, 0));
+        assert_eq!(ix.position(text.len() as u32), Position::new(4, 0));
+        assert_eq!(ix.offset(Position::new(2, 1)), at("d"));
+        // Past a line's end: before its terminator, whichever it is.
+        assert_eq!(ix.offset(Position::new(0, 9)), 1);
+        assert_eq!(ix.offset(Position::new(1, 9)), at("b") + 1);
+        assert_eq!(ix.offset(Position::new(2, 9)), at("d") + 1);
+        assert_eq!(ix.offset(Position::new(4, 0)), text.len() as u32);
     }
 }

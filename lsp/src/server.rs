@@ -200,7 +200,7 @@ impl Backend {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(a)
-                .or_insert_with(|| Options::new(&*db, a)),
+                .or_insert_with(|| Options::new(&*db, a, false)),
             _ => db.options(),
         };
         let spec = self
@@ -528,10 +528,10 @@ fn self_convert(
                 .collect();
             Diagnostic {
                 range: ix.range(d.span.start, d.span.end),
-                severity: Some(if d.is_error() {
-                    DiagnosticSeverity::ERROR
-                } else {
-                    DiagnosticSeverity::WARNING
+                severity: Some(match d.severity {
+                    tessera::diag::Severity::Error => DiagnosticSeverity::ERROR,
+                    tessera::diag::Severity::Warning => DiagnosticSeverity::WARNING,
+                    tessera::diag::Severity::Note => DiagnosticSeverity::INFORMATION,
                 }),
                 code: Some(NumberOrString::String(d.code.to_string())),
                 code_description: docs.as_ref().map(|base| {
@@ -1101,7 +1101,9 @@ impl LanguageServer for Backend {
                 let mut start = t.span.start as usize;
                 let end = t.span.end as usize;
                 while start < end {
-                    let line_end = text[start..end].find('\n').map_or(end, |i| start + i);
+                    let line_end = text[start..end]
+                        .find(['\n', '\r'])
+                        .map_or(end, |i| start + i);
                     if line_end > start {
                         let p = ix.position(start as u32);
                         let len = text[start..line_end].encode_utf16().count() as u32;
@@ -1184,6 +1186,25 @@ impl Backend {
                 )));
             };
             let offset = params.position.map(|p| offset_of(s, file, p));
+            // The request's own defines name something of the kernel, as
+            // `tsrc emit -D` checks them (the setting's may be for others).
+            if matches!(params.kind.as_str(), "tile-ir" | "target-ir" | "ptx")
+                && !params.defines.is_empty()
+            {
+                let mut kernels = tessera::db::file_kernels(&s.db, file);
+                if let Some(k) = &params.kernel {
+                    kernels.retain(|x| &x.0 == k);
+                }
+                let own: Vec<tessera::cli::Define> = params
+                    .defines
+                    .iter()
+                    .map(|(n, v)| tessera::cli::Define::Value(n.clone(), *v))
+                    .collect();
+                if !kernels.is_empty() {
+                    tessera::cli::specialization(&s.db, &kernels, &own)
+                        .map_err(Error::invalid_params)?;
+                }
+            }
             // The setting's defines, under the request's own: a request
             // without any is specialised as every estimate is.
             let mut params = params;

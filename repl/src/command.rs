@@ -27,11 +27,11 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":reload", "read the loaded files again"),
     (":type EXPR", "the type of an expression: dtype and shape"),
     (
-        ":emit KIND NAME [ARCH]",
+        ":emit KIND NAME [ARCH] [-D N=V]",
         "print graph-ir, schedule-ir, tile-ir, target-ir or ptx of a function or kernel",
     ),
     (
-        ":resources NAME [ARCH]",
+        ":resources NAME [ARCH] [-D N=V]",
         "threads, registers, shared memory and occupancy of a kernel",
     ),
     (
@@ -52,8 +52,8 @@ pub enum Next {
 /// The default architecture of `:emit` and `:resources`.
 const DEFAULT_ARCH: Arch = Arch::Sm90;
 
-fn usage(span: Span, message: impl Into<String>, help: &str) -> Diagnostic {
-    Diagnostic::new("E0722", span, message.into()).with_help(help.to_string())
+fn usage(span: Span, message: impl Into<String>, help: impl Into<String>) -> Diagnostic {
+    Diagnostic::new("E0722", span, message.into()).with_help(help.into())
 }
 
 /// Whether `line` is a session command (starts with `:`).
@@ -183,8 +183,10 @@ pub fn run(
                 "`:device cpu` or `:device cuda`",
             )),
         },
-        ":emit" => emit(session, &words, whole, out),
-        ":resources" => resources(session, &words, whole, out, err),
+        ":emit" => split_defines(&words)
+            .and_then(|(words, defines)| emit(session, &words, &defines, whole, out, err)),
+        ":resources" => split_defines(&words)
+            .and_then(|(words, defines)| resources(session, &words, &defines, whole, out, err)),
         other => {
             let names: Vec<&str> = COMMANDS
                 .iter()
@@ -257,28 +259,114 @@ fn strip_os_error(m: &str) -> &str {
 fn arch_arg(words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
     match words.get(i) {
         None => Ok(DEFAULT_ARCH),
-        Some((w, span)) => w.parse::<Arch>().map_err(|e| {
-            usage(
-                *span,
-                format!("unknown architecture `{w}`: {e}"),
-                "e.g. sm_80, sm_90, gfx942",
-            )
-        }),
+        Some((w, span)) => w
+            .parse::<Arch>()
+            .map_err(|e| usage(*span, format!("unknown architecture `{w}`"), e.to_string())),
     }
+}
+
+/// A `-D` of a command line: `-D NAME=VALUE`, `-D NAME%DIVISOR` or `-DNAME=VALUE`.
+type DefineArg = (tessera::cli::Define, Span);
+
+/// A word of a command line with its span.
+type Word<'a> = (&'a str, Span);
+
+/// The words of a command without its `-D` arguments, and those parsed.
+fn split_defines<'a>(words: &[Word<'a>]) -> Result<(Vec<Word<'a>>, Vec<DefineArg>), Diagnostic> {
+    let help =
+        "`-D NAME=VALUE` fixes a const parameter or dim; `-D NAME%DIVISOR` assumes a divisor";
+    let mut rest = Vec::new();
+    let mut defines = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let (w, span) = words[i];
+        let (text, span) = if w == "-D" {
+            let Some(&(v, vspan)) = words.get(i + 1) else {
+                return Err(usage(span, "`-D` needs NAME=VALUE", help));
+            };
+            i += 1;
+            (v, Span::new(span.start, vspan.end))
+        } else if let Some(v) = w.strip_prefix("-D") {
+            (v, span)
+        } else {
+            rest.push((w, span));
+            i += 1;
+            continue;
+        };
+        let d = Specialization::parse_define_arg(text)
+            .map_err(|e| usage(span, format!("bad `-D {text}`: {e}"), help))?;
+        defines.push((d, span));
+        i += 1;
+    }
+    Ok((rest, defines))
+}
+
+/// The specialization of a `:emit`/`:resources` of kernel `name`: the `-D`
+/// arguments, checked as `tsrc emit` checks them; without any, the one the
+/// kernel last ran with in the session (then a note says so).
+fn command_spec(
+    session: &Session,
+    kernels: &[(String, tessera::db::ItemSource<'_>, u32)],
+    name: &str,
+    defines: &[DefineArg],
+    whole: Span,
+    err: &mut dyn Write,
+) -> Result<Specialization, Diagnostic> {
+    if defines.is_empty() {
+        return Ok(match session.last_launch(name) {
+            Some(spec) => {
+                let mut shown: Vec<String> = spec
+                    .values
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                shown.extend(
+                    spec.floats
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", f64::from_bits(*v))),
+                );
+                let _ = writeln!(
+                    err,
+                    "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
+                    shown.join(", ")
+                );
+                spec.clone()
+            }
+            None => Specialization::new(),
+        });
+    }
+    let list: Vec<tessera::cli::Define> = defines.iter().map(|(d, _)| d.clone()).collect();
+    tessera::cli::specialization(session.database(), kernels, &list).map_err(|m| {
+        let span = m
+            .split('`')
+            .nth(1)
+            .and_then(|bad| {
+                defines
+                    .iter()
+                    .find(|(d, _)| format!("-D {}", d.name()) == bad)
+            })
+            .map_or(whole, |(_, s)| *s);
+        usage(
+            span,
+            m,
+            "`-D` names a const parameter, a tensor dim, num_warps or num_stages",
+        )
+    })
 }
 
 fn emit(
     session: &mut Session,
     words: &[(&str, Span)],
+    defines: &[DefineArg],
     whole: Span,
     out: &mut dyn Write,
+    err: &mut dyn Write,
 ) -> Result<Next, Diagnostic> {
-    let help =
-        "`:emit KIND NAME [ARCH]`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
+    let help = "`:emit KIND NAME [ARCH] [-D NAME=VALUE]...`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
     if words.len() < 3 || words.len() > 4 {
         return Err(usage(
             whole,
-            "`:emit` takes a kind, a name and an optional architecture",
+            "`:emit` takes a kind, a name, an optional architecture and `-D NAME=VALUE`s",
             help,
         ));
     }
@@ -319,11 +407,16 @@ fn emit(
         }
     };
     let result = result.and_then(|()| {
+        let spec = if whole_tensor {
+            Specialization::new()
+        } else {
+            command_spec(session, &kernels, name, defines, whole, err)?
+        };
         let cx = EmitContext {
             db,
             file,
             kernels,
-            spec: Specialization::new(),
+            spec,
             arch,
             function: whole_tensor.then(|| name.to_string()),
         };
@@ -376,6 +469,7 @@ fn not_defined(name: &str, span: Span, what: &str, other_kind: bool) -> Diagnost
 fn resources(
     session: &mut Session,
     words: &[(&str, Span)],
+    defines: &[DefineArg],
     whole: Span,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -383,7 +477,7 @@ fn resources(
     if words.len() < 2 || words.len() > 3 {
         return Err(usage(
             whole,
-            "`:resources` takes a kernel name and an optional architecture",
+            "`:resources` takes a kernel name, an optional architecture and `-D NAME=VALUE`s",
             "`:resources gemm sm_90`",
         ));
     }
@@ -393,9 +487,11 @@ fn resources(
     session.set_arch(arch);
     let db = session.database();
     let file = session.source_file();
-    let kernel = tessera::db::file_kernels(db, file)
+    let kernels: Vec<_> = tessera::db::file_kernels(db, file)
         .into_iter()
-        .find(|k| k.0 == name);
+        .filter(|k| k.0 == name)
+        .collect();
+    let kernel = kernels.first().cloned();
     let result = match kernel {
         None => Err(not_defined(
             name,
@@ -405,30 +501,32 @@ fn resources(
                 .iter()
                 .any(|f| f.0 == name),
         )),
-        Some((_, item, offset)) => {
-            match kernel_resources(db, item, offset, db.options(), &Specialization::new()) {
-                Ok((r, diags)) => {
-                    let _ = writeln!(out, "{}", resources_row(&r));
-                    // W0003/W0004 about the kernel: their text, without spans into the session source.
-                    for d in diags {
-                        let _ = writeln!(err, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+        Some((_, item, offset)) => command_spec(session, &kernels, name, defines, whole, err)
+            .and_then(
+                |spec| match kernel_resources(db, item, offset, db.options(), &spec) {
+                    Ok((r, diags)) => {
+                        let _ = writeln!(out, "{}", resources_row(&r));
+                        // W0003/W0004 about the kernel: their text, without spans into the session source.
+                        for d in diags {
+                            let _ =
+                                writeln!(err, "{}[{}]: {}", d.severity.as_str(), d.code, d.message);
+                        }
+                        Ok(Next::Continue)
                     }
-                    Ok(Next::Continue)
-                }
-                Err(diags) => {
-                    let d = diags.into_iter().find(|d| d.is_error());
-                    Err(match d {
-                        Some(d) => Diagnostic {
-                            span: name_span,
-                            labels: Vec::new(),
-                            message: format!("`{name}`: {}", d.message),
-                            ..d
-                        },
-                        None => usage(whole, "no resources", "`:resources gemm sm_90`"),
-                    })
-                }
-            }
-        }
+                    Err(diags) => {
+                        let d = diags.into_iter().find(|d| d.is_error());
+                        Err(match d {
+                            Some(d) => Diagnostic {
+                                span: name_span,
+                                labels: Vec::new(),
+                                message: format!("`{name}`: {}", d.message),
+                                ..d
+                            },
+                            None => usage(whole, "no resources", "`:resources gemm sm_90`"),
+                        })
+                    }
+                },
+            ),
     };
     session.set_arch(previous);
     result

@@ -52,7 +52,7 @@ enum Command {
     },
     /// Execute a .tsr file's top-level statements (after its definitions).
     Run {
-        /// The `.tsr` file.
+        /// The `.tsr` file (`-`: standard input, shown as `<stdin>`).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Where statements run.
@@ -71,7 +71,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let code = match Cli::parse().command {
+    let command = Cli::parse().command;
+    // passes recurse as deep as the nesting limit allows: run them (and the
+    // REPL's evaluation) on a stack sized for it
+    match tessera::stack::with_stack(move || dispatch(command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: cannot start tessera's thread: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> u8 {
+    match command {
         Command::Compiler(c) => c.run(),
         Command::Run { file, device } => run::run_file(
             &file,
@@ -88,8 +101,7 @@ fn main() -> ExitCode {
                 2
             }
         },
-    };
-    ExitCode::from(code)
+    }
 }
 
 fn repl(device: Device) -> u8 {

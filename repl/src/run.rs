@@ -22,8 +22,8 @@ pub fn run_file(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
-    let shown = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
+    let shown = tessera::cli::shown_path(path);
+    let text = match tessera::cli::read_source(path) {
         Ok(t) => t,
         Err(e) => {
             let m = e.to_string();

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -82,6 +83,9 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
     let config = rustyline::Config::builder()
         .auto_add_history(false)
+        // Tab completes the common prefix, a second Tab lists the candidates
+        // (bash's way; cycling showed one candidate at a time).
+        .completion_type(rustyline::CompletionType::List)
         .color_mode(if color {
             rustyline::ColorMode::Enabled
         } else {
@@ -100,11 +104,23 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
     // raw mode and Ctrl-C arrives as a key anyway).
     install_interrupt(&session, flag.clone());
     let names = Rc::new(RefCell::new(session.names()));
-    editor.set_helper(Some(ReplHelper::new(names.clone(), color)));
+    let members = Rc::new(RefCell::new(session.members()));
+    editor.set_helper(Some(ReplHelper::new(names.clone(), members.clone(), color)));
     let history = history_path();
     if let Some(h) = &history {
         let _ = editor.load_history(h);
+        if let Some(dir) = h.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
     }
+    // Each entry is appended to the history file as it is entered, so that a
+    // crash or a kill loses none of the session's history.
+    let remember = |editor: &mut Editor<ReplHelper, DefaultHistory>, entry: &str| {
+        let _ = editor.add_history_entry(entry);
+        if let Some(h) = &history {
+            let _ = editor.append_history(h);
+        }
+    };
     println!(
         "Tessera {} — statements run on the CPU. `:help` lists the commands, Ctrl-D leaves.",
         env!("CARGO_PKG_VERSION")
@@ -119,7 +135,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
         match editor.readline(prompt) {
             Ok(line) => {
                 if buffer.is_empty() && command::is_command(&line) {
-                    let _ = editor.add_history_entry(line.as_str());
+                    remember(&mut editor, line.as_str());
                     let (next, _) = running(&flag, || {
                         execute(
                             &mut session,
@@ -129,6 +145,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                         )
                     });
                     *names.borrow_mut() = session.names();
+                    *members.borrow_mut() = session.members();
                     if next == Next::Quit {
                         break;
                     }
@@ -142,7 +159,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                 let input = std::mem::take(&mut buffer);
                 let entry = input.trim_end_matches('\n');
                 if !entry.trim().is_empty() {
-                    let _ = editor.add_history_entry(entry);
+                    remember(&mut editor, entry);
                 }
                 running(&flag, || {
                     execute(
@@ -153,6 +170,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                     )
                 });
                 *names.borrow_mut() = session.names();
+                *members.borrow_mut() = session.members();
             }
             Err(ReadlineError::Interrupted) => {
                 // Ctrl-C at the prompt: drop what was typed.
@@ -179,12 +197,6 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                 break;
             }
         }
-    }
-    if let Some(h) = &history {
-        if let Some(dir) = h.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let _ = editor.save_history(h);
     }
     EXIT_OK
 }
@@ -233,15 +245,22 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
 #[derive(Helper, Hinter, Validator)]
 pub struct ReplHelper {
     names: Rc<RefCell<Vec<String>>>,
+    /// What may follow `NAME.` (see `Session::members`).
+    members: Rc<RefCell<BTreeMap<String, Vec<String>>>>,
     files: FilenameCompleter,
     brackets: MatchingBracketHighlighter,
     color: bool,
 }
 
 impl ReplHelper {
-    fn new(names: Rc<RefCell<Vec<String>>>, color: bool) -> Self {
+    fn new(
+        names: Rc<RefCell<Vec<String>>>,
+        members: Rc<RefCell<BTreeMap<String, Vec<String>>>>,
+        color: bool,
+    ) -> Self {
         ReplHelper {
             names,
+            members,
             files: FilenameCompleter::new(),
             brackets: MatchingBracketHighlighter::new(),
             color,
@@ -249,10 +268,26 @@ impl ReplHelper {
     }
 }
 
-/// The completions of `word` given the session's names (sorted, unique).
-pub fn complete_word(word: &str, session_names: &[String]) -> Vec<String> {
+/// The completions of `word` given the session's names and what may follow
+/// `NAME.` for each (sorted, unique).
+pub fn complete_word(
+    word: &str,
+    session_names: &[String],
+    members: &BTreeMap<String, Vec<String>>,
+) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    if word.starts_with(':') {
+    if let Some((head, member)) = word
+        .rsplit_once('.')
+        .filter(|(head, _)| members.contains_key(*head))
+    {
+        // `x.sh` → `x.shape`; `nn.so` → `nn.softmax` (after `import std.nn as nn`).
+        out.extend(
+            members[head]
+                .iter()
+                .filter(|m| m.starts_with(member))
+                .map(|m| format!("{head}.{m}")),
+        );
+    } else if word.starts_with(':') {
         out.extend(
             COMMANDS
                 .iter()
@@ -325,7 +360,8 @@ impl Completer for ReplHelper {
             return Ok((pos, Vec::new()));
         }
         let names = self.names.borrow();
-        let pairs = complete_word(word, &names)
+        let members = self.members.borrow();
+        let pairs = complete_word(word, &names, &members)
             .into_iter()
             .map(|c| Pair {
                 display: c.clone(),
@@ -353,10 +389,29 @@ impl Highlighter for ReplHelper {
 #[cfg(test)]
 mod tests {
     use super::complete_word;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn completion_after_a_dot_offers_members() {
+        let names = vec!["x".to_string(), "nn".to_string()];
+        let mut members = BTreeMap::new();
+        let of = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        members.insert("x".to_string(), of(tessera::check::expr::VALUE_MEMBERS));
+        members.insert("nn".to_string(), of(&["gelu", "softmax"]));
+        assert_eq!(
+            complete_word("x.", &names, &members),
+            ["x.T", "x.dtype", "x.shape", "x.to"]
+        );
+        assert_eq!(complete_word("x.s", &names, &members), ["x.shape"]);
+        assert_eq!(complete_word("nn.so", &names, &members), ["nn.softmax"]);
+        // `std.` without an import still lists the standard modules.
+        assert!(complete_word("std.", &names, &members).contains(&"std.nn".to_string()));
+    }
 
     #[test]
     fn completion_of_names_commands_and_stdlib() {
         let names = vec!["xs".to_string(), "softmax_rows".to_string()];
+        let complete_word = |w: &str, n: &[String]| complete_word(w, n, &BTreeMap::new());
         let got = complete_word("soft", &names);
         assert!(
             got.contains(&"softmax".to_string()) && got.contains(&"softmax_rows".to_string()),

@@ -340,3 +340,55 @@ fn tab_completes_session_names_and_commands() {
     p.send("\x04").unwrap();
     p.expect(Eof).unwrap();
 }
+
+#[test]
+fn tab_lists_candidates_and_completes_members() {
+    let history = std::env::temp_dir().join(format!("tessera-history-dot-{}", std::process::id()));
+    let mut p = spawn_with_history(&history);
+    p.expect(PROMPT).unwrap();
+    p.send("x = ones([2], f32)\r").unwrap();
+    p.expect(PROMPT).unwrap();
+    // `x.` + Tab Tab lists the value's members (list mode, not cycling).
+    p.send("x.\t\t").unwrap();
+    let got = p.expect("x.to").unwrap();
+    let listed = String::from_utf8_lossy(got.before()).to_string();
+    for m in ["x.T", "x.dtype", "x.shape"] {
+        assert!(listed.contains(m), "{m} in {listed:?}");
+    }
+    // The line still holds `x.`: `sh` + Tab completes it to `x.shape`.
+    p.send("sh\t").unwrap();
+    p.expect("x.shape\r").unwrap();
+    p.send("\r").unwrap();
+    let got = p.expect(PROMPT).unwrap();
+    assert!(
+        clean(got.before()).iter().any(|l| l == "(2,)"),
+        "{:?}",
+        clean(got.before())
+    );
+    p.send("\x04").unwrap();
+    p.expect(Eof).unwrap();
+    let _ = std::fs::remove_file(&history);
+}
+
+#[test]
+fn history_survives_a_kill() {
+    let history = std::env::temp_dir().join(format!("tessera-history-kill-{}", std::process::id()));
+    let _ = std::fs::remove_file(&history);
+    let mut p = spawn_with_history(&history);
+    p.expect(PROMPT).unwrap();
+    p.send("kept_value = 7\r").unwrap();
+    p.expect(PROMPT).unwrap();
+    p.send(":device\r").unwrap();
+    p.expect(PROMPT).unwrap();
+    // Killed, not left: only what was written as each entry was entered remains.
+    let pid = p.get_process().pid().to_string();
+    let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
+    assert!(status.success());
+    let _ = p.expect(Eof);
+    let text = std::fs::read_to_string(&history).unwrap_or_default();
+    assert!(
+        text.contains("kept_value = 7") && text.contains(":device"),
+        "{text:?}"
+    );
+    let _ = std::fs::remove_file(&history);
+}

@@ -414,3 +414,174 @@ fn seed_programs_lower_and_verify() {
         "only {lowered} kernels lowered from the seeds"
     );
 }
+
+// ---- The grammar-aware fuzzer (tests/harness/fuzzing, docs/fuzzing.md) ----
+
+use tessera_tests::fuzzing::{driver, exec, gen, inputs, lsp_replay, rng::Rng};
+
+/// The seed of this test run: `TESSERA_FUZZ_SEED`, else the clock (printed,
+/// so a failure can be replayed).
+fn fuzz_seed() -> u64 {
+    std::env::var("TESSERA_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(driver::now_ms)
+}
+
+#[test]
+fn generated_programs_check_cleanly() {
+    let seed = fuzz_seed();
+    println!("seed {seed} (TESSERA_FUZZ_SEED={seed} replays it)");
+    let n = 150;
+    let mut clean = 0;
+    let mut first_bad = None;
+    for i in 0..n {
+        let text = gen::program(&mut Rng::for_input(seed, i));
+        let diags = check(&text);
+        if diags.iter().any(|d| d.is_error()) {
+            first_bad.get_or_insert((text, diags));
+        } else {
+            clean += 1;
+        }
+    }
+    // The generator writes valid programs so that emission and execution see
+    // real ones; a few percent may meet a limit it does not model.
+    assert!(
+        clean * 100 >= n * 90,
+        "only {clean} of {n} generated programs check cleanly (seed {seed}); first:\n{:#?}",
+        first_bad
+    );
+}
+
+/// Every finding of the fuzzer that was fixed is replayed through every stage;
+/// every finding still pending names the signature a bounded run matches it by.
+#[test]
+fn fuzz_regressions_replay() {
+    let dir = tessera_tests::workspace_root().join("tests").join("fuzz");
+    let tsr = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|e| e == "tsr"));
+        v.sort();
+        v
+    };
+    for p in tsr(&dir) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut counts = exec::Counts::default();
+        let r = exec::execute(&text, &exec::Limits::default(), &mut counts, &mut |_| {});
+        assert!(r.is_ok(), "{}: {:?}", p.display(), r.err());
+    }
+    let pending = tsr(&dir.join("pending"));
+    let known = driver::known_signatures(&dir.join("pending"));
+    assert_eq!(
+        known.len(),
+        pending.len(),
+        "each file of tests/fuzz/pending has one `# fuzz: SIGNATURE` line"
+    );
+    for k in known {
+        let kind = k.split(" in ").next().unwrap_or("");
+        assert!(
+            ["panic", "stack-overflow", "abort", "out-of-memory", "hang"].contains(&kind)
+                || kind.starts_with("signal ")
+                || kind.starts_with("exit "),
+            "unknown kind in `# fuzz: {k}`"
+        );
+    }
+}
+
+/// The language server's queries on prefixes of every corpus file (every
+/// `stride`-th character here; `fuzz --lsp-replay` does every prefix).
+#[test]
+fn lsp_prefix_replay_sample() {
+    let corpus = inputs::Corpus::load(&tessera_tests::workspace_root());
+    let mut r = lsp_replay::Replay::default();
+    for (name, text) in &corpus.files {
+        // About 12 prefixes a file, at offsets that differ from run to run of
+        // the file list (sizes differ), all ending at the whole text.
+        let stride = (text.chars().count() / 12).max(1);
+        if let Err((at, f)) = lsp_replay::replay(text, stride, &mut r) {
+            panic!("{name}: prefix of {at} bytes: {}", f.message);
+        }
+    }
+    println!("lsp replay: {} prefixes, {} queries", r.prefixes, r.queries);
+    assert!(r.prefixes > 500);
+}
+
+/// The fuzzer for a bounded time, two worker processes, every stage; a
+/// failure not among the routed findings (tests/fuzz/pending) fails the test.
+/// `TESSERA_FUZZ_SECONDS` sets the time (default 40).
+#[test]
+fn bounded_fuzz_run() {
+    let seed = fuzz_seed();
+    let seconds: u64 = std::env::var("TESSERA_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let out = std::env::temp_dir().join(format!("tessera-fuzz-test-{}-{seed}", std::process::id()));
+    println!(
+        "fuzz seed {seed} for {seconds} s (TESSERA_FUZZ_SEED={seed} replays it), findings in {}",
+        out.display()
+    );
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_fuzz"))
+        .args([
+            "--seconds",
+            &seconds.to_string(),
+            "--jobs",
+            "2",
+            "--seed",
+            &seed.to_string(),
+        ])
+        .args(["--minimize-seconds", "15", "--hang-seconds", "30"])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("the fuzz binary runs");
+    assert!(
+        status.success(),
+        "the fuzzer found new failures (seed {seed}); minimized inputs in {}",
+        out.join("crashes").display()
+    );
+}
+
+/// An input that loops forever ends at its run budget (the executor's
+/// interrupt, E0706), on the host and inside a kernel, and is counted.
+#[test]
+fn run_budget_interrupts_endless_loops() {
+    let limits = exec::Limits {
+        run_budget: std::time::Duration::from_millis(200),
+        ..exec::Limits::default()
+    };
+    for text in [
+        "n = 0\nwhile True:\n    n += 1\n",
+        "@kernel(grid=(1,))\ndef spin(x: Tensor[4, f32]):\n    i = 0\n    while i < 1:\n        i = i * 1\n    store(x[0 : 4], load(x[0 : 4]))\n\nx = zeros([4], f32)\nspin(x)\n",
+    ] {
+        let mut counts = exec::Counts::default();
+        let start = std::time::Instant::now();
+        exec::execute(text, &limits, &mut counts, &mut |_| {}).unwrap();
+        assert_eq!(counts.interrupted, 1, "{text}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
+
+/// The driver regenerates the input that killed a worker from the seed and
+/// its index, so inputs must be a pure function of the two; minimization
+/// keeps what makes an input fail.
+#[test]
+fn inputs_replay_and_minimize() {
+    let corpus = inputs::Corpus::load(&tessera_tests::workspace_root());
+    for i in 0..40 {
+        assert_eq!(inputs::input(7, i, &corpus), inputs::input(7, i, &corpus));
+    }
+    assert_ne!(
+        inputs::input(7, 0, &corpus).0,
+        inputs::input(8, 0, &corpus).0
+    );
+    let text = "x = 1\ny = [0][0][0]\nz = 2\n@kernel\n";
+    let small = tessera_tests::fuzzing::minimize::minimize(
+        text,
+        &mut |t| t.contains("[0][0]"),
+        std::time::Duration::from_secs(10),
+    );
+    assert_eq!(small, "[0][0]");
+}

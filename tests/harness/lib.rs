@@ -24,6 +24,8 @@
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
+pub mod fuzzing;
+
 use std::path::{Path, PathBuf};
 
 use tessera::backend::arch::Arch;
@@ -148,10 +150,10 @@ pub fn parse_arch_header(text: &str) -> Result<Option<Arch>, String> {
     let Some(name) = rest.trim_start().strip_prefix("arch:") else {
         return Ok(None);
     };
-    name.trim()
-        .parse::<Arch>()
+    let name = name.trim();
+    name.parse::<Arch>()
         .map(Some)
-        .map_err(|e| format!("line 1: {e}"))
+        .map_err(|e| format!("line 1: unknown architecture `{name}` ({e})"))
 }
 
 /// A produced diagnostic, reduced to what annotations talk about.

@@ -341,8 +341,9 @@ fn matmuls() {
     let (db, file) = builtins();
     let (m, k, n) = (70, 50, 45);
     for (f, d, tol) in [
-        ("mm_f32", DType::F32, TF32),
-        ("mm_op", DType::F32, TF32),
+        ("mm_f32", DType::F32, F32),
+        ("mm_op", DType::F32, F32),
+        ("mm_f32_tf32", DType::F32, TF32),
         ("mm_f16", DType::F16, HALF),
         ("mm_bf16", DType::BF16, BF16),
     ] {
@@ -372,6 +373,172 @@ fn matmuls() {
         })
         .collect();
     close("mm_batched", &got, &want, HALF);
+}
+
+/// `sum(a[i] * b[i])` with twice the working precision (Ogita, Rump and
+/// Oishi's Dot2: error-free products and sums), the reference for f64
+/// products, whose plain f64 evaluation would be as wrong as the result.
+fn dot2(a: impl Iterator<Item = f64>, b: impl Iterator<Item = f64>) -> f64 {
+    let two_sum = |x: f64, y: f64| {
+        let s = x + y;
+        let z = s - x;
+        (s, (x - (s - z)) + (y - z))
+    };
+    let (mut s, mut c) = (0.0f64, 0.0f64);
+    for (x, y) in a.zip(b) {
+        let p = x * y;
+        let e = x.mul_add(y, -p);
+        let (t, q) = two_sum(s, p);
+        s = t;
+        c += q + e;
+    }
+    s + c
+}
+
+fn matmul_ref2(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    (0..m * n)
+        .map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            dot2(
+                a[i * k..(i + 1) * k].iter().copied(),
+                (0..k).map(|l| b[l * n + j]),
+            )
+        })
+        .collect()
+}
+
+fn max_abs_err(got: &[f64], want: &[f64]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0, f64::max)
+}
+
+/// f32 `matmul` is ieee unless tf32 is asked for, f64 `matmul` accumulates in
+/// f64: measured against references with K = 1000 (prints the max errors;
+/// `cargo test -p tessera-tests --test numerics matmul_precision -- --nocapture`).
+#[test]
+fn matmul_precision() {
+    let (db, file) = builtins();
+    let (m, k, n) = (40, 1000, 36);
+    let a = data(m * k, 31, DType::F32);
+    let b = data(k * n, 32, DType::F32);
+    let args = [t(&[m, k], DType::F32, &a), t(&[k, n], DType::F32, &b)];
+    let want = matmul_ref2(&a, &b, m, k, n);
+    let ieee = max_abs_err(&call(&db, file, "mm_f32", &args), &want);
+    let tf32 = max_abs_err(&call(&db, file, "mm_f32_tf32", &args), &want);
+    eprintln!("f32 matmul {m}x{k}x{n}: max error ieee {ieee:.3e}, tf32 {tf32:.3e}");
+    // f32 rounding of K sums of magnitude ~10 (~1e-6 each) stays under
+    // 1e-4; tf32's 10-bit operands are off by ~1e-3 per product.
+    assert!(ieee < 1e-4, "ieee f32 matmul error {ieee}");
+    assert!(tf32 > 1e-3, "tf32 was asked for, error {tf32}");
+
+    for (m, k, n) in [(64, 64, 64), (33, 1000, 29)] {
+        let a = data(m * k, 33, DType::F64);
+        let b = data(k * n, 34, DType::F64);
+        let got = call(
+            &db,
+            file,
+            "mm_f64",
+            &[t(&[m, k], DType::F64, &a), t(&[k, n], DType::F64, &b)],
+        );
+        let err = max_abs_err(&got, &matmul_ref2(&a, &b, m, k, n));
+        eprintln!("f64 matmul {m}x{k}x{n}: max error {err:.3e}");
+        // f64 accumulation (an f32 temporary gives ~1e-6).
+        assert!(err < 1e-13, "f64 matmul error {err}");
+    }
+    let (z, m, k, n) = (2, 9, 300, 7);
+    let a = data(z * m * k, 35, DType::F64);
+    let b = data(z * k * n, 36, DType::F64);
+    let got = call(
+        &db,
+        file,
+        "mm_f64_batched",
+        &[t(&[z, m, k], DType::F64, &a), t(&[z, k, n], DType::F64, &b)],
+    );
+    let want: Vec<f64> = (0..z)
+        .flat_map(|i| {
+            matmul_ref2(
+                &a[i * m * k..(i + 1) * m * k],
+                &b[i * k * n..(i + 1) * k * n],
+                m,
+                k,
+                n,
+            )
+        })
+        .collect();
+    let err = max_abs_err(&got, &want);
+    assert!(err < 1e-13, "batched f64 matmul error {err}");
+}
+
+/// Float to integer truncates and saturates with NaN to 0, in generated
+/// kernels as in tensor casts; `max` of an empty row is E0317.
+#[test]
+fn conversions_and_empty_reductions() {
+    let (db, file) = builtins();
+    let x = [1e10, -1e10, 3.7, -3.7, 200.0, -200.0, f64::NAN, 0.5];
+    let sat = |lo: f64, hi: f64| -> Vec<f64> {
+        x.iter()
+            .map(|v| {
+                if v.is_nan() {
+                    0.0
+                } else {
+                    v.trunc().clamp(lo, hi)
+                }
+            })
+            .collect()
+    };
+    let xf = Tensor::from_f64(&[x.len()], DType::F32, &x);
+    let i32s = sat(i32::MIN as f64, i32::MAX as f64);
+    close(
+        "cast_i32",
+        &call(&db, file, "cast_i32", &[Value::Tensor(xf.clone())]),
+        &i32s,
+        0.0,
+    );
+    close("to(i32)", &xf.to(DType::I32).to_f64_vec(), &i32s, 0.0);
+    let xd = Tensor::from_f64(&[x.len()], DType::F64, &x);
+    let i8s = sat(-128.0, 127.0);
+    close(
+        "cast_i8",
+        &call(&db, file, "cast_i8", &[Value::Tensor(xd.clone())]),
+        &i8s,
+        0.0,
+    );
+    close("to(i8)", &xd.to(DType::I8).to_f64_vec(), &i8s, 0.0);
+    let u8s = sat(0.0, 255.0);
+    close(
+        "cast_u8",
+        &call(&db, file, "cast_u8", &[Value::Tensor(xf.clone())]),
+        &u8s,
+        0.0,
+    );
+    close("to(u8)", &xf.to(DType::U8).to_f64_vec(), &u8s, 0.0);
+    // Integers wrap.
+    let big = Tensor::from_f64(&[2], DType::I32, &[300.0, -129.0]);
+    close(
+        "i32 to i8",
+        &big.to(DType::I8).to_f64_vec(),
+        &[44.0, 127.0],
+        0.0,
+    );
+
+    let e = err_of(run_function(
+        &db,
+        file,
+        "max_last",
+        &[Value::Tensor(Tensor::zeros(&[3, 0], DType::F32))],
+        &[],
+        &Interrupt::new(),
+    ));
+    assert_eq!(e.code, "E0317", "{e}");
+    let got = call(
+        &db,
+        file,
+        "max_last",
+        &[t(&[2, 3], DType::F32, &[1.0, 5.0, 2.0, -1.0, -3.0, -2.0])],
+    );
+    close("max_last", &got, &[5.0, -1.0], 0.0);
 }
 
 #[test]
@@ -880,13 +1047,23 @@ fn run_time_errors_have_their_codes() {
         &stop,
     ));
     assert_eq!(e.code, "E0702", "{e}");
-    // E0703: a grid dim that is not positive.
+    // E0703: a negative grid dim (a 0 dim launches nothing, below).
     let (sdb, sfile) = std_file();
-    let e = err_of(launch_kernel(
+    launch_kernel(
         &sdb,
         sfile,
         "relu_kernel",
         Some(vec![0]),
+        &[f32s(&[4]), f32s(&[4])],
+        &[],
+        &stop,
+    )
+    .expect("a grid of 0 programs runs nothing");
+    let e = err_of(launch_kernel(
+        &sdb,
+        sfile,
+        "relu_kernel",
+        Some(vec![-1]),
         &[f32s(&[4]), f32s(&[4])],
         &[],
         &stop,
@@ -1048,4 +1225,97 @@ fn npy_files_written_by_numpy() {
     let f = npy::load_npy(&dir.join("f64_fortran.npy")).expect_err("fortran order");
     assert_eq!(f.code, "E0708");
     assert!(f.message.contains("Fortran"), "{f}");
+}
+
+/// std.nn's dtype-generic definitions (`stdlib/std/nn.tsr`, run as entry
+/// points, so each call runs the instance its argument binds: the bodies as
+/// written, not the builtins they stand for) for every float dtype and ranks
+/// 1 to 3. They compute in the input dtype, so the tolerance follows it.
+#[test]
+fn std_nn_generic_definitions_every_dtype_and_rank() {
+    let mut db = Database::new();
+    let file = db
+        .load_file(&root().join("stdlib/std/nn.tsr"))
+        .expect("nn.tsr");
+    let errors: Vec<_> = db
+        .diagnostics(file)
+        .iter()
+        .filter(|d| d.is_error())
+        .cloned()
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let n = 37;
+    let cases: [(DType, f64); 4] = [
+        (DType::F64, 1e-12),
+        (DType::F32, F32),
+        (DType::F16, 1e-2),
+        (DType::BF16, 6e-2),
+    ];
+    for (d, tol) in cases {
+        for shape in [vec![n], vec![5, n], vec![2, 3, n]] {
+            let rows_n: usize = shape[..shape.len() - 1].iter().product();
+            let len = rows_n * n;
+            let x: Vec<f64> = data(len, 71, d).iter().map(|v| v * 3.0).collect();
+            let x: Vec<f64> = x.iter().map(|v| round_to(d, *v)).collect();
+            let w = data(n, 72, d);
+            let b = data(n, 73, d);
+            let what = |f: &str| format!("std.nn.{f} {d} {shape:?}");
+            let xt = t(&shape, d, &x);
+            let run = |f: &str, args: &[Value]| {
+                let v = run_function(&db, file, f, args, &[], &Interrupt::new())
+                    .unwrap_or_else(|e| panic!("{}: {e}", what(f)));
+                let r = tensor(&v);
+                assert_eq!(r.dtype(), d, "{}: result dtype", what(f));
+                assert_eq!(r.shape(), &shape[..], "{}: result shape", what(f));
+                r.to_f64_vec()
+            };
+            let ew = |f: fn(f64) -> f64| x.iter().map(|v| f(*v)).collect::<Vec<_>>();
+            close(
+                &what("relu"),
+                &run("relu", &[xt.clone()]),
+                &ew(|v| v.max(0.0)),
+                tol,
+            );
+            close(
+                &what("gelu"),
+                &run("gelu", &[xt.clone()]),
+                &ew(gelu_ref),
+                tol,
+            );
+            close(
+                &what("silu"),
+                &run("silu", &[xt.clone()]),
+                &ew(silu_ref),
+                tol,
+            );
+            close(
+                &what("softmax"),
+                &run("softmax", &[xt.clone()]),
+                &softmax_ref(&x, rows_n, n),
+                tol,
+            );
+            close(
+                &what("layer_norm"),
+                &run("layer_norm", &[xt.clone(), t(&[n], d, &w), t(&[n], d, &b)]),
+                &layer_norm_ref(&x, &w, Some(&b), rows_n, n, 1e-5),
+                tol,
+            );
+            close(
+                &what("rms_norm"),
+                &run("rms_norm", &[xt.clone(), t(&[n], d, &w)]),
+                &layer_norm_ref(&x, &w, None, rows_n, n, 1e-6),
+                tol,
+            );
+        }
+    }
+    // An integer tensor is outside `T: float`, at run time as in the checker.
+    let e = err_of(run_function(
+        &db,
+        file,
+        "gelu",
+        &[t(&[4], DType::I32, &[1.0, 2.0, 3.0, 4.0])],
+        &[],
+        &Interrupt::new(),
+    ));
+    assert_eq!(e.code, "E0321", "{e}");
 }

@@ -3,6 +3,9 @@
 //! * Every `tests/ui/**/*.tsr` is checked through the database (honouring a
 //!   first line `# arch: ...`) and its diagnostics must match its `#~`
 //!   annotations exactly (see `tessera_tests`).
+//! * Session scripts (`# run`) must also agree with `tsrc check` of the same
+//!   statements: the lines the session rejects are the lines the checker
+//!   rejects (a line failing with a run-time code only excepted).
 //! * `tests/ui/render/*.tsr` additionally compare the human, colourless rendering
 //!   of their diagnostics with the `.stderr` file next to them;
 //!   `TESSERA_BLESS=1` writes those files instead.
@@ -179,6 +182,10 @@ fn run_case(
         }
     }
 
+    if has_run_header(&text) {
+        report.push_str(&check_agrees_with_session(&name, &text, &expected, arch));
+    }
+
     let is_render_case = path
         .parent()
         .and_then(|p| p.file_name())
@@ -210,6 +217,58 @@ fn run_case(
     } else {
         Err(report)
     }
+}
+
+/// A session script (`# run`) and `tsrc check` of the same statements reject
+/// the same lines: the session's errors are its annotations, the checker sees
+/// the text with the REPL's `:commands` blanked (codes may differ where the
+/// session finds at run time what the checker finds statically, E0727 against
+/// E0301, and a line failing with a run-time code only may pass the checker).
+/// Empty when they agree, else the report.
+fn check_agrees_with_session(
+    name: &str,
+    text: &str,
+    expected: &[tessera_tests::Expectation],
+    arch: Arch,
+) -> String {
+    let blanked: String = text
+        .lines()
+        .map(|l| if l.starts_with(':') { "" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut db = tessera::db::Database::new();
+    db.set_arch(arch);
+    let file = db.set_source(format!("/checked/{name}"), blanked.clone());
+    let checker: BTreeSet<u32> = Produced::from_diagnostics(&blanked, db.diagnostics(file))
+        .iter()
+        .filter(|p| p.code.starts_with('E'))
+        .map(|p| p.line)
+        .collect();
+    let commands: BTreeSet<u32> = (1..)
+        .zip(text.lines())
+        .filter(|(_, l)| l.starts_with(':'))
+        .map(|(i, _)| i)
+        .collect();
+    let errors = || {
+        expected
+            .iter()
+            .filter(|e| e.code.starts_with('E') && !commands.contains(&e.line))
+    };
+    // Lines the session rejects with a static code; run-time codes (E07xx:
+    // host integer overflow, ...) alone need not be foreseen by the checker.
+    let session: BTreeSet<u32> = errors().map(|e| e.line).collect();
+    let static_: BTreeSet<u32> = errors()
+        .filter(|e| !is_run_time(&e.code))
+        .map(|e| e.line)
+        .collect();
+    let missed: Vec<_> = static_.difference(&checker).collect();
+    let extra: Vec<_> = checker.difference(&session).collect();
+    if missed.is_empty() && extra.is_empty() {
+        return String::new();
+    }
+    format!(
+        "tsrc check and the session disagree: the checker accepts lines {missed:?} that the session rejects, and rejects lines {extra:?} that the session runs\n"
+    )
 }
 
 fn list(report: &mut String, items: impl Iterator<Item = String>) {

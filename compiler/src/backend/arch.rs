@@ -373,13 +373,9 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Callers (clap, the REPL) show the text themselves: only the choices here.
         let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
-        write!(
-            f,
-            "unknown architecture `{}` (expected one of: {})",
-            self.0,
-            names.join(", ")
-        )
+        write!(f, "expected one of: {}", names.join(", "))
     }
 }
 

@@ -13,5 +13,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    ExitCode::from(Cli::parse().command.run())
+    let cli = Cli::parse();
+    // passes recurse as deep as the nesting limit allows: run them on a stack
+    // sized for it
+    match tessera::stack::with_stack(move || cli.command.run()) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: cannot start the compiler's thread: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -180,10 +180,10 @@ pub const BUILTINS: &[Builtin] = &[
     // whole-tensor builtins
     b(
         "matmul",
-        &["a", "b"],
+        &["a", "b", "precision"],
         2,
         Ctx::Tensor,
-        "matmul(a, b): batched matrix product, batch dims broadcast",
+        "matmul(a, b, precision=\"ieee\"): batched matrix product, batch dims broadcast; `precision=\"tf32\"` rounds f32 operands to tf32",
     ),
     b(
         "softmax",
@@ -258,7 +258,7 @@ pub const BUILTINS: &[Builtin] = &[
         required: 0,
         variadic: true,
         ctx: Ctx::Session,
-        doc: "print(a, b, ...): writes the values on one line, separated by spaces",
+        doc: "print(a, b, ..., sep=\" \", end=\"\\n\"): writes the values separated by `sep`, then `end`",
     },
     b(
         "len",
@@ -281,10 +281,27 @@ pub const BUILTINS: &[Builtin] = &[
         Ctx::Session,
         "save_npy(tensor, path): writes a .npy file that numpy reads",
     ),
+    b(
+        "set_float32_matmul_precision",
+        &["precision"],
+        1,
+        Ctx::Session,
+        "set_float32_matmul_precision(\"highest\" | \"high\"): how later f32 `matmul`s without `precision=` multiply: \"highest\" (the default) in full f32, \"high\" at tf32, as in PyTorch",
+    ),
 ];
 
 /// The session builtins, for messages.
-pub const SESSION_BUILTINS: &str = "`print`, `len`, `load_npy`, `save_npy`";
+pub const SESSION_BUILTINS: &str =
+    "`print`, `len`, `load_npy`, `save_npy`, `set_float32_matmul_precision`";
+
+/// The values `set_float32_matmul_precision` takes, and whether each means tf32.
+pub fn matmul_precision(name: &str) -> Option<bool> {
+    match name {
+        "highest" | "ieee" => Some(false),
+        "high" | "tf32" => Some(true),
+        _ => None,
+    }
+}
 
 pub fn lookup(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)

@@ -33,7 +33,7 @@ fn make(kind: Kind, dims: Vec<Dim>, dtype: DType, weak: bool) -> Ty {
     }
 }
 
-fn certainly_differ(a: &Dim, b: &Dim) -> bool {
+pub(crate) fn certainly_differ(a: &Dim, b: &Dim) -> bool {
     a.checked_sub(b)
         .and_then(|d| d.as_const())
         .is_some_and(|c| c != 0)
@@ -55,6 +55,7 @@ impl Checker<'_> {
         let mut grid = None;
         let fval = match &func.kind {
             ExprKind::Subscript { value, indices } => {
+                self.callee = true;
                 let v = self.expr(value);
                 match &v.ty {
                     Ty::Callable(Callee::Function(sig)) if sig.is_kernel => {
@@ -68,7 +69,10 @@ impl Checker<'_> {
                     }
                 }
             }
-            _ => self.expr(func),
+            _ => {
+                self.callee = true;
+                self.expr(func)
+            }
         };
         let argv: Vec<ArgV> = args
             .iter()
@@ -637,6 +641,19 @@ impl Checker<'_> {
                     },
                     None => DType::F32,
                 };
+                if b.name == "randn" && !dt.is_float() {
+                    // Normal samples are not integers; rounding them would be a
+                    // second, undocumented distribution.
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            arg(dtype_slot).map_or(span, |a| a.expr.span),
+                            format!("`randn` makes floats; `{dt}` is not a float dtype"),
+                        )
+                        .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"),
+                    );
+                    return Val::err();
+                }
                 if let Some(v) = value_slot.and_then(arg) {
                     match &v.val.ty {
                         Ty::Scalar { dtype, weak } => {
@@ -761,6 +778,21 @@ impl Checker<'_> {
             }
             "matmul" => {
                 let Some(a1) = arg(1) else { return Val::err() };
+                if let Some(p) = arg(2) {
+                    // A literal: the graph lowering reads it from the source.
+                    let ok =
+                        matches!(p.expr.kind, ExprKind::Str(ref s) if s == "ieee" || s == "tf32");
+                    if !ok && !p.val.ty.is_err() {
+                        self.report(
+                            Diagnostic::new(
+                                "E0302",
+                                p.expr.span,
+                                "`precision=` must be the string \"ieee\" or \"tf32\"",
+                            )
+                            .with_help("`matmul(a, b, precision=\"tf32\")` rounds f32 operands to tf32; \"ieee\" (the default) multiplies in full f32"),
+                        );
+                    }
+                }
                 self.matmul_op(&a0.val, &a1.val, span, a0.expr, a1.expr)
             }
             "softmax" => {
@@ -974,11 +1006,41 @@ impl Checker<'_> {
     /// `print`, `len`, `load_npy`, `save_npy` in a top-level statement.
     fn session_builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
         if b.name == "print" {
-            if let Some(a) = args.iter().find(|a| a.name.is_some()) {
-                self.report(
-                    Diagnostic::new("E0205", a.span, "`print` takes no keyword arguments")
-                        .with_help("`print(a, b, ...)`"),
-                );
+            // Python's `sep=` and `end=` (strings); `file=` and `flush=` have
+            // no meaning in a session.
+            for a in args {
+                match a.name.map(|n| n.name.as_str()) {
+                    None => {}
+                    Some("sep" | "end") if matches!(a.val.ty, Ty::Str | Ty::Err) => {}
+                    Some("sep" | "end") => {
+                        self.report(Diagnostic::new(
+                            "E0302",
+                            a.expr.span,
+                            format!("`print`'s separators are strings, found `{}`", a.val.ty),
+                        ));
+                    }
+                    Some(other) => self.report(
+                        Diagnostic::new(
+                            "E0205",
+                            a.span,
+                            format!("`print` has no keyword argument `{other}`"),
+                        )
+                        .with_primary_label("unknown keyword argument")
+                        .with_help("`print(a, b, ..., sep=\" \", end=\"\\n\")`"),
+                    ),
+                }
+            }
+            if let Some(twice) = ["sep", "end"].into_iter().find(|k| {
+                args.iter()
+                    .filter(|a| a.name.is_some_and(|n| n.name == *k))
+                    .count()
+                    > 1
+            }) {
+                self.report(Diagnostic::new(
+                    "E0206",
+                    span,
+                    format!("`{twice}=` is given twice"),
+                ));
             }
             return Val::of(Ty::NoneV);
         }
@@ -1019,6 +1081,23 @@ impl Checker<'_> {
                     }
                 };
                 Val::with(Ty::weak(DType::I32), n.map(Value::Int))
+            }
+            "set_float32_matmul_precision" => {
+                let ok = match &a0.val.value {
+                    Some(Value::Str(s)) => builtins::matmul_precision(s).is_some(),
+                    _ => a0.val.ty.is_err(),
+                };
+                if !ok {
+                    self.report(
+                        Diagnostic::new(
+                            "E0302",
+                            a0.expr.span,
+                            "the matmul precision is \"highest\" (full f32) or \"high\" (tf32)",
+                        )
+                        .with_help("`set_float32_matmul_precision(\"high\")` (PyTorch's \"medium\", bf16, is not offered)"),
+                    );
+                }
+                Val::of(Ty::NoneV)
             }
             "load_npy" => {
                 path_ok(self, a0);
@@ -1180,6 +1259,28 @@ impl Checker<'_> {
             }
             _ => None,
         };
+        // Only `sum` has an identity; the maximum, minimum or mean of nothing
+        // is an error (as in numpy), here where the extent is known to be 0
+        // and at run time otherwise.
+        let reduced: Vec<&Dim> = match axis {
+            Some(j) => vec![&dims[j]],
+            None => dims.iter().collect(),
+        };
+        if name != "sum" && reduced.iter().any(|d| d.as_const() == Some(0)) {
+            self.report(
+                Diagnostic::new(
+                    "E0317",
+                    x.expr.span,
+                    format!(
+                        "`{name}` of an empty {} has no value",
+                        if axis.is_some() { "axis" } else { "tensor" }
+                    ),
+                )
+                .with_label(x.expr.span, format!("this is `{}`", x.val.ty))
+                .with_help("only `sum` of nothing is defined (0); reduce a non-empty axis"),
+            );
+            return Val::err();
+        }
         let out: Vec<Dim> = match axis {
             None if keep => vec![Dim::constant(1); dims.len()],
             None => Vec::new(),
@@ -1441,7 +1542,13 @@ impl Checker<'_> {
         }
         if !matches!(
             a,
-            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::F32 | DType::I8
+            DType::F16
+                | DType::BF16
+                | DType::F8E4M3
+                | DType::F8E5M2
+                | DType::F32
+                | DType::F64
+                | DType::I8
         ) {
             self.report(
                 Diagnostic::new(
@@ -1450,7 +1557,7 @@ impl Checker<'_> {
                     format!("`dot` does not support `{a}` operands"),
                 )
                 .with_help(
-                    "dot takes f16, bf16, f8e4m3, f8e5m2, f32 (or i8); cast with `.to(f16)`",
+                    "dot takes f16, bf16, f8e4m3, f8e5m2, f32, f64 (or i8); cast with `.to(f16)`",
                 ),
             );
             return Val::err();
@@ -1458,8 +1565,18 @@ impl Checker<'_> {
         let mut tf32 = false;
         if let Some((p, pe)) = precision {
             match &p.value {
+                Some(Value::Str(s)) if s == "tf32" && a != DType::F32 => {
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            pe.span,
+                            format!("`precision=\"tf32\"` rounds f32 operands; these are `{a}`"),
+                        )
+                        .with_help("drop `precision=`, or multiply f32 tiles"),
+                    );
+                }
                 Some(Value::Str(s)) if s == "tf32" => tf32 = true,
-                Some(Value::Str(s)) if s == "ieee" || s == "f32" => {}
+                Some(Value::Str(s)) if s == "ieee" => {}
                 Some(Value::None) => {}
                 _ if p.ty.is_err() => {}
                 _ => self.report(Diagnostic::new(
@@ -1469,10 +1586,11 @@ impl Checker<'_> {
                 )),
             }
         }
-        let out = if a == DType::I8 {
-            DType::I32
-        } else {
-            DType::F32
+        // f64 accumulates in f64 (FMA units); every narrower float in f32.
+        let out = match a {
+            DType::I8 => DType::I32,
+            DType::F64 => DType::F64,
+            _ => DType::F32,
         };
         let result = vec![m.clone(), n.clone()];
         if let Some((acc, ae)) = acc {
@@ -1746,6 +1864,36 @@ impl Checker<'_> {
             } else {
                 Val::err()
             };
+        };
+        // A generic callee: bind its dtype variables and batch runs, then check
+        // the call against that instance of the signature.
+        let instance;
+        let sig = if sig.generics.is_some() {
+            let cargs: Vec<super::generics::CallArg<'_>> = slots
+                .iter()
+                .enumerate()
+                .filter_map(|(j, s)| {
+                    s.map(|i| super::generics::CallArg {
+                        param: j,
+                        ty: &args[i].val.ty,
+                        span: args[i].span,
+                    })
+                })
+                .collect();
+            match super::generics::bind_call(sig, &cargs) {
+                Ok(env) => {
+                    instance = Arc::new(super::generics::instantiate(sig, &env));
+                    &instance
+                }
+                Err(diags) => {
+                    for d in diags {
+                        self.report(d);
+                    }
+                    return Val::err();
+                }
+            }
+        } else {
+            sig
         };
         let errors_before = self.diags.len();
         let mut binds: HashMap<String, (Dim, Span, String)> = HashMap::new();

@@ -89,8 +89,10 @@ pub fn fold_binary(op: BinOp, a: &Value, b: &Value) -> Result<Option<Value>, Str
                 Le => Value::Bool(p <= q),
                 Gt => Value::Bool(p > q),
                 Ge => Value::Bool(p >= q),
-                And => Value::int(if p != 0 { q } else { p }),
-                Or => Value::int(if p != 0 { p } else { q }),
+                // `and`/`or` are bool-valued (their type is `bool`), not
+                // Python's operand-valued form.
+                And => Value::Bool(p != 0 && q != 0),
+                Or => Value::Bool(p != 0 || q != 0),
                 Add | Sub | Mul | MatMul => return Ok(None),
             };
             Ok(Some(r))
@@ -126,6 +128,8 @@ pub fn fold_binary(op: BinOp, a: &Value, b: &Value) -> Result<Option<Value>, Str
                 Le => Value::Bool(x <= y),
                 Gt => Value::Bool(x > y),
                 Ge => Value::Bool(x >= y),
+                And => Value::Bool(x != 0.0 && y != 0.0),
+                Or => Value::Bool(x != 0.0 || y != 0.0),
                 _ => return Ok(None),
             }))
         }

@@ -96,6 +96,11 @@ pub struct Checker<'a> {
     pub expr_vals: Option<Vec<(Span, Val)>>,
     /// `reshape` shapes may hold one `-1`.
     pub allow_infer_dim: bool,
+    /// What the dtype variables and batch runs of a generic function stand for.
+    pub tenv: super::generics::TypeEnv,
+    /// The next expression checked is a call's callee, where a function or
+    /// builtin is expected (anywhere else one is E0316).
+    pub callee: bool,
 }
 
 impl<'a> Checker<'a> {
@@ -104,6 +109,7 @@ impl<'a> Checker<'a> {
             scope,
             arch,
             in_kernel: false,
+            callee: false,
             top_level: false,
             kernel: KernelInfo::default(),
             env: FxHashMap::default(),
@@ -120,6 +126,7 @@ impl<'a> Checker<'a> {
             usage: Usage::default(),
             expr_vals: None,
             allow_infer_dim: false,
+            tenv: Default::default(),
         }
     }
 

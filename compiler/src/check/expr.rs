@@ -21,15 +21,182 @@ pub enum Kind {
     Tensor,
 }
 
-/// A short source-like rendering of small expressions, for messages and help lines.
+/// The user's expression as source text, for messages and help lines
+/// (`(a + b).to(f32)`): parenthesised unless atomic, so that a method call
+/// can follow it. Long or deeply nested expressions are shortened
+/// (`matmul(...)`, `(...)`); the walk stops at a small depth.
 pub fn describe(e: &Expr) -> String {
+    const MAX_LEN: usize = 60;
+    let mut s = String::new();
+    if unparse_atom(e, 0, &mut s) && s.len() <= MAX_LEN {
+        return s;
+    }
+    let mut short = String::new();
+    shortened(e, 0, &mut short);
+    short
+}
+
+/// Depth past which `describe` gives up on the full text.
+const DESCRIBE_DEPTH: u32 = 8;
+
+/// `e` as an operand: composite expressions in parentheses.
+fn unparse_atom(e: &Expr, depth: u32, out: &mut String) -> bool {
+    if matches!(
+        e.kind,
+        ExprKind::Unary { .. } | ExprKind::Binary { .. } | ExprKind::IfElse { .. }
+    ) {
+        out.push('(');
+        let ok = unparse(e, depth, out);
+        out.push(')');
+        ok
+    } else {
+        unparse(e, depth, out)
+    }
+}
+
+/// `e` as source text; false where it cannot be written (a parse error) or
+/// is nested too deeply.
+fn unparse(e: &Expr, depth: u32, out: &mut String) -> bool {
+    if depth > DESCRIBE_DEPTH {
+        return false;
+    }
+    let d = depth + 1;
     match &e.kind {
-        ExprKind::Name(id) => id.name.clone(),
-        ExprKind::Int(i) => i.to_string(),
-        ExprKind::Attribute { value, attr } => format!("{}.{}", describe(value), attr.name),
-        ExprKind::Subscript { value, .. } => format!("{}[...]", describe(value)),
-        ExprKind::Call { func, .. } => format!("{}(...)", describe(func)),
-        _ => "(...)".to_string(),
+        ExprKind::Int(i) => out.push_str(&i.to_string()),
+        ExprKind::Float(x) if x.is_infinite() => {
+            out.push_str(if *x > 0.0 { "inf" } else { "-inf" })
+        }
+        ExprKind::Float(x) if x.fract() == 0.0 && x.abs() < 1e16 => {
+            out.push_str(&format!("{x:.1}"))
+        }
+        ExprKind::Float(x) => out.push_str(&x.to_string()),
+        ExprKind::Str(s) => out.push_str(&format!("{s:?}")),
+        ExprKind::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
+        ExprKind::None => out.push_str("None"),
+        ExprKind::Name(id) => out.push_str(&id.name),
+        ExprKind::Unary { op, operand } => {
+            out.push_str(op.symbol());
+            return unparse_atom(operand, d, out);
+        }
+        ExprKind::Binary { op, lhs, rhs } => {
+            let ok = unparse_atom(lhs, d, out);
+            out.push_str(&format!(" {} ", op.symbol()));
+            return ok && unparse_atom(rhs, d, out);
+        }
+        ExprKind::IfElse {
+            cond,
+            then,
+            otherwise,
+        } => {
+            let ok = unparse_atom(then, d, out);
+            out.push_str(" if ");
+            let ok = ok && unparse_atom(cond, d, out);
+            out.push_str(" else ");
+            return ok && unparse_atom(otherwise, d, out);
+        }
+        ExprKind::Call { func, args } => {
+            let mut ok = unparse_atom(func, d, out);
+            out.push('(');
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                if let Some(n) = &a.name {
+                    out.push_str(&n.name);
+                    out.push('=');
+                }
+                ok = ok && unparse(&a.value, d, out);
+            }
+            out.push(')');
+            return ok;
+        }
+        ExprKind::Subscript { value, indices } => {
+            let mut ok = unparse_atom(value, d, out);
+            out.push('[');
+            for (i, ix) in indices.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                ok = ok
+                    && match ix {
+                        Index::Expr(x) => unparse(x, d, out),
+                        Index::Slice {
+                            start, end, step, ..
+                        } => {
+                            let part = |p: &Option<Expr>, out: &mut String| {
+                                p.as_ref().is_none_or(|x| unparse(x, d, out))
+                            };
+                            let a = part(start, out);
+                            out.push_str(if start.is_some() || end.is_some() {
+                                " : "
+                            } else {
+                                ":"
+                            });
+                            let b = part(end, out);
+                            let c = match step {
+                                Some(_) => {
+                                    out.push_str(" : ");
+                                    part(step, out)
+                                }
+                                None => true,
+                            };
+                            a && b && c
+                        }
+                    };
+            }
+            out.push(']');
+            return ok;
+        }
+        ExprKind::Attribute { value, attr } => {
+            let ok = unparse_atom(value, d, out);
+            out.push('.');
+            out.push_str(&attr.name);
+            return ok;
+        }
+        ExprKind::Tuple(items) | ExprKind::List(items) => {
+            let list = matches!(e.kind, ExprKind::List(_));
+            out.push(if list { '[' } else { '(' });
+            let mut ok = true;
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                ok = ok && unparse(x, d, out);
+            }
+            if !list && items.len() == 1 {
+                out.push(',');
+            }
+            out.push(if list { ']' } else { ')' });
+            return ok;
+        }
+        ExprKind::Dict(_) | ExprKind::Error => return false,
+    }
+    true
+}
+
+/// The old short form: names, attributes, `f(...)`, `x[...]`, `(...)`.
+fn shortened(e: &Expr, depth: u32, out: &mut String) {
+    if depth > DESCRIBE_DEPTH {
+        out.push_str("(...)");
+        return;
+    }
+    match &e.kind {
+        ExprKind::Name(id) => out.push_str(&id.name),
+        ExprKind::Int(i) => out.push_str(&i.to_string()),
+        ExprKind::Attribute { value, attr } => {
+            shortened(value, depth + 1, out);
+            out.push('.');
+            out.push_str(&attr.name);
+        }
+        ExprKind::Subscript { value, .. } => {
+            shortened(value, depth + 1, out);
+            out.push_str("[...]");
+        }
+        ExprKind::Call { func, .. } => {
+            shortened(func, depth + 1, out);
+            out.push_str("(...)");
+        }
+        _ => out.push_str("(...)"),
     }
 }
 
@@ -59,7 +226,14 @@ fn same_category(a: DType, b: DType) -> bool {
 
 impl Checker<'_> {
     pub fn expr(&mut self, e: &Expr) -> Val {
-        let v = self.expr_inner(e);
+        let callee = std::mem::take(&mut self.callee);
+        let mut v = self.expr_inner(e);
+        if !callee {
+            if let Ty::Callable(c) = &v.ty {
+                self.report(not_a_value(c, e));
+                v = Val::err();
+            }
+        }
         if let Some(vals) = &mut self.expr_vals {
             vals.push((e.span, v.clone()));
         }
@@ -262,7 +436,10 @@ impl Checker<'_> {
                         format!("`{}` is a tensor in global memory (`{}`); load it before computing with it", describe(e), v.ty),
                     )
                     .with_primary_label("tensor used as a tile")
-                    .with_help(format!("load a tile first: `load({}[...])`", describe(e).trim_end_matches("[...]"))),
+                    .with_help(match &e.kind {
+                        ExprKind::Subscript { .. } => format!("load a tile first: `load({})`", describe(e)),
+                        _ => format!("load a tile first: `load({}[...])`", describe(e)),
+                    }),
                 );
                 None
             }
@@ -322,6 +499,12 @@ impl Checker<'_> {
             }
         } else if same_category(a, b) && (lk == Kind::Scalar) != (rk == Kind::Scalar) {
             return Some((if lk == Kind::Scalar { b } else { a }, false));
+        } else if lk == Kind::Scalar && a.is_int() && b.is_float() {
+            // An integer scalar (a dim, a loop index, an `i32` parameter) is weak
+            // against floats, as in Triton and numpy: `sum(v) / N`.
+            return Some((b, false));
+        } else if rk == Kind::Scalar && b.is_int() && a.is_float() {
+            return Some((a, false));
         } else if let Some(d) = DType::join(a, b) {
             return Some((d, false));
         }
@@ -1092,7 +1275,7 @@ impl Checker<'_> {
                     attr.span,
                     format!("no attribute `{name}` on {} `{other}`", other.kind_name()),
                 );
-                if let Some(s) = suggest(name, ["T", "shape", "dtype", "to"].into_iter()) {
+                if let Some(s) = suggest(name, VALUE_MEMBERS.iter().copied()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 self.report(d);
@@ -1101,6 +1284,10 @@ impl Checker<'_> {
         }
     }
 }
+
+/// The attributes and methods of tiles, tensors and scalars (`x.T`,
+/// `x.shape`, `x.dtype`, `x.to(...)`), for suggestions and completion.
+pub const VALUE_MEMBERS: &[&str] = &["T", "dtype", "shape", "to"];
 
 /// A slice bound as Python reads it on an axis of size `full`: a negative
 /// constant counts from the end, and constants clamp to `[0, full]` when `full`
@@ -1111,4 +1298,26 @@ pub fn python_bound(b: &Dim, full: &Dim) -> Dim {
         (Some(c), None) if c < 0 => full.checked_add(b).unwrap_or_else(|| b.clone()),
         _ => b.clone(),
     }
+}
+
+/// E0316: a function, kernel, builtin or method used as a value. Functions are
+/// not first-class (a kernel is compiled per call site and a session builtin
+/// runs on the host), so only a call may name one.
+fn not_a_value(c: &Callee, e: &Expr) -> Diagnostic {
+    let what = match c {
+        Callee::Builtin(n) => format!("the builtin `{n}`"),
+        Callee::Function(sig) if sig.is_kernel => format!("the kernel `{}`", sig.name),
+        Callee::Function(sig) => format!("the function `{}`", sig.name),
+        Callee::Method { name, .. } => format!("the method `{name}`"),
+    };
+    Diagnostic::new(
+        "E0316",
+        e.span,
+        format!("{what} is not a value; functions can only be called"),
+    )
+    .with_primary_label("used as a value")
+    .with_help(format!(
+        "call it: `{}(...)` (functions are not first-class values)",
+        describe(e)
+    ))
 }

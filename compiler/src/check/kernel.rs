@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::ctx::{BindKind, Binding, Checker};
 use super::dims::Dim;
-use super::scope::{annotation, Annot, ModuleScope};
+use super::scope::{annotation_in, Annot, ModuleScope};
 use super::suggest;
 use super::types::{DType, Ty, Value};
 use super::ItemCheck;
@@ -45,7 +45,7 @@ impl Checker<'_> {
                 continue;
             }
             let annot = match &p.ty {
-                Some(t) => annotation(t, &|n| scope.const_value(n), &mut self.diags),
+                Some(t) => annotation_in(t, &|n| scope.const_value(n), &self.tenv, &mut self.diags),
                 None => {
                     if self.in_kernel {
                         self.report(
@@ -603,13 +603,83 @@ pub fn check_function_typed(
     check_function_with(f, scope, arch, true)
 }
 
+/// Checks a generic function's body once per dtype its variables allow (the
+/// representative's check gives the types and values; the first other
+/// instance with errors adds those, saying which instance it is), or one
+/// instance only when `env` fixes it (lowering a call's instance).
 fn check_function_with(
     f: &Function,
     scope: &ModuleScope,
     arch: Arch,
     keep_vals: bool,
 ) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
+    let mut decl = Vec::new();
+    super::generics::check_decl(f, &mut decl);
+    if super::generics::generic_sig(f).is_none() {
+        let (mut check, vals) = check_function_in(f, scope, arch, keep_vals, Default::default());
+        if !decl.is_empty() {
+            check.diagnostics.extend(decl);
+            check
+                .diagnostics
+                .sort_by_key(|d| (d.span.start, d.span.end));
+        }
+        return (check, vals);
+    }
+    let envs = super::generics::body_envs(f, 16);
+    let mut first = None;
+    for env in envs {
+        let shown = env.describe();
+        let (check, vals) = check_function_in(f, scope, arch, keep_vals, env);
+        let Some((c0, _)) = &mut first else {
+            first = Some((check, vals));
+            continue;
+        };
+        let c0: &mut ItemCheck = c0;
+        if c0.diagnostics.iter().any(|d| d.is_error()) {
+            break;
+        }
+        let errors: Vec<_> = check
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.with_help(format!("this error is in the instance {shown}")))
+            .collect();
+        if !errors.is_empty() {
+            c0.diagnostics.extend(errors);
+            break;
+        }
+    }
+    let (mut check, vals) = first.unwrap_or_default();
+    check.diagnostics.extend(decl);
+    check
+        .diagnostics
+        .sort_by_key(|d| (d.span.start, d.span.end));
+    (check, vals)
+}
+
+/// Checks a function with a fixed meaning of its dtype variables and runs.
+pub fn check_function_instance(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+    env: super::generics::TypeEnv,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
+    let mut decl = Vec::new();
+    super::generics::check_decl(f, &mut decl);
+    let (mut check, vals) = check_function_in(f, scope, arch, true, env);
+    check.diagnostics.extend(decl);
+    (check, vals)
+}
+
+fn check_function_in(
+    f: &Function,
+    scope: &ModuleScope,
+    arch: Arch,
+    keep_vals: bool,
+    env: super::generics::TypeEnv,
+) -> (ItemCheck, Vec<(crate::syntax::span::Span, super::ctx::Val)>) {
     let mut c = Checker::new(scope, arch);
+    c.tenv = env;
     if keep_vals {
         c.expr_vals = Some(Vec::new());
     }
@@ -629,7 +699,7 @@ fn check_function_with(
         .collect();
     if let Some(rt) = &f.ret {
         let mut ann = Vec::new();
-        let a = annotation(rt, &|n| scope.const_value(n), &mut ann);
+        let a = annotation_in(rt, &|n| scope.const_value(n), &c.tenv, &mut ann);
         c.diags.extend(ann);
         if c.in_kernel {
             c.report(

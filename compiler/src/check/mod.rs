@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod dims;
 pub mod expr;
 pub mod fxhash;
+pub mod generics;
 pub mod kernel;
 pub mod resources;
 pub mod scope;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::consts::eval_const;
 use super::dims::Dim;
+use super::generics::{self, TypeEnv};
 use super::types::{DType, Ty, Value};
 use super::{builtins, suggest};
 use crate::diag::Diagnostic;
@@ -50,6 +51,9 @@ pub struct FnSig {
     pub grid_rank: Option<usize>,
     /// `def name(params) -> T`, as shown on hover.
     pub rendered: String,
+    /// Dtype variables and batch runs (`def f[T: float](x: Tensor["*B", "N", T])`);
+    /// `params`/`ret` then hold a representative dtype and `*B` as one dim.
+    pub generics: Option<Arc<super::generics::GenericSig>>,
 }
 
 /// `Eq` (floats in defaults compare by `==`; a NaN default only costs a
@@ -98,9 +102,21 @@ pub fn annotation(
     consts: &dyn Fn(&str) -> Option<Value>,
     diags: &mut Vec<Diagnostic>,
 ) -> Annot {
+    annotation_in(te, consts, &TypeEnv::default(), diags)
+}
+
+/// [`annotation`] inside a generic function: dtype variables and batch runs
+/// (`"*B"`) stand for what `env` says (a run not in `env` is one opaque dim).
+/// Misplaced runs are reported by `generics::check_decl`, not here.
+pub fn annotation_in(
+    te: &TypeExpr,
+    consts: &dyn Fn(&str) -> Option<Value>,
+    env: &TypeEnv,
+    diags: &mut Vec<Diagnostic>,
+) -> Annot {
     match &te.kind {
         TypeExprKind::Name(id) => {
-            if let Some(d) = DType::from_name(&id.name) {
+            if let Some(d) = DType::from_name(&id.name).or_else(|| env.dtype(&id.name)) {
                 return Annot::Ty(Ty::scalar(d));
             }
             if id.name == "Tensor" || id.name == "Tile" {
@@ -119,7 +135,7 @@ pub fn annotation(
         }
         TypeExprKind::Const(inner) => match inner {
             None => Annot::Const(None),
-            Some(t) => match annotation(t, consts, diags) {
+            Some(t) => match annotation_in(t, consts, env, diags) {
                 Annot::Ty(Ty::Scalar { dtype, .. }) => Annot::Const(Some(dtype)),
                 Annot::Ty(Ty::Err) => Annot::Const(None),
                 _ => {
@@ -159,7 +175,9 @@ pub fn annotation(
             };
             let mut ok = true;
             let dtype = match &last.kind {
-                ExprKind::Name(id) => match DType::from_name(&id.name) {
+                ExprKind::Name(id) => match DType::from_name(&id.name)
+                    .or_else(|| env.dtype(&id.name))
+                {
                     Some(d) => Some(d),
                     None => {
                         if consts(&id.name).is_some()
@@ -179,6 +197,10 @@ pub fn annotation(
             };
             let mut dims = Vec::with_capacity(dim_args.len());
             for a in dim_args {
+                if let Some(r) = generics::run_name(a) {
+                    dims.extend(env.run_dims(r));
+                    continue;
+                }
                 match dim_of(a, consts) {
                     Ok(d) => dims.push(d),
                     Err(d) => {
@@ -266,8 +288,35 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
     let mut sink = Vec::new();
     let mut params = Vec::with_capacity(f.params.len());
     let mut rendered_params = Vec::with_capacity(f.params.len());
+    let generics = generics::generic_sig(f);
+    let env = generics::representative(f);
+    // A generic parameter is shown as written (`Tensor[*B, N, T]`), not at
+    // the representative dtype its type holds.
+    let shown = |t: &TypeExpr, ty: &Ty| -> String {
+        if generics.is_none() {
+            return ty.to_string();
+        }
+        match &t.kind {
+            TypeExprKind::Generic { base, args } if !matches!(ty, Ty::Err) => {
+                let parts: Vec<String> = args
+                    .iter()
+                    .map(|a| match &a.kind {
+                        ExprKind::Str(s) => s.trim().to_string(),
+                        ExprKind::Name(id) => id.name.clone(),
+                        ExprKind::Int(i) => i.to_string(),
+                        _ => "?".to_string(),
+                    })
+                    .collect();
+                format!("{}[{}]", base.name, parts.join(", "))
+            }
+            TypeExprKind::Name(id) if env.dtype(&id.name).is_some() => id.name.clone(),
+            _ => ty.to_string(),
+        }
+    };
     for p in &f.params {
-        let annot = p.ty.as_ref().map(|t| annotation(t, consts, &mut sink));
+        let annot =
+            p.ty.as_ref()
+                .map(|t| annotation_in(t, consts, &env, &mut sink));
         let (ty, is_const) = match annot {
             Some(Annot::Ty(t)) => (t, false),
             Some(Annot::Const(dt)) => (dt.map(Ty::scalar).unwrap_or(Ty::Err), true),
@@ -275,12 +324,12 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
         };
         let default = p.default.as_ref().and_then(|d| eval_const(d, consts).ok());
         let mut r = p.name.name.clone();
-        if p.ty.is_some() {
+        if let Some(te) = &p.ty {
             r.push_str(": ");
             r.push_str(&match (&ty, is_const) {
                 (Ty::Err, true) => "const".to_string(),
                 (t, true) => format!("const {t}"),
-                (t, false) => t.to_string(),
+                (t, false) => shown(te, t),
             });
         }
         if p.default.is_some() {
@@ -304,7 +353,7 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
     let ret = f
         .ret
         .as_ref()
-        .map(|t| match annotation(t, consts, &mut sink) {
+        .map(|t| match annotation_in(t, consts, &env, &mut sink) {
             Annot::Ty(t) => t,
             Annot::Const(dt) => dt.map(Ty::scalar).unwrap_or(Ty::Err),
         });
@@ -325,13 +374,26 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
         rendered.push_str(&d.name.name);
         rendered.push('\n');
     }
+    let tparams = if f.type_params.is_empty() {
+        String::new()
+    } else {
+        let v: Vec<String> = f
+            .type_params
+            .iter()
+            .map(|tp| match &tp.bound {
+                Some(b) => format!("{}: {}", tp.name.name, b.name),
+                None => tp.name.name.clone(),
+            })
+            .collect();
+        format!("[{}]", v.join(", "))
+    };
     rendered.push_str(&format!(
-        "def {}({})",
+        "def {}{tparams}({})",
         f.name.name,
         rendered_params.join(", ")
     ));
-    if let Some(r) = &ret {
-        rendered.push_str(&format!(" -> {r}"));
+    if let (Some(r), Some(te)) = (&ret, &f.ret) {
+        rendered.push_str(&format!(" -> {}", shown(te, r)));
     }
     FnSig {
         name: f.name.name.clone(),
@@ -340,6 +402,7 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
         ret,
         grid_rank,
         rendered,
+        generics: generics.map(Arc::new),
     }
 }
 

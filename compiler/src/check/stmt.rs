@@ -3,7 +3,7 @@
 
 use super::ctx::{BindKind, Binding, Checker, Val};
 use super::fxhash::FxHashMap;
-use super::scope::{annotation, Annot, Entry};
+use super::scope::{annotation_in, Annot, Entry};
 use super::types::{render_dims, DType, Ty, Value};
 use super::{builtins, expr::describe};
 use crate::diag::Diagnostic;
@@ -117,7 +117,9 @@ impl Checker<'_> {
     /// `x: T = value`: the value must fit the annotation.
     fn annotated(&mut self, v: Val, te: &TypeExpr, value: &Expr) -> Val {
         let scope = self.scope;
-        let Annot::Ty(t) = annotation(te, &|n| scope.const_value(n), &mut self.diags) else {
+        let Annot::Ty(t) =
+            annotation_in(te, &|n| scope.const_value(n), &self.tenv, &mut self.diags)
+        else {
             return v;
         };
         if v.ty.is_err() || t.is_err() {
@@ -243,6 +245,9 @@ impl Checker<'_> {
                     return;
                 }
                 let slot = self.subscript(base, value, indices);
+                if let Some(dt) = slot.ty.dtype().filter(|_| !v.ty.is_err()) {
+                    self.assigned_dtype_fits(dt, &v, target.span);
+                }
                 if let (Some(sd), Some(vd)) = (slot.ty.dims(), v.ty.dims()) {
                     if super::expr::broadcast(vd, sd).as_deref() != Some(sd) {
                         self.report(Diagnostic::new(
@@ -265,6 +270,38 @@ impl Checker<'_> {
                     "this cannot be assigned to",
                 ));
             }
+        }
+    }
+
+    /// `t[idx] = v`: `v` must widen to `t`'s dtype, as the session checks when
+    /// it stores (E0727 there, for values whose dtype is known only then): a
+    /// float never goes into an integer tensor, a number into a bool one, an
+    /// integer literal must fit.
+    fn assigned_dtype_fits(&mut self, dt: DType, v: &Val, span: Span) {
+        let fits = match &v.ty {
+            Ty::Scalar { dtype, weak: true } => match (&v.value, dtype) {
+                (_, DType::Bool) => dt == DType::Bool,
+                (Some(Value::Int(d)), _) if dt != DType::Bool && !dt.is_float() => {
+                    d.as_const().is_none_or(|i| int_fits(dt, i))
+                }
+                (_, d) if d.is_float() => dt.is_float(),
+                _ => dt != DType::Bool,
+            },
+            Ty::Scalar { dtype, .. } | Ty::Tensor { dtype, .. } => dtype.widens_to(dt),
+            Ty::Str => false,
+            _ => true,
+        };
+        if !fits {
+            self.report(
+                Diagnostic::new(
+                    "E0301",
+                    span,
+                    format!("cannot store `{}` in a tensor of dtype `{dt}`", v.ty),
+                )
+                .with_help(format!(
+                    "dtypes never narrow when stored; convert the value first: `.to({dt})`"
+                )),
+            );
         }
     }
 
@@ -575,7 +612,7 @@ impl Checker<'_> {
                             format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
                         )
                         .with_label(rspan, "declared here")
-                        .with_help(format!("convert explicitly: `({}).to({rdt})`", describe(e))),
+                        .with_help(format!("convert explicitly: `{}.to({rdt})`", describe(e))),
                     );
                 }
             }
@@ -611,4 +648,17 @@ impl Checker<'_> {
             ),
         }
     }
+}
+
+/// Whether the integer `i` is a value of the integer dtype `dt`.
+fn int_fits(dt: DType, i: i64) -> bool {
+    let (lo, hi): (i64, i64) = match dt {
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::U32 => (0, u32::MAX.into()),
+        _ => (i64::MIN, i64::MAX),
+    };
+    (lo..=hi).contains(&i)
 }

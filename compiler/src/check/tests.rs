@@ -171,8 +171,8 @@ fn every_checker_code_has_a_case() {
                 || c.starts_with('W')
         })
         // Produced by compilation, not by the checker: E0511/E0512 under
-        // `emit` (tests/ui/emit), W0003/W0004 under `report` (tests/ui/report).
-        .filter(|c| !["E0511", "E0512", "W0003", "W0004"].contains(c))
+        // `emit` (tests/ui/emit), W0003/W0004/W0006 under `report` (tests/ui/report).
+        .filter(|c| !["E0511", "E0512", "W0003", "W0004", "W0006"].contains(c))
         .filter(|c| !text.contains(&format!(" {c}")))
         .collect();
     assert!(
@@ -215,4 +215,37 @@ fn hover_types_and_signatures() {
         sig.rendered
     );
     assert!(sig.rendered.contains("BM: const = 128"), "{}", sig.rendered);
+}
+
+/// Help lines quote the user's own expression (parenthesised before a
+/// method call), not a stand-in.
+#[test]
+fn help_lines_quote_the_expression_as_written() {
+    let mut db = crate::db::Database::new();
+    let src = "def f(a: Tensor[\"N\", f16], b: Tensor[\"N\", bf16]) -> Tensor[\"N\", f32]:\n    return (a + a[0 : N]) * b\n";
+    let file = db.set_source("/t/describe.tsr", src.to_string());
+    let helps: Vec<String> = db
+        .diagnostics(file)
+        .iter()
+        .filter_map(|d| d.help.clone())
+        .collect();
+    assert!(
+        helps.iter().any(|h| h.contains("`(a + a[0 : N]).to(f32)`")),
+        "{helps:?}"
+    );
+    // Deep or long expressions fall back to a short form (bounded work).
+    let deep = format!("x{}", ".T".repeat(50));
+    let src = format!("def g(x: Tensor[\"N\", \"N\", f16], y: Tensor[\"N\", \"N\", bf16]) -> Tensor[\"N\", \"N\", f32]:\n    return {deep} + y\n");
+    let file = db.set_source("/t/deep.tsr", src);
+    let helps: Vec<String> = db
+        .diagnostics(file)
+        .iter()
+        .filter_map(|d| d.help.clone())
+        .collect();
+    assert!(
+        helps
+            .iter()
+            .any(|h| h.contains("(...)") || h.contains(".T.T")),
+        "{helps:?}"
+    );
 }

@@ -20,6 +20,14 @@ const fn e(code: &'static str, title: &'static str) -> CodeInfo {
     }
 }
 
+const fn n(code: &'static str, title: &'static str) -> CodeInfo {
+    CodeInfo {
+        code,
+        severity: Severity::Note,
+        title,
+    }
+}
+
 const fn w(code: &'static str, title: &'static str) -> CodeInfo {
     CodeInfo {
         code,
@@ -48,6 +56,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0113", "decorator not followed by a def"),
     e("E0114", "`break` or `continue` outside a loop"),
     e("E0115", "`return` outside a function"),
+    e("E0116", "expression nested too deeply"),
     // E02xx names and imports
     e("E0201", "unknown name"),
     e("E0202", "unknown module"),
@@ -80,6 +89,12 @@ pub const CATALOGUE: &[CodeInfo] = &[
     ),
     e("E0314", "operation needs integer or bool operands"),
     e("E0315", "constant evaluation failed"),
+    e("E0316", "function used as a value"),
+    e("E0317", "reduction of an empty extent has no identity"),
+    e("E0320", "dtype variable bound to two different dtypes"),
+    e("E0321", "dtype outside the dtype variable's bound"),
+    e("E0322", "malformed dtype variable"),
+    e("E0323", "kernel with dtype variables or a batch run"),
     // E04xx shapes
     e("E0401", "dim bound to two different sizes"),
     e("E0402", "shapes do not broadcast"),
@@ -97,6 +112,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0411", "wrong rank for this operation"),
     e("E0412", "reshape changes the number of elements"),
     e("E0413", "constant index out of range"),
+    e("E0414", "batch run bound to two different runs of dims"),
+    e("E0415", "misplaced batch run"),
     // E05xx kernels and launches
     e("E0501", "kernel launched without a grid"),
     e("E0502", "invalid grid"),
@@ -164,7 +181,15 @@ pub const CATALOGUE: &[CodeInfo] = &[
     w("W0002", "unused import"),
     w("W0005", "unreachable code"),
     w("W0003", "kernel likely spills registers"),
-    w("W0004", "low occupancy (under 25%)"),
+    w(
+        "W0004",
+        "low occupancy (under 25%) with nothing hiding memory latency",
+    ),
+    // Notes (severity `note`): information, no action needed.
+    n(
+        "W0006",
+        "low occupancy (under 25%), latency hidden by tensor cores or pipelined copies",
+    ),
 ];
 
 pub fn lookup(code: &str) -> Option<&'static CodeInfo> {

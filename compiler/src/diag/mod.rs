@@ -11,6 +11,9 @@ use crate::syntax::span::Span;
 pub enum Severity {
     Error,
     Warning,
+    /// Information that needs no action (`note[W0006]`): shown, never counted
+    /// as a warning, an LSP `Information`.
+    Note,
 }
 
 impl Severity {
@@ -18,6 +21,7 @@ impl Severity {
         match self {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Note => "note",
         }
     }
 }

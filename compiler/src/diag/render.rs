@@ -145,6 +145,7 @@ fn write_report(
     let (word, accent) = match diag.severity {
         Severity::Error => ("error", Color::Red),
         Severity::Warning => ("warning", Color::Yellow),
+        Severity::Note => ("note", Color::Cyan),
     };
     let kind = format!("{word}[{}]", diag.code);
     let id = path.to_string();

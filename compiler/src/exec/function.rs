@@ -56,18 +56,37 @@ pub fn run_function(
             }
         }
     }
-    let dims = bind_dims(&sig, &values)?;
     let opts = db.options();
-    let schedule = db::schedule_ir(db, item, opts).clone().map_err(|e| {
+    let cannot_run = |e: crate::ir::graph::LowerError| {
         ExecError::new(
             "E0710",
             format!("`{func}` cannot run yet: {}", e.message),
         )
         .with_help("this construct is not lowered to kernels yet (`tsrc emit schedule-ir` shows the same error)")
-    })?;
-    let graph = db::graph_ir(db, item, opts)
-        .clone()
-        .map_err(|e| ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message)))?;
+    };
+    // A generic function runs the instance its arguments' dtypes and ranks bind.
+    let (sig, instance) = match instance_of(&sig, &values)? {
+        Some(env) => {
+            let (g, s) = db::instance_schedule(db, item, opts, &env).map_err(cannot_run)?;
+            (
+                std::sync::Arc::new(crate::check::generics::instantiate(&sig, &env)),
+                Some((g, s)),
+            )
+        }
+        None => (sig, None),
+    };
+    let dims = bind_dims(&sig, &values)?;
+    let (graph, schedule) = match instance {
+        Some(gs) => gs,
+        None => (
+            db::graph_ir(db, item, opts).clone().map_err(|e| {
+                ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message))
+            })?,
+            db::schedule_ir(db, item, opts)
+                .clone()
+                .map_err(cannot_run)?,
+        ),
+    };
     let by_name: HashMap<&str, &Value> = values.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let params: Vec<Value> = graph
         .params
@@ -94,6 +113,48 @@ pub fn run_function(
         })
         .collect();
     run_schedule(db, file, &schedule, &dims, &params, &scalars, interrupt)
+}
+
+/// The instance of a generic function that run-time arguments bind (`None`
+/// for a function that is not generic); a conflict is the checker's error
+/// (E0320, E0321, E0414) reported at run time.
+fn instance_of(
+    sig: &crate::check::FnSig,
+    values: &[(String, Value)],
+) -> Result<Option<crate::check::generics::TypeEnv>, ExecError> {
+    use crate::check::generics::{bind_call, CallArg};
+    use crate::check::{dims::Dim, Ty};
+    if sig.generics.is_none() {
+        return Ok(None);
+    }
+    let tys: Vec<(usize, Ty)> = values
+        .iter()
+        .filter_map(|(name, v)| {
+            let j = sig.params.iter().position(|p| p.name == *name)?;
+            match v {
+                Value::Tensor(t) => Some((
+                    j,
+                    Ty::Tensor {
+                        dims: t.shape().iter().map(|d| Dim::constant(*d as i64)).collect(),
+                        dtype: t.dtype(),
+                    },
+                )),
+                _ => None,
+            }
+        })
+        .collect();
+    let args: Vec<CallArg<'_>> = tys
+        .iter()
+        .map(|(j, ty)| CallArg {
+            param: *j,
+            ty,
+            span: crate::syntax::span::Span::new(0, 0),
+        })
+        .collect();
+    bind_call(sig, &args).map(Some).map_err(|diags| {
+        let d = &diags[0];
+        ExecError::new(d.code, d.message.clone())
+    })
 }
 
 /// Nesting of `run_function` on this thread (recursive `Call` steps), capped
@@ -262,10 +323,10 @@ fn scalar(
         }
         ScalarExpr::Cast(x, d) => {
             let v = scalar(x, env, params)?;
-            if d.is_float() {
-                Num::F(super::round_to(*d, v.f()))
-            } else {
-                Num::I(super::round_to(*d, v.f()) as i64)
+            match v {
+                _ if d.is_float() => Num::F(super::round_to(*d, v.f())),
+                Num::I(i) => Num::I(super::tensor::wrap_int(*d, i)),
+                Num::F(x) => Num::I(super::tensor::float_to_int(*d, x)),
             }
         }
         ScalarExpr::Var(v) => *params.get(&format!("${v}")).ok_or_else(|| {
@@ -638,6 +699,27 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
             format!("the launch requires `{r}`, which cannot be checked"),
         )
     };
+    // `nonempty max: N`: the reduced extent of a `max`, `min` or `mean`.
+    if let Some((op, extent)) = r
+        .strip_prefix("nonempty ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        let n = eval(extent).ok_or_else(unchecked)?;
+        return if n > 0 {
+            Ok(())
+        } else {
+            let extent = extent.trim();
+            let what = if extent.parse::<i64>().is_ok() {
+                "an empty axis".to_string()
+            } else {
+                format!("an empty extent (`{extent}` = 0)")
+            };
+            Err(
+                ExecError::new("E0317", format!("`{op}` of {what} has no value"))
+                    .with_help("only `sum` of nothing is defined (0); reduce a non-empty axis"),
+            )
+        };
+    }
     // Other requirements describe the target (`f32 inputs multiplied at tf32
     // precision`): the CPU executes the same Tile IR (it rounds to tf32 too).
     let Some((lhs, rhs)) = r.split_once("<=") else {

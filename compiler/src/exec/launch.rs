@@ -33,6 +33,40 @@ pub fn launch_kernel(
     launch_bound(db, kfile, item, grid, &values, interrupt)
 }
 
+/// The specialization a launch of `kernel` with these arguments compiles
+/// for: its const parameters and the dims of its tensor arguments (what the
+/// REPL's `:emit` and `:resources` show for a kernel as it last ran).
+pub fn launch_specialization(
+    db: &Database,
+    file: SourceFile,
+    kernel: &str,
+    args: &[Value],
+    named: &[(String, Value)],
+) -> Result<Specialization, ExecError> {
+    let (_, item) = find_kernel(db, file, kernel)?;
+    let sig = signature(db, item, kernel)?;
+    let values = match_args(&sig, args, named)?;
+    let mut spec = Specialization::new();
+    spec.values = bind_dims(&sig, &values)?;
+    for (p, (_, v)) in sig.params.iter().zip(&values) {
+        if p.is_const {
+            match v {
+                Value::Int(i) => {
+                    spec.values.insert(p.name.clone(), *i);
+                }
+                Value::Bool(b) => {
+                    spec.values.insert(p.name.clone(), *b as i64);
+                }
+                Value::Float(x) => {
+                    spec.floats.insert(p.name.clone(), x.to_bits());
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(spec)
+}
+
 /// The file and item defining kernel `name`: `file` itself first, then the
 /// standard library modules.
 pub(crate) fn find_kernel<'db>(
@@ -98,14 +132,16 @@ pub(crate) fn match_args(
         let Some(i) = sig.params.iter().position(|p| &p.name == n) else {
             return Err(
                 ExecError::new("E0707", format!("`{}` has no parameter `{n}`", sig.name))
-                    .with_help(sig.rendered.clone()),
+                    .with_help(sig.rendered.clone())
+                    .at_param(n),
             );
         };
         if out[i].is_some() {
             return Err(ExecError::new(
                 "E0707",
                 format!("parameter `{n}` of `{}` is given twice", sig.name),
-            ));
+            )
+            .at_param(n));
         }
         out[i] = Some(v.clone());
     }
@@ -180,7 +216,8 @@ pub(crate) fn bind_dims(
                             t.dtype()
                         ),
                     )
-                    .with_help(format!("convert it with `.to({dtype})`")));
+                    .with_help(format!("convert it with `.to({dtype})`"))
+                    .at_param(&p.name));
                 }
                 if pd.len() != t.shape().len() {
                     return Err(ExecError::new(
@@ -193,7 +230,8 @@ pub(crate) fn bind_dims(
                             t.shape()
                         ),
                     )
-                    .with_help(sig.rendered.clone()));
+                    .with_help(sig.rendered.clone())
+                    .at_param(&p.name));
                 }
                 for (axis, (d, &n)) in pd.iter().zip(t.shape()).enumerate() {
                     let n = n as i64;
@@ -224,7 +262,8 @@ pub(crate) fn bind_dims(
                         sig.name,
                         other.describe()
                     ),
-                ))
+                )
+                .at_param(&p.name))
             }
             (Ty::Scalar { .. }, Value::Tensor(t)) => {
                 return Err(ExecError::new(
@@ -235,7 +274,8 @@ pub(crate) fn bind_dims(
                         sig.name,
                         Value::Tensor(t.clone()).describe()
                     ),
-                ))
+                )
+                .at_param(&p.name))
             }
             _ => {}
         }
@@ -269,6 +309,7 @@ fn dim_error(
         ),
     )
     .with_help(format!("the signature is `{}`", sig.rendered))
+    .at_param(param)
 }
 
 /// Launches a kernel item with its parameters' values (signature order).
@@ -343,7 +384,8 @@ fn prepare(
                             p.name, sig.name
                         ),
                     )
-                    .with_help(format!("pass an integer, e.g. `{}=128`", p.name)))
+                    .with_help(format!("pass an integer, e.g. `{}=128`", p.name))
+                    .at_param(&p.name))
                 }
                 (Value::Float(x), _) => {
                     spec.floats.insert(p.name.clone(), x.to_bits());
@@ -357,7 +399,8 @@ fn prepare(
                             sig.name,
                             other.describe()
                         ),
-                    ))
+                    )
+                    .at_param(&p.name))
                 }
             }
         }
@@ -400,7 +443,8 @@ fn prepare(
                             sig.name,
                             other.describe()
                         ),
-                    ))
+                    )
+                    .at_param(&p.name))
                 }
                 None => {
                     return Err(ExecError::new(

@@ -26,8 +26,8 @@ pub mod rng;
 mod tensor;
 
 pub use function::run_function;
-pub use launch::launch_kernel;
-pub use tensor::{round_to, IndexItem, Tensor};
+pub use launch::{launch_kernel, launch_specialization};
+pub use tensor::{float_to_int, round_to, wrap_int, IndexItem, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;
@@ -47,9 +47,13 @@ impl Value {
     /// The kind of value, for messages (`tensor[4, 8] f32`, `int`).
     pub fn describe(&self) -> String {
         match self {
+            // Written as the checker writes types: `Tensor[1001, f32]`.
             Value::Tensor(t) => {
-                let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
-                format!("tensor[{}] {}", dims.join(", "), t.dtype())
+                let mut s = String::from("Tensor[");
+                for d in t.shape() {
+                    s.push_str(&format!("{d}, "));
+                }
+                format!("{s}{}]", t.dtype())
             }
             Value::Int(_) => "int".into(),
             Value::Float(_) => "float".into(),
@@ -97,6 +101,9 @@ pub struct ExecError {
     pub code: &'static str,
     pub message: String,
     pub help: Option<String>,
+    /// The parameter whose argument is at fault, for a caller that can
+    /// underline that argument instead of the whole call.
+    pub param: Option<String>,
 }
 
 impl ExecError {
@@ -105,7 +112,14 @@ impl ExecError {
             code,
             message: message.into(),
             help: None,
+            param: None,
         }
+    }
+
+    /// Marks the error as about the argument of parameter `name`.
+    pub fn at_param(mut self, name: impl Into<String>) -> ExecError {
+        self.param = Some(name.into());
+        self
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> ExecError {

@@ -79,7 +79,8 @@ impl Storage {
 }
 
 /// Rounds `x` to the nearest value of `dtype` (floats), or converts it the way
-/// a cast does (integers truncate toward zero and wrap, bool is `x != 0`).
+/// a float-to-integer cast does (toward zero, saturating at the dtype's range,
+/// NaN to 0; bool is `x != 0`).
 pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
@@ -89,7 +90,7 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
         DType::F8E4M3 => f8::e4m3_to_f32(f8::e4m3_from_f32(x as f32)) as f64,
         DType::F8E5M2 => f8::e5m2_to_f32(f8::e5m2_from_f32(x as f32)) as f64,
         DType::Bool => (x != 0.0) as i64 as f64,
-        _ => wrap_int(dtype, float_to_i64(x)) as f64,
+        _ => float_to_int(dtype, x) as f64,
     }
 }
 
@@ -98,8 +99,29 @@ pub(crate) fn float_to_i64(x: f64) -> i64 {
     x as i64
 }
 
+/// Float to the integer dtype `dtype` as a cast: toward zero, saturating at
+/// the dtype's range, NaN to 0 — what PTX's `cvt.rzi` gives, so the CPU and
+/// the GPU agree (a wrapped `1e10` would be a plausible-looking wrong number).
+pub fn float_to_int(dtype: DType, x: f64) -> i64 {
+    let (lo, hi): (i64, i64) = match dtype {
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U32 => (0, u32::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::Bool => return (x != 0.0) as i64,
+        // `as` saturates at i64's range and maps NaN to 0.
+        _ => return x as i64,
+    };
+    if x.is_nan() {
+        0
+    } else {
+        (x as i64).clamp(lo, hi)
+    }
+}
+
 /// Wraps `x` to the width of the integer dtype (two's complement).
-pub(crate) fn wrap_int(dtype: DType, x: i64) -> i64 {
+pub fn wrap_int(dtype: DType, x: i64) -> i64 {
     match dtype {
         DType::I32 => x as i32 as i64,
         DType::I16 => x as i16 as i64,
@@ -318,10 +340,10 @@ impl Data {
             Data::F16(v) => v[i] = f16::from_f64(x),
             Data::BF16(v) => v[i] = bf16::from_f64(x),
             Data::I64(v) => v[i] = float_to_i64(x),
-            Data::I32(v) => v[i] = wrap_int(DType::I32, float_to_i64(x)) as i32,
-            Data::I16(v) => v[i] = wrap_int(DType::I16, float_to_i64(x)) as i16,
-            Data::I8(v) => v[i] = wrap_int(DType::I8, float_to_i64(x)) as i8,
-            Data::U32(v) => v[i] = wrap_int(DType::U32, float_to_i64(x)) as u32,
+            Data::I32(v) => v[i] = float_to_int(DType::I32, x) as i32,
+            Data::I16(v) => v[i] = float_to_int(DType::I16, x) as i16,
+            Data::I8(v) => v[i] = float_to_int(DType::I8, x) as i8,
+            Data::U32(v) => v[i] = float_to_int(DType::U32, x) as u32,
             Data::U8(v) => v[i] = encode_byte(dtype, x),
         }
     }
@@ -341,7 +363,7 @@ pub(crate) fn encode_byte(dtype: DType, x: f64) -> u8 {
         DType::F8E4M3 => f8::e4m3_from_f32(x as f32),
         DType::F8E5M2 => f8::e5m2_from_f32(x as f32),
         DType::Bool => (x != 0.0) as u8,
-        _ => wrap_int(DType::U8, float_to_i64(x)) as u8,
+        _ => float_to_int(DType::U8, x) as u8,
     }
 }
 
@@ -510,7 +532,8 @@ impl Tensor {
     }
 
     /// A copy converted to `dtype` (floats round to nearest, float to integer
-    /// truncates toward zero, integers wrap, bool is `x != 0`).
+    /// truncates toward zero and saturates with NaN to 0, integers wrap, bool
+    /// is `x != 0`).
     pub fn to(&self, dtype: DType) -> Tensor {
         self.try_to(dtype).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -522,8 +545,13 @@ impl Tensor {
         }
         let mut d = Data::alloc(&self.shape, dtype)?;
         let src = self.storage.data();
+        // Integer to integer wraps (as a cast in C); everything else goes
+        // through `Data::set`, which saturates floats into integers.
+        let wrap = self.dtype.is_int() && dtype.is_int();
         for i in 0..d.len() {
-            d.set(dtype, i, src.get(self.dtype, i));
+            let x = src.get(self.dtype, i);
+            let x = if wrap { wrap_int(dtype, x as i64) as f64 } else { x };
+            d.set(dtype, i, x);
         }
         Ok(Tensor::from_data(&self.shape, dtype, d))
     }
@@ -825,9 +853,11 @@ const SUMMARY_AT: usize = 1000;
 
 impl fmt::Display for Tensor {
     /// numpy-like: `tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], f32)`;
-    /// floats with 4 decimals (scientific when magnitudes need it), columns
-    /// aligned, more than 1000 elements summarised with `...` (3 items per edge),
-    /// the shape shown when summarised.
+    /// floats with 4 decimals, f64 with 8 (as numpy prints float64: an f64
+    /// result is usually asked for its extra digits), scientific when
+    /// magnitudes need it; columns aligned, more than 1000 elements summarised
+    /// with `...` (3 items per edge); the shape shown when summarised or when
+    /// the tensor has no elements (`tensor([], f32, shape=[0, 3])`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let data = self.to_f64_vec();
         let summarise = data.len() > SUMMARY_AT;
@@ -843,6 +873,7 @@ impl fmt::Display for Tensor {
             let min = finite.iter().cloned().fold(f64::INFINITY, f64::min);
             max >= 1e8 || (min < 1e-4 && min.is_finite())
         };
+        let digits = if self.dtype == DType::F64 { 8 } else { 4 };
         let fmt_one = |x: f64| -> String {
             if self.dtype == DType::Bool {
                 if x != 0.0 { "True" } else { "False" }.to_string()
@@ -853,9 +884,9 @@ impl fmt::Display for Tensor {
             } else if x.is_infinite() {
                 if x > 0.0 { "inf" } else { "-inf" }.to_string()
             } else if sci {
-                format!("{x:.4e}")
+                format!("{x:.digits$e}")
             } else {
-                format!("{x:.4}")
+                format!("{x:.digits$}")
             }
         };
         let width = shown
@@ -883,7 +914,7 @@ impl fmt::Display for Tensor {
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
-        if summarise {
+        if summarise || data.is_empty() {
             let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
             out.push_str(&format!(", shape=[{}]", dims.join(", ")));
         }
@@ -993,9 +1024,24 @@ mod tests {
         assert!(s.contains("..."), "{s}");
         assert!(s.ends_with(", f16, shape=[40, 40])"), "{s}");
         assert_eq!(s.lines().count(), 7, "{s}");
+        // f64 with 8 decimals, as numpy prints float64.
         assert_eq!(
             Tensor::full(&[], DType::F64, 2.0).to_string(),
-            "tensor(2.0000, f64)"
+            "tensor(2.00000000, f64)"
+        );
+        let third = Tensor::from_f64(&[2], DType::F64, &[1.0 / 3.0, 1e-9]);
+        assert_eq!(
+            third.to_string(),
+            "tensor([3.33333333e-1, 1.00000000e-9], f64)"
+        );
+        // Empty tensors show their shape (else `[0, 3]` and `[3, 0]` look alike).
+        assert_eq!(
+            Tensor::zeros(&[0, 3], DType::F32).to_string(),
+            "tensor([], f32, shape=[0, 3])"
+        );
+        assert_eq!(
+            Tensor::zeros(&[0], DType::I32).to_string(),
+            "tensor([], i32, shape=[0])"
         );
     }
 
@@ -1030,7 +1076,7 @@ mod tests {
         assert_eq!(t.to(DType::F16).dtype(), DType::F16);
         assert_eq!(
             Tensor::from_f64(&[2], DType::I8, &[300.0, -1.7]).to_f64_vec(),
-            vec![44.0, -1.0]
+            vec![127.0, -1.0]
         );
     }
 }

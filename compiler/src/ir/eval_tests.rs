@@ -370,7 +370,7 @@ fn eval_graph(g: &Graph, env: &Env, inputs: &[T], calls: &Calls) -> Vec<T> {
                 }
                 out
             }
-            NodeKind::MatMul { a, b } => {
+            NodeKind::MatMul { a, b, .. } => {
                 let (ta, tb) = (v(a), v(b));
                 let mut sa = ta.shape.clone();
                 if sa.len() == 1 {

@@ -59,6 +59,7 @@ use crate::check::builtins;
 use crate::check::ctx::Val;
 use crate::check::dims::Dim;
 use crate::check::expr::broadcast;
+use crate::check::generics::{bind_call, CallArg, TypeEnv};
 use crate::check::scope::FnSig;
 use crate::check::types::{render_dims, Callee};
 use crate::check::{DType, Ty, Value};
@@ -213,10 +214,13 @@ pub enum NodeKind {
         x: NodeId,
         to: DType,
     },
-    /// Batched matrix product, batch dims broadcast.
+    /// Batched matrix product, batch dims broadcast. `tf32`: f32 operands
+    /// are rounded to tf32 (asked for by `precision="tf32"` or the session's
+    /// default); otherwise f32 multiplies in full f32.
     MatMul {
         a: NodeId,
         b: NodeId,
+        tf32: bool,
     },
     Softmax {
         x: NodeId,
@@ -373,7 +377,7 @@ pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
         | NodeKind::Reshape { x } => vec![*x],
-        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => vec![*a, *b],
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => vec![*a, *b],
         NodeKind::Select { cond, a, b } => vec![*cond, *a, *b],
         NodeKind::LayerNorm {
             x,
@@ -534,6 +538,8 @@ struct Builder<'a> {
     /// Names that are dims of tensor parameters or const parameters (compile-time symbols).
     static_syms: Vec<String>,
     is_builtin_alias: &'a dyn Fn(&FnSig) -> bool,
+    /// f32 `matmul` without `precision=` rounds to tf32.
+    default_tf32: bool,
 }
 
 type R<T> = Result<T, LowerError>;
@@ -658,7 +664,11 @@ impl<'a> Builder<'a> {
                 let b = self.expr(rhs)?;
                 let kind = match BinaryOp::from_ast(*op) {
                     Some(op) => NodeKind::Binary { op, a, b },
-                    None => NodeKind::MatMul { a, b },
+                    None => NodeKind::MatMul {
+                        a,
+                        b,
+                        tf32: self.default_tf32,
+                    },
                 };
                 Ok(self.push(kind, ty, e.span))
             }
@@ -1120,10 +1130,20 @@ impl<'a> Builder<'a> {
                         keepdims,
                     }
                 }
-                "matmul" => NodeKind::MatMul {
-                    a: self.expr(need(0)?)?,
-                    b: self.expr(need(1)?)?,
-                },
+                "matmul" => {
+                    let tf32 = match arg(2) {
+                        Some(p) => match &p.kind {
+                            ExprKind::Str(s) => s == "tf32",
+                            _ => self.default_tf32,
+                        },
+                        None => self.default_tf32,
+                    };
+                    NodeKind::MatMul {
+                        a: self.expr(need(0)?)?,
+                        b: self.expr(need(1)?)?,
+                        tf32,
+                    }
+                }
                 "softmax" => {
                     let x = self.expr(need(0)?)?;
                     let rank = self.ty_of(x).dims().len();
@@ -1229,7 +1249,11 @@ impl<'a> Builder<'a> {
                     let ty = self.ty_of(a).clone();
                     let kind = match BinaryOp::from_ast(*op) {
                         Some(op) => NodeKind::Binary { op, a, b },
-                        None => NodeKind::MatMul { a, b },
+                        None => NodeKind::MatMul {
+                            a,
+                            b,
+                            tf32: self.default_tf32,
+                        },
                     };
                     let n = self.push(kind, ty, s.span);
                     self.env.insert(id.name.clone(), n);
@@ -1325,6 +1349,7 @@ impl<'a> Builder<'a> {
             env: HashMap::new(),
             static_syms: self.static_syms.clone(),
             is_builtin_alias: self.is_builtin_alias,
+            default_tf32: self.default_tf32,
         }
     }
 
@@ -1724,6 +1749,7 @@ pub fn build(
     sig: &FnSig,
     vals: &[(Span, Val)],
     is_builtin_alias: &dyn Fn(&FnSig) -> bool,
+    default_tf32: bool,
 ) -> Result<Graph, LowerError> {
     if sig.is_kernel {
         return Err(LowerError::new(
@@ -1740,6 +1766,7 @@ pub fn build(
         env: HashMap::new(),
         static_syms: Vec::new(),
         is_builtin_alias,
+        default_tf32,
     };
     let mut params = Vec::new();
     for p in &sig.params {
@@ -1797,7 +1824,7 @@ pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
         | NodeKind::Reshape { x } => o(x),
-        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b } => {
+        NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => {
             o(a);
             o(b);
         }
@@ -1896,7 +1923,43 @@ fn subst_type(t: &GType, env: &dyn Fn(&str) -> Option<Dim>) -> Option<GType> {
 /// keep the call (callee not found, a recursive call, const arguments it cannot
 /// specialise on). A call whose dims do not bind is kept too. Inlined nodes take
 /// the call's span.
-pub type Resolver<'a> = dyn FnMut(&FnSig, &[(String, Value)]) -> Option<std::sync::Arc<Graph>> + 'a;
+/// A generic callee's instance (its dtype variables and batch runs as the
+/// call's arguments bind them) is passed too; it is empty for other callees.
+pub type Resolver<'a> =
+    dyn FnMut(&FnSig, &[(String, Value)], &TypeEnv) -> Option<std::sync::Arc<Graph>> + 'a;
+
+/// The instance of a generic callee that a call's argument types bind
+/// (`None` when they do not bind, which the checker has reported).
+fn call_env(
+    sig: &FnSig,
+    args: &[(String, NodeId)],
+    ty: &dyn Fn(NodeId) -> GType,
+) -> Option<TypeEnv> {
+    if sig.generics.is_none() {
+        return Some(TypeEnv::default());
+    }
+    let tys: Vec<(usize, Ty)> = args
+        .iter()
+        .filter_map(|(name, a)| {
+            let j = sig.params.iter().position(|p| p.name == *name)?;
+            let t = match ty(*a) {
+                GType::Tensor { dims, dtype } => Ty::Tensor { dims, dtype },
+                GType::Scalar(dtype) => Ty::scalar(dtype),
+                GType::Unit => return None,
+            };
+            Some((j, t))
+        })
+        .collect();
+    let cargs: Vec<CallArg<'_>> = tys
+        .iter()
+        .map(|(j, t)| CallArg {
+            param: *j,
+            ty: t,
+            span: Span::new(0, 0),
+        })
+        .collect();
+    bind_call(sig, &cargs).ok()
+}
 
 pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
     let mut nodes: Vec<Node> = Vec::new();
@@ -1907,7 +1970,8 @@ pub fn inline(g: &Graph, resolve: &mut Resolver<'_>) -> Graph {
             sig, args, consts, ..
         } = &n.kind
         {
-            if let Some(callee) = resolve(sig, consts) {
+            let env = call_env(sig, args, &|a| nodes[remap(a).0 as usize].ty.clone());
+            if let Some(callee) = env.and_then(|env| resolve(sig, consts, &env)) {
                 if let Some(out) = inline_one(&mut nodes, &callee, args, &remap, n.span) {
                     map.push(out);
                     continue;
@@ -2131,7 +2195,7 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                     }
                 }
             }
-            NodeKind::MatMul { a, b } => {
+            NodeKind::MatMul { a, b, .. } => {
                 let (mut da, mut db) = (dims(*a), dims(*b));
                 if da.is_empty() || db.is_empty() {
                     return err(i, "matmul of a scalar".into());
@@ -2406,7 +2470,9 @@ fn dump_into(g: &Graph, indent: &str, s: &mut String) {
                 bcast_note(g, n, &[(*cond, "cond"), (*a, "lhs"), (*b, "rhs")])
             ),
             NodeKind::Cast { x, to } => format!("cast {x} to {to}"),
-            NodeKind::MatMul { a, b } => format!("matmul {a}, {b}"),
+            NodeKind::MatMul { a, b, tf32 } => {
+                format!("matmul {a}, {b}{}", if *tf32 { " tf32" } else { "" })
+            }
             NodeKind::Softmax { x, axis } => format!("softmax {x}, axis={axis}"),
             NodeKind::LayerNorm {
                 x,

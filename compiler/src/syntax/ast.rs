@@ -83,6 +83,8 @@ pub struct ConstItem {
 pub struct Function {
     pub decorators: Vec<Decorator>,
     pub name: Ident,
+    /// `def f[T: float](...)`: the dtype variables the signature names.
+    pub type_params: Vec<TypeParam>,
     pub params: Vec<Param>,
     pub ret: Option<TypeExpr>,
     /// The string literal that opens the body, if any (it is also kept in `body`).
@@ -102,6 +104,14 @@ impl Function {
     pub fn is_kernel(&self) -> bool {
         self.decorator("kernel").is_some()
     }
+}
+
+/// `T` or `T: float` in `def f[T: float](...)`: a dtype variable and its bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeParam {
+    pub name: Ident,
+    pub bound: Option<Ident>,
+    pub span: Span,
 }
 
 /// `@name` or `@name(args...)`.

@@ -6,12 +6,13 @@
 //! does both for callers that want a whole file at once.
 
 pub mod ast;
+pub mod depth;
 pub mod dim;
 pub mod lexer;
 mod parser;
 pub mod span;
 
-pub use parser::MAX_NESTING;
+pub use depth::MAX_DEPTH;
 
 #[cfg(test)]
 mod tests;

@@ -271,6 +271,8 @@ impl Climb<'_, '_> {
     fn expr(&mut self, min: u8) -> (Expr, Span) {
         let (mut lhs, mut full) = self.prefix(min);
         let mut lhs_is_cmp = false;
+        // one report per chain: `a < b < c < …` is one mistake
+        let mut chain_reported = false;
         while let Some(&(op, op_span)) = self.ops.get(self.i) {
             let p = prec(op);
             if p < min {
@@ -278,8 +280,9 @@ impl Climb<'_, '_> {
             }
             self.i += 1;
             let (rhs, rfull) = self.expr(p + 1);
-            if op.is_comparison() && lhs_is_cmp {
+            if op.is_comparison() && lhs_is_cmp && !chain_reported {
                 self.sink.chained_comparison(&lhs, op_span);
+                chain_reported = true;
             }
             full = Span::new(full.start, rfull.end);
             lhs = Expr::new(
@@ -366,6 +369,7 @@ pub fn str_value(parts: &[&str]) -> String {
 
 pub fn make_function(
     name: Ident,
+    type_params: Vec<TypeParam>,
     params: Vec<Param>,
     ret: Option<TypeExpr>,
     body: Vec<Stmt>,
@@ -382,6 +386,7 @@ pub fn make_function(
     Box::new(Function {
         decorators: Vec::new(),
         name,
+        type_params,
         params,
         ret,
         docstring,
@@ -497,13 +502,6 @@ pub fn parse(text: &str) -> ParsedItem {
             diagnostics,
         };
     }
-    if let Some(d) = too_deep(&lexed.tokens) {
-        diagnostics.push(d);
-        return ParsedItem {
-            item: None,
-            diagnostics,
-        };
-    }
     let tokens = &lexed.tokens;
     let ctx = ErrCtx {
         text,
@@ -572,6 +570,11 @@ pub fn parse(text: &str) -> ParsedItem {
         }
         break (item, sink.diags);
     };
+    // every later pass recurses through the tree: refuse one too deep for them
+    let mut item = item;
+    if let Some(item) = &mut item {
+        diagnostics.extend(super::depth::limit_depth(item));
+    }
     let mut sink_diags = sink_diags;
     // one report per place: recovery can meet the same bad token twice
     syntax.sort_by_key(|d| (d.span.start, d.span.end));
@@ -760,41 +763,6 @@ fn repair_range(
     }
     let end = end.max(start);
     Some((start..end, *l))
-}
-
-/// How deeply brackets and prefix operators may nest. Deeper input is refused
-/// with one diagnostic rather than built into a tree that every later pass would
-/// have to recurse through.
-pub const MAX_NESTING: usize = 200;
-
-fn too_deep(tokens: &[Spanned<'_>]) -> Option<Diagnostic> {
-    let mut depth = 0usize;
-    let mut run = 0usize;
-    for &(l, t, r) in tokens {
-        match t {
-            Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
-            Tok::RParen | Tok::RBracket | Tok::RBrace => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        run = match t {
-            Tok::Minus
-            | Tok::Plus
-            | Tok::Tilde
-            | Tok::Not
-            | Tok::LParen
-            | Tok::LBracket
-            | Tok::LBrace => run + 1,
-            _ => 0,
-        };
-        if depth > MAX_NESTING || run > MAX_NESTING {
-            return Some(
-                Diagnostic::new("E0101", Span::new(l, r), "expression nested too deeply")
-                    .with_primary_label(format!("more than {MAX_NESTING} levels of nesting here"))
-                    .with_help("split the expression into several assignments"),
-            );
-        }
-    }
-    None
 }
 
 /// Whether two offsets are on the same line of `text`.

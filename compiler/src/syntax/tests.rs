@@ -101,7 +101,7 @@ fn reference_programs_parse_cleanly() {
 
 fn stmt_of(text: &str) -> StmtKind {
     match parse_ok(text) {
-        Item::Stmt(s) => s.kind,
+        Item::Stmt(s) => s.kind.clone(),
         other => panic!("expected a statement, got {other:?}"),
     }
 }
@@ -373,7 +373,7 @@ fn spans_are_item_relative_and_precise() {
     match stmt_of(text) {
         StmtKind::Assign { value, .. } => {
             assert_eq!(&text[value.span.range()], "foo(a, b=1)");
-            let ExprKind::Call { args, .. } = value.kind else {
+            let ExprKind::Call { args, .. } = &value.kind else {
                 panic!()
             };
             assert_eq!(&text[args[1].span.range()], "b=1");
@@ -982,23 +982,59 @@ fn byte_order_mark_and_form_feed() {
 
 #[test]
 fn deep_nesting_is_refused_not_overflowed() {
+    // later passes (and `check_placement`) recurse up to the limit: on the
+    // stack that the binaries give them
+    crate::stack::with_stack(deep_nesting).unwrap();
+}
+
+fn deep_nesting() {
+    use crate::syntax::MAX_DEPTH;
+    let deep = MAX_DEPTH + 1;
     for text in [
-        format!("x = {}1{}\n", "(".repeat(5000), ")".repeat(5000)),
-        format!("x = {}1\n", "-".repeat(5000)),
-        format!("x = {}1\n", "not ".repeat(5000)),
-        format!("x = {}\n", "[".repeat(5000)),
+        format!("x = {}1\n", "-".repeat(deep)),
+        format!("x = {}1\n", "not ".repeat(deep)),
+        format!("x = {}{}\n", "[".repeat(deep), "]".repeat(deep)),
+        format!("x = {}\n", vec!["1"; deep + 1].join(" + ")),
+        format!("x = {}\n", vec!["1"; deep + 1].join(" ** ")),
+        format!("x = y{}\n", ".T".repeat(deep)),
+        format!("x = f{}\n", "()".repeat(deep)),
+        format!("x = {}1\n", "1 if c else ".repeat(deep)),
     ] {
-        let p = parse_item(&text);
-        assert!(p.item.is_none());
-        let d = p.diagnostics.last().unwrap();
-        assert_eq!(d.code, "E0101");
+        let parsed = parse_item(&text);
+        assert_eq!(parsed.diagnostics.len(), 1, "{:?}", parsed.diagnostics);
+        let d = &parsed.diagnostics[0];
+        assert_eq!(d.code, "E0116");
         assert!(d.message.contains("too deeply"));
+        // the statement keeps its shape (`x` is still assigned)
+        match parsed.item {
+            Some(Item::Stmt(Stmt {
+                kind: StmtKind::Assign { ref value, .. },
+                ..
+            })) => assert_eq!(value.kind, ExprKind::Error),
+            ref other => panic!("{other:?}"),
+        }
     }
-    // within the limit, `not` chains and brackets are fine
+    // blocks count: a statement inside more blocks than the limit
+    let mut text = String::from("def f():\n");
+    for level in 1..=deep {
+        text += &" ".repeat(level);
+        text += "if c:\n";
+    }
+    text += &" ".repeat(deep + 1);
+    text += "pass\n";
+    let blocks = parse_item(&text);
+    assert_eq!(blocks.diagnostics.len(), 1, "{:?}", blocks.diagnostics);
+    assert_eq!(blocks.diagnostics[0].code, "E0116");
+    // exactly at the limit is accepted; brackets alone add no depth
+    for text in [
+        format!("x = {}1\n", "-".repeat(MAX_DEPTH - 1)),
+        format!("x = {}\n", vec!["1"; MAX_DEPTH].join(" + ")),
+        format!("x = {}1{}\n", "(".repeat(deep), ")".repeat(deep)),
+    ] {
+        assert!(parse_item(&text).diagnostics.is_empty());
+    }
     assert_eq!(p("not not a < b"), "(not (not (a < b)))");
     assert_eq!(p("a and not not b"), "(a and (not (not b)))");
-    let text = format!("x = {}1{}\n", "(".repeat(150), ")".repeat(150));
-    assert!(parse_item(&text).diagnostics.is_empty());
 }
 
 #[test]
@@ -1072,13 +1108,13 @@ fn errors_inside_brackets_are_cut_out_and_the_rest_kept() {
             .collect();
         let e = match p.item {
             Some(Item::Stmt(Stmt {
-                kind: StmtKind::Assign { value, .. },
+                kind: StmtKind::Assign { ref value, .. },
                 ..
-            })) => sexp(&value),
+            })) => sexp(value),
             Some(Item::Stmt(Stmt {
-                kind: StmtKind::Expr(e),
+                kind: StmtKind::Expr(ref e),
                 ..
-            })) => sexp(&e),
+            })) => sexp(e),
             other => panic!("{other:?}"),
         };
         (e, d)

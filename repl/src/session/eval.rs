@@ -153,8 +153,20 @@ fn wrong_kind(span: Span, message: impl Into<String>) -> Diagnostic {
 /// The builtins the host evaluates itself (everything else that involves
 /// tensors goes through a synthetic function).
 const HOST_BUILTINS: &[&str] = &[
-    "print", "randn", "zeros", "ones", "empty", "full", "arange", "tensor", "load_npy", "save_npy",
-    "range", "len", "cdiv",
+    "print",
+    "randn",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "tensor",
+    "load_npy",
+    "save_npy",
+    "range",
+    "len",
+    "cdiv",
+    "set_float32_matmul_precision",
 ];
 
 /// Every name the host evaluator knows besides the checker's builtins (for completion).
@@ -195,8 +207,9 @@ impl Session {
     fn stmt(&mut self, s: &Stmt, text: &str, print_value: bool, out: &mut dyn Write) -> R<Flow> {
         let result = self.stmt_inner(s, text, print_value, out);
         // `print` output, in order, also when the statement failed after it.
-        for line in std::mem::take(&mut self.pending_print) {
-            let _ = writeln!(out, "{line}");
+        // Each entry carries its own terminator (`print`'s `end=`).
+        for text in std::mem::take(&mut self.pending_print) {
+            let _ = write!(out, "{text}");
         }
         let _ = out.flush();
         result
@@ -213,7 +226,7 @@ impl Session {
             StmtKind::Expr(e) => {
                 let v = self.eval(e, text)?;
                 if print_value && !matches!(v, Val::Run(Value::None)) {
-                    self.pending_print.push(v.to_string());
+                    self.pending_print.push(format!("{v}\n"));
                 }
             }
             StmtKind::Assign { target, value, .. } => {
@@ -232,9 +245,13 @@ impl Session {
                     // One element (`t[i] += 1`): computed on the host.
                     let v = match (element(&lhs), element(&rhs)) {
                         (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                        _ => {
-                            self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?
-                        }
+                        _ => self.synth_binary(
+                            *op,
+                            (&lhs, target.span),
+                            (&rhs, value.span),
+                            s.span,
+                            text,
+                        )?,
                     };
                     self.assign_part(target, base, indices, v, text)?;
                     return Ok(Flow::Normal);
@@ -250,7 +267,13 @@ impl Session {
                 let rhs = self.eval(value, text)?;
                 let v = match (num(&lhs), num(&rhs)) {
                     (Some(a), Some(b)) => arith(*op, a, b, s.span)?,
-                    _ => self.synth_binary(*op, (&lhs, target.span), (&rhs, value.span), s.span)?,
+                    _ => self.synth_binary(
+                        *op,
+                        (&lhs, target.span),
+                        (&rhs, value.span),
+                        s.span,
+                        text,
+                    )?,
                 };
                 self.vars.insert(id.name.clone(), v);
             }
@@ -411,6 +434,18 @@ impl Session {
         if let Some(d) = DType::from_name(name) {
             return Ok(Val::DType(d));
         }
+        if tessera::check::builtins::is_builtin(name) || HOST_BUILTINS.contains(&name) {
+            // Reached only where a value is expected: calls dispatch first.
+            return Err(Diagnostic::new(
+                "E0316",
+                span,
+                format!("the builtin `{name}` is not a value; functions can only be called"),
+            )
+            .with_primary_label("used as a value")
+            .with_help(format!(
+                "call it: `{name}(...)` (functions are not first-class values)"
+            )));
+        }
         let mut d = Diagnostic::new("E0201", span, format!("unknown name `{name}`"))
             .with_primary_label("unknown name");
         let mut known = self.names();
@@ -570,6 +605,21 @@ impl Session {
                         format!("cannot apply a unary operator to {}", v.describe()),
                     )
                 })?;
+                // As the checker: `-` of a bool is E0311, `~` of a bool is `not`.
+                if let Val::Run(Value::Bool(b)) = v {
+                    match op {
+                        UnaryOp::Neg | UnaryOp::Pos => {
+                            return Err(Diagnostic::new(
+                                "E0311",
+                                e.span,
+                                format!("`{}` is not defined on `bool` values", op.symbol()),
+                            )
+                            .with_primary_label("unsupported dtype for this operation")
+                            .with_help("convert first, e.g. `.to(i32)`"))
+                        }
+                        UnaryOp::Not | UnaryOp::Invert => return Ok(boolean(!b)),
+                    }
+                }
                 Ok(match (op, n) {
                     (UnaryOp::Neg, Num::I(i)) => int(-i),
                     (UnaryOp::Neg, Num::F(x)) => float(-x),
@@ -590,6 +640,18 @@ impl Session {
             {
                 let a = self.eval(lhs, text)?;
                 let b = self.eval(rhs, text)?;
+                let is_bool = |v: &Val| matches!(v, Val::Run(Value::Bool(_)));
+                // As the checker: bool with bool has no arithmetic; a bool
+                // meeting a number counts as 0 or 1 (numpy's promotion).
+                if is_bool(&a) && is_bool(&b) && bool_arith(*op) {
+                    return Err(Diagnostic::new(
+                        "E0311",
+                        e.span,
+                        format!("`{}` is not defined on `bool` values", op.symbol()),
+                    )
+                    .with_primary_label("unsupported dtype for this operation")
+                    .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"));
+                }
                 match (element(&a), element(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
@@ -793,6 +855,13 @@ impl Session {
         if let ExprKind::Attribute { value, attr } = &func.kind {
             if attr.name == "to" {
                 let v = self.eval(value, text)?;
+                if let Some(n) = num(&v) {
+                    let [a] = args else {
+                        return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
+                    };
+                    let d = self.dtype_arg(&a.value, text)?;
+                    return Ok(cast_scalar(n, d));
+                }
                 let Some(t) = v.tensor().cloned() else {
                     return Err(wrong_kind(
                         value.span,
@@ -833,11 +902,40 @@ impl Session {
         }
         match name {
             "print" => {
-                let mut parts = Vec::new();
+                let (mut parts, mut sep, mut end) = (Vec::new(), " ".to_string(), "\n".to_string());
                 for a in args {
-                    parts.push(self.eval(&a.value, text)?.to_string());
+                    match a.name.as_ref().map(|n| n.name.as_str()) {
+                        None => parts.push(self.eval(&a.value, text)?.to_string()),
+                        Some(k @ ("sep" | "end")) => {
+                            let v = match self.eval(&a.value, text)? {
+                                Val::Str(v) => v,
+                                other => {
+                                    return Err(wrong_kind(
+                                        a.value.span,
+                                        format!(
+                                            "`print`'s separators are strings, found {}",
+                                            other.describe()
+                                        ),
+                                    ))
+                                }
+                            };
+                            if k == "sep" {
+                                sep = v;
+                            } else {
+                                end = v;
+                            }
+                        }
+                        Some(other) => {
+                            return Err(Diagnostic::new(
+                                "E0205",
+                                a.span,
+                                format!("`print` has no keyword argument `{other}`"),
+                            )
+                            .with_primary_label("unknown keyword argument"))
+                        }
+                    }
                 }
-                self.pending_print.push(parts.join(" "));
+                self.pending_print.push(parts.join(&sep) + &end);
                 Ok(Val::Run(Value::None))
             }
             "range" => Err(unsupported(
@@ -894,8 +992,40 @@ impl Session {
             &named,
             &self.interrupt,
         )
-        .map_err(|e| e.to_diagnostic(span))?;
+        .map_err(|e| {
+            let at = e
+                .param
+                .as_deref()
+                .and_then(|p| self.argument_span(name, p, args))
+                .unwrap_or(span);
+            e.to_diagnostic(at)
+        })?;
+        if let Ok(spec) =
+            exec::launch_specialization(&self.db, self.file, name, &positional, &named)
+        {
+            self.last_launch.insert(name.to_string(), spec);
+        }
         Ok(Val::Run(Value::None))
+    }
+
+    /// The span of the argument that kernel `kernel`'s parameter `param` got:
+    /// the keyword argument of that name, else the positional one in its place.
+    fn argument_span(&self, kernel: &str, param: &str, args: &[Arg]) -> Option<Span> {
+        if let Some(a) = args
+            .iter()
+            .find(|a| a.name.as_ref().is_some_and(|n| n.name == param))
+        {
+            return Some(a.value.span);
+        }
+        let sig = match tessera::db::module_scope(&self.db, self.file).get(kernel) {
+            Some(Entry::Function(sig)) => sig.clone(),
+            _ => return None,
+        };
+        let index = sig.params.iter().position(|p| p.name == param)?;
+        args.iter()
+            .filter(|a| a.name.is_none())
+            .nth(index)
+            .map(|a| a.value.span)
     }
 
     fn dtype_arg(&mut self, x: &Expr, text: &str) -> R<DType> {
@@ -1010,6 +1140,15 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::F32,
                 };
+                if name == "randn" && !dtype.is_float() {
+                    let at = b[1].map_or(e.span, |x| x.span);
+                    return Err(Diagnostic::new(
+                        "E0311",
+                        at,
+                        format!("`randn` makes floats; `{dtype}` is not a float dtype"),
+                    )
+                    .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
+                }
                 match name {
                     "zeros" | "empty" => tensor(Tensor::try_zeros(&shape, dtype)),
                     "ones" => tensor(Tensor::try_full(&shape, dtype, 1.0)),
@@ -1040,6 +1179,18 @@ impl Session {
                         Num::F(_) => DType::F32,
                     },
                 };
+                // As the checker: a float never fills an integer tensor implicitly.
+                if matches!(value, Num::F(_)) && !dtype.is_float() {
+                    return Err(Diagnostic::new(
+                        "E0301",
+                        vx.span,
+                        format!("a `float` fill value for a `{dtype}` tensor"),
+                    )
+                    .with_help(format!(
+                        "convert the value: `{}.to({dtype})`",
+                        &text[vx.span.range()]
+                    )));
+                }
                 tensor(Tensor::try_full(&shape, dtype, value.f()))
             }
             "arange" => {
@@ -1112,6 +1263,21 @@ impl Session {
                         ),
                     )),
                 }
+            }
+            "set_float32_matmul_precision" => {
+                let b = Self::bind(name, &["precision"], 1, args, e.span)?;
+                let px = b[0].expect("required");
+                let p = self.str_arg(px, text)?;
+                let tf32 = tessera::check::builtins::matmul_precision(&p).ok_or_else(|| {
+                    Diagnostic::new(
+                        "E0302",
+                        px.span,
+                        "the matmul precision is \"highest\" (full f32) or \"high\" (tf32)",
+                    )
+                    .with_help("`set_float32_matmul_precision(\"high\")` (PyTorch's \"medium\", bf16, is not offered)")
+                })?;
+                self.db.set_matmul_tf32(tf32);
+                Ok(Val::Run(Value::None))
             }
             "cdiv" => {
                 let b = Self::bind(name, &["a", "b"], 2, args, e.span)?;
@@ -1209,6 +1375,28 @@ pub(crate) fn division_by_zero(span: Span) -> Diagnostic {
     exec::ExecError::new("E0704", "integer division by zero")
         .with_help("check the divisor before dividing")
         .to_diagnostic(span)
+}
+
+/// Operators the checker rejects on `bool` operands (E0311): arithmetic.
+/// Comparisons, `and`/`or` and the bitwise operators take bools.
+fn bool_arith(op: BinOp) -> bool {
+    use BinOp::*;
+    matches!(op, Add | Sub | Mul | Div | FloorDiv | Mod | Pow)
+}
+
+/// `x.to(dtype)` of a host scalar, as a cast in a kernel does: floats round,
+/// float to integer truncates and saturates (NaN to 0), integers wrap.
+fn cast_scalar(n: Num, d: DType) -> Val {
+    if d == DType::Bool {
+        return boolean(n.f() != 0.0);
+    }
+    if d.is_float() {
+        return float(exec::round_to(d, n.f()));
+    }
+    int(match n {
+        Num::I(i) => exec::wrap_int(d, i),
+        Num::F(x) => exec::float_to_int(d, x),
+    })
 }
 
 fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {

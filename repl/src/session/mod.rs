@@ -25,6 +25,7 @@ use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
 use tessera::exec::{Interrupt, Value};
+use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
 
 pub use eval::{host_builtins, Val};
@@ -103,6 +104,9 @@ pub struct Session {
     /// When set, the transcript offset of the command being run (scripts,
     /// whose transcript is the whole text already).
     command_base: Option<u32>,
+    /// Each kernel's specialization at its last launch in the session: what
+    /// `:emit` and `:resources` use without `-D`.
+    last_launch: BTreeMap<String, Specialization>,
 }
 
 impl Session {
@@ -125,7 +129,13 @@ impl Session {
             pending_print: Vec::new(),
             collected: None,
             command_base: None,
+            last_launch: BTreeMap::new(),
         }
+    }
+
+    /// The specialization kernel `name` last ran with in this session.
+    pub fn last_launch(&self, name: &str) -> Option<&Specialization> {
+        self.last_launch.get(name)
     }
 
     /// The flag a Ctrl-C handler sets to stop the running computation.
@@ -163,6 +173,35 @@ impl Session {
         names.sort();
         names.dedup();
         names
+    }
+
+    /// What may follow `NAME.` for each name that has members: a session
+    /// value's attributes and methods (the checker's table), a module's
+    /// definitions (`import std.nn as nn`), a namespace's modules (`std`).
+    pub fn members(&self) -> BTreeMap<String, Vec<String>> {
+        use tessera::check::scope::Entry;
+        let mut out = BTreeMap::new();
+        for (name, v) in &self.vars {
+            if matches!(
+                v,
+                Val::Run(Value::Tensor(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_))
+            ) {
+                let m = tessera::check::expr::VALUE_MEMBERS
+                    .iter()
+                    .map(|s| s.to_string());
+                out.insert(name.clone(), m.collect());
+            }
+        }
+        let scope = tessera::db::module_scope(&self.db, self.file);
+        for name in scope.names() {
+            let names: Vec<String> = match scope.get(name) {
+                Some(Entry::Module(m)) => m.names().map(String::from).collect(),
+                Some(Entry::Namespace(map)) => map.keys().cloned().collect(),
+                _ => continue,
+            };
+            out.insert(name.to_string(), names);
+        }
+        out
     }
 
     pub fn variable(&self, name: &str) -> Option<&Val> {
@@ -238,10 +277,12 @@ impl Session {
             return Err(errors);
         }
         let e = match parsed.item {
-            Some(ast::Item::Stmt(ast::Stmt {
-                kind: ast::StmtKind::Expr(e),
-                ..
-            })) => e,
+            Some(ast::Item::Stmt(mut s)) if matches!(s.kind, ast::StmtKind::Expr(_)) => {
+                match std::mem::replace(&mut s.kind, ast::StmtKind::Pass) {
+                    ast::StmtKind::Expr(e) => e,
+                    _ => unreachable!("matched above"),
+                }
+            }
             _ => {
                 return Err(vec![Diagnostic::new(
                     "E0722",

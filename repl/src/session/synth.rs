@@ -44,6 +44,9 @@ struct Synth {
     map: Vec<(u32, u32, Span, bool)>,
     /// The span of the whole expression in the user's item.
     span: Span,
+    /// Internal names and what the user wrote in their place, longest name
+    /// first (`__t10` before `__t1`): messages must never show the former.
+    shown: Vec<(String, String)>,
 }
 
 type R<T> = Result<T, Diagnostic>;
@@ -95,13 +98,14 @@ impl Session {
         lhs: (&Val, Span),
         rhs: (&Val, Span),
         span: Span,
+        text: &str,
     ) -> R<Val> {
         let pieces = vec![
             Piece::Temp(lhs.0.clone(), lhs.1),
             Piece::Glue(format!(" {} ", op.symbol())),
             Piece::Temp(rhs.0.clone(), rhs.1),
         ];
-        let synth = self.build("", &pieces, &[], span)?;
+        let synth = self.build(text, &pieces, &[], span)?;
         self.run_synth(synth)
     }
 
@@ -237,6 +241,7 @@ impl Session {
         let mut expr = String::new();
         let mut map = Vec::new();
         let mut temps = 0;
+        let mut shown = vec![(name.clone(), "the expression".to_string())];
         for p in pieces {
             let start = expr.len() as u32;
             match p {
@@ -247,6 +252,7 @@ impl Session {
                 Piece::Temp(v, s) => {
                     let t = format!("__t{temps}");
                     temps += 1;
+                    shown.push((t.clone(), user_text(text, *s)));
                     bind(&t, v, *s, &mut consts)?;
                     expr.push_str(&t);
                     map.push((start, expr.len() as u32, *s, false));
@@ -267,7 +273,9 @@ impl Session {
             m.0 += expr_start;
             m.1 += expr_start;
         }
+        shown.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
         Ok(Synth {
+            shown,
             source,
             name,
             args,
@@ -321,7 +329,7 @@ impl Session {
                 &self.interrupt,
             )
             .map(Val::Run)
-            .map_err(|e| e.to_diagnostic(synth.span))
+            .map_err(|e| unmangle(&e.to_diagnostic(synth.span), &synth))
         });
         self.restore_source();
         result
@@ -368,9 +376,9 @@ fn map_back(d: &Diagnostic, synth: &Synth) -> Diagnostic {
                 }
             })
     };
-    let mut out = d.clone();
+    let mut out = unmangle(d, synth);
     out.span = map_span(d.span).unwrap_or(synth.span);
-    out.labels = d
+    out.labels = out
         .labels
         .iter()
         .filter_map(|l| {
@@ -380,5 +388,55 @@ fn map_back(d: &Diagnostic, synth: &Synth) -> Diagnostic {
             })
         })
         .collect();
+    out
+}
+
+/// What the user wrote at `span` of `text`, on one line, for messages.
+fn user_text(text: &str, span: Span) -> String {
+    let raw = text.get(span.range()).unwrap_or("").trim();
+    let one_line = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.is_empty() {
+        "the value".to_string()
+    } else {
+        one_line
+    }
+}
+
+/// `d` with the synthetic function's internal names replaced by the user's
+/// text in its message, help and labels.
+fn unmangle(d: &Diagnostic, synth: &Synth) -> Diagnostic {
+    let fix = |s: &str| -> String {
+        let mut s = s.to_string();
+        for (internal, user) in &synth.shown {
+            s = replace_name(&s, internal, user);
+        }
+        s
+    };
+    let mut out = d.clone();
+    out.message = fix(&d.message);
+    out.help = d.help.as_deref().map(fix);
+    for l in &mut out.labels {
+        l.message = fix(&l.message);
+    }
+    out
+}
+
+/// `s` with every whole-word occurrence of `name` replaced by `by`.
+fn replace_name(s: &str, name: &str, by: &str) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find(name) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + name.len()..].chars().next();
+        out.push_str(&rest[..i]);
+        if before.is_some_and(word) || after.is_some_and(word) {
+            out.push_str(name);
+        } else {
+            out.push_str(by);
+        }
+        rest = &rest[i + name.len()..];
+    }
+    out.push_str(rest);
     out
 }

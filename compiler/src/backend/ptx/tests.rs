@@ -469,3 +469,53 @@ store(out[r : r + 128], load(x[r : r + 128]) * 2.0)\n";
         assemble(&ptxas, &vec, Arch::Sm80, "rows-div4").unwrap();
     }
 }
+
+/// The kernels whole-tensor functions generate for the semantics decisions
+/// lower and assemble: f32 `matmul` at ieee (FMA `dot`) and at tf32, f64
+/// `matmul` (an f64 FMA `dot` with an f64 accumulator), and float-to-integer
+/// casts that saturate (`cvt.rzi`, then a clamp for 8/16-bit integers).
+#[test]
+fn generated_matmuls_and_casts_assemble() {
+    use crate::db::{function_item, schedule_ir, Database};
+    let src = r#"def mm32(a: Tensor["M", "K", f32], b: Tensor["K", "N", f32]) -> Tensor["M", "N", f32]:
+    return matmul(a, b)
+
+def mm_tf32(a: Tensor["M", "K", f32], c: Tensor["Z", "K", "N", f32]) -> Tensor["Z", "M", "N", f32]:
+    return matmul(a, c, precision="tf32")
+
+def mm64(a: Tensor["Z", "M", "K", f64], b: Tensor["Z", "K", "N", f64]) -> Tensor["Z", "M", "N", f64]:
+    return matmul(a, b)
+
+def casts(x: Tensor["N", f32]) -> Tensor["N", i8]:
+    return x.to(i8) + x.to(u8).to(i8) + x.to(i16).to(i8)
+"#;
+    let mut db = Database::new();
+    let file = db.set_source("/t/gen.tsr", src.to_string());
+    let mut kernels = Vec::new();
+    for f in ["mm32", "mm_tf32", "mm64", "casts"] {
+        let (item, _) = function_item(&db, file, f).expect("the function");
+        let s = schedule_ir(&db, item, db.options())
+            .clone()
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        kernels.extend(s.kernels.iter().cloned());
+    }
+    assert!(kernels.len() >= 4, "{}", kernels.len());
+    let ptxas = find_ptxas();
+    for arch in [Arch::Sm70, Arch::Sm80, Arch::Sm90] {
+        let lowered: Vec<_> = kernels
+            .iter()
+            .map(|k| lower(k, arch).unwrap_or_else(|e| panic!("{}: {e:?}", k.name)))
+            .collect();
+        let ptx = module(arch, &lowered);
+        let f64_dot = ptx.contains("fma.rn.f64");
+        assert!(f64_dot, "{arch}: the f64 matmul multiplies with f64 FMAs");
+        assert!(ptx.contains("max.s32"), "{arch}: narrow casts clamp");
+        if arch >= Arch::Sm80 {
+            assert!(ptx.contains(".tf32"), "{arch}: tf32 was asked for");
+        }
+        if let Some(p) = &ptxas {
+            assemble(p, &ptx, arch, "generated-semantics")
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        }
+    }
+}

@@ -38,7 +38,7 @@ use self::deferred::DeferredLoads;
 use self::gemm::{Part, Source, View};
 use self::liveness::Liveness;
 use self::packed::PackCache;
-use super::tensor::{decode_byte, encode_byte, float_to_i64, round_to, wrap_int};
+use super::tensor::{decode_byte, encode_byte, float_to_i64, float_to_int, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
 use crate::backend::arch::MAX_GRID;
 use crate::check::DType;
@@ -183,7 +183,7 @@ fn run_grid_with(
             }
             (ParamKind::Scalar(d), Arg::Int(i)) => Param::Scalar(scalar_of(*d, *i as f64, *i)),
             (ParamKind::Scalar(d), Arg::Float(x)) => {
-                Param::Scalar(scalar_of(*d, *x, float_to_i64(*x)))
+                Param::Scalar(scalar_of(*d, *x, float_to_int(*d, *x)))
             }
             _ => {
                 return Err(ExecError::new(
@@ -203,6 +203,11 @@ fn run_grid_with(
         });
     }
     check_grid(&kernel.name, grid)?;
+    // A grid with a 0 dim is a launch of no programs (a tensor of 0
+    // elements: `cdiv(0, BLOCK)`), which does nothing, as in Triton.
+    if grid.contains(&0) {
+        return Ok(());
+    }
     mark_read_only(kernel, &mut params);
     // At most (2^31 - 1) * 65535 * 65535 < 2^63 after `check_grid`.
     let total = grid[0] * grid[1] * grid[2];
@@ -238,12 +243,12 @@ fn run_grid_with(
 /// device would launch it: E0703 otherwise.
 pub(crate) fn check_grid(kernel: &str, grid: [i64; 3]) -> Result<(), ExecError> {
     for (axis, g) in grid.iter().enumerate() {
-        if *g <= 0 {
+        if *g < 0 {
             return Err(ExecError::new(
                 "E0703",
-                format!("grid dim {axis} of `{kernel}` is {g}; grid dims must be positive"),
+                format!("grid dim {axis} of `{kernel}` is {g}; grid dims must not be negative"),
             )
-            .with_help("a grid like `cdiv(N, BLOCK)` is 0 when N is 0: check the tensor sizes"));
+            .with_help("a grid dim counts programs: check how it is computed"));
         }
         let max = MAX_GRID[axis];
         if *g > max {
@@ -1517,7 +1522,7 @@ fn int_of(src: &Buf, i: usize) -> Option<i64> {
 /// # Safety
 /// `at` must be within the tensor.
 unsafe fn write_one(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
-    let int = int_of(src, si).unwrap_or_else(|| float_to_i64(x));
+    let int = int_of(src, si).unwrap_or_else(|| float_to_int(m.dtype, x));
     match m.dtype {
         DType::F64 => (m.ptr as *mut f64).add(at).write(x),
         DType::F32 => (m.ptr as *mut f32).add(at).write(x as f32),
@@ -1919,16 +1924,8 @@ fn cast(x: &Buf, to: DType) -> Buf {
         (Buf::I(v), Repr::F) => Buf::F(v.iter().map(|x| *x as f32).collect()),
         (Buf::I(v), Repr::D) => Buf::D(v.iter().map(|x| *x as f64).collect()),
         (Buf::I(v), Repr::I) => Buf::I(v.clone()),
-        (Buf::F(v), Repr::I) => Buf::I(if to == DType::Bool {
-            v.iter().map(|x| (*x != 0.0) as i64).collect()
-        } else {
-            v.iter().map(|x| float_to_i64(*x as f64)).collect()
-        }),
-        (Buf::D(v), Repr::I) => Buf::I(if to == DType::Bool {
-            v.iter().map(|x| (*x != 0.0) as i64).collect()
-        } else {
-            v.iter().map(|x| float_to_i64(*x)).collect()
-        }),
+        (Buf::F(v), Repr::I) => Buf::I(v.iter().map(|x| float_to_int(to, *x as f64)).collect()),
+        (Buf::D(v), Repr::I) => Buf::I(v.iter().map(|x| float_to_int(to, *x)).collect()),
     };
     normalise(to, b)
 }

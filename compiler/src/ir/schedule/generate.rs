@@ -1160,10 +1160,12 @@ impl Lower<'_> {
     }
 }
 
-/// The accumulator dtype of a matmul producing `dt`: f32 for floats, the
-/// integer's own width for integers (at least i32), i32 for bool.
+/// The accumulator dtype of a matmul producing `dt`: f64 for f64, f32 for
+/// other floats, the integer's own width for integers (at least i32), i32
+/// for bool.
 pub(super) fn acc_dtype(dt: DType) -> DType {
     match dt {
+        DType::F64 => DType::F64,
         DType::I64 => DType::I64,
         DType::U32 => DType::U32,
         d if d.is_int() || d == DType::Bool => DType::I32,
@@ -2036,7 +2038,7 @@ impl Lower<'_> {
             .collect();
         let (m, kd, nn) = (pa[nb].clone(), pa[nb + 1].clone(), pb[nb + 1].clone());
         let z = product(&batch).ok_or_else(|| self.unsupported(n, "batch dims"))?;
-        let NodeKind::MatMul { a, b } = g.node(n).kind else {
+        let NodeKind::MatMul { a, b, tf32 } = g.node(n).kind else {
             unreachable!("a matmul")
         };
         let dt = g.ty(n).dtype().unwrap_or(DType::F32);
@@ -2238,9 +2240,13 @@ impl Lower<'_> {
                     a: ta,
                     b: tb,
                     acc: Some(acc_in),
-                    precision: tile::Precision::Ieee,
+                    precision: if tf32 && adt == DType::F32 {
+                        tile::Precision::Tf32
+                    } else {
+                        tile::Precision::Ieee
+                    },
                 },
-                KernelBuilder::tile_ty(&[bm32, bn32], DType::F32),
+                KernelBuilder::tile_ty(&[bm32, bn32], acc_dt),
             )
         };
         kb.ops.push(Op {

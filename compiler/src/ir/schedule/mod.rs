@@ -562,7 +562,7 @@ impl<'g> Lower<'g> {
     fn attention(&self, n: NodeId) -> Option<Attention> {
         let g = self.g;
         let single = |x: NodeId| self.uses[x.0 as usize] == 1;
-        let NodeKind::MatMul { a: sm, b: v } = g.node(n).kind else {
+        let NodeKind::MatMul { a: sm, b: v, .. } = g.node(n).kind else {
             return None;
         };
         let NodeKind::Softmax { x: scaled, axis } = g.node(sm).kind else {
@@ -599,7 +599,7 @@ impl<'g> Lower<'g> {
         if !single(scaled) || !single(scores) {
             return None;
         }
-        let NodeKind::MatMul { a: q, b: kt } = g.node(scores).kind else {
+        let NodeKind::MatMul { a: q, b: kt, .. } = g.node(scores).kind else {
             return None;
         };
         let (NodeKind::Transpose { x: k, a: 2, b: 3 } | NodeKind::Transpose { x: k, a: 3, b: 2 }) =
@@ -627,7 +627,7 @@ impl<'g> Lower<'g> {
 
     fn lower_matmul(&mut self, n: NodeId, out: Option<BufId>) -> R<()> {
         let g = self.g;
-        let NodeKind::MatMul { a, b } = g.node(n).kind else {
+        let NodeKind::MatMul { a, b, tf32 } = g.node(n).kind else {
             unreachable!("a matmul")
         };
         let dn = g.ty(n).dims();
@@ -660,7 +660,9 @@ impl<'g> Lower<'g> {
         let (name, batched): (&'static str, bool) = match (dt, flat, da.len(), db.len()) {
             (DType::F16, true, _, _) => ("gemm", false),
             (DType::BF16, true, _, _) => ("gemm_bf16", false),
-            (DType::F32, true, _, _) => ("gemm_tf32", false),
+            // Full f32 unless tf32 was asked for: the generated gemm's `dot`
+            // at ieee precision (FMA units), not `gemm_tf32`'s tensor cores.
+            (DType::F32, true, _, _) if tf32 => ("gemm_tf32", false),
             (DType::F16, false, ra, rb) if ra == rb && da[..ra - 2] == db[..rb - 2] => {
                 ("gemm_batched", true)
             }
@@ -2152,6 +2154,24 @@ impl<'g> Lower<'g> {
             }
             other => return Err(l.unsupported(id, format!("{other:?}"))),
         }
+            // The maximum, minimum or mean of nothing has no value: checked at
+            // run time unless the extent is known to be positive (E0317).
+            if let NodeKind::Reduce { op, x, axis, .. } = &node.kind {
+                let xd = g.ty(*x).dims();
+                let reduced = match axis {
+                    Some(j) => xd.get(*j).cloned(),
+                    None => product(xd),
+                };
+                // A constant 0 reaches here from a function specialised on
+                // the sizes it is called with.
+                let unproven = reduced.filter(|d| d.as_const().is_none_or(|c| c <= 0));
+                if let (false, Some(extent)) = (*op == ReduceKind::Sum, unproven) {
+                    if let Some(Step::Launch(last)) = l.steps.last_mut() {
+                        let name = format!("{op:?}").to_lowercase();
+                        last.requires.push(format!("nonempty {name}: {extent}"));
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -1523,11 +1523,26 @@ impl<'a> Lower<'a> {
             return Ok(self.select(tty, x, one, zero));
         }
         let x = self.materialize(fty, x);
-        let v = if fty == tty {
+        let mut v = if fty == tty {
             x
         } else {
             self.cvt(tty, x, None)
         };
+        // `cvt.rzi` saturates at the 32-bit range (NaN to 0); a narrower
+        // integer saturates at its own range too, as on the CPU, rather than
+        // wrapping when the 32 bits are truncated.
+        if fty.is_float() {
+            let range = match to {
+                DType::I8 => Some((i8::MIN as i64, i8::MAX as i64)),
+                DType::I16 => Some((i16::MIN as i64, i16::MAX as i64)),
+                DType::U8 => Some((0, u8::MAX as i64)),
+                _ => None,
+            };
+            if let Some((lo, hi)) = range {
+                v = self.bin(BinOp::Min, tty, v, Operand::Int(hi));
+                v = self.bin(BinOp::Max, tty, v, Operand::Int(lo));
+            }
+        }
         Ok(self.round_to_storage(v, to))
     }
 
@@ -2429,9 +2444,17 @@ impl<'a> Lower<'a> {
         let layout = self.blocked(&shape);
         let av = self.val(a);
         let bv = self.val(b);
-        if av.ty != RegTy::F32 || bv.ty != RegTy::F32 {
+        // f64 tiles take the FMA path in f64 (`fma.rn.f64`): f64 precision
+        // is what they are for, and the FMA units hold it exactly.
+        let f64_dot = av.ty == RegTy::F64 && bv.ty == RegTy::F64;
+        if !f64_dot && (av.ty != RegTy::F32 || bv.ty != RegTy::F32) {
             return self.unsupported(format!("`dot` on {}", av.dtype.name()));
         }
+        let (rt, mt, es, out_dt) = if f64_dot {
+            (RegTy::F64, MemTy::F64, 8u32, DType::F64)
+        } else {
+            (RegTy::F32, MemTy::F32, 4u32, DType::F32)
+        };
         if let Some(acc_layout) = self.mma_layout(av.dtype, bv.dtype, m, n, k) {
             return self.dot_mma(a, b, &av, &bv, acc, acc_layout, k);
         }
@@ -2455,29 +2478,29 @@ impl<'a> Lower<'a> {
         let accs: Vec<Reg> = init
             .iter()
             .map(|&o| {
-                let dst = self.new_reg(RegTy::F32);
+                let dst = self.new_reg(rt);
                 self.emit(Inst::Mov { dst, src: o });
                 dst
             })
             .collect();
         // Stage A ([m,k], row-major) and B ([k,n]) in shared memory.
-        let a_bytes = m * k * 4;
-        self.reserve_scratch(a_bytes + k * n * 4);
+        let a_bytes = m * k * es;
+        self.reserve_scratch(a_bytes + k * n * es);
         let smem = self.scratch_addr();
         for (tv, base) in [(&av, 0u32), (&bv, a_bytes)] {
             let strides = row_major(&tv.layout.shape);
             let lb = self.linear_base(&tv.layout.clone());
-            let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(4));
+            let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(es as i64));
             let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
             let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
             for (s, &o) in tv.layout.slots.iter().zip(&tv.ops) {
                 let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
                 self.emit(Inst::St {
                     space: Space::Shared,
-                    mem: MemTy::F32,
+                    mem: mt,
                     src: vec![o],
                     addr,
-                    offset: base as i64 + lin as i64 * 4,
+                    offset: base as i64 + lin as i64 * es as i64,
                     pred: None,
                 });
             }
@@ -2486,22 +2509,32 @@ impl<'a> Lower<'a> {
         // Row and column base addresses of this thread's accumulator slots.
         let bm = self.base(&layout.terms[0].clone());
         let bn = self.base(&layout.terms[1].clone());
-        let arow = self.bin(BinOp::Mul, RegTy::I32, bm, Operand::Int(k as i64 * 4));
+        let arow = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            bm,
+            Operand::Int(k as i64 * es as i64),
+        );
         let arow = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), arow);
-        let bcol = self.bin(BinOp::Mul, RegTy::I32, bn, Operand::Int(4));
+        let bcol = self.bin(BinOp::Mul, RegTy::I32, bn, Operand::Int(es as i64));
         let bcol = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), bcol);
         let arow = self.materialize(RegTy::U32, arow);
         let bcol = self.materialize(RegTy::U32, bcol);
         let iv = self.new_reg(RegTy::I32);
         self.blocks.push(Vec::new());
-        let ka = self.bin(BinOp::Mul, RegTy::I32, Operand::Reg(iv), Operand::Int(4));
+        let ka = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            Operand::Reg(iv),
+            Operand::Int(es as i64),
+        );
         let pa = self.bin(BinOp::Add, RegTy::U32, arow, ka);
         let pa = self.materialize(RegTy::U32, pa).reg().expect("reg");
         let kb = self.bin(
             BinOp::Mul,
             RegTy::I32,
             Operand::Reg(iv),
-            Operand::Int(n as i64 * 4),
+            Operand::Int(n as i64 * es as i64),
         );
         let pb = self.bin(BinOp::Add, RegTy::U32, bcol, kb);
         let pb = self.materialize(RegTy::U32, pb).reg().expect("reg");
@@ -2510,27 +2543,27 @@ impl<'a> Lower<'a> {
         for s in layout.slots.clone() {
             if let std::collections::hash_map::Entry::Vacant(e) = rows.entry(s[0]) {
                 let dst = self.regs.len() as u32;
-                self.regs.push(RegTy::F32);
+                self.regs.push(rt);
                 e.insert(Reg(dst));
                 self.blocks.last_mut().expect("block").push(Inst::Ld {
                     space: Space::Shared,
-                    mem: MemTy::F32,
+                    mem: mt,
                     dst: vec![Reg(dst)],
                     addr: pa,
-                    offset: s[0] as i64 * k as i64 * 4,
+                    offset: s[0] as i64 * k as i64 * es as i64,
                     pred: None,
                 });
             }
             if let std::collections::hash_map::Entry::Vacant(e) = cols.entry(s[1]) {
                 let dst = self.regs.len() as u32;
-                self.regs.push(RegTy::F32);
+                self.regs.push(rt);
                 e.insert(Reg(dst));
                 self.blocks.last_mut().expect("block").push(Inst::Ld {
                     space: Space::Shared,
-                    mem: MemTy::F32,
+                    mem: mt,
                     dst: vec![Reg(dst)],
                     addr: pb,
-                    offset: a_bytes as i64 + s[1] as i64 * 4,
+                    offset: a_bytes as i64 + s[1] as i64 * es as i64,
                     pred: None,
                 });
             }
@@ -2555,8 +2588,8 @@ impl<'a> Lower<'a> {
         Ok(TV {
             layout,
             ops: accs.into_iter().map(Operand::Reg).collect(),
-            ty: RegTy::F32,
-            dtype: DType::F32,
+            ty: rt,
+            dtype: out_dt,
         })
     }
 

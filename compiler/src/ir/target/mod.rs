@@ -655,6 +655,31 @@ impl Kernel {
         }
         go(&self.body, f);
     }
+
+    /// Whether a loop of the kernel hides memory latency within each warp: it
+    /// issues tensor-core MMAs (long runs of independent matrix instructions:
+    /// cuBLAS's GEMMs run at 12-19% occupancy), or it waits on asynchronous
+    /// copies while later iterations' copies are still in flight (software
+    /// pipelining, `num_stages` >= 2). Low occupancy costs such a kernel
+    /// little; W0004 is for the others.
+    pub fn hides_latency(&self) -> bool {
+        // (instructions, whether inside a loop); a stack, not recursion.
+        let mut stack: Vec<(&[Inst], bool)> = vec![(&self.body, false)];
+        while let Some((insts, in_loop)) = stack.pop() {
+            for i in insts {
+                match i {
+                    Inst::Mma { .. } if in_loop => return true,
+                    Inst::CpAsyncWait { pending } if in_loop && *pending > 0 => return true,
+                    _ => {}
+                }
+                let looped = in_loop || matches!(i, Inst::For { .. } | Inst::While { .. });
+                for r in i.regions() {
+                    stack.push((r, looped));
+                }
+            }
+        }
+        false
+    }
 }
 
 #[cfg(test)]

@@ -214,7 +214,42 @@ pub fn lower_kernel(
     scope: &ModuleScope,
     spec: &Specialization,
 ) -> Result<Kernel, Vec<Diagnostic>> {
-    lower_inner(f, scope, spec).map_err(|(diags, _)| diags)
+    let (mut diags, mut missing) = match lower_inner(f, scope, spec) {
+        Ok(k) => return Ok(k),
+        Err(e) => e,
+    };
+    // Lowering stops at the first dim it needs a value for. Lowering again
+    // with a stand-in value for each one found finds the next, so one run
+    // names every dim the kernel must be specialised on. Only those E0511s
+    // are kept: other errors of a trial may come from the stand-in. Each
+    // round fixes at least one more dim of the signature, so this ends.
+    const STAND_IN: i64 = 64;
+    let mut trial = spec.clone();
+    loop {
+        let new: Vec<String> = missing
+            .into_iter()
+            .filter(|m| !trial.values.contains_key(m))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        trial.values.extend(new.into_iter().map(|m| (m, STAND_IN)));
+        match lower_inner(f, scope, &trial) {
+            Ok(_) => break,
+            Err((more, m)) => {
+                for d in more.into_iter().filter(|d| d.code == "E0511") {
+                    if !diags
+                        .iter()
+                        .any(|x| x.span == d.span && x.message == d.message)
+                    {
+                        diags.push(d);
+                    }
+                }
+                missing = m;
+            }
+        }
+    }
+    Err(diags)
 }
 
 /// Like [`lower_kernel`], given the sizes of the dims known where the kernel is
@@ -3476,8 +3511,14 @@ impl<'a> Lowerer<'a> {
         let x = self.materialize(a, d, ae.span)?;
         let y = self.materialize(b, d, be.span)?;
         let out = vec![sa[0], sb[1]];
+        // f64 accumulates in f64, every narrower float in f32.
+        let od = if d == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let acc = match acc {
-            Some((lv, sp)) => Some(self.coerce(&lv, DType::F32, &out, sp)?),
+            Some((lv, sp)) => Some(self.coerce(&lv, od, &out, sp)?),
             None => None,
         };
         let r = self.b.push1(
@@ -3487,7 +3528,7 @@ impl<'a> Lowerer<'a> {
                 acc,
                 precision,
             },
-            tile_type(out, DType::F32),
+            tile_type(out, od),
         );
         Ok(self.val(r, false))
     }

@@ -99,6 +99,23 @@ fn missing_specialised_dim_is_e0511() {
 }
 
 #[test]
+fn every_missing_specialised_dim_is_reported_at_once() {
+    // `D` and `E` each size a tile; lowering stops at the first, yet both are named.
+    let src = "@kernel(grid=(1,))\ndef k(x: Tensor[\"D\", f32], y: Tensor[\"E\", f32]):\n    a = load(x[:])\n    b = load(y[:])\n    store(x[0 : 1], zeros([1], f32) + sum(a) + sum(b))\n";
+    let all = lower_file("/t/two.tsr", src, &Specialization::new());
+    let d = all[0].1.clone().unwrap_err();
+    let codes: Vec<&str> = d.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["E0511", "E0511"], "{d:#?}");
+    assert!(d[0].message.contains("`D`"), "{}", d[0].message);
+    assert!(d[1].message.contains("`E`"), "{}", d[1].message);
+    // With one given, only the other is missing.
+    let all = lower_file("/t/two.tsr", src, &Specialization::new().with("D", 32));
+    let d = all[0].1.clone().unwrap_err();
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(d[0].message.contains("`E`"), "{}", d[0].message);
+}
+
+#[test]
 fn const_without_default_is_e0511() {
     let src = "@kernel(grid=(1,))\ndef k(x: Tensor[\"N\", f32], B: const):\n    store(x[0 : B], zeros([B], f32))\n";
     let all = lower_file("/t/k.tsr", src, &Specialization::new());

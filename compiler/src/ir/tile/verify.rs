@@ -573,7 +573,12 @@ impl Verifier<'_> {
                 if *precision == Precision::Tf32 && ta.dtype() != DType::F32 {
                     self.err(format!("{what}: tf32 precision needs f32 inputs, got {ta}"));
                 }
-                let out = tile_or_scalar(vec![sa[0], sb[1]], DType::F32);
+                let od = if ta.dtype() == DType::F64 {
+                    DType::F64
+                } else {
+                    DType::F32
+                };
+                let out = tile_or_scalar(vec![sa[0], sb[1]], od);
                 if let Some(tacc) = tacc {
                     if tacc != out {
                         self.err(format!("{what}: accumulator is {tacc}, expected {out}"));
