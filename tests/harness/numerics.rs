@@ -1272,25 +1272,25 @@ fn std_nn_generic_definitions_every_dtype_and_rank() {
             let ew = |f: fn(f64) -> f64| x.iter().map(|v| f(*v)).collect::<Vec<_>>();
             close(
                 &what("relu"),
-                &run("relu", &[xt.clone()]),
+                &run("relu", std::slice::from_ref(&xt)),
                 &ew(|v| v.max(0.0)),
                 tol,
             );
             close(
                 &what("gelu"),
-                &run("gelu", &[xt.clone()]),
+                &run("gelu", std::slice::from_ref(&xt)),
                 &ew(gelu_ref),
                 tol,
             );
             close(
                 &what("silu"),
-                &run("silu", &[xt.clone()]),
+                &run("silu", std::slice::from_ref(&xt)),
                 &ew(silu_ref),
                 tol,
             );
             close(
                 &what("softmax"),
-                &run("softmax", &[xt.clone()]),
+                &run("softmax", std::slice::from_ref(&xt)),
                 &softmax_ref(&x, rows_n, n),
                 tol,
             );
