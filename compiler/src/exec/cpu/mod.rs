@@ -2521,7 +2521,7 @@ def mm(a: Tensor[16, 16, f32], b: Tensor[16, 16, f32], c: Tensor[16, 16, f32], s
             [1 << 31, 1, 1],
             [1, 65536, 1],
             [1, 1, 65536],
-            [0, 1, 1],
+            [-1, 1, 1],
         ] {
             let e = run_grid(&k, &a, grid, &Interrupt::new()).unwrap_err();
             assert_eq!(e.code, "E0703", "{grid:?}: {e}");
