@@ -277,7 +277,7 @@ pub fn tile_ir<'db>(
         return Err(errors);
     }
     let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec)?;
-    crate::ir::tile::check_tile_sizes(&k, options.arch(db)).map_err(|d| vec![d])?;
+    crate::ir::tile::check_tile_sizes(&k, options.arch(db))?;
     Ok(Arc::new(k))
 }
 

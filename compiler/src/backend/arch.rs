@@ -83,7 +83,7 @@ pub const MAX_NUM_STAGES: i64 = 8;
 
 /// Whether `n` is a valid `num_warps`; the message says why not.
 pub fn check_num_warps(n: i64) -> Result<(), String> {
-    if n >= 1 && n <= MAX_NUM_WARPS && n.count_ones() == 1 {
+    if (1..=MAX_NUM_WARPS).contains(&n) && n.count_ones() == 1 {
         Ok(())
     } else {
         Err(format!(

@@ -370,12 +370,13 @@ impl Checker<'_> {
                         .filter(|_| self.is_compile_time(&v.value))
                         .and_then(Value::as_int);
                     let max = MAX_GRID[axis];
-                    if let Some(n) = known.filter(|n| *n < 1 || *n > max) {
+                    // 0 is a launch of no programs, as at run time.
+                    if let Some(n) = known.filter(|n| *n < 0 || *n > max) {
                         self.report(
                             Diagnostic::new(
                                 "E0609",
                                 it.span,
-                                format!("grid dim {axis} is {n}; it must be from 1 to {max}"),
+                                format!("grid dim {axis} is {n}; it must be from 0 to {max}"),
                             )
                             .with_help("grids are at most (2147483647, 65535, 65535) programs (CUDA's limits): use bigger blocks, or loop inside the kernel"),
                         );

@@ -13,7 +13,7 @@ use crate::diag::Diagnostic;
 
 /// E0606 for the first op whose result is a tile of more bytes than
 /// `arch.info().max_tile_bytes()` (registers plus shared memory of a block).
-pub fn check_tile_sizes(k: &Kernel, arch: Arch) -> Result<(), Diagnostic> {
+pub fn check_tile_sizes(k: &Kernel, arch: Arch) -> Result<(), Vec<Diagnostic>> {
     let info = arch.info();
     let max = info.max_tile_bytes();
     // Iterative: regions nest as deep as the source's loops and branches.
@@ -25,7 +25,7 @@ pub fn check_tile_sizes(k: &Kernel, arch: Arch) -> Result<(), Diagnostic> {
                 let bytes = ty.num_elements().saturating_mul(ty.dtype().bytes());
                 if bytes > max {
                     let dims: Vec<String> = ty.shape().iter().map(|d| d.to_string()).collect();
-                    return Err(Diagnostic::new(
+                    return Err(vec![Diagnostic::new(
                         "E0606",
                         op.span,
                         format!(
@@ -40,7 +40,7 @@ pub fn check_tile_sizes(k: &Kernel, arch: Arch) -> Result<(), Diagnostic> {
                     )
                     .with_help(
                         "use smaller tiles (a smaller BLOCK) and loop over the data, or more programs",
-                    ));
+                    )]);
                 }
             }
             stack.extend(op.kind.regions());
