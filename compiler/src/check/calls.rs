@@ -1160,14 +1160,18 @@ impl Checker<'_> {
             Some(Value::Int(d)) => d.as_const(),
             _ => None,
         };
+        // In i128: `end - start` of two i64 bounds may not fit an i64. A
+        // length past i64 stays unknown here; creating it is E0712 at run time.
         let len = match bounds[..] {
-            [end] => value(end),
-            [start, end] => value(end).zip(value(start)).map(|(e, s)| e - s),
+            [end] => value(end).map(i128::from),
+            [start, end] => value(end)
+                .zip(value(start))
+                .map(|(e, s)| i128::from(e) - i128::from(s)),
             _ => None,
         };
-        let dim = match len {
-            Some(n) => Dim::constant(n.max(0)),
-            None => Dim::symbol("?"),
+        let dim = match len.map(|n| i64::try_from(n.max(0))) {
+            Some(Ok(n)) => Dim::constant(n),
+            _ => Dim::symbol("?"),
         };
         Val::of(Ty::Tensor {
             dims: vec![dim],
