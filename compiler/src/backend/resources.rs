@@ -112,7 +112,9 @@
 //! lists, and [`hoist_loads`] decides what is blocked in one forward pass.
 //! Liveness repeats its sweep (loop nesting depth + 2 times), and the
 //! conversion from Target IR recurses over nested regions, so both also
-//! grow with loop and branch nesting depth.
+//! grow with loop and branch nesting depth. Under `cfg(test)` the estimate
+//! counts its steps (`work`), and a test checks that twice the length costs
+//! about twice the steps (about 34 a Target IR instruction).
 
 use std::fmt::Write as _;
 
@@ -161,6 +163,24 @@ pub const LOAD_WINDOW_WORDS: u32 = 25;
 /// The fewest registers ptxas 12.9 reports for a kernel that touches global
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;
+
+#[cfg(test)]
+thread_local! {
+    /// Steps of the estimate's work on this thread, for tests that check the
+    /// estimate's cost grows linearly (timings are too noisy to tell).
+    static WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `steps` units of the estimate's work: an instruction or position
+/// visited, a register read or written there, a set member copied, a probe of
+/// a binary search.
+#[inline]
+fn work(steps: usize) {
+    #[cfg(test)]
+    WORK.with(|w| w.set(w.get() + steps as u64));
+    #[cfg(not(test))]
+    let _ = steps;
+}
 
 /// The control-flow graph of a program: per position, what it writes and reads
 /// and where control goes next.
@@ -287,6 +307,7 @@ impl LiveSet {
         }
     }
     fn clear(&mut self) {
+        work(self.touched.len());
         for i in self.touched.drain(..) {
             self.bits[i] = 0;
         }
@@ -294,6 +315,7 @@ impl LiveSet {
     }
     /// The members, ascending.
     fn members(&mut self) -> Vec<u32> {
+        work(self.touched.len());
         self.touched.sort_unstable();
         self.touched.dedup();
         self.touched.retain(|&i| self.bits[i] != 0);
@@ -301,6 +323,7 @@ impl LiveSet {
         for &i in &self.touched {
             let mut rest = self.bits[i];
             while rest != 0 {
+                work(1);
                 out.push((i * 64) as u32 + rest.trailing_zeros());
                 rest &= rest - 1;
             }
@@ -348,12 +371,14 @@ pub fn max_pressure(program: &[Node], words: &dyn Fn(u32) -> u32) -> u32 {
         let mut peak = 0u64;
         live.clear();
         for p in (0..n).rev() {
+            work(1 + cfg.succ[p].len() + cfg.defs[p].len() + cfg.uses[p].len());
             // `live` is the live-in set of p + 1: make it p's live-out set.
             if !cfg.succ[p].contains(&(p + 1)) {
                 live.clear();
             }
             for &s in &cfg.succ[p] {
                 if s != p + 1 {
+                    work(saved[s].as_ref().map_or(0, Vec::len));
                     for &r in saved[s].iter().flatten() {
                         live.insert(r, words);
                     }
@@ -783,6 +808,7 @@ fn program_with(kernel: &crate::ir::target::Kernel, hoist: bool) -> (Vec<Node>, 
             insts.iter().collect()
         };
         for inst in sink(&order, &rm.tys) {
+            work(1);
             let regs =
                 |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
             if inst.defs().iter().any(|r| rm.is_remat(r.0)) {
@@ -1228,6 +1254,7 @@ fn sink<'a>(
 ) -> Vec<&'a crate::ir::target::Inst> {
     use crate::ir::target::Inst;
     fn reads(inst: &Inst, out: &mut FxHashSet<u32>) {
+        work(1);
         out.extend(inst.uses().into_iter().map(|r| r.0));
         for region in inst.regions() {
             for i in region {
@@ -1291,6 +1318,7 @@ fn sink<'a>(
     }
     let next_after = |lists: &FxHashMap<u32, Vec<usize>>, r: u32, k: usize| {
         lists.get(&r).and_then(|v| {
+            work(1 + v.len().max(1).ilog2() as usize);
             let at = v.partition_point(|&j| j <= k);
             v.get(at).copied()
         })
@@ -1305,6 +1333,7 @@ fn sink<'a>(
     }
     let word = |r: u32| tys.get(r as usize).map_or(1, |t| t.words());
     for (k, inst) in insts.iter().enumerate() {
+        work(1 + reads_of[k].len());
         // Writes a value and frees more words than it writes: the block's
         // last reads of values it defines (a select of two computed values,
         // an accumulation of a loaded value into a carried one).
@@ -1343,6 +1372,7 @@ fn sink<'a>(
     // Stable: by target slot, sunk instructions before the one they precede
     // (they come from earlier indices).
     let mut order: Vec<usize> = (0..n).collect();
+    work(n * (1 + n.max(1).ilog2() as usize));
     order.sort_by_key(|&k| {
         let (at, orig) = place[k];
         (at, if at == orig { 1 } else { 0 }, orig)
@@ -1384,6 +1414,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let end = (start..insts.len())
             .find(|&j| barrier(&insts[j]))
             .unwrap_or(insts.len());
+        work(1 + end - start);
         // Members: loads and (backwards) the pure instructions they read.
         let mut member = vec![false; end - start];
         let mut needed: FxHashSet<u32> = FxHashSet::default();
@@ -1400,6 +1431,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let mut in_window = vec![false; end - start];
         let mut words = 0u32;
         for j in start..end {
+            work(1);
             match &insts[j] {
                 Inst::Ld {
                     space, mem, dst, ..
@@ -1414,6 +1446,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
             }
         }
         for j in (start..end).rev() {
+            work(1 + uses[j].len());
             let is_load = in_window[j - start];
             if is_load || (pure(&insts[j]) && defs[j].iter().any(|r| needed.contains(r))) {
                 member[j - start] = true;
@@ -1426,6 +1459,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
         let mut defined_by_stay: FxHashSet<u32> = FxHashSet::default();
         let mut read_by_stay: FxHashSet<u32> = FxHashSet::default();
         for m in start..end {
+            work(1 + defs[m].len() + uses[m].len());
             if member[m - start] {
                 let blocked = defs[m]
                     .iter()
@@ -1825,10 +1859,11 @@ mod tests {
         }
     }
 
-    /// The estimate of a kernel of `statements` dependent elementwise
-    /// statements (each a few instructions per element, 32 elements a
-    /// thread), in a loop or not: the fastest of three runs.
-    fn estimate_time(statements: usize, in_loop: bool) -> std::time::Duration {
+    /// The work ([`super::work`] steps) of the estimate of a kernel of
+    /// `statements` dependent elementwise statements (each a few instructions
+    /// per element, 32 elements a thread), in a loop or not, and its length
+    /// in Target IR instructions.
+    fn estimate_work(statements: usize, in_loop: bool) -> (u64, usize) {
         use crate::db::{file_kernels, target_ir, Database};
         let indent = if in_loop { "        " } else { "    " };
         let mut src = String::from(
@@ -1854,28 +1889,35 @@ mod tests {
         )
         .clone()
         .unwrap();
-        (0..3)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                std::hint::black_box(of_target(&kernel));
-                t.elapsed()
-            })
-            .min()
-            .unwrap()
+        fn count(insts: &[crate::ir::target::Inst]) -> usize {
+            insts
+                .iter()
+                .map(|i| 1 + i.regions().into_iter().map(|r| count(r)).sum::<usize>())
+                .sum()
+        }
+        let before = super::WORK.with(|w| w.get());
+        std::hint::black_box(of_target(&kernel));
+        (super::WORK.with(|w| w.get()) - before, count(&kernel.body))
     }
 
     #[test]
-    fn estimate_time_grows_linearly_with_kernel_length() {
-        // 200 statements are ~13,000 Target IR instructions. A quadratic
-        // estimate takes 4x as long at twice the length; allow 3x for noise
-        // on a shared machine.
+    fn estimate_work_grows_linearly_with_kernel_length() {
+        // Counted steps, not time: a shared machine makes timings noisy. 100
+        // statements are ~6,500 Target IR instructions; twice the length may
+        // cost a little more than twice the work (the sort of a block).
         for in_loop in [false, true] {
-            let small = estimate_time(200, in_loop);
-            let large = estimate_time(400, in_loop);
-            let ratio = large.as_secs_f64() / small.as_secs_f64();
+            let (small, small_len) = estimate_work(100, in_loop);
+            let (large, large_len) = estimate_work(200, in_loop);
+            assert!(10 * large_len >= 19 * small_len, "{small_len} {large_len}");
             assert!(
-                ratio < 3.0,
-                "estimate of 200 statements (in a loop: {in_loop}): {small:?}, of 400: {large:?} ({ratio:.1}x)"
+                (small as usize) < 100 * small_len,
+                "{small} steps for {small_len} instructions"
+            );
+            let ratio = large as f64 / small as f64;
+            assert!(
+                ratio < 2.5,
+                "estimate of 100 statements (in a loop: {in_loop}, {small_len} \
+                 instructions): {small} steps, of 200 ({large_len}): {large} ({ratio:.2}x)"
             );
         }
     }

@@ -550,7 +550,11 @@ impl Tensor {
         let wrap = self.dtype.is_int() && dtype.is_int();
         for i in 0..d.len() {
             let x = src.get(self.dtype, i);
-            let x = if wrap { wrap_int(dtype, x as i64) as f64 } else { x };
+            let x = if wrap {
+                wrap_int(dtype, x as i64) as f64
+            } else {
+                x
+            };
             d.set(dtype, i, x);
         }
         Ok(Tensor::from_data(&self.shape, dtype, d))
