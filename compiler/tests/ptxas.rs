@@ -629,15 +629,16 @@ fn summarise(title: &str, rows: &[Row], only_over: Option<f64>) -> Option<(f64, 
 
 /// Where the estimate stands on kernels it was not tuned to (the fresh ten
 /// and the generated tuning seeds 0..200, ptxas 12.9.86, November 2026):
-/// fresh median 12.5%, worst 34.4%; generated median 10.9%, worst 177.1%
-/// (a 16 x 256 tile whose elementwise chain Target IR computes statement by
-/// statement, which ptxas reorders element by element). The goal
-/// ([`MEDIAN_BOUND`], [`WORST_BOUND`]) is not met there yet; these bounds
-/// keep the estimate from getting worse until it is, and
+/// fresh median 12.5%, worst 34.4%; generated median 10.8%, worst 57.9% (a
+/// reduction over axis 0 through shared memory: ptxas 38, 16 estimated); on
+/// the held-out seeds 1000..1200, median 9.0%, worst 325% (a 32 x 1024 tile
+/// whose elementwise chain ptxas runs element by element in 32 registers).
+/// The goal ([`MEDIAN_BOUND`], [`WORST_BOUND`]) is not met there
+/// yet; these bounds keep the estimate from getting worse until it is, and
 /// `TESSERA_ESTIMATE_GOAL=1` holds those comparisons to the goal instead.
 const FRESH_BOUNDS: (f64, f64) = (0.13, 0.35);
 /// See [`FRESH_BOUNDS`].
-const GENERATED_BOUNDS: (f64, f64) = (0.12, 1.80);
+const GENERATED_BOUNDS: (f64, f64) = (0.11, 0.60);
 
 /// Fails unless the median and worst error of `title`'s rows are within
 /// `bounds` (median, worst), or, where they are looser than the goal and

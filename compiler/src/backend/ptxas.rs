@@ -5,7 +5,6 @@
 //! command exports its path as `TESSERA_PTXAS`.
 
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -136,25 +135,23 @@ pub fn parse_verbose(text: &str) -> Result<Vec<FunctionInfo>, String> {
 
 /// Assembles `ptx` for `arch` with `ptxas -v` and returns what it reports for
 /// each function. The output object is discarded.
+///
+/// The PTX goes through a file of our own, not stdin: ptxas copies stdin to
+/// `/tmp/tmpxft_<pid>_...`, and under parallel runs sharing `/tmp` it then
+/// sometimes read an empty copy ("Missing .version directive").
 pub fn assemble(ptxas: &Path, ptx: &str, arch: Arch) -> Result<Vec<FunctionInfo>, PtxasError> {
-    let mut child = Command::new(ptxas)
-        .args(["-v", "-arch", arch.name(), "-o", "/dev/null", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| PtxasError::Spawn(format!("{}: {e}", ptxas.display())))?;
-    // ptxas reads all of its input before writing much, so writing first
-    // cannot deadlock on a full pipe.
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(ptx.as_bytes())
-        .map_err(|e| PtxasError::Spawn(format!("writing PTX to ptxas: {e}")))?;
-    let out = child
-        .wait_with_output()
-        .map_err(|e| PtxasError::Spawn(e.to_string()))?;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("tessera-ptxas-{}-{n}.ptx", std::process::id()));
+    std::fs::write(&path, ptx)
+        .map_err(|e| PtxasError::Spawn(format!("writing PTX to {}: {e}", path.display())))?;
+    let out = Command::new(ptxas)
+        .args(["-v", "-arch", arch.name(), "-o", "/dev/null"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.map_err(|e| PtxasError::Spawn(format!("{}: {e}", ptxas.display())))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
