@@ -53,7 +53,14 @@ fn assert_well_formed(text: &str, diags: &[Diagnostic]) {
     }
 }
 
+/// Compiler queries run on a `tessera::stack` thread, as in the binaries and the
+/// language server: the corpus holds programs nested up to the depth limit,
+/// which the test harness's 2 MiB threads cannot walk.
 fn check(text: &str) -> Vec<Diagnostic> {
+    tessera::stack::with_stack(|| check_here(text)).expect("a query thread")
+}
+
+fn check_here(text: &str) -> Vec<Diagnostic> {
     let mut db = Database::new();
     let file = db.set_source("fuzz.tsr", text.to_string());
     let diags = db.diagnostics(file).to_vec();
@@ -316,11 +323,14 @@ proptest! {
         let fresh = check(&text);
 
         // The same text reached by an edit of an already-checked file.
-        let mut db = Database::new();
-        let file = db.set_source("fuzz.tsr", seed.clone());
-        let _ = db.diagnostics(file);
-        db.set_source("fuzz.tsr", text.clone());
-        let incremental = db.diagnostics(file).to_vec();
+        let incremental = tessera::stack::with_stack(|| {
+            let mut db = Database::new();
+            let file = db.set_source("fuzz.tsr", seed.clone());
+            let _ = db.diagnostics(file);
+            db.set_source("fuzz.tsr", text.clone());
+            db.diagnostics(file).to_vec()
+        })
+        .expect("a query thread");
         prop_assert_eq!(incremental, fresh);
     }
 }
@@ -338,6 +348,10 @@ fn seed_programs_check_without_panic() {
 /// lowering never panics, its only errors are E0511/E0512 with spans inside
 /// the text, and every kernel it produces passes the Tile IR verifier.
 fn lower_all(text: &str) -> usize {
+    tessera::stack::with_stack(|| lower_all_here(text)).expect("a query thread")
+}
+
+fn lower_all_here(text: &str) -> usize {
     use tessera::ir::tile::{verify, Specialization};
     let mut db = Database::new();
     let file = db.set_source("fuzz.tsr", text.to_string());
