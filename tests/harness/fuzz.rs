@@ -7,9 +7,9 @@
 
 use proptest::prelude::*;
 use tessera::db::Database;
-use tessera::diag::codes;
-use tessera::diag::render::{render_human_all, render_json, LineIndex};
 use tessera::diag::Diagnostic;
+use tessera_tests::fuzzing::exec::assert_well_formed;
+use tessera_tests::fuzzing::inputs::collect_tsr;
 
 static SEEDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
@@ -18,38 +18,6 @@ fn config(cases: u32) -> ProptestConfig {
         cases,
         failure_persistence: None,
         ..ProptestConfig::default()
-    }
-}
-
-fn assert_well_formed(text: &str, diags: &[Diagnostic]) {
-    let ok = |s: tessera::syntax::span::Span| {
-        s.start <= s.end
-            && (s.end as usize) <= text.len()
-            && text.is_char_boundary(s.start as usize)
-            && text.is_char_boundary(s.end as usize)
-    };
-    for d in diags {
-        assert!(codes::lookup(d.code).is_some(), "unknown code {}", d.code);
-        assert!(
-            ok(d.span),
-            "{} span {:?} outside {} bytes / off a char boundary",
-            d.code,
-            d.span,
-            text.len()
-        );
-        for l in &d.labels {
-            assert!(
-                ok(l.span),
-                "{} label span {:?} outside the text",
-                d.code,
-                l.span
-            );
-        }
-    }
-    let _ = render_human_all("fuzz.tsr", text, diags, false);
-    let index = LineIndex::new(text);
-    for d in diags {
-        let _ = render_json("fuzz.tsr", &index, d);
     }
 }
 
@@ -236,20 +204,6 @@ fn seeds() -> Vec<String> {
     }
     assert!(out.len() > 10, "there are seed programs");
     out
-}
-
-fn collect_tsr(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect_tsr(&path, out);
-        } else if path.extension().is_some_and(|e| e == "tsr") {
-            out.push(path);
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
