@@ -16,7 +16,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::exec::{execute, process_cpu_ms, quiet_panics, Counts, Limits, Stage};
+use super::exec::{execute, execute_here, process_cpu_ms, quiet_panics, Counts, Limits, Stage};
 use super::inputs::{input, Corpus};
 use super::minimize::minimize;
 
@@ -124,6 +124,21 @@ pub fn worker(
     root: &Path,
 ) {
     quiet_panics(true);
+    tessera::stack::with_stack(|| {
+        worker_loop(seed, from, jobs, until_ms, max_inputs, limits, root)
+    })
+    .expect("the system starts a thread for the worker");
+}
+
+fn worker_loop(
+    seed: u64,
+    from: u64,
+    jobs: u64,
+    until_ms: u64,
+    max_inputs: Option<u64>,
+    limits: &Limits,
+    root: &Path,
+) {
     let corpus = Corpus::load(root);
     let mut counts = Counts::default();
     let mut last_report = Instant::now();
@@ -139,7 +154,7 @@ pub fn worker(
             let mut o = stdout.lock();
             let _ = writeln!(o, "B {index}");
         }
-        let r = execute(&text, limits, &mut counts, &mut |s| {
+        let r = execute_here(&text, limits, &mut counts, &mut |s| {
             let _ = writeln!(stdout.lock(), "S {}", s.name());
         });
         if let Err(f) = r {

@@ -416,7 +416,10 @@ pub fn execute(
         .expect("the system starts a thread for the stages")
 }
 
-fn execute_here(
+/// [`execute`] on the calling thread, which must already have the compiler's
+/// query stack (a worker runs all its inputs on one such thread: a thread
+/// per input costs more than some inputs' stages).
+pub fn execute_here(
     text: &str,
     limits: &Limits,
     counts: &mut Counts,
