@@ -5,7 +5,9 @@
 //! * Leading comment lines `# codegen: ARGS` are runs: ARGS are `tsrc emit`'s
 //!   options (`--emit ptx|target-ir|tile-ir|...`, `--arch`, `--kernel`, `-D`),
 //!   so a run is exactly `tsrc emit FILE ARGS`, plus the harness's own
-//!   `--check-prefix P` / `--check-prefixes P,Q` (default `CHECK`).
+//!   `--check-prefix P` / `--check-prefixes P,Q` (default `CHECK`) and
+//!   `--implicit-check-not PATTERN` (a pattern without spaces that must occur
+//!   nowhere in the output).
 //! * A run is checked by the file's `#P:` directives (`tessera_tests::filecheck`)
 //!   or, when the file has none of its prefixes, compared with the whole
 //!   expected output beside it: `NAME.ptx` (`.tir` for Target IR, `.tile` for
@@ -22,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tessera::cli::{emit_to, EmitArgs, EmitKind};
-use tessera_tests::filecheck::{check, parse_directives};
+use tessera_tests::filecheck::{check, implicit_not, parse_directives};
 use tessera_tests::workspace_root;
 
 /// One `# codegen:` line.
@@ -33,6 +35,8 @@ struct Run {
     args_text: String,
     args: EmitArgs,
     prefixes: Vec<String>,
+    /// `--implicit-check-not PATTERN`: never anywhere in the output.
+    implicit: Vec<tessera_tests::filecheck::Directive>,
 }
 
 /// `tsrc emit`'s options, parsed by the driver's own definition.
@@ -141,9 +145,17 @@ fn parse_runs(path: &Path, text: &str) -> Result<Vec<Run>, String> {
         };
         let lineno = i as u32 + 1;
         let mut prefixes = Vec::new();
+        let mut implicit = Vec::new();
         let mut words = Vec::new();
         let mut it = args_text.split_whitespace();
         while let Some(w) = it.next() {
+            if let Some(p) = match w {
+                "--implicit-check-not" => Some(it.next().unwrap_or("")),
+                _ => w.strip_prefix("--implicit-check-not="),
+            } {
+                implicit.push(implicit_not(p, lineno)?);
+                continue;
+            }
             let list = match w {
                 "--check-prefix" | "--check-prefixes" => it.next().unwrap_or(""),
                 _ => match w
@@ -189,6 +201,7 @@ fn parse_runs(path: &Path, text: &str) -> Result<Vec<Run>, String> {
             args_text: args_text.trim().to_string(),
             args: header.args,
             prefixes,
+            implicit,
         });
     }
     if runs.is_empty() {
@@ -237,8 +250,8 @@ fn run_file(
             ));
             continue;
         }
-        if !directives.is_empty() {
-            if let Err(e) = check(&directives, &out) {
+        if !directives.is_empty() || !run.implicit.is_empty() {
+            if let Err(e) = check(&directives, &run.implicit, &out) {
                 report.push_str(&format!(
                     "run of line {} (`{repro}`, prefixes {}):\n{e}\n",
                     run.line,

@@ -22,9 +22,12 @@
 //! # Patterns
 //!
 //! Literal text, trimmed; a run of spaces or tabs matches any run of spaces or
-//! tabs (PTX indents with tabs). `{{REGEX}}` is a regular expression;
+//! tabs (PTX indents with tabs). `{{REGEX}}` is a regular expression (`^` and
+//! `$` match at line starts and ends);
 //! `[[NAME:REGEX]]` captures what REGEX matched as `NAME`, and a later
-//! `[[NAME]]` matches that text literally.
+//! `[[NAME]]` matches that text literally (`[[[NAME]]]` is the
+//! value in brackets, as in a PTX address; `{{{REGEX}}` a brace, then the
+//! regex, as in a PTX vector).
 //!
 //! # Invariants
 //!
@@ -73,6 +76,9 @@ pub struct Directive {
 
 impl std::fmt::Display for Directive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix == IMPLICIT {
+            return write!(f, "line {}: --{IMPLICIT} {}", self.line, self.pattern);
+        }
         write!(
             f,
             "line {}: #{}{}: {}",
@@ -159,7 +165,8 @@ pub fn parse_directives(
 /// `vars`; with `lenient`, an unknown one (a syntax check before matching)
 /// matches anything.
 fn compile(pattern: &str, vars: &HashMap<String, String>, lenient: bool) -> Result<Regex, String> {
-    let mut re = String::new();
+    // `^` and `$` are line starts and ends.
+    let mut re = String::from("(?m)");
     let mut rest = pattern;
     let mut literal = String::new();
     let flush = |literal: &mut String, re: &mut String| {
@@ -178,13 +185,21 @@ fn compile(pattern: &str, vars: &HashMap<String, String>, lenient: bool) -> Resu
         literal.clear();
     };
     while !rest.is_empty() {
-        if let Some(body) = rest.strip_prefix("{{") {
+        if rest.starts_with("{{{") {
+            // A literal `{` before a regex: `{{{%r}}` is `{` + `{{%r}}`.
+            literal.push('{');
+            rest = &rest[1..];
+        } else if let Some(body) = rest.strip_prefix("{{") {
             let end = body
                 .find("}}")
                 .ok_or_else(|| format!("`{{{{` without `}}}}` in `{pattern}`"))?;
             flush(&mut literal, &mut re);
             re.push_str(&format!("(?:{})", &body[..end]));
             rest = &body[end + 2..];
+        } else if rest.starts_with("[[[") {
+            // A literal `[` before a variable: `[[[A]]]` is `[` + `[[A]]` + `]`.
+            literal.push('[');
+            rest = &rest[1..];
         } else if let Some(body) = rest.strip_prefix("[[") {
             let end = body
                 .find("]]")
@@ -262,10 +277,26 @@ struct Found {
 /// Lines of context shown after where matching started.
 const CONTEXT: usize = 8;
 
-/// Checks `output` against `directives` (of one run, in file order).
-/// `Err` is the report of the first failure.
-pub fn check(directives: &[Directive], output: &str) -> Result<(), String> {
+const IMPLICIT: &str = "implicit-check-not";
+
+/// An `--implicit-check-not` pattern of a run (its line is the header's): a
+/// `#CHECK-NOT` that holds over the whole output.
+pub fn implicit_not(pattern: &str, line: u32) -> Result<Directive, String> {
+    compile(pattern, &HashMap::new(), true).map_err(|e| format!("line {line}: {e}"))?;
+    Ok(Directive {
+        prefix: IMPLICIT.to_string(),
+        kind: Kind::Not,
+        pattern: pattern.to_string(),
+        line,
+    })
+}
+
+/// Checks `output` against `directives` (of one run, in file order) and the
+/// run's `implicit` nots. `Err` is the report of the first failure.
+pub fn check(directives: &[Directive], implicit: &[Directive], output: &str) -> Result<(), String> {
     let out = Output::new(output);
+    let implicit: Vec<&Directive> = implicit.iter().collect();
+    check_nots(&out, &implicit, &HashMap::new(), 0, output.len())?;
     let mut vars = HashMap::new();
 
     // Labels first, in order; each cuts a section.
@@ -433,7 +464,7 @@ mod tests {
 
     fn run(checks: &str, output: &str) -> Result<(), String> {
         let d = parse_directives(checks, &["CHECK".to_string()], &["CHECK".to_string()])?;
-        check(&d, output)
+        check(&d, &[], output)
     }
 
     const OUT: &str = "\
@@ -497,6 +528,15 @@ mod tests {
         assert!(e.is_ok(), "{e:?}");
         let e = run("#CHECK-LABEL: .entry c", OUT).unwrap_err();
         assert!(e.contains("no match"), "{e}");
+    }
+
+    #[test]
+    fn implicit_nots_hold_everywhere() {
+        let d = parse_directives("#CHECK: .entry b", &["CHECK".to_string()], &[]).unwrap();
+        check(&d, &[implicit_not("ld.global.v8", 1).unwrap()], OUT).unwrap();
+        let e = check(&d, &[implicit_not("add.f32", 1).unwrap()], OUT).unwrap_err();
+        assert!(e.contains("line 1: --implicit-check-not add.f32"), "{e}");
+        assert!(e.contains("matches output line 3"), "{e}");
     }
 
     #[test]
