@@ -211,7 +211,9 @@ fn compile(pattern: &str, vars: &HashMap<String, String>, lenient: bool) -> Resu
                 None => match vars.get(inner) {
                     Some(v) => re.push_str(&regex::escape(v)),
                     None if lenient => re.push_str(".*?"),
-                    None => return Err(format!("`[[{inner}]]` is not defined before its use")),
+                    None => return Err(format!(
+                        "`[[{inner}]]` is not defined before its use (a capture is usable from the next directive on, such as a `-SAME`)"
+                    )),
                 },
             }
             rest = &body[end + 2..];
