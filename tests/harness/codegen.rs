@@ -72,7 +72,19 @@ fn main() -> ExitCode {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }
-        let failure = run_file(&root, path, bless, &mut claimed).err();
+        // A compiler panic fails this case, not the run.
+        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_file(&root, path, bless, &mut claimed)
+        }))
+        .unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("the compiler panicked: {what}"))
+        })
+        .err();
         outcomes.push((name, failure));
     }
     if filters.is_empty() {
