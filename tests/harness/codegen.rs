@@ -13,6 +13,8 @@
 //!   expected output beside it: `NAME.ptx` (`.tir` for Target IR, `.tile` for
 //!   Tile IR), `NAME.p.ptx` for a run whose first prefix is `P` (lower-cased)
 //!   and not `CHECK`. `TESSERA_BLESS=1` writes those files.
+//! * With `TESSERA_PTXAS` set, the PTX of every `--emit ptx` run must also
+//!   assemble with that ptxas for the run's arch.
 //! * Without a filter, a file beside the tests that no run compares with is a
 //!   failure (a stale expectation).
 //!
@@ -262,6 +264,15 @@ fn run_file(
             ));
             continue;
         }
+        if run.args.emit == EmitKind::Ptx {
+            if let Err(e) = assemble(path, run, &out) {
+                report.push_str(&format!(
+                    "run of line {} (`{repro}`): ptxas rejects the PTX:\n{e}\n",
+                    run.line
+                ));
+                continue;
+            }
+        }
         if !directives.is_empty() || !run.implicit.is_empty() {
             if let Err(e) = check(&directives, &run.implicit, &out) {
                 report.push_str(&format!(
@@ -319,6 +330,38 @@ fn run_file(
     } else {
         Err(report)
     }
+}
+
+/// With `TESSERA_PTXAS` set (the path of NVIDIA's ptxas), a run's PTX must
+/// assemble for its arch, so what a filetest states is also code the GPU
+/// accepts; without it, nothing is assembled.
+fn assemble(path: &Path, run: &Run, ptx: &str) -> Result<(), String> {
+    let Some(ptxas) = std::env::var_os("TESSERA_PTXAS") else {
+        return Ok(());
+    };
+    let dir = std::env::temp_dir().join(format!("tessera-codegen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let file = dir.join(format!("{stem}-{}.ptx", run.line));
+    std::fs::write(&file, ptx).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let out = std::process::Command::new(&ptxas)
+        .arg(format!("-arch={}", run.args.arch.name()))
+        .arg(&file)
+        .arg("-o")
+        .arg(file.with_extension("cubin"))
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", PathBuf::from(&ptxas).display()))?;
+    let result = if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// The first differing line of two texts, with a few lines of each around it.
