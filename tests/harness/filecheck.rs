@@ -249,10 +249,7 @@ impl<'a> Output<'a> {
 
     fn line_text(&self, line: usize) -> &'a str {
         let start = self.starts[line];
-        let end = self
-            .starts
-            .get(line + 1)
-            .map_or(self.text.len(), |e| e - 1);
+        let end = self.starts.get(line + 1).map_or(self.text.len(), |e| e - 1);
         &self.text[start..end]
     }
 
@@ -442,7 +439,10 @@ fn no_match(
 ) -> String {
     let start = out.line_of(from);
     let last = out.line_of(to.saturating_sub(1).max(from));
-    let mut r = format!("{d}\nno match for the pattern (as a regex: `{}`)\n", re.as_str());
+    let mut r = format!(
+        "{d}\nno match for the pattern (as a regex: `{}`)\n",
+        re.as_str()
+    );
     let after = match after {
         Some(p) => format!(", after the match of line {}", p.line),
         None => String::new(),
@@ -491,9 +491,16 @@ mod tests {
     #[test]
     fn whitespace_runs_match_tabs_and_regexes_and_variables() {
         run("#CHECK: add.f32 %f3, {{%f[0-9]+}}, %f2", OUT).unwrap();
-        run("#CHECK: ld.global.v4.f32 {[[A:%f[0-9]+]]\n#CHECK: add.f32 %f3, [[A]]", OUT).unwrap();
-        let e = run("#CHECK: ld.global.v4.f32 {[[A:%f[0-9]+]]\n#CHECK: add.f32 %f3, %f2, [[A]]", OUT)
-            .unwrap_err();
+        run(
+            "#CHECK: ld.global.v4.f32 {[[A:%f[0-9]+]]\n#CHECK: add.f32 %f3, [[A]]",
+            OUT,
+        )
+        .unwrap();
+        let e = run(
+            "#CHECK: ld.global.v4.f32 {[[A:%f[0-9]+]]\n#CHECK: add.f32 %f3, %f2, [[A]]",
+            OUT,
+        )
+        .unwrap_err();
         assert!(e.contains("no match"), "{e}");
         // Tabs in the output, a space in the pattern.
         run("#CHECK: .entry a\n#CHECK-NEXT: ld.global.v4.f32 {", OUT).unwrap();
@@ -501,9 +508,16 @@ mod tests {
 
     #[test]
     fn next_and_same_check_the_line() {
-        run("#CHECK: .entry a\n#CHECK-NEXT: ld.global\n#CHECK-SAME: [%rd1]", OUT).unwrap();
+        run(
+            "#CHECK: .entry a\n#CHECK-NEXT: ld.global\n#CHECK-SAME: [%rd1]",
+            OUT,
+        )
+        .unwrap();
         let e = run("#CHECK: .entry a\n#CHECK-NEXT: add.f32", OUT).unwrap_err();
-        assert!(e.contains("on the line after the previous match (output line 2)"), "{e}");
+        assert!(
+            e.contains("on the line after the previous match (output line 2)"),
+            "{e}"
+        );
         assert!(e.contains("first match is on output line 3"), "{e}");
         let e = run("#CHECK: .entry a\n#CHECK-SAME: ld.global", OUT).unwrap_err();
         assert!(e.contains("previous match's line"), "{e}");
@@ -511,8 +525,16 @@ mod tests {
 
     #[test]
     fn not_between_matches_and_to_the_end() {
-        run("#CHECK: .entry a\n#CHECK-NOT: ld.global.f32\n#CHECK: .entry b", OUT).unwrap();
-        let e = run("#CHECK: .entry a\n#CHECK-NOT: add.f32\n#CHECK: .entry b", OUT).unwrap_err();
+        run(
+            "#CHECK: .entry a\n#CHECK-NOT: ld.global.f32\n#CHECK: .entry b",
+            OUT,
+        )
+        .unwrap();
+        let e = run(
+            "#CHECK: .entry a\n#CHECK-NOT: add.f32\n#CHECK: .entry b",
+            OUT,
+        )
+        .unwrap_err();
         assert!(e.contains("matches output line 3"), "{e}");
         assert!(e.contains(">    3 | \tadd.f32"), "{e}");
         let e = run("#CHECK: .entry b\n#CHECK-NOT: st.global", OUT).unwrap_err();
@@ -523,10 +545,16 @@ mod tests {
     fn labels_confine_their_checks() {
         // `ld.global.f32` occurs only in b: a's section must not see it.
         run("#CHECK-LABEL: .entry b\n#CHECK: ld.global.f32", OUT).unwrap();
-        let e = run("#CHECK-LABEL: .entry a\n#CHECK: ld.global.f32\n#CHECK-LABEL: .entry b", OUT)
-            .unwrap_err();
+        let e = run(
+            "#CHECK-LABEL: .entry a\n#CHECK: ld.global.f32\n#CHECK-LABEL: .entry b",
+            OUT,
+        )
+        .unwrap_err();
         assert!(e.contains("searched output lines 1 to 4"), "{e}");
-        let e = run("#CHECK-LABEL: .entry a\n#CHECK-NOT: ld.global.f32 \n#CHECK-LABEL: .entry b", OUT);
+        let e = run(
+            "#CHECK-LABEL: .entry a\n#CHECK-NOT: ld.global.f32 \n#CHECK-LABEL: .entry b",
+            OUT,
+        );
         assert!(e.is_ok(), "{e:?}");
         let e = run("#CHECK-LABEL: .entry c", OUT).unwrap_err();
         assert!(e.contains("no match"), "{e}");

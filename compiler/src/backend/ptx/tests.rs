@@ -291,4 +291,3 @@ def casts(x: Tensor["N", f32]) -> Tensor["N", i8]:
         }
     }
 }
-
