@@ -62,33 +62,43 @@ fn main() -> ExitCode {
     collect(&dir, &mut files);
     files.sort();
 
-    let mut outcomes: Vec<(String, Option<String>)> = Vec::new();
-    let mut claimed = BTreeSet::new();
+    let mut tests = Vec::new();
     let mut others = Vec::new();
     for path in &files {
         let name = rel(&root, path);
         if path.extension().is_none_or(|e| e != "tsr") {
             others.push(path.clone());
-            continue;
+        } else if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+            tests.push((name, path.clone()));
         }
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        // A compiler panic fails this case, not the run.
-        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_file(&root, path, bless, &mut claimed)
-        }))
-        .unwrap_or_else(|p| {
-            let what = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(format!("the compiler panicked: {what}"))
-        })
-        .err();
-        outcomes.push((name, failure));
     }
+    // Files run in parallel, on threads with the compiler's stack; the report
+    // keeps file order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(vec![None; tests.len()]);
+    let claimed = std::sync::Mutex::new(BTreeSet::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(tests.len()) {
+            std::thread::Builder::new()
+                .stack_size(tessera::stack::STACK_SIZE)
+                .spawn_scoped(scope, || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((_, path)) = tests.get(i) else {
+                        break;
+                    };
+                    let failure = run_guarded(&root, path, bless, &claimed);
+                    results.lock().expect("no worker panics holding it")[i] = Some(failure);
+                })
+                .expect("spawn a filetest worker");
+        }
+    });
+    let claimed = claimed.into_inner().expect("workers are done");
+    let mut outcomes: Vec<(String, Option<String>)> = tests
+        .into_iter()
+        .zip(results.into_inner().expect("workers are done"))
+        .map(|((name, _), r)| (name, r.expect("every file ran")))
+        .collect();
     if filters.is_empty() {
         let stale: Vec<String> = others
             .iter()
@@ -121,6 +131,27 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `run_file`, with a compiler panic failing this case, not the run.
+fn run_guarded(
+    root: &Path,
+    path: &Path,
+    bless: bool,
+    claimed: &std::sync::Mutex<BTreeSet<PathBuf>>,
+) -> Option<String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_file(root, path, bless, claimed)
+    }))
+    .unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(format!("the compiler panicked: {what}"))
+    })
+    .err()
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -241,7 +272,7 @@ fn run_file(
     root: &Path,
     path: &Path,
     bless: bool,
-    claimed: &mut BTreeSet<PathBuf>,
+    claimed: &std::sync::Mutex<BTreeSet<PathBuf>>,
 ) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     let runs = parse_runs(path, &text)?;
@@ -295,7 +326,11 @@ fn run_file(
                 extension(run.args.emit)
             ))
         };
-        if !claimed.insert(expected.clone()) {
+        if !claimed
+            .lock()
+            .expect("no worker panics holding it")
+            .insert(expected.clone())
+        {
             return Err(format!(
                 "run of line {}: another run already compares with {} (give it a --check-prefix)",
                 run.line,
@@ -339,7 +374,10 @@ fn assemble(path: &Path, run: &Run, ptx: &str) -> Result<(), String> {
     let Some(ptxas) = std::env::var_os("TESSERA_PTXAS") else {
         return Ok(());
     };
-    let dir = std::env::temp_dir().join(format!("tessera-codegen-{}", std::process::id()));
+    // One directory per assembly: runs assemble in parallel.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tessera-codegen-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let file = dir.join(format!("{stem}-{}.ptx", run.line));
