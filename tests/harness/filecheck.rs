@@ -345,6 +345,11 @@ pub fn check(directives: &[Directive], implicit: &[Directive], output: &str) -> 
                     continue;
                 }
                 Kind::Label => unreachable!("labels cut the sections"),
+                Kind::Next | Kind::Same if prev.is_none() => {
+                    return Err(format!(
+                        "{d}\na -NEXT or -SAME needs a previous match in its section to follow"
+                    ))
+                }
                 Kind::Count(n) => n,
                 _ => 1,
             };
@@ -521,6 +526,8 @@ mod tests {
         assert!(e.contains("first match is on output line 3"), "{e}");
         let e = run("#CHECK: .entry a\n#CHECK-SAME: ld.global", OUT).unwrap_err();
         assert!(e.contains("previous match's line"), "{e}");
+        let e = run("#CHECK-NEXT: .entry a", OUT).unwrap_err();
+        assert!(e.contains("needs a previous match"), "{e}");
     }
 
     #[test]
