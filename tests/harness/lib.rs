@@ -24,6 +24,7 @@
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
+pub mod filecheck;
 pub mod fuzzing;
 
 use std::path::{Path, PathBuf};
