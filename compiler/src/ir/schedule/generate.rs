@@ -499,7 +499,12 @@ impl Lower<'_> {
     pub(super) fn fused(&mut self, grp: &Group, out: BufId) -> R<()> {
         let g = self.g;
         let root = grp.root;
-        let dims = g.ty(root).dims().to_vec();
+        // A rank-0 group is one element: computed as a `[1]` tensor (its
+        // rank-0 operands pad to `[1]` like any lower-rank operand).
+        let mut dims = g.ty(root).dims().to_vec();
+        if dims.is_empty() {
+            dims.push(Dim::constant(1));
+        }
         let dtype = self.buffers[out.0 as usize].dtype;
         let in_group = |x: NodeId| grp.members.contains(&x) && !(grp.copy && x == root);
         let order: Vec<NodeId> = if grp.copy {
