@@ -634,7 +634,7 @@ impl Checker<'_> {
                             e.span,
                             format!("the integer {i} is out of range for `{dt}`"),
                         )
-                        .with_primary_label(format!("meets a `{dt}` operand here"))
+                        .with_primary_label(format!("this meets an operand of `{dt}`"))
                         .with_help(
                             "convert the other operand to a wider dtype first, e.g. `.to(i64)`",
                         ),

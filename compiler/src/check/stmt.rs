@@ -652,7 +652,7 @@ impl Checker<'_> {
 }
 
 /// Whether the integer `i` is a value of the integer dtype `dt`.
-pub(crate) fn int_fits(dt: DType, i: i64) -> bool {
+pub fn int_fits(dt: DType, i: i64) -> bool {
     let (lo, hi): (i64, i64) = match dt {
         DType::I8 => (i8::MIN.into(), i8::MAX.into()),
         DType::I16 => (i16::MIN.into(), i16::MAX.into()),

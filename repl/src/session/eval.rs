@@ -7,7 +7,9 @@
 use std::fmt;
 use std::io::Write;
 
+use tessera::check::calls::out_of_range;
 use tessera::check::scope::Entry;
+use tessera::check::stmt::int_fits;
 use tessera::check::DType;
 use tessera::diag::Diagnostic;
 use tessera::exec::{self, IndexItem, Tensor, Value};
@@ -1170,13 +1172,16 @@ impl Session {
                         format!("`full` fills with a number, found {}", v.describe()),
                     )
                 })?;
+                // As the checker (and the docs): `full`'s dtype defaults to f32.
                 let dtype = match b[2] {
                     Some(x) => self.dtype_arg(x, text)?,
-                    None => match value {
-                        Num::I(_) => DType::I32,
-                        Num::F(_) => DType::F32,
-                    },
+                    None => DType::F32,
                 };
+                if let Num::I(i) = value {
+                    if dtype.is_int() && !int_fits(dtype, i) {
+                        return Err(out_of_range(i, dtype, vx.span));
+                    }
+                }
                 // As the checker: a float never fills an integer tensor implicitly.
                 if matches!(value, Num::F(_)) && !dtype.is_float() {
                     return Err(Diagnostic::new(
@@ -1219,6 +1224,15 @@ impl Session {
                     None if any_float => DType::F32,
                     None => DType::I32,
                 };
+                // As the checker: integers must be values of an integer dtype.
+                if dtype.is_int() {
+                    let outside = flat
+                        .iter()
+                        .find(|x| x.fract() == 0.0 && !int_fits(dtype, **x as i64));
+                    if let Some(x) = outside {
+                        return Err(out_of_range(*x as i64, dtype, dx.span));
+                    }
+                }
                 tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
             "load_npy" => {
