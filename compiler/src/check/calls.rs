@@ -1754,6 +1754,15 @@ impl Checker<'_> {
             );
             return Val::err();
         }
+        if x == DType::Bool {
+            // As arithmetic on bools: no meaning the GPU has (E0311).
+            self.report(
+                Diagnostic::new("E0311", span, "`matmul` is not defined on `bool` values")
+                    .with_label(le.span, format!("this is `{}`", l.ty))
+                    .with_help(format!("convert first, e.g. `{}.to(i32)`", describe(le))),
+            );
+            return Val::err();
+        }
         if !a1 {
             batch.push(a[a.len() - 2].clone());
         }

@@ -695,8 +695,9 @@ impl Tensor {
             .filter(|i| !matches!(i, IndexItem::NewAxis))
             .count();
         if named > self.shape.len() {
+            // The checker's code for the same mistake.
             return Err(ExecError::new(
-                "E0705",
+                "E0410",
                 format!(
                     "too many indices: {named} for a tensor of rank {}",
                     self.shape.len()

@@ -656,6 +656,8 @@ impl<'a> Builder<'a> {
                     ast::UnaryOp::Pos => return Ok(x),
                     ast::UnaryOp::Neg => UnaryOp::Neg,
                     ast::UnaryOp::Not => UnaryOp::Not,
+                    // `~` of bools is logical not (the checker's meaning), as in kernels.
+                    ast::UnaryOp::Invert if ty.dtype() == Some(DType::Bool) => UnaryOp::Not,
                     ast::UnaryOp::Invert => UnaryOp::Invert,
                 };
                 Ok(self.push(NodeKind::Unary { op, x }, ty, e.span))

@@ -265,7 +265,17 @@ impl Lower<'_> {
             vals.insert(l, v);
         }
         eval_members(&mut kb, g, grp, order, &mut vals, &scalars, &shape);
-        let result = kb.cast(vals[&root], dtype);
+        // A scalar root (a function's scalar result) is its parameter or constant.
+        let root_val = match (vals.get(&root), scalars.get(&root), &g.node(root).kind) {
+            (Some(v), ..) => *v,
+            (None, Some(s), _) => kb.splat(*s, &shape),
+            (None, None, NodeKind::Const(c)) => {
+                let c = kb.cnst(*c, dtype);
+                kb.splat(c, &shape)
+            }
+            _ => return Err(self.unsupported(root, "this scalar result")),
+        };
+        let result = kb.cast(root_val, dtype);
         let idx = kb.params.len();
         kb.params.push(tile::Param {
             name: "out".into(),
@@ -693,7 +703,17 @@ impl Lower<'_> {
             vals.insert(l, v);
         }
         eval_members(&mut kb, g, grp, &order, &mut vals, &scalars, &shape);
-        let result = kb.cast(vals[&root], dtype);
+        // A scalar root (a function's scalar result) is its parameter or constant.
+        let root_val = match (vals.get(&root), scalars.get(&root), &g.node(root).kind) {
+            (Some(v), ..) => *v,
+            (None, Some(s), _) => kb.splat(*s, &shape),
+            (None, None, NodeKind::Const(c)) => {
+                let c = kb.cnst(*c, dtype);
+                kb.splat(c, &shape)
+            }
+            _ => return Err(self.unsupported(root, "this scalar result")),
+        };
+        let result = kb.cast(root_val, dtype);
         let idx = kb.params.len();
         kb.params.push(tile::Param {
             name: "out".into(),

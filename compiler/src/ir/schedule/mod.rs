@@ -248,6 +248,9 @@ pub struct Schedule {
     /// Generated kernels (fusion groups), in Tile IR.
     pub kernels: Vec<Kernel>,
     pub outputs: Vec<BufId>,
+    /// Per output: the function returns it as a scalar (its buffer holds the
+    /// one element, rank 0), not as a rank-0 tensor.
+    pub scalar_outputs: Vec<bool>,
 }
 
 impl Schedule {
@@ -497,6 +500,31 @@ impl<'g> Lower<'g> {
                 )
             }
             NodeKind::Cast { x, to } => ScalarExpr::Cast(Box::new(self.scalar(*x)?), *to),
+            // As the fused kernels compute them, on one value.
+            NodeKind::Activation { act, x } => {
+                let x = self.scalar_as(*x, node.ty.dtype())?;
+                let f = |v: f64| Box::new(ScalarExpr::Const(Constant::Float(v)));
+                let bin = |op, a: Box<ScalarExpr>, b: Box<ScalarExpr>| {
+                    Box::new(ScalarExpr::Binary(op, a, b))
+                };
+                let x = Box::new(x);
+                match act {
+                    Activation::Relu => ScalarExpr::Binary(BinaryOp::Max, x, f(0.0)),
+                    Activation::Silu => {
+                        let s = Box::new(ScalarExpr::Unary(UnaryOp::Sigmoid, x.clone()));
+                        ScalarExpr::Binary(BinaryOp::Mul, x, s)
+                    }
+                    Activation::Gelu => {
+                        let t = bin(BinaryOp::Mul, x.clone(), f(std::f64::consts::FRAC_1_SQRT_2));
+                        let e = bin(
+                            BinaryOp::Add,
+                            f(1.0),
+                            Box::new(ScalarExpr::Unary(UnaryOp::Erf, t)),
+                        );
+                        ScalarExpr::Binary(BinaryOp::Mul, bin(BinaryOp::Mul, f(0.5), x), e)
+                    }
+                }
+            }
             _ => return Err(self.unsupported(n, "this scalar operation on the host")),
         })
     }
@@ -514,10 +542,11 @@ impl<'g> Lower<'g> {
         })
     }
 
-    /// `[R, C]`: the product of the leading dims and the last dim.
+    /// `[R, C]`: the product of the leading dims and the last dim (`[1, 1]`
+    /// for a rank-0 tensor: one row of one element).
     fn rows_cols(&self, dims: &[Dim], n: NodeId) -> R<(Dim, Dim)> {
         let Some((last, lead)) = dims.split_last() else {
-            return Err(self.unsupported(n, "a rank-0 tensor"));
+            return Ok((Dim::constant(1), Dim::constant(1)));
         };
         let r = product(lead).ok_or_else(|| self.unsupported(n, "a dim product that overflows"))?;
         Ok((r, last.clone()))
@@ -1016,6 +1045,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
     // Output buffers for results a launch can write directly.
     let mut out_for: HashMap<NodeId, BufId> = HashMap::new();
     let mut outputs = Vec::new();
+    let mut scalar_outputs = Vec::new();
     for (k, &o) in g.outputs.iter().enumerate() {
         let node = g.node(o);
         let name = if g.outputs.len() == 1 {
@@ -1023,14 +1053,26 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         } else {
             format!("out{k}")
         };
-        let GType::Tensor { dims, dtype } = &node.ty else {
-            return Err(LowerError::new(
-                node.span,
-                "returning a scalar from a whole-tensor function",
-            ));
+        let (dims, dtype) = match &node.ty {
+            GType::Tensor { dims, dtype } => (dims, dtype),
+            // A scalar result is written by a one-element kernel into a
+            // rank-0 buffer, which the executor reads back as the scalar.
+            GType::Scalar(dtype) => {
+                let b = l.add_buffer(name, BufKind::Output(k), vec![], *dtype);
+                outputs.push(b);
+                scalar_outputs.push(true);
+                continue;
+            }
+            _ => {
+                return Err(LowerError::new(
+                    node.span,
+                    "returning this value from a whole-tensor function",
+                ))
+            }
         };
         let b = l.add_buffer(name, BufKind::Output(k), dims.clone(), *dtype);
         outputs.push(b);
+        scalar_outputs.push(false);
         let direct = match &node.kind {
             _ if out_for.contains_key(&o) => false,
             _ if is_elementwise(g, o) => true,
@@ -1059,7 +1101,9 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         if l.buf_of.get(&o) == Some(&ob) {
             continue;
         }
-        l.buf(o, o)?;
+        if !scalar_outputs[k] {
+            l.buf(o, o)?;
+        }
         l.fused(
             &Group {
                 members: vec![],
@@ -1075,6 +1119,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         steps: l.steps,
         kernels: l.kernels,
         outputs,
+        scalar_outputs,
     };
     Ok(s)
 }
@@ -1601,10 +1646,18 @@ pub fn dump(s: &Schedule) -> String {
     }
     let _ = writeln!(out, "steps:");
     dump_steps(s, &s.steps, "  ", &mut out);
-    let outs: Vec<&str> = s
+    let outs: Vec<String> = s
         .outputs
         .iter()
-        .map(|o| s.buffer(*o).name.as_str())
+        .zip(&s.scalar_outputs)
+        .map(|(o, &scalar)| {
+            let name = &s.buffer(*o).name;
+            if scalar {
+                format!("{name} (scalar)")
+            } else {
+                name.clone()
+            }
+        })
         .collect();
     let _ = writeln!(out, "outputs: {}", outs.join(", "));
     for k in &s.kernels {
