@@ -76,7 +76,14 @@ pub fn run_function(
         }
         None => (sig, None),
     };
-    let dims = bind_dims(&sig, &values)?;
+    let mut dims = bind_dims(&sig, &values)?;
+    // A shape computed from an integer parameter (`zeros([n], f32)`, `x[0:n]`)
+    // has dims in its run-time symbol, which the checker names after it.
+    for (name, v) in &values {
+        if let Value::Int(i) = v {
+            dims.entry(name.clone()).or_insert(*i);
+        }
+    }
     let (graph, schedule) = match instance {
         Some(gs) => gs,
         None => (

@@ -2112,6 +2112,19 @@ fn inline_one(
                 }
             }
         }
+        // A shape computed from an integer parameter (`zeros([n], f32)`) names
+        // the parameter's symbol: bound by a known argument too.
+        if matches!(p.ty, GType::Scalar(d) if d.is_int()) && !dims.contains_key(&p.name) {
+            match &nodes[a.0 as usize].kind {
+                NodeKind::Const(Constant::Int(v)) => {
+                    dims.insert(p.name.clone(), Dim::constant(*v));
+                }
+                NodeKind::Index(d) => {
+                    dims.insert(p.name.clone(), d.clone());
+                }
+                _ => {}
+            }
+        }
         bound.insert(i, a);
     }
     let env = |s: &str| dims.get(s).cloned();
