@@ -41,6 +41,12 @@
 //! * `reshape` is a view (buffers are contiguous row-major), `empty` an allocation;
 //! * kernel calls are launched as written, in program order.
 //!
+//! A generated kernel whose grid axis 1 could pass CUDA's 65535 (a run-time
+//! count, or more than 65535 column tiles) is launched on a 1-D grid
+//! `(X * Y, 1)` with a `grid_y` parameter: its programs split their id back
+//! into `(pid / Y, pid % Y)`. A scalar result is written by a one-element
+//! kernel into a rank-0 output buffer (`out (scalar)` in the dump).
+//!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
 //! on grid axis 2); transposes of other axes and subscripts (`x[i]`, `x[a:b, 2]`)
 //! are a generated gather copy (a program copies a run of the result's last
