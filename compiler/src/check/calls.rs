@@ -655,6 +655,12 @@ impl Checker<'_> {
                     return Val::err();
                 }
                 if let Some(v) = value_slot.and_then(arg) {
+                    if let Some(i) = v.val.value.as_ref().and_then(Value::as_int) {
+                        if dt.is_int() && !crate::check::stmt::int_fits(dt, i) {
+                            self.report(out_of_range(i, dt, v.expr.span));
+                            return Val::err();
+                        }
+                    }
                     match &v.val.ty {
                         Ty::Scalar { dtype, weak } => {
                             if (dtype.is_float() && !dt.is_float())
@@ -996,6 +1002,22 @@ impl Checker<'_> {
                     None if is_float => DType::F32,
                     None => DType::I32,
                 };
+                // Known integers must be values of an integer dtype (no wrap).
+                fn first_outside(v: &Value, dt: DType) -> Option<i64> {
+                    match v {
+                        Value::Tuple(items) => items.iter().find_map(|x| first_outside(x, dt)),
+                        Value::Int(_) => {
+                            v.as_int().filter(|i| !crate::check::stmt::int_fits(dt, *i))
+                        }
+                        _ => None,
+                    }
+                }
+                if dt.is_int() {
+                    if let Some(i) = a0.val.value.as_ref().and_then(|v| first_outside(v, dt)) {
+                        self.report(out_of_range(i, dt, a0.expr.span));
+                        return Val::err();
+                    }
+                }
                 Val::of(Ty::Tensor { dims, dtype: dt })
             }
             _ => Val::err(),
@@ -1732,6 +1754,15 @@ impl Checker<'_> {
             );
             return Val::err();
         }
+        if x == DType::Bool {
+            // As arithmetic on bools: no meaning the GPU has (E0311).
+            self.report(
+                Diagnostic::new("E0311", span, "`matmul` is not defined on `bool` values")
+                    .with_label(le.span, format!("this is `{}`", l.ty))
+                    .with_help(format!("convert first, e.g. `{}.to(i32)`", describe(le))),
+            );
+            return Val::err();
+        }
         if !a1 {
             batch.push(a[a.len() - 2].clone());
         }
@@ -2071,4 +2102,15 @@ impl Checker<'_> {
             (Some(_), _) => Val::err(),
         }
     }
+}
+
+/// E0324: a known integer that is not a value of the integer dtype it becomes.
+pub fn out_of_range(i: i64, dt: DType, span: Span) -> Diagnostic {
+    Diagnostic::new(
+        "E0324",
+        span,
+        format!("the integer {i} is out of range for `{dt}`"),
+    )
+    .with_primary_label(format!("this becomes `{dt}`"))
+    .with_help("use a wider dtype, or convert the other operand first, e.g. `.to(i64)`")
 }

@@ -7,7 +7,9 @@
 use std::fmt;
 use std::io::Write;
 
+use tessera::check::calls::out_of_range;
 use tessera::check::scope::Entry;
+use tessera::check::stmt::int_fits;
 use tessera::check::DType;
 use tessera::diag::Diagnostic;
 use tessera::exec::{self, IndexItem, Tensor, Value};
@@ -599,7 +601,7 @@ impl Session {
             }
             ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
                 let v = self.eval(operand, text)?;
-                let n = element(&v).ok_or_else(|| {
+                let n = num(&v).ok_or_else(|| {
                     wrong_kind(
                         operand.span,
                         format!("cannot apply a unary operator to {}", v.describe()),
@@ -652,7 +654,7 @@ impl Session {
                     .with_primary_label("unsupported dtype for this operation")
                     .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"));
                 }
-                match (element(&a), element(&b)) {
+                match (num(&a), num(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
                 }
@@ -690,8 +692,9 @@ impl Session {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
             ExprKind::Name(id) => match self.vars.get(&id.name) {
-                // A rank-0 tensor (`s = sum(x)`) is used as the number it holds.
-                Some(v) => v.tensor().is_none_or(|t| t.shape().is_empty()),
+                // A rank-0 tensor (`s = sum(x)`) stays a tensor, as the checker
+                // types it: arithmetic on it runs in its dtype and gives a tensor.
+                Some(v) => v.tensor().is_none(),
                 None => self.const_value(&id.name).is_some(),
             },
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
@@ -702,11 +705,8 @@ impl Session {
                 let all_ints = indices.iter().all(|i| {
                     matches!(i, Index::Expr(x) if !matches!(x.kind, ExprKind::None) && self.is_host_scalar(x))
                 });
-                // An element of a session tensor (`x[0]`, `a[i, j]`) is a number.
-                let element_of_tensor = matches!(&value.kind, ExprKind::Name(id)
-                    if self.vars.get(&id.name).and_then(Val::tensor)
-                        .is_some_and(|t| t.shape().len() == indices.len()));
-                all_ints && (self.is_host_scalar(value) || element_of_tensor)
+                // An element of a tensor (`x[0]`) is a rank-0 tensor, not a number.
+                all_ints && self.is_host_scalar(value)
             }
             ExprKind::Attribute { value, attr } => {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
@@ -1172,13 +1172,16 @@ impl Session {
                         format!("`full` fills with a number, found {}", v.describe()),
                     )
                 })?;
+                // As the checker (and the docs): `full`'s dtype defaults to f32.
                 let dtype = match b[2] {
                     Some(x) => self.dtype_arg(x, text)?,
-                    None => match value {
-                        Num::I(_) => DType::I32,
-                        Num::F(_) => DType::F32,
-                    },
+                    None => DType::F32,
                 };
+                if let Num::I(i) = value {
+                    if dtype.is_int() && !int_fits(dtype, i) {
+                        return Err(out_of_range(i, dtype, vx.span));
+                    }
+                }
                 // As the checker: a float never fills an integer tensor implicitly.
                 if matches!(value, Num::F(_)) && !dtype.is_float() {
                     return Err(Diagnostic::new(
@@ -1221,6 +1224,15 @@ impl Session {
                     None if any_float => DType::F32,
                     None => DType::I32,
                 };
+                // As the checker: integers must be values of an integer dtype.
+                if dtype.is_int() {
+                    let outside = flat
+                        .iter()
+                        .find(|x| x.fract() == 0.0 && !int_fits(dtype, **x as i64));
+                    if let Some(x) = outside {
+                        return Err(out_of_range(*x as i64, dtype, dx.span));
+                    }
+                }
                 tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
             "load_npy" => {

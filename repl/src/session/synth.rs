@@ -202,7 +202,11 @@ impl Session {
         span: Span,
     ) -> R<Synth> {
         self.synth_count += 1;
-        let name = format!("__repl_eval_{}", self.synth_count);
+        let name = format!(
+            "{}{}",
+            tessera::check::stmt::SESSION_EVAL_PREFIX,
+            self.synth_count
+        );
         let mut consts = String::new();
         let mut params: Vec<String> = Vec::new();
         let mut args = Vec::new();
