@@ -12,14 +12,9 @@ pub struct LineIndex<'a> {
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
-        let mut starts = vec![0];
-        let bytes = text.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            let ends_line = b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
-            if ends_line {
-                starts.push(i as u32 + 1);
-            }
-        }
+        let starts = tessera::syntax::lines::line_starts(text)
+            .map(|s| s as u32)
+            .collect();
         LineIndex { text, starts }
     }
 
@@ -50,10 +45,7 @@ impl<'a> LineIndex<'a> {
             .get(pos.line as usize + 1)
             .map_or(self.text.len(), |&s| s as usize);
         // The line without its terminator (`\n`, `\r\n` or `\r`).
-        let line = self.text[start as usize..next]
-            .strip_suffix('\n')
-            .unwrap_or(&self.text[start as usize..next]);
-        let line = line.strip_suffix('\r').unwrap_or(line);
+        let line = tessera::syntax::lines::strip_break(&self.text[start as usize..next]);
         let end = start as usize + line.len();
         let mut units = 0u32;
         for (i, c) in line.char_indices() {

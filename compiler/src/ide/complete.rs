@@ -252,7 +252,7 @@ pub fn completions(
     let text = file.text(db);
     let offset = (offset as usize).min(text.len());
     let before = &text[..offset];
-    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let line = &before[crate::syntax::lines::line_start(before, before.len())..];
     let trimmed = line.trim_start();
     // `@ker|`
     if trimmed.starts_with('@')
