@@ -272,11 +272,41 @@ def f(a: Tensor["Z", "M", "N", bf16]) -> Tensor["Z", "M", "N", bf16]:
         "{}",
         h.markdown
     );
-    // In the body, the run stays opaque and `T` is checked at its representative.
+    // In the body, the run stays opaque and the dtype is the variable `T`.
     let h = hover(&db, file, db.options(), &spec, at(src, "x * k")).unwrap();
     assert!(
-        h.markdown.contains("x: Tensor[*B, N, f32]"),
+        h.markdown.contains("x: Tensor[*B, N, T]"),
         "{}",
         h.markdown
     );
+}
+
+#[test]
+fn types_in_a_generic_body_name_the_dtype_variables() {
+    let src = r#"def g[T: float, U: float, I: int](x: Tensor["*B", "N", T], y: Tensor["N", U], n: Tensor["N", I]) -> Tensor["*B", "N", T]:
+    a = x * 2.0
+    b = y.to(f32)
+    c = y + y
+    d = sum(n)
+    e = x.to(f32) * 1.0
+    return a
+"#;
+    let (db, file) = db_with(src);
+    let spec = Specialization::new();
+    let shown = |needle: &str| {
+        hover(&db, file, db.options(), &spec, at(src, needle))
+            .unwrap()
+            .markdown
+    };
+    for (needle, ty) in [
+        ("a = x", "a: Tensor[*B, N, T]"),
+        // a conversion to a written dtype keeps it, whichever `U` is
+        ("b = y", "b: Tensor[N, f32]"),
+        ("c = y", "c: Tensor[N, U]"),
+        ("d = sum", "d: Tensor[I]"),
+        ("e = x", "e: Tensor[*B, N, f32]"),
+    ] {
+        let h = shown(needle);
+        assert!(h.contains(ty), "{needle}: {h}");
+    }
 }
