@@ -255,9 +255,11 @@ pub fn name_dtype_vars(in_a: &str, in_b: &str, a: &TypeEnv, b: &TypeEnv) -> Opti
             out.push_str(x);
             continue;
         }
-        let mut moving = a.dtypes.iter().zip(&b.dtypes).filter(|((_, da), (_, db))| {
-            da.to_string() == x && db.to_string() == y
-        });
+        let mut moving = a
+            .dtypes
+            .iter()
+            .zip(&b.dtypes)
+            .filter(|((_, da), (_, db))| da.to_string() == x && db.to_string() == y);
         match (moving.next(), moving.next()) {
             (Some(((name, _), _)), None) => out.push_str(name),
             _ => return None,

@@ -274,11 +274,7 @@ def f(a: Tensor["Z", "M", "N", bf16]) -> Tensor["Z", "M", "N", bf16]:
     );
     // In the body, the run stays opaque and the dtype is the variable `T`.
     let h = hover(&db, file, db.options(), &spec, at(src, "x * k")).unwrap();
-    assert!(
-        h.markdown.contains("x: Tensor[*B, N, T]"),
-        "{}",
-        h.markdown
-    );
+    assert!(h.markdown.contains("x: Tensor[*B, N, T]"), "{}", h.markdown);
 }
 
 #[test]
