@@ -9,7 +9,7 @@ use std::io::Write;
 
 use tessera::check::scope::Entry;
 use tessera::check::DType;
-use tessera::diag::Diagnostic;
+use tessera::diag::{with_article, Diagnostic};
 use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
@@ -343,8 +343,8 @@ impl Session {
                         return Err(wrong_kind(
                             target.span,
                             format!(
-                                "cannot unpack a {} into {} names",
-                                other.describe(),
+                                "cannot unpack {} into {} names",
+                                with_article(&other.describe()),
                                 targets.len()
                             ),
                         ))
@@ -412,7 +412,10 @@ impl Session {
             other => {
                 return Err(wrong_kind(
                     target.span,
-                    format!("cannot store a {} in a tensor", other.describe()),
+                    format!(
+                        "cannot store {} in a tensor",
+                        with_article(&other.describe())
+                    ),
                 ))
             }
         };
@@ -663,7 +666,11 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0303",
                         attr.span,
-                        format!("a {} has no attribute `{}`", v.describe(), attr.name),
+                        format!(
+                            "{} has no attribute `{}`",
+                            with_article(&v.describe()),
+                            attr.name
+                        ),
                     ));
                 };
                 Ok(if attr.name == "shape" {
@@ -762,7 +769,7 @@ impl Session {
             Val::List(seq) => index_seq(seq, &items, span),
             other => Err(wrong_kind(
                 vspan,
-                format!("a {} cannot be indexed", other.describe()),
+                format!("{} cannot be indexed", with_article(&other.describe())),
             )),
         }
     }
@@ -973,7 +980,10 @@ impl Session {
                 Val::DType(_) | Val::Str(_) => {
                     return Err(wrong_kind(
                         a.value.span,
-                        format!("a kernel argument cannot be a {}", v.describe()),
+                        format!(
+                            "a kernel argument cannot be {}",
+                            with_article(&v.describe())
+                        ),
                     ))
                 }
                 other => other.to_value().expect("run-time value"),
