@@ -139,13 +139,28 @@ impl Checker<'_> {
                     if let (Ty::Scalar { dtype, .. }, Some((dv, de))) = (&ty, &default) {
                         match &dv.ty {
                             Ty::Scalar { dtype: vd, weak } => {
-                                let ok = if *weak { !vd.is_float() || dtype.is_float() } else { vd.widens_to(*dtype) };
+                                let ok = if *weak {
+                                    !vd.is_float() || dtype.is_float()
+                                } else {
+                                    vd.widens_to(*dtype)
+                                };
                                 if !ok {
-                                    self.report(Diagnostic::new("E0301", de.span, format!("the default `{}` does not fit `{dtype}`", dv.ty)));
+                                    self.report(Diagnostic::new(
+                                        "E0301",
+                                        de.span,
+                                        format!("the default `{}` does not fit `{dtype}`", dv.ty),
+                                    ));
                                 }
                             }
                             Ty::Err => {}
-                            other => self.report(Diagnostic::new("E0302", de.span, format!("the default of a `{dtype}` parameter must be a scalar, found `{other}`"))),
+                            other => self.report(Diagnostic::new(
+                                "E0302",
+                                de.span,
+                                format!(
+                                    "the default of {} parameter must be a scalar, found `{other}`",
+                                    crate::diag::a_code(dtype)
+                                ),
+                            )),
                         }
                     }
                     self.record(p.name.span, &ty);

@@ -7,11 +7,20 @@ pub mod render;
 
 use crate::syntax::span::Span;
 
+/// `` a `x` `` or `` an `x` ``: a name in backticks with its article.
+pub fn a_code(x: impl std::fmt::Display) -> String {
+    with_article(&format!("`{x}`"))
+}
+
 /// `noun` after "a" or "an", by how its first word is read: a dtype name
 /// letter by letter ("an f32 tensor", "an i8", "a u8", "a bf16"), another word
 /// as spelled ("an int", "a float"); `None` takes no article.
 pub fn with_article(noun: &str) -> String {
-    let first = noun.split([' ', '[', '(', '`']).next().unwrap_or("");
+    let first = noun
+        .trim_start_matches('`')
+        .split([' ', '[', '(', '`'])
+        .next()
+        .unwrap_or("");
     let is_dtype = crate::check::types::DType::from_name(first).is_some();
     let an = match first.as_bytes().first() {
         _ if first == "None" => return noun.to_string(),
@@ -133,6 +142,8 @@ mod article_tests {
             ("Tensor[3, f32]", "a Tensor[3, f32]"),
             ("tuple of 2", "a tuple of 2"),
             ("None", "None"),
+            ("`i8` tensor", "an `i8` tensor"),
+            ("`bf16`", "a `bf16`"),
         ] {
             assert_eq!(with_article(noun), want);
         }

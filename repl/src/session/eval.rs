@@ -1194,7 +1194,10 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0301",
                         vx.span,
-                        format!("a `float` fill value for a `{dtype}` tensor"),
+                        format!(
+                            "a `float` fill value for {} tensor",
+                            tessera::diag::a_code(dtype)
+                        ),
                     )
                     .with_help(format!(
                         "convert the value: `{}.to({dtype})`",
