@@ -157,7 +157,8 @@ pub(crate) fn match_args(
                 args.len()
             ),
         )
-        .with_help(signature_help(sig)));
+        .with_help(signature_help(sig))
+        .at_arg(sig.params.len()));
     }
     let mut out: Vec<Option<Value>> = vec![None; sig.params.len()];
     for (i, a) in args.iter().enumerate() {

@@ -1003,10 +1003,17 @@ impl Session {
             &self.interrupt,
         )
         .map_err(|e| {
+            let extra = e.arg.and_then(|i| {
+                let mut positional = args.iter().filter(|a| a.name.is_none());
+                let first = positional.nth(i)?.value.span;
+                // the first argument too many to the last
+                Some(positional.last().map_or(first, |l| first.to(l.value.span)))
+            });
             let at = e
                 .param
                 .as_deref()
                 .and_then(|p| self.argument_span(name, p, args))
+                .or(extra)
                 .unwrap_or(span);
             e.to_diagnostic(at)
         })?;
