@@ -1007,7 +1007,11 @@ impl Session {
                 let mut positional = args.iter().filter(|a| a.name.is_none());
                 let first = positional.nth(i)?.value.span;
                 // the first argument too many to the last
-                Some(positional.last().map_or(first, |l| first.to(l.value.span)))
+                Some(
+                    positional
+                        .next_back()
+                        .map_or(first, |l| first.to(l.value.span)),
+                )
             });
             let at = e
                 .param
