@@ -198,7 +198,13 @@ pub fn open_call(before: &str) -> Option<OpenCall> {
                 commas += 1;
             }
             // Lines inside an open bracket continue; a blank line stops the scan.
-            b'\n' if depth == 0 && i > 0 && bytes[i - 1] == b'\n' => return None,
+            b'\n' | b'\r' if depth == 0 => {
+                // the break ending the line before this one (a `\r\n` is one)
+                let end = i - usize::from(bytes[i] == b'\n' && i > 0 && bytes[i - 1] == b'\r');
+                if end > 0 && crate::syntax::lines::is_break_byte(bytes[end - 1]) {
+                    return None;
+                }
+            }
             _ => {}
         }
     }

@@ -121,6 +121,18 @@ fn open_calls_and_signatures() {
     let c = open_call("k[(4,)](a, f(b, c), ").unwrap();
     assert_eq!((c.callee.as_str(), c.arg_index), ("k", 2));
     assert!(open_call("x = (1 + 2)").is_none());
+    // A call continues over line breaks of any kind; a blank line ends the scan.
+    for brk in ["\n", "\r\n", "\r"] {
+        let c = open_call(&format!("y = max(x,{brk}    axis=")).unwrap();
+        assert_eq!((c.callee.as_str(), c.arg_index), ("max", 1));
+        assert_eq!(
+            open_call(&format!("y = max(x,{brk}{brk}z = g("))
+                .unwrap()
+                .callee,
+            "g"
+        );
+        assert!(open_call(&format!("y = max(x,{brk}{brk}z = 1")).is_none());
+    }
     let text =
         "def f(a: Tensor[\"M\", f32], n: const = 4) -> Tensor[\"M\", f32]:\n    return f(a, ";
     let (db, file) = db_with(text);
