@@ -8,14 +8,29 @@ use tower_lsp::lsp_types::{Position, Range};
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<u32>,
+    /// Whether each line is ASCII: its UTF-16 columns are then its byte
+    /// offsets, so a position on a long line costs no scan of the line.
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
-        let starts = tessera::syntax::lines::line_starts(text)
+        let starts: Vec<u32> = tessera::syntax::lines::line_starts(text)
             .map(|s| s as u32)
             .collect();
-        LineIndex { text, starts }
+        let ascii = starts
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let end = starts.get(i + 1).map_or(text.len(), |&e| e as usize);
+                text.as_bytes()[s as usize..end].is_ascii()
+            })
+            .collect();
+        LineIndex {
+            text,
+            starts,
+            ascii,
+        }
     }
 
     /// The position of a byte offset (clamped to the text, and back to a char boundary).
@@ -26,7 +41,11 @@ impl<'a> LineIndex<'a> {
         }
         let line = self.starts.partition_point(|&s| s as usize <= offset) - 1;
         let start = self.starts[line] as usize;
-        let character = self.text[start..offset].encode_utf16().count() as u32;
+        let character = if self.ascii[line] {
+            (offset - start) as u32
+        } else {
+            self.text[start..offset].encode_utf16().count() as u32
+        };
         Position::new(line as u32, character)
     }
 
@@ -47,6 +66,9 @@ impl<'a> LineIndex<'a> {
         // The line without its terminator (`\n`, `\r\n` or `\r`).
         let line = tessera::syntax::lines::strip_break(&self.text[start as usize..next]);
         let end = start as usize + line.len();
+        if self.ascii[pos.line as usize] {
+            return start + pos.character.min(line.len() as u32);
+        }
         let mut units = 0u32;
         for (i, c) in line.char_indices() {
             if units >= pos.character {
