@@ -532,6 +532,17 @@ pub fn specialization<'db>(
     kernels: &[(String, crate::db::ItemSource<'db>, u32)],
     defines: &[Define],
 ) -> Result<crate::ir::tile::Specialization, String> {
+    specialization_among(db, kernels, defines, "no emitted kernel")
+}
+
+/// [`specialization`], where `among` names the kernels in the message when
+/// there are several (`no kernel in the workspace` for the editor's setting).
+pub fn specialization_among<'db>(
+    db: &'db dyn crate::db::Db,
+    kernels: &[(String, crate::db::ItemSource<'db>, u32)],
+    defines: &[Define],
+    among: &str,
+) -> Result<crate::ir::tile::Specialization, String> {
     let mut known: std::collections::BTreeSet<String> =
         ["num_warps", "num_stages"].map(String::from).into();
     let mut int_scalars = std::collections::BTreeSet::new();
@@ -572,7 +583,7 @@ pub fn specialization<'db>(
             }
             let kernel = match kernels {
                 [(k, _, _)] => format!("kernel `{k}` has no"),
-                _ => "no emitted kernel has a".to_string(),
+                _ => format!("{among} has a"),
             };
             return Err(format!(
                 "`-D {name}`: {kernel} {what} named `{name}` (it may set: {})",

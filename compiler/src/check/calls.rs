@@ -671,8 +671,9 @@ impl Checker<'_> {
                                         "E0301",
                                         v.expr.span,
                                         format!(
-                                            "a `{}` fill value for a `{dt}` {}",
-                                            v.val.ty,
+                                            "{} fill value for {} {}",
+                                            crate::diag::a_code(&v.val.ty),
+                                            crate::diag::a_code(dt),
                                             if self.in_kernel { "tile" } else { "tensor" }
                                         ),
                                     )
@@ -1480,9 +1481,15 @@ impl Checker<'_> {
                 Diagnostic::new(
                     "E0301",
                     v.expr.span,
-                    format!("storing `{vdt}` values into a `{dtype}` tensor would narrow them"),
+                    format!(
+                        "storing `{vdt}` values into {} tensor would narrow them",
+                        crate::diag::a_code(dtype)
+                    ),
                 )
-                .with_label(ptr.expr.span, format!("this is a `{dtype}` tensor"))
+                .with_label(
+                    ptr.expr.span,
+                    format!("this is {} tensor", crate::diag::a_code(dtype)),
+                )
                 .with_help(format!(
                     "cast explicitly: `{}.to({dtype})`",
                     describe(v.expr)
@@ -1649,7 +1656,8 @@ impl Checker<'_> {
                                 ),
                             )
                             .with_help(format!(
-                                "accumulate into a `{out}` tile and cast the result afterwards"
+                                "accumulate into {} tile and cast the result afterwards",
+                                crate::diag::a_code(out)
                             )),
                         );
                     }
@@ -1976,7 +1984,7 @@ impl Checker<'_> {
                             }
                             if pdt != adt {
                                 self.report(
-                                Diagnostic::new("E0301", a.span, format!("argument `{}` of `{}` is a `{adt}` tensor but the parameter is `{}`", p.name, sig.name, p.ty))
+                                Diagnostic::new("E0301", a.span, format!("argument `{}` of `{}` is {} tensor but the parameter is `{}`", p.name, sig.name, crate::diag::a_code(adt), p.ty))
                                     .with_help(format!("convert it: `{}.to({pdt})`", describe(a.expr))),
                             );
                             }
@@ -2035,10 +2043,11 @@ impl Checker<'_> {
                         "E0302",
                         a.span,
                         format!(
-                            "argument `{}` of `{}` must be a `{pdt}` scalar, found {} `{other}`",
+                            "argument `{}` of `{}` must be {} scalar, found {} `{other}`",
                             p.name,
                             sig.name,
-                            other.kind_name()
+                            crate::diag::a_code(pdt),
+                            crate::diag::with_article(other.kind_name())
                         ),
                     )),
                 },

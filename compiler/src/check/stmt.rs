@@ -625,7 +625,10 @@ impl Checker<'_> {
                         Diagnostic::new(
                             "E0307",
                             e.span,
-                            format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
+                            format!(
+                                "`{name}` returns {} tensor but declares `{rt}`",
+                                crate::diag::a_code(vdt)
+                            ),
                         )
                         .with_label(rspan, "declared here")
                         .with_help(format!("convert explicitly: `{}.to({rdt})`", describe(e))),

@@ -24,8 +24,8 @@ pub struct Position {
     pub column: u32,
 }
 
-/// Line starts of one text, built with codespan-reporting's `files::line_starts`
-/// (lines end at `\n`; a `\r` before it is part of the line's last column).
+/// Line starts of one text (lines end at `\n`, `\r\n` or a lone `\r`, see
+/// `syntax::lines`).
 #[derive(Clone, Debug)]
 pub struct LineIndex<'a> {
     text: &'a str,
@@ -36,7 +36,7 @@ impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
         LineIndex {
             text,
-            line_starts: files::line_starts(text).collect(),
+            line_starts: crate::syntax::lines::line_starts(text).collect(),
         }
     }
 
@@ -73,14 +73,13 @@ impl<'a> LineIndex<'a> {
         }
     }
 
-    /// Byte range of a 0-based line, without its `\n`.
+    /// Byte range of a 0-based line, without its line break.
     pub fn line_range(&self, line: usize) -> Range<usize> {
         let start = self.line_starts[line];
-        let end = self
-            .line_starts
-            .get(line + 1)
-            .map(|next| next - 1)
-            .unwrap_or(self.text.len());
+        let next = self.line_starts.get(line + 1).copied();
+        let end = next.map_or(self.text.len(), |next| {
+            start + crate::syntax::lines::strip_break(&self.text[start..next]).len()
+        });
         start..end
     }
 
@@ -115,6 +114,26 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// `text` with the characters ariadne ends lines at but the language does not
+/// (vertical tab, form feed, NEL, U+2028, U+2029) replaced by spaces of the same
+/// byte length, so ariadne's line numbers are `LineIndex`'s.
+pub fn text_for_ariadne(text: &str) -> std::borrow::Cow<'_, str> {
+    let odd = |c: char| matches!(c, '\x0B' | '\x0C' | '\u{85}' | '\u{2028}' | '\u{2029}');
+    if !text.contains(odd) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let same_width_space = |c: char| match c.len_utf8() {
+        1 => ' ',
+        2 => '\u{A0}',
+        _ => '\u{2007}',
+    };
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| if odd(c) { same_width_space(c) } else { c })
+            .collect(),
+    )
+}
+
 /// Human rendering of one diagnostic: `error[E0401]: message`, the file, line and
 /// column, the source with the primary and secondary labels, and the help line.
 /// `color` should be true only when writing to a terminal and `NO_COLOR` is unset.
@@ -125,7 +144,8 @@ pub fn render_human(path: &str, text: &str, diag: &Diagnostic, color: bool) -> S
 /// Human rendering of several diagnostics of one file, each followed by a blank line.
 pub fn render_human_all(path: &str, text: &str, diags: &[Diagnostic], color: bool) -> String {
     let index = LineIndex::new(text);
-    let source = Source::from(text);
+    let shown = text_for_ariadne(text);
+    let source = Source::from(&*shown);
     let mut out = Vec::new();
     for diag in diags {
         write_report(path, &index, &source, diag, color, &mut out);
@@ -344,6 +364,10 @@ mod tests {
         let text = "ab\n→x é\r\n\nlast";
         let idx = LineIndex::new(text);
         for (o, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            // the `\n` of a `\r\n` is inside one line break, not a position of its own
+            if text[..o].ends_with('\r') && text[o..].starts_with('\n') {
+                continue;
+            }
             assert_eq!(idx.offset(idx.position(o as u32)) as usize, o, "offset {o}");
         }
         assert_eq!(

@@ -640,8 +640,9 @@ impl Tensor {
                     return Err(ExecError::new(
                         "E0727",
                         format!(
-                            "cannot store a {} tensor in a tensor of dtype {dtype}: {} does not widen to {dtype}",
-                            v.dtype, v.dtype
+                            "cannot store {} in a tensor of dtype {dtype}: {} does not widen to {dtype}",
+                            crate::diag::with_article(&format!("{} tensor", v.dtype)),
+                            v.dtype
                         ),
                     )
                     .with_help(format!("convert the value first: `value.to({dtype})`")));

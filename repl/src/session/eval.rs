@@ -11,7 +11,7 @@ use tessera::check::calls::out_of_range;
 use tessera::check::scope::Entry;
 use tessera::check::stmt::int_fits;
 use tessera::check::DType;
-use tessera::diag::Diagnostic;
+use tessera::diag::{with_article, Diagnostic};
 use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
@@ -345,8 +345,8 @@ impl Session {
                         return Err(wrong_kind(
                             target.span,
                             format!(
-                                "cannot unpack a {} into {} names",
-                                other.describe(),
+                                "cannot unpack {} into {} names",
+                                with_article(&other.describe()),
                                 targets.len()
                             ),
                         ))
@@ -414,7 +414,10 @@ impl Session {
             other => {
                 return Err(wrong_kind(
                     target.span,
-                    format!("cannot store a {} in a tensor", other.describe()),
+                    format!(
+                        "cannot store {} in a tensor",
+                        with_article(&other.describe())
+                    ),
                 ))
             }
         };
@@ -665,7 +668,11 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0303",
                         attr.span,
-                        format!("a {} has no attribute `{}`", v.describe(), attr.name),
+                        format!(
+                            "{} has no attribute `{}`",
+                            with_article(&v.describe()),
+                            attr.name
+                        ),
                     ));
                 };
                 Ok(if attr.name == "shape" {
@@ -762,7 +769,7 @@ impl Session {
             Val::List(seq) => index_seq(seq, &items, span),
             other => Err(wrong_kind(
                 vspan,
-                format!("a {} cannot be indexed", other.describe()),
+                format!("{} cannot be indexed", with_article(&other.describe())),
             )),
         }
     }
@@ -973,7 +980,10 @@ impl Session {
                 Val::DType(_) | Val::Str(_) => {
                     return Err(wrong_kind(
                         a.value.span,
-                        format!("a kernel argument cannot be a {}", v.describe()),
+                        format!(
+                            "a kernel argument cannot be {}",
+                            with_article(&v.describe())
+                        ),
                     ))
                 }
                 other => other.to_value().expect("run-time value"),
@@ -993,10 +1003,21 @@ impl Session {
             &self.interrupt,
         )
         .map_err(|e| {
+            let extra = e.arg.and_then(|i| {
+                let mut positional = args.iter().filter(|a| a.name.is_none());
+                let first = positional.nth(i)?.value.span;
+                // the first argument too many to the last
+                Some(
+                    positional
+                        .next_back()
+                        .map_or(first, |l| first.to(l.value.span)),
+                )
+            });
             let at = e
                 .param
                 .as_deref()
                 .and_then(|p| self.argument_span(name, p, args))
+                .or(extra)
                 .unwrap_or(span);
             e.to_diagnostic(at)
         })?;
@@ -1187,7 +1208,10 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0301",
                         vx.span,
-                        format!("a `float` fill value for a `{dtype}` tensor"),
+                        format!(
+                            "a `float` fill value for {} tensor",
+                            tessera::diag::a_code(dtype)
+                        ),
                     )
                     .with_help(format!(
                         "convert the value: `{}.to({dtype})`",

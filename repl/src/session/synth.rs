@@ -229,8 +229,8 @@ impl Session {
                     return Err(unsupported(
                         at,
                         format!(
-                            "a {} cannot be used in a tensor expression",
-                            other.describe()
+                            "{} cannot be used in a tensor expression",
+                            tessera::diag::with_article(&other.describe())
                         ),
                         "use tensors and numbers here (index a tuple first: `s[0]`)",
                     ))
