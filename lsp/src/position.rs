@@ -8,6 +8,10 @@ use tower_lsp::lsp_types::{Position, Range};
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<u32>,
+    /// Whether each line is all ASCII: there a column is a byte count, found
+    /// without walking the line (thousands of diagnostics on one generated
+    /// line would otherwise cost its length each).
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
@@ -20,7 +24,17 @@ impl<'a> LineIndex<'a> {
                 starts.push(i as u32 + 1);
             }
         }
-        LineIndex { text, starts }
+        let ascii = (0..starts.len())
+            .map(|i| {
+                let end = starts.get(i + 1).map_or(text.len(), |&e| e as usize);
+                bytes[starts[i] as usize..end].is_ascii()
+            })
+            .collect();
+        LineIndex {
+            text,
+            starts,
+            ascii,
+        }
     }
 
     /// The position of a byte offset (clamped to the text, and back to a char boundary).
@@ -31,7 +45,11 @@ impl<'a> LineIndex<'a> {
         }
         let line = self.starts.partition_point(|&s| s as usize <= offset) - 1;
         let start = self.starts[line] as usize;
-        let character = self.text[start..offset].encode_utf16().count() as u32;
+        let character = if self.ascii[line] {
+            (offset - start) as u32
+        } else {
+            self.text[start..offset].encode_utf16().count() as u32
+        };
         Position::new(line as u32, character)
     }
 
