@@ -446,8 +446,26 @@ fn const_bits(c: Constant) -> u64 {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Steps of lowering's liveness work on this thread, for tests that check
+    /// it grows linearly with the kernel (timings are too noisy to tell).
+    pub(super) static WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `steps` units of work: a statement lowered, an expression node or
+/// statement visited for its reads, a range of a liveness chain searched.
+#[inline]
+fn work(steps: usize) {
+    #[cfg(test)]
+    WORK.with(|w| w.set(w.get() + steps as u64));
+    #[cfg(not(test))]
+    let _ = steps;
+}
+
 /// Every name read by an expression.
 fn expr_reads(e: &Expr, out: &mut HashSet<String>) {
+    work(1);
     match &e.kind {
         ExprKind::Name(id) => {
             out.insert(id.name.clone());
@@ -558,6 +576,7 @@ impl Reads {
         let mut stack: Vec<(&Stmt, bool)> = body.iter().rev().map(|s| (s, false)).collect();
         let mut names = HashSet::new();
         while let Some((s, done)) = stack.pop() {
+            work(1);
             let key = s as *const Stmt as usize;
             if done {
                 if let Some(e) = r.at.get_mut(&key) {
@@ -631,6 +650,7 @@ impl<'a> Live<'a> {
     fn contains(&self, name: &str, reads: &Reads) -> bool {
         let mut at = Some(self);
         while let Some(l) = at {
+            work(1);
             if reads.read_in(name, l.from, l.to) {
                 return true;
             }
@@ -1402,6 +1422,7 @@ impl<'a> Lowerer<'a> {
 
     fn stmt(&mut self, s: &Stmt, live_after: &Live<'_>) -> R<()> {
         crate::cancel::checkpoint();
+        work(1);
         self.b.span = s.span;
         match &s.kind {
             StmtKind::Expr(e) => {
