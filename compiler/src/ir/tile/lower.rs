@@ -1615,6 +1615,9 @@ impl<'a> Lowerer<'a> {
         assigned.dedup();
         let mut merged = Vec::new();
         for name in assigned {
+            let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
+                continue;
+            };
             if !live_after.contains(&name, &self.reads)
                 && name != CONT
                 && name != BRK
@@ -1622,9 +1625,6 @@ impl<'a> Lowerer<'a> {
             {
                 continue;
             }
-            let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
-                continue;
-            };
             if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (t, o) {
                 if a == b {
                     self.env.insert(name, t.clone());
@@ -1713,9 +1713,11 @@ impl<'a> Lowerer<'a> {
         let mut names: Vec<String> = assigned
             .into_iter()
             .filter(|n| {
+                // The cheap tests first: a name bound only inside the loop (say,
+                // an inner loop's variable) needs no search of the liveness chain.
                 n != exclude
-                    && live.contains(n, &self.reads)
                     && matches!(self.env.get(n), Some(LV::Val { .. } | LV::Const { .. }))
+                    && live.contains(n, &self.reads)
             })
             .collect();
         if jumps(body).ret && self.env.contains_key(RET) {
