@@ -209,6 +209,10 @@ pub const CHAIN_MIN_REGS: u32 = 72;
 /// resident (65,536 registers): below this ptxas's scheduler spends
 /// registers on latency hiding without costing occupancy.
 pub const FULL_OCCUPANCY_REGS: u32 = 32;
+/// The longest body (in Target IR instructions) of a loop that ptxas 12.9
+/// unrolls by 4 ([`unrolled_by_four`]): generated kernels' reduction loops
+/// of 38 to 46 instructions are unrolled, those of 52 to 61 are not.
+pub const UNROLL_BY_FOUR_MAX_INSTS: usize = 48;
 /// Below [`FULL_OCCUPANCY_REGS`], the estimate moves `1 / LATENCY_SHARE` of
 /// the way from the pressure-minded order's count to the latency order's
 /// ([`ilp_order`]), rounded down. Fitted on the generated seeds 0..200 with
@@ -990,6 +994,50 @@ fn unrolled_trips(inst: &crate::ir::target::Inst, max: u32) -> Option<Vec<i64>> 
     (!trips.is_empty()).then_some(trips)
 }
 
+/// Whether ptxas 12.9 unrolls `inst` by 4: a `For` loop whose trip count is
+/// known only at run time, with no loop inside and a body of at most
+/// [`UNROLL_BY_FOUR_MAX_INSTS`] instructions that neither stores, nor
+/// synchronises, nor issues MMAs. On every arch the loads of the four
+/// iterations are then issued together (`.pragma "nounroll"` on such loops
+/// of generated kernels: 17 to 23 registers instead of 31 or 32; loops of 52
+/// instructions and more are kept rolled).
+fn unrolled_by_four(inst: &crate::ir::target::Inst) -> bool {
+    use crate::ir::target::{Inst, Operand};
+    fn size(insts: &[Inst]) -> Option<usize> {
+        let mut n = 0;
+        for i in insts {
+            match i {
+                Inst::Comment(_) => {}
+                Inst::For { .. }
+                | Inst::While { .. }
+                | Inst::St { .. }
+                | Inst::AtomAdd { .. }
+                | Inst::Barrier
+                | Inst::Trap { .. }
+                | Inst::CpAsync { .. }
+                | Inst::CpAsyncCommit
+                | Inst::CpAsyncWait { .. }
+                | Inst::Mma { .. } => return None,
+                _ => {
+                    n += 1;
+                    for region in i.regions() {
+                        n += size(region)?;
+                    }
+                }
+            }
+        }
+        Some(n)
+    }
+    match inst {
+        Inst::For {
+            hi: Operand::Reg(_),
+            body,
+            ..
+        } => size(body).is_some_and(|n| n <= UNROLL_BY_FOUR_MAX_INSTS),
+        _ => false,
+    }
+}
+
 /// `insts` with every loop that ptxas unrolls completely (see
 /// [`unrolled_trips`]) replaced by its iterations in sequence, so that the
 /// loads of different iterations can be issued together ([`hoist_loads`]).
@@ -1005,7 +1053,10 @@ fn unroll_short_loops<'a>(
     use crate::ir::target::{Inst, Operand, Reg};
     use std::collections::HashMap;
     let max = rm.max_unroll_trips;
-    if max == 0 || !insts.iter().any(|i| unrolled_trips(i, max).is_some()) {
+    if !insts
+        .iter()
+        .any(|i| unrolled_trips(i, max).is_some() || unrolled_by_four(i))
+    {
         return std::borrow::Cow::Borrowed(insts);
     }
     /// One iteration being written out.
@@ -1142,6 +1193,54 @@ fn unroll_short_loops<'a>(
     }
     let mut out = Vec::new();
     for inst in insts {
+        if let (
+            true,
+            Inst::For {
+                iv,
+                lo,
+                hi,
+                step,
+                body,
+            },
+        ) = (unrolled_by_four(inst), inst)
+        {
+            // Four iterations a trip: the k-th reads `iv + k * step`.
+            let mut four = Vec::new();
+            let mut map = HashMap::new();
+            let mut consts = rm.consts.clone();
+            for k in 0..4 {
+                let mut it = Iteration {
+                    rm: &mut *rm,
+                    map,
+                    names: HashMap::new(),
+                    consts,
+                    last: k == 3,
+                };
+                if k == 0 {
+                    it.map.remove(&iv.0);
+                } else {
+                    let ivn = it.rm.fresh_like(iv.0);
+                    four.push(Inst::Binary {
+                        op: crate::ir::target::BinOp::Add,
+                        dst: Reg(ivn),
+                        a: Operand::Reg(*iv),
+                        b: *step,
+                    });
+                    it.map.insert(iv.0, ivn);
+                }
+                it.emit(body, &mut four);
+                map = it.map;
+                consts = it.consts;
+            }
+            out.push(Inst::For {
+                iv: *iv,
+                lo: *lo,
+                hi: *hi,
+                step: *step,
+                body: four,
+            });
+            continue;
+        }
         let (Some(trips), Inst::For { iv, body, .. }) = (unrolled_trips(inst, max), inst) else {
             out.push(inst.clone());
             continue;
