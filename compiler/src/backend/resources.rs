@@ -1636,7 +1636,7 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
             match &insts[j] {
                 Inst::Ld {
                     space, mem, dst, ..
-                } if *space == Space::Global || m8n8k4 => {
+                } if *space == Space::Global || m8n8k4 || !any_mma => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
                 }
