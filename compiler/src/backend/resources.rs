@@ -196,6 +196,8 @@ pub const SLOW_SQRT_REGS: u32 = 4;
 /// order take `n + 2 + 3` registers up to `n = 24` and 30 or 31 from `n = 25`
 /// on, on sm_70, sm_80 and sm_90 (`compiler/tests/ptxas.rs` re-checks this).
 pub const LOAD_WINDOW_WORDS: u32 = 25;
+/// The same for shared-memory loads in a stretch without an MMA.
+pub const SHARED_LOAD_WINDOW_WORDS: u32 = 32;
 /// The fewest registers ptxas 12.9 reports for a kernel that touches global
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;
@@ -1001,7 +1003,7 @@ fn unrolled_trips(inst: &crate::ir::target::Inst, max: u32) -> Option<Vec<i64>> 
 /// iterations are then issued together (`.pragma "nounroll"` on such loops
 /// of generated kernels: 17 to 23 registers instead of 31 or 32; loops of 52
 /// instructions and more are kept rolled).
-fn unrolled_by_four(inst: &crate::ir::target::Inst) -> bool {
+fn unrolled_by_four(inst: &crate::ir::target::Inst, max_full_trips: u32) -> bool {
     use crate::ir::target::{Inst, Operand};
     fn size(insts: &[Inst]) -> Option<usize> {
         let mut n = 0;
@@ -1028,14 +1030,22 @@ fn unrolled_by_four(inst: &crate::ir::target::Inst) -> bool {
         }
         Some(n)
     }
-    match inst {
-        Inst::For {
-            hi: Operand::Reg(_),
-            body,
-            ..
-        } => size(body).is_some_and(|n| n <= UNROLL_BY_FOUR_MAX_INSTS),
-        _ => false,
-    }
+    let Inst::For {
+        lo, hi, step, body, ..
+    } = inst
+    else {
+        return false;
+    };
+    // Constant trips: at least 4, and more than ptxas unrolls completely.
+    let trips = match (lo, hi, step) {
+        (Operand::Int(lo), Operand::Int(hi), Operand::Int(step)) if *step > 0 => {
+            Some(hi.saturating_sub(*lo).max(0).saturating_add(step - 1) / step)
+        }
+        (Operand::Int(_), Operand::Int(_), Operand::Int(_)) => Some(0),
+        _ => None,
+    };
+    let long = trips.is_none_or(|t| t >= 4 && t > i64::from(max_full_trips));
+    long && size(body).is_some_and(|n| n <= UNROLL_BY_FOUR_MAX_INSTS)
 }
 
 /// `insts` with every loop that ptxas unrolls completely (see
@@ -1055,7 +1065,7 @@ fn unroll_short_loops<'a>(
     let max = rm.max_unroll_trips;
     if !insts
         .iter()
-        .any(|i| unrolled_trips(i, max).is_some() || unrolled_by_four(i))
+        .any(|i| unrolled_trips(i, max).is_some() || unrolled_by_four(i, max))
     {
         return std::borrow::Cow::Borrowed(insts);
     }
@@ -1202,7 +1212,7 @@ fn unroll_short_loops<'a>(
                 step,
                 body,
             },
-        ) = (unrolled_by_four(inst), inst)
+        ) = (unrolled_by_four(inst, max), inst)
         {
             // Four iterations a trip: the k-th reads `iv + k * step`.
             let mut four = Vec::new();
@@ -1631,14 +1641,21 @@ fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Ins
             .any(|i| matches!(i, Inst::Mma { .. }));
         let mut in_window = vec![false; end - start];
         let mut words = 0u32;
+        let mut shared_words = 0u32;
         for j in start..end {
             work(1);
             match &insts[j] {
                 Inst::Ld {
                     space, mem, dst, ..
-                } if *space == Space::Global || m8n8k4 || !any_mma => {
+                } if *space == Space::Global || m8n8k4 => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
+                }
+                // Shared loads of a stretch without an MMA (the cross-warp
+                // step of a reduction), in a window of their own.
+                Inst::Ld { mem, dst, .. } if !any_mma => {
+                    shared_words += dst.len() as u32 * mem.bytes().div_ceil(4);
+                    in_window[j - start] = shared_words <= SHARED_LOAD_WINDOW_WORDS;
                 }
                 // The ldmatrix fragments of the stretch's mma: all resident
                 // before the first one.
