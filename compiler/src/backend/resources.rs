@@ -30,6 +30,13 @@
 //!   folded, as ptxas unrolls it there (SASS of `row_sum4` on sm_90: the
 //!   loads of its live iterations issued together, 23 registers; 16 on
 //!   sm_80, which keeps the loop);
+//! * a loop of at most [`UNROLL_BY_FOUR_MAX_INSTS`] instructions, none of
+//!   them a loop, store, barrier or mma, whose trips are known only at run
+//!   time (or are constant, at least 4 and too many to unroll completely),
+//!   repeats its body four times a trip ([`unrolled_by_four`]), as ptxas
+//!   unrolls it by 4 on every arch so that the loads of four iterations are
+//!   issued together (generated row reductions over a runtime `K`: 31 or 32
+//!   registers, 17 to 23 with `.pragma "nounroll"`);
 //! * loads are issued early ([`hoist_loads`]): within a stretch of a block
 //!   between stores, barriers, atomics, async copies and nested regions, the
 //!   global loads (with the pure instructions computing their addresses and
@@ -43,7 +50,11 @@
 //!   on sm_70: 198 registers, 132 estimated without this); so do the
 //!   `ldmatrix` loads of a stretch with an mma (sm_75+; SASS of `gemm_tuned`
 //!   on sm_80: the 10 LDSM of both k-steps before the first HMMA; gemm on
-//!   sm_80: 155 registers, 123 estimated without this, 150 with it);
+//!   sm_80: 155 registers, 123 estimated without this, 150 with it). In a
+//!   stretch without an mma, shared loads move too, up to
+//!   [`SHARED_LOAD_WINDOW_WORDS`] words of their own (the cross-warp step
+//!   of a reduction over axis 0: a 16 x 128 tile on 8 warps reads 32 words
+//!   after the barrier, ptxas 38 registers, 21 estimated with them in place);
 //! * instructions that neither touch memory nor synchronise are moved down to
 //!   their first reader in their block ([`sink`]), as ptxas's scheduler does
 //!   to shorten live ranges (Target IR emits, e.g., all the address arithmetic
@@ -78,9 +89,10 @@
 //! estimate moves `1 / `[`LATENCY_SHARE`] of the way from the order above to
 //! that one's count, up to [`FULL_OCCUPANCY_REGS`]. The whole latency order
 //! overshoots (ptxas balances it against pressure, which the list scheduler
-//! does not model): on the generated seeds 0..200 it alone gives a median
-//! error of 18%, the order above 10.8%, a quarter of the way between them
-//! 9.1% (pairs over 25%: 73 to 58), with the corpus within 25%.
+//! does not model): when this was added, on the generated seeds 0..200 it
+//! alone gave a median error of 18%, the order above 10.8%, a quarter of
+//! the way between them 9.1% (pairs over 25%: 73 to 58), with the corpus
+//! within 25%.
 //!
 //! Thread/block ids and shared buffer addresses are rematerialised: each use
 //! reads a fresh copy made right before it, as ptxas re-reads them instead of
@@ -124,28 +136,41 @@
 //! uniform registers, which `ptxas -v` does not count (not modelled).
 //!
 //! What the model misses most on kernels it was not tuned to (the
-//! generated kernels of `compiler/tests/ptxas.rs`): Target IR computes an
-//! elementwise chain over a tile statement by statement, each statement for
-//! every element a thread holds, and a value read by several statements is
-//! then live across all of them; ptxas reorders independent per-element
-//! chains element by element (a 32 x 1024 f32 tile, 8 warps, three
-//! statements then a row sum: 32 registers, 262 estimated by statements,
-//! 136 by chains, which still hold the loaded tile). Sinking along chains
-//! everywhere makes the corpus worse, and above 64 registers rather than
-//! [`CHAIN_MIN_REGS`] the generated kernels too (tuning seeds: median 10.9%
-//! to 11.6%, 82 pairs above 25% instead of 76); modelling it fully needs a
-//! pressure-aware list scheduler in place of [`sink`]. Most generated
-//! kernels off by more than 25% are under-estimates: at low pressure, ptxas
-//! spreads values over more registers than are live (many generated kernels
-//! under 20 estimated use 28 to 32), and reductions over axis 0 through
-//! shared memory use 30 to 38 where 16 are estimated.
+//! generated kernels of `compiler/tests/ptxas.rs`; ptxas 12.9, median error
+//! 8.3% on the tuning seeds 0..200, 7.6% and 8.3% on the held-out seeds
+//! 1000..1200 and 5000..5200, with 40, 59 and 67 of 600 pairs above 25%):
 //!
+//! * over-counts where Target IR computes an elementwise chain over a tile
+//!   statement by statement, each statement for every element a thread
+//!   holds, so a value read by several statements is live across all of
+//!   them, while ptxas runs independent per-element chains element by
+//!   element (a 32 x 1024 f32 tile, 8 warps, three statements then a row
+//!   sum: 32 registers, 262 estimated by statements, 136 by chains, which
+//!   still hold the loaded tile). Sinking along chains everywhere makes the
+//!   corpus worse, and above 64 registers rather than [`CHAIN_MIN_REGS`] the
+//!   generated kernels too;
+//! * under-counts at low pressure, where ptxas spreads values over more
+//!   registers than are live (an axis-0 reduction of a 2 x 128 tile: 23
+//!   registers, 14 estimated), and at high pressure in long elementwise
+//!   kernels (64 bf16 elements a thread: 131 registers, 73 estimated). The
+//!   latency order overshoots both ways; ptxas's own balance of latency
+//!   against pressure is not modelled beyond the blend below 32;
+//! * gathers: ptxas folds the per-element 64-bit addresses of a gathered row
+//!   into one and immediate offsets (an embedding of 128-wide rows: 32
+//!   registers, 43 estimated), where the estimate keeps one per element.
+//!   Merging repeated pure instructions everywhere made the corpus worse.
+
 //! # Cost
 //!
 //! Linear in the kernel's length, up to logarithmic factors: liveness keeps
 //! one running set and copies sets only at jump targets ([`max_pressure`]),
 //! [`sink`] finds first readers by binary search in per-register index
-//! lists, and [`hoist_loads`] decides what is blocked in one forward pass.
+//! lists, and [`hoist_loads`] decides what is blocked in one forward pass;
+//! [`ilp_order`] is a list scheduler with a binary heap (n log n), and
+//! [`unrolled_by_four`] repeats only bodies of at most
+//! [`UNROLL_BY_FOUR_MAX_INSTS`] instructions. Every pass calls
+//! `cancel::checkpoint` once per instruction or position, so that the
+//! language server can cancel an estimate whose input changed.
 //! Liveness repeats its sweep (loop nesting depth + 2 times), and the
 //! conversion from Target IR recurses over nested regions, so both also
 //! grow with loop and branch nesting depth. Under `cfg(test)` the estimate
@@ -1859,12 +1884,20 @@ fn ilp_order(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst>
     out
 }
 
-/// The estimate with every block in [`ilp_order`], for the study of the
-/// estimate's misses (`compiler/tests/ptxas.rs`'s `TESSERA_ESTIMATE_DUMP`).
-pub fn latency_order_estimate(kernel: &crate::ir::target::Kernel) -> u32 {
-    let (program, widths) = program_with(kernel, true, false, true);
-    let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
-    estimate_regs(&program, &words)
+/// The counts of the orders the estimate weighs, for the study of its
+/// misses (`compiler/tests/ptxas.rs`'s `TESSERA_ESTIMATE_DUMP`): statement
+/// order, chains ([`sink`]'s `chains`), latency order ([`ilp_order`]).
+pub fn order_estimates(kernel: &crate::ir::target::Kernel) -> [u32; 3] {
+    let estimate = |chains, ilp| {
+        let (program, widths) = program_with(kernel, true, chains, ilp);
+        let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
+        estimate_regs(&program, &words)
+    };
+    [
+        estimate(false, false),
+        estimate(true, false),
+        estimate(false, true),
+    ]
 }
 
 /// The resources of a Target IR kernel.
