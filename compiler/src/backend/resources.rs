@@ -158,7 +158,11 @@
 //! * gathers: ptxas folds the per-element 64-bit addresses of a gathered row
 //!   into one and immediate offsets (an embedding of 128-wide rows: 32
 //!   registers, 43 estimated), where the estimate keeps one per element.
-//!   Merging repeated pure instructions everywhere made the corpus worse.
+//!   Merging repeated pure instructions everywhere made the corpus worse;
+//!   folding only addresses that differ by a constant into load offsets
+//!   made the generated kernels worse (tuning seeds: median 8.3% to 8.8%,
+//!   pairs above 25% 40 to 50) and left that embedding at 43, whose peak is
+//!   elsewhere.
 
 //! # Cost
 //!
@@ -2357,6 +2361,64 @@ mod tests {
     }
 
     #[test]
+    fn short_runtime_loops_are_unrolled_by_four() {
+        use crate::db::{file_kernels, target_ir, Database};
+        use crate::ir::target::Inst;
+        // A row sum over a runtime `K` (ptxas: 31 or 32 registers, 17 to 23
+        // with the loop kept rolled), and the same loop storing each tile.
+        let kernel = |body: &str| {
+            let mut db = Database::new();
+            let src = format!(
+                "@kernel(grid=(M,), num_warps=2)\n\
+                 def k(x: Tensor[\"M\", \"K\", bf16], out: Tensor[\"M\", f32]):\n    \
+                 r0 = program_id(0)\n    acc = zeros([1, 256], f32)\n    \
+                 for k in range(0, K, 256):\n{body}    \
+                 store(out[r0 : r0 + 1], sum(acc, axis=1))\n"
+            );
+            let file = db.set_source("/t/k.tsr", src);
+            let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+            target_ir(
+                &db,
+                item,
+                db.options(),
+                crate::ir::tile::Specialization::new(),
+            )
+            .clone()
+            .unwrap()
+        };
+        let loads = |insts: &[Inst]| {
+            insts
+                .iter()
+                .filter(|i| matches!(i, Inst::Ld { .. }))
+                .count()
+        };
+        let loop_loads = |k: &crate::ir::target::Kernel| {
+            let mut rm = Remat::new(k);
+            let body = unroll_short_loops(&k.body, &mut rm);
+            let inner = |insts: &[Inst]| {
+                insts
+                    .iter()
+                    .find_map(|i| match i {
+                        Inst::For { body, .. } => Some(loads(body)),
+                        _ => None,
+                    })
+                    .unwrap()
+            };
+            (inner(&k.body), inner(&body))
+        };
+        let sums = kernel("        acc = acc + load(x[r0 : r0 + 1, k : k + 256]).to(f32)\n");
+        let (rolled, unrolled) = loop_loads(&sums);
+        assert!(rolled > 0);
+        assert_eq!(unrolled, 4 * rolled);
+        let stores = kernel(
+            "        t = load(x[r0 : r0 + 1, k : k + 256]).to(f32)\n        \
+             acc = acc + t\n        store(out[r0 : r0 + 1], sum(t, axis=1))\n",
+        );
+        let (rolled, unrolled) = loop_loads(&stores);
+        assert_eq!(unrolled, rolled, "a loop that stores stays rolled");
+    }
+
+    #[test]
     fn a_stale_database_cancels_the_estimate() {
         use crate::db::{file_kernels, target_ir, Database};
         let mut db = Database::new();
@@ -2527,8 +2589,8 @@ mod tests {
                 RegTy::F32,
             ];
             assert_eq!(order(&insts, &tys), [0, 2, 3, 1, 4, 5, 6]);
-            // A global load passes a shuffle (which keeps its place); a
-            // shared one does not (no m8n8k4 mma in the stretch).
+            // A global load passes a shuffle (which keeps its place), and so
+            // does a shared one in a stretch without an mma.
             let across = |space| {
                 [
                     ld(space, 1, 0),
@@ -2543,7 +2605,7 @@ mod tests {
                 ]
             };
             assert_eq!(order(&across(Space::Global), &tys), [0, 2, 1, 3, 4]);
-            assert_eq!(order(&across(Space::Shared), &tys), [0, 1, 2, 3, 4]);
+            assert_eq!(order(&across(Space::Shared), &tys), [0, 2, 1, 3, 4]);
         }
 
         #[test]
