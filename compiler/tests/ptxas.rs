@@ -17,7 +17,9 @@
 //! `TESSERA_PTXAS_ONLY=corpus,fresh,generated` runs only the named sets (and
 //! none of the probes of the model's constants). So
 //! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
-//! tessera-compiler --test ptxas` measures a held-out range.
+//! tessera-compiler --test ptxas` measures a held-out range, and
+//! `TESSERA_ESTIMATE_DUMP=dir` writes every measured kernel's PTX and counts
+//! to `dir` (see `dump`).
 
 #[path = "ptxas/generate.rs"]
 mod generate;
