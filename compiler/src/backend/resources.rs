@@ -2299,15 +2299,15 @@ mod tests {
 
     /// The work ([`super::work`] steps) of the estimate of a kernel of
     /// `statements` dependent elementwise statements (each a few instructions
-    /// per element, 32 elements a thread), in a loop or not, and its length
-    /// in Target IR instructions.
-    fn estimate_work(statements: usize, in_loop: bool) -> (u64, usize) {
+    /// per element, `width / 32` elements a thread), in a loop or not, and
+    /// its length in Target IR instructions.
+    fn estimate_work(statements: usize, in_loop: bool, width: usize) -> (u64, usize) {
         use crate::db::{file_kernels, target_ir, Database};
         let indent = if in_loop { "        " } else { "    " };
-        let mut src = String::from(
-            "@kernel(grid=(cdiv(N, 1024),), num_warps=1)\n\
+        let mut src = format!(
+            "@kernel(grid=(cdiv(N, {width}),), num_warps=1)\n\
              def chain(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
-             i = program_id(0) * 1024\n    v = load(x[i : i + 1024])\n    a = v\n",
+             i = program_id(0) * {width}\n    v = load(x[i : i + {width}])\n    a = v\n",
         );
         if in_loop {
             src += "    for k in range(0, N, 7):\n";
@@ -2315,7 +2315,7 @@ mod tests {
         for k in 0..statements {
             src += &format!("{indent}a = a * v + {k}.5\n");
         }
-        src += "    store(out[i : i + 1024], a)\n";
+        src += &format!("    store(out[i : i + {width}], a)\n");
         let mut db = Database::new();
         let file = db.set_source("/t/chain.tsr", src);
         let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
@@ -2334,7 +2334,10 @@ mod tests {
                 .sum()
         }
         let before = super::WORK.with(|w| w.get());
-        std::hint::black_box(of_target(&kernel));
+        let regs = std::hint::black_box(of_target(&kernel)).regs;
+        if width <= 128 {
+            assert!(regs < FULL_OCCUPANCY_REGS, "{regs} registers");
+        }
         (super::WORK.with(|w| w.get()) - before, count(&kernel.body))
     }
 
@@ -2343,9 +2346,11 @@ mod tests {
         // Counted steps, not time: a shared machine makes timings noisy. 100
         // statements are ~6,500 Target IR instructions; twice the length may
         // cost a little more than twice the work (the sort of a block).
-        for in_loop in [false, true] {
-            let (small, small_len) = estimate_work(100, in_loop);
-            let (large, large_len) = estimate_work(200, in_loop);
+        // 4 elements a thread: under 32 registers, so the latency order
+        // ([`ilp_order`]) is computed too.
+        for (in_loop, width) in [(false, 1024), (true, 1024), (false, 128), (true, 128)] {
+            let (small, small_len) = estimate_work(100, in_loop, width);
+            let (large, large_len) = estimate_work(200, in_loop, width);
             assert!(10 * large_len >= 19 * small_len, "{small_len} {large_len}");
             assert!(
                 (small as usize) < 100 * small_len,
