@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use super::memory::SlotAccess;
+use super::pipeline::PlannedLoad;
 use super::{Lower, R};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
@@ -20,8 +21,9 @@ use crate::ir::tile::{self, Access, Constant, OpKind, Value};
 
 impl<'a> Lower<'a> {
     /// The loads of 16-bit tiles used only as tensor-core `dot` operands (`a` or
-    /// `b` as loaded, or `b` transposed) of tensors the kernel never writes.
-    pub(super) fn find_deferrable(&self) -> std::collections::HashSet<Value> {
+    /// `b` as loaded, or `b` transposed) of tensors the kernel never writes,
+    /// in program order: the candidates of the pipeline plan.
+    pub(super) fn find_deferrable(&self) -> Vec<PlannedLoad> {
         #[derive(Clone, Copy)]
         enum Use {
             DotA(bool),
@@ -33,7 +35,7 @@ impl<'a> Lower<'a> {
             l: &Lower,
             r: &tile::Region,
             uses: &mut HashMap<Value, Vec<Use>>,
-            loads: &mut Vec<(Value, usize)>,
+            loads: &mut Vec<PlannedLoad>,
             written: &mut Vec<usize>,
         ) {
             for op in &r.ops {
@@ -59,10 +61,15 @@ impl<'a> Lower<'a> {
                     }
                 }
                 match &op.kind {
-                    OpKind::Load { tensor, .. } => {
+                    OpKind::Load {
+                        tensor,
+                        access,
+                        other,
+                        ..
+                    } => {
                         let d = l.tk.ty(op.results[0]).dtype();
                         if matches!(d, DType::F16 | DType::BF16) {
-                            loads.push((op.results[0], *tensor));
+                            loads.push(l.planned_load(op.results[0], *tensor, access, *other));
                         }
                     }
                     OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } => {
@@ -81,9 +88,9 @@ impl<'a> Lower<'a> {
         let none = Vec::new();
         loads
             .into_iter()
-            .filter(|(v, t)| {
-                let us = uses.get(v).unwrap_or(&none);
-                !written.contains(t)
+            .filter(|load| {
+                let us = uses.get(&load.value).unwrap_or(&none);
+                !written.contains(&load.tensor)
                     && !us.is_empty()
                     && us.iter().all(|u| match u {
                         Use::DotA(ok) | Use::DotB(ok) => *ok,
@@ -94,7 +101,6 @@ impl<'a> Lower<'a> {
                         Use::Other => false,
                     })
             })
-            .map(|(v, _)| v)
             .collect()
     }
 

@@ -6,11 +6,12 @@
 //! layout the body will yield it in where that is predictable (from `dot`s
 //! and what is computed from them), so the back edge needs no conversion. An
 //! `if` merges into fresh registers in the then-branch's layouts. A `for`
-//! loop is where `pipeline` hoists invariant dot operands and sets up the
+//! loop is where `pipeline` plans and copies invariant dot operands and sets up the
 //! software pipeline.
 
 use std::rc::Rc;
 
+use super::pipeline::Decision;
 use super::{gcd, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
@@ -146,9 +147,14 @@ impl<'a> Lower<'a> {
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
-        let hoisted = self.hoist_invariant_operands(body);
-        let pipe = self.pipeline_prologue(body, lo_o, step_o)?;
-        if pipe.is_none() && !hoisted.is_empty() {
+        let plan = self.plan_loop(body);
+        if !plan.invariant.is_empty() || !plan.pipelined.is_empty() {
+            let decision = Decision::Loop(plan.clone());
+            self.pipeline.plan.decisions.push(decision);
+        }
+        self.copy_invariant_operands(&plan.invariant);
+        let pipe = self.pipeline_prologue(body, &plan, lo_o, step_o)?;
+        if pipe.is_none() && !plan.invariant.is_empty() {
             self.emit(Inst::CpAsyncWait { pending: 0 });
             self.emit(Inst::Barrier);
         }
@@ -182,14 +188,14 @@ impl<'a> Lower<'a> {
             step: step_o,
             body: code,
         });
-        for v in hoisted {
-            self.pipelined.remove(&v);
+        for v in &plan.invariant {
+            self.pipeline.pipelined.remove(v);
         }
         if let Some(p) = pipe {
             // Copies for iterations that did not run.
             self.emit(Inst::CpAsyncWait { pending: 0 });
-            for v in p.loads.iter().map(|l| l.0) {
-                self.pipelined_pending.remove(&v);
+            for (load, _) in &p.loads {
+                self.pipeline.pipelined_pending.remove(&load.value);
             }
         }
         for (r, c) in op.results.iter().zip(carried) {

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::pipeline::Decision;
 use super::{const_operand, round_const, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
@@ -325,8 +326,8 @@ impl<'a> Lower<'a> {
     ) -> R<TV> {
         let ty = self.tk.ty(res).clone();
         let layout = self.blocked(ty.shape());
-        if let Some(pi) = self.pipelined_pending.get(&res).copied() {
-            self.pipelined.insert(res, (pi, false));
+        if let Some(pi) = self.pipeline.pipelined_pending.get(&res).copied() {
+            self.pipeline.pipelined.insert(res, (pi, false));
             self.emit(Inst::Comment(format!(
                 "load {} pipelined: copied asynchronously {} iterations ahead",
                 self.tk.params[tensor].name,
@@ -339,15 +340,30 @@ impl<'a> Lower<'a> {
                 dtype: ty.dtype(),
             });
         }
-        if self.defer_ok.contains(&res) && mask.is_none() {
-            if let Some(d) = self.defer_load(tensor, access, other, ty.shape())? {
-                self.deferred.insert(res, (Rc::new(d), false));
-                return Ok(TV {
-                    layout,
-                    ops: vec![],
-                    ty: RegTy::F32,
-                    dtype: ty.dtype(),
-                });
+        if self.pipeline.defer_ok.contains(&res) {
+            let deferred = match mask {
+                None => self.defer_load(tensor, access, other, ty.shape())?,
+                Some(_) => None,
+            };
+            let planned = self.planned_load(res, tensor, access, other);
+            match deferred {
+                Some(d) => {
+                    self.pipeline
+                        .plan
+                        .decisions
+                        .push(Decision::Deferred(planned));
+                    self.pipeline.deferred.insert(res, (Rc::new(d), false));
+                    return Ok(TV {
+                        layout,
+                        ops: vec![],
+                        ty: RegTy::F32,
+                        dtype: ty.dtype(),
+                    });
+                }
+                None => {
+                    let decision = Decision::InRegisters(planned);
+                    self.pipeline.plan.decisions.push(decision);
+                }
             }
         }
         let t = self.tensor(tensor)?;

@@ -44,7 +44,7 @@
 //! | `dot_fma.rs` | `dot`'s choice of unit, and the FMA path |
 //! | `async_copy.rs` | loads deferred to `cp.async` into swizzled operand buffers |
 //! | `mma/` | tensor-core dots: `mma16816.rs`, `tf32.rs`, `mma884.rs`, and `staging.rs` for their operands |
-//! | `pipeline.rs` | software pipelining of loads in `for` loops, loop-invariant operands |
+//! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
 //! A method is `pub(super)` only where a sibling file calls it.
@@ -65,8 +65,7 @@ mod reduce;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use self::async_copy::Deferred;
-use self::pipeline::Pipe;
+use self::pipeline::Pipeline;
 use super::layout::{Layout, Term};
 use super::{ArchFeatures, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
 use crate::backend::arch::Arch;
@@ -93,6 +92,14 @@ impl std::error::Error for Unsupported {}
 
 /// Lowers one Tile IR kernel for `arch`.
 pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
+    lower_with_plan(tk, arch).map(|(k, _)| k)
+}
+
+/// `lower`, also returning the asynchronous-copy decisions it made (printable).
+pub(crate) fn lower_with_plan(
+    tk: &tile::Kernel,
+    arch: Arch,
+) -> Result<(Kernel, pipeline::PipelinePlan), Unsupported> {
     let info = arch.info();
     if !arch.is_nvidia() {
         return Err(Unsupported {
@@ -122,13 +129,7 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         tensors: Vec::new(),
         scalars: Vec::new(),
         scratch: None,
-        defer_ok: Default::default(),
-        deferred: HashMap::new(),
-        pipelined: HashMap::new(),
-        pipelined_pending: HashMap::new(),
-        pipes: Vec::new(),
-        persistent: Vec::new(),
-        overrides: HashMap::new(),
+        pipeline: Pipeline::new(arch, tk.num_stages),
         seen: Vec::new(),
         buffers: Vec::new(),
         layouts: Vec::new(),
@@ -142,7 +143,9 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     });
     l.params()?;
     if arch.has_cp_async() {
-        l.defer_ok = l.find_deferrable();
+        let candidates = l.find_deferrable();
+        l.pipeline.defer_ok = candidates.iter().map(|c| c.value).collect();
+        l.pipeline.plan.candidates = candidates;
     }
     let body = &tk.body;
     l.region_ops(&body.ops)?;
@@ -153,16 +156,16 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
     let transient_end = smem
         .iter()
         .enumerate()
-        .filter(|(i, _)| !l.persistent.contains(i))
+        .filter(|(i, _)| !l.pipeline.persistent.contains(i))
         .map(|(_, b)| b.offset + b.bytes)
         .max()
         .unwrap_or(0);
     let mut offset = transient_end.div_ceil(128) * 128;
-    for &i in &l.persistent {
+    for &i in &l.pipeline.persistent {
         smem[i].offset = offset;
         offset = (offset + smem[i].bytes).div_ceil(128) * 128;
     }
-    Ok(Kernel {
+    let kernel = Kernel {
         name: tk.name.clone(),
         arch,
         num_threads,
@@ -171,7 +174,8 @@ pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
         regs: l.regs,
         body: insts,
         layouts: l.layouts,
-    })
+    };
+    Ok((kernel, l.pipeline.plan))
 }
 
 /// A lowered Tile IR value: one operand per layout slot.
@@ -216,23 +220,8 @@ struct Lower<'a> {
     params: Vec<Param>,
     tensors: Vec<Option<TensorInfo>>,
     scalars: Vec<Option<(Reg, DType)>>,
-    /// Loads whose only uses are tensor-core `dot` operands (possibly through a
-    /// transpose), found before lowering (sm_80+).
-    defer_ok: std::collections::HashSet<Value>,
-    /// Deferred loads: copied with `cp.async` straight into the dot's staging
-    /// buffer when the dot runs; `bool` is whether the value is transposed.
-    deferred: HashMap<Value, (Rc<Deferred>, bool)>,
-    /// Software-pipelined loads (`num_stages` >= 2): the pipe and whether the
-    /// value is transposed.
-    pipelined: HashMap<Value, (usize, bool)>,
-    /// Loads of the loop body being lowered that are pipelined (value → pipe).
-    pipelined_pending: HashMap<Value, usize>,
-    pipes: Vec<Pipe>,
-    /// Buffers live across a whole loop (pipeline stages): placed after every
-    /// other region of the arena.
-    persistent: Vec<usize>,
-    /// Values standing for others while planning a future iteration's loads.
-    overrides: HashMap<Value, Operand>,
+    /// Asynchronous copies and software pipelines.
+    pipeline: Pipeline,
     /// Layouts of 2-D+ tiles made so far, newest last (broadcast targets).
     seen: Vec<Rc<Layout>>,
     /// The index of the scratch buffer in `buffers`, once used.
@@ -349,7 +338,7 @@ impl<'a> Lower<'a> {
     }
 
     fn scalar(&self, v: Value) -> Operand {
-        if let Some(o) = self.overrides.get(&v) {
+        if let Some(o) = self.pipeline.overrides.get(&v) {
             return *o;
         }
         let t = self.val(v);

@@ -195,11 +195,11 @@ impl<'a> Lower<'a> {
                 self.define(res(0), tv);
             }
             OpKind::Transpose { x } => {
-                if let Some((d, t)) = self.deferred.get(x).cloned() {
-                    self.deferred.insert(res(0), (d, !t));
+                if let Some((d, t)) = self.pipeline.deferred.get(x).cloned() {
+                    self.pipeline.deferred.insert(res(0), (d, !t));
                 }
-                if let Some((p, t)) = self.pipelined.get(x).copied() {
-                    self.pipelined.insert(res(0), (p, !t));
+                if let Some((p, t)) = self.pipeline.pipelined.get(x).copied() {
+                    self.pipeline.pipelined.insert(res(0), (p, !t));
                 }
                 let x = self.val(*x);
                 let tv = TV {

@@ -27,8 +27,8 @@ impl<'a> Lower<'a> {
         after: Option<usize>,
         issued: &mut bool,
     ) -> R<(Reg, Swizzle, bool, Option<usize>)> {
-        if let Some((pi, trans)) = self.pipelined.get(&v).copied() {
-            let p = self.pipes[pi];
+        if let Some((pi, trans)) = self.pipeline.pipelined.get(&v).copied() {
+            let p = self.pipeline.pipes[pi];
             let buf = self.new_reg(RegTy::U32);
             self.emit(Inst::SmemAddr {
                 dst: buf,
@@ -47,7 +47,7 @@ impl<'a> Lower<'a> {
             let base = self.materialize(RegTy::U32, base).reg().expect("reg");
             return Ok((base, p.sw, trans, None));
         }
-        let (index, sw, trans) = match self.deferred.get(&v).cloned() {
+        let (index, sw, trans) = match self.pipeline.deferred.get(&v).cloned() {
             Some((d, trans)) => {
                 *issued = true;
                 let (i, sw) = self.stage_async(&d, what, after);
