@@ -466,8 +466,6 @@ impl<'a> Lower<'a> {
         self.bin(BinOp::Or, u, code, sbit)
     }
 
-    /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
-    /// are not preserved), keeping it in f32.
     /// An f32 rounded to tf32 (10 mantissa bits, nearest, ties away from
     /// zero), bit for bit as `cvt.rna.tf32.f32` and the CPU executor's
     /// `tf32()`: add half an ulp of tf32 to the bits and clear the low 13;
@@ -487,6 +485,8 @@ impl<'a> Lower<'a> {
         Operand::Reg(f)
     }
 
+    /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
+    /// are not preserved), keeping it in f32.
     fn round_bf16(&mut self, v: Operand) -> Operand {
         let u = self.new_reg(RegTy::U32);
         self.emit(Inst::Mov { dst: u, src: v });
