@@ -169,8 +169,9 @@ fn run_check(
         }
         match args.message_format {
             MessageFormat::Human => {
-                let _ =
-                    err.write_all(render::render_human_all(&shown, text, diags, color).as_bytes());
+                let rendered =
+                    render::render_human_capped(&shown, text, diags, color, render::MAX_SHOWN);
+                let _ = err.write_all(rendered.as_bytes());
             }
             MessageFormat::Json => {
                 let index = LineIndex::new(text);
@@ -415,7 +416,9 @@ fn load_and_check(
     let diags = db.diagnostics(file);
     if !diags.is_empty() {
         let text = file.text(db);
-        let _ = err.write_all(render::render_human_all(&shown, text, diags, color).as_bytes());
+        let _ = err.write_all(
+            render::render_human_capped(&shown, text, diags, color, render::MAX_SHOWN).as_bytes(),
+        );
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     if errors > 0 {
@@ -506,7 +509,10 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             }
         },
         Err(EmitError::Diagnostics(diags)) => {
-            let _ = err.write_all(render::render_human_all(&shown, text, &diags, color).as_bytes());
+            let _ = err.write_all(
+                render::render_human_capped(&shown, text, &diags, color, render::MAX_SHOWN)
+                    .as_bytes(),
+            );
             let _ = writeln!(
                 err,
                 "error: {} in `{shown}`; nothing emitted",
@@ -531,6 +537,17 @@ pub fn specialization<'db>(
     db: &'db dyn crate::db::Db,
     kernels: &[(String, crate::db::ItemSource<'db>, u32)],
     defines: &[Define],
+) -> Result<crate::ir::tile::Specialization, String> {
+    specialization_among(db, kernels, defines, "no emitted kernel")
+}
+
+/// [`specialization`], where `among` names the kernels in the message when
+/// there are several (`no kernel in the workspace` for the editor's setting).
+pub fn specialization_among<'db>(
+    db: &'db dyn crate::db::Db,
+    kernels: &[(String, crate::db::ItemSource<'db>, u32)],
+    defines: &[Define],
+    among: &str,
 ) -> Result<crate::ir::tile::Specialization, String> {
     let mut known: std::collections::BTreeSet<String> =
         ["num_warps", "num_stages"].map(String::from).into();
@@ -572,7 +589,7 @@ pub fn specialization<'db>(
             }
             let kernel = match kernels {
                 [(k, _, _)] => format!("kernel `{k}` has no"),
-                _ => "no emitted kernel has a".to_string(),
+                _ => format!("{among} has a"),
             };
             return Err(format!(
                 "`-D {name}`: {kernel} {what} named `{name}` (it may set: {})",
@@ -1017,7 +1034,9 @@ pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, co
     };
     let _ = out.write_all(text_out.as_bytes());
     if !diags.is_empty() {
-        let _ = err.write_all(render::render_human_all(&shown, text, &diags, color).as_bytes());
+        let _ = err.write_all(
+            render::render_human_capped(&shown, text, &diags, color, render::MAX_SHOWN).as_bytes(),
+        );
     }
     let _ = out.flush();
     let _ = err.flush();

@@ -37,7 +37,7 @@ pub enum Place {
 pub fn place(db: &Database, file: SourceFile, offset: u32) -> Place {
     let text = file.text(db);
     let before = &text[..(offset as usize).min(text.len())];
-    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let line = &before[tessera::syntax::lines::line_start(before, before.len())..];
     if !line.starts_with([' ', '\t']) {
         return Place::TopLevel;
     }
@@ -153,7 +153,7 @@ pub fn items(
 /// The dotted module path being typed after `import` or `from` (before its
 /// `import`), if the cursor is in one: `from std.n|` → `std.n`.
 fn module_path_before(before: &str) -> Option<&str> {
-    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let line = &before[tessera::syntax::lines::line_start(before, before.len())..];
     let rest = line
         .trim_start()
         .strip_prefix("import")

@@ -8,19 +8,29 @@ use tower_lsp::lsp_types::{Position, Range};
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<u32>,
+    /// Whether each line is ASCII: its UTF-16 columns are then its byte
+    /// offsets, so a position on a long line costs no scan of the line.
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
-        let mut starts = vec![0];
-        let bytes = text.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            let ends_line = b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
-            if ends_line {
-                starts.push(i as u32 + 1);
-            }
+        let starts: Vec<u32> = tessera::syntax::lines::line_starts(text)
+            .map(|s| s as u32)
+            .collect();
+        let ascii = starts
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let end = starts.get(i + 1).map_or(text.len(), |&e| e as usize);
+                text.as_bytes()[s as usize..end].is_ascii()
+            })
+            .collect();
+        LineIndex {
+            text,
+            starts,
+            ascii,
         }
-        LineIndex { text, starts }
     }
 
     /// The position of a byte offset (clamped to the text, and back to a char boundary).
@@ -31,7 +41,11 @@ impl<'a> LineIndex<'a> {
         }
         let line = self.starts.partition_point(|&s| s as usize <= offset) - 1;
         let start = self.starts[line] as usize;
-        let character = self.text[start..offset].encode_utf16().count() as u32;
+        let character = if self.ascii[line] {
+            (offset - start) as u32
+        } else {
+            self.text[start..offset].encode_utf16().count() as u32
+        };
         Position::new(line as u32, character)
     }
 
@@ -50,11 +64,11 @@ impl<'a> LineIndex<'a> {
             .get(pos.line as usize + 1)
             .map_or(self.text.len(), |&s| s as usize);
         // The line without its terminator (`\n`, `\r\n` or `\r`).
-        let line = self.text[start as usize..next]
-            .strip_suffix('\n')
-            .unwrap_or(&self.text[start as usize..next]);
-        let line = line.strip_suffix('\r').unwrap_or(line);
+        let line = tessera::syntax::lines::strip_break(&self.text[start as usize..next]);
         let end = start as usize + line.len();
+        if self.ascii[pos.line as usize] {
+            return start + pos.character.min(line.len() as u32);
+        }
         let mut units = 0u32;
         for (i, c) in line.char_indices() {
             if units >= pos.character {

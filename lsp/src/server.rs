@@ -440,6 +440,36 @@ impl Backend {
         out
     }
 
+    /// Reports the `tessera.defines` names that no kernel of the workspace
+    /// has, each as `-D NAME` reports it (the entry still applies: a kernel
+    /// added later may have it). Runs once the workspace is loaded.
+    async fn check_define_names(&self) {
+        if !*self.state.workspace_loaded.borrow() {
+            return;
+        }
+        let mut paths = self
+            .state
+            .workspace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        paths.extend(
+            self.state
+                .docs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .map(|d| d.path.clone()),
+        );
+        let errors = self
+            .on_snapshot("tessera.defines", None, move |s| {
+                Ok(unknown_defines(&s.db, &paths, &s.spec))
+            })
+            .await
+            .unwrap_or_default();
+        self.report_setting_errors(&errors).await;
+    }
+
     async fn report_setting_errors(&self, errors: &[String]) {
         for e in errors {
             self.client
@@ -454,6 +484,27 @@ struct Settings {
     arch: Option<String>,
     defines_changed: bool,
     errors: Vec<String>,
+}
+
+/// Each define of `spec` that no kernel of the files at `paths` has, with the
+/// message `-D NAME` gets (`tessera::cli::specialization`).
+fn unknown_defines(db: &Database, paths: &[PathBuf], spec: &Specialization) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut kernels = Vec::new();
+    for p in paths {
+        if let Some(f) = db.file(p) {
+            if seen.insert(p.clone()) {
+                kernels.extend(tessera::db::file_kernels(db, f));
+            }
+        }
+    }
+    spec.values
+        .iter()
+        .filter_map(|(n, v)| {
+            let d = [tessera::ir::tile::Define::Value(n.clone(), *v)];
+            tessera::cli::specialization_among(db, &kernels, &d, "no kernel in the workspace").err()
+        })
+        .collect()
 }
 
 /// `tessera.defines` (`{"D": 64, "causal": true}`) → the specialization
@@ -718,6 +769,7 @@ impl LanguageServer for Backend {
         })
         .await
         .unwrap_or(0);
+        self.check_define_names().await;
         self.client
             .log_message(
                 MessageType::INFO,
@@ -875,6 +927,9 @@ impl LanguageServer for Backend {
             .unwrap_or(params.settings);
         let settings = self.apply_settings(&settings);
         self.report_setting_errors(&settings.errors).await;
+        if settings.defines_changed {
+            self.check_define_names().await;
+        }
         match settings.arch {
             // set_arch re-publishes.
             Some(arch) => self.set_arch(&arch).await,

@@ -8,11 +8,20 @@ use crate::command;
 /// Whether `buffer` (lines so far, each ending in `\n`) needs more lines: an
 /// open bracket or block, or a decorator still waiting for its `def`.
 pub fn needs_more(buffer: &str) -> bool {
-    let last = buffer.trim_end_matches('\n').lines().last().unwrap_or("");
-    if last.trim_start().starts_with('@') && !buffer.ends_with("\n\n") {
+    let last = tessera::syntax::lines::lines(buffer.trim_end_matches('\n'))
+        .last()
+        .unwrap_or("");
+    if last.trim_start().starts_with('@') && !ends_blank(buffer) {
         return true;
     }
     tessera::syntax::needs_more_input(buffer)
+}
+
+/// Whether `buffer` ends in an empty line (two line breaks).
+fn ends_blank(buffer: &str) -> bool {
+    use tessera::syntax::lines::strip_break;
+    let once = strip_break(buffer);
+    once.len() < buffer.len() && strip_break(once).len() < once.len()
 }
 
 /// One input: its text and its byte offset in the whole input.
@@ -27,7 +36,7 @@ pub struct Chunk {
 pub struct Chunker {
     buffer: String,
     start: u32,
-    /// Bytes consumed so far (lines with their `\n`).
+    /// Bytes consumed so far (lines with their line breaks).
     at: u32,
 }
 
@@ -36,17 +45,22 @@ impl Chunker {
         Chunker::default()
     }
 
-    /// Adds one line (without its newline); returns the inputs it completes.
+    /// Adds one line (without its line break, taken to be `\n`); returns the
+    /// inputs it completes.
     pub fn push_line(&mut self, line: &str) -> Vec<Chunk> {
+        self.push_line_ending(line, "\n")
+    }
+
+    /// `push_line` for a line ending in `brk` (`\n`, `\r\n` or `\r`) in the
+    /// input: a chunk's text is then a slice of the input, so that its spans
+    /// shifted by its offset are the input's.
+    pub fn push_line_ending(&mut self, line: &str, brk: &str) -> Vec<Chunk> {
         let mut done = Vec::new();
         let continues_block = line.starts_with([' ', '\t'])
             || line.trim().is_empty()
             || ["else", "elif"].iter().any(|k| line.starts_with(k))
             || line.starts_with("def ")
-                && self
-                    .buffer
-                    .trim_end()
-                    .lines()
+                && tessera::syntax::lines::lines(self.buffer.trim_end())
                     .last()
                     .is_some_and(|l| l.trim_start().starts_with('@'));
         // Only an open block (not an open bracket) ends at a column-0 line.
@@ -56,7 +70,7 @@ impl Chunker {
             done.extend(self.take());
         }
         let line_start = self.at;
-        self.at += line.len() as u32 + 1;
+        self.at += (line.len() + brk.len()) as u32;
         if self.buffer.is_empty() {
             self.start = line_start;
             if command::is_command(line) {
@@ -68,7 +82,7 @@ impl Chunker {
             }
         }
         self.buffer.push_str(line);
-        self.buffer.push('\n');
+        self.buffer.push_str(brk);
         if !needs_more(&self.buffer) {
             done.extend(self.take());
         }
@@ -93,8 +107,24 @@ impl Chunker {
 pub fn chunks(text: &str) -> Vec<Chunk> {
     let mut c = Chunker::new();
     let mut out = Vec::new();
-    for line in text.split('\n') {
-        out.extend(c.push_line(line.strip_suffix('\r').unwrap_or(line)));
+    let b = text.as_bytes();
+    let mut start = 0;
+    loop {
+        let mut end = start;
+        while end < b.len() && !tessera::syntax::lines::is_break_byte(b[end]) {
+            end += 1;
+        }
+        let break_len = tessera::syntax::lines::break_len(b, end);
+        let brk = if break_len == 0 {
+            "\n"
+        } else {
+            &text[end..end + break_len]
+        };
+        out.extend(c.push_line_ending(&text[start..end], brk));
+        if break_len == 0 {
+            break;
+        }
+        start = end + break_len;
     }
     out.extend(c.finish());
     out
@@ -120,5 +150,27 @@ mod tests {
             "@kernel(grid=(1,))\ndef k(a: Tensor[4, f32]):\n    pass\n\n"
         );
         assert_eq!(all[5].text, "y = (1 +\n2)\n");
+    }
+
+    #[test]
+    fn every_line_break_ends_a_line_and_chunks_are_slices() {
+        let text = "x = 1\r\ny = (1 +\r2)\rfor i in range(2):\r\n    x += i\r\rprint(x)";
+        let all = chunks(text);
+        let texts: Vec<&str> = all.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "x = 1\r\n",
+                "y = (1 +\r2)\r",
+                "for i in range(2):\r\n    x += i\r\r",
+                "print(x)\n"
+            ]
+        );
+        for c in &all[..3] {
+            assert_eq!(
+                &text[c.offset as usize..c.offset as usize + c.text.len()],
+                c.text
+            );
+        }
     }
 }

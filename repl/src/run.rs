@@ -38,7 +38,9 @@ pub fn run_file(
     let mut session = Session::new(&shown, color);
     if device == Device::Cuda {
         // Nothing runs: name the device problem against the file's first line.
-        let first = text.lines().next().map_or(0, str::len) as u32;
+        let first = tessera::syntax::lines::lines(&text)
+            .next()
+            .map_or(0, str::len) as u32;
         session.render_against(
             &text,
             &[device_unavailable(device, Span::new(0, first))],

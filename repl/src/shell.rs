@@ -228,9 +228,12 @@ pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
     };
     'lines: for line in input.lines() {
         let Ok(line) = line else { break };
-        for chunk in chunker.push_line(&line) {
-            if run(chunk, &mut session) == Next::Quit {
-                break 'lines;
+        // `lines` ends lines at `\n` and `\r\n`; a lone `\r` ends one too
+        for part in line.split('\r') {
+            for chunk in chunker.push_line(part) {
+                if run(chunk, &mut session) == Next::Quit {
+                    break 'lines;
+                }
             }
         }
     }

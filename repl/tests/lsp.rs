@@ -826,6 +826,41 @@ fn bad_settings_are_shown_and_the_server_runs_on() {
     c.stop();
 }
 
+/// A `tessera.defines` name that no kernel of the workspace has gets the
+/// message `-D NAME` gets, at startup and when the setting changes.
+#[test]
+fn defines_setting_names_are_checked_like_dash_d() {
+    let root = scratch("defines-names");
+    std::fs::copy(
+        repo().join("tests/lsp/flash_attn.tsr"),
+        root.join("flash_attn.tsr"),
+    )
+    .unwrap();
+    let mut c = Client::start(&root, json!({"defines": {"D": 64, "NOPE": 1}}));
+    let shown = |c: &mut Client| loop {
+        let m = c.recv();
+        if m["method"] == "window/showMessage" {
+            return m["params"]["message"].as_str().unwrap().to_string();
+        }
+    };
+    let m = shown(&mut c);
+    assert!(
+        m.starts_with("tessera.defines: `-D NOPE`: kernel `flash_attn` has no const parameter or tensor dim named `NOPE` (it may set: ")
+            && m.contains("D, "),
+        "{m}"
+    );
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({"settings": {"tessera": {"defines": {"D": 64, "BN": 32, "ALSO": 2}}}}),
+    );
+    let m = shown(&mut c);
+    assert!(
+        m.starts_with("tessera.defines: `-D ALSO`: kernel `flash_attn` has no"),
+        "{m}"
+    );
+    c.stop();
+}
+
 /// The kernel estimate hint of the document (the one that is not a type).
 fn kernel_hints(c: &mut Client, uri: &str) -> Vec<String> {
     let hints = c

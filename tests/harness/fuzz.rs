@@ -166,6 +166,8 @@ const SEPARATORS: &[&str] = &[
     "\t",
     "\n\t",
     "\r\n",
+    "\r",
+    "\r    ",
 ];
 
 fn token_text() -> impl Strategy<Value = String> {

@@ -24,6 +24,7 @@
 //! * Matching is exact: every diagnostic (errors and warnings) must be expected and
 //!   every expectation met; a file without annotations must produce nothing.
 
+pub mod filecheck;
 pub mod fuzzing;
 
 use std::path::{Path, PathBuf};
@@ -70,7 +71,7 @@ fn is_code(s: &str) -> bool {
 /// Every `#~` expectation of a file, or a message saying which line is malformed.
 pub fn parse_annotations(text: &str) -> Result<Vec<Expectation>, String> {
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in tessera::syntax::lines::lines(text).enumerate() {
         let lineno = i as u32 + 1;
         let Some(start) = line.find("#~") else {
             continue;
@@ -143,7 +144,7 @@ fn parse_quoted(mut s: &str) -> Result<Vec<String>, String> {
 
 /// The arch named by a first line `# arch: NAME`, if there is one.
 pub fn parse_arch_header(text: &str) -> Result<Option<Arch>, String> {
-    let first = text.lines().next().unwrap_or("");
+    let first = tessera::syntax::lines::lines(text).next().unwrap_or("");
     let Some(rest) = first.trim().strip_prefix('#') else {
         return Ok(None);
     };
@@ -269,7 +270,7 @@ pub fn check_text(path: &str, text: &str, arch: Arch) -> Vec<Diagnostic> {
 
 /// Whether a leading comment line is `# run` (see the module docs).
 pub fn has_run_header(text: &str) -> bool {
-    text.lines()
+    tessera::syntax::lines::lines(text)
         .map_while(|l| l.trim().strip_prefix('#'))
         .any(|rest| rest.trim() == "run")
 }
@@ -302,7 +303,7 @@ pub enum EmitHeader {
 /// `tsrc report` would), so emit-time diagnostics (E0511, E0512, W0003, W0004)
 /// can be tested and documented. `Ok(None)` without the header.
 pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in tessera::syntax::lines::lines(text).enumerate() {
         let Some(rest) = line.trim().strip_prefix('#') else {
             break;
         };

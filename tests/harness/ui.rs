@@ -231,8 +231,7 @@ fn check_agrees_with_session(
     expected: &[tessera_tests::Expectation],
     arch: Arch,
 ) -> String {
-    let blanked: String = text
-        .lines()
+    let blanked: String = tessera::syntax::lines::lines(text)
         .map(|l| if l.starts_with(':') { "" } else { l })
         .collect::<Vec<_>>()
         .join("\n");
@@ -245,7 +244,7 @@ fn check_agrees_with_session(
         .map(|p| p.line)
         .collect();
     let commands: BTreeSet<u32> = (1..)
-        .zip(text.lines())
+        .zip(tessera::syntax::lines::lines(text))
         .filter(|(_, l)| l.starts_with(':'))
         .map(|(i, _)| i)
         .collect();

@@ -655,6 +655,12 @@ impl Checker<'_> {
                     return Val::err();
                 }
                 if let Some(v) = value_slot.and_then(arg) {
+                    if let Some(i) = v.val.value.as_ref().and_then(Value::as_int) {
+                        if dt.is_int() && !crate::check::stmt::int_fits(dt, i) {
+                            self.report(out_of_range(i, dt, v.expr.span));
+                            return Val::err();
+                        }
+                    }
                     match &v.val.ty {
                         Ty::Scalar { dtype, weak } => {
                             if (dtype.is_float() && !dt.is_float())
@@ -665,8 +671,9 @@ impl Checker<'_> {
                                         "E0301",
                                         v.expr.span,
                                         format!(
-                                            "a `{}` fill value for a `{dt}` {}",
-                                            v.val.ty,
+                                            "{} fill value for {} {}",
+                                            crate::diag::a_code(&v.val.ty),
+                                            crate::diag::a_code(dt),
                                             if self.in_kernel { "tile" } else { "tensor" }
                                         ),
                                     )
@@ -996,6 +1003,22 @@ impl Checker<'_> {
                     None if is_float => DType::F32,
                     None => DType::I32,
                 };
+                // Known integers must be values of an integer dtype (no wrap).
+                fn first_outside(v: &Value, dt: DType) -> Option<i64> {
+                    match v {
+                        Value::Tuple(items) => items.iter().find_map(|x| first_outside(x, dt)),
+                        Value::Int(_) => {
+                            v.as_int().filter(|i| !crate::check::stmt::int_fits(dt, *i))
+                        }
+                        _ => None,
+                    }
+                }
+                if dt.is_int() {
+                    if let Some(i) = a0.val.value.as_ref().and_then(|v| first_outside(v, dt)) {
+                        self.report(out_of_range(i, dt, a0.expr.span));
+                        return Val::err();
+                    }
+                }
                 Val::of(Ty::Tensor { dims, dtype: dt })
             }
             _ => Val::err(),
@@ -1458,9 +1481,15 @@ impl Checker<'_> {
                 Diagnostic::new(
                     "E0301",
                     v.expr.span,
-                    format!("storing `{vdt}` values into a `{dtype}` tensor would narrow them"),
+                    format!(
+                        "storing `{vdt}` values into {} tensor would narrow them",
+                        crate::diag::a_code(dtype)
+                    ),
                 )
-                .with_label(ptr.expr.span, format!("this is a `{dtype}` tensor"))
+                .with_label(
+                    ptr.expr.span,
+                    format!("this is {} tensor", crate::diag::a_code(dtype)),
+                )
                 .with_help(format!(
                     "cast explicitly: `{}.to({dtype})`",
                     describe(v.expr)
@@ -1627,7 +1656,8 @@ impl Checker<'_> {
                                 ),
                             )
                             .with_help(format!(
-                                "accumulate into a `{out}` tile and cast the result afterwards"
+                                "accumulate into {} tile and cast the result afterwards",
+                                crate::diag::a_code(out)
                             )),
                         );
                     }
@@ -1729,6 +1759,15 @@ impl Checker<'_> {
                 .with_label(le.span, format!("this is `{}`", l.ty))
                 .with_label(re.span, format!("this is `{}`", r.ty))
                 .with_help(format!("cast one side, e.g. `{}.to({x})`", describe(re))),
+            );
+            return Val::err();
+        }
+        if x == DType::Bool {
+            // As arithmetic on bools: no meaning the GPU has (E0311).
+            self.report(
+                Diagnostic::new("E0311", span, "`matmul` is not defined on `bool` values")
+                    .with_label(le.span, format!("this is `{}`", l.ty))
+                    .with_help(format!("convert first, e.g. `{}.to(i32)`", describe(le))),
             );
             return Val::err();
         }
@@ -1945,7 +1984,7 @@ impl Checker<'_> {
                             }
                             if pdt != adt {
                                 self.report(
-                                Diagnostic::new("E0301", a.span, format!("argument `{}` of `{}` is a `{adt}` tensor but the parameter is `{}`", p.name, sig.name, p.ty))
+                                Diagnostic::new("E0301", a.span, format!("argument `{}` of `{}` is {} tensor but the parameter is `{}`", p.name, sig.name, crate::diag::a_code(adt), p.ty))
                                     .with_help(format!("convert it: `{}.to({pdt})`", describe(a.expr))),
                             );
                             }
@@ -2004,10 +2043,11 @@ impl Checker<'_> {
                         "E0302",
                         a.span,
                         format!(
-                            "argument `{}` of `{}` must be a `{pdt}` scalar, found {} `{other}`",
+                            "argument `{}` of `{}` must be {} scalar, found {} `{other}`",
                             p.name,
                             sig.name,
-                            other.kind_name()
+                            crate::diag::a_code(pdt),
+                            crate::diag::with_article(other.kind_name())
                         ),
                     )),
                 },
@@ -2071,4 +2111,15 @@ impl Checker<'_> {
             (Some(_), _) => Val::err(),
         }
     }
+}
+
+/// E0324: a known integer that is not a value of the integer dtype it becomes.
+pub fn out_of_range(i: i64, dt: DType, span: Span) -> Diagnostic {
+    Diagnostic::new(
+        "E0324",
+        span,
+        format!("the integer {i} is out of range for `{dt}`"),
+    )
+    .with_primary_label(format!("this becomes `{dt}`"))
+    .with_help("use a wider dtype, or convert the other operand first, e.g. `.to(i64)`")
 }

@@ -411,6 +411,9 @@ impl Checker<'_> {
     pub fn condition(&mut self, c: &Val, e: &Expr) {
         match &c.ty {
             Ty::Scalar { .. } | Ty::Err => {}
+            // A session evaluates its top-level statements on the host, where a
+            // one-element tensor is read as its number (numpy's `bool(t)`).
+            Ty::Tensor { dims, .. } if self.top_level && !self.in_kernel && dims.iter().all(Dim::is_one) => {}
             Ty::Tile { .. } => self.report(
                 Diagnostic::new("E0308", e.span, format!("condition is a tile (`{}`), not a scalar", c.ty))
                     .with_help("reduce it to a scalar (e.g. `max(t) > 0`), or select elementwise with `where(cond, a, b)`"),
@@ -612,6 +615,34 @@ impl Checker<'_> {
         ) else {
             return Val::err();
         };
+        // A literal or host integer (64-bit) meeting an integer dtype takes that
+        // dtype: its value must be one of the dtype's (numpy 2's rule), never wrap.
+        if !weak && dt.is_int() {
+            for (v, e) in [(l, le), (r, re)] {
+                let Some(i) = v
+                    .value
+                    .as_ref()
+                    .filter(|_| v.ty.is_weak())
+                    .and_then(Value::as_int)
+                else {
+                    continue;
+                };
+                if !crate::check::stmt::int_fits(dt, i) {
+                    self.report(
+                        Diagnostic::new(
+                            "E0324",
+                            e.span,
+                            format!("the integer {i} is out of range for `{dt}`"),
+                        )
+                        .with_primary_label(format!("this meets an operand of `{dt}`"))
+                        .with_help(
+                            "convert the other operand to a wider dtype first, e.g. `.to(i64)`",
+                        ),
+                    );
+                    return Val::err();
+                }
+            }
+        }
         use BinOp::*;
         let dt = match op {
             Eq | Ne | Lt | Le | Gt | Ge => DType::Bool,

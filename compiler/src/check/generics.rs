@@ -226,6 +226,68 @@ pub fn body_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
     out
 }
 
+/// Two environments that tell the dtype variables apart in rendered types:
+/// variable `i` is at its bound's `i`-th dtype in the first and the next one in
+/// the second (cyclically), so no two variables of one bound move alike, and a
+/// dtype that moves with a variable between the two checks is that variable.
+pub fn naming_envs(f: &ast::Function) -> (TypeEnv, TypeEnv) {
+    let (mut a, mut b) = (TypeEnv::default(), TypeEnv::default());
+    for (i, (n, bound)) in vars_of(f).into_iter().enumerate() {
+        let ds = bound.dtypes();
+        a.dtypes.push((n.clone(), ds[i % ds.len()]));
+        b.dtypes.push((n, ds[(i + 1) % ds.len()]));
+    }
+    (a, b)
+}
+
+/// A type rendered in the two [`naming_envs`] (`Tensor[*B, N, f32]` and
+/// `Tensor[*B, N, f16]`) as the user wrote it: each dtype that differs between
+/// them as the one variable that moves that way (`Tensor[*B, N, T]`). `None`
+/// when the two differ otherwise (then no spelling with variables is known).
+pub fn name_dtype_vars(in_a: &str, in_b: &str, a: &TypeEnv, b: &TypeEnv) -> Option<String> {
+    let (ta, tb) = (words(in_a), words(in_b));
+    if ta.len() != tb.len() {
+        return None;
+    }
+    let mut out = String::with_capacity(in_a.len());
+    for (x, y) in ta.into_iter().zip(tb) {
+        if x == y {
+            out.push_str(x);
+            continue;
+        }
+        let mut moving = a
+            .dtypes
+            .iter()
+            .zip(&b.dtypes)
+            .filter(|((_, da), (_, db))| da.to_string() == x && db.to_string() == y);
+        match (moving.next(), moving.next()) {
+            (Some(((name, _), _)), None) => out.push_str(name),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// `s` cut into identifier runs and single other characters.
+fn words(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    for (i, c) in s.char_indices() {
+        if !ident(c) {
+            if start < i {
+                out.push(&s[start..i]);
+            }
+            out.push(&s[i..i + c.len_utf8()]);
+            start = i + c.len_utf8();
+        }
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
 fn dtype_envs(f: &ast::Function, cap: usize) -> Vec<TypeEnv> {
     let vars = vars_of(f);
     let mut out = vec![TypeEnv::default()];

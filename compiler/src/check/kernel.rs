@@ -1,7 +1,7 @@
 //! Function items: parameters, decorators (`@kernel` options, `@autotune`
 //! spaces), the body walk, and the per-function warnings.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::ctx::{BindKind, Binding, Checker};
 use super::dims::Dim;
@@ -139,13 +139,28 @@ impl Checker<'_> {
                     if let (Ty::Scalar { dtype, .. }, Some((dv, de))) = (&ty, &default) {
                         match &dv.ty {
                             Ty::Scalar { dtype: vd, weak } => {
-                                let ok = if *weak { !vd.is_float() || dtype.is_float() } else { vd.widens_to(*dtype) };
+                                let ok = if *weak {
+                                    !vd.is_float() || dtype.is_float()
+                                } else {
+                                    vd.widens_to(*dtype)
+                                };
                                 if !ok {
-                                    self.report(Diagnostic::new("E0301", de.span, format!("the default `{}` does not fit `{dtype}`", dv.ty)));
+                                    self.report(Diagnostic::new(
+                                        "E0301",
+                                        de.span,
+                                        format!("the default `{}` does not fit `{dtype}`", dv.ty),
+                                    ));
                                 }
                             }
                             Ty::Err => {}
-                            other => self.report(Diagnostic::new("E0302", de.span, format!("the default of a `{dtype}` parameter must be a scalar, found `{other}`"))),
+                            other => self.report(Diagnostic::new(
+                                "E0302",
+                                de.span,
+                                format!(
+                                    "the default of {} parameter must be a scalar, found `{other}`",
+                                    crate::diag::a_code(dtype)
+                                ),
+                            )),
                         }
                     }
                     self.record(p.name.span, &ty);
@@ -664,6 +679,26 @@ fn check_function_with(
         }
     }
     let (mut check, vals) = first.unwrap_or_default();
+    if !f.type_params.is_empty() && !f.is_kernel() {
+        // Hover and inlay hints show the body's types with the variables
+        // (`Tensor[*B, N, T]`), not at the representative dtype.
+        let (a, b) = super::generics::naming_envs(f);
+        let in_a = check_function_in(f, scope, arch, false, a.clone()).0.types;
+        let in_b = check_function_in(f, scope, arch, false, b.clone()).0.types;
+        let named: HashMap<crate::syntax::span::Span, String> = in_a
+            .iter()
+            .zip(&in_b)
+            .filter(|((sa, ta), (sb, tb))| sa == sb && ta != tb)
+            .filter_map(|((sa, ta), (_, tb))| {
+                super::generics::name_dtype_vars(ta, tb, &a, &b).map(|t| (*sa, t))
+            })
+            .collect();
+        for (span, ty) in &mut check.types {
+            if let Some(t) = named.get(span) {
+                ty.clone_from(t);
+            }
+        }
+    }
     check.diagnostics.extend(decl);
     check
         .diagnostics

@@ -56,6 +56,17 @@ pub struct FnSig {
     pub generics: Option<Arc<super::generics::GenericSig>>,
 }
 
+impl FnSig {
+    /// `def name(params) -> T` on one line, without decorators: for messages.
+    pub fn one_line(&self) -> String {
+        self.rendered
+            .rsplit('\n')
+            .next()
+            .unwrap_or(&self.rendered)
+            .to_string()
+    }
+}
+
 /// `Eq` (floats in defaults compare by `==`; a NaN default only costs a
 /// re-check) lets `Arc<FnSig>` compare by pointer first, so comparing the
 /// scope after an edit is cheap for the signatures salsa reused.

@@ -563,6 +563,21 @@ impl Checker<'_> {
                     .with_label(rspan, "declared here"),
             ),
             (Some((rt, rspan)), Some(v), Some(e)) => self.check_return(&rt, rspan, &v, e),
+            // Callers see the declared type only: an undeclared result would
+            // reach them untyped, accepted here and unrunnable.
+            (None, Some(v), Some(e))
+                if !matches!(v.ty, Ty::Err | Ty::NoneV)
+                    && !name.starts_with(SESSION_EVAL_PREFIX) =>
+            {
+                self.report(
+                    Diagnostic::new(
+                        "E0307",
+                        e.span,
+                        format!("`{name}` returns `{}` but declares no return type", v.ty),
+                    )
+                    .with_help(format!("declare it: `def {name}(...) -> {}:`", v.ty)),
+                )
+            }
             _ => {}
         }
     }
@@ -610,7 +625,10 @@ impl Checker<'_> {
                         Diagnostic::new(
                             "E0307",
                             e.span,
-                            format!("`{name}` returns a `{vdt}` tensor but declares `{rt}`"),
+                            format!(
+                                "`{name}` returns {} tensor but declares `{rt}`",
+                                crate::diag::a_code(vdt)
+                            ),
                         )
                         .with_label(rspan, "declared here")
                         .with_help(format!("convert explicitly: `{}.to({rdt})`", describe(e))),
@@ -651,8 +669,12 @@ impl Checker<'_> {
     }
 }
 
+/// The name prefix of the functions a session synthesises around one
+/// expression: they are run, never called, so their result needs no `->`.
+pub const SESSION_EVAL_PREFIX: &str = "__repl_eval_";
+
 /// Whether the integer `i` is a value of the integer dtype `dt`.
-fn int_fits(dt: DType, i: i64) -> bool {
+pub fn int_fits(dt: DType, i: i64) -> bool {
     let (lo, hi): (i64, i64) = match dt {
         DType::I8 => (i8::MIN.into(), i8::MAX.into()),
         DType::I16 => (i16::MIN.into(), i16::MAX.into()),

@@ -379,7 +379,7 @@ impl fmt::Display for Ty {
             Ty::Range => f.write_str("range"),
             Ty::Shape(d) => write!(f, "shape {}", render_dims(d)),
             Ty::Callable(Callee::Builtin(n)) => write!(f, "builtin `{n}`"),
-            Ty::Callable(Callee::Function(s)) => f.write_str(&s.rendered),
+            Ty::Callable(Callee::Function(s)) => f.write_str(&s.one_line()),
             Ty::Callable(Callee::Method { name, .. }) => write!(f, "method `{name}`"),
             Ty::Module(_) => f.write_str("module"),
         }

@@ -95,6 +95,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0321", "dtype outside the dtype variable's bound"),
     e("E0322", "malformed dtype variable"),
     e("E0323", "kernel with dtype variables or a batch run"),
+    e("E0324", "integer out of range for the dtype it meets"),
     // E04xx shapes
     e("E0401", "dim bound to two different sizes"),
     e("E0402", "shapes do not broadcast"),

@@ -7,6 +7,31 @@ pub mod render;
 
 use crate::syntax::span::Span;
 
+/// `` a `x` `` or `` an `x` ``: a name in backticks with its article.
+pub fn a_code(x: impl std::fmt::Display) -> String {
+    with_article(&format!("`{x}`"))
+}
+
+/// `noun` after "a" or "an", by how its first word is read: a dtype name
+/// letter by letter ("an f32 tensor", "an i8", "a u8", "a bf16"), another word
+/// as spelled ("an int", "a float"); `None` takes no article.
+pub fn with_article(noun: &str) -> String {
+    let first = noun
+        .trim_start_matches('`')
+        .split([' ', '[', '(', '`'])
+        .next()
+        .unwrap_or("");
+    let is_dtype = crate::check::types::DType::from_name(first).is_some();
+    let an = match first.as_bytes().first() {
+        _ if first == "None" => return noun.to_string(),
+        Some(b'f' | b'i') if is_dtype => true,
+        Some(_) if is_dtype => false,
+        Some(c) => matches!(c.to_ascii_lowercase(), b'a' | b'e' | b'i' | b'o'),
+        None => false,
+    };
+    format!("{} {noun}", if an { "an" } else { "a" })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Severity {
     Error,
@@ -96,5 +121,31 @@ impl Diagnostic {
             l.span = l.span.shift(by);
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod article_tests {
+    use super::with_article;
+
+    #[test]
+    fn dtypes_are_read_as_letters() {
+        for (noun, want) in [
+            ("i32 tensor", "an i32 tensor"),
+            ("f32", "an f32"),
+            ("f8e4m3 scalar parameter", "an f8e4m3 scalar parameter"),
+            ("u8 tensor", "a u8 tensor"),
+            ("bf16 tensor", "a bf16 tensor"),
+            ("bool", "a bool"),
+            ("int", "an int"),
+            ("float", "a float"),
+            ("Tensor[3, f32]", "a Tensor[3, f32]"),
+            ("tuple of 2", "a tuple of 2"),
+            ("None", "None"),
+            ("`i8` tensor", "an `i8` tensor"),
+            ("`bf16`", "a `bf16`"),
+        ] {
+            assert_eq!(with_article(noun), want);
+        }
     }
 }

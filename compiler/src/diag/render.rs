@@ -24,19 +24,31 @@ pub struct Position {
     pub column: u32,
 }
 
-/// Line starts of one text, built with codespan-reporting's `files::line_starts`
-/// (lines end at `\n`; a `\r` before it is part of the line's last column).
+/// Line starts of one text (lines end at `\n`, `\r\n` or a lone `\r`, see
+/// `syntax::lines`).
 #[derive(Clone, Debug)]
 pub struct LineIndex<'a> {
     text: &'a str,
     line_starts: Vec<usize>,
+    /// Whether each line is all ASCII: there a column is a byte count, found
+    /// without walking the line (a long line with many diagnostics would
+    /// otherwise cost its length for each).
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
+        let line_starts: Vec<usize> = crate::syntax::lines::line_starts(text).collect();
+        let ascii = (0..line_starts.len())
+            .map(|i| {
+                let end = line_starts.get(i + 1).copied().unwrap_or(text.len());
+                text.as_bytes()[line_starts[i]..end].is_ascii()
+            })
+            .collect();
         LineIndex {
             text,
-            line_starts: files::line_starts(text).collect(),
+            line_starts,
+            ascii,
         }
     }
 
@@ -73,14 +85,13 @@ impl<'a> LineIndex<'a> {
         }
     }
 
-    /// Byte range of a 0-based line, without its `\n`.
+    /// Byte range of a 0-based line, without its line break.
     pub fn line_range(&self, line: usize) -> Range<usize> {
         let start = self.line_starts[line];
-        let end = self
-            .line_starts
-            .get(line + 1)
-            .map(|next| next - 1)
-            .unwrap_or(self.text.len());
+        let next = self.line_starts.get(line + 1).copied();
+        let end = next.map_or(self.text.len(), |next| {
+            start + crate::syntax::lines::strip_break(&self.text[start..next]).len()
+        });
         start..end
     }
 
@@ -88,7 +99,12 @@ impl<'a> LineIndex<'a> {
     pub fn position(&self, offset: u32) -> Position {
         let offset = self.clamp(offset);
         let line = self.line_of(offset);
-        let column = files::column_index(self.text, self.line_range(line), offset);
+        let range = self.line_range(line);
+        let column = if self.ascii[line] {
+            offset.min(range.end) - range.start
+        } else {
+            files::column_index(self.text, range, offset)
+        };
         Position {
             line: line as u32 + 1,
             column: column as u32 + 1,
@@ -115,6 +131,26 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// `text` with the characters ariadne ends lines at but the language does not
+/// (vertical tab, form feed, NEL, U+2028, U+2029) replaced by spaces of the same
+/// byte length, so ariadne's line numbers are `LineIndex`'s.
+pub fn text_for_ariadne(text: &str) -> std::borrow::Cow<'_, str> {
+    let odd = |c: char| matches!(c, '\x0B' | '\x0C' | '\u{85}' | '\u{2028}' | '\u{2029}');
+    if !text.contains(odd) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let same_width_space = |c: char| match c.len_utf8() {
+        1 => ' ',
+        2 => '\u{A0}',
+        _ => '\u{2007}',
+    };
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| if odd(c) { same_width_space(c) } else { c })
+            .collect(),
+    )
+}
+
 /// Human rendering of one diagnostic: `error[E0401]: message`, the file, line and
 /// column, the source with the primary and secondary labels, and the help line.
 /// `color` should be true only when writing to a terminal and `NO_COLOR` is unset.
@@ -125,13 +161,51 @@ pub fn render_human(path: &str, text: &str, diag: &Diagnostic, color: bool) -> S
 /// Human rendering of several diagnostics of one file, each followed by a blank line.
 pub fn render_human_all(path: &str, text: &str, diags: &[Diagnostic], color: bool) -> String {
     let index = LineIndex::new(text);
-    let source = Source::from(text);
+    let shown = text_for_ariadne(text);
+    let source = Source::from(&*shown);
     let mut out = Vec::new();
     for diag in diags {
         write_report(path, &index, &source, diag, color, &mut out);
         out.push(b'\n');
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How many diagnostics of one file [`render_human_capped`] prints: a generated
+/// file can have thousands, and the first hundred say what is wrong.
+pub const MAX_SHOWN: usize = 100;
+
+/// Like [`render_human_all`], but after `limit` diagnostics one line says how
+/// many more errors and warnings there are (`--message-format json` lists all).
+pub fn render_human_capped(
+    path: &str,
+    text: &str,
+    diags: &[Diagnostic],
+    color: bool,
+    limit: usize,
+) -> String {
+    if diags.len() <= limit {
+        return render_human_all(path, text, diags, color);
+    }
+    let mut out = render_human_all(path, text, &diags[..limit], color);
+    let rest = &diags[limit..];
+    let count = |sev| rest.iter().filter(|d| d.severity == sev).count();
+    let mut parts = Vec::new();
+    for (n, word) in [
+        (count(Severity::Error), "error"),
+        (count(Severity::Warning), "warning"),
+        (count(Severity::Note), "note"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} more {word}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    out.push_str(&format!(
+        "note: {} in `{path}` not shown (only the first {limit} are); \
+         `--message-format json` lists them all\n\n",
+        parts.join(" and ")
+    ));
+    out
 }
 
 fn write_report(
@@ -150,6 +224,16 @@ fn write_report(
     let kind = format!("{word}[{}]", diag.code);
     let id = path.to_string();
     let primary = index.clamp_span(diag.span);
+    let ranges: Vec<Range<usize>> = std::iter::once(primary.clone())
+        .chain(diag.labels.iter().map(|l| index.clamp_span(l.span)))
+        .collect();
+    // A long line is shown clipped: ariadne prints each line whole, so a
+    // generated line with thousands of diagnostics would cost its length for each.
+    let clipped = Clipped::new(index, &ranges);
+    let map = |r: &Range<usize>| match &clipped {
+        Some(c) => c.map(r.start)..c.map(r.end),
+        None => r.clone(),
+    };
     let config = Config::new()
         .with_color(color)
         .with_index_type(IndexType::Byte)
@@ -166,24 +250,26 @@ fn write_report(
     // are ordered by the line they end on, the primary first within its line.
     let order = |r: &Range<usize>, secondary: bool| {
         let last = if r.is_empty() { r.start } else { r.end - 1 };
-        let line = index.position(last as u32).line as i32;
+        let line = index.line_of(last) as i32;
         line.saturating_mul(2).saturating_add(secondary as i32)
     };
-    let mut primary_label = ALabel::new((id.clone(), primary.clone()))
+    let mut primary_label = ALabel::new((id.clone(), map(&primary)))
         .with_order(order(&primary, false))
         .with_message(primary_message);
     if color {
         primary_label = primary_label.with_color(accent);
     }
-    let mut report = Report::build(ReportKind::Custom(&kind, accent), (id.clone(), primary))
-        .with_config(config)
-        .with_message(&diag.message)
-        .with_label(primary_label);
-    for label in &diag.labels {
-        let range = index.clamp_span(label.span);
-        let mut l = ALabel::new((id.clone(), range.clone()))
+    let mut report = Report::build(
+        ReportKind::Custom(&kind, accent),
+        (id.clone(), map(&primary)),
+    )
+    .with_config(config)
+    .with_message(&diag.message)
+    .with_label(primary_label);
+    for (label, range) in diag.labels.iter().zip(&ranges[1..]) {
+        let mut l = ALabel::new((id.clone(), map(range)))
             .with_message(&label.message)
-            .with_order(order(&range, true));
+            .with_order(order(range, true));
         if color {
             l = l.with_color(Color::Blue);
         }
@@ -194,12 +280,161 @@ fn write_report(
     }
     // Writing into a Vec cannot fail, and the source is in the cache.
     let mut buf = Vec::new();
-    let _ = report.finish().write((id, source), &mut buf);
+    match &clipped {
+        None => {
+            let _ = report.finish().write((id, source), &mut buf);
+        }
+        Some(c) => {
+            let shown = text_for_ariadne(&c.text);
+            let _ = report
+                .finish()
+                .write((id.clone(), Source::from(&*shown)), &mut buf);
+            fix_header_column(&mut buf, &id, index, c, primary.start);
+        }
+    }
     if color {
         out.extend_from_slice(&buf);
     } else {
         // ariadne colours a custom report kind even with colour off.
         out.extend_from_slice(strip_ansi(&String::from_utf8_lossy(&buf)).as_bytes());
+    }
+}
+
+/// Lines longer than this (in bytes) are shown clipped around their labels.
+const CLIP_LINE_BYTES: usize = 200;
+/// Characters kept on each side of a label's end on a clipped line.
+const CLIP_CONTEXT_CHARS: usize = 40;
+/// Marks where a clipped line leaves characters out.
+const ELLIPSIS: &str = "…";
+
+/// The lines a diagnostic shows, with each long one cut down to windows
+/// around its labels' ends (joined by `…`). The text starts with one empty line
+/// for each line before the first shown, so line numbers stay the file's.
+struct Clipped {
+    text: String,
+    /// Pieces of the file kept, in order: `(start, end, start in text)`.
+    kept: Vec<(usize, usize, usize)>,
+}
+
+impl Clipped {
+    /// None when no line the ranges touch is long.
+    fn new(index: &LineIndex<'_>, ranges: &[Range<usize>]) -> Option<Clipped> {
+        let first = ranges.iter().map(|r| index.line_of(r.start)).min()?;
+        let last = ranges.iter().map(|r| index.line_of(r.end)).max()?;
+        if (first..=last).all(|l| index.line_range(l).len() <= CLIP_LINE_BYTES) {
+            return None;
+        }
+        let text = index.text();
+        let mut points: Vec<usize> = ranges.iter().flat_map(|r| [r.start, r.end]).collect();
+        points.sort_unstable();
+        let mut c = Clipped {
+            text: "\n".repeat(first),
+            kept: Vec::new(),
+        };
+        for line in first..=last {
+            let range = index.line_range(line);
+            if range.len() <= CLIP_LINE_BYTES {
+                c.keep(text, range);
+            } else {
+                let lo = points.partition_point(|&p| p < range.start);
+                let hi = points.partition_point(|&p| p <= range.end);
+                let mut windows: Vec<Range<usize>> = Vec::new();
+                let at = if lo == hi {
+                    // A line a label only passes through: its start is enough.
+                    &[range.start][..]
+                } else {
+                    &points[lo..hi]
+                };
+                for &p in at {
+                    let w = back(text, p, range.start)..ahead(text, p, range.end);
+                    match windows.last_mut() {
+                        // Windows that touch (or nearly) are one.
+                        Some(prev) if w.start <= prev.end + ELLIPSIS.len() => {
+                            prev.end = prev.end.max(w.end)
+                        }
+                        _ => windows.push(w),
+                    }
+                }
+                if windows[0].start > range.start {
+                    c.text.push_str(ELLIPSIS);
+                }
+                for (i, w) in windows.iter().enumerate() {
+                    if i > 0 {
+                        c.text.push_str(ELLIPSIS);
+                    }
+                    c.keep(text, w.clone());
+                }
+                if windows.last().is_some_and(|w| w.end < range.end) {
+                    c.text.push_str(ELLIPSIS);
+                }
+            }
+            c.text.push('\n');
+        }
+        Some(c)
+    }
+
+    fn keep(&mut self, text: &str, r: Range<usize>) {
+        self.kept.push((r.start, r.end, self.text.len()));
+        self.text.push_str(&text[r]);
+    }
+
+    /// Where a label's end (one of the points kept) lies in the clipped text.
+    fn map(&self, offset: usize) -> usize {
+        let i = self.kept.partition_point(|k| k.1 < offset);
+        match self.kept.get(i) {
+            Some(&(start, _, at)) if start <= offset => at + (offset - start),
+            // Not reached: every label's end is kept.
+            _ => self.text.len(),
+        }
+    }
+}
+
+/// The offset `CLIP_CONTEXT_CHARS` characters before `p`, not before `floor`.
+fn back(text: &str, p: usize, floor: usize) -> usize {
+    text[floor..p]
+        .char_indices()
+        .rev()
+        .take(CLIP_CONTEXT_CHARS)
+        .last()
+        .map_or(p, |(i, _)| floor + i)
+}
+
+/// The offset `CLIP_CONTEXT_CHARS` characters after `p`, not past `ceiling`.
+fn ahead(text: &str, p: usize, ceiling: usize) -> usize {
+    text[p..ceiling]
+        .char_indices()
+        .nth(CLIP_CONTEXT_CHARS)
+        .map_or(ceiling, |(i, _)| p + i)
+}
+
+/// ariadne's `file:line:column` header counts the column in the clipped line;
+/// this puts the file's column back.
+fn fix_header_column(
+    buf: &mut Vec<u8>,
+    id: &str,
+    index: &LineIndex<'_>,
+    c: &Clipped,
+    primary: usize,
+) {
+    let at = c.map(primary);
+    let line_start = c.text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let shown = c.text[line_start..at].chars().count() + 1;
+    let pos = index.position(primary as u32);
+    if shown as u32 == pos.column {
+        return;
+    }
+    let text = String::from_utf8_lossy(buf).into_owned();
+    let wrong = format!(" {id}:{}:{shown} ", pos.line);
+    // The header follows the message's first line.
+    let from = text.find('\n').map_or(0, |i| i + 1);
+    if let Some(i) = text[from..].find(&wrong) {
+        let i = from + i;
+        let right = format!(" {id}:{}:{} ", pos.line, pos.column);
+        let mut fixed = String::with_capacity(text.len() + 8);
+        fixed.push_str(&text[..i]);
+        fixed.push_str(&right);
+        fixed.push_str(&text[i + wrong.len()..]);
+        *buf = fixed.into_bytes();
     }
 }
 
@@ -344,6 +579,10 @@ mod tests {
         let text = "ab\n→x é\r\n\nlast";
         let idx = LineIndex::new(text);
         for (o, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            // the `\n` of a `\r\n` is inside one line break, not a position of its own
+            if text[..o].ends_with('\r') && text[o..].starts_with('\n') {
+                continue;
+            }
             assert_eq!(idx.offset(idx.position(o as u32)) as usize, o, "offset {o}");
         }
         assert_eq!(
@@ -438,6 +677,102 @@ mod tests {
             let out = render_human("bad.tsr", text, &d, false);
             assert!(out.starts_with("error[E0107]: bad"), "{out}");
         }
+    }
+
+    /// `x = é & é & … & é` with `n` terms (a non-ASCII name: clipping must cut
+    /// on character boundaries and count columns in characters).
+    fn long_line(n: usize) -> String {
+        format!("x = {}\ny = 1\n", vec!["é"; n].join(" & "))
+    }
+
+    /// The span of the `i`th `é` of `long_line`.
+    fn term(text: &str, i: usize) -> Span {
+        let start = text.match_indices('é').nth(i).unwrap().0;
+        Span::from_range(start..start + 'é'.len_utf8())
+    }
+
+    #[test]
+    fn long_line_is_clipped_around_the_labels() {
+        let text = long_line(3000);
+        let d = Diagnostic::new("E0201", term(&text, 1500), "unknown name `é`")
+            .with_primary_label("unknown name")
+            .with_label(term(&text, 2990), "also here")
+            .with_help("define it first");
+        let out = render_human("long.tsr", &text, &d, false);
+        // The column is the file's: 4 characters before the first term, 4 per term.
+        assert!(out.contains("long.tsr:1:6005 "), "{out}");
+        assert!(out.len() < 1500, "{} bytes:\n{out}", out.len());
+        insta::assert_snapshot!(out);
+        // The start and the end of a line stay unclipped where labelled.
+        let d = Diagnostic::new("E0201", term(&text, 0), "unknown name `é`")
+            .with_label(term(&text, 2999), "last");
+        let out = render_human("long.tsr", &text, &d, false);
+        assert!(out.contains("long.tsr:1:5 "), "{out}");
+        assert!(out.contains(" 1 │ x = é & é"), "{out}");
+        assert!(out.contains("& é\n"), "{out}");
+    }
+
+    #[test]
+    fn clipped_rendering_does_not_grow_with_the_line() {
+        let size = |n: usize| {
+            let text = long_line(n);
+            let d = Diagnostic::new("E0201", term(&text, n / 2), "unknown name `é`")
+                .with_primary_label("unknown name");
+            render_human("long.tsr", &text, &d, false).len()
+        };
+        // Only the header's column gets longer.
+        assert!(size(100_000) <= size(1_000) + 3);
+    }
+
+    #[test]
+    fn label_through_a_long_line_and_bad_spans_on_one() {
+        let text = format!("if (\n{}\n):\n", "b + ".repeat(300));
+        let open = text.find('(').unwrap() as u32;
+        let close = text.rfind(')').unwrap() as u32;
+        let d = Diagnostic::new("E0102", Span::new(open, close + 1), "bad group")
+            .with_primary_label("this group");
+        let out = render_human("group.tsr", &text, &d, false);
+        assert!(out.contains("group.tsr:1:4 "), "{out}");
+        assert!(out.contains(" 3 │ ├─▶ ):"), "{out}");
+        assert!(out.len() < 1000, "{out}");
+        // The long line itself is shown (clipped) when it holds a label's end.
+        let plus = text.rfind('+').unwrap() as u32;
+        let d = d.with_label(Span::new(plus, plus + 1), "the last `+`");
+        let out = render_human("group.tsr", &text, &d, false);
+        assert!(out.contains(" 2 │ │   …+ b + b + b"), "{out}");
+        assert!(out.len() < 1500, "{out}");
+        let text = long_line(500);
+        let mid = term(&text, 250).start;
+        for span in [
+            Span::new(mid + 1, mid + 2),
+            Span::new(mid, text.len() as u32 + 50),
+            Span::new(mid + 9, mid),
+            Span::new(0, text.len() as u32),
+        ] {
+            let d = Diagnostic::new("E0107", span, "bad").with_label(span, "here");
+            let out = render_human("bad.tsr", &text, &d, false);
+            assert!(out.starts_with("error[E0107]: bad"), "{out}");
+        }
+    }
+
+    #[test]
+    fn capped_rendering_counts_what_it_leaves_out() {
+        let text = "x = a\n";
+        let mut diags: Vec<Diagnostic> = (0..4)
+            .map(|_| Diagnostic::new("E0201", Span::new(4, 5), "unknown name `a`"))
+            .collect();
+        diags.push(Diagnostic::new("W0001", Span::new(0, 1), "unused"));
+        assert_eq!(
+            render_human_capped("c.tsr", text, &diags, false, 5),
+            render_human_all("c.tsr", text, &diags, false)
+        );
+        let out = render_human_capped("c.tsr", text, &diags, false, 2);
+        assert_eq!(out.matches("error[E0201]").count(), 2);
+        assert!(!out.contains("warning["), "{out}");
+        assert!(out.ends_with(
+            "note: 2 more errors and 1 more warning in `c.tsr` not shown (only the first 2 \
+             are); `--message-format json` lists them all\n\n"
+        ));
     }
 
     #[test]

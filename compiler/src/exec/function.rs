@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::launch::{bind_dims, find_kernel, from_const, launch_bound, match_args, signature};
 use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
+use crate::check::DType;
 use crate::db::{self, Database, Db, SourceFile};
 use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
@@ -75,7 +76,14 @@ pub fn run_function(
         }
         None => (sig, None),
     };
-    let dims = bind_dims(&sig, &values)?;
+    let mut dims = bind_dims(&sig, &values)?;
+    // A shape computed from an integer parameter (`zeros([n], f32)`, `x[0:n]`)
+    // has dims in its run-time symbol, which the checker names after it.
+    for (name, v) in &values {
+        if let Value::Int(i) = v {
+            dims.entry(name.clone()).or_insert(*i);
+        }
+    }
     let (graph, schedule) = match instance {
         Some(gs) => gs,
         None => (
@@ -242,10 +250,10 @@ fn scalar(
         ScalarExpr::Unary(op, x) => {
             let x = scalar(x, env, params)?;
             match (op, x) {
-                (UnaryOp::Neg, Num::I(i)) => Num::I(-i),
+                (UnaryOp::Neg, Num::I(i)) => Num::I(i.wrapping_neg()),
                 (UnaryOp::Not, v) => Num::I((v.f() == 0.0) as i64),
                 (UnaryOp::Invert, Num::I(i)) => Num::I(!i),
-                (UnaryOp::Abs, Num::I(i)) => Num::I(i.abs()),
+                (UnaryOp::Abs, Num::I(i)) => Num::I(i.wrapping_abs()),
                 (op, v) => {
                     let x = v.f();
                     Num::F(match op {
@@ -259,7 +267,9 @@ fn scalar(
                         UnaryOp::Abs => x.abs(),
                         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
                         UnaryOp::Tanh => x.tanh(),
-                        _ => x,
+                        UnaryOp::Erf => cpu::erf64(x),
+                        // Integer-only ops, taken above; the checker admits no float operand.
+                        UnaryOp::Not | UnaryOp::Invert => x,
                     })
                 }
             }
@@ -273,14 +283,20 @@ fn scalar(
                             .with_help("a launch argument divides by a zero size or parameter"));
                     }
                     Num::I(match op {
-                        BinaryOp::Add => x + y,
-                        BinaryOp::Sub => x - y,
-                        BinaryOp::Mul => x * y,
+                        // Wrapping, as integer arithmetic on the device.
+                        BinaryOp::Add => x.wrapping_add(y),
+                        BinaryOp::Sub => x.wrapping_sub(y),
+                        BinaryOp::Mul => x.wrapping_mul(y),
                         BinaryOp::FloorDiv => {
-                            x.div_euclid(y) - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 }
+                            x.wrapping_div_euclid(y)
+                                - if y < 0 && x.wrapping_rem_euclid(y) != 0 {
+                                    1
+                                } else {
+                                    0
+                                }
                         }
-                        BinaryOp::Mod => ((x % y) + y) % y,
-                        BinaryOp::Pow => x.pow(y.max(0) as u32),
+                        BinaryOp::Mod => (x.wrapping_rem(y)).wrapping_add(y).wrapping_rem(y),
+                        BinaryOp::Pow => x.wrapping_pow(y.clamp(0, u32::MAX as i64) as u32),
                         BinaryOp::Max => x.max(y),
                         BinaryOp::Min => x.min(y),
                         BinaryOp::And => x & y,
@@ -401,9 +417,19 @@ fn run_schedule(
     let outs = s
         .outputs
         .iter()
-        .map(|o| {
+        .zip(&s.scalar_outputs)
+        .map(|(o, &scalar)| {
             let shape = dims_of(&s.buffer(*o).dims, env)?;
-            Ok(Value::Tensor(view(&ctx, *o, &shape)?))
+            let t = view(&ctx, *o, &shape)?;
+            if !scalar {
+                return Ok(Value::Tensor(t));
+            }
+            let x = t.to_f64_vec()[0];
+            Ok(match t.dtype() {
+                DType::Bool => Value::Bool(x != 0.0),
+                d if d.is_float() => Value::Float(x),
+                _ => Value::Int(x as i64),
+            })
         })
         .collect::<Result<Vec<_>, ExecError>>()?;
     Ok(match outs.len() {

@@ -136,6 +136,11 @@ pub(crate) fn signature(
     })
 }
 
+/// The help line of an argument error: the signature, on one line.
+fn signature_help(sig: &check::FnSig) -> String {
+    format!("the signature is `{}`", sig.one_line())
+}
+
 /// The value of every parameter, in signature order (defaults filled in).
 pub(crate) fn match_args(
     sig: &check::FnSig,
@@ -152,7 +157,8 @@ pub(crate) fn match_args(
                 args.len()
             ),
         )
-        .with_help(sig.rendered.clone()));
+        .with_help(signature_help(sig))
+        .at_arg(sig.params.len()));
     }
     let mut out: Vec<Option<Value>> = vec![None; sig.params.len()];
     for (i, a) in args.iter().enumerate() {
@@ -162,7 +168,7 @@ pub(crate) fn match_args(
         let Some(i) = sig.params.iter().position(|p| &p.name == n) else {
             return Err(
                 ExecError::new("E0707", format!("`{}` has no parameter `{n}`", sig.name))
-                    .with_help(sig.rendered.clone())
+                    .with_help(signature_help(sig))
                     .at_param(n),
             );
         };
@@ -193,7 +199,7 @@ pub(crate) fn match_args(
                             "E0707",
                             format!("missing argument `{}` of `{}`", p.name, sig.name),
                         )
-                        .with_help(sig.rendered.clone()))
+                        .with_help(signature_help(sig)))
                     }
                 },
             };
@@ -240,10 +246,10 @@ pub(crate) fn bind_dims(
                     return Err(ExecError::new(
                         "E0702",
                         format!(
-                            "argument `{}` of `{}` must be {dtype}, got a {} tensor",
+                            "argument `{}` of `{}` must be {dtype}, got {}",
                             p.name,
                             sig.name,
-                            t.dtype()
+                            crate::diag::with_article(&format!("{} tensor", t.dtype()))
                         ),
                     )
                     .with_help(format!("convert it with `.to({dtype})`"))
@@ -260,7 +266,7 @@ pub(crate) fn bind_dims(
                             t.shape()
                         ),
                     )
-                    .with_help(sig.rendered.clone())
+                    .with_help(signature_help(sig))
                     .at_param(&p.name));
                 }
                 for (axis, (d, &n)) in pd.iter().zip(t.shape()).enumerate() {
@@ -338,7 +344,7 @@ fn dim_error(
             sig.name
         ),
     )
-    .with_help(format!("the signature is `{}`", sig.rendered))
+    .with_help(signature_help(sig))
     .at_param(param)
 }
 

@@ -104,6 +104,9 @@ pub struct ExecError {
     /// The parameter whose argument is at fault, for a caller that can
     /// underline that argument instead of the whole call.
     pub param: Option<String>,
+    /// The positional argument at fault (0-based) when no parameter takes it:
+    /// the first one too many.
+    pub arg: Option<usize>,
 }
 
 impl ExecError {
@@ -113,7 +116,14 @@ impl ExecError {
             message: message.into(),
             help: None,
             param: None,
+            arg: None,
         }
+    }
+
+    /// Marks the error as about the positional argument `index`.
+    pub fn at_arg(mut self, index: usize) -> ExecError {
+        self.arg = Some(index);
+        self
     }
 
     /// Marks the error as about the argument of parameter `name`.

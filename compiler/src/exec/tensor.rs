@@ -640,8 +640,9 @@ impl Tensor {
                     return Err(ExecError::new(
                         "E0727",
                         format!(
-                            "cannot store a {} tensor in a tensor of dtype {dtype}: {} does not widen to {dtype}",
-                            v.dtype, v.dtype
+                            "cannot store {} in a tensor of dtype {dtype}: {} does not widen to {dtype}",
+                            crate::diag::with_article(&format!("{} tensor", v.dtype)),
+                            v.dtype
                         ),
                     )
                     .with_help(format!("convert the value first: `value.to({dtype})`")));
@@ -695,8 +696,9 @@ impl Tensor {
             .filter(|i| !matches!(i, IndexItem::NewAxis))
             .count();
         if named > self.shape.len() {
+            // The checker's code for the same mistake.
             return Err(ExecError::new(
-                "E0705",
+                "E0410",
                 format!(
                     "too many indices: {named} for a tensor of rank {}",
                     self.shape.len()
@@ -863,14 +865,17 @@ impl fmt::Display for Tensor {
     /// with `...` (3 items per edge); the shape shown when summarised or when
     /// the tensor has no elements (`tensor([], f32, shape=[0, 3])`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let data = self.to_f64_vec();
-        let summarise = data.len() > SUMMARY_AT;
+        // Only the shown elements are read: a multi-GB tensor is not copied.
+        let store = self.storage.data();
+        let at = |o: usize| store.get(self.dtype, o);
+        let numel = self.numel();
+        let summarise = numel > SUMMARY_AT;
         // The elements shown, to size the columns.
         let shown = shown_offsets(&self.shape, summarise);
         let sci = self.dtype.is_float() && {
             let finite: Vec<f64> = shown
                 .iter()
-                .map(|&o| data[o].abs())
+                .map(|&o| at(o).abs())
                 .filter(|x| x.is_finite() && *x != 0.0)
                 .collect();
             let max = finite.iter().cloned().fold(0.0, f64::max);
@@ -895,12 +900,12 @@ impl fmt::Display for Tensor {
         };
         let width = shown
             .iter()
-            .map(|&o| fmt_one(data[o]).len())
+            .map(|&o| fmt_one(at(o)).len())
             .max()
             .unwrap_or(0);
         let mut out = String::from("tensor(");
         if self.shape.is_empty() {
-            out.push_str(&fmt_one(data[0]));
+            out.push_str(&fmt_one(at(0)));
         } else {
             let st = strides(&self.shape);
             render(
@@ -909,7 +914,7 @@ impl fmt::Display for Tensor {
                 &st,
                 0,
                 0,
-                &data,
+                &at,
                 summarise,
                 width,
                 &fmt_one,
@@ -918,7 +923,7 @@ impl fmt::Display for Tensor {
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
-        if summarise || data.is_empty() {
+        if summarise || numel == 0 {
             let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
             out.push_str(&format!(", shape=[{}]", dims.join(", ")));
         }
@@ -963,7 +968,7 @@ fn render(
     st: &[usize],
     axis: usize,
     base: usize,
-    data: &[f64],
+    at: &dyn Fn(usize) -> f64,
     summarise: bool,
     width: usize,
     fmt_one: &dyn Fn(f64) -> String,
@@ -987,7 +992,7 @@ fn render(
         match p {
             None => out.push_str("..."),
             Some(p) if last => {
-                out.push_str(&format!("{:>width$}", fmt_one(data[base + p * st[axis]])));
+                out.push_str(&format!("{:>width$}", fmt_one(at(base + p * st[axis]))));
             }
             Some(p) => render(
                 out,
@@ -995,7 +1000,7 @@ fn render(
                 st,
                 axis + 1,
                 base + p * st[axis],
-                data,
+                at,
                 summarise,
                 width,
                 fmt_one,

@@ -198,7 +198,13 @@ pub fn open_call(before: &str) -> Option<OpenCall> {
                 commas += 1;
             }
             // Lines inside an open bracket continue; a blank line stops the scan.
-            b'\n' if depth == 0 && i > 0 && bytes[i - 1] == b'\n' => return None,
+            b'\n' | b'\r' if depth == 0 => {
+                // the break ending the line before this one (a `\r\n` is one)
+                let end = i - usize::from(bytes[i] == b'\n' && i > 0 && bytes[i - 1] == b'\r');
+                if end > 0 && crate::syntax::lines::is_break_byte(bytes[end - 1]) {
+                    return None;
+                }
+            }
             _ => {}
         }
     }
@@ -252,7 +258,7 @@ pub fn completions(
     let text = file.text(db);
     let offset = (offset as usize).min(text.len());
     let before = &text[..offset];
-    let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+    let line = &before[crate::syntax::lines::line_start(before, before.len())..];
     let trimmed = line.trim_start();
     // `@ker|`
     if trimmed.starts_with('@')

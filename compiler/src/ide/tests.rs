@@ -121,6 +121,18 @@ fn open_calls_and_signatures() {
     let c = open_call("k[(4,)](a, f(b, c), ").unwrap();
     assert_eq!((c.callee.as_str(), c.arg_index), ("k", 2));
     assert!(open_call("x = (1 + 2)").is_none());
+    // A call continues over line breaks of any kind; a blank line ends the scan.
+    for brk in ["\n", "\r\n", "\r"] {
+        let c = open_call(&format!("y = max(x,{brk}    axis=")).unwrap();
+        assert_eq!((c.callee.as_str(), c.arg_index), ("max", 1));
+        assert_eq!(
+            open_call(&format!("y = max(x,{brk}{brk}z = g("))
+                .unwrap()
+                .callee,
+            "g"
+        );
+        assert!(open_call(&format!("y = max(x,{brk}{brk}z = 1")).is_none());
+    }
     let text =
         "def f(a: Tensor[\"M\", f32], n: const = 4) -> Tensor[\"M\", f32]:\n    return f(a, ";
     let (db, file) = db_with(text);
@@ -272,11 +284,37 @@ def f(a: Tensor["Z", "M", "N", bf16]) -> Tensor["Z", "M", "N", bf16]:
         "{}",
         h.markdown
     );
-    // In the body, the run stays opaque and `T` is checked at its representative.
+    // In the body, the run stays opaque and the dtype is the variable `T`.
     let h = hover(&db, file, db.options(), &spec, at(src, "x * k")).unwrap();
-    assert!(
-        h.markdown.contains("x: Tensor[*B, N, f32]"),
-        "{}",
-        h.markdown
-    );
+    assert!(h.markdown.contains("x: Tensor[*B, N, T]"), "{}", h.markdown);
+}
+
+#[test]
+fn types_in_a_generic_body_name_the_dtype_variables() {
+    let src = r#"def g[T: float, U: float, I: int](x: Tensor["*B", "N", T], y: Tensor["N", U], n: Tensor["N", I]) -> Tensor["*B", "N", T]:
+    a = x * 2.0
+    b = y.to(f32)
+    c = y + y
+    d = sum(n)
+    e = x.to(f32) * 1.0
+    return a
+"#;
+    let (db, file) = db_with(src);
+    let spec = Specialization::new();
+    let shown = |needle: &str| {
+        hover(&db, file, db.options(), &spec, at(src, needle))
+            .unwrap()
+            .markdown
+    };
+    for (needle, ty) in [
+        ("a = x", "a: Tensor[*B, N, T]"),
+        // a conversion to a written dtype keeps it, whichever `U` is
+        ("b = y", "b: Tensor[N, f32]"),
+        ("c = y", "c: Tensor[N, U]"),
+        ("d = sum", "d: Tensor[I]"),
+        ("e = x", "e: Tensor[*B, N, f32]"),
+    ] {
+        let h = shown(needle);
+        assert!(h.contains(ty), "{needle}: {h}");
+    }
 }

@@ -216,7 +216,8 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
 pub fn comments(text: &str) -> Vec<Span> {
     let mut out = Vec::new();
     let mut line_start = 0usize;
-    for line in text.split_inclusive('\n') {
+    // a `\r\n` splits into two pieces here, which changes nothing for comments
+    for line in text.split_inclusive(['\n', '\r']) {
         let mut quote: Option<char> = None;
         let mut escaped = false;
         for (i, c) in line.char_indices() {

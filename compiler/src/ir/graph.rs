@@ -656,6 +656,8 @@ impl<'a> Builder<'a> {
                     ast::UnaryOp::Pos => return Ok(x),
                     ast::UnaryOp::Neg => UnaryOp::Neg,
                     ast::UnaryOp::Not => UnaryOp::Not,
+                    // `~` of bools is logical not (the checker's meaning), as in kernels.
+                    ast::UnaryOp::Invert if ty.dtype() == Some(DType::Bool) => UnaryOp::Not,
                     ast::UnaryOp::Invert => UnaryOp::Invert,
                 };
                 Ok(self.push(NodeKind::Unary { op, x }, ty, e.span))
@@ -2108,6 +2110,19 @@ fn inline_one(
                         }
                     }
                 }
+            }
+        }
+        // A shape computed from an integer parameter (`zeros([n], f32)`) names
+        // the parameter's symbol: bound by a known argument too.
+        if matches!(p.ty, GType::Scalar(d) if d.is_int()) && !dims.contains_key(&p.name) {
+            match &nodes[a.0 as usize].kind {
+                NodeKind::Const(Constant::Int(v)) => {
+                    dims.insert(p.name.clone(), Dim::constant(*v));
+                }
+                NodeKind::Index(d) => {
+                    dims.insert(p.name.clone(), d.clone());
+                }
+                _ => {}
             }
         }
         bound.insert(i, a);

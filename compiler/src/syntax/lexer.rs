@@ -207,11 +207,12 @@ pub(crate) enum Number {
 
 /// Raw tokens, as logos sees them (no layout yet).
 #[derive(Logos, Clone, Copy, Debug, PartialEq)]
-#[logos(skip r"[ \t\f\r\u{FEFF}]+")]
-#[logos(skip(r"#[^\n]*", allow_greedy = true))]
-#[logos(skip r"\\\r?\n")]
+// Line breaks are `\n`, `\r\n` and a lone `\r` (see `syntax::lines`).
+#[logos(skip r"[ \t\f\u{FEFF}]+")]
+#[logos(skip(r"#[^\r\n]*", allow_greedy = true))]
+#[logos(skip r"\\(\r\n|\r|\n)")]
 pub(crate) enum Raw {
-    #[token("\n")]
+    #[regex(r"\r\n|\r|\n")]
     Newline,
 
     #[token("def")]
@@ -497,7 +498,7 @@ fn scan_string(lex: &mut logos::Lexer<Raw>, quote: u8) -> bool {
                     2
                 };
             }
-            b'\n' => break,
+            b'\n' | b'\r' => break,
             b if b == quote => {
                 lex.bump(i + 1);
                 return true;
@@ -646,7 +647,7 @@ pub fn lex(text: &str) -> Lexed<'_> {
         }
         if at_line_start {
             at_line_start = false;
-            let line_start = text[..range.start].rfind('\n').map_or(0, |i| i + 1);
+            let line_start = super::lines::line_start(text, range.start);
             let mut col = 0u32;
             let mut tab: Option<usize> = None;
             for (i, &b) in bytes[line_start..range.start].iter().enumerate() {

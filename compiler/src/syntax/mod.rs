@@ -9,6 +9,7 @@ pub mod ast;
 pub mod depth;
 pub mod dim;
 pub mod lexer;
+pub mod lines;
 mod parser;
 pub mod span;
 
@@ -65,12 +66,12 @@ pub fn split_items(text: &str) -> Vec<Span> {
         }
         let c = b[i];
         match c {
-            b' ' | b'\t' | b'\x0c' | b'\r' => {
+            b' ' | b'\t' | b'\x0c' => {
                 i += 1;
                 continue;
             }
-            b'\n' => {
-                i += 1;
+            b'\n' | b'\r' => {
+                i += lines::break_len(b, i);
                 if depth == 0 {
                     at_line_start = true;
                 } else if item_keyword_at(b, i) {
@@ -83,17 +84,14 @@ pub fn split_items(text: &str) -> Vec<Span> {
             b'#' => {
                 i += b[i..]
                     .iter()
-                    .position(|&x| x == b'\n')
+                    .position(|&x| lines::is_break_byte(x))
                     .unwrap_or(b.len() - i);
                 continue;
             }
-            b'\\'
-                if b.get(i + 1) == Some(&b'\n')
-                    || (b.get(i + 1) == Some(&b'\r') && b.get(i + 2) == Some(&b'\n')) =>
-            {
+            b'\\' if lines::break_len(b, i + 1) > 0 => {
                 // a continuation joins the lines: no new line starts, except that an
                 // item keyword at column 0 still ends an unclosed bracket
-                i += if b[i + 1] == b'\n' { 2 } else { 3 };
+                i += 1 + lines::break_len(b, i + 1);
                 if depth > 0 && item_keyword_at(b, i) {
                     depth = 0;
                     at_line_start = true;
@@ -111,7 +109,7 @@ pub fn split_items(text: &str) -> Vec<Span> {
         i = end;
         if at_line_start {
             at_line_start = false;
-            let col0 = s == 0 || b[s - 1] == b'\n';
+            let col0 = s == 0 || lines::is_break_byte(b[s - 1]);
             let is_deco = kind == SplitTok::At;
             if col0 {
                 // decorators glue to the `def` (or further decorators) below them;
@@ -151,7 +149,7 @@ fn item_keyword_at(b: &[u8], i: usize) -> bool {
 /// Bytes that matter to `split_items` after a line's first token.
 static MID_LINE_SPECIAL: [bool; 256] = {
     let mut t = [false; 256];
-    let special = b"\n#\\\"'()[]{}";
+    let special = b"\n\r#\\\"'()[]{}";
     let mut k = 0;
     while k < special.len() {
         t[special[k] as usize] = true;
@@ -216,7 +214,7 @@ fn scan_split_token(b: &[u8], i: usize) -> (SplitTok, usize) {
                                 2
                             }
                         }
-                        b'\n' => break,
+                        b'\n' | b'\r' => break,
                         x if x == c => return (SplitTok::Other, j + 1),
                         _ => j += 1,
                     }
@@ -269,7 +267,7 @@ pub(crate) fn split_items_by_tokens(text: &str) -> Vec<Span> {
             }
             continue;
         }
-        let col0 = s == 0 || bytes[s - 1] == b'\n';
+        let col0 = s == 0 || lines::is_break_byte(bytes[s - 1]);
         if depth > 0 && col0 && matches!(raw, Some(Raw::Def | Raw::Import | Raw::From | Raw::Const))
         {
             depth = 0;
@@ -324,15 +322,12 @@ pub fn needs_more_input(text: &str) -> bool {
     {
         return true;
     }
-    if text
-        .strip_suffix('\n')
-        .unwrap_or(text)
-        .trim_end_matches('\r')
-        .ends_with('\\')
-    {
+    if lines::strip_break(text).ends_with('\\') {
         return true;
     }
-    let ends_blank = text.ends_with("\n\n") || text.ends_with("\n\r\n");
+    let last_line = lines::strip_break(text);
+    let ends_blank = last_line.len() < text.len()
+        && (last_line.is_empty() || lines::strip_break(last_line).len() < last_line.len());
     let toks = &lexed.tokens;
     let last_real = toks.iter().rev().find(|t| {
         !matches!(

@@ -399,7 +399,7 @@ pub fn make_function(
 /// Docstring text without its common indentation and surrounding blank lines
 /// (what Python's `inspect.cleandoc` does).
 fn clean_docstring(s: &str) -> String {
-    let mut lines = s.lines();
+    let mut lines = super::lines::lines(s);
     let first = lines.next().unwrap_or("").trim();
     let rest: Vec<&str> = lines.collect();
     let indent = rest
@@ -605,12 +605,8 @@ pub fn parse(text: &str) -> ParsedItem {
     // continuation (`x = a +` / `    b`): the first report is enough
     diagnostics.retain(|l| {
         l.code != "E0105" || {
-            let line_start = text[..l.span.start as usize]
-                .rfind('\n')
-                .map_or(0, |i| i + 1);
-            let prev_start = text[..line_start.saturating_sub(1)]
-                .rfind('\n')
-                .map_or(0, |i| i + 1);
+            let line_start = super::lines::line_start(text, l.span.start as usize);
+            let prev_start = super::lines::line_start(text, line_start.saturating_sub(1));
             line_start == 0
                 || !syntax
                     .iter()
@@ -787,11 +783,7 @@ fn closer(open: char) -> char {
 
 impl ErrCtx<'_, '_> {
     fn line_of(&self, offset: u32) -> usize {
-        let o = (offset as usize).min(self.text.len());
-        self.text.as_bytes()[..o]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
+        super::lines::line_number(self.text, offset as usize)
     }
 
     /// The innermost bracket left open at the end that was opened before `at` on an

@@ -7,9 +7,11 @@
 use std::fmt;
 use std::io::Write;
 
+use tessera::check::calls::out_of_range;
 use tessera::check::scope::Entry;
+use tessera::check::stmt::int_fits;
 use tessera::check::DType;
-use tessera::diag::Diagnostic;
+use tessera::diag::{with_article, Diagnostic};
 use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
@@ -343,8 +345,8 @@ impl Session {
                         return Err(wrong_kind(
                             target.span,
                             format!(
-                                "cannot unpack a {} into {} names",
-                                other.describe(),
+                                "cannot unpack {} into {} names",
+                                with_article(&other.describe()),
                                 targets.len()
                             ),
                         ))
@@ -412,7 +414,10 @@ impl Session {
             other => {
                 return Err(wrong_kind(
                     target.span,
-                    format!("cannot store a {} in a tensor", other.describe()),
+                    format!(
+                        "cannot store {} in a tensor",
+                        with_article(&other.describe())
+                    ),
                 ))
             }
         };
@@ -599,7 +604,7 @@ impl Session {
             }
             ExprKind::Unary { op, operand } if self.is_host_scalar(operand) => {
                 let v = self.eval(operand, text)?;
-                let n = element(&v).ok_or_else(|| {
+                let n = num(&v).ok_or_else(|| {
                     wrong_kind(
                         operand.span,
                         format!("cannot apply a unary operator to {}", v.describe()),
@@ -652,7 +657,7 @@ impl Session {
                     .with_primary_label("unsupported dtype for this operation")
                     .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"));
                 }
-                match (element(&a), element(&b)) {
+                match (num(&a), num(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
                 }
@@ -663,7 +668,11 @@ impl Session {
                     return Err(Diagnostic::new(
                         "E0303",
                         attr.span,
-                        format!("a {} has no attribute `{}`", v.describe(), attr.name),
+                        format!(
+                            "{} has no attribute `{}`",
+                            with_article(&v.describe()),
+                            attr.name
+                        ),
                     ));
                 };
                 Ok(if attr.name == "shape" {
@@ -690,8 +699,9 @@ impl Session {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::None => true,
             ExprKind::Name(id) => match self.vars.get(&id.name) {
-                // A rank-0 tensor (`s = sum(x)`) is used as the number it holds.
-                Some(v) => v.tensor().is_none_or(|t| t.shape().is_empty()),
+                // A rank-0 tensor (`s = sum(x)`) stays a tensor, as the checker
+                // types it: arithmetic on it runs in its dtype and gives a tensor.
+                Some(v) => v.tensor().is_none(),
                 None => self.const_value(&id.name).is_some(),
             },
             ExprKind::Unary { operand, .. } => self.is_host_scalar(operand),
@@ -702,11 +712,8 @@ impl Session {
                 let all_ints = indices.iter().all(|i| {
                     matches!(i, Index::Expr(x) if !matches!(x.kind, ExprKind::None) && self.is_host_scalar(x))
                 });
-                // An element of a session tensor (`x[0]`, `a[i, j]`) is a number.
-                let element_of_tensor = matches!(&value.kind, ExprKind::Name(id)
-                    if self.vars.get(&id.name).and_then(Val::tensor)
-                        .is_some_and(|t| t.shape().len() == indices.len()));
-                all_ints && (self.is_host_scalar(value) || element_of_tensor)
+                // An element of a tensor (`x[0]`) is a rank-0 tensor, not a number.
+                all_ints && self.is_host_scalar(value)
             }
             ExprKind::Attribute { value, attr } => {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
@@ -762,7 +769,7 @@ impl Session {
             Val::List(seq) => index_seq(seq, &items, span),
             other => Err(wrong_kind(
                 vspan,
-                format!("a {} cannot be indexed", other.describe()),
+                format!("{} cannot be indexed", with_article(&other.describe())),
             )),
         }
     }
@@ -973,7 +980,10 @@ impl Session {
                 Val::DType(_) | Val::Str(_) => {
                     return Err(wrong_kind(
                         a.value.span,
-                        format!("a kernel argument cannot be a {}", v.describe()),
+                        format!(
+                            "a kernel argument cannot be {}",
+                            with_article(&v.describe())
+                        ),
                     ))
                 }
                 other => other.to_value().expect("run-time value"),
@@ -993,10 +1003,21 @@ impl Session {
             &self.interrupt,
         )
         .map_err(|e| {
+            let extra = e.arg.and_then(|i| {
+                let mut positional = args.iter().filter(|a| a.name.is_none());
+                let first = positional.nth(i)?.value.span;
+                // the first argument too many to the last
+                Some(
+                    positional
+                        .next_back()
+                        .map_or(first, |l| first.to(l.value.span)),
+                )
+            });
             let at = e
                 .param
                 .as_deref()
                 .and_then(|p| self.argument_span(name, p, args))
+                .or(extra)
                 .unwrap_or(span);
             e.to_diagnostic(at)
         })?;
@@ -1172,19 +1193,25 @@ impl Session {
                         format!("`full` fills with a number, found {}", v.describe()),
                     )
                 })?;
+                // As the checker (and the docs): `full`'s dtype defaults to f32.
                 let dtype = match b[2] {
                     Some(x) => self.dtype_arg(x, text)?,
-                    None => match value {
-                        Num::I(_) => DType::I32,
-                        Num::F(_) => DType::F32,
-                    },
+                    None => DType::F32,
                 };
+                if let Num::I(i) = value {
+                    if dtype.is_int() && !int_fits(dtype, i) {
+                        return Err(out_of_range(i, dtype, vx.span));
+                    }
+                }
                 // As the checker: a float never fills an integer tensor implicitly.
                 if matches!(value, Num::F(_)) && !dtype.is_float() {
                     return Err(Diagnostic::new(
                         "E0301",
                         vx.span,
-                        format!("a `float` fill value for a `{dtype}` tensor"),
+                        format!(
+                            "a `float` fill value for {} tensor",
+                            tessera::diag::a_code(dtype)
+                        ),
                     )
                     .with_help(format!(
                         "convert the value: `{}.to({dtype})`",
@@ -1221,6 +1248,15 @@ impl Session {
                     None if any_float => DType::F32,
                     None => DType::I32,
                 };
+                // As the checker: integers must be values of an integer dtype.
+                if dtype.is_int() {
+                    let outside = flat
+                        .iter()
+                        .find(|x| x.fract() == 0.0 && !int_fits(dtype, **x as i64));
+                    if let Some(x) = outside {
+                        return Err(out_of_range(*x as i64, dtype, dx.span));
+                    }
+                }
                 tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
             "load_npy" => {

@@ -365,15 +365,24 @@ impl Session {
             return;
         }
         let _ = err.write_all(
-            render::render_human_all(&self.shown, &self.transcript, diags, self.color).as_bytes(),
+            render::render_human_capped(
+                &self.shown,
+                &self.transcript,
+                diags,
+                self.color,
+                render::MAX_SHOWN,
+            )
+            .as_bytes(),
         );
         let _ = err.flush();
     }
 
     /// Renders diagnostics whose spans point into `text` (shown under the session's name).
     pub fn render_against(&self, text: &str, diags: &[Diagnostic], err: &mut dyn Write) {
-        let _ = err
-            .write_all(render::render_human_all(&self.shown, text, diags, self.color).as_bytes());
+        let _ = err.write_all(
+            render::render_human_capped(&self.shown, text, diags, self.color, render::MAX_SHOWN)
+                .as_bytes(),
+        );
         let _ = err.flush();
     }
 
@@ -527,8 +536,10 @@ impl Session {
         let file = scratch.set_source(path, text.clone());
         let diags = scratch.diagnostics(file).to_vec();
         if diags.iter().any(|d| d.is_error()) {
-            let _ = err
-                .write_all(render::render_human_all(&shown, &text, &diags, self.color).as_bytes());
+            let _ = err.write_all(
+                render::render_human_capped(&shown, &text, &diags, self.color, render::MAX_SHOWN)
+                    .as_bytes(),
+            );
             return Err(LoadError::Errors);
         }
         let mut new = Vec::new();

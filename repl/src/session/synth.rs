@@ -202,7 +202,11 @@ impl Session {
         span: Span,
     ) -> R<Synth> {
         self.synth_count += 1;
-        let name = format!("__repl_eval_{}", self.synth_count);
+        let name = format!(
+            "{}{}",
+            tessera::check::stmt::SESSION_EVAL_PREFIX,
+            self.synth_count
+        );
         let mut consts = String::new();
         let mut params: Vec<String> = Vec::new();
         let mut args = Vec::new();
@@ -225,8 +229,8 @@ impl Session {
                     return Err(unsupported(
                         at,
                         format!(
-                            "a {} cannot be used in a tensor expression",
-                            other.describe()
+                            "{} cannot be used in a tensor expression",
+                            tessera::diag::with_article(&other.describe())
                         ),
                         "use tensors and numbers here (index a tuple first: `s[0]`)",
                     ))

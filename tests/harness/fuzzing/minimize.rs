@@ -42,7 +42,9 @@ fn ddmin<T: Clone>(
 /// (`fails(text)` must hold).
 pub fn minimize(text: &str, fails: &mut dyn FnMut(&str) -> bool, budget: Duration) -> String {
     let deadline = Instant::now() + budget;
-    let lines: Vec<String> = text.lines().map(|l| format!("{l}\n")).collect();
+    let lines: Vec<String> = tessera::syntax::lines::lines(text)
+        .map(|l| format!("{l}\n"))
+        .collect();
     let lines = ddmin(lines, &|ls: &[String]| ls.concat(), fails, deadline);
     let text = lines.concat();
     let pieces = super::mutate::pieces(&text);

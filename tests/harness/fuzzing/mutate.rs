@@ -156,7 +156,7 @@ fn tokens(text: &str) -> Vec<Tok> {
             Kind::Number
         } else if c == b'"' || c == b'\'' {
             i += 1;
-            while i < b.len() && b[i] != c && b[i] != b'\n' {
+            while i < b.len() && b[i] != c && !tessera::syntax::lines::is_break_byte(b[i]) {
                 i += 1;
             }
             i = (i + 1).min(b.len());
@@ -280,7 +280,7 @@ fn mutate_once(rng: &mut Rng, text: &str, donor: &str) -> String {
         }
         // A statement (with its block) duplicated or deleted.
         7 | 8 => {
-            let lines: Vec<&str> = text.lines().collect();
+            let lines: Vec<&str> = tessera::syntax::lines::lines(text).collect();
             let cand = non_blank_lines(&lines);
             if !cand.is_empty() {
                 let i = cand[rng.below(cand.len())];
@@ -297,8 +297,8 @@ fn mutate_once(rng: &mut Rng, text: &str, donor: &str) -> String {
         }
         // A statement block of another program spliced in, at this line's indentation.
         9 | 10 => {
-            let lines: Vec<&str> = text.lines().collect();
-            let dl: Vec<&str> = donor.lines().collect();
+            let lines: Vec<&str> = tessera::syntax::lines::lines(text).collect();
+            let dl: Vec<&str> = tessera::syntax::lines::lines(donor).collect();
             let dc = non_blank_lines(&dl);
             if !dc.is_empty() {
                 let d = dc[rng.below(dc.len())];
@@ -505,7 +505,7 @@ fn deepen(rng: &mut Rng, text: &str, toks: &[Tok]) -> String {
         }
         _ => {
             // A statement wrapped in nested blocks.
-            let lines: Vec<&str> = text.lines().collect();
+            let lines: Vec<&str> = tessera::syntax::lines::lines(text).collect();
             let cand = non_blank_lines(&lines);
             if cand.is_empty() {
                 return text.to_string();

@@ -1588,7 +1588,7 @@ unsafe fn atomic_add(m: &Mem, at: usize, x: f64, src: &Buf, si: usize) {
     }
 }
 
-fn erf64(x: f64) -> f64 {
+pub(crate) fn erf64(x: f64) -> f64 {
     // Abramowitz-Stegun 7.1.26 is too coarse; W. J. Cody's rational
     // approximations via libm-quality erfc is not in std, so a series for
     // small |x| and a continued-fraction tail (accurate to ~1e-15 / 1e-12).

@@ -265,7 +265,17 @@ impl Lower<'_> {
             vals.insert(l, v);
         }
         eval_members(&mut kb, g, grp, order, &mut vals, &scalars, &shape);
-        let result = kb.cast(vals[&root], dtype);
+        // A scalar root (a function's scalar result) is its parameter or constant.
+        let root_val = match (vals.get(&root), scalars.get(&root), &g.node(root).kind) {
+            (Some(v), ..) => *v,
+            (None, Some(s), _) => kb.splat(*s, &shape),
+            (None, None, NodeKind::Const(c)) => {
+                let c = kb.cnst(*c, dtype);
+                kb.splat(c, &shape)
+            }
+            _ => return Err(self.unsupported(root, "this scalar result")),
+        };
+        let result = kb.cast(root_val, dtype);
         let idx = kb.params.len();
         kb.params.push(tile::Param {
             name: "out".into(),
@@ -499,7 +509,12 @@ impl Lower<'_> {
     pub(super) fn fused(&mut self, grp: &Group, out: BufId) -> R<()> {
         let g = self.g;
         let root = grp.root;
-        let dims = g.ty(root).dims().to_vec();
+        // A rank-0 group is one element: computed as a `[1]` tensor (its
+        // rank-0 operands pad to `[1]` like any lower-rank operand).
+        let mut dims = g.ty(root).dims().to_vec();
+        if dims.is_empty() {
+            dims.push(Dim::constant(1));
+        }
         let dtype = self.buffers[out.0 as usize].dtype;
         let in_group = |x: NodeId| grp.members.contains(&x) && !(grp.copy && x == root);
         let order: Vec<NodeId> = if grp.copy {
@@ -688,7 +703,17 @@ impl Lower<'_> {
             vals.insert(l, v);
         }
         eval_members(&mut kb, g, grp, &order, &mut vals, &scalars, &shape);
-        let result = kb.cast(vals[&root], dtype);
+        // A scalar root (a function's scalar result) is its parameter or constant.
+        let root_val = match (vals.get(&root), scalars.get(&root), &g.node(root).kind) {
+            (Some(v), ..) => *v,
+            (None, Some(s), _) => kb.splat(*s, &shape),
+            (None, None, NodeKind::Const(c)) => {
+                let c = kb.cnst(*c, dtype);
+                kb.splat(c, &shape)
+            }
+            _ => return Err(self.unsupported(root, "this scalar result")),
+        };
+        let result = kb.cast(root_val, dtype);
         let idx = kb.params.len();
         kb.params.push(tile::Param {
             name: "out".into(),

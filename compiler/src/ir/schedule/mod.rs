@@ -41,6 +41,12 @@
 //! * `reshape` is a view (buffers are contiguous row-major), `empty` an allocation;
 //! * kernel calls are launched as written, in program order.
 //!
+//! A generated kernel whose grid axis 1 could pass CUDA's 65535 (a run-time
+//! count, or more than 65535 column tiles) is launched on a 1-D grid
+//! `(X * Y, 1)` with a `grid_y` parameter: its programs split their id back
+//! into `(pid / Y, pid % Y)`. A scalar result is written by a one-element
+//! kernel into a rank-0 output buffer (`out (scalar)` in the dump).
+//!
 //! `transpose` of the last two axes is a generated kernel (32 x 32 tiles, the batch
 //! on grid axis 2); transposes of other axes and subscripts (`x[i]`, `x[a:b, 2]`)
 //! are a generated gather copy (a program copies a run of the result's last
@@ -248,6 +254,9 @@ pub struct Schedule {
     /// Generated kernels (fusion groups), in Tile IR.
     pub kernels: Vec<Kernel>,
     pub outputs: Vec<BufId>,
+    /// Per output: the function returns it as a scalar (its buffer holds the
+    /// one element, rank 0), not as a rank-0 tensor.
+    pub scalar_outputs: Vec<bool>,
 }
 
 impl Schedule {
@@ -497,6 +506,31 @@ impl<'g> Lower<'g> {
                 )
             }
             NodeKind::Cast { x, to } => ScalarExpr::Cast(Box::new(self.scalar(*x)?), *to),
+            // As the fused kernels compute them, on one value.
+            NodeKind::Activation { act, x } => {
+                let x = self.scalar_as(*x, node.ty.dtype())?;
+                let f = |v: f64| Box::new(ScalarExpr::Const(Constant::Float(v)));
+                let bin = |op, a: Box<ScalarExpr>, b: Box<ScalarExpr>| {
+                    Box::new(ScalarExpr::Binary(op, a, b))
+                };
+                let x = Box::new(x);
+                match act {
+                    Activation::Relu => ScalarExpr::Binary(BinaryOp::Max, x, f(0.0)),
+                    Activation::Silu => {
+                        let s = Box::new(ScalarExpr::Unary(UnaryOp::Sigmoid, x.clone()));
+                        ScalarExpr::Binary(BinaryOp::Mul, x, s)
+                    }
+                    Activation::Gelu => {
+                        let t = bin(BinaryOp::Mul, x.clone(), f(std::f64::consts::FRAC_1_SQRT_2));
+                        let e = bin(
+                            BinaryOp::Add,
+                            f(1.0),
+                            Box::new(ScalarExpr::Unary(UnaryOp::Erf, t)),
+                        );
+                        ScalarExpr::Binary(BinaryOp::Mul, bin(BinaryOp::Mul, f(0.5), x), e)
+                    }
+                }
+            }
             _ => return Err(self.unsupported(n, "this scalar operation on the host")),
         })
     }
@@ -514,10 +548,11 @@ impl<'g> Lower<'g> {
         })
     }
 
-    /// `[R, C]`: the product of the leading dims and the last dim.
+    /// `[R, C]`: the product of the leading dims and the last dim (`[1, 1]`
+    /// for a rank-0 tensor: one row of one element).
     fn rows_cols(&self, dims: &[Dim], n: NodeId) -> R<(Dim, Dim)> {
         let Some((last, lead)) = dims.split_last() else {
-            return Err(self.unsupported(n, "a rank-0 tensor"));
+            return Ok((Dim::constant(1), Dim::constant(1)));
         };
         let r = product(lead).ok_or_else(|| self.unsupported(n, "a dim product that overflows"))?;
         Ok((r, last.clone()))
@@ -525,7 +560,89 @@ impl<'g> Lower<'g> {
 
     fn launch(&mut self, mut l: Launch) {
         self.columns_on_x(&mut l);
+        self.flatten_grid(&mut l);
         self.steps.push(Step::Launch(l));
+    }
+
+    /// A generated kernel whose grid axis 1 may pass CUDA's 65535 (a run-time
+    /// count, or a constant above it: column tiles of a tensor wider than 8.4M)
+    /// is launched on a 1-D grid `(X * Y, 1)`: each program splits its id back
+    /// into `(pid / Y, pid % Y)`, so any grid of up to 2^31 - 1 programs runs.
+    fn flatten_grid(&mut self, l: &mut Launch) {
+        let KernelRef::Generated(k) = l.kernel else {
+            return;
+        };
+        let Some(grid) = l.grid.as_mut() else { return };
+        let small = |e: &ScalarExpr| matches!(e, ScalarExpr::Index(d) if d.as_const().is_some_and(|c| c <= 65535));
+        if grid.len() != 2 || small(&grid[1]) || k + 1 != self.kernels.len() {
+            return;
+        }
+        let kernel = &mut self.kernels[k];
+        // The split needs the grid's extents inside the kernel only for
+        // `program_id`; a kernel reading `num_programs` keeps its grid.
+        let mut stack = vec![&kernel.body];
+        while let Some(r) = stack.pop() {
+            for op in &r.ops {
+                if matches!(op.kind, OpKind::NumPrograms(_)) {
+                    return;
+                }
+                stack.extend(op.kind.regions());
+            }
+        }
+        let i32t = Type::Scalar(DType::I32);
+        let fresh = |types: &mut Vec<Type>| {
+            types.push(i32t.clone());
+            Value(types.len() as u32 - 1)
+        };
+        let pid = fresh(&mut kernel.types);
+        let ny = fresh(&mut kernel.types);
+        let idx = kernel.params.len();
+        kernel.params.push(tile::Param {
+            name: "grid_y".into(),
+            kind: ParamKind::Scalar(DType::I32),
+        });
+        l.args.push(("grid_y".into(), Arg::Scalar(grid[1].clone())));
+        let mut stack = vec![&mut kernel.body];
+        while let Some(r) = stack.pop() {
+            for op in &mut r.ops {
+                match op.kind {
+                    OpKind::ProgramId(0) => {
+                        op.kind = OpKind::Binary {
+                            op: BinaryOp::FloorDiv,
+                            a: pid,
+                            b: ny,
+                        }
+                    }
+                    OpKind::ProgramId(1) => {
+                        op.kind = OpKind::Binary {
+                            op: BinaryOp::Mod,
+                            a: pid,
+                            b: ny,
+                        }
+                    }
+                    _ => {}
+                }
+                stack.extend(op.kind.regions_mut());
+            }
+        }
+        let span = kernel.body.ops.first().map(|o| o.span).unwrap_or_default();
+        kernel.body.ops.splice(
+            0..0,
+            [
+                Op {
+                    results: vec![pid],
+                    kind: OpKind::ProgramId(0),
+                    span,
+                },
+                Op {
+                    results: vec![ny],
+                    kind: OpKind::ScalarParam(idx),
+                    span,
+                },
+            ],
+        );
+        let y = std::mem::replace(&mut grid[1], ScalarExpr::Index(Dim::constant(1)));
+        grid[0] = ScalarExpr::Binary(BinaryOp::Mul, Box::new(grid[0].clone()), Box::new(y));
     }
 
     /// A grid may have 2^31 - 1 programs on axis 0 but only 65535 on axis 1
@@ -934,6 +1051,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
     // Output buffers for results a launch can write directly.
     let mut out_for: HashMap<NodeId, BufId> = HashMap::new();
     let mut outputs = Vec::new();
+    let mut scalar_outputs = Vec::new();
     for (k, &o) in g.outputs.iter().enumerate() {
         let node = g.node(o);
         let name = if g.outputs.len() == 1 {
@@ -941,14 +1059,26 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         } else {
             format!("out{k}")
         };
-        let GType::Tensor { dims, dtype } = &node.ty else {
-            return Err(LowerError::new(
-                node.span,
-                "returning a scalar from a whole-tensor function",
-            ));
+        let (dims, dtype) = match &node.ty {
+            GType::Tensor { dims, dtype } => (dims, dtype),
+            // A scalar result is written by a one-element kernel into a
+            // rank-0 buffer, which the executor reads back as the scalar.
+            GType::Scalar(dtype) => {
+                let b = l.add_buffer(name, BufKind::Output(k), vec![], *dtype);
+                outputs.push(b);
+                scalar_outputs.push(true);
+                continue;
+            }
+            _ => {
+                return Err(LowerError::new(
+                    node.span,
+                    "returning this value from a whole-tensor function",
+                ))
+            }
         };
         let b = l.add_buffer(name, BufKind::Output(k), dims.clone(), *dtype);
         outputs.push(b);
+        scalar_outputs.push(false);
         let direct = match &node.kind {
             _ if out_for.contains_key(&o) => false,
             _ if is_elementwise(g, o) => true,
@@ -977,7 +1107,9 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         if l.buf_of.get(&o) == Some(&ob) {
             continue;
         }
-        l.buf(o, o)?;
+        if !scalar_outputs[k] {
+            l.buf(o, o)?;
+        }
         l.fused(
             &Group {
                 members: vec![],
@@ -993,6 +1125,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         steps: l.steps,
         kernels: l.kernels,
         outputs,
+        scalar_outputs,
     };
     Ok(s)
 }
@@ -1519,10 +1652,18 @@ pub fn dump(s: &Schedule) -> String {
     }
     let _ = writeln!(out, "steps:");
     dump_steps(s, &s.steps, "  ", &mut out);
-    let outs: Vec<&str> = s
+    let outs: Vec<String> = s
         .outputs
         .iter()
-        .map(|o| s.buffer(*o).name.as_str())
+        .zip(&s.scalar_outputs)
+        .map(|(o, &scalar)| {
+            let name = &s.buffer(*o).name;
+            if scalar {
+                format!("{name} (scalar)")
+            } else {
+                name.clone()
+            }
+        })
         .collect();
     let _ = writeln!(out, "outputs: {}", outs.join(", "));
     for k in &s.kernels {

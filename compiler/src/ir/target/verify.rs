@@ -14,7 +14,7 @@ pub fn verify(k: &Kernel) -> Result<(), String> {
         errors: Vec::new(),
     };
     let mut defined = HashSet::new();
-    v.block(&k.body, &mut defined);
+    v.block(&k.body, &mut defined, &mut Vec::new());
     if !k.num_threads.is_power_of_two() || k.num_threads == 0 {
         v.errors.push(format!(
             "num_threads {} is not a power of two",
@@ -31,6 +31,20 @@ pub fn verify(k: &Kernel) -> Result<(), String> {
 struct Verifier<'a> {
     k: &'a Kernel,
     errors: Vec<String>,
+}
+
+/// Adds `r` to `defined`, noting it in `added` if it is new there.
+fn define(defined: &mut HashSet<Reg>, added: &mut Vec<Reg>, r: Reg) {
+    if defined.insert(r) {
+        added.push(r);
+    }
+}
+
+/// Takes the registers a nested region defined back out of `defined`.
+fn undo(defined: &mut HashSet<Reg>, added: &[Reg]) {
+    for r in added {
+        defined.remove(r);
+    }
 }
 
 /// Types that share a register class (and so may be mixed freely).
@@ -50,7 +64,12 @@ impl Verifier<'_> {
         self.k.regs.get(r.0 as usize).copied()
     }
 
-    fn block(&mut self, insts: &[Inst], defined: &mut HashSet<Reg>) {
+    /// Checks `insts` with `defined` the registers defined before them; adds
+    /// what they define to `defined`, and each register it was missing to `added`.
+    /// A nested region adds to the same set and takes its own additions back
+    /// out afterwards: cloning the set for each region would cost the square of
+    /// a long kernel with many `if`s.
+    fn block(&mut self, insts: &[Inst], defined: &mut HashSet<Reg>, added: &mut Vec<Reg>) {
         for (n, i) in insts.iter().enumerate() {
             for u in i.uses() {
                 if self.ty(u).is_none() {
@@ -66,30 +85,38 @@ impl Verifier<'_> {
             self.types(i);
             match i {
                 Inst::For { iv, body, .. } => {
-                    let mut inner = defined.clone();
-                    inner.insert(*iv);
-                    self.block(body, &mut inner);
+                    let mut inner = Vec::new();
+                    define(defined, &mut inner, *iv);
+                    self.block(body, defined, &mut inner);
+                    undo(defined, &inner);
                 }
                 Inst::While { cond, pred, body } => {
-                    let mut inner = defined.clone();
-                    self.block(cond, &mut inner);
-                    if !inner.contains(pred) {
+                    let mut inner = Vec::new();
+                    self.block(cond, defined, &mut inner);
+                    if !defined.contains(pred) {
                         self.errors.push(format!(
                             "while condition {} is not defined by its region",
                             pred.0
                         ));
                     }
-                    self.block(body, &mut inner);
+                    self.block(body, defined, &mut inner);
+                    undo(defined, &inner);
                 }
                 Inst::If {
                     then, otherwise, ..
                 } => {
-                    let mut a = defined.clone();
-                    self.block(then, &mut a);
-                    let mut b = defined.clone();
-                    self.block(otherwise, &mut b);
-                    for r in a.intersection(&b) {
-                        defined.insert(*r);
+                    let mut a = Vec::new();
+                    self.block(then, defined, &mut a);
+                    undo(defined, &a);
+                    let mut b = Vec::new();
+                    self.block(otherwise, defined, &mut b);
+                    undo(defined, &b);
+                    // Defined after the `If`: what both branches define.
+                    let a: HashSet<Reg> = a.into_iter().collect();
+                    for r in b {
+                        if a.contains(&r) {
+                            define(defined, added, r);
+                        }
                     }
                 }
                 _ => {}
@@ -99,7 +126,7 @@ impl Verifier<'_> {
                     self.errors
                         .push(format!("inst {n}: register {} has no type", d.0));
                 }
-                defined.insert(d);
+                define(defined, added, d);
             }
         }
     }
@@ -311,5 +338,75 @@ impl Verifier<'_> {
                 t.name()
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::arch::Arch;
+
+    /// A kernel of `body` over four i32 registers (0 is defined up front).
+    fn check(body: Vec<Inst>) -> Result<(), String> {
+        let mut all = vec![Inst::Mov {
+            dst: Reg(0),
+            src: Operand::Int(1),
+        }];
+        all.extend(body);
+        verify(&Kernel {
+            name: "k".into(),
+            arch: Arch::Sm90,
+            num_threads: 32,
+            params: vec![],
+            smem: vec![],
+            regs: vec![RegTy::Pred, RegTy::I32, RegTy::I32, RegTy::I32],
+            body: all,
+            layouts: vec![],
+        })
+    }
+
+    fn mov(dst: u32) -> Inst {
+        Inst::Mov {
+            dst: Reg(dst),
+            src: Operand::Int(0),
+        }
+    }
+
+    fn read(r: u32) -> Inst {
+        Inst::Mov {
+            dst: Reg(3),
+            src: Operand::Reg(Reg(r)),
+        }
+    }
+
+    #[test]
+    fn definitions_follow_the_paths() {
+        let branch = |then: Vec<Inst>, otherwise: Vec<Inst>| Inst::If {
+            cond: Reg(0),
+            then,
+            otherwise,
+        };
+        // Written in both branches: defined after the `If`.
+        assert!(check(vec![branch(vec![mov(1)], vec![mov(1)]), read(1)]).is_ok());
+        // Written in one branch only: not defined after, nor in the other.
+        for body in [
+            vec![branch(vec![mov(1)], vec![mov(2)]), read(1)],
+            vec![branch(vec![mov(1)], vec![read(1)])],
+        ] {
+            let e = check(body).unwrap_err();
+            assert!(e.contains("register 1 read before it is defined"), "{e}");
+        }
+        // The body's registers stay in the loop (the induction variable is the
+        // loop's own definition).
+        let for_loop = Inst::For {
+            iv: Reg(1),
+            lo: Operand::Int(0),
+            hi: Operand::Int(4),
+            step: Operand::Int(1),
+            body: vec![read(1), mov(2), read(2)],
+        };
+        assert!(check(vec![for_loop.clone(), read(1)]).is_ok());
+        let e = check(vec![for_loop, read(2)]).unwrap_err();
+        assert!(e.contains("register 2 read before it is defined"), "{e}");
     }
 }

@@ -303,6 +303,7 @@ fn lower_inner(
         next_sym: 0,
         loop_depth: 0,
         missing_dims: Vec::new(),
+        reads: Reads::default(),
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -396,6 +397,8 @@ struct Lowerer<'a> {
     loop_depth: u32,
     /// Dims a tile shape needed but the specialization lacked (E0511).
     missing_dims: Vec<String>,
+    /// Where the kernel's names are read, for liveness.
+    reads: Reads,
     diags: Vec<Diagnostic>,
 }
 
@@ -443,8 +446,26 @@ fn const_bits(c: Constant) -> u64 {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Steps of lowering's liveness work on this thread, for tests that check
+    /// it grows linearly with the kernel (timings are too noisy to tell).
+    pub(super) static WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `steps` units of work: a statement lowered, an expression node or
+/// statement visited for its reads, a range of a liveness chain searched.
+#[inline]
+fn work(steps: usize) {
+    #[cfg(test)]
+    WORK.with(|w| w.set(w.get() + steps as u64));
+    #[cfg(not(test))]
+    let _ = steps;
+}
+
 /// Every name read by an expression.
 fn expr_reads(e: &Expr, out: &mut HashSet<String>) {
+    work(1);
     match &e.kind {
         ExprKind::Name(id) => {
             out.insert(id.name.clone());
@@ -494,40 +515,148 @@ fn expr_reads(e: &Expr, out: &mut HashSet<String>) {
     }
 }
 
-/// Every name read by a block (targets of plain assignments are not reads).
-fn block_reads(stmts: &[Stmt], out: &mut HashSet<String>) {
-    for s in stmts {
-        match &s.kind {
-            StmtKind::Expr(e) | StmtKind::Return(Some(e)) => expr_reads(e, out),
-            StmtKind::Assign { target, value, .. } => {
-                expr_reads(value, out);
-                if !matches!(target.kind, ExprKind::Name(_) | ExprKind::Tuple(_)) {
-                    expr_reads(target, out);
-                }
-            }
-            StmtKind::AugAssign { target, value, .. } => {
+/// The names a statement reads itself, its nested blocks left out (targets of
+/// plain assignments are not reads).
+fn own_reads(s: &Stmt, out: &mut HashSet<String>) {
+    match &s.kind {
+        StmtKind::Expr(e) | StmtKind::Return(Some(e)) => expr_reads(e, out),
+        StmtKind::Assign { target, value, .. } => {
+            expr_reads(value, out);
+            if !matches!(target.kind, ExprKind::Name(_) | ExprKind::Tuple(_)) {
                 expr_reads(target, out);
-                expr_reads(value, out);
             }
-            StmtKind::If { branches, orelse } => {
-                for (c, b) in branches {
-                    expr_reads(c, out);
-                    block_reads(b, out);
-                }
-                if let Some(b) = orelse {
-                    block_reads(b, out);
-                }
-            }
-            StmtKind::For { iter, body, .. } => {
-                expr_reads(iter, out);
-                block_reads(body, out);
-            }
-            StmtKind::While { cond, body } => {
-                expr_reads(cond, out);
-                block_reads(body, out);
-            }
-            _ => {}
         }
+        StmtKind::AugAssign { target, value, .. } => {
+            expr_reads(target, out);
+            expr_reads(value, out);
+        }
+        StmtKind::If { branches, .. } => {
+            for (c, _) in branches {
+                expr_reads(c, out);
+            }
+        }
+        StmtKind::For { iter, .. } => expr_reads(iter, out),
+        StmtKind::While { cond, .. } => expr_reads(cond, out),
+        _ => {}
+    }
+}
+
+/// The blocks nested in a statement, in source order.
+fn nested_blocks(s: &Stmt) -> Vec<&[Stmt]> {
+    match &s.kind {
+        StmtKind::If { branches, orelse } => branches
+            .iter()
+            .map(|(_, b)| b.as_slice())
+            .chain(orelse.as_deref())
+            .collect(),
+        StmtKind::For { body, .. } | StmtKind::While { body, .. } => vec![body],
+        _ => Vec::new(),
+    }
+}
+
+/// Which names a kernel reads where, built once so that liveness is a lookup.
+/// Statements are numbered in source order, each before the statements nested
+/// in it; then the rest of any block, and a whole loop body, is one range of
+/// positions, and a name is read there if one of its positions is in it.
+/// (Asking each statement for the reads of the rest of its block would cost
+/// the square of a long kernel's length.)
+#[derive(Default)]
+struct Reads {
+    /// A statement's address: its position and the end of its nested ones.
+    at: HashMap<usize, (u32, u32)>,
+    /// Each name: the positions of the statements reading it, ascending.
+    by_name: HashMap<String, Vec<u32>>,
+}
+
+impl Reads {
+    fn new(body: &[Stmt]) -> Reads {
+        let mut r = Reads::default();
+        let mut next = 0;
+        // An explicit stack: nesting may be thousands of blocks deep.
+        let mut stack: Vec<(&Stmt, bool)> = body.iter().rev().map(|s| (s, false)).collect();
+        let mut names = HashSet::new();
+        while let Some((s, done)) = stack.pop() {
+            work(1);
+            let key = s as *const Stmt as usize;
+            if done {
+                if let Some(e) = r.at.get_mut(&key) {
+                    e.1 = next;
+                }
+                continue;
+            }
+            own_reads(s, &mut names);
+            for n in names.drain() {
+                r.by_name.entry(n).or_default().push(next);
+            }
+            r.at.insert(key, (next, next));
+            next += 1;
+            stack.push((s, true));
+            for b in nested_blocks(s).into_iter().rev() {
+                stack.extend(b.iter().rev().map(|s| (s, false)));
+            }
+        }
+        r
+    }
+
+    /// The positions of `stmts` (consecutive statements of one block).
+    fn span_of(&self, stmts: &[Stmt]) -> (u32, u32) {
+        match (stmts.first(), stmts.last()) {
+            (Some(a), Some(b)) => (
+                self.at[&(a as *const Stmt as usize)].0,
+                self.at[&(b as *const Stmt as usize)].1,
+            ),
+            _ => (0, 0),
+        }
+    }
+
+    fn position(&self, s: &Stmt) -> u32 {
+        self.at[&(s as *const Stmt as usize)].0
+    }
+
+    /// Whether `name` is read at a position in `from..to`.
+    fn read_in(&self, name: &str, from: u32, to: u32) -> bool {
+        self.by_name.get(name).is_some_and(|ps| {
+            let i = ps.partition_point(|&p| p < from);
+            ps.get(i).is_some_and(|&p| p < to)
+        })
+    }
+}
+
+/// The names read after a point of the kernel: the positions (see [`Reads`])
+/// of the rest of its block, then those of each enclosing block's rest and
+/// loop body, outwards.
+#[derive(Clone, Copy)]
+struct Live<'a> {
+    from: u32,
+    to: u32,
+    outer: Option<&'a Live<'a>>,
+}
+
+impl<'a> Live<'a> {
+    const NONE: Live<'static> = Live {
+        from: 0,
+        to: 0,
+        outer: None,
+    };
+
+    fn within(outer: &'a Live<'a>, (from, to): (u32, u32)) -> Live<'a> {
+        Live {
+            from,
+            to,
+            outer: Some(outer),
+        }
+    }
+
+    fn contains(&self, name: &str, reads: &Reads) -> bool {
+        let mut at = Some(self);
+        while let Some(l) = at {
+            work(1);
+            if reads.read_in(name, l.from, l.to) {
+                return true;
+            }
+            at = l.outer;
+        }
+        false
     }
 }
 
@@ -949,7 +1078,6 @@ impl<'a> Lowerer<'a> {
             );
             return Err(());
         }
-        let empty = HashSet::new();
         // A final bare `return` ends the kernel as falling off its end does.
         let body = match f.body.split_last() {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
@@ -961,7 +1089,8 @@ impl<'a> Lowerer<'a> {
             self.env.insert(CONT.to_string(), flag(true));
             self.env.insert(RET.to_string(), flag(false));
         }
-        self.block(body, &empty)?;
+        self.reads = Reads::new(body);
+        self.block(body, &Live::NONE)?;
         let b = std::mem::take(&mut self.b);
         let (body, types) = b.finish();
         let mut k = Kernel {
@@ -1270,10 +1399,9 @@ impl<'a> Lowerer<'a> {
 
     // ---- statements ----
 
-    fn block(&mut self, stmts: &[Stmt], live_after: &HashSet<String>) -> R<()> {
+    fn block(&mut self, stmts: &[Stmt], live_after: &Live<'_>) -> R<()> {
         for (i, s) in stmts.iter().enumerate() {
-            let mut live = live_after.clone();
-            block_reads(&stmts[i + 1..], &mut live);
+            let live = Live::within(live_after, self.reads.span_of(&stmts[i + 1..]));
             self.stmt(s, &live)?;
             let rest = &stmts[i + 1..];
             if rest.is_empty() || !jumps(std::slice::from_ref(s)).any() {
@@ -1292,8 +1420,9 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
-    fn stmt(&mut self, s: &Stmt, live_after: &HashSet<String>) -> R<()> {
+    fn stmt(&mut self, s: &Stmt, live_after: &Live<'_>) -> R<()> {
         crate::cancel::checkpoint();
+        work(1);
         self.b.span = s.span;
         match &s.kind {
             StmtKind::Expr(e) => {
@@ -1351,7 +1480,7 @@ impl<'a> Lowerer<'a> {
                 self.if_chain(branches, orelse.as_deref(), live_after)
             }
             StmtKind::For { target, iter, body } => self.for_loop(target, iter, body, live_after),
-            StmtKind::While { cond, body } => self.while_loop(cond, body, live_after),
+            StmtKind::While { cond, body } => self.while_loop(s, cond, body, live_after),
         }
     }
 
@@ -1435,7 +1564,7 @@ impl<'a> Lowerer<'a> {
         &mut self,
         branches: &[(Expr, ast::Block)],
         orelse: Option<&[Stmt]>,
-        live_after: &HashSet<String>,
+        live_after: &Live<'_>,
     ) -> R<()> {
         let Some(((cond, then), rest)) = branches.split_first() else {
             return match orelse {
@@ -1477,7 +1606,7 @@ impl<'a> Lowerer<'a> {
     fn merged(
         &mut self,
         mut assigned: Vec<String>,
-        live_after: &HashSet<String>,
+        live_after: &Live<'_>,
         then_env: &HashMap<String, LV>,
         else_env: &HashMap<String, LV>,
     ) -> Vec<(String, LV, LV)> {
@@ -1486,12 +1615,16 @@ impl<'a> Lowerer<'a> {
         assigned.dedup();
         let mut merged = Vec::new();
         for name in assigned {
-            if !live_after.contains(&name) && name != CONT && name != BRK && name != RET {
-                continue;
-            }
             let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
                 continue;
             };
+            if !live_after.contains(&name, &self.reads)
+                && name != CONT
+                && name != BRK
+                && name != RET
+            {
+                continue;
+            }
             if let (LV::Const { c: a, .. }, LV::Const { c: b, .. }) = (t, o) {
                 if a == b {
                     self.env.insert(name, t.clone());
@@ -1511,13 +1644,7 @@ impl<'a> Lowerer<'a> {
 
     /// Lowers `rest` only where `cond` holds (the statements after a
     /// `break`/`continue` that may have happened).
-    fn guarded(
-        &mut self,
-        cond: Value,
-        rest: &[Stmt],
-        live_after: &HashSet<String>,
-        span: Span,
-    ) -> R<()> {
+    fn guarded(&mut self, cond: Value, rest: &[Stmt], live_after: &Live<'_>, span: Span) -> R<()> {
         let before = self.env.clone();
         self.b.begin();
         self.block(rest, live_after)?;
@@ -1578,7 +1705,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// The variables a loop carries: assigned in `body`, bound before, read later.
-    fn carried(&self, body: &[Stmt], live: &HashSet<String>, exclude: &str) -> Vec<String> {
+    fn carried(&self, body: &[Stmt], live: &Live<'_>, exclude: &str) -> Vec<String> {
         let mut assigned = Vec::new();
         assigned_names(body, &mut assigned);
         assigned.sort();
@@ -1586,9 +1713,11 @@ impl<'a> Lowerer<'a> {
         let mut names: Vec<String> = assigned
             .into_iter()
             .filter(|n| {
+                // The cheap tests first: a name bound only inside the loop (say,
+                // an inner loop's variable) needs no search of the liveness chain.
                 n != exclude
-                    && live.contains(n)
                     && matches!(self.env.get(n), Some(LV::Val { .. } | LV::Const { .. }))
+                    && live.contains(n, &self.reads)
             })
             .collect();
         if jumps(body).ret && self.env.contains_key(RET) {
@@ -1695,7 +1824,7 @@ impl<'a> Lowerer<'a> {
         target: &ast::Ident,
         iter: &Expr,
         body: &[Stmt],
-        live_after: &HashSet<String>,
+        live_after: &Live<'_>,
     ) -> R<()> {
         let span = iter.span;
         let bounds = match &iter.kind {
@@ -1753,8 +1882,7 @@ impl<'a> Lowerer<'a> {
         let hi_v = self.materialize(&hi.0, dt, hi.1)?;
         let step_v = self.materialize(&step.0, dt, step.1)?;
 
-        let mut live = live_after.clone();
-        block_reads(body, &mut live);
+        let live = Live::within(live_after, self.reads.span_of(body));
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
         let mut j = jumps(body);
@@ -1912,11 +2040,11 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    fn while_loop(&mut self, cond: &Expr, body: &[Stmt], live_after: &HashSet<String>) -> R<()> {
+    fn while_loop(&mut self, s: &Stmt, cond: &Expr, body: &[Stmt], live_after: &Live<'_>) -> R<()> {
         let span = cond.span;
-        let mut live = live_after.clone();
-        block_reads(body, &mut live);
-        expr_reads(cond, &mut live);
+        // The `while` statement's own position holds its condition's reads.
+        let (_, end) = self.reads.span_of(std::slice::from_ref(s));
+        let live = Live::within(live_after, (self.reads.position(s), end));
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
         let mut j = jumps(body);

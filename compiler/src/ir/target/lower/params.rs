@@ -48,7 +48,10 @@ impl<'a> Lower<'a> {
                         DType::U32 | DType::U8 | DType::Bool => RegTy::U32,
                         DType::I32 | DType::I16 | DType::I8 => RegTy::I32,
                         DType::F8E4M3 | DType::F8E5M2 => {
-                            return self.unsupported(format!("an {} scalar parameter", d.name()))
+                            return self.unsupported(crate::diag::with_article(&format!(
+                                "{} scalar parameter",
+                                d.name()
+                            )))
                         }
                     };
                     self.params.push(Param {
@@ -238,7 +241,7 @@ impl<'a> Lower<'a> {
                     Some(ParamKind::Tensor { dtype, .. }) => dtype.name(),
                     _ => "?",
                 };
-                self.unsupported(format!("a {d} tensor"))
+                self.unsupported(crate::diag::with_article(&format!("{d} tensor")))
             }
         }
     }
