@@ -1,0 +1,136 @@
+//! Kernel queries: the Tile IR of a kernel item under a specialization, its
+//! Target IR for the selected arch, and the PTX module of a file's kernels.
+
+use std::sync::Arc;
+
+use super::*;
+
+/// The Tile IR of one kernel item under a specialization (const parameter
+/// values and specialised dims; see `ir::tile::Specialization`). The kernel is
+/// checked first: its error diagnostics (item-relative spans) are returned
+/// instead of lowering. Lowering errors (E0511, E0512) are item-relative too.
+/// An item that is not a kernel gives an empty error list.
+#[salsa::tracked(returns(ref))]
+pub fn tile_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::tile::Kernel>, Vec<Diagnostic>> {
+    let parsed = parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(Vec::new());
+    };
+    if !f.is_kernel() {
+        return Err(Vec::new());
+    }
+    let errors: Vec<Diagnostic> = parsed
+        .diagnostics
+        .iter()
+        .chain(check_item(db, item, options).diagnostics.iter())
+        .filter(|d| d.is_error())
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec)?;
+    crate::ir::tile::check_tile_sizes(&k, options.arch(db))?;
+    Ok(Arc::new(k))
+}
+
+/// The lowering diagnostics (E0511, E0512) of every kernel of `file` under
+/// `spec`, with absolute spans, in source order. Empty when the file has
+/// check errors: those are what `file_diagnostics` reports.
+pub fn tile_ir_diagnostics(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Vec<Diagnostic> {
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (_, item, offset) in file_kernels(db, file) {
+        if let Err(diags) = tile_ir(db, item, options, spec.clone()) {
+            out.extend(diags.iter().cloned().map(|d| d.shifted(offset)));
+        }
+    }
+    out
+}
+
+/// The kernel items of a file in source order, with their names and offsets.
+pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, ItemSource<'db>, u32)> {
+    file_items(db, file)
+        .items
+        .iter()
+        .filter_map(
+            |(source, offset)| match parse_item(db, *source).item.as_deref() {
+                Some(ast::Item::Function(f)) if f.is_kernel() => {
+                    Some((f.name.name.clone(), *source, *offset))
+                }
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// The Target IR of one kernel item for `options`' arch: its Tile IR (see
+/// `tile_ir`; its diagnostics are returned as they are) lowered by
+/// `ir::target::lower` and verified. A construct the code generator cannot
+/// lower yet is E0512 with the span of the Tile IR op (item-relative).
+#[salsa::tracked(returns(ref))]
+pub fn target_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::target::Kernel>, Vec<Diagnostic>> {
+    let tile = tile_ir(db, item, options, spec).clone()?;
+    match crate::ir::target::lower(&tile, options.arch(db)) {
+        Ok(k) => {
+            debug_assert_eq!(crate::ir::target::verify::verify(&k), Ok(()));
+            Ok(Arc::new(k))
+        }
+        Err(u) => Err(vec![Diagnostic::new("E0512", u.span, u.message)]),
+    }
+}
+
+/// One PTX module holding `kernels` (items with their file offsets, as
+/// `file_kernels` gives them) for `options`' arch, or every diagnostic of
+/// every kernel that failed (absolute spans).
+pub fn ptx_module<'db>(
+    db: &'db dyn Db,
+    kernels: &[(String, ItemSource<'db>, u32)],
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let mut lowered = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in kernels {
+        match target_ir(db, *item, options, spec.clone()) {
+            Ok(k) => lowered.push((**k).clone()),
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(crate::backend::ptx::module(options.arch(db), &lowered))
+    } else {
+        Err(diags)
+    }
+}
+
+/// The PTX module of every kernel of `file` (see `ptx_module`).
+#[salsa::tracked(returns(ref))]
+pub fn ptx(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    ptx_module(db, &file_kernels(db, file), options, &spec)
+}
