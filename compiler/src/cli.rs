@@ -300,7 +300,7 @@ mod tests {
     }
 }
 
-// ---- `emit` (issue 3) ----
+// ---- `emit` ----
 
 /// What `emit` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -940,7 +940,7 @@ mod emit_tests {
     }
 }
 
-// ---- `report` (issue 3, resources) ----
+// ---- `report` (resources) ----
 
 /// How `report` prints its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
