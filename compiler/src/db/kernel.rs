@@ -109,19 +109,33 @@ pub fn ptx_module<'db>(
     options: Options,
     spec: &crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
-    let mut lowered = Vec::new();
+    let mut printed = Vec::new();
     let mut diags = Vec::new();
     for (_, item, offset) in kernels {
-        match target_ir(db, *item, options, spec.clone()) {
-            Ok(k) => lowered.push((**k).clone()),
+        match kernel_ptx(db, *item, options, spec.clone()) {
+            Ok(text) => printed.push(text.as_str()),
             Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
         }
     }
     if diags.is_empty() {
-        Ok(crate::backend::ptx::module(options.arch(db), &lowered))
+        Ok(crate::backend::ptx::module_of(options.arch(db), &printed))
     } else {
         Err(diags)
     }
+}
+
+/// The PTX `.entry` of one kernel item (see `target_ir`; its diagnostics are
+/// returned as they are, item-relative). Cached per kernel, so an edit to one
+/// kernel of a file reprints only that kernel.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_ptx<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let target = target_ir(db, item, options, spec).clone()?;
+    Ok(crate::backend::ptx::kernel_text(&target))
 }
 
 /// The PTX module of every kernel of `file` (see `ptx_module`).
