@@ -1,9 +1,11 @@
 //! Kernel queries: the Tile IR of a kernel item under a specialization, its
-//! Target IR for the selected arch, and the PTX module of a file's kernels.
+//! Target IR for the selected arch, the PTX module of a file's kernels, and
+//! their resources (registers, shared memory, occupancy) estimated from Target IR.
 
 use std::sync::Arc;
 
 use super::*;
+use crate::backend::resources::{self, Resources};
 
 /// The Tile IR of one kernel item under a specialization (const parameter
 /// values and specialised dims; see `ir::tile::Specialization`). The kernel is
@@ -147,4 +149,63 @@ pub fn ptx(
     spec: crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
     ptx_module(db, &file_kernels(db, file), options, &spec)
+}
+
+/// The resources of one kernel item of a file under `spec` on `options`' arch:
+/// its Target IR (`target_ir`, over `tile_ir`), then the estimate. `Ok` holds
+/// the resources and their diagnostics (W0003, W0004, or the E06xx of a block
+/// that cannot run); `Err` the diagnostics that stopped compilation (check or
+/// lowering errors, E0512 for what Target IR cannot lower yet). Spans are absolute (`offset` is
+/// the item's start in the file).
+pub fn kernel_resources(
+    db: &dyn Db,
+    item: ItemSource<'_>,
+    offset: u32,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<(Resources, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let target = target_ir(db, item, options, spec.clone())
+        .as_ref()
+        .map_err(|d| {
+            d.iter()
+                .cloned()
+                .map(|d| d.shifted(offset))
+                .collect::<Vec<_>>()
+        })?;
+    let resources = resources::of_target(target);
+    let name_span = match parse_item(db, item).item.as_deref() {
+        Some(ast::Item::Function(f)) => f.name.span,
+        _ => crate::syntax::span::Span::new(0, 0),
+    };
+    let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
+    Ok((resources, diags))
+}
+
+/// [`kernel_resources`] for every kernel of a file: the resources of those that
+/// compile, and every diagnostic (absolute spans), in source order. Nothing when
+/// the file has check errors (those are `file_diagnostics`).
+pub fn file_resources(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> (Vec<Resources>, Vec<Diagnostic>) {
+    let mut rows = Vec::new();
+    let mut diags = Vec::new();
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return (rows, diags);
+    }
+    for (_, item, offset) in file_kernels(db, file) {
+        match kernel_resources(db, item, offset, options, spec) {
+            Ok((r, d)) => {
+                rows.push(r);
+                diags.extend(d);
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    (rows, diags)
 }
