@@ -42,6 +42,12 @@ pub fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
     }
 }
 
+thread_local! {
+    /// Bindings undone and merged for `if`s on this thread: the work the tests
+    /// count to show an `if` costs what its branches change.
+    pub(crate) static ENV_WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl Checker<'_> {
     /// Checks a block; returns whether it always ends in return/break/continue.
     pub fn block(&mut self, stmts: &[Stmt]) -> bool {
@@ -400,6 +406,7 @@ impl Checker<'_> {
             }
             m
         };
+        ENV_WORK.with(|w| w.set(w.get() + (changed.len() * outs.len()) as u64));
         let mut it = outs.into_iter();
         let mut merged = full(it.next().unwrap_or_default(), &self.env);
         for other in it {
@@ -421,6 +428,7 @@ impl Checker<'_> {
         changed: &mut Vec<String>,
     ) -> FxHashMap<String, Binding> {
         let mut delta = FxHashMap::default();
+        ENV_WORK.with(|w| w.set(w.get() + (self.env_undo.len() - mark) as u64));
         while self.env_undo.len() > mark {
             let Some((name, old)) = self.env_undo.pop() else {
                 break;
