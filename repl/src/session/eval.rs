@@ -976,17 +976,15 @@ impl Session {
         let mut named = Vec::new();
         for a in args {
             let v = self.eval(&a.value, text)?;
-            let v = match v {
-                Val::DType(_) | Val::Str(_) => {
-                    return Err(wrong_kind(
-                        a.value.span,
-                        format!(
-                            "a kernel argument cannot be {}",
-                            with_article(&v.describe())
-                        ),
-                    ))
-                }
-                other => other.to_value().expect("run-time value"),
+            // A dtype or a string, also inside a list, is no run-time value.
+            let Some(v) = v.to_value() else {
+                return Err(wrong_kind(
+                    a.value.span,
+                    format!(
+                        "a kernel argument cannot be {}",
+                        with_article(&v.describe())
+                    ),
+                ));
             };
             match &a.name {
                 Some(n) => named.push((n.name.clone(), v)),
