@@ -15,8 +15,135 @@ pub enum Ctx {
     Session,
 }
 
+/// Every builtin. The name is spelled only in the table (`Builtin::name`,
+/// `Builtin::from_name`): each layer matches on the variant, so a builtin
+/// added here without a rule in the checker, a lowering or an executor does
+/// not compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    ProgramId,
+    NumPrograms,
+    Arange,
+    Load,
+    Store,
+    AtomicAdd,
+    Dot,
+    Cdiv,
+    Min,
+    Max,
+    Sum,
+    Mean,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Sigmoid,
+    Tanh,
+    Erf,
+    Maximum,
+    Minimum,
+    Where,
+    Zeros,
+    Full,
+    Range,
+    Matmul,
+    Softmax,
+    LayerNorm,
+    RmsNorm,
+    Relu,
+    Gelu,
+    Silu,
+    Transpose,
+    Reshape,
+    Empty,
+    Ones,
+    Randn,
+    Tensor,
+    Print,
+    Len,
+    LoadNpy,
+    SaveNpy,
+    SetFloat32MatmulPrecision,
+}
+
+impl Builtin {
+    /// Every builtin, in table order (`ALL[i] as usize == i`).
+    pub const ALL: [Builtin; 46] = [
+        Builtin::ProgramId,
+        Builtin::NumPrograms,
+        Builtin::Arange,
+        Builtin::Load,
+        Builtin::Store,
+        Builtin::AtomicAdd,
+        Builtin::Dot,
+        Builtin::Cdiv,
+        Builtin::Min,
+        Builtin::Max,
+        Builtin::Sum,
+        Builtin::Mean,
+        Builtin::Exp,
+        Builtin::Exp2,
+        Builtin::Log,
+        Builtin::Log2,
+        Builtin::Sqrt,
+        Builtin::Rsqrt,
+        Builtin::Abs,
+        Builtin::Sigmoid,
+        Builtin::Tanh,
+        Builtin::Erf,
+        Builtin::Maximum,
+        Builtin::Minimum,
+        Builtin::Where,
+        Builtin::Zeros,
+        Builtin::Full,
+        Builtin::Range,
+        Builtin::Matmul,
+        Builtin::Softmax,
+        Builtin::LayerNorm,
+        Builtin::RmsNorm,
+        Builtin::Relu,
+        Builtin::Gelu,
+        Builtin::Silu,
+        Builtin::Transpose,
+        Builtin::Reshape,
+        Builtin::Empty,
+        Builtin::Ones,
+        Builtin::Randn,
+        Builtin::Tensor,
+        Builtin::Print,
+        Builtin::Len,
+        Builtin::LoadNpy,
+        Builtin::SaveNpy,
+        Builtin::SetFloat32MatmulPrecision,
+    ];
+
+    /// The builtin spelled `name`, if any: the one place a name becomes an id.
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        BUILTINS.iter().find(|b| b.name == name).map(|b| b.id)
+    }
+
+    pub fn info(self) -> &'static BuiltinInfo {
+        &BUILTINS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+}
+
+impl std::fmt::Display for Builtin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row of the table.
 #[derive(Clone, Copy, Debug)]
-pub struct Builtin {
+pub struct BuiltinInfo {
+    pub id: Builtin,
     pub name: &'static str,
     /// Parameter names in positional order (`axis` also accepts `dim=`).
     pub params: &'static [&'static str],
@@ -29,13 +156,15 @@ pub struct Builtin {
 }
 
 const fn b(
+    id: Builtin,
     name: &'static str,
     params: &'static [&'static str],
     required: usize,
     ctx: Ctx,
     doc: &'static str,
-) -> Builtin {
-    Builtin {
+) -> BuiltinInfo {
+    BuiltinInfo {
+        id,
         name,
         params,
         required,
@@ -48,9 +177,11 @@ const fn b(
 const X: &[&str] = &["x"];
 const RED: &[&str] = &["x", "axis", "keepdims"];
 
-pub const BUILTINS: &[Builtin] = &[
+/// Row `i` is the builtin whose id is `i` (tested).
+pub const BUILTINS: &[BuiltinInfo] = &[
     // kernel builtins
     b(
+        Builtin::ProgramId,
         "program_id",
         &["axis"],
         1,
@@ -58,6 +189,7 @@ pub const BUILTINS: &[Builtin] = &[
         "program_id(axis) -> i32: this program's index along a grid axis",
     ),
     b(
+        Builtin::NumPrograms,
         "num_programs",
         &["axis"],
         1,
@@ -65,6 +197,7 @@ pub const BUILTINS: &[Builtin] = &[
         "num_programs(axis) -> i32: the grid's size along an axis",
     ),
     b(
+        Builtin::Arange,
         "arange",
         &["start", "end"],
         2,
@@ -72,6 +205,7 @@ pub const BUILTINS: &[Builtin] = &[
         "arange(a, b) -> Tile[b-a, i32]",
     ),
     b(
+        Builtin::Load,
         "load",
         &["ptr", "mask", "other"],
         1,
@@ -79,6 +213,7 @@ pub const BUILTINS: &[Builtin] = &[
         "load(T[slices], mask=, other=) -> Tile",
     ),
     b(
+        Builtin::Store,
         "store",
         &["ptr", "value", "mask"],
         2,
@@ -86,6 +221,7 @@ pub const BUILTINS: &[Builtin] = &[
         "store(T[slices], tile, mask=)",
     ),
     b(
+        Builtin::AtomicAdd,
         "atomic_add",
         &["ptr", "value", "mask"],
         2,
@@ -93,6 +229,7 @@ pub const BUILTINS: &[Builtin] = &[
         "atomic_add(T[slices], tile, mask=)",
     ),
     b(
+        Builtin::Dot,
         "dot",
         &["a", "b", "acc", "precision"],
         2,
@@ -101,13 +238,15 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     // scalar / tile / tensor builtins
     b(
+        Builtin::Cdiv,
         "cdiv",
         &["a", "b"],
         2,
         Ctx::Both,
         "cdiv(a, b): ceil(a / b) on integers",
     ),
-    Builtin {
+    BuiltinInfo {
+        id: Builtin::Min,
         name: "min",
         params: RED,
         required: 1,
@@ -115,7 +254,8 @@ pub const BUILTINS: &[Builtin] = &[
         ctx: Ctx::Both,
         doc: "min(a, b) on scalars, or min(t, axis=, keepdims=) a reduction",
     },
-    Builtin {
+    BuiltinInfo {
+        id: Builtin::Max,
         name: "max",
         params: RED,
         required: 1,
@@ -123,19 +263,20 @@ pub const BUILTINS: &[Builtin] = &[
         ctx: Ctx::Both,
         doc: "max(a, b) on scalars, or max(t, axis=, keepdims=) a reduction",
     },
-    b("sum", RED, 1, Ctx::Both, "sum(t, axis=, keepdims=)"),
-    b("mean", RED, 1, Ctx::Both, "mean(t, axis=, keepdims=)"),
-    b("exp", X, 1, Ctx::Both, "elementwise e^x"),
-    b("exp2", X, 1, Ctx::Both, "elementwise 2^x"),
-    b("log", X, 1, Ctx::Both, "elementwise natural logarithm"),
-    b("log2", X, 1, Ctx::Both, "elementwise base-2 logarithm"),
-    b("sqrt", X, 1, Ctx::Both, "elementwise square root"),
-    b("rsqrt", X, 1, Ctx::Both, "elementwise 1/sqrt(x)"),
-    b("abs", X, 1, Ctx::Both, "elementwise absolute value"),
-    b("sigmoid", X, 1, Ctx::Both, "elementwise 1/(1+e^-x)"),
-    b("tanh", X, 1, Ctx::Both, "elementwise hyperbolic tangent"),
-    b("erf", X, 1, Ctx::Both, "elementwise error function"),
+    b(Builtin::Sum, "sum", RED, 1, Ctx::Both, "sum(t, axis=, keepdims=)"),
+    b(Builtin::Mean, "mean", RED, 1, Ctx::Both, "mean(t, axis=, keepdims=)"),
+    b(Builtin::Exp, "exp", X, 1, Ctx::Both, "elementwise e^x"),
+    b(Builtin::Exp2, "exp2", X, 1, Ctx::Both, "elementwise 2^x"),
+    b(Builtin::Log, "log", X, 1, Ctx::Both, "elementwise natural logarithm"),
+    b(Builtin::Log2, "log2", X, 1, Ctx::Both, "elementwise base-2 logarithm"),
+    b(Builtin::Sqrt, "sqrt", X, 1, Ctx::Both, "elementwise square root"),
+    b(Builtin::Rsqrt, "rsqrt", X, 1, Ctx::Both, "elementwise 1/sqrt(x)"),
+    b(Builtin::Abs, "abs", X, 1, Ctx::Both, "elementwise absolute value"),
+    b(Builtin::Sigmoid, "sigmoid", X, 1, Ctx::Both, "elementwise 1/(1+e^-x)"),
+    b(Builtin::Tanh, "tanh", X, 1, Ctx::Both, "elementwise hyperbolic tangent"),
+    b(Builtin::Erf, "erf", X, 1, Ctx::Both, "elementwise error function"),
     b(
+        Builtin::Maximum,
         "maximum",
         &["a", "b"],
         2,
@@ -143,6 +284,7 @@ pub const BUILTINS: &[Builtin] = &[
         "elementwise maximum with broadcasting",
     ),
     b(
+        Builtin::Minimum,
         "minimum",
         &["a", "b"],
         2,
@@ -150,6 +292,7 @@ pub const BUILTINS: &[Builtin] = &[
         "elementwise minimum with broadcasting",
     ),
     b(
+        Builtin::Where,
         "where",
         &["cond", "a", "b"],
         3,
@@ -157,6 +300,7 @@ pub const BUILTINS: &[Builtin] = &[
         "where(cond, a, b): elementwise select",
     ),
     b(
+        Builtin::Zeros,
         "zeros",
         &["shape", "dtype"],
         1,
@@ -164,6 +308,7 @@ pub const BUILTINS: &[Builtin] = &[
         "zeros(shape, dtype=f32)",
     ),
     b(
+        Builtin::Full,
         "full",
         &["shape", "value", "dtype"],
         2,
@@ -171,6 +316,7 @@ pub const BUILTINS: &[Builtin] = &[
         "full(shape, value, dtype=f32)",
     ),
     b(
+        Builtin::Range,
         "range",
         &["start", "stop", "step"],
         1,
@@ -179,6 +325,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     // whole-tensor builtins
     b(
+        Builtin::Matmul,
         "matmul",
         &["a", "b", "precision"],
         2,
@@ -186,6 +333,7 @@ pub const BUILTINS: &[Builtin] = &[
         "matmul(a, b, precision=\"ieee\"): batched matrix product, batch dims broadcast; `precision=\"tf32\"` rounds f32 operands to tf32",
     ),
     b(
+        Builtin::Softmax,
         "softmax",
         &["x", "axis"],
         1,
@@ -193,6 +341,7 @@ pub const BUILTINS: &[Builtin] = &[
         "softmax(x, dim=-1)",
     ),
     b(
+        Builtin::LayerNorm,
         "layer_norm",
         &["x", "weight", "bias", "eps"],
         1,
@@ -200,16 +349,18 @@ pub const BUILTINS: &[Builtin] = &[
         "layer_norm(x, weight=, bias=, eps=1e-5) over the last dim",
     ),
     b(
+        Builtin::RmsNorm,
         "rms_norm",
         &["x", "weight", "eps"],
         1,
         Ctx::Tensor,
         "rms_norm(x, weight=, eps=1e-6) over the last dim",
     ),
-    b("relu", X, 1, Ctx::Tensor, "elementwise max(x, 0)"),
-    b("gelu", X, 1, Ctx::Tensor, "elementwise GELU"),
-    b("silu", X, 1, Ctx::Tensor, "elementwise x * sigmoid(x)"),
+    b(Builtin::Relu, "relu", X, 1, Ctx::Tensor, "elementwise max(x, 0)"),
+    b(Builtin::Gelu, "gelu", X, 1, Ctx::Tensor, "elementwise GELU"),
+    b(Builtin::Silu, "silu", X, 1, Ctx::Tensor, "elementwise x * sigmoid(x)"),
     b(
+        Builtin::Transpose,
         "transpose",
         &["x", "a", "b"],
         3,
@@ -217,6 +368,7 @@ pub const BUILTINS: &[Builtin] = &[
         "transpose(x, a, b): swaps two dims",
     ),
     b(
+        Builtin::Reshape,
         "reshape",
         &["x", "shape"],
         2,
@@ -224,6 +376,7 @@ pub const BUILTINS: &[Builtin] = &[
         "reshape(x, shape): same number of elements",
     ),
     b(
+        Builtin::Empty,
         "empty",
         &["shape", "dtype"],
         1,
@@ -231,6 +384,7 @@ pub const BUILTINS: &[Builtin] = &[
         "empty(shape, dtype=f32)",
     ),
     b(
+        Builtin::Ones,
         "ones",
         &["shape", "dtype"],
         1,
@@ -238,6 +392,7 @@ pub const BUILTINS: &[Builtin] = &[
         "ones(shape, dtype=f32)",
     ),
     b(
+        Builtin::Randn,
         "randn",
         &["shape", "dtype", "seed"],
         1,
@@ -245,6 +400,7 @@ pub const BUILTINS: &[Builtin] = &[
         "randn(shape, dtype=f32, seed=)",
     ),
     b(
+        Builtin::Tensor,
         "tensor",
         &["data", "dtype"],
         1,
@@ -252,7 +408,8 @@ pub const BUILTINS: &[Builtin] = &[
         "tensor(nested lists, dtype=)",
     ),
     // session builtins: host operations of top-level statements
-    Builtin {
+    BuiltinInfo {
+        id: Builtin::Print,
         name: "print",
         params: &["value"],
         required: 0,
@@ -261,6 +418,7 @@ pub const BUILTINS: &[Builtin] = &[
         doc: "print(a, b, ..., sep=\" \", end=\"\\n\"): writes the values separated by `sep`, then `end`",
     },
     b(
+        Builtin::Len,
         "len",
         X,
         1,
@@ -268,6 +426,7 @@ pub const BUILTINS: &[Builtin] = &[
         "len(x): the size of a tensor's first dim, or the length of a tuple, list or string",
     ),
     b(
+        Builtin::LoadNpy,
         "load_npy",
         &["path"],
         1,
@@ -275,6 +434,7 @@ pub const BUILTINS: &[Builtin] = &[
         "load_npy(path) -> Tensor: reads a .npy file (shape and dtype are known at run time)",
     ),
     b(
+        Builtin::SaveNpy,
         "save_npy",
         &["tensor", "path"],
         2,
@@ -282,6 +442,7 @@ pub const BUILTINS: &[Builtin] = &[
         "save_npy(tensor, path): writes a .npy file that numpy reads",
     ),
     b(
+        Builtin::SetFloat32MatmulPrecision,
         "set_float32_matmul_precision",
         &["precision"],
         1,
@@ -290,9 +451,15 @@ pub const BUILTINS: &[Builtin] = &[
     ),
 ];
 
-/// The session builtins, for messages.
-pub const SESSION_BUILTINS: &str =
-    "`print`, `len`, `load_npy`, `save_npy`, `set_float32_matmul_precision`";
+/// The session builtins, for messages: "`print`, `len`, ...".
+pub fn session_builtins() -> String {
+    let names: Vec<String> = BUILTINS
+        .iter()
+        .filter(|b| b.ctx == Ctx::Session)
+        .map(|b| format!("`{}`", b.name))
+        .collect();
+    names.join(", ")
+}
 
 /// The values `set_float32_matmul_precision` takes, and whether each means tf32.
 pub fn matmul_precision(name: &str) -> Option<bool> {
@@ -303,8 +470,8 @@ pub fn matmul_precision(name: &str) -> Option<bool> {
     }
 }
 
-pub fn lookup(name: &str) -> Option<&'static Builtin> {
-    BUILTINS.iter().find(|b| b.name == name)
+pub fn lookup(name: &str) -> Option<&'static BuiltinInfo> {
+    Builtin::from_name(name).map(Builtin::info)
 }
 
 pub fn is_builtin(name: &str) -> bool {
@@ -313,4 +480,25 @@ pub fn is_builtin(name: &str) -> bool {
 
 pub fn names() -> impl Iterator<Item = &'static str> {
     BUILTINS.iter().map(|b| b.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_index_the_table_and_names_round_trip() {
+        assert_eq!(Builtin::ALL.len(), BUILTINS.len());
+        for (i, (&b, row)) in Builtin::ALL.iter().zip(BUILTINS).enumerate() {
+            assert_eq!(b as usize, i, "`{}` is out of order in `ALL`", row.name);
+            assert_eq!(row.id, b, "row {i} (`{}`) carries the wrong id", row.name);
+            assert_eq!(Builtin::from_name(b.name()), Some(b));
+            assert_eq!(b.info().name, row.name);
+        }
+        let mut names: Vec<&str> = names().collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), BUILTINS.len(), "a builtin name is repeated");
+        assert_eq!(Builtin::from_name("no_such_builtin"), None);
+    }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::builtins::{self, Builtin, Ctx};
+use super::builtins::{self, BuiltinInfo, Ctx};
 use super::consts::fold_call;
 use super::ctx::{Checker, Val};
 use super::dims::Dim;
@@ -408,7 +408,7 @@ impl Checker<'_> {
         Some((lk.max(rk), dims, dt, weak))
     }
 
-    fn builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
+    fn builtin(&mut self, b: &BuiltinInfo, args: &[ArgV], span: Span) -> Val {
         match b.ctx {
             Ctx::Session if !self.top_level => {
                 let place = if self.in_kernel {
@@ -424,7 +424,7 @@ impl Checker<'_> {
                     )
                     .with_help(format!(
                         "{} only run in top-level statements (`tessera run`, `tessera repl`); return the value and use it there",
-                        builtins::SESSION_BUILTINS
+                        builtins::session_builtins()
                     )),
                 );
                 return Val::err();
@@ -1027,7 +1027,7 @@ impl Checker<'_> {
 
     /// `min(a, b, ...)` / `max(a, b, ...)` of scalars (or elementwise).
     /// `print`, `len`, `load_npy`, `save_npy` in a top-level statement.
-    fn session_builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
+    fn session_builtin(&mut self, b: &BuiltinInfo, args: &[ArgV], span: Span) -> Val {
         if b.name == "print" {
             // Python's `sep=` and `end=` (strings); `file=` and `flush=` have
             // no meaning in a session.

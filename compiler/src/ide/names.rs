@@ -350,7 +350,7 @@ pub enum Target {
     /// A definition in source (a local's first binding, a module item, a module's start).
     At(Location),
     /// A builtin function.
-    Builtin(&'static builtins::Builtin),
+    Builtin(&'static builtins::BuiltinInfo),
     /// Nothing known (an unbound name, a dtype, a member of a tile).
     Unknown,
 }
