@@ -376,7 +376,7 @@ impl Checker<'_> {
             return self.entry_val(&entry);
         }
         if let Some(b) = builtins::lookup(&id.name) {
-            return Val::of(Ty::Callable(Callee::Builtin(b.name)));
+            return Val::of(Ty::Callable(Callee::Builtin(b.id)));
         }
         if let Some(d) = DType::from_name(&id.name) {
             return Val::with(Ty::DTypeV, Some(Value::DType(d)));

@@ -910,7 +910,7 @@ impl<'a> Builder<'a> {
             Callee::Method { name, .. } => {
                 Err(LowerError::new(func.span, format!("the method `{name}`")))
             }
-            Callee::Builtin(name) => self.builtin(name, e, args, ty),
+            Callee::Builtin(b) => self.builtin(b.name(), e, args, ty),
             Callee::Function(sig) if sig.is_kernel => self.kernel_call(&sig, e, grid, args),
             Callee::Function(sig) if (self.is_builtin_alias)(&sig) => {
                 let name = builtins::lookup(&sig.name)

@@ -3099,7 +3099,9 @@ impl<'a> Lowerer<'a> {
                 let x = self.expr(&a.value)?;
                 let y = self.expr(&b.value)?;
                 if let (LV::Const { c: cx, .. }, LV::Const { c: cy, .. }) = (&x, &y) {
-                    if let Ok(Some(c)) = fold_call("cdiv", &[cx.clone(), cy.clone()]) {
+                    if let Ok(Some(c)) =
+                        fold_call(builtins::Builtin::Cdiv, &[cx.clone(), cy.clone()])
+                    {
                         let (dt, weak) = self.promote(&x, &y, &a.value, &b.value, "`cdiv`")?;
                         return Ok(LV::Const { c, dtype: dt, weak });
                     }
@@ -3132,7 +3134,9 @@ impl<'a> Lowerer<'a> {
                             Some((prev, pe)) => {
                                 let folded = match (&prev, &v) {
                                     (LV::Const { c: p, .. }, LV::Const { c: q, .. }) => {
-                                        fold_call(name, &[p.clone(), q.clone()]).ok().flatten()
+                                        builtins::Builtin::from_name(name).and_then(|b| {
+                                            fold_call(b, &[p.clone(), q.clone()]).ok().flatten()
+                                        })
                                     }
                                     _ => None,
                                 };
@@ -3172,7 +3176,9 @@ impl<'a> Lowerer<'a> {
                 let x = self.expr(&a.value)?;
                 if name == "abs" {
                     if let LV::Const { c, dtype, weak } = &x {
-                        if let Ok(Some(r)) = fold_call("abs", std::slice::from_ref(c)) {
+                        if let Ok(Some(r)) =
+                            fold_call(builtins::Builtin::Abs, std::slice::from_ref(c))
+                        {
                             return Ok(LV::Const {
                                 c: r,
                                 dtype: *dtype,
