@@ -3461,7 +3461,8 @@ impl<'a> Lowerer<'a> {
                 self.dot(&x, &y, acc, precision, span, &a.value, &b.value)
             }
             // Whole-tensor and session builtins: the checker rejects them in
-            // kernels (E0508, E0725), and `range` is lowered by `for`.
+            // kernels (E0508, E0725), and `range` only lowers as a `for` loop
+            // (E0512 elsewhere).
             B::Range
             | B::Matmul
             | B::Softmax
