@@ -359,7 +359,7 @@ impl PartialEq for Target {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Target::At(a), Target::At(b)) => a == b,
-            (Target::Builtin(a), Target::Builtin(b)) => a.name == b.name,
+            (Target::Builtin(a), Target::Builtin(b)) => a.id == b.id,
             (Target::Unknown, Target::Unknown) => true,
             _ => false,
         }

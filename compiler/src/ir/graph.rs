@@ -513,7 +513,14 @@ pub fn render_constant(c: &Constant) -> String {
 }
 
 /// The std.nn functions that have the meaning of the builtin of the same name.
-pub const STD_NN_BUILTINS: &[&str] = &["softmax", "layer_norm", "rms_norm", "relu", "gelu", "silu"];
+pub const STD_NN_BUILTINS: &[Builtin] = &[
+    B::Softmax,
+    B::LayerNorm,
+    B::RmsNorm,
+    B::Relu,
+    B::Gelu,
+    B::Silu,
+];
 
 struct Builder<'a> {
     vals: HashMap<(u32, u32), &'a Val>,
