@@ -17,7 +17,9 @@
 //! `TESSERA_PTXAS_ONLY=corpus,fresh,generated` runs only the named sets (and
 //! none of the probes of the model's constants). So
 //! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
-//! tessera-compiler --test ptxas` measures a held-out range.
+//! tessera-compiler --test ptxas` measures a held-out range, and
+//! `TESSERA_ESTIMATE_DUMP=dir` writes every measured kernel's PTX and counts
+//! to `dir` (see `dump`).
 
 #[path = "ptxas/generate.rs"]
 mod generate;
@@ -529,20 +531,58 @@ fn measure_kernels(
             let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target));
             match ptxas::assemble(ptxas, &ptx, arch) {
                 Ok(funcs) => match funcs.iter().find(|f| f.entry) {
-                    Some(f) => rows.push(Row {
-                        kernel: label,
-                        arch,
-                        estimate: estimate.regs,
-                        ptxas: f.regs,
-                        spills: f.spill_stores > 0,
-                        at_limit: f.spill_stores > 0 || f.regs >= arch.info().max_regs_per_thread,
-                    }),
+                    Some(f) => {
+                        dump(
+                            &label,
+                            arch,
+                            &ptx,
+                            estimate.regs,
+                            f.regs,
+                            resources::order_estimates(&target),
+                        );
+                        rows.push(Row {
+                            kernel: label,
+                            arch,
+                            estimate: estimate.regs,
+                            ptxas: f.regs,
+                            spills: f.spill_stores > 0,
+                            at_limit: f.spill_stores > 0
+                                || f.regs >= arch.info().max_regs_per_thread,
+                        })
+                    }
                     None => failures.push(format!("{label} ({arch}): no entry in ptxas's report")),
                 },
                 Err(e) => failures.push(format!("{label} ({arch}): {e}")),
             }
         }
     }
+}
+
+/// With `TESSERA_ESTIMATE_DUMP=dir`, writes each measured kernel's PTX to
+/// `dir` and a line (file, label, arch, ptxas, estimate, and the counts of
+/// `resources::order_estimates`) to `dir/rows.tsv`, to study
+/// the estimate's misses outside the test.
+fn dump(label: &str, arch: Arch, ptx: &str, estimate: u32, ptxas: u32, orders: [u32; 3]) {
+    let Some(dir) = std::env::var_os("TESSERA_ESTIMATE_DUMP") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let name: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let file = format!("{name}.{arch}.ptx");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(&file), ptx);
+    let [statements, chains, latency] = orders;
+    let line = format!(
+        "{file}\t{label}\t{arch}\t{ptxas}\t{estimate}\t{statements}\t{chains}\t{latency}\n"
+    );
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("rows.tsv"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
 }
 
 /// The table of `rows` (all of them, or only those over `only_over`), then
@@ -629,16 +669,16 @@ fn summarise(title: &str, rows: &[Row], only_over: Option<f64>) -> Option<(f64, 
 
 /// Where the estimate stands on kernels it was not tuned to (the fresh ten
 /// and the generated tuning seeds 0..200, ptxas 12.9.86, November 2026):
-/// fresh median 12.5%, worst 34.4%; generated median 10.8%, worst 57.9% (a
-/// reduction over axis 0 through shared memory: ptxas 38, 16 estimated); on
-/// the held-out seeds 1000..1200, median 9.0%, worst 325% (a 32 x 1024 tile
+/// fresh median 12.5%, worst 34.4%; generated median 8.3%, worst 53.3% (a
+/// gather through a 512-element i64 index tile: ptxas 15, 23 estimated); on the
+/// held-out seeds 1000..1200, median 7.6%, worst 325% (a 32 x 1024 tile
 /// whose elementwise chain ptxas runs element by element in 32 registers).
 /// The goal ([`MEDIAN_BOUND`], [`WORST_BOUND`]) is not met there
 /// yet; these bounds keep the estimate from getting worse until it is, and
 /// `TESSERA_ESTIMATE_GOAL=1` holds those comparisons to the goal instead.
 const FRESH_BOUNDS: (f64, f64) = (0.13, 0.35);
 /// See [`FRESH_BOUNDS`].
-const GENERATED_BOUNDS: (f64, f64) = (0.11, 0.60);
+const GENERATED_BOUNDS: (f64, f64) = (0.10, 0.55);
 
 /// Fails unless the median and worst error of `title`'s rows are within
 /// `bounds` (median, worst), or, where they are looser than the goal and
