@@ -403,9 +403,13 @@ fn every_builtin_lowers_where_it_checks() {
                     .map(|_| ())
                     .map_err(|d| format!("{d:?}"))
             }
-            Place::Tensor => crate::db::emit_graph(&db, file, "f")
-                .map(|_| ())
-                .map_err(|e| format!("{e}: {e:?}")),
+            Place::Tensor => {
+                let (item, _) = crate::db::function_item(&db, file, "f").expect("the function");
+                crate::db::graph_ir(&db, item, db.options())
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| format!("{e}: {e:?}"))
+            }
             Place::Session => continue,
         };
         if let Err(e) = lowered {
