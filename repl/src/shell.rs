@@ -323,7 +323,6 @@ pub fn complete_word(
         }
     } else {
         let builtins = tessera::check::builtins::names()
-            .chain(crate::session::host_builtins().iter().copied())
             .chain(["std", "f32", "f16", "bf16", "f64", "i32", "i64", "bool"]);
         out.extend(
             session_names

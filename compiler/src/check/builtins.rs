@@ -15,8 +15,135 @@ pub enum Ctx {
     Session,
 }
 
+/// Every builtin. The name is spelled only in the table (`Builtin::name`,
+/// `Builtin::from_name`): each layer matches on the variant, so a builtin
+/// added here without a rule in the checker, a lowering or an executor does
+/// not compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    ProgramId,
+    NumPrograms,
+    Arange,
+    Load,
+    Store,
+    AtomicAdd,
+    Dot,
+    Cdiv,
+    Min,
+    Max,
+    Sum,
+    Mean,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Sigmoid,
+    Tanh,
+    Erf,
+    Maximum,
+    Minimum,
+    Where,
+    Zeros,
+    Full,
+    Range,
+    Matmul,
+    Softmax,
+    LayerNorm,
+    RmsNorm,
+    Relu,
+    Gelu,
+    Silu,
+    Transpose,
+    Reshape,
+    Empty,
+    Ones,
+    Randn,
+    Tensor,
+    Print,
+    Len,
+    LoadNpy,
+    SaveNpy,
+    SetFloat32MatmulPrecision,
+}
+
+impl Builtin {
+    /// Every builtin, in table order (`ALL[i] as usize == i`).
+    pub const ALL: [Builtin; 46] = [
+        Builtin::ProgramId,
+        Builtin::NumPrograms,
+        Builtin::Arange,
+        Builtin::Load,
+        Builtin::Store,
+        Builtin::AtomicAdd,
+        Builtin::Dot,
+        Builtin::Cdiv,
+        Builtin::Min,
+        Builtin::Max,
+        Builtin::Sum,
+        Builtin::Mean,
+        Builtin::Exp,
+        Builtin::Exp2,
+        Builtin::Log,
+        Builtin::Log2,
+        Builtin::Sqrt,
+        Builtin::Rsqrt,
+        Builtin::Abs,
+        Builtin::Sigmoid,
+        Builtin::Tanh,
+        Builtin::Erf,
+        Builtin::Maximum,
+        Builtin::Minimum,
+        Builtin::Where,
+        Builtin::Zeros,
+        Builtin::Full,
+        Builtin::Range,
+        Builtin::Matmul,
+        Builtin::Softmax,
+        Builtin::LayerNorm,
+        Builtin::RmsNorm,
+        Builtin::Relu,
+        Builtin::Gelu,
+        Builtin::Silu,
+        Builtin::Transpose,
+        Builtin::Reshape,
+        Builtin::Empty,
+        Builtin::Ones,
+        Builtin::Randn,
+        Builtin::Tensor,
+        Builtin::Print,
+        Builtin::Len,
+        Builtin::LoadNpy,
+        Builtin::SaveNpy,
+        Builtin::SetFloat32MatmulPrecision,
+    ];
+
+    /// The builtin spelled `name`, if any: the one place a name becomes an id.
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        BUILTINS.iter().find(|b| b.name == name).map(|b| b.id)
+    }
+
+    pub fn info(self) -> &'static BuiltinInfo {
+        &BUILTINS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+}
+
+impl std::fmt::Display for Builtin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row of the table.
 #[derive(Clone, Copy, Debug)]
-pub struct Builtin {
+pub struct BuiltinInfo {
+    pub id: Builtin,
     pub name: &'static str,
     /// Parameter names in positional order (`axis` also accepts `dim=`).
     pub params: &'static [&'static str],
@@ -30,12 +157,14 @@ pub struct Builtin {
 
 const fn b(
     name: &'static str,
+    id: Builtin,
     params: &'static [&'static str],
     required: usize,
     ctx: Ctx,
     doc: &'static str,
-) -> Builtin {
-    Builtin {
+) -> BuiltinInfo {
+    BuiltinInfo {
+        id,
         name,
         params,
         required,
@@ -48,10 +177,12 @@ const fn b(
 const X: &[&str] = &["x"];
 const RED: &[&str] = &["x", "axis", "keepdims"];
 
-pub const BUILTINS: &[Builtin] = &[
+/// Row `i` is the builtin whose id is `i` (tested).
+pub const BUILTINS: &[BuiltinInfo] = &[
     // kernel builtins
     b(
         "program_id",
+        Builtin::ProgramId,
         &["axis"],
         1,
         Ctx::Kernel,
@@ -59,6 +190,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "num_programs",
+        Builtin::NumPrograms,
         &["axis"],
         1,
         Ctx::Kernel,
@@ -66,6 +198,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "arange",
+        Builtin::Arange,
         &["start", "end"],
         2,
         Ctx::Kernel,
@@ -73,6 +206,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "load",
+        Builtin::Load,
         &["ptr", "mask", "other"],
         1,
         Ctx::Kernel,
@@ -80,6 +214,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "store",
+        Builtin::Store,
         &["ptr", "value", "mask"],
         2,
         Ctx::Kernel,
@@ -87,6 +222,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "atomic_add",
+        Builtin::AtomicAdd,
         &["ptr", "value", "mask"],
         2,
         Ctx::Kernel,
@@ -94,6 +230,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "dot",
+        Builtin::Dot,
         &["a", "b", "acc", "precision"],
         2,
         Ctx::Kernel,
@@ -102,41 +239,45 @@ pub const BUILTINS: &[Builtin] = &[
     // scalar / tile / tensor builtins
     b(
         "cdiv",
+        Builtin::Cdiv,
         &["a", "b"],
         2,
         Ctx::Both,
         "cdiv(a, b): ceil(a / b) on integers",
     ),
-    Builtin {
+    BuiltinInfo {
         name: "min",
+        id: Builtin::Min,
         params: RED,
         required: 1,
         variadic: true,
         ctx: Ctx::Both,
         doc: "min(a, b) on scalars, or min(t, axis=, keepdims=) a reduction",
     },
-    Builtin {
+    BuiltinInfo {
         name: "max",
+        id: Builtin::Max,
         params: RED,
         required: 1,
         variadic: true,
         ctx: Ctx::Both,
         doc: "max(a, b) on scalars, or max(t, axis=, keepdims=) a reduction",
     },
-    b("sum", RED, 1, Ctx::Both, "sum(t, axis=, keepdims=)"),
-    b("mean", RED, 1, Ctx::Both, "mean(t, axis=, keepdims=)"),
-    b("exp", X, 1, Ctx::Both, "elementwise e^x"),
-    b("exp2", X, 1, Ctx::Both, "elementwise 2^x"),
-    b("log", X, 1, Ctx::Both, "elementwise natural logarithm"),
-    b("log2", X, 1, Ctx::Both, "elementwise base-2 logarithm"),
-    b("sqrt", X, 1, Ctx::Both, "elementwise square root"),
-    b("rsqrt", X, 1, Ctx::Both, "elementwise 1/sqrt(x)"),
-    b("abs", X, 1, Ctx::Both, "elementwise absolute value"),
-    b("sigmoid", X, 1, Ctx::Both, "elementwise 1/(1+e^-x)"),
-    b("tanh", X, 1, Ctx::Both, "elementwise hyperbolic tangent"),
-    b("erf", X, 1, Ctx::Both, "elementwise error function"),
+    b("sum", Builtin::Sum, RED, 1, Ctx::Both, "sum(t, axis=, keepdims=)"),
+    b("mean", Builtin::Mean, RED, 1, Ctx::Both, "mean(t, axis=, keepdims=)"),
+    b("exp", Builtin::Exp, X, 1, Ctx::Both, "elementwise e^x"),
+    b("exp2", Builtin::Exp2, X, 1, Ctx::Both, "elementwise 2^x"),
+    b("log", Builtin::Log, X, 1, Ctx::Both, "elementwise natural logarithm"),
+    b("log2", Builtin::Log2, X, 1, Ctx::Both, "elementwise base-2 logarithm"),
+    b("sqrt", Builtin::Sqrt, X, 1, Ctx::Both, "elementwise square root"),
+    b("rsqrt", Builtin::Rsqrt, X, 1, Ctx::Both, "elementwise 1/sqrt(x)"),
+    b("abs", Builtin::Abs, X, 1, Ctx::Both, "elementwise absolute value"),
+    b("sigmoid", Builtin::Sigmoid, X, 1, Ctx::Both, "elementwise 1/(1+e^-x)"),
+    b("tanh", Builtin::Tanh, X, 1, Ctx::Both, "elementwise hyperbolic tangent"),
+    b("erf", Builtin::Erf, X, 1, Ctx::Both, "elementwise error function"),
     b(
         "maximum",
+        Builtin::Maximum,
         &["a", "b"],
         2,
         Ctx::Both,
@@ -144,6 +285,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "minimum",
+        Builtin::Minimum,
         &["a", "b"],
         2,
         Ctx::Both,
@@ -151,6 +293,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "where",
+        Builtin::Where,
         &["cond", "a", "b"],
         3,
         Ctx::Both,
@@ -158,6 +301,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "zeros",
+        Builtin::Zeros,
         &["shape", "dtype"],
         1,
         Ctx::Both,
@@ -165,6 +309,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "full",
+        Builtin::Full,
         &["shape", "value", "dtype"],
         2,
         Ctx::Both,
@@ -172,6 +317,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "range",
+        Builtin::Range,
         &["start", "stop", "step"],
         1,
         Ctx::Both,
@@ -180,6 +326,7 @@ pub const BUILTINS: &[Builtin] = &[
     // whole-tensor builtins
     b(
         "matmul",
+        Builtin::Matmul,
         &["a", "b", "precision"],
         2,
         Ctx::Tensor,
@@ -187,6 +334,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "softmax",
+        Builtin::Softmax,
         &["x", "axis"],
         1,
         Ctx::Tensor,
@@ -194,6 +342,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "layer_norm",
+        Builtin::LayerNorm,
         &["x", "weight", "bias", "eps"],
         1,
         Ctx::Tensor,
@@ -201,16 +350,18 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "rms_norm",
+        Builtin::RmsNorm,
         &["x", "weight", "eps"],
         1,
         Ctx::Tensor,
         "rms_norm(x, weight=, eps=1e-6) over the last dim",
     ),
-    b("relu", X, 1, Ctx::Tensor, "elementwise max(x, 0)"),
-    b("gelu", X, 1, Ctx::Tensor, "elementwise GELU"),
-    b("silu", X, 1, Ctx::Tensor, "elementwise x * sigmoid(x)"),
+    b("relu", Builtin::Relu, X, 1, Ctx::Tensor, "elementwise max(x, 0)"),
+    b("gelu", Builtin::Gelu, X, 1, Ctx::Tensor, "elementwise GELU"),
+    b("silu", Builtin::Silu, X, 1, Ctx::Tensor, "elementwise x * sigmoid(x)"),
     b(
         "transpose",
+        Builtin::Transpose,
         &["x", "a", "b"],
         3,
         Ctx::Tensor,
@@ -218,6 +369,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "reshape",
+        Builtin::Reshape,
         &["x", "shape"],
         2,
         Ctx::Tensor,
@@ -225,6 +377,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "empty",
+        Builtin::Empty,
         &["shape", "dtype"],
         1,
         Ctx::Tensor,
@@ -232,6 +385,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "ones",
+        Builtin::Ones,
         &["shape", "dtype"],
         1,
         Ctx::Tensor,
@@ -239,6 +393,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "randn",
+        Builtin::Randn,
         &["shape", "dtype", "seed"],
         1,
         Ctx::Tensor,
@@ -246,14 +401,16 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "tensor",
+        Builtin::Tensor,
         &["data", "dtype"],
         1,
         Ctx::Tensor,
         "tensor(nested lists, dtype=)",
     ),
     // session builtins: host operations of top-level statements
-    Builtin {
+    BuiltinInfo {
         name: "print",
+        id: Builtin::Print,
         params: &["value"],
         required: 0,
         variadic: true,
@@ -262,6 +419,7 @@ pub const BUILTINS: &[Builtin] = &[
     },
     b(
         "len",
+        Builtin::Len,
         X,
         1,
         Ctx::Session,
@@ -269,6 +427,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "load_npy",
+        Builtin::LoadNpy,
         &["path"],
         1,
         Ctx::Session,
@@ -276,6 +435,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "save_npy",
+        Builtin::SaveNpy,
         &["tensor", "path"],
         2,
         Ctx::Session,
@@ -283,6 +443,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     b(
         "set_float32_matmul_precision",
+        Builtin::SetFloat32MatmulPrecision,
         &["precision"],
         1,
         Ctx::Session,
@@ -290,9 +451,15 @@ pub const BUILTINS: &[Builtin] = &[
     ),
 ];
 
-/// The session builtins, for messages.
-pub const SESSION_BUILTINS: &str =
-    "`print`, `len`, `load_npy`, `save_npy`, `set_float32_matmul_precision`";
+/// The session builtins, for messages: "`print`, `len`, ...".
+pub fn session_builtins() -> String {
+    let names: Vec<String> = BUILTINS
+        .iter()
+        .filter(|b| b.ctx == Ctx::Session)
+        .map(|b| format!("`{}`", b.name))
+        .collect();
+    names.join(", ")
+}
 
 /// The values `set_float32_matmul_precision` takes, and whether each means tf32.
 pub fn matmul_precision(name: &str) -> Option<bool> {
@@ -303,8 +470,8 @@ pub fn matmul_precision(name: &str) -> Option<bool> {
     }
 }
 
-pub fn lookup(name: &str) -> Option<&'static Builtin> {
-    BUILTINS.iter().find(|b| b.name == name)
+pub fn lookup(name: &str) -> Option<&'static BuiltinInfo> {
+    Builtin::from_name(name).map(Builtin::info)
 }
 
 pub fn is_builtin(name: &str) -> bool {
@@ -313,4 +480,25 @@ pub fn is_builtin(name: &str) -> bool {
 
 pub fn names() -> impl Iterator<Item = &'static str> {
     BUILTINS.iter().map(|b| b.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_index_the_table_and_names_round_trip() {
+        assert_eq!(Builtin::ALL.len(), BUILTINS.len());
+        for (i, (&b, row)) in Builtin::ALL.iter().zip(BUILTINS).enumerate() {
+            assert_eq!(b as usize, i, "`{}` is out of order in `ALL`", row.name);
+            assert_eq!(row.id, b, "row {i} (`{}`) carries the wrong id", row.name);
+            assert_eq!(Builtin::from_name(b.name()), Some(b));
+            assert_eq!(b.info().name, row.name);
+        }
+        let mut names: Vec<&str> = names().collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), BUILTINS.len(), "a builtin name is repeated");
+        assert_eq!(Builtin::from_name("no_such_builtin"), None);
+    }
 }

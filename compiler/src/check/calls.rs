@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::builtins::{self, Builtin, Ctx};
+use super::builtins::{self, Builtin, Builtin as B, Ctx};
 use super::consts::fold_call;
 use super::ctx::{Checker, Val};
 use super::dims::Dim;
@@ -39,13 +39,13 @@ pub(crate) fn certainly_differ(a: &Dim, b: &Dim) -> bool {
         .is_some_and(|c| c != 0)
 }
 
-fn tensor_only_help(name: &str) -> &'static str {
-    match name {
-        "matmul" => "inside a kernel, multiply loaded tiles with `dot(a, b)`",
-        "softmax" => "inside a kernel, compute it from `exp`, `max` and `sum` on tiles",
-        "empty" | "ones" | "randn" | "tensor" => "inside a kernel, make tiles with `zeros([..], dtype)` or `full([..], value, dtype)`",
-        "transpose" => "inside a kernel, transpose a 2-D tile with `.T`",
-        "relu" => "inside a kernel, use `maximum(t, 0.0)`",
+fn tensor_only_help(b: Builtin) -> &'static str {
+    match b {
+        B::Matmul => "inside a kernel, multiply loaded tiles with `dot(a, b)`",
+        B::Softmax => "inside a kernel, compute it from `exp`, `max` and `sum` on tiles",
+        B::Empty | B::Ones | B::Randn | B::Tensor => "inside a kernel, make tiles with `zeros([..], dtype)` or `full([..], value, dtype)`",
+        B::Transpose => "inside a kernel, transpose a 2-D tile with `.T`",
+        B::Relu => "inside a kernel, use `maximum(t, 0.0)`",
         _ => "call it from a whole-tensor function (a plain `def`), or spell it out with tile operations",
     }
 }
@@ -84,10 +84,7 @@ impl Checker<'_> {
             })
             .collect();
         match &fval.ty {
-            Ty::Callable(Callee::Builtin(n)) => match builtins::lookup(n) {
-                Some(b) => self.builtin(b, &argv, e.span),
-                None => Val::err(),
-            },
+            Ty::Callable(Callee::Builtin(b)) => self.builtin(*b, &argv, e.span),
             Ty::Callable(Callee::Function(sig)) => {
                 let sig = sig.clone();
                 self.call_fn(&sig, grid, &argv, e.span, func)
@@ -408,7 +405,8 @@ impl Checker<'_> {
         Some((lk.max(rk), dims, dt, weak))
     }
 
-    fn builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
+    fn builtin(&mut self, id: Builtin, args: &[ArgV], span: Span) -> Val {
+        let b = id.info();
         match b.ctx {
             Ctx::Session if !self.top_level => {
                 let place = if self.in_kernel {
@@ -424,14 +422,14 @@ impl Checker<'_> {
                     )
                     .with_help(format!(
                         "{} only run in top-level statements (`tessera run`, `tessera repl`); return the value and use it there",
-                        builtins::SESSION_BUILTINS
+                        builtins::session_builtins()
                     )),
                 );
                 return Val::err();
             }
-            Ctx::Session => return self.session_builtin(b, args, span),
+            Ctx::Session if id == B::Print => return self.print(args, span),
             // `arange(n)` at top level makes a tensor on the host.
-            Ctx::Kernel if !self.in_kernel && self.top_level && b.name == "arange" => {
+            Ctx::Kernel if !self.in_kernel && self.top_level && id == B::Arange => {
                 return self.session_arange(args, span)
             }
             Ctx::Kernel if !self.in_kernel => {
@@ -451,15 +449,15 @@ impl Checker<'_> {
                             b.name
                         ),
                     )
-                    .with_help(tensor_only_help(b.name)),
+                    .with_help(tensor_only_help(id)),
                 );
                 return Val::err();
             }
             _ => {}
         }
         let positional = args.iter().filter(|a| a.name.is_none()).count();
-        if matches!(b.name, "min" | "max") && positional >= 2 {
-            return self.minmax(b.name, args, span);
+        if matches!(id, B::Min | B::Max) && positional >= 2 {
+            return self.minmax(id, args, span);
         }
         let required: Vec<bool> = (0..b.params.len()).map(|i| i < b.required).collect();
         let Some(slots) = self.bind_args(b.name, b.params, &required, args, span) else {
@@ -467,11 +465,17 @@ impl Checker<'_> {
         };
         let arg = |j: usize| slots.get(j).copied().flatten().map(|i| &args[i]);
         let Some(a0) = arg(0) else { return Val::err() };
-        if args.iter().any(|a| a.val.ty.is_err()) && !matches!(b.name, "store" | "atomic_add") {
+        // A poisoned argument poisons the call, except where the call has no
+        // value to poison (a store) or is a session operation that still checks
+        // its other arguments.
+        if args.iter().any(|a| a.val.ty.is_err())
+            && !matches!(id, B::Store | B::AtomicAdd)
+            && b.ctx != Ctx::Session
+        {
             return Val::err();
         }
-        match b.name {
-            "program_id" | "num_programs" => {
+        match id {
+            B::ProgramId | B::NumPrograms => {
                 if let Some(axis) = self.const_int(a0, "the program axis") {
                     let rank = self.kernel.grid_rank;
                     if !(0..3).contains(&axis) || rank.is_some_and(|r| axis as usize >= r) {
@@ -494,7 +498,7 @@ impl Checker<'_> {
                 }
                 Val::of(Ty::scalar(DType::I32))
             }
-            "cdiv" => {
+            B::Cdiv => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 for a in [a0, a1] {
                     if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
@@ -508,7 +512,7 @@ impl Checker<'_> {
                 }
                 let weak = a0.val.ty.is_weak() && a1.val.ty.is_weak();
                 let value = match (&a0.val.value, &a1.val.value) {
-                    (Some(x), Some(y)) => match fold_call("cdiv", &[x.clone(), y.clone()]) {
+                    (Some(x), Some(y)) => match fold_call(B::Cdiv, &[x.clone(), y.clone()]) {
                         Ok(v) => v,
                         Err(m) => {
                             self.report(Diagnostic::new(
@@ -529,9 +533,20 @@ impl Checker<'_> {
                     value,
                 )
             }
-            "min" | "max" | "sum" | "mean" => self.reduce(b.name, a0, arg(1), arg(2)),
-            "exp" | "exp2" | "log" | "log2" | "sqrt" | "rsqrt" | "abs" | "sigmoid" | "tanh"
-            | "erf" | "relu" | "gelu" | "silu" => {
+            B::Min | B::Max | B::Sum | B::Mean => self.reduce(id, a0, arg(1), arg(2)),
+            B::Exp
+            | B::Exp2
+            | B::Log
+            | B::Log2
+            | B::Sqrt
+            | B::Rsqrt
+            | B::Abs
+            | B::Sigmoid
+            | B::Tanh
+            | B::Erf
+            | B::Relu
+            | B::Gelu
+            | B::Silu => {
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
                 };
@@ -549,7 +564,7 @@ impl Checker<'_> {
                 // Kernels compute transcendentals with f32 approximations.
                 if self.in_kernel
                     && dt == DType::F64
-                    && !matches!(b.name, "sqrt" | "rsqrt" | "abs" | "relu")
+                    && !matches!(id, B::Sqrt | B::Rsqrt | B::Abs | B::Relu)
                 {
                     self.report(
                         Diagnostic::new(
@@ -561,30 +576,30 @@ impl Checker<'_> {
                     );
                     return Val::err();
                 }
-                let rdt = if b.name == "abs" || dt.is_float() {
+                let rdt = if id == B::Abs || dt.is_float() {
                     dt
                 } else {
                     DType::F32
                 };
                 let weak = a0.val.ty.is_weak();
-                let value = if b.name == "abs" {
+                let value = if id == B::Abs {
                     a0.val
                         .value
                         .as_ref()
-                        .and_then(|v| fold_call("abs", std::slice::from_ref(v)).ok().flatten())
+                        .and_then(|v| fold_call(B::Abs, std::slice::from_ref(v)).ok().flatten())
                 } else {
                     None
                 };
                 Val::with(make(k, dims, rdt, weak), value)
             }
-            "maximum" | "minimum" => {
+            B::Maximum | B::Minimum => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 match self.elementwise(&format!("`{}`", b.name), a0, a1, span) {
                     Some((k, dims, dt, weak)) => Val::of(make(k, dims, dt, weak)),
                     None => Val::err(),
                 }
             }
-            "where" => {
+            B::Where => {
                 let (Some(a1), Some(a2)) = (arg(1), arg(2)) else {
                     return Val::err();
                 };
@@ -625,11 +640,11 @@ impl Checker<'_> {
                 };
                 Val::of(make(k.max(ck), all, dt, weak))
             }
-            "zeros" | "empty" | "ones" | "randn" | "full" => {
+            B::Zeros | B::Empty | B::Ones | B::Randn | B::Full => {
                 let Some(dims) = self.shape_arg(a0) else {
                     return Val::err();
                 };
-                let (dtype_slot, value_slot) = if b.name == "full" {
+                let (dtype_slot, value_slot) = if id == B::Full {
                     (2, Some(1))
                 } else {
                     (1, None)
@@ -641,7 +656,7 @@ impl Checker<'_> {
                     },
                     None => DType::F32,
                 };
-                if b.name == "randn" && !dt.is_float() {
+                if id == B::Randn && !dt.is_float() {
                     // Normal samples are not integers; rounding them would be a
                     // second, undocumented distribution.
                     self.report(
@@ -693,7 +708,7 @@ impl Checker<'_> {
                         }
                     }
                 }
-                if let Some(seed) = arg(2).filter(|_| b.name == "randn") {
+                if let Some(seed) = arg(2).filter(|_| id == B::Randn) {
                     if !matches!(seed.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
                         self.report(Diagnostic::new(
                             "E0302",
@@ -708,7 +723,7 @@ impl Checker<'_> {
                     Ty::Tensor { dims, dtype: dt }
                 })
             }
-            "range" => {
+            B::Range => {
                 for j in 0..3 {
                     if let Some(a) = arg(j) {
                         if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
@@ -732,7 +747,7 @@ impl Checker<'_> {
                 }
                 Val::of(Ty::Range)
             }
-            "arange" => {
+            B::Arange => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 for a in [a0, a1] {
                     if !matches!(a.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
@@ -776,14 +791,14 @@ impl Checker<'_> {
                 }
                 Val::of(Ty::tile(vec![len], DType::I32))
             }
-            "load" | "store" | "atomic_add" => self.memory(b.name, a0, arg(1), arg(2)),
-            "dot" => {
+            B::Load | B::Store | B::AtomicAdd => self.memory(id, a0, arg(1), arg(2)),
+            B::Dot => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 let acc = arg(2).map(|a| (&a.val, a.expr));
                 let prec = arg(3).map(|a| (&a.val, a.expr));
                 self.dot_op(&a0.val, &a1.val, acc, prec, span, a0.expr, a1.expr)
             }
-            "matmul" => {
+            B::Matmul => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 if let Some(p) = arg(2) {
                     // A literal: the graph lowering reads it from the source.
@@ -802,7 +817,7 @@ impl Checker<'_> {
                 }
                 self.matmul_op(&a0.val, &a1.val, span, a0.expr, a1.expr)
             }
-            "softmax" => {
+            B::Softmax => {
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
                 };
@@ -830,7 +845,7 @@ impl Checker<'_> {
                 }
                 Val::of(make(k, dims, dt, false))
             }
-            "layer_norm" | "rms_norm" => {
+            B::LayerNorm | B::RmsNorm => {
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
                 };
@@ -842,7 +857,7 @@ impl Checker<'_> {
                     ));
                     return Val::err();
                 }
-                let n_affine = if b.name == "layer_norm" { 2 } else { 1 };
+                let n_affine = if id == B::LayerNorm { 2 } else { 1 };
                 for j in 1..=n_affine {
                     let Some(w) = arg(j) else { continue };
                     if matches!(w.val.ty, Ty::NoneV) {
@@ -882,7 +897,7 @@ impl Checker<'_> {
                 }
                 Val::of(make(k, dims, dt, false))
             }
-            "transpose" => {
+            B::Transpose => {
                 let (Some(a1), Some(a2)) = (arg(1), arg(2)) else {
                     return Val::err();
                 };
@@ -904,7 +919,7 @@ impl Checker<'_> {
                 dims.swap(x, y);
                 Val::of(make(k, dims, dt, false))
             }
-            "reshape" => {
+            B::Reshape => {
                 let Some(a1) = arg(1) else { return Val::err() };
                 let Some((k, dims, dt)) = self.array(a0) else {
                     return Val::err();
@@ -966,7 +981,7 @@ impl Checker<'_> {
                 }
                 Val::of(make(k, new, dt, false))
             }
-            "tensor" => {
+            B::Tensor => {
                 fn shape_of(t: &Ty) -> Option<(Vec<Dim>, bool)> {
                     match t {
                         Ty::Scalar { dtype, .. } => Some((Vec::new(), dtype.is_float())),
@@ -1021,71 +1036,10 @@ impl Checker<'_> {
                 }
                 Val::of(Ty::Tensor { dims, dtype: dt })
             }
-            _ => Val::err(),
-        }
-    }
-
-    /// `min(a, b, ...)` / `max(a, b, ...)` of scalars (or elementwise).
-    /// `print`, `len`, `load_npy`, `save_npy` in a top-level statement.
-    fn session_builtin(&mut self, b: &Builtin, args: &[ArgV], span: Span) -> Val {
-        if b.name == "print" {
-            // Python's `sep=` and `end=` (strings); `file=` and `flush=` have
-            // no meaning in a session.
-            for a in args {
-                match a.name.map(|n| n.name.as_str()) {
-                    None => {}
-                    Some("sep" | "end") if matches!(a.val.ty, Ty::Str | Ty::Err) => {}
-                    Some("sep" | "end") => {
-                        self.report(Diagnostic::new(
-                            "E0302",
-                            a.expr.span,
-                            format!("`print`'s separators are strings, found `{}`", a.val.ty),
-                        ));
-                    }
-                    Some(other) => self.report(
-                        Diagnostic::new(
-                            "E0205",
-                            a.span,
-                            format!("`print` has no keyword argument `{other}`"),
-                        )
-                        .with_primary_label("unknown keyword argument")
-                        .with_help("`print(a, b, ..., sep=\" \", end=\"\\n\")`"),
-                    ),
-                }
-            }
-            if let Some(twice) = ["sep", "end"].into_iter().find(|k| {
-                args.iter()
-                    .filter(|a| a.name.is_some_and(|n| n.name == *k))
-                    .count()
-                    > 1
-            }) {
-                self.report(Diagnostic::new(
-                    "E0206",
-                    span,
-                    format!("`{twice}=` is given twice"),
-                ));
-            }
-            return Val::of(Ty::NoneV);
-        }
-        let required: Vec<bool> = (0..b.params.len()).map(|i| i < b.required).collect();
-        let Some(slots) = self.bind_args(b.name, b.params, &required, args, span) else {
-            return Val::err();
-        };
-        let arg = |j: usize| slots.get(j).copied().flatten().map(|i| &args[i]);
-        let Some(a0) = arg(0) else { return Val::err() };
-        let path_ok = |me: &mut Self, a: &ArgV| -> bool {
-            if matches!(a.val.ty, Ty::Str | Ty::Err) {
-                return true;
-            }
-            me.report(Diagnostic::new(
-                "E0302",
-                a.expr.span,
-                format!("a path is a string, found `{}`", a.val.ty),
-            ));
-            false
-        };
-        match b.name {
-            "len" => {
+            // Typed by `print` above, before binding: it takes any number of values.
+            B::Print => Val::of(Ty::NoneV),
+            // Session builtins: top-level statements only (E0725 above).
+            B::Len => {
                 let n = match &a0.val.ty {
                     Ty::Err => return Val::err(),
                     Ty::Tensor { dims, .. } if !dims.is_empty() => {
@@ -1105,7 +1059,7 @@ impl Checker<'_> {
                 };
                 Val::with(Ty::weak(DType::I32), n.map(Value::Int))
             }
-            "set_float32_matmul_precision" => {
+            B::SetFloat32MatmulPrecision => {
                 let ok = match &a0.val.value {
                     Some(Value::Str(s)) => builtins::matmul_precision(s).is_some(),
                     _ => a0.val.ty.is_err(),
@@ -1122,8 +1076,8 @@ impl Checker<'_> {
                 }
                 Val::of(Ty::NoneV)
             }
-            "load_npy" => {
-                path_ok(self, a0);
+            B::LoadNpy => {
+                self.path_ok(a0);
                 // The file decides shape and dtype: untracked here (uses are
                 // checked when the statement runs).
                 self.types.push((
@@ -1132,7 +1086,7 @@ impl Checker<'_> {
                 ));
                 Val::err()
             }
-            "save_npy" => {
+            B::SaveNpy => {
                 if !matches!(a0.val.ty, Ty::Tensor { .. } | Ty::Err) {
                     self.report(Diagnostic::new(
                         "E0302",
@@ -1141,12 +1095,66 @@ impl Checker<'_> {
                     ));
                 }
                 if let Some(a1) = arg(1) {
-                    path_ok(self, a1);
+                    self.path_ok(a1);
                 }
                 Val::of(Ty::NoneV)
             }
-            _ => Val::err(),
         }
+    }
+
+    /// `print(a, b, ..., sep=, end=)`: any number of values, so its arguments
+    /// are checked here rather than bound to the parameter list.
+    fn print(&mut self, args: &[ArgV], span: Span) -> Val {
+        // Python's `sep=` and `end=` (strings); `file=` and `flush=` have
+        // no meaning in a session.
+        for a in args {
+            match a.name.map(|n| n.name.as_str()) {
+                None => {}
+                Some("sep" | "end") if matches!(a.val.ty, Ty::Str | Ty::Err) => {}
+                Some("sep" | "end") => {
+                    self.report(Diagnostic::new(
+                        "E0302",
+                        a.expr.span,
+                        format!("`print`'s separators are strings, found `{}`", a.val.ty),
+                    ));
+                }
+                Some(other) => self.report(
+                    Diagnostic::new(
+                        "E0205",
+                        a.span,
+                        format!("`print` has no keyword argument `{other}`"),
+                    )
+                    .with_primary_label("unknown keyword argument")
+                    .with_help("`print(a, b, ..., sep=\" \", end=\"\\n\")`"),
+                ),
+            }
+        }
+        if let Some(twice) = ["sep", "end"].into_iter().find(|k| {
+            args.iter()
+                .filter(|a| a.name.is_some_and(|n| n.name == *k))
+                .count()
+                > 1
+        }) {
+            self.report(Diagnostic::new(
+                "E0206",
+                span,
+                format!("`{twice}=` is given twice"),
+            ));
+        }
+        Val::of(Ty::NoneV)
+    }
+
+    /// Whether a path argument is a string (E0302 otherwise).
+    fn path_ok(&mut self, a: &ArgV) -> bool {
+        if matches!(a.val.ty, Ty::Str | Ty::Err) {
+            return true;
+        }
+        self.report(Diagnostic::new(
+            "E0302",
+            a.expr.span,
+            format!("a path is a string, found `{}`", a.val.ty),
+        ));
+        false
     }
 
     /// `arange(n)`, `arange(start, end)`, `dtype=` in a top-level statement: a
@@ -1202,7 +1210,7 @@ impl Checker<'_> {
         })
     }
 
-    fn minmax(&mut self, name: &'static str, args: &[ArgV], span: Span) -> Val {
+    fn minmax(&mut self, name: Builtin, args: &[ArgV], span: Span) -> Val {
         if let Some(a) = args.iter().find(|a| a.name.is_some()) {
             self.report(
                 Diagnostic::new(
@@ -1245,7 +1253,7 @@ impl Checker<'_> {
 
     fn reduce(
         &mut self,
-        name: &str,
+        name: Builtin,
         x: &ArgV,
         axis: Option<&ArgV>,
         keepdims: Option<&ArgV>,
@@ -1293,7 +1301,7 @@ impl Checker<'_> {
             Some(j) => vec![&dims[j]],
             None => dims.iter().collect(),
         };
-        if name != "sum" && reduced.iter().any(|d| d.as_const() == Some(0)) {
+        if name != B::Sum && reduced.iter().any(|d| d.as_const() == Some(0)) {
             self.report(
                 Diagnostic::new(
                     "E0317",
@@ -1324,8 +1332,8 @@ impl Checker<'_> {
                 .collect(),
         };
         let rdt = match (name, dt) {
-            ("mean", d) if !d.is_float() => DType::F32,
-            ("sum", DType::Bool) => DType::I32,
+            (B::Mean, d) if !d.is_float() => DType::F32,
+            (B::Sum, DType::Bool) => DType::I32,
             (_, d) => d,
         };
         Val::of(match k {
@@ -1339,7 +1347,7 @@ impl Checker<'_> {
 
     fn memory(
         &mut self,
-        name: &str,
+        name: Builtin,
         ptr: &ArgV,
         second: Option<&ArgV>,
         third: Option<&ArgV>,
@@ -1348,7 +1356,7 @@ impl Checker<'_> {
             // The GPU's atomic adds: f32, f64, f16, i32, u32, i64 (others
             // would need compare-and-swap loops, not generated).
             Ty::Ref { dtype, .. }
-                if name == "atomic_add"
+                if name == B::AtomicAdd
                     && !matches!(
                         dtype,
                         DType::F32 | DType::F64 | DType::F16 | DType::I32 | DType::U32 | DType::I64
@@ -1366,7 +1374,7 @@ impl Checker<'_> {
             }
             Ty::Ref { dims, dtype } | Ty::Tensor { dims, dtype } => (dims.clone(), *dtype),
             Ty::Err => {
-                return if name == "load" {
+                return if name == B::Load {
                     Val::err()
                 } else {
                     Val::of(Ty::NoneV)
@@ -1384,13 +1392,13 @@ impl Checker<'_> {
                     )
                     .with_help(format!(
                         "write e.g. `{name}(x[i : i + BLOCK]{})`",
-                        if name == "load" { "" } else { ", tile" }
+                        if name == B::Load { "" } else { ", tile" }
                     )),
                 );
                 return Val::err();
             }
         };
-        let (mask, other, value) = if name == "load" {
+        let (mask, other, value) = if name == B::Load {
             (second, third, None)
         } else {
             (third, None, second)
@@ -1451,7 +1459,7 @@ impl Checker<'_> {
                 }
             }
         }
-        if name == "load" {
+        if name == B::Load {
             return Val::of(Ty::tile(dims, dtype));
         }
         let Some(v) = value else {

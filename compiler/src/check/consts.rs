@@ -2,6 +2,7 @@
 //! values (ints may be symbolic, see `dims`), and a small evaluator for module
 //! `const`s and parameter defaults.
 
+use super::builtins::Builtin;
 use super::dims::Dim;
 use super::types::{DType, Value};
 use crate::syntax::ast::{BinOp, Expr, ExprKind, UnaryOp};
@@ -150,7 +151,7 @@ pub fn fold_unary(op: UnaryOp, v: &Value) -> Option<Value> {
 }
 
 /// Folds a call of a scalar builtin (`cdiv`, `min`, `max`, `abs`).
-pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
+pub fn fold_call(b: Builtin, args: &[Value]) -> Result<Option<Value>, String> {
     let ints: Option<Vec<i64>> = args
         .iter()
         .map(|a| match a {
@@ -158,8 +159,8 @@ pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
             _ => None,
         })
         .collect();
-    match (name, ints.as_deref()) {
-        ("cdiv", Some([a, b])) => {
+    match (b, ints.as_deref()) {
+        (Builtin::Cdiv, Some([a, b])) => {
             if *b == 0 {
                 return Err(format!("division by zero in `cdiv({a}, {b})`"));
             }
@@ -171,22 +172,24 @@ pub fn fold_call(name: &str, args: &[Value]) -> Result<Option<Value>, String> {
             .ok_or("integer overflow")?;
             Ok(Some(Value::int(r)))
         }
-        ("min", Some(v)) if !v.is_empty() => Ok(v.iter().min().map(|x| Value::int(*x))),
-        ("max", Some(v)) if !v.is_empty() => Ok(v.iter().max().map(|x| Value::int(*x))),
-        ("abs", Some([a])) => Ok(Some(Value::int(a.checked_abs().ok_or("integer overflow")?))),
-        ("min" | "max", None) => {
+        (Builtin::Min, Some(v)) if !v.is_empty() => Ok(v.iter().min().map(|x| Value::int(*x))),
+        (Builtin::Max, Some(v)) if !v.is_empty() => Ok(v.iter().max().map(|x| Value::int(*x))),
+        (Builtin::Abs, Some([a])) => {
+            Ok(Some(Value::int(a.checked_abs().ok_or("integer overflow")?)))
+        }
+        (Builtin::Min | Builtin::Max, None) => {
             let fl: Option<Vec<f64>> = args.iter().map(as_f64).collect();
             Ok(fl.filter(|v| !v.is_empty()).map(|v| {
-                let init = if name == "min" {
+                let init = if b == Builtin::Min {
                     f64::INFINITY
                 } else {
                     f64::NEG_INFINITY
                 };
-                Value::Float(v.into_iter().fold(init, |a, b| {
-                    if name == "min" {
-                        a.min(b)
+                Value::Float(v.into_iter().fold(init, |acc, x| {
+                    if b == Builtin::Min {
+                        acc.min(x)
                     } else {
-                        a.max(b)
+                        acc.max(x)
                     }
                 }))
             }))
@@ -260,16 +263,19 @@ pub fn eval_const(e: &Expr, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Va
             let ExprKind::Name(f) = &func.kind else {
                 return Err(ConstError::Unsupported(e.span));
             };
-            if args.iter().any(|a| a.name.is_some())
-                || !matches!(f.name.as_str(), "cdiv" | "min" | "max" | "abs")
-            {
-                return Err(ConstError::Unsupported(e.span));
-            }
+            let b = match Builtin::from_name(&f.name) {
+                Some(b @ (Builtin::Cdiv | Builtin::Min | Builtin::Max | Builtin::Abs))
+                    if args.iter().all(|a| a.name.is_none()) =>
+                {
+                    b
+                }
+                _ => return Err(ConstError::Unsupported(e.span)),
+            };
             let vals = args
                 .iter()
                 .map(|a| eval_const(&a.value, lookup))
                 .collect::<Result<Vec<_>, _>>()?;
-            match fold_call(&f.name, &vals) {
+            match fold_call(b, &vals) {
                 Ok(Some(v)) => Ok(v),
                 Ok(None) => Err(ConstError::Unsupported(e.span)),
                 Err(message) => Err(ConstError::Failed {
@@ -294,10 +300,10 @@ mod tests {
     #[test]
     fn folding() {
         assert_eq!(
-            fold_call("cdiv", &[Value::int(1000), Value::int(128)]).unwrap(),
+            fold_call(Builtin::Cdiv, &[Value::int(1000), Value::int(128)]).unwrap(),
             Some(Value::int(8))
         );
-        assert!(fold_call("cdiv", &[Value::int(1), Value::int(0)]).is_err());
+        assert!(fold_call(Builtin::Cdiv, &[Value::int(1), Value::int(0)]).is_err());
         assert_eq!(
             fold_binary(BinOp::FloorDiv, &Value::int(-7), &Value::int(2)).unwrap(),
             Some(Value::int(-4))

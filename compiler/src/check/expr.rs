@@ -376,7 +376,7 @@ impl Checker<'_> {
             return self.entry_val(&entry);
         }
         if let Some(b) = builtins::lookup(&id.name) {
-            return Val::of(Ty::Callable(Callee::Builtin(b.name)));
+            return Val::of(Ty::Callable(Callee::Builtin(b.id)));
         }
         if let Some(d) = DType::from_name(&id.name) {
             return Val::with(Ty::DTypeV, Some(Value::DType(d)));
@@ -1307,7 +1307,7 @@ impl Checker<'_> {
                     attr.span,
                     format!("no attribute `{name}` on {} `{other}`", other.kind_name()),
                 );
-                if builtins::names().any(|b| b == name) {
+                if builtins::is_builtin(name) {
                     // `x.reshape([3, 4])`, `x.sum()`: a builtin written as a method.
                     d = d.with_help(format!(
                         "`{name}` is a function, not a method: `{name}({}, ...)`",

@@ -269,6 +269,155 @@ fn builtins_written_as_methods_point_at_the_function() {
     );
 }
 
+/// Where a builtin's example call is checked.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Kernel,
+    Tensor,
+    Session,
+}
+
+/// A well-typed call of each builtin (exhaustive: a new builtin needs one).
+fn builtin_example(b: super::builtins::Builtin) -> (Place, &'static str) {
+    use super::builtins::Builtin as B;
+    use Place::*;
+    match b {
+        B::ProgramId => (Kernel, "program_id(0)"),
+        B::NumPrograms => (Kernel, "num_programs(0)"),
+        B::Arange => (Kernel, "arange(0, 64)"),
+        B::Load => (Kernel, "load(x[0:64])"),
+        B::Store => (Kernel, "store(y[0:64], t)"),
+        B::AtomicAdd => (Kernel, "atomic_add(y[0:64], t)"),
+        B::Dot => (Kernel, "dot(m, m)"),
+        B::Cdiv => (Kernel, "cdiv(n, 16)"),
+        B::Min => (Kernel, "min(t, axis=0)"),
+        B::Max => (Tensor, "max(x, dim=0)"),
+        B::Sum => (Kernel, "sum(t)"),
+        B::Mean => (Tensor, "mean(x, dim=1)"),
+        B::Exp => (Kernel, "exp(t)"),
+        B::Exp2 => (Kernel, "exp2(t)"),
+        B::Log => (Tensor, "log(x)"),
+        B::Log2 => (Tensor, "log2(x)"),
+        B::Sqrt => (Kernel, "sqrt(t)"),
+        B::Rsqrt => (Kernel, "rsqrt(t)"),
+        B::Abs => (Tensor, "abs(x)"),
+        B::Sigmoid => (Kernel, "sigmoid(t)"),
+        B::Tanh => (Kernel, "tanh(t)"),
+        B::Erf => (Tensor, "erf(x)"),
+        B::Maximum => (Kernel, "maximum(t, 0.0)"),
+        B::Minimum => (Tensor, "minimum(x, 1.0)"),
+        B::Where => (Kernel, "where(t > 0.0, t, 0.0)"),
+        B::Zeros => (Kernel, "zeros([16, 16], f32)"),
+        B::Full => (Tensor, "full([4, 8], 2.0)"),
+        B::Range => (Kernel, "range(0, 4)"),
+        B::Matmul => (Tensor, "matmul(x, w)"),
+        B::Softmax => (Tensor, "softmax(x, dim=-1)"),
+        B::LayerNorm => (Tensor, "layer_norm(x)"),
+        B::RmsNorm => (Tensor, "rms_norm(x)"),
+        B::Relu => (Tensor, "relu(x)"),
+        B::Gelu => (Tensor, "gelu(x)"),
+        B::Silu => (Tensor, "silu(x)"),
+        B::Transpose => (Tensor, "transpose(x, 0, 1)"),
+        B::Reshape => (Tensor, "reshape(x, [8, 4])"),
+        B::Empty => (Tensor, "empty([4, 8])"),
+        B::Ones => (Tensor, "ones([4, 8], f16)"),
+        B::Randn => (Tensor, "randn([4, 8], seed=1)"),
+        B::Tensor => (Tensor, "tensor([[1.0, 2.0], [3.0, 4.0]])"),
+        B::Print => (Session, "print(1, \"a\", sep=\", \")"),
+        B::Len => (Session, "len((1, 2, 3))"),
+        B::LoadNpy => (Session, "load_npy(\"x.npy\")"),
+        B::SaveNpy => (Session, "save_npy(zeros([2]), \"x.npy\")"),
+        B::SetFloat32MatmulPrecision => (Session, "set_float32_matmul_precision(\"high\")"),
+    }
+}
+
+/// The item that holds `stmt` in `place`, with the names examples use.
+fn example_item(place: Place, stmt: &str) -> String {
+    match place {
+        Place::Kernel => format!(
+            "@kernel(grid=(4,))\ndef k(x: Tensor[64, f32], y: Tensor[64, f32], n: i32):\n    t = load(x[0:64])\n    m = zeros([16, 16], f16)\n    {stmt}\n"
+        ),
+        Place::Tensor => format!(
+            "def f(x: Tensor[4, 8, f32], w: Tensor[8, 2, f32]) -> Tensor[4, 8, f32]:\n    {stmt}\n    return x\n"
+        ),
+        Place::Session => format!("{stmt}\n"),
+    }
+}
+
+/// Every builtin has a typing rule: a well-typed call of it checks without a
+/// diagnostic and has a type (not the poison type, which renders as `?`).
+#[test]
+fn every_builtin_has_a_typing_rule() {
+    use super::builtins::Builtin;
+    for b in Builtin::ALL {
+        let (place, call) = builtin_example(b);
+        assert!(
+            call.starts_with(&format!("{}(", b.name())),
+            "the example of `{b}` calls something else: {call}"
+        );
+        let item_text = example_item(place, &format!("r = {call}"));
+        let item = crate::syntax::parse_item(&item_text)
+            .item
+            .unwrap_or_else(|| panic!("`{b}`'s example parses:\n{item_text}"));
+        let scope = super::build_module_scope(&[std::sync::Arc::new(item.clone())], &|_| None);
+        let checked = super::check_item(&item, &scope, Arch::Sm90);
+        // Unused-variable warnings aside: the example binds more than it uses.
+        let errors: Vec<_> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == crate::diag::Severity::Error)
+            .collect();
+        assert!(errors.is_empty(), "`{b}`:\n{item_text}{errors:?}");
+        let paren = item_text.find(&format!("r = {call}")).unwrap() + 4 + b.name().len();
+        let ty = checked.type_at(paren as u32);
+        assert!(
+            ty.is_some_and(|t| t != "?"),
+            "`{b}` has no type:\n{item_text}{ty:?}"
+        );
+    }
+}
+
+/// Every kernel and whole-tensor builtin has a lowering rule: its example
+/// lowers to Tile IR (in a kernel) or Graph IR (in a function). The session
+/// builtins run on the host (the session evaluator's match; the REPL
+/// transcripts run them).
+#[test]
+fn every_builtin_lowers_where_it_checks() {
+    use super::builtins::Builtin;
+    for b in Builtin::ALL {
+        let (place, call) = builtin_example(b);
+        // `range` makes loop bounds: it lowers as a `for` loop.
+        let stmt = match b {
+            Builtin::Range => format!("for i in {call}:\n        pass"),
+            _ => format!("r = {call}"),
+        };
+        let text = example_item(place, &stmt);
+        let mut db = Database::new();
+        let file = db.set_source("/t/builtin.tsr", text.clone());
+        let lowered = match place {
+            Place::Kernel => {
+                let (item, _) = crate::db::function_item(&db, file, "k").expect("the kernel");
+                let spec = crate::ir::tile::Specialization::default();
+                crate::db::tile_ir(&db, item, db.options(), spec)
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|d| format!("{d:?}"))
+            }
+            Place::Tensor => {
+                let (item, _) = crate::db::function_item(&db, file, "f").expect("the function");
+                crate::db::graph_ir(&db, item, db.options())
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| format!("{e}: {e:?}"))
+            }
+            Place::Session => continue,
+        };
+        if let Err(e) = lowered {
+            panic!("`{b}` does not lower:\n{text}{e}");
+        }
+    }
+}
+
 /// Many distinct names with an `if` after each: the `if`s' environment work
 /// grows with the kernel, not with the kernel times the names in scope.
 #[test]

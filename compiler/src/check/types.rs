@@ -203,7 +203,7 @@ impl fmt::Display for Value {
 /// What a callable value is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Callee {
-    Builtin(&'static str),
+    Builtin(super::builtins::Builtin),
     /// A user (or imported) `def` or kernel.
     Function(Arc<FnSig>),
     /// `x.to` — a method bound to its receiver.

@@ -59,7 +59,8 @@ fn std_nn_alias<'db>(db: &'db dyn Db, file: SourceFile) -> impl Fn(&check::FnSig
         .resolve_module(file, &["std".to_string(), "nn".to_string()])
         .map(|m| module_exports(db, m));
     move |callee: &check::FnSig| {
-        crate::ir::graph::STD_NN_BUILTINS.contains(&callee.name.as_str())
+        check::builtins::Builtin::from_name(&callee.name)
+            .is_some_and(|b| crate::ir::graph::STD_NN_BUILTINS.contains(&b))
             && matches!(
                 std_nn.and_then(|m| m.get(&callee.name)),
                 Some(check::Entry::Function(s)) if **s == *callee

@@ -238,7 +238,7 @@ fn scope_entry(name: &str, e: &Entry) -> Completion {
     }
 }
 
-fn builtin_completion(b: &builtins::Builtin) -> Completion {
+fn builtin_completion(b: &builtins::BuiltinInfo) -> Completion {
     Completion {
         label: b.name.to_string(),
         kind: CompletionKind::Builtin,

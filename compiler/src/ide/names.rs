@@ -350,7 +350,7 @@ pub enum Target {
     /// A definition in source (a local's first binding, a module item, a module's start).
     At(Location),
     /// A builtin function.
-    Builtin(&'static builtins::Builtin),
+    Builtin(&'static builtins::BuiltinInfo),
     /// Nothing known (an unbound name, a dtype, a member of a tile).
     Unknown,
 }
@@ -359,7 +359,7 @@ impl PartialEq for Target {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Target::At(a), Target::At(b)) => a == b,
-            (Target::Builtin(a), Target::Builtin(b)) => a.name == b.name,
+            (Target::Builtin(a), Target::Builtin(b)) => a.id == b.id,
             (Target::Unknown, Target::Unknown) => true,
             _ => false,
         }

@@ -55,7 +55,7 @@
 use std::collections::HashMap;
 use std::fmt::{self, Write};
 
-use crate::check::builtins;
+use crate::check::builtins::{Builtin, Builtin as B};
 use crate::check::ctx::Val;
 use crate::check::dims::Dim;
 use crate::check::expr::broadcast;
@@ -63,7 +63,7 @@ use crate::check::generics::{bind_call, CallArg, TypeEnv};
 use crate::check::scope::FnSig;
 use crate::check::types::{render_dims, Callee};
 use crate::check::{DType, Ty, Value};
-use crate::ir::tile::{BinaryOp, Constant, UnaryOp};
+use crate::ir::tile::{unary_op, BinaryOp, Constant, UnaryOp};
 use crate::syntax::ast::{self, Expr, ExprKind, Function, StmtKind};
 use crate::syntax::span::Span;
 
@@ -512,24 +512,15 @@ pub fn render_constant(c: &Constant) -> String {
     }
 }
 
-fn unary_of(name: &str) -> Option<UnaryOp> {
-    Some(match name {
-        "exp" => UnaryOp::Exp,
-        "exp2" => UnaryOp::Exp2,
-        "log" => UnaryOp::Log,
-        "log2" => UnaryOp::Log2,
-        "sqrt" => UnaryOp::Sqrt,
-        "rsqrt" => UnaryOp::Rsqrt,
-        "abs" => UnaryOp::Abs,
-        "sigmoid" => UnaryOp::Sigmoid,
-        "tanh" => UnaryOp::Tanh,
-        "erf" => UnaryOp::Erf,
-        _ => return None,
-    })
-}
-
 /// The std.nn functions that have the meaning of the builtin of the same name.
-pub const STD_NN_BUILTINS: &[&str] = &["softmax", "layer_norm", "rms_norm", "relu", "gelu", "silu"];
+pub const STD_NN_BUILTINS: &[Builtin] = &[
+    B::Softmax,
+    B::LayerNorm,
+    B::RmsNorm,
+    B::Relu,
+    B::Gelu,
+    B::Silu,
+];
 
 struct Builder<'a> {
     vals: HashMap<(u32, u32), &'a Val>,
@@ -910,13 +901,12 @@ impl<'a> Builder<'a> {
             Callee::Method { name, .. } => {
                 Err(LowerError::new(func.span, format!("the method `{name}`")))
             }
-            Callee::Builtin(name) => self.builtin(name, e, args, ty),
+            Callee::Builtin(b) => self.builtin(b, e, args, ty),
             Callee::Function(sig) if sig.is_kernel => self.kernel_call(&sig, e, grid, args),
             Callee::Function(sig) if (self.is_builtin_alias)(&sig) => {
-                let name = builtins::lookup(&sig.name)
-                    .map(|b| b.name)
+                let b = Builtin::from_name(&sig.name)
                     .ok_or_else(|| LowerError::new(func.span, "an unknown builtin"))?;
-                self.builtin(name, e, args, ty)
+                self.builtin(b, e, args, ty)
             }
             Callee::Function(sig) => {
                 let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
@@ -1026,13 +1016,12 @@ impl<'a> Builder<'a> {
         ))
     }
 
-    fn builtin(&mut self, name: &str, e: &Expr, args: &[ast::Arg], ty: GType) -> R<NodeId> {
-        let b = builtins::lookup(name)
-            .ok_or_else(|| LowerError::new(e.span, format!("the builtin `{name}`")))?;
+    fn builtin(&mut self, id: Builtin, e: &Expr, args: &[ast::Arg], ty: GType) -> R<NodeId> {
+        let (name, b) = (id.name(), id.info());
         let positional = args.iter().filter(|a| a.name.is_none()).count();
-        if matches!(name, "min" | "max") && positional >= 2 {
+        if matches!(id, B::Min | B::Max) && positional >= 2 {
             // Scalar min/max of run-time values.
-            let op = if name == "min" {
+            let op = if id == B::Min {
                 BinaryOp::Min
             } else {
                 BinaryOp::Max
@@ -1051,157 +1040,177 @@ impl<'a> Builder<'a> {
                 LowerError::new(e.span, format!("`{name}` without its argument {j}"))
             })
         };
-        let kind = if let Some(op) = unary_of(name) {
-            NodeKind::Unary {
-                op,
+        let kind = match id {
+            B::Exp
+            | B::Exp2
+            | B::Log
+            | B::Log2
+            | B::Sqrt
+            | B::Rsqrt
+            | B::Abs
+            | B::Sigmoid
+            | B::Tanh
+            | B::Erf => NodeKind::Unary {
+                op: unary_op(id).ok_or_else(|| LowerError::new(e.span, format!("`{name}`")))?,
                 x: self.expr(need(0)?)?,
-            }
-        } else {
-            match name {
-                "relu" | "gelu" | "silu" => NodeKind::Activation {
-                    act: match name {
-                        "relu" => Activation::Relu,
-                        "gelu" => Activation::Gelu,
-                        _ => Activation::Silu,
-                    },
-                    x: self.expr(need(0)?)?,
+            },
+            B::Relu | B::Gelu | B::Silu => NodeKind::Activation {
+                act: match id {
+                    B::Relu => Activation::Relu,
+                    B::Gelu => Activation::Gelu,
+                    _ => Activation::Silu,
                 },
-                "maximum" | "minimum" => NodeKind::Binary {
-                    op: if name == "maximum" {
-                        BinaryOp::Max
-                    } else {
-                        BinaryOp::Min
+                x: self.expr(need(0)?)?,
+            },
+            B::Maximum | B::Minimum => NodeKind::Binary {
+                op: if id == B::Maximum {
+                    BinaryOp::Max
+                } else {
+                    BinaryOp::Min
+                },
+                a: self.expr(need(0)?)?,
+                b: self.expr(need(1)?)?,
+            },
+            B::Where => NodeKind::Select {
+                cond: self.expr(need(0)?)?,
+                a: self.expr(need(1)?)?,
+                b: self.expr(need(2)?)?,
+            },
+            B::Cdiv => {
+                // (a + b - 1) // b on run-time scalars.
+                let a = self.expr(need(0)?)?;
+                let bb = self.expr(need(1)?)?;
+                let one = self.push(NodeKind::Const(Constant::Int(1)), ty.clone(), e.span);
+                let s = self.push(
+                    NodeKind::Binary {
+                        op: BinaryOp::Add,
+                        a,
+                        b: bb,
                     },
+                    ty.clone(),
+                    e.span,
+                );
+                let s = self.push(
+                    NodeKind::Binary {
+                        op: BinaryOp::Sub,
+                        a: s,
+                        b: one,
+                    },
+                    ty.clone(),
+                    e.span,
+                );
+                NodeKind::Binary {
+                    op: BinaryOp::FloorDiv,
+                    a: s,
+                    b: bb,
+                }
+            }
+            B::Sum | B::Mean | B::Min | B::Max => {
+                let x0 = need(0)?;
+                let x = self.expr(x0)?;
+                let rank = self.ty_of(x).dims().len();
+                let axis = match arg(1) {
+                    Some(a) if !matches!(a.kind, ExprKind::None) => Some(self.axis(a, rank)?),
+                    _ => None,
+                };
+                let keepdims = match arg(2) {
+                    Some(k) => self.const_bool(k)?,
+                    None => false,
+                };
+                NodeKind::Reduce {
+                    op: match id {
+                        B::Sum => ReduceKind::Sum,
+                        B::Mean => ReduceKind::Mean,
+                        B::Min => ReduceKind::Min,
+                        _ => ReduceKind::Max,
+                    },
+                    x,
+                    axis,
+                    keepdims,
+                }
+            }
+            B::Matmul => {
+                let tf32 = match arg(2) {
+                    Some(p) => match &p.kind {
+                        ExprKind::Str(s) => s == "tf32",
+                        _ => self.default_tf32,
+                    },
+                    None => self.default_tf32,
+                };
+                NodeKind::MatMul {
                     a: self.expr(need(0)?)?,
                     b: self.expr(need(1)?)?,
-                },
-                "where" => NodeKind::Select {
-                    cond: self.expr(need(0)?)?,
-                    a: self.expr(need(1)?)?,
-                    b: self.expr(need(2)?)?,
-                },
-                "cdiv" => {
-                    // (a + b - 1) // b on run-time scalars.
-                    let a = self.expr(need(0)?)?;
-                    let bb = self.expr(need(1)?)?;
-                    let one = self.push(NodeKind::Const(Constant::Int(1)), ty.clone(), e.span);
-                    let s = self.push(
-                        NodeKind::Binary {
-                            op: BinaryOp::Add,
-                            a,
-                            b: bb,
-                        },
-                        ty.clone(),
-                        e.span,
-                    );
-                    let s = self.push(
-                        NodeKind::Binary {
-                            op: BinaryOp::Sub,
-                            a: s,
-                            b: one,
-                        },
-                        ty.clone(),
-                        e.span,
-                    );
-                    NodeKind::Binary {
-                        op: BinaryOp::FloorDiv,
-                        a: s,
-                        b: bb,
-                    }
+                    tf32,
                 }
-                "sum" | "mean" | "min" | "max" => {
-                    let x0 = need(0)?;
-                    let x = self.expr(x0)?;
-                    let rank = self.ty_of(x).dims().len();
-                    let axis = match arg(1) {
-                        Some(a) if !matches!(a.kind, ExprKind::None) => Some(self.axis(a, rank)?),
-                        _ => None,
-                    };
-                    let keepdims = match arg(2) {
-                        Some(k) => self.const_bool(k)?,
-                        None => false,
-                    };
-                    NodeKind::Reduce {
-                        op: match name {
-                            "sum" => ReduceKind::Sum,
-                            "mean" => ReduceKind::Mean,
-                            "min" => ReduceKind::Min,
-                            _ => ReduceKind::Max,
-                        },
-                        x,
-                        axis,
-                        keepdims,
-                    }
-                }
-                "matmul" => {
-                    let tf32 = match arg(2) {
-                        Some(p) => match &p.kind {
-                            ExprKind::Str(s) => s == "tf32",
-                            _ => self.default_tf32,
-                        },
-                        None => self.default_tf32,
-                    };
-                    NodeKind::MatMul {
-                        a: self.expr(need(0)?)?,
-                        b: self.expr(need(1)?)?,
-                        tf32,
-                    }
-                }
-                "softmax" => {
-                    let x = self.expr(need(0)?)?;
-                    let rank = self.ty_of(x).dims().len();
-                    let axis = match arg(1) {
-                        Some(a) => self.axis(a, rank)?,
-                        None => rank - 1,
-                    };
-                    NodeKind::Softmax { x, axis }
-                }
-                "layer_norm" => NodeKind::LayerNorm {
-                    x: self.expr(need(0)?)?,
-                    weight: self.opt(arg(1))?,
-                    bias: self.opt(arg(2))?,
-                    eps: self.opt(arg(3))?,
-                },
-                "rms_norm" => NodeKind::RmsNorm {
-                    x: self.expr(need(0)?)?,
-                    weight: self.opt(arg(1))?,
-                    eps: self.opt(arg(2))?,
-                },
-                "transpose" => {
-                    let x = self.expr(need(0)?)?;
-                    let rank = self.ty_of(x).dims().len();
-                    let a = self.axis(need(1)?, rank)?;
-                    let b = self.axis(need(2)?, rank)?;
-                    NodeKind::Transpose { x, a, b }
-                }
-                "reshape" => NodeKind::Reshape {
-                    x: self.expr(need(0)?)?,
-                },
-                "zeros" => NodeKind::Fill(Fill::Zeros),
-                "ones" => NodeKind::Fill(Fill::Ones),
-                "empty" => NodeKind::Fill(Fill::Empty),
-                "full" => NodeKind::Fill(Fill::Full(self.expr(need(1)?)?)),
-                "randn" => NodeKind::Fill(Fill::Randn {
-                    seed: self.opt(arg(2))?,
-                }),
-                "tensor" => {
-                    let data = need(0)?;
-                    let dtype = ty.dtype().unwrap_or(DType::F32);
-                    let mut out = Vec::new();
-                    if !flatten_literal(self.val(data)?.value.as_ref(), dtype, &mut out) {
-                        return Err(LowerError::new(
-                            data.span,
-                            "a `tensor` whose elements are not compile-time numbers",
-                        ));
-                    }
-                    NodeKind::Fill(Fill::Data(out))
-                }
-                _ => {
+            }
+            B::Softmax => {
+                let x = self.expr(need(0)?)?;
+                let rank = self.ty_of(x).dims().len();
+                let axis = match arg(1) {
+                    Some(a) => self.axis(a, rank)?,
+                    None => rank - 1,
+                };
+                NodeKind::Softmax { x, axis }
+            }
+            B::LayerNorm => NodeKind::LayerNorm {
+                x: self.expr(need(0)?)?,
+                weight: self.opt(arg(1))?,
+                bias: self.opt(arg(2))?,
+                eps: self.opt(arg(3))?,
+            },
+            B::RmsNorm => NodeKind::RmsNorm {
+                x: self.expr(need(0)?)?,
+                weight: self.opt(arg(1))?,
+                eps: self.opt(arg(2))?,
+            },
+            B::Transpose => {
+                let x = self.expr(need(0)?)?;
+                let rank = self.ty_of(x).dims().len();
+                let a = self.axis(need(1)?, rank)?;
+                let b = self.axis(need(2)?, rank)?;
+                NodeKind::Transpose { x, a, b }
+            }
+            B::Reshape => NodeKind::Reshape {
+                x: self.expr(need(0)?)?,
+            },
+            B::Zeros => NodeKind::Fill(Fill::Zeros),
+            B::Ones => NodeKind::Fill(Fill::Ones),
+            B::Empty => NodeKind::Fill(Fill::Empty),
+            B::Full => NodeKind::Fill(Fill::Full(self.expr(need(1)?)?)),
+            B::Randn => NodeKind::Fill(Fill::Randn {
+                seed: self.opt(arg(2))?,
+            }),
+            B::Tensor => {
+                let data = need(0)?;
+                let dtype = ty.dtype().unwrap_or(DType::F32);
+                let mut out = Vec::new();
+                if !flatten_literal(self.val(data)?.value.as_ref(), dtype, &mut out) {
                     return Err(LowerError::new(
-                        e.span,
-                        format!("the builtin `{name}` in a whole-tensor function"),
-                    ))
+                        data.span,
+                        "a `tensor` whose elements are not compile-time numbers",
+                    ));
                 }
+                NodeKind::Fill(Fill::Data(out))
+            }
+            // Kernel and session builtins: the checker rejects them here
+            // (E0503, E0725), and `range` is lowered by `for`.
+            B::ProgramId
+            | B::NumPrograms
+            | B::Arange
+            | B::Load
+            | B::Store
+            | B::AtomicAdd
+            | B::Dot
+            | B::Range
+            | B::Print
+            | B::Len
+            | B::LoadNpy
+            | B::SaveNpy
+            | B::SetFloat32MatmulPrecision => {
+                return Err(LowerError::new(
+                    e.span,
+                    format!("the builtin `{name}` in a whole-tensor function"),
+                ))
             }
         };
         Ok(self.push(kind, ty, e.span))

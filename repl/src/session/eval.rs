@@ -7,6 +7,7 @@
 use std::fmt;
 use std::io::Write;
 
+use tessera::check::builtins::{self, Builtin, Builtin as B};
 use tessera::check::calls::out_of_range;
 use tessera::check::scope::Entry;
 use tessera::check::stmt::int_fits;
@@ -150,30 +151,6 @@ pub(crate) fn unsupported(span: Span, what: impl Into<String>, help: &str) -> Di
 
 fn wrong_kind(span: Span, message: impl Into<String>) -> Diagnostic {
     Diagnostic::new("E0302", span, message.into())
-}
-
-/// The builtins the host evaluates itself (everything else that involves
-/// tensors goes through a synthetic function).
-const HOST_BUILTINS: &[&str] = &[
-    "print",
-    "randn",
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "arange",
-    "tensor",
-    "load_npy",
-    "save_npy",
-    "range",
-    "len",
-    "cdiv",
-    "set_float32_matmul_precision",
-];
-
-/// Every name the host evaluator knows besides the checker's builtins (for completion).
-pub fn host_builtins() -> &'static [&'static str] {
-    HOST_BUILTINS
 }
 
 impl Session {
@@ -439,7 +416,7 @@ impl Session {
         if let Some(d) = DType::from_name(name) {
             return Ok(Val::DType(d));
         }
-        if tessera::check::builtins::is_builtin(name) || HOST_BUILTINS.contains(&name) {
+        if builtins::is_builtin(name) {
             // Reached only where a value is expected: calls dispatch first.
             return Err(Diagnostic::new(
                 "E0316",
@@ -454,8 +431,7 @@ impl Session {
         let mut d = Diagnostic::new("E0201", span, format!("unknown name `{name}`"))
             .with_primary_label("unknown name");
         let mut known = self.names();
-        known.extend(tessera::check::builtins::names().map(String::from));
-        known.extend(HOST_BUILTINS.iter().map(|s| s.to_string()));
+        known.extend(builtins::names().map(String::from));
         let suggestion =
             tessera::check::suggest(name, known.iter().map(String::as_str)).map(str::to_string);
         if let Some(s) = suggestion {
@@ -719,7 +695,7 @@ impl Session {
                 (attr.name == "shape" || attr.name == "dtype") && self.is_host_tensor(value)
             }
             ExprKind::Call { func, args } => {
-                matches!(&func.kind, ExprKind::Name(id) if matches!(id.name.as_str(), "len" | "cdiv"))
+                matches!(&func.kind, ExprKind::Name(id) if matches!(Builtin::from_name(&id.name), Some(B::Len | B::Cdiv)))
                     && args
                         .iter()
                         .all(|a| self.is_host_scalar(&a.value) || self.is_host_tensor(&a.value))
@@ -737,7 +713,7 @@ impl Session {
                 .get(&id.name)
                 .is_some_and(|v| v.tensor().is_some()),
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
-                if matches!(id.name.as_str(), "randn" | "zeros" | "ones" | "empty" | "full" | "arange" | "tensor" | "load_npy")),
+                if matches!(Builtin::from_name(&id.name), Some(B::Randn | B::Zeros | B::Ones | B::Empty | B::Full | B::Arange | B::Tensor | B::LoadNpy))),
             ExprKind::Subscript { value, .. } => self.is_host_tensor(value),
             _ => false,
         }
@@ -904,53 +880,9 @@ impl Session {
             return self.launch(&kernel, None, args, text, e.span);
         }
         let user_defined = self.defs.iter().any(|d| d.names.iter().any(|n| n == name));
-        if user_defined || !HOST_BUILTINS.contains(&name) {
-            return self.synth_eval(e, text);
-        }
-        match name {
-            "print" => {
-                let (mut parts, mut sep, mut end) = (Vec::new(), " ".to_string(), "\n".to_string());
-                for a in args {
-                    match a.name.as_ref().map(|n| n.name.as_str()) {
-                        None => parts.push(self.eval(&a.value, text)?.to_string()),
-                        Some(k @ ("sep" | "end")) => {
-                            let v = match self.eval(&a.value, text)? {
-                                Val::Str(v) => v,
-                                other => {
-                                    return Err(wrong_kind(
-                                        a.value.span,
-                                        format!(
-                                            "`print`'s separators are strings, found {}",
-                                            other.describe()
-                                        ),
-                                    ))
-                                }
-                            };
-                            if k == "sep" {
-                                sep = v;
-                            } else {
-                                end = v;
-                            }
-                        }
-                        Some(other) => {
-                            return Err(Diagnostic::new(
-                                "E0205",
-                                a.span,
-                                format!("`print` has no keyword argument `{other}`"),
-                            )
-                            .with_primary_label("unknown keyword argument"))
-                        }
-                    }
-                }
-                self.pending_print.push(parts.join(&sep) + &end);
-                Ok(Val::Run(Value::None))
-            }
-            "range" => Err(unsupported(
-                e.span,
-                "`range` is only used by `for` loops in a session",
-                "write `for i in range(n):`",
-            )),
-            _ => self.host_builtin(name, e, args, text),
+        match Builtin::from_name(name) {
+            Some(id) if !user_defined => self.host_builtin(id, e, args, text),
+            _ => self.synth_eval(e, text),
         }
     }
 
@@ -1139,16 +1071,62 @@ impl Session {
         Ok(bound)
     }
 
-    fn host_builtin(&mut self, name: &str, e: &Expr, args: &[Arg], text: &str) -> R<Val> {
+    /// A builtin call in a top-level statement: the host evaluates the session
+    /// builtins and tensor creation itself, the rest go through a synthetic
+    /// function.
+    fn host_builtin(&mut self, id: Builtin, e: &Expr, args: &[Arg], text: &str) -> R<Val> {
+        let name = id.name();
         // Creation fails without ending the session: a size that overflows
         // (E0712) or memory that cannot be had (E0713).
         let tensor = |t: Result<Tensor, exec::ExecError>| {
             t.map(|t| Val::Run(Value::Tensor(t)))
                 .map_err(|err| err.to_diagnostic(e.span))
         };
-        match name {
-            "zeros" | "ones" | "empty" | "randn" => {
-                let params: &[&str] = if name == "randn" {
+        match id {
+            B::Print => {
+                let (mut parts, mut sep, mut end) = (Vec::new(), " ".to_string(), "\n".to_string());
+                for a in args {
+                    match a.name.as_ref().map(|n| n.name.as_str()) {
+                        None => parts.push(self.eval(&a.value, text)?.to_string()),
+                        Some(k @ ("sep" | "end")) => {
+                            let v = match self.eval(&a.value, text)? {
+                                Val::Str(v) => v,
+                                other => {
+                                    return Err(wrong_kind(
+                                        a.value.span,
+                                        format!(
+                                            "`print`'s separators are strings, found {}",
+                                            other.describe()
+                                        ),
+                                    ))
+                                }
+                            };
+                            if k == "sep" {
+                                sep = v;
+                            } else {
+                                end = v;
+                            }
+                        }
+                        Some(other) => {
+                            return Err(Diagnostic::new(
+                                "E0205",
+                                a.span,
+                                format!("`print` has no keyword argument `{other}`"),
+                            )
+                            .with_primary_label("unknown keyword argument"))
+                        }
+                    }
+                }
+                self.pending_print.push(parts.join(&sep) + &end);
+                Ok(Val::Run(Value::None))
+            }
+            B::Range => Err(unsupported(
+                e.span,
+                "`range` is only used by `for` loops in a session",
+                "write `for i in range(n):`",
+            )),
+            B::Zeros | B::Ones | B::Empty | B::Randn => {
+                let params: &[&str] = if id == B::Randn {
                     &["shape", "dtype", "seed"]
                 } else {
                     &["shape", "dtype"]
@@ -1159,7 +1137,7 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::F32,
                 };
-                if name == "randn" && !dtype.is_float() {
+                if id == B::Randn && !dtype.is_float() {
                     let at = b[1].map_or(e.span, |x| x.span);
                     return Err(Diagnostic::new(
                         "E0311",
@@ -1168,9 +1146,9 @@ impl Session {
                     )
                     .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
                 }
-                match name {
-                    "zeros" | "empty" => tensor(Tensor::try_zeros(&shape, dtype)),
-                    "ones" => tensor(Tensor::try_full(&shape, dtype, 1.0)),
+                match id {
+                    B::Zeros | B::Empty => tensor(Tensor::try_zeros(&shape, dtype)),
+                    B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0)),
                     _ => {
                         let seed = match b.get(2).copied().flatten() {
                             Some(x) => self.int_arg(x, text, "a seed")?,
@@ -1180,7 +1158,7 @@ impl Session {
                     }
                 }
             }
-            "full" => {
+            B::Full => {
                 let b = Self::bind(name, &["shape", "value", "dtype"], 2, args, e.span)?;
                 let shape = self.shape_arg(b[0].expect("required"), text)?;
                 let vx = b[1].expect("required");
@@ -1218,7 +1196,7 @@ impl Session {
                 }
                 tensor(Tensor::try_full(&shape, dtype, value.f()))
             }
-            "arange" => {
+            B::Arange => {
                 let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
                 let first = self.int_arg(b[0].expect("required"), text, "`arange` bound")?;
                 let (start, end) = match b[1] {
@@ -1231,7 +1209,7 @@ impl Session {
                 };
                 tensor(Tensor::try_arange(start, end, dtype))
             }
-            "tensor" => {
+            B::Tensor => {
                 let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
                 let dx = b[0].expect("required");
                 let data = self.eval(dx, text)?;
@@ -1257,14 +1235,14 @@ impl Session {
                 }
                 tensor(Tensor::try_from_f64(&shape, dtype, &flat))
             }
-            "load_npy" => {
+            B::LoadNpy => {
                 let b = Self::bind(name, &["path"], 1, args, e.span)?;
                 let path = self.str_arg(b[0].expect("required"), text)?;
                 exec::npy::load_npy(std::path::Path::new(&path))
                     .map(|t| Val::Run(Value::Tensor(t)))
                     .map_err(|err| err.to_diagnostic(e.span))
             }
-            "save_npy" => {
+            B::SaveNpy => {
                 let b = Self::bind(name, &["tensor", "path"], 2, args, e.span)?;
                 let tx = b[0].expect("required");
                 let t = self.eval(tx, text)?;
@@ -1279,7 +1257,7 @@ impl Session {
                     .map(|_| Val::Run(Value::None))
                     .map_err(|err| err.to_diagnostic(e.span))
             }
-            "len" => {
+            B::Len => {
                 let b = Self::bind(name, &["x"], 1, args, e.span)?;
                 let x = b[0].expect("required");
                 match self.eval(x, text)? {
@@ -1298,7 +1276,7 @@ impl Session {
                     )),
                 }
             }
-            "set_float32_matmul_precision" => {
+            B::SetFloat32MatmulPrecision => {
                 let b = Self::bind(name, &["precision"], 1, args, e.span)?;
                 let px = b[0].expect("required");
                 let p = self.str_arg(px, text)?;
@@ -1313,7 +1291,7 @@ impl Session {
                 self.db.set_matmul_tf32(tf32);
                 Ok(Val::Run(Value::None))
             }
-            "cdiv" => {
+            B::Cdiv => {
                 let b = Self::bind(name, &["a", "b"], 2, args, e.span)?;
                 let x = self.int_arg(b[0].expect("required"), text, "`cdiv` operand")?;
                 let y = self.int_arg(b[1].expect("required"), text, "`cdiv` operand")?;
@@ -1322,7 +1300,40 @@ impl Session {
                 }
                 Ok(int((x + y - 1).div_euclid(y)))
             }
-            _ => unreachable!("not a host builtin: {name}"),
+            // Tensor computations: the checker types them, and a synthetic
+            // whole-tensor function runs them on the device.
+            B::ProgramId
+            | B::NumPrograms
+            | B::Load
+            | B::Store
+            | B::AtomicAdd
+            | B::Dot
+            | B::Min
+            | B::Max
+            | B::Sum
+            | B::Mean
+            | B::Exp
+            | B::Exp2
+            | B::Log
+            | B::Log2
+            | B::Sqrt
+            | B::Rsqrt
+            | B::Abs
+            | B::Sigmoid
+            | B::Tanh
+            | B::Erf
+            | B::Maximum
+            | B::Minimum
+            | B::Where
+            | B::Matmul
+            | B::Softmax
+            | B::LayerNorm
+            | B::RmsNorm
+            | B::Relu
+            | B::Gelu
+            | B::Silu
+            | B::Transpose
+            | B::Reshape => self.synth_eval(e, text),
         }
     }
 

@@ -21,6 +21,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tessera::backend::arch::Arch;
+use tessera::check::builtins::Builtin;
 use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
@@ -28,7 +29,7 @@ use tessera::exec::{Interrupt, Value};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
 
-pub use eval::{host_builtins, Val};
+pub use eval::Val;
 
 /// The path of the session source in the database (not a real file).
 const SESSION_PATH: &str = "<session>";
@@ -302,7 +303,8 @@ impl Session {
         // Host values the checker cannot type inside the synthetic function
         // (`len(x)`, `x[0] * 2`, `load_npy(path)`): computed, cheaply.
         let reads_npy = matches!(&e.kind, ast::ExprKind::Call { func, .. }
-            if matches!(&func.kind, ast::ExprKind::Name(id) if id.name == "load_npy"));
+            if matches!(&func.kind, ast::ExprKind::Name(id)
+                if Builtin::from_name(&id.name) == Some(Builtin::LoadNpy)));
         if self.is_host_scalar(&e) || reads_npy {
             return self
                 .eval(&e, text)

@@ -14,6 +14,7 @@
 //! host-only sub-expressions (`randn(...)`, `load_npy(...)`, indexing of a
 //! session tensor) are evaluated first and passed as parameters.
 
+use tessera::check::builtins::{Builtin, Builtin as B};
 use tessera::diag::{Diagnostic, Label};
 use tessera::exec::{self, Tensor, Value};
 use tessera::syntax::ast::{BinOp, Expr, ExprKind, Index};
@@ -186,7 +187,10 @@ impl Session {
     fn host_only(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
-                if matches!(id.name.as_str(), "randn" | "ones" | "empty" | "tensor" | "arange" | "load_npy" | "len")
+                if matches!(
+                    Builtin::from_name(&id.name),
+                    Some(B::Randn | B::Ones | B::Empty | B::Tensor | B::Arange | B::LoadNpy | B::Len)
+                )
                     && !self.vars.contains_key(&id.name)),
             ExprKind::Subscript { indices, .. } => self.host_indices(indices),
             ExprKind::Attribute { attr, .. } => attr.name == "shape" || attr.name == "dtype",

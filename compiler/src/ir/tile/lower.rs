@@ -45,13 +45,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::*;
 use crate::backend::arch::{check_num_stages, check_num_warps, Arch};
+use crate::check::builtins::{Builtin, Builtin as B};
 use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
 use crate::check::ctx::Checker;
 use crate::check::dims::Dim as SymDim;
 use crate::check::expr::{broadcast, Kind};
 use crate::check::scope::{annotation, Annot, Entry, ModuleScope};
 use crate::check::stmt::assigned_names;
-use crate::check::{builtins, Ty, Value as CValue};
+use crate::check::{Ty, Value as CValue};
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{self, Arg, BinOp, Expr, ExprKind, Function, Index, Stmt, StmtKind};
 
@@ -347,7 +348,7 @@ enum LV {
     },
     DType(DType),
     Str(String),
-    Builtin(&'static str),
+    Builtin(Builtin),
     /// `x.to`
     ToMethod(Box<LV>),
     List(Vec<LV>),
@@ -730,22 +731,6 @@ fn contains_loop_return(stmts: &[Stmt]) -> bool {
                 || orelse.as_deref().is_some_and(contains_loop_return)
         }
         _ => false,
-    })
-}
-
-fn unary_math(name: &str) -> Option<UnaryOp> {
-    Some(match name {
-        "exp" => UnaryOp::Exp,
-        "exp2" => UnaryOp::Exp2,
-        "log" => UnaryOp::Log,
-        "log2" => UnaryOp::Log2,
-        "sqrt" => UnaryOp::Sqrt,
-        "rsqrt" => UnaryOp::Rsqrt,
-        "abs" => UnaryOp::Abs,
-        "sigmoid" => UnaryOp::Sigmoid,
-        "tanh" => UnaryOp::Tanh,
-        "erf" => UnaryOp::Erf,
-        _ => return None,
     })
 }
 
@@ -2324,8 +2309,8 @@ impl<'a> Lowerer<'a> {
             Some(_) => return Ok(LV::Host),
             None => {}
         }
-        if let Some(b) = builtins::lookup(&id.name) {
-            return Ok(LV::Builtin(b.name));
+        if let Some(b) = Builtin::from_name(&id.name) {
+            return Ok(LV::Builtin(b));
         }
         if let Some(d) = DType::from_name(&id.name) {
             return Ok(LV::DType(d));
@@ -2974,11 +2959,8 @@ impl<'a> Lowerer<'a> {
 
     // ---- calls ----
 
-    fn bind<'e>(&mut self, name: &str, args: &'e [Arg], span: Span) -> R<Args<'e>> {
-        let params: &[&str] = match builtins::lookup(name) {
-            Some(b) => b.params,
-            None => &[],
-        };
+    fn bind<'e>(&mut self, id: Builtin, args: &'e [Arg], span: Span) -> R<Args<'e>> {
+        let (name, params) = (id.name(), id.info().params);
         let mut slots: Vec<Option<&Arg>> = vec![None; params.len()];
         let mut positional = Vec::new();
         for a in args {
@@ -3011,7 +2993,7 @@ impl<'a> Lowerer<'a> {
     fn call(&mut self, e: &Expr, func: &Expr, args: &[Arg]) -> R<LV> {
         let f = self.expr(func)?;
         match f {
-            LV::Builtin(name) => self.builtin(name, args, e.span),
+            LV::Builtin(id) => self.builtin(id, args, e.span),
             LV::ToMethod(recv) => {
                 let [a] = args else {
                     self.internal(e.span, "`.to` takes one dtype");
@@ -3064,8 +3046,9 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    fn builtin(&mut self, name: &'static str, args: &[Arg], span: Span) -> R<LV> {
-        let bound = self.bind(name, args, span)?;
+    fn builtin(&mut self, id: Builtin, args: &[Arg], span: Span) -> R<LV> {
+        let name = id.name();
+        let bound = self.bind(id, args, span)?;
         let slot = |i: usize| bound.slots.get(i).copied().flatten();
         let req = |this: &mut Self, i: usize| -> R<&Arg> {
             match slot(i) {
@@ -3076,8 +3059,8 @@ impl<'a> Lowerer<'a> {
                 }
             }
         };
-        match name {
-            "program_id" | "num_programs" => {
+        match id {
+            B::ProgramId | B::NumPrograms => {
                 let a = req(self, 0)?;
                 let lv = self.expr(&a.value)?;
                 let axis = self.const_int(&lv, a.value.span, "the axis")?;
@@ -3085,7 +3068,7 @@ impl<'a> Lowerer<'a> {
                     self.internal(a.value.span, "a program axis out of range");
                     return Err(());
                 }
-                let kind = if name == "program_id" {
+                let kind = if id == B::ProgramId {
                     OpKind::ProgramId(axis as u8)
                 } else {
                     OpKind::NumPrograms(axis as u8)
@@ -3093,13 +3076,13 @@ impl<'a> Lowerer<'a> {
                 let v = self.b.push1(kind, Type::Scalar(DType::I32));
                 Ok(self.val(v, false))
             }
-            "cdiv" => {
+            B::Cdiv => {
                 let a = req(self, 0)?;
                 let b = req(self, 1)?;
                 let x = self.expr(&a.value)?;
                 let y = self.expr(&b.value)?;
                 if let (LV::Const { c: cx, .. }, LV::Const { c: cy, .. }) = (&x, &y) {
-                    if let Ok(Some(c)) = fold_call("cdiv", &[cx.clone(), cy.clone()]) {
+                    if let Ok(Some(c)) = fold_call(B::Cdiv, &[cx.clone(), cy.clone()]) {
                         let (dt, weak) = self.promote(&x, &y, &a.value, &b.value, "`cdiv`")?;
                         return Ok(LV::Const { c, dtype: dt, weak });
                     }
@@ -3114,12 +3097,12 @@ impl<'a> Lowerer<'a> {
                 let s = self.binary(BinOp::Sub, s, one, span, &a.value, &b.value)?;
                 self.binary(BinOp::FloorDiv, s, y, span, &a.value, &b.value)
             }
-            "min" | "max" | "sum" | "mean" => {
+            B::Min | B::Max | B::Sum | B::Mean => {
                 // As the checker reads them: two or more positional arguments
                 // are an elementwise min/max (`max(a, b, 0.0)`), else a reduction.
-                let is_reduce = matches!(name, "sum" | "mean") || bound.positional.len() < 2;
+                let is_reduce = matches!(id, B::Sum | B::Mean) || bound.positional.len() < 2;
                 if !is_reduce {
-                    let op = if name == "min" {
+                    let op = if id == B::Min {
                         BinaryOp::Min
                     } else {
                         BinaryOp::Max
@@ -3131,9 +3114,10 @@ impl<'a> Lowerer<'a> {
                             None => (v, &a.value),
                             Some((prev, pe)) => {
                                 let folded = match (&prev, &v) {
-                                    (LV::Const { c: p, .. }, LV::Const { c: q, .. }) => {
-                                        fold_call(name, &[p.clone(), q.clone()]).ok().flatten()
-                                    }
+                                    (LV::Const { c: p, .. }, LV::Const { c: q, .. }) => Some(id)
+                                        .and_then(|b| {
+                                            fold_call(b, &[p.clone(), q.clone()]).ok().flatten()
+                                        }),
                                     _ => None,
                                 };
                                 let (dt, weak) =
@@ -3164,15 +3148,23 @@ impl<'a> Lowerer<'a> {
                         return Err(());
                     }
                 };
-                self.reduce(name, &x, axis, keep, x_arg.value.span)
+                self.reduce(id, &x, axis, keep, x_arg.value.span)
             }
-            "exp" | "exp2" | "log" | "log2" | "sqrt" | "rsqrt" | "abs" | "sigmoid" | "tanh"
-            | "erf" => {
+            B::Exp
+            | B::Exp2
+            | B::Log
+            | B::Log2
+            | B::Sqrt
+            | B::Rsqrt
+            | B::Abs
+            | B::Sigmoid
+            | B::Tanh
+            | B::Erf => {
                 let a = req(self, 0)?;
                 let x = self.expr(&a.value)?;
-                if name == "abs" {
+                if id == B::Abs {
                     if let LV::Const { c, dtype, weak } = &x {
-                        if let Ok(Some(r)) = fold_call("abs", std::slice::from_ref(c)) {
+                        if let Ok(Some(r)) = fold_call(B::Abs, std::slice::from_ref(c)) {
                             return Ok(LV::Const {
                                 c: r,
                                 dtype: *dtype,
@@ -3182,30 +3174,30 @@ impl<'a> Lowerer<'a> {
                     }
                 }
                 let (d, weak, _) = self.info(&x, a.value.span)?;
-                let rd = if name == "abs" || d.is_float() {
+                let rd = if id == B::Abs || d.is_float() {
                     d
                 } else {
                     DType::F32
                 };
                 let v = self.materialize(&x, rd, a.value.span)?;
                 let t = self.b.ty(v).clone();
-                let op = unary_math(name).ok_or(())?;
+                let op = crate::ir::tile::unary_op(id).ok_or(())?;
                 let r = self.b.push1(OpKind::Unary { op, x: v }, t);
                 Ok(self.val(r, weak))
             }
-            "maximum" | "minimum" => {
+            B::Maximum | B::Minimum => {
                 let a = req(self, 0)?;
                 let b = req(self, 1)?;
                 let x = self.expr(&a.value)?;
                 let y = self.expr(&b.value)?;
-                let op = if name == "maximum" {
+                let op = if id == B::Maximum {
                     BinaryOp::Max
                 } else {
                     BinaryOp::Min
                 };
                 self.elementwise2(op, (&x, &a.value), (&y, &b.value), span)
             }
-            "where" => {
+            B::Where => {
                 let c = req(self, 0)?;
                 let a = req(self, 1)?;
                 let b = req(self, 2)?;
@@ -3226,7 +3218,7 @@ impl<'a> Lowerer<'a> {
                     .push1(OpKind::Select { cond, a: x, b: y }, tile_type(s, dt));
                 Ok(self.val(r, weak))
             }
-            "arange" => {
+            B::Arange => {
                 let a = req(self, 0)?;
                 let b = req(self, 1)?;
                 let x = self.expr(&a.value)?;
@@ -3264,7 +3256,7 @@ impl<'a> Lowerer<'a> {
                 );
                 Ok(self.val(r, false))
             }
-            "zeros" | "full" => {
+            B::Zeros | B::Full => {
                 let shape_arg = req(self, 0)?;
                 let shape_lv = self.expr(&shape_arg.value)?;
                 let items = match shape_lv {
@@ -3295,7 +3287,7 @@ impl<'a> Lowerer<'a> {
                     };
                     shape.push(n);
                 }
-                let (value, dt_slot) = if name == "zeros" {
+                let (value, dt_slot) = if id == B::Zeros {
                     (
                         LV::Const {
                             c: CValue::int(0),
@@ -3319,7 +3311,7 @@ impl<'a> Lowerer<'a> {
                 let v = self.coerce(&value, dt, &shape, span)?;
                 Ok(self.val(v, false))
             }
-            "load" => {
+            B::Load => {
                 let p = req(self, 0)?;
                 let LV::Ref {
                     tensor,
@@ -3411,7 +3403,7 @@ impl<'a> Lowerer<'a> {
                 }
                 Ok(self.val(v, false))
             }
-            "store" | "atomic_add" => {
+            B::Store | B::AtomicAdd => {
                 let p = req(self, 0)?;
                 let LV::Ref {
                     tensor,
@@ -3430,7 +3422,7 @@ impl<'a> Lowerer<'a> {
                     None | Some(LV::NoneV) => None,
                     Some(m) => Some(self.coerce(&m, DType::Bool, &shape, span)?),
                 };
-                let kind = if name == "store" {
+                let kind = if id == B::Store {
                     OpKind::Store {
                         tensor,
                         access,
@@ -3448,7 +3440,7 @@ impl<'a> Lowerer<'a> {
                 self.b.push(kind, vec![]);
                 Ok(LV::NoneV)
             }
-            "dot" => {
+            B::Dot => {
                 let a = req(self, 0)?;
                 let b = req(self, 1)?;
                 let x = self.expr(&a.value)?;
@@ -3468,8 +3460,29 @@ impl<'a> Lowerer<'a> {
                 };
                 self.dot(&x, &y, acc, precision, span, &a.value, &b.value)
             }
-            other => {
-                self.unsupported(span, format!("`{other}` inside a kernel"));
+            // Whole-tensor and session builtins: the checker rejects them in
+            // kernels (E0508, E0725), and `range` only lowers as a `for` loop
+            // (E0512 elsewhere).
+            B::Range
+            | B::Matmul
+            | B::Softmax
+            | B::LayerNorm
+            | B::RmsNorm
+            | B::Relu
+            | B::Gelu
+            | B::Silu
+            | B::Transpose
+            | B::Reshape
+            | B::Empty
+            | B::Ones
+            | B::Randn
+            | B::Tensor
+            | B::Print
+            | B::Len
+            | B::LoadNpy
+            | B::SaveNpy
+            | B::SetFloat32MatmulPrecision => {
+                self.unsupported(span, format!("`{name}` inside a kernel"));
                 Err(())
             }
         }
@@ -3663,25 +3676,29 @@ impl<'a> Lowerer<'a> {
         Ok(self.val(r, false))
     }
 
-    fn reduce(&mut self, name: &str, x: &LV, axis: Option<i64>, keep: bool, span: Span) -> R<LV> {
+    fn reduce(&mut self, id: Builtin, x: &LV, axis: Option<i64>, keep: bool, span: Span) -> R<LV> {
         let (d, _, shape) = self.info(x, span)?;
         if shape.is_empty() {
             // A reduction of a scalar is the scalar (mean: as a float).
-            return match name {
-                "mean" if !d.is_float() => {
+            return match id {
+                B::Mean if !d.is_float() => {
                     let v = self.materialize(x, DType::F32, span)?;
                     Ok(self.val(v, false))
                 }
                 _ => Ok(x.clone()),
             };
         }
-        let (op, rd) = match (name, d) {
-            ("sum", DType::Bool) => (ReduceOp::Sum, DType::I32),
-            ("sum", d) => (ReduceOp::Sum, d),
-            ("mean", d) if !d.is_float() => (ReduceOp::Sum, DType::F32),
-            ("mean", d) => (ReduceOp::Sum, d),
-            ("max", d) => (ReduceOp::Max, d),
-            (_, d) => (ReduceOp::Min, d),
+        let (op, rd) = match (id, d) {
+            (B::Sum, DType::Bool) => (ReduceOp::Sum, DType::I32),
+            (B::Sum, d) => (ReduceOp::Sum, d),
+            (B::Mean, d) if !d.is_float() => (ReduceOp::Sum, DType::F32),
+            (B::Mean, d) => (ReduceOp::Sum, d),
+            (B::Max, d) => (ReduceOp::Max, d),
+            (B::Min, d) => (ReduceOp::Min, d),
+            (other, _) => {
+                self.internal(span, format!("`{other}` is not a reduction"));
+                return Err(());
+            }
         };
         let mut v = self.materialize(x, rd, span)?;
         let rank = shape.len() as i64;
@@ -3716,7 +3733,7 @@ impl<'a> Lowerer<'a> {
                 tile_type(cur.clone(), rd),
             );
         }
-        if name == "mean" {
+        if id == B::Mean {
             let inv = self.constant(Constant::Float(1.0 / count as f64), rd);
             let t = self.b.ty(v).clone();
             let inv = if t.shape().is_empty() {

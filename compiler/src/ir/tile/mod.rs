@@ -122,6 +122,24 @@ pub enum Constant {
     Bool(bool),
 }
 
+/// The elementwise math builtins' Tile IR operation (shared by Graph IR).
+pub fn unary_op(b: crate::check::builtins::Builtin) -> Option<UnaryOp> {
+    use crate::check::builtins::Builtin as B;
+    Some(match b {
+        B::Exp => UnaryOp::Exp,
+        B::Exp2 => UnaryOp::Exp2,
+        B::Log => UnaryOp::Log,
+        B::Log2 => UnaryOp::Log2,
+        B::Sqrt => UnaryOp::Sqrt,
+        B::Rsqrt => UnaryOp::Rsqrt,
+        B::Abs => UnaryOp::Abs,
+        B::Sigmoid => UnaryOp::Sigmoid,
+        B::Tanh => UnaryOp::Tanh,
+        B::Erf => UnaryOp::Erf,
+        _ => return None,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
     Neg,
