@@ -2,29 +2,28 @@
 //! same salsa database `tsrc` uses, so the editor never disagrees with the
 //! compiler. `tessera lsp` runs [`run_stdio`].
 //!
-//! * `server` — the protocol handlers, snapshots, cancellation and panics;
+//! * `server` — the state, snapshots, cancellation and panics, and the
+//!   `LanguageServer` impl: one line per method, delegating to
+//! * `requests` — one file per request (`hover`, `definition`, `references`,
+//!   `completion`, `code_actions`, `emit` for `tessera/emit`, ...), and
+//! * `notifications` — document sync, watched files, configuration;
+//! * `diagnostics` — publishing diagnostics after edits;
+//! * `carry` — resource warnings kept across edits of other kernels;
 //! * `position` — byte offsets ↔ UTF-16 positions;
 //! * `paths` — URIs ↔ database paths, the stdlib's read-only copies;
-//! * `emit` — the `tessera/emit` request;
 //! * `framing` — the base protocol's frames; malformed messages are answered
-//!   (parse error, invalid request) instead of ending the server;
-//! * `actions` — quick fixes;
-//! * `carry` — resource warnings kept across edits of other kernels;
-//! * `complete` — completion items valid where the cursor is;
-//! * `hints` — inlay hints (kernel estimates survive errors elsewhere);
-//! * `hover` — hovers (a callee's also says what its call returns).
+//!   (parse error, invalid request) instead of ending the server.
 //!
 //! The editor queries themselves (hover, definitions, completion, ...) live in
 //! `tessera::ide`, over the checker's results.
 
-pub mod actions;
 pub mod carry;
-pub mod complete;
-pub mod emit;
+pub mod diagnostics;
 pub mod framing;
-pub mod hover;
+pub mod notifications;
 pub mod paths;
 pub mod position;
+pub mod requests;
 pub mod server;
 
 use std::sync::Arc;

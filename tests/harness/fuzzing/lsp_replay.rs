@@ -55,8 +55,8 @@ fn replay_here(text: &str, stride: usize, out: &mut Replay) -> Result<(), (usize
                 .into_iter()
                 .filter(|o| prefix.is_char_boundary(*o as usize))
             {
-                let _ = tessera_lsp::hover::hover(db, file, options, &spec, at);
-                let _ = tessera_lsp::complete::items(db, options, file, at);
+                let _ = tessera_lsp::requests::hover::hover(db, file, options, &spec, at);
+                let _ = tessera_lsp::requests::completion::items(db, options, file, at);
                 let _ = tessera::ide::complete::signature_help(db, file, at);
                 n += 3;
             }

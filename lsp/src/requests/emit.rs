@@ -1,13 +1,20 @@
 //! The `tessera/emit` request: any IR level or PTX of one kernel or function,
-//! from the same queries as `tsrc emit`.
+//! from the same queries as `tsrc emit`. `Backend::emit` answers it on a
+//! snapshot, with the `tessera.defines` setting under the request's own
+//! defines; compiler errors come back as LSP diagnostics in the error's data.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tessera::backend::arch::Arch;
 use tessera::db::{self, Database, Options, SourceFile};
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
+use tower_lsp::jsonrpc::{self, Error, ErrorCode};
 use tower_lsp::lsp_types::{Position, Url};
+
+use crate::diagnostics::self_convert;
+use crate::server::{offset_of, Backend, REQUEST_FAILED};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct EmitParams {
@@ -173,4 +180,71 @@ fn failure(db: &Database, file: SourceFile, diags: Vec<Diagnostic>) -> EmitFailu
         String::new()
     };
     EmitFailure::Diagnostics(format!("{first}{more}"), diags)
+}
+
+impl Backend {
+    /// `tessera/emit`: the handler, over [`emit`].
+    pub async fn emit(&self, params: EmitParams) -> jsonrpc::Result<EmitResult> {
+        let arch = match &params.arch {
+            Some(a) => Some(a.parse::<Arch>().map_err(|_| {
+                Error::invalid_params(format!(
+                    "unknown arch `{a}` (one of: {})",
+                    Arch::ALL.map(|a| a.name()).join(", ")
+                ))
+            })?),
+            None => None,
+        };
+        self.on_snapshot("tessera/emit", arch, move |s| {
+            let Some(file) = s.file(&params.uri) else {
+                return Err(Error::invalid_params(format!(
+                    "`{}` is not open or in the workspace",
+                    params.uri
+                )));
+            };
+            let offset = params.position.map(|p| offset_of(s, file, p));
+            // The request's own defines name something of the kernel, as
+            // `tsrc emit -D` checks them (the setting's may be for others).
+            if matches!(params.kind.as_str(), "tile-ir" | "target-ir" | "ptx")
+                && !params.defines.is_empty()
+            {
+                let mut kernels = tessera::db::file_kernels(&s.db, file);
+                if let Some(k) = &params.kernel {
+                    kernels.retain(|x| &x.0 == k);
+                }
+                let own: Vec<tessera::cli::Define> = params
+                    .defines
+                    .iter()
+                    .map(|(n, v)| tessera::cli::Define::Value(n.clone(), *v))
+                    .collect();
+                if !kernels.is_empty() {
+                    tessera::cli::specialization(&s.db, &kernels, &own)
+                        .map_err(Error::invalid_params)?;
+                }
+            }
+            // The setting's defines, under the request's own: a request
+            // without any is specialised as every estimate is.
+            let mut params = params;
+            let mut defines = s.spec.values.clone();
+            defines.append(&mut params.defines);
+            params.defines = defines;
+            match emit(&s.db, s.options, file, &params, offset) {
+                Ok(r) => Ok(r),
+                Err(EmitFailure::Invalid(m)) => Err(Error::invalid_params(m)),
+                Err(EmitFailure::Unsupported(m)) => Err(Error {
+                    code: ErrorCode::ServerError(REQUEST_FAILED),
+                    message: m.into(),
+                    data: None,
+                }),
+                Err(EmitFailure::Diagnostics(m, diags)) => Err(Error {
+                    code: ErrorCode::ServerError(REQUEST_FAILED),
+                    message: m.into(),
+                    data: Some(
+                        serde_json::to_value(self_convert(s, &params.uri, file, &diags))
+                            .unwrap_or_default(),
+                    ),
+                }),
+            }
+        })
+        .await
+    }
 }

@@ -11,6 +11,8 @@
 //! * In `import std.|` / `from std.|`: the dotted path typed so far is
 //!   replaced by the module's full name, so clients whose words stop at `.`
 //!   do not insert `std.std.nn`.
+//!
+//! `textDocument/completion` answers with [`items`] on a snapshot.
 
 use tessera::check::builtins::{self, Ctx};
 use tessera::db::{Database, Options, SourceFile};
@@ -22,6 +24,10 @@ use tower_lsp::lsp_types::{
 };
 
 use crate::position::LineIndex;
+use tower_lsp::jsonrpc::Result;
+use tower_lsp::lsp_types::{CompletionParams, CompletionResponse};
+
+use crate::server::{offset_of, Backend};
 
 /// Where the cursor is, for what may be called there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +186,25 @@ fn kind(k: K) -> CompletionItemKind {
         K::Option => CompletionItemKind::PROPERTY,
         K::Field => CompletionItemKind::FIELD,
         K::Method => CompletionItemKind::METHOD,
+    }
+}
+
+impl Backend {
+    pub(crate) async fn handle_completion(
+        &self,
+        params: CompletionParams,
+    ) -> Result<Option<CompletionResponse>> {
+        let p = params.text_document_position;
+        self.on_snapshot("completion", None, move |s| {
+            let Some(file) = s.file(&p.text_document.uri) else {
+                return Ok(None);
+            };
+            let off = offset_of(s, file, p.position);
+            Ok(Some(CompletionResponse::Array(items(
+                &s.db, s.options, file, off,
+            ))))
+        })
+        .await
     }
 }
 

@@ -1,6 +1,9 @@
 //! Quick fixes for diagnostics whose help line names the fix: "did you mean
 //! `x`?" (rename) and "`expr.to(dtype)`" (convert). The help travels in the
 //! published diagnostic's `data` (`{"help": ...}`).
+//!
+//! `textDocument/codeAction` reads only the open document's text and the
+//! request's diagnostics (no snapshot), under the same panic guard.
 
 use std::collections::HashMap;
 
@@ -9,6 +12,12 @@ use tower_lsp::lsp_types::{
 };
 
 use crate::position::LineIndex;
+use tower_lsp::jsonrpc::Result;
+use tower_lsp::lsp_types::{
+    CodeActionOrCommand, CodeActionParams, CodeActionResponse, MessageType,
+};
+
+use crate::server::{caught, Backend};
 
 /// The quick fixes of one diagnostic in the document `uri` with text `text`.
 pub fn quick_fixes(uri: &Url, text: &str, d: &Diagnostic) -> Vec<CodeAction> {
@@ -129,6 +138,42 @@ fn is_atomic(s: &str) -> bool {
         }
     }
     true
+}
+
+impl Backend {
+    pub(crate) async fn handle_code_action(
+        &self,
+        params: CodeActionParams,
+    ) -> Result<Option<CodeActionResponse>> {
+        let text = self
+            .state
+            .docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&params.text_document.uri)
+            .map(|d| d.text.clone());
+        let Some(text) = text else {
+            return Ok(None);
+        };
+        let uri = params.text_document.uri;
+        // No snapshot needed (the text and the diagnostics are all it reads),
+        // but the same guard: a panic is logged and answered, never fatal.
+        let (r, log) = caught("codeAction", || {
+            Ok(Some(
+                params
+                    .context
+                    .diagnostics
+                    .iter()
+                    .flat_map(|d| quick_fixes(&uri, &text, d))
+                    .map(CodeActionOrCommand::CodeAction)
+                    .collect(),
+            ))
+        });
+        if let Some(log) = log {
+            self.client.log_message(MessageType::ERROR, log).await;
+        }
+        r
+    }
 }
 
 #[cfg(test)]

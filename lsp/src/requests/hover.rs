@@ -5,10 +5,17 @@
 //! On a callee's name `ide::hover` describes the callee (signature, doc); what
 //! the call returns here — `matmul(q, k.T)` is `Tensor[B, H, S, S, bf16]` —
 //! is the hover of the call expression, found at its closing parenthesis.
+//!
+//! `textDocument/hover` answers it on a snapshot, as Markdown.
 
 use tessera::db::{Database, Options, SourceFile};
 use tessera::ide::{self, Hover};
 use tessera::ir::tile::Specialization;
+use tower_lsp::jsonrpc::Result;
+use tower_lsp::lsp_types::{self as lsp, HoverContents, HoverParams, MarkupContent, MarkupKind};
+
+use crate::position::LineIndex;
+use crate::server::{offset_of, Backend};
 
 /// The byte offset of the `)` closing the call whose `(` is at `open`.
 fn closing_paren(text: &str, open: usize) -> Option<usize> {
@@ -111,6 +118,30 @@ pub fn hover(
         }
     }
     Some(h)
+}
+
+impl Backend {
+    pub(crate) async fn handle_hover(&self, params: HoverParams) -> Result<Option<lsp::Hover>> {
+        let p = params.text_document_position_params;
+        self.on_snapshot("hover", None, move |s| {
+            let Some(file) = s.file(&p.text_document.uri) else {
+                return Ok(None);
+            };
+            let off = offset_of(s, file, p.position);
+            let Some(h) = hover(&s.db, file, s.options, &s.spec, off) else {
+                return Ok(None);
+            };
+            let ix = LineIndex::new(file.text(&s.db));
+            Ok(Some(lsp::Hover {
+                contents: HoverContents::Markup(MarkupContent {
+                    kind: MarkupKind::Markdown,
+                    value: h.markdown,
+                }),
+                range: Some(ix.range(h.span.start, h.span.end)),
+            }))
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
