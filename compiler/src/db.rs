@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use file_map::FileMap;
 
-use crate::backend::arch::Arch;
 use crate::check;
 use crate::diag::Diagnostic;
 use crate::syntax::{self, ast};
+use crate::target::Arch;
 
 /// One source file: a path (real or virtual, e.g. `<repl>`) and its text.
 #[salsa::input(debug)]

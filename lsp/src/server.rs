@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
-use tessera::backend::arch::Arch;
 use tessera::db::{Database, Options, SourceFile};
 use tessera::ide;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp::lsp_types::*;
 use tower_lsp::{Client, LanguageServer};
@@ -532,8 +532,8 @@ fn parse_defines(v: &Json) -> (Specialization, Vec<String>) {
         // num_warps and num_stages are held to their ranges here too, so a bad
         // value is one message rather than an error on every kernel.
         let range = |n: &str, x: i64| match n {
-            "num_warps" => tessera::backend::arch::check_num_warps(x),
-            "num_stages" => tessera::backend::arch::check_num_stages(x),
+            "num_warps" => tessera::target::check_num_warps(x),
+            "num_stages" => tessera::target::check_num_stages(x),
             _ => Ok(()),
         };
         match Specialization::parse_define(&format!("{name}={text}")) {

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::ValueEnum;
-use tessera::backend::arch::Arch;
 use tessera::backend::resources::{kernel_resources, Resources};
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
+use tessera::target::Arch;
 
 use crate::session::{device_unavailable, Device, LoadError, Session};
 

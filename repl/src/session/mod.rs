@@ -20,13 +20,13 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use tessera::backend::arch::Arch;
 use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
 use tessera::exec::{Interrupt, Value};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
+use tessera::target::Arch;
 
 pub use eval::{host_builtins, Val};
 

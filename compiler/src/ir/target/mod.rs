@@ -41,7 +41,7 @@ pub mod verify;
 
 mod dump;
 
-use crate::backend::arch::Arch;
+use crate::target::Arch;
 pub use layout::{Layout, LayoutKind, Term};
 pub use lower::{lower, Unsupported};
 
@@ -608,7 +608,7 @@ pub struct ArchFeatures {
 impl ArchFeatures {
     pub fn of(arch: Arch) -> ArchFeatures {
         ArchFeatures {
-            fast_tanh: arch.has_fast_tanh(),
+            fast_tanh: arch.features().fast_tanh,
         }
     }
 }
