@@ -300,7 +300,7 @@ mod tests {
     }
 }
 
-// ---- `emit` (issue 3) ----
+// ---- `emit` ----
 
 /// What `emit` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -940,7 +940,7 @@ mod emit_tests {
     }
 }
 
-// ---- `report` (issue 3, resources) ----
+// ---- `report` (resources) ----
 
 /// How `report` prints its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -1020,7 +1020,7 @@ pub fn report_to(args: &ReportArgs, out: &mut dyn Write, err: &mut dyn Write, co
     let mut rows = Vec::new();
     let mut diags = Vec::new();
     for (_, item, offset) in &kernels {
-        match crate::backend::resources::kernel_resources(db, *item, *offset, db.options(), &spec) {
+        match crate::db::kernel_resources(db, *item, *offset, db.options(), &spec) {
             Ok((r, d)) => {
                 rows.push(r);
                 diags.extend(d);

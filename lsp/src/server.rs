@@ -319,8 +319,7 @@ impl Backend {
                     diags.extend(carried.carried(&s.db, file, arch, &s.spec));
                     return Ok(Some((self_convert(s, &u, file, &diags), None)));
                 }
-                let (_, extra) =
-                    tessera::backend::resources::file_resources(&s.db, file, s.options, &s.spec);
+                let (_, extra) = tessera::db::file_resources(&s.db, file, s.options, &s.spec);
                 // Only what an estimate says: a kernel that does not lower
                 // (say, a const parameter without a default) is not an error
                 // of the file.

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::ValueEnum;
-use tessera::backend::resources::{kernel_resources, Resources};
+use tessera::backend::resources::Resources;
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
+use tessera::db::kernel_resources;
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;

@@ -29,7 +29,7 @@ pub mod fuzzing;
 
 use std::path::{Path, PathBuf};
 
-use tessera::backend::resources::file_resources;
+use tessera::db::file_resources;
 use tessera::db::{tile_ir_diagnostics, Database, SourceFile};
 use tessera::diag::render::LineIndex;
 use tessera::diag::Diagnostic;

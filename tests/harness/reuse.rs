@@ -1,9 +1,11 @@
 //! Salsa reuse: an edit inside one function's body re-parses and re-checks only
-//! that function, even when the edit moves every later function in the file.
+//! that function, even when the edit moves every later function in the file; an
+//! edit to one kernel recomputes only that kernel's Tile IR, Target IR and PTX.
 //! Read from the database's event log (`query(Id(..))` per executed query).
 
 use salsa::plumbing::AsId;
 use tessera::db::{file_items, Database, SourceFile};
+use tessera::ir::tile::Specialization;
 
 const PROGRAM: &str = r#"const BLOCK = 1024
 
@@ -138,4 +140,93 @@ fn an_edit_inside_one_body_rechecks_only_that_item() {
         "no edit, no work: {log:#?}"
     );
     assert!(!old_checks.is_empty());
+}
+
+/// Two kernels and a constant: edits to one kernel, or to the constant's
+/// comment and blank lines, must leave the other kernels' code untouched.
+const KERNELS: &str = r#"const BLOCK = 256
+
+@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)
+def vadd(x: Tensor["N", f32], y: Tensor["N", f32], out: Tensor["N", f32]):
+    i = program_id(0) * BLOCK
+    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))
+
+@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)
+def vscale(x: Tensor["N", f32], out: Tensor["N", f32]):
+    i = program_id(0) * BLOCK
+    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) * 2.0)
+"#;
+
+/// The PTX of every kernel of the file (Tile IR, Target IR and each kernel's
+/// PTX through their queries).
+fn file_ptx(db: &Database, file: SourceFile) -> String {
+    tessera::db::ptx(db, file, db.options(), Specialization::new())
+        .clone()
+        .unwrap_or_else(|d| panic!("no PTX: {d:#?}"))
+}
+
+/// How many times each kernel query ran while `text` replaced the file.
+fn kernel_queries_after(db: &mut Database, file: SourceFile, text: &str) -> [usize; 3] {
+    db.start_event_log();
+    db.set_source("kernels.tsr", text.to_string());
+    let incremental = file_ptx(db, file);
+    let log = db.take_event_log();
+    let mut fresh = Database::new();
+    let fresh_file = fresh.set_source("kernels.tsr", text.to_string());
+    assert_eq!(
+        incremental,
+        file_ptx(&fresh, fresh_file),
+        "incremental PTX equals a fresh compile"
+    );
+    ["tile_ir", "target_ir", "kernel_ptx"].map(|q| executed(&log, q).len())
+}
+
+#[test]
+fn an_edit_to_one_kernel_recompiles_only_that_kernel() {
+    let mut db = Database::with_event_log();
+    db.start_event_log();
+    let file = db.set_source("kernels.tsr", KERNELS.to_string());
+    let cold = file_ptx(&db, file);
+    let log = db.take_event_log();
+    assert!(cold.contains(".entry vadd(") && cold.contains(".entry vscale("));
+    for q in ["tile_ir", "target_ir", "kernel_ptx"] {
+        assert_eq!(executed(&log, q).len(), 2, "cold: {q} once per kernel");
+    }
+
+    // The edited kernel's item text is a new key, so the one run of each query
+    // is that kernel's: `vadd`'s Tile IR, Target IR and PTX are reused.
+    let text = KERNELS.replace("* 2.0)", "* 3.0)");
+    assert_eq!(
+        kernel_queries_after(&mut db, file, &text),
+        [1, 1, 1],
+        "only vscale is recompiled"
+    );
+    // Longer: `vscale` moves, the edit is in `vadd`.
+    let text = text.replace(
+        "program_id(0) * BLOCK\n    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) +",
+        "program_id(0) * BLOCK * 1\n    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) +",
+    );
+    assert_eq!(
+        kernel_queries_after(&mut db, file, &text),
+        [1, 1, 1],
+        "only vadd is recompiled"
+    );
+    // A comment and blank lines (they belong to the constant's item) move both
+    // kernels but change neither, nor the module's scope.
+    let text = text.replace(
+        "const BLOCK = 256\n",
+        "const BLOCK = 256  # one tile per block\n\n\n# Two kernels follow.\n",
+    );
+    assert_eq!(
+        kernel_queries_after(&mut db, file, &text),
+        [0, 0, 0],
+        "a comment recompiles no kernel"
+    );
+    // The constant's value is a different scope: both kernels are recompiled.
+    let text = text.replace("const BLOCK = 256", "const BLOCK = 128");
+    assert_eq!(
+        kernel_queries_after(&mut db, file, &text),
+        [2, 2, 2],
+        "a constant both kernels use recompiles both"
+    );
 }

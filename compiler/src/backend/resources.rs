@@ -1923,67 +1923,6 @@ pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
     )
 }
 
-// ---- Per file ----
-
-/// The resources of one kernel item of a file under `spec` on `options`' arch:
-/// its Target IR (`db::target_ir`, over `db::tile_ir`), then the estimate. `Ok` holds the resources and
-/// their diagnostics (W0003, W0004, or the E06xx of a block that cannot run);
-/// `Err` the diagnostics that stopped compilation (check or lowering errors,
-/// E0512 for what Target IR cannot lower yet). Spans are absolute (`offset` is
-/// the item's start in the file).
-pub fn kernel_resources(
-    db: &dyn crate::db::Db,
-    item: crate::db::ItemSource<'_>,
-    offset: u32,
-    options: crate::db::Options,
-    spec: &crate::ir::tile::Specialization,
-) -> Result<(Resources, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let target = crate::db::target_ir(db, item, options, spec.clone())
-        .as_ref()
-        .map_err(|d| {
-            d.iter()
-                .cloned()
-                .map(|d| d.shifted(offset))
-                .collect::<Vec<_>>()
-        })?;
-    let resources = of_target(target);
-    let name_span = match crate::db::parse_item(db, item).item.as_deref() {
-        Some(crate::syntax::ast::Item::Function(f)) => f.name.span,
-        _ => Span::new(0, 0),
-    };
-    let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
-    Ok((resources, diags))
-}
-
-/// [`kernel_resources`] for every kernel of a file: the resources of those that
-/// compile, and every diagnostic (absolute spans), in source order. Nothing when
-/// the file has check errors (those are `file_diagnostics`).
-pub fn file_resources(
-    db: &dyn crate::db::Db,
-    file: crate::db::SourceFile,
-    options: crate::db::Options,
-    spec: &crate::ir::tile::Specialization,
-) -> (Vec<Resources>, Vec<Diagnostic>) {
-    let mut rows = Vec::new();
-    let mut diags = Vec::new();
-    if crate::db::file_diagnostics(db, file, options)
-        .iter()
-        .any(|d| d.is_error())
-    {
-        return (rows, diags);
-    }
-    for (_, item, offset) in crate::db::file_kernels(db, file) {
-        match kernel_resources(db, item, offset, options, spec) {
-            Ok((r, d)) => {
-                rows.push(r);
-                diags.extend(d);
-            }
-            Err(d) => diags.extend(d),
-        }
-    }
-    (rows, diags)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

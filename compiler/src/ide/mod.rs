@@ -10,10 +10,11 @@ pub mod complete;
 pub mod names;
 pub mod tokens;
 
-use crate::backend::resources::{kernel_resources, Resources};
+use crate::backend::resources::Resources;
 use crate::check::{builtins, Entry};
 use crate::db::{
-    check_item, file_kernels, module_scope, parse_item, Db, ItemSource, Options, SourceFile,
+    check_item, file_kernels, kernel_resources, module_scope, parse_item, Db, ItemSource, Options,
+    SourceFile,
 };
 use crate::ir::tile::Specialization;
 use crate::syntax::ast::{Expr, ExprKind, Item, Stmt, StmtKind};

@@ -347,13 +347,7 @@ fn report_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
         let db = &*db;
         let mut rows = Vec::new();
         for (_, item, offset) in tessera::db::file_kernels(db, file) {
-            match tessera::backend::resources::kernel_resources(
-                db,
-                item,
-                offset,
-                db.options(),
-                &spec,
-            ) {
+            match tessera::db::kernel_resources(db, item, offset, db.options(), &spec) {
                 Ok((r, d)) => {
                     assert_well_formed(text, &d);
                     rows.push(r);

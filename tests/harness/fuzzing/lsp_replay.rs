@@ -46,8 +46,7 @@ fn replay_here(text: &str, stride: usize, out: &mut Replay) -> Result<(), (usize
             let spec = Specialization::new();
             let len = prefix.len() as u32;
             assert_well_formed(prefix, db.diagnostics(file));
-            let (_, estimates) =
-                tessera::backend::resources::file_resources(db, file, options, &spec);
+            let (_, estimates) = tessera::db::file_resources(db, file, options, &spec);
             assert_well_formed(prefix, &estimates);
             let mut n = 2;
             let mut probes = vec![len, len.saturating_sub(1), len / 2];

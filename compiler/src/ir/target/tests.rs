@@ -786,3 +786,55 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
     }
     assert!(Layout::mma884_accumulator(16, 8, 1).is_none());
 }
+
+/// The asynchronous-copy plan of the brief's gemm and flash attention, as
+/// `lower` decides it: the operand loads are the candidates everywhere; on
+/// sm_80+ they are pipelined over `num_stages` when their rows are provably
+/// 16-byte aligned (K and N fixed; D fixed), attention's q is copied once
+/// before its loop, and without that proof they stay in registers.
+#[test]
+fn pipeline_plans_of_the_brief_kernels() {
+    use crate::db::{file_kernels, tile_ir, Database};
+    use crate::ir::tile::Specialization;
+    let src = include_str!("../tile/testdata/brief.tsr");
+    let plan = |arch: Arch, name: &str, spec: Specialization| {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/brief.tsr", src.to_string());
+        let (_, item, _) = file_kernels(&db, file)
+            .into_iter()
+            .find(|k| k.0 == name)
+            .unwrap();
+        let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
+        let (_, plan) = super::lower::lower_with_plan(&tk, arch).unwrap();
+        plan.to_string()
+    };
+    let fixed = || Specialization::new().with("K", 96).with("N", 160);
+    let d64 = || Specialization::new().with("D", 64);
+    #[rustfmt::skip]
+    let cases = [
+        (Arch::Sm80, "gemm", fixed(), "\
+cp.async on sm_80, num_stages = 3
+candidates: %12 A[128, 32], %13 B[32, 128]
+loop %10: pipelined over 3 stages, copied 2 iterations ahead: %12 A[128, 32], %13 B[32, 128]
+"),
+        (Arch::Sm80, "gemm", Specialization::new(), "\
+cp.async on sm_80, num_stages = 3
+candidates: %12 A[128, 32], %13 B[32, 128]
+load %12 A[128, 32]: in registers
+load %13 B[32, 128]: in registers
+"),
+        (Arch::Sm80, "flash_attn", d64(), "\
+cp.async on sm_80, num_stages = 2
+candidates: %14 q[128, 64], %22 k[64, 64], %42 v[64, 64]
+load %14 q[128, 64]: deferred to its dot
+loop %18: copied once before it: %14; pipelined over 2 stages, copied 1 iteration ahead: %22 k[64, 64], %42 v[64, 64]
+"),
+        (Arch::Sm75, "flash_attn", d64(), "\
+no cp.async on sm_75: every load goes through registers
+"),
+    ];
+    for (arch, name, spec, want) in cases {
+        assert_eq!(plan(arch, name, spec), want, "{arch} {name}");
+    }
+}

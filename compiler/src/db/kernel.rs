@@ -1,0 +1,211 @@
+//! Kernel queries: the Tile IR of a kernel item under a specialization, its
+//! Target IR for the selected arch, the PTX module of a file's kernels, and
+//! their resources (registers, shared memory, occupancy) estimated from Target IR.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::backend::resources::{self, Resources};
+
+/// The Tile IR of one kernel item under a specialization (const parameter
+/// values and specialised dims; see `ir::tile::Specialization`). The kernel is
+/// checked first: its error diagnostics (item-relative spans) are returned
+/// instead of lowering. Lowering errors (E0511, E0512) are item-relative too.
+/// An item that is not a kernel gives an empty error list.
+#[salsa::tracked(returns(ref))]
+pub fn tile_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::tile::Kernel>, Vec<Diagnostic>> {
+    let parsed = parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(Vec::new());
+    };
+    if !f.is_kernel() {
+        return Err(Vec::new());
+    }
+    let errors: Vec<Diagnostic> = parsed
+        .diagnostics
+        .iter()
+        .chain(check_item(db, item, options).diagnostics.iter())
+        .filter(|d| d.is_error())
+        .cloned()
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec)?;
+    crate::ir::tile::check_tile_sizes(&k, options.arch(db))?;
+    Ok(Arc::new(k))
+}
+
+/// The lowering diagnostics (E0511, E0512) of every kernel of `file` under
+/// `spec`, with absolute spans, in source order. Empty when the file has
+/// check errors: those are what `file_diagnostics` reports.
+pub fn tile_ir_diagnostics(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Vec<Diagnostic> {
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (_, item, offset) in file_kernels(db, file) {
+        if let Err(diags) = tile_ir(db, item, options, spec.clone()) {
+            out.extend(diags.iter().cloned().map(|d| d.shifted(offset)));
+        }
+    }
+    out
+}
+
+/// The kernel items of a file in source order, with their names and offsets.
+pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, ItemSource<'db>, u32)> {
+    file_items(db, file)
+        .items
+        .iter()
+        .filter_map(
+            |(source, offset)| match parse_item(db, *source).item.as_deref() {
+                Some(ast::Item::Function(f)) if f.is_kernel() => {
+                    Some((f.name.name.clone(), *source, *offset))
+                }
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// The Target IR of one kernel item for `options`' arch: its Tile IR (see
+/// `tile_ir`; its diagnostics are returned as they are) lowered by
+/// `ir::target::lower` and verified. A construct the code generator cannot
+/// lower yet is E0512 with the span of the Tile IR op (item-relative).
+#[salsa::tracked(returns(ref))]
+pub fn target_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<Arc<crate::ir::target::Kernel>, Vec<Diagnostic>> {
+    let tile = tile_ir(db, item, options, spec).clone()?;
+    match crate::ir::target::lower(&tile, options.arch(db)) {
+        Ok(k) => {
+            debug_assert_eq!(crate::ir::target::verify::verify(&k), Ok(()));
+            Ok(Arc::new(k))
+        }
+        Err(u) => Err(vec![Diagnostic::new("E0512", u.span, u.message)]),
+    }
+}
+
+/// One PTX module holding `kernels` (items with their file offsets, as
+/// `file_kernels` gives them) for `options`' arch, or every diagnostic of
+/// every kernel that failed (absolute spans).
+pub fn ptx_module<'db>(
+    db: &'db dyn Db,
+    kernels: &[(String, ItemSource<'db>, u32)],
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let mut printed = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in kernels {
+        match kernel_ptx(db, *item, options, spec.clone()) {
+            Ok(text) => printed.push(text.as_str()),
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        Ok(crate::backend::ptx::module_of(options.arch(db), &printed))
+    } else {
+        Err(diags)
+    }
+}
+
+/// The PTX `.entry` of one kernel item (see `target_ir`; its diagnostics are
+/// returned as they are, item-relative). Cached per kernel, so an edit to one
+/// kernel of a file reprints only that kernel.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_ptx<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let target = target_ir(db, item, options, spec).clone()?;
+    Ok(crate::backend::ptx::kernel_text(&target))
+}
+
+/// The PTX module of every kernel of `file` (see `ptx_module`).
+#[salsa::tracked(returns(ref))]
+pub fn ptx(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    ptx_module(db, &file_kernels(db, file), options, &spec)
+}
+
+/// The resources of one kernel item of a file under `spec` on `options`' arch:
+/// its Target IR (`target_ir`, over `tile_ir`), then the estimate. `Ok` holds
+/// the resources and their diagnostics (W0003, W0004, or the E06xx of a block
+/// that cannot run); `Err` the diagnostics that stopped compilation (check or
+/// lowering errors, E0512 for what Target IR cannot lower yet). Spans are absolute (`offset` is
+/// the item's start in the file).
+pub fn kernel_resources(
+    db: &dyn Db,
+    item: ItemSource<'_>,
+    offset: u32,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<(Resources, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let target = target_ir(db, item, options, spec.clone())
+        .as_ref()
+        .map_err(|d| {
+            d.iter()
+                .cloned()
+                .map(|d| d.shifted(offset))
+                .collect::<Vec<_>>()
+        })?;
+    let resources = resources::of_target(target);
+    let name_span = match parse_item(db, item).item.as_deref() {
+        Some(ast::Item::Function(f)) => f.name.span,
+        _ => crate::syntax::span::Span::new(0, 0),
+    };
+    let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
+    Ok((resources, diags))
+}
+
+/// [`kernel_resources`] for every kernel of a file: the resources of those that
+/// compile, and every diagnostic (absolute spans), in source order. Nothing when
+/// the file has check errors (those are `file_diagnostics`).
+pub fn file_resources(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> (Vec<Resources>, Vec<Diagnostic>) {
+    let mut rows = Vec::new();
+    let mut diags = Vec::new();
+    if file_diagnostics(db, file, options)
+        .iter()
+        .any(|d| d.is_error())
+    {
+        return (rows, diags);
+    }
+    for (_, item, offset) in file_kernels(db, file) {
+        match kernel_resources(db, item, offset, options, spec) {
+            Ok((r, d)) => {
+                rows.push(r);
+                diags.extend(d);
+            }
+            Err(d) => diags.extend(d),
+        }
+    }
+    (rows, diags)
+}

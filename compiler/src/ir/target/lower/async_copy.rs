@@ -1,0 +1,293 @@
+//! Loads deferred to `cp.async` (sm_80+): which loads may skip registers,
+//! whether a load can be planned as aligned 16-byte chunks, and the async
+//! copies that put such a load straight into a dot's swizzled operand buffer.
+//!
+//! A load is deferrable when its 16-bit tile feeds only tensor-core dots
+//! (possibly through a transpose) and its tensor is never written by the
+//! kernel; it is deferred only when every chunk is provably 16-byte aligned
+//! and wholly in or out of bounds (out-of-bounds chunks copy 0 bytes, which
+//! zero-fills). Operand buffers are XOR-swizzled (`Swizzle`) so that
+//! `ldmatrix` reads are free of bank conflicts.
+
+use std::collections::HashMap;
+
+use super::memory::SlotAccess;
+use super::pipeline::PlannedLoad;
+use super::{Lower, R};
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::{BinOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
+use crate::ir::tile::{self, Access, Constant, OpKind, Value};
+
+impl<'a> Lower<'a> {
+    /// The loads of 16-bit tiles used only as tensor-core `dot` operands (`a` or
+    /// `b` as loaded, or `b` transposed) of tensors the kernel never writes,
+    /// in program order: the candidates of the pipeline plan.
+    pub(super) fn find_deferrable(&self) -> Vec<PlannedLoad> {
+        #[derive(Clone, Copy)]
+        enum Use {
+            DotA(bool),
+            DotB(bool),
+            Transpose(Value),
+            Other,
+        }
+        fn walk(
+            l: &Lower,
+            r: &tile::Region,
+            uses: &mut HashMap<Value, Vec<Use>>,
+            loads: &mut Vec<PlannedLoad>,
+            written: &mut Vec<usize>,
+        ) {
+            for op in &r.ops {
+                match &op.kind {
+                    OpKind::Dot { a, b, acc, .. } => {
+                        let (ta, tb) = (l.tk.ty(*a), l.tk.ty(*b));
+                        let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+                        let ok = l.mma_layout(ta.dtype(), tb.dtype(), m, n, k).is_some();
+                        uses.entry(*a).or_default().push(Use::DotA(ok));
+                        uses.entry(*b).or_default().push(Use::DotB(ok));
+                        if let Some(c) = acc {
+                            uses.entry(*c).or_default().push(Use::Other);
+                        }
+                    }
+                    OpKind::Transpose { x } => uses
+                        .entry(*x)
+                        .or_default()
+                        .push(Use::Transpose(op.results[0])),
+                    kind => {
+                        for v in kind.operands() {
+                            uses.entry(v).or_default().push(Use::Other);
+                        }
+                    }
+                }
+                match &op.kind {
+                    OpKind::Load {
+                        tensor,
+                        access,
+                        other,
+                        ..
+                    } => {
+                        let d = l.tk.ty(op.results[0]).dtype();
+                        if matches!(d, DType::F16 | DType::BF16) {
+                            loads.push(l.planned_load(op.results[0], *tensor, access, *other));
+                        }
+                    }
+                    OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } => {
+                        written.push(*tensor)
+                    }
+                    _ => {}
+                }
+                for region in op.kind.regions() {
+                    walk(l, region, uses, loads, written);
+                }
+            }
+        }
+        let mut uses = HashMap::new();
+        let (mut loads, mut written) = (Vec::new(), Vec::new());
+        walk(self, &self.tk.body, &mut uses, &mut loads, &mut written);
+        let none = Vec::new();
+        loads
+            .into_iter()
+            .filter(|load| {
+                let us = uses.get(&load.value).unwrap_or(&none);
+                !written.contains(&load.tensor)
+                    && !us.is_empty()
+                    && us.iter().all(|u| match u {
+                        Use::DotA(ok) | Use::DotB(ok) => *ok,
+                        Use::Transpose(t) => {
+                            let ts = uses.get(t).unwrap_or(&none);
+                            !ts.is_empty() && ts.iter().all(|u| matches!(u, Use::DotB(true)))
+                        }
+                        Use::Other => false,
+                    })
+            })
+            .collect()
+    }
+
+    /// Plans a load of a 16-bit `[rows, cols]` tile as 16-byte chunks when every
+    /// chunk is provably aligned and wholly in or out of bounds; `None` otherwise.
+    /// Whether a load can be planned as aligned 16-byte chunks (see `defer_load`).
+    pub(super) fn can_defer(
+        &self,
+        tensor: usize,
+        access: &[Access],
+        other: Constant,
+        shape: &[u32],
+    ) -> bool {
+        let Ok(t) = self.tensor(tensor) else {
+            return false;
+        };
+        let last = access.len() - 1;
+        let zero =
+            matches!(other, Constant::Int(0)) || matches!(other, Constant::Float(f) if f == 0.0);
+        let Access::Range { start, len } = &access[last] else {
+            return false;
+        };
+        let start_div = match self.scalar(*start) {
+            Operand::Int(0) => 1 << 30,
+            Operand::Int(i) => i.unsigned_abs(),
+            _ => self.divisor(*start),
+        };
+        let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
+        let dim_ok = t.dim_div[last].is_multiple_of(8);
+        if shape.len() != 2
+            || !zero
+            || !len.is_multiple_of(8)
+            || !start_div.is_multiple_of(8)
+            || !strides_ok
+            || !dim_ok
+        {
+            return false;
+        }
+        true
+    }
+
+    pub(super) fn defer_load(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        other: Constant,
+        shape: &[u32],
+    ) -> R<Option<Deferred>> {
+        if !self.can_defer(tensor, access, other, shape) {
+            return Ok(None);
+        }
+        let (rows, cols) = (shape[0], shape[1]);
+        self.emit(Inst::Comment(format!(
+            "load {}[{rows},{cols}] deferred: copied asynchronously where used",
+            self.tk.params[tensor].name
+        )));
+        let mut layout = Layout::blocked(&[rows, cols / 8], self.num_warps, self.warp_size, 1);
+        layout.shape = vec![rows, cols];
+        for t in layout.terms[1].iter_mut() {
+            t.mul *= 8;
+        }
+        for s in layout.slots.iter_mut() {
+            s[1] *= 8;
+        }
+        let plan = self.plan_access(tensor, access, &layout)?;
+        Ok(Some(Deferred {
+            layout,
+            slots: plan.slots,
+        }))
+    }
+
+    /// A new shared buffer for a `[rows, cols]` 16-bit dot operand, row-major
+    /// and swizzled.
+    /// `after`: the buffer this one must not overlap (the same dot's `a`).
+    pub(super) fn operand_buffer(
+        &mut self,
+        rows: u32,
+        cols: u32,
+        what: &str,
+        after: Option<usize>,
+    ) -> (usize, Swizzle) {
+        let sw = Swizzle::for_rows(cols * 2);
+        let index = self.buffers.len();
+        let offset = match after {
+            Some(a) => {
+                let a = &self.buffers[a];
+                (a.offset + a.bytes).div_ceil(128) * 128
+            }
+            None => 0,
+        };
+        let n = self.buffers.iter().filter(|b| b.swizzle.is_some()).count() / 2;
+        self.buffers.push(SmemBuffer {
+            name: format!("dot{n}_{what}"),
+            offset,
+            bytes: rows * cols * 2,
+            align: 128,
+            purpose: format!("`dot` operand {what} ([{rows}, {cols}] 16-bit, swizzled)"),
+            swizzle: Some(sw),
+        });
+        (index, sw)
+    }
+
+    /// The swizzled shared address of element `(r, c)` (`c` a multiple of 8)
+    /// of buffer `buf`.
+    pub(super) fn swizzled(&mut self, buf: Reg, sw: Swizzle, r: Operand, c: Operand) -> Reg {
+        let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+        let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+        let ph = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            r,
+            Operand::Int(sw.per_phase.trailing_zeros() as i64),
+        );
+        let ph = self.bin(
+            BinOp::And,
+            RegTy::U32,
+            ph,
+            Operand::Int(sw.max_phase as i64 - 1),
+        );
+        let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
+        let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
+        let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
+        let a = self.bin(BinOp::Add, RegTy::U32, ra, swz);
+        self.materialize(RegTy::U32, a).reg().expect("reg")
+    }
+
+    /// Issues the async copies of a deferred load into a new operand buffer.
+    pub(super) fn stage_async(
+        &mut self,
+        d: &Deferred,
+        what: &str,
+        after: Option<usize>,
+    ) -> (usize, Swizzle) {
+        let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
+        let (index, sw) = self.operand_buffer(rows, cols, what, after);
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: index,
+        });
+        self.issue_copies(d, buf, sw);
+        (index, sw)
+    }
+
+    /// The async copies of a deferred load into the swizzled tile at `buf`.
+    pub(super) fn issue_copies(&mut self, d: &Deferred, buf: Reg, sw: Swizzle) {
+        let br = self.base(&d.layout.terms[0].clone());
+        let bc = self.base(&d.layout.terms[1].clone());
+        let mut sizes: HashMap<Reg, Reg> = HashMap::new();
+        for (s, acc) in d.layout.slots.clone().iter().zip(d.slots.clone()) {
+            let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s[0] as i64));
+            let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s[1] as i64));
+            let dst = self.swizzled(buf, sw, r, c);
+            let mut src_size = None;
+            if let Some(p) = acc.pred {
+                let r = match sizes.get(&p) {
+                    Some(r) => *r,
+                    None => {
+                        let o = self.select(
+                            RegTy::U32,
+                            Operand::Reg(p),
+                            Operand::Int(16),
+                            Operand::Int(0),
+                        );
+                        let r = o.reg().expect("reg");
+                        sizes.insert(p, r);
+                        r
+                    }
+                };
+                src_size = Some(r);
+            }
+            self.emit(Inst::CpAsync {
+                dst,
+                src: acc.addr,
+                src_offset: acc.offset,
+                bytes: 16,
+                src_size,
+            });
+        }
+    }
+}
+
+/// A load of a 16-bit tile planned as 16-byte chunks (one per slot of
+/// `layout`, whose slots are the chunks' first elements), issued later as
+/// async copies.
+#[derive(Debug)]
+pub(super) struct Deferred {
+    pub(super) layout: Layout,
+    pub(super) slots: Vec<SlotAccess>,
+}

@@ -1,0 +1,285 @@
+//! Structured control flow: `for`, `while` and `if`, with their carried and
+//! merged values.
+//!
+//! Loop-carried values live in fresh registers moved in before the loop and
+//! assigned at the end of each iteration as a parallel copy; each takes the
+//! layout the body will yield it in where that is predictable (from `dot`s
+//! and what is computed from them), so the back edge needs no conversion. An
+//! `if` merges into fresh registers in the then-branch's layouts. A `for`
+//! loop is where `pipeline` plans and copies invariant dot operands and sets up the
+//! software pipeline.
+
+use std::rc::Rc;
+
+use super::pipeline::Decision;
+use super::{gcd, Lower, R, TV};
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, RegTy};
+use crate::ir::tile::{self, OpKind, Value};
+
+impl<'a> Lower<'a> {
+    /// Fresh registers to carry `init` around a loop (moved in now).
+    /// `hint` gives, per carried value, the layout the loop body will yield it
+    /// in where known; a uniform initial value (a splat) takes that layout, so
+    /// the loop needs no conversion on its back edge.
+    fn carried(&mut self, init: &[Value], hint: &[Option<Rc<Layout>>]) -> Vec<TV> {
+        init.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut t = self.val(*v);
+                if let Some(Some(l)) = hint.get(i) {
+                    let uniform = t.ops.iter().all(|o| *o == t.ops[0]);
+                    if uniform && l.shape == t.layout.shape && *l != t.layout {
+                        t = TV {
+                            ops: vec![t.ops[0]; l.num_slots()],
+                            layout: l.clone(),
+                            ..t
+                        };
+                    }
+                }
+                let ops = t
+                    .ops
+                    .iter()
+                    .map(|&o| {
+                        let dst = self.new_reg(t.ty);
+                        self.emit(Inst::Mov { dst, src: o });
+                        Operand::Reg(dst)
+                    })
+                    .collect();
+                TV { ops, ..t }
+            })
+            .collect()
+    }
+
+    /// The layouts a loop body will yield its values in, where the ops that
+    /// compute them decide it: a `dot` result, its reductions, and elementwise
+    /// ops over those (an elementwise op keeps its first operand's layout; when
+    /// that operand is the carried value itself, the other operand decides).
+    fn yield_layouts(&self, body: &tile::Region) -> Vec<Option<Rc<Layout>>> {
+        let Some(OpKind::Yield(ys)) = body.ops.last().map(|o| &o.kind) else {
+            return vec![];
+        };
+        ys.iter().map(|y| self.predict(body, *y, 8)).collect()
+    }
+
+    fn predict(&self, body: &tile::Region, v: Value, depth: u32) -> Option<Rc<Layout>> {
+        if depth == 0 {
+            return None;
+        }
+        let op = body.ops.iter().find(|o| o.results.contains(&v))?;
+        let p = |x: Value| self.predict(body, x, depth - 1);
+        match &op.kind {
+            OpKind::Dot {
+                a, b, precision, ..
+            } => {
+                let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
+                let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+                Some(
+                    self.mma_layout(ta.dtype(), tb.dtype(), m, n, k)
+                        .or_else(|| self.tf32_layout(ta.dtype(), tb.dtype(), m, n, k, *precision))
+                        .or_else(|| self.mma884_layout(ta.dtype(), tb.dtype(), m, n, k))
+                        .unwrap_or_else(|| self.blocked(&[m, n])),
+                )
+            }
+            OpKind::Reduce {
+                x, axis, keepdims, ..
+            } => p(*x).map(|l| Rc::new(l.slice(*axis, *keepdims))),
+            OpKind::Unary { x, .. } | OpKind::Cast { x, .. } => p(*x),
+            OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } => p(*a).or_else(|| p(*b)),
+            _ => None,
+        }
+    }
+
+    /// Moves `vals` into the registers of `into` (converting layouts), as a
+    /// parallel copy.
+    fn assign(&mut self, into: &[TV], vals: &[TV]) -> R<()> {
+        let mut temps = Vec::new();
+        for (dst, v) in into.iter().zip(vals) {
+            let v = self.convert(v, &dst.layout)?;
+            for &o in &v.ops {
+                let t = self.new_reg(dst.ty);
+                self.emit(Inst::Mov { dst: t, src: o });
+                temps.push(t);
+            }
+        }
+        let mut k = 0;
+        for dst in into {
+            for &o in &dst.ops {
+                let r = o.reg().expect("carried registers");
+                self.emit(Inst::Mov {
+                    dst: r,
+                    src: Operand::Reg(temps[k]),
+                });
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn for_loop(
+        &mut self,
+        op: &tile::Op,
+        lo: Value,
+        hi: Value,
+        step: Value,
+        init: &[Value],
+        body: &tile::Region,
+    ) -> R<()> {
+        let (lo_o, hi_o, step_o) = (self.scalar(lo), self.scalar(hi), self.scalar(step));
+        if step_o == Operand::Int(0) {
+            return self.unsupported("a `range` with step 0");
+        }
+        let hint = self.yield_layouts(body);
+        let carried = self.carried(init, &hint);
+        // The loop variable has the bounds' type (i32, or i64 over i64 bounds).
+        let idt = self.tk.ty(body.args[0]).dtype();
+        let ity = if idt == DType::I64 {
+            RegTy::I64
+        } else {
+            RegTy::I32
+        };
+        let iv = self.new_reg(ity);
+        let d = gcd(self.divisor(lo), self.divisor(step));
+        self.div.insert(body.args[0], d);
+        self.vals
+            .insert(body.args[0], self.scalar_tv(Operand::Reg(iv), ity, idt));
+        for (a, c) in body.args[1..].iter().zip(&carried) {
+            self.define(*a, c.clone());
+        }
+        let plan = self.plan_loop(body);
+        if !plan.invariant.is_empty() || !plan.pipelined.is_empty() {
+            let decision = Decision::Loop(plan.clone());
+            self.pipeline.plan.decisions.push(decision);
+        }
+        self.copy_invariant_operands(&plan.invariant);
+        let pipe = self.pipeline_prologue(body, &plan, lo_o, step_o)?;
+        if pipe.is_none() && !plan.invariant.is_empty() {
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+            self.emit(Inst::Barrier);
+        }
+        self.blocks.push(Vec::new());
+        if let Some(p) = &pipe {
+            self.pipeline_prefetch(body, p, Operand::Reg(iv), step_o)?;
+        }
+        let yields = self.region_ops(&body.ops)?.unwrap_or_default();
+        self.assign(&carried, &yields)?;
+        if let Some(p) = &pipe {
+            // Next stage, cyclically.
+            let t = self.bin(
+                BinOp::Add,
+                RegTy::U32,
+                Operand::Reg(p.stage),
+                Operand::Int(1),
+            );
+            let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(p.stages as i64));
+            let n = self.select(RegTy::U32, wrap, Operand::Int(0), t);
+            self.emit(Inst::Mov {
+                dst: p.stage,
+                src: n,
+            });
+        }
+        let code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::For {
+            iv,
+            lo: lo_o,
+            hi: hi_o,
+            step: step_o,
+            body: code,
+        });
+        for v in &plan.invariant {
+            self.pipeline.pipelined.remove(v);
+        }
+        if let Some(p) = pipe {
+            // Copies for iterations that did not run.
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+            for (load, _) in &p.loads {
+                self.pipeline.pipelined_pending.remove(&load.value);
+            }
+        }
+        for (r, c) in op.results.iter().zip(carried) {
+            self.define(*r, c);
+        }
+        Ok(())
+    }
+
+    pub(super) fn while_loop(
+        &mut self,
+        op: &tile::Op,
+        init: &[Value],
+        cond: &tile::Region,
+        body: &tile::Region,
+    ) -> R<()> {
+        let hint = self.yield_layouts(body);
+        let carried = self.carried(init, &hint);
+        for (a, c) in cond.args.iter().zip(&carried) {
+            self.define(*a, c.clone());
+        }
+        self.blocks.push(Vec::new());
+        let y = self.region_ops(&cond.ops)?.unwrap_or_default();
+        let p = match y.first() {
+            Some(t) => self.materialize(RegTy::Pred, t.ops[0]),
+            None => return self.unsupported("a `while` condition without a value"),
+        };
+        let cond_code = self.blocks.pop().unwrap_or_default();
+        for (a, c) in body.args.iter().zip(&carried) {
+            self.define(*a, c.clone());
+        }
+        self.blocks.push(Vec::new());
+        let yields = self.region_ops(&body.ops)?.unwrap_or_default();
+        self.assign(&carried, &yields)?;
+        let body_code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::While {
+            cond: cond_code,
+            pred: p.reg().expect("reg"),
+            body: body_code,
+        });
+        for (r, c) in op.results.iter().zip(carried) {
+            self.define(*r, c);
+        }
+        Ok(())
+    }
+
+    pub(super) fn if_op(
+        &mut self,
+        op: &tile::Op,
+        cond: Value,
+        then: &tile::Region,
+        otherwise: &tile::Region,
+    ) -> R<()> {
+        let c = self.scalar(cond);
+        let c = self.materialize(RegTy::Pred, c).reg().expect("reg");
+        self.blocks.push(Vec::new());
+        let ty_then = self.region_ops(&then.ops)?.unwrap_or_default();
+        // The merged results: fresh registers in the then-branch's layouts.
+        let results: Vec<TV> = ty_then
+            .iter()
+            .map(|t| TV {
+                ops: t
+                    .ops
+                    .iter()
+                    .map(|_| Operand::Reg(self.new_reg(t.ty)))
+                    .collect(),
+                ..t.clone()
+            })
+            .collect();
+        self.assign(&results, &ty_then)?;
+        let then_code = self.blocks.pop().unwrap_or_default();
+        self.blocks.push(Vec::new());
+        let ty_else = self.region_ops(&otherwise.ops)?.unwrap_or_default();
+        self.assign(&results, &ty_else)?;
+        let else_code = self.blocks.pop().unwrap_or_default();
+        self.span = op.span;
+        self.emit(Inst::If {
+            cond: c,
+            then: then_code,
+            otherwise: else_code,
+        });
+        for (r, t) in op.results.iter().zip(results) {
+            self.define(*r, t);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,187 @@
+//! `dot`: the entry point that picks the unit (`mma::*` where a tensor-core
+//! layout fits, in the order m16n8k16/m16n8k8, tf32, m8n8k4), and the FMA path
+//! for every other dot (f32, f64, bf16 before sm_80, shapes the warps cannot
+//! tile).
+//!
+//! The FMA path stages both operands in shared memory (A row-major `[m, k]`,
+//! B `[k, n]`) and accumulates per k step in the blocked layout of the result;
+//! a tf32 dot without tf32 tensor cores rounds its operands to tf32 first, so
+//! it means the same on every target.
+
+use std::collections::HashMap;
+
+use super::layouts::row_major;
+use super::{Lower, R, TV};
+use crate::check::DType;
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+use crate::ir::tile::{self, Value};
+
+impl<'a> Lower<'a> {
+    pub(super) fn dot(
+        &mut self,
+        res: Value,
+        a: Value,
+        b: Value,
+        acc: Option<Value>,
+        precision: tile::Precision,
+    ) -> R<TV> {
+        let shape = self.tk.ty(res).shape().to_vec();
+        let (m, n) = (shape[0], shape[1]);
+        let k = self.tk.ty(a).shape()[1];
+        let layout = self.blocked(&shape);
+        let av = self.val(a);
+        let bv = self.val(b);
+        // f64 tiles take the FMA path in f64 (`fma.rn.f64`): f64 precision
+        // is what they are for, and the FMA units hold it exactly.
+        let f64_dot = av.ty == RegTy::F64 && bv.ty == RegTy::F64;
+        if !f64_dot && (av.ty != RegTy::F32 || bv.ty != RegTy::F32) {
+            return self.unsupported(format!("`dot` on {}", av.dtype.name()));
+        }
+        let (rt, mt, es, out_dt) = if f64_dot {
+            (RegTy::F64, MemTy::F64, 8u32, DType::F64)
+        } else {
+            (RegTy::F32, MemTy::F32, 4u32, DType::F32)
+        };
+        if let Some(acc_layout) = self.mma_layout(av.dtype, bv.dtype, m, n, k) {
+            return self.dot_mma(a, b, &av, &bv, acc, acc_layout, k);
+        }
+        if let Some(acc_layout) = self.tf32_layout(av.dtype, bv.dtype, m, n, k, precision) {
+            return self.dot_tf32(&av, &bv, acc, acc_layout, k);
+        }
+        if let Some(acc_layout) = self.mma884_layout(av.dtype, bv.dtype, m, n, k) {
+            return self.dot_mma884(&av, &bv, acc, acc_layout, k);
+        }
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
+        )));
+        // Accumulator registers (written by every k step).
+        let init = match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, &layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
+        };
+        let accs: Vec<Reg> = init
+            .iter()
+            .map(|&o| {
+                let dst = self.new_reg(rt);
+                self.emit(Inst::Mov { dst, src: o });
+                dst
+            })
+            .collect();
+        // Stage A ([m,k], row-major) and B ([k,n]) in shared memory.
+        let tf32_fma = precision == tile::Precision::Tf32 && !f64_dot;
+        let a_bytes = m * k * es;
+        self.reserve_scratch(a_bytes + k * n * es);
+        let smem = self.scratch_addr();
+        for (tv, base) in [(&av, 0u32), (&bv, a_bytes)] {
+            let strides = row_major(&tv.layout.shape);
+            let lb = self.linear_base(&tv.layout.clone());
+            let off = self.bin(BinOp::Mul, RegTy::I32, lb, Operand::Int(es as i64));
+            let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), off);
+            let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+            for (s, &o) in tv.layout.slots.iter().zip(&tv.ops) {
+                let lin: u64 = s.iter().zip(&strides).map(|(&o, &st)| o as u64 * st).sum();
+                // A tf32 `dot` without tf32 tensor cores (sm_70/75, or a shape
+                // they do not take) still multiplies tf32 operands, as the CPU
+                // executor does: one meaning on every target.
+                let o = if tf32_fma { self.round_tf32(o) } else { o };
+                self.emit(Inst::St {
+                    space: Space::Shared,
+                    mem: mt,
+                    src: vec![o],
+                    addr,
+                    offset: base as i64 + lin as i64 * es as i64,
+                    pred: None,
+                });
+            }
+        }
+        self.emit(Inst::Barrier);
+        // Row and column base addresses of this thread's accumulator slots.
+        let bm = self.base(&layout.terms[0].clone());
+        let bn = self.base(&layout.terms[1].clone());
+        let arow = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            bm,
+            Operand::Int(k as i64 * es as i64),
+        );
+        let arow = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), arow);
+        let bcol = self.bin(BinOp::Mul, RegTy::I32, bn, Operand::Int(es as i64));
+        let bcol = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), bcol);
+        let arow = self.materialize(RegTy::U32, arow);
+        let bcol = self.materialize(RegTy::U32, bcol);
+        let iv = self.new_reg(RegTy::I32);
+        self.blocks.push(Vec::new());
+        let ka = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            Operand::Reg(iv),
+            Operand::Int(es as i64),
+        );
+        let pa = self.bin(BinOp::Add, RegTy::U32, arow, ka);
+        let pa = self.materialize(RegTy::U32, pa).reg().expect("reg");
+        let kb = self.bin(
+            BinOp::Mul,
+            RegTy::I32,
+            Operand::Reg(iv),
+            Operand::Int(n as i64 * es as i64),
+        );
+        let pb = self.bin(BinOp::Add, RegTy::U32, bcol, kb);
+        let pb = self.materialize(RegTy::U32, pb).reg().expect("reg");
+        let mut rows: HashMap<u32, Reg> = HashMap::new();
+        let mut cols: HashMap<u32, Reg> = HashMap::new();
+        for s in layout.slots.clone() {
+            if let std::collections::hash_map::Entry::Vacant(e) = rows.entry(s[0]) {
+                let dst = self.regs.len() as u32;
+                self.regs.push(rt);
+                e.insert(Reg(dst));
+                self.blocks.last_mut().expect("block").push(Inst::Ld {
+                    space: Space::Shared,
+                    mem: mt,
+                    dst: vec![Reg(dst)],
+                    addr: pa,
+                    offset: s[0] as i64 * k as i64 * es as i64,
+                    pred: None,
+                });
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = cols.entry(s[1]) {
+                let dst = self.regs.len() as u32;
+                self.regs.push(rt);
+                e.insert(Reg(dst));
+                self.blocks.last_mut().expect("block").push(Inst::Ld {
+                    space: Space::Shared,
+                    mem: mt,
+                    dst: vec![Reg(dst)],
+                    addr: pb,
+                    offset: a_bytes as i64 + s[1] as i64 * es as i64,
+                    pred: None,
+                });
+            }
+        }
+        for (i, s) in layout.slots.clone().iter().enumerate() {
+            self.emit(Inst::Fma {
+                dst: accs[i],
+                a: Operand::Reg(rows[&s[0]]),
+                b: Operand::Reg(cols[&s[1]]),
+                c: Operand::Reg(accs[i]),
+            });
+        }
+        let body = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::For {
+            iv,
+            lo: Operand::Int(0),
+            hi: Operand::Int(k as i64),
+            step: Operand::Int(1),
+            body,
+        });
+        self.emit(Inst::Barrier);
+        Ok(TV {
+            layout,
+            ops: accs.into_iter().map(Operand::Reg).collect(),
+            ty: rt,
+            dtype: out_dt,
+        })
+    }
+}

@@ -1,0 +1,615 @@
+//! Global memory: loads and stores (and atomic adds) of tiles through an
+//! access plan — per layout slot an address register, a byte offset and an
+//! in-bounds predicate — with vector accesses where alignment and contiguity
+//! are proven.
+//!
+//! Alignment is proven from static dims, the kernel's divisibility
+//! assumptions (checked in the prologue, see `params`) and the known divisors
+//! of integer scalars; a masked access is never vectorised. A gather computes
+//! each slot's address where it is accessed, so they are not all live at once.
+//! Loads that feed only tensor-core dots are not loaded here but handed to
+//! `async_copy` (deferred) or `pipeline` (pipelined).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::pipeline::Decision;
+use super::{const_operand, round_const, Lower, R, TV};
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+use crate::ir::tile::{Access, Constant, Value};
+
+impl<'a> Lower<'a> {
+    /// Per slot: the address register, byte offset and in-bounds predicate of an
+    /// access of `layout`'s elements; plus the vector width that is proven safe.
+    pub(super) fn plan_access(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        layout: &Layout,
+    ) -> R<AccessPlan> {
+        if Access::is_gather(access) {
+            return self.plan_gather(access, layout);
+        }
+        let t = self.tensor(tensor)?;
+        let (ptr, dims, static_dims, strides, mem, stride_div, dim_div) = (
+            t.ptr,
+            t.dims.clone(),
+            t.static_dims.clone(),
+            t.strides.clone(),
+            t.mem,
+            t.stride_div.clone(),
+            t.dim_div.clone(),
+        );
+        let bytes = mem.bytes() as i64;
+        let mut thread_off = Operand::Int(0);
+        let mut point_preds = Vec::new();
+        // For each tile axis: (tensor axis, start + base, upper bound check needed).
+        let mut axes = Vec::new();
+        let mut d = 0usize;
+        for (a, acc) in access.iter().enumerate() {
+            match acc {
+                Access::Point(v) => {
+                    let idx = self.scalar(*v);
+                    let safe = matches!((idx, static_dims[a]), (Operand::Int(i), Some(n)) if i >= 0 && (i as u64) < n);
+                    if !safe {
+                        point_preds.push(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]));
+                    }
+                    let t = self.bin(BinOp::Mul, RegTy::I32, idx, strides[a]);
+                    thread_off = self.bin(BinOp::Add, RegTy::I32, thread_off, t);
+                }
+                Access::Range { start, len: _ } => {
+                    let s = self.scalar(*start);
+                    let b = self.base(&layout.terms[d].clone());
+                    let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
+                    let sb = self.materialize(RegTy::I32, sb);
+                    let t = self.bin(BinOp::Mul, RegTy::I32, sb, strides[a]);
+                    thread_off = self.bin(BinOp::Add, RegTy::I32, thread_off, t);
+                    let max_base: u64 = layout.terms[d]
+                        .iter()
+                        .map(|t| ((1u64 << t.bits) - 1) * t.mul as u64)
+                        .sum();
+                    axes.push((a, sb, *start, max_base, s));
+                    d += 1;
+                }
+                // The verifier keeps gathers from mixing with points and ranges.
+                Access::Gather(_) => {
+                    return self.unsupported("a gather mixed with a point or range")
+                }
+            }
+        }
+        let off64 = self.new_reg(RegTy::I64);
+        let thread_off = self.materialize(RegTy::I32, thread_off);
+        self.emit(Inst::MulWide {
+            dst: off64,
+            a: thread_off,
+            b: Operand::Int(bytes),
+        });
+        let base_addr = self.new_reg(RegTy::U64);
+        self.emit(Inst::Binary {
+            op: BinOp::Add,
+            dst: base_addr,
+            a: Operand::Reg(ptr),
+            b: Operand::Reg(off64),
+        });
+        // Per (tile axis, offset): the bounds predicate (None when provably in bounds).
+        let mut pred_cache: HashMap<(usize, u32), Option<Operand>> = HashMap::new();
+        let mut addr_cache: HashMap<Vec<(usize, u32)>, Reg> = HashMap::new();
+        let mut combined: HashMap<Vec<Option<Reg>>, Option<Reg>> = HashMap::new();
+        let mut slots = Vec::new();
+        for slot in &layout.slots {
+            let mut preds = point_preds.clone();
+            let mut static_off = 0i64;
+            let mut dyn_key = Vec::new();
+            for (d, &(a, sb, _, max_base, s)) in axes.iter().enumerate() {
+                let o = slot[d];
+                let p = match pred_cache.get(&(d, o)) {
+                    Some(p) => *p,
+                    None => {
+                        let safe = matches!((s, static_dims[a]), (Operand::Int(st), Some(n))
+                            if st >= 0 && (st as u64 + max_base + o as u64) < n);
+                        let p = if safe {
+                            None
+                        } else {
+                            let idx = self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(o as i64));
+                            Some(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]))
+                        };
+                        pred_cache.insert((d, o), p);
+                        p
+                    }
+                };
+                preds.extend(p);
+                match strides[a] {
+                    // Wrapping: only in-bounds lanes (predicated) use the address.
+                    Operand::Int(st) => {
+                        static_off =
+                            static_off.wrapping_add((o as i64).wrapping_mul(st).wrapping_mul(bytes))
+                    }
+                    _ if o == 0 => {}
+                    _ => dyn_key.push((a, o)),
+                }
+            }
+            let addr = if dyn_key.is_empty() {
+                base_addr
+            } else if let Some(r) = addr_cache.get(&dyn_key) {
+                *r
+            } else {
+                let mut e = Operand::Int(0);
+                for &(a, o) in &dyn_key {
+                    let t = self.bin(BinOp::Mul, RegTy::I32, strides[a], Operand::Int(o as i64));
+                    e = self.bin(BinOp::Add, RegTy::I32, e, t);
+                }
+                let e = self.materialize(RegTy::I32, e);
+                let w = self.new_reg(RegTy::I64);
+                self.emit(Inst::MulWide {
+                    dst: w,
+                    a: e,
+                    b: Operand::Int(bytes),
+                });
+                let r = self.new_reg(RegTy::U64);
+                self.emit(Inst::Binary {
+                    op: BinOp::Add,
+                    dst: r,
+                    a: Operand::Reg(base_addr),
+                    b: Operand::Reg(w),
+                });
+                addr_cache.insert(dyn_key, r);
+                r
+            };
+            let key: Vec<Option<Reg>> = preds.iter().map(|p| p.reg()).collect();
+            let pred = match combined.get(&key) {
+                Some(p) => *p,
+                None => {
+                    let p = self.and_preds(&preds);
+                    let p = self.pred_reg(p);
+                    combined.insert(key, p);
+                    p
+                }
+            };
+            slots.push(SlotAccess {
+                addr,
+                offset: static_off,
+                pred,
+            });
+        }
+        // Vector width: contiguous runs along the last tile axis when it is the
+        // tensor's last axis, with alignment and uniform bounds proven.
+        let mut vec = 1u32;
+        if let Some(&(a, _, start, max_base, s)) = axes.last() {
+            let last = access.len() - 1;
+            let rank = layout.rank();
+            if a == last {
+                let mut v = (16 / mem.bytes()).min(4);
+                let terms_ok = |v: u32| layout.terms[rank - 1].iter().all(|t| t.mul % v == 0);
+                let start_div = match s {
+                    Operand::Int(0) => 1 << 30,
+                    Operand::Int(i) => i.unsigned_abs(),
+                    _ => self.divisor(start),
+                };
+                let strides_ok = |v: u32| {
+                    stride_div[..last]
+                        .iter()
+                        .all(|s| s.is_multiple_of(v as u64))
+                };
+                // Every vector wholly in or out of bounds.
+                let dim_ok = |v: u32| dim_div[a].is_multiple_of(v as u64);
+                let _ = max_base;
+                while v > 1 {
+                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
+                        break;
+                    }
+                    v /= 2;
+                }
+                vec = v;
+            }
+        }
+        Ok(AccessPlan {
+            slots,
+            vec,
+            gather: None,
+        })
+    }
+
+    /// `plan_access` of a gather: the index tiles converted to `layout`, one
+    /// element per access; each slot's address and bounds predicate are
+    /// computed where it is accessed (`slot`), so they are not all live at once.
+    fn plan_gather(&mut self, access: &[Access], layout: &Layout) -> R<AccessPlan> {
+        let rc = Rc::new(layout.clone());
+        let mut gather = vec![Vec::with_capacity(access.len()); layout.num_slots()];
+        for acc in access {
+            let idx = self.val(acc.value());
+            let idx = self.convert(&idx, &rc)?;
+            for (slot, g) in gather.iter_mut().enumerate() {
+                g.push(idx.ops[slot]);
+            }
+        }
+        Ok(AccessPlan {
+            slots: vec![],
+            vec: 1,
+            gather: Some(gather),
+        })
+    }
+
+    /// The address, offset and bounds predicate of slot `i` of a plan.
+    fn slot(&mut self, tensor: usize, plan: &AccessPlan, i: usize) -> R<SlotAccess> {
+        let Some(gather) = &plan.gather else {
+            return Ok(plan.slots[i]);
+        };
+        let t = self.tensor(tensor)?;
+        let (ptr, dims, static_dims, strides, bytes) = (
+            t.ptr,
+            t.dims.clone(),
+            t.static_dims.clone(),
+            t.strides.clone(),
+            t.mem.bytes() as i64,
+        );
+        let mut off = Operand::Int(0);
+        let mut preds = Vec::new();
+        for (a, &i) in gather[i].iter().enumerate() {
+            let safe = matches!((i, static_dims[a]), (Operand::Int(x), Some(d)) if x >= 0 && (x as u64) < d);
+            if !safe {
+                // Unsigned: a negative index is huge, so one compare checks both ends.
+                preds.push(self.cmp(CmpOp::Lt, RegTy::U32, i, dims[a]));
+            }
+            let t = self.bin(BinOp::Mul, RegTy::I32, i, strides[a]);
+            off = self.bin(BinOp::Add, RegTy::I32, off, t);
+        }
+        let (addr, offset) = match off {
+            Operand::Int(k) => (ptr, k.wrapping_mul(bytes)),
+            off => {
+                let wide = self.new_reg(RegTy::I64);
+                self.emit(Inst::MulWide {
+                    dst: wide,
+                    a: off,
+                    b: Operand::Int(bytes),
+                });
+                let addr = self.new_reg(RegTy::U64);
+                self.emit(Inst::Binary {
+                    op: BinOp::Add,
+                    dst: addr,
+                    a: Operand::Reg(ptr),
+                    b: Operand::Reg(wide),
+                });
+                (addr, 0)
+            }
+        };
+        let p = self.and_preds(&preds);
+        let pred = self.pred_reg(p);
+        Ok(SlotAccess { addr, offset, pred })
+    }
+
+    /// Groups of `vec` slots that are contiguous and aligned along the last axis.
+    pub(super) fn vector_groups(layout: &Layout, vec: u32) -> Vec<Vec<usize>> {
+        let rank = layout.rank();
+        let mut used = vec![false; layout.num_slots()];
+        let mut groups = Vec::new();
+        for i in 0..layout.num_slots() {
+            if used[i] {
+                continue;
+            }
+            let s = &layout.slots[i];
+            let mut group = vec![i];
+            if vec > 1 && rank > 0 && s[rank - 1].is_multiple_of(vec) {
+                let mut all = true;
+                let mut members = vec![i];
+                for k in 1..vec {
+                    let mut t = s.clone();
+                    t[rank - 1] += k;
+                    match layout.find_slot(&t) {
+                        Some(j) if !used[j] => members.push(j),
+                        _ => {
+                            all = false;
+                            break;
+                        }
+                    }
+                }
+                if all {
+                    group = members;
+                }
+            }
+            for &j in &group {
+                used[j] = true;
+            }
+            groups.push(group);
+        }
+        groups
+    }
+
+    pub(super) fn load(
+        &mut self,
+        res: Value,
+        tensor: usize,
+        access: &[Access],
+        mask: Option<Value>,
+        other: Constant,
+    ) -> R<TV> {
+        let ty = self.tk.ty(res).clone();
+        let layout = self.blocked(ty.shape());
+        if let Some(pi) = self.pipeline.pipelined_pending.get(&res).copied() {
+            self.pipeline.pipelined.insert(res, (pi, false));
+            self.emit(Inst::Comment(format!(
+                "load {} pipelined: copied asynchronously {} iterations ahead",
+                self.tk.params[tensor].name,
+                self.tk.num_stages - 1
+            )));
+            return Ok(TV {
+                layout,
+                ops: vec![],
+                ty: RegTy::F32,
+                dtype: ty.dtype(),
+            });
+        }
+        if self.pipeline.defer_ok.contains(&res) {
+            let deferred = match mask {
+                None => self.defer_load(tensor, access, other, ty.shape())?,
+                Some(_) => None,
+            };
+            let planned = self.planned_load(res, tensor, access, other);
+            match deferred {
+                Some(d) => {
+                    self.pipeline
+                        .plan
+                        .decisions
+                        .push(Decision::Deferred(planned));
+                    self.pipeline.deferred.insert(res, (Rc::new(d), false));
+                    return Ok(TV {
+                        layout,
+                        ops: vec![],
+                        ty: RegTy::F32,
+                        dtype: ty.dtype(),
+                    });
+                }
+                None => {
+                    let decision = Decision::InRegisters(planned);
+                    self.pipeline.plan.decisions.push(decision);
+                }
+            }
+        }
+        let t = self.tensor(tensor)?;
+        let (mem, dtype) = (t.mem, t.dtype);
+        let cty = self.cty(dtype)?;
+        self.emit(Inst::Comment(format!(
+            "load {}[{}] {}",
+            self.tk.params[tensor].name,
+            layout
+                .shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            layout
+        )));
+        let mask = match mask {
+            Some(m) => {
+                let m = self.val(m);
+                Some(self.convert(&m, &layout)?)
+            }
+            None => None,
+        };
+        let mut plan = self.plan_access(tensor, access, &layout)?;
+        if mask.is_some() {
+            plan.vec = 1;
+        }
+        let rty = raw_ty(mem);
+        let direct = rty == cty;
+        let other_op = const_operand(other, dtype);
+        let other_op = match other_op {
+            Operand::Float(f) => Operand::Float(round_const(f, dtype)),
+            o => o,
+        };
+        let mut ops = vec![Operand::Int(0); layout.num_slots()];
+        // The addresses of a few accesses first, then their loads: a gather's
+        // loads are issued back to back (as ptxas schedules them) rather than
+        // each waiting behind its own address arithmetic.
+        let groups = Self::vector_groups(&layout, plan.vec);
+        for batch in groups.chunks(LOAD_BATCH) {
+            let firsts = batch
+                .iter()
+                .map(|g| self.slot(tensor, &plan, g[0]))
+                .collect::<R<Vec<_>>>()?;
+            for (group, first) in batch.iter().zip(firsts) {
+                let mut pred = first.pred;
+                if let Some(m) = &mask {
+                    let mut ps: Vec<Operand> = pred.into_iter().map(Operand::Reg).collect();
+                    ps.push(m.ops[group[0]]);
+                    let p = self.and_preds(&ps);
+                    pred = self.pred_reg(p);
+                }
+                let dsts: Vec<Reg> = group.iter().map(|_| self.new_reg(rty)).collect();
+                if pred.is_some() {
+                    for &d in &dsts {
+                        let init = if direct { other_op } else { Operand::Int(0) };
+                        self.emit(Inst::Mov { dst: d, src: init });
+                    }
+                }
+                self.emit(Inst::Ld {
+                    space: Space::Global,
+                    mem,
+                    dst: dsts.clone(),
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+                for (k, &slot) in group.iter().enumerate() {
+                    let raw = Operand::Reg(dsts[k]);
+                    let v = if direct {
+                        raw
+                    } else {
+                        let v = match mem {
+                            MemTy::F16 => self.cvt(RegTy::F32, raw, None),
+                            MemTy::BF16 => {
+                                let sh = self.bin(BinOp::Shl, RegTy::U32, raw, Operand::Int(16));
+                                let f = self.new_reg(RegTy::F32);
+                                self.emit(Inst::Mov { dst: f, src: sh });
+                                Operand::Reg(f)
+                            }
+                            MemTy::U8 if dtype == DType::Bool => {
+                                self.cmp(CmpOp::Ne, RegTy::U32, raw, Operand::Int(0))
+                            }
+                            MemTy::F8E4M3 | MemTy::F8E5M2 => self.decode_f8(raw, mem),
+                            _ => raw,
+                        };
+                        match pred {
+                            Some(p)
+                                if other_op != Operand::Int(0)
+                                    && other_op != Operand::Float(0.0) =>
+                            {
+                                self.select(cty, Operand::Reg(p), v, other_op)
+                            }
+                            Some(p) if cty == RegTy::Pred => {
+                                // `other` False: in-bounds and loaded.
+                                self.bin(BinOp::And, RegTy::Pred, Operand::Reg(p), v)
+                            }
+                            _ => v,
+                        }
+                    };
+                    ops[slot] = v;
+                }
+            }
+        }
+        Ok(TV {
+            layout,
+            ops,
+            ty: cty,
+            dtype,
+        })
+    }
+
+    pub(super) fn store(
+        &mut self,
+        tensor: usize,
+        access: &[Access],
+        value: Value,
+        mask: Option<Value>,
+        atomic: bool,
+    ) -> R<()> {
+        let v = self.val(value);
+        let t = self.tensor(tensor)?;
+        let mem = t.mem;
+        let dtype = t.dtype;
+        let layout = v.layout.clone();
+        self.emit(Inst::Comment(format!(
+            "{} {} {}",
+            if atomic { "atomic_add" } else { "store" },
+            self.tk.params[tensor].name,
+            layout
+        )));
+        if atomic
+            && !matches!(
+                mem,
+                MemTy::F32 | MemTy::I32 | MemTy::U32 | MemTy::F64 | MemTy::I64 | MemTy::F16
+            )
+        {
+            return self.unsupported(format!("atomic_add on {}", dtype.name()));
+        }
+        let mask = match mask {
+            Some(m) => {
+                let m = self.val(m);
+                Some(self.convert(&m, &layout)?)
+            }
+            None => None,
+        };
+        let mut plan = self.plan_access(tensor, access, &layout)?;
+        if mask.is_some() || atomic {
+            plan.vec = 1;
+        }
+        // Replicated threads hold the same elements: only one of them writes.
+        let rep = layout.replication_mask(self.tid_bits);
+        let owner = if rep != 0 {
+            let t = self.bin(
+                BinOp::And,
+                RegTy::U32,
+                Operand::Reg(self.tid),
+                Operand::Int(rep as i64),
+            );
+            Some(self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(0)))
+        } else {
+            None
+        };
+        for group in Self::vector_groups(&layout, plan.vec) {
+            let first = self.slot(tensor, &plan, group[0])?;
+            let mut ps: Vec<Operand> = first.pred.into_iter().map(Operand::Reg).collect();
+            ps.extend(owner);
+            if let Some(m) = &mask {
+                ps.push(m.ops[group[0]]);
+            }
+            let p = self.and_preds(&ps);
+            let pred = self.pred_reg(p);
+            let mut srcs = Vec::new();
+            for &slot in &group {
+                let x = v.ops[slot];
+                let s = match mem {
+                    MemTy::F16 => {
+                        let x = self.materialize(RegTy::F32, x);
+                        self.cvt(RegTy::B16, x, None)
+                    }
+                    MemTy::BF16 => {
+                        // The value is already a bf16 value held in f32: take the high half.
+                        let x = self.materialize(RegTy::F32, x);
+                        let u = self.new_reg(RegTy::U32);
+                        self.emit(Inst::Mov { dst: u, src: x });
+                        self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                    }
+                    MemTy::U8 if dtype == DType::Bool => {
+                        self.select(RegTy::U32, x, Operand::Int(1), Operand::Int(0))
+                    }
+                    MemTy::F8E4M3 | MemTy::F8E5M2 => self.encode_f8(x, mem),
+                    _ => self.materialize(raw_ty(mem), x),
+                };
+                srcs.push(s);
+            }
+            if atomic {
+                self.emit(Inst::AtomAdd {
+                    mem,
+                    src: srcs[0],
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+            } else {
+                self.emit(Inst::St {
+                    space: Space::Global,
+                    mem,
+                    src: srcs,
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The register a value of `mem` is loaded into (before conversion).
+fn raw_ty(mem: MemTy) -> RegTy {
+    match mem {
+        MemTy::F64 => RegTy::F64,
+        MemTy::F32 => RegTy::F32,
+        MemTy::F16 => RegTy::B16,
+        MemTy::I64 => RegTy::I64,
+        MemTy::I32 | MemTy::I16 | MemTy::I8 => RegTy::I32,
+        MemTy::BF16 | MemTy::U32 | MemTy::U16 | MemTy::U8 | MemTy::F8E4M3 | MemTy::F8E5M2 => {
+            RegTy::U32
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SlotAccess {
+    pub(super) addr: Reg,
+    pub(super) offset: i64,
+    pub(super) pred: Option<Reg>,
+}
+
+/// How many accesses of a load have their addresses computed before the
+/// first of them is issued (see `load`).
+const LOAD_BATCH: usize = 4;
+
+pub(super) struct AccessPlan {
+    pub(super) slots: Vec<SlotAccess>,
+    pub(super) vec: u32,
+    /// For a gather: per slot, its index on each tensor axis (`slots` is empty).
+    pub(super) gather: Option<Vec<Vec<Operand>>>,
+}

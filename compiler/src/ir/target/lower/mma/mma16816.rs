@@ -1,0 +1,223 @@
+//! f16/bf16 `dot` with `mma.sync` m16n8k16 (sm_80+) or two m16n8k8 per k
+//! step of 16 (sm_75), fragments loaded from swizzled shared memory with
+//! `ldmatrix`.
+//!
+//! The operands come from `staging` (pipelined, deferred or stored from
+//! registers); async copies issued for this dot are waited for before the
+//! barrier that precedes the fragment loads. The accumulator stays in the
+//! mma layout (`Layout::mma_accumulator`).
+
+use std::rc::Rc;
+
+use crate::backend::arch::Arch;
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::lower::{Lower, R, TV};
+use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::tile::Value;
+
+impl<'a> Lower<'a> {
+    /// `dot` with `mma.sync` (m16n8k16 on sm_80+, two m16n8k8 on sm_75): operands
+    /// staged in swizzled shared memory, fragments loaded with `ldmatrix`.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::ir::target::lower) fn dot_mma(
+        &mut self,
+        a: Value,
+        b: Value,
+        av: &TV,
+        bv: &TV,
+        acc: Option<Value>,
+        layout: Rc<Layout>,
+        k: u32,
+    ) -> R<TV> {
+        let (m, n) = (layout.shape[0], layout.shape[1]);
+        let (wm, wn) = match layout.kind {
+            LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
+            _ => unreachable!("mma layout"),
+        };
+        let (tm, tn) = (m / wm, n / wn);
+        let input = if av.dtype == DType::BF16 {
+            MemTy::BF16
+        } else {
+            MemTy::F16
+        };
+        let k16 = self.arch >= Arch::Sm80;
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] {} on tensor cores, {layout}",
+            av.dtype.name()
+        )));
+        let init = match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, &layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
+        };
+        let mut accs: Vec<Reg> = Vec::with_capacity(init.len());
+        for o in init {
+            accs.push(match o {
+                Operand::Reg(r) => r,
+                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
+            });
+        }
+        let mut issued = false;
+        let (abase, asw, _, abuf) = self.operand_source(a, av, "a", None, &mut issued)?;
+        // `b_nk`: b is stored as its transpose ([n, k] row-major).
+        let (bbase, bsw, b_nk, _) = self.operand_source(b, bv, "b", abuf, &mut issued)?;
+        if issued {
+            self.emit(Inst::CpAsyncCommit);
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+        }
+        self.emit(Inst::Barrier);
+        // Per-lane row addresses for ldmatrix.
+        let tid = Operand::Reg(self.tid);
+        let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
+        let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
+        let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
+        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
+        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
+        let warp_n = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            warp,
+            Operand::Int(wm.trailing_zeros() as i64),
+        );
+        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        // Swizzled address of 16-byte chunk `chunk` (+ `hi` when `lane_chunk`) of row `r`.
+        let addr_of = |l: &mut Self, base: Reg, sw: Swizzle, r: Operand, chunk: Operand| {
+            let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
+            let ra = l.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), ra);
+            let ph = l.bin(
+                BinOp::Shr,
+                RegTy::U32,
+                r,
+                Operand::Int(sw.per_phase.trailing_zeros() as i64),
+            );
+            let ph = l.bin(
+                BinOp::And,
+                RegTy::U32,
+                ph,
+                Operand::Int(sw.max_phase as i64 - 1),
+            );
+            let c = l.bin(BinOp::Xor, RegTy::U32, chunk, ph);
+            let c = l.bin(BinOp::Shl, RegTy::U32, c, Operand::Int(4));
+            let a = l.bin(BinOp::Add, RegTy::U32, ra, c);
+            l.materialize(RegTy::U32, a).reg().expect("reg")
+        };
+        let arow0 = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
+        let arow0 = self.bin(BinOp::Add, RegTy::U32, arow0, l15);
+        let bcol0 = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64 / 8));
+        let n_tiles = tn / 8;
+        let b_x4 = n_tiles % 2 == 0;
+        let bchunk0 = if b_x4 {
+            self.bin(BinOp::Add, RegTy::U32, bcol0, hi)
+        } else {
+            bcol0
+        };
+        let mut cur = accs;
+        for kk in 0..k / 16 {
+            // A fragments: one x4 per 16-row tile.
+            let mut afrag = Vec::new();
+            for im in 0..tm / 16 {
+                let r = self.bin(BinOp::Add, RegTy::U32, arow0, Operand::Int(16 * im as i64));
+                let ch = self.bin(BinOp::Add, RegTy::U32, hi, Operand::Int(2 * kk as i64));
+                let addr = addr_of(self, abase, asw, r, ch);
+                let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
+                self.emit(Inst::LdMatrix {
+                    dst: dst.clone(),
+                    addr,
+                    trans: false,
+                });
+                afrag.push(dst);
+            }
+            // B fragments (transposed loads of the row-major [k, n] tile).
+            let mut bfrag: Vec<Vec<Reg>> = Vec::new();
+            let kr = self.bin(BinOp::Add, RegTy::U32, l15, Operand::Int(16 * kk as i64));
+            let step = if b_x4 { 2 } else { 1 };
+            for jn in (0..n_tiles).step_by(step) {
+                let addr = if b_nk {
+                    // Rows are n: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
+                    // first n tile, lanes 16-31 the same of the second.
+                    let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
+                    let mut r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, Operand::Int(8 * jn as i64));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, l7);
+                    if b_x4 {
+                        let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
+                        r = self.bin(BinOp::Add, RegTy::U32, r, h8);
+                    }
+                    let kc = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
+                    let kc = self.bin(BinOp::And, RegTy::U32, kc, Operand::Int(1));
+                    let kc = self.bin(BinOp::Add, RegTy::U32, kc, Operand::Int(2 * kk as i64));
+                    addr_of(self, bbase, bsw, r, kc)
+                } else {
+                    let ch = self.bin(BinOp::Add, RegTy::U32, bchunk0, Operand::Int(jn as i64));
+                    addr_of(self, bbase, bsw, kr, ch)
+                };
+                let cnt = if b_x4 { 4 } else { 2 };
+                let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
+                self.emit(Inst::LdMatrix {
+                    dst: dst.clone(),
+                    addr,
+                    trans: !b_nk,
+                });
+                bfrag.push(dst[..2].to_vec());
+                if b_x4 {
+                    bfrag.push(dst[2..].to_vec());
+                }
+            }
+            let mut next = cur.clone();
+            for (im, af) in afrag.iter().enumerate() {
+                for (jn, bf) in bfrag.iter().enumerate() {
+                    let t = (im * n_tiles as usize + jn) * 4;
+                    let c: Vec<Reg> = cur[t..t + 4].to_vec();
+                    let d: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+                    if k16 {
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 16,
+                            input,
+                            d: d.clone(),
+                            a: af.clone(),
+                            b: bf.clone(),
+                            c,
+                        });
+                    } else {
+                        let mid: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 8,
+                            input,
+                            d: mid.clone(),
+                            a: af[..2].to_vec(),
+                            b: bf[..1].to_vec(),
+                            c,
+                        });
+                        self.emit(Inst::Mma {
+                            m: 16,
+                            n: 8,
+                            k: 8,
+                            input,
+                            d: d.clone(),
+                            a: af[2..].to_vec(),
+                            b: bf[1..].to_vec(),
+                            c: mid,
+                        });
+                    }
+                    next[t..t + 4].copy_from_slice(&d);
+                }
+            }
+            cur = next;
+        }
+        // The buffers are rewritten by the next call (in a loop).
+        self.emit(Inst::Barrier);
+        Ok(TV {
+            layout,
+            ops: cur.into_iter().map(Operand::Reg).collect(),
+            ty: RegTy::F32,
+            dtype: DType::F32,
+        })
+    }
+}

@@ -1,0 +1,162 @@
+//! Dot operands in shared memory for the tensor-core paths: where an operand
+//! already is (a pipeline stage, a deferred async copy issued now) or storing
+//! it from registers into a new swizzled, row-major 16-bit buffer.
+//!
+//! Invariant: the `a` and `b` buffers of one dot never overlap (`b` is placed
+//! after `a`); transient buffers may overlap those of other dots.
+
+use std::collections::HashMap;
+
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::lower::{Lower, R, TV};
+use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Space, Swizzle};
+use crate::ir::tile::Value;
+
+impl<'a> Lower<'a> {
+    /// Where a dot operand is in shared memory: the base register of its
+    /// swizzled tile, the swizzle, whether it is stored transposed, and the
+    /// transient buffer it got (if any). Pipelined operands are in the current
+    /// stage of their loop's buffer; deferred ones are copied now (`issued`);
+    /// others are stored from registers.
+    pub(super) fn operand_source(
+        &mut self,
+        v: Value,
+        tv: &TV,
+        what: &str,
+        after: Option<usize>,
+        issued: &mut bool,
+    ) -> R<(Reg, Swizzle, bool, Option<usize>)> {
+        if let Some((pi, trans)) = self.pipeline.pipelined.get(&v).copied() {
+            let p = self.pipeline.pipes[pi];
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr {
+                dst: buf,
+                buffer: p.buffer,
+            });
+            if p.stage_bytes == 0 {
+                return Ok((buf, p.sw, trans, None));
+            }
+            let off = self.bin(
+                BinOp::Mul,
+                RegTy::U32,
+                Operand::Reg(p.stage),
+                Operand::Int(p.stage_bytes as i64),
+            );
+            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
+            return Ok((base, p.sw, trans, None));
+        }
+        let (index, sw, trans) = match self.pipeline.deferred.get(&v).cloned() {
+            Some((d, trans)) => {
+                *issued = true;
+                let (i, sw) = self.stage_async(&d, what, after);
+                (i, sw, trans)
+            }
+            None => {
+                let (i, sw) = self.stage_16bit(tv, what, after)?;
+                (i, sw, false)
+            }
+        };
+        let base = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: base,
+            buffer: index,
+        });
+        Ok((base, sw, trans, Some(index)))
+    }
+
+    /// Stages a `[rows, cols]` tile (values of a 16-bit dtype held in f32) in a new
+    /// swizzled shared buffer, row-major; returns the buffer index and swizzle.
+    pub(super) fn stage_16bit(
+        &mut self,
+        v: &TV,
+        what: &str,
+        after: Option<usize>,
+    ) -> R<(usize, Swizzle)> {
+        let (rows, cols) = (v.layout.shape[0], v.layout.shape[1]);
+        let (index, sw) = self.operand_buffer(rows, cols, what, after);
+        let mem = if v.dtype == DType::BF16 {
+            MemTy::U16
+        } else {
+            MemTy::F16
+        };
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: index,
+        });
+        let br = self.base(&v.layout.terms[0].clone());
+        let bc = self.base(&v.layout.terms[1].clone());
+        let lpp = sw.per_phase.trailing_zeros() as i64;
+        let mut rows_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
+        let mut cols_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
+        for group in Self::vector_groups(&v.layout, 4.min(pow2_run(&v.layout))) {
+            let s0 = v.layout.slots[group[0]].clone();
+            let (rowaddr, phase) = match rows_cache.get(&s0[0]) {
+                Some(x) => *x,
+                None => {
+                    let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s0[0] as i64));
+                    let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+                    let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+                    let ph = self.bin(BinOp::Shr, RegTy::U32, r, Operand::Int(lpp));
+                    let ph = self.bin(
+                        BinOp::And,
+                        RegTy::U32,
+                        ph,
+                        Operand::Int(sw.max_phase as i64 - 1),
+                    );
+                    rows_cache.insert(s0[0], (ra, ph));
+                    (ra, ph)
+                }
+            };
+            let (chunk, within) = match cols_cache.get(&s0[1]) {
+                Some(x) => *x,
+                None => {
+                    let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s0[1] as i64));
+                    let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
+                    let w = self.bin(BinOp::And, RegTy::U32, c, Operand::Int(7));
+                    let w = self.bin(BinOp::Shl, RegTy::U32, w, Operand::Int(1));
+                    cols_cache.insert(s0[1], (ch, w));
+                    (ch, w)
+                }
+            };
+            let swz = self.bin(BinOp::Xor, RegTy::U32, chunk, phase);
+            let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
+            let a = self.bin(BinOp::Add, RegTy::U32, rowaddr, swz);
+            let a = self.bin(BinOp::Add, RegTy::U32, a, within);
+            let addr = self.materialize(RegTy::U32, a).reg().expect("reg");
+            let mut srcs = Vec::new();
+            for &slot in &group {
+                let x = self.materialize(RegTy::F32, v.ops[slot]);
+                srcs.push(if mem == MemTy::F16 {
+                    self.cvt(RegTy::B16, x, None)
+                } else {
+                    let u = self.new_reg(RegTy::U32);
+                    self.emit(Inst::Mov { dst: u, src: x });
+                    self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                });
+            }
+            self.emit(Inst::St {
+                space: Space::Shared,
+                mem,
+                src: srcs,
+                addr,
+                offset: 0,
+                pred: None,
+            });
+        }
+        Ok((index, sw))
+    }
+}
+
+/// The length of the contiguous runs along the last axis of a layout's slots
+/// (its size per thread there), a power of two.
+fn pow2_run(l: &Layout) -> u32 {
+    match &l.kind {
+        LayoutKind::Blocked {
+            size_per_thread, ..
+        } => *size_per_thread.last().unwrap_or(&1),
+        _ => 1,
+    }
+}

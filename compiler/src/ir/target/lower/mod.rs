@@ -1,0 +1,381 @@
+//! Tile IR → Target IR.
+//!
+//! Every tile gets a [`Layout`]; elementwise ops keep their first operand's
+//! layout (other operands are converted), loads/splats/aranges use the default
+//! blocked layout of their shape, reductions produce slices, `ExpandDims` and
+//! `Transpose` only re-label a layout, a broadcast goes into the newest layout
+//! of its shape it fits, and loop-carried values take the layout their body
+//! will yield them in (predicted from `dot`s and what is computed from them).
+//! A conversion that moves data between threads goes through the shared
+//! scratch region (store, barrier, load, barrier). Reductions combine within a
+//! thread, then across lanes with butterfly shuffles, then across warps through
+//! shared memory; every thread ends up with the result (an all-reduce), so
+//! scalars stay uniform and control flow on them never diverges.
+//!
+//! `dot` of f16/bf16 runs on tensor cores where the arch has them (`mma.sync`
+//! m16n8k16 on sm_80+, m16n8k8 f16 on sm_75): operands are staged in XOR-swizzled
+//! shared memory and read with `ldmatrix`; the accumulator stays in the mma
+//! layout. Operand loads that feed only such dots are not loaded into registers:
+//! on sm_80+, when 16-byte alignment is provable (from static dims, or from the
+//! kernel's divisibility assumptions, which the prologue checks with a `trap`
+//! so that they hold in the code after it), they are copied with
+//! `cp.async` straight into the swizzled buffers — at the dot, once before a
+//! loop for loop-invariant operands, or software-pipelined over `num_stages`
+//! for loads indexed by a loop's induction variable. On sm_70 (no `ldmatrix`)
+//! f16 dots use `mma.m8n8k4` with fragments read by plain shared loads (see
+//! `dot_mma884`). Other dots (f32 without tf32, bf16 before sm_80, shapes the
+//! warps cannot tile) use FMAs over operands staged in shared memory.
+//!
+//! # Layout of this module
+//!
+//! One context struct, `Lower`, with its `impl` spread over files by
+//! concern (each file has `impl Lower { ... }` for its part; the struct, the
+//! value table and the entry point stay here):
+//!
+//! | file | lowers |
+//! |------|--------|
+//! | `emit.rs` | scalar instruction helpers (`bin`, `cmp`, `select`, `cvt`, ...) |
+//! | `layouts.rs` | default layouts, per-thread base coordinates, layout exchange through shared memory |
+//! | `params.rs` | the parameter list and the prologue (pointers, dims, strides, divisibility checks) |
+//! | `ops.rs` | the per-op dispatch over a Tile IR region |
+//! | `elementwise.rs` | unary/binary ops, casts, broadcasts, narrow-dtype rounding |
+//! | `memory.rs` | global loads, stores and atomics: access plans, vectorisation, bounds predicates |
+//! | `reduce.rs` | reductions (thread, lanes, warps) |
+//! | `dot_fma.rs` | `dot`'s choice of unit, and the FMA path |
+//! | `async_copy.rs` | loads deferred to `cp.async` into swizzled operand buffers |
+//! | `mma/` | tensor-core dots: `mma16816.rs`, `tf32.rs`, `mma884.rs`, and `staging.rs` for their operands |
+//! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
+//! | `control.rs` | `for`, `while`, `if` and their carried values |
+//!
+//! A method is `pub(super)` only where a sibling file calls it.
+
+mod async_copy;
+mod control;
+mod dot_fma;
+mod elementwise;
+mod emit;
+mod layouts;
+mod memory;
+mod mma;
+mod ops;
+mod params;
+mod pipeline;
+mod reduce;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use self::pipeline::Pipeline;
+use super::layout::{Layout, Term};
+use super::{ArchFeatures, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
+use crate::backend::arch::Arch;
+use crate::check::DType;
+use crate::ir::tile::{self, Constant, Value};
+use crate::syntax::span::Span;
+
+/// A construct the code generator cannot lower yet (no catalogue code: the
+/// front door reports it as "not supported yet"). The span is the Tile IR op's
+/// (item-relative).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    pub span: Span,
+    pub message: String,
+}
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// Lowers one Tile IR kernel for `arch`.
+pub fn lower(tk: &tile::Kernel, arch: Arch) -> Result<Kernel, Unsupported> {
+    lower_with_plan(tk, arch).map(|(k, _)| k)
+}
+
+/// `lower`, also returning the asynchronous-copy decisions it made (printable).
+pub(crate) fn lower_with_plan(
+    tk: &tile::Kernel,
+    arch: Arch,
+) -> Result<(Kernel, pipeline::PipelinePlan), Unsupported> {
+    let info = arch.info();
+    if !arch.is_nvidia() {
+        return Err(Unsupported {
+            span: Span::default(),
+            message: format!(
+                "no code generator for {} yet (only NVIDIA targets have one)",
+                info.name
+            ),
+        });
+    }
+    let num_threads = tk.num_warps * info.warp_size;
+    let mut l = Lower {
+        tk,
+        arch,
+        feat: ArchFeatures::of(arch),
+        warp_size: info.warp_size,
+        num_warps: tk.num_warps,
+        tid_bits: num_threads.trailing_zeros() as u8,
+        regs: Vec::new(),
+        prologue: Vec::new(),
+        blocks: vec![Vec::new()],
+        vals: HashMap::new(),
+        div: HashMap::new(),
+        tid: Reg(0),
+        base_cache: HashMap::new(),
+        params: Vec::new(),
+        tensors: Vec::new(),
+        scalars: Vec::new(),
+        scratch: None,
+        pipeline: Pipeline::new(arch, tk.num_stages),
+        seen: Vec::new(),
+        buffers: Vec::new(),
+        layouts: Vec::new(),
+        span: Span::default(),
+    };
+    l.tid = l.new_reg(RegTy::I32);
+    let tid = l.tid;
+    l.prologue.push(Inst::Special {
+        dst: tid,
+        which: Special::ThreadId,
+    });
+    l.params()?;
+    if arch.has_cp_async() {
+        let candidates = l.find_deferrable();
+        l.pipeline.defer_ok = candidates.iter().map(|c| c.value).collect();
+        l.pipeline.plan.candidates = candidates;
+    }
+    let body = &tk.body;
+    l.region_ops(&body.ops)?;
+    let mut insts = std::mem::take(&mut l.prologue);
+    insts.extend(l.blocks.pop().unwrap_or_default());
+    let mut smem = std::mem::take(&mut l.buffers);
+    // Pipeline stages live through their loop: after every transient region.
+    let transient_end = smem
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !l.pipeline.persistent.contains(i))
+        .map(|(_, b)| b.offset + b.bytes)
+        .max()
+        .unwrap_or(0);
+    let mut offset = transient_end.div_ceil(128) * 128;
+    for &i in &l.pipeline.persistent {
+        smem[i].offset = offset;
+        offset = (offset + smem[i].bytes).div_ceil(128) * 128;
+    }
+    let kernel = Kernel {
+        name: tk.name.clone(),
+        arch,
+        num_threads,
+        params: l.params,
+        smem,
+        regs: l.regs,
+        body: insts,
+        layouts: l.layouts,
+    };
+    Ok((kernel, l.pipeline.plan))
+}
+
+/// A lowered Tile IR value: one operand per layout slot.
+#[derive(Clone, Debug)]
+struct TV {
+    layout: Rc<Layout>,
+    ops: Vec<Operand>,
+    ty: RegTy,
+    dtype: DType,
+}
+
+struct TensorInfo {
+    /// A known divisor of each axis' stride (the product of the known divisors
+    /// of the dims after it).
+    stride_div: Vec<u64>,
+    /// A known divisor of each dim: its value when static, else its assumed
+    /// divisor (`Kernel::divisibility`) or 1.
+    dim_div: Vec<u64>,
+    ptr: Reg,
+    dims: Vec<Operand>,
+    static_dims: Vec<Option<u64>>,
+    strides: Vec<Operand>,
+    mem: MemTy,
+    dtype: DType,
+}
+
+struct Lower<'a> {
+    tk: &'a tile::Kernel,
+    arch: Arch,
+    feat: ArchFeatures,
+    warp_size: u32,
+    num_warps: u32,
+    tid_bits: u8,
+    regs: Vec<RegTy>,
+    prologue: Vec<Inst>,
+    blocks: Vec<Vec<Inst>>,
+    vals: HashMap<Value, TV>,
+    /// A known divisor of integer scalars (for alignment proofs).
+    div: HashMap<Value, u64>,
+    tid: Reg,
+    base_cache: HashMap<Vec<Term>, Reg>,
+    params: Vec<Param>,
+    tensors: Vec<Option<TensorInfo>>,
+    scalars: Vec<Option<(Reg, DType)>>,
+    /// Asynchronous copies and software pipelines.
+    pipeline: Pipeline,
+    /// Layouts of 2-D+ tiles made so far, newest last (broadcast targets).
+    seen: Vec<Rc<Layout>>,
+    /// The index of the scratch buffer in `buffers`, once used.
+    scratch: Option<usize>,
+    /// Shared-memory buffers, all at offsets in one arena; see `SmemBuffer`.
+    /// (0 is the scratch buffer).
+    buffers: Vec<SmemBuffer>,
+    layouts: Vec<(u32, Layout)>,
+    span: Span,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The register type a dtype is computed in.
+fn compute_ty(d: DType) -> Option<RegTy> {
+    Some(match d {
+        DType::F64 => RegTy::F64,
+        DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => RegTy::F32,
+        DType::I64 => RegTy::I64,
+        DType::I32 | DType::I16 | DType::I8 => RegTy::I32,
+        DType::U32 | DType::U8 => RegTy::U32,
+        DType::Bool => RegTy::Pred,
+    })
+}
+
+fn mem_ty(d: DType) -> Option<MemTy> {
+    Some(match d {
+        DType::F64 => MemTy::F64,
+        DType::F32 => MemTy::F32,
+        DType::F16 => MemTy::F16,
+        DType::BF16 => MemTy::BF16,
+        DType::I64 => MemTy::I64,
+        DType::I32 => MemTy::I32,
+        DType::I16 => MemTy::I16,
+        DType::I8 => MemTy::I8,
+        DType::U32 => MemTy::U32,
+        DType::U8 | DType::Bool => MemTy::U8,
+        DType::F8E4M3 => MemTy::F8E4M3,
+        DType::F8E5M2 => MemTy::F8E5M2,
+    })
+}
+
+fn const_operand(c: Constant, d: DType) -> Operand {
+    let float = d.is_float();
+    match c {
+        Constant::Int(i) if float => Operand::Float(i as f64),
+        Constant::Int(i) => Operand::Int(i),
+        Constant::Float(f) if float => Operand::Float(f),
+        Constant::Float(f) => Operand::Int(f as i64),
+        Constant::Bool(b) if float => Operand::Float(if b { 1.0 } else { 0.0 }),
+        Constant::Bool(b) => Operand::Int(b as i64),
+    }
+}
+
+/// Rounds an f32 value to the nearest bf16 / f16 value (for constants).
+fn round_const(f: f64, d: DType) -> f64 {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let x = f as f32;
+            if d == DType::BF16 && x.is_finite() {
+                let u = x.to_bits();
+                let r = (u.wrapping_add(0x7fff + ((u >> 16) & 1))) & 0xffff_0000;
+                f32::from_bits(r) as f64
+            } else {
+                // f16 constants are rounded by the hardware at the next cast; the
+                // f32 value is what the f32 compute type holds.
+                x as f64
+            }
+        }
+        _ => f,
+    }
+}
+
+type R<T> = Result<T, Unsupported>;
+
+impl<'a> Lower<'a> {
+    fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
+        Err(Unsupported {
+            span: self.span,
+            message: format!(
+                "{} is not supported by the {} code generator yet",
+                what.into(),
+                self.arch
+            ),
+        })
+    }
+
+    fn new_reg(&mut self, ty: RegTy) -> Reg {
+        self.regs.push(ty);
+        Reg(self.regs.len() as u32 - 1)
+    }
+
+    fn emit(&mut self, i: Inst) {
+        self.blocks.last_mut().expect("a block").push(i);
+    }
+
+    fn reg_ty(&self, o: Operand) -> Option<RegTy> {
+        o.reg().map(|r| self.regs[r.0 as usize])
+    }
+
+    // ---- values ---------------------------------------------------------------
+
+    fn val(&self, v: Value) -> TV {
+        self.vals
+            .get(&v)
+            .cloned()
+            .unwrap_or_else(|| panic!("Tile IR value %{} used before its definition", v.0))
+    }
+
+    fn scalar(&self, v: Value) -> Operand {
+        if let Some(o) = self.pipeline.overrides.get(&v) {
+            return *o;
+        }
+        let t = self.val(v);
+        debug_assert_eq!(t.ops.len(), 1);
+        t.ops[0]
+    }
+
+    fn divisor(&self, v: Value) -> u64 {
+        self.div.get(&v).copied().unwrap_or(1)
+    }
+
+    fn define(&mut self, v: Value, tv: TV) {
+        if tv.layout.rank() >= 2
+            && tv.layout.shape.iter().all(|&d| d > 1)
+            && !self.seen.contains(&tv.layout)
+        {
+            self.seen.push(tv.layout.clone());
+        }
+        if !tv.layout.shape.is_empty() {
+            self.layouts.push((v.0, (*tv.layout).clone()));
+        }
+        self.vals.insert(v, tv);
+    }
+
+    fn scalar_tv(&self, op: Operand, ty: RegTy, dtype: DType) -> TV {
+        TV {
+            layout: Rc::new(Layout::scalar()),
+            ops: vec![op],
+            ty,
+            dtype,
+        }
+    }
+
+    fn cty(&self, d: DType) -> R<RegTy> {
+        match compute_ty(d) {
+            Some(t) => Ok(t),
+            None => self.unsupported(format!("arithmetic on {}", d.name())),
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The per-op dispatch: lowers a Tile IR region op by op, defining each
+//! result value (`define`) before the next op reads it. Ops that only
+//! re-label a layout (`ExpandDims`, `Transpose`) or replicate a value
+//! (`Splat`) emit no instructions; everything else is handed to the file of
+//! its concern (`elementwise`, `memory`, `reduce`, `dot_fma`, `control`).
+//!
+//! Integer scalars carry a known divisor (`Lower::div`) through constants,
+//! `+`, `-`, `*` and casts: the alignment proofs for vector loads and async
+//! copies start from it.
+
+use std::rc::Rc;
+
+use super::{const_operand, gcd, round_const, Lower, R, TV};
+use crate::check::DType;
+use crate::ir::target::{BinOp, Inst, Operand, RegTy, Special};
+use crate::ir::tile::{self, BinaryOp, Constant, OpKind, ReduceOp};
+
+impl<'a> Lower<'a> {
+    pub(super) fn region_ops(&mut self, ops: &[tile::Op]) -> R<Option<Vec<TV>>> {
+        for op in ops {
+            self.span = op.span;
+            if let OpKind::Yield(vs) = &op.kind {
+                return Ok(Some(vs.iter().map(|v| self.val(*v)).collect()));
+            }
+            self.op(op)?;
+        }
+        Ok(None)
+    }
+
+    fn op(&mut self, op: &tile::Op) -> R<()> {
+        crate::cancel::checkpoint();
+        let tk = self.tk;
+        let res = |i: usize| op.results[i];
+        match &op.kind {
+            OpKind::Const(c) => {
+                let d = tk.ty(res(0)).dtype();
+                let ty = self.cty(d)?;
+                let mut o = const_operand(*c, d);
+                if let Operand::Float(f) = o {
+                    o = Operand::Float(round_const(f, d));
+                }
+                if let (Constant::Int(n), true) = (c, d.is_int()) {
+                    self.div
+                        .insert(res(0), if *n == 0 { 1 << 30 } else { n.unsigned_abs() });
+                }
+                let o = if ty == RegTy::Pred {
+                    self.materialize(ty, o)
+                } else {
+                    o
+                };
+                let tv = self.scalar_tv(o, ty, d);
+                self.define(res(0), tv);
+            }
+            OpKind::ProgramId(a) | OpKind::NumPrograms(a) => {
+                let dst = self.new_reg(RegTy::I32);
+                let which = if matches!(op.kind, OpKind::ProgramId(_)) {
+                    Special::BlockId(*a)
+                } else {
+                    Special::NumBlocks(*a)
+                };
+                self.emit(Inst::Special { dst, which });
+                let tv = self.scalar_tv(Operand::Reg(dst), RegTy::I32, DType::I32);
+                self.define(res(0), tv);
+            }
+            OpKind::TensorDim { param, axis } => {
+                let t = self.tensor(*param)?;
+                let o = t.dims[*axis];
+                self.div.insert(res(0), t.dim_div[*axis].max(1));
+                let tv = self.scalar_tv(o, RegTy::I32, DType::I32);
+                self.define(res(0), tv);
+            }
+            OpKind::ScalarParam(i) => {
+                let Some((r, d)) = self.scalars.get(*i).copied().flatten() else {
+                    return self.unsupported("this scalar parameter");
+                };
+                let ty = self.cty(d)?;
+                let name = &tk.params[*i].name;
+                if let Some(&(_, k)) = tk.divisibility.iter().find(|(n, _)| n == name) {
+                    if d.is_int() {
+                        self.div.insert(res(0), k);
+                    }
+                }
+                let tv = self.scalar_tv(Operand::Reg(r), ty, d);
+                self.define(res(0), tv);
+            }
+            OpKind::Unary { op: u, x } => {
+                let x = self.val(*x);
+                let mut ops = Vec::with_capacity(x.ops.len());
+                for &o in &x.ops {
+                    let v = self.unary(*u, x.ty, x.dtype, o)?;
+                    ops.push(self.round_to_storage(v, x.dtype));
+                }
+                let tv = TV { ops, ..x };
+                self.define(res(0), tv);
+            }
+            OpKind::Binary {
+                op: b,
+                a: av,
+                b: bv,
+            } => {
+                let a = self.val(*av);
+                let bt = self.val(*bv);
+                let bt = self.convert(&bt, &a.layout)?;
+                let mut ops = Vec::with_capacity(a.ops.len());
+                for (&x, &y) in a.ops.iter().zip(&bt.ops) {
+                    let v = self.binary(*b, a.ty, a.dtype, x, y)?;
+                    ops.push(if b.is_comparison() {
+                        v
+                    } else {
+                        self.round_to_storage(v, a.dtype)
+                    });
+                }
+                if a.layout.shape.is_empty() && a.dtype.is_int() {
+                    let (da, db) = (self.divisor(*av), self.divisor(*bv));
+                    let d = match b {
+                        BinaryOp::Mul => da.saturating_mul(db).min(1 << 30),
+                        BinaryOp::Add | BinaryOp::Sub => gcd(da, db),
+                        _ => 1,
+                    };
+                    self.div.insert(res(0), d);
+                }
+                let ty = if b.is_comparison() { RegTy::Pred } else { a.ty };
+                let dtype = tk.ty(res(0)).dtype();
+                let tv = TV {
+                    layout: a.layout.clone(),
+                    ops,
+                    ty,
+                    dtype,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Select { cond, a, b } => {
+                let a = self.val(*a);
+                let c = self.val(*cond);
+                let c = self.convert(&c, &a.layout)?;
+                let bt = self.val(*b);
+                let bt = self.convert(&bt, &a.layout)?;
+                let mut ops = Vec::new();
+                for i in 0..a.ops.len() {
+                    ops.push(self.select(a.ty, c.ops[i], a.ops[i], bt.ops[i]));
+                }
+                let tv = TV { ops, ..a };
+                self.define(res(0), tv);
+            }
+            OpKind::Cast { x: xv, to } => {
+                let x = self.val(*xv);
+                let ty = self.cty(*to)?;
+                let mut ops = Vec::new();
+                for &o in &x.ops {
+                    ops.push(self.cast(o, x.ty, x.dtype, ty, *to)?);
+                }
+                if x.layout.shape.is_empty() && x.dtype.is_int() && to.is_int() {
+                    let d = self.divisor(*xv);
+                    self.div.insert(res(0), d);
+                }
+                let tv = TV {
+                    layout: x.layout,
+                    ops,
+                    ty,
+                    dtype: *to,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Splat { x, shape } => {
+                let x = self.val(*x);
+                let layout = self.blocked(shape);
+                let tv = TV {
+                    ops: vec![x.ops[0]; layout.num_slots()],
+                    layout,
+                    ty: x.ty,
+                    dtype: x.dtype,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Broadcast { x, shape } => {
+                let x = self.val(*x);
+                // Into the newest layout of that shape the tile already fits
+                // (e.g. a row statistic back into the mma layout it came from).
+                let to = self
+                    .seen
+                    .iter()
+                    .rev()
+                    .find(|l| l.shape == *shape && x.layout.register_map_to(l).is_some())
+                    .cloned()
+                    .unwrap_or_else(|| self.blocked(shape));
+                let tv = self.broadcast(&x, &to)?;
+                self.define(res(0), tv);
+            }
+            OpKind::ExpandDims { x, axis } => {
+                let x = self.val(*x);
+                let tv = TV {
+                    layout: Rc::new(x.layout.expand(*axis)),
+                    ..x
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Transpose { x } => {
+                if let Some((d, t)) = self.pipeline.deferred.get(x).cloned() {
+                    self.pipeline.deferred.insert(res(0), (d, !t));
+                }
+                if let Some((p, t)) = self.pipeline.pipelined.get(x).copied() {
+                    self.pipeline.pipelined.insert(res(0), (p, !t));
+                }
+                let x = self.val(*x);
+                let tv = TV {
+                    layout: Rc::new(x.layout.transpose()),
+                    ..x
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Extract {
+                x,
+                axis,
+                start,
+                len,
+                drop,
+            } => {
+                let xv = self.val(*x);
+                let shape = self.tk.ty(res(0)).shape().to_vec();
+                let to = self.blocked(&shape);
+                let src_axis: Vec<usize> = (0..shape.len())
+                    .map(|r| if *drop && r >= *axis { r + 1 } else { r })
+                    .collect();
+                let mut offset = vec![0; xv.layout.rank()];
+                offset[*axis] = *start;
+                // A uniform tile (a splat) stays one value.
+                if !xv.ops.is_empty() && xv.ops.iter().all(|o| *o == xv.ops[0]) {
+                    let tv = TV {
+                        ops: vec![xv.ops[0]; to.num_slots()],
+                        layout: to,
+                        ..xv
+                    };
+                    self.define(res(0), tv);
+                    return Ok(());
+                }
+                self.emit(Inst::Comment(format!(
+                    "extract axis {axis} {start} : +{len} {} -> {}",
+                    xv.layout, to
+                )));
+                let tv = self.exchange(&xv, &to, &src_axis, &offset)?;
+                self.define(res(0), tv);
+            }
+            OpKind::Arange { start, len } => {
+                let s = self.scalar(*start);
+                let layout = self.blocked(&[*len]);
+                let b = self.base(&layout.terms[0].clone());
+                let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
+                let sb = self.materialize(RegTy::I32, sb);
+                let mut ops = Vec::new();
+                for slot in layout.slots.clone() {
+                    ops.push(self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(slot[0] as i64)));
+                }
+                let tv = TV {
+                    layout,
+                    ops,
+                    ty: RegTy::I32,
+                    dtype: DType::I32,
+                };
+                self.define(res(0), tv);
+            }
+            OpKind::Load {
+                tensor,
+                access,
+                mask,
+                other,
+            } => {
+                let tv = self.load(res(0), *tensor, access, *mask, *other)?;
+                self.define(res(0), tv);
+            }
+            OpKind::Store {
+                tensor,
+                access,
+                value,
+                mask,
+            } => self.store(*tensor, access, *value, *mask, false)?,
+            OpKind::AtomicAdd {
+                tensor,
+                access,
+                value,
+                mask,
+            } => self.store(*tensor, access, *value, *mask, true)?,
+            OpKind::Dot {
+                a,
+                b,
+                acc,
+                precision,
+            } => {
+                let tv = self.dot(res(0), *a, *b, *acc, *precision)?;
+                self.define(res(0), tv);
+            }
+            OpKind::Reduce {
+                op: r,
+                x,
+                axis,
+                keepdims,
+            } => {
+                let x = self.val(*x);
+                let mut tv = self.reduce(*r, &x, *axis, *keepdims)?;
+                if *r == ReduceOp::Sum {
+                    let ops = std::mem::take(&mut tv.ops);
+                    tv.ops = ops
+                        .into_iter()
+                        .map(|v| self.round_to_storage(v, x.dtype))
+                        .collect();
+                }
+                self.define(res(0), tv);
+            }
+            OpKind::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => self.for_loop(op, *lo, *hi, *step, init, body)?,
+            OpKind::While { init, cond, body } => self.while_loop(op, init, cond, body)?,
+            OpKind::If {
+                cond,
+                then,
+                otherwise,
+            } => self.if_op(op, *cond, then, otherwise)?,
+            OpKind::Yield(_) => unreachable!("handled by region_ops"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,484 @@
+//! Asynchronous copies and the software pipeline of `for` loops (sm_80+).
+//!
+//! The decisions come first and are data: which loads may skip registers
+//! (`candidates`, found once before lowering by `find_deferrable`), whether
+//! each such load outside a pipelined loop is deferred to its dot, and per
+//! `for` loop (`plan_loop`, before any of its code is emitted) the deferred
+//! loads from outside it that its dots read (attention's q: copied once,
+//! before it) and the loads in its body that are pipelined. Together they are
+//! the kernel's [`PipelinePlan`], printable one decision per line; the code
+//! below only carries it out.
+//!
+//! A pipelined load feeds only tensor-core dots, is indexed by the induction
+//! variable (other indices from outside the loop), and is provably 16-byte
+//! aligned; it gets `num_stages` swizzled buffers. The copies for the first
+//! `num_stages - 1` iterations are issued before the loop, and each iteration
+//! issues those `num_stages - 1` iterations ahead, then waits for its own
+//! stage.
+//!
+//! Invariant: pipeline and loop-invariant buffers live through the whole
+//! loop, so `lower` places them after every transient region of the arena
+//! (`Pipeline::persistent`).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::rc::Rc;
+
+use super::async_copy::Deferred;
+use super::{Lower, R};
+use crate::backend::arch::Arch;
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
+use crate::ir::tile::{self, Access, Constant, OpKind, Value};
+
+/// The state of asynchronous copies and software pipelines while one kernel
+/// is lowered (part of `Lower`).
+pub(super) struct Pipeline {
+    /// Loads whose only uses are tensor-core `dot` operands (possibly through a
+    /// transpose), found before lowering (sm_80+).
+    pub(super) defer_ok: HashSet<Value>,
+    /// Deferred loads: copied with `cp.async` straight into the dot's staging
+    /// buffer when the dot runs; `bool` is whether the value is transposed.
+    pub(super) deferred: HashMap<Value, (Rc<Deferred>, bool)>,
+    /// Software-pipelined loads (`num_stages` >= 2) and loop-invariant
+    /// operands copied once: the pipe and whether the value is transposed.
+    pub(super) pipelined: HashMap<Value, (usize, bool)>,
+    /// Loads of the loop body being lowered that are pipelined (value → pipe).
+    pub(super) pipelined_pending: HashMap<Value, usize>,
+    pub(super) pipes: Vec<Pipe>,
+    /// Buffers live across a whole loop (pipeline stages): placed after every
+    /// other region of the arena.
+    pub(super) persistent: Vec<usize>,
+    /// Values standing for others while planning a future iteration's loads.
+    pub(super) overrides: HashMap<Value, Operand>,
+    /// The decisions made so far.
+    pub(super) plan: PipelinePlan,
+}
+
+/// The asynchronous-copy decisions of one kernel, in the order they were
+/// made. `Display` prints one per line, e.g.
+///
+/// ```text
+/// cp.async on sm_80, num_stages = 3
+/// candidates: %5 a[128, 32], %9 b[32, 128]
+/// loop %3: pipelined over 3 stages, copied 2 iterations ahead: %5 a[128, 32], %9 b[32, 128]
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PipelinePlan {
+    pub(crate) arch: Arch,
+    /// Whether the arch has `cp.async`; without it nothing else is planned.
+    pub(crate) cp_async: bool,
+    pub(crate) num_stages: u32,
+    /// The loads of 16-bit tiles used only as tensor-core `dot` operands, of
+    /// tensors the kernel never writes, in program order.
+    pub(crate) candidates: Vec<PlannedLoad>,
+    pub(crate) decisions: Vec<Decision>,
+}
+
+impl Pipeline {
+    pub(super) fn new(arch: Arch, num_stages: u32) -> Self {
+        Pipeline {
+            defer_ok: HashSet::new(),
+            deferred: HashMap::new(),
+            pipelined: HashMap::new(),
+            pipelined_pending: HashMap::new(),
+            pipes: Vec::new(),
+            persistent: Vec::new(),
+            overrides: HashMap::new(),
+            plan: PipelinePlan {
+                arch,
+                cp_async: arch.has_cp_async(),
+                num_stages,
+                candidates: Vec::new(),
+                decisions: Vec::new(),
+            },
+        }
+    }
+}
+
+/// A load of a tensor tile, as the plan names it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PlannedLoad {
+    pub(crate) value: Value,
+    /// The tensor parameter's index and name.
+    pub(crate) tensor: usize,
+    pub(crate) name: String,
+    pub(crate) shape: Vec<u32>,
+    pub(crate) access: Vec<Access>,
+    pub(crate) other: Constant,
+}
+
+/// One decision of a [`PipelinePlan`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Decision {
+    /// A candidate copied with `cp.async` into its dot's operand buffer
+    /// (every 16-byte chunk provably aligned).
+    Deferred(PlannedLoad),
+    /// A candidate loaded into registers: masked, or its 16-byte chunks not
+    /// provably aligned.
+    InRegisters(PlannedLoad),
+    /// A `for` loop with something to copy asynchronously.
+    Loop(LoopPlan),
+}
+
+/// What a `for` loop copies asynchronously (decided before its code).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LoopPlan {
+    /// The loop's induction variable (names the loop).
+    pub(crate) iv: Value,
+    /// Deferred loads from outside the loop used as dot operands in its body:
+    /// copied once, before it.
+    pub(crate) invariant: Vec<Value>,
+    /// Loads in the body pipelined over `stages` buffers (empty when none).
+    pub(crate) pipelined: Vec<PlannedLoad>,
+    pub(crate) stages: u32,
+}
+
+impl LoopPlan {
+    /// How many iterations ahead of its use a pipelined load is copied.
+    pub(crate) fn prefetch_distance(&self) -> u32 {
+        self.stages - 1
+    }
+}
+
+impl fmt::Display for PlannedLoad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{} {}[{}]", self.value, self.name, dims.join(", "))
+    }
+}
+
+fn list<T: fmt::Display>(xs: &[T]) -> String {
+    xs.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for PipelinePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.cp_async {
+            return writeln!(
+                f,
+                "no cp.async on {}: every load goes through registers",
+                self.arch
+            );
+        }
+        writeln!(
+            f,
+            "cp.async on {}, num_stages = {}",
+            self.arch, self.num_stages
+        )?;
+        if self.candidates.is_empty() {
+            return writeln!(f, "candidates: none");
+        }
+        writeln!(f, "candidates: {}", list(&self.candidates))?;
+        for d in &self.decisions {
+            match d {
+                Decision::Deferred(l) => writeln!(f, "load {l}: deferred to its dot")?,
+                Decision::InRegisters(l) => writeln!(f, "load {l}: in registers")?,
+                Decision::Loop(p) => {
+                    write!(f, "loop {}:", p.iv)?;
+                    if !p.invariant.is_empty() {
+                        write!(f, " copied once before it: {}", list(&p.invariant))?;
+                        if !p.pipelined.is_empty() {
+                            write!(f, ";")?;
+                        }
+                    }
+                    if !p.pipelined.is_empty() {
+                        let ahead = p.prefetch_distance();
+                        let its = if ahead == 1 {
+                            "iteration"
+                        } else {
+                            "iterations"
+                        };
+                        write!(
+                            f,
+                            " pipelined over {} stages, copied {ahead} {its} ahead: {}",
+                            p.stages,
+                            list(&p.pipelined)
+                        )?;
+                    }
+                    writeln!(f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Lower<'a> {
+    /// What the `for` loop with body `body` copies asynchronously, decided
+    /// before any of its code is emitted: the deferred loads from outside it
+    /// that its dots read (copied once, before it, instead of at every
+    /// iteration's dot), and, with `cp.async` and `num_stages` >= 2, the loads
+    /// in its body that feed only tensor-core dots, are indexed by the
+    /// induction variable or values from outside the loop, and are provably
+    /// aligned (pipelined).
+    pub(super) fn plan_loop(&self, body: &tile::Region) -> LoopPlan {
+        let mut invariant = Vec::new();
+        for op in &body.ops {
+            let cands: Vec<Value> = match &op.kind {
+                OpKind::Dot { a, b, .. } => vec![*a, *b],
+                OpKind::Transpose { x } => vec![*x],
+                _ => vec![],
+            };
+            for v in cands {
+                if self.pipeline.deferred.contains_key(&v)
+                    && !self.pipeline.pipelined.contains_key(&v)
+                    && !invariant.contains(&v)
+                {
+                    invariant.push(v);
+                }
+            }
+        }
+        let stages = self.tk.num_stages;
+        let iv = body.args[0];
+        let mut pipelined = Vec::new();
+        if self.arch.has_cp_async() && stages >= 2 {
+            let outside = |l: &Self, v: &Value| !body.args.contains(v) && l.vals.contains_key(v);
+            for op in &body.ops {
+                let OpKind::Load {
+                    tensor,
+                    access,
+                    mask: None,
+                    other,
+                } = &op.kind
+                else {
+                    continue;
+                };
+                let v = op.results[0];
+                let uses_iv = access
+                    .iter()
+                    .any(|a| matches!(a, Access::Range { start, .. } if *start == iv));
+                let indices_ok = access.iter().all(|a| match a {
+                    Access::Point(x) => outside(self, x),
+                    Access::Range { start, .. } => *start == iv || outside(self, start),
+                    Access::Gather(_) => false,
+                });
+                let shape = self.tk.ty(v).shape().to_vec();
+                if self.pipeline.defer_ok.contains(&v)
+                    && uses_iv
+                    && indices_ok
+                    && self.can_defer(*tensor, access, *other, &shape)
+                {
+                    pipelined.push(self.planned_load(v, *tensor, access, *other));
+                }
+            }
+        }
+        LoopPlan {
+            iv,
+            invariant,
+            pipelined,
+            stages,
+        }
+    }
+
+    /// A load as the plan names it.
+    pub(super) fn planned_load(
+        &self,
+        value: Value,
+        tensor: usize,
+        access: &[Access],
+        other: Constant,
+    ) -> PlannedLoad {
+        PlannedLoad {
+            value,
+            tensor,
+            name: self.tk.params[tensor].name.clone(),
+            shape: self.tk.ty(value).shape().to_vec(),
+            access: access.to_vec(),
+            other,
+        }
+    }
+
+    /// Copies a loop's invariant dot operands (`LoopPlan::invariant`) once,
+    /// before it, into buffers that live through it.
+    pub(super) fn copy_invariant_operands(&mut self, found: &[Value]) {
+        if found.is_empty() {
+            return;
+        }
+        self.emit(Inst::Comment(format!(
+            "{} loop-invariant dot operands copied once",
+            found.len()
+        )));
+        for &v in found {
+            let (d, trans) = self.pipeline.deferred[&v].clone();
+            let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
+            let sw = Swizzle::for_rows(cols * 2);
+            let buffer = self.buffers.len();
+            self.buffers.push(SmemBuffer {
+                name: format!("invariant{}", self.pipeline.pipes.len()),
+                offset: 0,
+                bytes: rows * cols * 2,
+                align: 128,
+                purpose: format!(
+                    "a loop-invariant `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"
+                ),
+                swizzle: Some(sw),
+            });
+            self.pipeline.persistent.push(buffer);
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr { dst: buf, buffer });
+            self.issue_copies(&d, buf, sw);
+            self.pipeline.pipes.push(Pipe {
+                buffer,
+                sw,
+                stage_bytes: 0,
+                stage: self.tid,
+            });
+            self.pipeline
+                .pipelined
+                .insert(v, (self.pipeline.pipes.len() - 1, trans));
+        }
+        self.emit(Inst::CpAsyncCommit);
+    }
+
+    /// Sets up the software pipeline a loop's plan asks for (none when it
+    /// pipelines no load): `num_stages` buffers per pipelined load, and the
+    /// copies of the first `num_stages - 1` iterations, issued now, one commit
+    /// group per iteration.
+    pub(super) fn pipeline_prologue(
+        &mut self,
+        body: &tile::Region,
+        plan: &LoopPlan,
+        lo: Operand,
+        step: Operand,
+    ) -> R<Option<LoopPipe>> {
+        let (loads, stages) = (&plan.pipelined, plan.stages);
+        if loads.is_empty() {
+            return Ok(None);
+        }
+        self.emit(Inst::Comment(format!(
+            "software pipeline: {} loads, {stages} stages",
+            loads.len()
+        )));
+        let stage = self.new_reg(RegTy::U32);
+        self.emit(Inst::Mov {
+            dst: stage,
+            src: Operand::Int(0),
+        });
+        let mut pipes = Vec::new();
+        for load in loads {
+            let (rows, cols) = (load.shape[0], load.shape[1]);
+            let stage_bytes = rows * cols * 2;
+            let sw = Swizzle::for_rows(cols * 2);
+            let buffer = self.buffers.len();
+            self.buffers.push(SmemBuffer {
+                name: format!("pipe{}_{}", self.pipeline.pipes.len(), load.name),
+                offset: 0,
+                bytes: stage_bytes * stages,
+                align: 128,
+                purpose: format!("{stages} stages of a pipelined `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"),
+                swizzle: Some(sw),
+            });
+            self.pipeline.persistent.push(buffer);
+            self.pipeline.pipes.push(Pipe {
+                buffer,
+                sw,
+                stage_bytes,
+                stage,
+            });
+            let pi = self.pipeline.pipes.len() - 1;
+            self.pipeline.pipelined_pending.insert(load.value, pi);
+            pipes.push(pi);
+        }
+        let p = LoopPipe {
+            loads: loads.iter().cloned().zip(pipes).collect(),
+            stage,
+            stages,
+        };
+        for s in 0..stages - 1 {
+            let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
+            let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
+            self.issue_stage(body, &p, ivs, Operand::Int(s as i64))?;
+            self.emit(Inst::CpAsyncCommit);
+        }
+        Ok(Some(p))
+    }
+
+    /// At the top of the loop body: the copies for `num_stages - 1` iterations
+    /// ahead (into the stage the previous iteration finished with), then a wait
+    /// for this iteration's stage.
+    pub(super) fn pipeline_prefetch(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        iv: Operand,
+        step: Operand,
+    ) -> R<()> {
+        let ahead = p.stages as i64 - 1;
+        let t = self.bin(
+            BinOp::Add,
+            RegTy::U32,
+            Operand::Reg(p.stage),
+            Operand::Int(ahead),
+        );
+        let wrap = self.cmp(CmpOp::Ge, RegTy::U32, t, Operand::Int(p.stages as i64));
+        let u = self.bin(BinOp::Sub, RegTy::U32, t, Operand::Int(p.stages as i64));
+        let next = self.select(RegTy::U32, wrap, u, t);
+        let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(ahead));
+        let ivn = self.bin(BinOp::Add, RegTy::I32, iv, off);
+        self.issue_stage(body, p, ivn, next)?;
+        self.emit(Inst::CpAsyncCommit);
+        self.emit(Inst::CpAsyncWait {
+            pending: p.stages - 1,
+        });
+        self.emit(Inst::Barrier);
+        Ok(())
+    }
+
+    /// The copies of every pipelined load for the iteration whose induction
+    /// variable is `ivv`, into stage `stage`.
+    fn issue_stage(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        ivv: Operand,
+        stage: Operand,
+    ) -> R<()> {
+        let ivv = self.materialize(RegTy::I32, ivv);
+        self.pipeline.overrides.insert(body.args[0], ivv);
+        for (load, pi) in &p.loads {
+            let Some(d) = self.defer_load(load.tensor, &load.access, load.other, &load.shape)?
+            else {
+                self.pipeline.overrides.clear();
+                return self.unsupported("a pipelined load whose alignment changed");
+            };
+            let pipe = self.pipeline.pipes[*pi];
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr {
+                dst: buf,
+                buffer: pipe.buffer,
+            });
+            let off = self.bin(
+                BinOp::Mul,
+                RegTy::U32,
+                stage,
+                Operand::Int(pipe.stage_bytes as i64),
+            );
+            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
+            self.issue_copies(&d, base, pipe.sw);
+        }
+        self.pipeline.overrides.clear();
+        Ok(())
+    }
+}
+
+/// The software pipeline of one loop: its loads (each with its pipe) and the
+/// stage register.
+pub(super) struct LoopPipe {
+    pub(super) loads: Vec<(PlannedLoad, usize)>,
+    pub(super) stage: Reg,
+    pub(super) stages: u32,
+}
+
+/// A software pipeline of one load in a loop: `stages` copies of its tile in
+/// `buffer`, the loop's current stage in register `stage`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Pipe {
+    pub(super) buffer: usize,
+    pub(super) sw: Swizzle,
+    pub(super) stage_bytes: u32,
+    pub(super) stage: Reg,
+}
