@@ -315,3 +315,83 @@ impl FromStr for Arch {
             .ok_or_else(|| UnknownArch(s.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Whether `line` orders an `Arch::…` value against another (`a >= Arch::Sm80`,
+    /// `Arch::Sm80 < a`); `=>` and `->` are no comparison.
+    fn compares_arch(line: &str) -> bool {
+        line.match_indices("Arch::").any(|(at, _)| {
+            let before = line[..at].trim_end();
+            let after = line[at + "Arch::".len()..]
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim_start();
+            let op_before = (before.ends_with('<')
+                || before.ends_with('>')
+                || before.ends_with("<=")
+                || before.ends_with(">="))
+                && !before.ends_with("=>")
+                && !before.ends_with("->");
+            op_before || after.starts_with('<') || after.starts_with('>')
+        })
+    }
+
+    #[test]
+    fn the_comparison_scan_sees_what_it_forbids() {
+        assert!(compares_arch("let k16 = self.arch >= Arch::Sm80;"));
+        assert!(compares_arch("if Arch::Sm75 <= arch {"));
+        assert!(compares_arch("self.is_nvidia() && self < Arch::Sm90"));
+        assert!(!compares_arch("Arch::Sm80 => nv(\"sm_80\"),"));
+        assert!(!compares_arch("fn f() -> Arch::Target {"));
+        assert!(!compares_arch("for arch in [Arch::Sm70, Arch::Sm80] {"));
+    }
+
+    /// Code asks for features; no arch is ordered against another outside this
+    /// module (`Arch` has no order, and the scan keeps one from coming back).
+    #[test]
+    fn no_arch_comparisons_outside_target() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for dir in [
+            "src",
+            "tests",
+            "benches",
+            "../lsp/src",
+            "../repl/src",
+            "../tests",
+        ] {
+            if root.join(dir).is_dir() {
+                rust_files(&root.join(dir), &mut files);
+            }
+        }
+        let target = root.join("src/target");
+        let mut found = Vec::new();
+        for f in files.iter().filter(|f| !f.starts_with(&target)) {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if compares_arch(line) {
+                    found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(files.len() > 100, "scanned only {} files", files.len());
+        assert!(
+            found.is_empty(),
+            "arch comparisons (ask `Arch::features` instead):\n{}",
+            found.join("\n")
+        );
+    }
+}
