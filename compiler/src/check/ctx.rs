@@ -74,6 +74,13 @@ pub struct Checker<'a> {
     pub top_level: bool,
     pub kernel: KernelInfo,
     pub env: FxHashMap<String, Binding>,
+    /// Old bindings of names changed inside an `if` branch, newest last, so a
+    /// branch is undone and merged in time proportional to what it changed
+    /// rather than to the whole environment.
+    pub env_undo: Vec<(String, Option<Binding>)>,
+    /// How many `if` branches are being checked (the undo log records only
+    /// inside one).
+    pub env_branches: usize,
     /// Symbols standing for run-time values (loop variables, `program_id`
     /// results, scalar parameters); every other symbol is compile-time known
     /// (const parameters, tensor dims the kernel is specialised on).
@@ -115,6 +122,8 @@ impl<'a> Checker<'a> {
             top_level: false,
             kernel: KernelInfo::default(),
             env: FxHashMap::default(),
+            env_undo: Vec::new(),
+            env_branches: 0,
             runtime_syms: FxHashSet::default(),
             reads: FxHashSet::default(),
             local_defs: Vec::new(),
@@ -196,7 +205,7 @@ impl<'a> Checker<'a> {
             Some(b) if b.kind == BindKind::LoopVar => BindKind::LoopVar,
             _ => BindKind::Local,
         };
-        self.env.insert(
+        self.env_insert(
             name.to_string(),
             Binding {
                 ty: val.ty,
@@ -206,5 +215,24 @@ impl<'a> Checker<'a> {
                 maybe_unbound: false,
             },
         );
+    }
+
+    /// Binds `name`, logging the old binding inside an `if` branch.
+    pub fn env_insert(&mut self, name: String, b: Binding) {
+        let old = self.env.insert(name.clone(), b);
+        if self.env_branches > 0 {
+            self.env_undo.push((name, old));
+        }
+    }
+
+    /// The binding of `name` for changing, its old value logged inside an
+    /// `if` branch.
+    pub fn env_mut(&mut self, name: &str) -> Option<&mut Binding> {
+        if self.env_branches > 0 {
+            if let Some(b) = self.env.get(name) {
+                self.env_undo.push((name.to_string(), Some(b.clone())));
+            }
+        }
+        self.env.get_mut(name)
     }
 }

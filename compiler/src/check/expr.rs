@@ -350,7 +350,7 @@ impl Checker<'_> {
                         id.name
                     )),
                 );
-                if let Some(b) = self.env.get_mut(&id.name) {
+                if let Some(b) = self.env_mut(&id.name) {
                     b.maybe_unbound = false;
                 }
             }

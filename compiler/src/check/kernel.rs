@@ -20,7 +20,7 @@ pub(crate) const NUM_STAGES_HELP: &str = "num_stages is 1 (no pipelining) to 8; 
 impl Checker<'_> {
     /// Binds a parameter whose type was rejected, so later uses report nothing more.
     fn bind_bad_param(&mut self, name: &crate::syntax::ast::Ident) {
-        self.env.insert(
+        self.env_insert(
             name.name.clone(),
             Binding {
                 ty: Ty::Err,
@@ -70,7 +70,7 @@ impl Checker<'_> {
                     for d in &dims {
                         for s in d.symbols() {
                             if !self.env.contains_key(s) && !seen.contains(s) {
-                                self.env.insert(
+                                self.env_insert(
                                     s.to_string(),
                                     Binding {
                                         ty: Ty::scalar(super::types::DType::I32),
@@ -85,7 +85,7 @@ impl Checker<'_> {
                     }
                     let ty = Ty::Tensor { dims, dtype };
                     self.record(p.name.span, &ty);
-                    self.env.insert(
+                    self.env_insert(
                         p.name.name.clone(),
                         Binding {
                             ty,
@@ -164,7 +164,7 @@ impl Checker<'_> {
                         }
                     }
                     self.record(p.name.span, &ty);
-                    self.env.insert(
+                    self.env_insert(
                         p.name.name.clone(),
                         Binding {
                             ty,
@@ -211,7 +211,7 @@ impl Checker<'_> {
                         ),
                     };
                     self.record(p.name.span, &ty);
-                    self.env.insert(
+                    self.env_insert(
                         p.name.name.clone(),
                         Binding {
                             ty,

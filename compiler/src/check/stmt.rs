@@ -42,6 +42,12 @@ pub fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
     }
 }
 
+thread_local! {
+    /// Bindings undone and merged for `if`s on this thread: the work the tests
+    /// count to show an `if` costs what its branches change.
+    pub(crate) static ENV_WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl Checker<'_> {
     /// Checks a block; returns whether it always ends in return/break/continue.
     pub fn block(&mut self, stmts: &[Stmt]) -> bool {
@@ -351,44 +357,98 @@ impl Checker<'_> {
     }
 
     fn if_stmt(&mut self, branches: &[(Expr, Block)], orelse: Option<&Block>) -> bool {
-        let before = self.env.clone();
+        // Each branch runs on the environment in place and is then undone
+        // through the undo log; only the names some branch changed are merged,
+        // so an `if` costs what its branches change, not the whole environment.
+        let mark = self.env_undo.len();
+        self.env_branches += 1;
         let mut outs: Vec<FxHashMap<String, Binding>> = Vec::new();
+        let mut changed: Vec<String> = Vec::new();
         let mut all_term = true;
-        for (cond, body) in branches {
-            self.env = before.clone();
-            let c = self.expr(cond);
-            self.condition(&c, cond);
-            let t = self.block(body);
-            if !t {
-                outs.push(std::mem::take(&mut self.env));
+        let mut run = |this: &mut Self, cond: Option<&Expr>, body: &Block| {
+            if let Some(cond) = cond {
+                let c = this.expr(cond);
+                this.condition(&c, cond);
             }
-            all_term &= t;
+            let t = this.block(body);
+            let delta = this.undo_branch(mark, &mut changed);
+            if !t {
+                outs.push(delta);
+            }
+            t
+        };
+        for (cond, body) in branches {
+            all_term &= run(self, Some(cond), body);
         }
         match orelse {
-            Some(b) => {
-                self.env = before.clone();
-                let t = self.block(b);
-                if !t {
-                    outs.push(std::mem::take(&mut self.env));
-                }
-                all_term &= t;
-            }
+            Some(b) => all_term &= run(self, None, b),
             None => {
-                outs.push(before.clone());
+                outs.push(FxHashMap::default());
                 all_term = false;
             }
         }
+        self.env_branches -= 1;
         if outs.is_empty() {
-            self.env = before;
             return all_term;
         }
+        changed.sort();
+        changed.dedup();
+        // Every path's bindings of the changed names: its own where it changed
+        // them, the ones before the `if` otherwise.
+        let full = |delta: FxHashMap<String, Binding>, env: &FxHashMap<String, Binding>| {
+            let mut m = delta;
+            for n in &changed {
+                if !m.contains_key(n) {
+                    if let Some(b) = env.get(n) {
+                        m.insert(n.clone(), b.clone());
+                    }
+                }
+            }
+            m
+        };
+        ENV_WORK.with(|w| w.set(w.get() + (changed.len() * outs.len()) as u64));
         let mut it = outs.into_iter();
-        let mut merged = it.next().unwrap_or_default();
+        let mut merged = full(it.next().unwrap_or_default(), &self.env);
         for other in it {
+            let other = full(other, &self.env);
             merged = self.merge_envs(merged, other);
         }
-        self.env = merged;
+        for (name, b) in merged {
+            self.env_insert(name, b);
+        }
         all_term
+    }
+
+    /// Undoes the environment changes logged since `mark`, returning the
+    /// changed names' bindings as the branch left them and adding the names
+    /// to `changed`.
+    fn undo_branch(
+        &mut self,
+        mark: usize,
+        changed: &mut Vec<String>,
+    ) -> FxHashMap<String, Binding> {
+        let mut delta = FxHashMap::default();
+        ENV_WORK.with(|w| w.set(w.get() + (self.env_undo.len() - mark) as u64));
+        while self.env_undo.len() > mark {
+            let Some((name, old)) = self.env_undo.pop() else {
+                break;
+            };
+            if !delta.contains_key(&name) {
+                if let Some(b) = self.env.get(&name) {
+                    delta.insert(name.clone(), b.clone());
+                }
+                changed.push(name.clone());
+            }
+            match old {
+                Some(b) => {
+                    self.env.insert(name, b);
+                }
+                None => {
+                    self.env.remove(&name);
+                }
+            }
+        }
+        delta
     }
 
     fn merge_envs(
@@ -457,10 +517,10 @@ impl Checker<'_> {
             let is_int = matches!(self.env.get(n), Some(Binding { ty: Ty::Scalar { dtype, .. }, kind: BindKind::Local | BindKind::LoopVar | BindKind::Param, .. }) if dtype.is_int());
             if is_int {
                 let sym = self.fresh_runtime(n);
-                if let Some(b) = self.env.get_mut(n) {
+                if let Some(b) = self.env_mut(n) {
                     b.value = Some(Value::Int(sym));
                 }
-            } else if let Some(b) = self.env.get_mut(n) {
+            } else if let Some(b) = self.env_mut(n) {
                 // Any other value a loop assigns is not known inside or after it
                 // (`s = s + 1.0` runs a number of times the checker does not count).
                 if matches!(b.kind, BindKind::Local | BindKind::Param) {
@@ -486,7 +546,7 @@ impl Checker<'_> {
                     ),
                 ));
             }
-            self.env.insert(
+            self.env_insert(
                 t.name.clone(),
                 Binding {
                     ty,
@@ -509,7 +569,7 @@ impl Checker<'_> {
             };
             if b1.span != b0.span && !Self::compatible(&b0.ty, &b1.ty) {
                 let (s1, t1) = (b1.span, b1.ty.clone());
-                if let Some(b) = self.env.get_mut(name) {
+                if let Some(b) = self.env_mut(name) {
                     b.ty = b0.ty.clone();
                 }
                 self.report(
@@ -528,13 +588,19 @@ impl Checker<'_> {
             let is_int = matches!(self.env.get(&n), Some(Binding { ty: Ty::Scalar { dtype, .. }, .. }) if dtype.is_int());
             if is_int {
                 let sym = self.fresh_runtime(&n);
-                if let Some(b) = self.env.get_mut(&n) {
+                if let Some(b) = self.env_mut(&n) {
                     b.value = Some(Value::Int(sym));
                 }
             }
         }
-        for (name, b) in self.env.iter_mut() {
-            if !before.contains_key(name) {
+        let new: Vec<String> = self
+            .env
+            .keys()
+            .filter(|n| !before.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in new {
+            if let Some(b) = self.env_mut(&name) {
                 b.maybe_unbound = true;
             }
         }

@@ -268,3 +268,33 @@ fn builtins_written_as_methods_point_at_the_function() {
         Some("`reshape` is a function, not a method: `reshape(x, ...)`")
     );
 }
+
+/// Many distinct names with an `if` after each: the `if`s' environment work
+/// grows with the kernel, not with the kernel times the names in scope.
+#[test]
+fn if_environment_work_grows_linearly_with_names_and_ifs() {
+    let work = |n: usize| {
+        let mut s = String::from(
+            "@kernel(grid=(cdiv(N, 1024),), num_warps=1)\ndef chain(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    i = program_id(0) * 1024\n    v = load(x[i : i + 1024])\n    a0 = v\n",
+        );
+        for k in 0..n {
+            s += &format!(
+                "    a{} = a{k} * v + {k}.5\n    if i > {k}:\n        a{} = a{} + 1.0\n",
+                k + 1,
+                k + 1,
+                k + 1
+            );
+        }
+        s += &format!("    store(out[i : i + 1024], a{n})\n");
+        let before = super::stmt::ENV_WORK.with(|w| w.get());
+        let problems = run_case(Path::new("names_ifs.tsr"), &s);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        super::stmt::ENV_WORK.with(|w| w.get()) - before
+    };
+    let (small, large) = (work(100), work(400));
+    assert!(small > 0, "the ifs did no environment work");
+    assert!(
+        large <= small * 5,
+        "4x the names and ifs cost {large} against {small}"
+    );
+}
