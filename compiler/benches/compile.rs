@@ -11,9 +11,9 @@
 //! Every iteration verifies it produced a PTX `.entry`, so a pipeline that
 //! stops early cannot pass for a fast one.
 
-use tessera::backend::arch::Arch;
 use tessera::db::{ptx, Database, SourceFile};
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 
 const GEMM: &str = include_str!("../../examples/gemm.tsr");
 const FLASH: &str = include_str!("../../examples/flash_attn.tsr");

@@ -7,10 +7,10 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
-use crate::backend::arch::Arch;
 use crate::db::Database;
 use crate::diag::render::{self, LineIndex};
 use crate::diag::Severity;
+use crate::target::Arch;
 
 /// Exit status: no errors.
 pub const EXIT_OK: u8 = 0;

@@ -12,3 +12,4 @@ pub mod ir;
 pub mod stack;
 pub mod stdlib;
 pub mod syntax;
+pub mod target;

@@ -27,13 +27,12 @@ mod generate;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tessera::backend::arch::Arch;
 use tessera::backend::ptxas::{self, PtxasError};
-use tessera::backend::resources::{
-    self, estimate_regs, Node, LOAD_WINDOW_WORDS, PTXAS_OVERHEAD, SLOW_DIV_REGS, SLOW_SQRT_REGS,
-};
+use tessera::backend::resources::{self, estimate_regs, Node};
 use tessera::db::{file_kernels, tile_ir, Database};
 use tessera::ir::tile::Specialization;
+use tessera::target::ptxas::{LOAD_WINDOW_WORDS, PTXAS_OVERHEAD, SLOW_DIV_REGS, SLOW_SQRT_REGS};
+use tessera::target::Arch;
 
 const ARCHS: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm90a];
 

@@ -8,11 +8,11 @@
 //! kernel whose text has not changed since (same arch and defines): its
 //! lowering is the same, so they are what the second publication will say.
 
-use tessera::backend::arch::Arch;
 use tessera::db::{file_kernels, Database, SourceFile};
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
+use tessera::target::Arch;
 
 /// The resource diagnostics of each kernel of one document, by kernel text.
 #[derive(Clone, Debug, Default)]

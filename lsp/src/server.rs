@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tessera::backend::arch::Arch;
 use tessera::db::{Database, Options, SourceFile};
 use tessera::ide;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 use tower_lsp::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp::lsp_types::*;
 use tower_lsp::{Client, LanguageServer};

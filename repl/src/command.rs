@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::ValueEnum;
-use tessera::backend::arch::Arch;
 use tessera::backend::resources::Resources;
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
 use tessera::db::kernel_resources;
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
+use tessera::target::Arch;
 
 use crate::session::{device_unavailable, Device, LoadError, Session};
 

@@ -24,6 +24,12 @@ const FORBIDDEN: &[(&str, &str, &str)] = &[
     ("check",   "db", "the checker takes a module scope, not a database"),
     ("ir",      "db", "lowering takes checked items and scopes as data"),
     ("backend", "db", "the back end takes Target IR, returns text and numbers"),
+    ("check",   "backend", "target facts are in `target`; the checker never needs a back end"),
+    ("ir",      "backend", "lowering asks `target` for features and instructions"),
+    ("target",  "db",      "target facts are data below every layer"),
+    ("target",  "check",   "target facts are data below every layer"),
+    ("target",  "ir",      "target facts are data below every layer"),
+    ("target",  "backend", "target facts are data below every layer"),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

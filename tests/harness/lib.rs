@@ -29,12 +29,12 @@ pub mod fuzzing;
 
 use std::path::{Path, PathBuf};
 
-use tessera::backend::arch::Arch;
 use tessera::db::file_resources;
 use tessera::db::{tile_ir_diagnostics, Database, SourceFile};
 use tessera::diag::render::LineIndex;
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 
 /// The repository root (the parent of the `tests/` package).
 pub fn workspace_root() -> PathBuf {

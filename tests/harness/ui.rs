@@ -22,9 +22,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tessera::backend::arch::Arch;
 use tessera::diag::codes::CATALOGUE;
 use tessera::diag::render;
+use tessera::target::Arch;
 use tessera_tests::{
     check_file, check_text, has_run_header, match_all, parse_annotations, parse_arch_header,
     parse_diagnostics_doc, workspace_root, Produced,

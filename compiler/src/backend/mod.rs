@@ -1,6 +1,6 @@
-//! Target descriptions (and, in later stages, the PTX and HIP printers).
+//! The back ends: the PTX printer, ptxas, occupancy and the register estimate
+//! (target facts are in `crate::target`).
 
-pub mod arch;
 pub mod occupancy;
 pub mod ptx;
 pub mod ptxas;

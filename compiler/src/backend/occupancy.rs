@@ -33,7 +33,7 @@
 
 use std::fmt;
 
-use super::arch::{Arch, Vendor};
+use crate::target::{Arch, Vendor};
 
 /// The L1/shared-memory split a kernel asks for
 /// (`cudaFuncAttributePreferredSharedMemoryCarveout`).

@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::arch::Arch;
+use crate::target::Arch;
 
 /// The environment variable naming the `ptxas` binary.
 pub const PTXAS_ENV: &str = "TESSERA_PTXAS";

@@ -25,7 +25,7 @@
 //! put in the order ptxas's scheduler is modelled to run it:
 //!
 //! * a loop with constant bounds, no loop inside and at most
-//!   [`Arch::full_unroll_max_trips`] trips (sm_90: 4) is replaced by its
+//!   [`crate::target::ptxas::PtxasModel::full_unroll_max_trips`] trips (sm_90: 4) is replaced by its
 //!   iterations ([`unroll_short_loops`]), branches on what is then constant
 //!   folded, as ptxas unrolls it there (SASS of `row_sum4` on sm_90: the
 //!   loads of its live iterations issued together, 23 registers; 16 on
@@ -98,7 +98,7 @@
 //! reads a fresh copy made right before it, as ptxas re-reads them instead of
 //! holding them live. So are kernel parameters read inside a loop where
 //! ptxas takes them from the constant bank there
-//! ([`Arch::loop_params_from_constant_bank`]: sm_70 to sm_89), so that they
+//! ([`crate::target::ptxas::PtxasModel::loop_params_from_constant_bank`]: sm_70 to sm_89), so that they
 //! are not held across the loop (`scale_all`'s grid-stride loop on sm_80: 18
 //! registers, 23 estimated holding its 6 words of parameters, 19 without).
 //! Outside loops ptxas reads them from the bank too, but treating them so
@@ -186,10 +186,10 @@ use std::fmt::Write as _;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::json;
 
-use super::arch::Arch;
 use super::occupancy::{occupancy, BlockUsage, Carveout, Limiter, Occupancy};
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;
+use crate::target::Arch;
 
 /// A structured per-thread program, as far as register liveness is concerned.
 #[derive(Clone, Debug, PartialEq)]
@@ -210,45 +210,11 @@ pub enum Node {
     },
 }
 
-/// Registers `ptxas -v` counts beyond the program's own values. Calibrated with
-/// ptxas 12.9 on straight-line kernels holding `n` loaded values and a 64-bit
-/// address live at once: it reports `n + 2 + 3` registers on sm_70, sm_80 and
-/// sm_90 for every `n` from 3 to 24 (`compiler/tests/ptxas.rs` re-checks this).
-pub const PTXAS_OVERHEAD: u32 = 3;
-/// Registers ptxas's called slow path of an IEEE f32 division or reciprocal
-/// (`div.rn`, `rcp.rn`) adds to those live across it (see `slow_path_scratch`).
-pub const SLOW_DIV_REGS: u32 = 9;
-/// The same for an IEEE f32 square root (`sqrt.rn`).
-pub const SLOW_SQRT_REGS: u32 = 4;
-/// The most words of global loads ptxas 12.9 issues ahead of their uses in
-/// one stretch (see [`hoist_loads`]): `n` f32 loads from one address summed in
-/// order take `n + 2 + 3` registers up to `n = 24` and 30 or 31 from `n = 25`
-/// on, on sm_70, sm_80 and sm_90 (`compiler/tests/ptxas.rs` re-checks this).
-pub const LOAD_WINDOW_WORDS: u32 = 25;
-/// The same for shared-memory loads in a stretch without an MMA.
-pub const SHARED_LOAD_WINDOW_WORDS: u32 = 32;
-/// The fewest registers ptxas 12.9 reports for a kernel that touches global
-/// memory (an empty kernel gets 4).
-pub const MIN_REGS: u32 = 8;
-/// Above this many registers (estimated in statement order), ptxas
-/// interleaves the per-element chains of an elementwise computation, down to
-/// about this many, where no slow-path call splits them (see the module
-/// docs). Tuned on the generated seeds 0..200: at 70 estimated ptxas keeps the
-/// order (83 registers).
-pub const CHAIN_MIN_REGS: u32 = 72;
-/// Registers a thread can have with every arch's full 2,048 threads per SM
-/// resident (65,536 registers): below this ptxas's scheduler spends
-/// registers on latency hiding without costing occupancy.
-pub const FULL_OCCUPANCY_REGS: u32 = 32;
-/// The longest body (in Target IR instructions) of a loop that ptxas 12.9
-/// unrolls by 4 ([`unrolled_by_four`]): generated kernels' reduction loops
-/// of 38 to 46 instructions are unrolled, those of 52 to 61 are not.
-pub const UNROLL_BY_FOUR_MAX_INSTS: usize = 48;
-/// Below [`FULL_OCCUPANCY_REGS`], the estimate moves `1 / LATENCY_SHARE` of
-/// the way from the pressure-minded order's count to the latency order's
-/// ([`ilp_order`]), rounded down. Fitted on the generated seeds 0..200 with
-/// the corpus held within the goal (see the module docs).
-pub const LATENCY_SHARE: u32 = 4;
+use crate::target::ptxas::{
+    CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE, LOAD_WINDOW_WORDS, MIN_REGS,
+    PTXAS_OVERHEAD, SHARED_LOAD_WINDOW_WORDS, SLOW_DIV_REGS, SLOW_SQRT_REGS,
+    UNROLL_BY_FOUR_MAX_INSTS,
+};
 
 #[cfg(test)]
 thread_local! {
@@ -762,7 +728,7 @@ struct Remat {
     max_unroll_trips: u32,
     /// Per register: whether it is a kernel parameter (written once) that
     /// ptxas reads from the constant bank inside loops on the kernel's arch
-    /// (see [`super::arch::Arch::loop_params_from_constant_bank`]).
+    /// (see [`crate::target::ptxas::PtxasModel::loop_params_from_constant_bank`]).
     bank_param: Vec<bool>,
     /// How many loops enclose the instructions being converted.
     loop_depth: u32,
@@ -814,7 +780,7 @@ impl Remat {
         let mut param = vec![false; n];
         walk(&kernel.body, &mut defs, &mut cheap, &mut imm, &mut param);
         imm.retain(|r, _| defs[*r as usize] == 1);
-        let bank = kernel.arch.loop_params_from_constant_bank();
+        let bank = kernel.arch.ptxas().loop_params_from_constant_bank;
         Remat {
             remat: (0..n).map(|r| cheap[r] && defs[r] == 1).collect(),
             bank_param: (0..n).map(|r| bank && param[r] && defs[r] == 1).collect(),
@@ -822,7 +788,7 @@ impl Remat {
             tys: kernel.regs.clone(),
             def_count: defs,
             consts: imm,
-            max_unroll_trips: kernel.arch.full_unroll_max_trips(),
+            max_unroll_trips: kernel.arch.ptxas().full_unroll_max_trips,
             loop_depth: 0,
             hoist: true,
             chains: false,
@@ -990,7 +956,7 @@ fn program_with(
 }
 
 /// The trips of a loop ptxas unrolls completely on the kernel's arch (see
-/// [`super::arch::Arch::full_unroll_max_trips`]): a `For` with constant
+/// [`crate::target::ptxas::PtxasModel::full_unroll_max_trips`]): a `For` with constant
 /// bounds and no loop inside.
 fn unrolled_trips(inst: &crate::ir::target::Inst, max: u32) -> Option<Vec<i64>> {
     use crate::ir::target::{Inst, Operand};
@@ -2632,8 +2598,8 @@ mod tests {
 
     #[test]
     fn loop_parameters_come_from_the_constant_bank_before_sm_90() {
-        use crate::backend::arch::Arch;
         use crate::ir::target::{BinOp, Inst, Kernel, Operand, Param, Reg, RegTy};
+        use crate::target::Arch;
         // r0 = param n; r1 = param p (64-bit); f2 = param a; for r3 in
         // range(0, r0, 1) { f4 = f2 + f2; r5 = r1 + r1 }.
         let param = |dst: u32, index: usize| Inst::Param {
@@ -2693,8 +2659,8 @@ mod tests {
 
     #[test]
     fn loads_are_issued_early_only_as_far_as_the_register_limit() {
-        use crate::backend::arch::Arch;
         use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+        use crate::target::Arch;
         // `n` k-steps, each an ldmatrix of 4 registers into one mma on the
         // accumulators r1..r4 (r0: the address): in order a few registers
         // are live; with every ldmatrix first, 4n.

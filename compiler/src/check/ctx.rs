@@ -9,9 +9,9 @@ use super::dims::{display_symbol, Dim};
 use super::resources::Usage;
 use super::scope::ModuleScope;
 use super::types::{Ty, Value};
-use crate::backend::arch::Arch;
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;
+use crate::target::Arch;
 
 /// A checked expression: its type and, where known, its (possibly symbolic) value.
 #[derive(Clone, Debug, PartialEq)]

@@ -9,9 +9,9 @@ use super::scope::{annotation_in, Annot, ModuleScope};
 use super::suggest;
 use super::types::{DType, Ty, Value};
 use super::ItemCheck;
-use crate::backend::arch::{check_num_stages, check_num_warps, Arch, MAX_GRID};
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{Decorator, Expr, ExprKind, Function};
+use crate::target::{check_num_stages, check_num_warps, Arch, MAX_GRID};
 
 pub(crate) const NUM_WARPS_HELP: &str =
     "num_warps is 1, 2, 4, 8, 16 or 32 (at most 1024 threads per block)";

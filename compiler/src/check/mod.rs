@@ -28,10 +28,10 @@ pub mod types;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::arch::Arch;
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{self, Item};
 use crate::syntax::span::Span;
+use crate::target::Arch;
 
 pub use scope::{
     build_module_scope, build_module_scope_with, module_diagnostics, unused_imports, Entry, FnSig,

@@ -8,6 +8,7 @@ use super::dims::Dim;
 use super::types::{render_dims, DType};
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;
+use crate::target::{select_mma, Precision};
 
 #[derive(Clone, Debug, Default)]
 pub struct Usage {
@@ -53,14 +54,24 @@ impl Usage {
 }
 
 impl Checker<'_> {
-    /// Tensor-core shape rules of a dot (E0605). A dtype the target's tensor cores
-    /// do not take (bf16 before sm_80, f8 before sm_89) is no error: the brief says
-    /// every kernel compiles for every target, and such a dot runs on FMA units,
-    /// where any M, N, K is fine.
+    /// Tensor-core shape rules of a dot (E0605), where the dot's operands reach a
+    /// matrix instruction of the target (`select_mma`, the table code generation
+    /// picks from). A dot no instruction takes (bf16 before sm_80, an ieee f32 or
+    /// f8 dot on NVIDIA) is no error: the brief says every kernel compiles for
+    /// every target, and such a dot runs on FMA units, where any M, N, K is fine.
+    /// i8 dots keep the rule on every target (no integer row yet; the code
+    /// generator has no i8 dot).
     pub fn check_mma(&mut self, dtype: DType, tf32: bool, mnk: [&Dim; 3], span: Span) {
-        let info = self.arch.info();
-        let name = if tf32 { "f32" } else { dtype.name() };
-        if dtype != DType::I8 && !info.mma_dtypes.contains(&name) {
+        let precision = if tf32 {
+            Precision::Tf32
+        } else {
+            Precision::Ieee
+        };
+        let features = self.arch.features();
+        let tensor_cores = dtype
+            .mma_elem()
+            .is_some_and(|e| select_mma(&features, e, e, None, precision).is_some());
+        if dtype != DType::I8 && !tensor_cores {
             return;
         }
         let labels = ["M", "N", "K"];

@@ -537,8 +537,7 @@ pub fn build_module_scope_with(items: &[ScopeItem], resolve: Resolver) -> Module
                 // statements (and functions) see the types of script variables.
                 let mut typed = Vec::with_capacity(names.len());
                 {
-                    let mut ch =
-                        super::ctx::Checker::new(&scope, crate::backend::arch::Arch::default());
+                    let mut ch = super::ctx::Checker::new(&scope, crate::target::Arch::default());
                     ch.top_level = true;
                     ch.block(std::slice::from_ref(s));
                     for n in names {

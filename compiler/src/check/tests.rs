@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::arch::Arch;
 use crate::db::Database;
 use crate::diag::Diagnostic;
+use crate::target::Arch;
 
 struct Expect {
     line: usize,

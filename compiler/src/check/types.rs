@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::dims::Dim;
 use super::scope::{FnSig, ModuleScope};
+use crate::target::Elem;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
@@ -39,6 +40,26 @@ impl DType {
         DType::U8,
         DType::Bool,
     ];
+
+    /// The operand dtype a matrix instruction could take for this dtype
+    /// (whether one does is [`crate::target::select_mma`]'s to say).
+    pub fn mma_elem(self) -> Option<Elem> {
+        match self {
+            DType::F16 => Some(Elem::F16),
+            DType::BF16 => Some(Elem::Bf16),
+            DType::F32 => Some(Elem::F32),
+            DType::F8E4M3 => Some(Elem::F8E4M3),
+            DType::F8E5M2 => Some(Elem::F8E5M2),
+            DType::F64
+            | DType::I64
+            | DType::I32
+            | DType::I16
+            | DType::I8
+            | DType::U32
+            | DType::U8
+            | DType::Bool => None,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {

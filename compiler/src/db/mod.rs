@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use file_map::FileMap;
 
-use crate::backend::arch::Arch;
 use crate::check;
 use crate::diag::Diagnostic;
 use crate::syntax::{self, ast};
+use crate::target::Arch;
 
 mod front;
 mod kernel;

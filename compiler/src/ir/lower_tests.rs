@@ -955,7 +955,7 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
 "#.to_string(), "lp"),
     ];
     for arch in ["sm_70", "sm_80", "sm_90"] {
-        let arch: crate::backend::arch::Arch = arch.parse().unwrap();
+        let arch: crate::target::Arch = arch.parse().unwrap();
         for (src, name) in &srcs {
             let s = schedule_of(src, name);
             let mut lowered = Vec::new();

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 
 use serde_json::Value as Json;
-use tessera::backend::arch::Arch;
 use tessera::db::Database;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 use tower_lsp::lsp_types::{DidChangeConfigurationParams, MessageType, Url};
 
 use crate::server::Backend;
@@ -188,8 +188,8 @@ fn parse_defines(v: &Json) -> (Specialization, Vec<String>) {
         // num_warps and num_stages are held to their ranges here too, so a bad
         // value is one message rather than an error on every kernel.
         let range = |n: &str, x: i64| match n {
-            "num_warps" => tessera::backend::arch::check_num_warps(x),
-            "num_stages" => tessera::backend::arch::check_num_stages(x),
+            "num_warps" => tessera::target::check_num_warps(x),
+            "num_stages" => tessera::target::check_num_stages(x),
             _ => Ok(()),
         };
         match Specialization::parse_define(&format!("{name}={text}")) {

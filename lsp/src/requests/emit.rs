@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tessera::backend::arch::Arch;
 use tessera::db::{self, Database, Options, SourceFile};
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 use tower_lsp::jsonrpc::{self, Error, ErrorCode};
 use tower_lsp::lsp_types::{Position, Url};
 

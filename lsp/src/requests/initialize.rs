@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use tessera::backend::arch::Arch;
+use tessera::target::Arch;
 use tower_lsp::jsonrpc::Result;
 use tower_lsp::lsp_types::*;
 

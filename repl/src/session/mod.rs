@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use tessera::backend::arch::Arch;
 use tessera::check::builtins::Builtin;
 use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
@@ -28,6 +27,7 @@ use tessera::diag::Diagnostic;
 use tessera::exec::{Interrupt, Value};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
+use tessera::target::Arch;
 
 pub use eval::Val;
 

@@ -186,14 +186,14 @@ fn measure(seed: u64, n: u64, root: &std::path::Path) -> ExitCode {
             let mut err = Vec::new();
             let ok = session.run_file(&text, &mut std::io::sink(), &mut err);
             let mut db = tessera::db::Database::new();
-            db.set_arch(tessera::backend::arch::Arch::Sm80);
+            db.set_arch(tessera::target::Arch::Sm80);
             let f = db.set_source("fuzz.tsr", text.clone());
             let cx = tessera::cli::EmitContext {
                 db: &db,
                 file: f,
                 kernels: tessera::db::file_kernels(&db, f),
                 spec: tessera::ir::tile::Specialization::new(),
-                arch: tessera::backend::arch::Arch::Sm80,
+                arch: tessera::target::Arch::Sm80,
                 function: None,
             };
             for kind in [

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use tessera::backend::arch::Arch;
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
 use tessera::db::Database;
 use tessera::diag::codes;
 use tessera::diag::render::{render_human_all, render_json, LineIndex};
 use tessera::diag::Diagnostic;
 use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
 
 /// The stages, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

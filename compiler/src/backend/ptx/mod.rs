@@ -17,20 +17,15 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::backend::arch::Arch;
 use crate::ir::target::{
     BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
+use crate::target::Arch;
 
-/// The PTX ISA version written for `arch` (the lowest that supports it, and
-/// at least 7.0, accepted by ptxas 11.0 and later).
+/// The PTX ISA version written for `arch` ([`crate::target::Features::ptx_isa`];
+/// a target without PTX never reaches the PTX printer, 7.0 keeps it total).
 pub fn ptx_version(arch: Arch) -> &'static str {
-    match arch {
-        Arch::Sm86 => "7.1",
-        Arch::Sm89 | Arch::Sm90 => "7.8",
-        Arch::Sm90a => "8.0",
-        _ => "7.0",
-    }
+    arch.features().ptx_isa.unwrap_or("7.0")
 }
 
 /// The most static shared memory a kernel may declare (CUDA's 48 KiB); beyond

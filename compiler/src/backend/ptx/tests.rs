@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::module;
-use crate::backend::arch::Arch;
 use crate::ir::target::{lower, tests::all_kernels};
+use crate::target::{select_mma, Arch};
 
 pub(crate) fn find_ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("TESSERA_PTXAS") {
@@ -282,7 +282,9 @@ def casts(x: Tensor["N", f32]) -> Tensor["N", i8]:
         let f64_dot = ptx.contains("fma.rn.f64");
         assert!(f64_dot, "{arch}: the f64 matmul multiplies with f64 FMAs");
         assert!(ptx.contains("max.s32"), "{arch}: narrow casts clamp");
-        if arch >= Arch::Sm80 {
+        let f32 = crate::target::Elem::F32;
+        let tf32 = crate::target::Precision::Tf32;
+        if select_mma(&arch.features(), f32, f32, None, tf32).is_some() {
             assert!(ptx.contains(".tf32"), "{arch}: tf32 was asked for");
         }
         if let Some(p) = &ptxas {

@@ -40,12 +40,12 @@ use self::liveness::Liveness;
 use self::packed::PackCache;
 use super::tensor::{decode_byte, encode_byte, float_to_i64, float_to_int, round_to, wrap_int};
 use super::{ExecError, Interrupt, Tensor};
-use crate::backend::arch::MAX_GRID;
 use crate::check::DType;
 use crate::ir::tile::{
     Access, BinaryOp, Constant, Dim, Kernel, Op, OpKind, ParamKind, Precision, ReduceOp, Region,
     UnaryOp, Value,
 };
+use crate::target::MAX_GRID;
 
 /// A launch argument, in the order of `Kernel::params`.
 #[derive(Clone, Debug)]

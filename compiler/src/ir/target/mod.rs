@@ -41,7 +41,7 @@ pub mod verify;
 
 mod dump;
 
-use crate::backend::arch::Arch;
+use crate::target::Arch;
 pub use layout::{Layout, LayoutKind, Term};
 pub use lower::{lower, Unsupported};
 
@@ -137,7 +137,7 @@ pub enum UnOp {
     Log2Approx,
     /// 1/sqrt(x), approximate.
     RsqrtApprox,
-    /// tanh(x), approximate (needs `ArchFeatures::fast_tanh`).
+    /// tanh(x), approximate (needs `Features::fast_tanh` of `crate::target`).
     TanhApprox,
     /// sqrt(x), correctly rounded.
     Sqrt,
@@ -595,21 +595,6 @@ impl Swizzle {
         let byte = c * elem_bytes;
         let chunk = (byte / 16) ^ ((r / self.per_phase) % self.max_phase);
         r * self.row_bytes + chunk * 16 + byte % 16
-    }
-}
-
-/// Features of an arch the lowering chooses instructions by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArchFeatures {
-    /// `tanh.approx.f32` (sm_75+).
-    pub fast_tanh: bool,
-}
-
-impl ArchFeatures {
-    pub fn of(arch: Arch) -> ArchFeatures {
-        ArchFeatures {
-            fast_tanh: arch.has_fast_tanh(),
-        }
     }
 }
 

@@ -5,13 +5,13 @@
 //! assembles them), and the layouts cover their tiles. The code-generation
 //! rules over checked source are the codegen filetests, `tests/codegen/`.
 
-use crate::backend::arch::Arch;
 use crate::check::DType;
 use crate::ir::tile::{
     Access, BinaryOp, Constant, Dim, Kernel, Op, OpKind, Param, ParamKind, Precision, ReduceOp,
     Region, Type, UnaryOp, Value,
 };
 use crate::syntax::span::Span;
+use crate::target::Arch;
 
 use super::layout::Layout;
 use super::{lower, verify::verify};

@@ -249,7 +249,7 @@ impl Verifier<'_> {
                 if !matches!(bytes, 4 | 8 | 16) || src_size.is_some_and(|r| class(ty(&r)) != 1) {
                     self.errors.push(format!("{i:?}: bad async copy"));
                 }
-                if !k.arch.has_cp_async() {
+                if !k.arch.features().cp_async {
                     self.errors
                         .push(format!("{i:?}: {} has no async copies", k.arch));
                 }
@@ -260,7 +260,7 @@ impl Verifier<'_> {
                     self.errors
                         .push(format!("{i:?}: load_matrix gives 1, 2 or 4 b32 registers"));
                 }
-                if !k.arch.has_ldmatrix() {
+                if !k.arch.features().ldmatrix {
                     self.errors
                         .push(format!("{i:?}: {} has no ldmatrix", k.arch));
                 }
@@ -344,7 +344,7 @@ impl Verifier<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::arch::Arch;
+    use crate::target::Arch;
 
     /// A kernel of `body` over four i32 registers (0 is defined up front).
     fn check(body: Vec<Inst>) -> Result<(), String> {

@@ -8,8 +8,8 @@
 //! unrolls such a tile element by element (minutes and gigabytes of PTX).
 
 use super::{Kernel, Region};
-use crate::backend::arch::Arch;
 use crate::diag::Diagnostic;
+use crate::target::Arch;
 
 /// E0606 for the first op whose result is a tile of more bytes than
 /// `arch.info().max_tile_bytes()` (registers plus shared memory of a block).

@@ -44,7 +44,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::*;
-use crate::backend::arch::{check_num_stages, check_num_warps, Arch};
 use crate::check::builtins::{Builtin, Builtin as B};
 use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
 use crate::check::ctx::Checker;
@@ -55,6 +54,7 @@ use crate::check::stmt::assigned_names;
 use crate::check::{Ty, Value as CValue};
 use crate::diag::Diagnostic;
 use crate::syntax::ast::{self, Arg, BinOp, Expr, ExprKind, Function, Index, Stmt, StmtKind};
+use crate::target::{check_num_stages, check_num_warps, Arch};
 
 /// The compile-time values a kernel is lowered with: const parameters (by
 /// name; bools as 0/1) and specialised tensor dims. Names that are neither are

@@ -225,13 +225,8 @@ pub enum ReduceOp {
     Min,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
-    /// Inputs at their own precision (f16/bf16/f8 on tensor cores, or full f32).
-    Ieee,
-    /// f32 inputs rounded to tf32 on tensor cores.
-    Tf32,
-}
+/// A `dot`'s precision: the target's, which selects its matrix instruction.
+pub use crate::target::Precision;
 
 /// How one axis of a tensor is accessed by a load or store.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,6 +18,7 @@ use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::{BinOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
+use crate::target::MmaFeed;
 
 impl<'a> Lower<'a> {
     /// The loads of 16-bit tiles used only as tensor-core `dot` operands (`a` or
@@ -40,10 +41,18 @@ impl<'a> Lower<'a> {
         ) {
             for op in &r.ops {
                 match &op.kind {
-                    OpKind::Dot { a, b, acc, .. } => {
+                    OpKind::Dot {
+                        a,
+                        b,
+                        acc,
+                        precision,
+                    } => {
                         let (ta, tb) = (l.tk.ty(*a), l.tk.ty(*b));
                         let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
-                        let ok = l.mma_layout(ta.dtype(), tb.dtype(), m, n, k).is_some();
+                        // Operands `ldmatrix` reads from a swizzled buffer.
+                        let ok = l
+                            .mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
+                            .is_some_and(|(i, _)| i.feed == MmaFeed::Ldmatrix);
                         uses.entry(*a).or_default().push(Use::DotA(ok));
                         uses.entry(*b).or_default().push(Use::DotB(ok));
                         if let Some(c) = acc {

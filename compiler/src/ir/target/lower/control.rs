@@ -76,9 +76,8 @@ impl<'a> Lower<'a> {
                 let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
                 let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
                 Some(
-                    self.mma_layout(ta.dtype(), tb.dtype(), m, n, k)
-                        .or_else(|| self.tf32_layout(ta.dtype(), tb.dtype(), m, n, k, *precision))
-                        .or_else(|| self.mma884_layout(ta.dtype(), tb.dtype(), m, n, k))
+                    self.mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
+                        .map(|(_, layout)| layout)
                         .unwrap_or_else(|| self.blocked(&[m, n])),
                 )
             }

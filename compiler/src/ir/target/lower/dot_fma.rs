@@ -15,6 +15,7 @@ use super::{Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::{self, Value};
+use crate::target::MmaFeed;
 
 impl<'a> Lower<'a> {
     pub(super) fn dot(
@@ -42,14 +43,15 @@ impl<'a> Lower<'a> {
         } else {
             (RegTy::F32, MemTy::F32, 4u32, DType::F32)
         };
-        if let Some(acc_layout) = self.mma_layout(av.dtype, bv.dtype, m, n, k) {
-            return self.dot_mma(a, b, &av, &bv, acc, acc_layout, k);
-        }
-        if let Some(acc_layout) = self.tf32_layout(av.dtype, bv.dtype, m, n, k, precision) {
-            return self.dot_tf32(&av, &bv, acc, acc_layout, k);
-        }
-        if let Some(acc_layout) = self.mma884_layout(av.dtype, bv.dtype, m, n, k) {
-            return self.dot_mma884(&av, &bv, acc, acc_layout, k);
+        if let Some((inst, acc_layout)) = self.mma_plan(av.dtype, bv.dtype, [m, n, k], precision) {
+            return match inst.feed {
+                MmaFeed::Ldmatrix => self.dot_mma(a, b, &av, &bv, acc, acc_layout, k, inst),
+                MmaFeed::Tf32Fragments => self.dot_tf32(&av, &bv, acc, acc_layout, k),
+                MmaFeed::SharedPairs => self.dot_mma884(&av, &bv, acc, acc_layout, k),
+                MmaFeed::Registers => {
+                    self.unsupported(format!("`dot` on {}'s matrix units", self.arch))
+                }
+            };
         }
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"

@@ -67,11 +67,11 @@ use std::rc::Rc;
 
 use self::pipeline::Pipeline;
 use super::layout::{Layout, Term};
-use super::{ArchFeatures, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
-use crate::backend::arch::Arch;
+use super::{Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
 use crate::check::DType;
 use crate::ir::tile::{self, Constant, Value};
 use crate::syntax::span::Span;
+use crate::target::{Arch, Features};
 
 /// A construct the code generator cannot lower yet (no catalogue code: the
 /// front door reports it as "not supported yet"). The span is the Tile IR op's
@@ -114,7 +114,7 @@ pub(crate) fn lower_with_plan(
     let mut l = Lower {
         tk,
         arch,
-        feat: ArchFeatures::of(arch),
+        feat: arch.features(),
         warp_size: info.warp_size,
         num_warps: tk.num_warps,
         tid_bits: num_threads.trailing_zeros() as u8,
@@ -142,7 +142,7 @@ pub(crate) fn lower_with_plan(
         which: Special::ThreadId,
     });
     l.params()?;
-    if arch.has_cp_async() {
+    if l.feat.cp_async {
         let candidates = l.find_deferrable();
         l.pipeline.defer_ok = candidates.iter().map(|c| c.value).collect();
         l.pipeline.plan.candidates = candidates;
@@ -205,7 +205,7 @@ struct TensorInfo {
 struct Lower<'a> {
     tk: &'a tile::Kernel,
     arch: Arch,
-    feat: ArchFeatures,
+    feat: Features,
     warp_size: u32,
     num_warps: u32,
     tid_bits: u8,

@@ -26,9 +26,9 @@ use std::rc::Rc;
 
 use super::async_copy::Deferred;
 use super::{Lower, R};
-use crate::backend::arch::Arch;
 use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
+use crate::target::Arch;
 
 /// The state of asynchronous copies and software pipelines while one kernel
 /// is lowered (part of `Lower`).
@@ -86,7 +86,7 @@ impl Pipeline {
             overrides: HashMap::new(),
             plan: PipelinePlan {
                 arch,
-                cp_async: arch.has_cp_async(),
+                cp_async: arch.features().cp_async,
                 num_stages,
                 candidates: Vec::new(),
                 decisions: Vec::new(),
@@ -234,7 +234,7 @@ impl<'a> Lower<'a> {
         let stages = self.tk.num_stages;
         let iv = body.args[0];
         let mut pipelined = Vec::new();
-        if self.arch.has_cp_async() && stages >= 2 {
+        if self.feat.cp_async && stages >= 2 {
             let outside = |l: &Self, v: &Value| !body.args.contains(v) && l.vals.contains_key(v);
             for op in &body.ops {
                 let OpKind::Load {

@@ -9,12 +9,12 @@
 
 use std::rc::Rc;
 
-use crate::backend::arch::Arch;
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
+use crate::target::MmaInst;
 
 impl<'a> Lower<'a> {
     /// `dot` with `mma.sync` (m16n8k16 on sm_80+, two m16n8k8 on sm_75): operands
@@ -29,6 +29,7 @@ impl<'a> Lower<'a> {
         acc: Option<Value>,
         layout: Rc<Layout>,
         k: u32,
+        inst: &MmaInst,
     ) -> R<TV> {
         let (m, n) = (layout.shape[0], layout.shape[1]);
         let (wm, wn) = match layout.kind {
@@ -41,7 +42,8 @@ impl<'a> Lower<'a> {
         } else {
             MemTy::F16
         };
-        let k16 = self.arch >= Arch::Sm80;
+        // m16n8k16, or two m16n8k8 per 16 of K that one `ldmatrix.x4` reads.
+        let k16 = inst.k == 16;
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] {} on tensor cores, {layout}",
             av.dtype.name()

@@ -15,27 +15,6 @@ use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Spa
 use crate::ir::tile::Value;
 
 impl<'a> Lower<'a> {
-    /// The accumulator layout of an f16 `dot` on sm_70's tensor cores
-    /// (`mma.m8n8k4`, which has no `ldmatrix` to feed it), if one fits.
-    pub(in crate::ir::target::lower) fn mma884_layout(
-        &self,
-        a: DType,
-        b: DType,
-        m: u32,
-        n: u32,
-        k: u32,
-    ) -> Option<Rc<Layout>> {
-        if a != DType::F16
-            || b != DType::F16
-            || !self.arch.is_nvidia()
-            || self.arch.has_ldmatrix()
-            || !k.is_multiple_of(16)
-        {
-            return None;
-        }
-        Layout::mma884_accumulator(m, n, self.num_warps).map(Rc::new)
-    }
-
     /// `dot` of f16 tiles on sm_70 with `mma.sync.m8n8k4` (f32 accumulate): `a`
     /// is staged row-major (`[m, k]`) and `b` transposed (`[n, k]`) in swizzled
     /// shared memory, so both fragments are pairs of consecutive-k halves read

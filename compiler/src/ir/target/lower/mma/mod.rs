@@ -9,9 +9,10 @@
 //! - `staging`: where a dot operand is in shared memory (pipelined, deferred,
 //!   or stored from registers into a swizzled buffer).
 //!
-//! Each `*_layout` function decides whether its unit takes a dot (dtypes,
-//! shape, arch) and returns the accumulator layout; the result of the dot
-//! stays in that layout, so a loop-carried accumulator never moves.
+//! Which unit takes a dot is decided once, by [`crate::target::select_mma`]
+//! over the target's matrix-instruction rows ([`Lower::mma_plan`]); the
+//! instruction's feed names the file that emits it. The result of the dot stays
+//! in the accumulator layout, so a loop-carried accumulator never moves.
 
 mod mma16816;
 mod mma884;
@@ -23,25 +24,29 @@ use std::rc::Rc;
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::Lower;
+use crate::ir::tile::Precision;
+use crate::target::{select_mma, MmaFeed, MmaInst};
 
 impl<'a> Lower<'a> {
-    /// The accumulator layout of a tensor-core `dot` of these operand dtypes and
-    /// shape on this arch, if one fits (else the FMA path is used).
-    pub(super) fn mma_layout(
+    /// The matrix instruction a `dot` of these operand dtypes, shape and
+    /// precision runs on, with its accumulator layout, if one fits (else the
+    /// FMA path is used).
+    pub(super) fn mma_plan(
         &self,
         a: DType,
         b: DType,
-        m: u32,
-        n: u32,
-        k: u32,
-    ) -> Option<Rc<Layout>> {
-        if a != b || !self.arch.has_ldmatrix() || !k.is_multiple_of(16) {
-            return None;
-        }
-        self.arch
-            .mma_shapes()
-            .iter()
-            .find(|s| s.input == a.name())?;
-        Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
+        [m, n, k]: [u32; 3],
+        precision: Precision,
+    ) -> Option<(&'static MmaInst, Rc<Layout>)> {
+        let inst = select_mma(&self.feat, a.mma_elem()?, b.mma_elem()?, Some(k), precision)?;
+        let layout = match inst.feed {
+            MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
+                Layout::mma_accumulator(m, n, self.num_warps)
+            }
+            MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
+            // AMD's matrix units: no code generator yet (`lower` refuses the target).
+            MmaFeed::Registers => None,
+        }?;
+        Some((inst, Rc::new(layout)))
     }
 }

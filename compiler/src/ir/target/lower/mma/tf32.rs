@@ -11,31 +11,9 @@ use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Space};
-use crate::ir::tile::{self, Value};
+use crate::ir::tile::Value;
 
 impl<'a> Lower<'a> {
-    /// The accumulator layout of an f32 `dot` with `precision="tf32"` on tensor
-    /// cores (`mma.m16n8k8.tf32`, sm_80+), if one fits.
-    pub(in crate::ir::target::lower) fn tf32_layout(
-        &self,
-        a: DType,
-        b: DType,
-        m: u32,
-        n: u32,
-        k: u32,
-        precision: tile::Precision,
-    ) -> Option<Rc<Layout>> {
-        if a != DType::F32
-            || b != DType::F32
-            || precision != tile::Precision::Tf32
-            || !self.arch.has_cp_async()
-            || !k.is_multiple_of(8)
-        {
-            return None;
-        }
-        Layout::mma_accumulator(m, n, self.num_warps).map(Rc::new)
-    }
-
     /// `dot` of f32 tiles rounded to tf32 on tensor cores: both operands staged
     /// in shared memory as f32 with padded rows (A: K + 4, B: N + 8 words, so the
     /// fragment reads are conflict-free), fragments read per element and rounded

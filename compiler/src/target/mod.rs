@@ -1,11 +1,35 @@
-//! Target architectures as data: the limits the checker and the resource
-//! estimator need. Numbers are from NVIDIA's CUDA C Programming Guide (compute
-//! capability tables) and AMD's CDNA2/CDNA3/RDNA3 ISA guides.
+//! Target facts as data, in one place below everything that reads them: the
+//! checker, the IRs and the backends ask here and this module imports none of
+//! them. Each fact is a row with the source of its number:
+//!
+//! * [`ArchInfo`] (this file): the limits the checker, the occupancy
+//!   calculator and the resource estimator need (CUDA C Programming Guide,
+//!   compute capability tables; cuda_occupancy.h; AMD's CDNA2/CDNA3/RDNA3 ISA
+//!   guides and LLVM AMDGPU).
+//! * [`Features`] ([`features`]): what an arch's instruction set has (PTX ISA
+//!   version, `ldmatrix`, `cp.async`, fast `tanh`) and its matrix
+//!   instructions.
+//! * [`mma`]: the matrix-instruction table (shapes, operand dtypes, how
+//!   operands are fed) and [`select_mma`], the one place a `dot` is matched to
+//!   an instruction — by the checker (E0605) and by code generation alike.
+//! * [`ptxas`]: the calibrated behaviour of ptxas that the register estimate
+//!   relies on.
+//!
+//! Code asks for a feature or selects an instruction; it never compares arches
+//! (`Arch` has no order, so `arch >= Arch::Sm80` does not compile). A new
+//! target is a new `Arch` variant and its rows in each table.
+
+pub mod features;
+pub mod mma;
+pub mod ptxas;
+
+pub use features::Features;
+pub use mma::{select_mma, Elem, MmaFeed, MmaInst, MmaKind, Precision};
 
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Arch {
     Sm70,
     Sm75,
@@ -44,8 +68,6 @@ pub struct ArchInfo {
     pub smem_per_sm: u32,
     pub max_warps_per_sm: u32,
     pub max_blocks_per_sm: u32,
-    /// Tensor-core input dtypes (by name) the target's matrix instructions accept.
-    pub mma_dtypes: &'static [&'static str],
     /// Registers one block may use (NVIDIA `regsPerBlock`).
     pub regs_per_block: u32,
     /// Registers are allocated to a warp in units of this many (NVIDIA: 256 per
@@ -113,13 +135,6 @@ impl ArchInfo {
     }
 }
 
-const NV_MMA_70: &[&str] = &["f16"];
-const NV_MMA_80: &[&str] = &["f16", "bf16", "f32"];
-const NV_MMA_89: &[&str] = &["f16", "bf16", "f32", "f8e4m3", "f8e5m2"];
-const AMD_MMA_CDNA2: &[&str] = &["f16", "bf16", "f32"];
-const AMD_MMA_CDNA3: &[&str] = &["f16", "bf16", "f32", "f8e4m3", "f8e5m2"];
-const AMD_MMA_RDNA3: &[&str] = &["f16", "bf16"];
-
 const KB: u32 = 1024;
 /// Shared-memory capacities per SM the carveout can select (cuda_occupancy.h,
 /// `cudaOccAlignUpShmemSizeVoltaPlus`; CUDA C Programming Guide, compute
@@ -176,8 +191,7 @@ impl Arch {
         let nv = |name,
                   (max_smem_per_block, smem_per_sm, smem_carveouts): (u32, u32, &'static [u32]),
                   max_warps_per_sm,
-                  max_blocks_per_sm,
-                  mma| {
+                  max_blocks_per_sm| {
             let ampere_or_later = !matches!(name, "sm_70" | "sm_75");
             ArchInfo {
                 name,
@@ -190,7 +204,6 @@ impl Arch {
                 smem_per_sm,
                 max_warps_per_sm,
                 max_blocks_per_sm,
-                mma_dtypes: mma,
                 regs_per_block: 65536,
                 reg_alloc_unit: 256,
                 warp_alloc_granularity: 4,
@@ -205,13 +218,13 @@ impl Arch {
         let smem_86 = (99 * KB, 100 * KB, CARVEOUT_86);
         let smem_90 = (227 * KB, 228 * KB, CARVEOUT_90);
         match self {
-            Arch::Sm70 => nv("sm_70", smem_70, 64, 32, NV_MMA_70),
-            Arch::Sm75 => nv("sm_75", smem_75, 32, 16, NV_MMA_70),
-            Arch::Sm80 => nv("sm_80", smem_80, 64, 32, NV_MMA_80),
-            Arch::Sm86 => nv("sm_86", smem_86, 48, 16, NV_MMA_80),
-            Arch::Sm89 => nv("sm_89", smem_86, 48, 24, NV_MMA_89),
-            Arch::Sm90 => nv("sm_90", smem_90, 64, 32, NV_MMA_89),
-            Arch::Sm90a => nv("sm_90a", smem_90, 64, 32, NV_MMA_89),
+            Arch::Sm70 => nv("sm_70", smem_70, 64, 32),
+            Arch::Sm75 => nv("sm_75", smem_75, 32, 16),
+            Arch::Sm80 => nv("sm_80", smem_80, 64, 32),
+            Arch::Sm86 => nv("sm_86", smem_86, 48, 16),
+            Arch::Sm89 => nv("sm_89", smem_86, 48, 24),
+            Arch::Sm90 => nv("sm_90", smem_90, 64, 32),
+            Arch::Sm90a => nv("sm_90a", smem_90, 64, 32),
             Arch::Gfx90a | Arch::Gfx942 => ArchInfo {
                 name: if self == Arch::Gfx90a {
                     "gfx90a"
@@ -228,11 +241,6 @@ impl Arch {
                 smem_per_sm: 65_536,
                 max_warps_per_sm: 32,
                 max_blocks_per_sm: 32,
-                mma_dtypes: if self == Arch::Gfx90a {
-                    AMD_MMA_CDNA2
-                } else {
-                    AMD_MMA_CDNA3
-                },
                 regs_per_block: 4 * 64 * 512,
                 // VGPRs are allocated to a wave in granules of 8 per lane
                 // (LLVM AMDGPU, `getVGPRAllocGranule` for gfx90a/gfx942).
@@ -258,7 +266,6 @@ impl Arch {
                 smem_per_sm: 65_536,
                 max_warps_per_sm: 32,
                 max_blocks_per_sm: 32,
-                mma_dtypes: AMD_MMA_RDNA3,
                 regs_per_block: 2 * 32 * 1536,
                 // 1536-VGPR parts allocate wave32 VGPRs in granules of 24.
                 reg_alloc_unit: 24,
@@ -278,88 +285,6 @@ impl Arch {
     pub fn is_nvidia(self) -> bool {
         self.info().vendor == Vendor::Nvidia
     }
-
-    /// The tensor-core (matrix) instructions the code generator uses on this
-    /// target, best first. NVIDIA: `mma.sync` shapes with f32 accumulation
-    /// (PTX ISA, "Warp-level matrix multiply-accumulate"); sm_70's `m8n8k4` and
-    /// the AMD MFMA/WMMA shapes are not used yet.
-    pub fn mma_shapes(self) -> &'static [MmaShape] {
-        const SM75: &[MmaShape] = &[MmaShape {
-            m: 16,
-            n: 8,
-            k: 8,
-            input: "f16",
-        }];
-        const SM80: &[MmaShape] = &[
-            MmaShape {
-                m: 16,
-                n: 8,
-                k: 16,
-                input: "f16",
-            },
-            MmaShape {
-                m: 16,
-                n: 8,
-                k: 16,
-                input: "bf16",
-            },
-        ];
-        match self {
-            Arch::Sm75 => SM75,
-            Arch::Sm80 | Arch::Sm86 | Arch::Sm89 | Arch::Sm90 | Arch::Sm90a => SM80,
-            _ => &[],
-        }
-    }
-
-    /// The most iterations of a loop with constant bounds (and no loop inside)
-    /// that ptxas 12.9 unrolls completely, issuing the loads of all iterations
-    /// together; 0 where it keeps such loops rolled. Measured on `row_sum4`'s
-    /// PTX with the trip count varied: on sm_90 ptxas uses 8, 12, 17 and 23
-    /// registers for 1 to 4 trips (the loaded values of every live iteration
-    /// at once) and 29 to 30 from 5 trips on (unrolled by 4, not modelled); on
-    /// sm_80 16 registers for every trip count.
-    pub fn full_unroll_max_trips(self) -> u32 {
-        match self {
-            Arch::Sm90 | Arch::Sm90a => 4,
-            _ => 0,
-        }
-    }
-
-    /// Whether ptxas 12.9 feeds kernel parameters used inside a loop to the
-    /// loop's instructions straight from the constant bank (`c[0x0][..]`
-    /// operands of IMAD.WIDE, ISETP, FMUL, ...) instead of holding them in
-    /// registers across it. SASS of `scale_all` (a grid-stride loop reading
-    /// the `x` and `out` pointers, `alpha` and `N`): so on sm_70 and sm_80,
-    /// 18 registers; on sm_90 it loads them before the loop (`LDC.64` into
-    /// registers, `ULDC` into uniform ones), 24 registers.
-    pub fn loop_params_from_constant_bank(self) -> bool {
-        self.is_nvidia() && self < Arch::Sm90
-    }
-
-    /// `ldmatrix` (warp-wide 8x8 16-bit matrix loads from shared memory), sm_75+.
-    pub fn has_ldmatrix(self) -> bool {
-        self.is_nvidia() && self >= Arch::Sm75
-    }
-
-    /// `cp.async` (asynchronous global → shared copies), sm_80+.
-    pub fn has_cp_async(self) -> bool {
-        self.is_nvidia() && self >= Arch::Sm80
-    }
-
-    /// `tanh.approx.f32`, sm_75+.
-    pub fn has_fast_tanh(self) -> bool {
-        self.is_nvidia() && self >= Arch::Sm75
-    }
-}
-
-/// One warp-level matrix instruction: `[m, k] x [k, n] + [m, n]`, inputs of
-/// dtype `input` (by name), f32 accumulator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MmaShape {
-    pub m: u32,
-    pub n: u32,
-    pub k: u32,
-    pub input: &'static str,
 }
 
 impl fmt::Display for Arch {
@@ -388,5 +313,85 @@ impl FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| UnknownArch(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Whether `line` orders an `Arch::…` value against another (`a >= Arch::Sm80`,
+    /// `Arch::Sm80 < a`); `=>` and `->` are no comparison.
+    fn compares_arch(line: &str) -> bool {
+        line.match_indices("Arch::").any(|(at, _)| {
+            let before = line[..at].trim_end();
+            let after = line[at + "Arch::".len()..]
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim_start();
+            let op_before = (before.ends_with('<')
+                || before.ends_with('>')
+                || before.ends_with("<=")
+                || before.ends_with(">="))
+                && !before.ends_with("=>")
+                && !before.ends_with("->");
+            op_before || after.starts_with('<') || after.starts_with('>')
+        })
+    }
+
+    #[test]
+    fn the_comparison_scan_sees_what_it_forbids() {
+        assert!(compares_arch("let k16 = self.arch >= Arch::Sm80;"));
+        assert!(compares_arch("if Arch::Sm75 <= arch {"));
+        assert!(compares_arch("self.is_nvidia() && self < Arch::Sm90"));
+        assert!(!compares_arch("Arch::Sm80 => nv(\"sm_80\"),"));
+        assert!(!compares_arch("fn f() -> Arch::Target {"));
+        assert!(!compares_arch("for arch in [Arch::Sm70, Arch::Sm80] {"));
+    }
+
+    /// Code asks for features; no arch is ordered against another outside this
+    /// module (`Arch` has no order, and the scan keeps one from coming back).
+    #[test]
+    fn no_arch_comparisons_outside_target() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for dir in [
+            "src",
+            "tests",
+            "benches",
+            "../lsp/src",
+            "../repl/src",
+            "../tests",
+        ] {
+            if root.join(dir).is_dir() {
+                rust_files(&root.join(dir), &mut files);
+            }
+        }
+        let target = root.join("src/target");
+        let mut found = Vec::new();
+        for f in files.iter().filter(|f| !f.starts_with(&target)) {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if compares_arch(line) {
+                    found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(files.len() > 100, "scanned only {} files", files.len());
+        assert!(
+            found.is_empty(),
+            "arch comparisons (ask `Arch::features` instead):\n{}",
+            found.join("\n")
+        );
     }
 }
