@@ -1,5 +1,5 @@
 // The targets of `tessera.arch` (the compiler's `--arch` values). The unit tests
-// check this list against package.json and compiler/src/backend/arch.rs.
+// check this list against package.json and compiler/src/target/mod.rs.
 
 export const ARCHES = [
     'sm_70',
