@@ -50,11 +50,8 @@ struct Header {
 }
 
 fn main() -> ExitCode {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let bless = std::env::var_os("TESSERA_BLESS").is_some_and(|v| v == "1");
+    let args = tessera_tests::SuiteArgs::from_env();
+    let bless = args.bless;
     let root = workspace_root();
     let dir = root.join("tests").join("codegen");
 
@@ -68,7 +65,7 @@ fn main() -> ExitCode {
         let name = rel(&root, path);
         if path.extension().is_none_or(|e| e != "tsr") {
             others.push(path.clone());
-        } else if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+        } else if args.selects(&name) {
             tests.push((name, path.clone()));
         }
     }
@@ -99,7 +96,7 @@ fn main() -> ExitCode {
         .zip(results.into_inner().expect("workers are done"))
         .map(|((name, _), r)| (name, r.expect("every file ran")))
         .collect();
-    if filters.is_empty() {
+    if args.filters.is_empty() {
         let stale: Vec<String> = others
             .iter()
             .filter(|p| !claimed.contains(*p))

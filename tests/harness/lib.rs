@@ -37,6 +37,31 @@ use tessera::ir::tile::Specialization;
 use tessera::target::Arch;
 
 /// The repository root (the parent of the `tests/` package).
+/// What a data-driven suite's binary was asked: the name filters given on
+/// its command line (`cargo test --test ui -- NAME`) and whether
+/// `TESSERA_BLESS=1` rewrites the expected outputs instead of comparing.
+pub struct SuiteArgs {
+    pub filters: Vec<String>,
+    pub bless: bool,
+}
+
+impl SuiteArgs {
+    pub fn from_env() -> SuiteArgs {
+        SuiteArgs {
+            filters: std::env::args()
+                .skip(1)
+                .filter(|a| !a.starts_with('-'))
+                .collect(),
+            bless: std::env::var_os("TESSERA_BLESS").is_some_and(|v| v == "1"),
+        }
+    }
+
+    /// Whether the case named `name` runs: every case without filters.
+    pub fn selects(&self, name: &str) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| name.contains(f.as_str()))
+    }
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -36,11 +36,8 @@ struct Outcome {
 }
 
 fn main() -> ExitCode {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let bless = std::env::var_os("TESSERA_BLESS").is_some_and(|v| v == "1");
+    let args = tessera_tests::SuiteArgs::from_env();
+    let bless = args.bless;
     let root = workspace_root();
     let ui = root.join("tests").join("ui");
 
@@ -52,14 +49,14 @@ fn main() -> ExitCode {
     let mut expected_codes = BTreeSet::new();
     for path in &files {
         let name = rel(&root, path);
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+        if !args.selects(&name) {
             continue;
         }
         let failure = run_case(&root, path, bless, &mut expected_codes).err();
         outcomes.push(Outcome { name, failure });
     }
 
-    if filters.is_empty() {
+    if args.filters.is_empty() {
         let missing: Vec<&str> = CATALOGUE
             .iter()
             .map(|c| c.code)
