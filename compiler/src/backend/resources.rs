@@ -1586,6 +1586,24 @@ fn sink<'a>(
     order.into_iter().map(|k| insts[k]).collect()
 }
 
+/// An instruction no load or computation is moved across by the estimate's
+/// reorderings: memory effects, barriers, async copies and nested regions.
+fn ordering_point(i: &crate::ir::target::Inst) -> bool {
+    use crate::ir::target::Inst;
+    matches!(
+        i,
+        Inst::St { .. }
+            | Inst::AtomAdd { .. }
+            | Inst::Barrier
+            | Inst::CpAsync { .. }
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
+            | Inst::For { .. }
+            | Inst::While { .. }
+            | Inst::If { .. }
+    )
+}
+
 /// Loads issued early: within each stretch of a block between ordering points
 /// (stores, atomics, barriers, async copies, nested regions), every load and
 /// the pure instructions it depends on move to the start of the stretch, in
@@ -1595,20 +1613,7 @@ fn sink<'a>(
 /// everything depending on it.
 fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
     use crate::ir::target::{Inst, Space};
-    let barrier = |i: &Inst| {
-        matches!(
-            i,
-            Inst::St { .. }
-                | Inst::AtomAdd { .. }
-                | Inst::Barrier
-                | Inst::CpAsync { .. }
-                | Inst::CpAsyncCommit
-                | Inst::CpAsyncWait { .. }
-                | Inst::For { .. }
-                | Inst::While { .. }
-                | Inst::If { .. }
-        )
-    };
+    let barrier = ordering_point;
     let pure = |i: &Inst| i.is_pure();
     let set =
         |v: Vec<crate::ir::target::Reg>| v.into_iter().map(|r| r.0).collect::<FxHashSet<u32>>();
@@ -1735,21 +1740,8 @@ fn ilp_order(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst>
     use crate::ir::target::Inst;
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    let barrier = |i: &Inst| {
-        matches!(
-            i,
-            Inst::St { .. }
-                | Inst::AtomAdd { .. }
-                | Inst::Barrier
-                | Inst::Trap { .. }
-                | Inst::CpAsync { .. }
-                | Inst::CpAsyncCommit
-                | Inst::CpAsyncWait { .. }
-                | Inst::For { .. }
-                | Inst::While { .. }
-                | Inst::If { .. }
-        )
-    };
+    // A trap also ends a stretch here: nothing is issued ahead of it.
+    let barrier = |i: &Inst| ordering_point(i) || matches!(i, Inst::Trap { .. });
     let mut out = Vec::with_capacity(insts.len());
     let mut start = 0;
     while start < insts.len() {
