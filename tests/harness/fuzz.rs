@@ -555,3 +555,44 @@ fn inputs_replay_and_minimize() {
     );
     assert_eq!(small, "[0][0]");
 }
+
+/// A run cut into slices (`--resume`) covers each input once: the second
+/// slice starts every worker where the first stopped, and the state adds
+/// the slices' counts.
+#[test]
+fn a_resumed_run_continues_its_input_stream() {
+    use tessera_tests::fuzzing::state::RunState;
+    let out = std::env::temp_dir().join(format!("tessera-fuzz-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let slice = |extra: &[&str], max: u64| {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_fuzz"))
+            .args(["--seconds", "300", "--jobs", "2", "--seed", "11"])
+            .args(["--max-inputs", &max.to_string()])
+            .args(extra)
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .expect("the fuzz binary runs");
+        assert!(status.success());
+        RunState::decode(&std::fs::read_to_string(RunState::path(&out)).unwrap()).unwrap()
+    };
+    let first = slice(&[], 2);
+    assert_eq!((first.slices, first.next.clone()), (1, vec![4, 5]));
+    assert_eq!(first.counts.inputs, 4);
+    let second = slice(&["--resume"], 3);
+    assert_eq!((second.slices, second.next.clone()), (2, vec![6, 7]));
+    assert_eq!(second.counts.inputs, 6);
+    assert_eq!(
+        second.counts.runs[0], 6,
+        "every input is checked exactly once"
+    );
+    // A resume with another seed is refused: it would be another run.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_fuzz"))
+        .args(["--seconds", "5", "--seed", "12", "--resume", "--out"])
+        .arg(&out)
+        .output()
+        .expect("the fuzz binary runs");
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stderr).contains("seed 11"));
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -3,7 +3,7 @@
 //! ```text
 //! fuzz [--seconds N] [--jobs J] [--seed S] [--out DIR] [--run-budget-ms M]
 //!      [--hang-seconds H] [--minimize-seconds T] [--memory-mb MB] [--max-inputs N]
-//!      [--known DIR]
+//!      [--known DIR] [--resume]  (--resume: continue the run whose state is in --out)
 //! fuzz --seed S --print INDEX        the input INDEX of the run seeded S
 //! fuzz --exec-one FILE               every stage on one file (exit 3 on a panic)
 //! fuzz --measure N [--seed S]        how many of N generated programs check cleanly
@@ -69,7 +69,21 @@ fn main() -> ExitCode {
     if let Some(st) = args.value("--stages") {
         limits.stages = st.split(',').filter_map(Stage::parse).collect();
     }
-    let seed = args.num("--seed", now_ms());
+    // A resumed run keeps the seed and job count of its state unless told.
+    let resumed = match (args.flag("--resume"), args.value("--out")) {
+        (false, _) => None,
+        (true, None) => {
+            eprintln!("error: --resume continues the run in --out DIR; name the directory");
+            return ExitCode::from(2);
+        }
+        (true, Some(out)) => {
+            let path = driver::state_path(&PathBuf::from(out));
+            std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| tessera_tests::fuzzing::state::RunState::decode(&t).ok())
+        }
+    };
+    let seed = args.num("--seed", resumed.as_ref().map_or_else(now_ms, |s| s.seed));
     if args.flag("--worker") {
         driver::worker(
             seed,
@@ -108,7 +122,9 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("tessera-fuzz-{seed}")));
     let opts = Options {
         seconds: args.num("--seconds", 60),
-        jobs: args.num("--jobs", 1).max(1),
+        jobs: args
+            .num("--jobs", resumed.as_ref().map_or(1, |s| s.jobs))
+            .max(1),
         seed,
         out: out.clone(),
         run_budget: limits.run_budget,
@@ -122,7 +138,16 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| root.join("tests/fuzz/pending")),
         ),
         root,
+        resume: args.flag("--resume"),
     };
+    if let Some(st) = &resumed {
+        eprintln!(
+            "fuzz: resuming after {} slice(s), {} executions, {} failure(s)",
+            st.slices,
+            st.counts.total_runs(),
+            st.failure_count()
+        );
+    }
     eprintln!(
         "fuzz: seed {seed}, {} s, {} job(s), findings in {} (replay an input: fuzz --seed {seed} --print INDEX)",
         opts.seconds,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::exec::{execute, execute_here, process_cpu_ms, quiet_panics, Counts, Limits, Stage};
 use super::inputs::{input, Corpus};
 use super::minimize::minimize;
+use super::state::RunState;
 
 /// Options of a run (the binary's flags).
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct Options {
     /// Directory of known, routed findings (`# fuzz: SIGNATURE` headers).
     pub known: Option<PathBuf>,
     pub root: PathBuf,
+    /// Continue the run whose state is in `out` (see [`super::state`]).
+    pub resume: bool,
 }
 
 /// What went wrong with one input.
@@ -259,6 +262,8 @@ struct Slot {
     child: Child,
     stderr: Arc<Mutex<String>>,
     index: Option<u64>,
+    /// The index this worker process started at.
+    from: u64,
     stage: String,
     began: Instant,
     /// Counts of this worker's earlier processes.
@@ -415,6 +420,17 @@ pub fn summary(c: &Counts, secs: f64) -> String {
 pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> {
     let exe = std::env::current_exe()?;
     std::fs::create_dir_all(opts.out.join("crashes"))?;
+    let mut state = if opts.resume {
+        resume_state(opts)?
+    } else {
+        None
+    }
+    .unwrap_or_else(|| RunState {
+        seed: opts.seed,
+        jobs: opts.jobs,
+        next: (0..opts.jobs).collect(),
+        ..RunState::default()
+    });
     let start = Instant::now();
     let until = now_ms() + opts.seconds * 1000;
     let (tx, rx) = mpsc::channel();
@@ -443,12 +459,14 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
     for w in 0..opts.jobs {
         let cwd = opts.out.join(format!("scratch-{w}"));
         std::fs::create_dir_all(&cwd)?;
-        let mut child = spawn(&exe, opts, &worker_args(w, w), &cwd)?;
+        let from = state.next[w as usize];
+        let mut child = spawn(&exe, opts, &worker_args(w, from), &cwd)?;
         let stderr = attach(w as usize, &mut child, &tx);
         slots.push(Slot {
             child,
             stderr,
             index: None,
+            from,
             stage: "check".into(),
             began: Instant::now(),
             base: Counts::default(),
@@ -559,6 +577,7 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
                 child,
                 stderr,
                 index: None,
+                from,
                 stage: "check".into(),
                 began: Instant::now(),
                 base,
@@ -599,6 +618,13 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
         total.add(&s.current);
     }
     eprint!("{}", summary(&total, secs));
+    for (w, s) in slots.iter().enumerate() {
+        // A worker has finished every input it began (or the run recorded it).
+        state.next[w] = s.index.map_or(s.from, |i| i + opts.jobs);
+    }
+    state.slices += 1;
+    state.seconds += secs;
+    state.counts.add(&total);
     // Minimize and write each distinct failure.
     let known = opts
         .known
@@ -609,7 +635,10 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
     let scratch = opts.out.join("scratch-min");
     std::fs::create_dir_all(&scratch)?;
     let (mut new, mut old) = (Vec::new(), Vec::new());
+    // Earlier slices' findings keep their files.
+    let first = std::fs::read_dir(opts.out.join("crashes"))?.count();
     for (n, f) in found.into_values().enumerate() {
+        let n = n + first;
         let (text, origin) = input(opts.seed, f.index, &corpus);
         let probe = scratch.join("probe.tsr");
         let coarse = f.sig.coarse();
@@ -651,11 +680,51 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
             f.count,
             opts.out.join("crashes").join(&name).display()
         );
+        state.add_failure(if is_known { "known" } else { "new" }, f.count, &coarse);
         if is_known {
             old.push(f);
         } else {
             new.push(f);
         }
     }
+    std::fs::write(RunState::path(&opts.out), state.encode())?;
+    if state.slices > 1 {
+        eprint!(
+            "the whole run, {} slices (seed {}, {} jobs, resumed with --resume):\n{}  failures {} ({} new)\n",
+            state.slices,
+            state.seed,
+            state.jobs,
+            summary(&state.counts, state.seconds),
+            state.failure_count(),
+            state.failures.iter().filter(|f| f.0 == "new").map(|f| f.1).sum::<u64>()
+        );
+    }
     Ok((total, new, old))
+}
+
+/// Where a run in `out` keeps its state.
+pub fn state_path(out: &Path) -> PathBuf {
+    RunState::path(out)
+}
+
+/// The state of the run to continue, checked against the options: `None`
+/// when `out` holds none (the run starts afresh).
+fn resume_state(opts: &Options) -> std::io::Result<Option<RunState>> {
+    let path = RunState::path(&opts.out);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    let st = RunState::decode(&text).map_err(|m| bad(format!("{}: {m}", path.display())))?;
+    if st.seed != opts.seed || st.jobs != opts.jobs {
+        return Err(bad(format!(
+            "{} is a run with seed {} and {} jobs; resume it with those",
+            path.display(),
+            st.seed,
+            st.jobs
+        )));
+    }
+    Ok(Some(st))
 }

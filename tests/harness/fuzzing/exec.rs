@@ -49,7 +49,7 @@ impl Stage {
 pub const ARCHES: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
 
 /// Executions and time per stage, and how inputs ended.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub runs: [u64; 4],
     pub nanos: [u64; 4],
