@@ -213,16 +213,31 @@ pub fn exec_one(path: &Path, limits: &Limits) -> u8 {
 
 // ---- parent ----
 
-fn record(found: &mut BTreeMap<Signature, Found>, sig: Signature, index: u64, detail: String) {
-    found
-        .entry(sig.clone())
-        .and_modify(|f| f.count += 1)
-        .or_insert(Found {
+fn record(
+    found: &mut BTreeMap<Signature, Found>,
+    seed: u64,
+    sig: Signature,
+    index: u64,
+    detail: String,
+) {
+    if let Some(f) = found.get_mut(&sig) {
+        f.count += 1;
+        return;
+    }
+    // Said at once, so a long run's finding can be replayed before it ends.
+    eprintln!(
+        "failure: {} at input {index} (replay: fuzz --seed {seed} --print {index})",
+        sig.coarse()
+    );
+    found.insert(
+        sig.clone(),
+        Found {
             sig,
             index,
             detail,
             count: 1,
-        });
+        },
+    );
 }
 
 fn spawn(exe: &Path, opts: &Options, args: &[String], cwd: &Path) -> std::io::Result<Child> {
@@ -497,7 +512,13 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
                     let index = parts.next().and_then(|i| i.parse().ok()).unwrap_or(0);
                     let stage = parts.next().unwrap_or("").to_string();
                     let msg = parts.next().unwrap_or("").replace("\\n", "\n");
-                    record(&mut found, Signature::from_panic(&stage, &msg), index, msg);
+                    record(
+                        &mut found,
+                        opts.seed,
+                        Signature::from_panic(&stage, &msg),
+                        index,
+                        msg,
+                    );
                 }
             }
             Ok(Msg::Closed(w)) => slots[w].closed = true,
@@ -551,7 +572,7 @@ pub fn run(opts: &Options) -> std::io::Result<(Counts, Vec<Found>, Vec<Found>)> 
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            record(&mut found, sig, index, tail);
+            record(&mut found, opts.seed, sig, index, tail);
             // Restart after the input that ended it.
             let from = index + opts.jobs;
             let cwd = opts.out.join(format!("scratch-{w}"));
