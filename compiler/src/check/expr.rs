@@ -229,6 +229,17 @@ impl Checker<'_> {
         crate::cancel::checkpoint();
         let callee = std::mem::take(&mut self.callee);
         let mut v = self.expr_inner(e);
+        if let Ty::Tile { dims, .. } | Ty::Tensor { dims, .. } = &v.ty {
+            if dims.len() > super::types::MAX_RANK {
+                let what = if matches!(v.ty, Ty::Tile { .. }) {
+                    "tile"
+                } else {
+                    "tensor"
+                };
+                self.report(super::types::rank_limit(e.span, what, dims.len()));
+                v = Val::err();
+            }
+        }
         if !callee {
             if let Ty::Callable(c) = &v.ty {
                 self.report(not_a_value(c, e));

@@ -225,6 +225,11 @@ pub fn annotation_in(
                     }
                 }
             }
+            if ok && dims.len() > super::types::MAX_RANK {
+                let what = if is_tensor { "tensor" } else { "tile" };
+                diags.push(super::types::rank_limit(te.span, what, dims.len()));
+                ok = false;
+            }
             match dtype {
                 Some(dtype) if ok => Annot::Ty(if is_tensor {
                     Ty::Tensor { dims, dtype }

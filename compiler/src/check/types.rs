@@ -346,6 +346,25 @@ impl Ty {
     }
 }
 
+/// The most dims a tile or tensor may have (numpy's limit). Nothing real comes
+/// near it, and without a bound a chain of `[:, None]` grows every later
+/// shape with it, so checking and lowering grow with its square.
+pub const MAX_RANK: usize = 64;
+
+/// E0416 for a tile or tensor type of more than [`MAX_RANK`] dims.
+pub fn rank_limit(
+    span: crate::syntax::span::Span,
+    ty: &str,
+    rank: usize,
+) -> crate::diag::Diagnostic {
+    crate::diag::Diagnostic::new(
+        "E0416",
+        span,
+        format!("this {ty} has {rank} dims; the limit is {MAX_RANK}"),
+    )
+    .with_help("merge dims with `reshape`, or index away the ones of size 1")
+}
+
 pub fn render_dims(dims: &[Dim]) -> String {
     let v: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
     format!("[{}]", v.join(", "))

@@ -115,6 +115,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0413", "constant index out of range"),
     e("E0414", "batch run bound to two different runs of dims"),
     e("E0415", "misplaced batch run"),
+    e("E0416", "too many dims"),
     // E05xx kernels and launches
     e("E0501", "kernel launched without a grid"),
     e("E0502", "invalid grid"),
