@@ -1429,7 +1429,7 @@ fn sink<'a>(
     chains: bool,
 ) -> Vec<&'a crate::ir::target::Inst> {
     use crate::ir::target::Inst;
-    fn reads(inst: &Inst, out: &mut FxHashSet<u32>) {
+    fn reads(inst: &Inst, out: &mut Vec<u32>) {
         work(1);
         out.extend(inst.uses().into_iter().map(|r| r.0));
         for region in inst.regions() {
@@ -1456,11 +1456,16 @@ fn sink<'a>(
             }
         )
     };
-    let reads_of: Vec<FxHashSet<u32>> = insts
+    // Each instruction's reads (nested regions included), without repeats:
+    // a sorted list costs less to build than a set per instruction.
+    let reads_of: Vec<Vec<u32>> = insts
         .iter()
         .map(|i| {
-            let mut s = FxHashSet::default();
+            let mut s = Vec::new();
             reads(i, &mut s);
+            work(s.len());
+            s.sort_unstable();
+            s.dedup();
             s
         })
         .collect();
@@ -2258,6 +2263,79 @@ mod tests {
                 ratio < 2.5,
                 "estimate of 100 statements (in a loop: {in_loop}, {small_len} \
                  instructions): {small} steps, of 200 ({large_len}): {large} ({ratio:.2}x)"
+            );
+        }
+    }
+
+    /// The work of the estimate of a kernel whose address or branch
+    /// condition is a right-associated chain of `terms` integer powers
+    /// (each ~160 straight-line Target IR instructions per element), and its
+    /// length in Target IR instructions: in a store index, or in an `if`
+    /// inside a `while`.
+    fn pow_chain_work(terms: usize, in_branch: bool) -> (u64, usize) {
+        use crate::db::{file_kernels, target_ir, Database};
+        let src = if in_branch {
+            let chain = vec!["c"; terms].join(" ** ");
+            format!(
+                "@kernel(grid=(M,), num_warps=8)\n\
+                 def k(x: Tensor[\"M\", \"N\", bf16], out: Tensor[\"M\", bf16], limit: i32):\n    \
+                 row = program_id(0)\n    acc = zeros([8], bf16)\n    c = 0\n    \
+                 while c < N:\n        v = load(x[row, c : c + 8])\n        \
+                 if ({chain}) > limit:\n            break\n        \
+                 acc = acc + v\n        c += 8\n    \
+                 store(out[row : row + 1], max(acc, axis=0, keepdims=True))\n"
+            )
+        } else {
+            let chain = vec!["cols"; terms].join(" ** ");
+            format!(
+                "@kernel(grid=(M,), num_warps=8)\n\
+                 def k(x: Tensor[\"M\", \"N\", f32], out: Tensor[\"M\", \"N\", f32]):\n    \
+                 row = program_id(0)\n    cols = arange(0, 128)\n    m = cols < N\n    \
+                 v = load(x[row, cols], mask=m, other=0)\n    \
+                 store(out[row, ({chain})], v - sum(v, axis=0), mask=m)\n"
+            )
+        };
+        let mut db = Database::new();
+        let file = db.set_source("/t/pow.tsr", src);
+        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+        let kernel = target_ir(
+            &db,
+            item,
+            db.options(),
+            crate::ir::tile::Specialization::new(),
+        )
+        .clone()
+        .unwrap();
+        fn count(insts: &[crate::ir::target::Inst]) -> usize {
+            insts
+                .iter()
+                .map(|i| 1 + i.regions().into_iter().map(|r| count(r)).sum::<usize>())
+                .sum()
+        }
+        let before = super::WORK.with(|w| w.get());
+        std::hint::black_box(of_target(&kernel));
+        (super::WORK.with(|w| w.get()) - before, count(&kernel.body))
+    }
+
+    #[test]
+    fn estimate_work_grows_linearly_with_integer_power_chains() {
+        // Long `**` chains were reported slow to estimate (fuzzing: 5,000
+        // terms). Counted steps, not time; twice the terms must cost about
+        // twice the work, in straight-line code and in a branch in a loop.
+        for (in_branch, terms) in [(false, 20), (true, 50)] {
+            let (small, small_len) = pow_chain_work(terms, in_branch);
+            let (large, large_len) = pow_chain_work(2 * terms, in_branch);
+            assert!(10 * large_len >= 19 * small_len, "{small_len} {large_len}");
+            assert!(
+                (small as usize) < 100 * small_len,
+                "{small} steps for {small_len} instructions"
+            );
+            let ratio = large as f64 / small as f64;
+            assert!(
+                ratio < 2.3,
+                "estimate of {terms} powers (in a branch: {in_branch}, {small_len} \
+                 instructions): {small} steps, of {} ({large_len}): {large} ({ratio:.2}x)",
+                2 * terms
             );
         }
     }
