@@ -1,3 +1,6 @@
+//! Tests of the register estimate: liveness on hand-built programs, the
+//! modelled orders, unrolling, the cost of the estimate, and the report.
+
 use super::liveness::Cfg;
 use super::program::Remat;
 use super::unroll::unroll_short_loops;
