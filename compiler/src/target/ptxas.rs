@@ -1,5 +1,5 @@
 //! The calibrated behaviour of ptxas (12.9) that the register estimate in
-//! `backend/resources.rs` relies on: constants measured or fitted on ptxas's
+//! `backend/resources/` relies on: constants measured or fitted on ptxas's
 //! output, and one row per arch of what differs between arches. Each says how
 //! it was measured; `compiler/tests/ptxas.rs` re-measures those it names.
 
@@ -11,12 +11,12 @@ use super::Arch;
 /// sm_90 for every `n` from 3 to 24 (`compiler/tests/ptxas.rs` re-checks this).
 pub const PTXAS_OVERHEAD: u32 = 3;
 /// Registers ptxas's called slow path of an IEEE f32 division or reciprocal
-/// (`div.rn`, `rcp.rn`) adds to those live across it (see `slow_path_scratch` in `backend/resources.rs`).
+/// (`div.rn`, `rcp.rn`) adds to those live across it (see `slow_path_scratch` in `backend/resources/program.rs`).
 pub const SLOW_DIV_REGS: u32 = 9;
 /// The same for an IEEE f32 square root (`sqrt.rn`).
 pub const SLOW_SQRT_REGS: u32 = 4;
 /// The most words of global loads ptxas 12.9 issues ahead of their uses in
-/// one stretch (see `hoist_loads` in `backend/resources.rs`): `n` f32 loads from one address summed in
+/// one stretch (see `hoist_loads` in `backend/resources/order.rs`): `n` f32 loads from one address summed in
 /// order take `n + 2 + 3` registers up to `n = 24` and 30 or 31 from `n = 25`
 /// on, on sm_70, sm_80 and sm_90 (`compiler/tests/ptxas.rs` re-checks this).
 pub const LOAD_WINDOW_WORDS: u32 = 25;
@@ -28,7 +28,7 @@ pub const MIN_REGS: u32 = 8;
 /// Above this many registers (estimated in statement order), ptxas
 /// interleaves the per-element chains of an elementwise computation, down to
 /// about this many, where no slow-path call splits them (see the
-/// docs of `backend/resources.rs`). Tuned on the generated seeds 0..200: at 70 estimated ptxas keeps the
+/// docs of `backend/resources/mod.rs`). Tuned on the generated seeds 0..200: at 70 estimated ptxas keeps the
 /// order (83 registers).
 pub const CHAIN_MIN_REGS: u32 = 72;
 /// Registers a thread can have with every arch's full 2,048 threads per SM
@@ -36,13 +36,13 @@ pub const CHAIN_MIN_REGS: u32 = 72;
 /// registers on latency hiding without costing occupancy.
 pub const FULL_OCCUPANCY_REGS: u32 = 32;
 /// The longest body (in Target IR instructions) of a loop that ptxas 12.9
-/// unrolls by 4 (`unrolled_by_four` in `backend/resources.rs`): generated kernels' reduction loops
+/// unrolls by 4 (`unrolled_by_four` in `backend/resources/unroll.rs`): generated kernels' reduction loops
 /// of 38 to 46 instructions are unrolled, those of 52 to 61 are not.
 pub const UNROLL_BY_FOUR_MAX_INSTS: usize = 48;
 /// Below [`FULL_OCCUPANCY_REGS`], the estimate moves `1 / LATENCY_SHARE` of
 /// the way from the pressure-minded order's count to the latency order's
-/// (`ilp_order` in `backend/resources.rs`), rounded down. Fitted on the generated seeds 0..200 with
-/// the corpus held within the goal (see the docs of `backend/resources.rs`).
+/// (`ilp_order` in `backend/resources/order.rs`), rounded down. Fitted on the generated seeds 0..200 with
+/// the corpus held within the goal (see the docs of `backend/resources/mod.rs`).
 pub const LATENCY_SHARE: u32 = 4;
 
 /// What ptxas does differently per arch.
