@@ -401,7 +401,9 @@ fn run_schedule(
                 }
             },
             BufKind::View(_) => None,
-            BufKind::Output(_) | BufKind::Temp => Some(Tensor::try_zeros(&shape, b.dtype)?),
+            BufKind::Output(_) | BufKind::Temp => {
+                Some(Tensor::try_zeros(&shape, b.dtype, interrupt)?)
+            }
         };
     }
     let mut scalars = scalars.clone();
@@ -486,7 +488,10 @@ fn run_steps(
                     Num::F(x) => x as i64 as u64,
                 };
                 let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
-                t.assign(&rng::try_randn(t.shape(), t.dtype(), seed)?);
+                t.assign(
+                    &rng::try_randn(t.shape(), t.dtype(), seed, interrupt)?,
+                    interrupt,
+                )?;
                 continue;
             }
             Step::HostData { buf, values, .. } => {
@@ -509,7 +514,10 @@ fn run_steps(
                         ),
                     ));
                 }
-                t.assign(&Tensor::try_from_f64(t.shape(), t.dtype(), &data)?);
+                t.assign(
+                    &Tensor::try_from_f64(t.shape(), t.dtype(), &data, interrupt)?,
+                    interrupt,
+                )?;
                 continue;
             }
             Step::Call {
@@ -542,7 +550,7 @@ fn run_steps(
                         format!("`{func}` returned {}, expected {}", r.dtype(), t.dtype()),
                     ));
                 }
-                t.assign(&r);
+                t.assign(&r, interrupt)?;
                 continue;
             }
             Step::SetVar { var, value } => {

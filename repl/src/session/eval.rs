@@ -403,7 +403,7 @@ impl Session {
         let Some(Val::Run(Value::Tensor(mut t))) = self.vars.remove(&id.name) else {
             unreachable!("checked to be a tensor variable");
         };
-        let result = t.set_index(&items, &value);
+        let result = t.set_index(&items, &value, &self.interrupt);
         self.vars
             .insert(id.name.clone(), Val::Run(Value::Tensor(t)));
         result.map_err(|e| e.to_diagnostic(target.span))
@@ -735,7 +735,7 @@ impl Session {
         let items = self.index_items(indices, text)?;
         match v {
             Val::Run(Value::Tensor(t)) => t
-                .index(&items)
+                .index(&items, &self.interrupt)
                 .map(|t| Val::Run(Value::Tensor(t)))
                 .map_err(|e| e.to_diagnostic(span)),
             Val::Run(Value::Tuple(vals)) => {
@@ -856,7 +856,7 @@ impl Session {
                 };
                 let d = self.dtype_arg(&a.value, text)?;
                 return t
-                    .try_to(d)
+                    .try_to(d, &self.interrupt)
                     .map(|t| Val::Run(Value::Tensor(t)))
                     .map_err(|err| err.to_diagnostic(e.span));
             }
@@ -1147,14 +1147,21 @@ impl Session {
                     .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
                 }
                 match id {
-                    B::Zeros | B::Empty => tensor(Tensor::try_zeros(&shape, dtype)),
-                    B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0)),
+                    B::Zeros | B::Empty => {
+                        tensor(Tensor::try_zeros(&shape, dtype, &self.interrupt))
+                    }
+                    B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0, &self.interrupt)),
                     _ => {
                         let seed = match b.get(2).copied().flatten() {
                             Some(x) => self.int_arg(x, text, "a seed")?,
                             None => 0,
                         };
-                        tensor(exec::rng::try_randn(&shape, dtype, seed as u64))
+                        tensor(exec::rng::try_randn(
+                            &shape,
+                            dtype,
+                            seed as u64,
+                            &self.interrupt,
+                        ))
                     }
                 }
             }
@@ -1194,7 +1201,7 @@ impl Session {
                         &text[vx.span.range()]
                     )));
                 }
-                tensor(Tensor::try_full(&shape, dtype, value.f()))
+                tensor(Tensor::try_full(&shape, dtype, value.f(), &self.interrupt))
             }
             B::Arange => {
                 let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
@@ -1207,7 +1214,7 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::I32,
                 };
-                tensor(Tensor::try_arange(start, end, dtype))
+                tensor(Tensor::try_arange(start, end, dtype, &self.interrupt))
             }
             B::Tensor => {
                 let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
@@ -1233,12 +1240,12 @@ impl Session {
                         return Err(out_of_range(*x as i64, dtype, dx.span));
                     }
                 }
-                tensor(Tensor::try_from_f64(&shape, dtype, &flat))
+                tensor(Tensor::try_from_f64(&shape, dtype, &flat, &self.interrupt))
             }
             B::LoadNpy => {
                 let b = Self::bind(name, &["path"], 1, args, e.span)?;
                 let path = self.str_arg(b[0].expect("required"), text)?;
-                exec::npy::load_npy(std::path::Path::new(&path))
+                exec::npy::load_npy(std::path::Path::new(&path), &self.interrupt)
                     .map(|t| Val::Run(Value::Tensor(t)))
                     .map_err(|err| err.to_diagnostic(e.span))
             }
@@ -1253,7 +1260,7 @@ impl Session {
                     ));
                 };
                 let path = self.str_arg(b[1].expect("required"), text)?;
-                exec::npy::save_npy(&t, std::path::Path::new(&path))
+                exec::npy::save_npy(&t, std::path::Path::new(&path), &self.interrupt)
                     .map(|_| Val::Run(Value::None))
                     .map_err(|err| err.to_diagnostic(e.span))
             }

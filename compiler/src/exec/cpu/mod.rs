@@ -2491,7 +2491,7 @@ def mm(a: Tensor[16, 16, f32], b: Tensor[16, 16, f32], c: Tensor[16, 16, f32], s
         // 2^32 * 2^32 wraps to 0 in unchecked arithmetic: the count of `empty`.
         assert!(empty.view(&[1 << 32, 1 << 32]).is_none());
         assert_eq!(
-            Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32)
+            Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32, &Interrupt::new())
                 .unwrap_err()
                 .code,
             "E0712"
