@@ -365,6 +365,37 @@ impl Data {
     }
 }
 
+impl Data {
+    /// Element `i` of integer storage as an i64, exactly (`dtype` tells bool
+    /// and u8 bytes apart from f8 ones, which are read as their value).
+    pub(crate) fn get_int(&self, dtype: DType, i: usize) -> i64 {
+        match self {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U32(v) => v[i].into(),
+            Data::U8(v) if !dtype.is_float() => v[i].into(),
+            _ => self.get(dtype, i) as i64,
+        }
+    }
+
+    /// Sets element `i` of an integer tensor to `x` wrapped to `dtype`'s width
+    /// (as an integer cast), without going through f64.
+    pub(crate) fn set_int(&mut self, dtype: DType, i: usize, x: i64) {
+        let w = wrap_int(dtype, x);
+        match self {
+            Data::I64(v) => v[i] = w,
+            Data::I32(v) => v[i] = w as i32,
+            Data::I16(v) => v[i] = w as i16,
+            Data::I8(v) => v[i] = w as i8,
+            Data::U32(v) => v[i] = w as u32,
+            Data::U8(v) if !dtype.is_float() => v[i] = w as u8,
+            _ => self.set(dtype, i, x as f64),
+        }
+    }
+}
+
 pub(crate) fn decode_byte(dtype: DType, b: u8) -> f64 {
     match dtype {
         DType::F8E4M3 => f8::e4m3_to_f32(b) as f64,
@@ -553,6 +584,36 @@ impl Tensor {
         (0..self.numel()).map(|i| d.get(self.dtype, i)).collect()
     }
 
+    /// Element `i` (row-major) of an integer or bool tensor, exactly: an i64
+    /// above 2^53 does not survive the f64 of [`Tensor::to_f64_vec`]. `None`
+    /// for float dtypes.
+    pub fn int_at(&self, i: usize) -> Option<i64> {
+        (!self.dtype.is_float()).then(|| self.storage.data().get_int(self.dtype, i))
+    }
+
+    /// A tensor of `shape` holding the integers `data` (row-major) wrapped to
+    /// the integer dtype `dtype`, exactly (no f64 on the way); errors as
+    /// [`Tensor::try_from_f64`].
+    pub fn try_from_ints(
+        shape: &[usize],
+        dtype: DType,
+        data: &[i64],
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        assert_eq!(
+            checked_numel(shape, dtype).ok(),
+            Some(data.len()),
+            "Tensor::from_ints: shape and data length differ"
+        );
+        let mut d = Data::alloc(shape, dtype, interrupt)?;
+        interrupt.chunks(data.len(), |r| {
+            for i in r {
+                d.set_int(dtype, i, data[i]);
+            }
+        })?;
+        Ok(Tensor::from_data(shape, dtype, d))
+    }
+
     /// The f32 elements, without a round trip through f64 when stored as f32.
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match self.storage.data() {
@@ -598,13 +659,11 @@ impl Tensor {
         let wrap = self.dtype.is_int() && dtype.is_int();
         interrupt.chunks(d.len(), |r| {
             for i in r {
-                let x = src.get(self.dtype, i);
-                let x = if wrap {
-                    wrap_int(dtype, x as i64) as f64
+                if wrap {
+                    d.set_int(dtype, i, src.get_int(self.dtype, i));
                 } else {
-                    x
-                };
-                d.set(dtype, i, x);
+                    d.set(dtype, i, src.get(self.dtype, i));
+                }
             }
         })?;
         Ok(Tensor::from_data(&self.shape, dtype, d))
@@ -665,6 +724,9 @@ impl Tensor {
     ) -> Result<(), ExecError> {
         let (offsets, part) = self.select(idx, interrupt)?;
         let dtype = self.dtype;
+        // Integers stored into an integer tensor stay integers: an i64 above
+        // 2^53 does not survive a round trip through f64.
+        let mut ints: Option<Vec<i64>> = None;
         let elements: Vec<f64> = match value {
             Value::Int(_) | Value::Float(_) | Value::Bool(_) => {
                 let (x, kind) = match value {
@@ -690,6 +752,9 @@ impl Tensor {
                         }
                         _ => "store a value of the tensor's kind, or convert the tensor first with `.to(...)`".to_string(),
                     }));
+                }
+                if let (Value::Int(i), true) = (value, dtype.is_int()) {
+                    ints = Some(vec![*i]);
                 }
                 vec![x]
             }
@@ -722,9 +787,17 @@ impl Tensor {
                 out.try_reserve_exact(map.len()).map_err(|_| {
                     out_of_memory(&part, DType::F64, map.len() * 8, memory_available())
                 })?;
-                interrupt.chunks(map.len(), |r| {
-                    out.extend(map[r].iter().map(|i| src.get(v.dtype, *i)))
-                })?;
+                if dtype.is_int() && v.dtype.is_int() {
+                    let mut is = Vec::new();
+                    interrupt.chunks(map.len(), |r| {
+                        is.extend(map[r].iter().map(|i| src.get_int(v.dtype, *i)))
+                    })?;
+                    ints = Some(is);
+                } else {
+                    interrupt.chunks(map.len(), |r| {
+                        out.extend(map[r].iter().map(|i| src.get(v.dtype, *i)))
+                    })?;
+                }
                 out
             }
             other => {
@@ -744,12 +817,19 @@ impl Tensor {
             .get_mut();
         interrupt.chunks(offsets.len(), |r| {
             for k in r {
-                let x = if elements.len() == 1 {
-                    elements[0]
-                } else {
-                    elements[k]
-                };
-                data.set(dtype, offsets[k], x);
+                match &ints {
+                    Some(is) => {
+                        data.set_int(dtype, offsets[k], is[if is.len() == 1 { 0 } else { k }])
+                    }
+                    None => {
+                        let x = if elements.len() == 1 {
+                            elements[0]
+                        } else {
+                            elements[k]
+                        };
+                        data.set(dtype, offsets[k], x);
+                    }
+                }
             }
         })
     }
@@ -978,28 +1058,22 @@ impl fmt::Display for Tensor {
                 format!("{x:.digits$}")
             }
         };
-        let width = shown
-            .iter()
-            .map(|&o| fmt_one(at(o)).len())
-            .max()
-            .unwrap_or(0);
+        // Integers are shown from their integer value (an i64 above 2^53 is
+        // not exact in f64).
+        let show = |o: usize| -> String {
+            if self.dtype.is_int() {
+                store.get_int(self.dtype, o).to_string()
+            } else {
+                fmt_one(at(o))
+            }
+        };
+        let width = shown.iter().map(|&o| show(o).len()).max().unwrap_or(0);
         let mut out = String::from("tensor(");
         if self.shape.is_empty() {
-            out.push_str(&fmt_one(at(0)));
+            out.push_str(&show(0));
         } else {
             let st = strides(&self.shape);
-            render(
-                &mut out,
-                &self.shape,
-                &st,
-                0,
-                0,
-                &at,
-                summarise,
-                width,
-                &fmt_one,
-                7,
-            );
+            render(&mut out, &self.shape, &st, 0, 0, &show, summarise, width, 7);
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
@@ -1048,10 +1122,9 @@ fn render(
     st: &[usize],
     axis: usize,
     base: usize,
-    at: &dyn Fn(usize) -> f64,
+    show: &dyn Fn(usize) -> String,
     summarise: bool,
     width: usize,
-    fmt_one: &dyn Fn(f64) -> String,
     indent: usize,
 ) {
     out.push('[');
@@ -1072,7 +1145,7 @@ fn render(
         match p {
             None => out.push_str("..."),
             Some(p) if last => {
-                out.push_str(&format!("{:>width$}", fmt_one(at(base + p * st[axis]))));
+                out.push_str(&format!("{:>width$}", show(base + p * st[axis])));
             }
             Some(p) => render(
                 out,
@@ -1080,10 +1153,9 @@ fn render(
                 st,
                 axis + 1,
                 base + p * st[axis],
-                at,
+                show,
                 summarise,
                 width,
-                fmt_one,
                 indent,
             ),
         }
