@@ -2046,6 +2046,16 @@ impl Checker<'_> {
                                     .with_help(format!("convert it: `{}.to({pdt})`", describe(a.expr))),
                             );
                         }
+                        // An integer parameter names a dim of the result
+                        // (`-> Tensor["n", f32]`): a known argument is its size,
+                        // as the executor binds it when the function runs.
+                        if let (true, Some(Value::Int(d))) = (pdt.is_int(), &a.val.value) {
+                            binds.entry(p.name.clone()).or_insert((
+                                d.clone(),
+                                a.span,
+                                p.name.clone(),
+                            ));
+                        }
                     }
                     other => self.report(Diagnostic::new(
                         "E0302",
