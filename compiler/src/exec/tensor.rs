@@ -885,24 +885,17 @@ impl Tensor {
                     }
                     let clamp = |v: i64, lo: i64, hi: i64| v.clamp(lo, hi);
                     let norm = |v: i64| if v < 0 { v + n } else { v };
-                    let pos: Vec<usize> = if step > 0 {
+                    // `count` positions `a, a + step, ...` (within the axis).
+                    let (a, count) = if step > 0 {
                         let a = start.map_or(0, |s| clamp(norm(s), 0, n));
                         let b = stop.map_or(n, |s| clamp(norm(s), 0, n));
-                        (a..b.max(a))
-                            .step_by(step as usize)
-                            .map(|x| x as usize)
-                            .collect()
+                        (a, ((b - a).max(0) as u64).div_ceil(step as u64))
                     } else {
                         let a = start.map_or(n - 1, |s| clamp(norm(s), -1, n - 1));
                         let b = stop.map_or(-1, |s| clamp(norm(s), -1, n - 1));
-                        let mut v = Vec::new();
-                        let mut x = a;
-                        while x > b {
-                            v.push(x as usize);
-                            x += step;
-                        }
-                        v
+                        (a, ((a - b).max(0) as u64).div_ceil(step.unsigned_abs()))
                     };
+                    let pos = positions(a, step, count as usize, interrupt)?;
                     out_shape.push(pos.len());
                     picks.push((pos, true));
                     axis += 1;
@@ -911,7 +904,7 @@ impl Tensor {
         }
         while axis < self.shape.len() {
             out_shape.push(self.shape[axis]);
-            picks.push(((0..self.shape[axis]).collect(), true));
+            picks.push((positions(0, 1, self.shape[axis], interrupt)?, true));
             axis += 1;
         }
         let strides = strides(&self.shape);
@@ -937,6 +930,23 @@ impl Tensor {
         }
         Ok((offsets, out_shape))
     }
+}
+
+/// `count` positions `first, first + step, ...` of one axis (within it), asked
+/// for without aborting and filled a chunk at a time (`interrupt`).
+fn positions(
+    first: i64,
+    step: i64,
+    count: usize,
+    interrupt: &Interrupt,
+) -> Result<Vec<usize>, ExecError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(count)
+        .map_err(|_| out_of_memory(&[count], DType::I64, count * 8, memory_available()))?;
+    interrupt.chunks(count, |r| {
+        v.extend(r.map(|j| (first + j as i64 * step) as usize));
+    })?;
+    Ok(v)
 }
 
 /// For each element of `to` (row-major), the element of a value of shape
