@@ -1075,7 +1075,7 @@ fn run_time_errors_have_their_codes() {
     let e = err_of(run_function(&db, file, "ew_int", &[one, zero], &[], &stop));
     assert_eq!(e.code, "E0704", "{e}");
     // E0705: an index out of bounds.
-    let e = err_of(Tensor::zeros(&[3], DType::F32).index(&[IndexItem::Int(3)]));
+    let e = err_of(Tensor::zeros(&[3], DType::F32).index(&[IndexItem::Int(3)], &stop));
     assert_eq!(e.code, "E0705", "{e}");
     // E0706: interrupted.
     let stopped = Interrupt::new();
@@ -1119,23 +1119,37 @@ fn run_time_errors_have_their_codes() {
     assert_eq!(e.code, "E0707", "{e}");
     assert!(e.message.contains("const parameter `k`"), "{e}");
     // E0708: not a .npy file.
-    let e = err_of(npy::load_npy(&root().join("tests/numerics/builtins.tsr")));
+    let e = err_of(npy::load_npy(
+        &root().join("tests/numerics/builtins.tsr"),
+        &stop,
+    ));
     assert_eq!(e.code, "E0708", "{e}");
     // ... and a 128-byte file whose header claims 2^64 elements (an empty
     // tensor before sizes were checked).
     let e = err_of(npy::load_npy(
         &root().join("tests/repl/data/huge_shape.npy"),
+        &stop,
     ));
     assert_eq!(e.code, "E0708", "{e}");
     assert!(e.message.contains("does not fit 64 bits"), "{e}");
     // E0712: a shape whose element count overflows, and one whose byte size does.
-    let e = err_of(Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32));
+    let e = err_of(Tensor::try_zeros(&[1 << 32, 1 << 32], DType::F32, &stop));
     assert_eq!(e.code, "E0712", "{e}");
-    let e = err_of(tessera::exec::rng::try_randn(&[1 << 62], DType::F64, 0));
+    let e = err_of(tessera::exec::rng::try_randn(
+        &[1 << 62],
+        DType::F64,
+        0,
+        &stop,
+    ));
     assert_eq!(e.code, "E0712", "{e}");
     // E0713: 4 PiB, more memory than any machine has: refused at once (by the
     // memory available, or by the allocator), never an abort.
-    let e = err_of(Tensor::try_full(&[1 << 25, 1 << 25], DType::F32, 1.0));
+    let e = err_of(Tensor::try_full(
+        &[1 << 25, 1 << 25],
+        DType::F32,
+        1.0,
+        &stop,
+    ));
     assert_eq!(e.code, "E0713", "{e}");
     assert!(e.message.contains("4503599627370496 bytes"), "{e}");
     // E0709: a kernel that cannot be compiled (here: a check error in its body).
@@ -1181,8 +1195,8 @@ fn npy_round_trips_every_dtype() {
     for d in DType::ALL {
         let x = rng::randn(&[3, 5], d, 9);
         let p = dir.join(format!("{d}.npy"));
-        npy::save_npy(&x, &p).unwrap();
-        let y = npy::load_npy(&p).unwrap();
+        npy::save_npy(&x, &p, &Interrupt::new()).unwrap();
+        let y = npy::load_npy(&p, &Interrupt::new()).unwrap();
         // bf16 and f8 have no numpy dtype: saved (exactly) as f32.
         let want = if matches!(d, DType::BF16 | DType::F8E4M3 | DType::F8E5M2) {
             DType::F32
@@ -1194,9 +1208,11 @@ fn npy_round_trips_every_dtype() {
         assert_eq!(y.to_f64_vec(), x.to_f64_vec(), "{d}");
     }
     let s = Tensor::full(&[], DType::F64, 2.5);
-    npy::save_npy(&s, &dir.join("scalar.npy")).unwrap();
+    npy::save_npy(&s, &dir.join("scalar.npy"), &Interrupt::new()).unwrap();
     assert_eq!(
-        npy::load_npy(&dir.join("scalar.npy")).unwrap().to_f64_vec(),
+        npy::load_npy(&dir.join("scalar.npy"), &Interrupt::new())
+            .unwrap()
+            .to_f64_vec(),
         vec![2.5]
     );
     std::fs::remove_dir_all(&dir).ok();
@@ -1206,7 +1222,9 @@ fn npy_round_trips_every_dtype() {
 #[test]
 fn npy_files_written_by_numpy() {
     let dir = root().join("tests/numerics/npy");
-    let load = |n: &str| npy::load_npy(&dir.join(n)).unwrap_or_else(|e| panic!("{n}: {e}"));
+    let load = |n: &str| {
+        npy::load_npy(&dir.join(n), &Interrupt::new()).unwrap_or_else(|e| panic!("{n}: {e}"))
+    };
     let a = load("f32_2x3.npy");
     assert_eq!((a.shape(), a.dtype()), (&[2usize, 3][..], DType::F32));
     assert_eq!(a.to_f64_vec(), vec![0.0, 1.5, -2.0, 3.25, 4.0, -5.5]);
@@ -1222,7 +1240,8 @@ fn npy_files_written_by_numpy() {
     let e = load("u8_scalar.npy");
     assert_eq!((e.shape(), e.dtype()), (&[][..], DType::U8));
     assert_eq!(e.to_f64_vec(), vec![200.0]);
-    let f = npy::load_npy(&dir.join("f64_fortran.npy")).expect_err("fortran order");
+    let f =
+        npy::load_npy(&dir.join("f64_fortran.npy"), &Interrupt::new()).expect_err("fortran order");
     assert_eq!(f.code, "E0708");
     assert!(f.message.contains("Fortran"), "{f}");
 }

@@ -990,6 +990,24 @@ impl Checker<'_> {
                 Index::Expr(e) => {
                     let v = self.expr(e);
                     match &v.ty {
+                        // Outside kernels a gather has no lowering: rejected
+                        // here, so that check, emit and run agree. (A top-level
+                        // statement reads a rank-0 index tensor on the host.)
+                        Ty::Tensor { dims: td, dtype }
+                            if dtype.is_int()
+                                && !self.in_kernel
+                                && !(self.top_level && td.is_empty()) =>
+                        {
+                            self.report(
+                                Diagnostic::new(
+                                    "E0512",
+                                    e.span,
+                                    "indexing a tensor with an integer tensor (a gather) is not supported in whole-tensor code yet",
+                                )
+                                .with_help("gather in a `@kernel` with `load(x[idx])` and launch it from the function"),
+                            );
+                            failed = true;
+                        }
                         Ty::Tile { dims: td, dtype } | Ty::Tensor { dims: td, dtype }
                             if dtype.is_int() =>
                         {

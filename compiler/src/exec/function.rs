@@ -401,7 +401,9 @@ fn run_schedule(
                 }
             },
             BufKind::View(_) => None,
-            BufKind::Output(_) | BufKind::Temp => Some(Tensor::try_zeros(&shape, b.dtype)?),
+            BufKind::Output(_) | BufKind::Temp => {
+                Some(Tensor::try_zeros(&shape, b.dtype, interrupt)?)
+            }
         };
     }
     let mut scalars = scalars.clone();
@@ -424,11 +426,12 @@ fn run_schedule(
             if !scalar {
                 return Ok(Value::Tensor(t));
             }
-            let x = t.to_f64_vec()[0];
-            Ok(match t.dtype() {
-                DType::Bool => Value::Bool(x != 0.0),
-                d if d.is_float() => Value::Float(x),
-                _ => Value::Int(x as i64),
+            // Integers are read as integers: an i64 result above 2^53 would
+            // lose its low bits through f64.
+            Ok(match (t.dtype(), t.int_at(0)) {
+                (DType::Bool, Some(b)) => Value::Bool(b != 0),
+                (_, Some(i)) => Value::Int(i),
+                (_, None) => Value::Float(t.to_f64_vec()[0]),
             })
         })
         .collect::<Result<Vec<_>, ExecError>>()?;
@@ -486,7 +489,10 @@ fn run_steps(
                     Num::F(x) => x as i64 as u64,
                 };
                 let t = view(ctx, *buf, &dims_of(&s.buffer(*buf).dims, env)?)?;
-                t.assign(&rng::try_randn(t.shape(), t.dtype(), seed)?);
+                t.assign(
+                    &rng::try_randn(t.shape(), t.dtype(), seed, interrupt)?,
+                    interrupt,
+                )?;
                 continue;
             }
             Step::HostData { buf, values, .. } => {
@@ -509,7 +515,22 @@ fn run_steps(
                         ),
                     ));
                 }
-                t.assign(&Tensor::try_from_f64(t.shape(), t.dtype(), &data)?);
+                // Integer literals into an integer buffer exactly (an i64
+                // above 2^53 does not survive f64).
+                let ints: Option<Vec<i64>> = values
+                    .iter()
+                    .map(|c| match c {
+                        Constant::Int(i) => Some(*i),
+                        _ => None,
+                    })
+                    .collect();
+                let value = match ints {
+                    Some(is) if t.dtype().is_int() => {
+                        Tensor::try_from_ints(t.shape(), t.dtype(), &is, interrupt)?
+                    }
+                    _ => Tensor::try_from_f64(t.shape(), t.dtype(), &data, interrupt)?,
+                };
+                t.assign(&value, interrupt)?;
                 continue;
             }
             Step::Call {
@@ -542,7 +563,7 @@ fn run_steps(
                         format!("`{func}` returned {}, expected {}", r.dtype(), t.dtype()),
                     ));
                 }
-                t.assign(&r);
+                t.assign(&r, interrupt)?;
                 continue;
             }
             Step::SetVar { var, value } => {

@@ -11,7 +11,7 @@ use std::path::Path;
 use half::f16;
 
 use super::tensor::{checked_numel, Data, Tensor};
-use super::ExecError;
+use super::{ExecError, Interrupt};
 use crate::check::DType;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
@@ -42,7 +42,7 @@ fn descr(d: DType) -> &'static str {
 }
 
 /// Writes `t` to `path` as `.npy` (bf16 and f8 as f32; see the module docs).
-pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
+pub fn save_npy(t: &Tensor, path: &Path, interrupt: &Interrupt) -> Result<(), ExecError> {
     let shape = match t.shape() {
         [] => "()".to_string(),
         [n] => format!("({n},)"),
@@ -75,41 +75,33 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
     out.extend_from_slice(dict.as_bytes());
     out.resize(total - 1, b' ');
     out.push(b'\n');
-    match t.storage.data() {
-        Data::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I8(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::U32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::BF16(_) | Data::U8(_)
-            if matches!(t.dtype(), DType::BF16 | DType::F8E4M3 | DType::F8E5M2) =>
-        {
-            t.to_f64_vec()
+    let data = t.storage.data();
+    let dtype = t.dtype();
+    macro_rules! le {
+        ($v:expr, $r:expr) => {
+            $v[$r]
                 .iter()
-                .for_each(|x| out.extend_from_slice(&(*x as f32).to_le_bytes()))
-        }
-        Data::U8(v) => out.extend_from_slice(v),
-        Data::BF16(_) => unreachable!("bf16 storage has dtype bf16"),
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+        };
     }
+    // Encoded a chunk at a time, so that `interrupt` stops a large one.
+    interrupt.chunks(data.len(), |r| match data {
+        Data::F64(v) => le!(v, r),
+        Data::F32(v) => le!(v, r),
+        Data::F16(v) => le!(v, r),
+        Data::I64(v) => le!(v, r),
+        Data::I32(v) => le!(v, r),
+        Data::I16(v) => le!(v, r),
+        Data::I8(v) => le!(v, r),
+        Data::U32(v) => le!(v, r),
+        Data::BF16(_) | Data::U8(_)
+            if matches!(dtype, DType::BF16 | DType::F8E4M3 | DType::F8E5M2) =>
+        {
+            r.for_each(|i| out.extend_from_slice(&(data.get(dtype, i) as f32).to_le_bytes()))
+        }
+        Data::U8(v) => out.extend_from_slice(&v[r]),
+        Data::BF16(_) => unreachable!("bf16 storage has dtype bf16"),
+    })?;
     std::fs::write(path, out).map_err(|e| {
         ExecError::new("E0708", format!("cannot write `{}`: {e}", path.display()))
             .with_help("check that the directory exists and is writable")
@@ -117,7 +109,7 @@ pub fn save_npy(t: &Tensor, path: &Path) -> Result<(), ExecError> {
 }
 
 /// Reads a `.npy` file written by numpy (or `save_npy`).
-pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
+pub fn load_npy(path: &Path, interrupt: &Interrupt) -> Result<Tensor, ExecError> {
     let bytes = std::fs::read(path).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.find(" (os error").map_or(msg.as_str(), |i| &msg[..i]);
@@ -206,30 +198,35 @@ pub fn load_npy(path: &Path) -> Result<Tensor, ExecError> {
     let b = &body[..want];
     // No bigger than the file already read, but still asked for without
     // aborting; filled in place.
-    let mut data = Data::alloc(&shape, dtype)?;
+    let mut data = Data::alloc(&shape, dtype, interrupt)?;
+    // Decoded a chunk at a time, so that `interrupt` stops a large one.
     macro_rules! read {
-        ($v:expr, $t:ty, $k:expr) => {
-            for (o, c) in $v.iter_mut().zip(b.chunks_exact($k)) {
+        ($v:expr, $r:expr, $t:ty, $k:expr) => {
+            for (o, c) in $v[$r.clone()]
+                .iter_mut()
+                .zip(b[$r.start * $k..$r.end * $k].chunks_exact($k))
+            {
                 *o = <$t>::from_le_bytes(c.try_into().expect("chunks of the type's size"));
             }
         };
     }
-    match &mut data {
-        Data::F64(v) => read!(v, f64, 8),
-        Data::F32(v) => read!(v, f32, 4),
-        Data::F16(v) => read!(v, f16, 2),
-        Data::I64(v) => read!(v, i64, 8),
-        Data::I32(v) => read!(v, i32, 4),
-        Data::I16(v) => read!(v, i16, 2),
-        Data::I8(v) => read!(v, i8, 1),
-        Data::U32(v) => read!(v, u32, 4),
+    let n = data.len();
+    interrupt.chunks(n, |r| match &mut data {
+        Data::F64(v) => read!(v, r, f64, 8),
+        Data::F32(v) => read!(v, r, f32, 4),
+        Data::F16(v) => read!(v, r, f16, 2),
+        Data::I64(v) => read!(v, r, i64, 8),
+        Data::I32(v) => read!(v, r, i32, 4),
+        Data::I16(v) => read!(v, r, i16, 2),
+        Data::I8(v) => read!(v, r, i8, 1),
+        Data::U32(v) => read!(v, r, u32, 4),
         Data::U8(v) if dtype == DType::Bool => {
-            for (o, x) in v.iter_mut().zip(b) {
+            for (o, x) in v[r.clone()].iter_mut().zip(&b[r]) {
                 *o = (*x != 0) as u8;
             }
         }
-        Data::U8(v) => v.copy_from_slice(b),
+        Data::U8(v) => v[r.clone()].copy_from_slice(&b[r]),
         Data::BF16(_) => unreachable!("no .npy dtype loads as bf16"),
-    }
+    })?;
     Ok(Tensor::from_data(&shape, dtype, data))
 }

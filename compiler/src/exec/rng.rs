@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::tensor::Data;
-use super::{ExecError, Tensor};
+use super::{ExecError, Interrupt, Tensor};
 use crate::check::DType;
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -39,19 +39,25 @@ pub fn normal(seed: u64, i: u64) -> f64 {
 /// Standard normal samples of `shape`, rounded to `dtype` (integer dtypes
 /// truncate, as a cast would).
 pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
-    try_randn(shape, dtype, seed).unwrap_or_else(|e| panic!("{e}"))
+    try_randn(shape, dtype, seed, &Interrupt::new()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`randn`]; E0712 when the shape's size overflows, E0713 when the memory
-/// cannot be had.
-pub fn try_randn(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, ExecError> {
-    let mut data = Data::alloc(shape, dtype)?;
+/// cannot be had, E0706 when `interrupt` stops it (polled per chunk).
+pub fn try_randn(
+    shape: &[usize],
+    dtype: DType,
+    seed: u64,
+    interrupt: &Interrupt,
+) -> Result<Tensor, ExecError> {
+    let mut data = Data::alloc(shape, dtype, interrupt)?;
     // Sampled in parallel a chunk at a time, so that no f64 copy of the whole
     // tensor is needed.
     const CHUNK: usize = 1 << 16;
     let n = data.len();
     let mut buf = Vec::with_capacity(CHUNK.min(n));
     for start in (0..n).step_by(CHUNK) {
+        interrupt.check()?;
         let end = (start + CHUNK).min(n);
         buf.clear();
         (start..end)

@@ -11,12 +11,13 @@
 use std::cell::UnsafeCell;
 use std::collections::TryReserveError;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
 use super::f8;
-use super::{ExecError, Value};
+use super::{ExecError, Interrupt, Value};
 use crate::check::DType;
 
 /// The elements of a tensor, one vector type per storage dtype (f8 formats and
@@ -239,33 +240,54 @@ pub(crate) fn out_of_memory(
 }
 
 impl Data {
-    /// `n` zeros of `dtype`'s storage type; `Err` when the allocator refuses
-    /// (the memory is reserved first, so a failure is an error, not an abort).
-    fn try_zeros(dtype: DType, n: usize) -> Result<Data, TryReserveError> {
-        fn filled<T: Clone>(n: usize, x: T) -> Result<Vec<T>, TryReserveError> {
+    /// Empty storage of `dtype`'s type with room for `n` elements; `Err` when
+    /// the allocator refuses (the memory is reserved first, so a failure is an
+    /// error, not an abort).
+    fn try_reserved(dtype: DType, n: usize) -> Result<Data, TryReserveError> {
+        fn room<T>(n: usize) -> Result<Vec<T>, TryReserveError> {
             let mut v = Vec::new();
             v.try_reserve_exact(n)?;
-            v.resize(n, x);
             Ok(v)
         }
         Ok(match dtype {
-            DType::F64 => Data::F64(filled(n, 0.0)?),
-            DType::F32 => Data::F32(filled(n, 0.0)?),
-            DType::F16 => Data::F16(filled(n, f16::ZERO)?),
-            DType::BF16 => Data::BF16(filled(n, bf16::ZERO)?),
-            DType::I64 => Data::I64(filled(n, 0)?),
-            DType::I32 => Data::I32(filled(n, 0)?),
-            DType::I16 => Data::I16(filled(n, 0)?),
-            DType::I8 => Data::I8(filled(n, 0)?),
-            DType::U32 => Data::U32(filled(n, 0)?),
-            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(filled(n, 0)?),
+            DType::F64 => Data::F64(room(n)?),
+            DType::F32 => Data::F32(room(n)?),
+            DType::F16 => Data::F16(room(n)?),
+            DType::BF16 => Data::BF16(room(n)?),
+            DType::I64 => Data::I64(room(n)?),
+            DType::I32 => Data::I32(room(n)?),
+            DType::I16 => Data::I16(room(n)?),
+            DType::I8 => Data::I8(room(n)?),
+            DType::U32 => Data::U32(room(n)?),
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(room(n)?),
         })
+    }
+
+    /// Appends zeros up to `len` elements (within the reserved room).
+    fn grow_zeroed(&mut self, len: usize) {
+        match self {
+            Data::F64(v) => v.resize(len, 0.0),
+            Data::F32(v) => v.resize(len, 0.0),
+            Data::F16(v) => v.resize(len, f16::ZERO),
+            Data::BF16(v) => v.resize(len, bf16::ZERO),
+            Data::I64(v) => v.resize(len, 0),
+            Data::I32(v) => v.resize(len, 0),
+            Data::I16(v) => v.resize(len, 0),
+            Data::I8(v) => v.resize(len, 0),
+            Data::U32(v) => v.resize(len, 0),
+            Data::U8(v) => v.resize(len, 0),
+        }
     }
 
     /// Zeroed storage for a tensor of `shape` and `dtype`: the element count
     /// and byte size checked (E0712), the memory asked of the allocator without
-    /// aborting (E0713).
-    pub(crate) fn alloc(shape: &[usize], dtype: DType) -> Result<Data, ExecError> {
+    /// aborting (E0713), zeroed a chunk at a time so that `interrupt` stops a
+    /// large one (E0706).
+    pub(crate) fn alloc(
+        shape: &[usize],
+        dtype: DType,
+        interrupt: &Interrupt,
+    ) -> Result<Data, ExecError> {
         let n = checked_numel(shape, dtype)?;
         let bytes = n * dtype.bytes() as usize;
         let available = if bytes >= ASK_SYSTEM_FROM {
@@ -276,29 +298,23 @@ impl Data {
         if available.is_some_and(|a| bytes as u64 > a) {
             return Err(out_of_memory(shape, dtype, bytes, available));
         }
-        Data::try_zeros(dtype, n).map_err(|_| out_of_memory(shape, dtype, bytes, available))
+        let mut d = Data::try_reserved(dtype, n)
+            .map_err(|_| out_of_memory(shape, dtype, bytes, available))?;
+        interrupt.chunks(n, |r| d.grow_zeroed(r.end))?;
+        Ok(d)
     }
 
-    /// A copy; `Err` when the allocator refuses.
-    fn try_clone(&self) -> Result<Data, TryReserveError> {
-        fn copy<T: Clone>(v: &[T]) -> Result<Vec<T>, TryReserveError> {
-            let mut out = Vec::new();
-            out.try_reserve_exact(v.len())?;
-            out.extend_from_slice(v);
-            Ok(out)
+    /// Copies elements `r` of `src` (the same storage type) into `self`.
+    fn copy_range(&mut self, src: &Data, r: Range<usize>) {
+        macro_rules! go {
+            ($($v:ident),*) => {
+                match (self, src) {
+                    $((Data::$v(d), Data::$v(s)) => d[r.clone()].copy_from_slice(&s[r]),)*
+                    _ => unreachable!("same storage type"),
+                }
+            };
         }
-        Ok(match self {
-            Data::F64(v) => Data::F64(copy(v)?),
-            Data::F32(v) => Data::F32(copy(v)?),
-            Data::F16(v) => Data::F16(copy(v)?),
-            Data::BF16(v) => Data::BF16(copy(v)?),
-            Data::I64(v) => Data::I64(copy(v)?),
-            Data::I32(v) => Data::I32(copy(v)?),
-            Data::I16(v) => Data::I16(copy(v)?),
-            Data::I8(v) => Data::I8(copy(v)?),
-            Data::U32(v) => Data::U32(copy(v)?),
-            Data::U8(v) => Data::U8(copy(v)?),
-        })
+        go!(F64, F32, F16, BF16, I64, I32, I16, I8, U32, U8)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -345,6 +361,37 @@ impl Data {
             Data::I8(v) => v[i] = float_to_int(DType::I8, x) as i8,
             Data::U32(v) => v[i] = float_to_int(DType::U32, x) as u32,
             Data::U8(v) => v[i] = encode_byte(dtype, x),
+        }
+    }
+}
+
+impl Data {
+    /// Element `i` of integer storage as an i64, exactly (`dtype` tells bool
+    /// and u8 bytes apart from f8 ones, which are read as their value).
+    pub(crate) fn get_int(&self, dtype: DType, i: usize) -> i64 {
+        match self {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U32(v) => v[i].into(),
+            Data::U8(v) if !dtype.is_float() => v[i].into(),
+            _ => self.get(dtype, i) as i64,
+        }
+    }
+
+    /// Sets element `i` of an integer tensor to `x` wrapped to `dtype`'s width
+    /// (as an integer cast), without going through f64.
+    pub(crate) fn set_int(&mut self, dtype: DType, i: usize, x: i64) {
+        let w = wrap_int(dtype, x);
+        match self {
+            Data::I64(v) => v[i] = w,
+            Data::I32(v) => v[i] = w as i32,
+            Data::I16(v) => v[i] = w as i16,
+            Data::I8(v) => v[i] = w as i8,
+            Data::U32(v) => v[i] = w as u32,
+            Data::U8(v) if !dtype.is_float() => v[i] = w as u8,
+            _ => self.set(dtype, i, x as f64),
         }
     }
 }
@@ -429,47 +476,77 @@ impl Tensor {
     }
 
     /// Zeros; E0712 when the shape's size overflows, E0713 when the memory
-    /// cannot be had.
-    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor, ExecError> {
-        Ok(Tensor::from_data(shape, dtype, Data::alloc(shape, dtype)?))
+    /// cannot be had, E0706 when `interrupt` stops it. Every host loop over
+    /// elements below polls `interrupt` every `POLL_EVERY` elements.
+    pub fn try_zeros(
+        shape: &[usize],
+        dtype: DType,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        Ok(Tensor::from_data(
+            shape,
+            dtype,
+            Data::alloc(shape, dtype, interrupt)?,
+        ))
     }
 
     /// Every element `value` (converted to `dtype` as a cast does); errors as
     /// [`Tensor::try_zeros`].
-    pub fn try_full(shape: &[usize], dtype: DType, value: f64) -> Result<Tensor, ExecError> {
-        let mut d = Data::alloc(shape, dtype)?;
+    pub fn try_full(
+        shape: &[usize],
+        dtype: DType,
+        value: f64,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        let mut d = Data::alloc(shape, dtype, interrupt)?;
         let x = round_to(dtype, value);
-        for i in 0..d.len() {
-            d.set(dtype, i, x);
-        }
+        interrupt.chunks(d.len(), |r| {
+            for i in r {
+                d.set(dtype, i, x);
+            }
+        })?;
         Ok(Tensor::from_data(shape, dtype, d))
     }
 
     /// `[start, end)` with step 1, as a 1-D tensor; errors as [`Tensor::try_zeros`].
-    pub fn try_arange(start: i64, end: i64, dtype: DType) -> Result<Tensor, ExecError> {
+    pub fn try_arange(
+        start: i64,
+        end: i64,
+        dtype: DType,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
         // `end - start` may not fit an i64 (`arange(-2**63, 2**63 - 1)`).
         let n = (end as i128 - start as i128).max(0);
         let n = usize::try_from(n).map_err(|_| too_large(&[usize::MAX], dtype))?;
-        let mut d = Data::alloc(&[n], dtype)?;
-        for i in 0..n {
-            d.set(dtype, i, (start + i as i64) as f64);
-        }
+        let mut d = Data::alloc(&[n], dtype, interrupt)?;
+        interrupt.chunks(n, |r| {
+            for i in r {
+                d.set(dtype, i, (start + i as i64) as f64);
+            }
+        })?;
         Ok(Tensor::from_data(&[n], dtype, d))
     }
 
     /// A tensor of `shape` holding `data` (row-major) converted to `dtype`;
     /// E0713 when the memory cannot be had. Panics when the lengths differ (a
     /// caller bug, not a user error).
-    pub fn try_from_f64(shape: &[usize], dtype: DType, data: &[f64]) -> Result<Tensor, ExecError> {
+    pub fn try_from_f64(
+        shape: &[usize],
+        dtype: DType,
+        data: &[f64],
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
         assert_eq!(
             checked_numel(shape, dtype).ok(),
             Some(data.len()),
             "Tensor::from_f64: shape and data length differ"
         );
-        let mut d = Data::alloc(shape, dtype)?;
-        for (i, x) in data.iter().enumerate() {
-            d.set(dtype, i, *x);
-        }
+        let mut d = Data::alloc(shape, dtype, interrupt)?;
+        interrupt.chunks(data.len(), |r| {
+            for i in r {
+                d.set(dtype, i, data[i]);
+            }
+        })?;
         Ok(Tensor::from_data(shape, dtype, d))
     }
 
@@ -477,7 +554,7 @@ impl Tensor {
     // already allocated once: they panic where the `try_` ones return an error.
 
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor::try_zeros(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_zeros(shape, dtype, &Interrupt::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
@@ -485,7 +562,7 @@ impl Tensor {
     }
 
     pub fn full(shape: &[usize], dtype: DType, value: f64) -> Tensor {
-        Tensor::try_full(shape, dtype, value).unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_full(shape, dtype, value, &Interrupt::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Uninitialised as far as the language goes; the CPU zero-fills it.
@@ -494,16 +571,47 @@ impl Tensor {
     }
 
     pub fn arange(start: i64, end: i64, dtype: DType) -> Tensor {
-        Tensor::try_arange(start, end, dtype).unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_arange(start, end, dtype, &Interrupt::new()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn from_f64(shape: &[usize], dtype: DType, data: &[f64]) -> Tensor {
-        Tensor::try_from_f64(shape, dtype, data).unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_from_f64(shape, dtype, data, &Interrupt::new())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn to_f64_vec(&self) -> Vec<f64> {
         let d = self.storage.data();
         (0..self.numel()).map(|i| d.get(self.dtype, i)).collect()
+    }
+
+    /// Element `i` (row-major) of an integer or bool tensor, exactly: an i64
+    /// above 2^53 does not survive the f64 of [`Tensor::to_f64_vec`]. `None`
+    /// for float dtypes.
+    pub fn int_at(&self, i: usize) -> Option<i64> {
+        (!self.dtype.is_float()).then(|| self.storage.data().get_int(self.dtype, i))
+    }
+
+    /// A tensor of `shape` holding the integers `data` (row-major) wrapped to
+    /// the integer dtype `dtype`, exactly (no f64 on the way); errors as
+    /// [`Tensor::try_from_f64`].
+    pub fn try_from_ints(
+        shape: &[usize],
+        dtype: DType,
+        data: &[i64],
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        assert_eq!(
+            checked_numel(shape, dtype).ok(),
+            Some(data.len()),
+            "Tensor::from_ints: shape and data length differ"
+        );
+        let mut d = Data::alloc(shape, dtype, interrupt)?;
+        interrupt.chunks(data.len(), |r| {
+            for i in r {
+                d.set_int(dtype, i, data[i]);
+            }
+        })?;
+        Ok(Tensor::from_data(shape, dtype, d))
     }
 
     /// The f32 elements, without a round trip through f64 when stored as f32.
@@ -535,67 +643,71 @@ impl Tensor {
     /// truncates toward zero and saturates with NaN to 0, integers wrap, bool
     /// is `x != 0`).
     pub fn to(&self, dtype: DType) -> Tensor {
-        self.try_to(dtype).unwrap_or_else(|e| panic!("{e}"))
+        self.try_to(dtype, &Interrupt::new())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::to`]; E0713 when the memory for the copy cannot be had.
-    pub fn try_to(&self, dtype: DType) -> Result<Tensor, ExecError> {
+    pub fn try_to(&self, dtype: DType, interrupt: &Interrupt) -> Result<Tensor, ExecError> {
         if dtype == self.dtype {
-            return self.try_deep_clone();
+            return self.try_deep_clone(interrupt);
         }
-        let mut d = Data::alloc(&self.shape, dtype)?;
+        let mut d = Data::alloc(&self.shape, dtype, interrupt)?;
         let src = self.storage.data();
         // Integer to integer wraps (as a cast in C); everything else goes
         // through `Data::set`, which saturates floats into integers.
         let wrap = self.dtype.is_int() && dtype.is_int();
-        for i in 0..d.len() {
-            let x = src.get(self.dtype, i);
-            let x = if wrap {
-                wrap_int(dtype, x as i64) as f64
-            } else {
-                x
-            };
-            d.set(dtype, i, x);
-        }
+        interrupt.chunks(d.len(), |r| {
+            for i in r {
+                if wrap {
+                    d.set_int(dtype, i, src.get_int(self.dtype, i));
+                } else {
+                    d.set(dtype, i, src.get(self.dtype, i));
+                }
+            }
+        })?;
         Ok(Tensor::from_data(&self.shape, dtype, d))
     }
 
     /// Overwrites every element with `src`'s (same element count and dtype),
-    /// visible through every alias.
-    pub fn assign(&self, src: &Tensor) {
+    /// visible through every alias; E0706 when `interrupt` stops it part way.
+    pub fn assign(&self, src: &Tensor, interrupt: &Interrupt) -> Result<(), ExecError> {
         assert_eq!(self.numel(), src.numel(), "Tensor::assign: sizes differ");
         assert_eq!(self.dtype, src.dtype, "Tensor::assign: dtypes differ");
         if self.same_storage(src) {
-            return;
+            return Ok(());
         }
         // SAFETY: no launch is running (see the module docs); the vector keeps
         // its length, so pointers taken for later launches stay valid.
         let dst = unsafe { &mut *self.storage.0.get() };
-        dst.clone_from(src.storage.data());
+        let from = src.storage.data();
+        interrupt.chunks(from.len(), |r| dst.copy_range(from, r))
     }
 
     /// A copy with its own storage.
     pub fn deep_clone(&self) -> Tensor {
-        self.try_deep_clone().unwrap_or_else(|e| panic!("{e}"))
+        self.try_deep_clone(&Interrupt::new())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::deep_clone`]; E0713 when the memory for the copy cannot be had.
-    pub fn try_deep_clone(&self) -> Result<Tensor, ExecError> {
-        let data = self.storage.data().try_clone().map_err(|_| {
-            let bytes = self.numel() * self.dtype.bytes() as usize;
-            out_of_memory(&self.shape, self.dtype, bytes, memory_available())
-        })?;
+    pub fn try_deep_clone(&self, interrupt: &Interrupt) -> Result<Tensor, ExecError> {
+        let mut data = Data::alloc(&self.shape, self.dtype, interrupt)?;
+        let src = self.storage.data();
+        interrupt.chunks(src.len(), |r| data.copy_range(src, r))?;
         Ok(Tensor::from_data(&self.shape, self.dtype, data))
     }
 
     /// `t[idx]`: integers (negative from the end), slices `a:b:step` (steps may
     /// be negative, bounds clamp as in Python), `None` (new axis); axes not
     /// named are taken whole. Returns a copy.
-    pub fn index(&self, idx: &[IndexItem]) -> Result<Tensor, ExecError> {
-        let (offsets, out_shape) = self.select(idx)?;
+    pub fn index(&self, idx: &[IndexItem], interrupt: &Interrupt) -> Result<Tensor, ExecError> {
+        let (offsets, out_shape) = self.select(idx, interrupt)?;
         let src = self.storage.data();
-        let mut d = Data::alloc(&out_shape, self.dtype)?;
-        copy_elements(src, &offsets, &mut d);
+        let mut d = Data::alloc(&out_shape, self.dtype, interrupt)?;
+        interrupt.chunks(offsets.len(), |r| {
+            copy_elements(src, &offsets[r.clone()], &mut d, r.start)
+        })?;
         Ok(Tensor::from_data(&out_shape, self.dtype, d))
     }
 
@@ -604,9 +716,17 @@ impl Tensor {
     /// elements `idx` selects. Copy-on-write: when other values share `t`'s
     /// storage (`b = t` earlier), `t` gets its own copy first, so they keep the
     /// old elements.
-    pub fn set_index(&mut self, idx: &[IndexItem], value: &Value) -> Result<(), ExecError> {
-        let (offsets, part) = self.select(idx)?;
+    pub fn set_index(
+        &mut self,
+        idx: &[IndexItem],
+        value: &Value,
+        interrupt: &Interrupt,
+    ) -> Result<(), ExecError> {
+        let (offsets, part) = self.select(idx, interrupt)?;
         let dtype = self.dtype;
+        // Integers stored into an integer tensor stay integers: an i64 above
+        // 2^53 does not survive a round trip through f64.
+        let mut ints: Option<Vec<i64>> = None;
         let elements: Vec<f64> = match value {
             Value::Int(_) | Value::Float(_) | Value::Bool(_) => {
                 let (x, kind) = match value {
@@ -633,6 +753,9 @@ impl Tensor {
                         _ => "store a value of the tensor's kind, or convert the tensor first with `.to(...)`".to_string(),
                     }));
                 }
+                if let (Value::Int(i), true) = (value, dtype.is_int()) {
+                    ints = Some(vec![*i]);
+                }
                 vec![x]
             }
             Value::Tensor(v) => {
@@ -647,7 +770,7 @@ impl Tensor {
                     )
                     .with_help(format!("convert the value first: `value.to({dtype})`")));
                 }
-                let Some(map) = broadcast_offsets(v.shape(), &part) else {
+                let Some(map) = broadcast_offsets(v.shape(), &part, interrupt)? else {
                     return Err(ExecError::new(
                         "E0726",
                         format!(
@@ -659,8 +782,23 @@ impl Tensor {
                         "the value's shape must equal the part's, or broadcast to it (dims of size 1 stretch)",
                     ));
                 };
-                let src = v.to_f64_vec();
-                map.iter().map(|i| src[*i]).collect()
+                let src = v.storage.data();
+                let mut out = Vec::new();
+                out.try_reserve_exact(map.len()).map_err(|_| {
+                    out_of_memory(&part, DType::F64, map.len() * 8, memory_available())
+                })?;
+                if dtype.is_int() && v.dtype.is_int() {
+                    let mut is = Vec::new();
+                    interrupt.chunks(map.len(), |r| {
+                        is.extend(map[r].iter().map(|i| src.get_int(v.dtype, *i)))
+                    })?;
+                    ints = Some(is);
+                } else {
+                    interrupt.chunks(map.len(), |r| {
+                        out.extend(map[r].iter().map(|i| src.get(v.dtype, *i)))
+                    })?;
+                }
+                out
             }
             other => {
                 return Err(ExecError::new(
@@ -671,26 +809,38 @@ impl Tensor {
             }
         };
         if Arc::get_mut(&mut self.storage).is_none() {
-            self.storage = self.try_deep_clone()?.storage;
+            self.storage = self.try_deep_clone(interrupt)?.storage;
         }
         let data = Arc::get_mut(&mut self.storage)
             .expect("storage was just made unique")
             .0
             .get_mut();
-        for (k, o) in offsets.iter().enumerate() {
-            let x = if elements.len() == 1 {
-                elements[0]
-            } else {
-                elements[k]
-            };
-            data.set(dtype, *o, x);
-        }
-        Ok(())
+        interrupt.chunks(offsets.len(), |r| {
+            for k in r {
+                match &ints {
+                    Some(is) => {
+                        data.set_int(dtype, offsets[k], is[if is.len() == 1 { 0 } else { k }])
+                    }
+                    None => {
+                        let x = if elements.len() == 1 {
+                            elements[0]
+                        } else {
+                            elements[k]
+                        };
+                        data.set(dtype, offsets[k], x);
+                    }
+                }
+            }
+        })
     }
 
     /// The storage offsets `idx` selects, in row-major order of the result,
     /// and the result's shape.
-    fn select(&self, idx: &[IndexItem]) -> Result<(Vec<usize>, Vec<usize>), ExecError> {
+    fn select(
+        &self,
+        idx: &[IndexItem],
+        interrupt: &Interrupt,
+    ) -> Result<(Vec<usize>, Vec<usize>), ExecError> {
         let named = idx
             .iter()
             .filter(|i| !matches!(i, IndexItem::NewAxis))
@@ -735,24 +885,17 @@ impl Tensor {
                     }
                     let clamp = |v: i64, lo: i64, hi: i64| v.clamp(lo, hi);
                     let norm = |v: i64| if v < 0 { v + n } else { v };
-                    let pos: Vec<usize> = if step > 0 {
+                    // `count` positions `a, a + step, ...` (within the axis).
+                    let (a, count) = if step > 0 {
                         let a = start.map_or(0, |s| clamp(norm(s), 0, n));
                         let b = stop.map_or(n, |s| clamp(norm(s), 0, n));
-                        (a..b.max(a))
-                            .step_by(step as usize)
-                            .map(|x| x as usize)
-                            .collect()
+                        (a, ((b - a).max(0) as u64).div_ceil(step as u64))
                     } else {
                         let a = start.map_or(n - 1, |s| clamp(norm(s), -1, n - 1));
                         let b = stop.map_or(-1, |s| clamp(norm(s), -1, n - 1));
-                        let mut v = Vec::new();
-                        let mut x = a;
-                        while x > b {
-                            v.push(x as usize);
-                            x += step;
-                        }
-                        v
+                        (a, ((a - b).max(0) as u64).div_ceil(step.unsigned_abs()))
                     };
+                    let pos = positions(a, step, count as usize, interrupt)?;
                     out_shape.push(pos.len());
                     picks.push((pos, true));
                     axis += 1;
@@ -761,7 +904,7 @@ impl Tensor {
         }
         while axis < self.shape.len() {
             out_shape.push(self.shape[axis]);
-            picks.push(((0..self.shape[axis]).collect(), true));
+            picks.push((positions(0, 1, self.shape[axis], interrupt)?, true));
             axis += 1;
         }
         let strides = strides(&self.shape);
@@ -776,27 +919,50 @@ impl Tensor {
                     let bytes = offsets.len() * pos.len() * 8;
                     out_of_memory(&out_shape, DType::I64, bytes, memory_available())
                 })?;
-            for o in &offsets {
-                for p in pos {
-                    next.push(o + p * strides[a]);
+            interrupt.chunks(offsets.len(), |r| {
+                for o in &offsets[r] {
+                    for p in pos {
+                        next.push(o + p * strides[a]);
+                    }
                 }
-            }
+            })?;
             offsets = next;
         }
         Ok((offsets, out_shape))
     }
 }
 
+/// `count` positions `first, first + step, ...` of one axis (within it), asked
+/// for without aborting and filled a chunk at a time (`interrupt`).
+fn positions(
+    first: i64,
+    step: i64,
+    count: usize,
+    interrupt: &Interrupt,
+) -> Result<Vec<usize>, ExecError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(count)
+        .map_err(|_| out_of_memory(&[count], DType::I64, count * 8, memory_available()))?;
+    interrupt.chunks(count, |r| {
+        v.extend(r.map(|j| (first + j as i64 * step) as usize));
+    })?;
+    Ok(v)
+}
+
 /// For each element of `to` (row-major), the element of a value of shape
 /// `from` that broadcasts to it; `None` when `from` does not broadcast to `to`.
-fn broadcast_offsets(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
+fn broadcast_offsets(
+    from: &[usize],
+    to: &[usize],
+    interrupt: &Interrupt,
+) -> Result<Option<Vec<usize>>, ExecError> {
     if from.len() > to.len() {
         // Leading dims of size 1 may be dropped (`x[0:1, :]` into a row).
         let extra = from.len() - to.len();
         if from[..extra].iter().any(|d| *d != 1) {
-            return None;
+            return Ok(None);
         }
-        return broadcast_offsets(&from[extra..], to);
+        return broadcast_offsets(&from[extra..], to, interrupt);
     }
     let lead = to.len() - from.len();
     let fs = strides(from);
@@ -806,29 +972,33 @@ fn broadcast_offsets(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
         match (*d, to[lead + i]) {
             (a, b) if a == b => st[lead + i] = fs[i],
             (1, _) => {}
-            _ => return None,
+            _ => return Ok(None),
         }
     }
     let n: usize = to.iter().product();
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| out_of_memory(to, DType::I64, n * 8, memory_available()))?;
     let ts = strides(to);
-    for k in 0..n {
-        let mut o = 0;
-        for a in 0..to.len() {
-            o += (k / ts[a]) % to[a] * st[a];
+    interrupt.chunks(n, |r| {
+        for k in r {
+            let mut o = 0;
+            for a in 0..to.len() {
+                o += (k / ts[a]) % to[a] * st[a];
+            }
+            out.push(o);
         }
-        out.push(o);
-    }
-    Some(out)
+    })?;
+    Ok(Some(out))
 }
 
-/// `dst[i] = src[offsets[i]]` for one storage type (no conversion).
-fn copy_elements(src: &Data, offsets: &[usize], dst: &mut Data) {
+/// `dst[at + i] = src[offsets[i]]` for one storage type (no conversion).
+fn copy_elements(src: &Data, offsets: &[usize], dst: &mut Data, at: usize) {
     macro_rules! go {
         ($($v:ident),*) => {
             match (src, dst) {
                 $((Data::$v(s), Data::$v(d)) => {
-                    for (x, o) in d.iter_mut().zip(offsets) {
+                    for (x, o) in d[at..].iter_mut().zip(offsets) {
                         *x = s[*o];
                     }
                 })*
@@ -898,28 +1068,22 @@ impl fmt::Display for Tensor {
                 format!("{x:.digits$}")
             }
         };
-        let width = shown
-            .iter()
-            .map(|&o| fmt_one(at(o)).len())
-            .max()
-            .unwrap_or(0);
+        // Integers are shown from their integer value (an i64 above 2^53 is
+        // not exact in f64).
+        let show = |o: usize| -> String {
+            if self.dtype.is_int() {
+                store.get_int(self.dtype, o).to_string()
+            } else {
+                fmt_one(at(o))
+            }
+        };
+        let width = shown.iter().map(|&o| show(o).len()).max().unwrap_or(0);
         let mut out = String::from("tensor(");
         if self.shape.is_empty() {
-            out.push_str(&fmt_one(at(0)));
+            out.push_str(&show(0));
         } else {
             let st = strides(&self.shape);
-            render(
-                &mut out,
-                &self.shape,
-                &st,
-                0,
-                0,
-                &at,
-                summarise,
-                width,
-                &fmt_one,
-                7,
-            );
+            render(&mut out, &self.shape, &st, 0, 0, &show, summarise, width, 7);
         }
         out.push_str(", ");
         out.push_str(self.dtype.name());
@@ -968,10 +1132,9 @@ fn render(
     st: &[usize],
     axis: usize,
     base: usize,
-    at: &dyn Fn(usize) -> f64,
+    show: &dyn Fn(usize) -> String,
     summarise: bool,
     width: usize,
-    fmt_one: &dyn Fn(f64) -> String,
     indent: usize,
 ) {
     out.push('[');
@@ -992,7 +1155,7 @@ fn render(
         match p {
             None => out.push_str("..."),
             Some(p) if last => {
-                out.push_str(&format!("{:>width$}", fmt_one(at(base + p * st[axis]))));
+                out.push_str(&format!("{:>width$}", show(base + p * st[axis])));
             }
             Some(p) => render(
                 out,
@@ -1000,10 +1163,9 @@ fn render(
                 st,
                 axis + 1,
                 base + p * st[axis],
-                at,
+                show,
                 summarise,
                 width,
-                fmt_one,
                 indent,
             ),
         }
@@ -1057,30 +1219,42 @@ mod tests {
     #[test]
     fn indexing_copies_with_python_rules() {
         let t = Tensor::arange(0, 12, DType::I64).view(&[3, 4]).unwrap();
-        let row = t.index(&[IndexItem::Int(-1)]).unwrap();
+        let row = t.index(&[IndexItem::Int(-1)], &Interrupt::new()).unwrap();
         assert_eq!(
             (row.shape(), row.to_f64_vec()),
             (&[4usize][..], vec![8.0, 9.0, 10.0, 11.0])
         );
         let s = t
-            .index(&[
-                IndexItem::full(),
-                IndexItem::Slice {
-                    start: Some(3),
-                    stop: None,
-                    step: Some(-2),
-                },
-            ])
+            .index(
+                &[
+                    IndexItem::full(),
+                    IndexItem::Slice {
+                        start: Some(3),
+                        stop: None,
+                        step: Some(-2),
+                    },
+                ],
+                &Interrupt::new(),
+            )
             .unwrap();
         assert_eq!(s.shape(), &[3, 2]);
         assert_eq!(s.to_f64_vec(), vec![3.0, 1.0, 7.0, 5.0, 11.0, 9.0]);
-        let n = t.index(&[IndexItem::NewAxis, IndexItem::Int(0)]).unwrap();
+        let n = t
+            .index(&[IndexItem::NewAxis, IndexItem::Int(0)], &Interrupt::new())
+            .unwrap();
         assert_eq!(n.shape(), &[1, 4]);
         assert!(!n.same_storage(&t));
-        assert_eq!(t.index(&[IndexItem::Int(3)]).unwrap_err().code, "E0705");
+        assert_eq!(
+            t.index(&[IndexItem::Int(3)], &Interrupt::new())
+                .unwrap_err()
+                .code,
+            "E0705"
+        );
         // Aliases share storage; `to` and `deep_clone` copy.
         let alias = t.clone();
-        alias.assign(&Tensor::zeros(&[3, 4], DType::I64));
+        alias
+            .assign(&Tensor::zeros(&[3, 4], DType::I64), &Interrupt::new())
+            .unwrap();
         assert_eq!(t.to_f64_vec(), vec![0.0; 12]);
         assert_eq!(t.to(DType::F16).dtype(), DType::F16);
         assert_eq!(

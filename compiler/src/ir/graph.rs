@@ -1646,6 +1646,12 @@ impl<'a> Builder<'a> {
 /// The numbers of a nested-list literal in row-major order, as constants of
 /// `dtype`; false when one is not known at compile time.
 fn flatten_literal(v: Option<&Value>, dtype: DType, out: &mut Vec<Constant>) -> bool {
+    // An integer into an integer dtype exactly: an i64 above 2^53 does not
+    // survive f64 (a float or bool element goes through f64 below).
+    if let (Some(i), true) = (v.and_then(Value::as_int), dtype.is_int()) {
+        out.push(Constant::Int(i));
+        return true;
+    }
     let c = match v {
         Some(Value::Tuple(items)) => {
             return items.iter().all(|i| flatten_literal(Some(i), dtype, out));

@@ -120,14 +120,10 @@ impl Num {
 /// A number, or the element of a rank-0 tensor as a number of its kind.
 fn element(v: &Val) -> Option<Num> {
     match v {
-        Val::Run(Value::Tensor(t)) if t.shape().is_empty() => {
-            let x = t.to_f64_vec()[0];
-            Some(if t.dtype().is_float() {
-                Num::F(x)
-            } else {
-                Num::I(x as i64)
-            })
-        }
+        Val::Run(Value::Tensor(t)) if t.shape().is_empty() => Some(match t.int_at(0) {
+            Some(i) => Num::I(i),
+            None => Num::F(t.to_f64_vec()[0]),
+        }),
         _ => num(v),
     }
 }
@@ -403,7 +399,7 @@ impl Session {
         let Some(Val::Run(Value::Tensor(mut t))) = self.vars.remove(&id.name) else {
             unreachable!("checked to be a tensor variable");
         };
-        let result = t.set_index(&items, &value);
+        let result = t.set_index(&items, &value, &self.interrupt);
         self.vars
             .insert(id.name.clone(), Val::Run(Value::Tensor(t)));
         result.map_err(|e| e.to_diagnostic(target.span))
@@ -438,6 +434,28 @@ impl Session {
             d = d.with_help(format!("did you mean `{s}`?"));
         }
         Err(d)
+    }
+
+    /// Whether the checker folds `e` to a constant: literals, session
+    /// `const`s and operators on those (a variable is a run-time value).
+    /// Iterative: operator chains may be long.
+    fn is_constant(&self, e: &Expr) -> bool {
+        let mut todo = vec![e];
+        while let Some(e) = todo.pop() {
+            match &e.kind {
+                ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) => {}
+                ExprKind::Name(id)
+                    if !self.vars.contains_key(&id.name)
+                        && self.const_value(&id.name).is_some() => {}
+                ExprKind::Unary { operand, .. } => todo.push(operand),
+                ExprKind::Binary { lhs, rhs, .. } => {
+                    todo.push(lhs);
+                    todo.push(rhs);
+                }
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// The value of a session `const` (folded by the checker).
@@ -633,6 +651,23 @@ impl Session {
                     .with_primary_label("unsupported dtype for this operation")
                     .with_help("convert first, e.g. `.to(i32)`, or use `&`, `|`, `~` for logic"));
                 }
+                // An integer operation the checker folds (literals and
+                // consts) fails as it does in `tsrc check`: E0315, not the
+                // run-time E0704/E0724 of a value only known when it runs.
+                if let (Some(Num::I(x)), Some(Num::I(y))) = (num(&a), num(&b)) {
+                    use tessera::check::Value as C;
+                    if let Err(msg) =
+                        tessera::check::consts::fold_binary(*op, &C::int(x), &C::int(y))
+                    {
+                        if self.is_constant(lhs) && self.is_constant(rhs) {
+                            return Err(Diagnostic::new(
+                                "E0315",
+                                e.span,
+                                format!("constant evaluation failed: {msg}"),
+                            ));
+                        }
+                    }
+                }
                 match (num(&a), num(&b)) {
                     (Some(x), Some(y)) => arith(*op, x, y, e.span),
                     _ => self.synth_eval(e, text),
@@ -719,12 +754,28 @@ impl Session {
         }
     }
 
+    /// Whether `e` indexes a host tensor with host integers only (`p[0]`,
+    /// `p[i, j]`): an element when every axis is indexed.
+    fn is_host_element(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Subscript { value, indices } => {
+                self.is_host_tensor(value)
+                    && indices
+                        .iter()
+                        .all(|i| matches!(i, Index::Expr(x) if self.is_host_scalar(x)))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether every index is a host integer, a slice of host integers or `None`
     /// (then the host indexes the tensor, whatever computes it).
     pub(crate) fn host_indices(&self, indices: &[Index]) -> bool {
         let part = |p: &Option<Expr>| p.as_ref().is_none_or(|x| self.is_host_scalar(x));
         indices.iter().all(|i| match i {
-            Index::Expr(x) => self.is_host_scalar(x),
+            // An element of a host tensor (`x[p[0]]`) is read on the host too,
+            // as the checker types a top-level rank-0 index tensor: a scalar.
+            Index::Expr(x) => self.is_host_scalar(x) || self.is_host_element(x),
             Index::Slice {
                 start, end, step, ..
             } => part(start) && part(end) && part(step),
@@ -735,7 +786,7 @@ impl Session {
         let items = self.index_items(indices, text)?;
         match v {
             Val::Run(Value::Tensor(t)) => t
-                .index(&items)
+                .index(&items, &self.interrupt)
                 .map(|t| Val::Run(Value::Tensor(t)))
                 .map_err(|e| e.to_diagnostic(span)),
             Val::Run(Value::Tuple(vals)) => {
@@ -783,7 +834,7 @@ impl Session {
             Val::Run(Value::Tensor(ref t))
                 if t.shape().is_empty() && !t.dtype().is_float() && t.dtype() != DType::Bool =>
             {
-                Ok(t.to_f64_vec()[0] as i64)
+                Ok(t.int_at(0).expect("an integer tensor"))
             }
             other => Err(wrong_kind(
                 x.span,
@@ -856,7 +907,7 @@ impl Session {
                 };
                 let d = self.dtype_arg(&a.value, text)?;
                 return t
-                    .try_to(d)
+                    .try_to(d, &self.interrupt)
                     .map(|t| Val::Run(Value::Tensor(t)))
                     .map_err(|err| err.to_diagnostic(e.span));
             }
@@ -1147,14 +1198,21 @@ impl Session {
                     .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
                 }
                 match id {
-                    B::Zeros | B::Empty => tensor(Tensor::try_zeros(&shape, dtype)),
-                    B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0)),
+                    B::Zeros | B::Empty => {
+                        tensor(Tensor::try_zeros(&shape, dtype, &self.interrupt))
+                    }
+                    B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0, &self.interrupt)),
                     _ => {
                         let seed = match b.get(2).copied().flatten() {
                             Some(x) => self.int_arg(x, text, "a seed")?,
                             None => 0,
                         };
-                        tensor(exec::rng::try_randn(&shape, dtype, seed as u64))
+                        tensor(exec::rng::try_randn(
+                            &shape,
+                            dtype,
+                            seed as u64,
+                            &self.interrupt,
+                        ))
                     }
                 }
             }
@@ -1194,7 +1252,7 @@ impl Session {
                         &text[vx.span.range()]
                     )));
                 }
-                tensor(Tensor::try_full(&shape, dtype, value.f()))
+                tensor(Tensor::try_full(&shape, dtype, value.f(), &self.interrupt))
             }
             B::Arange => {
                 let b = Self::bind(name, &["start", "end", "dtype"], 1, args, e.span)?;
@@ -1207,7 +1265,7 @@ impl Session {
                     Some(x) => self.dtype_arg(x, text)?,
                     None => DType::I32,
                 };
-                tensor(Tensor::try_arange(start, end, dtype))
+                tensor(Tensor::try_arange(start, end, dtype, &self.interrupt))
             }
             B::Tensor => {
                 let b = Self::bind(name, &["data", "dtype"], 1, args, e.span)?;
@@ -1215,10 +1273,11 @@ impl Session {
                 let data = self.eval(dx, text)?;
                 let mut shape = Vec::new();
                 let mut flat = Vec::new();
+                let mut ints = Vec::new();
                 let mut any_float = false;
-                nested(&data, 0, &mut shape, &mut flat, &mut any_float).map_err(|m| {
-                    wrong_kind(dx.span, m).with_help("`tensor([[1.0, 2.0], [3.0, 4.0]], f32)`")
-                })?;
+                nested(&data, 0, &mut shape, &mut flat, &mut ints, &mut any_float).map_err(
+                    |m| wrong_kind(dx.span, m).with_help("`tensor([[1.0, 2.0], [3.0, 4.0]], f32)`"),
+                )?;
                 let dtype = match b[1] {
                     Some(x) => self.dtype_arg(x, text)?,
                     None if any_float => DType::F32,
@@ -1233,12 +1292,16 @@ impl Session {
                         return Err(out_of_range(*x as i64, dtype, dx.span));
                     }
                 }
-                tensor(Tensor::try_from_f64(&shape, dtype, &flat))
+                if dtype.is_int() && !any_float {
+                    // Exactly: an i64 above 2^53 does not survive f64.
+                    return tensor(Tensor::try_from_ints(&shape, dtype, &ints, &self.interrupt));
+                }
+                tensor(Tensor::try_from_f64(&shape, dtype, &flat, &self.interrupt))
             }
             B::LoadNpy => {
                 let b = Self::bind(name, &["path"], 1, args, e.span)?;
                 let path = self.str_arg(b[0].expect("required"), text)?;
-                exec::npy::load_npy(std::path::Path::new(&path))
+                exec::npy::load_npy(std::path::Path::new(&path), &self.interrupt)
                     .map(|t| Val::Run(Value::Tensor(t)))
                     .map_err(|err| err.to_diagnostic(e.span))
             }
@@ -1253,7 +1316,7 @@ impl Session {
                     ));
                 };
                 let path = self.str_arg(b[1].expect("required"), text)?;
-                exec::npy::save_npy(&t, std::path::Path::new(&path))
+                exec::npy::save_npy(&t, std::path::Path::new(&path), &self.interrupt)
                     .map(|_| Val::Run(Value::None))
                     .map_err(|err| err.to_diagnostic(e.span))
             }
@@ -1293,9 +1356,20 @@ impl Session {
             }
             B::Cdiv => {
                 let b = Self::bind(name, &["a", "b"], 2, args, e.span)?;
-                let x = self.int_arg(b[0].expect("required"), text, "`cdiv` operand")?;
-                let y = self.int_arg(b[1].expect("required"), text, "`cdiv` operand")?;
+                let (ax, bx) = (b[0].expect("required"), b[1].expect("required"));
+                let x = self.int_arg(ax, text, "`cdiv` operand")?;
+                let y = self.int_arg(bx, text, "`cdiv` operand")?;
                 if y == 0 {
+                    // As for `//`: the checker folds a constant `cdiv` (E0315).
+                    if self.is_constant(ax) && self.is_constant(bx) {
+                        return Err(Diagnostic::new(
+                            "E0315",
+                            e.span,
+                            format!(
+                                "constant evaluation failed: division by zero in `cdiv({x}, {y})`"
+                            ),
+                        ));
+                    }
                     return Err(division_by_zero(e.span));
                 }
                 Ok(int((x + y - 1).div_euclid(y)))
@@ -1353,6 +1427,7 @@ fn nested(
     depth: usize,
     shape: &mut Vec<usize>,
     flat: &mut Vec<f64>,
+    ints: &mut Vec<i64>,
     any_float: &mut bool,
 ) -> Result<(), String> {
     let items: Vec<Val> = match v {
@@ -1365,6 +1440,7 @@ fn nested(
             return match num(other) {
                 Some(Num::I(i)) => {
                     flat.push(i as f64);
+                    ints.push(i);
                     Ok(())
                 }
                 Some(Num::F(x)) => {
@@ -1388,7 +1464,7 @@ fn nested(
         return Err("the nested lists of `tensor` are not rectangular".into());
     }
     for x in &items {
-        nested(x, depth + 1, shape, flat, any_float)?;
+        nested(x, depth + 1, shape, flat, ints, any_float)?;
     }
     Ok(())
 }

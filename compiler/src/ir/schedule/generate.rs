@@ -787,6 +787,9 @@ impl Lower<'_> {
 impl Lower<'_> {
     /// A generated kernel swapping the last two axes: one program writes a
     /// `[32, 32]` tile of `out[z]` from the transposed `[32, 32]` tile of `x[z]`.
+    /// Every tile of every batch is one program of grid axis 0 (split back in
+    /// the kernel): axes 1 and 2 allow only 65535 programs, which a tensor of
+    /// more than about 2M rows or columns (or 65535 batches) would pass.
     pub(super) fn transpose(&mut self, n: NodeId, out: BufId) -> R<()> {
         let g = self.g;
         let NodeKind::Transpose { x, a, b } = g.node(n).kind else {
@@ -844,10 +847,28 @@ impl Lower<'_> {
             ],
             span: g.node(n).span,
         };
-        let pid: Vec<Value> = (0..3)
-            .map(|a| kb.emit(OpKind::ProgramId(a), Type::Scalar(DType::I32)))
-            .collect();
+        let pid0 = kb.emit(OpKind::ProgramId(0), Type::Scalar(DType::I32));
         let kt = kb.cnst(Constant::Int(T as i64), DType::I32);
+        let ktm1 = kb.cnst(Constant::Int(T as i64 - 1), DType::I32);
+        // Tiles along x's axis `axis` (M or N): a constant or from its run-time size.
+        let tiles = |kb: &mut KernelBuilder, axis: usize, d: &Dim| match d.as_const() {
+            Some(c) => kb.cnst(Constant::Int((c + T as i64 - 1) / T as i64), DType::I32),
+            None => {
+                let v = kb.emit(
+                    OpKind::TensorDim { param: 0, axis },
+                    Type::Scalar(DType::I32),
+                );
+                let t = kb.binary(BinaryOp::Add, v, ktm1);
+                kb.binary(BinaryOp::FloorDiv, t, kt)
+            }
+        };
+        let tn = tiles(&mut kb, 2, &nn);
+        let tm = tiles(&mut kb, 1, &m);
+        let nt = kb.binary(BinaryOp::Mod, pid0, tn);
+        let rest = kb.binary(BinaryOp::FloorDiv, pid0, tn);
+        let mt = kb.binary(BinaryOp::Mod, rest, tm);
+        let batch = kb.binary(BinaryOp::FloorDiv, rest, tm);
+        let pid = [nt, mt, batch];
         let r0 = kb.binary(BinaryOp::Mul, pid[0], kt);
         let c0 = kb.binary(BinaryOp::Mul, pid[1], kt);
         let v = kb.emit(
@@ -899,11 +920,11 @@ impl Lower<'_> {
         self.launch(Launch {
             kernel: KernelRef::Generated(self.kernels.len() - 1),
             nodes: vec![n],
-            grid: Some(vec![
+            grid: Some(vec![flat_grid(&[
                 cdiv(&nn, T as i64),
                 cdiv(&m, T as i64),
                 ScalarExpr::Index(z.clone()),
-            ]),
+            ])]),
             args: vec![
                 (
                     "x0".into(),
@@ -925,6 +946,37 @@ impl Lower<'_> {
             writes: vec![out],
         });
         Ok(())
+    }
+}
+
+/// The product of grid sizes, folded where they are constants.
+fn flat_grid(parts: &[ScalarExpr]) -> ScalarExpr {
+    let konst = |e: &ScalarExpr| match e {
+        ScalarExpr::Index(d) => d.as_const(),
+        ScalarExpr::Const(Constant::Int(i)) => Some(*i),
+        _ => None,
+    };
+    let mut folded: i64 = 1;
+    let mut rest: Option<ScalarExpr> = None;
+    for p in parts {
+        match konst(p).and_then(|c| folded.checked_mul(c)) {
+            Some(f) => folded = f,
+            None => {
+                rest = Some(match rest {
+                    None => p.clone(),
+                    Some(r) => ScalarExpr::Binary(BinaryOp::Mul, Box::new(r), Box::new(p.clone())),
+                })
+            }
+        }
+    }
+    match rest {
+        None => ScalarExpr::Index(Dim::constant(folded)),
+        Some(r) if folded == 1 => r,
+        Some(r) => ScalarExpr::Binary(
+            BinaryOp::Mul,
+            Box::new(r),
+            Box::new(ScalarExpr::Index(Dim::constant(folded))),
+        ),
     }
 }
 
