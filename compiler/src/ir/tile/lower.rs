@@ -306,6 +306,7 @@ fn lower_inner(
         loop_depth: 0,
         missing_dims: Vec::new(),
         reads: Reads::default(),
+        jumps: JumpTable::default(),
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -401,6 +402,7 @@ struct Lowerer<'a> {
     missing_dims: Vec<String>,
     /// Where the kernel's names are read, for liveness.
     reads: Reads,
+    jumps: JumpTable,
     diags: Vec<Diagnostic>,
 }
 
@@ -693,36 +695,102 @@ impl Jumps {
     }
 }
 
-fn jumps(stmts: &[Stmt]) -> Jumps {
-    let mut j = Jumps::default();
-    for s in stmts {
-        match &s.kind {
-            StmtKind::Break => j.brk = true,
-            StmtKind::Continue => j.cont = true,
-            StmtKind::Return(_) => j.ret = true,
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
-                // A `return` in a nested loop leaves this loop too.
-                j.ret |= jumps(body).ret || contains_loop_return(body);
-            }
-            StmtKind::If { branches, orelse } => {
-                for b in branches
-                    .iter()
-                    .map(|(_, b)| b.as_slice())
-                    .chain(orelse.as_deref())
-                {
-                    let x = jumps(b);
-                    j.brk |= x.brk;
-                    j.cont |= x.cont;
-                    j.ret |= x.ret;
-                }
-            }
-            _ => {}
-        }
+/// Each statement's `Jumps` and whether a `return` is anywhere in it,
+/// computed once per kernel, so asking about a block costs its length rather
+/// than a walk of everything nested in it (loops ask at every level).
+#[derive(Default)]
+struct JumpTable(HashMap<*const Stmt, (Jumps, bool)>);
+
+impl JumpTable {
+    fn new(body: &[Stmt]) -> JumpTable {
+        let mut t = JumpTable::default();
+        t.fill(body);
+        t
     }
-    j
+
+    fn fill(&mut self, stmts: &[Stmt]) -> (Jumps, bool) {
+        let mut all = (Jumps::default(), false);
+        for s in stmts {
+            work(1);
+            let own = match &s.kind {
+                StmtKind::Break => (
+                    Jumps {
+                        brk: true,
+                        ..Jumps::default()
+                    },
+                    false,
+                ),
+                StmtKind::Continue => (
+                    Jumps {
+                        cont: true,
+                        ..Jumps::default()
+                    },
+                    false,
+                ),
+                StmtKind::Return(_) => (
+                    Jumps {
+                        ret: true,
+                        ..Jumps::default()
+                    },
+                    true,
+                ),
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                    // A `return` in a nested loop leaves this loop too; the
+                    // nested loop owns its `break`s and `continue`s.
+                    let (_, ret) = self.fill(body);
+                    (
+                        Jumps {
+                            ret,
+                            ..Jumps::default()
+                        },
+                        ret,
+                    )
+                }
+                StmtKind::If { branches, orelse } => {
+                    let mut x = (Jumps::default(), false);
+                    for b in branches
+                        .iter()
+                        .map(|(_, b)| b.as_slice())
+                        .chain(orelse.as_deref())
+                    {
+                        x = or(x, self.fill(b));
+                    }
+                    x
+                }
+                _ => (Jumps::default(), false),
+            };
+            self.0.insert(s as *const Stmt, own);
+            all = or(all, own);
+        }
+        all
+    }
+
+    /// The jumps of a block of this kernel.
+    fn jumps(&self, stmts: &[Stmt]) -> Jumps {
+        let mut j = Jumps::default();
+        for s in stmts {
+            work(1);
+            let own = match self.0.get(&(s as *const Stmt)) {
+                Some(own) => own.0,
+                None => JumpTable::default().fill(std::slice::from_ref(s)).0,
+            };
+            j = or((j, false), (own, false)).0;
+        }
+        j
+    }
 }
 
-/// Whether a `return` occurs anywhere in a block (loops included).
+fn or(a: (Jumps, bool), b: (Jumps, bool)) -> (Jumps, bool) {
+    (
+        Jumps {
+            brk: a.0.brk || b.0.brk,
+            cont: a.0.cont || b.0.cont,
+            ret: a.0.ret || b.0.ret,
+        },
+        a.1 || b.1,
+    )
+}
+
 fn contains_loop_return(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match &s.kind {
         StmtKind::Return(_) => true,
@@ -1069,6 +1137,7 @@ impl<'a> Lowerer<'a> {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
             _ => &f.body[..],
         };
+        self.jumps = JumpTable::new(body);
         if contains_loop_return(body) {
             // `if row >= M: return` guards the rest of the kernel; a `return`
             // in a loop breaks out of every loop and sets `returned`.
@@ -1390,7 +1459,7 @@ impl<'a> Lowerer<'a> {
             let live = Live::within(live_after, self.reads.span_of(&stmts[i + 1..]));
             self.stmt(s, &live)?;
             let rest = &stmts[i + 1..];
-            if rest.is_empty() || !jumps(std::slice::from_ref(s)).any() {
+            if rest.is_empty() || !self.jumps.jumps(std::slice::from_ref(s)).any() {
                 continue;
             }
             // After a `break`/`continue` that may have run, the rest is guarded.
@@ -1717,7 +1786,7 @@ impl<'a> Lowerer<'a> {
                     && live.contains(n, &self.reads)
             })
             .collect();
-        if jumps(body).ret && self.env.contains_key(RET) {
+        if self.jumps.jumps(body).ret && self.env.contains_key(RET) {
             names.push(RET.to_string());
         }
         names
@@ -1882,7 +1951,7 @@ impl<'a> Lowerer<'a> {
         let live = Live::within(live_after, self.reads.span_of(body));
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
-        let mut j = jumps(body);
+        let mut j = self.jumps.jumps(body);
         // A `return` leaves the loop like a `break`.
         j.brk |= j.ret;
         let saved = self.env.open();
@@ -2046,7 +2115,7 @@ impl<'a> Lowerer<'a> {
         let live = Live::within(live_after, (self.reads.position(s), end));
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
-        let mut j = jumps(body);
+        let mut j = self.jumps.jumps(body);
         // A `return` leaves the loop like a `break`.
         j.brk |= j.ret;
         let saved = self.env.open();
