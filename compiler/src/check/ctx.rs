@@ -58,6 +58,19 @@ pub struct Binding {
     pub maybe_unbound: bool,
 }
 
+/// What the body of a loop being checked changed.
+#[derive(Debug, Default)]
+pub struct LoopFrame {
+    /// See `Checker::loop_stamp`.
+    pub stamp: u64,
+    /// Names bound when the loop started that the body changed, with their
+    /// bindings then.
+    pub changed: FxHashMap<String, Binding>,
+    /// Names bound since the loop started that the body changed outside its
+    /// inner loops (those mark their own), repeats allowed.
+    pub new_names: Vec<String>,
+}
+
 /// Facts about the kernel being checked.
 #[derive(Clone, Debug, Default)]
 pub struct KernelInfo {
@@ -81,10 +94,24 @@ pub struct Checker<'a> {
     /// How many `if` branches are being checked (the undo log records only
     /// inside one).
     pub env_branches: usize,
+    /// The loops being checked, innermost last: what each body changed, so a
+    /// loop's end costs what it changed rather than a copy of the environment.
+    pub loops: Vec<LoopFrame>,
+    /// Per name, the `loop_stamp` when it was last bound where it was unbound:
+    /// a name with a smaller stamp than a loop's was bound before the loop.
+    /// Names bound without `env_insert` (parameters) have none: bound before.
+    pub born: FxHashMap<String, u64>,
+    /// Counts loops entered (a loop's stamp).
+    pub loop_stamp: u64,
+    /// Per loop body (by address) about to be checked: the names its body
+    /// assigns that may be bound when the loop starts (see `loop_candidates`).
+    pub loop_names: FxHashMap<*const super::super::syntax::ast::Stmt, Vec<String>>,
     /// Symbols standing for run-time values (loop variables, `program_id`
     /// results, scalar parameters); every other symbol is compile-time known
     /// (const parameters, tensor dims the kernel is specialised on).
     pub runtime_syms: FxHashSet<String>,
+    /// Per name, the next `name#N` suffix `fresh_runtime` tries.
+    pub fresh_next: FxHashMap<String, u32>,
     pub reads: FxHashSet<String>,
     /// Locals in order of first binding, for W0001.
     pub local_defs: Vec<(String, Span)>,
@@ -124,7 +151,12 @@ impl<'a> Checker<'a> {
             env: FxHashMap::default(),
             env_undo: Vec::new(),
             env_branches: 0,
+            loops: Vec::new(),
+            born: FxHashMap::default(),
+            loop_stamp: 0,
+            loop_names: FxHashMap::default(),
             runtime_syms: FxHashSet::default(),
+            fresh_next: FxHashMap::default(),
             reads: FxHashSet::default(),
             local_defs: Vec::new(),
             uses: BTreeSet::new(),
@@ -154,18 +186,25 @@ impl<'a> Checker<'a> {
 
     /// A fresh run-time symbol for a value bound to `name`.
     pub fn fresh_runtime(&mut self, name: &str) -> Dim {
-        let mut sym = name.to_string();
-        let mut n = 1;
-        while self.runtime_syms.contains(&sym)
-            || (n == 1
-                && matches!(
-                    self.env.get(name).map(|b| b.kind),
-                    Some(BindKind::Dim | BindKind::ConstParam)
-                ))
-        {
+        let taken = self.runtime_syms.contains(name)
+            || matches!(
+                self.env.get(name).map(|b| b.kind),
+                Some(BindKind::Dim | BindKind::ConstParam)
+            );
+        if !taken {
+            self.runtime_syms.insert(name.to_string());
+            return Dim::symbol(name.to_string());
+        }
+        // `name#2`, `name#3`, ... are taken in order (only this function adds
+        // run-time symbols), so the search resumes after the last one handed
+        // out instead of rescanning them all: a name assigned n times costs n.
+        let mut n = self.fresh_next.get(name).copied().unwrap_or(2);
+        let mut sym = format!("{name}#{n}");
+        while self.runtime_syms.contains(&sym) {
             n += 1;
             sym = format!("{name}#{n}");
         }
+        self.fresh_next.insert(name.to_string(), n + 1);
         self.runtime_syms.insert(sym.clone());
         Dim::symbol(sym)
     }
@@ -220,8 +259,38 @@ impl<'a> Checker<'a> {
     /// Binds `name`, logging the old binding inside an `if` branch.
     pub fn env_insert(&mut self, name: String, b: Binding) {
         let old = self.env.insert(name.clone(), b);
+        self.note_loop_change(&name, old.as_ref());
         if self.env_branches > 0 {
             self.env_undo.push((name, old));
+        }
+    }
+
+    /// Whether `name` was bound before the loop of `stamp` started (it is
+    /// bound now).
+    pub fn bound_before(&self, name: &str, stamp: u64) -> bool {
+        self.born.get(name).is_none_or(|&s| s < stamp)
+    }
+
+    /// Records in the innermost loop's frame that `name` changes; `old` is
+    /// its binding until now (`None`: unbound).
+    fn note_loop_change(&mut self, name: &str, old: Option<&Binding>) {
+        if old.is_none() {
+            self.born.insert(name.to_string(), self.loop_stamp);
+        }
+        let Some(stamp) = self.loops.last().map(|f| f.stamp) else {
+            return;
+        };
+        let before = old.is_some() && self.bound_before(name, stamp);
+        let Some(f) = self.loops.last_mut() else {
+            return;
+        };
+        match old {
+            Some(old) if before => {
+                if !f.changed.contains_key(name) {
+                    f.changed.insert(name.to_string(), old.clone());
+                }
+            }
+            _ => f.new_names.push(name.to_string()),
         }
     }
 
@@ -231,6 +300,15 @@ impl<'a> Checker<'a> {
         if self.env_branches > 0 {
             if let Some(b) = self.env.get(name) {
                 self.env_undo.push((name.to_string(), Some(b.clone())));
+            }
+        }
+        if self
+            .loops
+            .last()
+            .is_some_and(|f| !f.changed.contains_key(name))
+        {
+            if let Some(b) = self.env.get(name).cloned() {
+                self.note_loop_change(name, Some(&b));
             }
         }
         self.env.get_mut(name)

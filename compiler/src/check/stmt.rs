@@ -2,7 +2,7 @@
 //! branch-merged and loop-carried values), returns, unreachable code.
 
 use super::ctx::{BindKind, Binding, Checker, Val};
-use super::fxhash::FxHashMap;
+use super::fxhash::{FxHashMap, FxHashSet};
 use super::scope::{annotation_in, Annot, Entry};
 use super::types::{render_dims, DType, Ty, Value};
 use super::{builtins, expr::describe};
@@ -42,9 +42,107 @@ pub fn assigned_names(body: &[Stmt], out: &mut Vec<String>) {
     }
 }
 
+/// For the loop whose body is `body` and every loop nested in it: the names
+/// its body assigns (as `assigned_names` finds them) that may be bound when
+/// the loop starts, sorted, keyed by the body's address. `env` is the
+/// environment as the outer loop starts. A name qualifies for a loop if it is
+/// bound now or assigned before the loop's body in source order; each (loop,
+/// name) pair is found once, so a nest costs its size plus its answer rather
+/// than each loop's walk of everything inside it.
+pub fn loop_candidates(
+    body: &[Stmt],
+    env: &FxHashMap<String, Binding>,
+    out: &mut FxHashMap<*const Stmt, Vec<String>>,
+) {
+    struct Walk<'s> {
+        /// The next statement's position (pre-order).
+        pos: u32,
+        /// The loops around the statement, outermost first: body address and
+        /// the position of the body's first statement.
+        chain: Vec<(*const Stmt, u32)>,
+        /// Each name's first assignment so far.
+        first: FxHashMap<&'s str, u32>,
+        found: FxHashMap<*const Stmt, FxHashSet<&'s str>>,
+        env: &'s FxHashMap<String, Binding>,
+    }
+    impl<'s> Walk<'s> {
+        fn assign(&mut self, name: &'s str, at: u32) {
+            let first = *self.first.entry(name).or_insert(at);
+            let outside = self.env.contains_key(name);
+            // Outward from the innermost loop: once a loop starts before the
+            // name's first assignment (and it is not bound outside), so do
+            // all around it; once a loop has the name, so do all around it.
+            for &(key, start) in self.chain.iter().rev() {
+                if !(outside || first < start) {
+                    break;
+                }
+                if !self.found.entry(key).or_default().insert(name) {
+                    break;
+                }
+            }
+        }
+        fn targets(&mut self, e: &'s Expr, at: u32) {
+            match &e.kind {
+                ExprKind::Name(id) => self.assign(&id.name, at),
+                ExprKind::Tuple(v) | ExprKind::List(v) => {
+                    v.iter().for_each(|x| self.targets(x, at))
+                }
+                _ => {}
+            }
+        }
+        fn block(&mut self, body: &'s [Stmt]) {
+            for s in body {
+                let at = self.pos;
+                self.pos += 1;
+                match &s.kind {
+                    StmtKind::Assign { target, .. } | StmtKind::AugAssign { target, .. } => {
+                        self.targets(target, at)
+                    }
+                    StmtKind::If { branches, orelse } => {
+                        for (_, b) in branches {
+                            self.block(b);
+                        }
+                        if let Some(b) = orelse {
+                            self.block(b);
+                        }
+                    }
+                    StmtKind::For { target, body, .. } => {
+                        self.assign(&target.name, at);
+                        self.loop_body(body);
+                    }
+                    StmtKind::While { body, .. } => self.loop_body(body),
+                    _ => {}
+                }
+            }
+        }
+        fn loop_body(&mut self, body: &'s [Stmt]) {
+            let key = body.as_ptr();
+            self.found.entry(key).or_default();
+            self.chain.push((key, self.pos));
+            self.block(body);
+            self.chain.pop();
+        }
+    }
+    let mut w = Walk {
+        pos: 0,
+        chain: Vec::new(),
+        first: FxHashMap::default(),
+        found: FxHashMap::default(),
+        env,
+    };
+    w.loop_body(body);
+    ENV_WORK.with(|c| c.set(c.get() + u64::from(w.pos)));
+    for (key, names) in w.found {
+        let mut names: Vec<String> = names.into_iter().map(str::to_string).collect();
+        names.sort();
+        out.insert(key, names);
+    }
+}
+
 thread_local! {
-    /// Bindings undone and merged for `if`s on this thread: the work the tests
-    /// count to show an `if` costs what its branches change.
+    /// Bindings undone and merged for `if`s, and names a loop's start and end
+    /// look at, on this thread: the work the tests count to show an `if` or a
+    /// loop costs what it changes.
     pub(crate) static ENV_WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -509,10 +607,15 @@ impl Checker<'_> {
     }
 
     fn loop_body(&mut self, target: Option<&Ident>, body: &[Stmt]) {
-        let mut assigned = Vec::new();
-        assigned_names(body, &mut assigned);
-        assigned.sort();
-        assigned.dedup();
+        // The names the body assigns that may be bound now, sorted: computed
+        // for a whole nest at its outermost loop, so each loop costs what it
+        // assigns to names bound before it, not a walk of everything inside.
+        let key = body.as_ptr();
+        let root = !self.loop_names.contains_key(&key);
+        if root {
+            loop_candidates(body, &self.env, &mut self.loop_names);
+        }
+        let assigned = self.loop_names.remove(&key).unwrap_or_default();
         for n in &assigned {
             let is_int = matches!(self.env.get(n), Some(Binding { ty: Ty::Scalar { dtype, .. }, kind: BindKind::Local | BindKind::LoopVar | BindKind::Param, .. }) if dtype.is_int());
             if is_int {
@@ -528,7 +631,13 @@ impl Checker<'_> {
                 }
             }
         }
-        let before = self.env.clone();
+        // From here the loop's frame records what the body changes.
+        self.loop_stamp += 1;
+        let stamp = self.loop_stamp;
+        self.loops.push(super::ctx::LoopFrame {
+            stamp,
+            ..Default::default()
+        });
         if let Some(t) = target {
             let sym = self.fresh_runtime(&t.name);
             let ty = Ty::scalar(DType::I32);
@@ -560,10 +669,27 @@ impl Checker<'_> {
         self.loop_depth += 1;
         self.block(body);
         self.loop_depth -= 1;
-        let mut names: Vec<&String> = before.keys().collect();
+        let frame = self.loops.pop().unwrap_or_default();
+        let done = assigned.len() + frame.changed.len() + frame.new_names.len();
+        ENV_WORK.with(|w| w.set(w.get() + done as u64));
+        // The enclosing loop's body changed what this one changed.
+        if let Some(outer) = self.loops.last().map(|f| f.stamp) {
+            for (name, b0) in &frame.changed {
+                if self.bound_before(name, outer) {
+                    if let Some(f) = self.loops.last_mut() {
+                        if !f.changed.contains_key(name) {
+                            f.changed.insert(name.clone(), b0.clone());
+                        }
+                    }
+                } else if let Some(f) = self.loops.last_mut() {
+                    f.new_names.push(name.clone());
+                }
+            }
+        }
+        let mut names: Vec<&String> = frame.changed.keys().collect();
         names.sort();
         for name in names {
-            let b0 = &before[name];
+            let b0 = &frame.changed[name];
             let Some(b1) = self.env.get(name) else {
                 continue;
             };
@@ -579,30 +705,32 @@ impl Checker<'_> {
                 );
             }
         }
-        let fresh: Vec<String> = assigned
+        let fresh: Vec<&String> = assigned
             .iter()
-            .filter(|n| before.contains_key(*n))
-            .cloned()
+            .filter(|n| self.env.contains_key(*n) && self.bound_before(n, stamp))
             .collect();
         for n in fresh {
-            let is_int = matches!(self.env.get(&n), Some(Binding { ty: Ty::Scalar { dtype, .. }, .. }) if dtype.is_int());
+            let is_int = matches!(self.env.get(n), Some(Binding { ty: Ty::Scalar { dtype, .. }, .. }) if dtype.is_int());
             if is_int {
-                let sym = self.fresh_runtime(&n);
-                if let Some(b) = self.env_mut(&n) {
+                let sym = self.fresh_runtime(n);
+                if let Some(b) = self.env_mut(n) {
                     b.value = Some(Value::Int(sym));
                 }
             }
         }
-        let new: Vec<String> = self
-            .env
-            .keys()
-            .filter(|n| !before.contains_key(*n))
-            .cloned()
-            .collect();
-        for name in new {
-            if let Some(b) = self.env_mut(&name) {
+        // Names first bound in the loop may be unbound after it. Inner loops
+        // marked their own; the undo log needs no entry (an `if` branch that
+        // bound the name removes it whole).
+        for name in &frame.new_names {
+            if self.bound_before(name, stamp) {
+                continue;
+            }
+            if let Some(b) = self.env.get_mut(name) {
                 b.maybe_unbound = true;
             }
+        }
+        if self.loops.is_empty() && root {
+            self.loop_names.clear();
         }
     }
 

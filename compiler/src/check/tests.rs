@@ -447,3 +447,38 @@ fn if_environment_work_grows_linearly_with_names_and_ifs() {
         "4x the names and ifs cost {large} against {small}"
     );
 }
+
+/// A nest of `n` loops (`for` and `while` in turn), each with its own
+/// variable and each changing a value bound before the nest: the loops'
+/// environment work grows with the depth, not with the depth squared.
+#[test]
+fn loop_environment_work_grows_linearly_with_nesting_depth() {
+    let work = |n: usize| {
+        let mut s = String::from(
+            "@kernel(grid=(cdiv(N, 1024),), num_warps=1)\ndef nest(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    i = program_id(0) * 1024\n    a = load(x[i : i + 1024])\n    c = 0\n",
+        );
+        for k in 0..n {
+            let ind = " ".repeat(k + 4);
+            if k % 2 == 0 {
+                s += &format!("{ind}for j{k} in range(4):\n");
+            } else {
+                s += &format!("{ind}while c < {k}:\n{ind} c = c + 1\n");
+            }
+            s += &format!("{ind} b{k} = a + 1.0\n{ind} a = b{k}\n");
+        }
+        s += "    store(out[i : i + 1024], a)\n";
+        let before = super::stmt::ENV_WORK.with(|w| w.get());
+        let problems = run_case(Path::new("nest.tsr"), &s);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        super::stmt::ENV_WORK.with(|w| w.get()) - before
+    };
+    // Deep nests recurse deeper than a test thread's stack holds.
+    let (small, large) =
+        crate::stack::with_stack(move || (work(100), work(400))).expect("a thread");
+    assert!(small > 0, "the loops did no environment work");
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 4.8,
+        "100 nested loops took {small} steps, 400 took {large} ({ratio:.2}x)"
+    );
+}

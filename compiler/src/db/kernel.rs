@@ -84,7 +84,8 @@ pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, Item
 /// The Target IR of one kernel item for `options`' arch: its Tile IR (see
 /// `tile_ir`; its diagnostics are returned as they are) lowered by
 /// `ir::target::lower` and verified. A construct the code generator cannot
-/// lower yet is E0512 with the span of the Tile IR op (item-relative).
+/// lower yet is E0512 with the span of the Tile IR op (item-relative); a
+/// kernel over `ir::target::MAX_KERNEL_INSTS` instructions is E0119.
 #[salsa::tracked(returns(ref))]
 pub fn target_ir<'db>(
     db: &'db dyn Db,
@@ -98,7 +99,10 @@ pub fn target_ir<'db>(
             debug_assert_eq!(crate::ir::target::verify::verify(&k), Ok(()));
             Ok(Arc::new(k))
         }
-        Err(u) => Err(vec![Diagnostic::new("E0512", u.span, u.message)]),
+        Err(u) => Err(vec![match u.too_large {
+            Some(help) => Diagnostic::new("E0119", u.span, u.message).with_help(help),
+            None => Diagnostic::new("E0512", u.span, u.message),
+        }]),
     }
 }
 

@@ -57,6 +57,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0114", "`break` or `continue` outside a loop"),
     e("E0115", "`return` outside a function"),
     e("E0116", "expression nested too deeply"),
+    e("E0119", "kernel too large"),
     // E02xx names and imports
     e("E0201", "unknown name"),
     e("E0202", "unknown module"),

@@ -191,6 +191,8 @@ fn corpus_kernels_assemble_with_ptxas() {
                         lowered += 1;
                         ok.push((name, item, off, spec_k));
                     }
+                    // Over the size limit on purpose (its UI test): nothing to assemble.
+                    Err(d) if d.iter().all(|d| d.code == "E0119") => {}
                     Err(d) if d.iter().all(|d| d.code == "E0512") => {
                         unsupported.push(format!("{where_}: {}", d[0].message))
                     }

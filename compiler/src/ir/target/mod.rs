@@ -43,7 +43,7 @@ mod dump;
 
 use crate::target::Arch;
 pub use layout::{Layout, LayoutKind, Term};
-pub use lower::{lower, Unsupported};
+pub use lower::{lower, Unsupported, MAX_KERNEL_INSTS};
 
 /// A virtual register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -43,6 +43,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::env::ScopedEnv;
 use super::*;
 use crate::check::builtins::{Builtin, Builtin as B};
 use crate::check::consts::{eval_const, fold_binary, fold_call, fold_unary};
@@ -296,7 +297,7 @@ fn lower_inner(
         consts: HashMap::new(),
         dims: HashMap::new(),
         scalar_params: HashMap::new(),
-        env: HashMap::new(),
+        env: ScopedEnv::new(),
         params: Vec::new(),
         specialization: BTreeMap::new(),
         divisibility: BTreeMap::new(),
@@ -305,6 +306,7 @@ fn lower_inner(
         loop_depth: 0,
         missing_dims: Vec::new(),
         reads: Reads::default(),
+        jumps: JumpTable::default(),
         diags: Vec::new(),
     };
     match l.kernel(spec) {
@@ -385,7 +387,7 @@ struct Lowerer<'a> {
     consts: HashMap<(DType, u64), Value>,
     dims: HashMap<(usize, usize), Value>,
     scalar_params: HashMap<usize, Value>,
-    env: HashMap<String, LV>,
+    env: ScopedEnv<LV>,
     params: Vec<Param>,
     specialization: BTreeMap<String, i64>,
     /// The divisors of `spec.divisors` that name a run-time dim or integer
@@ -400,6 +402,7 @@ struct Lowerer<'a> {
     missing_dims: Vec<String>,
     /// Where the kernel's names are read, for liveness.
     reads: Reads,
+    jumps: JumpTable,
     diags: Vec<Diagnostic>,
 }
 
@@ -457,7 +460,7 @@ thread_local! {
 /// Counts `steps` units of work: a statement lowered, an expression node or
 /// statement visited for its reads, a range of a liveness chain searched.
 #[inline]
-fn work(steps: usize) {
+pub(super) fn work(steps: usize) {
     #[cfg(test)]
     WORK.with(|w| w.set(w.get() + steps as u64));
     #[cfg(not(test))]
@@ -692,36 +695,102 @@ impl Jumps {
     }
 }
 
-fn jumps(stmts: &[Stmt]) -> Jumps {
-    let mut j = Jumps::default();
-    for s in stmts {
-        match &s.kind {
-            StmtKind::Break => j.brk = true,
-            StmtKind::Continue => j.cont = true,
-            StmtKind::Return(_) => j.ret = true,
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
-                // A `return` in a nested loop leaves this loop too.
-                j.ret |= jumps(body).ret || contains_loop_return(body);
-            }
-            StmtKind::If { branches, orelse } => {
-                for b in branches
-                    .iter()
-                    .map(|(_, b)| b.as_slice())
-                    .chain(orelse.as_deref())
-                {
-                    let x = jumps(b);
-                    j.brk |= x.brk;
-                    j.cont |= x.cont;
-                    j.ret |= x.ret;
-                }
-            }
-            _ => {}
-        }
+/// Each statement's `Jumps` and whether a `return` is anywhere in it,
+/// computed once per kernel, so asking about a block costs its length rather
+/// than a walk of everything nested in it (loops ask at every level).
+#[derive(Default)]
+struct JumpTable(HashMap<*const Stmt, (Jumps, bool)>);
+
+impl JumpTable {
+    fn new(body: &[Stmt]) -> JumpTable {
+        let mut t = JumpTable::default();
+        t.fill(body);
+        t
     }
-    j
+
+    fn fill(&mut self, stmts: &[Stmt]) -> (Jumps, bool) {
+        let mut all = (Jumps::default(), false);
+        for s in stmts {
+            work(1);
+            let own = match &s.kind {
+                StmtKind::Break => (
+                    Jumps {
+                        brk: true,
+                        ..Jumps::default()
+                    },
+                    false,
+                ),
+                StmtKind::Continue => (
+                    Jumps {
+                        cont: true,
+                        ..Jumps::default()
+                    },
+                    false,
+                ),
+                StmtKind::Return(_) => (
+                    Jumps {
+                        ret: true,
+                        ..Jumps::default()
+                    },
+                    true,
+                ),
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                    // A `return` in a nested loop leaves this loop too; the
+                    // nested loop owns its `break`s and `continue`s.
+                    let (_, ret) = self.fill(body);
+                    (
+                        Jumps {
+                            ret,
+                            ..Jumps::default()
+                        },
+                        ret,
+                    )
+                }
+                StmtKind::If { branches, orelse } => {
+                    let mut x = (Jumps::default(), false);
+                    for b in branches
+                        .iter()
+                        .map(|(_, b)| b.as_slice())
+                        .chain(orelse.as_deref())
+                    {
+                        x = or(x, self.fill(b));
+                    }
+                    x
+                }
+                _ => (Jumps::default(), false),
+            };
+            self.0.insert(s as *const Stmt, own);
+            all = or(all, own);
+        }
+        all
+    }
+
+    /// The jumps of a block of this kernel.
+    fn jumps(&self, stmts: &[Stmt]) -> Jumps {
+        let mut j = Jumps::default();
+        for s in stmts {
+            work(1);
+            let own = match self.0.get(&(s as *const Stmt)) {
+                Some(own) => own.0,
+                None => JumpTable::default().fill(std::slice::from_ref(s)).0,
+            };
+            j = or((j, false), (own, false)).0;
+        }
+        j
+    }
 }
 
-/// Whether a `return` occurs anywhere in a block (loops included).
+fn or(a: (Jumps, bool), b: (Jumps, bool)) -> (Jumps, bool) {
+    (
+        Jumps {
+            brk: a.0.brk || b.0.brk,
+            cont: a.0.cont || b.0.cont,
+            ret: a.0.ret || b.0.ret,
+        },
+        a.1 || b.1,
+    )
+}
+
 fn contains_loop_return(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match &s.kind {
         StmtKind::Return(_) => true,
@@ -1068,6 +1137,7 @@ impl<'a> Lowerer<'a> {
             Some((last, init)) if matches!(last.kind, StmtKind::Return(None)) => init,
             _ => &f.body[..],
         };
+        self.jumps = JumpTable::new(body);
         if contains_loop_return(body) {
             // `if row >= M: return` guards the rest of the kernel; a `return`
             // in a loop breaks out of every loop and sets `returned`.
@@ -1389,7 +1459,7 @@ impl<'a> Lowerer<'a> {
             let live = Live::within(live_after, self.reads.span_of(&stmts[i + 1..]));
             self.stmt(s, &live)?;
             let rest = &stmts[i + 1..];
-            if rest.is_empty() || !jumps(std::slice::from_ref(s)).any() {
+            if rest.is_empty() || !self.jumps.jumps(std::slice::from_ref(s)).any() {
                 continue;
             }
             // After a `break`/`continue` that may have run, the rest is guarded.
@@ -1562,14 +1632,17 @@ impl<'a> Lowerer<'a> {
             Ok(true) => self.block(then, live_after),
             Ok(false) => self.if_chain(rest, orelse, live_after),
             Err(c) => {
-                let before = self.env.clone();
+                // Each branch runs on the environment in place and is rolled
+                // back; only what the branches changed is kept for the merge.
+                let frame = self.env.open();
                 self.b.begin();
                 self.block(then, live_after)?;
-                let then_env = std::mem::replace(&mut self.env, before.clone());
+                let then_env = self.env.rollback(&frame);
                 let then_r = self.b.end(vec![]);
                 self.b.begin();
                 self.if_chain(rest, orelse, live_after)?;
-                let else_env = std::mem::replace(&mut self.env, before.clone());
+                let else_env = self.env.rollback(&frame);
+                self.env.close(frame);
                 let else_r = self.b.end(vec![]);
                 let mut assigned = Vec::new();
                 assigned_names(then, &mut assigned);
@@ -1587,22 +1660,29 @@ impl<'a> Lowerer<'a> {
 
     /// The variables an `if` must yield: assigned in a branch (or the loop
     /// flags), live after, bound on both paths and different. Variables equal on
-    /// both paths are bound directly.
+    /// both paths are bound directly. A path's bindings are its changes
+    /// (`then_env`, `else_env`) over the environment before the `if`, which
+    /// the environment holds again.
     fn merged(
         &mut self,
         mut assigned: Vec<String>,
         live_after: &Live<'_>,
-        then_env: &HashMap<String, LV>,
-        else_env: &HashMap<String, LV>,
+        then_env: &HashMap<String, Option<LV>>,
+        else_env: &HashMap<String, Option<LV>>,
     ) -> Vec<(String, LV, LV)> {
         assigned.extend([CONT.to_string(), BRK.to_string(), RET.to_string()]);
         assigned.sort();
         assigned.dedup();
         let mut merged = Vec::new();
         for name in assigned {
-            let (Some(t), Some(o)) = (then_env.get(&name), else_env.get(&name)) else {
+            let on = |changes: &HashMap<String, Option<LV>>| match changes.get(&name) {
+                Some(v) => v.clone(),
+                None => self.env.get(&name).cloned(),
+            };
+            let (Some(t), Some(o)) = (on(then_env), on(else_env)) else {
                 continue;
             };
+            let (t, o) = (&t, &o);
             if !live_after.contains(&name, &self.reads)
                 && name != CONT
                 && name != BRK
@@ -1630,16 +1710,17 @@ impl<'a> Lowerer<'a> {
     /// Lowers `rest` only where `cond` holds (the statements after a
     /// `break`/`continue` that may have happened).
     fn guarded(&mut self, cond: Value, rest: &[Stmt], live_after: &Live<'_>, span: Span) -> R<()> {
-        let before = self.env.clone();
+        let frame = self.env.open();
         self.b.begin();
         self.block(rest, live_after)?;
-        let then_env = std::mem::replace(&mut self.env, before.clone());
+        let then_env = self.env.rollback(&frame);
+        self.env.close(frame);
         let then_r = self.b.end(vec![]);
         self.b.begin();
         let else_r = self.b.end(vec![]);
         let mut assigned = Vec::new();
         assigned_names(rest, &mut assigned);
-        let merged = self.merged(assigned, live_after, &then_env, &before);
+        let merged = self.merged(assigned, live_after, &then_env, &HashMap::new());
         self.emit_if(cond, then_r, else_r, merged, span)
     }
 
@@ -1705,7 +1786,7 @@ impl<'a> Lowerer<'a> {
                     && live.contains(n, &self.reads)
             })
             .collect();
-        if jumps(body).ret && self.env.contains_key(RET) {
+        if self.jumps.jumps(body).ret && self.env.contains_key(RET) {
             names.push(RET.to_string());
         }
         names
@@ -1870,10 +1951,10 @@ impl<'a> Lowerer<'a> {
         let live = Live::within(live_after, self.reads.span_of(body));
         let names = self.carried(body, &live, &target.name);
         let init = self.carried_init(&names, span)?;
-        let mut j = jumps(body);
+        let mut j = self.jumps.jumps(body);
         // A `return` leaves the loop like a `break`.
         j.brk |= j.ret;
-        let saved = self.env.clone();
+        let saved = self.env.open();
         if j.brk {
             // `for` with `break`: a `while` over (iv, broken, carried...).
             let step_c = self.sym_of(&step.0).and_then(|d| d.as_const());
@@ -1926,7 +2007,7 @@ impl<'a> Lowerer<'a> {
             );
             self.b.push(OpKind::Yield(vec![c]), vec![]);
             let cond_r = self.b.end(cargs);
-            self.env = saved.clone();
+            self.env.rollback(&saved);
             // The body, then iv += step.
             let iv_b = self.b.value(Type::Scalar(dt));
             let brk_b = self.b.value(Type::Scalar(DType::Bool));
@@ -1961,7 +2042,8 @@ impl<'a> Lowerer<'a> {
             vs.extend(self.carried_values(&names, &init, span)?);
             self.b.push(OpKind::Yield(vs), vec![]);
             let body_r = self.b.end(bargs);
-            self.env = saved;
+            self.env.rollback(&saved);
+            self.env.close(saved);
             let mut all_init = vec![lo_v, false_v];
             all_init.extend(init.iter().map(|(v, _)| *v));
             let types: Vec<Type> = all_init.iter().map(|v| self.b.ty(*v).clone()).collect();
@@ -1995,7 +2077,8 @@ impl<'a> Lowerer<'a> {
         let vs = self.carried_values(&names, &init, span)?;
         self.b.push(OpKind::Yield(vs), vec![]);
         let region = self.b.end(args);
-        self.env = saved;
+        self.env.rollback(&saved);
+        self.env.close(saved);
         let results = self.b.push(
             OpKind::For {
                 lo: lo_v,
@@ -2032,10 +2115,10 @@ impl<'a> Lowerer<'a> {
         let live = Live::within(live_after, (self.reads.position(s), end));
         let names = self.carried(body, &live, "");
         let init = self.carried_init(&names, span)?;
-        let mut j = jumps(body);
+        let mut j = self.jumps.jumps(body);
         // A `return` leaves the loop like a `break`.
         j.brk |= j.ret;
-        let saved = self.env.clone();
+        let saved = self.env.open();
         // With `break`, a `broken` flag is carried first.
         let mut all_init: Vec<(Value, bool)> = Vec::new();
         if j.brk {
@@ -2073,7 +2156,7 @@ impl<'a> Lowerer<'a> {
         }
         self.b.push(OpKind::Yield(vec![c]), vec![]);
         let cond_r = self.b.end(cargs);
-        self.env = saved.clone();
+        self.env.rollback(&saved);
         // The body region.
         let brk_b = flag_arg(self);
         self.enter_loop_body(j);
@@ -2101,7 +2184,8 @@ impl<'a> Lowerer<'a> {
         vs.extend(self.carried_values(&names, &init, span)?);
         self.b.push(OpKind::Yield(vs), vec![]);
         let body_r = self.b.end(bargs);
-        self.env = saved;
+        self.env.rollback(&saved);
+        self.env.close(saved);
         let types: Vec<Type> = all_init
             .iter()
             .map(|(v, _)| self.b.ty(*v).clone())
@@ -2173,7 +2257,7 @@ impl<'a> Lowerer<'a> {
                 Ok(true) => self.expr(then),
                 Ok(false) => self.expr(otherwise),
                 Err(c) => {
-                    let before = self.env.clone();
+                    let before = self.env.open();
                     self.b.begin();
                     let t = self.expr(then)?;
                     let then_r = self.b.end(vec![]);
@@ -2183,7 +2267,8 @@ impl<'a> Lowerer<'a> {
                     let tmp = "%ifexp".to_string();
                     self.emit_if(c, then_r, else_r, vec![(tmp.clone(), t, o)], e.span)?;
                     let r = self.env.remove(&tmp);
-                    self.env = before;
+                    self.env.rollback(&before);
+                    self.env.close(before);
                     r.ok_or(())
                 }
             },

@@ -526,3 +526,83 @@ fn lowering_work_grows_linearly_with_kernel_length() {
         );
     }
 }
+
+/// The work of lowering a kernel that binds `n` names and then has `n` `if`s,
+/// each changing one value.
+fn names_and_ifs_work(n: usize) -> u64 {
+    let mut src = String::from(
+        "@kernel(grid=(cdiv(N, 1024),), num_warps=1)\n\
+         def many(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
+         i = program_id(0) * 1024\n    v = load(x[i : i + 1024])\n    a = v\n",
+    );
+    for k in 0..n {
+        src += &format!("    b{k} = v + {k}.5\n");
+    }
+    for k in 0..n {
+        src += &format!("    if i > {k}:\n        a = a + b{k}\n");
+    }
+    src += "    store(out[i : i + 1024], a)\n";
+    let mut db = Database::new();
+    let file = db.set_source("/t/many.tsr", src);
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let before = lower::WORK.with(|w| w.get());
+    tile_ir(&db, item, db.options(), Specialization::new())
+        .clone()
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    lower::WORK.with(|w| w.get()) - before
+}
+
+#[test]
+fn lowering_work_grows_linearly_with_names_and_ifs() {
+    // Counted steps, not time; the environment's work is the bindings it
+    // copies or rolls back. Copying every name in scope for each `if` made
+    // 400 names and `if`s cost about four times 200.
+    let small = names_and_ifs_work(200);
+    let large = names_and_ifs_work(400);
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 2.2,
+        "200 names and ifs took {small} steps, 400 took {large} ({ratio:.2}x)"
+    );
+}
+
+/// The work of lowering a nest of `n` loops (`for` and `while` in turn),
+/// each changing a value carried out of the nest.
+fn nest_work(n: usize) -> u64 {
+    let mut src = String::from(
+        "@kernel(grid=(cdiv(N, 1024),), num_warps=1)\n\
+         def nest(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
+         i = program_id(0) * 1024\n    a = load(x[i : i + 1024])\n    c = 0\n",
+    );
+    for k in 0..n {
+        let ind = " ".repeat(k + 4);
+        if k % 2 == 0 {
+            src += &format!("{ind}for j{k} in range(4):\n");
+        } else {
+            src += &format!("{ind}while c < {k}:\n{ind} c = c + 1\n");
+        }
+        src += &format!("{ind} a = a + 1.0\n");
+    }
+    src += "    store(out[i : i + 1024], a)\n";
+    let mut db = Database::new();
+    let file = db.set_source("/t/nest.tsr", src);
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let before = lower::WORK.with(|w| w.get());
+    tile_ir(&db, item, db.options(), Specialization::new())
+        .clone()
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    lower::WORK.with(|w| w.get()) - before
+}
+
+#[test]
+fn lowering_work_grows_linearly_with_loop_depth() {
+    // Counted steps, not time. Asking every loop level for the jumps of the
+    // whole nest inside it made 200 levels cost about eight times 100.
+    let (small, large) =
+        crate::stack::with_stack(|| (nest_work(100), nest_work(200))).expect("a thread");
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 2.3,
+        "100 nested loops took {small} steps, 200 took {large} ({ratio:.2}x)"
+    );
+}

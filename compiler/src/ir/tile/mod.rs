@@ -408,6 +408,7 @@ pub enum OpKind {
 mod builder;
 mod cleanup;
 mod dump;
+mod env;
 mod limits;
 pub mod lower;
 mod verify;

@@ -73,14 +73,24 @@ use crate::ir::tile::{self, Constant, Value};
 use crate::syntax::span::Span;
 use crate::target::{Arch, Features};
 
-/// A construct the code generator cannot lower yet (no catalogue code: the
-/// front door reports it as "not supported yet"). The span is the Tile IR op's
-/// (item-relative).
+/// Why a kernel was not lowered: a construct the code generator cannot lower
+/// yet (the front door reports it as E0512, "not supported yet"), or a kernel
+/// over [`MAX_KERNEL_INSTS`] (E0119, with a help line). The span is the Tile
+/// IR op's (item-relative).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unsupported {
     pub span: Span,
     pub message: String,
+    /// `Some` for a kernel over the size limit: the help line.
+    pub too_large: Option<String>,
 }
+
+/// The most Target IR instructions one kernel may have. The largest kernels
+/// of the examples, the standard library and the tests have under 30,000;
+/// without a bound, a kernel whose source is small but expands per element
+/// (say, thousands of integer `**` on a tile) grows Target IR and PTX into
+/// gigabytes. Lowering stops as soon as a kernel passes it.
+pub const MAX_KERNEL_INSTS: usize = 500_000;
 
 impl std::fmt::Display for Unsupported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +113,7 @@ pub(crate) fn lower_with_plan(
     let info = arch.info();
     if !arch.is_nvidia() {
         return Err(Unsupported {
+            too_large: None,
             span: Span::default(),
             message: format!(
                 "no code generator for {} yet (only NVIDIA targets have one)",
@@ -134,6 +145,7 @@ pub(crate) fn lower_with_plan(
         buffers: Vec::new(),
         layouts: Vec::new(),
         span: Span::default(),
+        emitted: 0,
     };
     l.tid = l.new_reg(RegTy::I32);
     let tid = l.tid;
@@ -231,6 +243,8 @@ struct Lower<'a> {
     buffers: Vec<SmemBuffer>,
     layouts: Vec<(u32, Layout)>,
     span: Span,
+    /// Instructions emitted so far (see `MAX_KERNEL_INSTS`).
+    emitted: usize,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -312,6 +326,25 @@ impl<'a> Lower<'a> {
                 what.into(),
                 self.arch
             ),
+            too_large: None,
+        })
+    }
+
+    /// E0119 once the kernel has more than `MAX_KERNEL_INSTS` instructions,
+    /// naming the Tile IR op being lowered when it passed the limit.
+    fn check_size(&self) -> R<()> {
+        if self.emitted <= MAX_KERNEL_INSTS {
+            return Ok(());
+        }
+        Err(Unsupported {
+            span: self.span,
+            message: format!(
+                "kernel `{}` is too large: its code for {} passed {MAX_KERNEL_INSTS} instructions ({} when lowering stopped, here)",
+                self.tk.name, self.arch, self.emitted
+            ),
+            too_large: Some(
+                "split the kernel into smaller kernels, use smaller tiles (a smaller BLOCK) or fewer elements per thread, or compute long expressions (such as chains of integer `**`) in a loop".to_string(),
+            ),
         })
     }
 
@@ -321,7 +354,12 @@ impl<'a> Lower<'a> {
     }
 
     fn emit(&mut self, i: Inst) {
-        self.blocks.last_mut().expect("a block").push(i);
+        // Past the limit nothing more is kept: one op can expand a lot, and
+        // `region_ops` reports the kernel after the op.
+        self.emitted += 1;
+        if self.emitted <= MAX_KERNEL_INSTS {
+            self.blocks.last_mut().expect("a block").push(i);
+        }
     }
 
     fn reg_ty(&self, o: Operand) -> Option<RegTy> {

@@ -23,6 +23,7 @@ impl<'a> Lower<'a> {
                 return Ok(Some(vs.iter().map(|v| self.val(*v)).collect()));
             }
             self.op(op)?;
+            self.check_size()?;
         }
         Ok(None)
     }
