@@ -9,10 +9,12 @@
 //! it means the same on every target.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::layouts::row_major;
 use super::{Lower, R, TV};
 use crate::check::DType;
+use crate::ir::target::layout::Layout;
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::{self, Value};
 use crate::target::MmaFeed;
@@ -57,13 +59,7 @@ impl<'a> Lower<'a> {
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
         )));
         // Accumulator registers (written by every k step).
-        let init = match acc {
-            Some(c) => {
-                let c = self.val(c);
-                self.convert(&c, &layout)?.ops
-            }
-            None => vec![Operand::Float(0.0); layout.num_slots()],
-        };
+        let init = self.acc_operands(acc, &layout)?;
         let accs: Vec<Reg> = init
             .iter()
             .map(|&o| {
@@ -184,6 +180,22 @@ impl<'a> Lower<'a> {
             ops: accs.into_iter().map(Operand::Reg).collect(),
             ty: rt,
             dtype: out_dt,
+        })
+    }
+
+    /// The starting values of a `dot`'s accumulator in `layout`: `acc`
+    /// converted to it, or zeros.
+    pub(super) fn acc_operands(
+        &mut self,
+        acc: Option<Value>,
+        layout: &Rc<Layout>,
+    ) -> R<Vec<Operand>> {
+        Ok(match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
         })
     }
 }
