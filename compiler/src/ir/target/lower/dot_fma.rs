@@ -8,6 +8,7 @@
 //! a tf32 dot without tf32 tensor cores rounds its operands to tf32 first, so
 //! it means the same on every target.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -128,35 +129,28 @@ impl<'a> Lower<'a> {
         );
         let pb = self.bin(BinOp::Add, RegTy::U32, bcol, kb);
         let pb = self.materialize(RegTy::U32, pb).reg().expect("reg");
+        // One shared load per row of A and per column of B the slots touch.
+        let load_once = |l: &mut Self, map: &mut HashMap<u32, Reg>, at: u32, addr, offset| {
+            if let Entry::Vacant(e) = map.entry(at) {
+                let dst = l.new_reg(rt);
+                e.insert(dst);
+                l.emit(Inst::Ld {
+                    space: Space::Shared,
+                    mem: mt,
+                    dst: vec![dst],
+                    addr,
+                    offset,
+                    pred: None,
+                });
+            }
+        };
         let mut rows: HashMap<u32, Reg> = HashMap::new();
         let mut cols: HashMap<u32, Reg> = HashMap::new();
         for s in layout.slots.clone() {
-            if let std::collections::hash_map::Entry::Vacant(e) = rows.entry(s[0]) {
-                let dst = self.regs.len() as u32;
-                self.regs.push(rt);
-                e.insert(Reg(dst));
-                self.blocks.last_mut().expect("block").push(Inst::Ld {
-                    space: Space::Shared,
-                    mem: mt,
-                    dst: vec![Reg(dst)],
-                    addr: pa,
-                    offset: s[0] as i64 * k as i64 * es as i64,
-                    pred: None,
-                });
-            }
-            if let std::collections::hash_map::Entry::Vacant(e) = cols.entry(s[1]) {
-                let dst = self.regs.len() as u32;
-                self.regs.push(rt);
-                e.insert(Reg(dst));
-                self.blocks.last_mut().expect("block").push(Inst::Ld {
-                    space: Space::Shared,
-                    mem: mt,
-                    dst: vec![Reg(dst)],
-                    addr: pb,
-                    offset: a_bytes as i64 + s[1] as i64 * es as i64,
-                    pred: None,
-                });
-            }
+            let row_offset = s[0] as i64 * k as i64 * es as i64;
+            load_once(self, &mut rows, s[0], pa, row_offset);
+            let col_offset = a_bytes as i64 + s[1] as i64 * es as i64;
+            load_once(self, &mut cols, s[1], pb, col_offset);
         }
         for (i, s) in layout.slots.clone().iter().enumerate() {
             self.emit(Inst::Fma {
