@@ -4,9 +4,11 @@
 //! * every Rust source file of the compiler, the REPL and the language server
 //!   opens with a `//!` module doc saying what it is;
 //! * the layers point one way: [`FORBIDDEN`] lists, per directory of
-//!   `compiler/src`, the modules its non-test code must not name. Test code
-//!   (a `#[cfg(test)] mod` and its file, and the item after any other
-//!   `#[cfg(test)]`) may use anything, the database included.
+//!   `compiler/src`, the modules its code must not name. A rule of
+//!   [`Scope::Code`] spares test code (a `#[cfg(test)] mod` and its file, and
+//!   the item after any other `#[cfg(test)]`), so tests may build a database;
+//!   a rule of [`Scope::All`] holds for tests too: no test of the IR calls code
+//!   generation, and no test of the target table reaches above it.
 
 use std::path::{Path, PathBuf};
 
@@ -15,21 +17,31 @@ use tessera_tests::workspace_root;
 /// Directories whose every `.rs` file needs a module doc.
 const DOCUMENTED: &[&str] = &["compiler/src", "repl/src", "lsp/src", "tests/harness"];
 
-/// `(layer, module, why)`: code under `compiler/src/LAYER/` must not name
-/// `crate::MODULE` (or `tessera::MODULE`). One row per rule.
+/// Which code of a layer a rule of [`FORBIDDEN`] holds for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    /// Non-test code only: tests may use the module (the database, to set up
+    /// a case as a user would).
+    Code,
+    /// Test code too: the layer's tests must not depend on the module either.
+    All,
+}
+
+/// `(layer, module, scope, why)`: code under `compiler/src/LAYER/` must not
+/// name `crate::MODULE` (or `tessera::MODULE`). One row per rule.
 #[rustfmt::skip]
-const FORBIDDEN: &[(&str, &str, &str)] = &[
-    ("syntax",  "db", "the query layer calls the parser, not the reverse"),
-    ("diag",    "db", "diagnostics are plain data"),
-    ("check",   "db", "the checker takes a module scope, not a database"),
-    ("ir",      "db", "lowering takes checked items and scopes as data"),
-    ("backend", "db", "the back end takes Target IR, returns text and numbers"),
-    ("check",   "backend", "target facts are in `target`; the checker never needs a back end"),
-    ("ir",      "backend", "lowering asks `target` for features and instructions"),
-    ("target",  "db",      "target facts are data below every layer"),
-    ("target",  "check",   "target facts are data below every layer"),
-    ("target",  "ir",      "target facts are data below every layer"),
-    ("target",  "backend", "target facts are data below every layer"),
+const FORBIDDEN: &[(&str, &str, Scope, &str)] = &[
+    ("syntax",  "db",      Scope::Code, "the query layer calls the parser, not the reverse"),
+    ("diag",    "db",      Scope::Code, "diagnostics are plain data"),
+    ("check",   "db",      Scope::Code, "the checker takes a module scope, not a database"),
+    ("ir",      "db",      Scope::Code, "lowering takes checked items and scopes as data"),
+    ("backend", "db",      Scope::Code, "the back end takes Target IR, returns text and numbers"),
+    ("check",   "backend", Scope::All,  "target facts are in `target`; the checker never needs a back end"),
+    ("ir",      "backend", Scope::All,  "IR never imports code generation; PTX tests belong to `backend`"),
+    ("target",  "db",      Scope::All,  "target facts are data below every layer"),
+    ("target",  "check",   Scope::All,  "target facts are data below every layer"),
+    ("target",  "ir",      Scope::All,  "target facts are data below every layer"),
+    ("target",  "backend", Scope::All,  "target facts are data below every layer"),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -127,6 +139,14 @@ fn non_test_lines(text: &str) -> Vec<(usize, &str)> {
     out
 }
 
+/// The numbered lines of `text` a rule of `scope` reads.
+fn lines_in_scope(scope: Scope, text: &str) -> Vec<(usize, &str)> {
+    match scope {
+        Scope::Code => non_test_lines(text),
+        Scope::All => text.lines().enumerate().map(|(i, l)| (i + 1, l)).collect(),
+    }
+}
+
 /// The first path segments a line names after `crate::` or `tessera::`,
 /// including each member of a `crate::{a, b::c}` group.
 fn named_modules(line: &str) -> Vec<&str> {
@@ -163,7 +183,7 @@ fn layers_import_only_below_them() {
     let src = workspace_root().join("compiler/src");
     let mut violations = Vec::new();
     let mut checked = 0;
-    for (layer, forbidden, why) in FORBIDDEN {
+    for (layer, forbidden, scope, why) in FORBIDDEN {
         let mut files = Vec::new();
         rust_files(&src.join(layer), &mut files);
         let texts: Vec<(PathBuf, String)> =
@@ -173,11 +193,12 @@ fn layers_import_only_below_them() {
             .flat_map(|(f, t)| test_module_files(f, t))
             .collect();
         for (file, text) in &texts {
-            if test_files.contains(file) {
+            if *scope == Scope::Code && test_files.contains(file) {
                 continue;
             }
+            let lines = lines_in_scope(*scope, text);
             checked += 1;
-            for (n, line) in non_test_lines(text) {
+            for (n, line) in lines {
                 if named_modules(line).contains(forbidden) {
                     violations.push(format!(
                         "{}:{n}: `{layer}` names `{forbidden}` ({why}): {}",
@@ -211,6 +232,14 @@ fn the_checks_see_what_they_forbid() {
     let text = "use crate::ir;\n#[cfg(test)]\nuse crate::db::Database;\nfn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::db;\n}\n";
     let lines: Vec<&str> = non_test_lines(text).into_iter().map(|(_, l)| l).collect();
     assert_eq!(lines, ["use crate::ir;", "fn f() {}"]);
+    // A rule over test code too reads the test module.
+    let all: Vec<&str> = lines_in_scope(Scope::All, text)
+        .into_iter()
+        .flat_map(|(_, l)| named_modules(l))
+        .collect();
+    assert_eq!(all, ["ir", "db", "db"]);
+    let ir_backend = FORBIDDEN.iter().find(|r| (r.0, r.1) == ("ir", "backend"));
+    assert_eq!(ir_backend.map(|r| r.2), Some(Scope::All));
     let file = Path::new("/x/ir/mod.rs");
     let decl = "#[cfg(test)]\nmod lower_tests;\nmod tile;\n";
     assert_eq!(

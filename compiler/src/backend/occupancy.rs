@@ -1,5 +1,10 @@
 //! Occupancy: how many blocks of a kernel are resident on one SM at a time.
 //!
+//! This file is the calculation only: every number it uses (register file,
+//! allocation units and granularities, resident warps and blocks, shared
+//! memory per SM, its carveouts and the driver's reserve) is a row of the
+//! target table, [`crate::target::limits`].
+//!
 //! For NVIDIA targets this is the calculation of NVIDIA's occupancy calculator
 //! (`CUDA_Occupancy_Calculator.xls`, and `cuda_occupancy.h`, which implements
 //! `cudaOccupancyMaxActiveBlocksPerMultiprocessor`), step for step:
@@ -145,22 +150,11 @@ fn round_up(x: u64, unit: u64) -> u64 {
     }
 }
 
-/// The shared memory per SM for a requested size: the smallest carveout that
-/// holds `bytes`, or `None` when none does.
-pub fn align_up_carveout(arch: Arch, bytes: u64) -> Option<u32> {
-    arch.info()
-        .smem_carveouts
-        .iter()
-        .copied()
-        .find(|&c| c as u64 >= bytes)
-}
-
 /// Resident blocks per SM (CU) of a kernel whose blocks use `usage`, with the
 /// limiting resource.
 ///
-/// AMD model (gfx90a, gfx942: 4 SIMDs per CU, 8 waves per SIMD, 512 VGPRs per
-/// lane, granule 8; gfx1100 in CU mode: 2 SIMD32s, 16 waves each, 1536 VGPRs per
-/// lane, granule 24): a wave takes `round_up(vgprs, granule)` VGPRs per lane on
+/// AMD model (the rows give, e.g., gfx90a 4 SIMDs per CU, 8 waves per SIMD, 512
+/// VGPRs per lane, granule 8): a wave takes `round_up(vgprs, granule)` VGPRs per lane on
 /// its SIMD, so a SIMD holds `min(waves per SIMD, VGPRs per lane / that)` waves;
 /// the waves of a block are spread over the SIMDs, so blocks by VGPRs =
 /// `SIMDs * waves per SIMD / waves per block`. LDS is allocated in 512-byte
@@ -230,7 +224,7 @@ pub fn occupancy(arch: Arch, usage: BlockUsage, carveout: Carveout) -> Occupancy
         Carveout::Percent(p) => {
             // The percentage applies to the largest carveout; the calculator
             // rejects values above 100, we clamp.
-            align_up_carveout(arch, p.min(100) as u64 * info.smem_per_sm as u64 / 100)
+            info.carveout_holding(p.min(100) as u64 * info.smem_per_sm as u64 / 100)
                 .unwrap_or(info.smem_per_sm) as u64
         }
     };
@@ -240,7 +234,7 @@ pub fn occupancy(arch: Arch, usage: BlockUsage, carveout: Carveout) -> Occupancy
         let sm = if preference >= smem_per_block {
             preference
         } else {
-            align_up_carveout(arch, smem_per_block)
+            info.carveout_holding(smem_per_block)
                 .map(u64::from)
                 .unwrap_or(info.smem_per_sm as u64)
         };
@@ -405,6 +399,110 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A row of the occupancy calculator's "GPU Data" sheet, written down
+    /// here apart from the target table so that the table is checked against
+    /// it: compute capability 7.0-8.6 as the calculator lists them (warps,
+    /// blocks, register file, its 256-register unit and 4-warp granularity,
+    /// shared memory per SM and its unit); 8.9 and 9.0 from the programming
+    /// guide's compute-capability table, with 8.x's units. `reserved` is the
+    /// 1 KiB of shared memory the CUDA runtime takes per block from 8.0,
+    /// `max_smem_block` the opt-in shared memory of one block.
+    struct CalcRow {
+        arch: Arch,
+        warps: u64,
+        blocks: u64,
+        smem_sm: u64,
+        smem_unit: u64,
+        reserved: u64,
+        max_smem_block: u64,
+    }
+
+    #[rustfmt::skip]
+    const CALC: &[CalcRow] = &[
+        CalcRow { arch: Arch::Sm70, warps: 64, blocks: 32, smem_sm: 98304, smem_unit: 256, reserved: 0, max_smem_block: 98304 },
+        CalcRow { arch: Arch::Sm75, warps: 32, blocks: 16, smem_sm: 65536, smem_unit: 256, reserved: 0, max_smem_block: 65536 },
+        CalcRow { arch: Arch::Sm80, warps: 64, blocks: 32, smem_sm: 167936, smem_unit: 128, reserved: 1024, max_smem_block: 166912 },
+        CalcRow { arch: Arch::Sm86, warps: 48, blocks: 16, smem_sm: 102400, smem_unit: 128, reserved: 1024, max_smem_block: 101376 },
+        CalcRow { arch: Arch::Sm89, warps: 48, blocks: 24, smem_sm: 102400, smem_unit: 128, reserved: 1024, max_smem_block: 101376 },
+        CalcRow { arch: Arch::Sm90, warps: 64, blocks: 32, smem_sm: 233472, smem_unit: 128, reserved: 1024, max_smem_block: 232448 },
+    ];
+
+    /// Blocks per SM by the calculator's formulas ("Maximum Thread Blocks Per
+    /// Multiprocessor": the least of the warp/block, register and shared
+    /// memory limits; a resource a block does not use does not limit), for the
+    /// default (largest) carveout. Registers: 65536 per SM and per block, 255
+    /// at most a thread, 256 a warp's unit, warps in groups of 4.
+    fn calculator_blocks(row: &CalcRow, threads: u64, regs: u64, smem: u64) -> u64 {
+        let ceil = |a: u64, b: u64| a.div_ceil(b) * b;
+        let floor = |a: u64, b: u64| a / b * b;
+        let warps = threads.div_ceil(32);
+        let by_warps = row.blocks.min(row.warps / warps);
+        let by_regs = if regs > 255 {
+            0
+        } else if regs > 0 {
+            floor(65536 / ceil(regs * 32, 256), 4) / warps
+        } else {
+            row.blocks
+        };
+        let smem_block = ceil(smem + row.reserved, row.smem_unit);
+        let by_smem = row.smem_sm.checked_div(smem_block).unwrap_or(row.blocks);
+        by_warps.min(by_regs).min(by_smem)
+    }
+
+    /// The calculation and the target table agree with the calculator's own
+    /// formulas and data over a sweep of block sizes, registers and shared
+    /// memory on every NVIDIA arch.
+    #[test]
+    fn agrees_with_the_occupancy_calculator() {
+        let mut checked = 0;
+        for row in CALC {
+            let info = row.arch.info();
+            assert_eq!(
+                (info.max_warps_per_sm as u64, info.max_blocks_per_sm as u64),
+                (row.warps, row.blocks),
+                "{}",
+                row.arch
+            );
+            // Sizes just past a unit (3073, 12_345) tell the units apart.
+            let smems = [
+                0,
+                1,
+                1000,
+                3073,
+                4096,
+                6000,
+                10_000,
+                12_345,
+                20 * KB as u64,
+                48 * KB as u64,
+                row.max_smem_block / 3,
+                row.max_smem_block,
+            ];
+            for threads in (32..=1024).step_by(32) {
+                for regs in [
+                    0, 1, 16, 24, 32, 37, 40, 48, 56, 64, 72, 80, 96, 128, 168, 200, 232, 255,
+                ] {
+                    for smem in smems {
+                        let want = calculator_blocks(row, threads, regs, smem);
+                        let usage = BlockUsage {
+                            threads: threads as u32,
+                            regs_per_thread: regs as u32,
+                            smem_bytes: smem as u32,
+                        };
+                        let got = occupancy(row.arch, usage, Carveout::Default).blocks_per_sm;
+                        assert_eq!(
+                            got as u64, want,
+                            "{} {threads} threads {regs} regs {smem} B",
+                            row.arch
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 6 * 32 * 18 * 12);
     }
 
     #[test]

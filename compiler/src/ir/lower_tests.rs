@@ -913,66 +913,6 @@ fn tsrc_emit_graph_and_schedule_ir() {
 }
 
 #[test]
-fn generated_kernels_lower_to_target_ir_and_ptx() {
-    // Every kind of generated kernel (fused flat and every-axis, reductions,
-    // transpose, permute and slice copies, copy, softmax, layer norm, batched and
-    // integer gemms, kernels inside control-flow regions) goes through Target IR
-    // and into a PTX module on the three PTX families. (Assembled with ptxas for
-    // sm_70/80/90 when this was written: all accepted.)
-    let srcs: Vec<(String, &str)> = vec![
-        (SCALED_SUM.to_string(), "scaled_sum"),
-        (r#"def f(x: Tensor["B", "H", "N", "M", f32], mask: Tensor["N", "M", f32], s: f32) -> Tensor["B", "H", "N", "M", f32]:
-    return (x + mask) * s
-"#.to_string(), "f"),
-        (r#"def red(x: Tensor["B", "M", "N", f16], i: Tensor["M", "N", i32]) -> Tensor["B", "N", f32]:
-    return sum(x, dim=1).to(f32) + min(x, dim=1).to(f32) * mean(i)
-"#.to_string(), "red"),
-        (r#"def abt(a: Tensor["M", "K", f16], b: Tensor["N", "K", f16]) -> Tensor["M", "N", f32]:
-    return matmul(a, b.T).to(f32)
-"#.to_string(), "abt"),
-        (r#"def sa(x: Tensor["A", "K", "C", f32], y: Tensor["A", "K", bf16]) -> Tensor["A", "K", "C", f32]:
-    return softmax(x, dim=1) + layer_norm(y, None, None).to(f32)[:, :, None]
-"#.to_string(), "sa"),
-        (r#"def bm(a: Tensor["B", "H", "S", "D", bf16], b: Tensor["H", "D", "T", bf16]) -> Tensor["B", "H", "S", "T", f32]:
-    return (a @ b).to(f32)
-"#.to_string(), "bm"),
-        (r#"def pk(x: Tensor["B", "M", "N", f16], i: i32) -> Tensor["N", "M", f32]:
-    return transpose(x, 0, 2)[:, :, 1].to(f32) + x[i, :, -1][None, :].to(f32) + x[0, 0, 0].to(f32)
-"#.to_string(), "pk"),
-        (r#"def im(a: Tensor["B", "M", "K", i8], b: Tensor["K", "N", i8]) -> Tensor["B", "M", "N", i32]:
-    return matmul(a, b).to(i32)
-"#.to_string(), "im"),
-        (r#"def lp(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
-    for i in range(n):
-        if i % 2 == 0:
-            x = x * 2.0
-    return x
-"#.to_string(), "lp"),
-    ];
-    for arch in ["sm_70", "sm_80", "sm_90"] {
-        let arch: crate::target::Arch = arch.parse().unwrap();
-        for (src, name) in &srcs {
-            let s = schedule_of(src, name);
-            let mut lowered = Vec::new();
-            for k in &s.kernels {
-                let tk = crate::ir::target::lower(k, arch)
-                    .unwrap_or_else(|u| panic!("{arch} {}: {}", k.name, u.message));
-                assert_eq!(crate::ir::target::verify::verify(&tk), Ok(()), "{}", k.name);
-                lowered.push(tk);
-            }
-            let ptx = crate::backend::ptx::module(arch, &lowered);
-            for k in &s.kernels {
-                assert!(
-                    ptx.contains(&format!(".entry {}(", k.name)),
-                    "{arch} {name}: {}",
-                    k.name
-                );
-            }
-        }
-    }
-}
-
-#[test]
 fn generic_calls_inline_the_instance_of_each_call() {
     let src = r#"def inner[T: float](x: Tensor["*B", "N", T]) -> Tensor["*B", "N", T]:
     return x - max(x, dim=-1, keepdims=True)

@@ -2,10 +2,13 @@
 //! checker, the IRs and the backends ask here and this module imports none of
 //! them. Each fact is a row with the source of its number:
 //!
-//! * [`ArchInfo`] (this file): the limits the checker, the occupancy
-//!   calculator and the resource estimator need (CUDA C Programming Guide,
-//!   compute capability tables; cuda_occupancy.h; AMD's CDNA2/CDNA3/RDNA3 ISA
-//!   guides and LLVM AMDGPU).
+//! * [`ArchInfo`] ([`limits`]): the limits the checker, the occupancy
+//!   calculator and the resource estimator need — register file and its
+//!   allocation units, resident warps and blocks, shared memory per SM and its
+//!   carveouts — one row per arch (CUDA C Programming Guide, compute
+//!   capability tables; NVIDIA's occupancy calculator and cuda_occupancy.h;
+//!   AMD's CDNA2/CDNA3/RDNA3 ISA guides and LLVM AMDGPU). The calculation
+//!   that reads them is `backend::occupancy`.
 //! * [`Features`] ([`features`]): what an arch's instruction set has (PTX ISA
 //!   version, `ldmatrix`, `cp.async`, fast `tanh`) and its matrix
 //!   instructions.
@@ -20,10 +23,12 @@
 //! target is a new `Arch` variant and its rows in each table.
 
 pub mod features;
+pub mod limits;
 pub mod mma;
 pub mod ptxas;
 
 pub use features::Features;
+pub use limits::{ArchInfo, Vendor};
 pub use mma::{select_mma, Elem, MmaFeed, MmaInst, MmaKind, Precision};
 
 use std::fmt;
@@ -42,48 +47,6 @@ pub enum Arch {
     Gfx90a,
     Gfx942,
     Gfx1100,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Vendor {
-    Nvidia,
-    Amd,
-}
-
-/// Per-target limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArchInfo {
-    pub name: &'static str,
-    pub vendor: Vendor,
-    /// Threads per warp (NVIDIA) or wavefront (AMD).
-    pub warp_size: u32,
-    pub max_threads_per_block: u32,
-    /// 32-bit registers per SM (NVIDIA) or VGPRs per SIMD lane × lanes (AMD: per CU).
-    pub regs_per_sm: u32,
-    /// Most 32-bit registers one thread may use (beyond this the compiler spills).
-    pub max_regs_per_thread: u32,
-    /// Shared memory (LDS) one block may use, with the opt-in carveout.
-    pub max_smem_per_block: u32,
-    /// Shared memory per SM (CU).
-    pub smem_per_sm: u32,
-    pub max_warps_per_sm: u32,
-    pub max_blocks_per_sm: u32,
-    /// Registers one block may use (NVIDIA `regsPerBlock`).
-    pub regs_per_block: u32,
-    /// Registers are allocated to a warp in units of this many (NVIDIA: 256 per
-    /// warp); on AMD, VGPRs are allocated to a wave in units of this many per lane.
-    pub reg_alloc_unit: u32,
-    /// Warps are given registers in groups of this many: the SM's sub-partitions
-    /// (NVIDIA: 4, the calculator's "warp allocation granularity"); on AMD, the
-    /// SIMDs of a CU (WGP), each with its own register file.
-    pub warp_alloc_granularity: u32,
-    /// Shared memory (LDS) is allocated per block in units of this many bytes.
-    pub smem_alloc_unit: u32,
-    /// Shared memory the driver reserves for every block (1 KiB on sm_80 and later).
-    pub smem_reserved_per_block: u32,
-    /// The shared-memory sizes per SM that the L1/shared split can be set to,
-    /// in bytes, ascending; the last is `smem_per_sm`.
-    pub smem_carveouts: &'static [u32],
 }
 
 /// The largest launch grid, per axis: CUDA's limits (x at most 2^31 - 1, y and
@@ -125,47 +88,6 @@ pub fn check_num_stages(n: i64) -> Result<(), String> {
     }
 }
 
-impl ArchInfo {
-    /// The most bytes one tile may occupy on this target: everything a block
-    /// can hold at once, its whole register file plus its shared memory. A
-    /// bigger tile cannot exist on the chip however it is laid out or spilled
-    /// to shared memory, whatever `num_warps` is.
-    pub fn max_tile_bytes(&self) -> u64 {
-        self.regs_per_block as u64 * 4 + self.max_smem_per_block as u64
-    }
-}
-
-const KB: u32 = 1024;
-/// Shared-memory capacities per SM the carveout can select (cuda_occupancy.h,
-/// `cudaOccAlignUpShmemSizeVoltaPlus`; CUDA C Programming Guide, compute
-/// capability sections; Hopper tuning guide).
-const CARVEOUT_70: &[u32] = &[0, 8 * KB, 16 * KB, 32 * KB, 64 * KB, 96 * KB];
-const CARVEOUT_75: &[u32] = &[32 * KB, 64 * KB];
-const CARVEOUT_80: &[u32] = &[
-    0,
-    8 * KB,
-    16 * KB,
-    32 * KB,
-    64 * KB,
-    100 * KB,
-    132 * KB,
-    164 * KB,
-];
-const CARVEOUT_86: &[u32] = &[0, 8 * KB, 16 * KB, 32 * KB, 64 * KB, 100 * KB];
-const CARVEOUT_90: &[u32] = &[
-    0,
-    8 * KB,
-    16 * KB,
-    32 * KB,
-    64 * KB,
-    100 * KB,
-    132 * KB,
-    164 * KB,
-    196 * KB,
-    228 * KB,
-];
-const LDS_64K: &[u32] = &[64 * KB];
-
 impl Arch {
     pub const ALL: [Arch; 10] = [
         Arch::Sm70,
@@ -179,104 +101,6 @@ impl Arch {
         Arch::Gfx942,
         Arch::Gfx1100,
     ];
-
-    pub fn info(self) -> ArchInfo {
-        // NVIDIA: the CUDA C Programming Guide's table of technical
-        // specifications per compute capability, and the allocation rules of
-        // the occupancy calculator (cuda_occupancy.h): registers in units of 256
-        // per warp over 4 sub-partitions; shared memory in units of 256 bytes
-        // before sm_80 and 128 bytes from sm_80, plus 1 KiB the driver reserves
-        // per block from sm_80. `max_smem_per_block` is the opt-in limit
-        // (`sharedMemPerBlockOptin`), without the reserved KiB.
-        let nv = |name,
-                  (max_smem_per_block, smem_per_sm, smem_carveouts): (u32, u32, &'static [u32]),
-                  max_warps_per_sm,
-                  max_blocks_per_sm| {
-            let ampere_or_later = !matches!(name, "sm_70" | "sm_75");
-            ArchInfo {
-                name,
-                vendor: Vendor::Nvidia,
-                warp_size: 32,
-                max_threads_per_block: 1024,
-                regs_per_sm: 65536,
-                max_regs_per_thread: 255,
-                max_smem_per_block,
-                smem_per_sm,
-                max_warps_per_sm,
-                max_blocks_per_sm,
-                regs_per_block: 65536,
-                reg_alloc_unit: 256,
-                warp_alloc_granularity: 4,
-                smem_alloc_unit: if ampere_or_later { 128 } else { 256 },
-                smem_reserved_per_block: if ampere_or_later { 1024 } else { 0 },
-                smem_carveouts,
-            }
-        };
-        let smem_70 = (96 * KB, 96 * KB, CARVEOUT_70);
-        let smem_75 = (64 * KB, 64 * KB, CARVEOUT_75);
-        let smem_80 = (163 * KB, 164 * KB, CARVEOUT_80);
-        let smem_86 = (99 * KB, 100 * KB, CARVEOUT_86);
-        let smem_90 = (227 * KB, 228 * KB, CARVEOUT_90);
-        match self {
-            Arch::Sm70 => nv("sm_70", smem_70, 64, 32),
-            Arch::Sm75 => nv("sm_75", smem_75, 32, 16),
-            Arch::Sm80 => nv("sm_80", smem_80, 64, 32),
-            Arch::Sm86 => nv("sm_86", smem_86, 48, 16),
-            Arch::Sm89 => nv("sm_89", smem_86, 48, 24),
-            Arch::Sm90 => nv("sm_90", smem_90, 64, 32),
-            Arch::Sm90a => nv("sm_90a", smem_90, 64, 32),
-            Arch::Gfx90a | Arch::Gfx942 => ArchInfo {
-                name: if self == Arch::Gfx90a {
-                    "gfx90a"
-                } else {
-                    "gfx942"
-                },
-                vendor: Vendor::Amd,
-                warp_size: 64,
-                max_threads_per_block: 1024,
-                // 4 SIMDs × 64 lanes × 512 VGPRs (256 arch + 256 acc).
-                regs_per_sm: 4 * 64 * 512,
-                max_regs_per_thread: 512,
-                max_smem_per_block: 65_536,
-                smem_per_sm: 65_536,
-                max_warps_per_sm: 32,
-                max_blocks_per_sm: 32,
-                regs_per_block: 4 * 64 * 512,
-                // VGPRs are allocated to a wave in granules of 8 per lane
-                // (LLVM AMDGPU, `getVGPRAllocGranule` for gfx90a/gfx942).
-                reg_alloc_unit: 8,
-                // 4 SIMDs per CU, 8 waves each.
-                warp_alloc_granularity: 4,
-                // LDS_SIZE is encoded in units of 128 dwords.
-                smem_alloc_unit: 512,
-                smem_reserved_per_block: 0,
-                smem_carveouts: LDS_64K,
-            },
-            Arch::Gfx1100 => ArchInfo {
-                name: "gfx1100",
-                vendor: Vendor::Amd,
-                warp_size: 32,
-                max_threads_per_block: 1024,
-                // 2 SIMDs × 32 lanes × 1536 VGPRs per WGP half; 256 per lane max.
-                regs_per_sm: 2 * 32 * 1536,
-                max_regs_per_thread: 256,
-                max_smem_per_block: 65_536,
-                // Per CU (CU mode, which the resource model assumes; a WGP pairs
-                // two CUs and 128 KiB).
-                smem_per_sm: 65_536,
-                max_warps_per_sm: 32,
-                max_blocks_per_sm: 32,
-                regs_per_block: 2 * 32 * 1536,
-                // 1536-VGPR parts allocate wave32 VGPRs in granules of 24.
-                reg_alloc_unit: 24,
-                // The CU's 2 SIMD32s, 16 waves each.
-                warp_alloc_granularity: 2,
-                smem_alloc_unit: 512,
-                smem_reserved_per_block: 0,
-                smem_carveouts: LDS_64K,
-            },
-        }
-    }
 
     pub fn name(self) -> &'static str {
         self.info().name

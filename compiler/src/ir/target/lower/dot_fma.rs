@@ -8,11 +8,14 @@
 //! a tf32 dot without tf32 tensor cores rounds its operands to tf32 first, so
 //! it means the same on every target.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::layouts::row_major;
 use super::{Lower, R, TV};
 use crate::check::DType;
+use crate::ir::target::layout::Layout;
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::{self, Value};
 use crate::target::MmaFeed;
@@ -57,13 +60,7 @@ impl<'a> Lower<'a> {
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
         )));
         // Accumulator registers (written by every k step).
-        let init = match acc {
-            Some(c) => {
-                let c = self.val(c);
-                self.convert(&c, &layout)?.ops
-            }
-            None => vec![Operand::Float(0.0); layout.num_slots()],
-        };
+        let init = self.acc_operands(acc, &layout)?;
         let accs: Vec<Reg> = init
             .iter()
             .map(|&o| {
@@ -132,35 +129,28 @@ impl<'a> Lower<'a> {
         );
         let pb = self.bin(BinOp::Add, RegTy::U32, bcol, kb);
         let pb = self.materialize(RegTy::U32, pb).reg().expect("reg");
+        // One shared load per row of A and per column of B the slots touch.
+        let load_once = |l: &mut Self, map: &mut HashMap<u32, Reg>, at: u32, addr, offset| {
+            if let Entry::Vacant(e) = map.entry(at) {
+                let dst = l.new_reg(rt);
+                e.insert(dst);
+                l.emit(Inst::Ld {
+                    space: Space::Shared,
+                    mem: mt,
+                    dst: vec![dst],
+                    addr,
+                    offset,
+                    pred: None,
+                });
+            }
+        };
         let mut rows: HashMap<u32, Reg> = HashMap::new();
         let mut cols: HashMap<u32, Reg> = HashMap::new();
         for s in layout.slots.clone() {
-            if let std::collections::hash_map::Entry::Vacant(e) = rows.entry(s[0]) {
-                let dst = self.regs.len() as u32;
-                self.regs.push(rt);
-                e.insert(Reg(dst));
-                self.blocks.last_mut().expect("block").push(Inst::Ld {
-                    space: Space::Shared,
-                    mem: mt,
-                    dst: vec![Reg(dst)],
-                    addr: pa,
-                    offset: s[0] as i64 * k as i64 * es as i64,
-                    pred: None,
-                });
-            }
-            if let std::collections::hash_map::Entry::Vacant(e) = cols.entry(s[1]) {
-                let dst = self.regs.len() as u32;
-                self.regs.push(rt);
-                e.insert(Reg(dst));
-                self.blocks.last_mut().expect("block").push(Inst::Ld {
-                    space: Space::Shared,
-                    mem: mt,
-                    dst: vec![Reg(dst)],
-                    addr: pb,
-                    offset: a_bytes as i64 + s[1] as i64 * es as i64,
-                    pred: None,
-                });
-            }
+            let row_offset = s[0] as i64 * k as i64 * es as i64;
+            load_once(self, &mut rows, s[0], pa, row_offset);
+            let col_offset = a_bytes as i64 + s[1] as i64 * es as i64;
+            load_once(self, &mut cols, s[1], pb, col_offset);
         }
         for (i, s) in layout.slots.clone().iter().enumerate() {
             self.emit(Inst::Fma {
@@ -184,6 +174,22 @@ impl<'a> Lower<'a> {
             ops: accs.into_iter().map(Operand::Reg).collect(),
             ty: rt,
             dtype: out_dt,
+        })
+    }
+
+    /// The starting values of a `dot`'s accumulator in `layout`: `acc`
+    /// converted to it, or zeros.
+    pub(super) fn acc_operands(
+        &mut self,
+        acc: Option<Value>,
+        layout: &Rc<Layout>,
+    ) -> R<Vec<Operand>> {
+        Ok(match acc {
+            Some(c) => {
+                let c = self.val(c);
+                self.convert(&c, layout)?.ops
+            }
+            None => vec![Operand::Float(0.0); layout.num_slots()],
         })
     }
 }

@@ -79,20 +79,7 @@ impl<'a> Lower<'a> {
                 }
             }
         }
-        let off64 = self.new_reg(RegTy::I64);
-        let thread_off = self.materialize(RegTy::I32, thread_off);
-        self.emit(Inst::MulWide {
-            dst: off64,
-            a: thread_off,
-            b: Operand::Int(bytes),
-        });
-        let base_addr = self.new_reg(RegTy::U64);
-        self.emit(Inst::Binary {
-            op: BinOp::Add,
-            dst: base_addr,
-            a: Operand::Reg(ptr),
-            b: Operand::Reg(off64),
-        });
+        let base_addr = self.element_address(ptr, |l| l.materialize(RegTy::I32, thread_off), bytes);
         // Per (tile axis, offset): the bounds predicate (None when provably in bounds).
         let mut pred_cache: HashMap<(usize, u32), Option<Operand>> = HashMap::new();
         let mut addr_cache: HashMap<Vec<(usize, u32)>, Reg> = HashMap::new();
@@ -141,19 +128,7 @@ impl<'a> Lower<'a> {
                     e = self.bin(BinOp::Add, RegTy::I32, e, t);
                 }
                 let e = self.materialize(RegTy::I32, e);
-                let w = self.new_reg(RegTy::I64);
-                self.emit(Inst::MulWide {
-                    dst: w,
-                    a: e,
-                    b: Operand::Int(bytes),
-                });
-                let r = self.new_reg(RegTy::U64);
-                self.emit(Inst::Binary {
-                    op: BinOp::Add,
-                    dst: r,
-                    a: Operand::Reg(base_addr),
-                    b: Operand::Reg(w),
-                });
+                let r = self.element_address(base_addr, |_| e, bytes);
                 addr_cache.insert(dyn_key, r);
                 r
             };
@@ -257,26 +232,38 @@ impl<'a> Lower<'a> {
         }
         let (addr, offset) = match off {
             Operand::Int(k) => (ptr, k.wrapping_mul(bytes)),
-            off => {
-                let wide = self.new_reg(RegTy::I64);
-                self.emit(Inst::MulWide {
-                    dst: wide,
-                    a: off,
-                    b: Operand::Int(bytes),
-                });
-                let addr = self.new_reg(RegTy::U64);
-                self.emit(Inst::Binary {
-                    op: BinOp::Add,
-                    dst: addr,
-                    a: Operand::Reg(ptr),
-                    b: Operand::Reg(wide),
-                });
-                (addr, 0)
-            }
+            off => (self.element_address(ptr, |_| off, bytes), 0),
         };
         let p = self.and_preds(&preds);
         let pred = self.pred_reg(p);
         Ok(SlotAccess { addr, offset, pred })
+    }
+
+    /// The 64-bit address `base + index * bytes` (`index` a 32-bit offset in
+    /// elements, widened as it is multiplied). `index` is asked for after the
+    /// wide register is taken, so an index computed here numbers its
+    /// registers after it.
+    fn element_address(
+        &mut self,
+        base: Reg,
+        index: impl FnOnce(&mut Self) -> Operand,
+        bytes: i64,
+    ) -> Reg {
+        let wide = self.new_reg(RegTy::I64);
+        let index = index(self);
+        self.emit(Inst::MulWide {
+            dst: wide,
+            a: index,
+            b: Operand::Int(bytes),
+        });
+        let addr = self.new_reg(RegTy::U64);
+        self.emit(Inst::Binary {
+            op: BinOp::Add,
+            dst: addr,
+            a: Operand::Reg(base),
+            b: Operand::Reg(wide),
+        });
+        addr
     }
 
     /// Groups of `vec` slots that are contiguous and aligned along the last axis.

@@ -9,10 +9,11 @@
 
 use std::rc::Rc;
 
+use super::WarpTiling;
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
 use crate::target::MmaInst;
 
@@ -31,12 +32,12 @@ impl<'a> Lower<'a> {
         k: u32,
         inst: &MmaInst,
     ) -> R<TV> {
-        let (m, n) = (layout.shape[0], layout.shape[1]);
-        let (wm, wn) = match layout.kind {
-            LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
-            _ => unreachable!("mma layout"),
-        };
-        let (tm, tn) = (m / wm, n / wn);
+        let WarpTiling {
+            m,
+            n,
+            warps,
+            tile: [tm, tn],
+        } = WarpTiling::of(&layout);
         let input = if av.dtype == DType::BF16 {
             MemTy::BF16
         } else {
@@ -48,20 +49,7 @@ impl<'a> Lower<'a> {
             "dot [{m},{k}] x [{k},{n}] {} on tensor cores, {layout}",
             av.dtype.name()
         )));
-        let init = match acc {
-            Some(c) => {
-                let c = self.val(c);
-                self.convert(&c, &layout)?.ops
-            }
-            None => vec![Operand::Float(0.0); layout.num_slots()],
-        };
-        let mut accs: Vec<Reg> = Vec::with_capacity(init.len());
-        for o in init {
-            accs.push(match o {
-                Operand::Reg(r) => r,
-                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
-            });
-        }
+        let mut cur = self.mma_accumulators(acc, &layout)?;
         let mut issued = false;
         let (abase, asw, _, abuf) = self.operand_source(a, av, "a", None, &mut issued)?;
         // `b_nk`: b is stored as its transpose ([n, k] row-major).
@@ -76,15 +64,7 @@ impl<'a> Lower<'a> {
         let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
         let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
         let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
-        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
-        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
-        let warp_n = self.bin(
-            BinOp::Shr,
-            RegTy::U32,
-            warp,
-            Operand::Int(wm.trailing_zeros() as i64),
-        );
-        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        let (warp_m, warp_n) = self.warp_coords(warps);
         // Swizzled address of 16-byte chunk `chunk` (+ `hi` when `lane_chunk`) of row `r`.
         let addr_of = |l: &mut Self, base: Reg, sw: Swizzle, r: Operand, chunk: Operand| {
             let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
@@ -116,7 +96,6 @@ impl<'a> Lower<'a> {
         } else {
             bcol0
         };
-        let mut cur = accs;
         for kk in 0..k / 16 {
             // A fragments: one x4 per 16-row tile.
             let mut afrag = Vec::new();
@@ -168,58 +147,43 @@ impl<'a> Lower<'a> {
                     bfrag.push(dst[2..].to_vec());
                 }
             }
-            let mut next = cur.clone();
-            for (im, af) in afrag.iter().enumerate() {
-                for (jn, bf) in bfrag.iter().enumerate() {
-                    let t = (im * n_tiles as usize + jn) * 4;
-                    let c: Vec<Reg> = cur[t..t + 4].to_vec();
-                    let d: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
-                    if k16 {
-                        self.emit(Inst::Mma {
-                            m: 16,
-                            n: 8,
-                            k: 16,
-                            input,
-                            d: d.clone(),
-                            a: af.clone(),
-                            b: bf.clone(),
-                            c,
-                        });
-                    } else {
-                        let mid: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
-                        self.emit(Inst::Mma {
-                            m: 16,
-                            n: 8,
-                            k: 8,
-                            input,
-                            d: mid.clone(),
-                            a: af[..2].to_vec(),
-                            b: bf[..1].to_vec(),
-                            c,
-                        });
-                        self.emit(Inst::Mma {
-                            m: 16,
-                            n: 8,
-                            k: 8,
-                            input,
-                            d: d.clone(),
-                            a: af[2..].to_vec(),
-                            b: bf[1..].to_vec(),
-                            c: mid,
-                        });
-                    }
-                    next[t..t + 4].copy_from_slice(&d);
+            cur = self.mma_step(&cur, &afrag, &bfrag, 4, |l, a, b, c, d| {
+                if k16 {
+                    l.emit(Inst::Mma {
+                        m: 16,
+                        n: 8,
+                        k: 16,
+                        input,
+                        d: d.to_vec(),
+                        a: a.to_vec(),
+                        b: b.to_vec(),
+                        c,
+                    });
+                } else {
+                    let mid: Vec<Reg> = (0..4).map(|_| l.new_reg(RegTy::F32)).collect();
+                    l.emit(Inst::Mma {
+                        m: 16,
+                        n: 8,
+                        k: 8,
+                        input,
+                        d: mid.clone(),
+                        a: a[..2].to_vec(),
+                        b: b[..1].to_vec(),
+                        c,
+                    });
+                    l.emit(Inst::Mma {
+                        m: 16,
+                        n: 8,
+                        k: 8,
+                        input,
+                        d: d.to_vec(),
+                        a: a[2..].to_vec(),
+                        b: b[1..].to_vec(),
+                        c: mid,
+                    });
                 }
-            }
-            cur = next;
+            });
         }
-        // The buffers are rewritten by the next call (in a loop).
-        self.emit(Inst::Barrier);
-        Ok(TV {
-            layout,
-            ops: cur.into_iter().map(Operand::Reg).collect(),
-            ty: RegTy::F32,
-            dtype: DType::F32,
-        })
+        Ok(self.mma_result(layout, cur))
     }
 }

@@ -8,10 +8,10 @@
 
 use std::rc::Rc;
 
-use crate::check::DType;
+use super::WarpTiling;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Space};
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::Value;
 
 impl<'a> Lower<'a> {
@@ -28,29 +28,16 @@ impl<'a> Lower<'a> {
         layout: Rc<Layout>,
         k: u32,
     ) -> R<TV> {
-        let (m, n) = (layout.shape[0], layout.shape[1]);
-        let (wm, wn) = match layout.kind {
-            LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
-            _ => unreachable!("mma layout"),
-        };
-        let (tm, tn) = (m / wm, n / wn);
+        let WarpTiling {
+            m,
+            n,
+            warps,
+            tile: [tm, tn],
+        } = WarpTiling::of(&layout);
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] f16 on tensor cores (m8n8k4), {layout}"
         )));
-        let init = match acc {
-            Some(c) => {
-                let c = self.val(c);
-                self.convert(&c, &layout)?.ops
-            }
-            None => vec![Operand::Float(0.0); layout.num_slots()],
-        };
-        let mut cur: Vec<Reg> = Vec::with_capacity(init.len());
-        for o in init {
-            cur.push(match o {
-                Operand::Reg(r) => r,
-                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
-            });
-        }
+        let mut cur = self.mma_accumulators(acc, &layout)?;
         let (ai, asw) = self.stage_16bit(av, "a", None)?;
         let bt = TV {
             layout: Rc::new(bv.layout.transpose()),
@@ -81,15 +68,7 @@ impl<'a> Lower<'a> {
         let qa = self.bin(BinOp::Shl, RegTy::U32, lane, Operand::Int(1));
         let qa = self.bin(BinOp::And, RegTy::U32, qa, Operand::Int(8));
         let qb = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(8));
-        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
-        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
-        let warp_n = self.bin(
-            BinOp::Shr,
-            RegTy::U32,
-            warp,
-            Operand::Int(wm.trailing_zeros() as i64),
-        );
-        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        let (warp_m, warp_n) = self.warp_coords(warps);
         let arow = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
         let arow = self.bin(BinOp::Add, RegTy::U32, arow, quad);
         let arow = self.bin(BinOp::Add, RegTy::U32, arow, qa);
@@ -128,34 +107,20 @@ impl<'a> Lower<'a> {
                     }
                     frags.push(f);
                 }
-                let mut next = cur.clone();
-                for (im, af) in frags[0].iter().enumerate() {
-                    for (jn, bf) in frags[1].iter().enumerate() {
-                        let t = (im * nt + jn) * 8;
-                        let d: Vec<Reg> = (0..8).map(|_| self.new_reg(RegTy::F32)).collect();
-                        self.emit(Inst::Mma {
-                            m: 8,
-                            n: 8,
-                            k: 4,
-                            input: MemTy::F16,
-                            d: d.clone(),
-                            a: af.clone(),
-                            b: bf.clone(),
-                            c: cur[t..t + 8].to_vec(),
-                        });
-                        next[t..t + 8].copy_from_slice(&d);
-                    }
-                }
-                cur = next;
+                cur = self.mma_step(&cur, &frags[0], &frags[1], 8, |l, a, b, c, d| {
+                    l.emit(Inst::Mma {
+                        m: 8,
+                        n: 8,
+                        k: 4,
+                        input: MemTy::F16,
+                        d: d.to_vec(),
+                        a: a.to_vec(),
+                        b: b.to_vec(),
+                        c,
+                    });
+                });
             }
         }
-        // The buffers are rewritten by the next call (in a loop).
-        self.emit(Inst::Barrier);
-        Ok(TV {
-            layout,
-            ops: cur.into_iter().map(Operand::Reg).collect(),
-            ty: RegTy::F32,
-            dtype: DType::F32,
-        })
+        Ok(self.mma_result(layout, cur))
     }
 }

@@ -23,9 +23,35 @@ use std::rc::Rc;
 
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
-use crate::ir::target::lower::Lower;
-use crate::ir::tile::Precision;
+use crate::ir::target::lower::{Lower, R, TV};
+use crate::ir::target::{BinOp, Inst, LayoutKind, Operand, Reg, RegTy};
+use crate::ir::tile::{Precision, Value};
 use crate::target::{select_mma, MmaFeed, MmaInst};
+
+/// How an mma accumulator layout splits a dot's `[m, n]` result: the warp
+/// grid `[wm, wn]` and each warp's tile `[tm, tn]`.
+pub(super) struct WarpTiling {
+    pub m: u32,
+    pub n: u32,
+    pub warps: [u32; 2],
+    pub tile: [u32; 2],
+}
+
+impl WarpTiling {
+    pub fn of(layout: &Layout) -> Self {
+        let (m, n) = (layout.shape[0], layout.shape[1]);
+        let warps = match layout.kind {
+            LayoutKind::Mma { warps, .. } => [warps[0], warps[1]],
+            _ => unreachable!("mma layout"),
+        };
+        WarpTiling {
+            m,
+            n,
+            warps,
+            tile: [m / warps[0], n / warps[1]],
+        }
+    }
+}
 
 impl<'a> Lower<'a> {
     /// The matrix instruction a `dot` of these operand dtypes, shape and
@@ -48,5 +74,81 @@ impl<'a> Lower<'a> {
             MmaFeed::Registers => None,
         }?;
         Some((inst, Rc::new(layout)))
+    }
+}
+
+/// The steps every tensor-core emitter shares: the accumulator registers it
+/// starts from, this thread's warp in the warp grid, one k step of
+/// instructions over the warp's tiles, and the result.
+impl<'a> Lower<'a> {
+    /// The accumulator registers of a tensor-core `dot`: `acc` converted to
+    /// the mma layout, or zeros, each in an f32 register.
+    pub(super) fn mma_accumulators(
+        &mut self,
+        acc: Option<Value>,
+        layout: &Rc<Layout>,
+    ) -> R<Vec<Reg>> {
+        let init = self.acc_operands(acc, layout)?;
+        let mut regs = Vec::with_capacity(init.len());
+        for o in init {
+            regs.push(match o {
+                Operand::Reg(r) => r,
+                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
+            });
+        }
+        Ok(regs)
+    }
+
+    /// This thread's warp's row and column in a `[wm, wn]` warp grid (warps
+    /// numbered along m first).
+    pub(super) fn warp_coords(&mut self, [wm, wn]: [u32; 2]) -> (Operand, Operand) {
+        let tid = Operand::Reg(self.tid);
+        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
+        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
+        let warp_n = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            warp,
+            Operand::Int(wm.trailing_zeros() as i64),
+        );
+        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        (warp_m, warp_n)
+    }
+
+    /// One k step over a warp's tiles: for every pair of an `a` fragment (a
+    /// row of tiles) and a `b` fragment (a column), `issue` emits the
+    /// instructions that add their product to the tile's `per_tile`
+    /// accumulator registers `c`, writing the fresh registers `d`. Returns the
+    /// accumulators after the step.
+    pub(super) fn mma_step(
+        &mut self,
+        cur: &[Reg],
+        afrag: &[Vec<Reg>],
+        bfrag: &[Vec<Reg>],
+        per_tile: usize,
+        mut issue: impl FnMut(&mut Self, &[Reg], &[Reg], Vec<Reg>, &[Reg]),
+    ) -> Vec<Reg> {
+        let mut next = cur.to_vec();
+        for (im, af) in afrag.iter().enumerate() {
+            for (jn, bf) in bfrag.iter().enumerate() {
+                let t = (im * bfrag.len() + jn) * per_tile;
+                let d: Vec<Reg> = (0..per_tile).map(|_| self.new_reg(RegTy::F32)).collect();
+                issue(self, af, bf, cur[t..t + per_tile].to_vec(), &d);
+                next[t..t + per_tile].copy_from_slice(&d);
+            }
+        }
+        next
+    }
+
+    /// The result of a tensor-core `dot`, after the barrier that lets the next
+    /// call (in a loop) rewrite the operand buffers.
+    pub(super) fn mma_result(&mut self, layout: Rc<Layout>, acc: Vec<Reg>) -> TV {
+        self.emit(Inst::Barrier);
+        TV {
+            layout,
+            ops: acc.into_iter().map(Operand::Reg).collect(),
+            ty: RegTy::F32,
+            dtype: DType::F32,
+        }
     }
 }

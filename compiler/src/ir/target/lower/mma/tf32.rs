@@ -7,10 +7,10 @@
 
 use std::rc::Rc;
 
-use crate::check::DType;
+use super::WarpTiling;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Space};
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::Value;
 
 impl<'a> Lower<'a> {
@@ -26,30 +26,17 @@ impl<'a> Lower<'a> {
         layout: Rc<Layout>,
         k: u32,
     ) -> R<TV> {
-        let (m, n) = (layout.shape[0], layout.shape[1]);
-        let (wm, wn) = match layout.kind {
-            LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
-            _ => unreachable!("mma layout"),
-        };
-        let (tm, tn) = (m / wm, n / wn);
+        let WarpTiling {
+            m,
+            n,
+            warps,
+            tile: [tm, tn],
+        } = WarpTiling::of(&layout);
         let (sa, sb) = (k + 4, n + 8);
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] tf32 on tensor cores, {layout}"
         )));
-        let init = match acc {
-            Some(c) => {
-                let c = self.val(c);
-                self.convert(&c, &layout)?.ops
-            }
-            None => vec![Operand::Float(0.0); layout.num_slots()],
-        };
-        let mut cur: Vec<Reg> = Vec::with_capacity(init.len());
-        for o in init {
-            cur.push(match o {
-                Operand::Reg(r) => r,
-                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
-            });
-        }
+        let mut cur = self.mma_accumulators(acc, &layout)?;
         let b_off = (m * sa * 4).div_ceil(128) * 128;
         self.reserve_scratch(b_off + k * sb * 4);
         let smem = self.scratch_addr();
@@ -77,15 +64,7 @@ impl<'a> Lower<'a> {
         let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
         let g = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(2));
         let t = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(3));
-        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
-        let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
-        let warp_n = self.bin(
-            BinOp::Shr,
-            RegTy::U32,
-            warp,
-            Operand::Int(wm.trailing_zeros() as i64),
-        );
-        let warp_n = self.bin(BinOp::And, RegTy::U32, warp_n, Operand::Int(wn as i64 - 1));
+        let (warp_m, warp_n) = self.warp_coords(warps);
         // A: row warp_m * tm + g, column t; B: row t, column warp_n * tn + g.
         let ar = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
         let ar = self.bin(BinOp::Add, RegTy::U32, ar, g);
@@ -140,32 +119,19 @@ impl<'a> Lower<'a> {
                     frag(self, bbase, base + 4 * sb as i64 * 4),
                 ]);
             }
-            let mut next = cur.clone();
-            for (im, af) in afrag.iter().enumerate() {
-                for (jn, bf) in bfrag.iter().enumerate() {
-                    let tix = (im * n_tiles + jn) * 4;
-                    let d: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
-                    self.emit(Inst::Mma {
-                        m: 16,
-                        n: 8,
-                        k: 8,
-                        input: MemTy::F32,
-                        d: d.clone(),
-                        a: af.clone(),
-                        b: bf.clone(),
-                        c: cur[tix..tix + 4].to_vec(),
-                    });
-                    next[tix..tix + 4].copy_from_slice(&d);
-                }
-            }
-            cur = next;
+            cur = self.mma_step(&cur, &afrag, &bfrag, 4, |l, a, b, c, d| {
+                l.emit(Inst::Mma {
+                    m: 16,
+                    n: 8,
+                    k: 8,
+                    input: MemTy::F32,
+                    d: d.to_vec(),
+                    a: a.to_vec(),
+                    b: b.to_vec(),
+                    c,
+                });
+            });
         }
-        self.emit(Inst::Barrier);
-        Ok(TV {
-            layout,
-            ops: cur.into_iter().map(Operand::Reg).collect(),
-            ty: RegTy::F32,
-            dtype: DType::F32,
-        })
+        Ok(self.mma_result(layout, cur))
     }
 }
