@@ -148,7 +148,26 @@
 //!   sum: 32 registers, 262 estimated by statements, 136 by chains, which
 //!   still hold the loaded tile). Sinking along chains everywhere makes the
 //!   corpus worse, and above 64 registers rather than [`CHAIN_MIN_REGS`](crate::target::ptxas::CHAIN_MIN_REGS) the
-//!   generated kernels too;
+//!   generated kernels too. A register-pressure-aware list scheduler does
+//!   not tell these kernels apart either (tried: the latency order while
+//!   the words live in a stretch stay within a budget; past it, the
+//!   available instruction adding the fewest words, continuing the chains
+//!   it has started; arithmetic free to cross stores). Its count at any one
+//!   budget from 8 to 192 words alone gives a median error of 13.6% to 18%
+//!   on the tuning seeds (150 to 203 of 600 pairs above 25%); the lower of
+//!   it (40 words) and the estimate, for kernels without an mma or a slow
+//!   path, cuts the worst error on the held-out seeds 1000..1200 from 325%
+//!   to 48% but moves the pairs above 25% from 40 to 53 on the tuning
+//!   seeds and from 59 to 72 and 67 to 64 on the held-out ones. What ptxas
+//!   aims for follows neither the pressure profile nor the launch bounds:
+//!   the same 16 x 1024 tile on 8 warps (64 elements a thread) reduced
+//!   along rows takes 73 registers loaded as 8-bit floats and 32 as bf16,
+//!   where the scheduler's counts are alike (36 and 35 at 32 words, 67 and
+//!   67 at 64).
+//!   Counting the two 16-bit elements of a vector load as one register (a
+//!   vector of four bf16 is 64 bits) changes little (tuning seeds: pairs
+//!   above 25% 40 to 43, as small kernels fall lower; the bf16 tile above:
+//!   72 to 70);
 //! * under-counts at low pressure, where ptxas spreads values over more
 //!   registers than are live (an axis-0 reduction of a 2 x 128 tile: 23
 //!   registers, 14 estimated), and at high pressure in long elementwise
