@@ -2,7 +2,7 @@
 //! (slice ends only needed for their compile-time length, unused dims) and
 //! renumbering of values in definition order, so dumps read top to bottom.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::*;
 
@@ -180,26 +180,58 @@ impl OpKind {
     }
 }
 
-fn collect_uses(r: &Region, used: &mut HashSet<Value>) {
+fn count_uses(r: &Region, uses: &mut HashMap<Value, u32>) {
+    super::lower::work(r.ops.len());
     for op in &r.ops {
-        used.extend(op.kind.operands());
+        for v in op.kind.operands() {
+            *uses.entry(v).or_default() += 1;
+        }
         for sub in op.kind.regions() {
-            collect_uses(sub, used);
+            count_uses(sub, uses);
         }
     }
 }
 
-fn remove_dead(r: &mut Region, used: &HashSet<Value>) -> bool {
-    let before = r.ops.len();
-    r.ops
-        .retain(|op| !(op.kind.is_pure() && op.results.iter().all(|v| !used.contains(v))));
-    let mut changed = r.ops.len() != before;
-    for op in &mut r.ops {
-        for sub in op.kind.regions_mut() {
-            changed |= remove_dead(sub, used);
+/// Forgets the uses of `op` (its nested regions' included), being removed.
+fn drop_uses(op: &Op, uses: &mut HashMap<Value, u32>) {
+    for v in op.kind.operands() {
+        if let Some(n) = uses.get_mut(&v) {
+            *n = n.saturating_sub(1);
         }
     }
-    changed
+    for sub in op.kind.regions() {
+        for op in &sub.ops {
+            drop_uses(op, uses);
+        }
+    }
+}
+
+/// Removes pure ops whose results are unused, last op first, so a dead chain
+/// goes in one pass: every use of a value comes after its definition (or in
+/// a later op's region), so its users have been decided when it is reached.
+fn remove_dead(r: &mut Region, uses: &mut HashMap<Value, u32>) -> bool {
+    super::lower::work(r.ops.len());
+    let mut keep = vec![true; r.ops.len()];
+    let mut changed = false;
+    for (i, op) in r.ops.iter_mut().enumerate().rev() {
+        if op.kind.is_pure()
+            && op
+                .results
+                .iter()
+                .all(|v| uses.get(v).is_none_or(|n| *n == 0))
+        {
+            drop_uses(op, uses);
+            keep[i] = false;
+            continue;
+        }
+        for sub in op.kind.regions_mut() {
+            changed |= remove_dead(sub, uses);
+        }
+    }
+    let before = r.ops.len();
+    let mut k = keep.iter();
+    r.ops.retain(|_| k.next().copied().unwrap_or(true));
+    changed || r.ops.len() != before
 }
 
 fn renumber_region(
@@ -232,10 +264,11 @@ fn renumber_region(
 impl Kernel {
     /// Removes pure ops whose results are unused (to a fixpoint).
     pub fn remove_dead_code(&mut self) {
+        // One pass reaches the fixpoint on well-formed IR; the loop checks it.
         loop {
-            let mut used = HashSet::new();
-            collect_uses(&self.body, &mut used);
-            if !remove_dead(&mut self.body, &used) {
+            let mut uses = HashMap::new();
+            count_uses(&self.body, &mut uses);
+            if !remove_dead(&mut self.body, &mut uses) {
                 break;
             }
         }

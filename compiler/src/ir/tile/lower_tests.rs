@@ -552,6 +552,41 @@ fn names_and_ifs_work(n: usize) -> u64 {
     lower::WORK.with(|w| w.get()) - before
 }
 
+/// The work of lowering a kernel with a dead chain of `n` integer `**`, one
+/// statement each.
+fn dead_chain_work(n: usize) -> u64 {
+    let mut src = String::from(
+        "@kernel(grid=(1,), num_warps=1)\n\
+         def dead(x: Tensor[32, i32], out: Tensor[32, i32]):\n    \
+         i = load(x[0 : 32])\n    d = i\n",
+    );
+    for _ in 0..n {
+        src += "    d = d ** i\n";
+    }
+    src += "    store(out[0 : 32], i)\n";
+    let mut db = Database::new();
+    let file = db.set_source("/t/dead.tsr", src);
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let before = lower::WORK.with(|w| w.get());
+    tile_ir(&db, item, db.options(), Specialization::new())
+        .clone()
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    lower::WORK.with(|w| w.get()) - before
+}
+
+#[test]
+fn dead_code_removal_work_grows_linearly_with_a_dead_chain() {
+    // Removing one dead op per pass to a fixpoint made a dead chain of n ops
+    // cost n passes over the kernel: 400 terms about four times 200.
+    let small = dead_chain_work(200);
+    let large = dead_chain_work(400);
+    let ratio = large as f64 / small as f64;
+    assert!(
+        ratio < 2.3,
+        "a dead chain of 200 took {small} steps, 400 took {large} ({ratio:.2}x)"
+    );
+}
+
 #[test]
 fn lowering_work_grows_linearly_with_names_and_ifs() {
     // Counted steps, not time; the environment's work is the bindings it
