@@ -1,5 +1,5 @@
 // The targets of `tessera.arch` (the compiler's `--arch` values). The unit tests
-// check this list against package.json and compiler/src/target/mod.rs.
+// check this list against package.json and compiler/src/target/limits.rs.
 
 export const ARCHES = [
     'sm_70',

@@ -8,8 +8,8 @@ import { captures, extensionDir, readExtensionJson, readRepoFile } from './repo'
 
 const manifest = readExtensionJson('package.json');
 
-test('tessera.arch offers exactly the targets of the compiler (target/mod.rs), default sm_90', () => {
-    const fromCompiler = captures(readRepoFile('compiler/src/target/mod.rs'), /"((?:sm_\d+a?)|(?:gfx[0-9a-z]+))"/g);
+test('tessera.arch offers exactly the targets of the compiler (target/limits.rs), default sm_90', () => {
+    const fromCompiler = captures(readRepoFile('compiler/src/target/limits.rs'), /"((?:sm_\d+a?)|(?:gfx[0-9a-z]+))"/g);
     assert.deepEqual([...ARCHES].sort(), fromCompiler.sort());
     const setting = manifest.contributes.configuration.properties['tessera.arch'];
     assert.deepEqual(setting.enum, [...ARCHES]);
