@@ -478,6 +478,18 @@ fn verifier_checks_gathers() {
     assert!(e.contains("has shape [32]"), "{e}");
 }
 
+/// The counted steps of lowering the first kernel of `src` to Tile IR.
+fn counted_lowering_work(path: &str, src: String) -> u64 {
+    let mut db = Database::new();
+    let file = db.set_source(path, src);
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let before = lower::WORK.with(|w| w.get());
+    tile_ir(&db, item, db.options(), Specialization::new())
+        .clone()
+        .unwrap_or_else(|d| panic!("{d:?}"));
+    lower::WORK.with(|w| w.get()) - before
+}
+
 /// The work (`lower::WORK` steps) of lowering a kernel of `n` statements
 /// `a = a * v + k.5` over a 1024-element tile: at the top level, each under
 /// an `if`, or in a loop that carries `a`.
@@ -498,14 +510,7 @@ fn lowering_work(n: usize, shape: &str) -> u64 {
         }
     }
     src += "    store(out[i : i + 1024], a)\n";
-    let mut db = Database::new();
-    let file = db.set_source("/t/chain.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let before = lower::WORK.with(|w| w.get());
-    tile_ir(&db, item, db.options(), Specialization::new())
-        .clone()
-        .unwrap_or_else(|d| panic!("{d:?}"));
-    lower::WORK.with(|w| w.get()) - before
+    counted_lowering_work("/t/chain.tsr", src)
 }
 
 #[test]
@@ -544,14 +549,7 @@ fn names_and_ifs_work(n: usize) -> u64 {
         src += &format!("    if i > {k}:\n        a = a + b{k}\n");
     }
     src += "    store(out[i : i + 1024], a)\n";
-    let mut db = Database::new();
-    let file = db.set_source("/t/many.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let before = lower::WORK.with(|w| w.get());
-    tile_ir(&db, item, db.options(), Specialization::new())
-        .clone()
-        .unwrap_or_else(|d| panic!("{d:?}"));
-    lower::WORK.with(|w| w.get()) - before
+    counted_lowering_work("/t/many.tsr", src)
 }
 
 /// The work of lowering a kernel with a dead chain of `n` integer `**`, one
@@ -566,14 +564,7 @@ fn dead_chain_work(n: usize) -> u64 {
         src += "    d = d ** i\n";
     }
     src += "    store(out[0 : 32], i)\n";
-    let mut db = Database::new();
-    let file = db.set_source("/t/dead.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let before = lower::WORK.with(|w| w.get());
-    tile_ir(&db, item, db.options(), Specialization::new())
-        .clone()
-        .unwrap_or_else(|d| panic!("{d:?}"));
-    lower::WORK.with(|w| w.get()) - before
+    counted_lowering_work("/t/dead.tsr", src)
 }
 
 #[test]
@@ -621,14 +612,7 @@ fn nest_work(n: usize) -> u64 {
         src += &format!("{ind} a = a + 1.0\n");
     }
     src += "    store(out[i : i + 1024], a)\n";
-    let mut db = Database::new();
-    let file = db.set_source("/t/nest.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let before = lower::WORK.with(|w| w.get());
-    tile_ir(&db, item, db.options(), Specialization::new())
-        .clone()
-        .unwrap_or_else(|d| panic!("{d:?}"));
-    lower::WORK.with(|w| w.get()) - before
+    counted_lowering_work("/t/nest.tsr", src)
 }
 
 #[test]
