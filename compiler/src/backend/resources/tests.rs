@@ -284,12 +284,41 @@ fn linear_liveness_agrees_with_the_per_position_fixpoint() {
     }
 }
 
+/// The Target IR of the first kernel of `src`.
+fn target_kernel(path: &str, src: String) -> std::sync::Arc<crate::ir::target::Kernel> {
+    use crate::db::{file_kernels, target_ir, Database};
+    let mut db = Database::new();
+    let file = db.set_source(path, src);
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    target_ir(
+        &db,
+        item,
+        db.options(),
+        crate::ir::tile::Specialization::new(),
+    )
+    .clone()
+    .unwrap()
+}
+
+/// Instructions of a Target IR block, nested regions included.
+fn count_insts(insts: &[crate::ir::target::Inst]) -> usize {
+    insts
+        .iter()
+        .map(|i| {
+            1 + i
+                .regions()
+                .into_iter()
+                .map(|r| count_insts(r))
+                .sum::<usize>()
+        })
+        .sum()
+}
+
 /// The work ([`super::work`] steps) of the estimate of a kernel of
 /// `statements` dependent elementwise statements (each a few instructions
 /// per element, `width / 32` elements a thread), in a loop or not, and
 /// its length in Target IR instructions.
 fn estimate_work(statements: usize, in_loop: bool, width: usize) -> (u64, usize) {
-    use crate::db::{file_kernels, target_ir, Database};
     let indent = if in_loop { "        " } else { "    " };
     let mut src = format!(
         "@kernel(grid=(cdiv(N, {width}),), num_warps=1)\n\
@@ -303,29 +332,16 @@ fn estimate_work(statements: usize, in_loop: bool, width: usize) -> (u64, usize)
         src += &format!("{indent}a = a * v + {k}.5\n");
     }
     src += &format!("    store(out[i : i + {width}], a)\n");
-    let mut db = Database::new();
-    let file = db.set_source("/t/chain.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let kernel = target_ir(
-        &db,
-        item,
-        db.options(),
-        crate::ir::tile::Specialization::new(),
-    )
-    .clone()
-    .unwrap();
-    fn count(insts: &[crate::ir::target::Inst]) -> usize {
-        insts
-            .iter()
-            .map(|i| 1 + i.regions().into_iter().map(|r| count(r)).sum::<usize>())
-            .sum()
-    }
+    let kernel = target_kernel("/t/chain.tsr", src);
     let before = super::WORK.with(|w| w.get());
     let regs = std::hint::black_box(of_target(&kernel)).regs;
     if width <= 128 {
         assert!(regs < FULL_OCCUPANCY_REGS, "{regs} registers");
     }
-    (super::WORK.with(|w| w.get()) - before, count(&kernel.body))
+    (
+        super::WORK.with(|w| w.get()) - before,
+        count_insts(&kernel.body),
+    )
 }
 
 #[test]
@@ -358,7 +374,6 @@ fn estimate_work_grows_linearly_with_kernel_length() {
 /// length in Target IR instructions: in a store index, or in an `if`
 /// inside a `while`.
 fn pow_chain_work(terms: usize, in_branch: bool) -> (u64, usize) {
-    use crate::db::{file_kernels, target_ir, Database};
     let src = if in_branch {
         let chain = vec!["c"; terms].join(" ** ");
         format!(
@@ -380,26 +395,13 @@ fn pow_chain_work(terms: usize, in_branch: bool) -> (u64, usize) {
                  store(out[row, ({chain})], v - sum(v, axis=0), mask=m)\n"
         )
     };
-    let mut db = Database::new();
-    let file = db.set_source("/t/pow.tsr", src);
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let kernel = target_ir(
-        &db,
-        item,
-        db.options(),
-        crate::ir::tile::Specialization::new(),
-    )
-    .clone()
-    .unwrap();
-    fn count(insts: &[crate::ir::target::Inst]) -> usize {
-        insts
-            .iter()
-            .map(|i| 1 + i.regions().into_iter().map(|r| count(r)).sum::<usize>())
-            .sum()
-    }
+    let kernel = target_kernel("/t/pow.tsr", src);
     let before = super::WORK.with(|w| w.get());
     std::hint::black_box(of_target(&kernel));
-    (super::WORK.with(|w| w.get()) - before, count(&kernel.body))
+    (
+        super::WORK.with(|w| w.get()) - before,
+        count_insts(&kernel.body),
+    )
 }
 
 #[test]
