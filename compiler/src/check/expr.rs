@@ -399,7 +399,8 @@ impl Checker<'_> {
             }
             _ => {}
         }
-        let mut d = Diagnostic::new("E0201", id.span, format!("unknown name `{}`", id.name));
+        let mut d = Diagnostic::new("E0201", id.span, format!("unknown name `{}`", id.name))
+            .with_help("define it before this line: an assignment, a parameter, a `def` or a `from std... import`");
         let scope = self.scope;
         let candidates: Vec<String> = self
             .env

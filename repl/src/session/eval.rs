@@ -145,8 +145,10 @@ pub(crate) fn unsupported(span: Span, what: impl Into<String>, help: &str) -> Di
     Diagnostic::new("E0720", span, what.into()).with_help(help.to_string())
 }
 
-fn wrong_kind(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::new("E0302", span, message.into())
+/// A value of the wrong kind (E0302), with a help line that shows the kind
+/// expected.
+fn wrong_kind(span: Span, message: impl Into<String>, help: &str) -> Diagnostic {
+    Diagnostic::new("E0302", span, message.into()).with_help(help.to_string())
 }
 
 impl Session {
@@ -311,20 +313,20 @@ impl Session {
                 Ok(())
             }
             ExprKind::Tuple(targets) | ExprKind::List(targets) => {
-                let items: Vec<Val> = match v {
-                    Val::Run(Value::Tuple(items)) => items.into_iter().map(Val::Run).collect(),
-                    Val::List(items) => items,
-                    other => {
-                        return Err(wrong_kind(
+                let items: Vec<Val> =
+                    match v {
+                        Val::Run(Value::Tuple(items)) => items.into_iter().map(Val::Run).collect(),
+                        Val::List(items) => items,
+                        other => return Err(wrong_kind(
                             target.span,
                             format!(
                                 "cannot unpack {} into {} names",
                                 with_article(&other.describe()),
                                 targets.len()
                             ),
-                        ))
-                    }
-                };
+                            "unpack a tuple or list with as many items as names: `a, b = (1, 2)`",
+                        )),
+                    };
                 if items.len() != targets.len() {
                     return Err(Diagnostic::new(
                         "E0304",
@@ -378,6 +380,7 @@ impl Session {
                     id.name,
                     current.describe()
                 ),
+                "assign the whole variable instead: `x = ...`",
             ));
         }
         drop(current);
@@ -391,6 +394,7 @@ impl Session {
                         "cannot store {} in a tensor",
                         with_article(&other.describe())
                     ),
+                    "store a number or a tensor: `t[0] = 1.0`",
                 ))
             }
         };
@@ -425,7 +429,8 @@ impl Session {
             )));
         }
         let mut d = Diagnostic::new("E0201", span, format!("unknown name `{name}`"))
-            .with_primary_label("unknown name");
+            .with_primary_label("unknown name")
+            .with_help("define it first: `x = ...`, a `def`, or `from std... import ...`");
         let mut known = self.names();
         known.extend(builtins::names().map(String::from));
         let suggestion =
@@ -526,6 +531,7 @@ impl Session {
                     return Err(wrong_kind(
                         a.value.span,
                         format!("`range` takes integers, found {}", v.describe()),
+                        "`range(0, 10, 2)`",
                     ))
                 }
             }
@@ -573,7 +579,11 @@ impl Session {
                 for x in items {
                     let v = self.eval(x, text)?;
                     vals.push(v.to_value().ok_or_else(|| {
-                        wrong_kind(x.span, format!("a tuple cannot hold a {}", v.describe()))
+                        wrong_kind(
+                            x.span,
+                            format!("a tuple cannot hold a {}", v.describe()),
+                            "a tuple holds numbers, tensors, bools or tuples",
+                        )
                     })?);
                 }
                 Ok(Val::Run(Value::Tuple(vals)))
@@ -602,6 +612,7 @@ impl Session {
                     wrong_kind(
                         operand.span,
                         format!("cannot apply a unary operator to {}", v.describe()),
+                        "`-x` and `~x` take a number, `not x` a bool",
                     )
                 })?;
                 // As the checker: `-` of a bool is E0311, `~` of a bool is `not`.
@@ -797,6 +808,7 @@ impl Session {
             other => Err(wrong_kind(
                 vspan,
                 format!("{} cannot be indexed", with_article(&other.describe())),
+                "index a tensor, a tuple or a list: `t[0]`",
             )),
         }
     }
@@ -806,7 +818,7 @@ impl Session {
         for i in indices {
             items.push(match i {
                 Index::Expr(x) if matches!(x.kind, ExprKind::None) => IndexItem::NewAxis,
-                Index::Expr(x) => IndexItem::Int(self.int_arg(x, text, "an index")?),
+                Index::Expr(x) => IndexItem::Int(self.index_int(x, text)?),
                 Index::Slice {
                     start, end, step, ..
                 } => {
@@ -827,8 +839,29 @@ impl Session {
         Ok(items)
     }
 
+    /// An integer index. An integer tensor of rank 1 or more would be a
+    /// gather, which is E0512 as in the checker (a kernel does it).
+    fn index_int(&mut self, x: &Expr, text: &str) -> R<i64> {
+        let v = self.eval(x, text)?;
+        if let Val::Run(Value::Tensor(t)) = &v {
+            if !t.shape().is_empty() && !t.dtype().is_float() && t.dtype() != DType::Bool {
+                return Err(Diagnostic::new(
+                    "E0512",
+                    x.span,
+                    "indexing a tensor with an integer tensor (a gather) is not supported in whole-tensor code yet",
+                )
+                .with_help("gather in a `@kernel` with `load(x[idx])` and launch it from the function"));
+            }
+        }
+        self.int_value(v, x.span, "an index")
+    }
+
     fn int_arg(&mut self, x: &Expr, text: &str, what: &str) -> R<i64> {
         let v = self.eval(x, text)?;
+        self.int_value(v, x.span, what)
+    }
+
+    fn int_value(&self, v: Val, span: Span, what: &str) -> R<i64> {
         match v {
             Val::Run(Value::Int(i)) => Ok(i),
             Val::Run(Value::Tensor(ref t))
@@ -837,8 +870,9 @@ impl Session {
                 Ok(t.int_at(0).expect("an integer tensor"))
             }
             other => Err(wrong_kind(
-                x.span,
+                span,
                 format!("{what} must be an integer, found {}", other.describe()),
+                "write an integer (a literal, a dim or an integer variable)",
             )),
         }
     }
@@ -851,7 +885,11 @@ impl Session {
                     let mut grid = Vec::new();
                     for i in indices {
                         let Index::Expr(x) = i else {
-                            return Err(wrong_kind(i.span(), "a grid is a tuple of integers"));
+                            return Err(wrong_kind(
+                                i.span(),
+                                "a grid is a tuple of integers",
+                                "launch as `k[(cdiv(N, 128),)](...)`",
+                            ));
                         };
                         match self.eval(x, text)? {
                             Val::Run(Value::Int(n)) => grid.push(n),
@@ -866,6 +904,7 @@ impl Session {
                                                     "a grid dim must be an integer, found {}",
                                                     other.describe()
                                                 ),
+                                                "launch as `k[(cdiv(N, 128),)](...)`",
                                             ))
                                         }
                                     }
@@ -878,6 +917,7 @@ impl Session {
                                         "a grid is a tuple of integers, found {}",
                                         other.describe()
                                     ),
+                                    "launch as `k[(cdiv(N, 128),)](...)`",
                                 ))
                             }
                         }
@@ -900,6 +940,7 @@ impl Session {
                     return Err(wrong_kind(
                         value.span,
                         format!("`.to` converts a tensor, not a {}", v.describe()),
+                        "`x.to(f16)` converts a tensor `x`",
                     ));
                 };
                 let [a] = args else {
@@ -967,6 +1008,7 @@ impl Session {
                         "a kernel argument cannot be {}",
                         with_article(&v.describe())
                     ),
+                    "pass tensors, numbers or bools",
                 ));
             };
             match &a.name {
@@ -1039,6 +1081,7 @@ impl Session {
                     "expected a dtype (`f32`, `f16`, ...), found {}",
                     other.describe()
                 ),
+                "name a dtype: `f32`, `f16`, `bf16`, `i32`, ...",
             )),
         }
     }
@@ -1053,6 +1096,7 @@ impl Session {
                 return Err(wrong_kind(
                     x.span,
                     format!("a shape is a list of integers, found {}", other.describe()),
+                    "`zeros([4, 8], f32)`",
                 ))
             }
         };
@@ -1063,6 +1107,7 @@ impl Session {
                 other => Err(wrong_kind(
                     x.span,
                     format!("a shape holds sizes ≥ 0, found {other}"),
+                    "`zeros([4, 8], f32)`",
                 )),
             })
             .collect()
@@ -1149,6 +1194,7 @@ impl Session {
                                             "`print`'s separators are strings, found {}",
                                             other.describe()
                                         ),
+                                        "`print(x, y, sep=\", \", end=\"\\n\")`",
                                     ))
                                 }
                             };
@@ -1225,6 +1271,7 @@ impl Session {
                     wrong_kind(
                         vx.span,
                         format!("`full` fills with a number, found {}", v.describe()),
+                        "`full([4, 8], 1.5, f32)`",
                     )
                 })?;
                 // As the checker (and the docs): `full`'s dtype defaults to f32.
@@ -1276,7 +1323,7 @@ impl Session {
                 let mut ints = Vec::new();
                 let mut any_float = false;
                 nested(&data, 0, &mut shape, &mut flat, &mut ints, &mut any_float).map_err(
-                    |m| wrong_kind(dx.span, m).with_help("`tensor([[1.0, 2.0], [3.0, 4.0]], f32)`"),
+                    |m| wrong_kind(dx.span, m, "`tensor([[1.0, 2.0], [3.0, 4.0]], f32)`"),
                 )?;
                 let dtype = match b[1] {
                     Some(x) => self.dtype_arg(x, text)?,
@@ -1313,6 +1360,7 @@ impl Session {
                     return Err(wrong_kind(
                         tx.span,
                         format!("`save_npy` saves a tensor, found {}", t.describe()),
+                        "`save_npy(x, \"x.npy\")`",
                     ));
                 };
                 let path = self.str_arg(b[1].expect("required"), text)?;
@@ -1336,7 +1384,7 @@ impl Session {
                             "`len` takes a tensor of rank 1 or more, a tuple, a list or a string, found {}",
                             other.describe()
                         ),
-                    )),
+                     "`len(x)` of a tensor is its first dim")),
                 }
             }
             B::SetFloat32MatmulPrecision => {
@@ -1417,6 +1465,7 @@ impl Session {
             other => Err(wrong_kind(
                 x.span,
                 format!("expected a string (a path), found {}", other.describe()),
+                "write the path in quotes: `\"x.npy\"`",
             )),
         }
     }
@@ -1483,7 +1532,11 @@ fn index_seq(seq: Vec<Val>, items: &[IndexItem], span: Span) -> R<Val> {
             }
             Ok(seq[j as usize].clone())
         }
-        _ => Err(wrong_kind(span, "a tuple or list takes one integer index")),
+        _ => Err(wrong_kind(
+            span,
+            "a tuple or list takes one integer index",
+            "index with one integer: `t[0]`",
+        )),
     }
 }
 

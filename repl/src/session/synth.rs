@@ -310,7 +310,12 @@ impl Session {
             Some(mut d) => {
                 // The synthetic function only sees the variables the expression
                 // names: suggest among all of the session's.
-                if d.code == "E0201" && d.help.is_none() {
+                if d.code == "E0201"
+                    && !d
+                        .help
+                        .as_deref()
+                        .is_some_and(|h| h.starts_with("did you mean"))
+                {
                     if let Some(name) = d.message.split('`').nth(1) {
                         let names = self.names();
                         if let Some(s) =
