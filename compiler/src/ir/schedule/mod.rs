@@ -88,7 +88,7 @@
 //! | `launch.rs` | launches and their grids (columns on grid axis x, 1-D grids past 65535) |
 //! | `stdlib.rs` | launches of standard-library kernels: gemms, row kernels, flash attention |
 //! | `control.rs` | regions of `if`/`for`/`while`: their slots, bindings and step lists |
-//! | `generate.rs` | kernels generated as Tile IR: fused elementwise groups, copies, reductions, norms, matmuls |
+//! | `generate/` | kernels generated as Tile IR: fused elementwise groups, copies, reductions, softmax, norms, matmuls (one file each) |
 //! | `verify.rs` | `verify`: buffers, views, write-before-read, generated kernels |
 //! | `dump.rs` | `dump`: the textual form |
 //!
@@ -112,13 +112,9 @@ use std::fmt;
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{
-    binary_name, render_constant, Activation, Fill, GType, Graph, LowerError, NodeId, NodeKind,
-    ReduceKind,
+    binary_name, render_constant, Fill, GType, Graph, LowerError, NodeId, NodeKind,
 };
-use crate::ir::tile::{
-    self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, UnaryOp, Value,
-};
-use crate::syntax::span::Span;
+use crate::ir::tile::{BinaryOp, Constant, Kernel, UnaryOp};
 use generate::Group;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
