@@ -44,7 +44,17 @@ fn main() {
     let c = Tensor::zeros(&[n, n], DType::F32);
     let args = [Value::Tensor(a), Value::Tensor(b), Value::Tensor(c)];
     let t = time(5, || {
-        launch_kernel(&db, file, "gemm_tf32", None, &args, &[], &stop).unwrap()
+        launch_kernel(
+            &db,
+            file,
+            "gemm_tf32",
+            None,
+            &args,
+            &[],
+            &tessera::exec::Device::Cpu,
+            &stop,
+        )
+        .unwrap()
     });
     let gflops = |t: f64| 2.0 * (n as f64).powi(3) / t / 1e9;
     println!(
@@ -59,7 +69,17 @@ fn main() {
     let y = Tensor::zeros(&[s, s], DType::F32);
     let args = [Value::Tensor(x), Value::Tensor(y)];
     let t = time(5, || {
-        launch_kernel(&db, file, "softmax_rows_online", None, &args, &[], &stop).unwrap()
+        launch_kernel(
+            &db,
+            file,
+            "softmax_rows_online",
+            None,
+            &args,
+            &[],
+            &tessera::exec::Device::Cpu,
+            &stop,
+        )
+        .unwrap()
     });
     let gbs = |t: f64| 2.0 * 4.0 * (s * s) as f64 / t / 1e9;
     println!(

@@ -16,7 +16,7 @@ use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
 use tessera::target::Arch;
 
-use crate::session::{device_unavailable, Device, LoadError, Session};
+use crate::session::{device_unavailable, LoadError, Session};
 
 /// Every command with its one-line description (for `:help` and completion).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -170,14 +170,24 @@ pub fn run(
         }
         ":device" => match words.get(1) {
             None => {
-                let _ = writeln!(out, "{}", session.device().name());
+                match session.gpu_info() {
+                    Some(info) => writeln!(out, "{info}"),
+                    None => writeln!(out, "{}", session.device().name()),
+                }
+                .ok();
                 Ok(Next::Continue)
             }
             Some(("cpu", _)) => {
-                session.set_device(Device::Cpu);
+                session.use_cpu();
                 Ok(Next::Continue)
             }
-            Some(("cuda", span)) => Err(device_unavailable(Device::Cuda, *span)),
+            Some(("cuda", span)) => match session.use_cuda() {
+                Ok(info) => {
+                    let _ = writeln!(out, "{info}");
+                    Ok(Next::Continue)
+                }
+                Err(e) => Err(device_unavailable(&e, *span)),
+            },
             Some((other, span)) => Err(usage(
                 *span,
                 format!("unknown device `{other}`"),

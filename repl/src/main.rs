@@ -26,15 +26,18 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum DeviceArg {
+    /// An NVIDIA GPU when a CUDA driver and a GPU are present, else the CPU.
+    Auto,
     /// The CPU executor (always available).
     Cpu,
-    /// An NVIDIA GPU (CUDA execution is not built yet).
+    /// NVIDIA GPU 0 through the CUDA driver (exit 2 without one).
     Cuda,
 }
 
 impl From<DeviceArg> for Device {
     fn from(d: DeviceArg) -> Device {
         match d {
+            DeviceArg::Auto => Device::Auto,
             DeviceArg::Cpu => Device::Cpu,
             DeviceArg::Cuda => Device::Cuda,
         }
@@ -47,7 +50,7 @@ enum Command {
     /// (then exits 1 if any statement failed).
     Repl {
         /// Where statements run.
-        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
     /// Execute a .tsr file's top-level statements (after its definitions).
@@ -56,7 +59,7 @@ enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Where statements run.
-        #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
     /// Run the language server on stdin/stdout (for editors).
@@ -106,25 +109,18 @@ fn dispatch(command: Command) -> u8 {
 
 fn repl(device: Device) -> u8 {
     let color = stderr_wants_color();
-    let session = Session::new("<repl>", color);
-    let cuda_refused = device == Device::Cuda;
-    if cuda_refused {
-        // The session starts on the CPU; say why (against the option itself, so
-        // that session lines keep their numbers).
+    let mut session = Session::new("<repl>", color);
+    if let Err(e) = tessera_repl::run::select_device(&mut session, device) {
+        // No session without the device asked for: say why (against the
+        // option itself) and stop, as for any other bad usage.
         let option = "--device cuda";
-        let d = device_unavailable(device, Span::new(0, option.len() as u32));
+        let d = device_unavailable(&e, Span::new(0, option.len() as u32));
         session.render_against(option, &[d], &mut std::io::stderr());
-        eprintln!("note: the session runs on the CPU");
+        return tessera_repl::run::EXIT_USAGE;
     }
     if std::io::stdin().is_terminal() {
         shell::interactive(session, color)
     } else {
-        // Piped: the refused device counts as a failure in the exit status.
-        let code = shell::piped(session, std::io::stdin().lock());
-        if cuda_refused {
-            shell::EXIT_ERRORS
-        } else {
-            code
-        }
+        shell::piped(session, std::io::stdin().lock())
     }
 }

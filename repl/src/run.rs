@@ -36,21 +36,37 @@ pub fn run_file(
         }
     };
     let mut session = Session::new(&shown, color);
-    if device == Device::Cuda {
+    if let Err(e) = select_device(&mut session, device) {
         // Nothing runs: name the device problem against the file's first line.
         let first = tessera::syntax::lines::lines(&text)
             .next()
             .map_or(0, str::len) as u32;
-        session.render_against(
-            &text,
-            &[device_unavailable(device, Span::new(0, first))],
-            err,
-        );
-        return EXIT_ERRORS;
+        session.render_against(&text, &[device_unavailable(&e, Span::new(0, first))], err);
+        return EXIT_USAGE;
     }
     if session.run_file(&text, out, err) {
         EXIT_OK
     } else {
         EXIT_ERRORS
     }
+}
+
+/// Puts `session` on `device`: `Auto` takes the GPU when there is one, else
+/// the CPU; `Cuda` is E0721 without a driver or a GPU.
+pub fn select_device(
+    session: &mut Session,
+    device: Device,
+) -> Result<(), tessera::exec::ExecError> {
+    match device {
+        Device::Cpu => session.use_cpu(),
+        Device::Cuda => {
+            session.use_cuda()?;
+        }
+        Device::Auto => {
+            if session.use_cuda().is_err() {
+                session.use_cpu();
+            }
+        }
+    }
+    Ok(())
 }

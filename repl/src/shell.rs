@@ -125,8 +125,12 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
             let _ = editor.append_history(h);
         }
     };
+    let place = match session.gpu_info() {
+        Some(info) => format!("on the GPU {info}"),
+        None => "on the CPU".to_string(),
+    };
     println!(
-        "Tessera {} — statements run on the CPU. `:help` lists the commands, Ctrl-D leaves.",
+        "Tessera {} — statements run {place}. `:help` lists the commands, Ctrl-D leaves.",
         env!("CARGO_PKG_VERSION")
     );
     let mut buffer = String::new();

@@ -136,8 +136,10 @@ fn history_file() -> PathBuf {
 
 fn spawn_with_history(history: &Path) -> Session {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.arg("repl")
+    // On the CPU, with GPUs hidden: transcripts read the same on every machine.
+    cmd.args(["repl", "--device", "cpu"])
         .current_dir(root())
+        .env("CUDA_VISIBLE_DEVICES", "")
         .env("NO_COLOR", "1")
         .env("TERM", "xterm")
         .env("TESSERA_HISTORY", history);

@@ -82,8 +82,16 @@ const HALF: f64 = 5e-3;
 const BF16: f64 = 3e-2;
 
 fn call(db: &Database, file: SourceFile, f: &str, args: &[Value]) -> Vec<f64> {
-    let v = run_function(db, file, f, args, &[], &Interrupt::new())
-        .unwrap_or_else(|e| panic!("{f}: {e}"));
+    let v = run_function(
+        db,
+        file,
+        f,
+        args,
+        &[],
+        &tessera::exec::Device::Cpu,
+        &Interrupt::new(),
+    )
+    .unwrap_or_else(|e| panic!("{f}: {e}"));
     tensor(&v).to_f64_vec()
 }
 
@@ -529,6 +537,7 @@ fn conversions_and_empty_reductions() {
         "max_last",
         &[Value::Tensor(Tensor::zeros(&[3, 0], DType::F32))],
         &[],
+        &tessera::exec::Device::Cpu,
         &Interrupt::new(),
     ));
     assert_eq!(e.code, "E0317", "{e}");
@@ -573,6 +582,7 @@ fn softmax_norms_and_reductions() {
                 "ln",
                 &[xt.clone(), t(&[n], DType::F32, &w), t(&[n], DType::F32, &b)],
                 &[],
+                &tessera::exec::Device::Cpu,
                 &Interrupt::new(),
             ));
             assert_eq!(e.code, "E0711", "{e}");
@@ -739,8 +749,17 @@ fn launch(db: &Database, file: SourceFile, k: &str, args: &[Value], named: &[(&s
         .iter()
         .map(|(n, v)| (n.to_string(), v.clone()))
         .collect();
-    launch_kernel(db, file, k, None, args, &named, &Interrupt::new())
-        .unwrap_or_else(|e| panic!("{k}: {e}"));
+    launch_kernel(
+        db,
+        file,
+        k,
+        None,
+        args,
+        &named,
+        &tessera::exec::Device::Cpu,
+        &Interrupt::new(),
+    )
+    .unwrap_or_else(|e| panic!("{k}: {e}"));
 }
 
 fn std_file() -> (Database, SourceFile) {
@@ -1030,6 +1049,7 @@ fn run_time_errors_have_their_codes() {
         "ew_f32",
         &[f32s(&[2, 3]), f32s(&[2, 4])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0701", "{e}");
@@ -1044,6 +1064,7 @@ fn run_time_errors_have_their_codes() {
         "act_relu",
         &[Value::Tensor(Tensor::zeros(&[2, 2], DType::F16))],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0702", "{e}");
@@ -1056,6 +1077,7 @@ fn run_time_errors_have_their_codes() {
         Some(vec![0]),
         &[f32s(&[4]), f32s(&[4])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     )
     .expect("a grid of 0 programs runs nothing");
@@ -1066,13 +1088,22 @@ fn run_time_errors_have_their_codes() {
         Some(vec![-1]),
         &[f32s(&[4]), f32s(&[4])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0703", "{e}");
     // E0704: integer division by zero inside a generated kernel.
     let one = Value::Tensor(Tensor::ones(&[3], DType::I32));
     let zero = Value::Tensor(Tensor::zeros(&[3], DType::I32));
-    let e = err_of(run_function(&db, file, "ew_int", &[one, zero], &[], &stop));
+    let e = err_of(run_function(
+        &db,
+        file,
+        "ew_int",
+        &[one, zero],
+        &[],
+        &tessera::exec::Device::Cpu,
+        &stop,
+    ));
     assert_eq!(e.code, "E0704", "{e}");
     // E0705: an index out of bounds.
     let e = err_of(Tensor::zeros(&[3], DType::F32).index(&[IndexItem::Int(3)], &stop));
@@ -1086,6 +1117,7 @@ fn run_time_errors_have_their_codes() {
         "act_relu",
         &[f32s(&[2, 2])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stopped,
     ));
     assert_eq!(e.code, "E0706", "{e}");
@@ -1096,6 +1128,7 @@ fn run_time_errors_have_their_codes() {
         "ew_f32",
         &[f32s(&[2, 3])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0707", "{e}");
@@ -1107,13 +1140,23 @@ fn run_time_errors_have_their_codes() {
         "def scaled(x: Tensor[\"N\", f32], k: const i32 = 2) -> Tensor[\"N\", f32]:\n    return x * k\n".into(),
     );
     let k = |v: i64| vec![("k".to_string(), Value::Int(v))];
-    assert!(run_function(&db4, f4, "scaled", &[f32s(&[2])], &k(2), &stop).is_ok());
+    assert!(run_function(
+        &db4,
+        f4,
+        "scaled",
+        &[f32s(&[2])],
+        &k(2),
+        &tessera::exec::Device::Cpu,
+        &stop
+    )
+    .is_ok());
     let e = err_of(run_function(
         &db4,
         f4,
         "scaled",
         &[f32s(&[2])],
         &k(3),
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0707", "{e}");
@@ -1165,6 +1208,7 @@ fn run_time_errors_have_their_codes() {
         None,
         &[f32s(&[4])],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0709", "{e}");
@@ -1181,6 +1225,7 @@ fn run_time_errors_have_their_codes() {
         "early",
         &[f32s(&[2]), Value::Int(1)],
         &[],
+        &tessera::exec::Device::Cpu,
         &stop,
     ));
     assert_eq!(e.code, "E0710", "{e}");
@@ -1281,8 +1326,16 @@ fn std_nn_generic_definitions_every_dtype_and_rank() {
             let what = |f: &str| format!("std.nn.{f} {d} {shape:?}");
             let xt = t(&shape, d, &x);
             let run = |f: &str, args: &[Value]| {
-                let v = run_function(&db, file, f, args, &[], &Interrupt::new())
-                    .unwrap_or_else(|e| panic!("{}: {e}", what(f)));
+                let v = run_function(
+                    &db,
+                    file,
+                    f,
+                    args,
+                    &[],
+                    &tessera::exec::Device::Cpu,
+                    &Interrupt::new(),
+                )
+                .unwrap_or_else(|e| panic!("{}: {e}", what(f)));
                 let r = tensor(&v);
                 assert_eq!(r.dtype(), d, "{}: result dtype", what(f));
                 assert_eq!(r.shape(), &shape[..], "{}: result shape", what(f));
@@ -1334,6 +1387,7 @@ fn std_nn_generic_definitions_every_dtype_and_rank() {
         "gelu",
         &[t(&[4], DType::I32, &[1.0, 2.0, 3.0, 4.0])],
         &[],
+        &tessera::exec::Device::Cpu,
         &Interrupt::new(),
     ));
     assert_eq!(e.code, "E0321", "{e}");

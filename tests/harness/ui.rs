@@ -36,6 +36,9 @@ struct Outcome {
 }
 
 fn main() -> ExitCode {
+    // Session cases see no GPU on any machine (`:device cuda` is E0721), as on
+    // CI: set before anything in this process could load the CUDA driver.
+    std::env::set_var("CUDA_VISIBLE_DEVICES", "");
     let args = tessera_tests::SuiteArgs::from_env();
     let bless = args.bless;
     let root = workspace_root();

@@ -179,6 +179,8 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "assigned value does not fit the shape of the indexed part",
     ),
     e("E0727", "assigned value does not fit the tensor's dtype"),
+    // E073x the GPU
+    e("E0730", "error on the GPU"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

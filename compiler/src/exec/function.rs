@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::launch::{bind_dims, find_kernel, from_const, launch_bound, match_args, signature};
-use super::{cpu, rng, ExecError, Interrupt, Tensor, Value};
+use super::{cpu, rng, Device, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::db::{self, Database, Db, SourceFile};
@@ -22,6 +22,7 @@ pub fn run_function(
     func: &str,
     args: &[Value],
     named: &[(String, Value)],
+    device: &Device,
     interrupt: &Interrupt,
 ) -> Result<Value, ExecError> {
     let (item, _) = db::function_item(db, file, func).ok_or_else(|| {
@@ -120,7 +121,15 @@ pub fn run_function(
             ))
         })
         .collect();
-    run_schedule(db, file, &schedule, &dims, &params, &scalars, interrupt)
+    run_schedule(
+        db,
+        file,
+        &schedule,
+        &dims,
+        &params,
+        &scalars,
+        On { device, interrupt },
+    )
 }
 
 /// The instance of a generic function that run-time arguments bind (`None`
@@ -375,8 +384,9 @@ fn run_schedule(
     env: &BTreeMap<String, i64>,
     params: &[Value],
     scalars: &HashMap<String, Num>,
-    interrupt: &Interrupt,
+    on: On,
 ) -> Result<Value, ExecError> {
+    let On { device, interrupt } = on;
     // Base buffers first, then views of them.
     let mut mem: Vec<Option<Tensor>> = vec![None; s.buffers.len()];
     for (i, b) in s.buffers.iter().enumerate() {
@@ -413,6 +423,7 @@ fn run_schedule(
         s,
         env,
         mem: &mem,
+        device,
         interrupt,
     };
     run_steps(&ctx, &s.steps, &mut scalars)?;
@@ -444,6 +455,13 @@ fn run_schedule(
     })
 }
 
+/// Where a schedule's kernels run, and the flag that stops them.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    device: &'a Device,
+    interrupt: &'a Interrupt,
+}
+
 /// What the steps of one schedule run share.
 struct Ctx<'a> {
     db: &'a Database,
@@ -451,6 +469,7 @@ struct Ctx<'a> {
     s: &'a Schedule,
     env: &'a BTreeMap<String, i64>,
     mem: &'a [Option<Tensor>],
+    device: &'a Device,
     interrupt: &'a Interrupt,
 }
 
@@ -549,7 +568,7 @@ fn run_steps(
                         },
                     ));
                 }
-                let result = run_function(db, file, func, &[], &named, interrupt)?;
+                let result = run_function(db, file, func, &[], &named, ctx.device, interrupt)?;
                 let Value::Tensor(r) = result else {
                     return Err(ExecError::new(
                         "E0710",
@@ -676,7 +695,7 @@ fn run_steps(
                     g.get(1).copied().unwrap_or(1),
                     g.get(2).copied().unwrap_or(1),
                 ];
-                cpu::run_grid(k, &kargs, g3, interrupt)?;
+                ctx.device.run_grid(k, &kargs, g3, interrupt)?;
             }
             KernelRef::Std { module, name } => {
                 let path: Vec<String> = module.split('.').map(str::to_string).collect();
@@ -686,11 +705,33 @@ fn run_steps(
                 let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
                     ExecError::new("E0710", format!("`{module}.{name}` not found"))
                 })?;
-                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+                launch_std_or_user(
+                    db,
+                    kfile,
+                    item,
+                    grid,
+                    args,
+                    &l.consts,
+                    On {
+                        device: ctx.device,
+                        interrupt,
+                    },
+                )?;
             }
             KernelRef::User(name) => {
                 let (kfile, item) = find_kernel(db, file, name)?;
-                launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
+                launch_std_or_user(
+                    db,
+                    kfile,
+                    item,
+                    grid,
+                    args,
+                    &l.consts,
+                    On {
+                        device: ctx.device,
+                        interrupt,
+                    },
+                )?;
             }
         }
     }
@@ -706,7 +747,7 @@ fn launch_std_or_user(
     grid: Option<Vec<i64>>,
     args: Vec<(String, Value)>,
     consts: &[(String, String)],
-    interrupt: &Interrupt,
+    on: On,
 ) -> Result<(), ExecError> {
     let sig = signature(db, item, "kernel")?;
     let mut named = args;
@@ -721,7 +762,7 @@ fn launch_std_or_user(
         named.push((n.clone(), v));
     }
     let values = match_args(&sig, &[], &named)?;
-    launch_bound(db, kfile, item, grid, &values, interrupt)
+    launch_bound(db, kfile, item, grid, &values, on.device, on.interrupt)
 }
 
 /// Checks a launch requirement on sizes (`N <= 1024`) that could not be

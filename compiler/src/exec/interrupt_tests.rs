@@ -126,7 +126,18 @@ fn whole_tensor_operations_stop_when_interrupted() {
         ("rs", vec![v(&[64, 1024])]),
     ];
     for (f, args) in &calls {
-        interrupted(run_function(&db, file, f, args, &[], &stopped()));
-        assert!(run_function(&db, file, f, args, &[], go).is_ok(), "{f}");
+        interrupted(run_function(
+            &db,
+            file,
+            f,
+            args,
+            &[],
+            &crate::exec::Device::Cpu,
+            &stopped(),
+        ));
+        assert!(
+            run_function(&db, file, f, args, &[], &crate::exec::Device::Cpu, go).is_ok(),
+            "{f}"
+        );
     }
 }

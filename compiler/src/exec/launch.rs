@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::cpu;
-use super::{ExecError, Interrupt, Value};
+use super::{Device, ExecError, Interrupt, Value};
 use crate::check::consts::eval_const;
 use crate::check::scope::Entry;
 use crate::check::{self, Ty};
@@ -16,8 +16,11 @@ use crate::syntax::ast;
 
 /// Launches kernel `kernel` of `file` (or of a `std` module the file can
 /// import) on `args` (positional, in signature order, const parameters
-/// included) and `named`; `grid` overrides the decorator's. Tensor arguments
-/// are written in place.
+/// included) and `named`; `grid` overrides the decorator's, on `device`.
+/// Tensor arguments are written in place.
+// A launch as a caller has it: what, where, with which arguments, on which
+// device, stoppable.
+#[allow(clippy::too_many_arguments)]
 pub fn launch_kernel(
     db: &Database,
     file: SourceFile,
@@ -25,12 +28,13 @@ pub fn launch_kernel(
     grid: Option<Vec<i64>>,
     args: &[Value],
     named: &[(String, Value)],
+    device: &Device,
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
     let (kfile, item) = find_kernel(db, file, kernel)?;
     let sig = signature(db, item, kernel)?;
     let values = match_args(&sig, args, named)?;
-    launch_bound(db, kfile, item, grid, &values, interrupt)
+    launch_bound(db, kfile, item, grid, &values, device, interrupt)
 }
 
 /// What a launch of a kernel was given to specialise it: its const
@@ -355,11 +359,12 @@ pub(crate) fn launch_bound(
     item: ItemSource<'_>,
     grid: Option<Vec<i64>>,
     values: &[(String, Value)],
+    device: &Device,
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
     interrupt.check()?;
     let (kernel, args, grid) = prepare(db, kfile, item, grid, values)?;
-    cpu::run_grid(&kernel, &args, grid, interrupt)
+    device.run_grid(&kernel, &args, grid, interrupt)
 }
 
 /// A kernel of `file` (or the stdlib) specialised for `args` with its

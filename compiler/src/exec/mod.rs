@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub mod cpu;
+pub mod cuda;
 pub mod f8;
 mod function;
 mod launch;
@@ -34,6 +35,39 @@ pub use tensor::{float_to_int, round_to, wrap_int, IndexItem, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::syntax::span::Span;
+
+/// Where kernels run: the CPU executor, or a GPU through the CUDA driver.
+#[derive(Clone, Default)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda(Arc<cuda::Gpu>),
+}
+
+impl Device {
+    /// Runs every program of `grid` of a specialised `kernel` on `args` here.
+    pub(crate) fn run_grid(
+        &self,
+        kernel: &crate::ir::tile::Kernel,
+        args: &[cpu::Arg],
+        grid: [i64; 3],
+        interrupt: &Interrupt,
+    ) -> Result<(), ExecError> {
+        match self {
+            Device::Cpu => cpu::run_grid(kernel, args, grid, interrupt),
+            Device::Cuda(gpu) => gpu.launch(kernel, args, grid, interrupt),
+        }
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(gpu) => write!(f, "{}", gpu.info()),
+        }
+    }
+}
 
 /// A run-time value.
 #[derive(Clone, Debug)]

@@ -317,6 +317,16 @@ impl Data {
         go!(F64, F32, F16, BF16, I64, I32, I16, I8, U32, U8)
     }
 
+    /// The size of one stored element in bytes.
+    pub(crate) fn elem_bytes(&self) -> usize {
+        match self {
+            Data::F64(_) | Data::I64(_) => 8,
+            Data::F32(_) | Data::I32(_) | Data::U32(_) => 4,
+            Data::F16(_) | Data::BF16(_) | Data::I16(_) => 2,
+            Data::I8(_) | Data::U8(_) => 1,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         match self {
             Data::F64(v) => v.len(),
@@ -628,6 +638,12 @@ impl Tensor {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// The bytes of the elements in storage (`numel` times the element
+    /// size: f8 and bool take one byte).
+    pub(crate) fn byte_len(&self) -> usize {
+        self.storage.data().len() * self.storage.data().elem_bytes()
     }
 
     pub fn numel(&self) -> usize {

@@ -558,8 +558,16 @@ fn run_schedule(
             _ => exec::Value::Int(t.data[0] as i64),
         })
         .collect();
-    let out = exec::run_function(db, file, name, &args, &[], &exec::Interrupt::new())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let out = exec::run_function(
+        db,
+        file,
+        name,
+        &args,
+        &[],
+        &exec::Device::Cpu,
+        &exec::Interrupt::new(),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
     let outs = match out {
         exec::Value::Tuple(v) => v,
         v => vec![v],

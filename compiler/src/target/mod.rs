@@ -109,6 +109,26 @@ impl Arch {
     pub fn is_nvidia(self) -> bool {
         self.info().vendor == Vendor::Nvidia
     }
+
+    /// The arch to compile for on an NVIDIA GPU of compute capability
+    /// `major.minor`: the newest of ours that the device runs (PTX for an
+    /// older arch runs on a newer GPU through the driver's JIT). `None` below
+    /// sm_70. sm_90a is not picked: its code is sm_90's until the Hopper path
+    /// uses the instructions only it has.
+    pub fn for_compute_capability(major: i32, minor: i32) -> Option<Arch> {
+        const BY_CC: [(i32, i32, Arch); 6] = [
+            (9, 0, Arch::Sm90),
+            (8, 9, Arch::Sm89),
+            (8, 6, Arch::Sm86),
+            (8, 0, Arch::Sm80),
+            (7, 5, Arch::Sm75),
+            (7, 0, Arch::Sm70),
+        ];
+        BY_CC
+            .iter()
+            .find(|&&(ma, mi, _)| (major, minor) >= (ma, mi))
+            .map(|&(_, _, a)| a)
+    }
 }
 
 impl fmt::Display for Arch {
@@ -143,6 +163,21 @@ impl FromStr for Arch {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    #[test]
+    fn compute_capabilities_pick_the_newest_arch_the_device_runs() {
+        use super::Arch;
+        let pick = |ma, mi| Arch::for_compute_capability(ma, mi);
+        assert_eq!(pick(6, 1), None);
+        assert_eq!(pick(7, 0), Some(Arch::Sm70));
+        assert_eq!(pick(7, 2), Some(Arch::Sm70));
+        assert_eq!(pick(7, 5), Some(Arch::Sm75));
+        assert_eq!(pick(8, 0), Some(Arch::Sm80));
+        assert_eq!(pick(8, 7), Some(Arch::Sm86));
+        assert_eq!(pick(8, 9), Some(Arch::Sm89));
+        assert_eq!(pick(9, 0), Some(Arch::Sm90));
+        assert_eq!(pick(12, 0), Some(Arch::Sm90));
+    }
 
     fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {

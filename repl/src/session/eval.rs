@@ -17,7 +17,7 @@ use tessera::exec::{self, IndexItem, Tensor, Value};
 use tessera::syntax::ast::{Arg, BinOp, Expr, ExprKind, Index, Stmt, StmtKind, UnaryOp};
 use tessera::syntax::span::Span;
 
-use super::{device_unavailable, Device, Session};
+use super::Session;
 
 /// A session value: what the executor computes, plus host-only values.
 #[derive(Clone, Debug)]
@@ -161,9 +161,6 @@ impl Session {
         out: &mut dyn Write,
     ) -> R<()> {
         self.interrupt.reset();
-        if self.device == Device::Cuda {
-            return Err(device_unavailable(Device::Cuda, s.span));
-        }
         self.stmt(s, text, print_values, out).map(|_| ())
     }
 
@@ -1023,6 +1020,7 @@ impl Session {
             grid,
             &positional,
             &named,
+            &self.exec_device,
             &self.interrupt,
         )
         .map_err(|e| {

@@ -19,11 +19,13 @@ mod tests;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tessera::check::builtins::Builtin;
 use tessera::db::{Database, SourceFile};
 use tessera::diag::render;
 use tessera::diag::Diagnostic;
+use tessera::exec::cuda::{Gpu, GpuInfo};
 use tessera::exec::{Interrupt, Value};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
@@ -39,6 +41,9 @@ const SESSION_PATH: &str = "<session>";
 pub enum Device {
     Cpu,
     Cuda,
+    /// The GPU when a driver and a GPU are present, else the CPU (a choice
+    /// made when the session starts; a session itself is on `Cpu` or `Cuda`).
+    Auto,
 }
 
 impl Device {
@@ -46,21 +51,15 @@ impl Device {
         match self {
             Device::Cpu => "cpu",
             Device::Cuda => "cuda",
+            Device::Auto => "auto",
         }
     }
 }
 
-/// The diagnostic for a device that cannot run anything yet (E0721).
-pub fn device_unavailable(device: Device, span: Span) -> Diagnostic {
-    Diagnostic::new(
-        "E0721",
-        span,
-        format!(
-            "execution on `{}` is not built yet; only the CPU executes",
-            device.name()
-        ),
-    )
-    .with_help("use `--device cpu` (the default) or `:device cpu`; `tsrc emit --emit ptx` still compiles for NVIDIA GPUs")
+/// The diagnostic of a GPU that cannot be used (E0721: no driver, no GPU),
+/// at `span` (the option or command that asked for it).
+pub fn device_unavailable(error: &tessera::exec::ExecError, span: Span) -> Diagnostic {
+    error.to_diagnostic(span)
 }
 
 /// One top-level definition of the session source.
@@ -94,6 +93,11 @@ pub struct Session {
     transcript: String,
     interrupt: Interrupt,
     device: Device,
+    /// Where kernels run (the GPU once `:device cuda` or `--device` opened it).
+    exec_device: tessera::exec::Device,
+    /// The GPU, kept once opened so that switching back to it keeps its
+    /// compiled kernels.
+    gpu: Option<Arc<Gpu>>,
     color: bool,
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
@@ -124,6 +128,8 @@ impl Session {
             transcript: String::new(),
             interrupt: Interrupt::new(),
             device: Device::Cpu,
+            exec_device: tessera::exec::Device::Cpu,
+            gpu: None,
             color,
             loaded: Vec::new(),
             synth_count: 0,
@@ -150,8 +156,34 @@ impl Session {
         self.device
     }
 
-    pub fn set_device(&mut self, device: Device) {
-        self.device = device;
+    /// Runs what follows on the CPU.
+    pub fn use_cpu(&mut self) {
+        self.device = Device::Cpu;
+        self.exec_device = tessera::exec::Device::Cpu;
+    }
+
+    /// Runs what follows on GPU 0, opening it the first time: its
+    /// description, or E0721 (no driver, no GPU) with the session unchanged.
+    pub fn use_cuda(&mut self) -> Result<GpuInfo, tessera::exec::ExecError> {
+        let gpu = match &self.gpu {
+            Some(g) => g.clone(),
+            None => {
+                let g = Arc::new(Gpu::open(0)?);
+                self.gpu = Some(g.clone());
+                g
+            }
+        };
+        self.device = Device::Cuda;
+        self.exec_device = tessera::exec::Device::Cuda(gpu.clone());
+        Ok(gpu.info().clone())
+    }
+
+    /// The GPU the session runs on, if it runs on one.
+    pub fn gpu_info(&self) -> Option<&GpuInfo> {
+        match &self.exec_device {
+            tessera::exec::Device::Cuda(g) => Some(g.info()),
+            tessera::exec::Device::Cpu => None,
+        }
     }
 
     pub fn database(&self) -> &Database {

@@ -339,6 +339,7 @@ impl Session {
                 &synth.name,
                 &synth.args,
                 &[],
+                &self.exec_device,
                 &self.interrupt,
             )
             .map(Val::Run)

@@ -1,0 +1,507 @@
+//! Execution on NVIDIA GPUs through the CUDA driver API (cudarc, with
+//! `libcuda` loaded at run time, so every build runs without CUDA or a GPU).
+//!
+//! * [`Gpu::open`] makes a context on one device and picks the arch to
+//!   compile for from its compute capability
+//!   ([`Arch::for_compute_capability`]).
+//! * [`Gpu::launch`] runs a specialised Tile IR kernel: Target IR for the
+//!   device's arch, PTX, the driver's JIT (once per specialisation: loaded
+//!   modules are kept by their PTX), then the tensors are copied to the device, the kernel
+//!   runs, and the tensors are copied back. Arguments that share storage get
+//!   one device buffer, as they share memory on the CPU.
+//!
+//! Kernel parameters are Target IR's (`ir::target::lower`'s `params`): the
+//! Tile IR parameters in order (a tensor is its base pointer; tensors are
+//! contiguous and row-major), then the run-time dims as 32-bit integers.
+//!
+//! Device memory comes from the driver's stream-ordered allocator
+//! (`cuMemAllocAsync` where the device has it), whose pool reuses freed
+//! blocks. Not built yet: tensors that stay on the device between launches
+//! (each launch copies its tensors both ways), an on-disk cubin cache and
+//! run-time specialisation on alignment and divisibility.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{CUfunction_attribute, CUresult};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+
+use super::cpu::Arg;
+use super::{ExecError, Interrupt};
+use crate::check::DType;
+use crate::ir::target::{Param as TargetParam, RegTy};
+use crate::ir::tile::{Dim, Kernel, ParamKind};
+use crate::target::Arch;
+
+/// The kernels the driver compiled for this device, by their PTX.
+type Modules = HashMap<String, Loaded>;
+
+/// One NVIDIA GPU with a context and a stream of its own.
+pub struct Gpu {
+    info: GpuInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    modules: Mutex<Modules>,
+}
+
+/// What the session shows of a GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    pub memory_bytes: usize,
+    /// The arch kernels are compiled for.
+    pub arch: Arch,
+}
+
+impl std::fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ma, mi) = self.compute_capability;
+        write!(
+            f,
+            "cuda:{} {} ({:.0} GiB, compute capability {ma}.{mi}, compiling for {})",
+            self.ordinal,
+            self.name,
+            self.memory_bytes as f64 / (1u64 << 30) as f64,
+            self.arch
+        )
+    }
+}
+
+/// A kernel the driver loaded, with what its launches need.
+struct Loaded {
+    func: CudaFunction,
+    params: Vec<TargetParam>,
+    threads: u32,
+    smem_bytes: u32,
+}
+
+/// Whether the CUDA driver library can be loaded on this machine.
+pub fn driver_present() -> bool {
+    // SAFETY: `is_culib_present` only tries to open the shared library (and
+    // closes it); it calls nothing in it.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// E0721: no GPU to run on, with the reason in the help line (the message
+/// is the same whatever the reason, as scripts and transcripts see it).
+fn unavailable(reason: impl Into<String>) -> ExecError {
+    ExecError::new("E0721", "no CUDA GPU is available").with_help(format!(
+        "{}; run on the CPU: `--device cpu` or `:device cpu`",
+        reason.into()
+    ))
+}
+
+/// A driver error as a diagnostic: E0730 naming what failed, with the
+/// driver's name for the error.
+fn driver_error(what: &str, e: DriverError) -> ExecError {
+    let name = e
+        .error_name()
+        .ok()
+        .and_then(|n| n.to_str().ok().map(str::to_string))
+        .unwrap_or_else(|| format!("{:?}", e.0));
+    let text = e
+        .error_string()
+        .ok()
+        .and_then(|n| n.to_str().ok().map(str::to_string))
+        .unwrap_or_default();
+    let help = match e.0 {
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            "the GPU's memory is full: free tensors, or use smaller shapes".to_string()
+        }
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS | CUresult::CUDA_ERROR_LAUNCH_FAILED => {
+            "the kernel accessed memory outside its tensors; run it with `--device cpu` to see \
+             which access (the CPU executor checks bounds)"
+                .to_string()
+        }
+        _ => "see the CUDA driver's documentation of this error".to_string(),
+    };
+    ExecError::new(
+        "E0730",
+        format!("{what} failed on the GPU: {name}{}", {
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!(" ({text})")
+            }
+        }),
+    )
+    .with_help(help)
+}
+
+impl Gpu {
+    /// A context on GPU `ordinal`; E0721 when there is no driver, no such
+    /// GPU, or one older than sm_70.
+    pub fn open(ordinal: usize) -> Result<Gpu, ExecError> {
+        if !driver_present() {
+            return Err(unavailable("the CUDA driver (`libcuda`) cannot be loaded"));
+        }
+        let count = CudaContext::device_count().map_err(|e| {
+            unavailable(format!(
+                "the CUDA driver cannot list its GPUs ({})",
+                driver_error("listing GPUs", e).message
+            ))
+        })?;
+        if ordinal >= count.max(0) as usize {
+            return Err(unavailable(if count <= 0 {
+                "the CUDA driver finds no GPU".to_string()
+            } else {
+                format!("there is no GPU cuda:{ordinal}: the driver finds {count}")
+            }));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("making a context", e))?;
+        let name = ctx.name().map_err(|e| driver_error("naming the GPU", e))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| driver_error("reading the compute capability", e))?;
+        let memory_bytes = ctx
+            .total_mem()
+            .map_err(|e| driver_error("reading the memory size", e))?;
+        let arch = Arch::for_compute_capability(cc.0, cc.1).ok_or_else(|| {
+            unavailable(format!(
+                "{name} has compute capability {}.{}; Tessera compiles for sm_70 and later",
+                cc.0, cc.1
+            ))
+        })?;
+        // SAFETY: every launch and copy of this `Gpu` goes to its one stream,
+        // which orders them: cudarc's per-buffer events (for several streams)
+        // are not needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        Ok(Gpu {
+            info: GpuInfo {
+                ordinal,
+                name,
+                compute_capability: cc,
+                memory_bytes,
+                arch,
+            },
+            ctx,
+            stream,
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// The loaded kernel for `kernel` (compiled and loaded on first use).
+    fn loaded(
+        &self,
+        kernel: &Kernel,
+    ) -> Result<(CudaFunction, Vec<TargetParam>, u32, u32), ExecError> {
+        let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
+            ExecError::new(
+                "E0709",
+                format!(
+                    "kernel `{}` cannot be compiled for {}: {}",
+                    kernel.name, self.info.arch, u.message
+                ),
+            )
+            .with_help(
+                u.too_large
+                    .unwrap_or_else(|| "run it on the CPU: `--device cpu`".to_string()),
+            )
+        })?;
+        let ptx = crate::backend::ptx::module_of(
+            self.info.arch,
+            &[crate::backend::ptx::kernel_text(&target)],
+        );
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = modules.get(&ptx) {
+            return Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes));
+        }
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.clone()))
+            .map_err(|e| {
+                driver_error(
+                    &format!("compiling kernel `{}` (the driver's JIT)", kernel.name),
+                    e,
+                )
+            })?;
+        let func = module
+            .load_function(&target.name)
+            .map_err(|e| driver_error(&format!("loading kernel `{}`", kernel.name), e))?;
+        let smem_bytes = target.smem_bytes();
+        if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
+            func.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem_bytes as i32,
+            )
+            .map_err(|e| {
+                driver_error(
+                    &format!("giving kernel `{}` its shared memory", kernel.name),
+                    e,
+                )
+            })?;
+        }
+        let entry = Loaded {
+            func: func.clone(),
+            params: target.params.clone(),
+            threads: target.num_threads,
+            smem_bytes,
+        };
+        let out = (func, entry.params.clone(), entry.threads, smem_bytes);
+        modules.insert(ptx, entry);
+        Ok(out)
+    }
+
+    /// Runs every program of `grid` of `kernel` on `args` (Tile IR parameter
+    /// order) on this GPU; tensor arguments are written in place.
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        args: &[Arg],
+        grid: [i64; 3],
+        interrupt: &Interrupt,
+    ) -> Result<(), ExecError> {
+        interrupt.check()?;
+        if args.len() != kernel.params.len() {
+            return Err(ExecError::new(
+                "E0707",
+                format!(
+                    "kernel `{}` takes {} run-time arguments, {} given",
+                    kernel.name,
+                    kernel.params.len(),
+                    args.len()
+                ),
+            ));
+        }
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let grid_dim = (
+            u32::try_from(grid[0]).map_err(|_| bad_grid(kernel, grid))?,
+            u32::try_from(grid[1]).map_err(|_| bad_grid(kernel, grid))?,
+            u32::try_from(grid[2]).map_err(|_| bad_grid(kernel, grid))?,
+        );
+        let (func, params, threads, smem_bytes) = self.loaded(kernel)?;
+        // Device buffers, one per distinct storage, and each argument's buffer.
+        let mut buffers: Vec<(super::Tensor, CudaSlice<u8>)> = Vec::new();
+        let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
+        let mut dims: HashMap<&str, i64> = HashMap::new();
+        for (p, a) in kernel.params.iter().zip(args) {
+            match (&p.kind, a) {
+                (ParamKind::Tensor { dims: pd, dtype }, Arg::Tensor(t)) => {
+                    if t.dtype() != *dtype || pd.len() != t.shape().len() {
+                        return Err(ExecError::new(
+                            "E0702",
+                            format!(
+                                "argument `{}` of `{}` must be a rank-{} {dtype} tensor, got {}",
+                                p.name,
+                                kernel.name,
+                                pd.len(),
+                                super::Value::Tensor(t.clone()).describe()
+                            ),
+                        ));
+                    }
+                    for (d, &n) in pd.iter().zip(t.shape()) {
+                        if let Dim::Dynamic(name) = d {
+                            dims.entry(name.as_str()).or_insert(n as i64);
+                        }
+                    }
+                    let index = match buffers.iter().position(|(b, _)| b.same_storage(t)) {
+                        Some(i) => i,
+                        None => {
+                            buffers.push((t.clone(), self.upload(t)?));
+                            buffers.len() - 1
+                        }
+                    };
+                    values.push(ParamValue::Buffer(index));
+                }
+                (ParamKind::Scalar(d), Arg::Int(i)) => values.push(scalar(*d, *i as f64, *i)?),
+                (ParamKind::Scalar(d), Arg::Float(x)) => {
+                    values.push(scalar(*d, *x, super::float_to_int(*d, *x))?)
+                }
+                _ => {
+                    return Err(ExecError::new(
+                        "E0707",
+                        format!(
+                            "argument `{}` of `{}` has the wrong kind",
+                            p.name, kernel.name
+                        ),
+                    ))
+                }
+            }
+        }
+        for p in &params[kernel.params.len()..] {
+            let n = dims.get(p.name.as_str()).copied().ok_or_else(|| {
+                ExecError::new(
+                    "E0709",
+                    format!("kernel `{}`: no tensor gives dim `{}`", kernel.name, p.name),
+                )
+            })?;
+            let n = i32::try_from(n).map_err(|_| {
+                ExecError::new(
+                    "E0711",
+                    format!(
+                        "dim `{}` = {n} of `{}` does not fit the 32-bit dims GPU kernels take",
+                        p.name, kernel.name
+                    ),
+                )
+                .with_help("split the tensor, or run on the CPU: `--device cpu`")
+            })?;
+            debug_assert_eq!(p.ty, RegTy::I32);
+            values.push(ParamValue::I32(n));
+        }
+        let cfg = LaunchConfig {
+            grid_dim,
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
+                smem_bytes
+            } else {
+                0
+            },
+        };
+        {
+            let mut b = self.stream.launch_builder(&func);
+            for v in &values {
+                match v {
+                    ParamValue::Buffer(i) => b.arg(&buffers[*i].1),
+                    ParamValue::I32(x) => b.arg(x),
+                    ParamValue::I64(x) => b.arg(x),
+                    ParamValue::U32(x) => b.arg(x),
+                    ParamValue::U16(x) => b.arg(x),
+                    ParamValue::F32(x) => b.arg(x),
+                    ParamValue::F64(x) => b.arg(x),
+                };
+            }
+            // SAFETY: the arguments are, in order, the values of the kernel's
+            // PTX parameters with their PTX types (`values` follows Target
+            // IR's `params`: a device pointer per tensor, scalars by dtype,
+            // then the 32-bit dims); each buffer holds its tensor's elements,
+            // the extent the kernel's bounds checks allow it to touch.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| driver_error(&launch_what(kernel, grid, threads), e))?;
+        }
+        self.wait(interrupt, &launch_what(kernel, grid, threads))?;
+        for (t, buf) in &buffers {
+            self.download(buf, t)?;
+        }
+        Ok(())
+    }
+
+    /// A device copy of `t`'s elements.
+    fn upload(&self, t: &super::Tensor) -> Result<CudaSlice<u8>, ExecError> {
+        let bytes = t.byte_len();
+        // At least one byte: a zero-size allocation is an error for the driver.
+        // SAFETY: the contents are written right below before any read.
+        let mut buf = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(|e| driver_error(&format!("allocating {bytes} bytes"), e))?;
+        if bytes > 0 {
+            // SAFETY: `t`'s storage holds exactly `byte_len` bytes (the
+            // invariant of every `Tensor` constructor) and no launch writes it
+            // while this copy reads it (launches run one at a time).
+            let host = unsafe { std::slice::from_raw_parts(t.storage.ptr() as *const u8, bytes) };
+            self.stream
+                .memcpy_htod(host, &mut buf)
+                .map_err(|e| driver_error("copying a tensor to the GPU", e))?;
+        }
+        Ok(buf)
+    }
+
+    /// Copies `buf` back into `t`'s elements.
+    fn download(&self, buf: &CudaSlice<u8>, t: &super::Tensor) -> Result<(), ExecError> {
+        let bytes = t.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: as in `upload`; the storage is not read while written here
+        // (launches run one at a time and the caller waits for this one).
+        let host = unsafe { std::slice::from_raw_parts_mut(t.storage.ptr(), bytes) };
+        self.stream
+            .memcpy_dtoh(&buf.slice(0..bytes), host)
+            .map_err(|e| driver_error("copying a tensor back from the GPU", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_error("copying a tensor back from the GPU", e))
+    }
+
+    /// Waits for the stream's work, looking at `interrupt` while it runs:
+    /// E0706 returns to the caller while the kernel finishes on its own.
+    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<(), ExecError> {
+        let done = self
+            .stream
+            .record_event(None)
+            .map_err(|e| driver_error(what, e))?;
+        let start = Instant::now();
+        loop {
+            // SAFETY: the event is alive (held by `done`) and was recorded on
+            // this context's stream.
+            match unsafe { cudarc::driver::result::event::query(done.cu_event()) } {
+                Ok(()) => return Ok(()),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => {}
+                Err(e) => return Err(driver_error(what, e)),
+            }
+            interrupt.check()?;
+            // Spin briefly for short kernels, then sleep.
+            if start.elapsed() > Duration::from_micros(200) {
+                std::thread::sleep(Duration::from_micros(100));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+fn bad_grid(kernel: &Kernel, grid: [i64; 3]) -> ExecError {
+    ExecError::new(
+        "E0703",
+        format!("the grid {grid:?} of `{}` is not a GPU grid", kernel.name),
+    )
+    .with_help("each grid dim is from 0 to 2^31 - 1 (y and z to 65535)")
+}
+
+fn launch_what(kernel: &Kernel, grid: [i64; 3], threads: u32) -> String {
+    format!(
+        "kernel `{}` (grid ({}, {}, {}), {threads} threads a block)",
+        kernel.name, grid[0], grid[1], grid[2]
+    )
+}
+
+/// A kernel parameter's value: a device buffer (by index) or a scalar with
+/// its PTX type.
+enum ParamValue {
+    Buffer(usize),
+    I32(i32),
+    I64(i64),
+    U32(u32),
+    U16(u16),
+    F32(f32),
+    F64(f64),
+}
+
+/// The value of a scalar parameter of dtype `d` (as Target IR's `params`
+/// types it).
+fn scalar(d: DType, x: f64, i: i64) -> Result<ParamValue, ExecError> {
+    Ok(match d {
+        DType::F64 => ParamValue::F64(x),
+        DType::F32 => ParamValue::F32(x as f32),
+        DType::F16 => ParamValue::U16(half::f16::from_f64(x).to_bits()),
+        DType::BF16 => ParamValue::U16(half::bf16::from_f64(x).to_bits()),
+        DType::I64 => ParamValue::I64(i),
+        DType::U32 | DType::U8 | DType::Bool => ParamValue::U32(i as u32),
+        DType::I32 | DType::I16 | DType::I8 => ParamValue::I32(i as i32),
+        // Target IR refuses f8 scalar parameters when the kernel is loaded,
+        // before its arguments are read: this is not reached.
+        DType::F8E4M3 | DType::F8E5M2 => {
+            return Err(ExecError::new(
+                "E0709",
+                format!(
+                    "an {} scalar parameter cannot be passed to a GPU kernel",
+                    d.name()
+                ),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
