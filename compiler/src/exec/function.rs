@@ -14,6 +14,12 @@ use crate::db::{self, Database, Db, SourceFile};
 use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
+/// The help line of an error in what the compiler itself generated (a
+/// schedule's launches, host variables and standard-library calls): no
+/// program the checker accepts should reach it.
+const COMPILER_BUG: &str =
+    "the compiler generated this step, so this is a compiler bug: please report it with the program";
+
 /// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
 /// its result (a `Tuple` when it returns several tensors).
 pub fn run_function(
@@ -359,7 +365,7 @@ fn scalar(
                 "E0710",
                 format!("host variable `${v}` is read before it is set"),
             )
-            .with_help("set the variable before the statement that reads it")
+            .with_help(COMPILER_BUG)
         })?,
         ScalarExpr::CDiv(x, k) => {
             let v = scalar(x, env, params)?;
@@ -684,7 +690,7 @@ fn run_steps(
                             "E0710",
                             format!("launch of `{}`: no argument for `{}`", k.name, p.name),
                         )
-                        .with_help(format!("pass `{}` to `{}`", p.name, k.name))),
+                        .with_help(COMPILER_BUG)),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let g = grid.ok_or_else(|| {
@@ -692,7 +698,7 @@ fn run_steps(
                         "E0710",
                         format!("generated kernel `{}` has no grid", k.name),
                     )
-                    .with_help(format!("give `{}` a grid: `@kernel(grid=...)`", k.name))
+                    .with_help(COMPILER_BUG)
                 })?;
                 let g3 = [
                     g[0],
@@ -705,15 +711,11 @@ fn run_steps(
                 let path: Vec<String> = module.split('.').map(str::to_string).collect();
                 let kfile = db.resolve_module(file, &path).ok_or_else(|| {
                     ExecError::new("E0710", format!("standard module `{module}` not found"))
-                        .with_help(
-                            "the standard library ships with the compiler: reinstall it if a module is missing",
-                        )
+                        .with_help(COMPILER_BUG)
                 })?;
                 let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
                     ExecError::new("E0710", format!("`{module}.{name}` not found"))
-                        .with_help(
-                            "the standard library ships with the compiler: reinstall it if a module is missing",
-                        )
+                        .with_help(COMPILER_BUG)
                 })?;
                 launch_std_or_user(db, kfile, item, grid, args, &l.consts, interrupt)?;
             }
