@@ -744,14 +744,19 @@ impl Checker<'_> {
         let dt = v.ty.dtype().unwrap_or(DType::F32);
         match op {
             UnaryOp::Neg | UnaryOp::Pos if dt == DType::Bool => {
-                self.report(Diagnostic::new(
-                    "E0311",
-                    operand.span,
-                    format!("`{}` is not defined on `bool` values", op.symbol().trim()),
-                )
-                .with_help(
-                    "negate a bool with `not b` (a scalar) or `~m` (a mask); for arithmetic convert first: `.to(i32)`",
-                ));
+                let help = if op == UnaryOp::Neg {
+                    "negate a bool with `not b` (a scalar) or `~m` (a mask); for arithmetic convert first: `.to(i32)`"
+                } else {
+                    "drop the `+`, or convert first for arithmetic: `.to(i32)`"
+                };
+                self.report(
+                    Diagnostic::new(
+                        "E0311",
+                        operand.span,
+                        format!("`{}` is not defined on `bool` values", op.symbol().trim()),
+                    )
+                    .with_help(help),
+                );
                 return Val::err();
             }
             UnaryOp::Not if kind != Kind::Scalar => {
