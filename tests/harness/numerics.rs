@@ -9,7 +9,7 @@
 //! the reference sees them.
 //!
 //! Also here: the run-time error codes (E07xx, which no UI case can produce:
-//! each is triggered through the API and its code checked), and `.npy` round
+//! each is triggered through the API and its code and help line checked), and `.npy` round
 //! trips plus files written by numpy (`tests/numerics/npy/`).
 
 use std::path::PathBuf;
@@ -1029,11 +1029,15 @@ fn stdlib_flash_attention() {
 
 // ---- run-time errors (E07xx) ----
 
+/// The error of `r`, which (as every error) must have a help line.
 #[track_caller]
 fn err_of(r: Result<impl std::fmt::Debug, ExecError>) -> ExecError {
     match r {
         Ok(v) => panic!("expected an error, got {v:?}"),
-        Err(e) => e,
+        Err(e) => {
+            assert!(e.help.is_some(), "an error without a help line: {e}");
+            e
+        }
     }
 }
 

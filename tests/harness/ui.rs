@@ -6,6 +6,10 @@
 //! * Session scripts (`# run`) must also agree with `tsrc check` of the same
 //!   statements: the lines the session rejects are the lines the checker
 //!   rejects (a line failing with a run-time code only excepted).
+//! * Every error diagnostic a case (or a `docs/diagnostics.md` example)
+//!   produces has a help line: the house rule that an error says what to
+//!   write instead. A case producing one without fails, listing the file,
+//!   line, code and message.
 //! * `tests/ui/render/*.tsr` additionally compare the human, colourless rendering
 //!   of their diagnostics with the `.stderr` file next to them;
 //!   `TESSERA_BLESS=1` writes those files instead.
@@ -182,6 +186,8 @@ fn run_case(
         }
     }
 
+    report.push_str(&errors_without_help(&name, &text, &diags));
+
     if has_run_header(&text) {
         report.push_str(&check_agrees_with_session(&name, &text, &expected, arch));
     }
@@ -270,6 +276,23 @@ fn check_agrees_with_session(
     )
 }
 
+/// The house rule that every error says what to write instead: a report
+/// listing each error of `diags` that has no help line (empty if none).
+fn errors_without_help(name: &str, text: &str, diags: &[tessera::diag::Diagnostic]) -> String {
+    let helpless: Vec<String> = diags
+        .iter()
+        .zip(Produced::from_diagnostics(text, diags))
+        .filter(|(d, _)| d.is_error() && d.help.is_none())
+        .map(|(_, p)| format!("{name}:{}: {} {}", p.line, p.code, p.message))
+        .collect();
+    if helpless.is_empty() {
+        return String::new();
+    }
+    let mut report = "errors without a help line (every error needs one):\n".to_string();
+    list(&mut report, helpless.into_iter());
+    report
+}
+
 fn list(report: &mut String, items: impl Iterator<Item = String>) {
     let mut any = false;
     for item in items {
@@ -346,7 +369,10 @@ fn docs_checks(root: &Path, outcomes: &mut Vec<Outcome>) {
                     let arch = arch.unwrap_or(Arch::default());
                     let virtual_path = format!("docs/diagnostics/{}.tsr", entry.code);
                     let diags = check_text(&virtual_path, example, arch);
-                    if is_run_time(&entry.code) && !has_run_header(example) {
+                    let helpless = errors_without_help(&virtual_path, example, &diags);
+                    if !helpless.is_empty() {
+                        Some(helpless)
+                    } else if is_run_time(&entry.code) && !has_run_header(example) {
                         // The program is fine; running it fails.
                         let errors: Vec<String> = Produced::from_diagnostics(example, &diags)
                             .iter()

@@ -35,6 +35,15 @@ fn as_f64(v: &Value) -> Option<f64> {
     }
 }
 
+/// The help line of a failed constant evaluation (E0315), by its message.
+pub fn failure_help(message: &str) -> &'static str {
+    if message.contains("division by zero") {
+        "make the divisor a non-zero constant"
+    } else {
+        "integer constants are 64-bit: use smaller values, or floats (e.g. `2.0 ** 63`)"
+    }
+}
+
 /// Folds `a op b`. `Ok(None)`: not foldable (symbolic or non-constant);
 /// `Err`: the evaluation itself fails (division by zero, overflow).
 pub fn fold_binary(op: BinOp, a: &Value, b: &Value) -> Result<Option<Value>, String> {

@@ -434,6 +434,9 @@ impl Checker<'_> {
                 "E0308",
                 e.span,
                 format!("condition is a {} (`{other}`), not a scalar", other.kind_name()),
+            )
+            .with_help(
+                "a condition is one number or bool, e.g. `if n > 0:`; reduce a tensor first, e.g. `sum(t) > 0`",
             )),
         }
     }
@@ -468,6 +471,9 @@ impl Checker<'_> {
                         "expected a number, tile or tensor, found {} `{other}`",
                         other.kind_name()
                     ),
+                )
+                .with_help(
+                    "arithmetic takes numbers, tiles and tensors: index a shape or tuple first (`x.shape[0]`), or make a tensor with `tensor([...])`",
                 ));
                 None
             }
@@ -670,7 +676,10 @@ impl Checker<'_> {
                             ),
                         )
                         .with_label(le.span, format!("this is `{}`", l.ty))
-                        .with_label(re.span, format!("this is `{}`", r.ty)),
+                        .with_label(re.span, format!("this is `{}`", r.ty))
+                        .with_help(
+                            "bitwise operators work on integers and bools: convert with `.to(i32)`, or compare first (`(x > 0) & (y > 0)`)",
+                        ),
                     );
                     return Val::err();
                 }
@@ -705,11 +714,14 @@ impl Checker<'_> {
             if let (Some(a), Some(b)) = (&l.value, &r.value) {
                 match fold_binary(op, a, b) {
                     Ok(v) => value = v,
-                    Err(msg) => self.report(Diagnostic::new(
-                        "E0315",
-                        span,
-                        format!("constant evaluation failed: {msg}"),
-                    )),
+                    Err(msg) => self.report(
+                        Diagnostic::new(
+                            "E0315",
+                            span,
+                            format!("constant evaluation failed: {msg}"),
+                        )
+                        .with_help(super::consts::failure_help(&msg)),
+                    ),
                 }
             }
         }
@@ -732,11 +744,19 @@ impl Checker<'_> {
         let dt = v.ty.dtype().unwrap_or(DType::F32);
         match op {
             UnaryOp::Neg | UnaryOp::Pos if dt == DType::Bool => {
-                self.report(Diagnostic::new(
-                    "E0311",
-                    operand.span,
-                    format!("`{}` is not defined on `bool` values", op.symbol().trim()),
-                ));
+                let help = if op == UnaryOp::Neg {
+                    "negate a bool with `not b` (a scalar) or `~m` (a mask); for arithmetic convert first: `.to(i32)`"
+                } else {
+                    "drop the `+`, or convert first for arithmetic: `.to(i32)`"
+                };
+                self.report(
+                    Diagnostic::new(
+                        "E0311",
+                        operand.span,
+                        format!("`{}` is not defined on `bool` values", op.symbol().trim()),
+                    )
+                    .with_help(help),
+                );
                 return Val::err();
             }
             UnaryOp::Not if kind != Kind::Scalar => {
@@ -764,6 +784,9 @@ impl Checker<'_> {
                     "E0314",
                     operand.span,
                     format!("`~` needs integer or bool operands, found `{dt}`"),
+                )
+                .with_help(
+                    "`~` inverts integers and bools; for a float write `-x`, or invert a comparison: `~(x > 0)`",
                 ));
                 return Val::err();
             }
@@ -805,7 +828,10 @@ impl Checker<'_> {
                     ),
                 )
                 .with_label(te.span, format!("this is `{}`", t.ty))
-                .with_label(oe.span, format!("this is `{}`", o.ty)),
+                .with_label(oe.span, format!("this is `{}`", o.ty))
+                .with_help(
+                    "give both branches the same type: convert one with `.to(...)`, or make their shapes equal",
+                ),
             );
             return Val::err();
         }
@@ -827,11 +853,16 @@ impl Checker<'_> {
             Ty::Scalar { dtype, .. } if dtype.is_int() => Ok(v.value.clone()),
             Ty::Err => Err(()),
             other => {
-                self.report(Diagnostic::new(
-                    "E0302",
-                    e.span,
-                    format!("an index must be an integer, found `{other}`"),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0302",
+                        e.span,
+                        format!("an index must be an integer, found `{other}`"),
+                    )
+                    .with_help(
+                        "index with an integer, e.g. `t[i]`; convert a float first with `.to(i32)`",
+                    ),
+                );
                 Err(())
             }
         }
@@ -849,11 +880,14 @@ impl Checker<'_> {
                     _ => Vec::new(),
                 };
                 let Index::Expr(ie) = &indices[0] else {
-                    self.report(Diagnostic::new(
-                        "E0302",
-                        indices[0].span(),
-                        "slices of shapes and tuples are not supported",
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0302",
+                            indices[0].span(),
+                            "slices of shapes and tuples are not supported",
+                        )
+                        .with_help("index one item at a time, e.g. `x.shape[0]`"),
+                    );
                     return Val::err();
                 };
                 let iv = self.expr(ie);
@@ -864,6 +898,9 @@ impl Checker<'_> {
                             "E0310",
                             ie.span,
                             "this index must be a compile-time constant",
+                        )
+                        .with_help(
+                            "index a shape or tuple with a literal or a `const`, e.g. `x.shape[0]`",
                         ));
                     }
                     return Val::err();
@@ -879,11 +916,21 @@ impl Checker<'_> {
                     i
                 };
                 if j < 0 || j >= len as i64 {
-                    self.report(Diagnostic::new(
-                        "E0413",
-                        ie.span,
-                        format!("index {i} is out of range for `{}` of length {len}", v.ty),
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0413",
+                            ie.span,
+                            format!("index {i} is out of range for `{}` of length {len}", v.ty),
+                        )
+                        .with_help(if len == 0 {
+                            "it has no items".to_string()
+                        } else {
+                            format!(
+                                "its indices are 0 to {} (or -{len} to -1, counting from the end)",
+                                len - 1
+                            )
+                        }),
+                    );
                     return Val::err();
                 }
                 let j = j as usize;
@@ -907,11 +954,14 @@ impl Checker<'_> {
             }
             other => {
                 self.index_exprs(indices);
-                self.report(Diagnostic::new(
-                    "E0302",
-                    value_expr.span,
-                    format!("a {} (`{other}`) cannot be indexed", other.kind_name()),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0302",
+                        value_expr.span,
+                        format!("a {} (`{other}`) cannot be indexed", other.kind_name()),
+                    )
+                    .with_help("only tensors, tiles, shapes, tuples and lists can be indexed"),
+                );
                 Val::err()
             }
         }
@@ -960,7 +1010,10 @@ impl Checker<'_> {
                         if rank == 1 { "" } else { "s" }
                     ),
                 )
-                .with_primary_label("extra index"),
+                .with_primary_label("extra index")
+                .with_help(
+                    format!("remove the extra index: `{ty}` takes at most {rank} (a `None`, which adds an axis, does not count)"),
+                ),
             );
             self.index_exprs(indices);
             return true;
@@ -1020,7 +1073,10 @@ impl Checker<'_> {
                                     if i >= n || i < n.saturating_neg() {
                                         self.report(
                                             Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})"))
-                                                .with_label(value_expr.span, format!("this is `{ty}`")),
+                                                .with_label(value_expr.span, format!("this is `{ty}`"))
+                                                .with_help(
+                                                    format!("dim {d} has indices 0 to {} (or -{n} to -1, counting from the end)", n - 1),
+                                                ),
                                         );
                                     }
                                 }
@@ -1061,11 +1117,14 @@ impl Checker<'_> {
                         if k != Some(1) && !sv.ty.is_err() {
                             if self.top_level && !self.in_kernel {
                                 if k == Some(0) {
-                                    self.report(Diagnostic::new(
-                                        "E0302",
-                                        st.span,
-                                        "a slice step cannot be zero",
-                                    ));
+                                    self.report(
+                                        Diagnostic::new(
+                                            "E0302",
+                                            st.span,
+                                            "a slice step cannot be zero",
+                                        )
+                                        .with_help("use a step other than zero, e.g. `t[::2]`"),
+                                    );
                                     failed = true;
                                     continue;
                                 }
@@ -1132,7 +1191,10 @@ impl Checker<'_> {
                                     continue;
                                 }
                                 if len.as_const().is_some_and(|n| n <= 0) {
-                                    self.report(Diagnostic::new("E0405", *span, format!("this slice has length {len}; slices in kernels must be non-empty")));
+                                    self.report(Diagnostic::new("E0405", *span, format!("this slice has length {len}; slices in kernels must be non-empty"))
+                                        .with_help(
+                                            "make the end greater than the start: `start : start + SIZE` with SIZE at least 1",
+                                        ));
                                     failed = true;
                                     continue;
                                 }
@@ -1180,7 +1242,10 @@ impl Checker<'_> {
                         Ok(Some(Value::Int(i))) if self.runtime_symbol(&i).is_none() => {
                             if let (Some(i), Some(n)) = (i.as_const(), dims[d].as_const()) {
                                 if i >= n || i < n.saturating_neg() {
-                                    self.report(Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})")));
+                                    self.report(Diagnostic::new("E0413", e.span, format!("index {i} is out of range for dim {d} of `{ty}` (size {n})"))
+                                        .with_help(
+                                            format!("dim {d} has indices 0 to {} (or -{n} to -1, counting from the end)", n - 1),
+                                        ));
                                     return Val::err();
                                 }
                             }
@@ -1277,9 +1342,7 @@ impl Checker<'_> {
                         attr.span,
                         format!("`{name}` is not defined in module `{}`", describe(value)),
                     );
-                    if let Some(s) = suggest(name, m.names()) {
-                        d = d.with_help(format!("did you mean `{s}`?"));
-                    }
+                    d = d.with_help(super::scope::names_help(name, m.names()));
                     self.report(d);
                     Val::err()
                 }
@@ -1345,6 +1408,16 @@ impl Checker<'_> {
                     ));
                 } else if let Some(s) = suggest(name, VALUE_MEMBERS.iter().copied()) {
                     d = d.with_help(format!("did you mean `{s}`?"));
+                } else {
+                    d = d.with_help(match other {
+                        Ty::Tile { .. }
+                        | Ty::Tensor { .. }
+                        | Ty::Scalar { .. }
+                        | Ty::Ref { .. } => {
+                            "the attributes are `.shape`, `.dtype`, `.T` and `.to(dtype)`"
+                        }
+                        _ => "only tensors, tiles, numbers and modules have attributes",
+                    });
                 }
                 self.report(d);
                 Val::err()

@@ -37,11 +37,14 @@ impl Checker<'_> {
         let scope: &ModuleScope = self.scope;
         for p in &f.params {
             if !seen.insert(&p.name.name) {
-                self.report(Diagnostic::new(
-                    "E0206",
-                    p.name.span,
-                    format!("duplicate parameter `{}`", p.name.name),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0206",
+                        p.name.span,
+                        format!("duplicate parameter `{}`", p.name.name),
+                    )
+                    .with_help("give each parameter its own name"),
+                );
                 continue;
             }
             let annot = match &p.ty {
@@ -61,11 +64,16 @@ impl Checker<'_> {
             match annot {
                 Annot::Ty(Ty::Tensor { dims, dtype }) => {
                     if let Some((_, d)) = &default {
-                        self.report(Diagnostic::new(
-                            "E0510",
-                            d.span,
-                            "tensor parameters cannot have defaults",
-                        ));
+                        self.report(
+                            Diagnostic::new(
+                                "E0510",
+                                d.span,
+                                "tensor parameters cannot have defaults",
+                            )
+                            .with_help(
+                                "remove the default: a tensor argument is passed at every launch",
+                            ),
+                        );
                     }
                     for d in &dims {
                         for s in d.symbols() {
@@ -149,18 +157,27 @@ impl Checker<'_> {
                                         "E0301",
                                         de.span,
                                         format!("the default `{}` does not fit `{dtype}`", dv.ty),
+                                    )
+                                    .with_help(
+                                        format!("give a default that `{dtype}` holds (an integer for an integer parameter), or change the parameter's dtype"),
                                     ));
                                 }
                             }
                             Ty::Err => {}
-                            other => self.report(Diagnostic::new(
-                                "E0302",
-                                de.span,
-                                format!(
+                            other => self.report(
+                                Diagnostic::new(
+                                    "E0302",
+                                    de.span,
+                                    format!(
                                     "the default of {} parameter must be a scalar, found `{other}`",
                                     crate::diag::a_code(dtype)
                                 ),
-                            )),
+                                )
+                                .with_help(format!(
+                                    "give one number, e.g. `= {}`",
+                                    if dtype.is_float() { "0.0" } else { "0" }
+                                )),
+                            ),
                         }
                     }
                     self.record(p.name.span, &ty);
@@ -200,6 +217,9 @@ impl Checker<'_> {
                                         "E0301",
                                         de.span,
                                         format!("the default `{}` does not fit `const {d}`", dv.ty),
+                                    )
+                                    .with_help(
+                                        format!("give a default that `{d}` holds, or drop the dtype: `{}: const = ...`", p.name.name),
                                     ));
                                 }
                             }
@@ -268,14 +288,17 @@ impl Checker<'_> {
         match v.value.as_ref().and_then(Value::as_int) {
             Some(i) if self.is_compile_time(&v.value) => Some(i),
             _ => {
-                self.report(Diagnostic::new(
-                    "E0506",
-                    e.span,
-                    format!(
-                        "this option must be a compile-time integer, found `{}`",
-                        v.ty
-                    ),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0506",
+                        e.span,
+                        format!(
+                            "this option must be a compile-time integer, found `{}`",
+                            v.ty
+                        ),
+                    )
+                    .with_help("write an integer literal or a `const`, e.g. `num_warps=4`"),
+                );
                 None
             }
         }
@@ -447,6 +470,9 @@ impl Checker<'_> {
                             "E0509",
                             a.value.span,
                             "the autotune space must be a dict of option name to a list of values",
+                        )
+                        .with_help(
+                            "write a dict of lists: `space={\"BM\": [64, 128], \"num_warps\": [4, 8]}`",
                         ));
                         continue;
                     };
@@ -454,7 +480,8 @@ impl Checker<'_> {
                         let key = match &k.kind {
                             ExprKind::Str(s) => s.as_str(),
                             _ => {
-                                self.report(Diagnostic::new("E0509", k.span, "autotune space keys are strings naming const parameters or kernel options"));
+                                self.report(Diagnostic::new("E0509", k.span, "autotune space keys are strings naming const parameters or kernel options")
+                                    .with_help("quote the name: `space={\"BM\": [64, 128]}`"));
                                 continue;
                             }
                         };
@@ -496,13 +523,18 @@ impl Checker<'_> {
                             _ => None,
                         };
                         match ints {
-                            None => self.report(Diagnostic::new(
-                                "E0509",
-                                v.span,
-                                format!(
+                            None => self.report(
+                                Diagnostic::new(
+                                    "E0509",
+                                    v.span,
+                                    format!(
                                     "the values of `{key}` must be a non-empty list of constants"
                                 ),
-                            )),
+                                )
+                                .with_help(format!(
+                                    "write a list of constants, e.g. `\"{key}\": [64, 128]`"
+                                )),
+                            ),
                             Some(vs) if key == "num_stages" => {
                                 for n in vs {
                                     if let Err(m) = check_num_stages(n) {
@@ -541,11 +573,16 @@ impl Checker<'_> {
                     let items: Vec<&Expr> = match &a.value.kind {
                         ExprKind::List(v) | ExprKind::Tuple(v) => v.iter().collect(),
                         _ => {
-                            self.report(Diagnostic::new(
-                                "E0509",
-                                a.value.span,
-                                "the autotune key must be a list of dim or parameter names",
-                            ));
+                            self.report(
+                                Diagnostic::new(
+                                    "E0509",
+                                    a.value.span,
+                                    "the autotune key must be a list of dim or parameter names",
+                                )
+                                .with_help(
+                                    "write a list of names in quotes, e.g. `key=[\"M\", \"N\"]`",
+                                ),
+                            );
                             continue;
                         }
                     };
@@ -567,11 +604,16 @@ impl Checker<'_> {
                                         f.name.name
                                     ),
                                 );
-                                if let ExprKind::Str(s) = &it.kind {
-                                    if let Some(sug) = suggest(s, dims.iter().map(String::as_str)) {
-                                        diag = diag.with_help(format!("did you mean `{sug}`?"));
-                                    }
-                                }
+                                let sug = match &it.kind {
+                                    ExprKind::Str(s) => suggest(s, dims.iter().map(String::as_str)),
+                                    _ => None,
+                                };
+                                diag = match sug {
+                                    Some(sug) => diag.with_help(format!("did you mean `{sug}`?")),
+                                    None => diag.with_help(
+                                        "name a dim or parameter of the kernel in quotes, e.g. `key=[\"N\"]`",
+                                    ),
+                                };
                                 self.report(diag);
                             }
                         }
@@ -594,11 +636,10 @@ impl Checker<'_> {
             }
         }
         if !has_space && !bad_option {
-            self.report(Diagnostic::new(
-                "E0509",
-                d.span,
-                "`@autotune` needs `space=`",
-            ));
+            self.report(
+                Diagnostic::new("E0509", d.span, "`@autotune` needs `space=`")
+                    .with_help("add the search space, e.g. `@autotune(space={\"BM\": [64, 128]})`"),
+            );
         }
     }
 }
@@ -766,6 +807,9 @@ fn check_function_in(
                     "E0510",
                     rt.span,
                     "a function cannot return a `Tile`: tiles live inside kernels",
+                )
+                .with_help(
+                    "return a `Tensor[...]`, or write this code inside the kernel that uses the tile",
                 ));
                 c.ret = Some((Ty::Err, rt.span));
             } else {

@@ -151,7 +151,10 @@ pub fn check_item(item: &Item, scope: &ModuleScope, arch: Arch) -> ItemCheck {
                                 c.value.span,
                                 format!("`{}` does not fit `{dtype}`", v.ty),
                             )
-                            .with_label(t.span, "declared here"),
+                            .with_label(t.span, "declared here")
+                            .with_help(format!(
+                                "write a value that `{dtype}` holds, or change the declared dtype"
+                            )),
                         );
                     }
                 }

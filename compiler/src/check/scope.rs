@@ -167,9 +167,12 @@ pub fn annotation_in(
             if !is_tensor && base.name != "Tile" {
                 let mut d =
                     Diagnostic::new("E0305", base.span, format!("unknown type `{}`", base.name));
-                if let Some(s) = suggest(&base.name, ["Tensor", "Tile"].into_iter()) {
-                    d = d.with_help(format!("did you mean `{s}`?"));
-                }
+                d = match suggest(&base.name, ["Tensor", "Tile"].into_iter()) {
+                    Some(s) => d.with_help(format!("did you mean `{s}`?")),
+                    None => d.with_help(
+                        "the generic types are `Tensor[dims..., dtype]` and `Tile[dims..., dtype]`",
+                    ),
+                };
                 diags.push(d);
                 return Annot::Ty(Ty::Err);
             }
@@ -279,6 +282,7 @@ fn dim_of(a: &Expr, consts: &dyn Fn(&str) -> Option<Value>) -> Result<Dim, Diagn
             span,
             "a dim must be a name string (\"N\"), an integer or a dim expression (\"4*D\")",
         )
+        .with_help("e.g. `Tensor[\"N\", 64, f32]` or `Tensor[\"4*D\", f32]`")
     };
     match eval_const(a, &lookup) {
         // A size: a negative one would make every stride and byte count that
@@ -673,9 +677,7 @@ pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<
                                     ),
                                 )
                                 .with_label(mspan, "in this module");
-                                if let Some(s) = suggest(&n.name.name, m.names()) {
-                                    d = d.with_help(format!("did you mean `{s}`?"));
-                                }
+                                d = d.with_help(names_help(&n.name.name, m.names()));
                                 out.push(d);
                             }
                         }
@@ -686,6 +688,23 @@ pub fn module_diagnostics(items: &[(Arc<Item>, u32)], resolve: Resolver) -> Vec<
         }
     }
     out
+}
+
+/// The help line of a name a module does not define: the closest name it
+/// does define, else the names it defines (the first few, sorted).
+pub(super) fn names_help<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> String {
+    let mut all: Vec<&str> = names.collect();
+    if let Some(s) = suggest(name, all.iter().copied()) {
+        return format!("did you mean `{s}`?");
+    }
+    const SHOWN: usize = 12;
+    all.sort_unstable();
+    if all.is_empty() {
+        return "the module defines no names".to_string();
+    }
+    let more = if all.len() > SHOWN { ", ..." } else { "" };
+    let shown: Vec<String> = all.iter().take(SHOWN).map(|n| format!("`{n}`")).collect();
+    format!("the module defines {}{more}", shown.join(", "))
 }
 
 fn unknown_module(path: &[String], span: crate::syntax::span::Span) -> Diagnostic {

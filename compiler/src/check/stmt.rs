@@ -263,7 +263,10 @@ impl Checker<'_> {
                                 render_dims(dims)
                             ),
                         )
-                        .with_label(te.span, format!("declared `{t}`")),
+                        .with_label(te.span, format!("declared `{t}`"))
+                        .with_help(
+                            "make the annotation's shape the value's, or reshape the value: `reshape(x, [...])`",
+                        ),
                     );
                     return Val::with(t, None);
                 }
@@ -280,7 +283,8 @@ impl Checker<'_> {
                             v.ty
                         ),
                     )
-                    .with_label(te.span, "declared here"),
+                    .with_label(te.span, "declared here")
+                    .with_help(format!("annotate it as `{}`, or drop the annotation", v.ty)),
                 );
                 return Val::with(t, None);
             }
@@ -328,11 +332,17 @@ impl Checker<'_> {
                         .collect(),
                     Ty::Err => vec![Val::err(); items.len()],
                     other => {
-                        self.report(Diagnostic::new(
-                            "E0302",
-                            target.span,
-                            format!("cannot unpack `{other}` into {} names", items.len()),
-                        ));
+                        self.report(
+                            Diagnostic::new(
+                                "E0302",
+                                target.span,
+                                format!("cannot unpack `{other}` into {} names", items.len()),
+                            )
+                            .with_help(format!(
+                                "unpack a tuple or shape of {} items, e.g. `m, n = x.shape`",
+                                items.len()
+                            )),
+                        );
                         vec![Val::err(); items.len()]
                     }
                 };
@@ -355,15 +365,21 @@ impl Checker<'_> {
                 }
                 if let (Some(sd), Some(vd)) = (slot.ty.dims(), v.ty.dims()) {
                     if super::expr::broadcast(vd, sd).as_deref() != Some(sd) {
-                        self.report(Diagnostic::new(
-                            "E0402",
-                            target.span,
-                            format!(
-                                "a value of shape {} cannot be assigned to a slice of shape {}",
-                                render_dims(vd),
+                        self.report(
+                            Diagnostic::new(
+                                "E0402",
+                                target.span,
+                                format!(
+                                    "a value of shape {} cannot be assigned to a slice of shape {}",
+                                    render_dims(vd),
+                                    render_dims(sd)
+                                ),
+                            )
+                            .with_help(format!(
+                                "assign one number or a value that broadcasts to {}",
                                 render_dims(sd)
-                            ),
-                        ));
+                            )),
+                        );
                     }
                 }
             }
@@ -373,6 +389,9 @@ impl Checker<'_> {
                     "E0302",
                     target.span,
                     "this cannot be assigned to",
+                )
+                .with_help(
+                    "assign to a name (`x = ...`) or to an element or slice of a tensor (`t[i] = ...`)",
                 ));
             }
         }
@@ -646,14 +665,20 @@ impl Checker<'_> {
                 self.env.get(&t.name).map(|b| b.kind),
                 Some(BindKind::Dim | BindKind::ConstParam)
             ) {
-                self.report(Diagnostic::new(
-                    "E0208",
-                    t.span,
-                    format!(
-                        "cannot use `{}` as a loop variable: it is a dim or `const` parameter",
+                self.report(
+                    Diagnostic::new(
+                        "E0208",
+                        t.span,
+                        format!(
+                            "cannot use `{}` as a loop variable: it is a dim or `const` parameter",
+                            t.name
+                        ),
+                    )
+                    .with_help(format!(
+                        "name the loop variable differently, e.g. `for i in range({})`",
                         t.name
-                    ),
-                ));
+                    )),
+                );
             }
             self.env_insert(
                 t.name.clone(),
@@ -754,7 +779,8 @@ impl Checker<'_> {
         match (self.ret.clone(), v, e) {
             (Some((rt, rspan)), None, _) if !rt.is_err() => self.report(
                 Diagnostic::new("E0307", span, format!("`{name}` must return `{rt}`"))
-                    .with_label(rspan, "declared here"),
+                    .with_label(rspan, "declared here")
+                    .with_help(format!("end `{name}` with `return` and a `{rt}` value")),
             ),
             (Some((rt, rspan)), Some(v), Some(e)) => self.check_return(&rt, rspan, &v, e),
             // Callers see the declared type only: an undeclared result would
@@ -802,7 +828,12 @@ impl Checker<'_> {
                                 rd.len()
                             ),
                         )
-                        .with_label(rspan, "declared here"),
+                        .with_label(rspan, "declared here")
+                        .with_help(format!(
+                            "return a value of rank {}, or declare the return type `{}`",
+                            rd.len(),
+                            v.ty
+                        )),
                     );
                 } else if let Some(i) = (0..rd.len()).find(|&i| rd[i] != vd[i]) {
                     self.report(
@@ -857,7 +888,11 @@ impl Checker<'_> {
                         v.ty
                     ),
                 )
-                .with_label(rspan, "declared here"),
+                .with_label(rspan, "declared here")
+                .with_help(format!(
+                    "return a `{rt}`, or declare the return type `{}`",
+                    v.ty
+                )),
             ),
         }
     }

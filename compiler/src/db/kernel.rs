@@ -101,7 +101,9 @@ pub fn target_ir<'db>(
         }
         Err(u) => Err(vec![match u.too_large {
             Some(help) => Diagnostic::new("E0119", u.span, u.message).with_help(help),
-            None => Diagnostic::new("E0512", u.span, u.message),
+            None => Diagnostic::new("E0512", u.span, u.message).with_help(
+                "`tessera run` runs it on the CPU; only its code generation for the GPU is missing",
+            ),
         }]),
     }
 }

@@ -14,6 +14,12 @@ use crate::db::{self, Database, Db, SourceFile};
 use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
+/// The help line of an error in what the compiler itself generated (a
+/// schedule's launches, host variables and standard-library calls): no
+/// program the checker accepts should reach it.
+const COMPILER_BUG: &str =
+    "the compiler generated this step, so this is a compiler bug: please report it with the program";
+
 /// Runs whole-tensor function `func` of `file` on `args` and `named`; returns
 /// its result (a `Tuple` when it returns several tensors).
 pub fn run_function(
@@ -34,7 +40,10 @@ pub fn run_function(
         return Err(ExecError::new(
             "E0707",
             format!("`{func}` is a kernel; launch it instead of calling it as a function"),
-        ));
+        )
+        .with_help(format!(
+            "launch it with a grid: `{func}[(cdiv(N, BLOCK),)](...)`"
+        )));
     }
     let values = match_args(&sig, args, named)?;
     let _depth = CallDepth::enter(func)?;
@@ -88,9 +97,7 @@ pub fn run_function(
     let (graph, schedule) = match instance {
         Some(gs) => gs,
         None => (
-            db::graph_ir(db, item, opts).clone().map_err(|e| {
-                ExecError::new("E0710", format!("`{func}` cannot run yet: {}", e.message))
-            })?,
+            db::graph_ir(db, item, opts).clone().map_err(cannot_run)?,
             db::schedule_ir(db, item, opts)
                 .clone()
                 .map_err(cannot_run)?,
@@ -170,7 +177,11 @@ fn instance_of(
         .collect();
     bind_call(sig, &args).map(Some).map_err(|diags| {
         let d = &diags[0];
-        ExecError::new(d.code, d.message.clone())
+        let e = ExecError::new(d.code, d.message.clone());
+        match &d.help {
+            Some(h) => e.with_help(h.clone()),
+            None => e,
+        }
     })
 }
 
@@ -223,7 +234,10 @@ impl Num {
 fn dim_value(d: &Dim, env: &BTreeMap<String, i64>) -> Result<i64, ExecError> {
     d.substitute(&|s| env.get(s).map(|v| Dim::constant(*v)))
         .and_then(|d| d.as_const())
-        .ok_or_else(|| ExecError::new("E0710", format!("dim `{d}` is not bound by the arguments")))
+        .ok_or_else(|| {
+            ExecError::new("E0710", format!("dim `{d}` is not bound by the arguments"))
+                .with_help(format!("pass a tensor argument whose shape gives `{d}`"))
+        })
 }
 
 fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecError> {
@@ -231,10 +245,10 @@ fn dims_of(ds: &[Dim], env: &BTreeMap<String, i64>) -> Result<Vec<usize>, ExecEr
         .map(|d| {
             let v = dim_value(d, env)?;
             if v < 0 {
-                return Err(ExecError::new(
-                    "E0701",
-                    format!("dim `{d}` evaluates to {v}"),
-                ));
+                return Err(
+                    ExecError::new("E0701", format!("dim `{d}` evaluates to {v}"))
+                        .with_help(format!("pass tensors whose shapes make `{d}` 0 or more")),
+                );
             }
             Ok(v as usize)
         })
@@ -247,9 +261,10 @@ fn scalar(
     params: &HashMap<String, Num>,
 ) -> Result<Num, ExecError> {
     Ok(match e {
-        ScalarExpr::Param(p) => *params
-            .get(p)
-            .ok_or_else(|| ExecError::new("E0707", format!("missing scalar argument `{p}`")))?,
+        ScalarExpr::Param(p) => *params.get(p).ok_or_else(|| {
+            ExecError::new("E0707", format!("missing scalar argument `{p}`"))
+                .with_help(format!("pass a value for `{p}`"))
+        })?,
         ScalarExpr::Index(d) => Num::I(dim_value(d, env)?),
         ScalarExpr::Const(c) => match c {
             Constant::Int(i) => Num::I(*i),
@@ -359,6 +374,7 @@ fn scalar(
                 "E0710",
                 format!("host variable `${v}` is read before it is set"),
             )
+            .with_help(COMPILER_BUG)
         })?,
         ScalarExpr::CDiv(x, k) => {
             let v = scalar(x, env, params)?;
@@ -402,12 +418,14 @@ fn run_schedule(
                             t.shape()
                         ),
                     )
+                    .with_help(format!("pass a tensor of shape {shape:?} for `{}`", b.name))
                 })?),
                 _ => {
                     return Err(ExecError::new(
                         "E0707",
                         format!("input `{}` must be a tensor", b.name),
-                    ))
+                    )
+                    .with_help(format!("pass a tensor for `{}`", b.name)))
                 }
             },
             BufKind::View(_) => None,
@@ -488,6 +506,9 @@ fn view(ctx: &Ctx, buf: crate::ir::schedule::BufId, shape: &[usize]) -> Result<T
                 base.numel()
             ),
         )
+        .with_help(
+            "the arguments' shapes disagree with the shapes the function declares; check them against its signature",
+        )
     })
 }
 
@@ -532,7 +553,8 @@ fn run_steps(
                             data.len(),
                             t.numel()
                         ),
-                    ));
+                    )
+                    .with_help("a tensor literal needs as many values as its shape has elements"));
                 }
                 // Integer literals into an integer buffer exactly (an i64
                 // above 2^53 does not survive f64).
@@ -573,14 +595,19 @@ fn run_steps(
                     return Err(ExecError::new(
                         "E0710",
                         format!("the call of `{func}` does not give one tensor"),
-                    ));
+                    )
+                    .with_help(format!("make `{func}` return one tensor")));
                 };
                 let t = view(ctx, *out, r.shape())?;
                 if t.dtype() != r.dtype() {
                     return Err(ExecError::new(
                         "E0702",
                         format!("`{func}` returned {}, expected {}", r.dtype(), t.dtype()),
-                    ));
+                    )
+                    .with_help(format!(
+                        "convert the result in `{func}`: `return x.to({})`",
+                        t.dtype()
+                    )));
                 }
                 t.assign(&r, interrupt)?;
                 continue;
@@ -681,7 +708,8 @@ fn run_steps(
                         _ => Err(ExecError::new(
                             "E0710",
                             format!("launch of `{}`: no argument for `{}`", k.name, p.name),
-                        )),
+                        )
+                        .with_help(COMPILER_BUG)),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let g = grid.ok_or_else(|| {
@@ -689,6 +717,7 @@ fn run_steps(
                         "E0710",
                         format!("generated kernel `{}` has no grid", k.name),
                     )
+                    .with_help(COMPILER_BUG)
                 })?;
                 let g3 = [
                     g[0],
@@ -701,9 +730,11 @@ fn run_steps(
                 let path: Vec<String> = module.split('.').map(str::to_string).collect();
                 let kfile = db.resolve_module(file, &path).ok_or_else(|| {
                     ExecError::new("E0710", format!("standard module `{module}` not found"))
+                        .with_help(COMPILER_BUG)
                 })?;
                 let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
                     ExecError::new("E0710", format!("`{module}.{name}` not found"))
+                        .with_help(COMPILER_BUG)
                 })?;
                 launch_std_or_user(
                     db,
@@ -757,6 +788,7 @@ fn launch_std_or_user(
             "False" => Value::Bool(false),
             v => Value::Int(v.parse().map_err(|_| {
                 ExecError::new("E0710", format!("const `{n}` = `{v}` is not an integer"))
+                    .with_help(format!("give `{n}` an integer, `True` or `False`"))
             })?),
         };
         named.push((n.clone(), v));
@@ -785,6 +817,9 @@ fn check_requirement(r: &str, env: &BTreeMap<String, i64>) -> Result<(), ExecErr
         ExecError::new(
             "E0711",
             format!("the launch requires `{r}`, which cannot be checked"),
+        )
+        .with_help(
+            "the sizes in the requirement overflow a 64-bit integer; launch with smaller tensors",
         )
     };
     // `nonempty max: N`: the reduced extent of a `max`, `min` or `mean`.

@@ -91,7 +91,9 @@ pub fn compiled_specialization(
     let (kfile, item) = find_kernel(db, file, kernel)?;
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
-        return Err(ExecError::new("E0707", "not a kernel"));
+        return Err(ExecError::new("E0707", "not a kernel").with_help(format!(
+            "`{kernel}` is not a `@kernel`: call it instead of launching it"
+        )));
     };
     let k = specialise(db, kfile, item, f, launch.consts.clone(), &launch.dims)?;
     Ok(Specialization {
@@ -181,7 +183,8 @@ pub(crate) fn match_args(
                 "E0707",
                 format!("parameter `{n}` of `{}` is given twice", sig.name),
             )
-            .at_param(n));
+            .at_param(n)
+            .with_help(format!("give `{n}` once")));
         }
         out[i] = Some(v.clone());
     }
@@ -197,6 +200,7 @@ pub(crate) fn match_args(
                             "E0707",
                             format!("the default of `{}` cannot be used at run time", p.name),
                         )
+                        .with_help(format!("pass `{}` explicitly", p.name))
                     })?,
                     None => {
                         return Err(ExecError::new(
@@ -303,7 +307,8 @@ pub(crate) fn bind_dims(
                         other.describe()
                     ),
                 )
-                .at_param(&p.name))
+                .at_param(&p.name)
+                .with_help(format!("pass a tensor for `{}`, e.g. `tensor([...])`", p.name)))
             }
             (Ty::Scalar { .. }, Value::Tensor(t)) => {
                 return Err(ExecError::new(
@@ -315,7 +320,10 @@ pub(crate) fn bind_dims(
                         Value::Tensor(t.clone()).describe()
                     ),
                 )
-                .at_param(&p.name))
+                .at_param(&p.name)
+                .with_help(
+                    format!("pass one number for `{}`; read one element of a tensor by indexing it, e.g. `t[0]`", p.name),
+                ))
             }
             _ => {}
         }
@@ -390,7 +398,8 @@ fn prepare(
 ) -> Result<Prepared, ExecError> {
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
-        return Err(ExecError::new("E0707", "not a kernel"));
+        return Err(ExecError::new("E0707", "not a kernel")
+            .with_help("launch a `@kernel` function; call other functions directly"));
     };
     let sig = signature(db, item, &f.name.name)?;
     let dims = bind_dims(&sig, values)?;
@@ -441,7 +450,8 @@ fn prepare(
                             other.describe()
                         ),
                     )
-                    .at_param(&p.name))
+                    .at_param(&p.name)
+                    .with_help(format!("pass a number, `True` or `False` for `{}`", p.name)))
                 }
             }
         }
@@ -458,7 +468,8 @@ fn prepare(
         return Err(ExecError::new(
             "E0703",
             format!("a grid has 1 to 3 dims, got {}", grid.len()),
-        ));
+        )
+        .with_help("give a grid of 1 to 3 sizes, e.g. `k[(cdiv(N, BLOCK),)](...)`"));
     }
     let g3 = [
         grid[0],
@@ -485,13 +496,15 @@ fn prepare(
                             other.describe()
                         ),
                     )
-                    .at_param(&p.name))
+                    .at_param(&p.name)
+                    .with_help(format!("pass a tensor or a number for `{}`", p.name)))
                 }
                 None => {
                     return Err(ExecError::new(
                         "E0707",
                         format!("missing argument `{}` of `{}`", p.name, sig.name),
-                    ))
+                    )
+                    .with_help(signature_help(&sig)))
                 }
             })
         })
@@ -578,12 +591,18 @@ fn decorator_grid(
             "E0703",
             format!("the grid of `{}` cannot be evaluated: {e:?}", f.name.name),
         )
+        .with_help(
+            "write the grid from integers, the kernel's dims and its `const` parameters, e.g. `grid=(cdiv(N, BLOCK),)`",
+        )
     })?;
     let as_int = |v: &check::Value| {
         v.as_int().ok_or_else(|| {
             ExecError::new(
                 "E0703",
                 format!("the grid of `{}` is not made of integers", f.name.name),
+            )
+            .with_help(
+                "write the grid from integers, the kernel's dims and its `const` parameters, e.g. `grid=(cdiv(N, BLOCK),)`",
             )
         })
     };

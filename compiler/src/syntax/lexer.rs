@@ -931,6 +931,12 @@ fn invalid_char(text: &str, span: Span) -> Diagnostic {
         d = d.with_help("put each statement on its own line");
     } else if s.starts_with(['$', '?', '`']) {
         d = d.with_help("remove this character");
+    } else if s.starts_with(char::is_alphanumeric) {
+        d = d.with_help(
+            "names are made of ASCII letters, digits and `_`; other text goes in strings and comments",
+        );
+    } else {
+        d = d.with_help("remove it, or put it inside a string or a comment");
     }
     d
 }

@@ -827,13 +827,13 @@ impl ErrCtx<'_, '_> {
                     return self.expected_block(self.last_line_span());
                 }
                 let exp = human_expected(&expected);
-                let mut d =
-                    Diagnostic::new("E0102", self.last_line_span(), "unexpected end of input")
-                        .with_primary_label("the item ends here");
-                if !exp.is_empty() {
-                    d = d.with_help(format!("expected {exp}"));
-                }
-                d
+                let d = Diagnostic::new("E0102", self.last_line_span(), "unexpected end of input")
+                    .with_primary_label("the item ends here");
+                d.with_help(if exp.is_empty() {
+                    "complete the last line, or remove it".to_string()
+                } else {
+                    format!("expected {exp}")
+                })
             }
             ParseError::ExtraToken { token: (l, tok, r) } => {
                 self.unrecognized(Span::new(l, r), tok, &[])
@@ -842,8 +842,10 @@ impl ErrCtx<'_, '_> {
                 "E0101",
                 Span::new(location, location + 1),
                 "unexpected token",
-            ),
-            ParseError::User { .. } => Diagnostic::new("E0101", Span::new(0, 0), "syntax error"),
+            )
+            .with_help("remove this character, or put it inside a string"),
+            ParseError::User { .. } => Diagnostic::new("E0101", Span::new(0, 0), "syntax error")
+                .with_help("compare this item with the grammar in docs/language.md"),
         }
     }
 
@@ -921,7 +923,9 @@ impl ErrCtx<'_, '_> {
             (Some(h), true) => d = d.with_help(h),
             (Some(h), false) => d = d.with_primary_label(format!("expected {exp}")).with_help(h),
             (None, false) => d = d.with_help(format!("expected {exp}")),
-            (None, true) => {}
+            (None, true) => {
+                d = d.with_help("remove it, or check the line for a missing operator or bracket")
+            }
         }
         d
     }

@@ -333,7 +333,8 @@ impl Session {
                             items.len(),
                             targets.len()
                         ),
-                    ));
+                    )
+                    .with_help("give as many names as there are values: `a, b = (1, 2)`"));
                 }
                 for (t, v) in targets.iter().zip(items) {
                     self.assign(t, v, text)?;
@@ -540,13 +541,17 @@ impl Session {
                 "E0703",
                 iter.span,
                 "`range` step must not be zero",
+            )
+            .with_help(
+                "count up with a positive step or down with a negative one, e.g. `range(N - 1, -1, -1)`",
             )),
             [start, end, step] => Ok((start, end, step)),
             _ => Err(Diagnostic::new(
                 "E0304",
                 iter.span,
                 format!("`range` takes 1 to 3 arguments, found {}", ints.len()),
-            )),
+            )
+            .with_help("`range(stop)`, `range(start, stop)` or `range(start, stop, step)`")),
         }
     }
 
@@ -638,7 +643,8 @@ impl Session {
                             "E0314",
                             e.span,
                             "`~` needs an integer or bool operand",
-                        ))
+                        )
+                        .with_help("`~` inverts integers and bools; for a float write `-x`"))
                     }
                 })
             }
@@ -672,7 +678,8 @@ impl Session {
                                 "E0315",
                                 e.span,
                                 format!("constant evaluation failed: {msg}"),
-                            ));
+                            )
+                            .with_help(tessera::check::consts::failure_help(&msg)));
                         }
                     }
                 }
@@ -692,7 +699,8 @@ impl Session {
                             with_article(&v.describe()),
                             attr.name
                         ),
-                    ));
+                    )
+                    .with_help("`.shape` and `.dtype` are attributes of tensors"));
                 };
                 Ok(if attr.name == "shape" {
                     Val::Run(Value::Tuple(
@@ -928,7 +936,8 @@ impl Session {
                 let v = self.eval(value, text)?;
                 if let Some(n) = num(&v) {
                     let [a] = args else {
-                        return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
+                        return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype")
+                            .with_help("e.g. `x.to(f32)`"));
                     };
                     let d = self.dtype_arg(&a.value, text)?;
                     return Ok(cast_scalar(n, d));
@@ -941,7 +950,8 @@ impl Session {
                     ));
                 };
                 let [a] = args else {
-                    return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype"));
+                    return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype")
+                        .with_help("e.g. `x.to(f32)`"));
                 };
                 let d = self.dtype_arg(&a.value, text)?;
                 return t
@@ -960,9 +970,12 @@ impl Session {
                 "E0309",
                 func.span,
                 format!(
-                    "`{name}` is a {}, not a function",
-                    self.vars[name].describe()
+                    "`{name}` is {}, not a function",
+                    with_article(&self.vars[name].describe())
                 ),
+            )
+            .with_help(
+                format!("use `{name}` without `(...)`, or rename it if it hides a function of the same name"),
             ));
         }
         if let Some(kernel) = self.kernel_named(name) {
@@ -1143,14 +1156,19 @@ impl Session {
                     "E0304",
                     span,
                     format!("`{name}` takes at most {} arguments", params.len()),
-                ));
+                )
+                .with_help(format!("`{name}` takes ({})", params.join(", "))));
             }
             if bound[i].is_some() {
                 return Err(Diagnostic::new(
                     "E0206",
                     a.span,
                     format!("`{}` is given twice", params[i]),
-                ));
+                )
+                .with_help(format!(
+                    "give `{}` once: remove this argument or the first one",
+                    params[i]
+                )));
             }
             bound[i] = Some(&a.value);
         }
@@ -1208,7 +1226,8 @@ impl Session {
                                 a.span,
                                 format!("`print` has no keyword argument `{other}`"),
                             )
-                            .with_primary_label("unknown keyword argument"))
+                            .with_primary_label("unknown keyword argument")
+                            .with_help("`print(a, b, ..., sep=\" \", end=\"\\n\")`"))
                         }
                     }
                 }
@@ -1414,7 +1433,8 @@ impl Session {
                             format!(
                                 "constant evaluation failed: division by zero in `cdiv({x}, {y})`"
                             ),
-                        ));
+                        )
+                        .with_help("the divisor of `cdiv(a, b)` must not be zero"));
                     }
                     return Err(division_by_zero(e.span));
                 }
@@ -1526,7 +1546,15 @@ fn index_seq(seq: Vec<Val>, items: &[IndexItem], span: Span) -> R<Val> {
                     "E0413",
                     span,
                     format!("index {i} is out of range for {n} items"),
-                ));
+                )
+                .with_help(if n == 0 {
+                    "it has no items".to_string()
+                } else {
+                    format!(
+                        "its indices are 0 to {} (or -{n} to -1, counting from the end)",
+                        n - 1
+                    )
+                }));
             }
             Ok(seq[j as usize].clone())
         }
@@ -1633,6 +1661,9 @@ fn arith(op: BinOp, a: Num, b: Num, span: Span) -> R<Val> {
                     "E0314",
                     span,
                     "bitwise operators need integer operands",
+                )
+                .with_help(
+                    "bitwise operators work on integers and bools: convert with `.to(i32)`",
                 ));
             };
             int(match op {

@@ -105,6 +105,9 @@ impl Checker<'_> {
                             "E0302",
                             a.expr.span,
                             format!("`cdiv` takes integers, found `{}`", a.val.ty),
+                        )
+                        .with_help(
+                            "`cdiv(a, b)` divides integers rounding up, e.g. `cdiv(N, BLOCK)`; convert a float first with `.to(i32)`",
                         ));
                         return Val::err();
                     }
@@ -114,11 +117,14 @@ impl Checker<'_> {
                     (Some(x), Some(y)) => match fold_call(B::Cdiv, &[x.clone(), y.clone()]) {
                         Ok(v) => v,
                         Err(m) => {
-                            self.report(Diagnostic::new(
-                                "E0315",
-                                span,
-                                format!("constant evaluation failed: {m}"),
-                            ));
+                            self.report(
+                                Diagnostic::new(
+                                    "E0315",
+                                    span,
+                                    format!("constant evaluation failed: {m}"),
+                                )
+                                .with_help(crate::check::consts::failure_help(&m)),
+                            );
                             None
                         }
                     },
@@ -150,14 +156,21 @@ impl Checker<'_> {
                     return Val::err();
                 };
                 if dt == DType::Bool {
-                    self.report(Diagnostic::new(
-                        "E0311",
-                        a0.expr.span,
-                        format!(
-                            "`{}` needs a numeric operand, found `{}`",
-                            b.name, a0.val.ty
-                        ),
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            a0.expr.span,
+                            format!(
+                                "`{}` needs a numeric operand, found `{}`",
+                                b.name, a0.val.ty
+                            ),
+                        )
+                        .with_help(format!(
+                            "convert the bools first: `{}({}.to(f32))`",
+                            b.name,
+                            describe(a0.expr)
+                        )),
+                    );
                     return Val::err();
                 }
                 // Kernels compute transcendentals with f32 approximations.
@@ -233,7 +246,10 @@ impl Checker<'_> {
                                 render_dims(&dims)
                             ),
                         )
-                        .with_label(a0.span, format!("the condition is `{}`", a0.val.ty)),
+                        .with_label(a0.span, format!("the condition is `{}`", a0.val.ty))
+                        .with_help(
+                            "the condition and both values must broadcast to one shape: trailing dims equal or 1 (add an axis with `x[:, None]`)",
+                        ),
                     );
                     return Val::err();
                 };
@@ -299,21 +315,27 @@ impl Checker<'_> {
                             }
                         }
                         other => {
-                            self.report(Diagnostic::new(
-                                "E0302",
-                                v.expr.span,
-                                format!("the fill value must be a scalar, found `{other}`"),
-                            ));
+                            self.report(
+                                Diagnostic::new(
+                                    "E0302",
+                                    v.expr.span,
+                                    format!("the fill value must be a scalar, found `{other}`"),
+                                )
+                                .with_help("fill with one number, e.g. `full([BM, BN], 0.0)`"),
+                            );
                         }
                     }
                 }
                 if let Some(seed) = arg(2).filter(|_| id == B::Randn) {
                     if !matches!(seed.val.ty, Ty::Scalar { dtype, .. } if dtype.is_int()) {
-                        self.report(Diagnostic::new(
-                            "E0302",
-                            seed.expr.span,
-                            format!("the seed must be an integer, found `{}`", seed.val.ty),
-                        ));
+                        self.report(
+                            Diagnostic::new(
+                                "E0302",
+                                seed.expr.span,
+                                format!("the seed must be an integer, found `{}`", seed.val.ty),
+                            )
+                            .with_help("the seed is an integer, e.g. `randn([M, N], f32, seed=0)`"),
+                        );
                     }
                 }
                 Val::of(if self.in_kernel {
@@ -330,6 +352,9 @@ impl Checker<'_> {
                                 "E0302",
                                 a.expr.span,
                                 format!("`range` takes integers, found `{}`", a.val.ty),
+                            )
+                            .with_help(
+                                "`range(start, stop, step)` counts in integers; convert a float bound first with `.to(i32)`",
                             ));
                             return Val::err();
                         }
@@ -341,6 +366,9 @@ impl Checker<'_> {
                             "E0315",
                             step.expr.span,
                             "`range` step cannot be zero",
+                        )
+                        .with_help(
+                            "count up with a positive step or down with a negative one, e.g. `range(N - 1, -1, -1)`",
                         ));
                     }
                 }
@@ -354,6 +382,9 @@ impl Checker<'_> {
                             "E0302",
                             a.expr.span,
                             format!("`arange` takes integers, found `{}`", a.val.ty),
+                        )
+                        .with_help(
+                            "`arange(start, end)` takes integer bounds, e.g. `arange(0, BLOCK)`",
                         ));
                         return Val::err();
                     }
@@ -385,6 +416,9 @@ impl Checker<'_> {
                         "E0406",
                         span,
                         format!("`arange` has length {len}; it must be positive"),
+                    )
+                    .with_help(
+                        "the end must be greater than the start: `arange(start, start + SIZE)` with SIZE at least 1",
                     ));
                     return Val::err();
                 }
@@ -449,11 +483,18 @@ impl Checker<'_> {
                     return Val::err();
                 };
                 if !dt.is_float() {
-                    self.report(Diagnostic::new(
-                        "E0311",
-                        a0.expr.span,
-                        format!("`{}` needs a float tensor, found `{}`", b.name, a0.val.ty),
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0311",
+                            a0.expr.span,
+                            format!("`{}` needs a float tensor, found `{}`", b.name, a0.val.ty),
+                        )
+                        .with_help(format!(
+                            "convert it first: `{}({}.to(f32))`",
+                            b.name,
+                            describe(a0.expr)
+                        )),
+                    );
                     return Val::err();
                 }
                 let n_affine = if id == B::LayerNorm { 2 } else { 1 };
@@ -474,24 +515,36 @@ impl Checker<'_> {
                                         render_dims(&dims)
                                     ),
                                 )
-                                .with_label(a0.span, format!("the input is `{}`", a0.val.ty)),
+                                .with_label(a0.span, format!("the input is `{}`", a0.val.ty))
+                                .with_help(
+                                    format!("give a weight or bias whose dims match the input's trailing dims (or are 1): it must broadcast to {}", render_dims(&dims)),
+                                ),
                             );
                         } else if wdt != dt {
-                            self.report(Diagnostic::new(
-                                "E0301",
-                                w.expr.span,
-                                format!("`{}` has dtype `{wdt}` but the input is `{dt}`", w.val.ty),
-                            ));
+                            self.report(
+                                Diagnostic::new(
+                                    "E0301",
+                                    w.expr.span,
+                                    format!(
+                                        "`{}` has dtype `{wdt}` but the input is `{dt}`",
+                                        w.val.ty
+                                    ),
+                                )
+                                .with_help(format!("convert it: `{}.to({dt})`", describe(w.expr))),
+                            );
                         }
                     }
                 }
                 if let Some(eps) = arg(n_affine + 1) {
                     if !matches!(eps.val.ty, Ty::Scalar { .. }) {
-                        self.report(Diagnostic::new(
-                            "E0302",
-                            eps.expr.span,
-                            format!("`eps` must be a scalar, found `{}`", eps.val.ty),
-                        ));
+                        self.report(
+                            Diagnostic::new(
+                                "E0302",
+                                eps.expr.span,
+                                format!("`eps` must be a scalar, found `{}`", eps.val.ty),
+                            )
+                            .with_help("`eps` is one small number, e.g. `eps=1e-5`"),
+                        );
                     }
                 }
                 Val::of(make(k, dims, dt, false))
@@ -537,11 +590,14 @@ impl Checker<'_> {
                     .filter(|&i| new[i].as_const() == Some(-1))
                     .collect();
                 if inferred.len() > 1 {
-                    self.report(Diagnostic::new(
-                        "E0412",
-                        a1.expr.span,
-                        "`reshape` can infer at most one dim (-1)",
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0412",
+                            a1.expr.span,
+                            "`reshape` can infer at most one dim (-1)",
+                        )
+                        .with_help("write every dim but one out, e.g. `reshape(x, [4, -1])`"),
+                    );
                     return Val::err();
                 }
                 if let Some(&i) = inferred.first() {
@@ -572,7 +628,10 @@ impl Checker<'_> {
                         if p != q {
                             self.report(
                                 Diagnostic::new("E0412", a1.expr.span, format!("reshape from {} ({p} elements) to {} ({q} elements) changes the number of elements", render_dims(&dims), render_dims(&new)))
-                                    .with_label(a0.span, format!("this is `{}`", a0.val.ty)),
+                                    .with_label(a0.span, format!("this is `{}`", a0.val.ty))
+                                    .with_help(
+                                        format!("give a shape of {p} elements, or use -1 for the one dim to infer: `reshape(x, [4, -1])`"),
+                                    ),
                             );
                             return Val::err();
                         }
@@ -606,6 +665,9 @@ impl Checker<'_> {
                         "E0302",
                         a0.expr.span,
                         "`tensor` takes nested lists of numbers with a rectangular shape",
+                    )
+                    .with_help(
+                        "write a list of numbers, or of equal-length lists: `tensor([[1.0, 2.0], [3.0, 4.0]])`",
                     ));
                     return Val::err();
                 };
@@ -691,6 +753,9 @@ impl Checker<'_> {
                         "E0302",
                         a0.expr.span,
                         format!("`save_npy` saves a tensor, found `{}`", a0.val.ty),
+                    )
+                    .with_help(
+                        "`save_npy(t, \"out.npy\")` writes one tensor; wrap a number first: `tensor([x])`",
                     ));
                 }
                 if let Some(a1) = arg(1) {
@@ -711,11 +776,16 @@ impl Checker<'_> {
                 None => {}
                 Some("sep" | "end") if matches!(a.val.ty, Ty::Str | Ty::Err) => {}
                 Some("sep" | "end") => {
-                    self.report(Diagnostic::new(
-                        "E0302",
-                        a.expr.span,
-                        format!("`print`'s separators are strings, found `{}`", a.val.ty),
-                    ));
+                    self.report(
+                        Diagnostic::new(
+                            "E0302",
+                            a.expr.span,
+                            format!("`print`'s separators are strings, found `{}`", a.val.ty),
+                        )
+                        .with_help(
+                            "`sep=` and `end=` take strings, e.g. `print(a, b, sep=\", \")`",
+                        ),
+                    );
                 }
                 Some(other) => self.report(
                     Diagnostic::new(
@@ -734,11 +804,10 @@ impl Checker<'_> {
                 .count()
                 > 1
         }) {
-            self.report(Diagnostic::new(
-                "E0206",
-                span,
-                format!("`{twice}=` is given twice"),
-            ));
+            self.report(
+                Diagnostic::new("E0206", span, format!("`{twice}=` is given twice"))
+                    .with_help(format!("give `{twice}=` once")),
+            );
         }
         Val::of(Ty::NoneV)
     }
@@ -748,11 +817,14 @@ impl Checker<'_> {
         if matches!(a.val.ty, Ty::Str | Ty::Err) {
             return true;
         }
-        self.report(Diagnostic::new(
-            "E0302",
-            a.expr.span,
-            format!("a path is a string, found `{}`", a.val.ty),
-        ));
+        self.report(
+            Diagnostic::new(
+                "E0302",
+                a.expr.span,
+                format!("a path is a string, found `{}`", a.val.ty),
+            )
+            .with_help("write the path as a string, e.g. `\"out.npy\"`"),
+        );
         false
     }
 
@@ -775,6 +847,9 @@ impl Checker<'_> {
                     "E0302",
                     a.expr.span,
                     format!("`arange` takes integers, found `{}`", a.val.ty),
+                )
+                .with_help(
+                    "`arange(start, end)` takes integer bounds, e.g. `arange(0, 10)`; convert a float first with `.to(i32)`",
                 ));
                 return Val::err();
             }

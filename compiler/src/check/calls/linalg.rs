@@ -121,6 +121,9 @@ impl Checker<'_> {
                     "E0302",
                     pe.span,
                     "`precision=` must be \"tf32\" or \"ieee\"",
+                )
+                .with_help(
+                    "write `precision=\"tf32\"` (tensor cores, tf32 rounding) or `precision=\"ieee\"` (full f32, the default)",
                 )),
             }
         }
@@ -174,6 +177,9 @@ impl Checker<'_> {
                             "E0302",
                             ae.span,
                             format!("the accumulator must be a tile, found `{other}`"),
+                        )
+                        .with_help(
+                            "pass the running tile, e.g. `acc = dot(a, b, acc)` after `acc = zeros([BM, BN], f32)`",
                         ));
                     }
                 }
@@ -246,7 +252,10 @@ impl Checker<'_> {
                     ),
                 )
                 .with_label(le.span, format!("this is `{}`", l.ty))
-                .with_label(re.span, format!("this is `{}`", r.ty)),
+                .with_label(re.span, format!("this is `{}`", r.ty))
+                .with_help(
+                    "the batch dims (all but the last two) must be equal or 1 in each position; add a dim of 1 with `x[None]`",
+                ),
             );
             return Val::err();
         };

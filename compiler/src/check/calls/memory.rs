@@ -86,6 +86,9 @@ impl Checker<'_> {
                         .with_label(
                             ptr.expr.span,
                             format!("this slice is {}", render_dims(&dims)),
+                        )
+                        .with_help(
+                            format!("build the mask from the offsets of this slice, so that it broadcasts to {}", render_dims(&dims)),
                         ),
                     );
                 }
@@ -94,15 +97,21 @@ impl Checker<'_> {
         if let Some(o) = other {
             if let Some((_, od, odt)) = self.array(o) {
                 if broadcast(&od, &dims).as_deref() != Some(&dims[..]) {
-                    self.report(Diagnostic::new(
-                        "E0402",
-                        o.expr.span,
-                        format!(
-                            "`other=` of shape {} does not broadcast to the slice shape {}",
-                            render_dims(&od),
+                    self.report(
+                        Diagnostic::new(
+                            "E0402",
+                            o.expr.span,
+                            format!(
+                                "`other=` of shape {} does not broadcast to the slice shape {}",
+                                render_dims(&od),
+                                render_dims(&dims)
+                            ),
+                        )
+                        .with_help(format!(
+                            "give one number (e.g. `other=0.0`) or a tile that broadcasts to {}",
                             render_dims(&dims)
-                        ),
-                    ));
+                        )),
+                    );
                 } else if !(o.val.ty.is_weak() && (dtype.is_float() || !odt.is_float()))
                     && !odt.widens_to(dtype)
                 {

@@ -110,7 +110,10 @@ impl Checker<'_> {
                             other.kind_name()
                         ),
                     )
-                    .with_primary_label("called here"),
+                    .with_primary_label("called here")
+                    .with_help(
+                        format!("use `{}` without `(...)`, or rename it if it hides a function of the same name", describe(func)),
+                    ),
                 );
                 Val::err()
             }
@@ -169,7 +172,10 @@ impl Checker<'_> {
                                         a.span,
                                         format!("argument `{key}` of `{fname}` is given twice"),
                                     )
-                                    .with_label(args[prev].span, "first given here"),
+                                    .with_label(args[prev].span, "first given here")
+                                    .with_help(format!(
+                                        "give `{key}` once: remove this argument or the first one"
+                                    )),
                                 );
                                 ok = false;
                             } else {
@@ -249,11 +255,14 @@ impl Checker<'_> {
             Some(Value::Int(d)) if d.as_const().is_some() => d.as_const().map(|i| i != 0),
             _ if a.val.ty.is_err() => None,
             _ => {
-                self.report(Diagnostic::new(
-                    "E0310",
-                    a.expr.span,
-                    format!("{what} must be a compile-time `True` or `False`"),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0310",
+                        a.expr.span,
+                        format!("{what} must be a compile-time `True` or `False`"),
+                    )
+                    .with_help("write `True` or `False`, or a `const` parameter"),
+                );
                 None
             }
         }
@@ -269,11 +278,12 @@ impl Checker<'_> {
                     a.expr.span,
                     format!("expected a dtype (e.g. `f32`), found `{}`", a.val.ty),
                 );
-                if let Some(Value::Str(s)) = &a.val.value {
-                    if DType::from_name(s).is_some() {
-                        d = d.with_help(format!("write the dtype without quotes: `{s}`"));
+                d = match &a.val.value {
+                    Some(Value::Str(s)) if DType::from_name(s).is_some() => {
+                        d.with_help(format!("write the dtype without quotes: `{s}`"))
                     }
-                }
+                    _ => d.with_help("write a dtype name, e.g. `f32`, `bf16` or `i32`"),
+                };
                 self.report(d);
                 None
             }
@@ -297,11 +307,14 @@ impl Checker<'_> {
                 vec![(a.val.value.clone(), a.expr.span)]
             }
             (other, _) => {
-                self.report(Diagnostic::new(
-                    "E0302",
-                    a.expr.span,
-                    format!("expected a shape like `[BM, BN]`, found `{other}`"),
-                ));
+                self.report(
+                    Diagnostic::new(
+                        "E0302",
+                        a.expr.span,
+                        format!("expected a shape like `[BM, BN]`, found `{other}`"),
+                    )
+                    .with_help("write the dims as a list, e.g. `[BM, BN]` or `[128]`"),
+                );
                 return None;
             }
         };
@@ -321,11 +334,14 @@ impl Checker<'_> {
                     if d.as_const().is_some_and(|n| n < 0)
                         && !(self.allow_infer_dim && d.as_const() == Some(-1))
                     {
-                        self.report(Diagnostic::new(
-                            "E0406",
-                            span,
-                            format!("a dim cannot be negative ({d})"),
-                        ));
+                        self.report(
+                            Diagnostic::new(
+                                "E0406",
+                                span,
+                                format!("a dim cannot be negative ({d})"),
+                            )
+                            .with_help("a dim is a size: write 0 or more"),
+                        );
                         return None;
                     }
                     out.push(d);
@@ -345,7 +361,10 @@ impl Checker<'_> {
                                 .with_help("tile dims are integers, `const`s, or tensor dims the kernel is specialised on"),
                         );
                     } else if !ty_ok {
-                        self.report(Diagnostic::new("E0302", span, "a dim must be an integer"));
+                        self.report(
+                            Diagnostic::new("E0302", span, "a dim must be an integer")
+                                .with_help("write an integer size, e.g. `[4, N]`"),
+                        );
                     } else {
                         out.push(Dim::symbol("?"));
                         continue;

@@ -18,6 +18,9 @@ impl Checker<'_> {
                         "E0502",
                         *span,
                         "a launch grid is a tuple of sizes, e.g. `k[(cdiv(N, BLOCK),)](...)`",
+                    )
+                    .with_help(
+                        "write each grid entry as a number of programs, not a slice: `k[(cdiv(N, BLOCK),)](...)`",
                     ));
                     return None;
                 }
@@ -158,6 +161,9 @@ impl Checker<'_> {
                                     "E0411",
                                     a.span,
                                     format!("argument `{}` of `{}` has rank {} (`{}`) but the parameter is `{}` (rank {})", p.name, sig.name, ad.len(), a.val.ty, p.ty, pd.len()),
+                                )
+                                .with_help(
+                                    format!("pass a tensor of rank {} (e.g. `reshape({}, [...])`), or change the parameter's type", pd.len(), describe(a.expr)),
                                 ),
                             );
                                 continue;
@@ -198,7 +204,10 @@ impl Checker<'_> {
                         }
                         other => {
                             self.report(
-                            Diagnostic::new("E0302", a.span, format!("argument `{}` of `{}` must be a tensor (`{}`), found {} `{other}`", p.name, sig.name, p.ty, other.kind_name())),
+                            Diagnostic::new("E0302", a.span, format!("argument `{}` of `{}` must be a tensor (`{}`), found {} `{other}`", p.name, sig.name, p.ty, other.kind_name()))
+                                .with_help(
+                                    format!("pass a tensor for `{}`, e.g. one made by `tensor([...])` or `zeros([...], f32)`", p.name),
+                                ),
                         );
                         }
                     }
@@ -239,6 +248,9 @@ impl Checker<'_> {
                             crate::diag::a_code(pdt),
                             crate::diag::with_article(other.kind_name())
                         ),
+                    )
+                    .with_help(
+                        format!("pass one number for `{}`; read one element of a tensor by indexing it, e.g. `t[0]`", p.name),
                     )),
                 },
                 _ => {}
@@ -268,6 +280,10 @@ impl Checker<'_> {
                         d = d.with_label(*sp, format!("`{s}` = {v} from argument `{pname}`"));
                     }
                 }
+                d = d.with_help(format!(
+                    "pass a tensor whose dim is {expected}, or slice `{}` to that size",
+                    describe(a.expr)
+                ));
                 self.report(d);
             }
         }

@@ -128,7 +128,8 @@ fn run_grid_with(
                 kernel.params.len(),
                 args.len()
             ),
-        ));
+        )
+        .with_help("pass one argument for each tensor and scalar parameter of the kernel"));
     }
     let mut params = Vec::new();
     for (p, a) in kernel.params.iter().zip(args) {
@@ -156,6 +157,9 @@ fn run_grid_with(
                             dims.len(),
                             t.shape()
                         ),
+                    )
+                    .with_help(
+                        format!("pass a tensor of rank {}, e.g. `reshape(t, [...])`", dims.len()),
                     ));
                 }
                 for (axis, (d, &n)) in dims.iter().zip(t.shape()).enumerate() {
@@ -167,6 +171,9 @@ fn run_grid_with(
                                     "argument `{}` of `{}`: dim {axis} must be {s}, got {n}",
                                     p.name, kernel.name
                                 ),
+                            )
+                            .with_help(
+                                format!("pass a tensor whose dim {axis} is {s}, or change the parameter's annotation"),
                             ));
                         }
                     }
@@ -209,6 +216,9 @@ fn run_grid_with(
                             "scalar"
                         }
                     ),
+                )
+                .with_help(
+                    "pass a tensor for a `Tensor[...]` parameter and one number for a scalar parameter",
                 ))
             }
         });

@@ -200,11 +200,14 @@ fn lower_inner(
         Ok(k) => Ok(k),
         Err(()) => {
             if l.diags.is_empty() {
-                l.diags.push(Diagnostic::new(
-                    "E0512",
-                    f.name.span,
-                    format!("kernel `{}` could not be lowered", f.name.name),
-                ));
+                l.diags.push(
+                    Diagnostic::new(
+                        "E0512",
+                        f.name.span,
+                        format!("kernel `{}` could not be lowered", f.name.name),
+                    )
+                    .with_help("this is a compiler bug: please report it with the kernel's source"),
+                );
             }
             Err((l.diags, l.missing_dims))
         }
@@ -324,11 +327,14 @@ impl<'a> Lowerer<'a> {
 
     /// An internal inconsistency: the checker should have rejected this.
     fn internal(&mut self, span: Span, what: impl Into<String>) {
-        self.diags.push(Diagnostic::new(
-            "E0512",
-            span,
-            format!("cannot lower this: {}", what.into()),
-        ));
+        self.diags.push(
+            Diagnostic::new(
+                "E0512",
+                span,
+                format!("cannot lower this: {}", what.into()),
+            )
+            .with_help("this is a compiler bug (the checker accepted it): please report it with the kernel's source"),
+        );
     }
 
     fn fresh_sym(&mut self) -> SymDim {
