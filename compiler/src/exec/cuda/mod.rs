@@ -272,7 +272,8 @@ impl Gpu {
                     kernel.params.len(),
                     args.len()
                 ),
-            ));
+            )
+            .with_help(CHECKED));
         }
         if grid.contains(&0) {
             return Ok(());
@@ -300,7 +301,8 @@ impl Gpu {
                                 pd.len(),
                                 super::Value::Tensor(t.clone()).describe()
                             ),
-                        ));
+                        )
+                        .with_help(CHECKED));
                     }
                     for (d, &n) in pd.iter().zip(t.shape()) {
                         if let Dim::Dynamic(name) = d {
@@ -327,7 +329,8 @@ impl Gpu {
                             "argument `{}` of `{}` has the wrong kind",
                             p.name, kernel.name
                         ),
-                    ))
+                    )
+                    .with_help(CHECKED))
                 }
             }
         }
@@ -337,6 +340,7 @@ impl Gpu {
                     "E0709",
                     format!("kernel `{}`: no tensor gives dim `{}`", kernel.name, p.name),
                 )
+                .with_help(CHECKED)
             })?;
             let n = i32::try_from(n).map_err(|_| {
                 ExecError::new(
@@ -451,6 +455,11 @@ impl Gpu {
     }
 }
 
+/// The help of an error that the launch's own checks (`exec::launch`'s
+/// binding of arguments, Target IR's refusals) rule out before this point.
+const CHECKED: &str =
+    "this is a compiler bug (the launch's arguments were checked before): please report it";
+
 fn bad_grid(kernel: &Kernel, grid: [i64; 3]) -> ExecError {
     ExecError::new(
         "E0703",
@@ -498,7 +507,8 @@ fn scalar(d: DType, x: f64, i: i64) -> Result<ParamValue, ExecError> {
                     "an {} scalar parameter cannot be passed to a GPU kernel",
                     d.name()
                 ),
-            ))
+            )
+            .with_help(CHECKED))
         }
     })
 }
