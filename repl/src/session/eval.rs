@@ -537,10 +537,11 @@ impl Session {
         match ints[..] {
             [end] => Ok((0, end, 1)),
             [start, end] => Ok((start, end, 1)),
+            // As the checker, which folds the step: E0315.
             [_, _, 0] => Err(Diagnostic::new(
-                "E0703",
+                "E0315",
                 iter.span,
-                "`range` step must not be zero",
+                "`range` step cannot be zero",
             )
             .with_help(
                 "count up with a positive step or down with a negative one, e.g. `range(N - 1, -1, -1)`",
@@ -690,6 +691,27 @@ impl Session {
             }
             ExprKind::Attribute { value, attr } if attr.name == "shape" || attr.name == "dtype" => {
                 let v = self.eval(value, text)?;
+                // A number is a rank-0 value, as the checker types it: no dims,
+                // and the dtype the checker gives it.
+                if matches!(
+                    v,
+                    Val::Run(Value::Int(_) | Value::Float(_) | Value::Bool(_))
+                ) {
+                    if attr.name == "shape" {
+                        return Ok(Val::Run(Value::Tuple(Vec::new())));
+                    }
+                    // The checker types session numbers as weak literals: a
+                    // weak int is i32, a weak float f32 (see `check::expr`).
+                    let ty = self.static_type(value, text)?;
+                    let d = match ty.as_str() {
+                        "int" => Some(DType::I32),
+                        "float" => Some(DType::F32),
+                        other => DType::from_name(other),
+                    };
+                    if let Some(d) = d {
+                        return Ok(Val::DType(d));
+                    }
+                }
                 let Some(t) = v.tensor() else {
                     return Err(Diagnostic::new(
                         "E0303",
