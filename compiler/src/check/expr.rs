@@ -336,7 +336,7 @@ impl Checker<'_> {
             Entry::Namespace(map) => Val::of(Ty::Module(Arc::new(ModuleScope {
                 entries: map.clone(),
             }))),
-            Entry::Global(ty) => Val::of(ty.clone()),
+            Entry::Global(ty, value) => Val::with(ty.clone(), value.clone()),
             Entry::Broken => Val::err(),
         }
     }

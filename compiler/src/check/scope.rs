@@ -33,8 +33,10 @@ pub enum Entry {
     /// `import std.linalg` binds `std`, a namespace holding `linalg`.
     Namespace(BTreeMap<String, Entry>),
     /// A variable assigned by a top-level statement (scripts, the REPL), with
-    /// the type of its last assignment (`Ty::Err` where it is not tracked).
-    Global(Ty),
+    /// the type of its last assignment (`Ty::Err` where it is not tracked),
+    /// and its value where a type needs it and one assignment gives it: a
+    /// dtype (`d = x.dtype`, then `zeros([2], d)`).
+    Global(Ty, Option<Value>),
     /// An import that failed; `module_diagnostics` reports it once.
     Broken,
 }
@@ -550,19 +552,26 @@ pub fn build_module_scope_with(items: &[ScopeItem], resolve: Resolver) -> Module
                     ch.top_level = true;
                     ch.block(std::slice::from_ref(s));
                     for n in names {
-                        let ty = match (&s.kind, ch.env.get(&n)) {
-                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => {
-                                b.ty.clone()
+                        let (ty, value) = match (&s.kind, ch.env.get(&n)) {
+                            (StmtKind::Assign { .. }, Some(b)) if matches!(b.ty, Ty::DTypeV) => {
+                                (b.ty.clone(), b.value.clone())
                             }
-                            _ => Ty::Err,
+                            (StmtKind::Assign { .. } | StmtKind::AugAssign { .. }, Some(b)) => {
+                                (b.ty.clone(), None)
+                            }
+                            _ => (Ty::Err, None),
                         };
-                        typed.push((n, ty));
+                        typed.push((n, ty, value));
                     }
                 }
-                for (n, ty) in typed {
+                for (n, ty, value) in typed {
                     match scope.entries.get(&n) {
-                        None | Some(Entry::Global(_)) => {
-                            scope.entries.insert(n, Entry::Global(ty));
+                        None => {
+                            scope.entries.insert(n, Entry::Global(ty, value));
+                        }
+                        // Assigned again: the value is not one value any more.
+                        Some(Entry::Global(..)) => {
+                            scope.entries.insert(n, Entry::Global(ty, None));
                         }
                         Some(_) => {}
                     }

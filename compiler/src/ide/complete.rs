@@ -233,7 +233,7 @@ fn scope_entry(name: &str, e: &Entry) -> Completion {
         Entry::Module(_) | Entry::Namespace(_) => {
             item(name, CompletionKind::Module, Some("module".into()))
         }
-        Entry::Global(ty) => item(name, CompletionKind::Variable, Some(ty.to_string())),
+        Entry::Global(ty, _) => item(name, CompletionKind::Variable, Some(ty.to_string())),
         Entry::Broken => item(name, CompletionKind::Module, None),
     }
 }

@@ -152,7 +152,7 @@ pub fn semantic_tokens(db: &dyn Db, file: SourceFile) -> Vec<Token> {
                             Some(Entry::Module(_) | Entry::Namespace(_)) => {
                                 Some(TokenType::Namespace)
                             }
-                            Some(Entry::Const { .. } | Entry::Global(_)) => {
+                            Some(Entry::Const { .. } | Entry::Global(..)) => {
                                 Some(TokenType::Variable)
                             }
                             Some(Entry::Broken) => None,
