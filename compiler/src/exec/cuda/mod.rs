@@ -142,10 +142,22 @@ impl Gpu {
             return Err(unavailable("the CUDA driver (`libcuda`) cannot be loaded"));
         }
         let count = CudaContext::device_count().map_err(|e| {
-            unavailable(format!(
-                "the CUDA driver cannot list its GPUs ({})",
-                driver_error("listing GPUs", e).message
-            ))
+            unavailable(match e.0 {
+                // What `cuInit` says when no GPU is visible (none, or all
+                // hidden by `CUDA_VISIBLE_DEVICES`).
+                CUresult::CUDA_ERROR_NO_DEVICE => {
+                    "the CUDA driver finds no GPU (`CUDA_VISIBLE_DEVICES` may hide them)"
+                        .to_string()
+                }
+                _ => {
+                    let name = e
+                        .error_name()
+                        .ok()
+                        .and_then(|n| n.to_str().ok().map(str::to_string))
+                        .unwrap_or_else(|| format!("{:?}", e.0));
+                    format!("the CUDA driver cannot list its GPUs ({name})")
+                }
+            })
         })?;
         if ordinal >= count.max(0) as usize {
             return Err(unavailable(if count <= 0 {
