@@ -97,14 +97,18 @@ fn unavailable(reason: impl Into<String>) -> ExecError {
     ))
 }
 
+/// The driver's name for an error (`CUDA_ERROR_OUT_OF_MEMORY`).
+fn error_name(e: &DriverError) -> String {
+    e.error_name()
+        .ok()
+        .and_then(|n| n.to_str().ok().map(str::to_string))
+        .unwrap_or_else(|| format!("{:?}", e.0))
+}
+
 /// A driver error as a diagnostic: E0730 naming what failed, with the
 /// driver's name for the error.
 fn driver_error(what: &str, e: DriverError) -> ExecError {
-    let name = e
-        .error_name()
-        .ok()
-        .and_then(|n| n.to_str().ok().map(str::to_string))
-        .unwrap_or_else(|| format!("{:?}", e.0));
+    let name = error_name(&e);
     let text = e
         .error_string()
         .ok()
@@ -149,14 +153,7 @@ impl Gpu {
                     "the CUDA driver finds no GPU (`CUDA_VISIBLE_DEVICES` may hide them)"
                         .to_string()
                 }
-                _ => {
-                    let name = e
-                        .error_name()
-                        .ok()
-                        .and_then(|n| n.to_str().ok().map(str::to_string))
-                        .unwrap_or_else(|| format!("{:?}", e.0));
-                    format!("the CUDA driver cannot list its GPUs ({name})")
-                }
+                _ => format!("the CUDA driver cannot list its GPUs ({})", error_name(&e)),
             })
         })?;
         if ordinal >= count.max(0) as usize {
@@ -287,14 +284,14 @@ impl Gpu {
             )
             .with_help(CHECKED));
         }
+        // The CPU executor's check: E0703 for a grid the device cannot launch
+        // (the driver would only say CUDA_ERROR_INVALID_VALUE).
+        super::cpu::check_grid(&kernel.name, grid)?;
         if grid.contains(&0) {
             return Ok(());
         }
-        let grid_dim = (
-            u32::try_from(grid[0]).map_err(|_| bad_grid(kernel, grid))?,
-            u32::try_from(grid[1]).map_err(|_| bad_grid(kernel, grid))?,
-            u32::try_from(grid[2]).map_err(|_| bad_grid(kernel, grid))?,
-        );
+        // Within `MAX_GRID`, so each dim fits a u32.
+        let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
         let (func, params, threads, smem_bytes) = self.loaded(kernel)?;
         // Device buffers, one per distinct storage, and each argument's buffer.
         let mut buffers: Vec<(super::Tensor, CudaSlice<u8>)> = Vec::new();
@@ -471,14 +468,6 @@ impl Gpu {
 /// binding of arguments, Target IR's refusals) rule out before this point.
 const CHECKED: &str =
     "this is a compiler bug (the launch's arguments were checked before): please report it";
-
-fn bad_grid(kernel: &Kernel, grid: [i64; 3]) -> ExecError {
-    ExecError::new(
-        "E0703",
-        format!("the grid {grid:?} of `{}` is not a GPU grid", kernel.name),
-    )
-    .with_help("each grid dim is from 0 to 2^31 - 1 (y and z to 65535)")
-}
 
 fn launch_what(kernel: &Kernel, grid: [i64; 3], threads: u32) -> String {
     format!(
