@@ -170,9 +170,20 @@ pub fn run(
         }
         ":device" => match words.get(1) {
             None => {
-                match session.gpu_info() {
-                    Some(info) => writeln!(out, "{info}"),
-                    None => writeln!(out, "{}", session.device().name()),
+                match (session.gpu_info(), session.gpu()) {
+                    (Some(info), Some(gpu)) => {
+                        let m = gpu.memory_stats();
+                        writeln!(
+                            out,
+                            "{info}\nmemory: {} in use by tensors (peak {}), {} cached for reuse; {} blocks from the driver, {} reused",
+                            mib(m.bytes_in_use),
+                            mib(m.peak_bytes_in_use),
+                            mib(m.bytes_cached),
+                            m.driver_allocs,
+                            m.reuses
+                        )
+                    }
+                    _ => writeln!(out, "{}", session.device().name()),
                 }
                 .ok();
                 Ok(Next::Continue)
@@ -326,7 +337,11 @@ fn command_spec(
     if defines.is_empty() {
         return Ok(match session.last_launch(name) {
             // Specialised on nothing: the same as without a launch.
-            Some(spec) if spec.values.is_empty() && spec.floats.is_empty() => spec,
+            Some(spec)
+                if spec.values.is_empty() && spec.floats.is_empty() && spec.divisors.is_empty() =>
+            {
+                spec
+            }
             Some(spec) => {
                 let mut shown: Vec<String> = spec
                     .values
@@ -338,6 +353,8 @@ fn command_spec(
                         .iter()
                         .map(|(k, v)| format!("{k}={}", f64::from_bits(*v))),
                 );
+                // The run-time facts the variant assumes (`-D S%16`).
+                shown.extend(spec.divisors.iter().map(|(k, d)| format!("{k}%{d}")));
                 let _ = writeln!(
                     err,
                     "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
@@ -593,6 +610,11 @@ pub fn resources_row(r: &Resources) -> String {
         if blocks == 1 { "" } else { "s" },
         limiters.join(" and ")
     )
+}
+
+/// Bytes in MiB with one decimal (`12.5 MiB`).
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 fn format_percent(p: f64) -> String {

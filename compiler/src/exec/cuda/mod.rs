@@ -6,27 +6,31 @@
 //!   ([`Arch::for_compute_capability`]).
 //! * [`Gpu::launch`] runs a specialised Tile IR kernel: Target IR for the
 //!   device's arch, PTX, the driver's JIT (once per specialisation: loaded
-//!   modules are kept by their PTX), then the tensors are copied to the device, the kernel
-//!   runs, and the tensors are copied back. Arguments that share storage get
-//!   one device buffer, as they share memory on the CPU.
+//!   modules are kept by their PTX), then the kernel runs on the tensors'
+//!   device copies. A tensor's elements are copied to the GPU at its first
+//!   launch there and stay; they are copied back only when the host reads
+//!   them (see `exec::tensor::Storage`). Arguments that share storage share
+//!   the device copy, as they share memory on the CPU.
 //!
 //! Kernel parameters are Target IR's (`ir::target::lower`'s `params`): the
 //! Tile IR parameters in order (a tensor is its base pointer; tensors are
 //! contiguous and row-major), then the run-time dims as 32-bit integers.
 //!
-//! Device memory comes from the driver's stream-ordered allocator
-//! (`cuMemAllocAsync` where the device has it), whose pool reuses freed
-//! blocks. Not built yet: tensors that stay on the device between launches
-//! (each launch copies its tensors both ways), an on-disk cubin cache and
-//! run-time specialisation on alignment and divisibility.
+//! Device memory comes from a caching allocator (`memory`). Every device
+//! copy is a whole allocation, so tensor base pointers are always 256-byte
+//! aligned (what the kernels' vector accesses assume).
+
+mod memory;
+pub use memory::MemoryStats;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
 
 use super::cpu::Arg;
@@ -45,7 +49,14 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
+    pool: Arc<memory::Pool>,
+    /// A sticky error left the context unusable (see [`Gpu::reopen`]).
+    broken: AtomicBool,
 }
+
+/// Numbers the contexts made in this process (tensors' device copies name
+/// the one that holds them).
+static CONTEXTS: AtomicU64 = AtomicU64::new(1);
 
 /// What the session shows of a GPU.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,6 +193,11 @@ impl Gpu {
         // are not needed.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        let pool = memory::Pool::new(
+            ctx.clone(),
+            stream.clone(),
+            CONTEXTS.fetch_add(1, Ordering::Relaxed),
+        );
         Ok(Gpu {
             info: GpuInfo {
                 ordinal,
@@ -193,11 +209,91 @@ impl Gpu {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            pool,
+            broken: AtomicBool::new(false),
         })
+    }
+
+    /// Which context this is: tensors' device copies name it.
+    pub fn owner(&self) -> u64 {
+        self.pool.owner()
+    }
+
+    /// Whether a sticky error (an illegal address, a trap) left the context
+    /// unusable: every later call on it fails, and the device copies it
+    /// held are lost.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+    }
+
+    /// A fresh context on the same GPU, after a sticky error: the old
+    /// context's memory is given up (its blocks are neither read nor freed
+    /// again) and the device's primary context is reset, which the driver
+    /// requires before the device can be used again.
+    pub fn reopen(&self) -> Result<Gpu, ExecError> {
+        self.pool.mark_dead();
+        self.modules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        // SAFETY: resets the primary context of this device; nothing of the
+        // old context is used afterwards (its pool is dead, its modules are
+        // dropped, and the session drops every device copy it held).
+        let reset =
+            unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(self.ctx.cu_device()) };
+        if reset != CUresult::CUDA_SUCCESS {
+            return Err(driver_error(
+                "resetting the GPU after a sticky error",
+                DriverError(reset),
+            ));
+        }
+        Gpu::open(self.info.ordinal)
+    }
+
+    /// A driver error of a launch as a diagnostic; notes a sticky error
+    /// (the context answers every later call with an error).
+    fn failed(&self, what: &str, e: DriverError) -> ExecError {
+        let sticky = self.ctx.bind_to_thread().is_err()
+            // SAFETY: the context is current on this thread.
+            || unsafe { cudarc::driver::sys::cuCtxSynchronize() } != CUresult::CUDA_SUCCESS;
+        let err = driver_error(what, e);
+        if sticky {
+            self.broken.store(true, Ordering::Relaxed);
+            let help = err.help.clone().unwrap_or_default();
+            err.with_help(format!(
+                "{help}; the error left the GPU's context unusable: the session makes a fresh one, \
+                 keeping its definitions (tensors only on the GPU are lost)"
+            ))
+        } else {
+            err
+        }
     }
 
     pub fn info(&self) -> &GpuInfo {
         &self.info
+    }
+
+    /// What the caching allocator has done.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.pool.stats()
+    }
+
+    /// Frees the allocator's cached blocks.
+    pub fn empty_cache(&self) {
+        self.pool.empty_cache()
+    }
+
+    /// Copies `t`'s elements to this GPU (if they are not there already),
+    /// where its next launches find them.
+    pub fn to_device(&self, t: &super::Tensor) -> Result<(), ExecError> {
+        self.device_address(t).map(|_| ())
+    }
+
+    /// The device address of `t`'s up-to-date elements on this GPU.
+    fn device_address(&self, t: &super::Tensor) -> Result<u64, ExecError> {
+        let pool = &self.pool;
+        t.storage
+            .device_address(pool.owner(), |bytes| pool.alloc(bytes))
     }
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
@@ -293,8 +389,6 @@ impl Gpu {
         // Within `MAX_GRID`, so each dim fits a u32.
         let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
         let (func, params, threads, smem_bytes) = self.loaded(kernel)?;
-        // Device buffers, one per distinct storage, and each argument's buffer.
-        let mut buffers: Vec<(super::Tensor, CudaSlice<u8>)> = Vec::new();
         let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
         let mut dims: HashMap<&str, i64> = HashMap::new();
         for (p, a) in kernel.params.iter().zip(args) {
@@ -318,14 +412,7 @@ impl Gpu {
                             dims.entry(name.as_str()).or_insert(n as i64);
                         }
                     }
-                    let index = match buffers.iter().position(|(b, _)| b.same_storage(t)) {
-                        Some(i) => i,
-                        None => {
-                            buffers.push((t.clone(), self.upload(t)?));
-                            buffers.len() - 1
-                        }
-                    };
-                    values.push(ParamValue::Buffer(index));
+                    values.push(ParamValue::U64(self.device_address(t)?));
                 }
                 (ParamKind::Scalar(d), Arg::Int(i)) => values.push(scalar(*d, *i as f64, *i)?),
                 (ParamKind::Scalar(d), Arg::Float(x)) => {
@@ -377,9 +464,9 @@ impl Gpu {
             let mut b = self.stream.launch_builder(&func);
             for v in &values {
                 match v {
-                    ParamValue::Buffer(i) => b.arg(&buffers[*i].1),
                     ParamValue::I32(x) => b.arg(x),
                     ParamValue::I64(x) => b.arg(x),
+                    ParamValue::U64(x) => b.arg(x),
                     ParamValue::U32(x) => b.arg(x),
                     ParamValue::U16(x) => b.arg(x),
                     ParamValue::F32(x) => b.arg(x),
@@ -389,52 +476,20 @@ impl Gpu {
             // SAFETY: the arguments are, in order, the values of the kernel's
             // PTX parameters with their PTX types (`values` follows Target
             // IR's `params`: a device pointer per tensor, scalars by dtype,
-            // then the 32-bit dims); each buffer holds its tensor's elements,
-            // the extent the kernel's bounds checks allow it to touch.
+            // then the 32-bit dims); each device address is a live block of
+            // this context holding its tensor's elements, the extent the
+            // kernel's bounds checks allow it to touch (the tensors are held
+            // by `args` until the launch has finished).
             unsafe { b.launch(cfg) }
-                .map_err(|e| driver_error(&launch_what(kernel, grid, threads), e))?;
+                .map_err(|e| self.failed(&launch_what(kernel, args, grid, threads), e))?;
         }
-        self.wait(interrupt, &launch_what(kernel, grid, threads))?;
-        for (t, buf) in &buffers {
-            self.download(buf, t)?;
+        // Marked before the wait: an interrupted kernel still runs to its end.
+        for i in kernel.written_params() {
+            if let Some(Arg::Tensor(t)) = args.get(i) {
+                t.storage.device_written();
+            }
         }
-        Ok(())
-    }
-
-    /// A device copy of `t`'s elements.
-    fn upload(&self, t: &super::Tensor) -> Result<CudaSlice<u8>, ExecError> {
-        let bytes = t.byte_len();
-        // At least one byte: a zero-size allocation is an error for the driver.
-        // SAFETY: the contents are written right below before any read.
-        let mut buf = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(|e| driver_error(&format!("allocating {bytes} bytes"), e))?;
-        if bytes > 0 {
-            // SAFETY: `t`'s storage holds exactly `byte_len` bytes (the
-            // invariant of every `Tensor` constructor) and no launch writes it
-            // while this copy reads it (launches run one at a time).
-            let host = unsafe { std::slice::from_raw_parts(t.storage.ptr() as *const u8, bytes) };
-            self.stream
-                .memcpy_htod(host, &mut buf)
-                .map_err(|e| driver_error("copying a tensor to the GPU", e))?;
-        }
-        Ok(buf)
-    }
-
-    /// Copies `buf` back into `t`'s elements.
-    fn download(&self, buf: &CudaSlice<u8>, t: &super::Tensor) -> Result<(), ExecError> {
-        let bytes = t.byte_len();
-        if bytes == 0 {
-            return Ok(());
-        }
-        // SAFETY: as in `upload`; the storage is not read while written here
-        // (launches run one at a time and the caller waits for this one).
-        let host = unsafe { std::slice::from_raw_parts_mut(t.storage.ptr(), bytes) };
-        self.stream
-            .memcpy_dtoh(&buf.slice(0..bytes), host)
-            .map_err(|e| driver_error("copying a tensor back from the GPU", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| driver_error("copying a tensor back from the GPU", e))
+        self.wait(interrupt, &launch_what(kernel, args, grid, threads))
     }
 
     /// Waits for the stream's work, looking at `interrupt` while it runs:
@@ -443,7 +498,7 @@ impl Gpu {
         let done = self
             .stream
             .record_event(None)
-            .map_err(|e| driver_error(what, e))?;
+            .map_err(|e| self.failed(what, e))?;
         let start = Instant::now();
         loop {
             // SAFETY: the event is alive (held by `done`) and was recorded on
@@ -451,7 +506,7 @@ impl Gpu {
             match unsafe { cudarc::driver::result::event::query(done.cu_event()) } {
                 Ok(()) => return Ok(()),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => {}
-                Err(e) => return Err(driver_error(what, e)),
+                Err(e) => return Err(self.failed(what, e)),
             }
             interrupt.check()?;
             // Spin briefly for short kernels, then sleep.
@@ -469,17 +524,32 @@ impl Gpu {
 const CHECKED: &str =
     "this is a compiler bug (the launch's arguments were checked before): please report it";
 
-fn launch_what(kernel: &Kernel, grid: [i64; 3], threads: u32) -> String {
+/// A launch as an error names it: kernel, grid, block and arguments.
+fn launch_what(kernel: &Kernel, args: &[Arg], grid: [i64; 3], threads: u32) -> String {
+    let args: Vec<String> = kernel
+        .params
+        .iter()
+        .zip(args)
+        .map(|(p, a)| match a {
+            Arg::Tensor(t) => format!("{}: {}{:?}", p.name, t.dtype(), t.shape()),
+            Arg::Int(i) => format!("{}={i}", p.name),
+            Arg::Float(x) => format!("{}={x}", p.name),
+        })
+        .collect();
     format!(
-        "kernel `{}` (grid ({}, {}, {}), {threads} threads a block)",
-        kernel.name, grid[0], grid[1], grid[2]
+        "kernel `{}` (grid ({}, {}, {}), {threads} threads a block; {})",
+        kernel.name,
+        grid[0],
+        grid[1],
+        grid[2],
+        args.join(", ")
     )
 }
 
-/// A kernel parameter's value: a device buffer (by index) or a scalar with
-/// its PTX type.
+/// A kernel parameter's value with its PTX type.
 enum ParamValue {
-    Buffer(usize),
+    /// A tensor's device address.
+    U64(u64),
     I32(i32),
     I64(i64),
     U32(u32),
