@@ -634,21 +634,43 @@ fn time(
 ) -> Result<Next, Diagnostic> {
     // At least 3 runs, more while the total stays under about a second (at most 50).
     let mut times = Vec::new();
+    // On a GPU: each run's summed kernel time, measured there (and how many
+    // launches a run made).
+    let mut on_gpu = Vec::new();
+    let mut launches = 0;
     let started = Instant::now();
     let mut sink = Vec::new();
     while times.len() < 3 || (started.elapsed().as_secs_f64() < 1.0 && times.len() < 50) {
+        let gpu = session
+            .gpu()
+            .filter(|_| session.gpu_info().is_some())
+            .cloned();
+        let before = gpu.as_ref().map(|g| (g.kernel_time(), g.launches()));
         let t0 = Instant::now();
         sink.clear();
         if !session.execute_quiet(stmt, at, &mut sink, err) {
             return Ok(Next::Continue);
         }
         times.push(t0.elapsed().as_secs_f64());
+        if let (Some(g), Some((k0, n0))) = (gpu, before) {
+            on_gpu.push((g.kernel_time() - k0).as_secs_f64());
+            launches = g.launches() - n0;
+        }
     }
     times.sort_by(|a, b| a.total_cmp(b));
+    on_gpu.sort_by(|a, b| a.total_cmp(b));
     let median = times[times.len() / 2];
+    let gpu_part = match on_gpu.get(on_gpu.len() / 2) {
+        Some(g) if launches > 0 => format!(
+            "; on the GPU: median {} in {launches} launch{}",
+            format_seconds(*g),
+            if launches == 1 { "" } else { "es" }
+        ),
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "median {} over {} runs",
+        "median {} over {} runs{gpu_part}",
         format_seconds(median),
         times.len()
     );

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUfunction_attribute, CUresult};
+use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
 
 use super::cpu::Arg;
@@ -43,15 +43,33 @@ use crate::target::Arch;
 /// The kernels the driver compiled for this device, by their PTX.
 type Modules = HashMap<String, Loaded>;
 
+/// What a launch needs of a loaded kernel: the function, the Target IR
+/// parameters, threads a block and shared memory bytes.
+type Launchable = (CudaFunction, Vec<TargetParam>, u32, u32);
+
+/// Loaded kernels by the address of the Tile IR they came from (with a copy
+/// of it, compared on each hit, as the address may be reused): a launch of
+/// a kernel launched before neither lowers it nor prints its PTX again.
+type Recent = HashMap<usize, (Kernel, Launchable)>;
+
+/// Beyond this many kernels, [`Recent`] starts afresh.
+const RECENT_CAP: usize = 256;
+
 /// One NVIDIA GPU with a context and a stream of its own.
 pub struct Gpu {
     info: GpuInfo,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
+    recent: Mutex<Recent>,
     pool: Arc<memory::Pool>,
     /// A sticky error left the context unusable (see [`Gpu::reopen`]).
     broken: AtomicBool,
+    /// The kernels' summed run time, in nanoseconds (CUDA events around each
+    /// launch): what `:time` shows as the time on the GPU.
+    kernel_ns: AtomicU64,
+    /// How many kernels were launched.
+    launch_count: AtomicU64,
 }
 
 /// Numbers the contexts made in this process (tensors' device copies name
@@ -174,7 +192,11 @@ impl Gpu {
                 format!("there is no GPU cuda:{ordinal}: the driver finds {count}")
             }));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("making a context", e))?;
+        // A context of our own, not the device's primary one: a sticky
+        // error leaves a context unusable until it is destroyed, and a
+        // fresh one can then be made beside it (`reopen`).
+        let ctx = CudaContext::new_non_primary(ordinal, 0)
+            .map_err(|e| driver_error("making a context", e))?;
         let name = ctx.name().map_err(|e| driver_error("naming the GPU", e))?;
         let cc = ctx
             .compute_capability()
@@ -209,9 +231,23 @@ impl Gpu {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
             pool,
             broken: AtomicBool::new(false),
+            kernel_ns: AtomicU64::new(0),
+            launch_count: AtomicU64::new(0),
         })
+    }
+
+    /// The summed run time of every kernel launched so far, measured on the
+    /// GPU (CUDA events around each launch): host work and copies excluded.
+    pub fn kernel_time(&self) -> Duration {
+        Duration::from_nanos(self.kernel_ns.load(Ordering::Relaxed))
+    }
+
+    /// How many kernels were launched so far.
+    pub fn launches(&self) -> u64 {
+        self.launch_count.load(Ordering::Relaxed)
     }
 
     /// Which context this is: tensors' device copies name it.
@@ -228,25 +264,14 @@ impl Gpu {
 
     /// A fresh context on the same GPU, after a sticky error: the old
     /// context's memory is given up (its blocks are neither read nor freed
-    /// again) and the device's primary context is reset, which the driver
-    /// requires before the device can be used again.
+    /// again) and the old context is destroyed when its last user lets go.
     pub fn reopen(&self) -> Result<Gpu, ExecError> {
         self.pool.mark_dead();
         self.modules
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        // SAFETY: resets the primary context of this device; nothing of the
-        // old context is used afterwards (its pool is dead, its modules are
-        // dropped, and the session drops every device copy it held).
-        let reset =
-            unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(self.ctx.cu_device()) };
-        if reset != CUresult::CUDA_SUCCESS {
-            return Err(driver_error(
-                "resetting the GPU after a sticky error",
-                DriverError(reset),
-            ));
-        }
+        self.recent().clear();
         Gpu::open(self.info.ordinal)
     }
 
@@ -296,11 +321,30 @@ impl Gpu {
             .device_address(pool.owner(), |bytes| pool.alloc(bytes))
     }
 
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The loaded kernel for `kernel`, found by its address when it was
+    /// launched before.
+    fn launchable(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
+        let key = kernel as *const Kernel as usize;
+        if let Some((k, l)) = self.recent().get(&key) {
+            if k == kernel {
+                return Ok(l.clone());
+            }
+        }
+        let l = self.loaded(kernel)?;
+        let mut r = self.recent();
+        if r.len() >= RECENT_CAP {
+            r.clear();
+        }
+        r.insert(key, (kernel.clone(), l.clone()));
+        Ok(l)
+    }
+
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
-    fn loaded(
-        &self,
-        kernel: &Kernel,
-    ) -> Result<(CudaFunction, Vec<TargetParam>, u32, u32), ExecError> {
+    fn loaded(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
         let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
             ExecError::new(
                 "E0709",
@@ -388,7 +432,7 @@ impl Gpu {
         }
         // Within `MAX_GRID`, so each dim fits a u32.
         let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
-        let (func, params, threads, smem_bytes) = self.loaded(kernel)?;
+        let (func, params, threads, smem_bytes) = self.launchable(kernel)?;
         let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
         let mut dims: HashMap<&str, i64> = HashMap::new();
         for (p, a) in kernel.params.iter().zip(args) {
@@ -460,6 +504,11 @@ impl Gpu {
                 0
             },
         };
+        let what = || launch_what(kernel, args, grid, threads);
+        let started = self
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| self.failed(&what(), e))?;
         {
             let mut b = self.stream.launch_builder(&func);
             for v in &values {
@@ -480,8 +529,7 @@ impl Gpu {
             // this context holding its tensor's elements, the extent the
             // kernel's bounds checks allow it to touch (the tensors are held
             // by `args` until the launch has finished).
-            unsafe { b.launch(cfg) }
-                .map_err(|e| self.failed(&launch_what(kernel, args, grid, threads), e))?;
+            unsafe { b.launch(cfg) }.map_err(|e| self.failed(&what(), e))?;
         }
         // Marked before the wait: an interrupted kernel still runs to its end.
         for i in kernel.written_params() {
@@ -489,22 +537,29 @@ impl Gpu {
                 t.storage.device_written();
             }
         }
-        self.wait(interrupt, &launch_what(kernel, args, grid, threads))
+        self.launch_count.fetch_add(1, Ordering::Relaxed);
+        let done = self.wait(interrupt, &what())?;
+        if let Ok(ms) = started.elapsed_ms(&done) {
+            self.kernel_ns
+                .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Waits for the stream's work, looking at `interrupt` while it runs:
     /// E0706 returns to the caller while the kernel finishes on its own.
-    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<(), ExecError> {
+    /// Returns the (timed) event recorded after that work.
+    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<CudaEvent, ExecError> {
         let done = self
             .stream
-            .record_event(None)
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(|e| self.failed(what, e))?;
         let start = Instant::now();
         loop {
             // SAFETY: the event is alive (held by `done`) and was recorded on
             // this context's stream.
             match unsafe { cudarc::driver::result::event::query(done.cu_event()) } {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(done),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => {}
                 Err(e) => return Err(self.failed(what, e)),
             }
