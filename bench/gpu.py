@@ -1,0 +1,807 @@
+#!/usr/bin/env python3
+"""Tessera on an NVIDIA GPU against its peers, in one run on one GPU.
+
+Run from the repository root on a GPU machine (see bench/README.md):
+
+    python3 bench/gpu.py --tessera target/release/tessera [--quick] [--only gemm,attn]
+
+It builds nothing: Tessera runs as the `tessera` binary given by `--tessera`.
+
+Workloads (`--only` picks some; `--quick` keeps one size of each):
+  gemm     bf16 inputs, f32 accumulation, 4096^3 and 8192^3: std.linalg `gemm_bf16`
+           vs torch.matmul (cuBLAS, bf16 out) and a Triton tiled matmul (f32 out)
+  attn     flash-attention forward, batch*seq = 16k, hidden 2048, head dim 64 and 128,
+           seq 2k/8k/16k, causal and not: std.attention `flash_attn` vs torch SDPA
+           with the flash and the cuDNN backends
+  softmax  bf16 16384x4096 and 4096x65536, last axis: the `softmax` builtin vs
+           torch.softmax and a device-to-device copy (the bandwidth bound)
+  norm     the same for `layer_norm` (weight and bias) vs F.layer_norm
+  compile  compile-to-launch of each kernel: cold, cached, warm (below)
+  launch   host overhead of one cached launch from the REPL (16-element `vadd`)
+
+How Tessera is timed. Each throughput workload is one `tessera repl --device cuda`
+session fed on stdin: it loads the inputs (written by this script as f32 .npy files
+whose values are bf16 numbers, so both sides get the same bf16 inputs), runs the
+statement once (compile and warm-up), then `:time STMT`, which prints the wall median
+per run and the median of the run's summed kernel time measured with CUDA events
+("median 1.234 ms over 50 runs; on the GPU: median 0.456 ms in 1 launch"). The GPU
+median gives the throughput; wall - GPU is the host overhead per run. The result is
+saved with `save_npy` for the error column. Peers are timed with CUDA events around
+each run, all runs queued back to back after a warm-up (so the host's launch latency
+is hidden, as it is for a kernel that follows another), median of `--runs` (>= 20).
+Neither side flushes the L2 cache between runs.
+
+How compile-to-launch is timed. `:time` cannot time one run, so the script drives a
+live session statement by statement: it sends the setup (inputs moved to the GPU
+with `.to("cuda")` so that no copy is counted), then the launch followed by
+`print("<marker>")`, and wall-clocks until the marker comes back on stdout, minus the
+round trip of a marker alone (measured in the same session). That is Tessera text ->
+checked, lowered, PTX, SASS, loaded, launched and finished (launches wait for the
+kernel). "cold" is the first launch in a process with a fresh empty
+TESSERA_CACHE_DIR, "cached" the first launch in a second process with the same
+directory, "warm" a second launch in the first process. Triton's matmul (one fixed
+config, BM=BN=128, BK=32, 8 warps, 3 stages: the tile of `gemm_bf16`) is timed the
+same way in child processes of this script with a fresh / reused TRITON_CACHE_DIR:
+first call + synchronize, after its inputs exist. Each is the median of `--reps`
+processes. The line of `:device` that mentions the cache is shown when there is one.
+
+A workload that fails (a Tessera error, a missing peer such as no cuDNN backend)
+gives a row with the reason; the table is always written (`--out`).
+
+`--device cpu --tiny` checks the script itself on a machine without a GPU (tiny
+sizes, Tessera's CPU executor, peers reported missing without torch).
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import queue
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+
+class Failed(Exception):
+    """A workload or one implementation of it could not run; the message is the reason."""
+
+
+# ---------------------------------------------------------------------------
+# Tessera sessions
+
+TIME_RE = re.compile(
+    r"median ([\d.]+) (s|ms|µs) over (\d+) runs"
+    r"(?:; on the GPU: median ([\d.]+) (s|ms|µs) in (\d+) launch(?:es)?)?"
+)
+UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6}
+
+
+def first_error(stderr, strict=False):
+    """The first diagnostic's headline and help line; else, unless `strict`, the
+    last line of stderr (notes and warnings are not errors)."""
+    lines = [l.strip(" │─╭╰╯") for l in stderr.splitlines()]
+    lines = [l.strip() for l in lines if l.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("error"):
+            helps = [l for l in lines[i + 1:] if l.lower().startswith("help")]
+            return line + (" — " + helps[0] if helps else "")
+    return lines[-1] if lines and not strict else ""
+
+
+def tessera_env(args, cache_dir):
+    env = dict(os.environ)
+    env["TESSERA_CACHE_DIR"] = cache_dir
+    env.pop("TESSERA_HISTORY", None)
+    return env
+
+
+def tessera_time(args, setup, stmt, after=()):
+    """Runs setup, STMT once, `:time STMT`, then `after` in one piped session.
+
+    Returns {wall, gpu, runs, launches}: seconds per run (gpu None where `:time`
+    shows no GPU part, e.g. on the CPU executor)."""
+    script = "\n".join(list(setup) + [stmt, ":time " + stmt] + list(after)) + "\n"
+    try:
+        p = subprocess.run(
+            [args.tessera, "repl", "--device", args.device], input=script, text=True,
+            capture_output=True, timeout=args.timeout, env=tessera_env(args, args.cache))
+    except FileNotFoundError:
+        raise Failed(f"no tessera binary at {args.tessera}")
+    except subprocess.TimeoutExpired:
+        raise Failed(f"tessera session timed out after {args.timeout} s")
+    m = TIME_RE.search(p.stdout)
+    if not m or p.returncode != 0:
+        raise Failed(first_error(p.stderr) or f"no `:time` line (exit status {p.returncode})")
+    gpu = float(m.group(4)) * UNITS[m.group(5)] if m.group(4) else None
+    return {"wall": float(m.group(1)) * UNITS[m.group(2)], "gpu": gpu,
+            "runs": int(m.group(3)), "launches": int(m.group(6) or 0)}
+
+
+class Repl:
+    """A live `tessera repl`, fed statements one step at a time for wall-clock timing."""
+
+    def __init__(self, args, cache_dir):
+        self.timeout = args.timeout
+        self.err = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+        try:
+            self.p = subprocess.Popen(
+                [args.tessera, "repl", "--device", args.device], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1,
+                env=tessera_env(args, cache_dir))
+        except FileNotFoundError:
+            raise Failed(f"no tessera binary at {args.tessera}")
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.steps = 0
+        self.err_seen = 0
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def step(self, *stmts):
+        """Sends the statements and a marker print; returns (seconds until the
+        marker came back, the lines printed before it). A new error fails."""
+        self.steps += 1
+        mark = f"@@bench-{self.steps}"
+        text = "".join(s + "\n" for s in stmts) + f'print("{mark}")\n'
+        t0 = time.perf_counter()
+        try:
+            self.p.stdin.write(text)
+            self.p.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise Failed(self._error() or "tessera exited")
+        out = []
+        while True:
+            try:
+                line = self.lines.get(timeout=max(1e-3, t0 + self.timeout - time.perf_counter()))
+            except queue.Empty:
+                raise Failed(f"no answer from tessera within {self.timeout} s")
+            if line is None:
+                raise Failed(self._error() or "tessera exited")
+            if line == mark:
+                break
+            out.append(line)
+        seconds = time.perf_counter() - t0
+        err = self._error(strict=True)
+        if err:
+            raise Failed(err)
+        return seconds, out
+
+    def _error(self, strict=False):
+        self.err.seek(self.err_seen)
+        text = self.err.read()
+        self.err_seen = self.err.tell()
+        return first_error(text, strict)
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+        self.err.close()
+
+
+# ---------------------------------------------------------------------------
+# Inputs, peers and measurements on this side
+
+
+def bf16_values(shape, seed):
+    """Standard normal f32 numbers rounded (to nearest even) to bf16 values."""
+    x = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    u = x.view(np.uint32)
+    u += np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    u &= np.uint32(0xFFFF0000)
+    return x
+
+
+def save_input(args, name, shape, seed):
+    path = os.path.join(args.work, name + ".npy")
+    np.save(path, bf16_values(shape, seed))
+    return path
+
+
+def need_torch():
+    if torch is None:
+        raise Failed("torch is not installed")
+    if not torch.cuda.is_available():
+        raise Failed("torch sees no CUDA GPU")
+
+
+def gpu_tensor(path):
+    """A bf16 tensor on the GPU from one of the f32 .npy inputs."""
+    need_torch()
+    return torch.from_numpy(np.load(path)).cuda().to(torch.bfloat16)
+
+
+def time_peer(fn, runs):
+    """Median seconds of fn() by CUDA events, after warm-up, runs queued back to back."""
+    need_torch()
+    fn()
+    torch.cuda.synchronize()
+    # Warm up for about 50 ms (at least 3 runs) so clocks and caches settle.
+    t0 = time.perf_counter()
+    n = 0
+    while n < 3 or time.perf_counter() - t0 < 0.05:
+        fn()
+        torch.cuda.synchronize()
+        n += 1
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(runs)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3
+
+
+def max_error(tessera_out, peer_out):
+    """Max |Tessera - peer| over all elements (nan if either has a nan)."""
+    if tessera_out is None:
+        return None
+    t = torch.from_numpy(np.load(tessera_out)).cuda()
+    return (t - peer_out.float()).abs().max().item()
+
+
+def free_gpu():
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------
+# Triton matmul (the usual tiled pattern with grouped tile order)
+
+if triton is not None:
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+        # Programs walk the C tiles in groups of GROUP_M tile rows, so that the
+        # programs running together share columns of B in L2.
+        pid = tl.program_id(0)
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(N, BN)
+        per_group = GROUP_M * tiles_n
+        first_m = (pid // per_group) * GROUP_M
+        rows = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % per_group) % rows
+        pid_n = (pid % per_group) // rows
+        # Rows and columns past the edge wrap around (their results are not
+        # stored), so only K needs masks.
+        rm = (pid_m * BM + tl.arange(0, BM)) % M
+        rn = (pid_n * BN + tl.arange(0, BN)) % N
+        rk = tl.arange(0, BK)
+        a = a_ptr + rm[:, None] * s_am + rk[None, :] * s_ak
+        b = b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            a_t = tl.load(a, mask=rk[None, :] < K - k0, other=0.0)
+            b_t = tl.load(b, mask=rk[:, None] < K - k0, other=0.0)
+            acc += tl.dot(a_t, b_t)
+            a += BK * s_ak
+            b += BK * s_bk
+        cm = pid_m * BM + tl.arange(0, BM)
+        cn = pid_n * BN + tl.arange(0, BN)
+        c = c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn
+        tl.store(c, acc, mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n) + tl.load(y_ptr + i, mask=i < n),
+                 mask=i < n)
+
+    def _config(bm, bn, bk, warps, stages):
+        return triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8},
+                             num_warps=warps, num_stages=stages)
+
+    matmul_tuned = triton.autotune(
+        configs=[_config(128, 256, 64, 8, 3), _config(256, 128, 64, 8, 3),
+                 _config(128, 128, 64, 8, 4), _config(128, 128, 32, 8, 3),
+                 _config(64, 256, 32, 4, 4), _config(128, 64, 64, 4, 4)],
+        key=["M", "N", "K"])(matmul_kernel)
+
+
+def triton_matmul(a, b, c, fixed=False):
+    """c = a @ b (f32 c); `fixed` launches the one config that compile timing uses."""
+    M, K = a.shape
+    N = b.shape[1]
+    strides = (*a.stride(), *b.stride(), *c.stride())
+    if fixed:
+        grid = (triton.cdiv(M, 128) * triton.cdiv(N, 128),)
+        matmul_kernel[grid](a, b, c, M, N, K, *strides, BM=128, BN=128, BK=32, GROUP_M=8,
+                            num_warps=8, num_stages=3)
+    else:
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)
+        matmul_tuned[grid](a, b, c, M, N, K, *strides)
+
+
+def triton_compile_probe(n):
+    """Child process: seconds of the fixed-config matmul's first and second call."""
+    need_torch()
+    if triton is None:
+        raise Failed("triton is not installed")
+    a = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.float32)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        triton_matmul(a, b, c, fixed=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"first": times[0], "second": times[1]}))
+
+
+# ---------------------------------------------------------------------------
+# Throughput workloads
+
+def row(section, workload, impl, *, seconds=None, rate=None, unit="", ratio=None,
+        err=None, note=""):
+    return {"section": section, "workload": workload, "impl": impl, "seconds": seconds,
+            "rate": rate, "unit": unit, "ratio": ratio, "err": err, "note": note}
+
+
+def reason(e):
+    if isinstance(e, Failed):
+        return str(e)
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def compare(args, section, workload, amount, unit, session, inputs, peers):
+    """Rows for one workload: Tessera's, then each peer's.
+
+    `session` is (setup statements, timed statement, statement saving the result to
+    the path `out`), `inputs` names the .npy inputs given to the peers as bf16 GPU
+    tensors, and each peer is (name, fn(tensors) -> result, compare its result?)."""
+    print(workload, flush=True)
+    setup, stmt, save, out = session
+    rows, t_rate = [], None
+    try:
+        timing = tessera_time(args, setup, stmt, [save])
+        t = timing["gpu"] if timing["gpu"] is not None else timing["wall"]
+        t_rate = amount / t
+        note = f"wall {fmt_time(timing['wall'])} per run over {timing['runs']} runs"
+        if timing["gpu"] is None:
+            note += "; no GPU time in `:time`, throughput from the wall time"
+        else:
+            n = timing["launches"]
+            note += (f", {n} launch{'es' if n != 1 else ''}, host overhead "
+                     f"{fmt_time(timing['wall'] - timing['gpu'])}")
+        rows.append(row(section, workload, "Tessera", seconds=t, rate=t_rate, unit=unit,
+                        note=note))
+    except Failed as e:
+        rows.append(row(section, workload, "Tessera", note=f"failed: {e}"))
+        out = None
+    try:
+        need_torch()
+        tensors, missing = {k: gpu_tensor(p) for k, p in inputs.items()}, None
+    except Exception as e:
+        tensors, missing = None, reason(e)
+    for name, fn, with_err in peers:
+        try:
+            if missing:
+                raise Failed(missing)
+            result = fn(tensors)
+            s = time_peer(lambda: fn(tensors), args.runs)
+            err = max_error(out, result) if with_err else None
+            rows.append(row(section, workload, name, seconds=s, rate=amount / s, unit=unit,
+                            ratio=t_rate * s / amount if t_rate else None, err=err))
+        except Exception as e:  # a missing backend or a failing peer is a row, not an abort
+            rows.append(row(section, workload, name, note=f"failed: {reason(e)}"))
+        result = None
+        free_gpu()
+    for r in rows:
+        ratio = "" if r["ratio"] is None else f"Tessera/this {r['ratio']:.3g}"
+        print(f"  {r['impl']:32} {fmt_time(r['seconds']):>11} {fmt_rate(r):>16}  {ratio}"
+              f"  {r['note']}", flush=True)
+    tensors = None
+    free_gpu()
+    for f in os.listdir(args.work):  # inputs and outputs can be GBs
+        if f.endswith(".npy"):
+            os.remove(os.path.join(args.work, f))
+    return rows
+
+
+def bench_gemm(args):
+    rows = []
+    for n in [128] if args.tiny else [4096] if args.quick else [4096, 8192]:
+        a, b = save_input(args, "a", (n, n), 1), save_input(args, "b", (n, n), 2)
+        c = os.path.join(args.work, "c.npy")
+        setup = ["from std.linalg import gemm_bf16", f'a = load_npy("{a}").to(bf16)',
+                 f'b = load_npy("{b}").to(bf16)', f"c = zeros([{n}, {n}], f32)"]
+        session = (setup, "gemm_bf16(a, b, c)", f'save_npy(c, "{c}")', c)
+
+        def tri(t):
+            if triton is None:
+                raise Failed("triton is not installed")
+            if "c" not in t:
+                t["c"] = torch.empty(n, n, device="cuda", dtype=torch.float32)
+            triton_matmul(t["a"], t["b"], t["c"])
+            return t["c"]
+
+        peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
+                 ("Triton matmul (f32 out)", tri, True)]
+        rows += compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
+                        {"a": a, "b": b}, peers)
+    return rows
+
+
+def bench_attn(args):
+    rows = []
+    if args.tiny:
+        cases = [(128, 64, False), (128, 64, True)]
+    elif args.quick:
+        cases = [(2048, 128, False), (2048, 128, True)]
+    else:
+        cases = [(s, d, c) for d in (64, 128) for s in (2048, 8192, 16384) for c in (False, True)]
+    for s, d, causal in cases:
+        b, h = (1, 2) if args.tiny else (16384 // s, 2048 // d)
+        inputs = {t: save_input(args, t, (b, h, s, d), seed) for t, seed in zip("qkv", (3, 4, 5))}
+        o = os.path.join(args.work, "o.npy")
+        setup = ["from std.attention import flash_attn"]
+        setup += [f'{t} = load_npy("{p}").to(bf16)' for t, p in inputs.items()]
+        setup += [f"o = zeros([{b}, {h}, {s}, {d}], bf16)"]
+        stmt = f"flash_attn(q, k, v, o, {1.0 / math.sqrt(d)!r}, causal={causal})"
+        session = (setup, stmt, f'save_npy(o.to(f32), "{o}")', o)
+
+        def sdpa(backend):
+            def fn(t):
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+                with sdpa_kernel(getattr(SDPBackend, backend)):
+                    return F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=causal)
+            return fn
+
+        peers = [("SDPA flash", sdpa("FLASH_ATTENTION"), True),
+                 ("SDPA cuDNN", sdpa("CUDNN_ATTENTION"), True)]
+        flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
+        name = f"attention B={b} H={h} S={s} D={d}{' causal' if causal else ''}"
+        rows += compare(args, "attn", name, flops, "TFLOP/s", session, inputs, peers)
+    return rows
+
+
+def bench_rows(args, section):
+    """softmax or layer_norm over the last axis, bf16, vs torch and a copy."""
+    rows = []
+    sizes = ([(64, 256)] if args.tiny else [(16384, 4096)] if args.quick
+             else [(16384, 4096), (4096, 65536)])
+    for m, n in sizes:
+        inputs = {"x": save_input(args, "x", (m, n), 6)}
+        y = os.path.join(args.work, "y.npy")
+        setup = [f'x = load_npy("{inputs["x"]}").to(bf16)']
+        if section == "softmax":
+            stmt = "y = softmax(x, dim=-1)"
+            peer = ("torch.softmax", lambda t: torch.softmax(t["x"], dim=-1), True)
+        else:
+            inputs.update(w=save_input(args, "w", (n,), 7), b=save_input(args, "b", (n,), 8))
+            setup += [f'w = load_npy("{inputs["w"]}").to(bf16)',
+                      f'bias = load_npy("{inputs["b"]}").to(bf16)']
+            stmt = "y = layer_norm(x, w, bias, eps=1e-5)"
+            peer = ("F.layer_norm",
+                    lambda t: F.layer_norm(t["x"], (n,), t["w"], t["b"], 1e-5), True)
+
+        def copy(t):
+            if "y" not in t:
+                t["y"] = torch.empty_like(t["x"])
+            return t["y"].copy_(t["x"])
+
+        session = (setup, stmt, f'save_npy(y.to(f32), "{y}")', y)
+        name = f"{stmt.split()[2].split('(')[0]} bf16 {m}×{n}"
+        # One read and one write of the bf16 matrix (weight and bias are negligible).
+        rows += compare(args, section, name, 2.0 * m * n * 2, "GB/s", session, inputs,
+                        [peer, ("copy (y.copy_(x))", copy, False)])
+    return rows
+
+def compile_cases(args):
+    """(kernel, setup statements, launch statement) for compile-to-launch timing."""
+    tiny = args.tiny
+    n = 128 if tiny else 4096
+    gemm = ["from std.linalg import gemm_bf16", f"a = randn([{n}, {n}], f32, seed=1).to(bf16)",
+            f"b = randn([{n}, {n}], f32, seed=2).to(bf16)", f"c = zeros([{n}, {n}], f32)"]
+    cases = [(f"gemm_bf16 {n}³", gemm, "gemm_bf16(a, b, c)", "abc")]
+    for d, causal in ((64, False), (128, True)):
+        b, h, s = (1, 2, 128) if tiny else (8, 2048 // d, 2048)
+        shape = f"[{b}, {h}, {s}, {d}]"
+        setup = ["from std.attention import flash_attn"]
+        setup += [f"{t} = randn({shape}, f32, seed={i}).to(bf16)" for i, t in enumerate("qkv")]
+        setup += [f"o = zeros({shape}, bf16)"]
+        stmt = f"flash_attn(q, k, v, o, {1.0 / math.sqrt(d)!r}, causal={causal})"
+        cases.append((f"flash_attn S={s} D={d}{' causal' if causal else ''}", setup, stmt, "qkvo"))
+    m, n = (64, 256) if tiny else (16384, 4096)
+    x = [f"x = randn([{m}, {n}], f32, seed=1).to(bf16)"]
+    cases.append((f"softmax bf16 {m}×{n}", x, "y = softmax(x, dim=-1)", "x"))
+    wb = [f"w = randn([{n}], f32, seed=2).to(bf16)", f"bias = randn([{n}], f32, seed=3).to(bf16)"]
+    cases.append((f"layer_norm bf16 {m}×{n}", x + wb, "y = layer_norm(x, w, bias)", "x"))
+    return cases
+
+
+def first_launch(args, cache_dir, setup, stmt, moved, warm):
+    """Seconds of the first (and, if `warm`, the second) launch in a new session,
+    net of the marker's round trip; and the `:device` line about the cache."""
+    repl = Repl(args, cache_dir)
+    try:
+        moves = [f'{v} = {v}.to("cuda")' for v in moved] if args.device == "cuda" else []
+        repl.step(*setup, *moves)
+        trip = statistics.median(repl.step()[0] for _ in range(5))
+        times = [repl.step(stmt)[0] - trip for _ in range(2 if warm else 1)]
+        _, device = repl.step(":device")
+        cache = next((l.strip() for l in device if "cache" in l.lower()), "")
+        return times, cache
+    finally:
+        repl.close()
+
+
+def bench_compile(args):
+    rows = []
+    for kernel, setup, stmt, moved in compile_cases(args):
+        print(f"compile-to-launch: {kernel}", flush=True)
+        cold, warm, cached, notes = [], [], [], ""
+        try:
+            for rep in range(args.reps):
+                cache_dir = tempfile.mkdtemp(prefix="cache-", dir=args.work)
+                (c, w), _ = first_launch(args, cache_dir, setup, stmt, moved, warm=True)
+                (h,), notes = first_launch(args, cache_dir, setup, stmt, moved, warm=False)
+                cold.append(c), warm.append(w), cached.append(h)
+                shutil.rmtree(cache_dir, ignore_errors=True)
+            rows.append(compile_row(f"Tessera {kernel}", cold, cached, warm, notes))
+        except Failed as e:
+            print(f"  failed: {e}", flush=True)
+            rows.append(row("compile", f"Tessera {kernel}", "", note=f"failed: {e}"))
+    print("compile-to-launch: Triton matmul (fixed config)", flush=True)
+    try:
+        cold, warm, cached = [], [], []
+        for rep in range(args.reps):
+            cache_dir = tempfile.mkdtemp(prefix="triton-", dir=args.work)
+            first = triton_child(args, cache_dir)
+            again = triton_child(args, cache_dir)
+            cold.append(first["first"]), warm.append(first["second"])
+            cached.append(again["first"])
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        rows.append(compile_row(f"Triton matmul bf16 {128 if args.tiny else 4096}³",
+                                cold, cached, warm, "BM=BN=128, BK=32, 8 warps, 3 stages"))
+    except Failed as e:
+        print(f"  failed: {e}", flush=True)
+        rows.append(row("compile", "Triton matmul", "", note=f"failed: {e}"))
+    return rows
+
+
+def compile_row(name, cold, cached, warm, note):
+    med = statistics.median
+    r = row("compile", name, "", note=note)
+    r.update(cold=med(cold), cached=med(cached), warm=med(warm), reps=len(cold))
+    print(f"  cold {fmt_time(r['cold'])}, cached {fmt_time(r['cached'])}, "
+          f"warm {fmt_time(r['warm'])}  {note}", flush=True)
+    return r
+
+
+def triton_child(args, cache_dir):
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
+    n = "128" if args.tiny else "4096"
+    try:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--triton-probe", n],
+                           capture_output=True, text=True, env=env, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"Triton compile probe timed out after {args.timeout} s")
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Failed(tail)
+    return json.loads(lines[-1])
+
+
+VADD = """@kernel(grid=(cdiv(N, BLOCK),))
+def vadd(x: Tensor["N", f32], y: Tensor["N", f32], out: Tensor["N", f32], BLOCK: const = 16):
+    i = program_id(0) * BLOCK
+    store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))
+"""
+
+
+def bench_launch(args):
+    """Wall time of one launch of a 16-element kernel minus its GPU time."""
+    print("launch overhead: vadd on 16 f32 elements", flush=True)
+    rows = []
+    setup = [VADD, "x = randn([16], f32, seed=1)", "y = randn([16], f32, seed=2)",
+             "out = zeros([16], f32)"]
+    try:
+        t = tessera_time(args, setup, "vadd(x, y, out)")
+        over = t["wall"] - t["gpu"] if t["gpu"] is not None else None
+        rows.append(launch_row("Tessera REPL `:time vadd(x, y, out)`", t["wall"], t["gpu"], over,
+                               f"{t['runs']} runs; goal ≤ 20 µs"))
+    except Failed as e:
+        rows.append(row("launch", "vadd", "Tessera", note=f"failed: {e}"))
+    try:
+        need_torch()
+        x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+        out = torch.empty_like(x)
+        peers = [("torch.add(x, y, out=out)", lambda: torch.add(x, y, out=out))]
+        if triton is not None:
+            peers.append(("Triton add kernel", lambda: add_kernel[(1,)](x, y, out, 16, BLOCK=16)))
+        for name, fn in peers:
+            wall = wall_per_call(fn, args.runs * 10)
+            gpu = time_peer(fn, args.runs)
+            rows.append(launch_row(name, wall, gpu, wall - gpu, "call + synchronize, from Python"))
+    except Failed as e:
+        rows.append(row("launch", "vadd", "peers", note=f"failed: {e}"))
+    return rows
+
+
+def wall_per_call(fn, runs):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def launch_row(name, wall, gpu, over, note):
+    r = row("launch", "launch", name, note=note)
+    r.update(wall=wall, gpu=gpu, over=over)
+    print(f"  {name}: wall {fmt_time(wall)}, GPU {fmt_time(gpu)}, "
+          f"overhead {fmt_time(over)}  {note}", flush=True)
+    return r
+
+
+# ---------------------------------------------------------------------------
+# Report
+
+def fmt_time(s):
+    if s is None:
+        return "—"
+    if s >= 1.0:
+        return f"{s:.3f} s"
+    return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} µs"
+
+def fmt_rate(r):
+    if r["rate"] is None:
+        return "—"
+    v = r["rate"] / (1e12 if r["unit"] == "TFLOP/s" else 1e9)
+    return f"{v:.1f} {r['unit']}" if v >= 10 else f"{v:.3g} {r['unit']}"
+
+
+def fmt_err(e):
+    return "—" if e is None else "nan" if math.isnan(e) else f"{e:.3g}"
+
+
+def markdown(rows, header):
+    out = ["# Tessera GPU benchmark\n", *header, ""]
+    titles = {"gemm": "GEMM (bf16 in, f32 accumulation)", "attn": "Flash-attention forward (bf16)",
+              "softmax": "Softmax over the last axis (bf16)",
+              "norm": "Layer norm over the last axis (bf16)"}
+    for section, title in titles.items():
+        sec = [r for r in rows if r["section"] == section]
+        if not sec:
+            continue
+        out += [f"## {title}", "",
+                "| workload | implementation | median time | throughput | Tessera ÷ this "
+                "| max abs error vs Tessera | note |", "|---|---|---|---|---|---|---|"]
+        for r in sec:
+            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3g}"
+            out.append(f"| {r['workload']} | {r['impl']} | {fmt_time(r['seconds'])} | "
+                       f"{fmt_rate(r)} | {ratio} | {fmt_err(r['err'])} | {r['note']} |")
+        out.append("")
+    comp = [r for r in rows if r["section"] == "compile"]
+    if comp:
+        out += ["## Compile-to-launch", "",
+                "cold: fresh cache directory; cached: a new process, same directory; warm: the "
+                "second launch in the first process. Median of the processes run.", "",
+                "| kernel | cold | cached | warm | note |", "|---|---|---|---|---|"]
+        for r in comp:
+            out.append(f"| {r['workload']} | {fmt_time(r.get('cold'))} | "
+                       f"{fmt_time(r.get('cached'))} | {fmt_time(r.get('warm'))} | {r['note']} |")
+        out.append("")
+    launch = [r for r in rows if r["section"] == "launch"]
+    if launch:
+        out += ["## Host overhead of one launch", "",
+                "| implementation | wall median | GPU median | overhead | note |",
+                "|---|---|---|---|---|"]
+        for r in launch:
+            out.append(f"| {r['impl']} | {fmt_time(r.get('wall'))} | {fmt_time(r.get('gpu'))} | "
+                       f"{fmt_time(r.get('over'))} | {r['note']} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def header(args):
+    try:
+        version = subprocess.run([args.tessera, "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+    except OSError:
+        version = f"no binary at {args.tessera}"
+    gpu = "no GPU seen by torch"
+    if torch is not None and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    tv = torch.__version__ if torch is not None else "not installed"
+    trv = triton.__version__ if triton is not None else "not installed"
+    return [f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {platform.node()}",
+            f"- GPU: {gpu}; Tessera device `{args.device}`",
+            f"- {version} ({args.tessera}); torch {tv}; triton {trv}; numpy {np.__version__}",
+            f"- command: `{' '.join(sys.argv)}`"]
+
+
+SECTIONS = ["gemm", "attn", "softmax", "norm", "compile", "launch"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tessera", default="target/release/tessera", help="the tessera binary")
+    ap.add_argument("--out", default="bench/results.md", help="markdown table to write")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma list of " + ",".join(SECTIONS))
+    ap.add_argument("--quick", action="store_true", help="one size per workload")
+    ap.add_argument("--runs", type=int, default=50, help="timed runs per peer (>= 20)")
+    ap.add_argument("--reps", type=int, default=3, help="processes per compile timing")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per Tessera session")
+    ap.add_argument("--tmp", default=None, help="folder for inputs, outputs and caches")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="Tessera's device (cpu only to check this script)")
+    ap.add_argument("--tiny", action="store_true", help="tiny sizes, to check this script")
+    ap.add_argument("--triton-probe", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.triton_probe is not None:
+        try:
+            triton_compile_probe(args.triton_probe)
+        except Failed as e:
+            sys.exit(f"{e}")
+        return
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in only if s not in SECTIONS]
+    if unknown:
+        ap.error(f"unknown workload {', '.join(unknown)} (choose from {', '.join(SECTIONS)})")
+    args.runs = max(args.runs, 20)
+    args.reps = 1 if args.quick else max(args.reps, 1)
+    args.tessera = os.path.abspath(args.tessera)
+    args.work = tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmp)
+    args.cache = os.path.join(args.work, "cache")
+    rows = []
+    benches = {"gemm": bench_gemm, "attn": bench_attn,
+               "softmax": lambda a: bench_rows(a, "softmax"),
+               "norm": lambda a: bench_rows(a, "norm"),
+               "compile": bench_compile, "launch": bench_launch}
+    try:
+        for section in SECTIONS:
+            if section in only:
+                try:
+                    rows += benches[section](args)
+                except Exception as e:  # keep the other sections and the table
+                    print(f"{section}: {reason(e)}", flush=True)
+                    rows.append(row(section, section, "", note=f"failed: {reason(e)}"))
+    finally:
+        shutil.rmtree(args.work, ignore_errors=True)
+    text = markdown(rows, header(args))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
