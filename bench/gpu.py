@@ -60,6 +60,7 @@ import platform
 import queue
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -426,11 +427,10 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     for f in os.listdir(args.work):  # inputs and outputs can be GBs
         if f.endswith(".npy"):
             os.remove(os.path.join(args.work, f))
-    return rows
+    emit(args, rows)
 
 
 def bench_gemm(args):
-    rows = []
     for n in [128] if args.tiny else [4096] if args.quick else [4096, 8192]:
         a, b = save_input(args, "a", (n, n), 1), save_input(args, "b", (n, n), 2)
         c = os.path.join(args.work, "c.npy")
@@ -448,13 +448,11 @@ def bench_gemm(args):
 
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
                  ("Triton matmul (f32 out)", tri, True)]
-        rows += compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
+        compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
                         {"a": a, "b": b}, peers)
-    return rows
 
 
 def bench_attn(args):
-    rows = []
     if args.tiny:
         cases = [(128, 64, False), (128, 64, True)]
     elif args.quick:
@@ -482,13 +480,11 @@ def bench_attn(args):
                  ("SDPA cuDNN", sdpa("CUDNN_ATTENTION"), True)]
         flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
         name = f"attention B={b} H={h} S={s} D={d}{' causal' if causal else ''}"
-        rows += compare(args, "attn", name, flops, "TFLOP/s", session, inputs, peers)
-    return rows
+        compare(args, "attn", name, flops, "TFLOP/s", session, inputs, peers)
 
 
 def bench_rows(args, section):
     """softmax or layer_norm over the last axis, bf16, vs torch and a copy."""
-    rows = []
     sizes = ([(64, 256)] if args.tiny else [(16384, 4096)] if args.quick
              else [(16384, 4096), (4096, 65536)])
     for m, n in sizes:
@@ -514,9 +510,8 @@ def bench_rows(args, section):
         session = (setup, stmt, f'save_npy(y.to(f32), "{y}")', y)
         name = f"{stmt.split()[2].split('(')[0]} bf16 {m}×{n}"
         # One read and one write of the bf16 matrix (weight and bias are negligible).
-        rows += compare(args, section, name, 2.0 * m * n * 2, "GB/s", session, inputs,
-                        [peer, ("copy (y.copy_(x))", copy, False)])
-    return rows
+        compare(args, section, name, 2.0 * m * n * 2, "GB/s", session, inputs,
+                [peer, ("copy (y.copy_(x))", copy, False)])
 
 def compile_cases(args):
     """(kernel, setup statements, launch statement) for compile-to-launch timing."""
@@ -558,7 +553,6 @@ def first_launch(args, cache_dir, setup, stmt, moved, warm):
 
 
 def bench_compile(args):
-    rows = []
     for kernel, setup, stmt, moved in compile_cases(args):
         print(f"compile-to-launch: {kernel}", flush=True)
         cold, warm, cached, notes = [], [], [], ""
@@ -569,10 +563,10 @@ def bench_compile(args):
                 (h,), notes = first_launch(args, cache_dir, setup, stmt, moved, warm=False)
                 cold.append(c), warm.append(w), cached.append(h)
                 shutil.rmtree(cache_dir, ignore_errors=True)
-            rows.append(compile_row(f"Tessera {kernel}", cold, cached, warm, notes))
+            emit(args, [compile_row(f"Tessera {kernel}", cold, cached, warm, notes)])
         except Failed as e:
             print(f"  failed: {e}", flush=True)
-            rows.append(row("compile", f"Tessera {kernel}", "", note=f"failed: {e}"))
+            emit(args, [row("compile", f"Tessera {kernel}", "", note=f"failed: {e}")])
     print("compile-to-launch: Triton matmul (fixed config)", flush=True)
     try:
         cold, warm, cached = [], [], []
@@ -583,12 +577,11 @@ def bench_compile(args):
             cold.append(first["first"]), warm.append(first["second"])
             cached.append(again["first"])
             shutil.rmtree(cache_dir, ignore_errors=True)
-        rows.append(compile_row(f"Triton matmul bf16 {128 if args.tiny else 4096}³",
-                                cold, cached, warm, "BM=BN=128, BK=32, 8 warps, 3 stages"))
+        emit(args, [compile_row(f"Triton matmul bf16 {128 if args.tiny else 4096}³",
+                                cold, cached, warm, "BM=BN=128, BK=32, 8 warps, 3 stages")])
     except Failed as e:
         print(f"  failed: {e}", flush=True)
-        rows.append(row("compile", "Triton matmul", "", note=f"failed: {e}"))
-    return rows
+        emit(args, [row("compile", "Triton matmul", "", note=f"failed: {e}")])
 
 
 def compile_row(name, cold, cached, warm, note):
@@ -634,21 +627,28 @@ def bench_launch(args):
         rows.append(launch_row("Tessera REPL `:time vadd(x, y, out)`", t["wall"], t["gpu"], over,
                                f"{t['runs']} runs; goal ≤ 20 µs"))
     except Failed as e:
-        rows.append(row("launch", "vadd", "Tessera", note=f"failed: {e}"))
-    try:
-        need_torch()
-        x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
-        out = torch.empty_like(x)
-        peers = [("torch.add(x, y, out=out)", lambda: torch.add(x, y, out=out))]
-        if triton is not None:
-            peers.append(("Triton add kernel", lambda: add_kernel[(1,)](x, y, out, 16, BLOCK=16)))
-        for name, fn in peers:
+        rows.append(launch_row("Tessera REPL", None, None, None, f"failed: {e}"))
+    t = {}
+
+    def triton_add():
+        if triton is None:
+            raise Failed("triton is not installed")
+        add_kernel[(1,)](t["x"], t["y"], t["out"], 16, BLOCK=16)
+
+    peers = [("torch.add(x, y, out=out)", lambda: torch.add(t["x"], t["y"], out=t["out"])),
+             ("Triton add kernel", triton_add)]
+    for name, fn in peers:
+        try:
+            need_torch()
+            if not t:
+                t.update(x=torch.randn(16, device="cuda"), y=torch.randn(16, device="cuda"),
+                         out=torch.empty(16, device="cuda"))
             wall = wall_per_call(fn, args.runs * 10)
             gpu = time_peer(fn, args.runs)
             rows.append(launch_row(name, wall, gpu, wall - gpu, "call + synchronize, from Python"))
-    except Failed as e:
-        rows.append(row("launch", "vadd", "peers", note=f"failed: {e}"))
-    return rows
+        except Exception as e:  # a failing peer is a row
+            rows.append(launch_row(name, None, None, None, f"failed: {reason(e)}"))
+    emit(args, rows)
 
 
 def wall_per_call(fn, runs):
@@ -779,9 +779,11 @@ def main():
     args.runs = max(args.runs, 20)
     args.reps = 1 if args.quick else max(args.reps, 1)
     args.tessera = os.path.abspath(args.tessera)
+    # Cleans up (and keeps the report) when a time limit stops the run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.work = tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmp)
     args.cache = os.path.join(args.work, "cache")
-    rows = []
+    args.rows, args.header = [], header(args)
     benches = {"gemm": bench_gemm, "attn": bench_attn,
                "softmax": lambda a: bench_rows(a, "softmax"),
                "norm": lambda a: bench_rows(a, "norm"),
@@ -790,17 +792,22 @@ def main():
         for section in SECTIONS:
             if section in only:
                 try:
-                    rows += benches[section](args)
+                    benches[section](args)
                 except Exception as e:  # keep the other sections and the table
                     print(f"{section}: {reason(e)}", flush=True)
-                    rows.append(row(section, section, "", note=f"failed: {reason(e)}"))
+                    emit(args, [row(section, section, section, note=f"failed: {reason(e)}")])
     finally:
         shutil.rmtree(args.work, ignore_errors=True)
-    text = markdown(rows, header(args))
+    emit(args, [])
+    print(f"\nwrote {args.out}")
+
+
+def emit(args, rows):
+    """Adds rows to the report and rewrites it, so a run cut short keeps what it measured."""
+    args.rows += rows
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"\nwrote {args.out}")
+        f.write(markdown(args.rows, args.header))
 
 
 if __name__ == "__main__":
