@@ -263,8 +263,6 @@ def time_peer(fn, runs):
 
 def max_error(tessera_out, peer_out):
     """Max |Tessera - peer| over all elements (nan if either has a nan)."""
-    if tessera_out is None:
-        return None
     t = torch.from_numpy(np.load(tessera_out)).cuda()
     return (t - peer_out.float()).abs().max().item()
 
@@ -413,9 +411,14 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
                 raise Failed(missing)
             result = fn(tensors)
             s = time_peer(lambda: fn(tensors), args.runs)
-            err = max_error(out, result) if with_err else None
+            err, note = None, ""
+            if with_err and out is not None:
+                try:
+                    err = max_error(out, result)
+                except Exception as e:
+                    note = f"no error: {reason(e)}"
             rows.append(row(section, workload, name, seconds=s, rate=amount / s, unit=unit,
-                            ratio=t_rate * s / amount if t_rate else None, err=err))
+                            ratio=t_rate * s / amount if t_rate else None, err=err, note=note))
         except Exception as e:  # a missing backend or a failing peer is a row, not an abort
             rows.append(row(section, workload, name, note=f"failed: {reason(e)}"))
         result = None
