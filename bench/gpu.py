@@ -7,17 +7,8 @@ Run from the repository root on a GPU machine (see bench/README.md):
 
 It builds nothing: Tessera runs as the `tessera` binary given by `--tessera`.
 
-Workloads (`--only` picks some; `--quick` keeps one size of each):
-  gemm     bf16 inputs, f32 accumulation, 4096^3 and 8192^3: std.linalg `gemm_bf16`
-           vs torch.matmul (cuBLAS, bf16 out) and a Triton tiled matmul (f32 out)
-  attn     flash-attention forward, batch*seq = 16k, hidden 2048, head dim 64 and 128,
-           seq 2k/8k/16k, causal and not: std.attention `flash_attn` vs torch SDPA
-           with the flash and the cuDNN backends
-  softmax  bf16 16384x4096 and 4096x65536, last axis: the `softmax` builtin vs
-           torch.softmax and a device-to-device copy (the bandwidth bound)
-  norm     the same for `layer_norm` (weight and bias) vs F.layer_norm
-  compile  compile-to-launch of each kernel: cold, cached, warm (below)
-  launch   host overhead of one cached launch from the REPL (16-element `vadd`)
+The workloads (gemm, attn, softmax, norm, compile, launch; `--only` picks some,
+`--quick` keeps one size of each) and their peers are listed in bench/README.md.
 
 How Tessera is timed. Each throughput workload is one `tessera repl --device cuda`
 session fed on stdin: it loads the inputs (written by this script as f32 .npy files
@@ -32,20 +23,19 @@ is hidden, as it is for a kernel that follows another), median of `--runs` (>= 2
 Neither side flushes the L2 cache between runs.
 
 How compile-to-launch is timed. `:time` cannot time one run, so the script drives a
-live session statement by statement: it sends the setup (inputs moved to the GPU
-with `.to("cuda")` so that no copy is counted), then the launch followed by
-`print("<marker>")`, and wall-clocks until the marker comes back on stdout, minus the
-round trip of a marker alone (measured in the same session). That is Tessera text ->
-checked, lowered, PTX, SASS, loaded, launched and finished (launches wait for the
-kernel). "cold" is the first launch in a process with a fresh empty
-TESSERA_CACHE_DIR, "cached" the first launch in a second process with the same
-directory, "warm" a second launch in the first process; the driver's own JIT cache
-is off (CUDA_CACHE_DISABLE=1) and the note gives the counters of Tessera's kernel
-cache (`:device`) for both processes. Triton's matmul (one fixed
-config, BM=BN=128, BK=32, 8 warps, 3 stages: the tile of `gemm_bf16`) is timed the
-same way in child processes of this script with a fresh / reused TRITON_CACHE_DIR:
-first call + synchronize, after its inputs exist. Each is the median of `--reps`
-processes.
+live session statement by statement: it sends the setup (inputs moved to the GPU with
+`.to("cuda")` so that no copy is counted), then the launch followed by
+`print("<marker>")`, and wall-clocks until the marker comes back on stdout, less the
+round trip of a marker alone (measured in the same session): Tessera text -> checked,
+lowered, PTX, SASS, loaded, launched and finished (a launch waits for its kernel).
+"cold" is the first launch in a process with a fresh TESSERA_CACHE_DIR, "cached" the
+first launch in a second process with the same directory, "warm" a second launch in
+the first process; the driver's own JIT cache is off (CUDA_CACHE_DISABLE=1), and the
+note gives the counters of Tessera's kernel cache (`:device`) of both processes.
+Triton's matmul with one fixed config (BM=BN=128, BK=32, 8 warps, 3 stages: the tile
+of `gemm_bf16`) is timed in child processes of this script with a fresh, then reused
+TRITON_CACHE_DIR: first call + synchronize, after its inputs exist. Each number is
+the median of `--reps` processes.
 
 A workload that fails (a Tessera error, a missing peer such as no cuDNN backend)
 gives a row with the reason; the table is always written (`--out`).
@@ -704,42 +694,43 @@ def fmt_err(e):
     return "—" if e is None else "nan" if math.isnan(e) else f"{e:.3g}"
 
 
+def table(title, head, cells, intro=""):
+    out = [f"## {title}", ""] + ([intro, ""] if intro else [])
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(c) + " |" for c in cells] + [""]
+
+
 def markdown(rows, header):
-    out = ["# Tessera GPU benchmark\n", *header, ""]
+    out = ["# Tessera GPU benchmark", "", *header, ""]
     titles = {"gemm": "GEMM (bf16 in, f32 accumulation)", "attn": "Flash-attention forward (bf16)",
               "softmax": "Softmax over the last axis (bf16)",
               "norm": "Layer norm over the last axis (bf16)"}
+    intro = ("Tessera's time is the GPU median of `:time` (its wall time is in the note); "
+             "Tessera ÷ this is Tessera's throughput over the peer's (above 1: Tessera is "
+             "faster); the error is the largest |Tessera − peer| over the result (against "
+             "torch.matmul it includes the rounding of torch's bf16 output).")
     for section, title in titles.items():
         sec = [r for r in rows if r["section"] == section]
-        if not sec:
-            continue
-        out += [f"## {title}", "",
-                "| workload | implementation | median time | throughput | Tessera ÷ this "
-                "| max abs error vs Tessera | note |", "|---|---|---|---|---|---|---|"]
-        for r in sec:
-            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3g}"
-            out.append(f"| {r['workload']} | {r['impl']} | {fmt_time(r['seconds'])} | "
-                       f"{fmt_rate(r)} | {ratio} | {fmt_err(r['err'])} | {r['note']} |")
-        out.append("")
+        if sec:
+            out += table(title, ["workload", "implementation", "median time", "throughput",
+                                 "Tessera ÷ this", "max abs error vs Tessera", "note"],
+                         [[r["workload"], r["impl"], fmt_time(r["seconds"]), fmt_rate(r),
+                           "—" if r["ratio"] is None else f"{r['ratio']:.3g}",
+                           fmt_err(r["err"]), r["note"]] for r in sec], intro)
+            intro = ""
     comp = [r for r in rows if r["section"] == "compile"]
     if comp:
-        out += ["## Compile-to-launch", "",
-                "cold: fresh cache directory; cached: a new process, same directory; warm: the "
-                "second launch in the first process. Median of the processes run.", "",
-                "| kernel | cold | cached | warm | note |", "|---|---|---|---|---|"]
-        for r in comp:
-            out.append(f"| {r['workload']} | {fmt_time(r.get('cold'))} | "
-                       f"{fmt_time(r.get('cached'))} | {fmt_time(r.get('warm'))} | {r['note']} |")
-        out.append("")
+        out += table("Compile-to-launch", ["kernel", "cold", "cached", "warm", "note"],
+                     [[r["workload"], *(fmt_time(r.get(k)) for k in ("cold", "cached", "warm")),
+                       r["note"]] for r in comp],
+                     "cold: fresh cache directory; cached: a new process, same directory; "
+                     "warm: the second launch in the first process; median of the processes.")
     launch = [r for r in rows if r["section"] == "launch"]
     if launch:
-        out += ["## Host overhead of one launch", "",
-                "| implementation | wall median | GPU median | overhead | note |",
-                "|---|---|---|---|---|"]
-        for r in launch:
-            out.append(f"| {r['impl']} | {fmt_time(r.get('wall'))} | {fmt_time(r.get('gpu'))} | "
-                       f"{fmt_time(r.get('over'))} | {r['note']} |")
-        out.append("")
+        out += table("Host overhead of one launch",
+                     ["implementation", "wall median", "GPU median", "overhead", "note"],
+                     [[r["impl"], *(fmt_time(r.get(k)) for k in ("wall", "gpu", "over")),
+                       r["note"]] for r in launch])
     return "\n".join(out)
 
 
