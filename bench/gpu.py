@@ -110,8 +110,8 @@ def tessera_env(cache_dir, **extra):
 def tessera_time(args, setup, stmt, after=()):
     """Runs setup, STMT once, `:time STMT`, then `after` in one piped session.
 
-    Returns {wall, gpu, runs, launches}: seconds per run (gpu None where `:time`
-    shows no GPU part, e.g. on the CPU executor)."""
+    Returns {wall, gpu, runs, launches, after}: seconds per run (gpu None where
+    `:time` shows no GPU part, e.g. on the CPU executor) and the error of `after`."""
     script = "\n".join(list(setup) + [stmt, ":time " + stmt] + list(after)) + "\n"
     try:
         p = subprocess.run(
@@ -122,11 +122,13 @@ def tessera_time(args, setup, stmt, after=()):
     except subprocess.TimeoutExpired:
         raise Failed(f"tessera session timed out after {args.timeout} s")
     m = TIME_RE.search(p.stdout)
-    if not m or p.returncode != 0:
+    if not m:
         raise Failed(first_error(p.stderr) or f"no `:time` line (exit status {p.returncode})")
     gpu = float(m.group(4)) * UNITS[m.group(5)] if m.group(4) else None
+    # With a `:time` line, only a statement of `after` can have failed.
+    after_err = (first_error(p.stderr) or "failed") if p.returncode != 0 else None
     return {"wall": float(m.group(1)) * UNITS[m.group(2)], "gpu": gpu,
-            "runs": int(m.group(3)), "launches": int(m.group(6) or 0)}
+            "runs": int(m.group(3)), "launches": int(m.group(6) or 0), "after": after_err}
 
 
 class Repl:
@@ -391,6 +393,9 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
             n = timing["launches"]
             note += (f", {n} launch{'es' if n != 1 else ''}, host overhead "
                      f"{fmt_time(timing['wall'] - timing['gpu'])}")
+        if timing.get("after"):
+            note += f"; result not saved: {timing['after']}"
+            out = None
         rows.append(row(section, workload, "Tessera", seconds=t, rate=t_rate, unit=unit,
                         note=note))
     except Failed as e:
