@@ -805,11 +805,13 @@ def main():
     try:
         for section in SECTIONS:
             if section in only:
+                started = time.perf_counter()
                 try:
                     benches[section](args)
                 except Exception as e:  # keep the other sections and the table
                     print(f"{section}: {reason(e)}", flush=True)
                     emit(args, [row(section, section, section, note=f"failed: {reason(e)}")])
+                print(f"[{section}: {time.perf_counter() - started:.0f} s]", flush=True)
     finally:
         shutil.rmtree(args.work, ignore_errors=True)
     emit(args, [])
