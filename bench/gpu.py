@@ -110,8 +110,9 @@ def tessera_env(cache_dir, **extra):
 def tessera_time(args, setup, stmt, after=()):
     """Runs setup, STMT once, `:time STMT`, then `after` in one piped session.
 
-    Returns {wall, gpu, runs, launches, after}: seconds per run (gpu None where
-    `:time` shows no GPU part, e.g. on the CPU executor) and the error of `after`."""
+    Returns {wall, gpu, runs, launches, after, measured}: seconds per run (gpu None
+    where `:time` shows no GPU part, e.g. on the CPU executor), the first error of
+    `after`, and what a `:resources` in `after` measured on the GPU (or None)."""
     script = "\n".join(list(setup) + [stmt, ":time " + stmt] + list(after)) + "\n"
     try:
         p = subprocess.run(
@@ -127,8 +128,10 @@ def tessera_time(args, setup, stmt, after=()):
     gpu = float(m.group(4)) * UNITS[m.group(5)] if m.group(4) else None
     # With a `:time` line, only a statement of `after` can have failed.
     after_err = (first_error(p.stderr) or "failed") if p.returncode != 0 else None
+    measured = re.search(r"^measured on .*?\): (.*)$", p.stdout, re.M)
     return {"wall": float(m.group(1)) * UNITS[m.group(2)], "gpu": gpu,
-            "runs": int(m.group(3)), "launches": int(m.group(6) or 0), "after": after_err}
+            "runs": int(m.group(3)), "launches": int(m.group(6) or 0), "after": after_err,
+            "measured": measured.group(1) if measured else None}
 
 
 class Repl:
@@ -377,13 +380,15 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     """Rows for one workload: Tessera's, then each peer's.
 
     `session` is (setup statements, timed statement, statement saving the result to
-    the path `out`), `inputs` names the .npy inputs given to the peers as bf16 GPU
+    the path `out`, the kernel for `:resources` or None), `inputs` names the .npy inputs given to the peers as bf16 GPU
     tensors, and each peer is (name, fn(tensors) -> result, compare its result?)."""
     print(workload, flush=True)
-    setup, stmt, save, out = session
+    setup, stmt, save, out, kernel = session
     rows, t_rate = [], None
     try:
-        timing = tessera_time(args, setup, stmt, [save])
+        # The driver's registers and occupancy of the variant that ran, where shown.
+        resources = [f":resources {kernel}"] if kernel else []
+        timing = tessera_time(args, setup, stmt, [save] + resources)
         t = timing["gpu"] if timing["gpu"] is not None else timing["wall"]
         t_rate = amount / t
         note = f"wall {fmt_time(timing['wall'])} per run over {timing['runs']} runs"
@@ -393,8 +398,10 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
             n = timing["launches"]
             note += (f", {n} launch{'es' if n != 1 else ''}, host overhead "
                      f"{fmt_time(timing['wall'] - timing['gpu'])}")
-        if timing.get("after"):
-            note += f"; result not saved: {timing['after']}"
+        if timing.get("measured"):
+            note += f"; {timing['measured']}"
+        if not os.path.exists(out):
+            note += f"; result not saved: {timing.get('after')}"
             out = None
         rows.append(row(section, workload, "Tessera", seconds=t, rate=t_rate, unit=unit,
                         note=note))
@@ -442,7 +449,7 @@ def bench_gemm(args):
         c = os.path.join(args.work, "c.npy")
         setup = ["from std.linalg import gemm_bf16", f'a = load_npy("{a}").to(bf16)',
                  f'b = load_npy("{b}").to(bf16)', f"c = zeros([{n}, {n}], f32)"]
-        session = (setup, "gemm_bf16(a, b, c)", f'save_npy(c, "{c}")', c)
+        session = (setup, "gemm_bf16(a, b, c)", f'save_npy(c, "{c}")', c, "gemm_bf16")
 
         def tri(t):
             if triton is None:
@@ -473,7 +480,7 @@ def bench_attn(args):
         setup += [f'{t} = load_npy("{p}").to(bf16)' for t, p in inputs.items()]
         setup += [f"o = zeros([{b}, {h}, {s}, {d}], bf16)"]
         stmt = f"flash_attn(q, k, v, o, {1.0 / math.sqrt(d)!r}, causal={causal})"
-        session = (setup, stmt, f'save_npy(o.to(f32), "{o}")', o)
+        session = (setup, stmt, f'save_npy(o.to(f32), "{o}")', o, "flash_attn")
 
         def sdpa(backend):
             def fn(t):
@@ -513,7 +520,7 @@ def bench_rows(args, section):
                 t["y"] = torch.empty_like(t["x"])
             return t["y"].copy_(t["x"])
 
-        session = (setup, stmt, f'save_npy(y.to(f32), "{y}")', y)
+        session = (setup, stmt, f'save_npy(y.to(f32), "{y}")', y, None)
         name = f"{stmt.split()[2].split('(')[0]} bf16 {m}×{n}"
         # One read and one write of the bf16 matrix (weight and bias are negligible).
         compare(args, section, name, 2.0 * m * n * 2, "GB/s", session, inputs,
