@@ -376,38 +376,42 @@ def reason(e):
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def compare(args, section, workload, amount, unit, session, inputs, peers):
-    """Rows for one workload: Tessera's, then each peer's.
+def tessera_row(args, section, workload, amount, unit, session):
+    """Tessera's row, and the path of its saved result (None where there is none).
 
     `session` is (setup statements, timed statement, statement saving the result to
-    the path `out`, the kernel for `:resources` or None), `inputs` names the .npy inputs given to the peers as bf16 GPU
-    tensors, and each peer is (name, fn(tensors) -> result, compare its result?)."""
-    print(workload, flush=True)
+    the path `out`, the kernel to ask `:resources` about, or None)."""
     setup, stmt, save, out, kernel = session
-    rows, t_rate = [], None
     try:
         # The driver's registers and occupancy of the variant that ran, where shown.
         resources = [f":resources {kernel}"] if kernel else []
         timing = tessera_time(args, setup, stmt, [save] + resources)
-        t = timing["gpu"] if timing["gpu"] is not None else timing["wall"]
-        t_rate = amount / t
-        note = f"wall {fmt_time(timing['wall'])} per run over {timing['runs']} runs"
-        if timing["gpu"] is None:
-            note += "; no GPU time in `:time`, throughput from the wall time"
-        else:
-            n = timing["launches"]
-            note += (f", {n} launch{'es' if n != 1 else ''}, host overhead "
-                     f"{fmt_time(timing['wall'] - timing['gpu'])}")
-        if timing.get("measured"):
-            note += f"; {timing['measured']}"
-        if not os.path.exists(out):
-            note += f"; result not saved: {timing.get('after')}"
-            out = None
-        rows.append(row(section, workload, "Tessera", seconds=t, rate=t_rate, unit=unit,
-                        note=note))
     except Failed as e:
-        rows.append(row(section, workload, "Tessera", note=f"failed: {e}"))
+        return row(section, workload, "Tessera", note=f"failed: {e}"), None
+    t = timing["gpu"] if timing["gpu"] is not None else timing["wall"]
+    note = f"wall {fmt_time(timing['wall'])} per run over {timing['runs']} runs"
+    if timing["gpu"] is None:
+        note += "; no GPU time in `:time`, throughput from the wall time"
+    else:
+        n = timing["launches"]
+        note += (f", {n} launch{'es' if n != 1 else ''}, host overhead "
+                 f"{fmt_time(timing['wall'] - timing['gpu'])}")
+    if timing["measured"]:
+        note += f"; {timing['measured']}"
+    if not os.path.exists(out):
+        note += f"; result not saved: {timing['after']}"
         out = None
+    return row(section, workload, "Tessera", seconds=t, rate=amount / t, unit=unit,
+               note=note), out
+
+
+def compare(args, section, workload, amount, unit, session, inputs, peers):
+    """Rows for one workload: Tessera's (see `tessera_row`), then each peer's: `inputs`
+    names the .npy inputs given to the peers as bf16 GPU tensors, and each peer is
+    (name, fn(tensors) -> result, compare its result with Tessera's?)."""
+    print(workload, flush=True)
+    t_row, out = tessera_row(args, section, workload, amount, unit, session)
+    rows, t_rate = [t_row], t_row["rate"]
     try:
         need_torch()
         tensors, missing = {k: gpu_tensor(p) for k, p in inputs.items()}, None
