@@ -466,7 +466,7 @@ def bench_gemm(args):
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
                  ("Triton matmul (f32 out)", tri, True)]
         compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
-                        {"a": a, "b": b}, peers)
+                {"a": a, "b": b}, peers)
 
 
 def bench_attn(args):
@@ -530,25 +530,26 @@ def bench_rows(args, section):
         compare(args, section, name, 2.0 * m * n * 2, "GB/s", session, inputs,
                 [peer, ("copy (y.copy_(x))", copy, False)])
 
+
 def compile_cases(args):
-    """(kernel, setup statements, launch statement) for compile-to-launch timing."""
-    tiny = args.tiny
-    n = 128 if tiny else 4096
-    gemm = ["from std.linalg import gemm_bf16", f"a = randn([{n}, {n}], f32, seed=1).to(bf16)",
-            f"b = randn([{n}, {n}], f32, seed=2).to(bf16)", f"c = zeros([{n}, {n}], f32)"]
+    """(kernel, setup statements, launch statement, variables to move to the GPU) for
+    compile-to-launch timing, at the sizes of the throughput workloads (the values do
+    not matter: `ones` is quicker to make than `randn`)."""
+    n = 128 if args.tiny else 4096
+    gemm = ["from std.linalg import gemm_bf16", f"a = ones([{n}, {n}], bf16)",
+            f"b = ones([{n}, {n}], bf16)", f"c = zeros([{n}, {n}], f32)"]
     cases = [(f"gemm_bf16 {n}³", gemm, "gemm_bf16(a, b, c)", "abc")]
     for d, causal in ((64, False), (128, True)):
-        b, h, s = (1, 2, 128) if tiny else (8, 2048 // d, 2048)
+        b, h, s = (1, 2, 128) if args.tiny else (8, 2048 // d, 2048)
         shape = f"[{b}, {h}, {s}, {d}]"
         setup = ["from std.attention import flash_attn"]
-        setup += [f"{t} = randn({shape}, f32, seed={i}).to(bf16)" for i, t in enumerate("qkv")]
-        setup += [f"o = zeros({shape}, bf16)"]
+        setup += [f"{t} = ones({shape}, bf16)" for t in "qkvo"]
         stmt = f"flash_attn(q, k, v, o, {1.0 / math.sqrt(d)!r}, causal={causal})"
         cases.append((f"flash_attn S={s} D={d}{' causal' if causal else ''}", setup, stmt, "qkvo"))
-    m, n = (64, 256) if tiny else (16384, 4096)
-    x = [f"x = randn([{m}, {n}], f32, seed=1).to(bf16)"]
+    m, n = (64, 256) if args.tiny else (16384, 4096)
+    x = [f"x = ones([{m}, {n}], bf16)"]
     cases.append((f"softmax bf16 {m}×{n}", x, "y = softmax(x, dim=-1)", "x"))
-    wb = [f"w = randn([{n}], f32, seed=2).to(bf16)", f"bias = randn([{n}], f32, seed=3).to(bf16)"]
+    wb = [f"w = ones([{n}], bf16)", f"bias = zeros([{n}], bf16)"]
     cases.append((f"layer_norm bf16 {m}×{n}", x + wb, "y = layer_norm(x, w, bias)", "x"))
     return cases
 
