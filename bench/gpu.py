@@ -116,7 +116,7 @@ def tessera_time(args, setup, stmt, after=()):
     script = "\n".join(list(setup) + [stmt, ":time " + stmt] + list(after)) + "\n"
     try:
         p = subprocess.run(
-            [args.tessera, "repl", "--device", args.device], input=script, text=True,
+            [args.tessera, "repl", "--device", args.device], input=script, encoding="utf-8",
             capture_output=True, timeout=args.timeout, env=tessera_env(args.cache))
     except FileNotFoundError:
         raise Failed(f"no tessera binary at {args.tessera}")
@@ -143,7 +143,7 @@ class Repl:
         try:
             self.p = subprocess.Popen(
                 [args.tessera, "repl", "--device", args.device], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1,
+                stdout=subprocess.PIPE, stderr=self.err, encoding="utf-8", bufsize=1,
                 # The driver's own JIT cache would make a "cold" compile warm.
                 env=tessera_env(cache_dir, CUDA_CACHE_DISABLE="1"))
         except FileNotFoundError:
@@ -621,7 +621,7 @@ def triton_child(args, cache_dir):
     n = "128" if args.tiny else "4096"
     try:
         p = subprocess.run([sys.executable, os.path.abspath(__file__), "--triton-probe", n],
-                           capture_output=True, text=True, env=env, timeout=args.timeout)
+                           capture_output=True, encoding="utf-8", env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         raise Failed(f"Triton compile probe timed out after {args.timeout} s")
     lines = p.stdout.strip().splitlines()
@@ -760,7 +760,7 @@ def markdown(rows, header):
 def header(args):
     try:
         version = subprocess.run([args.tessera, "--version"], capture_output=True,
-                                 text=True).stdout.strip()
+                                 encoding="utf-8").stdout.strip()
     except OSError:
         version = f"no binary at {args.tessera}"
     gpu = "no GPU seen by torch"
@@ -792,6 +792,8 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="tiny sizes, to check this script")
     ap.add_argument("--triton-probe", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    # The report has µ, × and ³ in it, whatever the locale.
+    sys.stdout.reconfigure(encoding="utf-8", errors="replace")
     if args.triton_probe is not None:
         try:
             triton_compile_probe(args.triton_probe)
