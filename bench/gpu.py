@@ -38,6 +38,11 @@ TRITON_CACHE_DIR: first call + synchronize, after its inputs and Triton's driver
 helpers (built once per cache folder, not per kernel) exist. Each number is
 the median of `--reps` processes.
 
+The launch overhead is `:time vadd(x, y, out)` on 16 elements: wall median minus GPU
+median. Tessera's events bracket each launch call, so its GPU time includes the
+launch's submission and the overhead is, if anything, understated. The peers' wall
+time is one call + synchronize from Python.
+
 A workload that fails (a Tessera error, a missing peer such as no cuDNN backend)
 gives a row with the reason; the table is always written (`--out`).
 
