@@ -22,6 +22,12 @@ each run, all runs queued back to back after a warm-up (so the host's launch lat
 is hidden, as it is for a kernel that follows another), median of `--runs` (>= 20).
 Neither side flushes the L2 cache between runs.
 
+The gemm table has one more row: the same `gemm_bf16` emitted with hints (`tessera
+emit --emit ptx --kernel gemm_bf16 -D K%8 -D N%8 stdlib/std/linalg.tsr`, for the arch
+the executor picks), loaded with the driver API (ctypes) into torch's context and
+timed like a peer; its note gives REPL GPU median / hinted (the issue asks for run-time
+specialisation to come within 5% of the hinted variant).
+
 How compile-to-launch is timed. `:time` cannot time one run, so the script drives a
 live session statement by statement: it sends the setup (inputs moved to the GPU with
 `.to("cuda")` so that no copy is counted), then the launch followed by
@@ -274,6 +280,85 @@ def free_gpu():
         torch.cuda.empty_cache()
 
 
+def gpu_arch():
+    """The arch Tessera's executor compiles for on this GPU (Arch::for_compute_capability)."""
+    need_torch()
+    cc = torch.cuda.get_device_capability()
+    for arch in ((9, 0), (8, 9), (8, 6), (8, 0), (7, 5), (7, 0)):
+        if cc >= arch:
+            return "sm_%d%d" % arch
+    raise Failed(f"compute capability {cc} is older than sm_70")
+
+
+class PtxKernel:
+    """One kernel of a PTX text, loaded through the driver API (ctypes) into the
+    context torch made current, and launched on torch's current stream, so that
+    torch's tensors are its arguments and torch's events time it."""
+
+    def __init__(self, ptx, name):
+        import ctypes as ct
+        need_torch()
+        self.ct, self.cu, self.name = ct, ct.CDLL("libcuda.so.1"), name
+        torch.empty(1, device="cuda")  # torch's primary context is current from here
+        ctx = ct.c_void_p()
+        self.check(self.cu.cuCtxGetCurrent(ct.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            raise Failed("no current CUDA context to load the PTX into")
+        module, log = ct.c_void_p(), ct.create_string_buffer(1 << 14)
+        opts = (ct.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+        vals = (ct.c_void_p * 2)(ct.cast(log, ct.c_void_p), ct.c_void_p(1 << 14))
+        r = self.cu.cuModuleLoadDataEx(ct.byref(module), ptx.encode() + b"\0", 2, opts, vals)
+        self.check(r, "cuModuleLoadDataEx: " + log.value.decode(errors="replace").strip())
+        self.f = ct.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ct.byref(self.f), module, name.encode()), name)
+        # The launch ABI from the PTX: parameters in order, block size, dynamic smem.
+        self.params = re.findall(rf"\.param \.(\w+) {name}_param_(\w+)", ptx)
+        self.threads = int(re.search(r"\.maxntid (\d+)", ptx).group(1))
+        dyn = re.search(rf"// {name}: (\d+) bytes of dynamic shared memory", ptx)
+        self.smem = int(dyn.group(1)) if dyn else 0
+        if self.smem:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.check(self.cu.cuFuncSetAttribute(self.f, 8, self.smem), "cuFuncSetAttribute")
+
+    def check(self, r, what):
+        if r != 0:
+            raise Failed(f"{what}: CUDA error {r}")
+
+    def __call__(self, grid, **values):
+        """Launches with tensors (u64 parameters) and numbers by parameter name."""
+        ct = self.ct
+        held = [ct.c_uint64(values[n].data_ptr()) if t == "u64" else
+                ct.c_float(values[n]) if t == "f32" else ct.c_int32(values[n])
+                for t, n in self.params]
+        ptrs = (ct.c_void_p * len(held))(*[ct.cast(ct.byref(h), ct.c_void_p) for h in held])
+        stream = ct.c_void_p(torch.cuda.current_stream().cuda_stream)
+        g = list(grid) + [1] * (3 - len(grid))
+        self.check(self.cu.cuLaunchKernel(self.f, g[0], g[1], g[2], self.threads, 1, 1,
+                                          self.smem, stream, ptrs, None), "launch " + self.name)
+
+
+HINTS = ["K%8", "N%8"]
+
+
+def hinted_gemm(args):
+    """std.linalg's gemm_bf16 emitted with `-D K%8 -D N%8` (the variant the issue measured
+    before run-time specialisation), loaded once per run."""
+    if "hinted" not in vars(args):
+        try:
+            src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib",
+                               "std", "linalg.tsr")
+            cmd = [args.tsrc or args.tessera, "emit", "--emit", "ptx", "--arch", gpu_arch(),
+                   "--kernel", "gemm_bf16", *(a for h in HINTS for a in ("-D", h)), src]
+            p = subprocess.run(cmd, capture_output=True, encoding="utf-8")
+            if p.returncode != 0:
+                raise Failed(f"`{' '.join(cmd[1:])}`: {first_error(p.stderr)}")
+            args.hinted = PtxKernel(p.stdout, "gemm_bf16")
+        except (Failed, OSError) as e:
+            args.hinted = Failed(reason(e))
+    if isinstance(args.hinted, Failed):
+        raise args.hinted
+    return args.hinted
+
+
 # ---------------------------------------------------------------------------
 # Triton matmul (the usual tiled pattern with grouped tile order)
 
@@ -422,20 +507,22 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
         tensors, missing = {k: gpu_tensor(p) for k, p in inputs.items()}, None
     except Exception as e:
         tensors, missing = None, reason(e)
-    for name, fn, with_err in peers:
+    for name, fn, with_err, *note_fn in peers:
         try:
             if missing:
                 raise Failed(missing)
             result = fn(tensors)
             s = time_peer(lambda: fn(tensors), args.runs)
-            err, note = None, ""
+            ratio = t_rate * s / amount if t_rate else None
+            err, notes = None, [note_fn[0](ratio)] if note_fn else []
             if with_err and out is not None:
                 try:
                     err = max_error(out, result)
                 except Exception as e:
-                    note = f"no error: {reason(e)}"
+                    notes.append(f"no error: {reason(e)}")
+            note = "; ".join(n for n in notes if n)
             rows.append(row(section, workload, name, seconds=s, rate=amount / s, unit=unit,
-                            ratio=t_rate * s / amount if t_rate else None, err=err, note=note))
+                            ratio=ratio, err=err, note=note))
         except Exception as e:  # a missing backend or a failing peer is a row, not an abort
             rows.append(row(section, workload, name, note=f"failed: {reason(e)}"))
         result = None
@@ -468,8 +555,21 @@ def bench_gemm(args):
             triton_matmul(t["a"], t["b"], t["c"])
             return t["c"]
 
+        def hinted(t):
+            if "c" not in t:
+                t["c"] = torch.empty(n, n, device="cuda", dtype=torch.float32)
+            grid = (-(-n // 128), -(-n // 128))  # the decorator's grid at BM = BN = 128
+            hinted_gemm(args)(grid, A=t["a"], B=t["b"], C=t["c"], M=n, K=n, N=n)
+            return t["c"]
+
+        def vs_hinted(ratio):
+            return (f"REPL GPU median / hinted = {1 / ratio:.3f} (issue's goal: within 5%)"
+                    if ratio else "")
+
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
-                 ("Triton matmul (f32 out)", tri, True)]
+                 ("Triton matmul (f32 out)", tri, True),
+                 (f"gemm_bf16 hinted ({' '.join('-D ' + h for h in HINTS)}), driver API",
+                  hinted, True, vs_hinted)]
         compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
                 {"a": a, "b": b}, peers)
 
@@ -785,6 +885,8 @@ SECTIONS = ["gemm", "attn", "softmax", "norm", "compile", "launch"]
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tessera", default="target/release/tessera", help="the tessera binary")
+    ap.add_argument("--tsrc", default=None,
+                    help="binary for the hinted gemm's `emit` (default: the tessera binary)")
     ap.add_argument("--out", default="bench/results.md", help="markdown table to write")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma list of " + ",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true", help="one size per workload")
@@ -812,6 +914,7 @@ def main():
     args.runs = max(args.runs, 20)
     args.reps = 1 if args.quick else max(args.reps, 1)
     args.tessera = os.path.abspath(args.tessera)
+    args.tsrc = args.tsrc and os.path.abspath(args.tsrc)
     # Cleans up (and keeps the report) when a time limit stops the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.work = tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmp)
