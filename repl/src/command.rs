@@ -636,31 +636,34 @@ fn time(
     let mut times = Vec::new();
     // On a GPU: each run's summed kernel time, measured there (and how many
     // launches a run made).
-    let mut on_gpu = Vec::new();
+    let mut gpu_times = Vec::new();
     let mut launches = 0;
     let started = Instant::now();
     let mut sink = Vec::new();
     while times.len() < 3 || (started.elapsed().as_secs_f64() < 1.0 && times.len() < 50) {
-        let gpu = session
-            .gpu()
-            .filter(|_| session.gpu_info().is_some())
-            .cloned();
-        let before = gpu.as_ref().map(|g| (g.kernel_time(), g.launches()));
+        // Not held across the run: after a sticky error the session
+        // replaces its GPU, which needs the last hold on the old one.
+        let on_gpu = |s: &Session| {
+            s.gpu()
+                .filter(|_| s.gpu_info().is_some())
+                .map(|g| (g.kernel_time(), g.launches()))
+        };
+        let before = on_gpu(session);
         let t0 = Instant::now();
         sink.clear();
         if !session.execute_quiet(stmt, at, &mut sink, err) {
             return Ok(Next::Continue);
         }
         times.push(t0.elapsed().as_secs_f64());
-        if let (Some(g), Some((k0, n0))) = (gpu, before) {
-            on_gpu.push((g.kernel_time() - k0).as_secs_f64());
-            launches = g.launches() - n0;
+        if let (Some((k1, n1)), Some((k0, n0))) = (on_gpu(session), before) {
+            gpu_times.push(k1.saturating_sub(k0).as_secs_f64());
+            launches = n1.saturating_sub(n0);
         }
     }
     times.sort_by(|a, b| a.total_cmp(b));
-    on_gpu.sort_by(|a, b| a.total_cmp(b));
+    gpu_times.sort_by(|a, b| a.total_cmp(b));
     let median = times[times.len() / 2];
-    let gpu_part = match on_gpu.get(on_gpu.len() / 2) {
+    let gpu_part = match gpu_times.get(gpu_times.len() / 2) {
         Some(g) if launches > 0 => format!(
             "; on the GPU: median {} in {launches} launch{}",
             format_seconds(*g),

@@ -429,9 +429,7 @@ fn run_schedule(
                 }
             },
             BufKind::View(_) => None,
-            BufKind::Output(_) | BufKind::Temp => {
-                Some(Tensor::try_zeros(&shape, b.dtype, interrupt)?)
-            }
+            BufKind::Output(_) | BufKind::Temp => Some(device.zeros(&shape, b.dtype, interrupt)?),
         };
     }
     let mut scalars = scalars.clone();

@@ -60,6 +60,21 @@ impl Device {
     }
 }
 
+impl Device {
+    /// A tensor of zeros where this device's kernels find it.
+    pub fn zeros(
+        &self,
+        shape: &[usize],
+        dtype: crate::check::DType,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        match self {
+            Device::Cpu => Tensor::try_zeros(shape, dtype, interrupt),
+            Device::Cuda(gpu) => gpu.zeros(shape, dtype),
+        }
+    }
+}
+
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

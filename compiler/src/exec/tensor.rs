@@ -64,6 +64,8 @@ pub(crate) trait DeviceBuffer: Send + Sync {
     fn read(&self, host: &mut [u8]) -> Result<(), ExecError>;
     /// Copies `host` (exactly the buffer's length) into the device's bytes.
     fn write(&self, host: &[u8]) -> Result<(), ExecError>;
+    /// Sets every byte to 0.
+    fn zero(&self) -> Result<(), ExecError>;
     /// The device address of the first byte.
     fn address(&self) -> u64;
     /// Which GPU context holds it (a context made after a sticky error has
@@ -236,6 +238,37 @@ impl Storage {
             _ => false,
         }
     }
+}
+
+/// Element types whose all-zero bit pattern is the value 0 (what
+/// [`zeroed`] relies on).
+trait ZeroBits: Copy {}
+impl ZeroBits for f64 {}
+impl ZeroBits for f32 {}
+impl ZeroBits for f16 {}
+impl ZeroBits for bf16 {}
+impl ZeroBits for i64 {}
+impl ZeroBits for i32 {}
+impl ZeroBits for i16 {}
+impl ZeroBits for i8 {}
+impl ZeroBits for u32 {}
+impl ZeroBits for u8 {}
+
+/// `n` zeros from the allocator's zeroed memory; `None` when it has none.
+fn zeroed<T: ZeroBits>(n: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout's size is not zero.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` is the global allocator's, with the layout of `n` `T`s
+    // (what `Vec` frees it with), and all `n` are initialised: zero bits
+    // are the value 0 of every `ZeroBits` type.
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 /// Rounds `x` to the nearest value of `dtype` (floats), or converts it the way
@@ -436,6 +469,29 @@ impl Data {
             Data::U32(v) => v.resize(len, 0),
             Data::U8(v) => v.resize(len, 0),
         }
+    }
+
+    /// Zeroed storage straight from the allocator's zeroed memory
+    /// (`calloc`: a large buffer's pages are mapped when first touched), for
+    /// a tensor whose elements live on a GPU: the host pays nothing until it
+    /// reads them. E0712/E0713 as [`Data::alloc`].
+    pub(crate) fn lazy_zeros(shape: &[usize], dtype: DType) -> Result<Data, ExecError> {
+        let n = checked_numel(shape, dtype)?;
+        let oom = || out_of_memory(shape, dtype, n * dtype.bytes() as usize, None);
+        Ok(match dtype {
+            DType::F64 => Data::F64(zeroed(n).ok_or_else(oom)?),
+            DType::F32 => Data::F32(zeroed(n).ok_or_else(oom)?),
+            DType::F16 => Data::F16(zeroed(n).ok_or_else(oom)?),
+            DType::BF16 => Data::BF16(zeroed(n).ok_or_else(oom)?),
+            DType::I64 => Data::I64(zeroed(n).ok_or_else(oom)?),
+            DType::I32 => Data::I32(zeroed(n).ok_or_else(oom)?),
+            DType::I16 => Data::I16(zeroed(n).ok_or_else(oom)?),
+            DType::I8 => Data::I8(zeroed(n).ok_or_else(oom)?),
+            DType::U32 => Data::U32(zeroed(n).ok_or_else(oom)?),
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => {
+                Data::U8(zeroed(n).ok_or_else(oom)?)
+            }
+        })
     }
 
     /// Zeroed storage for a tensor of `shape` and `dtype`: the element count
@@ -797,6 +853,24 @@ impl Tensor {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Zeros on both sides: lazily zeroed host memory and a zeroed device
+    /// `buf` (neither is copied to the other).
+    pub(crate) fn zeros_on_device(
+        shape: &[usize],
+        dtype: DType,
+        alloc: impl FnOnce(usize) -> Result<Box<dyn DeviceBuffer>, ExecError>,
+    ) -> Result<Tensor, ExecError> {
+        let data = Data::lazy_zeros(shape, dtype)?;
+        let buf = alloc(data.len() * data.elem_bytes())?;
+        buf.zero()?;
+        let t = Tensor::from_data(shape, dtype, data);
+        *t.storage.mirror() = Some(Mirror {
+            buf,
+            current: Current::Both,
+        });
+        Ok(t)
     }
 
     /// The GPU context that holds a copy of the elements, if one does.

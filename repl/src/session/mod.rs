@@ -229,10 +229,15 @@ impl Session {
                 lost.join(", ")
             )
         };
-        match old.reopen() {
+        // The session's hold on the old GPU goes first: the driver makes no
+        // fresh context while the broken one exists.
+        self.gpu = None;
+        let on_gpu = matches!(self.exec_device, tessera::exec::Device::Cuda(_));
+        self.exec_device = tessera::exec::Device::Cpu;
+        match Gpu::reopen(old) {
             Ok(fresh) => {
                 let fresh = Arc::new(fresh);
-                if matches!(self.exec_device, tessera::exec::Device::Cuda(_)) {
+                if on_gpu {
                     self.exec_device = tessera::exec::Device::Cuda(fresh.clone());
                 }
                 self.gpu = Some(fresh);

@@ -6,12 +6,14 @@
 //! driver is out of memory, the cached blocks are freed and the allocation
 //! is tried once more.
 //!
-//! Every block belongs to one context (the pool's `owner`); a block that
-//! outlives its context (a sticky error made a fresh one) is forgotten, not
-//! freed, when dropped.
+//! Every block belongs to one context (the pool's `owner`) and holds its
+//! pool weakly: tensors do not keep a context alive. When the context goes
+//! (the session let go of its GPU, or a sticky error made it replace the
+//! context), its memory goes with it, and a block that outlives it is
+//! forgotten when dropped; reading it is an error.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult};
 use cudarc::driver::{result, CudaContext, CudaStream, DriverError};
@@ -126,7 +128,8 @@ impl Pool {
         s.stats.bytes_in_use += size as u64;
         s.stats.peak_bytes_in_use = s.stats.peak_bytes_in_use.max(s.stats.bytes_in_use);
         Ok(Box::new(Block {
-            pool: self.clone(),
+            pool: Arc::downgrade(self),
+            owner: self.owner,
             ptr,
             len: bytes,
             size,
@@ -167,11 +170,7 @@ impl Pool {
     /// to the fresh context's memory now).
     fn check_alive(&self) -> Result<(), ExecError> {
         if self.state().dead {
-            return Err(ExecError::new(
-                "E0730",
-                "this tensor's GPU memory was lost with its context",
-            )
-            .with_help("compute it again"));
+            return Err(lost());
         }
         Ok(())
     }
@@ -198,7 +197,8 @@ impl Drop for Pool {
 
 /// A block of device memory holding a tensor's elements.
 struct Block {
-    pool: Arc<Pool>,
+    pool: Weak<Pool>,
+    owner: u64,
     ptr: CUdeviceptr,
     /// The tensor's bytes (the block may be larger).
     len: usize,
@@ -209,18 +209,34 @@ impl Block {
     fn copy_error(&self, what: &str, e: DriverError) -> ExecError {
         driver_error(&format!("copying {} bytes {what}", self.len), e)
     }
+
+    /// The pool, while its context lives.
+    fn pool(&self) -> Result<Arc<Pool>, ExecError> {
+        let pool = self.pool.upgrade().ok_or_else(lost)?;
+        pool.check_alive()?;
+        Ok(pool)
+    }
+}
+
+/// E0730 for a block whose context is gone (its address may belong to a
+/// fresh context's memory now).
+fn lost() -> ExecError {
+    ExecError::new(
+        "E0730",
+        "this tensor's GPU memory was lost with its context",
+    )
+    .with_help("compute it again")
 }
 
 impl DeviceBuffer for Block {
     fn read(&self, host: &mut [u8]) -> Result<(), ExecError> {
         debug_assert_eq!(host.len(), self.len);
-        self.pool.check_alive()?;
+        let pool = self.pool()?;
         if self.len == 0 {
             return Ok(());
         }
-        let s = self.pool.stream.cu_stream();
-        self.pool
-            .ctx
+        let s = pool.stream.cu_stream();
+        pool.ctx
             .bind_to_thread()
             .map_err(|e| self.copy_error("from the GPU", e))?;
         // SAFETY: the block holds at least `len` bytes on this context and
@@ -235,13 +251,12 @@ impl DeviceBuffer for Block {
 
     fn write(&self, host: &[u8]) -> Result<(), ExecError> {
         debug_assert_eq!(host.len(), self.len);
-        self.pool.check_alive()?;
+        let pool = self.pool()?;
         if self.len == 0 {
             return Ok(());
         }
-        let s = self.pool.stream.cu_stream();
-        self.pool
-            .ctx
+        let s = pool.stream.cu_stream();
+        pool.ctx
             .bind_to_thread()
             .map_err(|e| self.copy_error("to the GPU", e))?;
         // SAFETY: as in `read`; the copy finishes before `host` is given back
@@ -253,18 +268,34 @@ impl DeviceBuffer for Block {
         }
     }
 
+    fn zero(&self) -> Result<(), ExecError> {
+        let pool = self.pool()?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        pool.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("zeroing GPU memory", e))?;
+        // SAFETY: the block holds at least `len` bytes on this context; the
+        // stream orders the memset before every later launch and copy.
+        unsafe { result::memset_d8_async(self.ptr, 0, self.len, pool.stream.cu_stream()) }
+            .map_err(|e| driver_error("zeroing GPU memory", e))
+    }
+
     fn address(&self) -> u64 {
         self.ptr
     }
 
     fn owner(&self) -> u64 {
-        self.pool.owner
+        self.owner
     }
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
-        self.pool.give_back(self.ptr, self.size);
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(self.ptr, self.size);
+        }
     }
 }
 

@@ -262,17 +262,22 @@ impl Gpu {
         self.broken.load(Ordering::Relaxed)
     }
 
-    /// A fresh context on the same GPU, after a sticky error: the old
-    /// context's memory is given up (its blocks are neither read nor freed
-    /// again) and the old context is destroyed when its last user lets go.
-    pub fn reopen(&self) -> Result<Gpu, ExecError> {
-        self.pool.mark_dead();
-        self.modules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        self.recent().clear();
-        Gpu::open(self.info.ordinal)
+    /// A fresh context on the same GPU, after a sticky error. The driver
+    /// makes no context on a device while a broken one exists, so `old`
+    /// must be the last holder of its `Gpu` (tensors hold their blocks'
+    /// pool weakly): the old context is destroyed with it, its memory with
+    /// it, and then the fresh one is made.
+    pub fn reopen(old: Arc<Gpu>) -> Result<Gpu, ExecError> {
+        old.pool.mark_dead();
+        let ordinal = old.info.ordinal;
+        if Arc::strong_count(&old) > 1 {
+            return Err(
+                ExecError::new("E0730", "the GPU's broken context is still in use")
+                    .with_help(CHECKED),
+            );
+        }
+        drop(old);
+        Gpu::open(ordinal)
     }
 
     /// A driver error of a launch as a diagnostic; notes a sticky error
@@ -306,6 +311,13 @@ impl Gpu {
     /// Frees the allocator's cached blocks.
     pub fn empty_cache(&self) {
         self.pool.empty_cache()
+    }
+
+    /// A tensor of zeros made on this GPU (the host's copy costs nothing
+    /// until the host reads it).
+    pub fn zeros(&self, shape: &[usize], dtype: DType) -> Result<super::Tensor, ExecError> {
+        let pool = &self.pool;
+        super::Tensor::zeros_on_device(shape, dtype, |bytes| pool.alloc(bytes))
     }
 
     /// Copies `t`'s elements to this GPU (if they are not there already),

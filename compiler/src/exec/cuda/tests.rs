@@ -165,9 +165,13 @@ fn a_sticky_error_is_reported_and_a_fresh_context_works() {
     assert!(gpu.is_broken(), "{e}");
     assert!(!kept.forget_device(gpu.owner()), "kept had a host copy");
     assert!(lost.forget_device(gpu.owner()), "lost was only on the GPU");
-    let fresh = Arc::new(gpu.reopen().unwrap());
+    let old_owner = gpu.owner();
+    let fresh = Arc::new(Gpu::reopen(gpu).unwrap());
     assert!(!fresh.is_broken());
-    assert_ne!(fresh.owner(), gpu.owner());
+    assert_ne!(fresh.owner(), old_owner);
+    // The old context's copy of `x` is gone: reading `x` keeps its host
+    // elements (it was never written on the GPU).
+    assert_eq!(x.to_f64_vec()[1000], 1000.0);
     let out = Tensor::zeros(&[4], DType::F32);
     let again = [
         Value::Tensor(kept.clone()),

@@ -99,8 +99,10 @@ impl Session {
                     .with_help("sample floats and convert: `randn(shape, f32).to(i32)`"));
                 }
                 match id {
+                    // Made where the session's kernels run: on a GPU, zeros
+                    // there (nothing to copy at the first launch).
                     B::Zeros | B::Empty => {
-                        tensor(Tensor::try_zeros(&shape, dtype, &self.interrupt))
+                        tensor(self.exec_device.zeros(&shape, dtype, &self.interrupt))
                     }
                     B::Ones => tensor(Tensor::try_full(&shape, dtype, 1.0, &self.interrupt)),
                     _ => {
