@@ -121,6 +121,8 @@ pub struct Session {
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
     synth_count: u64,
+    /// The number of each synthetic function's text (see `synth::build`).
+    synth_names: std::collections::HashMap<String, u64>,
     /// `print` output of the running statement, written when it ends.
     pending_print: Vec<String>,
     /// When set, diagnostics are collected here instead of rendered.
@@ -152,6 +154,7 @@ impl Session {
             color,
             loaded: Vec::new(),
             synth_count: 0,
+            synth_names: std::collections::HashMap::new(),
             pending_print: Vec::new(),
             collected: None,
             command_base: None,

@@ -23,6 +23,9 @@ use tessera::syntax::span::Span;
 use super::eval::{unsupported, Val};
 use super::{Session, SESSION_PATH};
 
+/// Beyond this many distinct expressions, their names start afresh.
+const SYNTH_NAMES_CAP: usize = 4096;
+
 /// One piece of the synthetic expression text.
 enum Piece {
     /// Text of the user's item at this (item-relative) span.
@@ -205,12 +208,6 @@ impl Session {
         names: &[(String, Span)],
         span: Span,
     ) -> R<Synth> {
-        self.synth_count += 1;
-        let name = format!(
-            "{}{}",
-            tessera::check::stmt::SESSION_EVAL_PREFIX,
-            self.synth_count
-        );
         let mut consts = String::new();
         let mut params: Vec<String> = Vec::new();
         let mut args = Vec::new();
@@ -249,7 +246,7 @@ impl Session {
         let mut expr = String::new();
         let mut map = Vec::new();
         let mut temps = 0;
-        let mut shown = vec![(name.clone(), "the expression".to_string())];
+        let mut shown = Vec::new();
         for p in pieces {
             let start = expr.len() as u32;
             match p {
@@ -271,6 +268,24 @@ impl Session {
                 }
             }
         }
+        // The same expression on the same kinds of values gets the same name,
+        // so its second run finds everything compiled (the checked function,
+        // its kernels and their PTX, the GPU's loaded modules) instead of
+        // compiling a function that differs only in its name.
+        let key = format!("{consts}{}\n{expr}", params.join(", "));
+        if self.synth_names.len() >= SYNTH_NAMES_CAP {
+            self.synth_names.clear();
+        }
+        let number = match self.synth_names.get(&key) {
+            Some(&n) => n,
+            None => {
+                self.synth_count += 1;
+                self.synth_names.insert(key, self.synth_count);
+                self.synth_count
+            }
+        };
+        let name = format!("{}{number}", tessera::check::stmt::SESSION_EVAL_PREFIX);
+        shown.push((name.clone(), "the expression".to_string()));
         let defs = Session::session_text(&self.defs);
         let item_start = (defs.len() + consts.len()) as u32;
         let header = format!("def {name}({}):\n    return ", params.join(", "));
