@@ -252,9 +252,10 @@ impl Session {
             Err(e) => {
                 self.gpu = None;
                 self.use_cpu();
+                let why = e.help.as_deref().unwrap_or(&e.message);
                 let _ = writeln!(
                     err,
-                    "note: the GPU's context was unusable after that error and a fresh one could not be made ({e}); the session runs on the CPU now ({lost_text}); definitions are kept"
+                    "note: the GPU's context was unusable after that error and no fresh one can be made: {why}; the session runs on the CPU now ({lost_text}); definitions and the other values are kept"
                 );
             }
         }

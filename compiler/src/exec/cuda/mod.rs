@@ -195,8 +195,24 @@ impl Gpu {
         // A context of our own, not the device's primary one: a sticky
         // error leaves a context unusable until it is destroyed, and a
         // fresh one can then be made beside it (`reopen`).
-        let ctx = CudaContext::new_non_primary(ordinal, 0)
-            .map_err(|e| driver_error("making a context", e))?;
+        let ctx = CudaContext::new_non_primary(ordinal, 0).map_err(|e| match e.0 {
+            // What the driver answers in a process where a kernel faulted:
+            // no new context, however long one waits, until the process ends
+            // (checked on driver 580 with an H200: a fresh context, one made
+            // on another thread and a reset of the primary one all fail).
+            CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_ASSERT => unavailable(format!(
+                "a kernel's fault ({}) left the CUDA driver unusable in this process; \
+                 restart tessera to use the GPU again",
+                error_name(&e)
+            )),
+            _ => driver_error("making a context", e),
+        })?;
         let name = ctx.name().map_err(|e| driver_error("naming the GPU", e))?;
         let cc = ctx
             .compute_capability()
@@ -262,11 +278,12 @@ impl Gpu {
         self.broken.load(Ordering::Relaxed)
     }
 
-    /// A fresh context on the same GPU, after a sticky error. The driver
-    /// makes no context on a device while a broken one exists, so `old`
-    /// must be the last holder of its `Gpu` (tensors hold their blocks'
-    /// pool weakly): the old context is destroyed with it, its memory with
-    /// it, and then the fresh one is made.
+    /// A fresh context on the same GPU, after a sticky error. `old` must be
+    /// the last holder of its `Gpu` (tensors hold their blocks' pool
+    /// weakly): the broken context is destroyed with it, its memory with
+    /// it, before a fresh one is asked for. After a kernel's fault the driver
+    /// makes none in this process (E0721 says so: see `open`); after other
+    /// sticky errors it may.
     pub fn reopen(old: Arc<Gpu>) -> Result<Gpu, ExecError> {
         old.pool.mark_dead();
         let ordinal = old.info.ordinal;
@@ -291,8 +308,8 @@ impl Gpu {
             self.broken.store(true, Ordering::Relaxed);
             let help = err.help.clone().unwrap_or_default();
             err.with_help(format!(
-                "{help}; the error left the GPU's context unusable: the session makes a fresh one, \
-                 keeping its definitions (tensors only on the GPU are lost)"
+                "{help}; the error left the GPU's context unusable (the tensors only on the GPU \
+                 are lost)"
             ))
         } else {
             err
