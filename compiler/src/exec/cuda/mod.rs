@@ -5,10 +5,13 @@
 //!   compile for from its compute capability
 //!   ([`Arch::for_compute_capability`]).
 //! * [`Gpu::launch`] runs a specialised Tile IR kernel: Target IR for the
-//!   device's arch, PTX, the driver's JIT (once per specialisation: loaded
-//!   modules are kept by their PTX), then the tensors are copied to the device, the kernel
-//!   runs, and the tensors are copied back. Arguments that share storage get
-//!   one device buffer, as they share memory on the CPU.
+//!   device's arch, PTX, a cubin (loaded modules are kept by their PTX; a
+//!   cubin comes from the disk cache, [`disk_cache`], else from the driver's
+//!   JIT, [`jit`], and is stored there), then the tensors are copied to the
+//!   device, the kernel runs, and the tensors are copied back. Arguments that
+//!   share storage get one device buffer, as they share memory on the CPU.
+//! * [`Gpu::measured`] gives the driver's account of the variant of a kernel
+//!   that last ran: registers, local memory, spills and occupancy.
 //!
 //! Kernel parameters are Target IR's (`ir::target::lower`'s `params`): the
 //! Tile IR parameters in order (a tensor is its base pointer; tensors are
@@ -17,17 +20,24 @@
 //! Device memory comes from the driver's stream-ordered allocator
 //! (`cuMemAllocAsync` where the device has it), whose pool reuses freed
 //! blocks. Not built yet: tensors that stay on the device between launches
-//! (each launch copies its tensors both ways), an on-disk cubin cache and
-//! run-time specialisation on alignment and divisibility.
+//! (each launch copies its tensors both ways) and run-time specialisation on
+//! alignment and divisibility.
+
+pub mod disk_cache;
+pub mod jit;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUfunction_attribute, CUresult};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
 };
+use cudarc::nvrtc::Ptx;
 
 use super::cpu::Arg;
 use super::{ExecError, Interrupt};
@@ -45,6 +55,106 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
+    /// The measured resources of each kernel's variant that last ran, by
+    /// the kernel's name.
+    last_run: Mutex<HashMap<String, LastRun>>,
+    /// Where cubins are kept between processes (`None`: memory only).
+    cache_dir: Option<PathBuf>,
+    /// The driver's version, part of the disk cache's key.
+    driver_version: i32,
+    /// The occupancy's denominator.
+    max_threads_per_sm: u32,
+    counters: Counters,
+}
+
+/// How loads of kernels were served, for tests and `:device`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Launches whose kernel was already loaded in this process.
+    pub memory_hits: u64,
+    /// Kernels loaded from a cubin in the disk cache.
+    pub disk_hits: u64,
+    /// Kernels the driver's JIT compiled.
+    pub compiles: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+    compiles: AtomicU64,
+}
+
+/// What the driver says about a loaded kernel, at the block size and
+/// dynamic shared memory its launches use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub kernel: String,
+    /// Registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+    pub regs: u32,
+    /// Local memory per thread, bytes: the stack frame, spills included.
+    pub local_bytes: u32,
+    /// Static shared memory per block, bytes.
+    pub static_smem_bytes: u32,
+    /// Dynamic shared memory per block at launch, bytes.
+    pub dynamic_smem_bytes: u32,
+    /// The most threads a block of this kernel may have.
+    pub max_threads_per_block: u32,
+    /// Threads per block at launch.
+    pub threads: u32,
+    /// Blocks that fit on one SM at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+    pub blocks_per_sm: u32,
+    pub max_threads_per_sm: u32,
+    /// Bytes of spill stores and loads per thread, as ptxas reported them
+    /// when the cubin was compiled (`None`: the JIT did not say).
+    pub spill_stores: Option<u64>,
+    pub spill_loads: Option<u64>,
+}
+
+impl Measured {
+    /// The fraction of the SM's threads the resident blocks fill.
+    pub fn occupancy(&self) -> f64 {
+        if self.max_threads_per_sm == 0 {
+            return 0.0;
+        }
+        (self.blocks_per_sm as f64 * self.threads as f64 / self.max_threads_per_sm as f64).min(1.0)
+    }
+}
+
+/// `measured on cuda:0 NVIDIA H100 80GB HBM3 (sm_90a): 128 regs, 0 B spilled,
+/// 0 B local, occupancy 25% (2 blocks/SM)`: the line `:resources` prints
+/// under its estimate.
+pub fn measured_row(gpu: &GpuInfo, m: &Measured) -> String {
+    let spilled = match m.spill_stores {
+        Some(n) => format!("{n} B spilled"),
+        None => "spills not reported".to_string(),
+    };
+    let percent = m.occupancy() * 100.0;
+    format!(
+        "measured on cuda:{} {} ({}): {} regs, {spilled}, {} B local, occupancy {}% ({} block{}/SM)",
+        gpu.ordinal,
+        gpu.name,
+        gpu.arch,
+        m.regs,
+        m.local_bytes,
+        if (percent - percent.round()).abs() < 0.05 {
+            format!("{}", percent.round() as i64)
+        } else {
+            format!("{percent:.1}")
+        },
+        m.blocks_per_sm,
+        if m.blocks_per_sm == 1 { "" } else { "s" }
+    )
+}
+
+/// The variant of a kernel that last ran.
+struct LastRun {
+    /// Which loaded module (`Loaded::id`).
+    id: u64,
+    /// Its Tile IR, to tell a redefined kernel of the same name.
+    kernel: Kernel,
+    measured: Option<Measured>,
 }
 
 /// What the session shows of a GPU.
@@ -79,6 +189,10 @@ struct Loaded {
     params: Vec<TargetParam>,
     threads: u32,
     smem_bytes: u32,
+    /// Tells loaded modules apart (their order of loading).
+    id: u64,
+    /// `None` when the driver would not say (the kernel still runs).
+    measured: Option<Measured>,
 }
 
 /// Whether the CUDA driver library can be loaded on this machine.
@@ -138,6 +252,38 @@ fn driver_error(what: &str, e: DriverError) -> ExecError {
     .with_help(help)
 }
 
+/// A failed compile as E0730, with the JIT's error log in the help line.
+fn jit_error(kernel: &str, e: jit::LinkError) -> ExecError {
+    let advice = match e.error.0 {
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => {
+            "the NVIDIA driver is older than the PTX Tessera emits: update the driver, or run \
+             on the CPU: `--device cpu`"
+        }
+        _ => {
+            "the PTX Tessera emitted does not compile: this is a compiler bug, please report \
+             it with the kernel; meanwhile run on the CPU: `--device cpu`"
+        }
+    };
+    // The log's first lines, on the help's one line.
+    let log: Vec<&str> = e
+        .log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(4)
+        .collect();
+    let help = if log.is_empty() {
+        advice.to_string()
+    } else {
+        format!("the driver's JIT says: {}; {advice}", log.join(" | "))
+    };
+    driver_error(
+        &format!("compiling kernel `{kernel}` (the driver's JIT)"),
+        e.error,
+    )
+    .with_help(help)
+}
+
 impl Gpu {
     /// A context on GPU `ordinal`; E0721 when there is no driver, no such
     /// GPU, or one older than sm_70.
@@ -182,6 +328,12 @@ impl Gpu {
         // are not needed.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        let driver_version =
+            jit::driver_version().map_err(|e| driver_error("reading the driver's version", e))?;
+        let max_threads_per_sm = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
+            .map_err(|e| driver_error("reading the threads an SM holds", e))?
+            .max(0) as u32;
         Ok(Gpu {
             info: GpuInfo {
                 ordinal,
@@ -193,11 +345,52 @@ impl Gpu {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            last_run: Mutex::new(HashMap::new()),
+            cache_dir: disk_cache::default_dir(),
+            driver_version,
+            max_threads_per_sm,
+            counters: Counters::default(),
         })
+    }
+
+    /// This GPU keeping cubins in `dir` (`None`: in memory only) instead of
+    /// [`disk_cache::default_dir`].
+    pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Gpu {
+        self.cache_dir = dir;
+        self
     }
 
     pub fn info(&self) -> &GpuInfo {
         &self.info
+    }
+
+    /// The folder of the disk cache of compiled kernels, if there is one.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.cache_dir.as_deref()
+    }
+
+    /// How the kernels launched so far were loaded.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            memory_hits: self.counters.memory_hits.load(Ordering::Relaxed),
+            disk_hits: self.counters.disk_hits.load(Ordering::Relaxed),
+            compiles: self.counters.compiles.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The driver's measurements of the variant of `kernel` that last ran
+    /// on this GPU, when that variant is `kernel` (up to the divisibility
+    /// facts a launch may add from its arguments): `None` if it has not run
+    /// here, another definition of the same name ran last, or the driver
+    /// would not say.
+    pub fn measured(&self, kernel: &Kernel) -> Option<Measured> {
+        let last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
+        let run = last.get(&kernel.name)?;
+        let same = Kernel {
+            divisibility: kernel.divisibility.clone(),
+            ..run.kernel.clone()
+        };
+        (same == *kernel).then(|| run.measured.clone()).flatten()
     }
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
@@ -224,22 +417,16 @@ impl Gpu {
         );
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
+            self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+            self.note_run(kernel, l);
             return Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes));
         }
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.clone()))
-            .map_err(|e| {
-                driver_error(
-                    &format!("compiling kernel `{}` (the driver's JIT)", kernel.name),
-                    e,
-                )
-            })?;
+        let (module, info) = self.module(&kernel.name, &target.name, &ptx)?;
         let func = module
             .load_function(&target.name)
             .map_err(|e| driver_error(&format!("loading kernel `{}`", kernel.name), e))?;
         let smem_bytes = target.smem_bytes();
-        if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
+        let dynamic_smem = if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
             func.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_bytes as i32,
@@ -250,16 +437,120 @@ impl Gpu {
                     e,
                 )
             })?;
-        }
+            smem_bytes
+        } else {
+            0
+        };
+        let measured = self.measure(&func, &kernel.name, target.num_threads, dynamic_smem, &info);
         let entry = Loaded {
             func: func.clone(),
             params: target.params.clone(),
             threads: target.num_threads,
             smem_bytes,
+            id: modules.len() as u64,
+            measured,
         };
+        self.note_run(kernel, &entry);
         let out = (func, entry.params.clone(), entry.threads, smem_bytes);
         modules.insert(ptx, entry);
         Ok(out)
+    }
+
+    /// The module of `ptx` (whose kernel is `entry`) loaded from the disk
+    /// cache, else compiled by the driver's JIT and stored there; with what
+    /// ptxas reported when it compiled it.
+    fn module(
+        &self,
+        kernel: &str,
+        entry: &str,
+        ptx: &str,
+    ) -> Result<(Arc<CudaModule>, jit::JitInfo), ExecError> {
+        let key = disk_cache::Key::new(ptx, self.info.arch.name(), self.driver_version);
+        if let Some(dir) = &self.cache_dir {
+            if let Some(cached) = disk_cache::load(dir, &key) {
+                // A cubin the driver refuses (damaged, yet with the right
+                // digest) is compiled again and replaced, as a missing one.
+                if let Ok(module) = self.ctx.load_module(Ptx::from_binary(cached.cubin)) {
+                    self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok((module, cached.info));
+                }
+            }
+        }
+        let linked = jit::link_ptx(&self.ctx, ptx).map_err(|e| jit_error(kernel, e))?;
+        self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+        let info = jit::parse_info_log(&linked.info_log, entry);
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(linked.cubin.clone()))
+            .map_err(|e| driver_error(&format!("loading kernel `{kernel}`"), e))?;
+        if let Some(dir) = &self.cache_dir {
+            // Without a writable cache folder the cubin stays in memory only.
+            let _ = disk_cache::store(
+                dir,
+                &key,
+                &disk_cache::Entry {
+                    info: info.clone(),
+                    cubin: linked.cubin,
+                },
+            );
+        }
+        Ok((module, info))
+    }
+
+    /// What the driver says of `func` launched with `threads` threads and
+    /// `dynamic_smem` bytes of dynamic shared memory; `None` if any query
+    /// fails (measuring never stops a launch).
+    fn measure(
+        &self,
+        func: &CudaFunction,
+        kernel: &str,
+        threads: u32,
+        dynamic_smem: u32,
+        info: &jit::JitInfo,
+    ) -> Option<Measured> {
+        // `get_attribute` makes the context current, as the occupancy query
+        // needs.
+        let attr = |a: CUfunction_attribute| func.get_attribute(a).ok().map(|v| v.max(0) as u32);
+        let regs = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
+        let local_bytes = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
+        let static_smem_bytes = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
+        let max_threads_per_block =
+            attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+        let blocks_per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)
+            .ok()?;
+        Some(Measured {
+            kernel: kernel.to_string(),
+            regs,
+            local_bytes,
+            static_smem_bytes,
+            dynamic_smem_bytes: dynamic_smem,
+            max_threads_per_block,
+            threads,
+            blocks_per_sm,
+            max_threads_per_sm: self.max_threads_per_sm,
+            spill_stores: info.spill_stores,
+            spill_loads: info.spill_loads,
+        })
+    }
+
+    /// Records that `loaded` is the variant of `kernel` that runs now.
+    fn note_run(&self, kernel: &Kernel, loaded: &Loaded) {
+        let mut last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
+        if last
+            .get(&kernel.name)
+            .is_some_and(|r| r.id == loaded.id && r.kernel == *kernel)
+        {
+            return;
+        }
+        last.insert(
+            kernel.name.clone(),
+            LastRun {
+                id: loaded.id,
+                kernel: kernel.clone(),
+                measured: loaded.measured.clone(),
+            },
+        );
     }
 
     /// Runs every program of `grid` of `kernel` on `args` (Tile IR parameter
