@@ -12,6 +12,7 @@ use tessera::backend::resources::Resources;
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
 use tessera::db::kernel_resources;
 use tessera::diag::Diagnostic;
+use tessera::exec::cuda::{cache_row, measured_row};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
 use tessera::target::Arch;
@@ -170,8 +171,13 @@ pub fn run(
         }
         ":device" => match words.get(1) {
             None => {
-                match session.gpu_info() {
-                    Some(info) => writeln!(out, "{info}"),
+                match session.gpu() {
+                    Some(gpu) => writeln!(
+                        out,
+                        "{}\n{}",
+                        gpu.info(),
+                        cache_row(gpu.cache_dir(), gpu.cache_stats())
+                    ),
                     None => writeln!(out, "{}", session.device().name()),
                 }
                 .ok();
@@ -552,6 +558,20 @@ fn resources(
                 |spec| match kernel_resources(db, item, offset, db.options(), &spec) {
                     Ok((r, diags)) => {
                         let _ = writeln!(out, "{}", resources_row(&r));
+                        // The driver's numbers, for the variant that ran here
+                        // (not for one `-D` or another arch asks about).
+                        if let (Some(gpu), true, 2) =
+                            (session.gpu(), defines.is_empty(), words.len())
+                        {
+                            if let Some(m) =
+                                tessera::db::tile_ir(db, item, db.options(), spec.clone())
+                                    .as_ref()
+                                    .ok()
+                                    .and_then(|k| gpu.measured(k))
+                            {
+                                let _ = writeln!(out, "{}", measured_row(gpu.info(), &m));
+                            }
+                        }
                         // W0003/W0004 about the kernel: their text, without spans into the session source.
                         for d in diags {
                             let _ =

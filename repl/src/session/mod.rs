@@ -179,6 +179,14 @@ impl Session {
     }
 
     /// The GPU the session runs on, if it runs on one.
+    pub fn gpu(&self) -> Option<&Gpu> {
+        match &self.exec_device {
+            tessera::exec::Device::Cuda(g) => Some(g),
+            tessera::exec::Device::Cpu => None,
+        }
+    }
+
+    /// The GPU the session runs on, if it runs on one.
     pub fn gpu_info(&self) -> Option<&GpuInfo> {
         match &self.exec_device {
             tessera::exec::Device::Cuda(g) => Some(g.info()),

@@ -148,6 +148,20 @@ pub fn measured_row(gpu: &GpuInfo, m: &Measured) -> String {
     )
 }
 
+/// `kernel cache: ~/.cache/tessera/kernels: 2 compiled, 1 from disk, 40 reused`:
+/// where compiled kernels are kept and how the launches so far got theirs
+/// (`:device` prints it on a GPU).
+pub fn cache_row(dir: Option<&Path>, stats: CacheStats) -> String {
+    let place = match dir {
+        Some(d) => d.display().to_string(),
+        None => "in memory only (no cache folder; set TESSERA_CACHE_DIR)".to_string(),
+    };
+    format!(
+        "kernel cache: {place}: {} compiled, {} from disk, {} reused",
+        stats.compiles, stats.disk_hits, stats.memory_hits
+    )
+}
+
 /// The variant of a kernel that last ran.
 struct LastRun {
     /// Which loaded module (`Loaded::id`).

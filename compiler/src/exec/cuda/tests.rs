@@ -237,3 +237,80 @@ fn the_measured_row() {
     m.max_threads_per_sm = 0;
     assert_eq!(m.occupancy(), 0.0);
 }
+
+#[test]
+fn the_cache_row() {
+    let stats = CacheStats {
+        memory_hits: 40,
+        disk_hits: 1,
+        compiles: 2,
+    };
+    assert_eq!(
+        cache_row(Some(Path::new("/home/u/.cache/tessera/kernels")), stats),
+        "kernel cache: /home/u/.cache/tessera/kernels: 2 compiled, 1 from disk, 40 reused"
+    );
+    assert_eq!(
+        cache_row(None, CacheStats::default()),
+        "kernel cache: in memory only (no cache folder; set TESSERA_CACHE_DIR): 0 compiled, \
+         0 from disk, 0 reused"
+    );
+}
+
+/// `:resources` finds the measurements of the variant that ran by its Tile
+/// IR, rebuilt from the launch's specialization: the kernel a launch runs and
+/// the one `db::tile_ir` gives for its `compiled_specialization` are equal,
+/// for run-time dims, consts (given and defaulted) and a dim the kernel needs
+/// specialised (`D`, which the launch learns from the tensors).
+#[test]
+fn the_kernel_that_ran_is_found_again_from_its_specialization() {
+    use crate::db::Database;
+    use crate::exec::{compiled_specialization, launch_specialization, Tensor, Value};
+    let mut db = Database::new();
+    let src = [
+        include_str!("../../../../examples/vadd.tsr"),
+        include_str!("../../../../examples/flash_attn.tsr"),
+    ]
+    .join("\n");
+    let file = db.set_source("/cuda_tests.tsr", src);
+    let bf = |shape: &[usize]| Value::Tensor(Tensor::zeros(shape, DType::BF16));
+    let f32s = |n: usize| Value::Tensor(Tensor::zeros(&[n], DType::F32));
+    let cases: Vec<(&str, Vec<Value>)> = vec![
+        ("vadd", vec![f32s(100), f32s(100), f32s(100)]),
+        (
+            "flash_attn",
+            vec![
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                Value::Float(0.125),
+            ],
+        ),
+        (
+            "flash_attn",
+            vec![
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                Value::Float(0.5),
+                Value::Bool(true),
+                Value::Int(64),
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let (ran, _, _) = crate::exec::launch::prepared(&db, file, name, &args);
+        let launch = launch_specialization(&db, file, name, &args, &[]).unwrap();
+        let spec = compiled_specialization(&db, file, name, &launch).unwrap();
+        let item = crate::db::file_kernels(&db, file)
+            .into_iter()
+            .find(|k| k.0 == name)
+            .unwrap()
+            .1;
+        let again = crate::db::tile_ir(&db, item, db.options(), spec)
+            .clone()
+            .unwrap();
+        assert_eq!(*again, *ran, "{name}");
+    }
+}
