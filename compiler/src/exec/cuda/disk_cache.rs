@@ -25,7 +25,9 @@ const MAGIC: &str = "tessera-kernel-cache 1";
 /// user's cache folder's `tessera/kernels` (`$XDG_CACHE_HOME`, else
 /// `~/.cache`, on Linux). `None` when there is no home to put it in.
 pub fn default_dir() -> Option<PathBuf> {
-    dir_from(std::env::var_os("TESSERA_CACHE_DIR"), dirs::cache_dir())
+    let dir = dir_from(std::env::var_os("TESSERA_CACHE_DIR"), dirs::cache_dir())?;
+    // A relative `TESSERA_CACHE_DIR` is the working folder's, shown whole.
+    Some(std::path::absolute(&dir).unwrap_or(dir))
 }
 
 /// [`default_dir`] given the variable's value and the user's cache folder.

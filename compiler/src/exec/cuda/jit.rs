@@ -286,6 +286,24 @@ ptxas info    : Compile time = 685.988 ms
         assert_eq!(parse_info_log("", "k"), JitInfo::default());
     }
 
+    /// nvJitLink's info log as quoted in NVIDIA/cuda-python issue 950
+    /// (`ptxas         .` continuation lines, no "Used" line).
+    #[test]
+    fn reads_nvjitlinks_log() {
+        let log = "ptxas info    : 0 bytes gmem\nptxas info    : Function properties for add\n\
+                   ptxas         .     24 bytes stack frame, 16 bytes spill stores, 16 bytes spill loads\n\
+                   ptxas info    : Compile time = 2.002 ms\ninfo    : 16 bytes gmem\n";
+        assert_eq!(
+            parse_info_log(log, "add"),
+            JitInfo {
+                regs: None,
+                spill_stores: Some(16),
+                spill_loads: Some(16),
+                stack_bytes: Some(24),
+            }
+        );
+    }
+
     #[test]
     fn log_text_stops_at_the_nul() {
         let mut buffer = b"ptxas error : bad\n".to_vec();

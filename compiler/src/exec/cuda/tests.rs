@@ -147,7 +147,8 @@ fn measured_resources_of_the_variant_that_ran() {
     assert_eq!(m.threads, 128, "vadd has num_warps=4");
     assert!(m.blocks_per_sm > 0, "{m:?}");
     assert!(m.occupancy() > 0.0 && m.occupancy() <= 1.0, "{m:?}");
-    assert_eq!(m.spill_stores, Some(0), "{m:?}");
+    // No report when the driver's own JIT cache served the compile.
+    assert!(matches!(m.spill_stores, None | Some(0)), "{m:?}");
     eprintln!("{}", measured_row(gpu.info(), &m));
     // The same numbers from the cubin on disk, in a fresh memory cache.
     let again = Gpu::open(0)
