@@ -42,8 +42,8 @@ pub fn dir_from(
     Some(root.join("kernels"))
 }
 
-/// What a cubin depends on, hashed: the PTX, the arch it was compiled for,
-/// the driver whose JIT compiled it and the Tessera version that wrote the
+/// What a cubin depends on, hashed: the PTX, the arch it was compiled for
+/// (with the GPU's own compute capability), the driver whose JIT compiled it and the Tessera version that wrote the
 /// entry (SHA3-256: stable across Rust releases, unlike std's hasher).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Key([u8; 32]);

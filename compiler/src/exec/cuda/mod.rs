@@ -479,11 +479,15 @@ impl Gpu {
         entry: &str,
         ptx: &str,
     ) -> Result<(Arc<CudaModule>, jit::JitInfo), ExecError> {
-        let key = disk_cache::Key::new(ptx, self.info.arch.name(), self.driver_version);
+        // The device's own compute capability beside the arch: a GPU newer
+        // than the arch compiles the same PTX to its own machine code.
+        let (major, minor) = self.info.compute_capability;
+        let target = format!("{} on sm_{major}{minor}", self.info.arch);
+        let key = disk_cache::Key::new(ptx, &target, self.driver_version);
         if let Some(dir) = &self.cache_dir {
             if let Some(cached) = disk_cache::load(dir, &key) {
-                // A cubin the driver refuses (damaged, yet with the right
-                // digest) is compiled again and replaced, as a missing one.
+                // A cubin the driver refuses (damaged in a way the digest
+                // misses) is compiled again and replaced, as a missing one.
                 if let Ok(module) = self.ctx.load_module(Ptx::from_binary(cached.cubin)) {
                     self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok((module, cached.info));
