@@ -47,7 +47,7 @@ use crate::ir::tile::{Dim, Kernel, ParamKind};
 use crate::target::Arch;
 
 /// The kernels the driver compiled for this device, by their PTX.
-type Modules = HashMap<String, Loaded>;
+type Modules = HashMap<String, Arc<Loaded>>;
 
 /// One NVIDIA GPU with a context and a stream of its own.
 pub struct Gpu {
@@ -55,6 +55,8 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
+    /// The loaded module of each kernel launched so far.
+    known: Mutex<Known>,
     /// The measured resources of each kernel's variant that last ran, by
     /// the kernel's name.
     last_run: Mutex<HashMap<String, LastRun>>,
@@ -169,6 +171,33 @@ struct LastRun {
     /// Its Tile IR, to tell a redefined kernel of the same name.
     kernel: Kernel,
     measured: Option<Measured>,
+}
+
+/// The loaded modules of the Tile IR kernels launched so far, by name. PTX
+/// is a pure function of the kernel and the arch, so a relaunch finds its
+/// module by comparing kernels (microseconds) instead of lowering, printing
+/// and hashing the kernel's PTX again (about a millisecond for flash
+/// attention).
+#[derive(Default)]
+struct Known(HashMap<String, Vec<(Kernel, Arc<Loaded>)>>);
+
+impl Known {
+    fn get(&self, kernel: &Kernel) -> Option<&Arc<Loaded>> {
+        self.0
+            .get(&kernel.name)?
+            .iter()
+            .find(|(k, _)| k == kernel)
+            .map(|(_, l)| l)
+    }
+
+    fn insert(&mut self, kernel: &Kernel, loaded: &Arc<Loaded>) {
+        if self.get(kernel).is_none() {
+            self.0
+                .entry(kernel.name.clone())
+                .or_default()
+                .push((kernel.clone(), loaded.clone()));
+        }
+    }
 }
 
 /// What the session shows of a GPU.
@@ -359,6 +388,7 @@ impl Gpu {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            known: Mutex::new(Known::default()),
             last_run: Mutex::new(HashMap::new()),
             cache_dir: disk_cache::default_dir(),
             driver_version,
@@ -412,6 +442,16 @@ impl Gpu {
         &self,
         kernel: &Kernel,
     ) -> Result<(CudaFunction, Vec<TargetParam>, u32, u32), ExecError> {
+        // A kernel launched before: its module without lowering it again.
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kernel)
+            .cloned();
+        if let Some(l) = known {
+            return Ok(self.hit(kernel, &l));
+        }
         let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
             ExecError::new(
                 "E0709",
@@ -431,9 +471,8 @@ impl Gpu {
         );
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
-            self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
-            self.note_run(kernel, l);
-            return Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes));
+            self.remember(kernel, l);
+            return Ok(self.hit(kernel, l));
         }
         let (module, info) = self.module(&kernel.name, &target.name, &ptx)?;
         let func = module
@@ -456,18 +495,36 @@ impl Gpu {
             0
         };
         let measured = self.measure(&func, &kernel.name, target.num_threads, dynamic_smem, &info);
-        let entry = Loaded {
+        let entry = Arc::new(Loaded {
             func: func.clone(),
             params: target.params.clone(),
             threads: target.num_threads,
             smem_bytes,
             id: modules.len() as u64,
             measured,
-        };
+        });
         self.note_run(kernel, &entry);
         let out = (func, entry.params.clone(), entry.threads, smem_bytes);
+        self.remember(kernel, &entry);
         modules.insert(ptx, entry);
         Ok(out)
+    }
+
+    /// A launch of `kernel` whose module `l` is loaded already.
+    fn hit(&self, kernel: &Kernel, l: &Loaded) -> (CudaFunction, Vec<TargetParam>, u32, u32) {
+        self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+        self.note_run(kernel, l);
+        (l.func.clone(), l.params.clone(), l.threads, l.smem_bytes)
+    }
+
+    /// Notes that `kernel`'s module is `loaded`. The lock on `known` is
+    /// taken last and alone (never held while another is taken), so it
+    /// cannot deadlock with `modules` or `last_run`.
+    fn remember(&self, kernel: &Kernel, loaded: &Arc<Loaded>) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(kernel, loaded);
     }
 
     /// The module of `ptx` (whose kernel is `entry`) loaded from the disk

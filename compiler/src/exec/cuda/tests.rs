@@ -315,3 +315,64 @@ fn the_kernel_that_ran_is_found_again_from_its_specialization() {
         assert_eq!(*again, *ran, "{name}");
     }
 }
+
+/// `add_one` with const `BLOCK = block` on 10 elements, prepared for a launch.
+fn add_one(block: i64) -> crate::exec::launch::Prepared {
+    use crate::db::Database;
+    use crate::exec::{Tensor, Value};
+    let mut db = Database::new();
+    let file = db.set_source(
+        "/cuda_tests.tsr",
+        "@kernel(grid=(cdiv(N, BLOCK),))\n\
+         def add_one(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], BLOCK: const = 4):\n    \
+         i = program_id(0) * BLOCK\n    \
+         store(y[i : i + BLOCK], load(x[i : i + BLOCK]) + 1.0)\n"
+            .into(),
+    );
+    let args = [
+        Value::Tensor(Tensor::zeros(&[10], DType::F32)),
+        Value::Tensor(Tensor::zeros(&[10], DType::F32)),
+        Value::Int(block),
+    ];
+    crate::exec::launch::prepared(&db, file, "add_one", &args)
+}
+
+/// A relaunched kernel's module is found by the kernel; another
+/// specialisation of the same kernel is not it.
+#[test]
+fn a_known_kernel_is_found_by_the_kernel() {
+    // Both variants lower on the CPU (what the GPU part relies on).
+    let (four, eight) = (add_one(4), add_one(8));
+    assert_ne!(four.0, eight.0);
+    for k in [&four.0, &eight.0] {
+        assert!(crate::ir::target::lower(k, Arch::Sm80).is_ok());
+    }
+    let Some(gpu) = gpu_or_skip("a_known_kernel_is_found_by_the_kernel") else {
+        return;
+    };
+    let gpu = gpu.with_cache_dir(None);
+    let (k, args, grid) = four;
+    assert!(gpu.known.lock().unwrap().get(&k).is_none());
+    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    let first = gpu.known.lock().unwrap().get(&k).cloned().unwrap();
+    let (other, other_args, other_grid) = eight;
+    assert!(gpu.known.lock().unwrap().get(&other).is_none());
+    gpu.launch(&other, &other_args, other_grid, &Interrupt::new())
+        .unwrap();
+    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    let known = gpu.known.lock().unwrap();
+    assert!(Arc::ptr_eq(known.get(&k).unwrap(), &first));
+    assert!(!Arc::ptr_eq(known.get(&other).unwrap(), &first));
+    assert!(Arc::ptr_eq(known.get(&(*k).clone()).unwrap(), &first));
+    assert_eq!(
+        gpu.cache_stats(),
+        CacheStats {
+            memory_hits: 1,
+            disk_hits: 0,
+            compiles: 2
+        }
+    );
+    // The variant that ran last is the one measured.
+    assert!(gpu.measured(&k).is_some());
+    assert_eq!(gpu.measured(&other), None);
+}
