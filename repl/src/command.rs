@@ -171,14 +171,23 @@ pub fn run(
         }
         ":device" => match words.get(1) {
             None => {
-                match session.gpu() {
-                    Some(gpu) => writeln!(
-                        out,
-                        "{}\n{}",
-                        gpu.info(),
-                        cache_row(gpu.cache_dir(), gpu.cache_stats())
-                    ),
-                    None => writeln!(out, "{}", session.device().name()),
+                match (session.gpu_info(), session.gpu()) {
+                    (Some(info), Some(gpu)) => {
+                        let m = gpu.memory_stats();
+                        writeln!(
+                            out,
+                            "{info}\nmemory: {} in use by tensors (peak {}), {} cached for reuse; {} blocks from the driver, {} reused",
+                            mib(m.bytes_in_use),
+                            mib(m.peak_bytes_in_use),
+                            mib(m.bytes_cached),
+                            m.driver_allocs,
+                            m.reuses
+                        )
+                        .and_then(|()| {
+                            writeln!(out, "{}", cache_row(gpu.cache_dir(), gpu.cache_stats()))
+                        })
+                    }
+                    _ => writeln!(out, "{}", session.device().name()),
                 }
                 .ok();
                 Ok(Next::Continue)
@@ -332,7 +341,11 @@ fn command_spec(
     if defines.is_empty() {
         return Ok(match session.last_launch(name) {
             // Specialised on nothing: the same as without a launch.
-            Some(spec) if spec.values.is_empty() && spec.floats.is_empty() => spec,
+            Some(spec)
+                if spec.values.is_empty() && spec.floats.is_empty() && spec.divisors.is_empty() =>
+            {
+                spec
+            }
             Some(spec) => {
                 let mut shown: Vec<String> = spec
                     .values
@@ -344,6 +357,8 @@ fn command_spec(
                         .iter()
                         .map(|(k, v)| format!("{k}={}", f64::from_bits(*v))),
                 );
+                // The run-time facts the variant assumes (`-D S%16`).
+                shown.extend(spec.divisors.iter().map(|(k, d)| format!("{k}%{d}")));
                 let _ = writeln!(
                     err,
                     "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
@@ -560,9 +575,8 @@ fn resources(
                         let _ = writeln!(out, "{}", resources_row(&r));
                         // The driver's numbers, for the variant that ran here
                         // (not for one `-D` or another arch asks about).
-                        if let (Some(gpu), true, 2) =
-                            (session.gpu(), defines.is_empty(), words.len())
-                        {
+                        let on_gpu = session.gpu().filter(|_| session.gpu_info().is_some());
+                        if let (Some(gpu), true, 2) = (on_gpu, defines.is_empty(), words.len()) {
                             if let Some(m) =
                                 tessera::db::tile_ir(db, item, db.options(), spec.clone())
                                     .as_ref()
@@ -615,6 +629,11 @@ pub fn resources_row(r: &Resources) -> String {
     )
 }
 
+/// Bytes in MiB with one decimal (`12.5 MiB`).
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
 fn format_percent(p: f64) -> String {
     if (p - p.round()).abs() < 0.05 {
         format!("{}", p.round() as i64)
@@ -632,21 +651,43 @@ fn time(
 ) -> Result<Next, Diagnostic> {
     // At least 3 runs, more while the total stays under about a second (at most 50).
     let mut times = Vec::new();
+    // On a GPU: each run's summed kernel time, measured there (and how many
+    // launches a run made).
+    let mut on_gpu = Vec::new();
+    let mut launches = 0;
     let started = Instant::now();
     let mut sink = Vec::new();
     while times.len() < 3 || (started.elapsed().as_secs_f64() < 1.0 && times.len() < 50) {
+        let gpu = session
+            .gpu()
+            .filter(|_| session.gpu_info().is_some())
+            .cloned();
+        let before = gpu.as_ref().map(|g| (g.kernel_time(), g.launches()));
         let t0 = Instant::now();
         sink.clear();
         if !session.execute_quiet(stmt, at, &mut sink, err) {
             return Ok(Next::Continue);
         }
         times.push(t0.elapsed().as_secs_f64());
+        if let (Some(g), Some((k0, n0))) = (gpu, before) {
+            on_gpu.push((g.kernel_time() - k0).as_secs_f64());
+            launches = g.launches() - n0;
+        }
     }
     times.sort_by(|a, b| a.total_cmp(b));
+    on_gpu.sort_by(|a, b| a.total_cmp(b));
     let median = times[times.len() / 2];
+    let gpu_part = match on_gpu.get(on_gpu.len() / 2) {
+        Some(g) if launches > 0 => format!(
+            "; on the GPU: median {} in {launches} launch{}",
+            format_seconds(*g),
+            if launches == 1 { "" } else { "es" }
+        ),
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "median {} over {} runs",
+        "median {} over {} runs{gpu_part}",
         format_seconds(median),
         times.len()
     );

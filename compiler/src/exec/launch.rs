@@ -44,6 +44,62 @@ pub fn launch_kernel(
 pub struct LaunchSpec {
     pub consts: Specialization,
     pub dims: BTreeMap<String, i64>,
+    /// The integer scalar arguments (not const), for [`run_time_facts`].
+    pub scalars: BTreeMap<String, i64>,
+}
+
+/// The largest run-time divisor a launch assumes (`-D K%16`): 16 elements
+/// are 32 bytes of f16, past any vector access's alignment need.
+pub const MAX_ASSUMED_DIVISOR: u64 = 16;
+
+/// What a launch's run-time values tell the compiler, as Triton specialises
+/// its launches: every run-time dim and integer scalar is assumed divisible
+/// by the largest power of two (up to [`MAX_ASSUMED_DIVISOR`]) that divides
+/// it, and a dim that is 1 is fixed to 1. The compiled variant relies on
+/// them (vector accesses, no per-element bounds checks where a whole tile is
+/// in bounds), so they are part of its key; a later launch with other
+/// values gets its own variant. Tensor base pointers need no fact: every
+/// tensor is a whole allocation (256-byte aligned on a GPU).
+pub fn run_time_facts(
+    dims: &BTreeMap<String, i64>,
+    scalars: &BTreeMap<String, i64>,
+    spec: &mut Specialization,
+) {
+    let divisor = |v: i64| -> u64 {
+        if v == 0 {
+            MAX_ASSUMED_DIVISOR
+        } else {
+            (1u64 << v.unsigned_abs().trailing_zeros().min(63)).min(MAX_ASSUMED_DIVISOR)
+        }
+    };
+    for (name, &v) in dims {
+        if spec.values.contains_key(name) {
+            continue;
+        }
+        if v == 1 {
+            spec.values.insert(name.clone(), 1);
+        } else if divisor(v) > 1 {
+            spec.divisors.insert(name.clone(), divisor(v));
+        }
+    }
+    for (name, &v) in scalars {
+        if !dims.contains_key(name) && divisor(v) > 1 {
+            spec.divisors.insert(name.clone(), divisor(v));
+        }
+    }
+}
+
+/// The non-const integer scalar arguments of a launch.
+fn int_scalars(sig: &check::FnSig, values: &[(String, Value)]) -> BTreeMap<String, i64> {
+    sig.params
+        .iter()
+        .zip(values)
+        .filter(|(p, _)| !p.is_const && p.ty.dtype().is_some_and(|d| d.is_int()))
+        .filter_map(|(p, (_, v))| match v {
+            Value::Int(i) => Some((p.name.clone(), *i)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The [`LaunchSpec`] of a launch of `kernel` with these arguments (what the
@@ -76,12 +132,18 @@ pub fn launch_specialization(
             }
         }
     }
-    Ok(LaunchSpec { consts: spec, dims })
+    let scalars = int_scalars(&sig, &values);
+    Ok(LaunchSpec {
+        consts: spec,
+        dims,
+        scalars,
+    })
 }
 
 /// The specialization a launch with `launch` compiled `kernel` for, as the
-/// launch itself picks it: the const parameters and only the dims its tile
-/// shapes need (`flash_attn` gets `D`, and keeps `S`, `B`, `H` run-time values).
+/// launch itself picks it: the const parameters, only the dims its tile
+/// shapes need (`flash_attn` gets `D`, and keeps `S`, `B`, `H` run-time
+/// values), and the [`run_time_facts`] of the rest.
 pub fn compiled_specialization(
     db: &Database,
     file: SourceFile,
@@ -95,11 +157,13 @@ pub fn compiled_specialization(
             "`{kernel}` is not a `@kernel`: call it instead of launching it"
         )));
     };
-    let k = specialise(db, kfile, item, f, launch.consts.clone(), &launch.dims)?;
+    let mut spec = launch.consts.clone();
+    run_time_facts(&launch.dims, &launch.scalars, &mut spec);
+    let k = specialise(db, kfile, item, f, spec, &launch.dims)?;
     Ok(Specialization {
         values: k.specialization.iter().cloned().collect(),
+        divisors: k.divisibility.iter().cloned().collect(),
         floats: launch.consts.floats.clone(),
-        ..Default::default()
     })
 }
 
@@ -459,6 +523,7 @@ fn prepare(
             lookup.insert(p.name.clone(), c);
         }
     }
+    run_time_facts(&dims, &int_scalars(&sig, values), &mut spec);
     let kernel = specialise(db, kfile, item, f, spec, &dims)?;
     let grid = match grid {
         Some(g) => g,
@@ -551,8 +616,8 @@ fn specialise(
                 .map_err(|d| compile_error(&d))?;
             let full = Specialization {
                 values: k.specialization.iter().cloned().collect(),
+                divisors: k.divisibility.iter().cloned().collect(),
                 floats: spec.floats.clone(),
-                ..Default::default()
             };
             db::tile_ir(db, item, opts, full)
                 .clone()

@@ -12,7 +12,7 @@ use std::cell::UnsafeCell;
 use std::collections::TryReserveError;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use half::{bf16, f16};
 
@@ -40,30 +40,110 @@ pub(crate) enum Data {
 /// Tensor memory shared by every alias of a tensor. `UnsafeCell` because
 /// kernel launches write it from several threads through raw pointers; the
 /// data-race policy is the GPU's (see the module docs).
-pub(crate) struct Storage(UnsafeCell<Data>);
+///
+/// The elements may also have a copy in a GPU's memory (a [`Mirror`]): GPU
+/// launches use and write that copy, and the host's is brought up to date
+/// only when the host reads it ([`Storage::data`]: printing, saving,
+/// comparing, host arithmetic), so that tensors stay on the GPU between
+/// launches.
+pub(crate) struct Storage {
+    host: UnsafeCell<Data>,
+    mirror: Mutex<Option<Mirror>>,
+}
 
 // SAFETY: concurrent access happens only inside a launch, through raw pointers
 // into the vector's buffer (never reallocated while shared); element races are
-// the program's, as on the device.
+// the program's, as on the device. The mirror is behind a mutex.
 unsafe impl Sync for Storage {}
 // SAFETY: the data is owned (no thread-bound state); as for `Sync`.
 unsafe impl Send for Storage {}
 
+/// A storage's elements in a GPU's memory (implemented by `exec::cuda`).
+pub(crate) trait DeviceBuffer: Send + Sync {
+    /// Copies the device's bytes into `host` (exactly the buffer's length).
+    fn read(&self, host: &mut [u8]) -> Result<(), ExecError>;
+    /// Copies `host` (exactly the buffer's length) into the device's bytes.
+    fn write(&self, host: &[u8]) -> Result<(), ExecError>;
+    /// The device address of the first byte.
+    fn address(&self) -> u64;
+    /// Which GPU context holds it (a context made after a sticky error has
+    /// a new one).
+    fn owner(&self) -> u64;
+}
+
+/// Which copies of a mirrored storage hold its current elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Current {
+    Host,
+    Device,
+    Both,
+}
+
+/// A storage's device copy and which side is current.
+struct Mirror {
+    buf: Box<dyn DeviceBuffer>,
+    current: Current,
+}
+
 impl Storage {
     pub(crate) fn new(d: Data) -> Arc<Storage> {
-        Arc::new(Storage(UnsafeCell::new(d)))
+        Arc::new(Storage {
+            host: UnsafeCell::new(d),
+            mirror: Mutex::new(None),
+        })
     }
 
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Option<Mirror>> {
+        self.mirror.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The host's elements, brought up to date from the device first.
     pub(crate) fn data(&self) -> &Data {
+        self.sync_host();
         // SAFETY: see the module docs: no writer runs concurrently with a reader
         // outside a launch.
-        unsafe { &*self.0.get() }
+        unsafe { &*self.host.get() }
     }
 
-    /// The base pointer of the elements, for launches.
-    pub(crate) fn ptr(&self) -> *mut u8 {
+    /// The host's bytes (for copies to and from a device).
+    ///
+    /// # Safety
+    /// No other reference to the host elements may be used while the slice
+    /// lives (launches run one at a time; the host copy is only touched by
+    /// the session's thread outside them).
+    #[allow(clippy::mut_from_ref)] // the caller's contract above
+    unsafe fn host_bytes(&self) -> &mut [u8] {
+        // SAFETY: the vector's buffer holds `len` elements of `elem_bytes`
+        // each; exclusivity is the caller's contract.
+        unsafe {
+            let d = &*self.host.get();
+            let len = d.len() * d.elem_bytes();
+            std::slice::from_raw_parts_mut(self.host_ptr_unsynced(), len)
+        }
+    }
+
+    /// Copies the device's elements to the host when only the device has
+    /// them. A copy that fails (the GPU's context died: a sticky error)
+    /// leaves the host's older elements and forgets the device copy; the
+    /// session tells the user which tensors were lost (see
+    /// [`Storage::forget_device`]).
+    fn sync_host(&self) {
+        let mut m = self.mirror();
+        if let Some(mirror) = m.as_mut() {
+            if mirror.current == Current::Device {
+                // SAFETY: the mirror's lock is held and no launch runs.
+                let host = unsafe { self.host_bytes() };
+                match mirror.buf.read(host) {
+                    Ok(()) => mirror.current = Current::Both,
+                    Err(_) => *m = None,
+                }
+            }
+        }
+    }
+
+    fn host_ptr_unsynced(&self) -> *mut u8 {
         // SAFETY: only the buffer pointer is taken; the vector is not resized.
-        let d = unsafe { &mut *self.0.get() };
+        let d = unsafe { &mut *self.host.get() };
         match d {
             Data::F64(v) => v.as_mut_ptr() as *mut u8,
             Data::F32(v) => v.as_mut_ptr() as *mut u8,
@@ -75,6 +155,85 @@ impl Storage {
             Data::I8(v) => v.as_mut_ptr() as *mut u8,
             Data::U32(v) => v.as_mut_ptr() as *mut u8,
             Data::U8(v) => v.as_mut_ptr(),
+        }
+    }
+
+    /// The base pointer of the host's elements (up to date), for CPU
+    /// launches; a launch that writes them calls [`Storage::host_written`].
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.sync_host();
+        self.host_ptr_unsynced()
+    }
+
+    /// The host's elements were written: a device copy is stale.
+    pub(crate) fn host_written(&self) {
+        if let Some(m) = self.mirror().as_mut() {
+            m.current = Current::Host;
+        }
+    }
+
+    /// The device address of the elements on the GPU context `owner`, up to
+    /// date: the existing copy there, or one `alloc` makes (then the host's
+    /// elements are copied in). A copy on another context is brought back
+    /// to the host first.
+    pub(crate) fn device_address(
+        &self,
+        owner: u64,
+        alloc: impl FnOnce(usize) -> Result<Box<dyn DeviceBuffer>, ExecError>,
+    ) -> Result<u64, ExecError> {
+        let mut m = self.mirror();
+        if m.as_ref().is_some_and(|x| x.buf.owner() != owner) {
+            drop(m);
+            self.sync_host();
+            m = self.mirror();
+            *m = None;
+        }
+        // SAFETY: the mirror's lock is held and no launch runs.
+        let host = unsafe { self.host_bytes() };
+        let mirror = match m.as_mut() {
+            Some(x) => x,
+            None => m.insert(Mirror {
+                buf: alloc(host.len())?,
+                current: Current::Host,
+            }),
+        };
+        if mirror.current == Current::Host {
+            mirror.buf.write(host)?;
+            mirror.current = Current::Both;
+        }
+        Ok(mirror.buf.address())
+    }
+
+    /// A GPU launch wrote the device copy: the host's is stale.
+    pub(crate) fn device_written(&self) {
+        if let Some(m) = self.mirror().as_mut() {
+            m.current = Current::Device;
+        }
+    }
+
+    /// The GPU context holding a copy of the elements, if any.
+    pub(crate) fn device_owner(&self) -> Option<u64> {
+        self.mirror().as_ref().map(|m| m.buf.owner())
+    }
+
+    /// Brings the elements to the host and frees the device copy.
+    pub(crate) fn to_host(&self) {
+        self.sync_host();
+        *self.mirror() = None;
+    }
+
+    /// Drops the device copy on context `owner` without reading it (the
+    /// context died); true when it held the only current elements, which
+    /// are then lost.
+    pub(crate) fn forget_device(&self, owner: u64) -> bool {
+        let mut m = self.mirror();
+        match m.as_ref() {
+            Some(x) if x.buf.owner() == owner => {
+                let lost = x.current == Current::Device;
+                *m = None;
+                lost
+            }
+            _ => false,
         }
     }
 }
@@ -640,10 +799,21 @@ impl Tensor {
         self.dtype
     }
 
-    /// The bytes of the elements in storage (`numel` times the element
-    /// size: f8 and bool take one byte).
-    pub(crate) fn byte_len(&self) -> usize {
-        self.storage.data().len() * self.storage.data().elem_bytes()
+    /// The GPU context that holds a copy of the elements, if one does.
+    pub fn device_owner(&self) -> Option<u64> {
+        self.storage.device_owner()
+    }
+
+    /// Brings the elements to the host and frees their GPU copy (every
+    /// alias moves with it).
+    pub fn to_host(&self) {
+        self.storage.to_host()
+    }
+
+    /// Drops the copy on GPU context `owner` without reading it (the context
+    /// died); true when only that copy held the current elements.
+    pub fn forget_device(&self, owner: u64) -> bool {
+        self.storage.forget_device(owner)
     }
 
     pub fn numel(&self) -> usize {
@@ -693,10 +863,13 @@ impl Tensor {
         if self.same_storage(src) {
             return Ok(());
         }
+        let from = src.storage.data();
+        // Synced first: an interrupted copy leaves the rest as it was.
+        self.storage.sync_host();
+        self.storage.host_written();
         // SAFETY: no launch is running (see the module docs); the vector keeps
         // its length, so pointers taken for later launches stay valid.
-        let dst = unsafe { &mut *self.storage.0.get() };
-        let from = src.storage.data();
+        let dst = unsafe { &mut *self.storage.host.get() };
         interrupt.chunks(from.len(), |r| dst.copy_range(from, r))
     }
 
@@ -827,10 +1000,11 @@ impl Tensor {
         if Arc::get_mut(&mut self.storage).is_none() {
             self.storage = self.try_deep_clone(interrupt)?.storage;
         }
-        let data = Arc::get_mut(&mut self.storage)
-            .expect("storage was just made unique")
-            .0
-            .get_mut();
+        let storage = Arc::get_mut(&mut self.storage).expect("storage was just made unique");
+        // Part of the elements change: the rest must be current on the host.
+        storage.sync_host();
+        storage.host_written();
+        let data = storage.host.get_mut();
         interrupt.chunks(offsets.len(), |r| {
             for k in r {
                 match &ints {

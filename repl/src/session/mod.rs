@@ -62,6 +62,25 @@ pub fn device_unavailable(error: &tessera::exec::ExecError, span: Span) -> Diagn
     error.to_diagnostic(span)
 }
 
+/// Drops the device copies on context `owner` of the tensors in `v`; true
+/// when one of them was only there (its value is lost).
+fn forget_device(v: &Val, owner: u64) -> bool {
+    match v {
+        Val::Run(r) => forget_value(r, owner),
+        Val::List(items) => items.iter().fold(false, |l, x| forget_device(x, owner) | l),
+        Val::Str(_) | Val::DType(_) => false,
+    }
+}
+
+fn forget_value(v: &tessera::exec::Value, owner: u64) -> bool {
+    use tessera::exec::Value;
+    match v {
+        Value::Tensor(t) => t.forget_device(owner),
+        Value::Tuple(items) => items.iter().fold(false, |l, x| forget_value(x, owner) | l),
+        _ => false,
+    }
+}
+
 /// One top-level definition of the session source.
 #[derive(Clone, Debug)]
 struct Def {
@@ -162,28 +181,84 @@ impl Session {
         self.exec_device = tessera::exec::Device::Cpu;
     }
 
-    /// Runs what follows on GPU 0, opening it the first time: its
-    /// description, or E0721 (no driver, no GPU) with the session unchanged.
-    pub fn use_cuda(&mut self) -> Result<GpuInfo, tessera::exec::ExecError> {
-        let gpu = match &self.gpu {
+    /// GPU 0, opened the first time it is asked for.
+    fn open_gpu(&mut self) -> Result<Arc<Gpu>, tessera::exec::ExecError> {
+        Ok(match &self.gpu {
             Some(g) => g.clone(),
             None => {
                 let g = Arc::new(Gpu::open(0)?);
                 self.gpu = Some(g.clone());
                 g
             }
+        })
+    }
+
+    /// The GPU `x.to("cuda")` moves to (opened if the session runs on the
+    /// CPU); E0721 at `span` without one.
+    pub(crate) fn gpu_for_move(&mut self, span: Span) -> Result<Arc<Gpu>, Diagnostic> {
+        self.open_gpu().map_err(|e| device_unavailable(&e, span))
+    }
+
+    /// The GPU, if one is open.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.gpu.as_ref()
+    }
+
+    /// After an error: when it left the GPU's context unusable (a sticky
+    /// error), makes a fresh context, drops the variables whose values were
+    /// only on the GPU and says which; definitions and other values are kept.
+    fn recover_gpu(&mut self, err: &mut dyn Write) {
+        let Some(old) = self.gpu.clone().filter(|g| g.is_broken()) else {
+            return;
         };
+        let owner = old.owner();
+        let mut lost = Vec::new();
+        for (name, v) in &self.vars {
+            if forget_device(v, owner) {
+                lost.push(format!("`{name}`"));
+            }
+        }
+        for name in &lost {
+            self.vars.remove(name.trim_matches('`'));
+        }
+        let lost_text = if lost.is_empty() {
+            "no variable's value was only on the GPU".to_string()
+        } else {
+            format!(
+                "lost, as their values were only on the GPU: {}",
+                lost.join(", ")
+            )
+        };
+        match old.reopen() {
+            Ok(fresh) => {
+                let fresh = Arc::new(fresh);
+                if matches!(self.exec_device, tessera::exec::Device::Cuda(_)) {
+                    self.exec_device = tessera::exec::Device::Cuda(fresh.clone());
+                }
+                self.gpu = Some(fresh);
+                let _ = writeln!(
+                    err,
+                    "note: the GPU's context was unusable after that error; the session made a fresh one ({lost_text}); definitions are kept"
+                );
+            }
+            Err(e) => {
+                self.gpu = None;
+                self.use_cpu();
+                let _ = writeln!(
+                    err,
+                    "note: the GPU's context was unusable after that error and a fresh one could not be made ({e}); the session runs on the CPU now ({lost_text}); definitions are kept"
+                );
+            }
+        }
+    }
+
+    /// Runs what follows on GPU 0, opening it the first time: its
+    /// description, or E0721 (no driver, no GPU) with the session unchanged.
+    pub fn use_cuda(&mut self) -> Result<GpuInfo, tessera::exec::ExecError> {
+        let gpu = self.open_gpu()?;
         self.device = Device::Cuda;
         self.exec_device = tessera::exec::Device::Cuda(gpu.clone());
         Ok(gpu.info().clone())
-    }
-
-    /// The GPU the session runs on, if it runs on one.
-    pub fn gpu(&self) -> Option<&Gpu> {
-        match &self.exec_device {
-            tessera::exec::Device::Cuda(g) => Some(g),
-            tessera::exec::Device::Cpu => None,
-        }
     }
 
     /// The GPU the session runs on, if it runs on one.
@@ -286,6 +361,7 @@ impl Session {
                 let item_text = &text[range.range()];
                 if let Err(d) = self.run_statement(s, item_text, false, out) {
                     self.render(&[d.shifted(range.start)], err);
+                    self.recover_gpu(err);
                     return false;
                 }
             }
@@ -394,6 +470,7 @@ impl Session {
             };
             if let Err(diags) = result {
                 self.render(&diags, err);
+                self.recover_gpu(err);
                 return false;
             }
         }

@@ -1028,6 +1028,15 @@ impl Checker<'_> {
         };
         let dt = match &a.val.value {
             Some(Value::DType(d)) => *d,
+            // A device (`x.to("cuda")`): where a tensor's elements live, not
+            // its type; the session moves them (elsewhere it is the value).
+            Some(Value::Str(s))
+                if matches!(s.as_str(), "cpu" | "cuda" | "cuda:0")
+                    && matches!(recv, Ty::Tensor { .. })
+                    && !self.in_kernel =>
+            {
+                return Val::of(recv.clone())
+            }
             _ if a.val.ty.is_err() => return Val::err(),
             _ => {
                 let mut d = Diagnostic::new(
@@ -1039,7 +1048,9 @@ impl Checker<'_> {
                     Some(Value::Str(s)) if DType::from_name(s).is_some() => {
                         d.with_help(format!("write the dtype without quotes: `.to({s})`"))
                     }
-                    _ => d.with_help("e.g. `.to(f32)` or `.to(bf16)`"),
+                    _ => d.with_help(
+                        "e.g. `.to(f32)` or `.to(bf16)`; a tensor also moves to a device: `x.to(\"cuda\")`",
+                    ),
                 };
                 self.report(d);
                 return Val::err();

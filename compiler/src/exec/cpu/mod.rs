@@ -230,6 +230,12 @@ fn run_grid_with(
         return Ok(());
     }
     mark_read_only(kernel, &mut params);
+    // A device copy of what this launch writes is stale from here on.
+    for i in kernel.written_params() {
+        if let Some(Arg::Tensor(t)) = args.get(i) {
+            t.storage.host_written();
+        }
+    }
     // At most (2^31 - 1) * 65535 * 65535 < 2^63 after `check_grid`.
     let total = grid[0] * grid[1] * grid[2];
     let params = &params;
@@ -291,18 +297,7 @@ pub(crate) fn check_grid(kernel: &str, grid: [i64; 3]) -> Result<(), ExecError> 
 /// writes: not written through the parameter itself, nor through another
 /// one whose tensor shares its memory.
 fn mark_read_only(kernel: &Kernel, params: &mut [Param]) {
-    fn written(r: &Region, out: &mut Vec<usize>) {
-        for op in &r.ops {
-            if let OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } = &op.kind {
-                out.push(*tensor);
-            }
-            for nested in op.kind.regions() {
-                written(nested, out);
-            }
-        }
-    }
-    let mut w = Vec::new();
-    written(&kernel.body, &mut w);
+    let w = kernel.written_params();
     let span = |m: &Mem| {
         let len: i64 = m.dims.iter().product();
         let start = m.ptr as usize;

@@ -7,9 +7,11 @@
 //! * [`Gpu::launch`] runs a specialised Tile IR kernel: Target IR for the
 //!   device's arch, PTX, a cubin (loaded modules are kept by their PTX; a
 //!   cubin comes from the disk cache, [`disk_cache`], else from the driver's
-//!   JIT, [`jit`], and is stored there), then the tensors are copied to the
-//!   device, the kernel runs, and the tensors are copied back. Arguments that
-//!   share storage get one device buffer, as they share memory on the CPU.
+//!   JIT, [`jit`], and is stored there), then the kernel runs on the tensors'
+//!   device copies. A tensor's elements are copied to the GPU at its first
+//!   launch there and stay; they are copied back only when the host reads
+//!   them (see `exec::tensor::Storage`). Arguments that share storage share
+//!   the device copy, as they share memory on the CPU.
 //! * [`Gpu::measured`] gives the driver's account of the variant of a kernel
 //!   that last ran: registers, local memory, spills and occupancy.
 //!
@@ -17,24 +19,24 @@
 //! Tile IR parameters in order (a tensor is its base pointer; tensors are
 //! contiguous and row-major), then the run-time dims as 32-bit integers.
 //!
-//! Device memory comes from the driver's stream-ordered allocator
-//! (`cuMemAllocAsync` where the device has it), whose pool reuses freed
-//! blocks. Not built yet: tensors that stay on the device between launches
-//! (each launch copies its tensors both ways) and run-time specialisation on
-//! alignment and divisibility.
+//! Device memory comes from a caching allocator (`memory`). Every device
+//! copy is a whole allocation, so tensor base pointers are always 256-byte
+//! aligned (what the kernels' vector accesses assume).
 
 pub mod disk_cache;
 pub mod jit;
+mod memory;
+pub use memory::MemoryStats;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError, LaunchConfig,
     PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
@@ -49,14 +51,33 @@ use crate::target::Arch;
 /// The kernels the driver compiled for this device, by their PTX.
 type Modules = HashMap<String, Arc<Loaded>>;
 
+/// What a launch needs of a loaded kernel: the function, the Target IR
+/// parameters, threads a block and shared memory bytes.
+type Launchable = (CudaFunction, Vec<TargetParam>, u32, u32);
+
+/// Loaded kernels by the address of the Tile IR they came from (with a copy
+/// of it, compared on each hit, as the address may be reused): a launch of
+/// a kernel launched before neither lowers it nor prints its PTX again.
+type Recent = HashMap<usize, (Kernel, Arc<Loaded>)>;
+
+/// Beyond this many kernels, [`Recent`] starts afresh.
+const RECENT_CAP: usize = 256;
+
 /// One NVIDIA GPU with a context and a stream of its own.
 pub struct Gpu {
     info: GpuInfo,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
-    /// The loaded module of each kernel launched so far.
-    known: Mutex<Known>,
+    recent: Mutex<Recent>,
+    pool: Arc<memory::Pool>,
+    /// A sticky error left the context unusable (see [`Gpu::reopen`]).
+    broken: AtomicBool,
+    /// The kernels' summed run time, in nanoseconds (CUDA events around each
+    /// launch): what `:time` shows as the time on the GPU.
+    kernel_ns: AtomicU64,
+    /// How many kernels were launched.
+    launch_count: AtomicU64,
     /// The measured resources of each kernel's variant that last ran, by
     /// the kernel's name.
     last_run: Mutex<HashMap<String, LastRun>>,
@@ -68,6 +89,10 @@ pub struct Gpu {
     max_threads_per_sm: u32,
     counters: Counters,
 }
+
+/// Numbers the contexts made in this process (tensors' device copies name
+/// the one that holds them).
+static CONTEXTS: AtomicU64 = AtomicU64::new(1);
 
 /// How loads of kernels were served, for tests and `:device`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -171,33 +196,6 @@ struct LastRun {
     /// Its Tile IR, to tell a redefined kernel of the same name.
     kernel: Kernel,
     measured: Option<Measured>,
-}
-
-/// The loaded modules of the Tile IR kernels launched so far, by name. PTX
-/// is a pure function of the kernel and the arch, so a relaunch finds its
-/// module by comparing kernels (microseconds) instead of lowering, printing
-/// and hashing the kernel's PTX again (about a millisecond for flash
-/// attention).
-#[derive(Default)]
-struct Known(HashMap<String, Vec<(Kernel, Arc<Loaded>)>>);
-
-impl Known {
-    fn get(&self, kernel: &Kernel) -> Option<&Arc<Loaded>> {
-        self.0
-            .get(&kernel.name)?
-            .iter()
-            .find(|(k, _)| k == kernel)
-            .map(|(_, l)| l)
-    }
-
-    fn insert(&mut self, kernel: &Kernel, loaded: &Arc<Loaded>) {
-        if self.get(kernel).is_none() {
-            self.0
-                .entry(kernel.name.clone())
-                .or_default()
-                .push((kernel.clone(), loaded.clone()));
-        }
-    }
 }
 
 /// What the session shows of a GPU.
@@ -352,7 +350,11 @@ impl Gpu {
                 format!("there is no GPU cuda:{ordinal}: the driver finds {count}")
             }));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error("making a context", e))?;
+        // A context of our own, not the device's primary one: a sticky
+        // error leaves a context unusable until it is destroyed, and a
+        // fresh one can then be made beside it (`reopen`).
+        let ctx = CudaContext::new_non_primary(ordinal, 0)
+            .map_err(|e| driver_error("making a context", e))?;
         let name = ctx.name().map_err(|e| driver_error("naming the GPU", e))?;
         let cc = ctx
             .compute_capability()
@@ -377,6 +379,11 @@ impl Gpu {
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(|e| driver_error("reading the threads an SM holds", e))?
             .max(0) as u32;
+        let pool = memory::Pool::new(
+            ctx.clone(),
+            stream.clone(),
+            CONTEXTS.fetch_add(1, Ordering::Relaxed),
+        );
         Ok(Gpu {
             info: GpuInfo {
                 ordinal,
@@ -388,7 +395,11 @@ impl Gpu {
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
-            known: Mutex::new(Known::default()),
+            recent: Mutex::new(HashMap::new()),
+            pool,
+            broken: AtomicBool::new(false),
+            kernel_ns: AtomicU64::new(0),
+            launch_count: AtomicU64::new(0),
             last_run: Mutex::new(HashMap::new()),
             cache_dir: disk_cache::default_dir(),
             driver_version,
@@ -402,6 +413,61 @@ impl Gpu {
     pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Gpu {
         self.cache_dir = dir;
         self
+    }
+
+    /// The summed run time of every kernel launched so far, measured on the
+    /// GPU (CUDA events around each launch): host work and copies excluded.
+    pub fn kernel_time(&self) -> Duration {
+        Duration::from_nanos(self.kernel_ns.load(Ordering::Relaxed))
+    }
+
+    /// How many kernels were launched so far.
+    pub fn launches(&self) -> u64 {
+        self.launch_count.load(Ordering::Relaxed)
+    }
+
+    /// Which context this is: tensors' device copies name it.
+    pub fn owner(&self) -> u64 {
+        self.pool.owner()
+    }
+
+    /// Whether a sticky error (an illegal address, a trap) left the context
+    /// unusable: every later call on it fails, and the device copies it
+    /// held are lost.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+    }
+
+    /// A fresh context on the same GPU, after a sticky error: the old
+    /// context's memory is given up (its blocks are neither read nor freed
+    /// again) and the old context is destroyed when its last user lets go.
+    pub fn reopen(&self) -> Result<Gpu, ExecError> {
+        self.pool.mark_dead();
+        self.modules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.recent().clear();
+        Gpu::open(self.info.ordinal).map(|g| g.with_cache_dir(self.cache_dir.clone()))
+    }
+
+    /// A driver error of a launch as a diagnostic; notes a sticky error
+    /// (the context answers every later call with an error).
+    fn failed(&self, what: &str, e: DriverError) -> ExecError {
+        let sticky = self.ctx.bind_to_thread().is_err()
+            // SAFETY: the context is current on this thread.
+            || unsafe { cudarc::driver::sys::cuCtxSynchronize() } != CUresult::CUDA_SUCCESS;
+        let err = driver_error(what, e);
+        if sticky {
+            self.broken.store(true, Ordering::Relaxed);
+            let help = err.help.clone().unwrap_or_default();
+            err.with_help(format!(
+                "{help}; the error left the GPU's context unusable: the session makes a fresh one, \
+                 keeping its definitions (tensors only on the GPU are lost)"
+            ))
+        } else {
+            err
+        }
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -423,35 +489,74 @@ impl Gpu {
     }
 
     /// The driver's measurements of the variant of `kernel` that last ran
-    /// on this GPU, when that variant is `kernel` (up to the divisibility
-    /// facts a launch may add from its arguments): `None` if it has not run
-    /// here, another definition of the same name ran last, or the driver
-    /// would not say.
+    /// on this GPU, when that variant is `kernel` (its run-time facts
+    /// included): `None` if it has not run here, another variant or
+    /// definition of the same name ran last, or the driver would not say.
     pub fn measured(&self, kernel: &Kernel) -> Option<Measured> {
         let last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
         let run = last.get(&kernel.name)?;
-        let same = Kernel {
-            divisibility: kernel.divisibility.clone(),
-            ..run.kernel.clone()
+        (run.kernel == *kernel)
+            .then(|| run.measured.clone())
+            .flatten()
+    }
+
+    /// What the caching allocator has done.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.pool.stats()
+    }
+
+    /// Frees the allocator's cached blocks.
+    pub fn empty_cache(&self) {
+        self.pool.empty_cache()
+    }
+
+    /// Copies `t`'s elements to this GPU (if they are not there already),
+    /// where its next launches find them.
+    pub fn to_device(&self, t: &super::Tensor) -> Result<(), ExecError> {
+        self.device_address(t).map(|_| ())
+    }
+
+    /// The device address of `t`'s up-to-date elements on this GPU.
+    fn device_address(&self, t: &super::Tensor) -> Result<u64, ExecError> {
+        let pool = &self.pool;
+        t.storage
+            .device_address(pool.owner(), |bytes| pool.alloc(bytes))
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The loaded kernel for `kernel`, found by its address when it was
+    /// launched before.
+    fn launchable(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
+        let key = kernel as *const Kernel as usize;
+        let recent = self
+            .recent()
+            .get(&key)
+            .filter(|(k, _)| k == kernel)
+            .map(|(_, l)| l.clone());
+        let l = match recent {
+            Some(l) => {
+                self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+                l
+            }
+            None => {
+                let l = self.loaded(kernel)?;
+                let mut r = self.recent();
+                if r.len() >= RECENT_CAP {
+                    r.clear();
+                }
+                r.insert(key, (kernel.clone(), l.clone()));
+                l
+            }
         };
-        (same == *kernel).then(|| run.measured.clone()).flatten()
+        self.note_run(kernel, &l);
+        Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes))
     }
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
-    fn loaded(
-        &self,
-        kernel: &Kernel,
-    ) -> Result<(CudaFunction, Vec<TargetParam>, u32, u32), ExecError> {
-        // A kernel launched before: its module without lowering it again.
-        let known = self
-            .known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(kernel)
-            .cloned();
-        if let Some(l) = known {
-            return Ok(self.hit(kernel, &l));
-        }
+    fn loaded(&self, kernel: &Kernel) -> Result<Arc<Loaded>, ExecError> {
         let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
             ExecError::new(
                 "E0709",
@@ -471,8 +576,8 @@ impl Gpu {
         );
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
-            self.remember(kernel, l);
-            return Ok(self.hit(kernel, l));
+            self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(l.clone());
         }
         let (module, info) = self.module(&kernel.name, &target.name, &ptx)?;
         let func = module
@@ -503,28 +608,8 @@ impl Gpu {
             id: modules.len() as u64,
             measured,
         });
-        self.note_run(kernel, &entry);
-        let out = (func, entry.params.clone(), entry.threads, smem_bytes);
-        self.remember(kernel, &entry);
-        modules.insert(ptx, entry);
-        Ok(out)
-    }
-
-    /// A launch of `kernel` whose module `l` is loaded already.
-    fn hit(&self, kernel: &Kernel, l: &Loaded) -> (CudaFunction, Vec<TargetParam>, u32, u32) {
-        self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
-        self.note_run(kernel, l);
-        (l.func.clone(), l.params.clone(), l.threads, l.smem_bytes)
-    }
-
-    /// Notes that `kernel`'s module is `loaded`. The lock on `known` is
-    /// taken last and alone (never held while another is taken), so it
-    /// cannot deadlock with `modules` or `last_run`.
-    fn remember(&self, kernel: &Kernel, loaded: &Arc<Loaded>) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(kernel, loaded);
+        modules.insert(ptx, entry.clone());
+        Ok(entry)
     }
 
     /// The module of `ptx` (whose kernel is `entry`) loaded from the disk
@@ -658,9 +743,7 @@ impl Gpu {
         }
         // Within `MAX_GRID`, so each dim fits a u32.
         let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
-        let (func, params, threads, smem_bytes) = self.loaded(kernel)?;
-        // Device buffers, one per distinct storage, and each argument's buffer.
-        let mut buffers: Vec<(super::Tensor, CudaSlice<u8>)> = Vec::new();
+        let (func, params, threads, smem_bytes) = self.launchable(kernel)?;
         let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
         let mut dims: HashMap<&str, i64> = HashMap::new();
         for (p, a) in kernel.params.iter().zip(args) {
@@ -684,14 +767,7 @@ impl Gpu {
                             dims.entry(name.as_str()).or_insert(n as i64);
                         }
                     }
-                    let index = match buffers.iter().position(|(b, _)| b.same_storage(t)) {
-                        Some(i) => i,
-                        None => {
-                            buffers.push((t.clone(), self.upload(t)?));
-                            buffers.len() - 1
-                        }
-                    };
-                    values.push(ParamValue::Buffer(index));
+                    values.push(ParamValue::U64(self.device_address(t)?));
                 }
                 (ParamKind::Scalar(d), Arg::Int(i)) => values.push(scalar(*d, *i as f64, *i)?),
                 (ParamKind::Scalar(d), Arg::Float(x)) => {
@@ -739,13 +815,18 @@ impl Gpu {
                 0
             },
         };
+        let what = || launch_what(kernel, args, grid, threads);
+        let started = self
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| self.failed(&what(), e))?;
         {
             let mut b = self.stream.launch_builder(&func);
             for v in &values {
                 match v {
-                    ParamValue::Buffer(i) => b.arg(&buffers[*i].1),
                     ParamValue::I32(x) => b.arg(x),
                     ParamValue::I64(x) => b.arg(x),
+                    ParamValue::U64(x) => b.arg(x),
                     ParamValue::U32(x) => b.arg(x),
                     ParamValue::U16(x) => b.arg(x),
                     ParamValue::F32(x) => b.arg(x),
@@ -755,69 +836,43 @@ impl Gpu {
             // SAFETY: the arguments are, in order, the values of the kernel's
             // PTX parameters with their PTX types (`values` follows Target
             // IR's `params`: a device pointer per tensor, scalars by dtype,
-            // then the 32-bit dims); each buffer holds its tensor's elements,
-            // the extent the kernel's bounds checks allow it to touch.
-            unsafe { b.launch(cfg) }
-                .map_err(|e| driver_error(&launch_what(kernel, grid, threads), e))?;
+            // then the 32-bit dims); each device address is a live block of
+            // this context holding its tensor's elements, the extent the
+            // kernel's bounds checks allow it to touch (the tensors are held
+            // by `args` until the launch has finished).
+            unsafe { b.launch(cfg) }.map_err(|e| self.failed(&what(), e))?;
         }
-        self.wait(interrupt, &launch_what(kernel, grid, threads))?;
-        for (t, buf) in &buffers {
-            self.download(buf, t)?;
+        // Marked before the wait: an interrupted kernel still runs to its end.
+        for i in kernel.written_params() {
+            if let Some(Arg::Tensor(t)) = args.get(i) {
+                t.storage.device_written();
+            }
+        }
+        self.launch_count.fetch_add(1, Ordering::Relaxed);
+        let done = self.wait(interrupt, &what())?;
+        if let Ok(ms) = started.elapsed_ms(&done) {
+            self.kernel_ns
+                .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// A device copy of `t`'s elements.
-    fn upload(&self, t: &super::Tensor) -> Result<CudaSlice<u8>, ExecError> {
-        let bytes = t.byte_len();
-        // At least one byte: a zero-size allocation is an error for the driver.
-        // SAFETY: the contents are written right below before any read.
-        let mut buf = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(|e| driver_error(&format!("allocating {bytes} bytes"), e))?;
-        if bytes > 0 {
-            // SAFETY: `t`'s storage holds exactly `byte_len` bytes (the
-            // invariant of every `Tensor` constructor) and no launch writes it
-            // while this copy reads it (launches run one at a time).
-            let host = unsafe { std::slice::from_raw_parts(t.storage.ptr() as *const u8, bytes) };
-            self.stream
-                .memcpy_htod(host, &mut buf)
-                .map_err(|e| driver_error("copying a tensor to the GPU", e))?;
-        }
-        Ok(buf)
-    }
-
-    /// Copies `buf` back into `t`'s elements.
-    fn download(&self, buf: &CudaSlice<u8>, t: &super::Tensor) -> Result<(), ExecError> {
-        let bytes = t.byte_len();
-        if bytes == 0 {
-            return Ok(());
-        }
-        // SAFETY: as in `upload`; the storage is not read while written here
-        // (launches run one at a time and the caller waits for this one).
-        let host = unsafe { std::slice::from_raw_parts_mut(t.storage.ptr(), bytes) };
-        self.stream
-            .memcpy_dtoh(&buf.slice(0..bytes), host)
-            .map_err(|e| driver_error("copying a tensor back from the GPU", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| driver_error("copying a tensor back from the GPU", e))
-    }
-
     /// Waits for the stream's work, looking at `interrupt` while it runs:
     /// E0706 returns to the caller while the kernel finishes on its own.
-    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<(), ExecError> {
+    /// Returns the (timed) event recorded after that work.
+    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<CudaEvent, ExecError> {
         let done = self
             .stream
-            .record_event(None)
-            .map_err(|e| driver_error(what, e))?;
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| self.failed(what, e))?;
         let start = Instant::now();
         loop {
             // SAFETY: the event is alive (held by `done`) and was recorded on
             // this context's stream.
             match unsafe { cudarc::driver::result::event::query(done.cu_event()) } {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(done),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => {}
-                Err(e) => return Err(driver_error(what, e)),
+                Err(e) => return Err(self.failed(what, e)),
             }
             interrupt.check()?;
             // Spin briefly for short kernels, then sleep.
@@ -835,17 +890,32 @@ impl Gpu {
 const CHECKED: &str =
     "this is a compiler bug (the launch's arguments were checked before): please report it";
 
-fn launch_what(kernel: &Kernel, grid: [i64; 3], threads: u32) -> String {
+/// A launch as an error names it: kernel, grid, block and arguments.
+fn launch_what(kernel: &Kernel, args: &[Arg], grid: [i64; 3], threads: u32) -> String {
+    let args: Vec<String> = kernel
+        .params
+        .iter()
+        .zip(args)
+        .map(|(p, a)| match a {
+            Arg::Tensor(t) => format!("{}: {}{:?}", p.name, t.dtype(), t.shape()),
+            Arg::Int(i) => format!("{}={i}", p.name),
+            Arg::Float(x) => format!("{}={x}", p.name),
+        })
+        .collect();
     format!(
-        "kernel `{}` (grid ({}, {}, {}), {threads} threads a block)",
-        kernel.name, grid[0], grid[1], grid[2]
+        "kernel `{}` (grid ({}, {}, {}), {threads} threads a block; {})",
+        kernel.name,
+        grid[0],
+        grid[1],
+        grid[2],
+        args.join(", ")
     )
 }
 
-/// A kernel parameter's value: a device buffer (by index) or a scalar with
-/// its PTX type.
+/// A kernel parameter's value with its PTX type.
 enum ParamValue {
-    Buffer(usize),
+    /// A tensor's device address.
+    U64(u64),
     I32(i32),
     I64(i64),
     U32(u32),

@@ -6,6 +6,7 @@ use super::*;
 
 #[test]
 fn opening_a_gpu_is_a_diagnostic_or_a_gpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     match Gpu::open(0) {
         Ok(gpu) => {
             let info = gpu.info();
@@ -42,12 +43,24 @@ fn vadd(n: usize) -> (crate::exec::launch::Prepared, crate::exec::Tensor) {
     (crate::exec::launch::prepared(&db, file, "vadd", &args), out)
 }
 
-/// The GPU, or `None` after saying why these tests do nothing here.
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
+const VADD: &str = "const BLOCK = 1024\n\
+@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)\n\
+def vadd(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
+i = program_id(0) * BLOCK\n    \
+store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))\n";
+
+/// GPU tests run one at a time: one of them breaks the (shared, primary)
+/// context on purpose.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The GPU (and the lock that keeps the other GPU tests waiting), or `None`
+/// with a message saying why the test is skipped.
+fn gpu_or_skip(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Arc<Gpu>)> {
+    let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     match Gpu::open(0) {
-        Ok(g) => Some(g),
+        Ok(g) => Some((lock, Arc::new(g))),
         Err(e) => {
-            eprintln!("{test}: skipped, no GPU: {e}");
+            eprintln!("{test}: skipped, no GPU ({e})");
             None
         }
     }
@@ -58,12 +71,12 @@ fn gpu_or_skip(test: &str) -> Option<Gpu> {
 /// the kernel it loads computes the same.
 #[test]
 fn a_second_gpu_loads_the_kernel_from_the_disk_cache() {
-    let Some(first) = gpu_or_skip("a_second_gpu_loads_the_kernel_from_the_disk_cache") else {
+    let Some((_one, _)) = gpu_or_skip("a_second_gpu_loads_the_kernel_from_the_disk_cache") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let kernels = dir.path().join("kernels");
-    let first = first.with_cache_dir(Some(kernels.clone()));
+    let first = Gpu::open(0).unwrap().with_cache_dir(Some(kernels.clone()));
     let ((k, args, grid), out) = vadd(1001);
     first.launch(&k, &args, grid, &Interrupt::new()).unwrap();
     assert_eq!(
@@ -115,13 +128,15 @@ fn a_second_gpu_loads_the_kernel_from_the_disk_cache() {
 /// An unusable cache folder only means no disk cache.
 #[test]
 fn an_unwritable_cache_folder_still_runs() {
-    let Some(gpu) = gpu_or_skip("an_unwritable_cache_folder_still_runs") else {
+    let Some((_one, _)) = gpu_or_skip("an_unwritable_cache_folder_still_runs") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
-    let gpu = gpu.with_cache_dir(Some(file.join("kernels")));
+    let gpu = Gpu::open(0)
+        .unwrap()
+        .with_cache_dir(Some(file.join("kernels")));
     let ((k, args, grid), out) = vadd(10);
     gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
     assert_eq!(gpu.cache_stats().compiles, 1);
@@ -132,11 +147,13 @@ fn an_unwritable_cache_folder_still_runs() {
 /// ptxas report kept beside the cubin, and an occupancy in (0, 1].
 #[test]
 fn measured_resources_of_the_variant_that_ran() {
-    let Some(gpu) = gpu_or_skip("measured_resources_of_the_variant_that_ran") else {
+    let Some((_one, _)) = gpu_or_skip("measured_resources_of_the_variant_that_ran") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let gpu = gpu.with_cache_dir(Some(dir.path().to_path_buf()));
+    let gpu = Gpu::open(0)
+        .unwrap()
+        .with_cache_dir(Some(dir.path().to_path_buf()));
     let ((k, args, grid), _) = vadd(100);
     assert_eq!(gpu.measured(&k), None, "not run yet");
     gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
@@ -167,7 +184,7 @@ fn measured_resources_of_the_variant_that_ran() {
 /// attribute does.
 #[test]
 fn the_jit_log_agrees_with_the_driver() {
-    let Some(gpu) = gpu_or_skip("the_jit_log_agrees_with_the_driver") else {
+    let Some((_one, gpu)) = gpu_or_skip("the_jit_log_agrees_with_the_driver") else {
         return;
     };
     let ((k, _, _), _) = vadd(100);
@@ -337,42 +354,172 @@ fn add_one(block: i64) -> crate::exec::launch::Prepared {
     crate::exec::launch::prepared(&db, file, "add_one", &args)
 }
 
-/// A relaunched kernel's module is found by the kernel; another
-/// specialisation of the same kernel is not it.
+/// Launches of two specialisations of one kernel, in turn: each compiles
+/// once, relaunches (by the kernel's address, or by its PTX for another copy
+/// of it) are memory hits, and the variant measured is the one that ran last.
 #[test]
-fn a_known_kernel_is_found_by_the_kernel() {
+fn relaunches_are_memory_hits_and_the_last_variant_is_measured() {
     // Both variants lower on the CPU (what the GPU part relies on).
     let (four, eight) = (add_one(4), add_one(8));
     assert_ne!(four.0, eight.0);
     for k in [&four.0, &eight.0] {
         assert!(crate::ir::target::lower(k, Arch::Sm80).is_ok());
     }
-    let Some(gpu) = gpu_or_skip("a_known_kernel_is_found_by_the_kernel") else {
+    let Some((_one, _)) =
+        gpu_or_skip("relaunches_are_memory_hits_and_the_last_variant_is_measured")
+    else {
         return;
     };
-    let gpu = gpu.with_cache_dir(None);
+    let gpu = Gpu::open(0).unwrap().with_cache_dir(None);
     let (k, args, grid) = four;
-    assert!(gpu.known.lock().unwrap().get(&k).is_none());
-    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
-    let first = gpu.known.lock().unwrap().get(&k).cloned().unwrap();
     let (other, other_args, other_grid) = eight;
-    assert!(gpu.known.lock().unwrap().get(&other).is_none());
-    gpu.launch(&other, &other_args, other_grid, &Interrupt::new())
-        .unwrap();
-    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
-    let known = gpu.known.lock().unwrap();
-    assert!(Arc::ptr_eq(known.get(&k).unwrap(), &first));
-    assert!(!Arc::ptr_eq(known.get(&other).unwrap(), &first));
-    assert!(Arc::ptr_eq(known.get(&(*k).clone()).unwrap(), &first));
+    let run = |k: &Kernel, args: &[Arg], grid| gpu.launch(k, args, grid, &Interrupt::new());
+    run(&k, &args, grid).unwrap();
+    run(&other, &other_args, other_grid).unwrap();
+    assert!(gpu.measured(&other).is_some());
+    assert_eq!(gpu.measured(&k), None, "`other` ran last");
+    run(&k, &args, grid).unwrap();
+    let copy = (*k).clone();
+    run(&copy, &args, grid).unwrap();
     assert_eq!(
         gpu.cache_stats(),
         CacheStats {
-            memory_hits: 1,
+            memory_hits: 2,
             disk_hits: 0,
             compiles: 2
         }
     );
-    // The variant that ran last is the one measured.
     assert!(gpu.measured(&k).is_some());
     assert_eq!(gpu.measured(&other), None);
+}
+fn vadd_db() -> (crate::db::Database, crate::db::SourceFile) {
+    let mut db = crate::db::Database::new();
+    let file = db.set_source("/vadd.tsr", VADD.into());
+    (db, file)
+}
+
+fn launch_vadd(
+    db: &crate::db::Database,
+    file: crate::db::SourceFile,
+    device: &crate::exec::Device,
+    args: &[crate::exec::Value],
+) -> Result<(), ExecError> {
+    crate::exec::launch_kernel(db, file, "vadd", None, args, &[], device, &Interrupt::new())
+}
+
+#[test]
+fn tensors_stay_on_the_gpu_between_launches() {
+    use crate::exec::{Device, Tensor, Value};
+    let Some((_one, gpu)) = gpu_or_skip("tensors_stay_on_the_gpu_between_launches") else {
+        return;
+    };
+    let (db, file) = vadd_db();
+    let n = 1001;
+    let x = Tensor::arange(0, n, DType::F32);
+    let out = Tensor::zeros(&[n as usize], DType::F32);
+    let args = [
+        Value::Tensor(x.clone()),
+        Value::Tensor(x.clone()),
+        Value::Tensor(out.clone()),
+    ];
+    let device = Device::Cuda(gpu.clone());
+    launch_vadd(&db, file, &device, &args).unwrap();
+    let after_first = gpu.memory_stats();
+    assert_eq!(after_first.driver_allocs, 2, "x and out: {after_first:?}");
+    assert_eq!(out.device_owner(), Some(gpu.owner()));
+    // `out = out + out` three times on the device: nothing is copied or
+    // allocated, and the host sees the result when it reads it.
+    let twice = [
+        Value::Tensor(out.clone()),
+        Value::Tensor(out.clone()),
+        Value::Tensor(out.clone()),
+    ];
+    for _ in 0..3 {
+        launch_vadd(&db, file, &device, &twice).unwrap();
+    }
+    assert_eq!(gpu.memory_stats().driver_allocs, 2);
+    let got = out.to_f64_vec();
+    assert!(
+        got.iter().enumerate().all(|(i, v)| *v == 16.0 * i as f64),
+        "{:?}",
+        &got[..4]
+    );
+    // A CPU launch on the same tensors uses (and updates) the host copy; the
+    // next GPU launch sees it.
+    launch_vadd(&db, file, &Device::Cpu, &twice).unwrap();
+    launch_vadd(&db, file, &device, &twice).unwrap();
+    assert_eq!(out.to_f64_vec()[3], 3.0 * 64.0);
+    // Temporaries of the same size reuse freed blocks.
+    for _ in 0..5 {
+        let t = Tensor::zeros(&[n as usize], DType::F32);
+        let a = [
+            Value::Tensor(x.clone()),
+            Value::Tensor(x.clone()),
+            Value::Tensor(t),
+        ];
+        launch_vadd(&db, file, &device, &a).unwrap();
+    }
+    let s = gpu.memory_stats();
+    assert_eq!(s.driver_allocs, 3, "{s:?}");
+    assert!(s.reuses >= 4, "{s:?}");
+    // Moving to the host frees the device copy.
+    out.to_host();
+    assert_eq!(out.device_owner(), None);
+    assert_eq!(out.to_f64_vec()[3], 3.0 * 64.0);
+}
+
+#[test]
+fn a_sticky_error_is_reported_and_a_fresh_context_works() {
+    use crate::exec::{Device, Tensor, Value};
+    let Some((_one, gpu)) = gpu_or_skip("a_sticky_error_is_reported_and_a_fresh_context_works")
+    else {
+        return;
+    };
+    let (db, file) = vadd_db();
+    // A variant that assumes `N % 16 == 0` traps in its prologue when
+    // launched with N = 1001: the context is unusable afterwards.
+    let item = crate::db::file_kernels(&db, file)[0].1;
+    let mut spec = crate::ir::tile::Specialization::new();
+    spec.divisors.insert("N".into(), 16);
+    let kernel = crate::db::tile_ir(&db, item, db.options(), spec)
+        .clone()
+        .unwrap();
+    let x = Tensor::arange(0, 1001, DType::F32);
+    let kept = Tensor::full(&[4], DType::F32, 2.0);
+    gpu.to_device(&kept).unwrap();
+    kept.to_f64_vec(); // also on the host: not lost
+    let lost = Tensor::zeros(&[4], DType::F32);
+    let four = [
+        Value::Tensor(kept.clone()),
+        Value::Tensor(kept.clone()),
+        Value::Tensor(lost.clone()),
+    ];
+    launch_vadd(&db, file, &Device::Cuda(gpu.clone()), &four).unwrap();
+    let args = [
+        super::Arg::Tensor(x.clone()),
+        super::Arg::Tensor(x.clone()),
+        super::Arg::Tensor(x.clone()),
+    ];
+    let e = gpu
+        .launch(&kernel, &args, [1, 1, 1], &Interrupt::new())
+        .expect_err("the prologue traps");
+    assert_eq!(e.code, "E0730", "{e}");
+    assert!(
+        e.message.contains("vadd") && e.message.contains("x: f32[1001]"),
+        "{e}"
+    );
+    assert!(gpu.is_broken(), "{e}");
+    assert!(!kept.forget_device(gpu.owner()), "kept had a host copy");
+    assert!(lost.forget_device(gpu.owner()), "lost was only on the GPU");
+    let fresh = Arc::new(gpu.reopen().unwrap());
+    assert!(!fresh.is_broken());
+    assert_ne!(fresh.owner(), gpu.owner());
+    let out = Tensor::zeros(&[4], DType::F32);
+    let again = [
+        Value::Tensor(kept.clone()),
+        Value::Tensor(kept),
+        Value::Tensor(out.clone()),
+    ];
+    launch_vadd(&db, file, &Device::Cuda(fresh), &again).unwrap();
+    assert_eq!(out.to_f64_vec(), [4.0; 4]);
 }

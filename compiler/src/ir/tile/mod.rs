@@ -97,6 +97,26 @@ impl Kernel {
     pub fn ty(&self, v: Value) -> &Type {
         &self.types[v.0 as usize]
     }
+
+    /// The tensor parameters (indices into `params`) that a store or an
+    /// atomic writes, sorted: a launch's other tensors are only read.
+    pub fn written_params(&self) -> Vec<usize> {
+        fn walk(r: &Region, out: &mut Vec<usize>) {
+            for op in &r.ops {
+                if let OpKind::Store { tensor, .. } | OpKind::AtomicAdd { tensor, .. } = &op.kind {
+                    out.push(*tensor);
+                }
+                for nested in op.kind.regions() {
+                    walk(nested, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
 }
 
 /// A list of ops with arguments (loop induction variables and carried values).

@@ -85,6 +85,9 @@ impl Session {
                     return Err(Diagnostic::new("E0304", e.span, "`.to` takes one dtype")
                         .with_help("e.g. `x.to(f32)`"));
                 };
+                if let ExprKind::Str(place) = &a.value.kind {
+                    return self.move_tensor(t, place, a.value.span);
+                }
                 let d = self.dtype_arg(&a.value, text)?;
                 return t
                     .try_to(d, &self.interrupt)
@@ -213,6 +216,27 @@ impl Session {
             .filter(|a| a.name.is_none())
             .nth(index)
             .map(|a| a.value.span)
+    }
+
+    /// `x.to("cuda")`, `x.to("cpu")`: where `x`'s elements live (every alias
+    /// of `x` moves with it; the value is `x` itself).
+    fn move_tensor(&mut self, t: Tensor, place: &str, span: Span) -> R<Val> {
+        match place {
+            "cpu" => t.to_host(),
+            "cuda" | "cuda:0" => {
+                let gpu = self.gpu_for_move(span)?;
+                gpu.to_device(&t).map_err(|err| err.to_diagnostic(span))?;
+            }
+            other => {
+                return Err(Diagnostic::new(
+                    "E0312",
+                    span,
+                    format!("`.to()` takes a dtype or a device, found \"{other}\""),
+                )
+                .with_help("devices are \"cpu\" and \"cuda\" (GPU 0): `x.to(\"cuda\")`"))
+            }
+        }
+        Ok(Val::Run(Value::Tensor(t)))
     }
 
     pub(super) fn dtype_arg(&mut self, x: &Expr, text: &str) -> R<DType> {
