@@ -430,7 +430,7 @@ fn emit(
             Ok(())
         }
     } else {
-        kernels.retain(|k| k.0 == name);
+        kernels = tessera::db::kernels_named(db, file, name);
         if kernels.is_empty() {
             let is_fn = tessera::db::file_functions(db, file)
                 .iter()
@@ -554,10 +554,7 @@ fn resources(
     session.set_arch(arch);
     let db = session.database();
     let file = session.source_file();
-    let kernels: Vec<_> = tessera::db::file_kernels(db, file)
-        .into_iter()
-        .filter(|k| k.0 == name)
-        .collect();
+    let kernels = tessera::db::kernels_named(db, file, name);
     let kernel = kernels.first().cloned();
     let result = match kernel {
         None => Err(not_defined(

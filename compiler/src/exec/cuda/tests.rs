@@ -277,14 +277,16 @@ fn the_cache_row() {
 /// `:resources` finds the measurements of the variant that ran by its Tile
 /// IR, rebuilt from the launch's specialization: the kernel a launch runs and
 /// the one `db::tile_ir` gives for its `compiled_specialization` are equal,
-/// for run-time dims, consts (given and defaulted) and a dim the kernel needs
-/// specialised (`D`, which the launch learns from the tensors).
+/// for run-time dims and their run-time facts, consts (given and defaulted), a
+/// dim the kernel needs specialised (`D`, which the launch learns from the
+/// tensors) and a standard-library kernel.
 #[test]
 fn the_kernel_that_ran_is_found_again_from_its_specialization() {
     use crate::db::Database;
     use crate::exec::{compiled_specialization, launch_specialization, Tensor, Value};
     let mut db = Database::new();
     let src = [
+        "from std.linalg import gemm_bf16\n",
         include_str!("../../../../examples/vadd.tsr"),
         include_str!("../../../../examples/flash_attn.tsr"),
     ]
@@ -292,6 +294,7 @@ fn the_kernel_that_ran_is_found_again_from_its_specialization() {
     let file = db.set_source("/cuda_tests.tsr", src);
     let bf = |shape: &[usize]| Value::Tensor(Tensor::zeros(shape, DType::BF16));
     let f32s = |n: usize| Value::Tensor(Tensor::zeros(&[n], DType::F32));
+    let f32s2 = |shape: &[usize]| Value::Tensor(Tensor::zeros(shape, DType::F32));
     let cases: Vec<(&str, Vec<Value>)> = vec![
         ("vadd", vec![f32s(100), f32s(100), f32s(100)]),
         (
@@ -303,6 +306,11 @@ fn the_kernel_that_ran_is_found_again_from_its_specialization() {
                 bf(&[1, 2, 100, 64]),
                 Value::Float(0.125),
             ],
+        ),
+        // A standard-library kernel, with a dim of 1 fixed.
+        (
+            "gemm_bf16",
+            vec![bf(&[1, 32]), bf(&[32, 48]), f32s2(&[1, 48])],
         ),
         (
             "flash_attn",
@@ -321,11 +329,8 @@ fn the_kernel_that_ran_is_found_again_from_its_specialization() {
         let (ran, _, _) = crate::exec::launch::prepared(&db, file, name, &args);
         let launch = launch_specialization(&db, file, name, &args, &[]).unwrap();
         let spec = compiled_specialization(&db, file, name, &launch).unwrap();
-        let item = crate::db::file_kernels(&db, file)
-            .into_iter()
-            .find(|k| k.0 == name)
-            .unwrap()
-            .1;
+        // As `:resources` finds it.
+        let item = crate::db::kernels_named(&db, file, name)[0].1;
         let again = crate::db::tile_ir(&db, item, db.options(), spec)
             .clone()
             .unwrap();
