@@ -78,9 +78,9 @@ pub struct Gpu {
     kernel_ns: AtomicU64,
     /// How many kernels were launched.
     launch_count: AtomicU64,
-    /// The measured resources of each kernel's variant that last ran, by
+    /// The module (`Loaded::id`) of each kernel's variant that last ran, by
     /// the kernel's name.
-    last_run: Mutex<HashMap<String, LastRun>>,
+    last_run: Mutex<HashMap<String, u64>>,
     /// Where cubins are kept between processes (`None`: memory only).
     cache_dir: Option<PathBuf>,
     /// The driver's version, part of the disk cache's key.
@@ -187,15 +187,6 @@ pub fn cache_row(dir: Option<&Path>, stats: CacheStats) -> String {
         "kernel cache: {place}: {} compiled, {} from disk, {} reused",
         stats.compiles, stats.disk_hits, stats.memory_hits
     )
-}
-
-/// The variant of a kernel that last ran.
-struct LastRun {
-    /// Which loaded module (`Loaded::id`).
-    id: u64,
-    /// Its Tile IR, to tell a redefined kernel of the same name.
-    kernel: Kernel,
-    measured: Option<Measured>,
 }
 
 /// What the session shows of a GPU.
@@ -493,11 +484,20 @@ impl Gpu {
     /// included): `None` if it has not run here, another variant or
     /// definition of the same name ran last, or the driver would not say.
     pub fn measured(&self, kernel: &Kernel) -> Option<Measured> {
-        let last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
-        let run = last.get(&kernel.name)?;
-        (run.kernel == *kernel)
-            .then(|| run.measured.clone())
-            .flatten()
+        let last = *self
+            .last_run
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&kernel.name)?;
+        // `kernel` is the variant that ran when it compiles to that module.
+        let target = crate::ir::target::lower(kernel, self.info.arch).ok()?;
+        let ptx = crate::backend::ptx::module_of(
+            self.info.arch,
+            &[crate::backend::ptx::kernel_text(&target)],
+        );
+        let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let loaded = modules.get(&ptx).filter(|l| l.id == last)?;
+        loaded.measured.clone()
     }
 
     /// What the caching allocator has done.
@@ -601,7 +601,7 @@ impl Gpu {
         };
         let measured = self.measure(&func, &kernel.name, target.num_threads, dynamic_smem, &info);
         let entry = Arc::new(Loaded {
-            func: func.clone(),
+            func,
             params: target.params.clone(),
             threads: target.num_threads,
             smem_bytes,
@@ -697,20 +697,12 @@ impl Gpu {
     /// Records that `loaded` is the variant of `kernel` that runs now.
     fn note_run(&self, kernel: &Kernel, loaded: &Loaded) {
         let mut last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
-        // The same module as last time: nothing changed (not comparing the
-        // kernels keeps this off the cost of every launch; a redefinition
-        // with a new body gets new PTX, so another module).
-        if last.get(&kernel.name).is_some_and(|r| r.id == loaded.id) {
-            return;
+        match last.get_mut(&kernel.name) {
+            Some(id) => *id = loaded.id,
+            None => {
+                last.insert(kernel.name.clone(), loaded.id);
+            }
         }
-        last.insert(
-            kernel.name.clone(),
-            LastRun {
-                id: loaded.id,
-                kernel: kernel.clone(),
-                measured: loaded.measured.clone(),
-            },
-        );
     }
 
     /// Runs every program of `grid` of `kernel` on `args` (Tile IR parameter
