@@ -21,6 +21,7 @@ disk, none compiled.
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def main():
             print(f"FAIL: expected 0 compiled, {n} from disk")
             status = 1
     print("cache check:", "FAIL" if status else "ok")
+    shutil.rmtree(work, ignore_errors=True)
     return status
 
 
