@@ -12,6 +12,7 @@ use tessera::backend::resources::Resources;
 use tessera::cli::{emit_with, EmitContext, EmitError, EmitKind};
 use tessera::db::kernel_resources;
 use tessera::diag::Diagnostic;
+use tessera::exec::cuda::{cache_row, measured_row};
 use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
 use tessera::target::Arch;
@@ -182,6 +183,9 @@ pub fn run(
                             m.driver_allocs,
                             m.reuses
                         )
+                        .and_then(|()| {
+                            writeln!(out, "{}", cache_row(gpu.cache_dir(), gpu.cache_stats()))
+                        })
                     }
                     _ => writeln!(out, "{}", session.device().name()),
                 }
@@ -426,7 +430,7 @@ fn emit(
             Ok(())
         }
     } else {
-        kernels.retain(|k| k.0 == name);
+        kernels = tessera::db::kernels_named(db, file, name);
         if kernels.is_empty() {
             let is_fn = tessera::db::file_functions(db, file)
                 .iter()
@@ -550,10 +554,7 @@ fn resources(
     session.set_arch(arch);
     let db = session.database();
     let file = session.source_file();
-    let kernels: Vec<_> = tessera::db::file_kernels(db, file)
-        .into_iter()
-        .filter(|k| k.0 == name)
-        .collect();
+    let kernels = tessera::db::kernels_named(db, file, name);
     let kernel = kernels.first().cloned();
     let result = match kernel {
         None => Err(not_defined(
@@ -569,6 +570,19 @@ fn resources(
                 |spec| match kernel_resources(db, item, offset, db.options(), &spec) {
                     Ok((r, diags)) => {
                         let _ = writeln!(out, "{}", resources_row(&r));
+                        // The driver's numbers, for the variant that ran here
+                        // (not for one `-D` or another arch asks about).
+                        let on_gpu = session.gpu().filter(|_| session.gpu_info().is_some());
+                        if let (Some(gpu), true, 2) = (on_gpu, defines.is_empty(), words.len()) {
+                            if let Some(m) =
+                                tessera::db::tile_ir(db, item, db.options(), spec.clone())
+                                    .as_ref()
+                                    .ok()
+                                    .and_then(|k| gpu.measured(k))
+                            {
+                                let _ = writeln!(out, "{}", measured_row(gpu.info(), &m));
+                            }
+                        }
                         // W0003/W0004 about the kernel: their text, without spans into the session source.
                         for d in diags {
                             let _ =

@@ -81,6 +81,36 @@ pub fn file_kernels<'db>(db: &'db dyn Db, file: SourceFile) -> Vec<(String, Item
         .collect()
 }
 
+/// The kernel items named `name` as a launch from `file` finds them:
+/// `file`'s own, else those of the first standard-library module that has
+/// one (`exec::launch`'s rule); empty when there is none.
+pub fn kernels_named<'db>(
+    db: &'db dyn Db,
+    file: SourceFile,
+    name: &str,
+) -> Vec<(String, ItemSource<'db>, u32)> {
+    let named = |f: SourceFile| -> Vec<(String, ItemSource<'db>, u32)> {
+        file_kernels(db, f)
+            .into_iter()
+            .filter(|k| k.0 == name)
+            .collect()
+    };
+    let own = named(file);
+    if !own.is_empty() {
+        return own;
+    }
+    for m in crate::stdlib::modules() {
+        let path: Vec<String> = m.split('.').map(str::to_string).collect();
+        if let Some(f) = db.resolve_module(file, &path) {
+            let found = named(f);
+            if !found.is_empty() {
+                return found;
+            }
+        }
+    }
+    Vec::new()
+}
+
 /// The Target IR of one kernel item for `options`' arch: its Tile IR (see
 /// `tile_ir`; its diagnostics are returned as they are) lowered by
 /// `ir::target::lower` and verified. A construct the code generator cannot

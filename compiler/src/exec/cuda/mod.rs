@@ -5,12 +5,15 @@
 //!   compile for from its compute capability
 //!   ([`Arch::for_compute_capability`]).
 //! * [`Gpu::launch`] runs a specialised Tile IR kernel: Target IR for the
-//!   device's arch, PTX, the driver's JIT (once per specialisation: loaded
-//!   modules are kept by their PTX), then the kernel runs on the tensors'
+//!   device's arch, PTX, a cubin (loaded modules are kept by their PTX; a
+//!   cubin comes from the disk cache, [`disk_cache`], else from the driver's
+//!   JIT, [`jit`], and is stored there), then the kernel runs on the tensors'
 //!   device copies. A tensor's elements are copied to the GPU at its first
 //!   launch there and stay; they are copied back only when the host reads
 //!   them (see `exec::tensor::Storage`). Arguments that share storage share
 //!   the device copy, as they share memory on the CPU.
+//! * [`Gpu::measured`] gives the driver's account of the variant of a kernel
+//!   that last ran: registers, local memory, spills and occupancy.
 //!
 //! Kernel parameters are Target IR's (`ir::target::lower`'s `params`): the
 //! Tile IR parameters in order (a tensor is its base pointer; tensors are
@@ -20,18 +23,23 @@
 //! copy is a whole allocation, so tensor base pointers are always 256-byte
 //! aligned (what the kernels' vector accesses assume).
 
+pub mod disk_cache;
+pub mod jit;
 mod memory;
 pub use memory::MemoryStats;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute, CUresult};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
 };
+use cudarc::nvrtc::Ptx;
 
 use super::cpu::Arg;
 use super::{ExecError, Interrupt};
@@ -41,7 +49,7 @@ use crate::ir::tile::{Dim, Kernel, ParamKind};
 use crate::target::Arch;
 
 /// The kernels the driver compiled for this device, by their PTX.
-type Modules = HashMap<String, Loaded>;
+type Modules = HashMap<String, Arc<Loaded>>;
 
 /// What a launch needs of a loaded kernel: the function, the Target IR
 /// parameters, threads a block and shared memory bytes.
@@ -50,7 +58,7 @@ type Launchable = (CudaFunction, Vec<TargetParam>, u32, u32);
 /// Loaded kernels by the address of the Tile IR they came from (with a copy
 /// of it, compared on each hit, as the address may be reused): a launch of
 /// a kernel launched before neither lowers it nor prints its PTX again.
-type Recent = HashMap<usize, (Kernel, Launchable)>;
+type Recent = HashMap<usize, (Kernel, Arc<Loaded>)>;
 
 /// Beyond this many kernels, [`Recent`] starts afresh.
 const RECENT_CAP: usize = 256;
@@ -70,11 +78,116 @@ pub struct Gpu {
     kernel_ns: AtomicU64,
     /// How many kernels were launched.
     launch_count: AtomicU64,
+    /// The module (`Loaded::id`) of each kernel's variant that last ran, by
+    /// the kernel's name.
+    last_run: Mutex<HashMap<String, u64>>,
+    /// Where cubins are kept between processes (`None`: memory only).
+    cache_dir: Option<PathBuf>,
+    /// The driver's version, part of the disk cache's key.
+    driver_version: i32,
+    /// The occupancy's denominator.
+    max_threads_per_sm: u32,
+    counters: Counters,
 }
 
 /// Numbers the contexts made in this process (tensors' device copies name
 /// the one that holds them).
 static CONTEXTS: AtomicU64 = AtomicU64::new(1);
+
+/// How loads of kernels were served, for tests and `:device`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Launches whose kernel was already loaded in this process.
+    pub memory_hits: u64,
+    /// Kernels loaded from a cubin in the disk cache.
+    pub disk_hits: u64,
+    /// Kernels the driver's JIT compiled.
+    pub compiles: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+    compiles: AtomicU64,
+}
+
+/// What the driver says about a loaded kernel, at the block size and
+/// dynamic shared memory its launches use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub kernel: String,
+    /// Registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+    pub regs: u32,
+    /// Local memory per thread, bytes: the stack frame, spills included.
+    pub local_bytes: u32,
+    /// Static shared memory per block, bytes.
+    pub static_smem_bytes: u32,
+    /// Dynamic shared memory per block at launch, bytes.
+    pub dynamic_smem_bytes: u32,
+    /// The most threads a block of this kernel may have.
+    pub max_threads_per_block: u32,
+    /// Threads per block at launch.
+    pub threads: u32,
+    /// Blocks that fit on one SM at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+    pub blocks_per_sm: u32,
+    pub max_threads_per_sm: u32,
+    /// Bytes of spill stores and loads per thread, as ptxas reported them
+    /// when the cubin was compiled (`None`: the JIT did not say).
+    pub spill_stores: Option<u64>,
+    pub spill_loads: Option<u64>,
+}
+
+impl Measured {
+    /// The fraction of the SM's threads the resident blocks fill.
+    pub fn occupancy(&self) -> f64 {
+        if self.max_threads_per_sm == 0 {
+            return 0.0;
+        }
+        (self.blocks_per_sm as f64 * self.threads as f64 / self.max_threads_per_sm as f64).min(1.0)
+    }
+}
+
+/// `measured on cuda:0 NVIDIA H100 80GB HBM3 (sm_90a): 128 regs, 0 B spilled,
+/// 0 B local, occupancy 25% (2 blocks/SM)`: the line `:resources` prints
+/// under its estimate.
+pub fn measured_row(gpu: &GpuInfo, m: &Measured) -> String {
+    let spilled = match m.spill_stores {
+        Some(n) => format!("{n} B spilled"),
+        None => "spills not reported".to_string(),
+    };
+    let percent = m.occupancy() * 100.0;
+    format!(
+        "measured on cuda:{} {} ({}): {} regs, {spilled}, {} B local, occupancy {}% ({} block{}/SM)",
+        gpu.ordinal,
+        gpu.name,
+        gpu.arch,
+        m.regs,
+        m.local_bytes,
+        if (percent - percent.round()).abs() < 0.05 {
+            format!("{}", percent.round() as i64)
+        } else {
+            format!("{percent:.1}")
+        },
+        m.blocks_per_sm,
+        if m.blocks_per_sm == 1 { "" } else { "s" }
+    )
+}
+
+/// `kernel cache: ~/.cache/tessera/kernels: 2 compiled, 1 from disk, 40 reused`:
+/// where compiled kernels are kept and how the launches so far got theirs
+/// (`:device` prints it on a GPU).
+pub fn cache_row(dir: Option<&Path>, stats: CacheStats) -> String {
+    let place = match dir {
+        Some(d) => d.display().to_string(),
+        None => "in memory only (no cache folder; set TESSERA_CACHE_DIR)".to_string(),
+    };
+    format!(
+        "kernel cache: {place}: {} compiled, {} from disk, {} reused",
+        stats.compiles, stats.disk_hits, stats.memory_hits
+    )
+}
 
 /// What the session shows of a GPU.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,6 +221,10 @@ struct Loaded {
     params: Vec<TargetParam>,
     threads: u32,
     smem_bytes: u32,
+    /// Tells loaded modules apart (their order of loading).
+    id: u64,
+    /// `None` when the driver would not say (the kernel still runs).
+    measured: Option<Measured>,
 }
 
 /// Whether the CUDA driver library can be loaded on this machine.
@@ -163,6 +280,38 @@ fn driver_error(what: &str, e: DriverError) -> ExecError {
                 format!(" ({text})")
             }
         }),
+    )
+    .with_help(help)
+}
+
+/// A failed compile as E0730, with the JIT's error log in the help line.
+fn jit_error(kernel: &str, e: jit::LinkError) -> ExecError {
+    let advice = match e.error.0 {
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => {
+            "the NVIDIA driver is older than the PTX Tessera emits: update the driver, or run \
+             on the CPU: `--device cpu`"
+        }
+        _ => {
+            "the PTX Tessera emitted does not compile: this is a compiler bug, please report \
+             it with the kernel; meanwhile run on the CPU: `--device cpu`"
+        }
+    };
+    // The log's first lines, on the help's one line.
+    let log: Vec<&str> = e
+        .log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(4)
+        .collect();
+    let help = if log.is_empty() {
+        advice.to_string()
+    } else {
+        format!("the driver's JIT says: {}; {advice}", log.join(" | "))
+    };
+    driver_error(
+        &format!("compiling kernel `{kernel}` (the driver's JIT)"),
+        e.error,
     )
     .with_help(help)
 }
@@ -231,6 +380,12 @@ impl Gpu {
         // are not needed.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        let driver_version =
+            jit::driver_version().map_err(|e| driver_error("reading the driver's version", e))?;
+        let max_threads_per_sm = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
+            .map_err(|e| driver_error("reading the threads an SM holds", e))?
+            .max(0) as u32;
         let pool = memory::Pool::new(
             ctx.clone(),
             stream.clone(),
@@ -252,7 +407,19 @@ impl Gpu {
             broken: AtomicBool::new(false),
             kernel_ns: AtomicU64::new(0),
             launch_count: AtomicU64::new(0),
+            last_run: Mutex::new(HashMap::new()),
+            cache_dir: disk_cache::default_dir(),
+            driver_version,
+            max_threads_per_sm,
+            counters: Counters::default(),
         })
+    }
+
+    /// This GPU keeping cubins in `dir` (`None`: in memory only) instead of
+    /// [`disk_cache::default_dir`].
+    pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Gpu {
+        self.cache_dir = dir;
+        self
     }
 
     /// The summed run time of every kernel launched so far, measured on the
@@ -293,8 +460,9 @@ impl Gpu {
                     .with_help(CHECKED),
             );
         }
+        let cache_dir = old.cache_dir.clone();
         drop(old);
-        Gpu::open(ordinal)
+        Gpu::open(ordinal).map(|g| g.with_cache_dir(cache_dir))
     }
 
     /// A driver error of a launch as a diagnostic; notes a sticky error
@@ -318,6 +486,41 @@ impl Gpu {
 
     pub fn info(&self) -> &GpuInfo {
         &self.info
+    }
+
+    /// The folder of the disk cache of compiled kernels, if there is one.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.cache_dir.as_deref()
+    }
+
+    /// How the kernels launched so far were loaded.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            memory_hits: self.counters.memory_hits.load(Ordering::Relaxed),
+            disk_hits: self.counters.disk_hits.load(Ordering::Relaxed),
+            compiles: self.counters.compiles.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The driver's measurements of the variant of `kernel` that last ran
+    /// on this GPU, when that variant is `kernel` (its run-time facts
+    /// included): `None` if it has not run here, another variant or
+    /// definition of the same name ran last, or the driver would not say.
+    pub fn measured(&self, kernel: &Kernel) -> Option<Measured> {
+        let last = *self
+            .last_run
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&kernel.name)?;
+        // `kernel` is the variant that ran when it compiles to that module.
+        let target = crate::ir::target::lower(kernel, self.info.arch).ok()?;
+        let ptx = crate::backend::ptx::module_of(
+            self.info.arch,
+            &[crate::backend::ptx::kernel_text(&target)],
+        );
+        let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let loaded = modules.get(&ptx).filter(|l| l.id == last)?;
+        loaded.measured.clone()
     }
 
     /// What the caching allocator has done.
@@ -358,22 +561,32 @@ impl Gpu {
     /// launched before.
     fn launchable(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
         let key = kernel as *const Kernel as usize;
-        if let Some((k, l)) = self.recent().get(&key) {
-            if k == kernel {
-                return Ok(l.clone());
+        let recent = self
+            .recent()
+            .get(&key)
+            .filter(|(k, _)| k == kernel)
+            .map(|(_, l)| l.clone());
+        let l = match recent {
+            Some(l) => {
+                self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+                l
             }
-        }
-        let l = self.loaded(kernel)?;
-        let mut r = self.recent();
-        if r.len() >= RECENT_CAP {
-            r.clear();
-        }
-        r.insert(key, (kernel.clone(), l.clone()));
-        Ok(l)
+            None => {
+                let l = self.loaded(kernel)?;
+                let mut r = self.recent();
+                if r.len() >= RECENT_CAP {
+                    r.clear();
+                }
+                r.insert(key, (kernel.clone(), l.clone()));
+                l
+            }
+        };
+        self.note_run(kernel, &l);
+        Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes))
     }
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
-    fn loaded(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
+    fn loaded(&self, kernel: &Kernel) -> Result<Arc<Loaded>, ExecError> {
         let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
             ExecError::new(
                 "E0709",
@@ -393,22 +606,15 @@ impl Gpu {
         );
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
-            return Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes));
+            self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(l.clone());
         }
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.clone()))
-            .map_err(|e| {
-                driver_error(
-                    &format!("compiling kernel `{}` (the driver's JIT)", kernel.name),
-                    e,
-                )
-            })?;
+        let (module, info) = self.module(&kernel.name, &target.name, &ptx)?;
         let func = module
             .load_function(&target.name)
             .map_err(|e| driver_error(&format!("loading kernel `{}`", kernel.name), e))?;
         let smem_bytes = target.smem_bytes();
-        if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
+        let dynamic_smem = if smem_bytes > crate::backend::ptx::MAX_STATIC_SMEM {
             func.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_bytes as i32,
@@ -419,16 +625,114 @@ impl Gpu {
                     e,
                 )
             })?;
-        }
-        let entry = Loaded {
-            func: func.clone(),
+            smem_bytes
+        } else {
+            0
+        };
+        let measured = self.measure(&func, &kernel.name, target.num_threads, dynamic_smem, &info);
+        let entry = Arc::new(Loaded {
+            func,
             params: target.params.clone(),
             threads: target.num_threads,
             smem_bytes,
-        };
-        let out = (func, entry.params.clone(), entry.threads, smem_bytes);
-        modules.insert(ptx, entry);
-        Ok(out)
+            id: modules.len() as u64,
+            measured,
+        });
+        modules.insert(ptx, entry.clone());
+        Ok(entry)
+    }
+
+    /// The module of `ptx` (whose kernel is `entry`) loaded from the disk
+    /// cache, else compiled by the driver's JIT and stored there; with what
+    /// ptxas reported when it compiled it.
+    fn module(
+        &self,
+        kernel: &str,
+        entry: &str,
+        ptx: &str,
+    ) -> Result<(Arc<CudaModule>, jit::JitInfo), ExecError> {
+        // The device's own compute capability beside the arch: a GPU newer
+        // than the arch compiles the same PTX to its own machine code.
+        let (major, minor) = self.info.compute_capability;
+        let target = format!("{} on sm_{major}{minor}", self.info.arch);
+        let key = disk_cache::Key::new(ptx, &target, self.driver_version);
+        if let Some(dir) = &self.cache_dir {
+            if let Some(cached) = disk_cache::load(dir, &key) {
+                // A cubin the driver refuses (damaged in a way the digest
+                // misses) is compiled again and replaced, as a missing one.
+                if let Ok(module) = self.ctx.load_module(Ptx::from_binary(cached.cubin)) {
+                    self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok((module, cached.info));
+                }
+            }
+        }
+        let linked = jit::link_ptx(&self.ctx, ptx).map_err(|e| jit_error(kernel, e))?;
+        self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+        let info = jit::parse_info_log(&linked.info_log, entry);
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(linked.cubin.clone()))
+            .map_err(|e| driver_error(&format!("loading kernel `{kernel}`"), e))?;
+        if let Some(dir) = &self.cache_dir {
+            // Without a writable cache folder the cubin stays in memory only.
+            let _ = disk_cache::store(
+                dir,
+                &key,
+                &disk_cache::Entry {
+                    info: info.clone(),
+                    cubin: linked.cubin,
+                },
+            );
+        }
+        Ok((module, info))
+    }
+
+    /// What the driver says of `func` launched with `threads` threads and
+    /// `dynamic_smem` bytes of dynamic shared memory; `None` if any query
+    /// fails (measuring never stops a launch).
+    fn measure(
+        &self,
+        func: &CudaFunction,
+        kernel: &str,
+        threads: u32,
+        dynamic_smem: u32,
+        info: &jit::JitInfo,
+    ) -> Option<Measured> {
+        // `get_attribute` makes the context current, as the occupancy query
+        // needs.
+        let attr = |a: CUfunction_attribute| func.get_attribute(a).ok().map(|v| v.max(0) as u32);
+        let regs = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
+        let local_bytes = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
+        let static_smem_bytes = attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
+        let max_threads_per_block =
+            attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+        let blocks_per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)
+            .ok()?;
+        Some(Measured {
+            kernel: kernel.to_string(),
+            regs,
+            local_bytes,
+            static_smem_bytes,
+            dynamic_smem_bytes: dynamic_smem,
+            max_threads_per_block,
+            threads,
+            blocks_per_sm,
+            max_threads_per_sm: self.max_threads_per_sm,
+            spill_stores: info.spill_stores,
+            spill_loads: info.spill_loads,
+        })
+    }
+
+    /// Records that `loaded` is the variant of `kernel` that runs now.
+    fn note_run(&self, kernel: &Kernel, loaded: &Loaded) {
+        let mut last = self.last_run.lock().unwrap_or_else(|p| p.into_inner());
+        match last.get_mut(&kernel.name) {
+            Some(id) => *id = loaded.id,
+            None => {
+                last.insert(kernel.name.clone(), loaded.id);
+            }
+        }
     }
 
     /// Runs every program of `grid` of `kernel` on `args` (Tile IR parameter

@@ -23,6 +23,26 @@ fn opening_a_gpu_is_a_diagnostic_or_a_gpu() {
     assert_eq!(e.code, "E0721", "{e}");
 }
 
+/// `vadd` of `examples/vadd.tsr` over `n` elements, prepared for a launch.
+fn vadd(n: usize) -> (crate::exec::launch::Prepared, crate::exec::Tensor) {
+    use crate::db::Database;
+    use crate::exec::{Tensor, Value};
+    let mut db = Database::new();
+    let file = db.set_source(
+        "/cuda_tests.tsr",
+        include_str!("../../../../examples/vadd.tsr").into(),
+    );
+    let x = Tensor::arange(0, n as i64, DType::F32);
+    let y = Tensor::full(&[n], DType::F32, 0.5);
+    let out = Tensor::zeros(&[n], DType::F32);
+    let args = [
+        Value::Tensor(x),
+        Value::Tensor(y),
+        Value::Tensor(out.clone()),
+    ];
+    (crate::exec::launch::prepared(&db, file, "vadd", &args), out)
+}
+
 const VADD: &str = "const BLOCK = 1024\n\
 @kernel(grid=(cdiv(N, BLOCK),), num_warps=4)\n\
 def vadd(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
@@ -46,6 +66,337 @@ fn gpu_or_skip(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Arc<Gp
     }
 }
 
+/// A second `Gpu` (a fresh memory cache, as a second process has) with the
+/// same cache folder loads the cubin from disk instead of compiling it, and
+/// the kernel it loads computes the same.
+#[test]
+fn a_second_gpu_loads_the_kernel_from_the_disk_cache() {
+    let Some((_one, _)) = gpu_or_skip("a_second_gpu_loads_the_kernel_from_the_disk_cache") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kernels = dir.path().join("kernels");
+    let first = Gpu::open(0).unwrap().with_cache_dir(Some(kernels.clone()));
+    let ((k, args, grid), out) = vadd(1001);
+    first.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(
+        first.cache_stats(),
+        CacheStats {
+            memory_hits: 0,
+            disk_hits: 0,
+            compiles: 1
+        }
+    );
+    first.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(first.cache_stats().memory_hits, 1);
+    assert_eq!(std::fs::read_dir(&kernels).unwrap().count(), 1);
+    let want: Vec<f32> = (0..1001).map(|i| i as f32 + 0.5).collect();
+    assert_eq!(out.to_f32_vec(), want);
+
+    let second = Gpu::open(0).unwrap().with_cache_dir(Some(kernels.clone()));
+    let ((k, args, grid), out) = vadd(1001);
+    let start = Instant::now();
+    second.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    let took = start.elapsed();
+    assert_eq!(
+        second.cache_stats(),
+        CacheStats {
+            memory_hits: 0,
+            disk_hits: 1,
+            compiles: 0
+        }
+    );
+    assert_eq!(out.to_f32_vec(), want);
+    eprintln!("first launch from the disk cache: {took:?}");
+
+    // A damaged entry is compiled again and replaced.
+    let entry = std::fs::read_dir(&kernels)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(&entry, b"damaged").unwrap();
+    let third = Gpu::open(0).unwrap().with_cache_dir(Some(kernels.clone()));
+    third.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(third.cache_stats().compiles, 1);
+    let fourth = Gpu::open(0).unwrap().with_cache_dir(Some(kernels));
+    fourth.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(fourth.cache_stats().disk_hits, 1);
+}
+
+/// An unusable cache folder only means no disk cache.
+#[test]
+fn an_unwritable_cache_folder_still_runs() {
+    let Some((_one, _)) = gpu_or_skip("an_unwritable_cache_folder_still_runs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let gpu = Gpu::open(0)
+        .unwrap()
+        .with_cache_dir(Some(file.join("kernels")));
+    let ((k, args, grid), out) = vadd(10);
+    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(gpu.cache_stats().compiles, 1);
+    assert_eq!(out.to_f32_vec()[9], 9.5);
+}
+
+/// The driver's measurements of the variant that ran: registers, the
+/// ptxas report kept beside the cubin, and an occupancy in (0, 1].
+#[test]
+fn measured_resources_of_the_variant_that_ran() {
+    let Some((_one, _)) = gpu_or_skip("measured_resources_of_the_variant_that_ran") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = Gpu::open(0)
+        .unwrap()
+        .with_cache_dir(Some(dir.path().to_path_buf()));
+    let ((k, args, grid), _) = vadd(100);
+    assert_eq!(gpu.measured(&k), None, "not run yet");
+    gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    let m = gpu
+        .measured(&k)
+        .expect("the driver measures a loaded kernel");
+    assert!(m.regs > 0 && m.regs <= 255, "{m:?}");
+    assert_eq!(m.threads, 128, "vadd has num_warps=4");
+    assert!(m.blocks_per_sm > 0, "{m:?}");
+    assert!(m.occupancy() > 0.0 && m.occupancy() <= 1.0, "{m:?}");
+    // No report when the driver's own JIT cache served the compile.
+    assert!(matches!(m.spill_stores, None | Some(0)), "{m:?}");
+    eprintln!("{}", measured_row(gpu.info(), &m));
+    // The same numbers from the cubin on disk, in a fresh memory cache.
+    let again = Gpu::open(0)
+        .unwrap()
+        .with_cache_dir(Some(dir.path().to_path_buf()));
+    again.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    assert_eq!(again.cache_stats().disk_hits, 1);
+    assert_eq!(again.measured(&k), Some(m));
+    // Another kernel of the same name is not the one measured.
+    let mut other = (*k).clone();
+    other.num_warps = 8;
+    assert_eq!(gpu.measured(&other), None);
+}
+
+/// The JIT's info log of a real compile reports registers as the driver's
+/// attribute does.
+#[test]
+fn the_jit_log_agrees_with_the_driver() {
+    let Some((_one, gpu)) = gpu_or_skip("the_jit_log_agrees_with_the_driver") else {
+        return;
+    };
+    let ((k, _, _), _) = vadd(100);
+    let target = crate::ir::target::lower(&k, gpu.info().arch).unwrap();
+    let ptx = crate::backend::ptx::module_of(
+        gpu.info().arch,
+        &[crate::backend::ptx::kernel_text(&target)],
+    );
+    let linked = match jit::link_ptx(&gpu.ctx, &ptx) {
+        Ok(l) => l,
+        Err(e) => panic!("{:?}: {}", e.error, e.log),
+    };
+    assert!(!linked.cubin.is_empty());
+    let info = jit::parse_info_log(&linked.info_log, &target.name);
+    eprintln!("the JIT's info log:\n{}", linked.info_log);
+    let module = gpu.ctx.load_module(Ptx::from_binary(linked.cubin)).unwrap();
+    let f = module.load_function(&target.name).unwrap();
+    if let Some(regs) = info.regs {
+        assert_eq!(regs as i32, f.num_regs().unwrap(), "{}", linked.info_log);
+    }
+    // Bad PTX: the error log explains it, and E0730 carries it.
+    let bad = ptx.replacen('{', "{\n\tbogus.instruction;", 1);
+    let e = jit::link_ptx(&gpu.ctx, &bad)
+        .err()
+        .expect("bad PTX does not compile");
+    assert!(!e.log.is_empty(), "the JIT gives an error log");
+    let err = jit_error("vadd", e);
+    assert_eq!(err.code, "E0730");
+    assert!(err.help.unwrap().contains("the driver's JIT says:"));
+}
+
+#[test]
+fn the_measured_row() {
+    let info = GpuInfo {
+        ordinal: 0,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        compute_capability: (9, 0),
+        memory_bytes: 80 << 30,
+        arch: Arch::Sm90,
+    };
+    let mut m = Measured {
+        kernel: "gemm".into(),
+        regs: 128,
+        local_bytes: 0,
+        static_smem_bytes: 0,
+        dynamic_smem_bytes: 98304,
+        max_threads_per_block: 512,
+        threads: 256,
+        blocks_per_sm: 2,
+        max_threads_per_sm: 2048,
+        spill_stores: Some(0),
+        spill_loads: Some(0),
+    };
+    assert_eq!(
+        measured_row(&info, &m),
+        "measured on cuda:0 NVIDIA H100 80GB HBM3 (sm_90): 128 regs, 0 B spilled, 0 B local, \
+         occupancy 25% (2 blocks/SM)"
+    );
+    m.blocks_per_sm = 1;
+    m.threads = 96;
+    m.spill_stores = None;
+    m.local_bytes = 160;
+    assert_eq!(
+        measured_row(&info, &m),
+        "measured on cuda:0 NVIDIA H100 80GB HBM3 (sm_90): 128 regs, spills not reported, \
+         160 B local, occupancy 4.7% (1 block/SM)"
+    );
+    m.max_threads_per_sm = 0;
+    assert_eq!(m.occupancy(), 0.0);
+}
+
+#[test]
+fn the_cache_row() {
+    let stats = CacheStats {
+        memory_hits: 40,
+        disk_hits: 1,
+        compiles: 2,
+    };
+    assert_eq!(
+        cache_row(Some(Path::new("/home/u/.cache/tessera/kernels")), stats),
+        "kernel cache: /home/u/.cache/tessera/kernels: 2 compiled, 1 from disk, 40 reused"
+    );
+    assert_eq!(
+        cache_row(None, CacheStats::default()),
+        "kernel cache: in memory only (no cache folder; set TESSERA_CACHE_DIR): 0 compiled, \
+         0 from disk, 0 reused"
+    );
+}
+
+/// `:resources` finds the measurements of the variant that ran by its Tile
+/// IR, rebuilt from the launch's specialization: the kernel a launch runs and
+/// the one `db::tile_ir` gives for its `compiled_specialization` are equal,
+/// for run-time dims and their run-time facts, consts (given and defaulted), a
+/// dim the kernel needs specialised (`D`, which the launch learns from the
+/// tensors) and a standard-library kernel.
+#[test]
+fn the_kernel_that_ran_is_found_again_from_its_specialization() {
+    use crate::db::Database;
+    use crate::exec::{compiled_specialization, launch_specialization, Tensor, Value};
+    let mut db = Database::new();
+    let src = [
+        "from std.linalg import gemm_bf16\n",
+        include_str!("../../../../examples/vadd.tsr"),
+        include_str!("../../../../examples/flash_attn.tsr"),
+    ]
+    .join("\n");
+    let file = db.set_source("/cuda_tests.tsr", src);
+    let bf = |shape: &[usize]| Value::Tensor(Tensor::zeros(shape, DType::BF16));
+    let f32s = |n: usize| Value::Tensor(Tensor::zeros(&[n], DType::F32));
+    let f32s2 = |shape: &[usize]| Value::Tensor(Tensor::zeros(shape, DType::F32));
+    let cases: Vec<(&str, Vec<Value>)> = vec![
+        ("vadd", vec![f32s(100), f32s(100), f32s(100)]),
+        (
+            "flash_attn",
+            vec![
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                bf(&[1, 2, 100, 64]),
+                Value::Float(0.125),
+            ],
+        ),
+        // A standard-library kernel, with a dim of 1 fixed.
+        (
+            "gemm_bf16",
+            vec![bf(&[1, 32]), bf(&[32, 48]), f32s2(&[1, 48])],
+        ),
+        (
+            "flash_attn",
+            vec![
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                bf(&[1, 1, 70, 32]),
+                Value::Float(0.5),
+                Value::Bool(true),
+                Value::Int(64),
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let (ran, _, _) = crate::exec::launch::prepared(&db, file, name, &args);
+        let launch = launch_specialization(&db, file, name, &args, &[]).unwrap();
+        let spec = compiled_specialization(&db, file, name, &launch).unwrap();
+        // As `:resources` finds it.
+        let item = crate::db::kernels_named(&db, file, name)[0].1;
+        let again = crate::db::tile_ir(&db, item, db.options(), spec)
+            .clone()
+            .unwrap();
+        assert_eq!(*again, *ran, "{name}");
+    }
+}
+
+/// `add_one` with const `BLOCK = block` on 10 elements, prepared for a launch.
+fn add_one(block: i64) -> crate::exec::launch::Prepared {
+    use crate::db::Database;
+    use crate::exec::{Tensor, Value};
+    let mut db = Database::new();
+    let file = db.set_source(
+        "/cuda_tests.tsr",
+        "@kernel(grid=(cdiv(N, BLOCK),))\n\
+         def add_one(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], BLOCK: const = 4):\n    \
+         i = program_id(0) * BLOCK\n    \
+         store(y[i : i + BLOCK], load(x[i : i + BLOCK]) + 1.0)\n"
+            .into(),
+    );
+    let args = [
+        Value::Tensor(Tensor::zeros(&[10], DType::F32)),
+        Value::Tensor(Tensor::zeros(&[10], DType::F32)),
+        Value::Int(block),
+    ];
+    crate::exec::launch::prepared(&db, file, "add_one", &args)
+}
+
+/// Launches of two specialisations of one kernel, in turn: each compiles
+/// once, relaunches (by the kernel's address, or by its PTX for another copy
+/// of it) are memory hits, and the variant measured is the one that ran last.
+#[test]
+fn relaunches_are_memory_hits_and_the_last_variant_is_measured() {
+    // Both variants lower on the CPU (what the GPU part relies on).
+    let (four, eight) = (add_one(4), add_one(8));
+    assert_ne!(four.0, eight.0);
+    for k in [&four.0, &eight.0] {
+        assert!(crate::ir::target::lower(k, Arch::Sm80).is_ok());
+    }
+    let Some((_one, _)) =
+        gpu_or_skip("relaunches_are_memory_hits_and_the_last_variant_is_measured")
+    else {
+        return;
+    };
+    let gpu = Gpu::open(0).unwrap().with_cache_dir(None);
+    let (k, args, grid) = four;
+    let (other, other_args, other_grid) = eight;
+    let run = |k: &Kernel, args: &[Arg], grid| gpu.launch(k, args, grid, &Interrupt::new());
+    run(&k, &args, grid).unwrap();
+    run(&other, &other_args, other_grid).unwrap();
+    assert!(gpu.measured(&other).is_some());
+    assert_eq!(gpu.measured(&k), None, "`other` ran last");
+    run(&k, &args, grid).unwrap();
+    let copy = (*k).clone();
+    run(&copy, &args, grid).unwrap();
+    assert_eq!(
+        gpu.cache_stats(),
+        CacheStats {
+            memory_hits: 2,
+            disk_hits: 0,
+            compiles: 2
+        }
+    );
+    assert!(gpu.measured(&k).is_some());
+    assert_eq!(gpu.measured(&other), None);
+}
 fn vadd_db() -> (crate::db::Database, crate::db::SourceFile) {
     let mut db = crate::db::Database::new();
     let file = db.set_source("/vadd.tsr", VADD.into());
