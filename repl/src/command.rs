@@ -41,6 +41,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "run a statement several times; print the median time",
     ),
     (":device [cpu|cuda]", "show or set where computations run"),
+    (
+        ":autotune NAME",
+        "the configurations an @autotune kernel was timed with on the GPU, and the best",
+    ),
     (":quit", "leave the session (also Ctrl-D)"),
 ];
 
@@ -169,6 +173,17 @@ pub fn run(
                 time(session, rest, base + rest_offset, out, err)
             }
         }
+        ":autotune" => match words.as_slice() {
+            [_, (name, _)] => {
+                autotune_table(session, name, out);
+                Ok(Next::Continue)
+            }
+            _ => Err(usage(
+                whole,
+                "`:autotune` takes the name of a kernel",
+                "`:autotune gemm_tuned`",
+            )),
+        },
         ":device" => match words.get(1) {
             None => {
                 match (session.gpu_info(), session.gpu()) {
@@ -624,6 +639,54 @@ pub fn resources_row(r: &Resources) -> String {
         if blocks == 1 { "" } else { "s" },
         limiters.join(" and ")
     )
+}
+
+/// `:autotune NAME`: each tuning of the kernel in this session (one per
+/// value of its key), every configuration with its time, the best marked.
+fn autotune_table(session: &Session, name: &str, out: &mut dyn Write) {
+    use tessera::exec::autotune::config_text;
+    let Some(gpu) = session.gpu() else {
+        let _ = writeln!(
+            out,
+            "no GPU is open: `@autotune` times configurations on a GPU (on the CPU a launch uses the first configuration of the space)"
+        );
+        return;
+    };
+    let results = gpu.tuned_of(name);
+    if results.is_empty() {
+        let _ = writeln!(
+            out,
+            "`{name}` has not been tuned in this session: a launch of an `@autotune` kernel on the GPU tunes it"
+        );
+        return;
+    }
+    for t in results {
+        let key = if t.key.is_empty() {
+            "no key".to_string()
+        } else {
+            format!("key {}", config_text(&t.key))
+        };
+        let how = if t.from_disk {
+            "the choice of an earlier session, from the disk cache"
+        } else {
+            "timed in this session: median of 10 launches on the GPU"
+        };
+        let _ = writeln!(out, "{name}, {key} ({how}):");
+        let width = t
+            .trials
+            .iter()
+            .map(|(c, _)| config_text(c).len())
+            .max()
+            .unwrap_or(0);
+        for (i, (c, r)) in t.trials.iter().enumerate() {
+            let mark = if i == t.best { "*" } else { " " };
+            let result = match r {
+                Ok(ms) => format!("{ms:.3} ms"),
+                Err(e) => format!("skipped: {e}"),
+            };
+            let _ = writeln!(out, "{mark} {:width$}  {result}", config_text(c));
+        }
+    }
 }
 
 /// Bytes in MiB with one decimal (`12.5 MiB`).

@@ -310,6 +310,34 @@ fn path_of(ids: &[ast::Ident]) -> Vec<String> {
     ids.iter().map(|i| i.name.clone()).collect()
 }
 
+/// The first value of each name of `f`'s `@autotune` space.
+fn autotune_first(
+    f: &ast::Function,
+    consts: &dyn Fn(&str) -> Option<Value>,
+) -> std::collections::HashMap<String, Value> {
+    let mut out = std::collections::HashMap::new();
+    let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
+        return out;
+    };
+    for a in args {
+        if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
+            continue;
+        }
+        if let ExprKind::Dict(pairs) = &a.value.kind {
+            for (k, v) in pairs {
+                if let (ExprKind::Str(name), ExprKind::List(items) | ExprKind::Tuple(items)) =
+                    (&k.kind, &v.kind)
+                {
+                    if let Some(first) = items.first().and_then(|e| eval_const(e, consts).ok()) {
+                        out.insert(name.clone(), first);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The signature of a function item, using `consts` for module constants.
 pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> FnSig {
     let mut sink = Vec::new();
@@ -317,6 +345,7 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
     let mut rendered_params = Vec::with_capacity(f.params.len());
     let generics = generics::generic_sig(f);
     let env = generics::representative(f);
+    let tuned = autotune_first(f, consts);
     // A generic parameter is shown as written (`Tensor[*B, N, T]`), not at
     // the representative dtype its type holds.
     let shown = |t: &TypeExpr, ty: &Ty| -> String {
@@ -349,7 +378,18 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
             Some(Annot::Const(dt)) => (dt.map(Ty::scalar).unwrap_or(Ty::Err), true),
             None => (Ty::Err, false),
         };
-        let default = p.default.as_ref().and_then(|d| eval_const(d, consts).ok());
+        // A const parameter in an `@autotune` space need not be passed: the
+        // tuned value (on the CPU, the space's first) is its default.
+        let tuned_default = if is_const {
+            tuned.get(&p.name.name).cloned()
+        } else {
+            None
+        };
+        let default = p
+            .default
+            .as_ref()
+            .and_then(|d| eval_const(d, consts).ok())
+            .or_else(|| tuned_default.clone());
         let mut r = p.name.name.clone();
         if let Some(te) = &p.ty {
             r.push_str(": ");
@@ -373,7 +413,7 @@ pub fn signature(f: &ast::Function, consts: &dyn Fn(&str) -> Option<Value>) -> F
             name: p.name.name.clone(),
             ty,
             is_const,
-            has_default: p.default.is_some(),
+            has_default: p.default.is_some() || tuned_default.is_some(),
             default,
         });
     }

@@ -33,6 +33,40 @@ pub fn launch_kernel(
 ) -> Result<(), ExecError> {
     let (kfile, item) = find_kernel(db, file, kernel)?;
     let sig = signature(db, item, kernel)?;
+    let parsed = db::parse_item(db, item);
+    if let Some(ast::Item::Function(f)) = parsed.item.as_deref() {
+        if f.decorator("autotune").is_some() {
+            // The parameters the caller gave are not tuned; the others take
+            // the space's first configuration, unless a GPU tunes them.
+            let explicit: std::collections::BTreeSet<String> = sig
+                .params
+                .iter()
+                .take(args.len())
+                .map(|p| p.name.clone())
+                .chain(named.iter().map(|(n, _)| n.clone()))
+                .collect();
+            let first: BTreeMap<String, i64> = super::autotune::space(f, db, kfile)
+                .into_iter()
+                .filter(|(n, _)| !explicit.contains(n))
+                .map(|(n, vs)| (n, vs[0]))
+                .collect();
+            let mut with_first = named.to_vec();
+            for p in &sig.params {
+                if let (true, Some(v)) = (p.is_const, first.get(&p.name)) {
+                    with_first.push((p.name.clone(), Value::Int(*v)));
+                }
+            }
+            let values = match_args(&sig, args, &with_first)?;
+            interrupt.check()?;
+            if let Device::Cuda(gpu) = device {
+                return super::autotune::launch(
+                    db, kfile, item, f, grid, &values, &explicit, gpu, interrupt,
+                );
+            }
+            let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first)?;
+            return device.run_grid(&kernel, &args, grid, interrupt);
+        }
+    }
     let values = match_args(&sig, args, named)?;
     launch_bound(db, kfile, item, grid, &values, device, interrupt)
 }
@@ -435,7 +469,7 @@ pub(crate) fn launch_bound(
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
     interrupt.check()?;
-    let (kernel, args, grid) = prepare(db, kfile, item, grid, values)?;
+    let (kernel, args, grid) = prepare(db, kfile, item, grid, values, &BTreeMap::new())?;
     device.run_grid(&kernel, &args, grid, interrupt)
 }
 
@@ -446,19 +480,22 @@ pub(crate) fn prepared(db: &Database, file: SourceFile, kernel: &str, args: &[Va
     let (kfile, item) = find_kernel(db, file, kernel).unwrap();
     let sig = signature(db, item, kernel).unwrap();
     let values = match_args(&sig, args, &[]).unwrap();
-    prepare(db, kfile, item, None, &values).unwrap()
+    prepare(db, kfile, item, None, &values, &BTreeMap::new()).unwrap()
 }
 
 /// A specialised kernel, its run-time arguments and its grid.
 pub(crate) type Prepared = (Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]);
 
-/// The specialised kernel, its run-time arguments and its grid.
-fn prepare(
+/// The specialised kernel, its run-time arguments and its grid; `tune`
+/// gives values of const parameters, `num_warps` and `num_stages` that
+/// replace the launch's (an autotune configuration).
+pub(crate) fn prepare(
     db: &Database,
     kfile: SourceFile,
     item: ItemSource<'_>,
     grid: Option<Vec<i64>>,
     values: &[(String, Value)],
+    tune: &BTreeMap<String, i64>,
 ) -> Result<Prepared, ExecError> {
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
@@ -522,6 +559,10 @@ fn prepare(
         if let Some(c) = to_const(v) {
             lookup.insert(p.name.clone(), c);
         }
+    }
+    for (name, v) in tune {
+        spec.values.insert(name.clone(), *v);
+        lookup.insert(name.clone(), check::Value::int(*v));
     }
     run_time_facts(&dims, &int_scalars(&sig, values), &mut spec);
     let kernel = specialise(db, kfile, item, f, spec, &dims)?;

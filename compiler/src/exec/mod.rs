@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+pub mod autotune;
 pub mod cpu;
 pub mod cuda;
 pub mod f8;

@@ -41,7 +41,9 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
+use super::autotune::Tuned;
 use super::cpu::Arg;
+use super::tensor::DeviceBuffer;
 use super::{ExecError, Interrupt};
 use crate::check::DType;
 use crate::ir::target::{Param as TargetParam, RegTy};
@@ -70,6 +72,9 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     modules: Mutex<Modules>,
     recent: Mutex<Recent>,
+    /// This session's autotuning choices: kernel name, tuning identity and
+    /// result (see `exec::autotune`).
+    tuned: Mutex<Vec<(String, String, Tuned)>>,
     pool: Arc<memory::Pool>,
     /// A sticky error left the context unusable (see [`Gpu::reopen`]).
     broken: AtomicBool,
@@ -89,6 +94,9 @@ pub struct Gpu {
     max_threads_per_sm: u32,
     counters: Counters,
 }
+
+/// Device copies of the tensors a kernel writes (see [`Gpu::save_written`]).
+pub(crate) struct SavedTensors(Vec<(super::Tensor, Box<dyn DeviceBuffer>)>);
 
 /// Numbers the contexts made in this process (tensors' device copies name
 /// the one that holds them).
@@ -403,6 +411,7 @@ impl Gpu {
             stream,
             modules: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
+            tuned: Mutex::new(Vec::new()),
             pool,
             broken: AtomicBool::new(false),
             kernel_ns: AtomicU64::new(0),
@@ -524,6 +533,83 @@ impl Gpu {
     }
 
     /// What the caching allocator has done.
+    /// The autotuning result of tuning identity `id`, if this session has it.
+    pub(crate) fn tuned(&self, id: &str) -> Option<Tuned> {
+        let t = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter()
+            .find(|(_, i, _)| i == id)
+            .map(|(_, _, r)| r.clone())
+    }
+
+    pub(crate) fn remember_tuned(&self, name: &str, id: &str, result: Tuned) {
+        let mut t = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
+        t.retain(|(_, i, _)| i != id);
+        t.push((name.to_string(), id.to_string(), result));
+    }
+
+    /// The autotuning results of kernel `name` in this session, oldest first.
+    pub fn tuned_of(&self, name: &str) -> Vec<Tuned> {
+        let t = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, _, r)| r.clone())
+            .collect()
+    }
+
+    /// Device copies of the tensors `kernel` writes, to put back with
+    /// [`Gpu::restore_written`] after trial launches.
+    pub(crate) fn save_written(
+        &self,
+        kernel: &Kernel,
+        args: &[Arg],
+    ) -> Result<SavedTensors, ExecError> {
+        let mut saved = Vec::new();
+        for i in kernel.written_params() {
+            if let Some(Arg::Tensor(t)) = args.get(i) {
+                if saved
+                    .iter()
+                    .any(|(s, _): &(super::Tensor, _)| s.same_storage(t))
+                {
+                    continue;
+                }
+                let bytes = t.numel() * t.dtype().bytes() as usize;
+                let src = self.device_address(t)?;
+                let copy = self.pool.alloc(bytes)?;
+                self.copy_on_device(copy.address(), src, bytes)?;
+                saved.push((t.clone(), copy));
+            }
+        }
+        Ok(SavedTensors(saved))
+    }
+
+    /// Puts back what [`Gpu::save_written`] saved.
+    pub(crate) fn restore_written(&self, saved: SavedTensors) -> Result<(), ExecError> {
+        for (t, copy) in saved.0 {
+            let bytes = t.numel() * t.dtype().bytes() as usize;
+            let dst = self.device_address(&t)?;
+            self.copy_on_device(dst, copy.address(), bytes)?;
+            t.storage.device_written();
+        }
+        Ok(())
+    }
+
+    fn copy_on_device(&self, dst: u64, src: u64, bytes: usize) -> Result<(), ExecError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let what = "copying a tensor on the GPU";
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error(what, e))?;
+        // SAFETY: both are live blocks of this context of at least `bytes`
+        // bytes (a tensor's device copy and a block allocated for it); the
+        // stream orders the copy with the launches around it.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
+        }
+        .map_err(|e| self.failed(what, e))
+    }
+
     pub fn memory_stats(&self) -> MemoryStats {
         self.pool.stats()
     }

@@ -568,3 +568,78 @@ fn sticky_error_in_a_process_of_its_own() {
     assert_eq!(x.to_f64_vec()[1000], 1000.0);
     assert_eq!(kept.to_f64_vec(), [2.0; 4]);
 }
+
+const ACCUMULATE: &str =
+    "@autotune(space={\"BLOCK\": [128, 1024], \"num_warps\": [2, 4]}, key=[\"N\"])\n\
+@kernel(grid=(cdiv(N, BLOCK),))\n\
+def acc(x: Tensor[\"N\", f32], out: Tensor[\"N\", f32], BLOCK: const = 64):\n    \
+i = program_id(0) * BLOCK\n    \
+store(out[i : i + BLOCK], load(out[i : i + BLOCK]) + load(x[i : i + BLOCK]))\n";
+
+#[test]
+fn autotuning_times_every_configuration_and_keeps_the_outputs() {
+    use crate::exec::{Device, Tensor, Value};
+    let Some((_one, gpu)) =
+        gpu_or_skip("autotuning_times_every_configuration_and_keeps_the_outputs")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = Arc::new(
+        Arc::into_inner(gpu)
+            .unwrap()
+            .with_cache_dir(Some(dir.path().to_path_buf())),
+    );
+    let mut db = crate::db::Database::new();
+    let file = db.set_source("/acc.tsr", ACCUMULATE.into());
+    let n = 3000;
+    let x = Tensor::arange(0, n, DType::F32);
+    let out = Tensor::full(&[n as usize], DType::F32, 1.0);
+    let args = [Value::Tensor(x.clone()), Value::Tensor(out.clone())];
+    let launch = |g: &Arc<Gpu>| {
+        crate::exec::launch_kernel(
+            &db,
+            file,
+            "acc",
+            None,
+            &args,
+            &[],
+            &Device::Cuda(g.clone()),
+            &Interrupt::new(),
+        )
+    };
+    launch(&gpu).unwrap();
+    // The trials ran `acc` 44 times; the output is as after one launch.
+    let got = out.to_f64_vec();
+    assert!(
+        got.iter().enumerate().all(|(i, v)| *v == 1.0 + i as f64),
+        "{:?}",
+        &got[..4]
+    );
+    let tuned = gpu.tuned_of("acc");
+    assert_eq!(tuned.len(), 1);
+    let t = &tuned[0];
+    assert_eq!(t.key, [("N".to_string(), 3000)]);
+    assert_eq!(t.trials.len(), 4);
+    assert!(t.trials.iter().all(|(_, r)| r.is_ok()), "{t:?}");
+    assert!(!t.from_disk);
+    // A second launch uses the choice without trials.
+    let launches = gpu.launches();
+    launch(&gpu).unwrap();
+    assert_eq!(gpu.launches(), launches + 1);
+    assert_eq!(out.to_f64_vec()[7], 1.0 + 2.0 * 7.0);
+    // A fresh context (a later session) finds the choice on disk.
+    let best = t.best_config().clone();
+    drop(gpu);
+    let again = Arc::new(
+        Gpu::open(0)
+            .unwrap()
+            .with_cache_dir(Some(dir.path().to_path_buf())),
+    );
+    launch(&again).unwrap();
+    assert_eq!(again.launches(), 1);
+    let t = &again.tuned_of("acc")[0];
+    assert!(t.from_disk);
+    assert_eq!(t.best_config(), &best);
+    assert_eq!(out.to_f64_vec()[7], 1.0 + 3.0 * 7.0);
+}

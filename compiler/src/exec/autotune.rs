@@ -1,0 +1,393 @@
+//! `@autotune` on a GPU: a launch of a kernel with a search space times
+//! every configuration of the space (each compiled for the launch's
+//! arguments), keeps the fastest per value of the `key=` dims, and launches
+//! it. The choice is kept for the session and on disk beside the compiled
+//! kernels, so a later launch (or session) with the same key reuses it.
+//!
+//! A trial is one warm-up launch (which compiles) and then timed launches,
+//! each timed on the GPU with CUDA events; a configuration's time is their
+//! median. The tensors the kernel writes are saved on the GPU before the
+//! trials and put back after them, so the real launch sees its arguments
+//! as the user passed them. A configuration that fails to compile or launch
+//! is skipped with a note. On the CPU, and where no GPU is open, the first
+//! configuration of the space is used (`ir::tile::lower`'s rule).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use super::cuda::{Gpu, SavedTensors};
+use super::launch::{prepare, signature};
+use super::{cpu, ExecError, Interrupt, Value};
+use crate::check::consts::eval_const;
+use crate::db::{self, Database, ItemSource, SourceFile};
+use crate::syntax::ast::{self, ExprKind};
+
+/// Timed launches per configuration (after one warm-up launch).
+const TIMED_RUNS: usize = 10;
+
+/// One configuration: a value per tuned name, in the space's order.
+pub type Config = Vec<(String, i64)>;
+
+/// What tuning found for one key value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuned {
+    /// The key dims' values (`M=4096, N=4096`).
+    pub key: Vec<(String, i64)>,
+    /// Each configuration with its median time in ms, or why it was skipped.
+    pub trials: Vec<(Config, Result<f64, String>)>,
+    /// The index of the fastest in `trials`.
+    pub best: usize,
+    /// Whether the choice came from the disk cache (no trial ran now).
+    pub from_disk: bool,
+}
+
+impl Tuned {
+    pub fn best_config(&self) -> &Config {
+        &self.trials[self.best].0
+    }
+}
+
+/// `BM=128, num_warps=8`.
+pub fn config_text(c: &[(String, i64)]) -> String {
+    c.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The space of `@autotune(space={...})`: names and their values, in the
+/// written order (checked by the checker: E0509, E0607, E0608).
+pub(crate) fn space(
+    f: &ast::Function,
+    db: &Database,
+    kfile: SourceFile,
+) -> Vec<(String, Vec<i64>)> {
+    let scope = db::module_scope(db, kfile);
+    let mut out = Vec::new();
+    let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
+        return out;
+    };
+    for a in args {
+        if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
+            continue;
+        }
+        let ExprKind::Dict(pairs) = &a.value.kind else {
+            continue;
+        };
+        for (k, v) in pairs {
+            if let (ExprKind::Str(name), ExprKind::List(items) | ExprKind::Tuple(items)) =
+                (&k.kind, &v.kind)
+            {
+                let values: Vec<i64> = items
+                    .iter()
+                    .filter_map(|e| eval_const(e, &|n| scope.const_value(n)).ok()?.as_int())
+                    .collect();
+                if !values.is_empty() {
+                    out.push((name.clone(), values));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The dims `key=[...]` names.
+fn key_names(f: &ast::Function) -> Vec<String> {
+    let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
+        return Vec::new();
+    };
+    args.iter()
+        .filter(|a| a.name.as_ref().is_some_and(|n| n.name == "key"))
+        .flat_map(|a| match &a.value.kind {
+            ExprKind::List(items) | ExprKind::Tuple(items) => items
+                .iter()
+                .filter_map(|e| match &e.kind {
+                    ExprKind::Str(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// Every combination of the space's values (the first name varies slowest).
+fn configs(space: &[(String, Vec<i64>)]) -> Vec<Config> {
+    let mut out: Vec<Config> = vec![Vec::new()];
+    for (name, values) in space {
+        out = out
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((name.clone(), *v));
+                    c
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Launches autotuned kernel `item` on the GPU: the tuned configuration for
+/// the launch's key (tuning first when there is none). `explicit` are the
+/// parameters the caller gave: they are not tuned.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    f: &ast::Function,
+    grid: Option<Vec<i64>>,
+    values: &[(String, Value)],
+    explicit: &BTreeSet<String>,
+    gpu: &Gpu,
+    interrupt: &Interrupt,
+) -> Result<(), ExecError> {
+    let sig = signature(db, item, &f.name.name)?;
+    let dims = super::launch::bind_dims(&sig, values)?;
+    let space: Vec<(String, Vec<i64>)> = space(f, db, kfile)
+        .into_iter()
+        .filter(|(n, _)| !explicit.contains(n))
+        .collect();
+    let key: Vec<(String, i64)> = key_names(f)
+        .into_iter()
+        .filter_map(|k| dims.get(&k).map(|v| (k, *v)))
+        .collect();
+    let id = TuneId::new(&f.name.name, item.text(db), &key, gpu);
+    let tuned = match gpu.tuned(&id.text) {
+        Some(t) => t,
+        None => {
+            let t = match id.load(gpu, &key) {
+                Some(t) => t,
+                None => {
+                    let t = tune(
+                        db, kfile, item, f, &grid, values, &space, key, gpu, interrupt,
+                    )?;
+                    id.store(gpu, &t);
+                    t
+                }
+            };
+            gpu.remember_tuned(&f.name.name, &id.text, t.clone());
+            t
+        }
+    };
+    let (kernel, args, g) = prepare(
+        db,
+        kfile,
+        item,
+        grid,
+        values,
+        &tuned.best_config().iter().cloned().collect(),
+    )?;
+    gpu.launch(&kernel, &args, g, interrupt)
+}
+
+/// Times every configuration; the tensors the kernel writes are put back
+/// afterwards.
+#[allow(clippy::too_many_arguments)]
+fn tune(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    f: &ast::Function,
+    grid: &Option<Vec<i64>>,
+    values: &[(String, Value)],
+    space: &[(String, Vec<i64>)],
+    key: Vec<(String, i64)>,
+    gpu: &Gpu,
+    interrupt: &Interrupt,
+) -> Result<Tuned, ExecError> {
+    let all = configs(space);
+    let progress = std::io::stderr().is_terminal();
+    let mut saved: Option<SavedTensors> = None;
+    let mut trials = Vec::with_capacity(all.len());
+    let mut best: Option<(usize, f64)> = None;
+    for (i, c) in all.into_iter().enumerate() {
+        interrupt.check()?;
+        let tune: BTreeMap<String, i64> = c.iter().cloned().collect();
+        let timed = prepare(db, kfile, item, grid.clone(), values, &tune).and_then(|(k, a, g)| {
+            if saved.is_none() {
+                saved = Some(gpu.save_written(&k, &a)?);
+            }
+            time(gpu, &k, &a, g, interrupt)
+        });
+        let result = match timed {
+            Ok(ms) => {
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((i, ms));
+                }
+                Ok(ms)
+            }
+            // Ctrl-C and a context the fault broke end tuning.
+            Err(e) if e.code == "E0706" || gpu.is_broken() => return Err(e),
+            Err(e) => Err(format!("[{}] {}", e.code, e.message)),
+        };
+        trials.push((c, result));
+        if progress {
+            let best_text = best.map_or("none yet".to_string(), |(b, ms)| {
+                format!("{} ({ms:.3} ms)", config_text(&trials[b].0))
+            });
+            eprint!(
+                "\rautotune {}: {}/{} configurations, best {best_text}\x1b[K",
+                f.name.name,
+                i + 1,
+                trials.capacity()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    if let Some(s) = saved {
+        gpu.restore_written(s)?;
+    }
+    let Some((best, _)) = best else {
+        let notes: Vec<String> = trials
+            .iter()
+            .filter_map(|(c, r)| r.as_ref().err().map(|e| format!("{}: {e}", config_text(c))))
+            .collect();
+        return Err(ExecError::new(
+            "E0709",
+            format!(
+                "no configuration of `{}`'s autotune space ran: {}",
+                f.name.name,
+                notes.join("; ")
+            ),
+        )
+        .with_help("fix the kernel for one configuration at least, or change the space"));
+    };
+    Ok(Tuned {
+        key,
+        trials,
+        best,
+        from_disk: false,
+    })
+}
+
+/// The median GPU time in ms of `TIMED_RUNS` launches after a warm-up.
+fn time(
+    gpu: &Gpu,
+    k: &crate::ir::tile::Kernel,
+    a: &[cpu::Arg],
+    g: [i64; 3],
+    interrupt: &Interrupt,
+) -> Result<f64, ExecError> {
+    gpu.launch(k, a, g, interrupt)?;
+    let mut times = Vec::with_capacity(TIMED_RUNS);
+    for _ in 0..TIMED_RUNS {
+        let before = gpu.kernel_time();
+        gpu.launch(k, a, g, interrupt)?;
+        times.push((gpu.kernel_time() - before).as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Where a tuning result is kept: its identity (kernel, its source text, the
+/// key's values, the GPU) and the disk file named by its hash.
+struct TuneId {
+    text: String,
+}
+
+impl TuneId {
+    fn new(name: &str, source: &str, key: &[(String, i64)], gpu: &Gpu) -> TuneId {
+        let info = gpu.info();
+        TuneId {
+            text: format!(
+                "{name}\n{}\n{} {}.{} {}\n{source}",
+                config_text(key),
+                info.name,
+                info.compute_capability.0,
+                info.compute_capability.1,
+                env!("CARGO_PKG_VERSION"),
+            ),
+        }
+    }
+
+    fn path(&self, gpu: &Gpu) -> Option<PathBuf> {
+        use sha3::{Digest, Sha3_256};
+        let hash = Sha3_256::digest(self.text.as_bytes());
+        let hex: String = hash.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        Some(gpu.cache_dir()?.join("autotune").join(format!("{hex}.txt")))
+    }
+
+    /// A choice stored by an earlier session: its identity, then one line
+    /// per trial (`ms` or `skipped`, then the configuration), the best first.
+    fn load(&self, gpu: &Gpu, key: &[(String, i64)]) -> Option<Tuned> {
+        let text = std::fs::read_to_string(self.path(gpu)?).ok()?;
+        let body = text.strip_prefix(&self.text)?.strip_prefix("\n--\n")?;
+        let mut trials = Vec::new();
+        for line in body.lines() {
+            let (time, config) = line.split_once('\t')?;
+            let config: Config = if config.is_empty() {
+                Vec::new()
+            } else {
+                config
+                    .split(", ")
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_string(), v.parse().ok()?))
+                    })
+                    .collect::<Option<_>>()?
+            };
+            let result = match time.parse::<f64>() {
+                Ok(ms) => Ok(ms),
+                Err(_) => Err(time.to_string()),
+            };
+            trials.push((config, result));
+        }
+        let best = trials
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, r))| r.as_ref().ok().map(|ms| (i, *ms)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?
+            .0;
+        Some(Tuned {
+            key: key.to_vec(),
+            trials,
+            best,
+            from_disk: true,
+        })
+    }
+
+    /// Stores `t` (temp file and rename, as the kernel cache does); a
+    /// folder that cannot be written only means no disk copy.
+    fn store(&self, gpu: &Gpu, t: &Tuned) {
+        let Some(path) = self.path(gpu) else { return };
+        let Some(dir) = path.parent() else { return };
+        let mut text = format!("{}\n--\n", self.text);
+        for (c, r) in &t.trials {
+            let time = match r {
+                Ok(ms) => format!("{ms}"),
+                Err(e) => e.replace(['\t', '\n'], " "),
+            };
+            text.push_str(&format!("{time}\t{}\n", config_text(c)));
+        }
+        let _ = std::fs::create_dir_all(dir).and_then(|()| {
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            tmp.write_all(text.as_bytes())?;
+            tmp.persist(&path).map(|_| ()).map_err(|e| e.error)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_are_the_product_of_the_space() {
+        let space = vec![
+            ("BM".to_string(), vec![64, 128]),
+            ("num_warps".to_string(), vec![4, 8, 16]),
+        ];
+        let all = configs(&space);
+        assert_eq!(all.len(), 6);
+        assert_eq!(config_text(&all[0]), "BM=64, num_warps=4");
+        assert_eq!(config_text(&all[5]), "BM=128, num_warps=16");
+        assert_eq!(configs(&[]), vec![Vec::new()]);
+    }
+}
