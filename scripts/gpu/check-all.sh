@@ -128,6 +128,12 @@ for f in "$root"/tests/gpu/*.tsr; do
         bad="$bad $stem"
     fi
 done
+# Every stdlib kernel and function must be called by some program here.
+uncalled=""
+for name in $(sed -n 's/^def \([A-Za-z_0-9]*\).*/\1/p' "$root"/stdlib/std/*.tsr); do
+    grep -qE "(^|[^A-Za-z_0-9.])$name\(" "$root"/tests/gpu/*.tsr || uncalled="$uncalled $name"
+done
+[ -z "$uncalled" ] || { echo "stdlib definitions no tests/gpu program calls:$uncalled"; bad="$bad (uncalled:$uncalled)"; }
 if [ -z "$bad" ] && [ $ok -gt 0 ]; then record "4 tests/gpu outputs" PASS "$ok programs agree"
 else record "4 tests/gpu outputs" FAIL "$ok agree; failed:${bad:- no programs}"; fi
 
