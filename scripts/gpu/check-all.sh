@@ -72,7 +72,7 @@ if [ $code = 0 ]; then record "2 tests/run" PASS "$last"; else record "2 tests/r
 KNOWN=(
     "alloc_limits|GiB of memory is available=>GiB of memory is available|the free memory that E0713's help names changes between the two runs"
     "generics|0\\.84134475=>E0709|f64 erf (so an f64 gelu) has no lowering for the GPU"
-    "errors|E0721=>cuda|\`:device cuda\` fails where the GPUs are hidden and works on the GPU"
+    "errors|E0721=>(?m)^cuda:[0-9]|\`:device cuda\` fails where the GPUs are hidden and works on the GPU"
     "errors|(?m)^cpu\$=>memory: |\`:device\` says cpu on the CPU and names the GPU and its memory on it"
 )
 echo; echo "== 3. REPL transcripts, cpu vs $device"
