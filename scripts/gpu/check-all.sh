@@ -14,11 +14,11 @@
 #   scripts/gpu/check-all.sh TESSERA [LIBTEST]
 #
 # DEVICE=cpu runs the "GPU" side on the CPU too (to check the script itself on a
-# machine without a GPU; part 5 is skipped). SAN_TIMEOUT (seconds, default 900) bounds
-# one sanitizer run; SAN_TOOLS (default "memcheck racecheck synccheck") picks the
-# tools; COMPUTE_SANITIZER names the binary if it is not on PATH or in
-# /usr/local/cuda/bin. TESSERA_CACHE_DIR defaults to a fresh folder, so the first
-# launch of each kernel compiles and later ones (and processes) use the cache.
+# machine without a GPU; part 5 is skipped). SAN_TOOLS (default "memcheck racecheck
+# synccheck") and SAN_PROGRAMS (tests/gpu stems, default all) pick the sanitizer
+# runs, SAN_TIMEOUT (seconds, default 900) bounds each; COMPUTE_SANITIZER names the
+# binary if it is neither on PATH nor in /usr/local/cuda/bin. TESSERA_CACHE_DIR
+# defaults to a fresh folder: each kernel compiles once, later processes load it.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 [ $# -ge 1 ] || { sed -n '2,21p' "$0"; exit 2; }
@@ -149,6 +149,7 @@ else
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
         for f in "$root"/tests/gpu/*.tsr; do
             stem="$(basename "$f" .tsr)"
+            [ -z "${SAN_PROGRAMS:-}" ] || [[ " $SAN_PROGRAMS " == *" $stem "* ]] || continue
             d="$work/san/$tool/$stem"
             mkdir -p "$d" && cp "$f" "$d/"
             start=$SECONDS
