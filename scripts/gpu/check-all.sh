@@ -84,6 +84,8 @@ KNOWN=(
     "generics|0\\.84134475=>E0709|f64 erf (so an f64 gelu) has no lowering for the GPU"
     "errors|E0721=>(?m)^cuda:[0-9]|\`:device cuda\` fails where the GPUs are hidden and works on the GPU"
     "errors|(?m)^cpu\$=>memory: |\`:device\` says cpu on the CPU and names the GPU and its memory on it"
+    "messages|no GPU is open=>has not been tuned in this session|\`:autotune\` without a GPU says none is open; on the GPU, that the kernel was not tuned"
+    "alloc_limits|MemAvailable in /proc/meminfo=>free on the GPU|E0713's help names the memory of the device that refused: the host's or the GPU's"
 )
 echo; echo "== 3. REPL transcripts, cpu vs $device"
 if part 3 "3 REPL transcripts"; then

@@ -862,8 +862,17 @@ impl Tensor {
         dtype: DType,
         alloc: impl FnOnce(usize) -> Result<Box<dyn DeviceBuffer>, ExecError>,
     ) -> Result<Tensor, ExecError> {
+        // The GPU first: its refusal is the common one, and cheap.
+        let bytes = checked_numel(shape, dtype)? * dtype.bytes() as usize;
+        let buf = alloc(bytes)?;
+        // The host copy is not touched until read, but it must fit when it
+        // is (a read-back may not fail): refused as `Data::alloc` refuses.
+        if bytes >= ASK_SYSTEM_FROM {
+            if let Some(a) = memory_available().filter(|a| bytes as u64 > *a) {
+                return Err(out_of_memory(shape, dtype, bytes, Some(a)));
+            }
+        }
         let data = Data::lazy_zeros(shape, dtype)?;
-        let buf = alloc(data.len() * data.elem_bytes())?;
         buf.zero()?;
         let t = Tensor::from_data(shape, dtype, data);
         *t.storage.mirror() = Some(Mirror {

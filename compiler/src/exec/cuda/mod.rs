@@ -623,7 +623,25 @@ impl Gpu {
     /// until the host reads it).
     pub fn zeros(&self, shape: &[usize], dtype: DType) -> Result<super::Tensor, ExecError> {
         let pool = &self.pool;
-        super::Tensor::zeros_on_device(shape, dtype, |bytes| pool.alloc(bytes))
+        super::Tensor::zeros_on_device(shape, dtype, |bytes| {
+            pool.alloc(bytes).map_err(|e| {
+                if !e.message.contains("CUDA_ERROR_OUT_OF_MEMORY") {
+                    return e;
+                }
+                // E0713 as on the host, naming the GPU's memory.
+                let free = self.ctx.mem_get_info().ok();
+                let mut err = super::tensor::out_of_memory(shape, dtype, bytes, None);
+                err.help = Some(match free {
+                    Some((free, total)) => format!(
+                        "only {} of the GPU's {} is free on the GPU (after giving back the blocks kept for reuse); use smaller tensors, or let go of some",
+                        super::tensor::human_bytes(free as u64),
+                        super::tensor::human_bytes(total as u64)
+                    ),
+                    None => "the GPU's memory is full; use smaller tensors, or let go of some".to_string(),
+                });
+                err
+            })
+        })
     }
 
     /// Copies `t`'s elements to this GPU (if they are not there already),
