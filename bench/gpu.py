@@ -295,7 +295,9 @@ class PtxKernel:
     context torch made current, and launched on torch's current stream, so that
     torch's tensors are its arguments and torch's events time it."""
 
-    def __init__(self, ptx, name):
+    def __init__(self, ptx, name, link=False):
+        """`link`: compile through the driver's linker (cuLink*, to a cubin, as
+        Tessera's executor does for its disk cache) instead of cuModuleLoadData."""
         import ctypes as ct
         need_torch()
         self.ct, self.cu, self.name = ct, ct.CDLL("libcuda.so.1"), name
@@ -307,7 +309,17 @@ class PtxKernel:
         module, log = ct.c_void_p(), ct.create_string_buffer(1 << 14)
         opts = (ct.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
         vals = (ct.c_void_p * 2)(ct.cast(log, ct.c_void_p), ct.c_void_p(1 << 14))
-        r = self.cu.cuModuleLoadDataEx(ct.byref(module), ptx.encode() + b"\0", 2, opts, vals)
+        if link:
+            state, cubin, size = ct.c_void_p(), ct.c_void_p(), ct.c_size_t()
+            self.check(self.cu.cuLinkCreate_v2(2, opts, vals, ct.byref(state)), "cuLinkCreate")
+            data = ptx.encode() + b"\0"
+            self.check(self.cu.cuLinkAddData_v2(state, 1, data, len(data), b"k.ptx", 0, None, None),
+                       "cuLinkAddData: " + log.value.decode(errors="replace").strip())  # 1: PTX
+            self.check(self.cu.cuLinkComplete(state, ct.byref(cubin), ct.byref(size)), "cuLinkComplete")
+            r = self.cu.cuModuleLoadData(ct.byref(module), cubin)
+            self.cu.cuLinkDestroy(state)
+        else:
+            r = self.cu.cuModuleLoadDataEx(ct.byref(module), ptx.encode() + b"\0", 2, opts, vals)
         self.check(r, "cuModuleLoadDataEx: " + log.value.decode(errors="replace").strip())
         self.f = ct.c_void_p()
         self.check(self.cu.cuModuleGetFunction(ct.byref(self.f), module, name.encode()), name)
@@ -344,10 +356,10 @@ HINTS = ["K%8", "N%8"]
 FACTS = ["M%16", "N%16", "K%16"]
 
 
-def hinted_gemm(args, hints=HINTS):
+def hinted_gemm(args, hints=HINTS, link=False):
     """std.linalg's gemm_bf16 emitted with `-D K%8 -D N%8` (the variant the issue measured
     before run-time specialisation), or with other `hints`, loaded once per run."""
-    key = "hinted_" + "_".join(hints)
+    key = "hinted_" + "_".join(hints) + ("_link" if link else "")
     if key not in vars(args):
         try:
             src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib",
@@ -357,7 +369,7 @@ def hinted_gemm(args, hints=HINTS):
             p = subprocess.run(cmd, capture_output=True, encoding="utf-8")
             if p.returncode != 0:
                 raise Failed(f"`{' '.join(cmd[1:])}`: {first_error(p.stderr)}")
-            setattr(args, key, PtxKernel(p.stdout, "gemm_bf16"))
+            setattr(args, key, PtxKernel(p.stdout, "gemm_bf16", link))
         except (Failed, OSError) as e:
             setattr(args, key, Failed(reason(e)))
     if isinstance(getattr(args, key), Failed):
@@ -561,11 +573,11 @@ def bench_gemm(args):
             triton_matmul(t["a"], t["b"], t["c"])
             return t["c"]
 
-        def hinted(t, hints=HINTS):
+        def hinted(t, hints=HINTS, link=False):
             if "c" not in t:
                 t["c"] = torch.empty(n, n, device="cuda", dtype=torch.float32)
             grid = (-(-n // 128), -(-n // 128))  # the decorator's grid at BM = BN = 128
-            hinted_gemm(args, hints)(grid, A=t["a"], B=t["b"], C=t["c"], M=n, K=n, N=n)
+            hinted_gemm(args, hints, link)(grid, A=t["a"], B=t["b"], C=t["c"], M=n, K=n, N=n)
             return t["c"]
 
         def vs_hinted(ratio):
@@ -577,7 +589,9 @@ def bench_gemm(args):
                  (f"gemm_bf16 hinted ({' '.join('-D ' + h for h in HINTS)}), driver API",
                   hinted, True, vs_hinted),
                  (f"gemm_bf16 with the launch's facts ({' '.join('-D ' + h for h in FACTS)}), "
-                  "driver API", lambda t: hinted(t, FACTS), True)]
+                  "driver API", lambda t: hinted(t, FACTS), True),
+                 (f"the same through the driver's linker (cuLink, as the executor)",
+                  lambda t: hinted(t, FACTS, True), True)]
         compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
                 {"a": a, "b": b}, peers)
 
