@@ -1,7 +1,9 @@
-//! PTX to cubin through the driver's linker (`cuLink*`), which, unlike
-//! `cuModuleLoadData` on PTX, hands back the cubin (for the disk cache) and
-//! the JIT's logs: the error log explains a failed compile, and the verbose
-//! info log is ptxas's report of registers and spills ([`parse_info_log`]).
+//! The driver's linker (`cuLink*`) and ptxas's report. The linker compiles
+//! PTX as relocatable code (`-rdc`), slower than a whole-program compile, so
+//! the executor runs what `ptxas` or the driver's JIT make (see `ptxas` and
+//! `Gpu::module`) and links only to read the linker's error log, which
+//! explains a compile the driver's JIT refused. [`parse_info_log`] reads
+//! ptxas's verbose report of registers and spills.
 
 use std::ffi::{c_void, CString};
 
@@ -81,6 +83,9 @@ fn number_before(text: &str, what: &str) -> Option<u64> {
 }
 
 /// A compiled module: the cubin and the JIT's info log.
+// The executor reads only a link's error; its cubin and report are read by
+// the test that compares the linker's report with the driver's attributes.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(super) struct Linked {
     pub cubin: Vec<u8>,
     pub info_log: String,

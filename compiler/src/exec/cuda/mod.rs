@@ -26,6 +26,7 @@
 pub mod disk_cache;
 pub mod jit;
 mod memory;
+pub mod ptxas;
 pub use memory::MemoryStats;
 
 use std::collections::HashMap;
@@ -293,6 +294,31 @@ fn driver_error(what: &str, e: DriverError) -> ExecError {
 }
 
 /// A failed compile as E0730, with the JIT's error log in the help line.
+/// E0730 for PTX that ptxas refused, with its first lines of message.
+fn ptxas_error(kernel: &str, message: &str) -> ExecError {
+    let log: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(4)
+        .collect();
+    ExecError::new(
+        "E0730",
+        format!("compiling kernel `{kernel}` with ptxas failed"),
+    )
+    .with_help(format!(
+        "ptxas says: {}; the PTX Tessera emitted does not compile: this is a compiler bug, \
+         please report it with the kernel; meanwhile run on the CPU: `--device cpu`",
+        log.join(" | ")
+    ))
+}
+
+/// The `ptxas` this process compiles with (looked for once).
+fn process_ptxas() -> Option<&'static ptxas::Ptxas> {
+    static FOUND: std::sync::OnceLock<Option<ptxas::Ptxas>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(ptxas::find).as_ref()
+}
+
 fn jit_error(kernel: &str, e: jit::LinkError) -> ExecError {
     let advice = match e.error.0 {
         CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => {
@@ -747,60 +773,79 @@ impl Gpu {
     }
 
     /// The module of `ptx` (whose kernel is `entry`), with what ptxas
-    /// reported when it compiled it.
-    ///
-    /// The module that runs is always the driver's whole-program JIT of the
-    /// PTX (`cuModuleLoadData`): the driver's linker, which hands back a
-    /// cubin and ptxas's report, compiles PTX as relocatable code (`-rdc`),
-    /// which ran gemm_bf16 at 4096³ 23% slower on an H200 (586 µs against
-    /// 476 µs, `bench/gpu.py`). The driver keeps its JIT's results on disk
-    /// itself (its JIT cache, which `open` puts in the cache folder); the
-    /// disk cache here keeps ptxas's report per PTX, made by the linker once
-    /// per kernel and machine, so that spills are known on later loads too.
+    /// reported when it compiled it: the cubin from the disk cache, else
+    /// compiled by ptxas (see `ptxas`) and stored there; without a ptxas (or
+    /// a cubin the driver refuses), the driver's JIT, whose results the
+    /// driver keeps in its own cache.
     fn module(
         &self,
         kernel: &str,
         entry: &str,
         ptx: &str,
     ) -> Result<(Arc<CudaModule>, jit::JitInfo), ExecError> {
-        let module = match self.ctx.load_module(Ptx::from_src(ptx)) {
-            Ok(m) => m,
-            // The linker's error log says why; compiled again only to read it.
-            Err(e) => {
-                return Err(match jit::link_ptx(&self.ctx, ptx) {
-                    Err(linked) => jit_error(kernel, linked),
-                    Ok(_) => driver_error(&format!("loading kernel `{kernel}`"), e),
-                })
-            }
+        let Some(ptxas) = process_ptxas() else {
+            return self.driver_jit(kernel, ptx);
         };
-        // The device's own compute capability beside the arch: a GPU newer
-        // than the arch compiles the same PTX to its own machine code.
+        // The device's own compute capability beside the arch (a cubin runs
+        // on its arch only), and the ptxas that compiles.
         let (major, minor) = self.info.compute_capability;
-        let target = format!("{} on sm_{major}{minor}", self.info.arch);
+        let target = format!(
+            "{} on sm_{major}{minor} by {}",
+            self.info.arch, ptxas.version
+        );
         let key = disk_cache::Key::new(ptx, &target, self.driver_version);
         if let Some(dir) = &self.cache_dir {
             if let Some(cached) = disk_cache::load(dir, &key) {
-                self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok((module, cached.info));
+                // A cubin the driver refuses (damaged in a way the digest
+                // misses) is compiled again and replaced, as a missing one.
+                if let Ok(module) = self.ctx.load_module(Ptx::from_binary(cached.cubin)) {
+                    self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok((module, cached.info));
+                }
             }
         }
-        self.counters.compiles.fetch_add(1, Ordering::Relaxed);
-        let Ok(linked) = jit::link_ptx(&self.ctx, ptx) else {
-            return Ok((module, jit::JitInfo::default()));
+        let compiled = ptxas.compile(ptx).map_err(|m| ptxas_error(kernel, &m))?;
+        let Ok(module) = self
+            .ctx
+            .load_module(Ptx::from_binary(compiled.cubin.clone()))
+        else {
+            // A ptxas newer than the driver, or a GPU newer than the arch.
+            return self.driver_jit(kernel, ptx);
         };
-        let info = jit::parse_info_log(&linked.info_log, entry);
+        self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+        let info = jit::parse_info_log(&compiled.report, entry);
         if let Some(dir) = &self.cache_dir {
-            // Without a writable cache folder the report is not kept.
+            // Without a writable cache folder the cubin stays in memory only.
             let _ = disk_cache::store(
                 dir,
                 &key,
                 &disk_cache::Entry {
                     info: info.clone(),
-                    cubin: linked.cubin,
+                    cubin: compiled.cubin,
                 },
             );
         }
         Ok((module, info))
+    }
+
+    /// The driver's whole-program JIT of `ptx` (`cuModuleLoadData`), which
+    /// reports nothing of registers or spills; the linker's error log says
+    /// why a compile failed.
+    fn driver_jit(
+        &self,
+        kernel: &str,
+        ptx: &str,
+    ) -> Result<(Arc<CudaModule>, jit::JitInfo), ExecError> {
+        match self.ctx.load_module(Ptx::from_src(ptx)) {
+            Ok(module) => {
+                self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+                Ok((module, jit::JitInfo::default()))
+            }
+            Err(e) => Err(match jit::link_ptx(&self.ctx, ptx) {
+                Err(linked) => jit_error(kernel, linked),
+                Ok(_) => driver_error(&format!("loading kernel `{kernel}`"), e),
+            }),
+        }
     }
 
     /// What the driver says of `func` launched with `threads` threads and
@@ -812,7 +857,7 @@ impl Gpu {
         kernel: &str,
         threads: u32,
         dynamic_smem: u32,
-        _report: &jit::JitInfo,
+        report: &jit::JitInfo,
     ) -> Option<Measured> {
         // `get_attribute` makes the context current, as the occupancy query
         // needs.
@@ -835,12 +880,10 @@ impl Gpu {
             threads,
             blocks_per_sm,
             max_threads_per_sm: self.max_threads_per_sm,
-            // ptxas's report (`_report`) comes from the linker's relocatable
-            // compile, not from the module that runs: the running module's
-            // local memory is the measure (none: nothing spilled; some: its
-            // bytes are shown, the spills are not known apart from it).
-            spill_stores: (local_bytes == 0).then_some(0),
-            spill_loads: (local_bytes == 0).then_some(0),
+            // ptxas's report of the code that runs; without one (the
+            // driver's JIT), no local memory at all means nothing spilled.
+            spill_stores: report.spill_stores.or((local_bytes == 0).then_some(0)),
+            spill_loads: report.spill_loads.or((local_bytes == 0).then_some(0)),
         })
     }
 
