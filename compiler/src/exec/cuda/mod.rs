@@ -84,6 +84,8 @@ pub struct Gpu {
     kernel_ns: AtomicU64,
     /// How many kernels were launched.
     launch_count: AtomicU64,
+    /// The events around each launch (made at the first).
+    events: Mutex<Option<(CudaEvent, CudaEvent)>>,
     /// The module (`Loaded::id`) of each kernel's variant that last ran, by
     /// the kernel's name.
     last_run: Mutex<HashMap<String, u64>>,
@@ -442,6 +444,7 @@ impl Gpu {
             broken: AtomicBool::new(false),
             kernel_ns: AtomicU64::new(0),
             launch_count: AtomicU64::new(0),
+            events: Mutex::new(None),
             last_run: Mutex::new(HashMap::new()),
             cache_dir: disk_cache::default_dir(),
             driver_version,
@@ -1001,9 +1004,21 @@ impl Gpu {
             },
         };
         let what = || launch_what(kernel, args, grid, threads);
-        let started = self
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        // Two events of this context, made once: creating them at every
+        // launch cost microseconds of each launch.
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if events.is_none() {
+            let make = || self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+            *events = Some((
+                make().map_err(|e| self.failed(&what(), e))?,
+                make().map_err(|e| self.failed(&what(), e))?,
+            ));
+        }
+        let Some((started, done)) = events.as_ref() else {
+            unreachable!("made above")
+        };
+        started
+            .record(&self.stream)
             .map_err(|e| self.failed(&what(), e))?;
         {
             let mut b = self.stream.launch_builder(&func);
@@ -1034,8 +1049,8 @@ impl Gpu {
             }
         }
         self.launch_count.fetch_add(1, Ordering::Relaxed);
-        let done = self.wait(interrupt, &what())?;
-        if let Ok(ms) = started.elapsed_ms(&done) {
+        self.wait(done, interrupt, &what())?;
+        if let Ok(ms) = started.elapsed_ms(done) {
             self.kernel_ns
                 .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
         }
@@ -1044,27 +1059,27 @@ impl Gpu {
 
     /// Waits for the stream's work, looking at `interrupt` while it runs:
     /// E0706 returns to the caller while the kernel finishes on its own.
-    /// Returns the (timed) event recorded after that work.
-    fn wait(&self, interrupt: &Interrupt, what: &str) -> Result<CudaEvent, ExecError> {
-        let done = self
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+    /// `done` is recorded after that work here.
+    fn wait(&self, done: &CudaEvent, interrupt: &Interrupt, what: &str) -> Result<(), ExecError> {
+        done.record(&self.stream)
             .map_err(|e| self.failed(what, e))?;
         let start = Instant::now();
         loop {
             // SAFETY: the event is alive (held by `done`) and was recorded on
             // this context's stream.
             match unsafe { cudarc::driver::result::event::query(done.cu_event()) } {
-                Ok(()) => return Ok(done),
+                Ok(()) => return Ok(()),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => {}
                 Err(e) => return Err(self.failed(what, e)),
             }
             interrupt.check()?;
-            // Spin briefly for short kernels, then sleep.
-            if start.elapsed() > Duration::from_micros(200) {
-                std::thread::sleep(Duration::from_micros(100));
+            // Spin (yielding) for kernels of up to a few milliseconds, so the
+            // wait ends when they do; then sleep, which oversleeps by tens of
+            // microseconds.
+            if start.elapsed() > Duration::from_millis(5) {
+                std::thread::sleep(Duration::from_micros(50));
             } else {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
     }
