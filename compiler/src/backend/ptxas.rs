@@ -1,8 +1,9 @@
 //! Running NVIDIA's `ptxas` (the PTX assembler) and reading what `ptxas -v`
 //! says about each function: the real register count, spills and shared memory.
 //! Used by the validation test that compares [`super::resources`] estimates with
-//! the real toolchain; `scripts/fetch-ptxas.sh` installs a `ptxas` and the test
-//! command exports its path as `TESSERA_PTXAS`.
+//! the real toolchain (`scripts/fetch-ptxas.sh` installs a `ptxas` and the test
+//! command exports its path as `TESSERA_PTXAS`), and by the CUDA executor,
+//! which compiles its cubins with it ([`compile`], [`find`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -135,22 +136,60 @@ pub fn parse_verbose(text: &str) -> Result<Vec<FunctionInfo>, String> {
 
 /// Assembles `ptx` for `arch` with `ptxas -v` and returns what it reports for
 /// each function. The output object is discarded.
+pub fn assemble(ptxas: &Path, ptx: &str, arch: Arch) -> Result<Vec<FunctionInfo>, PtxasError> {
+    run(ptxas, ptx, arch.name(), false).map(|(_, info)| info)
+}
+
+/// Compiles `ptx` with `ptxas -O3 -v` for the target its `.target` names (a
+/// whole-program compile): the cubin and what ptxas reports for each
+/// function.
+pub fn compile(ptxas: &Path, ptx: &str) -> Result<(Vec<u8>, Vec<FunctionInfo>), PtxasError> {
+    let arch = target_of(ptx).ok_or_else(|| PtxasError::Rejected {
+        status: None,
+        stderr: "the PTX names no .target".to_string(),
+    })?;
+    let (cubin, info) = run(ptxas, ptx, arch, true)?;
+    Ok((cubin.unwrap_or_default(), info))
+}
+
+/// The `.target` of a PTX module (`sm_90a`).
+pub fn target_of(ptx: &str) -> Option<&str> {
+    ptx.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix(".target "))
+        .and_then(|t| t.split([',', ' ']).next())
+        .filter(|t| !t.is_empty())
+}
+
+/// Runs `ptxas -v` on `ptx` for `arch`; the cubin too when `keep`.
 ///
 /// The PTX goes through a file of our own, not stdin: ptxas copies stdin to
 /// `/tmp/tmpxft_<pid>_...`, and under parallel runs sharing `/tmp` it then
 /// sometimes read an empty copy ("Missing .version directive").
-pub fn assemble(ptxas: &Path, ptx: &str, arch: Arch) -> Result<Vec<FunctionInfo>, PtxasError> {
+fn run(
+    ptxas: &Path,
+    ptx: &str,
+    arch: &str,
+    keep: bool,
+) -> Result<(Option<Vec<u8>>, Vec<FunctionInfo>), PtxasError> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("tessera-ptxas-{}-{n}.ptx", std::process::id()));
+    let stem = std::env::temp_dir().join(format!("tessera-ptxas-{}-{n}", std::process::id()));
+    let path = stem.with_extension("ptx");
+    let cubin = stem.with_extension("cubin");
     std::fs::write(&path, ptx)
         .map_err(|e| PtxasError::Spawn(format!("writing PTX to {}: {e}", path.display())))?;
-    let out = Command::new(ptxas)
-        .args(["-v", "-arch", arch.name(), "-o", "/dev/null"])
-        .arg(&path)
-        .stdin(Stdio::null())
-        .output();
+    let mut cmd = Command::new(ptxas);
+    cmd.args(["-v", "-arch", arch]);
+    if keep {
+        cmd.arg("-O3").arg("-o").arg(&cubin);
+    } else {
+        cmd.args(["-o", "/dev/null"]);
+    }
+    let out = cmd.arg(&path).stdin(Stdio::null()).output();
     let _ = std::fs::remove_file(&path);
+    let object = keep.then(|| std::fs::read(&cubin));
+    let _ = std::fs::remove_file(&cubin);
     let out = out.map_err(|e| PtxasError::Spawn(format!("{}: {e}", ptxas.display())))?;
     let text = format!(
         "{}{}",
@@ -163,7 +202,50 @@ pub fn assemble(ptxas: &Path, ptx: &str, arch: Arch) -> Result<Vec<FunctionInfo>
             stderr: text,
         });
     }
-    parse_verbose(&text).map_err(PtxasError::Parse)
+    let object = object
+        .transpose()
+        .map_err(|e| PtxasError::Spawn(format!("reading the cubin: {e}")))?;
+    Ok((object, parse_verbose(&text).map_err(PtxasError::Parse)?))
+}
+
+/// A `ptxas` found on this machine, with its version line.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+/// The `ptxas` to compile with: `TESSERA_PTXAS` (empty: none), else the one
+/// on `PATH`, else CUDA's default install; `None` when none answers
+/// `--version`.
+pub fn find() -> Option<Installed> {
+    let candidates: Vec<PathBuf> = match std::env::var_os(PTXAS_ENV) {
+        Some(p) if p.is_empty() => return None,
+        Some(p) => vec![PathBuf::from(p)],
+        None => std::env::var_os("PATH")
+            .map(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join("ptxas"))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+            .into_iter()
+            .chain([PathBuf::from("/usr/local/cuda/bin/ptxas")])
+            .collect(),
+    };
+    candidates
+        .into_iter()
+        .filter(|p| p.is_file())
+        .find_map(|path| {
+            let out = Command::new(&path).arg("--version").output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let version = text
+                .lines()
+                .rfind(|l| !l.trim().is_empty())?
+                .trim()
+                .to_string();
+            out.status.success().then_some(Installed { path, version })
+        })
 }
 
 #[cfg(test)]
@@ -254,5 +336,45 @@ ptxas info    : Used 255 registers, 49152 bytes smem, 400 bytes cmem[0]
         )
         .is_err());
         assert_eq!(parse_verbose("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn the_target_is_read_from_the_ptx() {
+        assert_eq!(
+            target_of(".version 8.0\n.target sm_90a\n.address_size 64\n"),
+            Some("sm_90a")
+        );
+        assert_eq!(target_of(".target sm_80, debug\n"), Some("sm_80"));
+        assert_eq!(target_of(".version 8.0\n"), None);
+    }
+
+    /// With the ptxas CI installs (`TESSERA_PTXAS`), a compile gives a cubin
+    /// and a report; bad PTX gives ptxas's message.
+    #[test]
+    fn compile_keeps_the_cubin_and_reports() {
+        let Some(p) = find() else {
+            eprintln!("compile_keeps_the_cubin_and_reports: skipped, no ptxas (set TESSERA_PTXAS)");
+            return;
+        };
+        let ptx = ".version 7.8\n.target sm_80\n.address_size 64\n\
+                   .visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\
+                   \tld.param.u64 %rd1, [p];\n\tret;\n}\n";
+        let (cubin, report) = compile(&p.path, ptx).unwrap();
+        assert!(cubin.starts_with(b"\x7fELF"), "a cubin is an ELF file");
+        let k = report
+            .iter()
+            .find(|f| f.name == "k")
+            .expect("k is reported");
+        assert!(k.entry && k.regs > 0, "{report:?}");
+        assert_eq!(k.spill_stores, 0);
+        match compile(&p.path, &ptx.replace("ret;", "bogus;")) {
+            Err(PtxasError::Rejected { stderr, .. }) => {
+                assert!(
+                    stderr.contains("bogus") || stderr.contains("error"),
+                    "{stderr}"
+                )
+            }
+            other => panic!("bad PTX: {other:?}"),
+        }
     }
 }

@@ -26,7 +26,6 @@
 pub mod disk_cache;
 pub mod jit;
 mod memory;
-pub mod ptxas;
 pub use memory::MemoryStats;
 
 use std::collections::HashMap;
@@ -46,6 +45,7 @@ use super::autotune::Tuned;
 use super::cpu::Arg;
 use super::tensor::DeviceBuffer;
 use super::{ExecError, Interrupt};
+use crate::backend::ptxas;
 use crate::check::DType;
 use crate::ir::target::{Param as TargetParam, RegTy};
 use crate::ir::tile::{Dim, Kernel, ParamKind};
@@ -316,8 +316,8 @@ fn ptxas_error(kernel: &str, message: &str) -> ExecError {
 }
 
 /// The `ptxas` this process compiles with (looked for once).
-fn process_ptxas() -> Option<&'static ptxas::Ptxas> {
-    static FOUND: std::sync::OnceLock<Option<ptxas::Ptxas>> = std::sync::OnceLock::new();
+fn process_ptxas() -> Option<&'static ptxas::Installed> {
+    static FOUND: std::sync::OnceLock<Option<ptxas::Installed>> = std::sync::OnceLock::new();
     FOUND.get_or_init(ptxas::find).as_ref()
 }
 
@@ -807,16 +807,23 @@ impl Gpu {
                 }
             }
         }
-        let compiled = ptxas.compile(ptx).map_err(|m| ptxas_error(kernel, &m))?;
-        let Ok(module) = self
-            .ctx
-            .load_module(Ptx::from_binary(compiled.cubin.clone()))
-        else {
+        let (cubin, report) = ptxas::compile(&ptxas.path, ptx).map_err(|e| {
+            let message = match e {
+                ptxas::PtxasError::Rejected { stderr, .. } => stderr,
+                other => other.to_string(),
+            };
+            ptxas_error(kernel, &message)
+        })?;
+        let Ok(module) = self.ctx.load_module(Ptx::from_binary(cubin.clone())) else {
             // A ptxas newer than the driver, or a GPU newer than the arch.
             return self.driver_jit(kernel, ptx);
         };
         self.counters.compiles.fetch_add(1, Ordering::Relaxed);
-        let info = jit::parse_info_log(&compiled.report, entry);
+        let info = report
+            .iter()
+            .find(|f| f.entry && f.name == entry)
+            .map(jit::JitInfo::from)
+            .unwrap_or_default();
         if let Some(dir) = &self.cache_dir {
             // Without a writable cache folder the cubin stays in memory only.
             let _ = disk_cache::store(
@@ -824,7 +831,7 @@ impl Gpu {
                 &key,
                 &disk_cache::Entry {
                     info: info.clone(),
-                    cubin: compiled.cubin,
+                    cubin,
                 },
             );
         }
