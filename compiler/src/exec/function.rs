@@ -724,43 +724,28 @@ fn run_steps(
                 ];
                 ctx.device.run_grid(k, &kargs, g3, interrupt)?;
             }
-            KernelRef::Std { module, name } => {
-                let path: Vec<String> = module.split('.').map(str::to_string).collect();
-                let kfile = db.resolve_module(file, &path).ok_or_else(|| {
-                    ExecError::new("E0710", format!("standard module `{module}` not found"))
-                        .with_help(COMPILER_BUG)
-                })?;
-                let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
-                    ExecError::new("E0710", format!("`{module}.{name}` not found"))
-                        .with_help(COMPILER_BUG)
-                })?;
-                launch_std_or_user(
-                    db,
-                    kfile,
-                    item,
-                    grid,
-                    args,
-                    &l.consts,
-                    On {
-                        device: ctx.device,
-                        interrupt,
-                    },
-                )?;
-            }
-            KernelRef::User(name) => {
-                let (kfile, item) = find_kernel(db, file, name)?;
-                launch_std_or_user(
-                    db,
-                    kfile,
-                    item,
-                    grid,
-                    args,
-                    &l.consts,
-                    On {
-                        device: ctx.device,
-                        interrupt,
-                    },
-                )?;
+            KernelRef::Std { .. } | KernelRef::User(_) => {
+                let (kfile, item) = match &l.kernel {
+                    KernelRef::Std { module, name } => {
+                        let path: Vec<String> = module.split('.').map(str::to_string).collect();
+                        let kfile = db.resolve_module(file, &path).ok_or_else(|| {
+                            ExecError::new("E0710", format!("standard module `{module}` not found"))
+                                .with_help(COMPILER_BUG)
+                        })?;
+                        let (item, _) = db::function_item(db, kfile, name).ok_or_else(|| {
+                            ExecError::new("E0710", format!("`{module}.{name}` not found"))
+                                .with_help(COMPILER_BUG)
+                        })?;
+                        (kfile, item)
+                    }
+                    KernelRef::User(name) => find_kernel(db, file, name)?,
+                    KernelRef::Generated(_) => unreachable!("matched above"),
+                };
+                let on = On {
+                    device: ctx.device,
+                    interrupt,
+                };
+                launch_std_or_user(db, kfile, item, grid, args, &l.consts, on)?;
             }
         }
     }
