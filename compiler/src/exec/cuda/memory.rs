@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use cudarc::driver::sys::{CUdeviceptr, CUresult};
+use cudarc::driver::sys::{self, CUdeviceptr, CUresult};
 use cudarc::driver::{result, CudaContext, CudaStream, DriverError};
 
 use super::driver_error;
@@ -206,15 +206,22 @@ struct Block {
 }
 
 impl Block {
-    fn copy_error(&self, what: &str, e: DriverError) -> ExecError {
-        driver_error(&format!("copying {} bytes {what}", self.len), e)
-    }
-
-    /// The pool, while its context lives.
-    fn pool(&self) -> Result<Arc<Pool>, ExecError> {
+    /// Runs `op` on the pool's stream with its context current (nothing
+    /// for an empty block); a driver error is E0730 about `what`.
+    fn on_stream(
+        &self,
+        what: &str,
+        op: impl FnOnce(sys::CUstream) -> Result<(), DriverError>,
+    ) -> Result<(), ExecError> {
         let pool = self.pool.upgrade().ok_or_else(lost)?;
         pool.check_alive()?;
-        Ok(pool)
+        if self.len == 0 {
+            return Ok(());
+        }
+        pool.ctx
+            .bind_to_thread()
+            .and_then(|()| op(pool.stream.cu_stream()))
+            .map_err(|e| driver_error(what, e))
     }
 }
 
@@ -231,55 +238,33 @@ fn lost() -> ExecError {
 impl DeviceBuffer for Block {
     fn read(&self, host: &mut [u8]) -> Result<(), ExecError> {
         debug_assert_eq!(host.len(), self.len);
-        let pool = self.pool()?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        let s = pool.stream.cu_stream();
-        pool.ctx
-            .bind_to_thread()
-            .map_err(|e| self.copy_error("from the GPU", e))?;
+        let what = format!("copying {} bytes from the GPU", self.len);
         // SAFETY: the block holds at least `len` bytes on this context and
         // `host` is `len` bytes the caller lends exclusively; the stream is
         // synchronised before `host` is given back.
-        unsafe {
+        self.on_stream(&what, |s| unsafe {
             result::memcpy_dtoh_async(host, self.ptr, s)
                 .and_then(|()| result::stream::synchronize(s))
-                .map_err(|e| self.copy_error("from the GPU", e))
-        }
+        })
     }
 
     fn write(&self, host: &[u8]) -> Result<(), ExecError> {
         debug_assert_eq!(host.len(), self.len);
-        let pool = self.pool()?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        let s = pool.stream.cu_stream();
-        pool.ctx
-            .bind_to_thread()
-            .map_err(|e| self.copy_error("to the GPU", e))?;
+        let what = format!("copying {} bytes to the GPU", self.len);
         // SAFETY: as in `read`; the copy finishes before `host` is given back
         // (pageable host memory, and the stream is synchronised).
-        unsafe {
+        self.on_stream(&what, |s| unsafe {
             result::memcpy_htod_async(self.ptr, host, s)
                 .and_then(|()| result::stream::synchronize(s))
-                .map_err(|e| self.copy_error("to the GPU", e))
-        }
+        })
     }
 
     fn zero(&self) -> Result<(), ExecError> {
-        let pool = self.pool()?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        pool.ctx
-            .bind_to_thread()
-            .map_err(|e| driver_error("zeroing GPU memory", e))?;
         // SAFETY: the block holds at least `len` bytes on this context; the
         // stream orders the memset before every later launch and copy.
-        unsafe { result::memset_d8_async(self.ptr, 0, self.len, pool.stream.cu_stream()) }
-            .map_err(|e| driver_error("zeroing GPU memory", e))
+        self.on_stream("zeroing GPU memory", |s| unsafe {
+            result::memset_d8_async(self.ptr, 0, self.len, s)
+        })
     }
 
     fn address(&self) -> u64 {
