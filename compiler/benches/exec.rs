@@ -54,7 +54,7 @@ fn main() {
             &tessera::exec::Device::Cpu,
             &stop,
         )
-        .unwrap()
+        .unwrap();
     });
     let gflops = |t: f64| 2.0 * (n as f64).powi(3) / t / 1e9;
     println!(
@@ -79,7 +79,7 @@ fn main() {
             &tessera::exec::Device::Cpu,
             &stop,
         )
-        .unwrap()
+        .unwrap();
     });
     let gbs = |t: f64| 2.0 * 4.0 * (s * s) as f64 / t / 1e9;
     println!(

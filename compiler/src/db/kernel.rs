@@ -41,6 +41,35 @@ pub fn tile_ir<'db>(
     Ok(Arc::new(k))
 }
 
+/// The Tile IR a launch with `dims` runs: `tile_ir` under `spec`, or, where
+/// a tile shape needs dims that `spec` leaves to run time (`flash_attn`'s
+/// `D`), under `spec` with those of `dims` fixed (found by lowering once).
+/// Memoised per launch shape, so a relaunch neither lowers nor checks again.
+#[salsa::tracked(returns(ref))]
+pub fn launch_tile_ir<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+    dims: std::collections::BTreeMap<String, i64>,
+) -> Result<Arc<crate::ir::tile::Kernel>, Vec<Diagnostic>> {
+    if let Ok(k) = tile_ir(db, item, options, spec.clone()) {
+        return Ok(k.clone());
+    }
+    let parsed = parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return Err(Vec::new());
+    };
+    let k =
+        crate::ir::tile::lower_kernel_with_dims(f, module_scope(db, item.file(db)), &spec, &dims)?;
+    let full = crate::ir::tile::Specialization {
+        values: k.specialization.iter().cloned().collect(),
+        divisors: k.divisibility.iter().cloned().collect(),
+        floats: spec.floats.clone(),
+    };
+    tile_ir(db, item, options, full).clone()
+}
+
 /// The lowering diagnostics (E0511, E0512) of every kernel of `file` under
 /// `spec`, with absolute spans, in source order. Empty when the file has
 /// check errors: those are what `file_diagnostics` reports.

@@ -144,7 +144,7 @@ pub(crate) fn launch(
     explicit: &BTreeSet<String>,
     gpu: &Gpu,
     interrupt: &Interrupt,
-) -> Result<(), ExecError> {
+) -> Result<Config, ExecError> {
     let sig = signature(db, item, &f.name.name)?;
     let dims = super::launch::bind_dims(&sig, values)?;
     let space: Vec<(String, Vec<i64>)> = space(f, db, kfile)
@@ -181,7 +181,8 @@ pub(crate) fn launch(
         values,
         &tuned.best_config().iter().cloned().collect(),
     )?;
-    gpu.launch(&kernel, &args, g, interrupt)
+    gpu.launch(&kernel, &args, g, interrupt)?;
+    Ok(tuned.best_config().clone())
 }
 
 /// Times every configuration; the tensors the kernel writes are put back
@@ -270,7 +271,7 @@ fn tune(
 /// The median GPU time in ms of `TIMED_RUNS` launches after a warm-up.
 fn time(
     gpu: &Gpu,
-    k: &crate::ir::tile::Kernel,
+    k: &std::sync::Arc<crate::ir::tile::Kernel>,
     a: &[cpu::Arg],
     g: [i64; 3],
     interrupt: &Interrupt,

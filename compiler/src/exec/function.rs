@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::launch::{bind_dims, find_kernel, from_const, launch_bound, match_args, signature};
+use super::launch::{bind_dims, find_kernel, from_const, launch_item, match_args, signature};
 use super::{cpu, rng, Device, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -763,7 +763,6 @@ fn launch_std_or_user(
     consts: &[(String, String)],
     on: On,
 ) -> Result<(), ExecError> {
-    let sig = signature(db, item, "kernel")?;
     let mut named = args;
     for (n, v) in consts {
         let v = match v.as_str() {
@@ -776,8 +775,22 @@ fn launch_std_or_user(
         };
         named.push((n.clone(), v));
     }
-    let values = match_args(&sig, &[], &named)?;
-    launch_bound(db, kfile, item, grid, &values, on.device, on.interrupt)
+    let name = match db::parse_item(db, item).item.as_deref() {
+        Some(crate::syntax::ast::Item::Function(f)) => f.name.name.clone(),
+        _ => "kernel".to_string(),
+    };
+    launch_item(
+        db,
+        kfile,
+        item,
+        &name,
+        grid,
+        &[],
+        &named,
+        on.device,
+        on.interrupt,
+    )?;
+    Ok(())
 }
 
 /// Checks a launch requirement on sizes (`N <= 1024`) that could not be

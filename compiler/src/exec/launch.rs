@@ -11,13 +11,15 @@ use crate::check::consts::eval_const;
 use crate::check::scope::Entry;
 use crate::check::{self, Ty};
 use crate::db::{self, Database, Db, ItemSource, SourceFile};
-use crate::ir::tile::{lower_kernel_with_dims, Kernel, Specialization};
+use crate::ir::tile::{Kernel, Specialization};
 use crate::syntax::ast;
 
 /// Launches kernel `kernel` of `file` (or of a `std` module the file can
 /// import) on `args` (positional, in signature order, const parameters
 /// included) and `named`; `grid` overrides the decorator's, on `device`.
-/// Tensor arguments are written in place.
+/// Tensor arguments are written in place. Returns what the launch was given
+/// to specialise the kernel (with an autotuned kernel's chosen
+/// configuration), so a caller can show the variant that ran.
 // A launch as a caller has it: what, where, with which arguments, on which
 // device, stoppable.
 #[allow(clippy::too_many_arguments)]
@@ -30,8 +32,27 @@ pub fn launch_kernel(
     named: &[(String, Value)],
     device: &Device,
     interrupt: &Interrupt,
-) -> Result<(), ExecError> {
+) -> Result<LaunchSpec, ExecError> {
     let (kfile, item) = find_kernel(db, file, kernel)?;
+    launch_item(
+        db, kfile, item, kernel, grid, args, named, device, interrupt,
+    )
+}
+
+/// [`launch_kernel`] of the kernel `item` of `kfile` (named `kernel`): an
+/// `@autotune` kernel is tuned on a GPU, whoever launches it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_item(
+    db: &Database,
+    kfile: SourceFile,
+    item: ItemSource<'_>,
+    kernel: &str,
+    grid: Option<Vec<i64>>,
+    args: &[Value],
+    named: &[(String, Value)],
+    device: &Device,
+    interrupt: &Interrupt,
+) -> Result<LaunchSpec, ExecError> {
     let sig = signature(db, item, kernel)?;
     let parsed = db::parse_item(db, item);
     if let Some(ast::Item::Function(f)) = parsed.item.as_deref() {
@@ -58,17 +79,23 @@ pub fn launch_kernel(
             }
             let values = match_args(&sig, args, &with_first)?;
             interrupt.check()?;
-            if let Device::Cuda(gpu) = device {
-                return super::autotune::launch(
+            let tuned = if let Device::Cuda(gpu) = device {
+                super::autotune::launch(
                     db, kfile, item, f, grid, &values, &explicit, gpu, interrupt,
-                );
-            }
-            let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first)?;
-            return device.run_grid(&kernel, &args, grid, interrupt);
+                )?
+                .into_iter()
+                .collect()
+            } else {
+                let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first)?;
+                device.run_grid(&kernel, &args, grid, interrupt)?;
+                first
+            };
+            return launch_spec_of(&sig, &values, &tuned);
         }
     }
     let values = match_args(&sig, args, named)?;
-    launch_bound(db, kfile, item, grid, &values, device, interrupt)
+    launch_bound(db, kfile, item, grid, &values, device, interrupt)?;
+    launch_spec_of(&sig, &values, &BTreeMap::new())
 }
 
 /// What a launch of a kernel was given to specialise it: its const
@@ -136,8 +163,8 @@ fn int_scalars(sig: &check::FnSig, values: &[(String, Value)]) -> BTreeMap<Strin
         .collect()
 }
 
-/// The [`LaunchSpec`] of a launch of `kernel` with these arguments (what the
-/// REPL keeps to show a kernel as it last ran).
+/// The [`LaunchSpec`] of a launch of `kernel` with these arguments (the
+/// untuned variant of an `@autotune` kernel: see [`launch_kernel`]).
 pub fn launch_specialization(
     db: &Database,
     file: SourceFile,
@@ -148,9 +175,19 @@ pub fn launch_specialization(
     let (_, item) = find_kernel(db, file, kernel)?;
     let sig = signature(db, item, kernel)?;
     let values = match_args(&sig, args, named)?;
-    let dims = bind_dims(&sig, &values)?;
+    launch_spec_of(&sig, &values, &BTreeMap::new())
+}
+
+/// The [`LaunchSpec`] of matched arguments, with `tune`'s values (an
+/// autotune configuration) among the consts.
+fn launch_spec_of(
+    sig: &check::FnSig,
+    values: &[(String, Value)],
+    tune: &BTreeMap<String, i64>,
+) -> Result<LaunchSpec, ExecError> {
+    let dims = bind_dims(sig, values)?;
     let mut spec = Specialization::new();
-    for (p, (_, v)) in sig.params.iter().zip(&values) {
+    for (p, (_, v)) in sig.params.iter().zip(values) {
         if p.is_const {
             match v {
                 Value::Int(i) => {
@@ -166,7 +203,10 @@ pub fn launch_specialization(
             }
         }
     }
-    let scalars = int_scalars(&sig, &values);
+    for (name, v) in tune {
+        spec.values.insert(name.clone(), *v);
+    }
+    let scalars = int_scalars(sig, values);
     Ok(LaunchSpec {
         consts: spec,
         dims,
@@ -184,7 +224,7 @@ pub fn compiled_specialization(
     kernel: &str,
     launch: &LaunchSpec,
 ) -> Result<Specialization, ExecError> {
-    let (kfile, item) = find_kernel(db, file, kernel)?;
+    let (_, item) = find_kernel(db, file, kernel)?;
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
         return Err(ExecError::new("E0707", "not a kernel").with_help(format!(
@@ -193,7 +233,7 @@ pub fn compiled_specialization(
     };
     let mut spec = launch.consts.clone();
     run_time_facts(&launch.dims, &launch.scalars, &mut spec);
-    let k = specialise(db, kfile, item, f, spec, &launch.dims)?;
+    let k = specialise(db, item, f, spec, &launch.dims)?;
     Ok(Specialization {
         values: k.specialization.iter().cloned().collect(),
         divisors: k.divisibility.iter().cloned().collect(),
@@ -565,7 +605,7 @@ pub(crate) fn prepare(
         lookup.insert(name.clone(), check::Value::int(*v));
     }
     run_time_facts(&dims, &int_scalars(&sig, values), &mut spec);
-    let kernel = specialise(db, kfile, item, f, spec, &dims)?;
+    let kernel = specialise(db, item, f, spec, &dims)?;
     let grid = match grid {
         Some(g) => g,
         None => decorator_grid(db, kfile, f, &lookup)?,
@@ -622,7 +662,6 @@ pub(crate) fn prepare(
 /// shapes need (taken from `dims`), through the database's cache.
 fn specialise(
     db: &Database,
-    kfile: SourceFile,
     item: ItemSource<'_>,
     f: &ast::Function,
     spec: Specialization,
@@ -648,23 +687,9 @@ fn specialise(
                 .unwrap_or_else(|| "see `tsrc check` for the kernel's diagnostics".into()),
         )
     };
-    match db::tile_ir(db, item, opts, spec.clone()) {
-        Ok(k) => Ok(k.clone()),
-        Err(_) => {
-            // Dims a tile shape needs: lower once to learn them, then ask the
-            // database (cached for the next launch of the same shapes).
-            let k = lower_kernel_with_dims(f, db::module_scope(db, kfile), &spec, dims)
-                .map_err(|d| compile_error(&d))?;
-            let full = Specialization {
-                values: k.specialization.iter().cloned().collect(),
-                divisors: k.divisibility.iter().cloned().collect(),
-                floats: spec.floats.clone(),
-            };
-            db::tile_ir(db, item, opts, full)
-                .clone()
-                .map_err(|d| compile_error(&d))
-        }
-    }
+    db::launch_tile_ir(db, item, opts, spec, dims.clone())
+        .clone()
+        .map_err(|d| compile_error(&d))
 }
 
 /// Evaluates `@kernel(grid=...)` with the launch's dims, consts and scalars.

@@ -49,7 +49,7 @@ impl Device {
     /// Runs every program of `grid` of a specialised `kernel` on `args` here.
     pub(crate) fn run_grid(
         &self,
-        kernel: &crate::ir::tile::Kernel,
+        kernel: &Arc<crate::ir::tile::Kernel>,
         args: &[cpu::Arg],
         grid: [i64; 3],
         interrupt: &Interrupt,

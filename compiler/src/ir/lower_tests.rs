@@ -774,7 +774,10 @@ fn verifiers_reject_broken_ir() {
     assert!(schedule::verify(&s).unwrap_err().contains("never written"));
     let mut s = (*schedule_of(SCALED_SUM, "scaled_sum")).clone();
     // `r0 = pid0 * BR` before `pid0`.
-    s.kernels[0].body.ops.swap(0, 4);
+    std::sync::Arc::make_mut(&mut s.kernels[0])
+        .body
+        .ops
+        .swap(0, 4);
     assert!(schedule::verify(&s).is_err());
 }
 

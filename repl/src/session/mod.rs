@@ -133,7 +133,12 @@ pub struct Session {
     /// Each kernel's specialization at its last launch in the session: what
     /// `:emit` and `:resources` use without `-D`.
     last_launch: BTreeMap<String, tessera::exec::LaunchSpec>,
+    /// The last input executed, parsed (see `execute_at`).
+    last_parse: Option<(String, Arc<ParsedInput>)>,
 }
+
+/// An input's items with their ranges, and its syntax errors.
+type ParsedInput = (Vec<(ast::Item, Span)>, Vec<Diagnostic>);
 
 impl Session {
     /// A session whose diagnostics name `shown` (`<repl>`).
@@ -159,6 +164,7 @@ impl Session {
             collected: None,
             command_base: None,
             last_launch: BTreeMap::new(),
+            last_parse: None,
         }
     }
 
@@ -349,12 +355,11 @@ impl Session {
     /// statements in order. Diagnostics point into the file.
     pub fn run_file(&mut self, text: &str, out: &mut dyn Write, err: &mut dyn Write) -> bool {
         self.transcript = text.to_string();
-        let syntax_errors = parse_errors(text);
+        let (items, syntax_errors) = parse_input(text);
         if !syntax_errors.is_empty() {
             self.render(&syntax_errors, err);
             return false;
         }
-        let items = split(text);
         let mut defs = Vec::new();
         for (item, range) in &items {
             if !matches!(item, ast::Item::Stmt(_)) {
@@ -456,15 +461,24 @@ impl Session {
         out: &mut dyn Write,
         err: &mut dyn Write,
     ) -> bool {
-        let syntax_errors: Vec<Diagnostic> = parse_errors(input)
-            .into_iter()
-            .map(|d| d.shifted(base))
-            .collect();
+        // `:time` and a user's up-arrow run the same text again: parse it once.
+        let parsed = match &self.last_parse {
+            Some((text, parsed)) if text == input => parsed.clone(),
+            _ => {
+                let parsed = Arc::new(parse_input(input));
+                self.last_parse = Some((input.to_string(), parsed.clone()));
+                parsed
+            }
+        };
+        let (items, syntax_errors) = (&parsed.0, &parsed.1);
         if !syntax_errors.is_empty() {
-            self.render(&syntax_errors, err);
+            let shifted: Vec<Diagnostic> = syntax_errors
+                .iter()
+                .map(|d| d.clone().shifted(base))
+                .collect();
+            self.render(&shifted, err);
             return false;
         }
-        let items = split(input);
         for (item, range) in items {
             let item_text = &input[range.range()];
             let result = match &item {
@@ -672,7 +686,7 @@ impl Session {
         }
         let mut new = Vec::new();
         let mut statements = Vec::new();
-        for (item, range) in split(&text) {
+        for (item, range) in parse_input(&text).0 {
             if let ast::Item::Stmt(s) = item {
                 statements.push((s, range));
                 continue;
@@ -737,30 +751,25 @@ pub enum LoadError {
 
 /// The items of `text` with their ranges; items that did not parse are left
 /// out (their diagnostics come from [`parse_errors`]).
-fn split(text: &str) -> Vec<(ast::Item, Span)> {
-    syntax::split_items(text)
-        .into_iter()
-        .filter_map(|range| {
-            let parsed = syntax::parse_item(&text[range.range()]);
-            parsed.item.map(|i| (i, range))
-        })
-        .collect()
-}
-
-/// The syntax diagnostics of `text` (absolute spans).
-pub(crate) fn parse_errors(text: &str) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
+/// The items of `text` with their ranges, and its syntax errors (absolute
+/// spans), from one parse.
+fn parse_input(text: &str) -> ParsedInput {
+    let mut items = Vec::new();
+    let mut errors = Vec::new();
     for range in syntax::split_items(text) {
         let parsed = syntax::parse_item(&text[range.range()]);
-        out.extend(
+        errors.extend(
             parsed
                 .diagnostics
                 .into_iter()
                 .filter(|d| d.is_error())
                 .map(|d| d.shifted(range.start)),
         );
+        if let Some(i) = parsed.item {
+            items.push((i, range));
+        }
     }
-    out
+    (items, errors)
 }
 
 fn defined_names(item: &ast::Item) -> Vec<String> {

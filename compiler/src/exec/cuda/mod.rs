@@ -54,14 +54,11 @@ use crate::target::Arch;
 /// The kernels the driver compiled for this device, by their PTX.
 type Modules = HashMap<String, Arc<Loaded>>;
 
-/// What a launch needs of a loaded kernel: the function, the Target IR
-/// parameters, threads a block and shared memory bytes.
-type Launchable = (CudaFunction, Vec<TargetParam>, u32, u32);
-
-/// Loaded kernels by the address of the Tile IR they came from (with a copy
-/// of it, compared on each hit, as the address may be reused): a launch of
-/// a kernel launched before neither lowers it nor prints its PTX again.
-type Recent = HashMap<usize, (Kernel, Arc<Loaded>)>;
+/// Loaded kernels by the address of the Tile IR they came from, each held
+/// (so its address is not reused while it is a key): a launch of a kernel
+/// launched before neither lowers it nor prints its PTX again, nor compares
+/// kernels.
+type Recent = HashMap<usize, (Arc<Kernel>, Arc<Loaded>)>;
 
 /// Beyond this many kernels, [`Recent`] starts afresh.
 const RECENT_CAP: usize = 256;
@@ -234,6 +231,8 @@ struct Loaded {
     smem_bytes: u32,
     /// Tells loaded modules apart (their order of loading).
     id: u64,
+    /// The Tile IR parameters the kernel writes (see `Kernel::written_params`).
+    written: Vec<usize>,
     /// `None` when the driver would not say (the kernel still runs).
     measured: Option<Measured>,
 }
@@ -692,13 +691,9 @@ impl Gpu {
 
     /// The loaded kernel for `kernel`, found by its address when it was
     /// launched before.
-    fn launchable(&self, kernel: &Kernel) -> Result<Launchable, ExecError> {
-        let key = kernel as *const Kernel as usize;
-        let recent = self
-            .recent()
-            .get(&key)
-            .filter(|(k, _)| k == kernel)
-            .map(|(_, l)| l.clone());
+    fn launchable(&self, kernel: &Arc<Kernel>) -> Result<Arc<Loaded>, ExecError> {
+        let key = Arc::as_ptr(kernel) as usize;
+        let recent = self.recent().get(&key).map(|(_, l)| l.clone());
         let l = match recent {
             Some(l) => {
                 self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
@@ -715,7 +710,7 @@ impl Gpu {
             }
         };
         self.note_run(kernel, &l);
-        Ok((l.func.clone(), l.params.clone(), l.threads, l.smem_bytes))
+        Ok(l)
     }
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
@@ -769,6 +764,7 @@ impl Gpu {
             threads: target.num_threads,
             smem_bytes,
             id: modules.len() as u64,
+            written: kernel.written_params(),
             measured,
         });
         modules.insert(ptx, entry.clone());
@@ -912,7 +908,7 @@ impl Gpu {
     /// order) on this GPU; tensor arguments are written in place.
     pub fn launch(
         &self,
-        kernel: &Kernel,
+        kernel: &Arc<Kernel>,
         args: &[Arg],
         grid: [i64; 3],
         interrupt: &Interrupt,
@@ -938,9 +934,11 @@ impl Gpu {
         }
         // Within `MAX_GRID`, so each dim fits a u32.
         let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
-        let (func, params, threads, smem_bytes) = self.launchable(kernel)?;
+        let loaded = self.launchable(kernel)?;
+        let (params, threads, smem_bytes) = (&loaded.params, loaded.threads, loaded.smem_bytes);
         let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
-        let mut dims: HashMap<&str, i64> = HashMap::new();
+        // A few dims at most: a list beats a map.
+        let mut dims: Vec<(&str, i64)> = Vec::new();
         for (p, a) in kernel.params.iter().zip(args) {
             match (&p.kind, a) {
                 (ParamKind::Tensor { dims: pd, dtype }, Arg::Tensor(t)) => {
@@ -959,7 +957,9 @@ impl Gpu {
                     }
                     for (d, &n) in pd.iter().zip(t.shape()) {
                         if let Dim::Dynamic(name) = d {
-                            dims.entry(name.as_str()).or_insert(n as i64);
+                            if !dims.iter().any(|(d, _)| d == name) {
+                                dims.push((name.as_str(), n as i64));
+                            }
                         }
                     }
                     values.push(ParamValue::U64(self.device_address(t)?));
@@ -981,13 +981,17 @@ impl Gpu {
             }
         }
         for p in &params[kernel.params.len()..] {
-            let n = dims.get(p.name.as_str()).copied().ok_or_else(|| {
-                ExecError::new(
-                    "E0709",
-                    format!("kernel `{}`: no tensor gives dim `{}`", kernel.name, p.name),
-                )
-                .with_help(CHECKED)
-            })?;
+            let n = dims
+                .iter()
+                .find(|(d, _)| *d == p.name)
+                .map(|(_, n)| *n)
+                .ok_or_else(|| {
+                    ExecError::new(
+                        "E0709",
+                        format!("kernel `{}`: no tensor gives dim `{}`", kernel.name, p.name),
+                    )
+                    .with_help(CHECKED)
+                })?;
             let n = i32::try_from(n).map_err(|_| {
                 ExecError::new(
                     "E0711",
@@ -1028,7 +1032,7 @@ impl Gpu {
             .record(&self.stream)
             .map_err(|e| self.failed(&what(), e))?;
         {
-            let mut b = self.stream.launch_builder(&func);
+            let mut b = self.stream.launch_builder(&loaded.func);
             for v in &values {
                 match v {
                     ParamValue::I32(x) => b.arg(x),
@@ -1050,7 +1054,7 @@ impl Gpu {
             unsafe { b.launch(cfg) }.map_err(|e| self.failed(&what(), e))?;
         }
         // Marked before the wait: an interrupted kernel still runs to its end.
-        for i in kernel.written_params() {
+        for &i in &loaded.written {
             if let Some(Arg::Tensor(t)) = args.get(i) {
                 t.storage.device_written();
             }

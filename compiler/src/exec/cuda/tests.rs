@@ -378,13 +378,14 @@ fn relaunches_are_memory_hits_and_the_last_variant_is_measured() {
     let gpu = Gpu::open(0).unwrap().with_cache_dir(None);
     let (k, args, grid) = four;
     let (other, other_args, other_grid) = eight;
-    let run = |k: &Kernel, args: &[Arg], grid| gpu.launch(k, args, grid, &Interrupt::new());
+    let run = |k: &Arc<Kernel>, args: &[Arg], grid| gpu.launch(k, args, grid, &Interrupt::new());
     run(&k, &args, grid).unwrap();
     run(&other, &other_args, other_grid).unwrap();
     assert!(gpu.measured(&other).is_some());
     assert_eq!(gpu.measured(&k), None, "`other` ran last");
     run(&k, &args, grid).unwrap();
-    let copy = (*k).clone();
+    // Another kernel equal to `k`: found by its PTX.
+    let copy = Arc::new((*k).clone());
     run(&copy, &args, grid).unwrap();
     assert_eq!(
         gpu.cache_stats(),
@@ -410,6 +411,7 @@ fn launch_vadd(
     args: &[crate::exec::Value],
 ) -> Result<(), ExecError> {
     crate::exec::launch_kernel(db, file, "vadd", None, args, &[], device, &Interrupt::new())
+        .map(|_| ())
 }
 
 #[test]

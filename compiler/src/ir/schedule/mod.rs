@@ -277,8 +277,9 @@ pub struct Schedule {
     pub name: String,
     pub buffers: Vec<Buffer>,
     pub steps: Vec<Step>,
-    /// Generated kernels (fusion groups), in Tile IR.
-    pub kernels: Vec<Kernel>,
+    /// Generated kernels (fusion groups), in Tile IR; shared, so an executor
+    /// can tell a kernel it launched before by its address.
+    pub kernels: Vec<std::sync::Arc<Kernel>>,
     pub outputs: Vec<BufId>,
     /// Per output: the function returns it as a scalar (its buffer holds the
     /// one element, rank 0), not as a rank-0 tensor.
@@ -502,7 +503,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         name: g.name.clone(),
         buffers: l.buffers,
         steps: l.steps,
-        kernels: l.kernels,
+        kernels: l.kernels.into_iter().map(std::sync::Arc::new).collect(),
         outputs,
         scalar_outputs,
     };

@@ -161,7 +161,7 @@ impl Session {
                 None => positional.push(v),
             }
         }
-        exec::launch_kernel(
+        let spec = exec::launch_kernel(
             &self.db,
             self.file,
             name,
@@ -190,11 +190,7 @@ impl Session {
                 .unwrap_or(span);
             e.to_diagnostic(at)
         })?;
-        if let Ok(spec) =
-            exec::launch_specialization(&self.db, self.file, name, &positional, &named)
-        {
-            self.last_launch.insert(name.to_string(), spec);
-        }
+        self.last_launch.insert(name.to_string(), spec);
         Ok(Val::Run(Value::None))
     }
 
