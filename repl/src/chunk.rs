@@ -89,6 +89,11 @@ impl Chunker {
         done
     }
 
+    /// The lines of the input still open (each with a `\n`).
+    pub fn pending(&self) -> &str {
+        &self.buffer
+    }
+
     /// The input still open at the end.
     pub fn finish(&mut self) -> Option<Chunk> {
         self.take()
