@@ -212,7 +212,7 @@ impl Session {
     /// process could not be restarted (`restart`: why not).
     pub fn sticky_on_cpu(&self, sticky: &Sticky, restart: Option<&str>, err: &mut dyn Write) {
         let restart = restart.map_or(String::new(), |r| {
-            format!(" and the session could not restart its process ({r})")
+            format!("; the session could not restart its process ({r})")
         });
         let _ = writeln!(
             err,
