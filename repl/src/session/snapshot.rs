@@ -558,6 +558,11 @@ mod tests {
         for (name, dtype, bytes) in cases {
             s.vars.insert(format!("t_{name}"), raw(dtype, &[3], &bytes));
         }
+        // Rank 0 and no elements, in both file formats.
+        let scalar = (-2.5f32).to_le_bytes();
+        s.vars.insert("rank0".into(), raw(DType::F32, &[], &scalar));
+        s.vars.insert("empty".into(), raw(DType::I16, &[2, 0], &[]));
+        s.vars.insert("empty_bf16".into(), raw(DType::BF16, &[0], &[]));
     }
 
     /// `a` and `b` hold the same values: tensors bit for bit, with the same
