@@ -304,3 +304,38 @@ pub fn from_raw_bytes(
     }
     Ok(Tensor::from_data(shape, dtype, data))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_bytes_round_trip_every_dtype_exactly() {
+        let interrupt = Interrupt::new();
+        for dtype in DType::ALL {
+            let size = dtype.bytes() as usize;
+            // Every byte pattern a bool may not hold is left out for bool.
+            let bytes: Vec<u8> = (0..6 * size)
+                .map(|i| {
+                    if dtype == DType::Bool {
+                        (i % 2) as u8
+                    } else {
+                        (i * 37 + 250) as u8
+                    }
+                })
+                .collect();
+            let t = from_raw_bytes(&[2, 3], dtype, &bytes, &interrupt).unwrap();
+            assert_eq!((t.dtype(), t.shape()), (dtype, &[2usize, 3][..]));
+            assert_eq!(raw_bytes(&t), bytes, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn raw_bytes_of_the_wrong_length_or_a_bad_bool_are_refused() {
+        let interrupt = Interrupt::new();
+        let e = from_raw_bytes(&[3], DType::F32, &[0; 11], &interrupt).unwrap_err();
+        assert!(e.message.contains("need 12 bytes, not 11"), "{e}");
+        let e = from_raw_bytes(&[2], DType::Bool, &[1, 2], &interrupt).unwrap_err();
+        assert!(e.message.contains("neither 0 nor 1"), "{e}");
+    }
+}

@@ -562,7 +562,8 @@ mod tests {
         let scalar = (-2.5f32).to_le_bytes();
         s.vars.insert("rank0".into(), raw(DType::F32, &[], &scalar));
         s.vars.insert("empty".into(), raw(DType::I16, &[2, 0], &[]));
-        s.vars.insert("empty_bf16".into(), raw(DType::BF16, &[0], &[]));
+        s.vars
+            .insert("empty_bf16".into(), raw(DType::BF16, &[0], &[]));
     }
 
     /// `a` and `b` hold the same values: tensors bit for bit, with the same
