@@ -135,8 +135,7 @@ if part 4 "4 tests/gpu outputs"; then
             head -20 "$d/dev/stderr" "$d/cpu/stderr"
             bad="$bad $stem"; continue
         fi
-        # Nothing on stderr: a GPU fault after which the session goes on on the CPU
-        # (docs/gpu.md, Errors) says so there, and its outputs would then agree.
+        # Nothing on stderr: a GPU error (which ends the run) is reported there.
         if [ -s "$d/dev/stderr" ] || [ -s "$d/cpu/stderr" ]; then
             echo "$stem: FAIL: it wrote to stderr"; head -20 "$d/dev/stderr" "$d/cpu/stderr"
             bad="$bad $stem"; continue

@@ -237,6 +237,19 @@ impl Session {
             .map(PathBuf::from)
             .collect();
         let transcript = r.str("transcript")?.to_string();
+        // Diagnostics about a typed definition point into the transcript.
+        let inside = |d: &Def| match d.origin {
+            Origin::Input(at) => {
+                (at as usize)
+                    .checked_add(d.text.len())
+                    .is_some_and(|end| end <= transcript.len())
+                    && transcript.is_char_boundary(at as usize)
+            }
+            Origin::File(_) => true,
+        };
+        if !defs.iter().all(inside) {
+            return Err(bad("defs"));
+        }
         let device = match r.str("device")? {
             "cuda" => Device::Cuda,
             "cpu" => Device::Cpu,
@@ -777,6 +790,10 @@ mod tests {
         )
         .unwrap();
         assert!(restore().contains("bad `synth_count`"));
+        let far = manifest.replacen("\"input\":", "\"input\":9999999", 1);
+        assert_ne!(far, manifest);
+        std::fs::write(state.join(MANIFEST), far).unwrap();
+        assert!(restore().contains("bad `defs`"));
     }
 
     #[test]
