@@ -92,7 +92,9 @@ fn restart_if_stuck(session: &mut Session, shell: impl FnOnce() -> ShellState) {
 /// The interactive shell; returns the exit status (0 on Ctrl-D or `:quit`).
 /// `resumed`: the session was restored after a restart (a short greeting).
 pub fn interactive(mut session: Session, color: bool, resumed: bool) -> u8 {
-    session.allow_restart(true);
+    // The restart replaces the process (exec): elsewhere the session goes
+    // on on the CPU after a sticky error, as it did before.
+    session.allow_restart(cfg!(unix));
     let flag = Arc::new(AtomicBool::new(false));
     // rustyline keeps 100 entries by default; a session of kernels and
     // tensors runs past that in an afternoon (bash keeps 500 to 1000).
@@ -235,7 +237,7 @@ pub fn interactive(mut session: Session, color: bool, resumed: bool) -> u8 {
 pub fn piped(mut session: Session, input: impl BufRead, failed: bool) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
     install_interrupt(&session, flag.clone());
-    session.allow_restart(true);
+    session.allow_restart(cfg!(unix));
     let mut failed = failed;
     each_input(input, |chunk, unexecuted| {
         let (next, ok) = running(&flag, || {
