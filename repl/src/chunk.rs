@@ -1,7 +1,7 @@
 //! Splitting non-interactive input into what the REPL would execute one at a
 //! time: a command line, or statements/definitions, where a block ends at a
 //! blank line or at the next line that starts in column 0 outside brackets
-//! (`else`/`elif` and the `def` after a decorator continue it).
+//! (`else`/`elif`, and the decorator or `def` after a decorator, continue it).
 
 use crate::command;
 
@@ -59,7 +59,8 @@ impl Chunker {
         let continues_block = line.starts_with([' ', '\t'])
             || line.trim().is_empty()
             || ["else", "elif"].iter().any(|k| line.starts_with(k))
-            || line.starts_with("def ")
+            // The `def` (or the next decorator) after a decorator.
+            || (line.starts_with("def ") || line.starts_with('@'))
                 && tessera::syntax::lines::lines(self.buffer.trim_end())
                     .last()
                     .is_some_and(|l| l.trim_start().starts_with('@'));
@@ -87,6 +88,11 @@ impl Chunker {
             done.extend(self.take());
         }
         done
+    }
+
+    /// The lines of the input still open (each with a `\n`).
+    pub fn pending(&self) -> &str {
+        &self.buffer
     }
 
     /// The input still open at the end.
@@ -150,6 +156,20 @@ mod tests {
             "@kernel(grid=(1,))\ndef k(a: Tensor[4, f32]):\n    pass\n\n"
         );
         assert_eq!(all[5].text, "y = (1 +\n2)\n");
+    }
+
+    #[test]
+    fn stacked_decorators_stay_with_their_def() {
+        let text = "@autotune(space={\"B\": [1, 2]})\n@kernel(grid=(1,))\ndef k(a: Tensor[4, f32], B: const):\n    pass\nx = 1\n";
+        let all = chunks(text);
+        let texts: Vec<&str> = all.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "@autotune(space={\"B\": [1, 2]})\n@kernel(grid=(1,))\ndef k(a: Tensor[4, f32], B: const):\n    pass\n",
+                "x = 1\n"
+            ]
+        );
     }
 
     #[test]

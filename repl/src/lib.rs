@@ -8,6 +8,7 @@
 
 pub mod chunk;
 pub mod command;
+pub mod restart;
 pub mod run;
 pub mod session;
 pub mod shell;

@@ -3,7 +3,7 @@
 //! commands shared with `tsrc` (`check`, `emit`, `report`), and `tessera lsp`
 //! (the language server over stdio, for editors).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,6 +52,10 @@ enum Command {
         /// Where statements run.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// The folder of a session saved by tessera itself, restarting its
+        /// process after a GPU error left the GPU unusable in it.
+        #[arg(long, value_name = "DIR", hide = true)]
+        resume: Option<PathBuf>,
     },
     /// Execute a .tsr file's top-level statements (after its definitions).
     Run {
@@ -96,7 +100,7 @@ fn dispatch(command: Command) -> u8 {
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         ),
-        Command::Repl { device } => repl(device.into()),
+        Command::Repl { device, resume } => repl(device.into(), resume),
         Command::Lsp { .. } => match tessera_lsp::run_stdio() {
             Ok(()) => 0,
             Err(e) => {
@@ -107,9 +111,20 @@ fn dispatch(command: Command) -> u8 {
     }
 }
 
-fn repl(device: Device) -> u8 {
+fn repl(device: Device, resume: Option<PathBuf>) -> u8 {
     let color = stderr_wants_color();
     let mut session = Session::new("<repl>", color);
+    if let Some(dir) = resume {
+        // The saved state says which device; the input goes on where the
+        // old process stopped (its unexecuted part first).
+        let shell = tessera_repl::restart::resume(&mut session, &dir, &mut std::io::stderr());
+        return if std::io::stdin().is_terminal() {
+            shell::interactive(session, color, true)
+        } else {
+            let saved = std::io::Cursor::new(shell.input);
+            shell::piped(session, saved.chain(std::io::stdin().lock()), shell.failed)
+        };
+    }
     if let Err(e) = tessera_repl::run::select_device(&mut session, device) {
         // No session without the device asked for: say why (against the
         // option itself) and stop, as for any other bad usage.
@@ -119,8 +134,8 @@ fn repl(device: Device) -> u8 {
         return tessera_repl::run::EXIT_USAGE;
     }
     if std::io::stdin().is_terminal() {
-        shell::interactive(session, color)
+        shell::interactive(session, color, false)
     } else {
-        shell::piped(session, std::io::stdin().lock())
+        shell::piped(session, std::io::stdin().lock(), false)
     }
 }

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -19,7 +19,7 @@ use rustyline::{Context, Editor, Helper, Hinter, Validator};
 
 use crate::chunk::{needs_more, Chunk, Chunker};
 use crate::command::{self, Next, COMMANDS};
-use crate::session::Session;
+use crate::session::{Session, ShellState};
 
 pub const PROMPT: &str = "tessera> ";
 pub const CONTINUATION: &str = "...     ";
@@ -63,7 +63,7 @@ fn running<T>(flag: &AtomicBool, f: impl FnOnce() -> T) -> T {
 }
 
 /// Executes one complete input (a command or statements); false on error.
-fn execute(
+pub(crate) fn execute(
     session: &mut Session,
     input: &str,
     out: &mut dyn Write,
@@ -78,8 +78,23 @@ fn execute(
     }
 }
 
+/// After an input: when a sticky error left the GPU unusable and no fresh
+/// context can be made in this process, restarts the process with the
+/// session and `shell` (see `crate::restart`); where that fails, the session
+/// goes on on the CPU.
+fn restart_if_stuck(session: &mut Session, shell: impl FnOnce() -> ShellState) {
+    if let Some(sticky) = session.take_sticky() {
+        let why = crate::restart::restart(session, &sticky, &shell());
+        session.sticky_on_cpu(&sticky, Some(&why), &mut std::io::stderr());
+    }
+}
+
 /// The interactive shell; returns the exit status (0 on Ctrl-D or `:quit`).
-pub fn interactive(mut session: Session, color: bool) -> u8 {
+/// `resumed`: the session was restored after a restart (a short greeting).
+pub fn interactive(mut session: Session, color: bool, resumed: bool) -> u8 {
+    // The restart replaces the process (exec): elsewhere the session goes
+    // on on the CPU after a sticky error, as it did before.
+    session.allow_restart(cfg!(unix));
     let flag = Arc::new(AtomicBool::new(false));
     // rustyline keeps 100 entries by default; a session of kernels and
     // tensors runs past that in an afternoon (bash keeps 500 to 1000).
@@ -129,10 +144,14 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
         Some(info) => format!("on the GPU {info}"),
         None => "on the CPU".to_string(),
     };
-    println!(
-        "Tessera {} — statements run {place}. `:help` lists the commands, Ctrl-D leaves.",
-        env!("CARGO_PKG_VERSION")
-    );
+    if resumed {
+        println!("Tessera: the session goes on; statements run {place}.");
+    } else {
+        println!(
+            "Tessera {} — statements run {place}. `:help` lists the commands, Ctrl-D leaves.",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
     let mut buffer = String::new();
     loop {
         let prompt = if buffer.is_empty() {
@@ -152,6 +171,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                             &mut std::io::stderr(),
                         )
                     });
+                    restart_if_stuck(&mut session, ShellState::default);
                     *names.borrow_mut() = session.names();
                     *members.borrow_mut() = session.members();
                     if next == Next::Quit {
@@ -177,6 +197,7 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
                         &mut std::io::stderr(),
                     )
                 });
+                restart_if_stuck(&mut session, ShellState::default);
                 *names.borrow_mut() = session.names();
                 *members.borrow_mut() = session.members();
             }
@@ -212,42 +233,151 @@ pub fn interactive(mut session: Session, color: bool) -> u8 {
 /// Piped mode: statements from `input` (a block ends with a blank line or
 /// at the next line that starts at column 0), no prompts; diagnostics on
 /// stderr. Every statement runs even after an error; the exit status is 1 when
-/// any failed.
-pub fn piped(mut session: Session, input: impl BufRead) -> u8 {
+/// any failed (or `failed`: one failed before a restart).
+pub fn piped(mut session: Session, input: impl BufRead, failed: bool) -> u8 {
     let flag = Arc::new(AtomicBool::new(false));
     install_interrupt(&session, flag.clone());
-    let mut failed = false;
-    let mut chunker = Chunker::new();
-    let mut run = |chunk: Chunk, session: &mut Session| -> Next {
+    session.allow_restart(cfg!(unix));
+    let mut failed = failed;
+    each_input(input, |chunk, unexecuted| {
         let (next, ok) = running(&flag, || {
             execute(
-                session,
+                &mut session,
                 &chunk.text,
                 &mut std::io::stdout(),
                 &mut std::io::stderr(),
             )
         });
         failed |= !ok;
+        restart_if_stuck(&mut session, || ShellState {
+            failed,
+            input: unexecuted(),
+        });
         next
-    };
-    'lines: for line in input.lines() {
-        let Ok(line) = line else { break };
-        // `lines` ends lines at `\n` and `\r\n`; a lone `\r` ends one too
-        for part in line.split('\r') {
-            for chunk in chunker.push_line(part) {
-                if run(chunk, &mut session) == Next::Quit {
-                    break 'lines;
-                }
-            }
-        }
-    }
-    if let Some(chunk) = chunker.finish() {
-        run(chunk, &mut session);
-    }
+    });
     if failed {
         EXIT_ERRORS
     } else {
         EXIT_OK
+    }
+}
+
+/// Hands each input of `input` to `run` in order, with a function that
+/// gives the input read but not executed after it; stops at `Next::Quit`.
+fn each_input(input: impl BufRead, mut run: impl FnMut(Chunk, &dyn Fn() -> Vec<u8>) -> Next) {
+    let mut chunker = Chunker::new();
+    let mut lines = Lines::new(input);
+    // Inputs complete but not run yet (a line may complete two).
+    let mut ready: VecDeque<Chunk> = VecDeque::new();
+    loop {
+        let Some(chunk) = ready.pop_front() else {
+            match lines.next_line() {
+                Some(line) => ready.extend(chunker.push_line(&line)),
+                None => match chunker.finish() {
+                    Some(chunk) => ready.push_back(chunk),
+                    None => break,
+                },
+            }
+            continue;
+        };
+        let unexecuted = || unexecuted(&ready, &chunker, lines.rest());
+        if run(chunk, &unexecuted) == Next::Quit {
+            break;
+        }
+    }
+}
+
+/// The input read but not executed, as text to read again: the complete
+/// inputs not run yet, the lines of the open one, then the bytes not yet
+/// split into lines.
+fn unexecuted(ready: &VecDeque<Chunk>, chunker: &Chunker, rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in ready {
+        out.extend_from_slice(c.text.as_bytes());
+        // A command's text has no line break.
+        if !c.text.ends_with('\n') {
+            out.push(b'\n');
+        }
+    }
+    out.extend_from_slice(chunker.pending().as_bytes());
+    out.extend_from_slice(rest);
+    out
+}
+
+/// The lines of piped input, read through a buffer of our own, so that the
+/// bytes read but not yet used are known (a restart hands them on).
+struct Lines<R> {
+    input: R,
+    buf: Vec<u8>,
+    /// Where the unused bytes of `buf` start.
+    start: usize,
+    eof: bool,
+}
+
+impl<R: BufRead> Lines<R> {
+    fn new(input: R) -> Self {
+        Lines {
+            input,
+            buf: Vec::new(),
+            start: 0,
+            eof: false,
+        }
+    }
+
+    /// The next line without its break (`\n`, `\r\n` or a lone `\r`);
+    /// `None` at the end of the input, or at a read error or a line that is
+    /// not UTF-8.
+    fn next_line(&mut self) -> Option<String> {
+        loop {
+            let pending = &self.buf[self.start..];
+            let found = pending.iter().position(|b| *b == b'\n' || *b == b'\r');
+            // A `\r` last in what was read may start a `\r\n`: read on first.
+            let complete =
+                found.filter(|&i| pending[i] == b'\n' || i + 1 < pending.len() || self.eof);
+            if let Some(i) = complete {
+                let brk = if pending[i..].starts_with(b"\r\n") {
+                    2
+                } else {
+                    1
+                };
+                let line = String::from_utf8(pending[..i].to_vec()).ok()?;
+                self.start += i + brk;
+                return Some(line);
+            }
+            if self.eof {
+                if pending.is_empty() {
+                    return None;
+                }
+                let line = String::from_utf8(pending.to_vec()).ok()?;
+                self.start = self.buf.len();
+                return Some(line);
+            }
+            self.fill();
+        }
+    }
+
+    /// Reads what the input has ready into `buf`.
+    fn fill(&mut self) {
+        self.buf.drain(..self.start);
+        self.start = 0;
+        loop {
+            match self.input.fill_buf() {
+                Ok([]) => self.eof = true,
+                Ok(bytes) => {
+                    let n = bytes.len();
+                    self.buf.extend_from_slice(bytes);
+                    self.input.consume(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => self.eof = true,
+            }
+            return;
+        }
+    }
+
+    /// The bytes read but not yet returned as lines.
+    fn rest(&self) -> &[u8] {
+        &self.buf[self.start..]
     }
 }
 
@@ -398,8 +528,55 @@ impl Highlighter for ReplHelper {
 
 #[cfg(test)]
 mod tests {
-    use super::complete_word;
+    use super::{complete_word, each_input, Next};
     use std::collections::BTreeMap;
+
+    /// Every input of `input`, as piped mode runs them.
+    fn inputs(input: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        each_input(input, |c, _| {
+            out.push(c.text);
+            Next::Continue
+        });
+        out
+    }
+
+    #[test]
+    fn the_input_handed_to_a_restart_is_what_was_not_run() {
+        let text = "x = 1\n:type x\nfor i in range(2):\n    x += i\nprint(x)\n\n\n@kernel(grid=(1,))\ndef k(a: Tensor[4, f32]):\n    pass\n\ny = (1 +\n2)\r\n:load f.tsr\rz = 3\r\rif z > 1:\n    w = 4\nelse:\n    w = 5";
+        let all = inputs(text.as_bytes());
+        assert_eq!(all.len(), 9, "{all:?}");
+        assert_eq!(all[2], "for i in range(2):\n    x += i\n");
+        assert_eq!(all[1], ":type x");
+        // After each input, read through buffers of every size (so that the
+        // remainder is partly lines, partly bytes not split yet).
+        for k in 0..all.len() {
+            for cap in [1, 2, 5, 16, 4096] {
+                // What the process never read stays in the input (fd 0
+                // survives the restart): `source` after the run.
+                let mut source = text.as_bytes();
+                let reader = std::io::BufReader::with_capacity(cap, &mut source);
+                let mut seen = 0;
+                let mut rest = None;
+                each_input(reader, |_, unexecuted| {
+                    seen += 1;
+                    if seen == k + 1 {
+                        rest = Some(unexecuted());
+                        return Next::Quit;
+                    }
+                    Next::Continue
+                });
+                let mut rest = rest.expect("the k-th input ran");
+                rest.extend_from_slice(source);
+                assert_eq!(
+                    inputs(&rest),
+                    all[k + 1..],
+                    "after input {k}, buffer {cap}: {}",
+                    String::from_utf8_lossy(&rest)
+                );
+            }
+        }
+    }
 
     #[test]
     fn completion_after_a_dot_offers_members() {

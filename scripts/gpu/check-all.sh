@@ -9,12 +9,14 @@
 #   4. tests/gpu/*.tsr run on both devices in scratch folders; stdout agrees and every
 #      .npy agrees within its dtype's tolerance (scripts/gpu/compare_npy.py)
 #   5. compute-sanitizer memcheck, racecheck and synccheck over every tests/gpu program
+#   6. tests/gpu/restart.repl piped into `tessera repl --device cuda`: a kernel's fault,
+#      the process restarts with the session; stdout and stderr against restart.std*
 # It prints one summary line per part at the end and exits 1 if any part failed.
 #
 #   scripts/gpu/check-all.sh TESSERA [LIBTEST]
 #
 # DEVICE=cpu runs the "GPU" side on the CPU too (to check the script itself on a
-# machine without a GPU; part 5 is skipped). PARTS (default "1 2 3 4 5") picks the
+# machine without a GPU; parts 5 and 6 are skipped). PARTS (default "1 2 3 4 5 6") picks the
 # parts, e.g. to split a run into commands of bounded length. SAN_TOOLS (default "memcheck racecheck
 # synccheck") and SAN_PROGRAMS (tests/gpu stems, default all) pick the sanitizer
 # runs, SAN_TIMEOUT (seconds, default 300) bounds each; COMPUTE_SANITIZER names the
@@ -22,7 +24,7 @@
 # defaults to a fresh folder: each kernel compiles once, later processes load it.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-[ $# -ge 1 ] || { sed -n '2,23p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
 tessera="$(realpath "$1")"
 libtest="${2:+$(realpath "$2")}"
 device="${DEVICE:-cuda}"
@@ -39,7 +41,7 @@ record() {
 }
 # part N: whether PARTS asks for part N (a part not asked for is one summary line).
 part() {
-    [[ " ${PARTS:-1 2 3 4 5} " == *" $1 "* ]] && return 0
+    [[ " ${PARTS:-1 2 3 4 5 6} " == *" $1 "* ]] && return 0
     record "$2" skip "not in PARTS"
     return 1
 }
@@ -133,8 +135,7 @@ if part 4 "4 tests/gpu outputs"; then
             head -20 "$d/dev/stderr" "$d/cpu/stderr"
             bad="$bad $stem"; continue
         fi
-        # Nothing on stderr: a GPU fault after which the session goes on on the CPU
-        # (docs/gpu.md, Errors) says so there, and its outputs would then agree.
+        # Nothing on stderr: a GPU error (which ends the run) is reported there.
         if [ -s "$d/dev/stderr" ] || [ -s "$d/cpu/stderr" ]; then
             echo "$stem: FAIL: it wrote to stderr"; head -20 "$d/dev/stderr" "$d/cpu/stderr"
             bad="$bad $stem"; continue
@@ -193,6 +194,27 @@ else
     done
     if [ -z "$bad" ]; then record "5 compute-sanitizer" PASS "$runs runs, no errors"
     else record "5 compute-sanitizer" FAIL "$runs runs; failed:$bad"; fi
+fi
+
+# 6. A sticky error in a piped session: the process restarts (a fresh context) and
+# the session goes on. Its temporary folder (under TMPDIR) must be gone afterwards.
+echo; echo "== 6. restart after a sticky error"
+if ! part 6 "6 restart after a fault"; then :
+elif [ "$device" != cuda ]; then
+    record "6 restart after a fault" skip "DEVICE=$device"
+else
+    d="$work/restart"; mkdir -p "$d/tmp"
+    (cd "$d" && TMPDIR="$d/tmp" "$tessera" repl --device cuda < "$root/tests/gpu/restart.repl" > stdout 2> stderr; echo $? > code)
+    bad=""
+    [ "$(cat "$d/code")" = 1 ] || bad="$bad exit $(cat "$d/code") (want 1: statements failed)"
+    python3 "$root/scripts/gpu/match_lines.py" "$d/stdout" "$root/tests/gpu/restart.stdout" || bad="$bad stdout"
+    python3 "$root/scripts/gpu/match_lines.py" "$d/stderr" "$root/tests/gpu/restart.stderr" || bad="$bad stderr"
+    [ -z "$(ls -A "$d/tmp")" ] || bad="$bad (left in TMPDIR: $(ls "$d/tmp"))"
+    if [ -z "$bad" ]; then record "6 restart after a fault" PASS "2 restarts, outputs as expected"
+    else
+        echo "stdout:"; cat "$d/stdout"; echo "stderr:"; cat "$d/stderr"
+        record "6 restart after a fault" FAIL "$bad"
+    fi
 fi
 
 echo; echo "== summary ($device; outputs kept in $work)"

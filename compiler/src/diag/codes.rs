@@ -181,6 +181,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0727", "assigned value does not fit the tensor's dtype"),
     // E073x the GPU
     e("E0730", "error on the GPU"),
+    e("E0735", "a saved session cannot be resumed"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

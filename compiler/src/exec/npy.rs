@@ -230,3 +230,112 @@ pub fn load_npy(path: &Path, interrupt: &Interrupt) -> Result<Tensor, ExecError>
     })?;
     Ok(Tensor::from_data(&shape, dtype, data))
 }
+
+/// The elements of `t` exactly as stored, little-endian: bf16 as its 16
+/// bits, f8 formats encoded, bool as 0/1 (what `.npy` cannot hold for bf16
+/// and the f8 formats; a session's saved state uses it).
+pub fn raw_bytes(t: &Tensor) -> Vec<u8> {
+    let data = t.storage.data();
+    let mut out = Vec::with_capacity(data.len() * data.elem_bytes());
+    macro_rules! le {
+        ($v:expr) => {
+            $v.iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+        };
+    }
+    match data {
+        Data::F64(v) => le!(v),
+        Data::F32(v) => le!(v),
+        Data::F16(v) => le!(v),
+        Data::BF16(v) => le!(v),
+        Data::I64(v) => le!(v),
+        Data::I32(v) => le!(v),
+        Data::I16(v) => le!(v),
+        Data::I8(v) => le!(v),
+        Data::U32(v) => le!(v),
+        Data::U8(v) => out.extend_from_slice(v),
+    }
+    out
+}
+
+/// The tensor of `shape` and `dtype` whose elements are `bytes` as
+/// [`raw_bytes`] wrote them; an error when the length does not match the
+/// shape (or a bool byte is not 0 or 1).
+pub fn from_raw_bytes(
+    shape: &[usize],
+    dtype: DType,
+    bytes: &[u8],
+    interrupt: &Interrupt,
+) -> Result<Tensor, ExecError> {
+    let n = checked_numel(shape, dtype)?;
+    let size = dtype.bytes() as usize;
+    if bytes.len() != n * size {
+        return Err(ExecError::new(
+            "E0708",
+            format!(
+                "{n} elements of {dtype} need {} bytes, not {}",
+                n * size,
+                bytes.len()
+            ),
+        ));
+    }
+    if dtype == DType::Bool && bytes.iter().any(|b| *b > 1) {
+        return Err(ExecError::new("E0708", "a bool element is neither 0 nor 1"));
+    }
+    let mut data = Data::alloc(shape, dtype, interrupt)?;
+    macro_rules! read {
+        ($v:expr, $t:ty) => {
+            for (o, c) in $v.iter_mut().zip(bytes.chunks_exact(size)) {
+                *o = <$t>::from_le_bytes(c.try_into().expect("chunks of the type's size"));
+            }
+        };
+    }
+    match &mut data {
+        Data::F64(v) => read!(v, f64),
+        Data::F32(v) => read!(v, f32),
+        Data::F16(v) => read!(v, f16),
+        Data::BF16(v) => read!(v, half::bf16),
+        Data::I64(v) => read!(v, i64),
+        Data::I32(v) => read!(v, i32),
+        Data::I16(v) => read!(v, i16),
+        Data::I8(v) => read!(v, i8),
+        Data::U32(v) => read!(v, u32),
+        Data::U8(v) => v.copy_from_slice(bytes),
+    }
+    Ok(Tensor::from_data(shape, dtype, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_bytes_round_trip_every_dtype_exactly() {
+        let interrupt = Interrupt::new();
+        for dtype in DType::ALL {
+            let size = dtype.bytes() as usize;
+            // Every byte pattern a bool may not hold is left out for bool.
+            let bytes: Vec<u8> = (0..6 * size)
+                .map(|i| {
+                    if dtype == DType::Bool {
+                        (i % 2) as u8
+                    } else {
+                        (i * 37 + 250) as u8
+                    }
+                })
+                .collect();
+            let t = from_raw_bytes(&[2, 3], dtype, &bytes, &interrupt).unwrap();
+            assert_eq!((t.dtype(), t.shape()), (dtype, &[2usize, 3][..]));
+            assert_eq!(raw_bytes(&t), bytes, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn raw_bytes_of_the_wrong_length_or_a_bad_bool_are_refused() {
+        let interrupt = Interrupt::new();
+        let e = from_raw_bytes(&[3], DType::F32, &[0; 11], &interrupt).unwrap_err();
+        assert!(e.message.contains("need 12 bytes, not 11"), "{e}");
+        let e = from_raw_bytes(&[2], DType::Bool, &[1, 2], &interrupt).unwrap_err();
+        assert!(e.message.contains("neither 0 nor 1"), "{e}");
+    }
+}

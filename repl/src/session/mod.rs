@@ -12,6 +12,7 @@
 //! nothing defined before it is lost.
 
 mod eval;
+mod snapshot;
 mod synth;
 #[cfg(test)]
 mod tests;
@@ -32,6 +33,7 @@ use tessera::syntax::{self, ast, span::Span};
 use tessera::target::Arch;
 
 pub use eval::Val;
+pub use snapshot::{is_state_file, Restored, ShellState, INPUT, MANIFEST};
 
 /// The path of the session source in the database (not a real file).
 const SESSION_PATH: &str = "<session>";
@@ -78,6 +80,31 @@ fn forget_value(v: &tessera::exec::Value, owner: u64) -> bool {
         Value::Tensor(t) => t.forget_device(owner),
         Value::Tuple(items) => items.iter().fold(false, |l, x| forget_value(x, owner) | l),
         _ => false,
+    }
+}
+
+/// A sticky error after which no fresh GPU context could be made in this
+/// process (see [`Session::allow_restart`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sticky {
+    /// The variables dropped, as their values were only on the GPU.
+    pub lost: Vec<String>,
+    /// Why the driver made no fresh context.
+    pub why: String,
+    /// Where the session ran before the error.
+    pub device: Device,
+}
+
+/// What the notes about a sticky error say about the variables.
+pub fn lost_text(lost: &[String]) -> String {
+    if lost.is_empty() {
+        "no variable's value was only on the GPU".to_string()
+    } else {
+        let names: Vec<String> = lost.iter().map(|n| format!("`{n}`")).collect();
+        format!(
+            "lost, as their values were only on the GPU: {}",
+            names.join(", ")
+        )
     }
 }
 
@@ -135,6 +162,10 @@ pub struct Session {
     last_launch: BTreeMap<String, tessera::exec::LaunchSpec>,
     /// The last input executed, parsed (see `execute_at`).
     last_parse: Option<(String, Arc<ParsedInput>)>,
+    /// Whether the front end can restart the process after a sticky error.
+    can_restart: bool,
+    /// A sticky error left for the front end to restart the process.
+    sticky: Option<Sticky>,
 }
 
 /// An input's items with their ranges, and its syntax errors.
@@ -165,7 +196,36 @@ impl Session {
             command_base: None,
             last_launch: BTreeMap::new(),
             last_parse: None,
+            can_restart: false,
+            sticky: None,
         }
+    }
+
+    /// Lets a sticky error that no fresh context in this process can
+    /// recover from wait in [`Session::take_sticky`] for the front end (which
+    /// restarts the process) instead of moving the session to the CPU.
+    pub fn allow_restart(&mut self, allow: bool) {
+        self.can_restart = allow;
+    }
+
+    /// The sticky error waiting for a restart, if one does. The session runs
+    /// on the CPU meanwhile, the lost variables already dropped.
+    pub fn take_sticky(&mut self) -> Option<Sticky> {
+        self.sticky.take()
+    }
+
+    /// Says that the session goes on on the CPU after `sticky`, as the
+    /// process could not be restarted (`restart`: why not).
+    pub fn sticky_on_cpu(&self, sticky: &Sticky, restart: Option<&str>, err: &mut dyn Write) {
+        let restart = restart.map_or(String::new(), |r| {
+            format!("; the session could not restart its process ({r})")
+        });
+        let _ = writeln!(
+            err,
+            "note: the GPU's context was unusable after that error and no fresh one can be made: {}{restart}; the session runs on the CPU now ({}); definitions and the other values are kept",
+            sticky.why,
+            lost_text(&sticky.lost)
+        );
     }
 
     /// The specialization kernel `name` was compiled with at its last launch
@@ -224,20 +284,13 @@ impl Session {
         let mut lost = Vec::new();
         for (name, v) in &self.vars {
             if forget_device(v, owner) {
-                lost.push(format!("`{name}`"));
+                lost.push(name.clone());
             }
         }
         for name in &lost {
-            self.vars.remove(name.trim_matches('`'));
+            self.vars.remove(name);
         }
-        let lost_text = if lost.is_empty() {
-            "no variable's value was only on the GPU".to_string()
-        } else {
-            format!(
-                "lost, as their values were only on the GPU: {}",
-                lost.join(", ")
-            )
-        };
+        let lost_text = lost_text(&lost);
         // The session's hold on the old GPU goes first: the driver makes no
         // fresh context while the broken one exists.
         self.gpu = None;
@@ -256,13 +309,19 @@ impl Session {
                 );
             }
             Err(e) => {
+                let device = self.device;
                 self.gpu = None;
                 self.use_cpu();
-                let why = e.help.as_deref().unwrap_or(&e.message);
-                let _ = writeln!(
-                    err,
-                    "note: the GPU's context was unusable after that error and no fresh one can be made: {why}; the session runs on the CPU now ({lost_text}); definitions and the other values are kept"
-                );
+                let sticky = Sticky {
+                    lost,
+                    why: e.help.unwrap_or(e.message),
+                    device: if on_gpu { Device::Cuda } else { device },
+                };
+                if self.can_restart {
+                    self.sticky = Some(sticky);
+                } else {
+                    self.sticky_on_cpu(&sticky, None, err);
+                }
             }
         }
     }
@@ -374,8 +433,9 @@ impl Session {
             if let ast::Item::Stmt(s) = item {
                 let item_text = &text[range.range()];
                 if let Err(d) = self.run_statement(s, item_text, false, out) {
+                    // The run ends here: no fresh context is needed (the
+                    // diagnostic says the context became unusable).
                     self.render(&[d.shifted(range.start)], err);
-                    self.recover_gpu(err);
                     return false;
                 }
             }
@@ -711,6 +771,7 @@ impl Session {
                 let _ = err.write_all(
                     render::render_human_all(&shown, &text, &[d], self.color).as_bytes(),
                 );
+                self.recover_gpu(err);
                 return Err(LoadError::StatementFailed { ran: i });
             }
         }
