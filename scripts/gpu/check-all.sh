@@ -204,7 +204,7 @@ elif [ "$device" != cuda ]; then
     record "6 restart after a fault" skip "DEVICE=$device"
 else
     d="$work/restart"; mkdir -p "$d/tmp"
-    (cd "$d" && TMPDIR="$d/tmp" "$tessera" repl --device cuda < "$root/tests/gpu/restart.repl" > stdout 2> stderr; echo $? > code)
+    (cd "$d" && TMPDIR="$d/tmp" TESSERA_GPU_TRAP=poke "$tessera" repl --device cuda < "$root/tests/gpu/restart.repl" > stdout 2> stderr; echo $? > code)
     bad=""
     [ "$(cat "$d/code")" = 1 ] || bad="$bad exit $(cat "$d/code") (want 1: statements failed)"
     python3 "$root/scripts/gpu/match_lines.py" "$d/stdout" "$root/tests/gpu/restart.stdout" || bad="$bad stdout"

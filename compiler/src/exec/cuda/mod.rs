@@ -88,6 +88,8 @@ pub struct Gpu {
     last_run: Mutex<HashMap<String, u64>>,
     /// Where cubins are kept between processes (`None`: memory only).
     cache_dir: Option<PathBuf>,
+    /// `TESSERA_GPU_TRAP`: the kernel whose launches trap (see [`TRAP_ENV`]).
+    trap_kernel: Option<String>,
     /// The driver's version, part of the disk cache's key.
     driver_version: i32,
     /// The occupancy's denominator.
@@ -446,6 +448,7 @@ impl Gpu {
             events: Mutex::new(None),
             last_run: Mutex::new(HashMap::new()),
             cache_dir: disk_cache::default_dir(),
+            trap_kernel: std::env::var(TRAP_ENV).ok().filter(|k| !k.is_empty()),
             driver_version,
             max_threads_per_sm,
             counters: Counters::default(),
@@ -932,8 +935,15 @@ impl Gpu {
         if grid.contains(&0) {
             return Ok(());
         }
+        fits_32_bit_offsets(kernel, args)?;
         // Within `MAX_GRID`, so each dim fits a u32.
         let grid_dim = (grid[0] as u32, grid[1] as u32, grid[2] as u32);
+        if self.trap_kernel.as_deref() == Some(kernel.name.as_str()) {
+            return self.trap(
+                &launch_what(kernel, args, grid, kernel.num_warps * 32),
+                interrupt,
+            );
+        }
         let loaded = self.launchable(kernel)?;
         let (params, threads, smem_bytes) = (&loaded.params, loaded.threads, loaded.smem_bytes);
         let mut values: Vec<ParamValue> = Vec::with_capacity(params.len());
@@ -1068,6 +1078,32 @@ impl Gpu {
         Ok(())
     }
 
+    /// Runs a one-thread kernel that traps, as the launch `what` (see
+    /// [`TRAP_ENV`]): the driver reports the fault as it would any kernel's.
+    fn trap(&self, what: &str, interrupt: &Interrupt) -> Result<(), ExecError> {
+        const PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n\
+                           .visible .entry tessera_trap()\n{\n\ttrap;\n}\n";
+        let module = self
+            .ctx
+            .load_module(Ptx::from_src(PTX))
+            .map_err(|e| driver_error(what, e))?;
+        let f = module
+            .load_function("tessera_trap")
+            .map_err(|e| driver_error(what, e))?;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel takes no parameters and touches no memory.
+        unsafe { self.stream.launch_builder(&f).launch(cfg) }.map_err(|e| self.failed(what, e))?;
+        let done = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| self.failed(what, e))?;
+        self.wait(&done, interrupt, what)
+    }
+
     /// Waits for the stream's work, looking at `interrupt` while it runs:
     /// E0706 returns to the caller while the kernel finishes on its own.
     /// `done` is recorded after that work here.
@@ -1094,6 +1130,38 @@ impl Gpu {
             }
         }
     }
+}
+
+/// The environment variable naming a kernel whose launches run a kernel
+/// that traps instead: a real fault, which leaves the context unusable (a
+/// sticky error), for testing what a session does after one. Kernels the
+/// compiler makes are bounds-checked, so a user's program has no other way
+/// to fault.
+pub const TRAP_ENV: &str = "TESSERA_GPU_TRAP";
+
+/// Tensor arguments whose element offsets fit the 32-bit index arithmetic of
+/// GPU kernels (every in-bounds offset is below the element count): a larger
+/// tensor is refused rather than addressed out of bounds.
+pub(crate) fn fits_32_bit_offsets(kernel: &Kernel, args: &[Arg]) -> Result<(), ExecError> {
+    for (p, a) in kernel.params.iter().zip(args) {
+        if let Arg::Tensor(t) = a {
+            if t.numel() > i32::MAX as usize {
+                return Err(ExecError::new(
+                    "E0711",
+                    format!(
+                        "tensor argument `{}` of `{}` has {} elements; GPU kernels index with \
+                         32-bit offsets, which reach {} elements",
+                        p.name,
+                        kernel.name,
+                        t.numel(),
+                        i32::MAX
+                    ),
+                )
+                .with_help("split the tensor, or run on the CPU: `--device cpu`"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The help of an error that the launch's own checks (`exec::launch`'s

@@ -43,6 +43,30 @@ fn vadd(n: usize) -> (crate::exec::launch::Prepared, crate::exec::Tensor) {
     (crate::exec::launch::prepared(&db, file, "vadd", &args), out)
 }
 
+#[test]
+fn tensors_past_32_bit_offsets_are_refused_before_any_launch() {
+    use crate::db::Database;
+    use crate::exec::{Tensor, Value};
+    let mut db = Database::new();
+    let file = db.set_source(
+        "/big.tsr",
+        "@kernel(grid=(1,))\ndef poke(x: Tensor[\"M\", \"K\", u8]):\n    store(x[0, 0 : 32], full([32], 7, u8))\n".into(),
+    );
+    // 2^31 elements (lazily zeroed: no page is touched), one past i32::MAX.
+    let lazy = |shape: &[usize]| {
+        let data = crate::exec::tensor::Data::lazy_zeros(shape, DType::U8).unwrap();
+        Tensor::from_data(shape, DType::U8, data)
+    };
+    let big = lazy(&[65536, 32768]);
+    let (k, args, _) = crate::exec::launch::prepared(&db, file, "poke", &[Value::Tensor(big)]);
+    let e = super::fits_32_bit_offsets(&k, &args).unwrap_err();
+    assert_eq!(e.code, "E0711");
+    assert!(e.message.contains("2147483648 elements"), "{}", e.message);
+    let small = lazy(&[65535, 32768]);
+    let (k, args, _) = crate::exec::launch::prepared(&db, file, "poke", &[Value::Tensor(small)]);
+    assert!(super::fits_32_bit_offsets(&k, &args).is_ok());
+}
+
 const VADD: &str = "const BLOCK = 1024\n\
 @kernel(grid=(cdiv(N, BLOCK),), num_warps=4)\n\
 def vadd(x: Tensor[\"N\", f32], y: Tensor[\"N\", f32], out: Tensor[\"N\", f32]):\n    \
