@@ -66,6 +66,7 @@ pub fn launch_tile_ir<'db>(
         values: k.specialization.iter().cloned().collect(),
         divisors: k.divisibility.iter().cloned().collect(),
         floats: spec.floats.clone(),
+        trusted: spec.trusted,
     };
     tile_ir(db, item, options, full).clone()
 }

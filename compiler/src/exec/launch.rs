@@ -148,6 +148,8 @@ pub fn run_time_facts(
             spec.divisors.insert(name.clone(), divisor(v));
         }
     }
+    // Facts of the values this launch passes: the kernel need not check them.
+    spec.trusted = !spec.divisors.is_empty();
 }
 
 /// The non-const integer scalar arguments of a launch.
@@ -238,6 +240,7 @@ pub fn compiled_specialization(
         values: k.specialization.iter().cloned().collect(),
         divisors: k.divisibility.iter().cloned().collect(),
         floats: launch.consts.floats.clone(),
+        trusted: k.divisibility_trusted,
     })
 }
 

@@ -298,6 +298,36 @@ fn the_cache_row() {
     );
 }
 
+/// A launch's own facts (`N % 16` of a 4096-element launch) are assumed
+/// without an entry check; the same fact given with `-D` is checked.
+#[test]
+fn launch_facts_are_not_checked_at_entry_but_defines_are() {
+    use crate::db::Database;
+    use crate::exec::{compiled_specialization, launch_specialization, Tensor, Value};
+    let mut db = Database::new();
+    db.set_arch(Arch::Sm90a);
+    let file = db.set_source("/facts.tsr", VADD.into());
+    let n = |k: usize| Value::Tensor(Tensor::zeros(&[k], DType::F32));
+    let launch =
+        launch_specialization(&db, file, "vadd", &[n(4096), n(4096), n(4096)], &[]).unwrap();
+    let spec = compiled_specialization(&db, file, "vadd", &launch).unwrap();
+    assert!(spec.trusted);
+    assert_eq!(spec.divisors.get("N"), Some(&16));
+    let ptx = |spec: crate::ir::tile::Specialization| {
+        let item = crate::db::kernels_named(&db, file, "vadd")[0].1;
+        let k = crate::db::target_ir(&db, item, db.options(), spec)
+            .clone()
+            .unwrap();
+        crate::backend::ptx::kernel_text(&k)
+    };
+    let trusted = ptx(spec);
+    assert!(trusted.contains("N % 16 == 0: a fact of the launch's own value (not checked)"));
+    assert!(!trusted.contains("trap"), "{trusted}");
+    let defined = ptx(crate::ir::tile::Specialization::new().with_divisor("N", 16));
+    assert!(defined.contains("assume N % 16 == 0 (-D N%16); trap otherwise"));
+    assert!(defined.contains("trap;"));
+}
+
 /// `:resources` finds the measurements of the variant that ran by its Tile
 /// IR, rebuilt from the launch's specialization: the kernel a launch runs and
 /// the one `db::tile_ir` gives for its `compiled_specialization` are equal,

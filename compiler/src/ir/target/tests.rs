@@ -199,6 +199,7 @@ impl Builder {
             name: name.into(),
             specialization: vec![],
             divisibility: vec![],
+            divisibility_trusted: false,
             params: self.params,
             num_warps,
             num_stages: 1,

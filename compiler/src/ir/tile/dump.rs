@@ -12,7 +12,9 @@
 //! ```
 //!
 //! A kernel compiled under divisibility assumptions (`-D N%4`) lists them after
-//! its specialization: `specialization {BLOCK = 1024} assume {N % 4 == 0}`.
+//! its specialization: `specialization {BLOCK = 1024} assume {N % 4 == 0}`;
+//! facts a launch derived from its own values, which need no entry check,
+//! as `launch facts {N % 16 == 0}`.
 
 use std::fmt::{self, Write};
 
@@ -199,7 +201,13 @@ impl Printer<'_> {
                 .iter()
                 .map(|(n, d)| format!("{n} % {d} == 0"))
                 .collect();
-            format!(" assume {{{}}}", d.join(", "))
+            // Trusted facts (a launch's own values) are not checked at entry.
+            let how = if k.divisibility_trusted {
+                "launch facts"
+            } else {
+                "assume"
+            };
+            format!(" {how} {{{}}}", d.join(", "))
         };
         let _ = writeln!(
             self.out,

@@ -82,8 +82,12 @@ pub struct Kernel {
     pub specialization: Vec<(String, i64)>,
     /// Divisibility assumptions on run-time tensor dims and integer scalar
     /// parameters (`-D K%8`: `K` is a multiple of 8), sorted by name. The code
-    /// generator uses them to prove alignment and checks them at kernel entry.
+    /// generator uses them to prove alignment and checks them at kernel entry
+    /// unless `divisibility_trusted`.
     pub divisibility: Vec<(String, u64)>,
+    /// The divisibility facts came from the launch's own values (see
+    /// `Specialization::trusted`): no entry check.
+    pub divisibility_trusted: bool,
     /// Run-time parameters in launch order (const parameters are not among them).
     pub params: Vec<Param>,
     pub num_warps: u32,

@@ -19,6 +19,7 @@ fn kernel(b: Builder, params: Vec<Param>) -> Kernel {
         name: "k".into(),
         specialization: vec![("BM".into(), 16)],
         divisibility: vec![],
+        divisibility_trusted: false,
         params,
         num_warps: 4,
         num_stages: 1,

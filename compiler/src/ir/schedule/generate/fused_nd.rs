@@ -241,6 +241,7 @@ impl Lower<'_> {
             name: kname,
             specialization: vec![],
             divisibility: vec![],
+            divisibility_trusted: false,
             params: kb.params,
             num_warps: 4,
             num_stages: 1,

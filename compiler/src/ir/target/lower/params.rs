@@ -5,7 +5,8 @@
 //! Invariant: the kernel's divisibility assumptions (`-D name%k`) are checked
 //! in the prologue with a `trap`, so the alignment proofs of `memory` and
 //! `async_copy`, which read `TensorInfo::dim_div` and `stride_div`, hold in all
-//! code after it.
+//! code after it. Facts a launch derived from its own values
+//! (`Kernel::divisibility_trusted`) hold by construction and are not checked.
 
 use std::collections::HashMap;
 
@@ -209,6 +210,13 @@ impl<'a> Lower<'a> {
                     .map(|(r, _)| r),
             };
             let Some(reg) = reg else { continue };
+            if tk.divisibility_trusted {
+                // The launch derived it from the value it passes.
+                self.prologue.push(Inst::Comment(format!(
+                    "{name} % {k} == 0: a fact of the launch's own value (not checked)"
+                )));
+                continue;
+            }
             let ty = self.regs[reg.0 as usize];
             self.prologue.push(Inst::Comment(format!(
                 "assume {name} % {k} == 0 (-D {name}%{k}); trap otherwise"

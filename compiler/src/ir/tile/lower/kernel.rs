@@ -337,6 +337,7 @@ impl<'a> Lowerer<'a> {
             name: f.name.name.clone(),
             specialization: self.specialization.clone().into_iter().collect(),
             divisibility: self.divisibility.clone().into_iter().collect(),
+            divisibility_trusted: spec.trusted && !self.divisibility.is_empty(),
             params: std::mem::take(&mut self.params),
             num_warps: num_warps as u32,
             num_stages: num_stages as u32,

@@ -22,6 +22,10 @@ pub struct Specialization {
     /// Float const parameters given at a launch (`s=3.0`), as `f64` bit
     /// patterns so that the specialization stays a hashable query key.
     pub floats: BTreeMap<String, u64>,
+    /// The divisors are facts of the launch's own values (the executor's
+    /// run-time specialisation), true by construction: the kernel assumes
+    /// them without checking them at entry. `-D` divisors are checked.
+    pub trusted: bool,
 }
 
 /// One `-D` argument: `NAME=VALUE` fixes a value, `NAME%DIVISOR` assumes a
