@@ -236,8 +236,16 @@ pub fn compiled_specialization(
     let mut spec = launch.consts.clone();
     run_time_facts(&launch.dims, &launch.scalars, &mut spec);
     let k = specialise(db, item, f, spec, &launch.dims)?;
+    let mut values: BTreeMap<String, i64> = k.specialization.iter().cloned().collect();
+    // Launch options an autotune configuration chose: the kernel keeps them
+    // as its own fields, not among its specialised values.
+    for (option, chosen) in [("num_warps", k.num_warps), ("num_stages", k.num_stages)] {
+        if launch.consts.values.contains_key(option) {
+            values.insert(option.to_string(), chosen as i64);
+        }
+    }
     Ok(Specialization {
-        values: k.specialization.iter().cloned().collect(),
+        values,
         divisors: k.divisibility.iter().cloned().collect(),
         floats: launch.consts.floats.clone(),
         trusted: k.divisibility_trusted,

@@ -298,6 +298,34 @@ fn the_cache_row() {
     );
 }
 
+/// The variant an autotuned launch ran is found again with its chosen
+/// launch options (`num_warps` is the kernel's field, not a specialised value).
+#[test]
+fn a_tuned_launch_keeps_its_launch_options() {
+    use crate::db::Database;
+    use crate::exec::{compiled_specialization, launch_specialization, Tensor, Value};
+    let mut db = Database::new();
+    let src = "@autotune(space={\"BLOCK\": [128, 1024], \"num_warps\": [2, 4]}, key=[\"N\"])\n\
+@kernel(grid=(cdiv(N, BLOCK),))\n\
+def acc(x: Tensor[\"N\", f32], BLOCK: const):\n    \
+i = program_id(0) * BLOCK\n    \
+store(x[i : i + BLOCK], load(x[i : i + BLOCK]) + 1.0)\n";
+    let file = db.set_source("/tuned.tsr", src.into());
+    let x = Value::Tensor(Tensor::zeros(&[1000], DType::F32));
+    let named = [("BLOCK".to_string(), Value::Int(1024))];
+    let mut launch = launch_specialization(&db, file, "acc", &[x], &named).unwrap();
+    // What `launch_kernel` records when tuning chose the second `num_warps`.
+    launch.consts.values.insert("num_warps".into(), 4);
+    let spec = compiled_specialization(&db, file, "acc", &launch).unwrap();
+    assert_eq!(spec.values.get("num_warps"), Some(&4));
+    assert_eq!(spec.values.get("BLOCK"), Some(&1024));
+    let item = crate::db::kernels_named(&db, file, "acc")[0].1;
+    let k = crate::db::tile_ir(&db, item, db.options(), spec)
+        .clone()
+        .unwrap();
+    assert_eq!(k.num_warps, 4);
+}
+
 /// A launch's own facts (`N % 16` of a 4096-element launch) are assumed
 /// without an entry check; the same fact given with `-D` is checked.
 #[test]
