@@ -42,6 +42,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     (":device [cpu|cuda]", "show or set where computations run"),
     (
+        ":devices",
+        "every device this machine has: the CPU and each GPU",
+    ),
+    (
         ":autotune NAME",
         "the configurations an @autotune kernel was timed with on the GPU, and the best",
     ),
@@ -184,6 +188,11 @@ pub fn run(
                 "`:autotune gemm_tuned`",
             )),
         },
+        ":devices" if words.len() == 1 => {
+            devices(session, out);
+            Ok(Next::Continue)
+        }
+        ":devices" => Err(usage(whole, "`:devices` takes no arguments", "`:devices`")),
         ":device" => match words.get(1) {
             None => {
                 match (session.gpu_info(), session.gpu()) {
@@ -755,6 +764,32 @@ fn time(
         times.len()
     );
     Ok(Next::Continue)
+}
+
+/// `:devices`: the CPU and every GPU the driver sees (without opening
+/// them), the session's own marked with `*`.
+fn devices(session: &Session, out: &mut dyn Write) {
+    let here = session.gpu_info().map(|g| g.ordinal);
+    let mark = |on: bool| if on { "*" } else { " " };
+    let _ = writeln!(out, "{} cpu  the CPU executor", mark(here.is_none()));
+    match tessera::exec::cuda::list_gpus() {
+        Ok(gpus) if gpus.is_empty() => {
+            let _ = writeln!(out, "  no GPU: the CUDA driver finds none");
+        }
+        Ok(gpus) => {
+            for g in gpus {
+                let _ = match g {
+                    Ok(info) => writeln!(out, "{} {info}", mark(here == Some(info.ordinal))),
+                    Err(unusable) => writeln!(out, "  {unusable}"),
+                };
+            }
+        }
+        Err(e) => {
+            let why = e.help.as_deref().unwrap_or(&e.message);
+            let why = why.split(';').next().unwrap_or(why);
+            let _ = writeln!(out, "  no GPU: {why}");
+        }
+    }
 }
 
 fn format_seconds(s: f64) -> String {

@@ -138,3 +138,33 @@ fn type_of_does_not_run() {
     assert_eq!(s.type_of("sum(x, dim=0)", 0).unwrap(), "Tensor[3, f16]");
     assert!(s.type_of("x +", 0).is_err());
 }
+
+/// `:devices` lists the CPU (the session's device, marked) and then each
+/// GPU, or one line saying why there is none; extra words are E0722.
+#[test]
+fn devices_lists_the_cpu_first_and_then_the_gpus_or_why_none() {
+    let mut s = Session::new("<repl>", false);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (_, ok) = crate::command::run(&mut s, ":devices", &mut out, &mut err);
+    assert!(ok);
+    let out = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "* cpu  the CPU executor");
+    assert!(lines.len() >= 2, "{out}");
+    for l in &lines[1..] {
+        assert!(
+            l.starts_with("  no GPU: ") || l.starts_with("  cuda:"),
+            "{out}"
+        );
+    }
+    if !tessera::exec::cuda::driver_present() {
+        assert_eq!(
+            lines[1],
+            "  no GPU: the CUDA driver (`libcuda`) cannot be loaded"
+        );
+    }
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (_, ok) = crate::command::run(&mut s, ":devices all", &mut out, &mut err);
+    assert!(!ok);
+    assert!(String::from_utf8(err).unwrap().contains("E0722"));
+}

@@ -248,6 +248,58 @@ pub fn driver_present() -> bool {
 
 /// E0721: no GPU to run on, with the reason in the help line (the message
 /// is the same whatever the reason, as scripts and transcripts see it).
+/// Every GPU the driver sees, described without making a context (which
+/// would take a tenth of a second and memory on each): a GPU older than
+/// sm_70 is a line saying so. E0721 without a driver.
+pub fn list_gpus() -> Result<Vec<Result<GpuInfo, String>>, ExecError> {
+    use cudarc::driver::result;
+    if !driver_present() {
+        return Err(unavailable("the CUDA driver (`libcuda`) cannot be loaded"));
+    }
+    let count = match result::init().and_then(|()| result::device::get_count()) {
+        Ok(n) => n.max(0) as usize,
+        // What `cuInit` and the count say when no GPU is visible.
+        Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => 0,
+        Err(e) => return Err(driver_error("counting the GPUs", e)),
+    };
+    let mut out = Vec::with_capacity(count);
+    for ordinal in 0..count {
+        let what = |e: DriverError| driver_error(&format!("describing GPU cuda:{ordinal}"), e);
+        let dev = result::device::get(ordinal as i32).map_err(what)?;
+        let name = result::device::get_name(dev).map_err(what)?;
+        // SAFETY: `dev` is a device handle the driver just gave for an
+        // ordinal below its count; these calls only read its attributes.
+        let (memory_bytes, major, minor) = unsafe {
+            (
+                result::device::total_mem(dev).map_err(what)?,
+                result::device::get_attribute(
+                    dev,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                )
+                .map_err(what)?,
+                result::device::get_attribute(
+                    dev,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                )
+                .map_err(what)?,
+            )
+        };
+        out.push(match Arch::for_compute_capability(major, minor) {
+            Some(arch) => Ok(GpuInfo {
+                ordinal,
+                name,
+                compute_capability: (major, minor),
+                memory_bytes,
+                arch,
+            }),
+            None => Err(format!(
+                "cuda:{ordinal} {name} (compute capability {major}.{minor}: Tessera compiles for sm_70 and later)"
+            )),
+        });
+    }
+    Ok(out)
+}
+
 fn unavailable(reason: impl Into<String>) -> ExecError {
     ExecError::new("E0721", "no CUDA GPU is available").with_help(format!(
         "{}; run on the CPU: `--device cpu` or `:device cpu`",
