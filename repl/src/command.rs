@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use tessera::backend::resources::Resources;
@@ -596,15 +596,18 @@ fn resources(
                         let _ = writeln!(out, "{}", resources_row(&r));
                         // The driver's numbers, for the variant that ran here
                         // (not for one `-D` or another arch asks about).
-                        let on_gpu = session.gpu().filter(|_| session.gpu_info().is_some());
-                        if let (Some(gpu), true, 2) = (on_gpu, defines.is_empty(), words.len()) {
-                            if let Some(m) =
-                                tessera::db::tile_ir(db, item, db.options(), spec.clone())
-                                    .as_ref()
-                                    .ok()
-                                    .and_then(|k| gpu.measured(k))
+                        let on_gpu = session.gpu_info().is_some();
+                        if let (true, true, 2) = (on_gpu, defines.is_empty(), words.len()) {
+                            if let Ok(k) =
+                                tessera::db::tile_ir(db, item, db.options(), spec.clone()).as_ref()
                             {
-                                let _ = writeln!(out, "{}", measured_row(gpu.info(), &m));
+                                // Each GPU it ran on (a tensor moved to `cuda:1` takes
+                                // its launches there).
+                                for gpu in session.open_gpus() {
+                                    if let Some(m) = gpu.measured(k) {
+                                        let _ = writeln!(out, "{}", measured_row(gpu.info(), &m));
+                                    }
+                                }
                             }
                         }
                         // W0003/W0004 about the kernel: their text, without spans into the session source.
@@ -730,9 +733,11 @@ fn time(
         // Not held across the run: after a sticky error the session
         // replaces its GPU, which needs the last hold on the old one.
         let on_gpu = |s: &Session| {
-            s.gpu()
-                .filter(|_| s.gpu_info().is_some())
-                .map(|g| (g.kernel_time(), g.launches()))
+            s.gpu_info().map(|_| {
+                s.open_gpus().fold((Duration::ZERO, 0), |(k, n), g| {
+                    (k + g.kernel_time(), n + g.launches())
+                })
+            })
         };
         let before = on_gpu(session);
         let t0 = Instant::now();
@@ -779,7 +784,22 @@ fn devices(session: &Session, out: &mut dyn Write) {
         Ok(gpus) => {
             for g in gpus {
                 let _ = match g {
-                    Ok(info) => writeln!(out, "{} {info}", mark(here == Some(info.ordinal))),
+                    Ok(info) => {
+                        // What the session did there, once it opened it.
+                        let used = session
+                            .open_gpus()
+                            .find(|g| g.info().ordinal == info.ordinal)
+                            .map_or(String::new(), |g| {
+                                let m = g.memory_stats();
+                                let n = g.launches();
+                                format!(
+                                    "; in this session: {n} launch{}, {} in use by tensors",
+                                    if n == 1 { "" } else { "es" },
+                                    mib(m.bytes_in_use)
+                                )
+                            });
+                        writeln!(out, "{} {info}{used}", mark(here == Some(info.ordinal)))
+                    }
                     Err(unusable) => writeln!(out, "  {unusable}"),
                 };
             }

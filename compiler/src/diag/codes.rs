@@ -182,6 +182,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     // E073x the GPU
     e("E0730", "error on the GPU"),
     e("E0735", "a saved session cannot be resumed"),
+    e("E0736", "tensor arguments on two GPUs"),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

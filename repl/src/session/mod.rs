@@ -144,6 +144,8 @@ pub struct Session {
     /// The GPU, kept once opened so that switching back to it keeps its
     /// compiled kernels.
     gpu: Option<Arc<Gpu>>,
+    /// The other GPUs a tensor was moved to (`x.to("cuda:1")`), by ordinal.
+    more_gpus: BTreeMap<usize, Arc<Gpu>>,
     color: bool,
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
@@ -187,6 +189,7 @@ impl Session {
             device: Device::Cpu,
             exec_device: tessera::exec::Device::Cpu,
             gpu: None,
+            more_gpus: BTreeMap::new(),
             color,
             loaded: Vec::new(),
             synth_count: 0,
@@ -262,10 +265,90 @@ impl Session {
         })
     }
 
-    /// The GPU `x.to("cuda")` moves to (opened if the session runs on the
-    /// CPU); E0721 at `span` without one.
-    pub(crate) fn gpu_for_move(&mut self, span: Span) -> Result<Arc<Gpu>, Diagnostic> {
-        self.open_gpu().map_err(|e| device_unavailable(&e, span))
+    /// The GPU `x.to("cuda:N")` moves to (opened the first time; GPU 0 is
+    /// the session's); E0721 at `span` without one.
+    pub(crate) fn gpu_for_move(
+        &mut self,
+        ordinal: usize,
+        span: Span,
+    ) -> Result<Arc<Gpu>, Diagnostic> {
+        let opened = if ordinal == 0 {
+            self.open_gpu()
+        } else if let Some(g) = self.more_gpus.get(&ordinal) {
+            Ok(g.clone())
+        } else {
+            Gpu::open(ordinal).map(|g| {
+                let g = Arc::new(g);
+                self.more_gpus.insert(ordinal, g.clone());
+                g
+            })
+        };
+        opened.map_err(|e| device_unavailable(&e, span))
+    }
+
+    /// Where a launch or call with `args` runs: on a session that runs on a
+    /// GPU, the GPU whose copy of its tensor arguments is theirs (a tensor
+    /// stays on the GPU it was made on or moved to), else the session's
+    /// device. Tensors on two GPUs are E0736 at `span`.
+    pub(crate) fn device_for<'v>(
+        &self,
+        args: impl IntoIterator<Item = &'v Value>,
+        span: Span,
+    ) -> Result<tessera::exec::Device, Diagnostic> {
+        if !matches!(self.exec_device, tessera::exec::Device::Cuda(_)) {
+            return Ok(self.exec_device.clone());
+        }
+        fn tensors<'a>(v: &'a Value, out: &mut Vec<&'a tessera::exec::Tensor>) {
+            match v {
+                Value::Tensor(t) => out.push(t),
+                Value::Tuple(items) => items.iter().for_each(|i| tensors(i, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        for v in args {
+            tensors(v, &mut all);
+        }
+        let gpus: Vec<&Arc<Gpu>> = self.open_gpus().collect();
+        let mut found: Option<(&Arc<Gpu>, &tessera::exec::Tensor)> = None;
+        for t in all {
+            let Some(owner) = t.device_owner() else {
+                continue;
+            };
+            let Some(g) = gpus.iter().find(|g| g.owner() == owner) else {
+                continue;
+            };
+            match found {
+                Some((f, first)) if f.owner() != owner => {
+                    let on = |g: &Gpu, t: &tessera::exec::Tensor| {
+                        format!(
+                            "{} on cuda:{}",
+                            Value::Tensor(t.clone()).describe(),
+                            g.info().ordinal
+                        )
+                    };
+                    return Err(Diagnostic::new(
+                        "E0736",
+                        span,
+                        format!(
+                            "the tensor arguments are on two GPUs: {} and {}",
+                            on(f, first),
+                            on(g, t)
+                        ),
+                    )
+                    .with_help(format!(
+                        "move them to one GPU first, e.g. `x.to(\"cuda:{}\")`",
+                        f.info().ordinal
+                    )));
+                }
+                Some(_) => {}
+                None => found = Some((g, t)),
+            }
+        }
+        Ok(match found {
+            Some((g, _)) => tessera::exec::Device::Cuda(g.clone()),
+            None => self.exec_device.clone(),
+        })
     }
 
     /// The GPU, if one is open.
@@ -273,10 +356,30 @@ impl Session {
         self.gpu.as_ref()
     }
 
+    /// Every GPU the session has opened (its own and those tensors were
+    /// moved to).
+    pub fn open_gpus(&self) -> impl Iterator<Item = &Arc<Gpu>> {
+        self.gpu.iter().chain(self.more_gpus.values())
+    }
+
     /// After an error: when it left the GPU's context unusable (a sticky
     /// error), makes a fresh context, drops the variables whose values were
     /// only on the GPU and says which; definitions and other values are kept.
     fn recover_gpu(&mut self, err: &mut dyn Write) {
+        // Another GPU's sticky error: its tensors are lost as the session
+        // GPU's would be; the session GPU's case below says what happens next
+        // (a fresh context, else a restart of the process).
+        let broken: Vec<usize> = self
+            .more_gpus
+            .iter()
+            .filter(|(_, g)| g.is_broken())
+            .map(|(k, _)| *k)
+            .collect();
+        for ordinal in broken {
+            if let Some(old) = self.more_gpus.remove(&ordinal) {
+                self.recover_other_gpu(old, err);
+            }
+        }
         let Some(old) = self.gpu.clone().filter(|g| g.is_broken()) else {
             return;
         };
@@ -320,6 +423,46 @@ impl Session {
                 if self.can_restart {
                     self.sticky = Some(sticky);
                 } else {
+                    self.sticky_on_cpu(&sticky, None, err);
+                }
+            }
+        }
+    }
+
+    /// After a sticky error on a GPU other than the session's: drops the
+    /// variables only it held and asks for a fresh context, else restarts
+    /// the process as for the session's GPU.
+    fn recover_other_gpu(&mut self, old: Arc<Gpu>, err: &mut dyn Write) {
+        let owner = old.owner();
+        let ordinal = old.info().ordinal;
+        let mut lost = Vec::new();
+        for (name, v) in &self.vars {
+            if forget_device(v, owner) {
+                lost.push(name.clone());
+            }
+        }
+        for name in &lost {
+            self.vars.remove(name);
+        }
+        match Gpu::reopen(old) {
+            Ok(fresh) => {
+                self.more_gpus.insert(ordinal, Arc::new(fresh));
+                let _ = writeln!(
+                    err,
+                    "note: cuda:{ordinal}'s context was unusable after that error; the session made a fresh one ({}); definitions are kept",
+                    lost_text(&lost)
+                );
+            }
+            Err(e) => {
+                let sticky = Sticky {
+                    lost,
+                    why: e.help.unwrap_or(e.message),
+                    device: self.device,
+                };
+                if self.can_restart {
+                    self.sticky = Some(sticky);
+                } else {
+                    self.use_cpu();
                     self.sticky_on_cpu(&sticky, None, err);
                 }
             }

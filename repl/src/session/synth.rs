@@ -348,13 +348,14 @@ impl Session {
 
     fn run_synth(&mut self, synth: Synth) -> R<Val> {
         let result = self.check_synth(&synth).and_then(|()| {
+            let device = self.device_for(&synth.args, synth.span)?;
             exec::run_function(
                 &self.db,
                 self.file,
                 &synth.name,
                 &synth.args,
                 &[],
-                &self.exec_device,
+                &device,
                 &self.interrupt,
             )
             .map(Val::Run)

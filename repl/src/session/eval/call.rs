@@ -161,6 +161,8 @@ impl Session {
                 None => positional.push(v),
             }
         }
+        let device =
+            self.device_for(positional.iter().chain(named.iter().map(|(_, v)| v)), span)?;
         let spec = exec::launch_kernel(
             &self.db,
             self.file,
@@ -168,7 +170,7 @@ impl Session {
             grid,
             &positional,
             &named,
-            &self.exec_device,
+            &device,
             &self.interrupt,
         )
         .map_err(|e| {
@@ -219,17 +221,27 @@ impl Session {
     fn move_tensor(&mut self, t: Tensor, place: &str, span: Span) -> R<Val> {
         match place {
             "cpu" => t.to_host(),
-            "cuda" | "cuda:0" => {
-                let gpu = self.gpu_for_move(span)?;
+            "cuda" => {
+                let gpu = self.gpu_for_move(0, span)?;
                 gpu.to_device(&t).map_err(|err| err.to_diagnostic(span))?;
             }
             other => {
-                return Err(Diagnostic::new(
-                    "E0312",
-                    span,
-                    format!("`.to()` takes a dtype or a device, found \"{other}\""),
-                )
-                .with_help("devices are \"cpu\" and \"cuda\" (GPU 0): `x.to(\"cuda\")`"))
+                let Some(ordinal) = other
+                    .strip_prefix("cuda:")
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|n| n.parse::<usize>().ok())
+                else {
+                    return Err(Diagnostic::new(
+                        "E0312",
+                        span,
+                        format!("`.to()` takes a dtype or a device, found \"{other}\""),
+                    )
+                    .with_help(
+                        "devices are \"cpu\", \"cuda\" (GPU 0) and \"cuda:N\" (GPU N; `:devices` lists them): `x.to(\"cuda:1\")`",
+                    ));
+                };
+                let gpu = self.gpu_for_move(ordinal, span)?;
+                gpu.to_device(&t).map_err(|err| err.to_diagnostic(span))?;
             }
         }
         Ok(Val::Run(Value::Tensor(t)))
