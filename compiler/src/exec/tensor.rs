@@ -66,6 +66,9 @@ pub(crate) trait DeviceBuffer: Send + Sync {
     fn write(&self, host: &[u8]) -> Result<(), ExecError>;
     /// Sets every byte to 0.
     fn zero(&self) -> Result<(), ExecError>;
+    /// Copies `src` (a buffer of the same length, possibly of another GPU)
+    /// into this one, device to device.
+    fn copy_from_device(&self, src: &dyn DeviceBuffer) -> Result<(), ExecError>;
     /// The device address of the first byte.
     fn address(&self) -> u64;
     /// Which GPU context holds it (a context made after a sticky error has
@@ -184,20 +187,52 @@ impl Storage {
         alloc: impl FnOnce(usize) -> Result<Box<dyn DeviceBuffer>, ExecError>,
     ) -> Result<u64, ExecError> {
         let mut m = self.mirror();
+        let mut alloc = Some(alloc);
         if m.as_ref().is_some_and(|x| x.buf.owner() != owner) {
-            drop(m);
-            self.sync_host();
-            m = self.mirror();
-            *m = None;
+            // Current only on another GPU: copied device to device (the
+            // driver's unified addressing reaches every GPU), else through
+            // the host.
+            let only_there = m.as_ref().is_some_and(|x| x.current == Current::Device);
+            let mut moved = None;
+            if only_there {
+                // SAFETY: the mirror's lock is held and no launch runs.
+                let len = unsafe { self.host_bytes() }.len();
+                let make = alloc.take().expect("not used yet");
+                let buf = make(len)?;
+                let copied = m
+                    .as_ref()
+                    .is_some_and(|x| buf.copy_from_device(&*x.buf).is_ok());
+                moved = Some((buf, copied));
+            }
+            match moved {
+                Some((buf, true)) => {
+                    *m = Some(Mirror {
+                        buf,
+                        current: Current::Device,
+                    });
+                }
+                other => {
+                    drop(m);
+                    self.sync_host();
+                    m = self.mirror();
+                    *m = other.map(|(buf, _)| Mirror {
+                        buf,
+                        current: Current::Host,
+                    });
+                }
+            }
         }
         // SAFETY: the mirror's lock is held and no launch runs.
         let host = unsafe { self.host_bytes() };
         let mirror = match m.as_mut() {
             Some(x) => x,
-            None => m.insert(Mirror {
-                buf: alloc(host.len())?,
-                current: Current::Host,
-            }),
+            None => {
+                let make = alloc.take().expect("a mirror was made only when taken");
+                m.insert(Mirror {
+                    buf: make(host.len())?,
+                    current: Current::Host,
+                })
+            }
         };
         if mirror.current == Current::Host {
             mirror.buf.write(host)?;

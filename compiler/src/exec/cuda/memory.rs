@@ -267,6 +267,19 @@ impl DeviceBuffer for Block {
         })
     }
 
+    fn copy_from_device(&self, src: &dyn DeviceBuffer) -> Result<(), ExecError> {
+        let what = format!("copying {} bytes between GPUs", self.len);
+        // SAFETY: both blocks hold `len` bytes (the caller's tensor's) and are
+        // alive for the call; with unified addressing (every 64-bit CUDA
+        // platform) a device-to-device copy may name another GPU's memory.
+        // The source's writers have finished (every launch is waited for),
+        // and this stream is synchronised before the block is used.
+        self.on_stream(&what, |s| unsafe {
+            result::memcpy_dtod_async(self.ptr, src.address(), self.len, s)
+                .and_then(|()| result::stream::synchronize(s))
+        })
+    }
+
     fn address(&self) -> u64 {
         self.ptr
     }
