@@ -727,3 +727,70 @@ fn autotuning_times_every_configuration_and_keeps_the_outputs() {
     assert_eq!(t.best_config(), &best);
     assert_eq!(out.to_f64_vec()[7], 1.0 + 3.0 * 7.0);
 }
+
+/// Ctrl-C while a long kernel runs: the launch returns E0706 at once (the
+/// kernel finishes on its own), and the GPU then runs the next launch right.
+#[test]
+fn an_interrupted_launch_returns_while_the_kernel_runs_on() {
+    use crate::db::Database;
+    use crate::exec::{Device, Tensor, Value};
+    let Some((_one, gpu)) = gpu_or_skip("an_interrupted_launch_returns_while_the_kernel_runs_on")
+    else {
+        return;
+    };
+    let mut db = Database::new();
+    // One dependent multiply-add per iteration: about a second at 4e8.
+    let file = db.set_source(
+        "/spin.tsr",
+        "@kernel(grid=(1,))\ndef spin(out: Tensor[\"N\", f32], n: i32):\n    acc = zeros([32], f32)\n    for i in range(0, n):\n        acc = acc * 0.5 + 1.0\n    store(out[0 : 32], acc)\n"
+            .into(),
+    );
+    let device = Device::Cuda(gpu.clone());
+    let out = Tensor::zeros(&[32], DType::F32);
+    // Compiled first (n = 1 has the run-time facts of an odd n: none), so
+    // the interrupt lands while the kernel runs.
+    let warm = [Value::Tensor(out.clone()), Value::Int(1)];
+    crate::exec::launch_kernel(
+        &db,
+        file,
+        "spin",
+        None,
+        &warm,
+        &[],
+        &device,
+        &Interrupt::new(),
+    )
+    .unwrap();
+    let args = [Value::Tensor(out.clone()), Value::Int(400_000_001)];
+    let stop = Interrupt::new();
+    let trigger = stop.clone();
+    let started = std::time::Instant::now();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        trigger.trigger();
+    });
+    let e = crate::exec::launch_kernel(&db, file, "spin", None, &args, &[], &device, &stop)
+        .unwrap_err();
+    let returned = started.elapsed();
+    t.join().unwrap();
+    assert_eq!(e.code, "E0706", "{e:?}");
+    // The first launch compiles: allow for it, but not for the kernel's run.
+    let (db2, vfile) = vadd_db();
+    let x = Tensor::arange(0, 1001, DType::F32);
+    let o = Tensor::zeros(&[1001], DType::F32);
+    let vargs = [
+        Value::Tensor(x.clone()),
+        Value::Tensor(x),
+        Value::Tensor(o.clone()),
+    ];
+    launch_vadd(&db2, vfile, &device, &vargs).unwrap();
+    let all = started.elapsed();
+    assert!(o.to_f64_vec()[1000] == 2000.0);
+    // The vadd queued behind the spinning kernel, so it ended after it:
+    // the interrupted launch returned well before.
+    assert!(
+        returned + std::time::Duration::from_millis(300) < all,
+        "returned after {returned:?}, the next launch ended after {all:?}"
+    );
+    assert_eq!(out.to_f64_vec()[0], 2.0, "the kernel ran to its end");
+}
