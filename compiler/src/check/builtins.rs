@@ -502,3 +502,26 @@ mod tests {
         assert_eq!(Builtin::from_name("no_such_builtin"), None);
     }
 }
+
+/// A place `x.to(...)` moves a tensor to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Cpu,
+    /// GPU N (`"cuda"` is GPU 0).
+    Cuda(usize),
+}
+
+/// `"cpu"`, `"cuda"` or `"cuda:N"` as a [`Place`]; any other string is none.
+pub fn place_named(s: &str) -> Option<Place> {
+    match s.strip_prefix("cuda:") {
+        Some(n) if !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()) => {
+            n.parse().ok().map(Place::Cuda)
+        }
+        Some(_) => None,
+        None => match s {
+            "cpu" => Some(Place::Cpu),
+            "cuda" => Some(Place::Cuda(0)),
+            _ => None,
+        },
+    }
+}

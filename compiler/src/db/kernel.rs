@@ -63,10 +63,8 @@ pub fn launch_tile_ir<'db>(
     let k =
         crate::ir::tile::lower_kernel_with_dims(f, module_scope(db, item.file(db)), &spec, &dims)?;
     let full = crate::ir::tile::Specialization {
-        values: k.specialization.iter().cloned().collect(),
-        divisors: k.divisibility.iter().cloned().collect(),
-        floats: spec.floats.clone(),
         trusted: spec.trusted,
+        ..crate::ir::tile::Specialization::of_kernel(&k, spec.floats.clone())
     };
     tile_ir(db, item, options, full).clone()
 }

@@ -384,15 +384,7 @@ impl Session {
             return;
         };
         let owner = old.owner();
-        let mut lost = Vec::new();
-        for (name, v) in &self.vars {
-            if forget_device(v, owner) {
-                lost.push(name.clone());
-            }
-        }
-        for name in &lost {
-            self.vars.remove(name);
-        }
+        let lost = self.drop_values_only_on(owner);
         let lost_text = lost_text(&lost);
         // The session's hold on the old GPU goes first: the driver makes no
         // fresh context while the broken one exists.
@@ -420,12 +412,34 @@ impl Session {
                     why: e.help.unwrap_or(e.message),
                     device: if on_gpu { Device::Cuda } else { device },
                 };
-                if self.can_restart {
-                    self.sticky = Some(sticky);
-                } else {
-                    self.sticky_on_cpu(&sticky, None, err);
-                }
+                self.no_fresh_context(sticky, err);
             }
+        }
+    }
+
+    /// Drops the variables whose values were only on the GPU context
+    /// `owner` (a sticky error lost them); their names, for the note.
+    fn drop_values_only_on(&mut self, owner: u64) -> Vec<String> {
+        let lost: Vec<String> = self
+            .vars
+            .iter()
+            .filter(|(_, v)| forget_device(v, owner))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &lost {
+            self.vars.remove(name);
+        }
+        lost
+    }
+
+    /// No fresh context after a sticky error: the front end restarts the
+    /// process where it can, else the session goes on on the CPU.
+    fn no_fresh_context(&mut self, sticky: Sticky, err: &mut dyn Write) {
+        if self.can_restart {
+            self.sticky = Some(sticky);
+        } else {
+            self.use_cpu();
+            self.sticky_on_cpu(&sticky, None, err);
         }
     }
 
@@ -435,15 +449,7 @@ impl Session {
     fn recover_other_gpu(&mut self, old: Arc<Gpu>, err: &mut dyn Write) {
         let owner = old.owner();
         let ordinal = old.info().ordinal;
-        let mut lost = Vec::new();
-        for (name, v) in &self.vars {
-            if forget_device(v, owner) {
-                lost.push(name.clone());
-            }
-        }
-        for name in &lost {
-            self.vars.remove(name);
-        }
+        let lost = self.drop_values_only_on(owner);
         match Gpu::reopen(old) {
             Ok(fresh) => {
                 self.more_gpus.insert(ordinal, Arc::new(fresh));
@@ -459,12 +465,7 @@ impl Session {
                     why: e.help.unwrap_or(e.message),
                     device: self.device,
                 };
-                if self.can_restart {
-                    self.sticky = Some(sticky);
-                } else {
-                    self.use_cpu();
-                    self.sticky_on_cpu(&sticky, None, err);
-                }
+                self.no_fresh_context(sticky, err);
             }
         }
     }

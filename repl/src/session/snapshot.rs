@@ -482,15 +482,7 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
-    fn run(s: &mut Session, input: &str) -> (bool, String, String) {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let ok = s.execute(input, &mut out, &mut err);
-        (
-            ok,
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
-    }
+    use crate::session::tests::run;
 
     fn ok(s: &mut Session, input: &str) -> String {
         let (ok, out, err) = run(s, input);

@@ -2,7 +2,8 @@
 
 use super::*;
 
-fn run(s: &mut Session, input: &str) -> (bool, String, String) {
+/// Executes `input`: whether it succeeded, its stdout and its stderr.
+pub(crate) fn run(s: &mut Session, input: &str) -> (bool, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let ok = s.execute(input, &mut out, &mut err);
     (

@@ -1031,7 +1031,9 @@ impl Checker<'_> {
             // A device (`x.to("cuda")`): where a tensor's elements live, not
             // its type; the session moves them (elsewhere it is the value).
             Some(Value::Str(s))
-                if is_device_name(s) && matches!(recv, Ty::Tensor { .. }) && !self.in_kernel =>
+                if crate::check::builtins::place_named(s).is_some()
+                    && matches!(recv, Ty::Tensor { .. })
+                    && !self.in_kernel =>
             {
                 return Val::of(recv.clone())
             }
@@ -1070,14 +1072,5 @@ impl Checker<'_> {
                 Val::err()
             }
         }
-    }
-}
-
-/// `"cpu"`, `"cuda"` (GPU 0) or `"cuda:N"`: a place `x.to(...)` moves a
-/// tensor to.
-pub fn is_device_name(s: &str) -> bool {
-    match s.strip_prefix("cuda:") {
-        Some(n) => !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()),
-        None => matches!(s, "cpu" | "cuda"),
     }
 }

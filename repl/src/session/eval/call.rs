@@ -219,29 +219,22 @@ impl Session {
     /// `x.to("cuda")`, `x.to("cpu")`: where `x`'s elements live (every alias
     /// of `x` moves with it; the value is `x` itself).
     fn move_tensor(&mut self, t: Tensor, place: &str, span: Span) -> R<Val> {
-        match place {
-            "cpu" => t.to_host(),
-            "cuda" => {
-                let gpu = self.gpu_for_move(0, span)?;
-                gpu.to_device(&t).map_err(|err| err.to_diagnostic(span))?;
-            }
-            other => {
-                let Some(ordinal) = other
-                    .strip_prefix("cuda:")
-                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|n| n.parse::<usize>().ok())
-                else {
-                    return Err(Diagnostic::new(
-                        "E0312",
-                        span,
-                        format!("`.to()` takes a dtype or a device, found \"{other}\""),
-                    )
-                    .with_help(
-                        "devices are \"cpu\", \"cuda\" (GPU 0) and \"cuda:N\" (GPU N; `:devices` lists them): `x.to(\"cuda:1\")`",
-                    ));
-                };
+        use tessera::check::builtins::{place_named, Place};
+        match place_named(place) {
+            Some(Place::Cpu) => t.to_host(),
+            Some(Place::Cuda(ordinal)) => {
                 let gpu = self.gpu_for_move(ordinal, span)?;
                 gpu.to_device(&t).map_err(|err| err.to_diagnostic(span))?;
+            }
+            None => {
+                return Err(Diagnostic::new(
+                    "E0312",
+                    span,
+                    format!("`.to()` takes a dtype or a device, found \"{place}\""),
+                )
+                .with_help(
+                    "devices are \"cpu\", \"cuda\" (GPU 0) and \"cuda:N\" (GPU N; `:devices` lists them): `x.to(\"cuda:1\")`",
+                ));
             }
         }
         Ok(Val::Run(Value::Tensor(t)))

@@ -59,6 +59,18 @@ impl Specialization {
         Specialization::default()
     }
 
+    /// The whole specialization `k` was lowered under: its fixed values and
+    /// divisors (with the dims lowering added), and `floats` (the kernel
+    /// keeps float consts as values, not bit patterns).
+    pub fn of_kernel(k: &crate::ir::tile::Kernel, floats: BTreeMap<String, u64>) -> Self {
+        Specialization {
+            values: k.specialization.iter().cloned().collect(),
+            divisors: k.divisibility.iter().cloned().collect(),
+            floats,
+            trusted: k.divisibility_trusted,
+        }
+    }
+
     pub fn with(mut self, name: impl Into<String>, value: i64) -> Self {
         self.values.insert(name.into(), value);
         self
