@@ -14,7 +14,20 @@ cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far, so a slow CI run shows where.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+# bounded SECS CMD...: runs CMD, killed after SECS with a message naming it, so a
+# hung step fails the run with its name instead of using up CI's time.
+bounded() {
+    local limit="$1"
+    shift
+    local status=0
+    timeout --kill-after=30 "$limit" "$@" || status=$?
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        echo "error: '$*' did not finish within ${limit} s" >&2
+    fi
+    return "$status"
+}
 
 for component in rustfmt clippy; do
     if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
@@ -49,7 +62,7 @@ if [ "${CI:-}" = true ]; then
 fi
 
 step "cargo test --workspace --no-fail-fast"
-cargo test --workspace --no-fail-fast
+bounded 2700 cargo test --workspace --no-fail-fast
 
 # Absolute: the client tests spawn it from a temporary workspace directory.
 tessera_bin="$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd || echo "$PWD/${CARGO_TARGET_DIR:-target}")/debug/tessera"
@@ -63,10 +76,10 @@ if ! command -v nvim >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq neovim >/dev/null
 fi
 cargo build --quiet -p tessera-repl --bin tessera
-tests/nvim/check.sh "$tessera_bin"
+bounded 300 tests/nvim/check.sh "$tessera_bin"
 
 step "VS Code extension: npm ci (cached in .cache/npm), build, grammar/unit/client tests, vsce package"
-TESSERA_BIN="$tessera_bin" bash scripts/vscode-check.sh
+TESSERA_BIN="$tessera_bin" bounded 900 bash scripts/vscode-check.sh
 
 step "tsrc check on examples/*.tsr and every stdlib/ file (must exit 0)"
 mapfile -t files < <({ find examples -maxdepth 1 -name '*.tsr'; find stdlib -name '*.tsr'; } | sort)

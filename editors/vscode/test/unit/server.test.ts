@@ -112,13 +112,39 @@ describe('tessera lsp, as the extension speaks to it', { skip, timeout: 180_000 
         await conn.sendNotification('initialized', {});
     });
 
+    // Cleanup never waits on the server: the exit contract itself is tested in
+    // repl/tests/lsp.rs. A server still alive 5 s after `exit` (or one that does not
+    // answer `shutdown`) is killed, and its pipes are closed, so that this file's
+    // process always ends (an open pipe to a live child keeps node running).
     after(async () => {
+        const gone = new Promise<void>((resolve) => {
+            if (server.exitCode !== null || server.signalCode !== null) resolve();
+            else server.once('exit', () => resolve());
+        });
+        /** Whether `p` settles within `ms`; the timer is cleared either way. */
+        const within = async (p: Promise<unknown>, ms: number): Promise<boolean> => {
+            let timer: NodeJS.Timeout | undefined;
+            const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
+            try {
+                return await Promise.race([p.then(() => true), late]);
+            } finally {
+                clearTimeout(timer);
+            }
+        };
         try {
-            await conn.sendRequest(ShutdownRequest.type);
-            await conn.sendNotification(ExitNotification.type);
+            if (await within(conn.sendRequest(ShutdownRequest.type), 10_000)) {
+                await conn.sendNotification(ExitNotification.type);
+            }
         } finally {
             conn.dispose();
-            server.kill();
+            server.stdin?.end();
+            if (!(await within(gone, 5_000))) {
+                process.stderr.write(`tessera lsp did not exit after shutdown/exit; killed\n${stderr}\n`);
+                server.kill('SIGKILL');
+            }
+            server.stdout?.destroy();
+            server.stderr?.destroy();
+            server.unref();
             fs.rmSync(workspace, { recursive: true, force: true });
         }
     });
