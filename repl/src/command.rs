@@ -40,7 +40,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         ":time EXPR",
         "run a statement several times; print the median time",
     ),
-    (":device [cpu|cuda]", "show or set where computations run"),
+    (
+        ":device [cpu|cuda] [N]",
+        "show or set where computations run (N: how many devices `shard` uses)",
+    ),
     (
         ":devices",
         "every device this machine has: the CPU and each GPU",
@@ -216,17 +219,25 @@ pub fn run(
                 .ok();
                 Ok(Next::Continue)
             }
-            Some(("cpu", _)) => {
+            Some(("cpu", _)) => device_count(&words, whole).map(|n| {
                 session.use_cpu();
-                Ok(Next::Continue)
-            }
-            Some(("cuda", span)) => match session.use_cuda() {
-                Ok(info) => {
-                    let _ = writeln!(out, "{info}");
-                    Ok(Next::Continue)
+                if let Some((n, span)) = n {
+                    session
+                        .set_device_count(n, span)
+                        .expect("any count of CPU devices in range opens");
                 }
-                Err(e) => Err(device_unavailable(&e, *span)),
-            },
+                Next::Continue
+            }),
+            Some(("cuda", span)) => device_count(&words, whole).and_then(|n| {
+                let info = session
+                    .use_cuda()
+                    .map_err(|e| device_unavailable(&e, *span))?;
+                let _ = writeln!(out, "{info}");
+                if let Some((n, span)) = n {
+                    session.set_device_count(n, span)?;
+                }
+                Ok(Next::Continue)
+            }),
             Some((other, span)) => Err(usage(
                 *span,
                 format!("unknown device `{other}`"),
@@ -819,5 +830,28 @@ fn format_seconds(s: f64) -> String {
         format!("{:.3} ms", s * 1e3)
     } else {
         format!("{:.1} µs", s * 1e6)
+    }
+}
+
+/// The `N` of `:device cpu N` / `:device cuda N`: a count in range, with its span.
+fn device_count(words: &[(&str, Span)], whole: Span) -> Result<Option<(usize, Span)>, Diagnostic> {
+    match words {
+        [_, _] => Ok(None),
+        [_, _, (n, span)] => match n.parse::<usize>() {
+            Ok(k) if (1..=crate::session::MAX_DEVICES).contains(&k) => Ok(Some((k, *span))),
+            _ => Err(usage(
+                *span,
+                format!(
+                    "`{n}` is not a device count (1 to {})",
+                    crate::session::MAX_DEVICES
+                ),
+                "`:device cpu 4` runs on four virtual CPU devices",
+            )),
+        },
+        _ => Err(usage(
+            whole,
+            "`:device` takes a device and a count",
+            "`:device cpu 4` or `:device cuda 2`",
+        )),
     }
 }

@@ -52,6 +52,10 @@ enum Command {
         /// Where statements run.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// How many devices `shard` spreads tensors over: virtual devices on
+        /// the CPU, the first N GPUs on CUDA (docs/multi-gpu.md).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        devices: usize,
         /// The folder of a session saved by tessera itself, restarting its
         /// process after a GPU error left the GPU unusable in it.
         #[arg(long, value_name = "DIR", hide = true)]
@@ -65,6 +69,9 @@ enum Command {
         /// Where statements run.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// How many devices `shard` spreads tensors over (as for `repl`).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        devices: usize,
     },
     /// Run the language server on stdin/stdout (for editors).
     Lsp {
@@ -93,14 +100,23 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> u8 {
     match command {
         Command::Compiler(c) => c.run(),
-        Command::Run { file, device } => run::run_file(
+        Command::Run {
+            file,
+            device,
+            devices,
+        } => run::run_file_on(
             &file,
             device.into(),
+            devices,
             stderr_wants_color(),
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         ),
-        Command::Repl { device, resume } => repl(device.into(), resume),
+        Command::Repl {
+            device,
+            devices,
+            resume,
+        } => repl(device.into(), devices, resume),
         Command::Lsp { .. } => match tessera_lsp::run_stdio() {
             Ok(()) => 0,
             Err(e) => {
@@ -111,7 +127,7 @@ fn dispatch(command: Command) -> u8 {
     }
 }
 
-fn repl(device: Device, resume: Option<PathBuf>) -> u8 {
+fn repl(device: Device, devices: usize, resume: Option<PathBuf>) -> u8 {
     let color = stderr_wants_color();
     let mut session = Session::new("<repl>", color);
     if let Some(dir) = resume {
@@ -131,6 +147,12 @@ fn repl(device: Device, resume: Option<PathBuf>) -> u8 {
         let option = "--device cuda";
         let d = device_unavailable(&e, Span::new(0, option.len() as u32));
         session.render_against(option, &[d], &mut std::io::stderr());
+        return tessera_repl::run::EXIT_USAGE;
+    }
+    if let Err(mut d) = session.set_device_count(devices, Span::new(0, 0)) {
+        let option = format!("--devices {devices}");
+        d.span = Span::new(0, option.len() as u32);
+        session.render_against(&option, &[d], &mut std::io::stderr());
         return tessera_repl::run::EXIT_USAGE;
     }
     if std::io::stdin().is_terminal() {

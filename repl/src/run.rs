@@ -22,6 +22,18 @@ pub fn run_file(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
+    run_file_on(path, device, 1, color, out, err)
+}
+
+/// [`run_file`] with `devices` devices for `shard` (`--devices`).
+pub fn run_file_on(
+    path: &Path,
+    device: Device,
+    devices: usize,
+    color: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
     let shown = tessera::cli::shown_path(path);
     let text = match tessera::cli::read_source(path) {
         Ok(t) => t,
@@ -42,6 +54,12 @@ pub fn run_file(
             .next()
             .map_or(0, str::len) as u32;
         session.render_against(&text, &[device_unavailable(&e, Span::new(0, first))], err);
+        return EXIT_USAGE;
+    }
+    if let Err(mut d) = session.set_device_count(devices, Span::new(0, 0)) {
+        let option = format!("--devices {devices}");
+        d.span = Span::new(0, option.len() as u32);
+        session.render_against(&option, &[d], err);
         return EXIT_USAGE;
     }
     if session.run_file(&text, out, err) {

@@ -338,3 +338,40 @@ fn repl_on_cuda_without_a_gpu_is_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Every `tests/sharded/*.tsr` gives its `NAME.stdout` on 1, 2, 3 and 4 of
+/// the CPU's virtual devices (`--devices N`): a sharded program's results do
+/// not depend on how many devices hold the parts.
+#[test]
+fn sharded_files_agree_on_every_device_count() {
+    let dir = root().join("tests/sharded");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tsr"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no tests/sharded/*.tsr");
+    let mut failures = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        let expected = std::fs::read_to_string(file.with_extension("stdout"))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.with_extension("stdout").display()));
+        for n in 1..=4 {
+            let work = scratch(&format!("sharded-{n}-{name}"));
+            std::fs::copy(file, work.join(name)).unwrap();
+            let count = n.to_string();
+            let (code, out, err) = run(
+                &work,
+                &["run", "--device", "cpu", "--devices", &count, name],
+            );
+            if code != 0 || !err.is_empty() || out != expected {
+                failures.push(format!(
+                    "{name} on {n} devices: exit {code}\n--- stderr\n{err}--- stdout\n{out}--- expected\n{expected}"
+                ));
+            }
+            let _ = std::fs::remove_dir_all(&work);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

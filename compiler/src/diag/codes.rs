@@ -183,6 +183,11 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0730", "error on the GPU"),
     e("E0735", "a saved session cannot be resumed"),
     e("E0736", "tensor arguments on two GPUs"),
+    e("E0737", "a tensor cannot be sharded or collected this way"),
+    e(
+        "E0738",
+        "an operation that cannot run on each device's part",
+    ),
     // W0xxx warnings
     w("W0001", "unused variable"),
     w("W0002", "unused import"),

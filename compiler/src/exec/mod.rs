@@ -20,6 +20,7 @@ use std::sync::Arc;
 pub mod autotune;
 pub mod cpu;
 pub mod cuda;
+pub mod dist;
 pub mod f8;
 mod function;
 mod launch;

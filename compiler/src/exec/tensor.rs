@@ -567,6 +567,20 @@ impl Data {
         go!(F64, F32, F16, BF16, I64, I32, I16, I8, U32, U8)
     }
 
+    /// Copies `len` elements of `src` (the same storage type) from `from`
+    /// into `self` at `to`.
+    fn copy_run(&mut self, to: usize, src: &Data, from: usize, len: usize) {
+        macro_rules! go {
+            ($($v:ident),*) => {
+                match (self, src) {
+                    $((Data::$v(d), Data::$v(s)) => d[to..to + len].copy_from_slice(&s[from..from + len]),)*
+                    _ => unreachable!("same storage type"),
+                }
+            };
+        }
+        go!(F64, F32, F16, BF16, I64, I32, I16, I8, U32, U8)
+    }
+
     /// The size of one stored element in bytes.
     pub(crate) fn elem_bytes(&self) -> usize {
         match self {
@@ -989,6 +1003,93 @@ impl Tensor {
         // its length, so pointers taken for later launches stay valid.
         let dst = unsafe { &mut *self.storage.host.get() };
         interrupt.chunks(from.len(), |r| dst.copy_range(from, r))
+    }
+
+    /// Elements `start..start + len` of `axis` (a copy): the rows of one
+    /// shard. The caller keeps the range within the axis.
+    pub fn narrow(
+        &self,
+        axis: usize,
+        start: usize,
+        len: usize,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        let dim = self.shape[axis];
+        debug_assert!(start + len <= dim);
+        let inner: usize = self.shape[axis + 1..].iter().product();
+        let outer: usize = self.shape[..axis].iter().product();
+        let mut shape = self.shape.clone();
+        shape[axis] = len;
+        let src = self.storage.data();
+        let mut d = Data::alloc(&shape, self.dtype, interrupt)?;
+        let run = len * inner;
+        for o in 0..outer {
+            interrupt.check()?;
+            d.copy_run(o * run, src, (o * dim + start) * inner, run);
+        }
+        Ok(Tensor::from_data(&shape, self.dtype, d))
+    }
+
+    /// `parts` one after the other along `axis` (same dtype; the other dims
+    /// equal, which the caller guarantees).
+    pub fn concat(
+        parts: &[&Tensor],
+        axis: usize,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        let first = parts.first().expect("concat of no tensors");
+        let mut shape = first.shape.clone();
+        shape[axis] = parts.iter().map(|p| p.shape[axis]).sum();
+        let dim = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        let outer: usize = shape[..axis].iter().product();
+        let mut d = Data::alloc(&shape, first.dtype, interrupt)?;
+        let mut start = 0;
+        for p in parts {
+            debug_assert_eq!(p.dtype, first.dtype);
+            let src = p.storage.data();
+            let run = p.shape[axis] * inner;
+            for o in 0..outer {
+                interrupt.check()?;
+                d.copy_run((o * dim + start) * inner, src, o * run, run);
+            }
+            start += p.shape[axis];
+        }
+        Ok(Tensor::from_data(&shape, first.dtype, d))
+    }
+
+    /// The elementwise combination of same-shape, same-dtype tensors by
+    /// `f` over their f64 values (integers exactly, through i64, by `int`),
+    /// rounded once to the dtype.
+    pub(crate) fn combine(
+        parts: &[&Tensor],
+        float: impl Fn(&[f64]) -> f64,
+        int: impl Fn(&[i64]) -> i64,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        let first = parts.first().expect("combine of no tensors");
+        let (shape, dtype) = (first.shape.clone(), first.dtype);
+        let datas: Vec<&Data> = parts.iter().map(|p| p.storage.data()).collect();
+        let mut d = Data::alloc(&shape, dtype, interrupt)?;
+        let exact_int = !dtype.is_float() && dtype != DType::Bool;
+        let mut fs = vec![0.0; parts.len()];
+        let mut is = vec![0i64; parts.len()];
+        interrupt.chunks(d.len(), |r| {
+            for i in r {
+                if exact_int {
+                    for (x, s) in is.iter_mut().zip(&datas) {
+                        *x = s.get_int(dtype, i);
+                    }
+                    d.set_int(dtype, i, int(&is));
+                } else {
+                    for (x, s) in fs.iter_mut().zip(&datas) {
+                        *x = s.get(dtype, i);
+                    }
+                    d.set(dtype, i, float(&fs));
+                }
+            }
+        })?;
+        Ok(Tensor::from_data(&shape, dtype, d))
     }
 
     /// A copy with its own storage.

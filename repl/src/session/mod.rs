@@ -11,6 +11,7 @@
 //! (`<repl>` and the line the user typed); it never ends the session and
 //! nothing defined before it is lost.
 
+mod dist;
 mod eval;
 mod snapshot;
 mod synth;
@@ -32,6 +33,7 @@ use tessera::ir::tile::Specialization;
 use tessera::syntax::{self, ast, span::Span};
 use tessera::target::Arch;
 
+pub use dist::MAX_DEVICES;
 pub use eval::Val;
 pub use snapshot::{is_state_file, Restored, ShellState, INPUT, MANIFEST};
 
@@ -70,6 +72,10 @@ fn forget_device(v: &Val, owner: u64) -> bool {
     match v {
         Val::Run(r) => forget_value(r, owner),
         Val::List(items) => items.iter().fold(false, |l, x| forget_device(x, owner) | l),
+        Val::Dist(d, _) => d
+            .parts()
+            .iter()
+            .fold(false, |l, p| p.tensor.forget_device(owner) | l),
         Val::Str(_) | Val::DType(_) => false,
     }
 }
@@ -146,6 +152,8 @@ pub struct Session {
     gpu: Option<Arc<Gpu>>,
     /// The other GPUs a tensor was moved to (`x.to("cuda:1")`), by ordinal.
     more_gpus: BTreeMap<usize, Arc<Gpu>>,
+    /// How many devices `shard` spreads over (see `dist`).
+    devices: usize,
     color: bool,
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
@@ -190,6 +198,7 @@ impl Session {
             exec_device: tessera::exec::Device::Cpu,
             gpu: None,
             more_gpus: BTreeMap::new(),
+            devices: 1,
             color,
             loaded: Vec::new(),
             synth_count: 0,
@@ -1036,6 +1045,25 @@ pub fn value_type(v: &Val) -> String {
         Val::Str(_) => "str".into(),
         Val::DType(_) => "dtype".into(),
         Val::List(items) => format!("list of {}", items.len()),
+        Val::Dist(d, _) => {
+            let mut parts: Vec<String> = d.shape().iter().map(|d| d.to_string()).collect();
+            parts.push(d.dtype().to_string());
+            format!(
+                "Tensor[{}] ({})",
+                parts.join(", "),
+                placement_word(d.placement())
+            )
+        }
+    }
+}
+
+/// `sharded on axis 0`, `replicated`, `partial sum`.
+pub fn placement_word(p: tessera::exec::dist::Placement) -> String {
+    use tessera::exec::dist::Placement;
+    match p {
+        Placement::Sharded { axis } => format!("sharded on axis {axis}"),
+        Placement::Replicated => "replicated".into(),
+        Placement::Partial(op) => format!("partial {}", op.name()),
     }
 }
 

@@ -133,6 +133,23 @@ impl Writer<'_> {
                 let items: Result<Vec<Json>, String> = items.iter().map(|x| self.val(x)).collect();
                 json!({ "list": items? })
             }
+            Val::Dist(d, kind) => {
+                use tessera::exec::dist::Placement;
+                let parts: Result<Vec<Json>, String> = d
+                    .parts()
+                    .iter()
+                    .map(|p| Ok(json!({ "device": p.device, "tensor": self.tensor(&p.tensor)? })))
+                    .collect();
+                let (placement, arg) = match d.placement() {
+                    Placement::Sharded { axis } => ("sharded", json!(axis)),
+                    Placement::Replicated => ("replicated", Json::Null),
+                    Placement::Partial(op) => ("partial", json!(op.name())),
+                };
+                json!({ "dist": {
+                    "kind": kind, "placement": placement, "arg": arg,
+                    "shape": d.shape(), "dtype": d.dtype().name(), "parts": parts?,
+                } })
+            }
         })
     }
 }
@@ -474,7 +491,56 @@ impl Reader<'_> {
                     .collect::<Result<_, _>>()?,
             ));
         }
+        if let Some(d) = v.get("dist") {
+            return self.dist(d, storages);
+        }
         self.value(v, storages).map(Val::Run)
+    }
+
+    /// A distributed tensor's parts, saved as host tensors (the GPUs' copies
+    /// are gone with the process; the parts go back to their devices at
+    /// their next use).
+    fn dist(&self, d: &Json, storages: &[Tensor]) -> Result<Val, String> {
+        use tessera::exec::dist::{DistTensor, Part, Placement, ReduceOp};
+        let err = || bad("vars");
+        let kind = match d["kind"].as_str() {
+            Some("cpu") => "cpu",
+            Some("cuda") => "cuda",
+            _ => return Err(err()),
+        };
+        let placement = match d["placement"].as_str() {
+            Some("sharded") => Placement::Sharded {
+                axis: d["arg"].as_u64().ok_or_else(err)? as usize,
+            },
+            Some("replicated") => Placement::Replicated,
+            Some("partial") => Placement::Partial(
+                d["arg"]
+                    .as_str()
+                    .and_then(ReduceOp::parse)
+                    .ok_or_else(err)?,
+            ),
+            _ => return Err(err()),
+        };
+        let dtype = d["dtype"]
+            .as_str()
+            .and_then(DType::from_name)
+            .ok_or_else(err)?;
+        let shape = self.shape(&d["shape"])?;
+        let mut parts = Vec::new();
+        for p in d["parts"].as_array().ok_or_else(err)? {
+            let device = p["device"].as_u64().ok_or_else(err)? as usize;
+            let Value::Tensor(tensor) = self.value(&p["tensor"], storages)? else {
+                return Err(err());
+            };
+            parts.push(Part { device, tensor });
+        }
+        if parts.is_empty() {
+            return Err(err());
+        }
+        Ok(Val::Dist(
+            DistTensor::from_parts(shape, dtype, placement, parts),
+            kind,
+        ))
     }
 }
 

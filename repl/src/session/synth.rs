@@ -15,7 +15,9 @@
 //! session tensor) are evaluated first and passed as parameters.
 
 use tessera::check::builtins::{Builtin, Builtin as B};
+use tessera::check::DType;
 use tessera::diag::{Diagnostic, Label};
+use tessera::exec::dist::DistTensor;
 use tessera::exec::{self, Tensor, Value};
 use tessera::syntax::ast::{BinOp, Expr, ExprKind, Index};
 use tessera::syntax::span::Span;
@@ -37,17 +39,24 @@ enum Piece {
 }
 
 /// A synthetic function ready to check and run.
-struct Synth {
-    source: String,
-    name: String,
-    args: Vec<Value>,
+pub(super) struct Synth {
+    pub(super) source: String,
+    pub(super) name: String,
+    /// The arguments, in parameter order (`Value::None` where the argument
+    /// is distributed: see `dists`).
+    pub(super) args: Vec<Value>,
+    /// Each parameter's distributed argument, if it is one.
+    pub(super) dists: Vec<Option<(DistTensor, &'static str)>>,
+    /// Each parameter's name, shape and dtype (the whole shape of a
+    /// distributed argument).
+    pub(super) params: Vec<(String, Vec<usize>, DType)>,
     /// Offset of the synthetic item and of the returned expression in `source`.
-    item_start: u32,
-    expr_start: u32,
+    pub(super) item_start: u32,
+    pub(super) expr_start: u32,
     /// (start offset in `source`, end offset, piece's user span, whether verbatim).
     map: Vec<(u32, u32, Span, bool)>,
     /// The span of the whole expression in the user's item.
-    span: Span,
+    pub(super) span: Span,
     /// Internal names and what the user wrote in their place, longest name
     /// first (`__t10` before `__t1`): messages must never show the former.
     shown: Vec<(String, String)>,
@@ -190,10 +199,11 @@ impl Session {
     fn host_only(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Call { func, .. } => matches!(&func.kind, ExprKind::Name(id)
-                if matches!(
+                if (matches!(
                     Builtin::from_name(&id.name),
                     Some(B::Randn | B::Ones | B::Empty | B::Tensor | B::Arange | B::LoadNpy | B::Len)
-                )
+                ) || (super::dist::DIST_BUILTINS.contains(&id.name.as_str())
+                    && !self.defs.iter().any(|d| d.names.contains(&id.name))))
                     && !self.vars.contains_key(&id.name)),
             ExprKind::Subscript { indices, .. } => self.host_indices(indices),
             ExprKind::Attribute { attr, .. } => attr.name == "shape" || attr.name == "dtype",
@@ -211,11 +221,24 @@ impl Session {
         let mut consts = String::new();
         let mut params: Vec<String> = Vec::new();
         let mut args = Vec::new();
+        let mut dists = Vec::new();
+        let mut decls = Vec::new();
         let mut bind = |pname: &str, v: &Val, at: Span, consts: &mut String| -> R<()> {
             match v {
                 Val::Run(Value::Tensor(t)) => {
                     params.push(format!("{pname}: {}", tensor_type(t)));
                     args.push(Value::Tensor(t.clone()));
+                    dists.push(None);
+                    decls.push((pname.to_string(), t.shape().to_vec(), t.dtype()));
+                }
+                Val::Dist(d, kind) => {
+                    params.push(format!(
+                        "{pname}: {}",
+                        shape_type(d.shape(), d.dtype(), &[])
+                    ));
+                    args.push(Value::None);
+                    dists.push(Some((d.clone(), *kind)));
+                    decls.push((pname.to_string(), d.shape().to_vec(), d.dtype()));
                 }
                 Val::Run(Value::Int(i)) => consts.push_str(&format!("const {pname} = {i}\n")),
                 Val::Run(Value::Bool(b)) => consts.push_str(&format!(
@@ -302,6 +325,8 @@ impl Session {
             source,
             name,
             args,
+            dists,
+            params: decls,
             item_start: item_start - consts.len() as u32 + consts.len() as u32,
             expr_start,
             map,
@@ -312,7 +337,7 @@ impl Session {
     /// Puts the synthetic function into the session source and checks it;
     /// its first error is mapped to the user's text. The caller restores the
     /// source.
-    fn check_synth(&mut self, synth: &Synth) -> R<()> {
+    pub(super) fn check_synth(&mut self, synth: &Synth) -> R<()> {
         self.db.set_source(SESSION_PATH, synth.source.clone());
         let defs_len = Session::session_text(&self.defs).len() as u32;
         let first = self
@@ -347,6 +372,13 @@ impl Session {
     }
 
     fn run_synth(&mut self, synth: Synth) -> R<Val> {
+        if synth.dists.iter().any(Option::is_some) {
+            let result = self
+                .check_synth(&synth)
+                .and_then(|()| self.run_spmd(&synth));
+            self.restore_source();
+            return result;
+        }
         let result = self.check_synth(&synth).and_then(|()| {
             let device = self.device_for(&synth.args, synth.span)?;
             exec::run_function(
@@ -373,8 +405,21 @@ impl Session {
 
 /// `Tensor[4, 1000, f32]`.
 fn tensor_type(t: &Tensor) -> String {
-    let mut parts: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
-    parts.push(t.dtype().to_string());
+    shape_type(t.shape(), t.dtype(), &[])
+}
+
+/// `Tensor[4, 1000, f32]`, with the dims of `symbolic` (axis, name) written
+/// as the names.
+pub(super) fn shape_type(shape: &[usize], dtype: DType, symbolic: &[(usize, String)]) -> String {
+    let mut parts: Vec<String> = shape
+        .iter()
+        .enumerate()
+        .map(|(k, d)| match symbolic.iter().find(|(a, _)| *a == k) {
+            Some((_, name)) => name.clone(),
+            None => d.to_string(),
+        })
+        .collect();
+    parts.push(dtype.to_string());
     format!("Tensor[{}]", parts.join(", "))
 }
 

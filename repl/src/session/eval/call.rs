@@ -117,6 +117,9 @@ impl Session {
             return self.launch(&kernel, None, args, text, e.span);
         }
         let user_defined = self.defs.iter().any(|d| d.names.iter().any(|n| n == name));
+        if !user_defined && super::super::dist::DIST_BUILTINS.contains(&name) {
+            return self.dist_builtin(name, e, args, text);
+        }
         match Builtin::from_name(name) {
             Some(id) if !user_defined => self.host_builtin(id, e, args, text),
             _ => self.synth_eval(e, text),

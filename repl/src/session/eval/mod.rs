@@ -31,6 +31,7 @@ use std::fmt;
 
 use tessera::check::DType;
 use tessera::diag::Diagnostic;
+use tessera::exec::dist::DistTensor;
 use tessera::exec::{Tensor, Value};
 use tessera::syntax::span::Span;
 
@@ -41,6 +42,9 @@ pub enum Val {
     Str(String),
     DType(DType),
     List(Vec<Val>),
+    /// A tensor spread over the session's devices (`shard`), with the kind of
+    /// device that holds its parts (`cpu` or `cuda`).
+    Dist(DistTensor, &'static str),
 }
 
 impl Val {
@@ -58,6 +62,15 @@ impl Val {
             Val::Str(_) => "str".into(),
             Val::DType(_) => "dtype".into(),
             Val::List(v) => format!("list of {}", v.len()),
+            Val::Dist(d, kind) => {
+                let mut dims: Vec<String> = d.shape().iter().map(|n| n.to_string()).collect();
+                dims.push(d.dtype().to_string());
+                format!(
+                    "Tensor[{}] {}",
+                    dims.join(", "),
+                    d.describe_placement(&|i| format!("{kind}:{i}"))
+                )
+            }
         }
     }
 
@@ -70,7 +83,7 @@ impl Val {
                 .map(Val::to_value)
                 .collect::<Option<Vec<_>>>()
                 .map(Value::Tuple),
-            Val::Str(_) | Val::DType(_) => None,
+            Val::Str(_) | Val::DType(_) | Val::Dist(..) => None,
         }
     }
 }
@@ -81,6 +94,12 @@ impl fmt::Display for Val {
             Val::Run(v) => write!(f, "{v}"),
             Val::Str(s) => write!(f, "{s}"),
             Val::DType(d) => write!(f, "{d}"),
+            // The whole value, as `gather` gives it: the same text on any
+            // number of devices.
+            Val::Dist(d, _) => match d.gather(&tessera::exec::Interrupt::new()) {
+                Ok(t) => write!(f, "{t}"),
+                Err(e) => write!(f, "<{}: {}>", e.code, e.message),
+            },
             Val::List(items) => {
                 f.write_str("[")?;
                 for (i, x) in items.iter().enumerate() {

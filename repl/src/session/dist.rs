@@ -1,0 +1,555 @@
+//! Tensors over the session's devices: `shard`, `gather`, the collectives,
+//! and tensor expressions run per device (docs/multi-gpu.md).
+//!
+//! The session has `devices` devices: virtual ones on the CPU (`cpu:0`, ...),
+//! or the first GPUs (`cuda:0`, ...). `shard(x, axis=k)` splits a tensor over
+//! them; an expression with a distributed operand is checked whole (the
+//! shapes the user wrote), its Graph IR is given placements
+//! (`exec::dist::infer`), and it then runs once per device on that device's
+//! parts, as a second synthetic function whose sharded axes are named dims.
+//! The collectives run on the host for the CPU's virtual devices and on GPUs
+//! alike (through the host's copies); the result's parts go back to their
+//! devices.
+
+use tessera::diag::Diagnostic;
+use tessera::exec::dist::{self, infer, DistTensor, Placement, ReduceOp};
+use tessera::exec::{self, Value};
+use tessera::syntax::ast::{Arg, Expr};
+use tessera::syntax::span::Span;
+
+use super::eval::Val;
+use super::synth::{shape_type, Synth};
+use super::{Session, SESSION_PATH};
+
+type R<T> = Result<T, Diagnostic>;
+
+/// The builtins of this module, evaluated by the host.
+pub(crate) const DIST_BUILTINS: [&str; 6] = [
+    "shard",
+    "gather",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+];
+
+/// The most devices a session may use.
+pub const MAX_DEVICES: usize = 64;
+
+fn dist_error(span: Span, message: impl Into<String>, help: impl Into<String>) -> Diagnostic {
+    Diagnostic::new(dist::E_DIST, span, message.into()).with_help(help.into())
+}
+
+impl Session {
+    /// How many devices distributed tensors spread over.
+    pub fn device_count(&self) -> usize {
+        self.devices
+    }
+
+    /// Sets the device count (`--devices`, `:device cpu N`); on a GPU, every
+    /// one of the first `n` GPUs must open.
+    pub fn set_device_count(&mut self, n: usize, span: Span) -> R<()> {
+        if n == 0 || n > MAX_DEVICES {
+            return Err(dist_error(
+                span,
+                format!("a session uses 1 to {MAX_DEVICES} devices, not {n}"),
+                "e.g. `:device cpu 4` for four virtual CPU devices",
+            ));
+        }
+        if self.kind() == "cuda" {
+            for i in 0..n {
+                self.gpu_for_move(i, span)?;
+            }
+        }
+        self.devices = n;
+        Ok(())
+    }
+
+    /// `cpu` or `cuda`: what the session's devices are.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self.exec_device {
+            exec::Device::Cuda(_) => "cuda",
+            exec::Device::Cpu => "cpu",
+        }
+    }
+
+    /// Where device `i`'s part runs.
+    fn exec_device_of(&mut self, i: usize, kind: &str, span: Span) -> R<exec::Device> {
+        Ok(match kind {
+            "cuda" => exec::Device::Cuda(self.gpu_for_move(i, span)?),
+            _ => exec::Device::Cpu,
+        })
+    }
+
+    /// Puts each part on its device (a GPU's copy; nothing on the CPU).
+    fn placed(&mut self, d: DistTensor, kind: &'static str, span: Span) -> R<Val> {
+        if kind == "cuda" {
+            for p in d.parts() {
+                let gpu = self.gpu_for_move(p.device, span)?;
+                gpu.to_device(&p.tensor)
+                    .map_err(|e| e.to_diagnostic(span))?;
+            }
+        }
+        Ok(Val::Dist(d, kind))
+    }
+
+    /// `shard`, `gather` and the collectives.
+    pub(super) fn dist_builtin(
+        &mut self,
+        name: &str,
+        e: &Expr,
+        args: &[Arg],
+        text: &str,
+    ) -> R<Val> {
+        let allowed: &[&str] = match name {
+            "shard" => &["x", "axis", "devices"],
+            "all_reduce" => &["x", "op"],
+            "reduce_scatter" => &["x", "axis", "op"],
+            "broadcast" => &["x", "src"],
+            _ => &["x"],
+        };
+        let mut given: Vec<(&str, Val, Span)> = Vec::new();
+        let mut keywords = false;
+        for (i, a) in args.iter().enumerate() {
+            let key = match &a.name {
+                Some(n) => {
+                    keywords = true;
+                    n.name.as_str()
+                }
+                None if keywords => {
+                    return Err(Diagnostic::new(
+                        "E0205",
+                        a.span,
+                        "a positional argument after a keyword argument",
+                    )
+                    .with_help(format!("`{name}({})`", allowed.join(", "))))
+                }
+                None => match allowed.get(i) {
+                    Some(k) => k,
+                    None => {
+                        return Err(Diagnostic::new(
+                            "E0205",
+                            a.span,
+                            format!("`{name}` takes at most {} arguments", allowed.len()),
+                        )
+                        .with_help(format!("`{name}({})`", allowed.join(", "))))
+                    }
+                },
+            };
+            let Some(&key) = allowed.iter().find(|k| **k == key) else {
+                return Err(Diagnostic::new(
+                    "E0205",
+                    a.span,
+                    format!("`{name}` has no keyword argument `{key}`"),
+                )
+                .with_primary_label("unknown keyword argument")
+                .with_help(format!("`{name}({})`", allowed.join(", "))));
+            };
+            if given.iter().any(|(k, ..)| *k == key) {
+                return Err(
+                    Diagnostic::new("E0205", a.span, format!("`{key}` is given twice"))
+                        .with_help(format!("`{name}({})`", allowed.join(", "))),
+                );
+            }
+            given.push((key, self.eval(&a.value, text)?, a.value.span));
+        }
+        let get = |k: &str| {
+            given
+                .iter()
+                .find(|(n, ..)| *n == k)
+                .map(|(_, v, s)| (v.clone(), *s))
+        };
+        let Some((x, x_span)) = get("x") else {
+            return Err(
+                Diagnostic::new("E0304", e.span, format!("`{name}` takes a tensor"))
+                    .with_help(format!("`{name}({})`", allowed.join(", "))),
+            );
+        };
+        let int = |k: &str, default: i64| -> R<i64> {
+            match get(k) {
+                None => Ok(default),
+                Some((Val::Run(Value::Int(i)), _)) => Ok(i),
+                Some((v, s)) => Err(dist_error(
+                    s,
+                    format!("`{k}` is an integer, found {}", v.describe()),
+                    format!("e.g. `{name}(x, {k}=0)`"),
+                )),
+            }
+        };
+        let op = |default: ReduceOp| -> R<ReduceOp> {
+            match get("op") {
+                None => Ok(default),
+                Some((Val::Str(s), span)) => ReduceOp::parse(&s).ok_or_else(|| {
+                    dist_error(
+                        span,
+                        format!("unknown reduction `{s}`"),
+                        format!(
+                            "`op` is one of {}",
+                            ReduceOp::NAMES.map(|n| format!("\"{n}\"")).join(", ")
+                        ),
+                    )
+                }),
+                Some((v, span)) => Err(dist_error(
+                    span,
+                    format!("`op` is a string, found {}", v.describe()),
+                    "e.g. `op=\"sum\"`",
+                )),
+            }
+        };
+        let interrupt = self.interrupt.clone();
+        let run =
+            |r: Result<DistTensor, exec::ExecError>| r.map_err(|err| err.to_diagnostic(e.span));
+        if name == "shard" {
+            let t = match x {
+                Val::Run(Value::Tensor(t)) => t,
+                Val::Dist(..) => {
+                    return Err(dist_error(
+                        x_span,
+                        "this tensor is already distributed",
+                        "`gather` it first to shard it another way",
+                    ))
+                }
+                other => {
+                    return Err(dist_error(
+                        x_span,
+                        format!(
+                            "`shard` splits a tensor, not {}",
+                            tessera::diag::with_article(&other.describe())
+                        ),
+                        "e.g. `shard(randn([8, 4], f32), axis=0)`",
+                    ))
+                }
+            };
+            let axis_span = get("axis").map(|(_, s)| s).unwrap_or(e.span);
+            let axis = dist::normalize_axis(int("axis", 0)?, t.shape().len(), "shard")
+                .map_err(|err| err.to_diagnostic(axis_span))?;
+            let devices = self.devices_arg(get("devices"))?;
+            let kind = self.kind();
+            let d = run(dist::shard(&t, axis, &devices, &interrupt))?;
+            return self.placed(d, kind, e.span);
+        }
+        let (d, kind) = match x {
+            Val::Dist(d, kind) => (d, kind),
+            Val::Run(Value::Tensor(t)) if name == "gather" => {
+                return Ok(Val::Run(Value::Tensor(t)))
+            }
+            other => {
+                return Err(dist_error(
+                    x_span,
+                    format!(
+                        "`{name}` takes a distributed tensor, found {}",
+                        other.describe()
+                    ),
+                    "`shard(x, axis=0)` spreads a tensor over the session's devices",
+                ))
+            }
+        };
+        let out = match name {
+            "gather" => {
+                let t = d
+                    .gather(&interrupt)
+                    .map_err(|err| err.to_diagnostic(e.span))?;
+                return Ok(Val::Run(Value::Tensor(t)));
+            }
+            "all_reduce" => run(dist::all_reduce(&d, op(ReduceOp::Sum)?, &interrupt))?,
+            "all_gather" => run(dist::all_gather(&d, &interrupt))?,
+            "reduce_scatter" => {
+                let axis_span = get("axis").map(|(_, s)| s).unwrap_or(e.span);
+                let axis = dist::normalize_axis(int("axis", 0)?, d.shape().len(), "reduce_scatter")
+                    .map_err(|err| err.to_diagnostic(axis_span))?;
+                run(dist::reduce_scatter(
+                    &d,
+                    op(ReduceOp::Sum)?,
+                    axis,
+                    &interrupt,
+                ))?
+            }
+            "broadcast" => {
+                let src = int("src", 0)?;
+                let span = get("src").map(|(_, s)| s).unwrap_or(e.span);
+                let src = usize::try_from(src).map_err(|_| {
+                    dist_error(
+                        span,
+                        format!("`src` is a part's index, not {src}"),
+                        "e.g. `src=0`",
+                    )
+                })?;
+                run(dist::broadcast(&d, src, &interrupt)).map_err(|mut err| {
+                    err.span = span;
+                    err
+                })?
+            }
+            other => unreachable!("not a distribution builtin: {other}"),
+        };
+        self.placed(out, kind, e.span)
+    }
+
+    /// `devices=[0, 2]`: distinct indices of the session's devices; all of
+    /// them by default.
+    fn devices_arg(&self, arg: Option<(Val, Span)>) -> R<Vec<usize>> {
+        let Some((v, span)) = arg else {
+            return Ok((0..self.devices).collect());
+        };
+        let help = format!(
+            "`devices` lists device numbers, e.g. `devices=[0, 1]`; this session has {} (`:device {} N` sets how many)",
+            self.devices,
+            self.kind()
+        );
+        let Val::List(items) = v else {
+            return Err(dist_error(
+                span,
+                format!("`devices` is a list, found {}", v.describe()),
+                help,
+            ));
+        };
+        let mut out = Vec::new();
+        for it in items {
+            match it {
+                Val::Run(Value::Int(i)) if i >= 0 && (i as usize) < self.devices => {
+                    if out.contains(&(i as usize)) {
+                        return Err(dist_error(
+                            span,
+                            format!("device {i} is listed twice"),
+                            help,
+                        ));
+                    }
+                    out.push(i as usize)
+                }
+                Val::Run(Value::Int(i)) => {
+                    return Err(dist_error(
+                        span,
+                        format!(
+                            "there is no device {i}: the session has {} ({}:0 to {}:{})",
+                            self.devices,
+                            self.kind(),
+                            self.kind(),
+                            self.devices - 1
+                        ),
+                        help,
+                    ))
+                }
+                other => {
+                    return Err(dist_error(
+                        span,
+                        format!("a device is a number, found {}", other.describe()),
+                        help,
+                    ))
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(dist_error(span, "`devices` is empty", help));
+        }
+        Ok(out)
+    }
+
+    /// Runs a checked synthetic function with distributed arguments once per
+    /// device (see the module docs).
+    pub(super) fn run_spmd(&mut self, synth: &Synth) -> R<Val> {
+        let span = synth.span;
+        let mut devices: Option<(Vec<usize>, &'static str)> = None;
+        for (d, kind) in synth.dists.iter().flatten() {
+            let these = d.devices();
+            match &devices {
+                Some((ds, k)) if *ds != these || k != kind => {
+                    return Err(Diagnostic::new(
+                        infer::E_PLACEMENT,
+                        span,
+                        "these distributed tensors are on different devices",
+                    )
+                    .with_help("shard them over the same `devices=`"))
+                }
+                _ => devices = Some((these, kind)),
+            }
+        }
+        let (devices, kind) = devices.expect("run_spmd has a distributed argument");
+        let options = self.db.options();
+        let graph_of = |s: &Session, name: &str| {
+            let (item, _) = tessera::db::function_item(&s.db, s.file, name)
+                .expect("the synthetic function is in the session source");
+            tessera::db::graph_ir(&s.db, item, options).clone()
+        };
+        let lowered = |e: tessera::ir::graph::LowerError| {
+            Diagnostic::new(
+                "E0512",
+                span,
+                format!("this expression cannot be lowered: {e}"),
+            )
+            .with_help("write it with the operations the compiler lowers (docs/language.md)")
+        };
+        let global = graph_of(self, &synth.name).map_err(lowered)?;
+        let placements: Vec<Placement> = synth
+            .dists
+            .iter()
+            .map(|d| {
+                d.as_ref()
+                    .map_or(Placement::Replicated, |(d, _)| d.placement())
+            })
+            .collect();
+        let at_user = |e: infer::PlacementError| {
+            let mut d = Diagnostic::new(infer::E_PLACEMENT, span, e.message).with_help(e.help);
+            // The op's span, when it lies inside the user's expression.
+            let lo = synth.expr_start - synth.item_start;
+            if e.span.start >= lo {
+                let s = Span::new(e.span.start - lo + span.start, e.span.end - lo + span.start);
+                if s.end <= span.end {
+                    d.span = s;
+                }
+            }
+            d
+        };
+        let inferred = infer::infer(&global, &placements).map_err(at_user)?;
+        // Sharded parameters (given or demanded): the sharded axis becomes a
+        // named dim of the per-device function, one name per whole length.
+        let mut symbols: Vec<String> = Vec::new();
+        let mut decls = Vec::new();
+        for ((pname, shape, dtype), p) in synth.params.iter().zip(&inferred.params) {
+            let symbolic = match p {
+                Placement::Sharded { axis } => {
+                    let sym = format!("__shard{}", shape[*axis]);
+                    if !symbols.contains(&sym) {
+                        symbols.push(sym.clone());
+                    }
+                    vec![(*axis, sym)]
+                }
+                _ => vec![],
+            };
+            decls.push(format!("{pname}: {}", shape_type(shape, *dtype, &symbolic)));
+        }
+        let local_name = format!("{}_per_device", synth.name);
+        let header = format!("def {local_name}({}):\n    return ", decls.join(", "));
+        let source = format!(
+            "{}{header}{}",
+            &synth.source[..synth.item_start as usize],
+            &synth.source[synth.expr_start as usize..]
+        );
+        self.db.set_source(SESSION_PATH, source);
+        let defs_len = synth.item_start;
+        if let Some(d) = self
+            .db
+            .diagnostics(self.file)
+            .iter()
+            .find(|d| d.is_error() && d.span.start >= defs_len)
+        {
+            return Err(Diagnostic::new(
+                infer::E_PLACEMENT,
+                span,
+                format!(
+                    "this does not run per device: on each device's part, {}",
+                    d.message.replace("__shard", "the sharded axis of length ")
+                ),
+            )
+            .with_help("`gather` the distributed tensors, or use a dim name for the sharded axis in the function's signature"));
+        }
+        let local = graph_of(self, &local_name).map_err(lowered)?;
+        infer::check_local(&global, &local, &inferred, &symbols).map_err(at_user)?;
+
+        // One run per device, on its parts.
+        let n = devices.len();
+        let mut results: Vec<Value> = Vec::with_capacity(n);
+        for (k, &dev) in devices.iter().enumerate() {
+            let device = self.exec_device_of(dev, kind, span)?;
+            let mut args = Vec::with_capacity(synth.args.len());
+            for (i, a) in synth.args.iter().enumerate() {
+                let arg = match (&synth.dists[i], a, inferred.params[i]) {
+                    (Some((d, _)), ..) => Value::Tensor(d.parts()[k].tensor.clone()),
+                    (None, Value::Tensor(t), Placement::Sharded { axis }) => {
+                        let sizes = dist::split_sizes(t.shape()[axis], n)
+                            .map_err(|e| e.to_diagnostic(span))?;
+                        let start: usize = sizes[..k].iter().sum();
+                        Value::Tensor(
+                            t.narrow(axis, start, sizes[k], &self.interrupt)
+                                .map_err(|e| e.to_diagnostic(span))?,
+                        )
+                    }
+                    // A whole tensor used whole on every device: each GPU gets
+                    // its own copy (one storage keeps one device copy).
+                    (None, Value::Tensor(t), _) if kind == "cuda" && k > 0 => Value::Tensor(
+                        t.try_deep_clone(&self.interrupt)
+                            .map_err(|e| e.to_diagnostic(span))?,
+                    ),
+                    (None, v, _) => v.clone(),
+                };
+                args.push(arg);
+            }
+            let r = exec::run_function(
+                &self.db,
+                self.file,
+                &local_name,
+                &args,
+                &[],
+                &device,
+                &self.interrupt,
+            )
+            .map_err(|e| {
+                let mut d = e.to_diagnostic(span);
+                d.message = format!("on {kind}:{dev}: {}", d.message);
+                d
+            })?;
+            results.push(r);
+        }
+        assemble(&results, &inferred.outputs, &devices, kind, span)
+    }
+}
+
+/// The function's result from each device's results: one distributed value
+/// per output, placed as inferred.
+fn assemble(
+    results: &[Value],
+    placements: &[Placement],
+    devices: &[usize],
+    kind: &'static str,
+    span: Span,
+) -> R<Val> {
+    let outputs = |v: &Value| -> Vec<Value> {
+        match v {
+            Value::Tuple(items) if placements.len() > 1 => items.clone(),
+            other => vec![other.clone()],
+        }
+    };
+    let per_device: Vec<Vec<Value>> = results.iter().map(outputs).collect();
+    let mut vals = Vec::with_capacity(placements.len());
+    for (j, &placement) in placements.iter().enumerate() {
+        let mut parts = Vec::with_capacity(devices.len());
+        for (k, &dev) in devices.iter().enumerate() {
+            match per_device[k].get(j) {
+                Some(Value::Tensor(t)) => parts.push(dist::Part {
+                    device: dev,
+                    tensor: t.clone(),
+                }),
+                // A scalar computed alike on every device.
+                Some(v) if placement == Placement::Replicated => {
+                    if k == 0 {
+                        vals.push(Val::Run(v.clone()));
+                    }
+                }
+                _ => {
+                    return Err(Diagnostic::new(
+                        infer::E_PLACEMENT,
+                        span,
+                        "this gives a partial scalar: each device holds a part of it",
+                    )
+                    .with_help("compute it as a tensor (e.g. `sum(x, axis=0)`) and `all_reduce` or `gather` it"))
+                }
+            }
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let first = &parts[0].tensor;
+        let mut shape = first.shape().to_vec();
+        if let Placement::Sharded { axis } = placement {
+            shape[axis] = parts.iter().map(|p| p.tensor.shape()[axis]).sum();
+        }
+        let dtype = first.dtype();
+        vals.push(Val::Dist(
+            DistTensor::from_parts(shape, dtype, placement, parts),
+            kind,
+        ));
+    }
+    Ok(if vals.len() == 1 {
+        vals.pop().expect("one value")
+    } else {
+        Val::List(vals)
+    })
+}
