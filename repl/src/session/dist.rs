@@ -444,9 +444,10 @@ impl Session {
         let local = graph_of(self, &local_name).map_err(lowered)?;
         infer::check_local(&global, &local, &inferred, &symbols).map_err(at_user)?;
 
-        // One run per device, on its parts.
+        // Each device's arguments: its parts, and the whole arguments (split
+        // where they were demanded sharded).
         let n = devices.len();
-        let mut results: Vec<Value> = Vec::with_capacity(n);
+        let mut jobs = Vec::with_capacity(n);
         for (k, &dev) in devices.iter().enumerate() {
             let device = self.exec_device_of(dev, kind, span)?;
             let mut args = Vec::with_capacity(synth.args.len());
@@ -472,21 +473,43 @@ impl Session {
                 };
                 args.push(arg);
             }
-            let r = exec::run_function(
-                &self.db,
-                self.file,
-                &local_name,
-                &args,
-                &[],
-                &device,
-                &self.interrupt,
-            )
-            .map_err(|e| {
+            jobs.push((dev, device, args));
+        }
+        // The devices run at once, one thread each (on GPUs: each thread
+        // launches on its own GPU), each on a snapshot of the database.
+        let outcomes: Vec<Result<Value, exec::ExecError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|(_, device, args)| {
+                    let db = self.db.clone();
+                    let (file, name, interrupt) = (self.file, local_name.as_str(), &self.interrupt);
+                    std::thread::Builder::new()
+                        .name("tessera-device".into())
+                        .stack_size(tessera::stack::STACK_SIZE)
+                        .spawn_scoped(scope, move || {
+                            exec::run_function(&db, file, name, args, &[], device, interrupt)
+                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(e) => Err(exec::ExecError::new(
+                        "E0713",
+                        format!("cannot start a thread for a device: {e}"),
+                    )
+                    .with_help("use fewer devices (`:device cpu N`)")),
+                })
+                .collect()
+        });
+        let mut results: Vec<Value> = Vec::with_capacity(n);
+        for ((dev, ..), r) in jobs.iter().zip(outcomes) {
+            results.push(r.map_err(|e| {
                 let mut d = e.to_diagnostic(span);
                 d.message = format!("on {kind}:{dev}: {}", d.message);
                 d
-            })?;
-            results.push(r);
+            })?);
         }
         assemble(&results, &inferred.outputs, &devices, kind, span)
     }
