@@ -67,11 +67,17 @@ pub enum Builtin {
     LoadNpy,
     SaveNpy,
     SetFloat32MatmulPrecision,
+    AllReduce,
+    Broadcast,
+    Shard,
+    Gather,
+    AllGather,
+    ReduceScatter,
 }
 
 impl Builtin {
     /// Every builtin, in table order (`ALL[i] as usize == i`).
-    pub const ALL: [Builtin; 46] = [
+    pub const ALL: [Builtin; 52] = [
         Builtin::ProgramId,
         Builtin::NumPrograms,
         Builtin::Arange,
@@ -118,6 +124,12 @@ impl Builtin {
         Builtin::LoadNpy,
         Builtin::SaveNpy,
         Builtin::SetFloat32MatmulPrecision,
+        Builtin::AllReduce,
+        Builtin::Broadcast,
+        Builtin::Shard,
+        Builtin::Gather,
+        Builtin::AllGather,
+        Builtin::ReduceScatter,
     ];
 
     /// The builtin spelled `name`, if any: the one place a name becomes an id.
@@ -449,6 +461,55 @@ pub const BUILTINS: &[BuiltinInfo] = &[
         Ctx::Session,
         "set_float32_matmul_precision(\"highest\" | \"high\"): how later f32 `matmul`s without `precision=` multiply: \"highest\" (the default) in full f32, \"high\" at tf32, as in PyTorch",
     ),
+    // collectives over the devices' parts of a distributed tensor (docs/multi-gpu.md)
+    b(
+        "all_reduce",
+        Builtin::AllReduce,
+        &["x", "op"],
+        1,
+        Ctx::Tensor,
+        "all_reduce(x, op=\"sum\"): every device's part becomes the elementwise sum (max, min, mean) of all parts; the shape is unchanged",
+    ),
+    b(
+        "broadcast",
+        Builtin::Broadcast,
+        &["x", "src"],
+        1,
+        Ctx::Tensor,
+        "broadcast(x, src=0): every device's part becomes a copy of part `src`",
+    ),
+    b(
+        "shard",
+        Builtin::Shard,
+        &["x", "axis", "devices"],
+        1,
+        Ctx::Session,
+        "shard(x, axis=0, devices=[...]): splits a tensor along `axis` over the session's devices",
+    ),
+    b(
+        "gather",
+        Builtin::Gather,
+        X,
+        1,
+        Ctx::Session,
+        "gather(x): a distributed tensor made whole, as one tensor",
+    ),
+    b(
+        "all_gather",
+        Builtin::AllGather,
+        X,
+        1,
+        Ctx::Session,
+        "all_gather(x): a sharded tensor made whole on every device",
+    ),
+    b(
+        "reduce_scatter",
+        Builtin::ReduceScatter,
+        &["x", "axis", "op"],
+        1,
+        Ctx::Session,
+        "reduce_scatter(x, axis=0, op=\"sum\"): device i gets block i along `axis` of the parts' reduction",
+    ),
 ];
 
 /// The session builtins, for messages: "`print`, `len`, ...".
@@ -460,6 +521,9 @@ pub fn session_builtins() -> String {
         .collect();
     names.join(", ")
 }
+
+/// The reductions of `all_reduce` and `reduce_scatter` (`op=`).
+pub const REDUCE_OPS: [&str; 4] = ["sum", "max", "min", "mean"];
 
 /// The values `set_float32_matmul_precision` takes, and whether each means tf32.
 pub fn matmul_precision(name: &str) -> Option<bool> {

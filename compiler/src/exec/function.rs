@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::dist::Member;
 use super::launch::{bind_dims, find_kernel, from_const, launch_item, match_args, signature};
 use super::{cpu, rng, Device, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
@@ -30,6 +31,21 @@ pub fn run_function(
     named: &[(String, Value)],
     device: &Device,
     interrupt: &Interrupt,
+) -> Result<Value, ExecError> {
+    run_function_in(db, file, func, (args, named), device, interrupt, None)
+}
+
+/// [`run_function`] as member `spmd` of a group of devices that run it
+/// together on their parts, meeting at its collectives (`exec::dist::group`);
+/// `None`: alone, where a collective is a copy.
+pub fn run_function_in(
+    db: &Database,
+    file: SourceFile,
+    func: &str,
+    (args, named): (&[Value], &[(String, Value)]),
+    device: &Device,
+    interrupt: &Interrupt,
+    spmd: Option<&Member>,
 ) -> Result<Value, ExecError> {
     let (item, _) = db::function_item(db, file, func).ok_or_else(|| {
         ExecError::new("E0707", format!("no function named `{func}`"))
@@ -135,7 +151,11 @@ pub fn run_function(
         &dims,
         &params,
         &scalars,
-        On { device, interrupt },
+        On {
+            device,
+            interrupt,
+            spmd,
+        },
     )
 }
 
@@ -402,7 +422,11 @@ fn run_schedule(
     scalars: &HashMap<String, Num>,
     on: On,
 ) -> Result<Value, ExecError> {
-    let On { device, interrupt } = on;
+    let On {
+        device,
+        interrupt,
+        spmd,
+    } = on;
     // Base buffers first, then views of them.
     let mut mem: Vec<Option<Tensor>> = vec![None; s.buffers.len()];
     for (i, b) in s.buffers.iter().enumerate() {
@@ -441,6 +465,7 @@ fn run_schedule(
         mem: &mem,
         device,
         interrupt,
+        spmd,
     };
     run_steps(&ctx, &s.steps, &mut scalars)?;
     let outs = s
@@ -476,6 +501,7 @@ fn run_schedule(
 struct On<'a> {
     device: &'a Device,
     interrupt: &'a Interrupt,
+    spmd: Option<&'a Member>,
 }
 
 /// What the steps of one schedule run share.
@@ -487,6 +513,7 @@ struct Ctx<'a> {
     mem: &'a [Option<Tensor>],
     device: &'a Device,
     interrupt: &'a Interrupt,
+    spmd: Option<&'a Member>,
 }
 
 /// The tensor of buffer `buf` (its base's memory) seen with `shape`.
@@ -588,7 +615,15 @@ fn run_steps(
                         },
                     ));
                 }
-                let result = run_function(db, file, func, &[], &named, ctx.device, interrupt)?;
+                let result = run_function_in(
+                    db,
+                    file,
+                    func,
+                    (&[], &named),
+                    ctx.device,
+                    interrupt,
+                    ctx.spmd,
+                )?;
                 let Value::Tensor(r) = result else {
                     return Err(ExecError::new(
                         "E0710",
@@ -608,6 +643,20 @@ fn run_steps(
                     )));
                 }
                 t.assign(&r, interrupt)?;
+                continue;
+            }
+            Step::Collective {
+                op, input, output, ..
+            } => {
+                let src = view(ctx, *input, &dims_of(&s.buffer(*input).dims, env)?)?;
+                let dst = view(ctx, *output, &dims_of(&s.buffer(*output).dims, env)?)?;
+                match ctx.spmd {
+                    Some(m) => {
+                        let mine = m.group.collective(m.rank, *op, &src, interrupt)?;
+                        dst.assign(&mine, interrupt)?;
+                    }
+                    None => dst.assign(&src, interrupt)?,
+                }
                 continue;
             }
             Step::SetVar { var, value } => {
@@ -744,6 +793,7 @@ fn run_steps(
                 let on = On {
                     device: ctx.device,
                     interrupt,
+                    spmd: ctx.spmd,
                 };
                 launch_std_or_user(db, kfile, item, grid, args, &l.consts, on)?;
             }

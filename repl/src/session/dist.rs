@@ -477,17 +477,33 @@ impl Session {
         }
         // The devices run at once, one thread each (on GPUs: each thread
         // launches on its own GPU), each on a snapshot of the database.
+        // They meet at the function's collectives (`exec::dist::group`).
+        let group = dist::Group::new(n);
+        let members = group.members();
         let outcomes: Vec<Result<Value, exec::ExecError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = jobs
                 .iter()
-                .map(|(_, device, args)| {
+                .zip(&members)
+                .map(|((_, device, args), member)| {
                     let db = self.db.clone();
                     let (file, name, interrupt) = (self.file, local_name.as_str(), &self.interrupt);
                     std::thread::Builder::new()
                         .name("tessera-device".into())
                         .stack_size(tessera::stack::STACK_SIZE)
                         .spawn_scoped(scope, move || {
-                            exec::run_function(&db, file, name, args, &[], device, interrupt)
+                            let r = exec::run_function_in(
+                                &db,
+                                file,
+                                name,
+                                (args, &[]),
+                                device,
+                                interrupt,
+                                Some(member),
+                            );
+                            if let Err(e) = &r {
+                                member.group.abort(e);
+                            }
+                            r
                         })
                 })
                 .collect();
@@ -503,14 +519,28 @@ impl Session {
                 })
                 .collect()
         });
-        let mut results: Vec<Value> = Vec::with_capacity(n);
-        for ((dev, ..), r) in jobs.iter().zip(outcomes) {
-            results.push(r.map_err(|e| {
-                let mut d = e.to_diagnostic(span);
-                d.message = format!("on {kind}:{dev}: {}", d.message);
-                d
-            })?);
+        // The first device's own error, not another's "stopped" after it.
+        let failed = |(dev, e): (&usize, &exec::ExecError)| {
+            let mut d = e.to_diagnostic(span);
+            d.message = format!("on {kind}:{dev}: {}", d.message);
+            d
+        };
+        let errors: Vec<(&usize, &exec::ExecError)> = jobs
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|((dev, ..), r)| r.as_ref().err().map(|e| (dev, e)))
+            .collect();
+        if let Some(first) = errors
+            .iter()
+            .find(|(_, e)| !e.message.starts_with("another device stopped"))
+            .or(errors.first())
+        {
+            return Err(failed(*first));
         }
+        let results: Vec<Value> = outcomes
+            .into_iter()
+            .map(|r| r.expect("no errors"))
+            .collect();
         assemble(&results, &inferred.outputs, &devices, kind, span)
     }
 }

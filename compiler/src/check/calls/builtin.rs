@@ -747,6 +747,74 @@ impl Checker<'_> {
                 ));
                 Val::err()
             }
+            B::AllReduce
+            | B::Broadcast
+            | B::Shard
+            | B::Gather
+            | B::AllGather
+            | B::ReduceScatter => {
+                let rank = match &a0.val.ty {
+                    Ty::Tensor { dims, .. } => dims.len(),
+                    Ty::Err => return Val::err(),
+                    other => {
+                        self.report(
+                            Diagnostic::new(
+                                "E0302",
+                                a0.expr.span,
+                                format!("`{}` takes a tensor, found `{other}`", b.name),
+                            )
+                            .with_help(format!("`{}` acts on a tensor spread over the session's devices (docs/multi-gpu.md)", b.name)),
+                        );
+                        return Val::err();
+                    }
+                };
+                let named = |p: &str| b.params.iter().position(|q| *q == p).and_then(arg);
+                if let Some(op) = named("op") {
+                    match &op.val.value {
+                        Some(Value::Str(s)) if builtins::REDUCE_OPS.contains(&s.as_str()) => {}
+                        _ if op.val.ty.is_err() => {}
+                        other => {
+                            let found = match other {
+                                Some(Value::Str(s)) => format!("`\"{s}\"`"),
+                                _ => format!("`{}`", op.val.ty),
+                            };
+                            self.report(
+                                Diagnostic::new(
+                                    "E0302",
+                                    op.expr.span,
+                                    format!(
+                                        "the reduction of `{}` is one of {}, found {found}",
+                                        b.name,
+                                        builtins::REDUCE_OPS.map(|n| format!("\"{n}\"")).join(", ")
+                                    ),
+                                )
+                                .with_help(format!("e.g. `{}(x, op=\"sum\")`", b.name)),
+                            );
+                        }
+                    }
+                }
+                if let Some(ax) = named("axis") {
+                    if let Some(a) = self.const_int(ax, "the axis") {
+                        self.norm_axis(a, rank, &a0.val.ty, ax.expr.span);
+                    }
+                }
+                if let Some(src) = named("src") {
+                    if let Some(v) = self.const_int(src, "the source part") {
+                        if v < 0 {
+                            self.report(
+                                Diagnostic::new(
+                                    "E0302",
+                                    src.expr.span,
+                                    format!("`src` is the number of a part, not {v}"),
+                                )
+                                .with_help("parts are numbered from 0, in the order of the tensor's devices"),
+                            );
+                        }
+                    }
+                }
+                // The logical shape is kept: see docs/multi-gpu.md.
+                Val::of(a0.val.ty.clone())
+            }
             B::SaveNpy => {
                 if !matches!(a0.val.ty, Ty::Tensor { .. } | Ty::Err) {
                     self.report(Diagnostic::new(

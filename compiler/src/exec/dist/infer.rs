@@ -184,6 +184,12 @@ fn walk(graph: &Graph, params: &[Placement]) -> Result<Walk, PlacementError> {
                 },
                 (other, _) => other,
             },
+            // As the host collectives (`super::all_reduce`, `super::broadcast`)
+            // place their results.
+            NodeKind::Collective { x, .. } => match p(x) {
+                Placement::Sharded { axis } => Placement::Sharded { axis },
+                _ => Placement::Replicated,
+            },
             NodeKind::Transpose { x, a, b } => match p(x) {
                 Placement::Sharded { axis } if axis == *a => Placement::Sharded { axis: *b },
                 Placement::Sharded { axis } if axis == *b => Placement::Sharded { axis: *a },

@@ -25,7 +25,10 @@
 //! reference the GPU's (NCCL) collectives are tested against. `infer` decides
 //! how a whole-tensor function runs on distributed arguments.
 
+pub mod group;
 pub mod infer;
+
+pub use group::{Group, Member};
 
 use super::{ExecError, Interrupt, Tensor};
 use crate::check::DType;
@@ -40,7 +43,7 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    pub const NAMES: [&'static str; 4] = ["sum", "max", "min", "mean"];
+    pub const NAMES: [&'static str; 4] = crate::check::builtins::REDUCE_OPS;
 
     pub fn parse(s: &str) -> Option<ReduceOp> {
         Some(match s {

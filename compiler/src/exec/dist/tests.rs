@@ -1,3 +1,5 @@
+//! Tests of the distributed tensors: sharding, gathering and the host collectives.
+
 use super::*;
 
 fn t(shape: &[usize], dtype: DType) -> Tensor {

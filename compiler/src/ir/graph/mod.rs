@@ -160,6 +160,17 @@ pub enum ReduceKind {
     Mean,
 }
 
+/// A collective over the parts a distributed tensor has on the devices
+/// (docs/multi-gpu.md). A function run on one device (or on whole tensors)
+/// has one part: a collective is then the identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Every part becomes the elementwise reduction of all parts.
+    AllReduce(ReduceKind),
+    /// Every part becomes a copy of part `src`.
+    Broadcast { src: usize },
+}
+
 /// How a creation op fills its tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fill {
@@ -280,6 +291,11 @@ pub enum NodeKind {
     },
     /// A new tensor of the node's type.
     Fill(Fill),
+    /// A collective; the node's type is `x`'s.
+    Collective {
+        op: Collective,
+        x: NodeId,
+    },
     /// A kernel launch: writes its tensor arguments. `grid: None` is the
     /// kernel's decorator grid.
     KernelCall {
@@ -392,6 +408,7 @@ pub fn operands(kind: &NodeKind) -> Vec<NodeId> {
         | NodeKind::Softmax { x, .. }
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
+        | NodeKind::Collective { x, .. }
         | NodeKind::Reshape { x } => vec![*x],
         NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => vec![*a, *b],
         NodeKind::Select { cond, a, b } => vec![*cond, *a, *b],
@@ -555,6 +572,7 @@ pub fn map_operands(kind: &NodeKind, f: &dyn Fn(NodeId) -> NodeId) -> NodeKind {
         | NodeKind::Softmax { x, .. }
         | NodeKind::Reduce { x, .. }
         | NodeKind::Transpose { x, .. }
+        | NodeKind::Collective { x, .. }
         | NodeKind::Reshape { x } => o(x),
         NodeKind::Binary { a, b, .. } | NodeKind::MatMul { a, b, .. } => {
             o(a);

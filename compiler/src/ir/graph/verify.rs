@@ -56,6 +56,7 @@ pub fn verify(g: &Graph) -> Result<(), String> {
             | NodeKind::Activation { x, .. }
             | NodeKind::Cast { x, .. }
             | NodeKind::Softmax { x, .. }
+            | NodeKind::Collective { x, .. }
             | NodeKind::LayerNorm { x, .. }
             | NodeKind::RmsNorm { x, .. } => {
                 if dims(*x) != n.ty.dims() {

@@ -48,6 +48,31 @@ fn dump_steps(s: &Schedule, steps: &[Step], ind: &str, out: &mut String) {
                 );
                 continue;
             }
+            Step::Collective {
+                op,
+                input,
+                output,
+                node,
+            } => {
+                let what = match op {
+                    crate::ir::graph::Collective::AllReduce(r) => {
+                        format!(
+                            "all_reduce {} op={}",
+                            s.buffer(*input).name,
+                            format!("{r:?}").to_lowercase()
+                        )
+                    }
+                    crate::ir::graph::Collective::Broadcast { src } => {
+                        format!("broadcast {} src={src}", s.buffer(*input).name)
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "{ind}{i}: {what} -> {} nodes=[{node}]",
+                    s.buffer(*output).name
+                );
+                continue;
+            }
             Step::Call {
                 func,
                 node,

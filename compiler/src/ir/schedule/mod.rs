@@ -236,6 +236,15 @@ pub enum Step {
         args: Vec<(String, Arg)>,
         out: BufId,
     },
+    /// A collective over the devices running this function together (one
+    /// part each): `output` gets this device's part of `op` of `input`s. On
+    /// one device, a copy. Dumped `all_reduce t0 op=sum -> t1 nodes=[%i]`.
+    Collective {
+        op: crate::ir::graph::Collective,
+        input: BufId,
+        output: BufId,
+        node: NodeId,
+    },
     /// Fills `buf` on the host with constants in row-major order (a `tensor`
     /// literal; dumped `data BUF [1.0, 2.0]`).
     HostData {
@@ -307,6 +316,7 @@ impl Schedule {
                     Step::HostRandn { .. }
                     | Step::HostData { .. }
                     | Step::SetVar { .. }
+                    | Step::Collective { .. }
                     | Step::Call { .. } => {}
                 }
             }
@@ -473,6 +483,7 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
             | NodeKind::Transpose { .. }
             | NodeKind::Slice { .. }
             | NodeKind::Call { .. }
+            | NodeKind::Collective { .. }
             | NodeKind::Fill(Fill::Empty | Fill::Randn { .. } | Fill::Data(_)) => true,
             _ => false,
         };

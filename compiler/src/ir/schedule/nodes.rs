@@ -371,6 +371,23 @@ impl<'g> Lower<'g> {
                 });
                 l.buf_of.insert(id, b);
             }
+            NodeKind::Collective { op, x } => {
+                let b = match out {
+                    Some(b) => b,
+                    None => l.temp(
+                        node.ty.dims().to_vec(),
+                        node.ty.dtype().unwrap_or(DType::F32),
+                    ),
+                };
+                let input = l.buf_as(*x, id)?;
+                l.steps.push(Step::Collective {
+                    op: *op,
+                    input,
+                    output: b,
+                    node: id,
+                });
+                l.buf_of.insert(id, b);
+            }
             NodeKind::Call { func, .. } => {
                 return Err(l.unsupported(
                     id,

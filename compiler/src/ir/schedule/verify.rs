@@ -105,6 +105,19 @@ fn verify_steps(
                 written[s.base(*buf).0 as usize] = true;
                 continue;
             }
+            Step::Collective { input, output, .. } => {
+                if input.0 as usize >= s.buffers.len() || !written[s.base(*input).0 as usize] {
+                    return err(format!(
+                        "step {li}: the collective reads a buffer not written before"
+                    ));
+                }
+                match s.buffers.get(output.0 as usize) {
+                    Some(b) if !matches!(b.kind, BufKind::Input(_)) => {}
+                    _ => return err(format!("step {li}: the collective writes no buffer")),
+                }
+                written[s.base(*output).0 as usize] = true;
+                continue;
+            }
             Step::Call {
                 func, args, out, ..
             } => {

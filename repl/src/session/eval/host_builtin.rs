@@ -72,6 +72,12 @@ impl Session {
                 self.pending_print.push(parts.join(&sep) + &end);
                 Ok(Val::Run(Value::None))
             }
+            B::AllReduce
+            | B::Broadcast
+            | B::Shard
+            | B::Gather
+            | B::AllGather
+            | B::ReduceScatter => self.dist_builtin(name, e, args, text),
             B::Range => Err(unsupported(
                 e.span,
                 "`range` is only used by `for` loops in a session",

@@ -7,7 +7,9 @@ use crate::check::builtins::{Builtin, Builtin as B};
 use crate::check::scope::FnSig;
 use crate::check::types::Callee;
 use crate::check::{DType, Ty, Value};
-use crate::ir::graph::{Activation, Fill, GType, LowerError, NodeId, NodeKind, ReduceKind};
+use crate::ir::graph::{
+    Activation, Collective, Fill, GType, LowerError, NodeId, NodeKind, ReduceKind,
+};
 use crate::ir::tile::{unary_op, BinaryOp, Constant};
 use crate::syntax::ast::{self, Expr, ExprKind};
 use crate::syntax::span::Span;
@@ -329,6 +331,41 @@ impl<'a> Builder<'a> {
                     tf32,
                 }
             }
+            B::AllReduce => {
+                let op = match arg(1).map(|a| &a.kind) {
+                    None => ReduceKind::Sum,
+                    Some(ExprKind::Str(s)) => match s.as_str() {
+                        "sum" => ReduceKind::Sum,
+                        "max" => ReduceKind::Max,
+                        "min" => ReduceKind::Min,
+                        "mean" => ReduceKind::Mean,
+                        other => {
+                            return Err(LowerError::new(e.span, format!("the reduction `{other}`")))
+                        }
+                    },
+                    Some(_) => {
+                        return Err(LowerError::new(
+                            e.span,
+                            "a reduction that is not a string literal",
+                        ))
+                    }
+                };
+                NodeKind::Collective {
+                    op: Collective::AllReduce(op),
+                    x: self.expr(need(0)?)?,
+                }
+            }
+            B::Broadcast => {
+                let src = match arg(1) {
+                    Some(a) => usize::try_from(self.const_int(a)?)
+                        .map_err(|_| LowerError::new(a.span, "a negative source part"))?,
+                    None => 0,
+                };
+                NodeKind::Collective {
+                    op: Collective::Broadcast { src },
+                    x: self.expr(need(0)?)?,
+                }
+            }
             B::Softmax => {
                 let x = self.expr(need(0)?)?;
                 let rank = self.ty_of(x).dims().len();
@@ -392,7 +429,11 @@ impl<'a> Builder<'a> {
             | B::Len
             | B::LoadNpy
             | B::SaveNpy
-            | B::SetFloat32MatmulPrecision => {
+            | B::SetFloat32MatmulPrecision
+            | B::Shard
+            | B::Gather
+            | B::AllGather
+            | B::ReduceScatter => {
                 return Err(LowerError::new(
                     e.span,
                     format!("the builtin `{name}` in a whole-tensor function"),

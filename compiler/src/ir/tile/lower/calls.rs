@@ -541,7 +541,13 @@ impl<'a> Lowerer<'a> {
             | B::Len
             | B::LoadNpy
             | B::SaveNpy
-            | B::SetFloat32MatmulPrecision => {
+            | B::SetFloat32MatmulPrecision
+            | B::AllReduce
+            | B::Broadcast
+            | B::Shard
+            | B::Gather
+            | B::AllGather
+            | B::ReduceScatter => {
                 self.unsupported(span, format!("`{name}` inside a kernel"));
                 Err(())
             }

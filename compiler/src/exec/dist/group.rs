@@ -1,0 +1,213 @@
+//! The devices running one whole-tensor function together: each runs the
+//! function's schedule on its own parts (a thread per device), and meets the
+//! others at every collective step, as the ranks of an NCCL communicator do.
+//!
+//! [`Group::collective`] is a rendezvous: each member leaves its part, the
+//! last to arrive computes every member's result, and each takes its own.
+//! A round is drained (every member has taken its result) before the next
+//! one collects, so the collectives of a loop cannot mix. A member that fails
+//! before a collective [`Group::abort`]s the group so that the others stop
+//! waiting; Ctrl-C (the interrupt) does the same.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::{combine, ReduceOp, E_DIST};
+use crate::exec::{ExecError, Interrupt, Tensor};
+use crate::ir::graph::{Collective, ReduceKind};
+
+/// One device's place in a group.
+#[derive(Clone)]
+pub struct Member {
+    pub group: Arc<Group>,
+    pub rank: usize,
+}
+
+#[derive(Default)]
+struct Round {
+    parts: Vec<Option<Tensor>>,
+    arrived: usize,
+    results: Option<Result<Vec<Tensor>, ExecError>>,
+    taken: usize,
+    aborted: Option<ExecError>,
+}
+
+/// The devices of one distributed function call.
+pub struct Group {
+    n: usize,
+    round: Mutex<Round>,
+    cv: Condvar,
+}
+
+impl Group {
+    pub fn new(n: usize) -> Arc<Group> {
+        Arc::new(Group {
+            n,
+            round: Mutex::new(Round {
+                parts: vec![None; n],
+                ..Round::default()
+            }),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// The members, rank 0 first.
+    pub fn members(self: &Arc<Group>) -> Vec<Member> {
+        (0..self.n)
+            .map(|rank| Member {
+                group: self.clone(),
+                rank,
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Round> {
+        self.round.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A member failed (or was interrupted): the others stop waiting with
+    /// an error that says so.
+    pub fn abort(&self, why: &ExecError) {
+        let mut r = self.lock();
+        if r.aborted.is_none() {
+            r.aborted = Some(
+                ExecError::new(
+                    E_DIST,
+                    format!(
+                        "another device stopped before this collective: {}",
+                        why.message
+                    ),
+                )
+                .with_help("the error of the device that stopped is the one to fix"),
+            );
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits on the condition variable, polling the interrupt.
+    fn wait<'a>(
+        &self,
+        guard: std::sync::MutexGuard<'a, Round>,
+        interrupt: &Interrupt,
+    ) -> Result<std::sync::MutexGuard<'a, Round>, ExecError> {
+        let (mut g, _) = self
+            .cv
+            .wait_timeout(guard, Duration::from_millis(50))
+            .unwrap_or_else(|p| p.into_inner());
+        if interrupt.is_set() {
+            let e = ExecError::interrupted();
+            if g.aborted.is_none() {
+                g.aborted = Some(e.clone());
+            }
+            self.cv.notify_all();
+            return Err(e);
+        }
+        if let Some(e) = &g.aborted {
+            return Err(e.clone());
+        }
+        Ok(g)
+    }
+
+    /// Member `rank`'s result of `op` over every member's `part`.
+    pub fn collective(
+        &self,
+        rank: usize,
+        op: Collective,
+        part: &Tensor,
+        interrupt: &Interrupt,
+    ) -> Result<Tensor, ExecError> {
+        let mut r = self.lock();
+        // The previous round is still being taken.
+        while r.results.is_some() {
+            r = self.wait(r, interrupt)?;
+        }
+        if let Some(e) = &r.aborted {
+            return Err(e.clone());
+        }
+        r.parts[rank] = Some(part.clone());
+        r.arrived += 1;
+        if r.arrived == self.n {
+            let parts: Vec<Tensor> = r
+                .parts
+                .iter_mut()
+                .map(|p| p.take().expect("every part arrived"))
+                .collect();
+            r.results = Some(compute(op, &parts, interrupt));
+            r.arrived = 0;
+            self.cv.notify_all();
+        }
+        while r.results.is_none() {
+            r = self.wait(r, interrupt)?;
+        }
+        let mine = match r.results.as_ref().expect("results are set") {
+            Ok(all) => Ok(all[rank].clone()),
+            Err(e) => Err(e.clone()),
+        };
+        r.taken += 1;
+        if r.taken == self.n {
+            r.results = None;
+            r.taken = 0;
+            self.cv.notify_all();
+        }
+        mine
+    }
+}
+
+/// Every member's result, on the host (their devices' copies are made at
+/// their next use).
+fn compute(
+    op: Collective,
+    parts: &[Tensor],
+    interrupt: &Interrupt,
+) -> Result<Vec<Tensor>, ExecError> {
+    let first = parts[0].shape();
+    if parts.iter().any(|p| p.shape() != first) {
+        let shapes: Vec<String> = parts.iter().map(|p| format!("{:?}", p.shape())).collect();
+        return Err(ExecError::new(
+            E_DIST,
+            format!(
+                "a collective combines the devices' parts elementwise, but they have different shapes ({})",
+                shapes.join(", ")
+            ),
+        )
+        .with_help("shard an axis whose length the device count divides"));
+    }
+    let one = match op {
+        Collective::AllReduce(kind) => {
+            let refs: Vec<&Tensor> = parts.iter().collect();
+            combine(&refs, reduce_op(kind), interrupt)?
+        }
+        Collective::Broadcast { src } => {
+            let Some(p) = parts.get(src) else {
+                return Err(ExecError::new(
+                    E_DIST,
+                    format!(
+                        "broadcast from part {src}, but the tensor has {} parts",
+                        parts.len()
+                    ),
+                )
+                .with_help(format!(
+                    "`src` is the index of a part: 0 to {}",
+                    parts.len() - 1
+                )));
+            };
+            p.try_deep_clone(interrupt)?
+        }
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for _ in 1..parts.len() {
+        out.push(one.try_deep_clone(interrupt)?);
+    }
+    out.push(one);
+    Ok(out)
+}
+
+/// The reduction of a Graph IR collective.
+pub fn reduce_op(kind: ReduceKind) -> ReduceOp {
+    match kind {
+        ReduceKind::Sum => ReduceOp::Sum,
+        ReduceKind::Max => ReduceOp::Max,
+        ReduceKind::Min => ReduceOp::Min,
+        ReduceKind::Mean => ReduceOp::Mean,
+    }
+}
