@@ -34,11 +34,13 @@ process's environment, which every child inherits).
    * Bus bandwidth as nccl-tests computes it: algbw = bytes / time, busbw = algbw *
      2(N-1)/N (GB/s = 1e9 bytes/s). Tessera ÷ torch is busbw over busbw (above 1:
      Tessera is faster), wall against wall and GPU against events; the goal is >= 0.9.
-2. Sharded GEMM scaling (`--only gemm`), bf16, A 16384x8192 sharded on rows, B 8192x8192
-   on the host: one `tessera repl --device cuda --devices N` session for N = 1 and each
-   GPU count of `--gpus`, with A and B loaded from f32 .npy files of bf16 values written
-   by this script; `a = shard(A, axis=0)`, then `c = matmul(a, b)` once and `:time c =
-   matmul(a, b)`. TFLOP/s = 2*M*N*K / time; scaling = t1 / tN, efficiency = scaling / N
+2. Sharded GEMM scaling (`--only gemm`), bf16, A 16384x8192 sharded on rows, B 8192x8192:
+   one `tessera repl --device cuda --devices N` session for N = 1 and each GPU count of
+   `--gpus`, with A and B loaded from f32 .npy files of bf16 values written by this
+   script; `a = shard(A, axis=0)`, `b = all_gather(shard(B, axis=0))` (B whole on every
+   GPU, placed once, so that the timing is of the matmuls), then `c = matmul(a, b)` once
+   and `:time c = matmul(a, b)`; then the same with `bh`, B as an ordinary (host) tensor,
+   which each call places on the GPUs (its times are in the row's note). TFLOP/s = 2*M*N*K / time; scaling = t1 / tN, efficiency = scaling / N
    (goal >= 0.9). Both are given from the wall median (the elapsed time a user sees,
    host overhead included) and from the GPU median ÷ N (each GPU's mean kernel time:
    how the kernel fares on a smaller shard, blind to whether the GPUs ran at the same
@@ -191,6 +193,7 @@ def tessera_allreduce(args, n, sizes):
     try:
         for i, size in enumerate(sizes):
             print(f"  Tessera, {n} devices, {fmt_size(size)}", flush=True)
+            started = time.perf_counter()
             try:
                 if repl is None or repl.p.poll() is not None:
                     if repl is not None:
@@ -199,10 +202,7 @@ def tessera_allreduce(args, n, sizes):
                 rows, _ = message_shape(size, cols)
                 repl.step(f"x = shard(randn([{n * rows}, {cols}], bf16, seed={i + 1}), axis=0)",
                           "y = all_reduce(x)")
-                _, out = repl.step(":time all_reduce(x)")
-                timing = G.parse_time("\n".join(out))
-                if timing is None:
-                    raise G.Failed("no `:time` line: " + (" / ".join(out)[-200:] or "no output"))
+                timing = time_stmt(repl, "all_reduce(x)")
                 notes = [f"{timing['runs']} runs"]
                 if timing["gpu"] is not None:
                     k = timing["launches"]
@@ -210,11 +210,14 @@ def tessera_allreduce(args, n, sizes):
                 if i == 0:
                     notes.append(check_tessera_sums(args, repl, n))
                 results[size] = dict(timing, note="; ".join(notes))
+                print(f"    {G.fmt_time(timing['wall'])} per run; the size took "
+                      f"{time.perf_counter() - started:.1f} s (input, warm-up, `:time`)", flush=True)
             except G.Failed as e:
                 results[size] = {"failed": str(e)}
                 print(f"    failed: {e}", flush=True)
                 try:  # a statement's error leaves the session running; a crash does not
-                    repl.p.wait(timeout=2)
+                    if repl is not None:
+                        repl.p.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     pass
     finally:
@@ -237,11 +240,38 @@ def check_tessera_sums(args, repl, n):
     return f"sums right (max error {err:.3g})" if ok else f"WRONG SUMS: max error {err:.3g}"
 
 
+def time_stmt(repl, stmt):
+    """`:time STMT` in a live session: {wall, gpu, runs, launches}."""
+    _, out = repl.step(":time " + stmt)
+    timing = G.parse_time("\n".join(out))
+    if timing is None:
+        raise G.Failed("no `:time` line: " + (" / ".join(out)[-200:] or "no output"))
+    return timing
+
+
 def tessera_gemm(args, n, a_path, b_path, c_path):
-    a = session_args(args, n)
-    setup = [f'a = shard(load_npy("{a_path}").to(bf16), axis=0)',
-             f'b = load_npy("{b_path}").to(bf16)']
-    return G.tessera_time(a, setup, "c = matmul(a, b)", [f'save_npy(gather(c).to(f32), "{c_path}")'])
+    """`:time c = matmul(a, b)` with `a` sharded on rows and `b` replicated (placed on
+    every device once, by `all_gather`), saving c to c_path; then the same with `b` a
+    host tensor (`bh`), which the session places on the devices at each call, as
+    result["host_b"]."""
+    repl = G.Repl(session_args(args, n), args.cache)
+    try:
+        repl.step(f'a = shard(load_npy("{a_path}").to(bf16), axis=0)',
+                  f'bh = load_npy("{b_path}").to(bf16)', "b = all_gather(shard(bh, axis=0))",
+                  "c = matmul(a, b)")
+        t = time_stmt(repl, "c = matmul(a, b)")
+        try:
+            repl.step(f'save_npy(gather(c).to(f32), "{c_path}")')
+        except G.Failed as e:
+            t["note_extra"] = f"result not saved: {e}"
+        try:
+            repl.step("c = matmul(a, bh)")
+            t["host_b"] = time_stmt(repl, "c = matmul(a, bh)")
+        except G.Failed as e:
+            t["host_b"] = {"failed": str(e)}
+        return t
+    finally:
+        repl.close()
 
 
 # ---------------------------------------------------------------------------
@@ -311,6 +341,13 @@ def torch_allreduce(args, n, sizes):
         why = next((l for l in reversed(lines) if "Error" in l), lines[-1] if lines else "")
         return {s: {"failed": f"torch.distributed failed: {why.strip() or 'no output'}"}
                 for s in sizes}
+    return merge_ranks(ranks, sizes)
+
+
+def merge_ranks(ranks, sizes):
+    """{size: {wall, events, note, version}} from the ranks' reports: each time the
+    largest of the ranks' medians (the collective ends when its slowest rank does)."""
+    n = len(ranks)
     results = {}
     for s in sizes:
         per = [r["sizes"][str(s)] for r in ranks]
@@ -337,10 +374,11 @@ def torch_peer_main(n, sizes, runs, prefix):
 def torch_rank(rank, n, sizes, runs, prefix):
     """One rank: per size, the host-timed and the event-timed medians of all_reduce."""
     import torch.distributed as dist
+    # The rank's GPU by set_device (not init_process_group's device_id, which some
+    # torch versions hang with); the communicator is made at the first collective.
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=n,
-                            device_id=dev)
+    dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=n)
     nccl = torch.cuda.nccl.version()  # a tuple in recent torch, an int before
     nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     report = {"rank": rank, "sizes": {}, "version": f"torch {torch.__version__}, NCCL {nccl}"}
@@ -370,7 +408,7 @@ def torch_rank(rank, n, sizes, runs, prefix):
             walls.append(time.perf_counter() - t0)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(runs)]
-        dist.barrier()
+        dist.barrier(device_ids=[rank])
         torch.cuda.synchronize()
         for start, end in events:
             start.record()
@@ -443,10 +481,7 @@ def bench_gemm(args):
         print(f"  Tessera, {n} device{'s' if n > 1 else ''}", flush=True)
         try:
             t = tessera_gemm(args, n, a_path, b_path, c_path)
-            saved = c_path if os.path.exists(c_path) else None
-            if not saved:
-                t["note_extra"] = f"result not saved: {t['after']}"
-            results[n] = (t, saved)
+            results[n] = (t, c_path if os.path.exists(c_path) else None)
         except G.Failed as e:
             print(f"    failed: {e}", flush=True)
             results[n] = ({"failed": str(e)}, None)
@@ -479,10 +514,19 @@ def gemm_row(n, t, base, flops, err):
     else:
         k = t["launches"]
         r["note"] = f"{t['runs']} runs" + (
-            f", {k} launch{'es' if k != 1 else ''}" if t["gpu"] is not None
+            f", {k} launch{'es' if k != 1 else ''}, host overhead (wall − GPU ÷ N) "
+            f"{G.fmt_time(r['wall'] - r['gpu_n'])}" if t["gpu"] is not None
             else "; no GPU time in `:time`")
         if t.get("note_extra"):
             r["note"] += "; " + t["note_extra"]
+        host = t.get("host_b")
+        if host and "failed" in host:
+            r["note"] += f"; with b an ordinary (host) tensor: failed: {host['failed']}"
+        elif host:
+            r["note"] += (f"; with b an ordinary (host) tensor: wall "
+                          f"{G.fmt_time(host['wall'])}" + (
+                              f", GPU ÷ N {G.fmt_time(host['gpu'] / n)}"
+                              if host["gpu"] is not None else ""))
     print(f"    {r['impl']}: wall {G.fmt_time(r['wall'])}, GPU÷N {G.fmt_time(r['gpu_n'])}, "
           f"{fmt_tflops(r['tf_wall'])} TFLOP/s (wall), efficiency {fmt_ratio(r['eff'])}",
           flush=True)
@@ -500,15 +544,15 @@ def gemm_peer(args, a_path, b_path, saved):
     nn = np.load(b_path, mmap_mode="r").shape[1]
     try:
         G.need_torch()
-        a, b = G.gpu_tensor(a_path), G.gpu_tensor(b_path)
-        result = torch.matmul(a, b)
-        s = G.time_peer(lambda: torch.matmul(a, b), args.runs)
+        t = {"a": G.gpu_tensor(a_path), "b": G.gpu_tensor(b_path)}
+        result = torch.matmul(t["a"], t["b"])
+        s = G.time_peer(lambda: torch.matmul(t["a"], t["b"]), args.runs)
         row.update(gpu=s, gpu_n=s, tf_gpu=2.0 * m * k * nn / s,
                    note=f"CUDA-event median of {args.runs} runs")
         for n, path in saved.items():
             if path:
                 errors[n] = G.max_error(path, result)
-        del a, b, result
+        t, result = None, None
         G.free_gpu()
     except Exception as e:  # a missing peer is a row, not an abort
         row["note"] = f"failed: {G.reason(e)}"
@@ -551,7 +595,9 @@ def markdown(rows, header):
     gm = [r for r in rows if r["section"] == "gemm"]
     if gm:
         intro = (
-            "A (M×K) sharded on rows over N GPUs times B (K×N) from the host. Wall: `:time`'s "
+            "A (M×K) sharded on rows over N GPUs times B (K×N) replicated on every GPU "
+            "(`all_gather(shard(B, axis=0))`, placed once; the note gives the time with B an "
+            "ordinary host tensor, which each call places on the GPUs). Wall: `:time`'s "
             "wall median (host overhead included); GPU ÷ N: its GPU median (summed over the "
             "GPUs) ÷ N. TFLOP/s = 2·M·N·K / time; scaling = t1 / tN; efficiency = scaling / N "
             "(goal ≥ 0.9), from the wall and from GPU ÷ N. Error: max |Tessera − torch.matmul| "
@@ -716,6 +762,21 @@ class SelfTest(unittest.TestCase):
         for line in text.splitlines():
             if line.startswith("| 4 | 1 GiB"):
                 self.assertEqual(line.count("|"), 14)  # 13 columns
+
+    def test_merge_ranks(self):
+        def rank(r, walls, ok=True):
+            return {"rank": r, "version": "torch 9, NCCL 2.28.9", "check_error": 0.01 * r,
+                    "check_ok": ok,
+                    "sizes": {str(s): {"wall": w, "events": w / 2, "runs": 20}
+                              for s, w in walls.items()}}
+        merged = merge_ranks([rank(0, {4096: 1.0, 8192: 3.0}), rank(1, {4096: 2.0, 8192: 1.0})],
+                             [4096, 8192])
+        self.assertEqual((merged[4096]["wall"], merged[4096]["events"]), (2.0, 1.0))
+        self.assertEqual(merged[8192]["wall"], 3.0)
+        self.assertIn("sums right (max error 0.01)", merged[4096]["note"])
+        self.assertNotIn("sums", merged[8192]["note"])  # checked at the first size only
+        bad = merge_ranks([rank(0, {4096: 1.0}), rank(1, {4096: 1.0}, ok=False)], [4096])
+        self.assertIn("WRONG SUMS", bad[4096]["note"])
 
     def test_sizes(self):
         self.assertEqual([fmt_size(s) for s in SIZES],
