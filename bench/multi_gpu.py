@@ -215,6 +215,10 @@ def tessera_allreduce(args, n, sizes):
             except G.Failed as e:
                 results[size] = {"failed": str(e)}
                 print(f"    failed: {e}", flush=True)
+                if repl is not None and str(e).startswith("no answer from tessera"):
+                    repl.p.kill()  # stuck: the next size starts a new session
+                    repl.close()
+                    repl = None
                 try:  # a statement's error leaves the session running; a crash does not
                     if repl is not None:
                         repl.p.wait(timeout=2)
