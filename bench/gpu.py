@@ -96,10 +96,29 @@ class Failed(Exception):
 # Tessera sessions
 
 TIME_RE = re.compile(
-    r"median ([\d.]+) (s|ms|µs) over (\d+) runs"
-    r"(?:; on the GPU: median ([\d.]+) (s|ms|µs) in (\d+) launch(?:es)?)?"
+    r"median ([\d.]+) (s|ms|µs|ns) over (\d+) runs"
+    r"(?:; on the GPU: median ([\d.]+) (s|ms|µs|ns) in (\d+) launch(?:es)?)?"
 )
-UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6}
+UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_time(text):
+    """The first `:time` line in `text` as {wall, gpu, runs, launches} (seconds per
+    run; gpu None where the line has no GPU part), or None where there is none."""
+    m = TIME_RE.search(text)
+    if not m:
+        return None
+    gpu = float(m.group(4)) * UNITS[m.group(5)] if m.group(4) else None
+    return {"wall": float(m.group(1)) * UNITS[m.group(2)], "gpu": gpu,
+            "runs": int(m.group(3)), "launches": int(m.group(6) or 0)}
+
+
+def repl_command(args):
+    """`tessera repl` on `args.device`; with `args.devices` set (bench/multi_gpu.py),
+    on that many devices."""
+    cmd = [args.tessera, "repl", "--device", args.device]
+    devices = getattr(args, "devices", None)
+    return cmd + ["--devices", str(devices)] if devices else cmd
 
 
 def first_error(stderr, strict=False):
@@ -129,22 +148,19 @@ def tessera_time(args, setup, stmt, after=()):
     script = "\n".join(list(setup) + [stmt, ":time " + stmt] + list(after)) + "\n"
     try:
         p = subprocess.run(
-            [args.tessera, "repl", "--device", args.device], input=script, encoding="utf-8",
+            repl_command(args), input=script, encoding="utf-8",
             capture_output=True, timeout=args.timeout, env=tessera_env(args.cache))
     except FileNotFoundError:
         raise Failed(f"no tessera binary at {args.tessera}")
     except subprocess.TimeoutExpired:
         raise Failed(f"tessera session timed out after {args.timeout} s")
-    m = TIME_RE.search(p.stdout)
-    if not m:
+    timing = parse_time(p.stdout)
+    if not timing:
         raise Failed(first_error(p.stderr) or f"no `:time` line (exit status {p.returncode})")
-    gpu = float(m.group(4)) * UNITS[m.group(5)] if m.group(4) else None
     # With a `:time` line, only a statement of `after` can have failed.
     after_err = (first_error(p.stderr) or "failed") if p.returncode != 0 else None
     measured = re.search(r"^measured on .*?\): (.*)$", p.stdout, re.M)
-    return {"wall": float(m.group(1)) * UNITS[m.group(2)], "gpu": gpu,
-            "runs": int(m.group(3)), "launches": int(m.group(6) or 0), "after": after_err,
-            "measured": measured.group(1) if measured else None}
+    return dict(timing, after=after_err, measured=measured.group(1) if measured else None)
 
 
 class Repl:
@@ -155,7 +171,7 @@ class Repl:
         self.err = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         try:
             self.p = subprocess.Popen(
-                [args.tessera, "repl", "--device", args.device], stdin=subprocess.PIPE,
+                repl_command(args), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.err, encoding="utf-8", bufsize=1,
                 # The driver's own JIT cache would make a "cold" compile warm.
                 env=tessera_env(cache_dir, CUDA_CACHE_DISABLE="1"))
@@ -190,6 +206,7 @@ class Repl:
             except queue.Empty:
                 raise Failed(f"no answer from tessera within {self.timeout} s")
             if line is None:
+                self.lines.put(None)  # later steps see the end too
                 raise Failed(self._error() or "tessera exited")
             if line == mark:
                 break
