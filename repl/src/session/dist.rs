@@ -233,6 +233,22 @@ impl Session {
             Val::Run(Value::Tensor(t)) if name == "gather" => {
                 return Ok(Val::Run(Value::Tensor(t)))
             }
+            // From the session to every device: a replicated tensor, placed
+            // once (a whole tensor in a sharded expression is copied to the
+            // devices at every call).
+            Val::Run(Value::Tensor(t)) if name == "broadcast" => {
+                if let Some((_, span)) = get("src") {
+                    return Err(dist_error(
+                        span,
+                        "`src` picks a part, and a whole tensor has none",
+                        "`broadcast(x)` copies a whole tensor to every device",
+                    ));
+                }
+                let devices: Vec<usize> = (0..self.devices).collect();
+                let kind = self.kind();
+                let d = run(dist::replicate(&t, &devices, &interrupt))?;
+                return self.placed(d, kind, e.span);
+            }
             other => {
                 return Err(dist_error(
                     x_span,
