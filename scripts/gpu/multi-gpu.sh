@@ -7,6 +7,9 @@
 #    (scripts/gpu/match_lines.py), and each GPU's launch count from :devices.
 # 2. The same session with TESSERA_GPU_TRAP=scale: a fault on cuda:1 restarts
 #    the process, which goes on.
+# 3. Every tests/sharded/*.tsr with `tessera run --device cuda --devices N` for
+#    N = 2 and 4 (as many as the machine has): stdout equals NAME.stdout, the
+#    output on the CPU's virtual devices.
 set -u
 tessera=${1:?usage: multi-gpu.sh TESSERA}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,4 +60,21 @@ grep -q "tensor(14.0000, f32)" "$d/stdout" || bad="$bad (twice after the restart
 [ -z "$(ls -A "$d/tmp")" ] || bad="$bad (left in TMPDIR)"
 if [ -z "$bad" ]; then echo "PASS fault on cuda:1"; else
     echo "FAIL fault on cuda:1:$bad"; echo "stdout:"; cat "$d/stdout"; echo "stderr:"; cat "$d/stderr"; failed=1; fi
+echo "== 3. sharded programs on the GPUs"
+for count in 2 4; do
+    [ "$n" -ge "$count" ] || { echo "skip: $count GPUs (the machine has $n)"; continue; }
+    for f in "$root"/tests/sharded/*.tsr; do
+        stem=$(basename "$f" .tsr)
+        d="$work/sharded-$count-$stem"; mkdir -p "$d"; cp "$f" "$d/"
+        start=$(date +%s.%N)
+        (cd "$d" && NO_COLOR=1 "$tessera" run --device cuda --devices "$count" "$stem.tsr" > stdout 2> stderr; echo $? > code)
+        took=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+        if [ "$(cat "$d/code")" = 0 ] && [ ! -s "$d/stderr" ] && cmp -s "$d/stdout" "$root/tests/sharded/$stem.stdout"; then
+            echo "PASS $stem on $count GPUs (${took} s)"
+        else
+            echo "FAIL $stem on $count GPUs: exit $(cat "$d/code")"; cat "$d/stderr"
+            diff "$d/stdout" "$root/tests/sharded/$stem.stdout" | head -20; failed=1
+        fi
+    done
+done
 exit $failed
