@@ -113,3 +113,150 @@ fn partial_values_gather_to_their_combination() {
     // integer mean truncates toward zero
     assert_eq!(r.parts()[0].tensor.to_f64_vec(), vec![1., -1.]);
 }
+
+/// The inlined Graph IR of function `f` in `src`.
+fn graph(src: &str) -> std::sync::Arc<crate::ir::graph::Graph> {
+    use crate::db::{self, Database, Db};
+    let mut db = Database::new();
+    let file = db.set_source("/t/dist.tsr", src.to_string());
+    let (item, _) = db::function_item(&db, file, "f").expect("a function `f`");
+    db::graph_ir(&db, item, db.options())
+        .clone()
+        .expect("lowers")
+}
+
+const ROWS: Placement = Placement::Sharded { axis: 0 };
+const REP: Placement = Placement::Replicated;
+
+#[test]
+fn placements_follow_the_ops() {
+    use infer::infer;
+    // Rows of x with a whole w: rows of the result; the bias broadcasts.
+    let g = graph("def f(x: Tensor[8, 4, f32], w: Tensor[4, 3, f32], b: Tensor[3, f32]) -> Tensor[8, 3, f32]:\n    return relu(matmul(x, w) + b)\n");
+    let r = infer(&g, &[ROWS, REP, REP]).unwrap();
+    assert_eq!(r.outputs, vec![ROWS]);
+    assert_eq!(r.params, vec![ROWS, REP, REP]);
+    // A whole operand with the sharded axis is demanded sharded.
+    let g = graph("def f(x: Tensor[8, 4, f32], y: Tensor[8, 4, f32]) -> Tensor[8, 4, f32]:\n    return x * y\n");
+    let r = infer(&g, &[ROWS, REP]).unwrap();
+    assert_eq!(r.params, vec![ROWS, ROWS]);
+    // The contraction axis of both: a partial sum, made whole by all_reduce.
+    let g = graph("def f(a: Tensor[4, 8, f32], b: Tensor[8, 3, f32]) -> Tensor[4, 3, f32]:\n    return matmul(a, b)\n");
+    let r = infer(&g, &[Placement::Sharded { axis: 1 }, REP]).unwrap();
+    assert_eq!(r.params[1], ROWS, "b is split along its contraction axis");
+    assert_eq!(r.outputs, vec![Placement::Partial(ReduceOp::Sum)]);
+    let g = graph("def f(a: Tensor[4, 8, f32], b: Tensor[8, 3, f32]) -> Tensor[4, 3, f32]:\n    return all_reduce(matmul(a, b)) * 2.0\n");
+    assert_eq!(
+        infer(&g, &[Placement::Sharded { axis: 1 }, ROWS])
+            .unwrap()
+            .outputs,
+        vec![REP]
+    );
+    // Reductions: along another axis stay sharded, along the sharded one partial.
+    let g = graph("def f(x: Tensor[8, 4, f32]) -> Tensor[8, f32]:\n    return sum(x, axis=1)\n");
+    assert_eq!(infer(&g, &[ROWS]).unwrap().outputs, vec![ROWS]);
+    let g = graph("def f(x: Tensor[8, 4, f32]) -> Tensor[4, f32]:\n    return max(x, axis=0)\n");
+    assert_eq!(
+        infer(&g, &[ROWS]).unwrap().outputs,
+        vec![Placement::Partial(ReduceOp::Max)]
+    );
+    // Transpose moves the axis.
+    let g =
+        graph("def f(x: Tensor[8, 4, f32]) -> Tensor[4, 8, f32]:\n    return transpose(x, 0, 1)\n");
+    assert_eq!(
+        infer(&g, &[ROWS]).unwrap().outputs,
+        vec![Placement::Sharded { axis: 1 }]
+    );
+}
+
+#[test]
+fn ops_that_need_another_devices_part_are_refused() {
+    use infer::infer;
+    let refused = |src: &str, params: &[Placement], says: &str| {
+        let e = infer(&graph(src), params).unwrap_err();
+        assert!(e.message.contains(says), "{src}: {}", e.message);
+        assert!(!e.help.is_empty());
+    };
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[8, 4, f32]:\n    return softmax(x, dim=0)\n",
+        &[ROWS],
+        "softmax along axis 0",
+    );
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[8, 4, f32]:\n    return layer_norm(x)\n",
+        &[Placement::Sharded { axis: 1 }],
+        "layer_norm normalises",
+    );
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[4, f32]:\n    return mean(x, dim=0)\n",
+        &[ROWS],
+        "mean along axis 0",
+    );
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[4, f32]:\n    return sum(x, axis=0) + 1.0\n",
+        &[ROWS],
+        "partial value",
+    );
+    refused("def f(x: Tensor[8, 8, f32], y: Tensor[8, 8, f32]) -> Tensor[8, 8, f32]:\n    return x + y\n", &[ROWS, Placement::Sharded { axis: 1 }], "different axes");
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[32, f32]:\n    return reshape(x, [32])\n",
+        &[ROWS],
+        "reshape",
+    );
+    refused(
+        "def f(x: Tensor[8, 4, f32]) -> Tensor[4, 4, f32]:\n    return x[0:4, :]\n",
+        &[ROWS],
+        "slices axis 0",
+    );
+}
+
+#[test]
+fn a_group_meets_at_every_collective_and_an_abort_frees_the_others() {
+    use crate::ir::graph::{Collective, ReduceKind};
+    let group = Group::new(3);
+    let members = group.members();
+    let i = Interrupt::new();
+    // Three rounds, each member giving rank + round: every member gets the sum.
+    let sums: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = members
+            .iter()
+            .map(|m| {
+                let i = &i;
+                s.spawn(move || {
+                    (0..3)
+                        .map(|round| {
+                            let part =
+                                Tensor::from_f64(&[1], DType::F32, &[(m.rank + round) as f64]);
+                            let r = m.group.collective(
+                                m.rank,
+                                Collective::AllReduce(ReduceKind::Sum),
+                                &part,
+                                i,
+                            );
+                            r.unwrap().to_f64_vec()[0]
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for s in &sums {
+        assert_eq!(s, &vec![3.0, 6.0, 9.0]);
+    }
+    // One member fails before the collective: the others get an error, not a hang.
+    let group = Group::new(2);
+    let m = group.members();
+    let waiting = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let part = Tensor::from_f64(&[1], DType::F32, &[1.0]);
+            m[0].group
+                .collective(0, Collective::Broadcast { src: 0 }, &part, &i)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        group.abort(&ExecError::new("E0705", "index out of bounds"));
+        h.join().unwrap()
+    });
+    let e = waiting.unwrap_err();
+    assert!(e.message.contains("another device stopped"), "{e}");
+}
