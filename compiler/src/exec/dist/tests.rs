@@ -116,7 +116,7 @@ fn partial_values_gather_to_their_combination() {
 
 /// The inlined Graph IR of function `f` in `src`.
 fn graph(src: &str) -> std::sync::Arc<crate::ir::graph::Graph> {
-    use crate::db::{self, Database, Db};
+    use crate::db::{self, Database};
     let mut db = Database::new();
     let file = db.set_source("/t/dist.tsr", src.to_string());
     let (item, _) = db::function_item(&db, file, "f").expect("a function `f`");
