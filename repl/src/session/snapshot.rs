@@ -208,6 +208,7 @@ impl Session {
             "loaded": loaded?,
             "transcript": self.transcript,
             "device": device.name(),
+            "devices": self.devices,
             "synth_count": self.synth_count,
             "synth_names": self.synth_names,
             "last_launch": last_launch,
@@ -272,6 +273,14 @@ impl Session {
             "cpu" => Device::Cpu,
             d => return Err(format!("unknown device `{d}`")),
         };
+        // The device count of `--devices` / `:device cpu N` (GPUs open when used).
+        let devices = match &m["devices"] {
+            Json::Null => 1,
+            v => r.u64(v, "devices")? as usize,
+        };
+        if !(1..=super::dist::MAX_DEVICES).contains(&devices) {
+            return Err(bad("devices"));
+        }
         let synth_count = r.u64(&m["synth_count"], "synth_count")?;
         let synth_names: HashMap<String, u64> = r
             .object(&m["synth_names"], "synth_names")?
@@ -300,6 +309,7 @@ impl Session {
         self.synth_names = synth_names;
         self.last_launch = last_launch;
         self.vars = vars;
+        self.devices = devices;
         Ok(Restored {
             lost,
             device,
@@ -659,6 +669,18 @@ mod tests {
             (Val::List(x), Val::List(y)) => {
                 x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_val(x, y))
             }
+            (Val::Dist(x, kx), Val::Dist(y, ky)) => {
+                kx == ky
+                    && x.placement() == y.placement()
+                    && x.shape() == y.shape()
+                    && x.devices() == y.devices()
+                    && x.parts().iter().zip(y.parts()).all(|(p, q)| {
+                        same(
+                            &Value::Tensor(p.tensor.clone()),
+                            &Value::Tensor(q.tensor.clone()),
+                        )
+                    })
+            }
             _ => format!("{a:?}") == format!("{b:?}"),
         }
     }
@@ -703,6 +725,17 @@ mod tests {
         ok(&mut s, "alias = a\nview = reshape(a, [5, 2])\n");
         ok(&mut s, "n = 3\nf = 2.5\nyes = True\nnothing = None\npair = (1, 2.0)\nshape = b.shape\nkind = b.dtype\nname = \"tessera\"\n");
         every_dtype(&mut s);
+        // Distributed values over three virtual devices: sharded (ragged),
+        // partial and replicated.
+        s.set_device_count(3, tessera::syntax::span::Span::new(0, 0))
+            .unwrap();
+        ok(
+            &mut s,
+            "xs = shard(reshape(arange(0, 20, f32), [5, 4]), axis=0)
+cols = sum(xs, axis=0)
+whole = broadcast(ones([4], f32))
+",
+        );
         s.vars.insert(
             "nan".into(),
             Val::Run(Value::Float(f64::from_bits(0x7ff8_0000_0000_0042))),
@@ -753,6 +786,7 @@ mod tests {
             (s.synth_count, &s.synth_names)
         );
         assert_eq!(r.last_launch, s.last_launch);
+        assert_eq!(r.devices, 3);
         assert_eq!(r.vars.len(), s.vars.len());
         for (name, v) in &s.vars {
             assert!(
@@ -789,6 +823,7 @@ mod tests {
             "scale(c, b)\nb",
             "nn.softmax(reshape(a, [2, 5]))[1]",
             ":emit ptx scale",
+            "print(gather(all_reduce(cols) + whole), gather(xs * 2.0))",
             "print(n + K, f, yes, nothing, pair, shape, kind, name)",
             "undefined_name + 1",
         ] {
