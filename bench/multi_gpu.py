@@ -434,7 +434,10 @@ def torch_rank(rank, n, sizes, runs, prefix):
 
 
 def bench_allreduce(args):
-    sizes = TINY_SIZES if args.tiny else QUICK_SIZES if args.quick else SIZES
+    if args.sizes:
+        sizes = [int(float(m) * MiB) for m in args.sizes.split(",")]
+    else:
+        sizes = TINY_SIZES if args.tiny else QUICK_SIZES if args.quick else SIZES
     for n in args.gpus:
         print(f"all_reduce on {n} GPUs", flush=True)
         if args.device == "cuda" and args.gpus_here < n:
@@ -803,6 +806,7 @@ def main():
     ap.add_argument("--out", default="bench/results-multi.md", help="markdown table to write")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma list of " + ",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true", help="all_reduce at 1 MiB, 64 MiB and 1 GiB")
+    ap.add_argument("--sizes", help="all_reduce message sizes in MiB per GPU, e.g. 1,16,256 (instead of the default list)")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per peer (>= 20)")
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds per Tessera session and per torch.distributed run")
