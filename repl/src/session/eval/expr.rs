@@ -250,6 +250,16 @@ impl Session {
                         return Ok(Val::DType(d));
                     }
                 }
+                // A distributed tensor's shape is the whole tensor's.
+                if let Val::Dist(d, _) = &v {
+                    return Ok(if attr.name == "shape" {
+                        Val::Run(Value::Tuple(
+                            d.shape().iter().map(|n| Value::Int(*n as i64)).collect(),
+                        ))
+                    } else {
+                        Val::DType(d.dtype())
+                    });
+                }
                 let Some(t) = v.tensor() else {
                     return Err(Diagnostic::new(
                         "E0303",
