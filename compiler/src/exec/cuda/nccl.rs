@@ -992,17 +992,19 @@ fn copy_2d(
         }
         return Ok(());
     }
+    // Unified addresses: the driver finds the context each block is in
+    // (the executor's, not the stream's).
     let copy = cu::CUDA_MEMCPY2D {
         srcXInBytes: 0,
         srcY: 0,
-        srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
         srcHost: std::ptr::null(),
         srcDevice: src,
         srcArray: std::ptr::null_mut(),
         srcPitch: spitch,
         dstXInBytes: 0,
         dstY: 0,
-        dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
         dstHost: std::ptr::null_mut(),
         dstDevice: dst,
         dstArray: std::ptr::null_mut(),

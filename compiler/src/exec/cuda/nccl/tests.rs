@@ -241,6 +241,31 @@ fn a_library_without_nccl_is_e0721() {
     assert!(e.message.contains("ncclAllReduce"), "{}", e.message);
 }
 
+/// The first file that loads is the one used, even when it is not NCCL.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_first_file_that_loads_is_used() {
+    let Err(e) = load(&[
+        "/nonexistent/libnccl.so.2".to_string(),
+        "libc.so.6".to_string(),
+    ]) else {
+        panic!("the C library passed for NCCL")
+    };
+    assert!(
+        e.message.contains("`libc.so.6` is not a usable NCCL"),
+        "{}",
+        e.message
+    );
+}
+
+/// A pending collective may be handed to another thread (a session's
+/// worker) and joined there.
+#[test]
+fn pending_collectives_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Pending>();
+}
+
 /// This machine's NCCL loads, or is E0721 (every machine without it), the
 /// same at every call.
 #[test]
