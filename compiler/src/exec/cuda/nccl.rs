@@ -6,7 +6,10 @@
 //! instead (the `libnccl.so.2` a Python environment ships, say). A missing
 //! library, one without NCCL's functions or one older than 2.10 is E0721
 //! naming it, never a panic. A collective over one GPU needs no NCCL (it is
-//! a copy on that GPU).
+//! a copy on that GPU). The library is loaded here (libloading), not by
+//! cudarc's NCCL module: cudarc looks for other file names than the
+//! soname `libnccl.so.2` that NCCL's runtime packages install, and panics
+//! at the first call when it finds none.
 //!
 //! # The collectives
 //!
