@@ -948,7 +948,9 @@ fn copy_strided(
             c.whole_pitch,
         )
     };
-    copy_2d(stream, dst, dpitch, src, spitch, c.width, c.height)
+    copy_2d(
+        stream, dst, dpitch, src, spitch, c.width, c.height, MAX_PITCH,
+    )
 }
 
 /// The largest pitch `cuMemcpy2D` takes on every GPU.
@@ -957,7 +959,9 @@ const MAX_PITCH: usize = i32::MAX as usize;
 /// `height` rows of `width` bytes from `src` (rows `spitch` apart) to
 /// `dst` (rows `dpitch` apart), device to device on `stream` (a
 /// communication stream: the blocks are the executor context's on the same
-/// GPU, which a copy reaches by unified addressing).
+/// GPU, which a copy reaches by unified addressing). Pitches past
+/// `max_pitch` are copied a row at a time.
+#[allow(clippy::too_many_arguments)]
 fn copy_2d(
     stream: &CudaStream,
     dst: u64,
@@ -966,6 +970,7 @@ fn copy_2d(
     spitch: usize,
     width: usize,
     height: usize,
+    max_pitch: usize,
 ) -> Result<(), DriverError> {
     use cudarc::driver::result::memcpy_dtod_async;
     if width == 0 || height == 0 {
@@ -980,7 +985,7 @@ fn copy_2d(
         // the rows are packed; the stream's context is current.
         return unsafe { memcpy_dtod_async(dst, src, width * height, s) };
     }
-    if spitch > MAX_PITCH || dpitch > MAX_PITCH {
+    if spitch > max_pitch || dpitch > max_pitch {
         for row in 0..height {
             // SAFETY: row `row` of each layout lies within its block (as
             // above), `width` bytes from the row's start.
@@ -1194,8 +1199,17 @@ fn queue(
     let Some(lib) = lib else {
         // One GPU: whatever the collective, the output is its input.
         let b = bufs[0];
-        return copy_2d(&streams[0], b.recv, 0, b.send, 0, out_bytes[0], 1)
-            .map_err(|e| failed(0, e));
+        return copy_2d(
+            &streams[0],
+            b.recv,
+            0,
+            b.send,
+            0,
+            out_bytes[0],
+            1,
+            MAX_PITCH,
+        )
+        .map_err(|e| failed(0, e));
     };
     let n = gpus.len();
     // Strided blocks are packed block-major first (see `Split`).

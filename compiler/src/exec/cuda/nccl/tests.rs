@@ -3,7 +3,10 @@
 //! one GPU (no NCCL: a copy) and on sets of two or more GPUs when the
 //! machine has them and NCCL, and are skipped otherwise (saying why). On a
 //! multi-GPU machine:
-//! `cargo test --release -p tessera-compiler --lib exec::cuda::nccl -- --nocapture`.
+//! `NCCL_NVLS_ENABLE=0 TESSERA_NCCL_TEST_GPUS=4 cargo test --release -p
+//! tessera-compiler --lib exec::cuda::nccl -- --nocapture`, where
+//! `TESSERA_NCCL_TEST_GPUS` turns the skips of sets of up to that many GPUs
+//! into failures (a machine without the GPUs or the NCCL the run is for).
 
 use super::*;
 use crate::exec::cuda::tests::ONE_AT_A_TIME;
@@ -287,6 +290,10 @@ fn this_machines_nccl_loads_or_is_e0721() {
 // ---------------------------------------------------------------------------
 // On GPUs
 
+/// How many GPUs (with NCCL) a run must have: its GPU tests fail instead
+/// of being skipped on sets of up to that many GPUs.
+const REQUIRED_ENV: &str = "TESSERA_NCCL_TEST_GPUS";
+
 /// Fresh contexts on GPUs `ordinals` (rank order) and the lock of the GPU
 /// tests, or `None` (the test is skipped, saying why) when the machine has
 /// no such GPUs or, for two or more, no NCCL.
@@ -295,32 +302,36 @@ fn open_set(
     ordinals: &[usize],
 ) -> Option<(std::sync::MutexGuard<'static, ()>, Vec<Arc<Gpu>>)> {
     let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let required = std::env::var(REQUIRED_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let skip = |why: String| {
+        assert!(
+            ordinals.len() > required,
+            "{test} on {ordinals:?} cannot run ({why}), and {REQUIRED_ENV}={required}"
+        );
+        eprintln!("{test}: skipped on {ordinals:?}: {why}");
+        None
+    };
     let count = match super::super::list_gpus() {
         Ok(v) => v.len(),
-        Err(e) => {
-            eprintln!("{test}: skipped, no GPU ({e})");
-            return None;
-        }
+        Err(e) => return skip(format!("no GPU ({e})")),
     };
     if ordinals.iter().any(|&o| o >= count) {
-        eprintln!("{test}: skipped on {ordinals:?}: the machine has {count} GPUs");
-        return None;
+        return skip(format!("the machine has {count} GPUs"));
     }
     if ordinals.len() > 1 {
         if let Err(e) = library() {
             assert_eq!(e.code, "E0721", "{e:?}");
-            eprintln!("{test}: skipped on {ordinals:?}, no NCCL ({})", e.message);
-            return None;
+            return skip(format!("no NCCL ({})", e.message));
         }
     }
     let mut out = Vec::new();
     for &o in ordinals {
         match Gpu::open(o) {
             Ok(g) => out.push(Arc::new(g)),
-            Err(e) => {
-                eprintln!("{test}: skipped, cuda:{o} does not open ({e})");
-                return None;
-            }
+            Err(e) => return skip(format!("cuda:{o} does not open ({e})")),
         }
     }
     Some((lock, out))
@@ -840,5 +851,67 @@ fn f8_is_reduced_or_refused() {
                 assert!(e.message.contains("not supported by NCCL"), "{}", e.message);
             }
         }
+    }
+}
+
+/// The strided copies on a communication stream, by the driver's 2D copy
+/// and row by row (the path of pitches past its limit), and a packed one,
+/// move what the host simulation of the same copies moves.
+#[test]
+fn strided_copies_on_the_gpu_match_the_host() {
+    let Some((_one, gpus)) = open_set("strided_copies_on_the_gpu_match_the_host", &[0]) else {
+        return;
+    };
+    let g = &gpus[0];
+    let stream = g.comm.stream(g.info.ordinal).unwrap();
+    let shape = [3, 7, 5];
+    let split = Split::new(&shape, 1, array_split(7, 3), 2);
+    let whole: Vec<u8> = (0..210usize).map(|i| (i * 7 % 251) as u8).collect();
+    let mut want = vec![0u8; whole.len()];
+    for c in split.copies() {
+        apply(&c, &mut whole.clone(), &mut want, true);
+    }
+    for max_pitch in [MAX_PITCH, 0] {
+        let src = g.pool.alloc(whole.len()).unwrap();
+        let dst = g.pool.alloc(whole.len()).unwrap();
+        src.write(&whole).unwrap();
+        for c in split.copies() {
+            let (s, d) = (
+                src.address() + c.whole as u64,
+                dst.address() + c.block as u64,
+            );
+            copy_2d(
+                &stream,
+                d,
+                c.block_pitch,
+                s,
+                c.whole_pitch,
+                c.width,
+                c.height,
+                max_pitch,
+            )
+            .unwrap();
+        }
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; whole.len()];
+        dst.read(&mut got).unwrap();
+        assert_eq!(got, want, "max pitch {max_pitch}");
+        // Packed rows: one copy.
+        let back = g.pool.alloc(whole.len()).unwrap();
+        copy_2d(
+            &stream,
+            back.address(),
+            30,
+            dst.address(),
+            30,
+            30,
+            7,
+            max_pitch,
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        let mut again = vec![0u8; whole.len()];
+        back.read(&mut again).unwrap();
+        assert_eq!(again, want, "packed, max pitch {max_pitch}");
     }
 }
