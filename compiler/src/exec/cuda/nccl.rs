@@ -43,20 +43,22 @@
 //! sizes use one `ncclBroadcast` (gather) or `ncclReduce` (scatter) per
 //! rank, grouped. Along an axis with dims before it (`outer` > 1) the
 //! blocks are not contiguous in the whole tensor: they go through a staging
-//! buffer in block order, placed or packed with strided copies
-//! (`cuMemcpy2DAsync`: `outer` rows, a block's row is its size along `axis`
-//! times the dims after it).
+//! buffer in block order, packed (reduce-scatter) on the compute streams
+//! before the collective or placed (all-gather) there at the join, with
+//! strided copies (`cuMemcpy2DAsync`: `outer` rows, a block's row is its
+//! size along `axis` times the dims after it).
 //!
 //! # Streams, and overlapping a collective with kernels
 //!
 //! Each GPU gets a communication stream of its own beside the compute
 //! stream its kernels and copies use (in the device's primary context,
-//! where NCCL launches its kernels; they and the copies there reach the
-//! executor's tensors by address). A collective records an event on
+//! where NCCL launches its kernels, which reach the executor's tensors by
+//! address; only NCCL's kernels run there). A collective records an event on
 //! each compute stream (the inputs are ready), makes the communication
 //! stream wait for it, issues NCCL's calls there (grouped:
 //! `ncclGroupStart`/`ncclGroupEnd`, so one thread drives every GPU) and
-//! records an event after them. The host does not wait.
+//! records an event after them. The host does not wait. A collective over
+//! one GPU is a copy on its compute stream.
 //!
 //! The `*_async` functions return a [`Pending`]: the collective is running
 //! and kernels on the compute streams go on meanwhile. [`Pending::join`]
@@ -862,6 +864,10 @@ pub struct Pending {
     /// Recorded on each communication stream after the collective.
     ends: Vec<Arc<CudaEvent>>,
     outputs: Vec<Tensor>,
+    /// Per rank, the copies that place the gathered blocks from the
+    /// staging (block-major) into the output (see `Split`), with the
+    /// output's and the staging's addresses.
+    place: Vec<(Vec<Strided>, u64, u64)>,
     /// The inputs (and private copies of them), kept until the streams are
     /// ordered: their memory is not reused meanwhile.
     _inputs: Vec<Tensor>,
@@ -874,11 +880,13 @@ impl Pending {
     /// that GPU (the host does not wait) and gives the outputs, one per
     /// rank: kernels and copies on those GPUs from now on see them.
     pub fn join(mut self) -> Result<Vec<Tensor>, ExecError> {
-        self.order()?;
+        self.order(true)?;
         Ok(std::mem::take(&mut self.outputs))
     }
 
-    fn order(&mut self) -> Result<(), ExecError> {
+    /// Orders the compute streams after the collective, then (`place`)
+    /// queues there the copies that place strided blocks.
+    fn order(&mut self, place: bool) -> Result<(), ExecError> {
         if self.joined {
             return Ok(());
         }
@@ -892,13 +900,25 @@ impl Pending {
                 first.get_or_insert_with(|| g.failed(&self.what, e));
             }
         }
-        first.map_or(Ok(()), Err)
+        if let Some(e) = first {
+            return Err(e);
+        }
+        if place {
+            for (g, (copies, out, staging)) in self.gpus.iter().zip(&self.place) {
+                for c in copies {
+                    copy_strided(&g.stream, c, *out, *staging, false)
+                        .map_err(|e| g.failed(&self.what, e))?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let _ = self.order();
+        // The outputs are not used: nothing to place.
+        let _ = self.order(false);
     }
 }
 
@@ -957,9 +977,8 @@ fn copy_strided(
 const MAX_PITCH: usize = i32::MAX as usize;
 
 /// `height` rows of `width` bytes from `src` (rows `spitch` apart) to
-/// `dst` (rows `dpitch` apart), device to device on `stream` (a
-/// communication stream: the blocks are the executor context's on the same
-/// GPU, which a copy reaches by unified addressing). Pitches past
+/// `dst` (rows `dpitch` apart), device to device on `stream` (a GPU's
+/// compute stream, whose context holds the blocks). Pitches past
 /// `max_pitch` are copied a row at a time.
 #[allow(clippy::too_many_arguments)]
 fn copy_2d(
@@ -1000,8 +1019,6 @@ fn copy_2d(
         }
         return Ok(());
     }
-    // Unified addresses: the driver finds the context each block is in
-    // (the executor's, not the stream's).
     let copy = cu::CUDA_MEMCPY2D {
         srcXInBytes: 0,
         srcY: 0,
@@ -1114,16 +1131,20 @@ fn issue(
             staging.push(b);
         }
     }
-    // Events and streams, made before any work is queued.
+    // Events and streams, made before any work is queued. One GPU's
+    // collective is a copy on its compute stream.
     let what_failed = |g: &Gpu, e: DriverError| g.failed(&what, e);
     let mut streams = Vec::with_capacity(n);
     let mut starts = Vec::with_capacity(n);
     let mut ends = Vec::with_capacity(n);
     for g in &gpus {
-        let stream = g
-            .comm
-            .stream(g.info.ordinal)
-            .map_err(|e| what_failed(g, e))?;
+        let stream = match lib {
+            Some(_) => g
+                .comm
+                .stream(g.info.ordinal)
+                .map_err(|e| what_failed(g, e))?,
+            None => g.stream.clone(),
+        };
         // In the stream's context, where they are recorded.
         let timed = || {
             stream
@@ -1134,24 +1155,49 @@ fn issue(
         ends.push(Arc::new(timed().map_err(|e| what_failed(g, e))?));
         streams.push(stream);
     }
+    // Strided blocks are packed block-major on the compute streams (in
+    // the executor's context, as every copy of its tensors), and placed
+    // from the staging there at the join.
+    let mut place = Vec::new();
+    match &kind {
+        Kind::ReduceScatter(_, split) if bufs[0].staging != 0 => {
+            for (g, b) in gpus.iter().zip(&bufs) {
+                for c in split.copies() {
+                    copy_strided(&g.stream, &c, b.send, b.staging, true)
+                        .map_err(|e| what_failed(g, e))?;
+                }
+            }
+        }
+        Kind::AllGather(split) if bufs[0].staging != 0 => {
+            place = bufs
+                .iter()
+                .map(|b| (split.copies(), b.recv, b.staging))
+                .collect();
+        }
+        _ => {}
+    }
     let pending = Pending {
         what: what.clone(),
         gpus: gpus.clone(),
         ends,
         outputs,
+        place,
         _inputs: inputs,
         _staging: staging,
         joined: false,
     };
     // Each communication stream starts when its compute stream's work so
-    // far (the inputs' copies, the kernels that wrote them) is done.
+    // far (the inputs' copies, the kernels that wrote them, the packing)
+    // is done.
     for (r, g) in gpus.iter().enumerate() {
-        let ready = g
-            .ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(|e| what_failed(g, e))?;
-        ready.record(&g.stream).map_err(|e| what_failed(g, e))?;
-        streams[r].wait(&ready).map_err(|e| what_failed(g, e))?;
+        if lib.is_some() {
+            let ready = g
+                .ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(|e| what_failed(g, e))?;
+            ready.record(&g.stream).map_err(|e| what_failed(g, e))?;
+            streams[r].wait(&ready).map_err(|e| what_failed(g, e))?;
+        }
         starts[r]
             .record(&streams[r])
             .map_err(|e| what_failed(g, e))?;
@@ -1160,9 +1206,23 @@ fn issue(
         .iter()
         .map(|s| s.iter().product::<usize>() * elem)
         .collect();
-    let queued = queue(
-        &kind, lib, reduce, &gpus, &streams, &bufs, &out_bytes, elem, &what,
-    );
+    let queued = match lib {
+        Some(lib) => queue(
+            &kind, lib, reduce, &gpus, &streams, &bufs, &out_bytes, elem, &what,
+        ),
+        // Whatever the collective, one GPU's output is its input.
+        None => copy_2d(
+            &streams[0],
+            bufs[0].recv,
+            0,
+            bufs[0].send,
+            0,
+            out_bytes[0],
+            1,
+            MAX_PITCH,
+        )
+        .map_err(|e| what_failed(&gpus[0], e)),
+    };
     // The end events are recorded even after a failure, so that dropping
     // `pending` orders the compute streams after whatever was queued.
     let mut recorded = Ok(());
@@ -1186,7 +1246,7 @@ const BYTES: c_int = 1;
 #[allow(clippy::too_many_arguments)]
 fn queue(
     kind: &Kind,
-    lib: Option<&'static Nccl>,
+    lib: &'static Nccl,
     reduce: Option<(c_int, c_int)>,
     gpus: &[Arc<Gpu>],
     streams: &[Arc<CudaStream>],
@@ -1195,34 +1255,7 @@ fn queue(
     elem: usize,
     what: &str,
 ) -> Result<(), ExecError> {
-    let failed = |r: usize, e: DriverError| gpus[r].failed(what, e);
-    let Some(lib) = lib else {
-        // One GPU: whatever the collective, the output is its input.
-        let b = bufs[0];
-        return copy_2d(
-            &streams[0],
-            b.recv,
-            0,
-            b.send,
-            0,
-            out_bytes[0],
-            1,
-            MAX_PITCH,
-        )
-        .map_err(|e| failed(0, e));
-    };
     let n = gpus.len();
-    // Strided blocks are packed block-major first (see `Split`).
-    if let Kind::ReduceScatter(_, split) = kind {
-        if !split.contiguous() {
-            for (r, b) in bufs.iter().enumerate() {
-                for c in split.copies() {
-                    copy_strided(&streams[r], &c, b.send, b.staging, true)
-                        .map_err(|e| failed(r, e))?;
-                }
-            }
-        }
-    }
     let (ty, op) = reduce.unwrap_or((BYTES, 0));
     {
         let mut cache = COMMS.lock().unwrap_or_else(|p| p.into_inner());
@@ -1359,17 +1392,6 @@ fn queue(
             // Aborted (dropped): they may hold half a collective.
             cache.remove(set);
             return Err(nccl_error(lib, what, code));
-        }
-    }
-    // Strided blocks are placed from the block-major staging.
-    if let Kind::AllGather(split) = kind {
-        if !split.contiguous() {
-            for (r, b) in bufs.iter().enumerate() {
-                for c in split.copies() {
-                    copy_strided(&streams[r], &c, b.recv, b.staging, false)
-                        .map_err(|e| failed(r, e))?;
-                }
-            }
         }
     }
     Ok(())

@@ -854,7 +854,7 @@ fn f8_is_reduced_or_refused() {
     }
 }
 
-/// The strided copies on a communication stream, by the driver's 2D copy
+/// The strided copies on a compute stream, by the driver's 2D copy
 /// and row by row (the path of pitches past its limit), and a packed one,
 /// move what the host simulation of the same copies moves.
 #[test]
@@ -863,7 +863,7 @@ fn strided_copies_on_the_gpu_match_the_host() {
         return;
     };
     let g = &gpus[0];
-    let stream = g.comm.stream(g.info.ordinal).unwrap();
+    let stream = g.stream.clone();
     let shape = [3, 7, 5];
     let split = Split::new(&shape, 1, array_split(7, 3), 2);
     let whole: Vec<u8> = (0..210usize).map(|i| (i * 7 % 251) as u8).collect();
