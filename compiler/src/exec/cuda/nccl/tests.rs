@@ -789,6 +789,76 @@ fn communicators_are_made_once_per_set() {
     };
     run(&fresh);
     assert_eq!(made(), start + 3);
+    // The sets of contexts that are gone are aborted at the next
+    // collective: only the fresh one is left.
+    drop((gpus, reversed));
+    run(&fresh);
+    assert_eq!(made(), start + 3);
+    let left: Vec<Vec<u64>> = COMMS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|c| c.owners.clone())
+        .collect();
+    let owners: Vec<u64> = fresh.iter().map(|g| g.owner()).collect();
+    assert_eq!(left, vec![owners]);
+}
+
+/// NCCL's error codes become E0730 with NCCL's name and text for them
+/// (wherever NCCL loads: no GPU is needed).
+#[test]
+fn nccl_errors_are_e0730() {
+    let Ok(lib) = library() else {
+        eprintln!("nccl_errors_are_e0730: skipped, no NCCL");
+        return;
+    };
+    let e = nccl_error(lib, "all_reduce (sum) over cuda:0, cuda:1", 4);
+    assert_eq!(e.code, "E0730");
+    assert!(
+        e.message.starts_with(
+            "all_reduce (sum) over cuda:0, cuda:1 failed: NCCL says ncclInvalidArgument"
+        ),
+        "{}",
+        e.message
+    );
+    assert!(e.help.unwrap().contains("NCCL_DEBUG=WARN"));
+    let e = nccl_error(lib, "x", 1);
+    assert!(
+        e.message.contains("ncclUnhandledCudaError"),
+        "{}",
+        e.message
+    );
+}
+
+/// Past `TIMINGS_CAP` collectives, the finished ones' times are summed as
+/// new ones come; every one is counted and timed.
+#[test]
+fn many_collectives_sum_their_times_as_they_go() {
+    let Some((_one, gpus)) = open_set("many_collectives_sum_their_times_as_they_go", &[0]) else {
+        return;
+    };
+    let g = &gpus[0];
+    let x = tensor(&[1 << 16], DType::F32, 2, g, false);
+    for _ in 0..TIMINGS_CAP + 6 {
+        let out = all_reduce(&[(g.clone(), x.clone())], ReduceOp::Sum).unwrap();
+        // Read: the collective has finished before the next is noted.
+        assert_eq!(out[0].to_f64_vec()[1], x.to_f64_vec()[1]);
+    }
+    assert_eq!(g.collectives(), (TIMINGS_CAP + 6) as u64);
+    let pending = g
+        .comm
+        .timings
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .len();
+    assert!(pending <= TIMINGS_CAP + 1, "{pending} timings not summed");
+    assert!(g.collective_time() > Duration::ZERO);
+    assert!(g
+        .comm
+        .timings
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_empty());
 }
 
 /// A GPU twice, a broken GPU, mismatched shapes and a dtype NCCL cannot
