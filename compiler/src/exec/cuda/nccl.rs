@@ -1276,10 +1276,11 @@ fn queue(
         for (r, b) in bufs.iter().enumerate() {
             let (comm, s) = (comms[r], streams[r].cu_stream() as Stream);
             // SAFETY (every call below): `comm` is rank `r`'s communicator of
-            // this set of GPUs and `s` the communication stream of rank `r`'s
-            // context; each pointer is a live block of that context
-            // (`issue` allocated or located it, and `Pending` holds it until
-            // the compute streams are ordered after the stream) holding at
+            // this set of GPUs and `s` rank `r`'s communication stream (in
+            // its GPU's primary context, which NCCL uses); each pointer is a
+            // live block of the executor's context on that GPU (`issue`
+            // allocated or located it, and `Pending` holds it until the
+            // compute streams are ordered after the stream) holding at
             // least the bytes the call reads or writes: `send` the input
             // (the whole tensor, or shard `r`: block `r`), `recv` the output
             // (`out_bytes[r]`), `staging` the whole tensor's bytes in
