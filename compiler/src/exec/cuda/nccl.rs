@@ -713,6 +713,8 @@ impl PerGpu {
     /// Adds the finished collectives' times (all of them, waiting for the
     /// unfinished, when `wait`).
     fn sum(&self, wait: bool) {
+        // Reading the events makes their (primary) context current.
+        let _current = KeepCurrent::new();
         let mut t = self.timings.lock().unwrap_or_else(|p| p.into_inner());
         t.retain(|(start, end)| {
             if !wait {
