@@ -809,9 +809,9 @@ impl Drop for KeepCurrent {
         if let Some(c) = self.0 {
             // SAFETY: `c` was current on this thread when saved (so it was
             // alive then) and is alive now: a context is destroyed only
-            // with its `Gpu` (or a primary one when its last holder lets
-            // go), and the collective holds the `Gpu`s it uses while their
-            // owners hold theirs.
+            // when its `Gpu` drops (a primary one when its last holder lets
+            // go), and nothing between the save and this drops a `Gpu`
+            // (the callers hold theirs, the collective its own clones).
             let _ = unsafe { cudarc::driver::result::ctx::set_current(c) };
         }
     }
