@@ -117,8 +117,9 @@ const MIN_VERSION: (u32, u32) = (2, 10);
 /// The first NCCL with the f8 types.
 const F8_VERSION: (u32, u32) = (2, 24);
 
-/// An elementwise reduction of a collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An elementwise reduction of a collective (the same as
+/// `exec::dist::ReduceOp`, which can replace it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     Sum,
     Max,
@@ -128,7 +129,16 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    /// `"sum"`, `"max"`, `"min"` or `"mean"`.
+    pub fn parse(s: &str) -> Option<ReduceOp> {
+        Some(match s {
+            "sum" => ReduceOp::Sum,
+            "max" => ReduceOp::Max,
+            "min" => ReduceOp::Min,
+            "mean" => ReduceOp::Mean,
+            _ => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
@@ -137,22 +147,15 @@ impl ReduceOp {
             ReduceOp::Mean => "mean",
         }
     }
+}
 
-    /// The op [`ReduceOp::name`] gives `name`.
-    pub fn from_name(name: &str) -> Option<ReduceOp> {
-        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean]
-            .into_iter()
-            .find(|op| op.name() == name)
-    }
-
-    /// NCCL's `ncclRedOp_t`.
-    fn nccl(self) -> c_int {
-        match self {
-            ReduceOp::Sum => 0,
-            ReduceOp::Max => 2,
-            ReduceOp::Min => 3,
-            ReduceOp::Mean => 4,
-        }
+/// NCCL's `ncclRedOp_t` for `op`.
+fn nccl_op(op: ReduceOp) -> c_int {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Mean => 4,
     }
 }
 
@@ -1087,7 +1090,7 @@ fn issue(
             if let Some(lib) = lib {
                 check_f8(lib, &gpus, dtype, *op)?;
             }
-            Some((ty, op.nccl()))
+            Some((ty, nccl_op(*op)))
         }
         _ => None,
     };

@@ -187,13 +187,13 @@ fn what_nccl_cannot_reduce_is_e0721() {
 #[test]
 fn ops_have_names_and_nccl_codes() {
     for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean] {
-        assert_eq!(ReduceOp::from_name(op.name()), Some(op));
+        assert_eq!(ReduceOp::parse(op.name()), Some(op));
     }
-    assert_eq!(ReduceOp::from_name("prod"), None);
+    assert_eq!(ReduceOp::parse("prod"), None);
     // ncclSum, ncclMax, ncclMin, ncclAvg.
     let codes: Vec<c_int> = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean]
-        .iter()
-        .map(|op| op.nccl())
+        .into_iter()
+        .map(nccl_op)
         .collect();
     assert_eq!(codes, vec![0, 2, 3, 4]);
 }
