@@ -71,6 +71,10 @@ pub(crate) trait DeviceBuffer: Send + Sync {
     fn copy_from_device(&self, src: &dyn DeviceBuffer) -> Result<(), ExecError>;
     /// The device address of the first byte.
     fn address(&self) -> u64;
+    /// Waits until the work queued on the GPU before this call (the
+    /// writers of these bytes, collectives included) has finished, before
+    /// another GPU reads the bytes.
+    fn settle(&self) -> Result<(), ExecError>;
     /// Which GPU context holds it (a context made after a sticky error has
     /// a new one).
     fn owner(&self) -> u64;
@@ -927,6 +931,30 @@ impl Tensor {
         *t.storage.mirror() = Some(Mirror {
             buf,
             current: Current::Both,
+        });
+        Ok(t)
+    }
+
+    /// A tensor whose elements a GPU is about to write into `buf` (a block
+    /// of `shape`'s bytes, contents undefined): the device copy is the
+    /// current one, the host's (lazily zeroed) is read back when the host
+    /// reads the tensor. No byte is written here.
+    pub(crate) fn written_on_device(
+        shape: &[usize],
+        dtype: DType,
+        buf: Box<dyn DeviceBuffer>,
+    ) -> Result<Tensor, ExecError> {
+        let bytes = checked_numel(shape, dtype)? * dtype.bytes() as usize;
+        // Refused as `zeros_on_device` refuses: a read-back may not fail.
+        if bytes >= ASK_SYSTEM_FROM {
+            if let Some(a) = memory_available().filter(|a| bytes as u64 > *a) {
+                return Err(out_of_memory(shape, dtype, bytes, Some(a)));
+            }
+        }
+        let t = Tensor::from_data(shape, dtype, Data::lazy_zeros(shape, dtype)?);
+        *t.storage.mirror() = Some(Mirror {
+            buf,
+            current: Current::Device,
         });
         Ok(t)
     }

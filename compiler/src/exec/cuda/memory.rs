@@ -269,11 +269,14 @@ impl DeviceBuffer for Block {
 
     fn copy_from_device(&self, src: &dyn DeviceBuffer) -> Result<(), ExecError> {
         let what = format!("copying {} bytes between GPUs", self.len);
+        // This stream is not ordered after the other GPU's (a collective
+        // may still be writing the source there).
+        src.settle()?;
         // SAFETY: both blocks hold `len` bytes (the caller's tensor's) and are
         // alive for the call; with unified addressing (every 64-bit CUDA
         // platform) a device-to-device copy may name another GPU's memory.
-        // The source's writers have finished (every launch is waited for),
-        // and this stream is synchronised before the block is used.
+        // The source's writers have finished (settled above), and this
+        // stream is synchronised before the block is used.
         self.on_stream(&what, |s| unsafe {
             result::memcpy_dtod_async(self.ptr, src.address(), self.len, s)
                 .and_then(|()| result::stream::synchronize(s))
@@ -282,6 +285,16 @@ impl DeviceBuffer for Block {
 
     fn address(&self) -> u64 {
         self.ptr
+    }
+
+    fn settle(&self) -> Result<(), ExecError> {
+        // The compute stream: a collective's result is waited for there
+        // (see `nccl::Pending::join`).
+        // SAFETY: the stream belongs to the block's context, made current
+        // by `on_stream`; synchronising only waits.
+        self.on_stream("waiting for the GPU's work", |s| unsafe {
+            result::stream::synchronize(s)
+        })
     }
 
     fn owner(&self) -> u64 {

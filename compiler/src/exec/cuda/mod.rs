@@ -26,6 +26,7 @@
 pub mod disk_cache;
 pub mod jit;
 mod memory;
+pub mod nccl;
 pub use memory::MemoryStats;
 
 use std::collections::HashMap;
@@ -95,6 +96,8 @@ pub struct Gpu {
     /// The occupancy's denominator.
     max_threads_per_sm: u32,
     counters: Counters,
+    /// The communication stream and the collectives' timings (`nccl`).
+    comm: nccl::PerGpu,
 }
 
 /// Device copies of the tensors a kernel writes (see [`Gpu::save_written`]).
@@ -504,6 +507,7 @@ impl Gpu {
             driver_version,
             max_threads_per_sm,
             counters: Counters::default(),
+            comm: nccl::PerGpu::default(),
         })
     }
 
@@ -523,6 +527,21 @@ impl Gpu {
     /// How many kernels were launched so far.
     pub fn launches(&self) -> u64 {
         self.launch_count.load(Ordering::Relaxed)
+    }
+
+    /// The summed run time of the collectives issued on this GPU so far
+    /// (`nccl`), measured on the GPU (events on its communication stream,
+    /// each from the moment its inputs were ready): the sibling of
+    /// [`Gpu::kernel_time`], which does not include them. Waits for the
+    /// collectives still running.
+    pub fn collective_time(&self) -> Duration {
+        self.comm.settle();
+        self.comm.time()
+    }
+
+    /// How many collectives were issued on this GPU so far.
+    pub fn collectives(&self) -> u64 {
+        self.comm.count()
     }
 
     /// Which context this is: tensors' device copies name it.
@@ -705,25 +724,33 @@ impl Gpu {
     /// A tensor of zeros made on this GPU (the host's copy costs nothing
     /// until the host reads it).
     pub fn zeros(&self, shape: &[usize], dtype: DType) -> Result<super::Tensor, ExecError> {
-        let pool = &self.pool;
-        super::Tensor::zeros_on_device(shape, dtype, |bytes| {
-            pool.alloc(bytes).map_err(|e| {
-                if !e.message.contains("CUDA_ERROR_OUT_OF_MEMORY") {
-                    return e;
-                }
-                // E0713 as on the host, naming the GPU's memory.
-                let free = self.ctx.mem_get_info().ok();
-                let mut err = super::tensor::out_of_memory(shape, dtype, bytes, None);
-                err.help = Some(match free {
-                    Some((free, total)) => format!(
-                        "only {} of the GPU's {} is free on the GPU (after giving back the blocks kept for reuse); use smaller tensors, or let go of some",
-                        super::tensor::human_bytes(free as u64),
-                        super::tensor::human_bytes(total as u64)
-                    ),
-                    None => "the GPU's memory is full; use smaller tensors, or let go of some".to_string(),
-                });
-                err
-            })
+        super::Tensor::zeros_on_device(shape, dtype, |bytes| self.alloc_for(shape, dtype, bytes))
+    }
+
+    /// A block for a tensor of `shape` and `dtype` (`bytes` long): E0713
+    /// naming the GPU's memory when it is full.
+    fn alloc_for(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        bytes: usize,
+    ) -> Result<Box<dyn DeviceBuffer>, ExecError> {
+        self.pool.alloc(bytes).map_err(|e| {
+            if !e.message.contains("CUDA_ERROR_OUT_OF_MEMORY") {
+                return e;
+            }
+            // E0713 as on the host, naming the GPU's memory.
+            let free = self.ctx.mem_get_info().ok();
+            let mut err = super::tensor::out_of_memory(shape, dtype, bytes, None);
+            err.help = Some(match free {
+                Some((free, total)) => format!(
+                    "only {} of the GPU's {} is free on the GPU (after giving back the blocks kept for reuse); use smaller tensors, or let go of some",
+                    super::tensor::human_bytes(free as u64),
+                    super::tensor::human_bytes(total as u64)
+                ),
+                None => "the GPU's memory is full; use smaller tensors, or let go of some".to_string(),
+            });
+            err
         })
     }
 

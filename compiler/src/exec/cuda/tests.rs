@@ -75,7 +75,7 @@ store(out[i : i + BLOCK], load(x[i : i + BLOCK]) + load(y[i : i + BLOCK]))\n";
 
 /// GPU tests run one at a time: one of them breaks the (shared, primary)
 /// context on purpose.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+pub(super) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The GPU (and the lock that keeps the other GPU tests waiting), or `None`
 /// with a message saying why the test is skipped.
