@@ -734,10 +734,11 @@ fn time(
 ) -> Result<Next, Diagnostic> {
     // At least 3 runs, more while the total stays under about a second (at most 50).
     let mut times = Vec::new();
-    // On a GPU: each run's summed kernel time, measured there (and how many
-    // launches a run made).
+    // On a GPU: each run's summed kernel and collective (NCCL) time, on
+    // every GPU of the session, measured there with events (and how many
+    // launches and collectives a run made).
     let mut gpu_times = Vec::new();
-    let mut launches = 0;
+    let (mut launches, mut collectives) = (0, 0);
     let started = Instant::now();
     let mut sink = Vec::new();
     while times.len() < 3 || (started.elapsed().as_secs_f64() < 1.0 && times.len() < 50) {
@@ -745,8 +746,12 @@ fn time(
         // replaces its GPU, which needs the last hold on the old one.
         let on_gpu = |s: &Session| {
             s.gpu_info().map(|_| {
-                s.open_gpus().fold((Duration::ZERO, 0), |(k, n), g| {
-                    (k + g.kernel_time(), n + g.launches())
+                s.open_gpus().fold((Duration::ZERO, 0, 0), |(k, n, c), g| {
+                    (
+                        k + g.kernel_time() + g.collective_time(),
+                        n + g.launches(),
+                        c + g.collectives(),
+                    )
                 })
             })
         };
@@ -757,19 +762,25 @@ fn time(
             return Ok(Next::Continue);
         }
         times.push(t0.elapsed().as_secs_f64());
-        if let (Some((k1, n1)), Some((k0, n0))) = (on_gpu(session), before) {
+        if let (Some((k1, n1, c1)), Some((k0, n0, c0))) = (on_gpu(session), before) {
             gpu_times.push(k1.saturating_sub(k0).as_secs_f64());
             launches = n1.saturating_sub(n0);
+            collectives = c1.saturating_sub(c0);
         }
     }
     times.sort_by(|a, b| a.total_cmp(b));
     gpu_times.sort_by(|a, b| a.total_cmp(b));
     let median = times[times.len() / 2];
     let gpu_part = match gpu_times.get(gpu_times.len() / 2) {
-        Some(g) if launches > 0 => format!(
-            "; on the GPU: median {} in {launches} launch{}",
+        Some(g) if launches + collectives > 0 => format!(
+            "; on the GPU: median {} in {launches} launch{}{}",
             format_seconds(*g),
-            if launches == 1 { "" } else { "es" }
+            if launches == 1 { "" } else { "es" },
+            match collectives {
+                0 => String::new(),
+                1 => " and 1 collective".to_string(),
+                c => format!(" and {c} collectives"),
+            }
         ),
         _ => String::new(),
     };

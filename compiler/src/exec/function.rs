@@ -652,7 +652,9 @@ fn run_steps(
                 let dst = view(ctx, *output, &dims_of(&s.buffer(*output).dims, env)?)?;
                 match ctx.spmd {
                     Some(m) => {
-                        let mine = m.group.collective(m.rank, *op, &src, interrupt)?;
+                        let mine = m
+                            .group
+                            .collective(m.rank, *op, &src, ctx.device, interrupt)?;
                         dst.assign(&mine, interrupt)?;
                     }
                     None => dst.assign(&src, interrupt)?,

@@ -260,6 +260,20 @@ impl Session {
                 ))
             }
         };
+        // On GPUs the collectives go through NCCL, each part on its GPU.
+        let gpus: Vec<std::sync::Arc<tessera::exec::cuda::Gpu>> = if kind == "cuda" {
+            d.devices()
+                .into_iter()
+                .map(|i| self.gpu_for_move(i, e.span))
+                .collect::<R<_>>()?
+        } else {
+            Vec::new()
+        };
+        let site = if kind == "cuda" {
+            dist::Site::Gpus(&gpus)
+        } else {
+            dist::Site::Host
+        };
         let out = match name {
             "gather" => {
                 let t = d
@@ -267,8 +281,8 @@ impl Session {
                     .map_err(|err| err.to_diagnostic(e.span))?;
                 return Ok(Val::Run(Value::Tensor(t)));
             }
-            "all_reduce" => run(dist::all_reduce(&d, op(ReduceOp::Sum)?, &interrupt))?,
-            "all_gather" => run(dist::all_gather(&d, &interrupt))?,
+            "all_reduce" => run(dist::all_reduce(&d, op(ReduceOp::Sum)?, site, &interrupt))?,
+            "all_gather" => run(dist::all_gather(&d, site, &interrupt))?,
             "reduce_scatter" => {
                 let axis_span = get("axis").map(|(_, s)| s).unwrap_or(e.span);
                 let axis = dist::normalize_axis(int("axis", 0)?, d.shape().len(), "reduce_scatter")
@@ -277,6 +291,7 @@ impl Session {
                     &d,
                     op(ReduceOp::Sum)?,
                     axis,
+                    site,
                     &interrupt,
                 ))?
             }
@@ -290,7 +305,7 @@ impl Session {
                         "e.g. `src=0`",
                     )
                 })?;
-                run(dist::broadcast(&d, src, &interrupt)).map_err(|mut err| {
+                run(dist::broadcast(&d, src, site, &interrupt)).map_err(|mut err| {
                     err.span = span;
                     err
                 })?

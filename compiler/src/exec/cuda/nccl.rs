@@ -117,37 +117,8 @@ const MIN_VERSION: (u32, u32) = (2, 10);
 /// The first NCCL with the f8 types.
 const F8_VERSION: (u32, u32) = (2, 24);
 
-/// An elementwise reduction of a collective (the same as
-/// `exec::dist::ReduceOp`, which can replace it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    Min,
-    /// The sum divided by the rank count (`ncclAvg`).
-    Mean,
-}
-
-impl ReduceOp {
-    pub fn parse(s: &str) -> Option<ReduceOp> {
-        Some(match s {
-            "sum" => ReduceOp::Sum,
-            "max" => ReduceOp::Max,
-            "min" => ReduceOp::Min,
-            "mean" => ReduceOp::Mean,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-            ReduceOp::Mean => "mean",
-        }
-    }
-}
+/// The reductions: the executor's one enum (`exec::dist`).
+pub use crate::exec::dist::ReduceOp;
 
 /// NCCL's `ncclRedOp_t` for `op`.
 fn nccl_op(op: ReduceOp) -> c_int {

@@ -13,7 +13,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::{combine, ReduceOp, E_DIST};
-use crate::exec::{ExecError, Interrupt, Tensor};
+use crate::exec::cuda::{nccl, Gpu};
+use crate::exec::{Device, ExecError, Interrupt, Tensor};
 use crate::ir::graph::{Collective, ReduceKind};
 
 /// One device's place in a group.
@@ -26,6 +27,8 @@ pub struct Member {
 #[derive(Default)]
 struct Round {
     parts: Vec<Option<Tensor>>,
+    /// Each member's GPU (`None`: the host).
+    gpus: Vec<Option<Arc<Gpu>>>,
     arrived: usize,
     results: Option<Result<Vec<Tensor>, ExecError>>,
     taken: usize,
@@ -45,6 +48,7 @@ impl Group {
             n,
             round: Mutex::new(Round {
                 parts: vec![None; n],
+                gpus: vec![None; n],
                 ..Round::default()
             }),
             cv: Condvar::new(),
@@ -108,12 +112,14 @@ impl Group {
         Ok(g)
     }
 
-    /// Member `rank`'s result of `op` over every member's `part`.
+    /// Member `rank`'s result of `op` over every member's `part`, which is
+    /// on `device`: through NCCL when every member's is a GPU.
     pub fn collective(
         &self,
         rank: usize,
         op: Collective,
         part: &Tensor,
+        device: &Device,
         interrupt: &Interrupt,
     ) -> Result<Tensor, ExecError> {
         let mut r = self.lock();
@@ -125,6 +131,10 @@ impl Group {
             return Err(e.clone());
         }
         r.parts[rank] = Some(part.clone());
+        r.gpus[rank] = match device {
+            Device::Cuda(g) => Some(g.clone()),
+            Device::Cpu => None,
+        };
         r.arrived += 1;
         if r.arrived == self.n {
             let parts: Vec<Tensor> = r
@@ -132,7 +142,11 @@ impl Group {
                 .iter_mut()
                 .map(|p| p.take().expect("every part arrived"))
                 .collect();
-            r.results = Some(compute(op, &parts, interrupt));
+            let gpus: Option<Vec<Arc<Gpu>>> = r.gpus.iter().cloned().collect();
+            r.results = Some(match gpus {
+                Some(gpus) => on_gpus(op, gpus, parts),
+                None => compute(op, &parts, interrupt),
+            });
             r.arrived = 0;
             self.cv.notify_all();
         }
@@ -200,6 +214,27 @@ fn compute(
     }
     out.push(one);
     Ok(out)
+}
+
+/// Every member's result through NCCL (the parts on their GPUs).
+fn on_gpus(
+    op: Collective,
+    gpus: Vec<Arc<Gpu>>,
+    parts: Vec<Tensor>,
+) -> Result<Vec<Tensor>, ExecError> {
+    let first = parts[0].shape().to_vec();
+    if parts.iter().any(|p| p.shape() != first.as_slice()) {
+        return compute(op, &parts, &Interrupt::new());
+    }
+    let parts: Vec<(Arc<Gpu>, Tensor)> = gpus.into_iter().zip(parts).collect();
+    match op {
+        Collective::AllReduce(kind) => nccl::all_reduce(&parts, reduce_op(kind)),
+        Collective::Broadcast { src } if src < parts.len() => nccl::broadcast(&parts, src),
+        Collective::Broadcast { .. } => {
+            let tensors: Vec<Tensor> = parts.into_iter().map(|(_, t)| t).collect();
+            compute(op, &tensors, &Interrupt::new())
+        }
+    }
 }
 
 /// The reduction of a Graph IR collective.

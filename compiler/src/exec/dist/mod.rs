@@ -30,8 +30,35 @@ pub mod infer;
 
 pub use group::{Group, Member};
 
+use std::sync::Arc;
+
+use super::cuda::{nccl, Gpu};
 use super::{ExecError, Interrupt, Tensor};
 use crate::check::DType;
+
+/// Where a distributed tensor's parts are: in the host's memory (the CPU's
+/// virtual devices), or each on a GPU (in part order), where the collectives
+/// go through NCCL.
+#[derive(Clone, Copy)]
+pub enum Site<'a> {
+    Host,
+    Gpus(&'a [Arc<Gpu>]),
+}
+
+impl Site<'_> {
+    /// `d`'s parts with their GPUs, for NCCL; `None` on the host.
+    fn gpu_parts(&self, d: &DistTensor) -> Option<Vec<(Arc<Gpu>, Tensor)>> {
+        match self {
+            Site::Host => None,
+            Site::Gpus(gpus) => Some(
+                gpus.iter()
+                    .cloned()
+                    .zip(d.parts.iter().map(|p| p.tensor.clone()))
+                    .collect(),
+            ),
+        }
+    }
+}
 
 /// How a collective (or a partial value) combines parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -208,6 +235,25 @@ impl DistTensor {
         }
     }
 
+    /// A tensor of `shape` on the same devices with `tensors` as its parts.
+    fn with_parts(
+        &self,
+        tensors: Vec<Tensor>,
+        shape: Vec<usize>,
+        placement: Placement,
+    ) -> DistTensor {
+        let parts = self
+            .parts
+            .iter()
+            .zip(tensors)
+            .map(|(p, tensor)| Part {
+                device: p.device,
+                tensor,
+            })
+            .collect();
+        DistTensor::from_parts(shape, self.dtype, placement, parts)
+    }
+
     /// The whole value as one tensor on the host: the shards concatenated,
     /// a replica, or the parts combined.
     pub fn gather(&self, interrupt: &Interrupt) -> Result<Tensor, ExecError> {
@@ -316,27 +362,40 @@ fn equal_parts(d: &DistTensor, what: &str) -> Result<(), ExecError> {
 pub fn all_reduce(
     d: &DistTensor,
     op: ReduceOp,
+    site: Site,
     interrupt: &Interrupt,
 ) -> Result<DistTensor, ExecError> {
     equal_parts(d, "all_reduce")?;
-    let parts: Vec<&Tensor> = d.parts.iter().map(|p| &p.tensor).collect();
-    let reduced = combine(&parts, op, interrupt)?;
     let placement = match d.placement {
         Placement::Sharded { axis } => Placement::Sharded { axis },
         _ => Placement::Replicated,
     };
+    if let Some(parts) = site.gpu_parts(d) {
+        let out = nccl::all_reduce(&parts, op)?;
+        return Ok(d.with_parts(out, d.shape.clone(), placement));
+    }
+    let parts: Vec<&Tensor> = d.parts.iter().map(|p| &p.tensor).collect();
+    let reduced = combine(&parts, op, interrupt)?;
     copies(d, &reduced, placement, interrupt)
 }
 
 /// Every device gets the whole of a sharded tensor.
-pub fn all_gather(d: &DistTensor, interrupt: &Interrupt) -> Result<DistTensor, ExecError> {
-    if !matches!(d.placement, Placement::Sharded { .. }) {
+pub fn all_gather(
+    d: &DistTensor,
+    site: Site,
+    interrupt: &Interrupt,
+) -> Result<DistTensor, ExecError> {
+    let Placement::Sharded { axis } = d.placement else {
         return Err(ExecError::new(
             E_DIST,
             "all_gather takes a sharded tensor: this one is already whole on every device"
                 .to_string(),
         )
         .with_help("for a partial value, `all_reduce` makes it whole on every device"));
+    };
+    if let Some(parts) = site.gpu_parts(d) {
+        let out = nccl::all_gather(&parts, axis)?;
+        return Ok(d.with_parts(out, d.shape.clone(), Placement::Replicated));
     }
     let whole = d.gather(interrupt)?;
     copies(d, &whole, Placement::Replicated, interrupt)
@@ -348,6 +407,7 @@ pub fn reduce_scatter(
     d: &DistTensor,
     op: ReduceOp,
     axis: usize,
+    site: Site,
     interrupt: &Interrupt,
 ) -> Result<DistTensor, ExecError> {
     if let Placement::Sharded { .. } = d.placement {
@@ -356,6 +416,11 @@ pub fn reduce_scatter(
             "reduce_scatter takes a tensor that every device holds whole (partial or replicated); this one is sharded",
         )
         .with_help("`all_reduce` combines equal shards; `all_gather` first to reduce-scatter the whole"));
+    }
+    if let Some(parts) = site.gpu_parts(d) {
+        let sizes = split_sizes(d.shape[axis], d.parts.len())?;
+        let out = nccl::reduce_scatter(&parts, op, axis, &sizes)?;
+        return Ok(d.with_parts(out, d.shape.clone(), Placement::Sharded { axis }));
     }
     let parts: Vec<&Tensor> = d.parts.iter().map(|p| &p.tensor).collect();
     let reduced = combine(&parts, op, interrupt)?;
@@ -367,6 +432,7 @@ pub fn reduce_scatter(
 pub fn broadcast(
     d: &DistTensor,
     src: usize,
+    site: Site,
     interrupt: &Interrupt,
 ) -> Result<DistTensor, ExecError> {
     if src >= d.parts.len() {
@@ -387,6 +453,9 @@ pub fn broadcast(
         Placement::Sharded { axis } => Placement::Sharded { axis },
         _ => Placement::Replicated,
     };
+    if let Some(parts) = site.gpu_parts(d) {
+        return Ok(d.with_parts(nccl::broadcast(&parts, src)?, d.shape.clone(), placement));
+    }
     let from = d.parts[src].tensor.clone();
     copies(d, &from, placement, interrupt)
 }

@@ -47,44 +47,46 @@ fn collectives_act_on_the_parts_as_nccl_does() {
     let i = Interrupt::new();
     let x = t(&[4, 2], DType::F32); // rows [0,1] [2,3] [4,5] [6,7]
     let d = shard(&x, 0, &[0, 1], &i).unwrap();
-    let r = all_reduce(&d, ReduceOp::Sum, &i).unwrap();
+    let r = all_reduce(&d, ReduceOp::Sum, Site::Host, &i).unwrap();
     assert_eq!(r.placement(), Placement::Sharded { axis: 0 });
     // each shard is rows 0-1 plus rows 2-3
     assert_eq!(
         r.gather(&i).unwrap().to_f64_vec(),
         vec![4., 6., 8., 10., 4., 6., 8., 10.]
     );
-    let m = all_reduce(&d, ReduceOp::Max, &i).unwrap();
+    let m = all_reduce(&d, ReduceOp::Max, Site::Host, &i).unwrap();
     assert_eq!(m.parts()[1].tensor.to_f64_vec(), vec![4., 5., 6., 7.]);
-    let mean = all_reduce(&d, ReduceOp::Mean, &i).unwrap();
+    let mean = all_reduce(&d, ReduceOp::Mean, Site::Host, &i).unwrap();
     assert_eq!(mean.parts()[0].tensor.to_f64_vec(), vec![2., 3., 4., 5.]);
 
-    let g = all_gather(&d, &i).unwrap();
+    let g = all_gather(&d, Site::Host, &i).unwrap();
     assert_eq!(g.placement(), Placement::Replicated);
     for p in g.parts() {
         assert_eq!(p.tensor.to_f64_vec(), x.to_f64_vec());
     }
-    assert_eq!(all_gather(&g, &i).unwrap_err().code, "E0737");
+    assert_eq!(all_gather(&g, Site::Host, &i).unwrap_err().code, "E0737");
 
-    let rs = reduce_scatter(&g, ReduceOp::Sum, 1, &i).unwrap();
+    let rs = reduce_scatter(&g, ReduceOp::Sum, 1, Site::Host, &i).unwrap();
     assert_eq!(rs.placement(), Placement::Sharded { axis: 1 });
     assert_eq!(rs.parts()[0].tensor.to_f64_vec(), vec![0., 4., 8., 12.]);
     assert_eq!(rs.parts()[1].tensor.to_f64_vec(), vec![2., 6., 10., 14.]);
     assert_eq!(
-        reduce_scatter(&d, ReduceOp::Sum, 0, &i).unwrap_err().code,
+        reduce_scatter(&d, ReduceOp::Sum, 0, Site::Host, &i)
+            .unwrap_err()
+            .code,
         "E0737"
     );
 
-    let b = broadcast(&d, 1, &i).unwrap();
+    let b = broadcast(&d, 1, Site::Host, &i).unwrap();
     assert_eq!(b.parts()[0].tensor.to_f64_vec(), vec![4., 5., 6., 7.]);
-    assert_eq!(broadcast(&d, 2, &i).unwrap_err().code, "E0737");
+    assert_eq!(broadcast(&d, 2, Site::Host, &i).unwrap_err().code, "E0737");
 }
 
 #[test]
 fn uneven_shards_are_refused_by_elementwise_collectives() {
     let i = Interrupt::new();
     let d = shard(&t(&[5, 2], DType::F32), 0, &[0, 1], &i).unwrap();
-    let e = all_reduce(&d, ReduceOp::Sum, &i).unwrap_err();
+    let e = all_reduce(&d, ReduceOp::Sum, Site::Host, &i).unwrap_err();
     assert_eq!(e.code, "E0737");
     assert!(e.message.contains("(3, 2)"), "{e}");
 }
@@ -109,7 +111,7 @@ fn partial_values_gather_to_their_combination() {
         parts,
     );
     assert_eq!(d.gather(&i).unwrap().to_f64_vec(), vec![3., -2.]);
-    let r = all_reduce(&d, ReduceOp::Mean, &i).unwrap();
+    let r = all_reduce(&d, ReduceOp::Mean, Site::Host, &i).unwrap();
     // integer mean truncates toward zero
     assert_eq!(r.parts()[0].tensor.to_f64_vec(), vec![1., -1.]);
 }
@@ -231,6 +233,7 @@ fn a_group_meets_at_every_collective_and_an_abort_frees_the_others() {
                                 m.rank,
                                 Collective::AllReduce(ReduceKind::Sum),
                                 &part,
+                                &crate::exec::Device::Cpu,
                                 i,
                             );
                             r.unwrap().to_f64_vec()[0]
@@ -250,8 +253,13 @@ fn a_group_meets_at_every_collective_and_an_abort_frees_the_others() {
     let waiting = std::thread::scope(|s| {
         let h = s.spawn(|| {
             let part = Tensor::from_f64(&[1], DType::F32, &[1.0]);
-            m[0].group
-                .collective(0, Collective::Broadcast { src: 0 }, &part, &i)
+            m[0].group.collective(
+                0,
+                Collective::Broadcast { src: 0 },
+                &part,
+                &crate::exec::Device::Cpu,
+                &i,
+            )
         });
         std::thread::sleep(std::time::Duration::from_millis(20));
         group.abort(&ExecError::new("E0705", "index out of bounds"));
