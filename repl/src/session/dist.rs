@@ -511,45 +511,39 @@ impl Session {
         // They meet at the function's collectives (`exec::dist::group`).
         let group = dist::Group::new(n);
         let members = group.members();
-        let outcomes: Vec<Result<Value, exec::ExecError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = jobs
-                .iter()
-                .zip(&members)
-                .map(|((_, device, args), member)| {
-                    let db = self.db.clone();
-                    let (file, name, interrupt) = (self.file, local_name.as_str(), &self.interrupt);
-                    std::thread::Builder::new()
-                        .name("tessera-device".into())
-                        .stack_size(tessera::stack::STACK_SIZE)
-                        .spawn_scoped(scope, move || {
-                            let r = exec::run_function_in(
-                                &db,
-                                file,
-                                name,
-                                (args, &[]),
-                                device,
-                                interrupt,
-                                Some(member),
-                            );
-                            if let Err(e) = &r {
-                                member.group.abort(e);
-                            }
-                            r
-                        })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h {
-                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    Err(e) => Err(exec::ExecError::new(
-                        "E0713",
-                        format!("cannot start a thread for a device: {e}"),
-                    )
-                    .with_help("use fewer devices (`:device cpu N`)")),
-                })
-                .collect()
-        });
+        type Outcome = Result<Value, exec::ExecError>;
+        let work: Vec<Box<dyn FnOnce() -> Outcome + Send>> = jobs
+            .iter()
+            .zip(members)
+            .map(|((_, device, args), member)| {
+                let db = self.db.clone();
+                let (file, name) = (self.file, local_name.clone());
+                let (device, args, interrupt) =
+                    (device.clone(), args.clone(), self.interrupt.clone());
+                Box::new(move || {
+                    let r = exec::run_function_in(
+                        &db,
+                        file,
+                        &name,
+                        (&args, &[]),
+                        &device,
+                        &interrupt,
+                        Some(&member),
+                    );
+                    // The snapshot goes before the caller sets the source again.
+                    drop(db);
+                    if let Err(e) = &r {
+                        member.group.abort(e);
+                    }
+                    r
+                }) as Box<dyn FnOnce() -> Outcome + Send>
+            })
+            .collect();
+        let outcomes: Vec<Outcome> = self.workers.run(work).map_err(|e| {
+            exec::ExecError::new("E0713", format!("cannot start a thread for a device: {e}"))
+                .with_help("use fewer devices (`:device cpu N`)")
+                .to_diagnostic(span)
+        })?;
         // The first device's own error, not another's "stopped" after it.
         let failed = |(dev, e): (&usize, &exec::ExecError)| {
             let mut d = e.to_diagnostic(span);

@@ -17,6 +17,7 @@ mod snapshot;
 mod synth;
 #[cfg(test)]
 mod tests;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -154,6 +155,8 @@ pub struct Session {
     more_gpus: BTreeMap<usize, Arc<Gpu>>,
     /// How many devices `shard` spreads over (see `dist`).
     devices: usize,
+    /// The threads that run the devices of a distributed call.
+    workers: workers::Workers,
     color: bool,
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
@@ -199,6 +202,7 @@ impl Session {
             gpu: None,
             more_gpus: BTreeMap::new(),
             devices: 1,
+            workers: workers::Workers::default(),
             color,
             loaded: Vec::new(),
             synth_count: 0,
