@@ -761,6 +761,11 @@ fn time(
         if !session.execute_quiet(stmt, at, &mut sink, err) {
             return Ok(Next::Continue);
         }
+        // A launch waits for its kernel, but a collective returns before it
+        // ends (the host has no need to wait): its end is part of the run.
+        for g in session.open_gpus() {
+            g.collective_time();
+        }
         times.push(t0.elapsed().as_secs_f64());
         if let (Some((k1, n1, c1)), Some((k0, n0, c0))) = (on_gpu(session), before) {
             gpu_times.push(k1.saturating_sub(k0).as_secs_f64());
