@@ -655,7 +655,10 @@ fn run_steps(
                         let mine = m
                             .group
                             .collective(m.rank, *op, &src, ctx.device, interrupt)?;
-                        dst.assign(&mine, interrupt)?;
+                        // On a GPU, NCCL's result is there: copied there.
+                        if !dst.assign_on_device(&mine)? {
+                            dst.assign(&mine, interrupt)?;
+                        }
                     }
                     None => dst.assign(&src, interrupt)?,
                 }

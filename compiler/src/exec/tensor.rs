@@ -1033,6 +1033,25 @@ impl Tensor {
         interrupt.chunks(from.len(), |r| dst.copy_range(from, r))
     }
 
+    /// `assign` from a tensor current on the same GPU as this one's device
+    /// copy, device to device; false (nothing done) when either is not there.
+    pub(crate) fn assign_on_device(&self, src: &Tensor) -> Result<bool, ExecError> {
+        if self.same_storage(src) || self.numel() != src.numel() || self.dtype != src.dtype {
+            return Ok(false);
+        }
+        let from = src.storage.mirror();
+        let mut to = self.storage.mirror();
+        let (Some(f), Some(t)) = (from.as_ref(), to.as_mut()) else {
+            return Ok(false);
+        };
+        if f.buf.owner() != t.buf.owner() || f.current == Current::Host {
+            return Ok(false);
+        }
+        t.buf.copy_from_device(&*f.buf)?;
+        t.current = Current::Device;
+        Ok(true)
+    }
+
     /// Elements `start..start + len` of `axis` (a copy): the rows of one
     /// shard. The caller keeps the range within the axis.
     pub fn narrow(
