@@ -217,6 +217,15 @@ pub fn run(
                     _ => writeln!(out, "{}", session.device().name()),
                 }
                 .ok();
+                if session.device_count() > 1 {
+                    let _ = writeln!(
+                        out,
+                        "{} devices for `shard`: {kind}:0 to {kind}:{}",
+                        session.device_count(),
+                        session.device_count() - 1,
+                        kind = session.device().name()
+                    );
+                }
                 Ok(Next::Continue)
             }
             Some(("cpu", _)) => device_count(&words, whole).map(|n| {

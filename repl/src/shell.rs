@@ -140,9 +140,18 @@ pub fn interactive(mut session: Session, color: bool, resumed: bool) -> u8 {
             let _ = editor.append_history(h);
         }
     };
-    let place = match session.gpu_info() {
-        Some(info) => format!("on the GPU {info}"),
-        None => "on the CPU".to_string(),
+    let n = session.device_count();
+    let place = match (session.gpu_info(), n) {
+        (Some(info), 1) => format!("on the GPU {info}"),
+        (Some(info), n) => format!(
+            "on {n} GPUs (`shard` spreads tensors over cuda:0 to cuda:{}), the first {info}",
+            n - 1
+        ),
+        (None, 1) => "on the CPU".to_string(),
+        (None, n) => format!(
+            "on the CPU, with {n} virtual devices for `shard` (cpu:0 to cpu:{})",
+            n - 1
+        ),
     };
     if resumed {
         println!("Tessera: the session goes on; statements run {place}.");
