@@ -483,7 +483,7 @@ pub const BUILTINS: &[BuiltinInfo] = &[
         Builtin::Shard,
         &["x", "axis", "devices"],
         1,
-        Ctx::Session,
+        Ctx::Tensor,
         "shard(x, axis=0, devices=[...]): splits a tensor along `axis` over the session's devices",
     ),
     b(
@@ -491,7 +491,7 @@ pub const BUILTINS: &[BuiltinInfo] = &[
         Builtin::Gather,
         X,
         1,
-        Ctx::Session,
+        Ctx::Tensor,
         "gather(x): a distributed tensor made whole, as one tensor",
     ),
     b(
@@ -499,7 +499,7 @@ pub const BUILTINS: &[BuiltinInfo] = &[
         Builtin::AllGather,
         X,
         1,
-        Ctx::Session,
+        Ctx::Tensor,
         "all_gather(x): a sharded tensor made whole on every device",
     ),
     b(
@@ -507,7 +507,7 @@ pub const BUILTINS: &[BuiltinInfo] = &[
         Builtin::ReduceScatter,
         &["x", "axis", "op"],
         1,
-        Ctx::Session,
+        Ctx::Tensor,
         "reduce_scatter(x, axis=0, op=\"sum\"): device i gets block i along `axis` of the parts' reduction",
     ),
 ];

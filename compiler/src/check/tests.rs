@@ -330,10 +330,10 @@ fn builtin_example(b: super::builtins::Builtin) -> (Place, &'static str) {
         B::SetFloat32MatmulPrecision => (Session, "set_float32_matmul_precision(\"high\")"),
         B::AllReduce => (Tensor, "all_reduce(x, op=\"max\")"),
         B::Broadcast => (Tensor, "broadcast(x, src=0)"),
-        B::Shard => (Session, "shard(zeros([4, 2]), axis=0)"),
-        B::Gather => (Session, "gather(zeros([4, 2]))"),
-        B::AllGather => (Session, "all_gather(zeros([4, 2]))"),
-        B::ReduceScatter => (Session, "reduce_scatter(zeros([4, 2]), axis=1, op=\"sum\")"),
+        B::Shard => (Tensor, "shard(x, axis=0)"),
+        B::Gather => (Tensor, "gather(x)"),
+        B::AllGather => (Tensor, "all_gather(x)"),
+        B::ReduceScatter => (Tensor, "reduce_scatter(x, axis=1, op=\"sum\")"),
     }
 }
 

@@ -12,6 +12,7 @@ use super::{cpu, rng, Device, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::db::{self, Database, Db, SourceFile};
+use crate::ir::graph::Collective;
 use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
@@ -496,12 +497,27 @@ fn run_schedule(
     })
 }
 
-/// Where a schedule's kernels run, and the flag that stops them.
+/// Where a schedule's kernels run, the flag that stops them, and the group
+/// of devices it runs with (if any).
 #[derive(Clone, Copy)]
-struct On<'a> {
-    device: &'a Device,
-    interrupt: &'a Interrupt,
-    spmd: Option<&'a Member>,
+pub struct On<'a> {
+    pub device: &'a Device,
+    pub interrupt: &'a Interrupt,
+    pub spmd: Option<&'a Member>,
+}
+
+/// Runs `schedule`, a plan lowered by the caller (one device's part of a
+/// distributed call: `exec::dist::infer::localize`), on `params` in its
+/// parameter order, with its dims bound by `dims`.
+pub fn run_schedule_on(
+    db: &Database,
+    file: SourceFile,
+    schedule: &Schedule,
+    dims: &BTreeMap<String, i64>,
+    params: &[Value],
+    on: On,
+) -> Result<Value, ExecError> {
+    run_schedule(db, file, schedule, dims, params, &HashMap::new(), on)
 }
 
 /// What the steps of one schedule run share.
@@ -651,6 +667,18 @@ fn run_steps(
                 let src = view(ctx, *input, &dims_of(&s.buffer(*input).dims, env)?)?;
                 let dst = view(ctx, *output, &dims_of(&s.buffer(*output).dims, env)?)?;
                 match ctx.spmd {
+                    // Its own piece of a whole tensor: no other device needed.
+                    Some(m) if matches!(op, Collective::Shard { .. }) => {
+                        let Collective::Shard { axis } = *op else {
+                            unreachable!("matched")
+                        };
+                        let sizes = super::dist::split_sizes(src.shape()[axis], m.group.size())?;
+                        let start = sizes[..m.rank].iter().sum();
+                        dst.assign(
+                            &src.narrow(axis, start, sizes[m.rank], interrupt)?,
+                            interrupt,
+                        )?;
+                    }
                     Some(m) => {
                         let mine = m
                             .group

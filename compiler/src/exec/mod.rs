@@ -31,7 +31,7 @@ mod tensor;
 #[cfg(test)]
 mod interrupt_tests;
 
-pub use function::{run_function, run_function_in};
+pub use function::{run_function, run_function_in, run_schedule_on, On};
 pub use launch::{compiled_specialization, launch_kernel, launch_specialization, LaunchSpec};
 pub use tensor::{float_to_int, round_to, wrap_int, IndexItem, Tensor};
 

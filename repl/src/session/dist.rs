@@ -18,8 +18,8 @@ use tessera::syntax::ast::{Arg, Expr};
 use tessera::syntax::span::Span;
 
 use super::eval::Val;
-use super::synth::{shape_type, Synth};
-use super::{Session, SESSION_PATH};
+use super::synth::Synth;
+use super::Session;
 
 type R<T> = Result<T, Diagnostic>;
 
@@ -374,8 +374,8 @@ impl Session {
         Ok(out)
     }
 
-    /// Runs a checked synthetic function with distributed arguments once per
-    /// device (see the module docs).
+    /// Runs a checked synthetic function with distributed arguments (or
+    /// collectives) once per device (see the module docs).
     pub(super) fn run_spmd(&mut self, synth: &Synth) -> R<Val> {
         let span = synth.span;
         let mut devices: Option<(Vec<usize>, &'static str)> = None;
@@ -393,7 +393,9 @@ impl Session {
                 _ => devices = Some((these, kind)),
             }
         }
-        let (devices, kind) = devices.expect("run_spmd has a distributed argument");
+        // Whole arguments only (a function that shards inside): every device
+        // of the session.
+        let (devices, kind) = devices.unwrap_or_else(|| ((0..self.devices).collect(), self.kind()));
         let options = self.db.options();
         let graph_of = |s: &Session, name: &str| {
             let (item, _) = tessera::db::function_item(&s.db, s.file, name)
@@ -429,51 +431,36 @@ impl Session {
             }
             d
         };
-        let inferred = infer::infer(&global, &placements).map_err(at_user)?;
-        // Sharded parameters (given or demanded): the sharded axis becomes a
-        // named dim of the per-device function, one name per whole length.
-        let mut symbols: Vec<String> = Vec::new();
-        let mut decls = Vec::new();
-        for ((pname, shape, dtype), p) in synth.params.iter().zip(&inferred.params) {
-            let symbolic = match p {
-                Placement::Sharded { axis } => {
-                    let sym = format!("__shard{}", shape[*axis]);
-                    if !symbols.contains(&sym) {
-                        symbols.push(sym.clone());
+        // The plan each device runs: the localized graph, lowered once per
+        // expression and placements (its kernels are then compiled once).
+        let key = format!("{}\n{placements:?}", synth.source);
+        let plan = match self.localized.get(&key) {
+            Some(p) => p.clone(),
+            None => {
+                let inferred = infer::infer(&global, &placements).map_err(at_user)?;
+                let (local, symbols) = infer::localize(&global, &inferred).map_err(at_user)?;
+                if cfg!(debug_assertions) {
+                    if let Err(e) = tessera::ir::graph::verify(&local) {
+                        panic!(
+                            "localized Graph IR: {e}\n{}",
+                            tessera::ir::graph::dump(&local)
+                        );
                     }
-                    vec![(*axis, sym)]
                 }
-                _ => vec![],
-            };
-            decls.push(format!("{pname}: {}", shape_type(shape, *dtype, &symbolic)));
-        }
-        let local_name = format!("{}_per_device", synth.name);
-        let header = format!("def {local_name}({}):\n    return ", decls.join(", "));
-        let source = format!(
-            "{}{header}{}",
-            &synth.source[..synth.item_start as usize],
-            &synth.source[synth.expr_start as usize..]
-        );
-        self.db.set_source(SESSION_PATH, source);
-        let defs_len = synth.item_start;
-        if let Some(d) = self
-            .db
-            .diagnostics(self.file)
-            .iter()
-            .find(|d| d.is_error() && d.span.start >= defs_len)
-        {
-            return Err(Diagnostic::new(
-                infer::E_PLACEMENT,
-                span,
-                format!(
-                    "this does not run per device: on each device's part, {}",
-                    d.message.replace("__shard", "the sharded axis of length ")
-                ),
-            )
-            .with_help("`gather` the distributed tensors, or use a dim name for the sharded axis in the function's signature"));
-        }
-        let local = graph_of(self, &local_name).map_err(lowered)?;
-        infer::check_local(&global, &local, &inferred, &symbols).map_err(at_user)?;
+                let schedule = tessera::ir::schedule::lower(&local).map_err(lowered)?;
+                let plan = std::sync::Arc::new(Plan {
+                    schedule,
+                    symbols,
+                    inferred,
+                });
+                if self.localized.len() >= PLANS_CAP {
+                    self.localized.clear();
+                }
+                self.localized.insert(key, plan.clone());
+                plan
+            }
+        };
+        let inferred = &plan.inferred;
 
         // Each device's arguments: its parts, and the whole arguments (split
         // where they were demanded sharded).
@@ -515,21 +502,29 @@ impl Session {
         let work: Vec<Box<dyn FnOnce() -> Outcome + Send>> = jobs
             .iter()
             .zip(members)
-            .map(|((_, device, args), member)| {
+            .enumerate()
+            .map(|(k, ((_, device, args), member))| {
                 let db = self.db.clone();
-                let (file, name) = (self.file, local_name.clone());
+                let file = self.file;
+                let plan = plan.clone();
+                // Each device's lengths of the sharded axes.
+                let dims: std::collections::BTreeMap<String, i64> = plan
+                    .symbols
+                    .iter()
+                    .map(|(name, extent)| {
+                        let sizes = dist::split_sizes(*extent as usize, n).unwrap_or_default();
+                        (name.clone(), sizes.get(k).copied().unwrap_or(0) as i64)
+                    })
+                    .collect();
                 let (device, args, interrupt) =
                     (device.clone(), args.clone(), self.interrupt.clone());
                 Box::new(move || {
-                    let r = exec::run_function_in(
-                        &db,
-                        file,
-                        &name,
-                        (&args, &[]),
-                        &device,
-                        &interrupt,
-                        Some(&member),
-                    );
+                    let on = exec::On {
+                        device: &device,
+                        interrupt: &interrupt,
+                        spmd: Some(&member),
+                    };
+                    let r = exec::run_schedule_on(&db, file, &plan.schedule, &dims, &args, on);
                     // The snapshot goes before the caller sets the source again.
                     drop(db);
                     if let Err(e) = &r {
@@ -630,4 +625,15 @@ fn assemble(
     } else {
         Val::List(vals)
     })
+}
+
+/// Beyond this many plans, the cache of localized plans starts afresh.
+const PLANS_CAP: usize = 256;
+
+/// What each device of a distributed call runs (see the module docs).
+pub(crate) struct Plan {
+    schedule: tessera::ir::schedule::Schedule,
+    /// The sharded axes' length symbols and the whole lengths they split.
+    symbols: Vec<(String, i64)>,
+    inferred: infer::Inferred,
 }

@@ -157,6 +157,8 @@ pub struct Session {
     devices: usize,
     /// The threads that run the devices of a distributed call.
     workers: workers::Workers,
+    /// The plans distributed calls ran, by expression and placements.
+    localized: std::collections::HashMap<String, Arc<dist::Plan>>,
     color: bool,
     /// Files added with `:load`, in order (for `:reload`).
     loaded: Vec<PathBuf>,
@@ -203,6 +205,7 @@ impl Session {
             more_gpus: BTreeMap::new(),
             devices: 1,
             workers: workers::Workers::default(),
+            localized: std::collections::HashMap::new(),
             color,
             loaded: Vec::new(),
             synth_count: 0,

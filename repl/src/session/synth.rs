@@ -47,9 +47,6 @@ pub(super) struct Synth {
     pub(super) args: Vec<Value>,
     /// Each parameter's distributed argument, if it is one.
     pub(super) dists: Vec<Option<(DistTensor, &'static str)>>,
-    /// Each parameter's name, shape and dtype (the whole shape of a
-    /// distributed argument).
-    pub(super) params: Vec<(String, Vec<usize>, DType)>,
     /// Offset of the synthetic item and of the returned expression in `source`.
     pub(super) item_start: u32,
     pub(super) expr_start: u32,
@@ -222,23 +219,17 @@ impl Session {
         let mut params: Vec<String> = Vec::new();
         let mut args = Vec::new();
         let mut dists = Vec::new();
-        let mut decls = Vec::new();
         let mut bind = |pname: &str, v: &Val, at: Span, consts: &mut String| -> R<()> {
             match v {
                 Val::Run(Value::Tensor(t)) => {
                     params.push(format!("{pname}: {}", tensor_type(t)));
                     args.push(Value::Tensor(t.clone()));
                     dists.push(None);
-                    decls.push((pname.to_string(), t.shape().to_vec(), t.dtype()));
                 }
                 Val::Dist(d, kind) => {
-                    params.push(format!(
-                        "{pname}: {}",
-                        shape_type(d.shape(), d.dtype(), &[])
-                    ));
+                    params.push(format!("{pname}: {}", shape_type(d.shape(), d.dtype())));
                     args.push(Value::None);
                     dists.push(Some((d.clone(), *kind)));
-                    decls.push((pname.to_string(), d.shape().to_vec(), d.dtype()));
                 }
                 Val::Run(Value::Int(i)) => consts.push_str(&format!("const {pname} = {i}\n")),
                 Val::Run(Value::Bool(b)) => consts.push_str(&format!(
@@ -326,7 +317,6 @@ impl Session {
             name,
             args,
             dists,
-            params: decls,
             item_start: item_start - consts.len() as u32 + consts.len() as u32,
             expr_start,
             map,
@@ -372,14 +362,15 @@ impl Session {
     }
 
     fn run_synth(&mut self, synth: Synth) -> R<Val> {
-        if synth.dists.iter().any(Option::is_some) {
-            let result = self
-                .check_synth(&synth)
-                .and_then(|()| self.run_spmd(&synth));
-            self.restore_source();
-            return result;
-        }
+        // Distributed arguments, or a function that shards a tensor itself,
+        // in a session of several devices: every device runs it. Otherwise
+        // one device does (where a collective is the identity).
+        let distributed = synth.dists.iter().any(Option::is_some);
         let result = self.check_synth(&synth).and_then(|()| {
+            if distributed || (self.device_count() > 1 && self.shards_inside(&synth.name)) {
+                return self.run_spmd(&synth);
+            }
+
             let device = self.device_for(&synth.args, synth.span)?;
             exec::run_function(
                 &self.db,
@@ -397,6 +388,32 @@ impl Session {
         result
     }
 
+    /// Whether the checked function `name` (with the functions it calls)
+    /// shards a tensor.
+    fn shards_inside(&self, name: &str) -> bool {
+        let Some((item, _)) = tessera::db::function_item(&self.db, self.file, name) else {
+            return false;
+        };
+        fn any(g: &tessera::ir::graph::Graph) -> bool {
+            use tessera::ir::graph::NodeKind;
+            g.nodes.iter().any(|n| match &n.kind {
+                NodeKind::Collective {
+                    op: tessera::ir::graph::Collective::Shard { .. },
+                    ..
+                } => true,
+                NodeKind::If {
+                    then, otherwise, ..
+                } => any(&then.graph) || any(&otherwise.graph),
+                NodeKind::For { body, .. } => any(&body.graph),
+                NodeKind::While { cond, body, .. } => any(&cond.graph) || any(&body.graph),
+                _ => false,
+            })
+        }
+        tessera::db::graph_ir(&self.db, item, self.db.options())
+            .as_ref()
+            .is_ok_and(|g| any(g))
+    }
+
     pub(crate) fn restore_source(&mut self) {
         self.db
             .set_source(SESSION_PATH, Session::session_text(&self.defs));
@@ -405,20 +422,12 @@ impl Session {
 
 /// `Tensor[4, 1000, f32]`.
 fn tensor_type(t: &Tensor) -> String {
-    shape_type(t.shape(), t.dtype(), &[])
+    shape_type(t.shape(), t.dtype())
 }
 
-/// `Tensor[4, 1000, f32]`, with the dims of `symbolic` (axis, name) written
-/// as the names.
-pub(super) fn shape_type(shape: &[usize], dtype: DType, symbolic: &[(usize, String)]) -> String {
-    let mut parts: Vec<String> = shape
-        .iter()
-        .enumerate()
-        .map(|(k, d)| match symbolic.iter().find(|(a, _)| *a == k) {
-            Some((_, name)) => name.clone(),
-            None => d.to_string(),
-        })
-        .collect();
+/// `Tensor[4, 1000, f32]` of a shape and dtype.
+fn shape_type(shape: &[usize], dtype: DType) -> String {
+    let mut parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     parts.push(dtype.to_string());
     format!("Tensor[{}]", parts.join(", "))
 }

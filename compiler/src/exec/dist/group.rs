@@ -12,7 +12,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::{combine, ReduceOp, E_DIST};
+use super::{combine, split_sizes, ReduceOp, E_DIST};
 use crate::exec::cuda::{nccl, Gpu};
 use crate::exec::{Device, ExecError, Interrupt, Tensor};
 use crate::ir::graph::{Collective, ReduceKind};
@@ -43,6 +43,11 @@ pub struct Group {
 }
 
 impl Group {
+    /// How many devices run together.
+    pub fn size(&self) -> usize {
+        self.n
+    }
+
     pub fn new(n: usize) -> Arc<Group> {
         Arc::new(Group {
             n,
@@ -174,6 +179,13 @@ fn compute(
     parts: &[Tensor],
     interrupt: &Interrupt,
 ) -> Result<Vec<Tensor>, ExecError> {
+    // A gather concatenates shards of any sizes; the others combine or copy
+    // parts of one shape.
+    if let Collective::AllGather { axis } = op {
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let whole = Tensor::concat(&refs, axis.unwrap_or(0), interrupt)?;
+        return copies(whole, parts.len(), interrupt);
+    }
     let first = parts[0].shape();
     if parts.iter().any(|p| p.shape() != first) {
         let shapes: Vec<String> = parts.iter().map(|p| format!("{:?}", p.shape())).collect();
@@ -186,11 +198,13 @@ fn compute(
         )
         .with_help("shard an axis whose length the device count divides"));
     }
-    let one = match op {
-        Collective::AllReduce(kind) => {
-            let refs: Vec<&Tensor> = parts.iter().collect();
-            combine(&refs, reduce_op(kind), interrupt)?
-        }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    match op {
+        Collective::AllReduce(kind) => copies(
+            combine(&refs, reduce_op(kind), interrupt)?,
+            parts.len(),
+            interrupt,
+        ),
         Collective::Broadcast { src } => {
             let Some(p) = parts.get(src) else {
                 return Err(ExecError::new(
@@ -205,11 +219,29 @@ fn compute(
                     parts.len() - 1
                 )));
             };
-            p.try_deep_clone(interrupt)?
+            copies(p.try_deep_clone(interrupt)?, parts.len(), interrupt)
         }
-    };
-    let mut out = Vec::with_capacity(parts.len());
-    for _ in 1..parts.len() {
+        Collective::ReduceScatter { op, axis } => {
+            let reduced = combine(&refs, reduce_op(op), interrupt)?;
+            let sizes = split_sizes(reduced.shape()[axis], parts.len())?;
+            let mut start = 0;
+            let mut out = Vec::with_capacity(parts.len());
+            for len in sizes {
+                out.push(reduced.narrow(axis, start, len, interrupt)?);
+                start += len;
+            }
+            Ok(out)
+        }
+        Collective::Shard { .. } | Collective::AllGather { .. } => {
+            unreachable!("a shard needs no other device; a gather is above")
+        }
+    }
+}
+
+/// `n` copies of `one`.
+fn copies(one: Tensor, n: usize, interrupt: &Interrupt) -> Result<Vec<Tensor>, ExecError> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 1..n {
         out.push(one.try_deep_clone(interrupt)?);
     }
     out.push(one);
@@ -223,17 +255,24 @@ fn on_gpus(
     parts: Vec<Tensor>,
 ) -> Result<Vec<Tensor>, ExecError> {
     let first = parts[0].shape().to_vec();
-    if parts.iter().any(|p| p.shape() != first.as_slice()) {
-        return compute(op, &parts, &Interrupt::new());
-    }
+    let same = parts.iter().all(|p| p.shape() == first.as_slice());
+    let n = parts.len();
+    let host = |parts: Vec<(Arc<Gpu>, Tensor)>| {
+        let tensors: Vec<Tensor> = parts.into_iter().map(|(_, t)| t).collect();
+        compute(op, &tensors, &Interrupt::new())
+    };
     let parts: Vec<(Arc<Gpu>, Tensor)> = gpus.into_iter().zip(parts).collect();
     match op {
+        Collective::AllGather { axis } => nccl::all_gather(&parts, axis.unwrap_or(0)),
+        // The host's error for parts of different shapes.
+        _ if !same => host(parts),
         Collective::AllReduce(kind) => nccl::all_reduce(&parts, reduce_op(kind)),
-        Collective::Broadcast { src } if src < parts.len() => nccl::broadcast(&parts, src),
-        Collective::Broadcast { .. } => {
-            let tensors: Vec<Tensor> = parts.into_iter().map(|(_, t)| t).collect();
-            compute(op, &tensors, &Interrupt::new())
+        Collective::Broadcast { src } if src < n => nccl::broadcast(&parts, src),
+        Collective::ReduceScatter { op, axis } => {
+            let sizes = split_sizes(first[axis], n)?;
+            nccl::reduce_scatter(&parts, reduce_op(op), axis, &sizes)
         }
+        Collective::Broadcast { .. } | Collective::Shard { .. } => host(parts),
     }
 }
 

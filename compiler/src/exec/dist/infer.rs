@@ -23,14 +23,14 @@
 //! A partial value may only be returned, negated, or scaled by a whole scalar
 //! (for a partial sum); anything else needs the `all_reduce` that makes it whole.
 //!
-//! [`check_local`] then compares the graph with the one of the function as each
-//! device runs it (the sharded axes' sizes symbolic): a node whose size depends
-//! on the sharded axis's per-device size in a way the placement does not say
-//! (`x.shape[0]` of a sharded axis, a reshape that merges it) is an error.
+//! [`localize`] then makes the graph each device runs: every sharded value's
+//! sharded axis becomes a symbol each device binds to its part's length, while
+//! every other size (and every size the program reads, `x.shape[0]`) stays the
+//! whole tensor's.
 
 use super::{Placement, ReduceOp};
 use crate::check::dims::Dim;
-use crate::ir::graph::{Graph, NodeId, NodeKind, ReduceKind, SliceAxis};
+use crate::ir::graph::{Collective, Graph, NodeId, NodeKind, ReduceKind, SliceAxis};
 use crate::ir::tile::{BinaryOp, UnaryOp};
 use crate::syntax::span::Span;
 
@@ -53,7 +53,7 @@ pub struct Inferred {
     pub params: Vec<Placement>,
     /// Each output's placement.
     pub outputs: Vec<Placement>,
-    /// Each node's placement (for [`check_local`]).
+    /// Each node's placement (for [`localize`]).
     pub nodes: Vec<Placement>,
 }
 
@@ -186,9 +186,31 @@ fn walk(graph: &Graph, params: &[Placement]) -> Result<Walk, PlacementError> {
             },
             // As the host collectives (`super::all_reduce`, `super::broadcast`)
             // place their results.
-            NodeKind::Collective { x, .. } => match p(x) {
-                Placement::Sharded { axis } => Placement::Sharded { axis },
-                _ => Placement::Replicated,
+            NodeKind::Collective { op, x } => match (op, p(x)) {
+                (Collective::AllReduce(_) | Collective::Broadcast { .. }, Placement::Sharded { axis }) => {
+                    Placement::Sharded { axis }
+                }
+                (Collective::AllReduce(_) | Collective::Broadcast { .. }, _) => Placement::Replicated,
+                (Collective::Shard { axis }, Placement::Replicated) => Placement::Sharded { axis: *axis },
+                (Collective::Shard { .. }, _) => {
+                    return Err(err(
+                        span,
+                        "`shard` takes a whole tensor; this one is already distributed",
+                        "`all_gather` it first to shard it another way",
+                    ))
+                }
+                (Collective::AllGather { .. }, Placement::Partial(op)) => return Err(partial(span, op)),
+                (Collective::AllGather { .. }, _) => Placement::Replicated,
+                (Collective::ReduceScatter { axis, .. }, Placement::Replicated | Placement::Partial(_)) => {
+                    Placement::Sharded { axis: *axis }
+                }
+                (Collective::ReduceScatter { .. }, Placement::Sharded { .. }) => {
+                    return Err(err(
+                        span,
+                        "`reduce_scatter` takes a tensor every device holds whole (partial or replicated); this one is sharded",
+                        "`all_reduce` combines equal shards; `all_gather` first to reduce-scatter the whole",
+                    ))
+                }
             },
             NodeKind::Transpose { x, a, b } => match p(x) {
                 Placement::Sharded { axis } if axis == *a => Placement::Sharded { axis: *b },
@@ -466,52 +488,62 @@ fn norm<'a>(
     Ok(px)
 }
 
-/// Checks the graph `local` (the function as each device runs it: the
-/// sharded axes' sizes are the symbols `shard_symbols`) against `global` and
-/// its placements: every dim that depends on a per-device size must be a
-/// sharded axis of a sharded value, and no value may read such a size.
-pub fn check_local(
+/// The graph each device runs: `global` with every sharded value's dim
+/// along its sharded axis replaced by a symbol that each device binds to its
+/// part's length (`numpy.array_split` of the whole length over the devices),
+/// and each `all_gather` told its axis. Returns the graph and each symbol with
+/// the whole length it splits. Every other dim, and every value read from a
+/// dim (`x.shape[0]`), keeps the whole tensor's size.
+pub fn localize(
     global: &Graph,
-    local: &Graph,
     inferred: &Inferred,
-    shard_symbols: &[String],
-) -> Result<(), PlacementError> {
-    let per_device = |d: &Dim| {
-        d.symbols()
-            .iter()
-            .any(|s| shard_symbols.iter().any(|t| t == s))
-    };
-    let exactly = |d: &Dim| {
-        d.as_symbol()
-            .is_some_and(|s| shard_symbols.iter().any(|t| t == s))
-    };
-    if global.nodes.len() != local.nodes.len() {
-        return Err(err(
-            global.nodes.first().map(|n| n.span).unwrap_or_default(),
-            "this function takes a different form when each device runs it on its part (it depends on the length of the sharded axis)",
-            "`gather` the distributed arguments, or keep the sharded axis's length out of the function's logic",
-        ));
-    }
-    for (node, placed) in local.nodes.iter().zip(&inferred.nodes) {
-        if let NodeKind::Index(d) = &node.kind {
-            if per_device(d) {
+) -> Result<(Graph, Vec<(String, i64)>), PlacementError> {
+    let mut symbols: Vec<(String, i64)> = Vec::new();
+    let mut local_dims =
+        |dims: &[Dim], placement: Placement, span: Span| -> Result<Vec<Dim>, PlacementError> {
+            let Placement::Sharded { axis } = placement else {
+                return Ok(dims.to_vec());
+            };
+            let Some(extent) = dims.get(axis).and_then(Dim::as_const) else {
                 return Err(err(
-                    node.span,
-                    "this reads the length of a sharded axis, which differs between devices",
-                    "write the whole axis's length as a number, or `gather` the tensor first",
+                    span,
+                    "the length of this value's sharded axis is not known when the call is made",
+                    "give the sharded axis a fixed length, or `gather` the tensor first",
                 ));
-            }
-        }
-        for (k, d) in node.ty.dims().iter().enumerate() {
-            let sharded_here = *placed == Placement::Sharded { axis: k };
-            if (per_device(d) && !(exactly(d) && sharded_here)) || (sharded_here && !exactly(d)) {
-                return Err(err(
-                    node.span,
-                    "the shape of this value depends on how many elements of the sharded axis each device holds",
-                    "keep the sharded axis as it is (no reshape merging it, no tensor sized by it), or `gather` the tensor first",
-                ));
-            }
+            };
+            let name = match symbols.iter().find(|(_, e)| *e == extent) {
+                Some((n, _)) => n.clone(),
+                None => {
+                    let n = format!("__shard{}", symbols.len());
+                    symbols.push((n.clone(), extent));
+                    n
+                }
+            };
+            let mut out = dims.to_vec();
+            out[axis] = Dim::symbol(name);
+            Ok(out)
+        };
+    let mut g = global.clone();
+    let first_span = global.nodes.first().map(|n| n.span).unwrap_or_default();
+    for (p, placement) in g.params.iter_mut().zip(&inferred.params) {
+        if let crate::ir::graph::GType::Tensor { dims, .. } = &mut p.ty {
+            *dims = local_dims(dims, *placement, first_span)?;
         }
     }
-    Ok(())
+    for (i, node) in g.nodes.iter_mut().enumerate() {
+        let placement = inferred.nodes[i];
+        if let crate::ir::graph::GType::Tensor { dims, .. } = &mut node.ty {
+            *dims = local_dims(dims, placement, node.span)?;
+        }
+        if let NodeKind::Collective { op, x } = &mut node.kind {
+            if let Collective::AllGather { axis } = op {
+                match inferred.nodes[x.0 as usize] {
+                    Placement::Sharded { axis: a } => *axis = Some(a),
+                    // Whole already: each device keeps its copy.
+                    _ => *op = Collective::Broadcast { src: 0 },
+                }
+            }
+        }
+    }
+    Ok((g, symbols))
 }

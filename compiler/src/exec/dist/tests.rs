@@ -268,3 +268,37 @@ fn a_group_meets_at_every_collective_and_an_abort_frees_the_others() {
     let e = waiting.unwrap_err();
     assert!(e.message.contains("another device stopped"), "{e}");
 }
+
+#[test]
+fn localize_names_the_sharded_axes_and_keeps_every_other_size() {
+    use crate::ir::graph::{Collective, NodeKind};
+    let g = graph("def f(x: Tensor[12, 8, f32], w: Tensor[8, 5, f32]) -> Tensor[12, 5, f32]:\n    xs = shard(x, axis=0)\n    y = matmul(xs, w) * xs.shape[0]\n    return all_gather(y)\n");
+    let inferred = infer::infer(&g, &[REP, REP]).unwrap();
+    let (local, symbols) = infer::localize(&g, &inferred).unwrap();
+    assert_eq!(symbols, vec![("__shard0".to_string(), 12)]);
+    crate::ir::graph::verify(&local).unwrap();
+    let dump = crate::ir::graph::dump(&local);
+    assert!(
+        dump.contains("shard %0, axis=0 : Tensor[__shard0, 8, f32]"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("const 12 : i32"),
+        "x.shape[0] stays the whole length:\n{dump}"
+    );
+    assert!(dump.contains("all_gather %"), "{dump}");
+    // The gather knows its axis, and gives the whole tensor back.
+    let gather = local
+        .nodes
+        .iter()
+        .find_map(|n| match &n.kind {
+            NodeKind::Collective {
+                op: Collective::AllGather { axis },
+                ..
+            } => Some((*axis, n.ty.dims().to_vec())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(gather.0, Some(0));
+    assert_eq!(gather.1[0].as_const(), Some(12));
+}

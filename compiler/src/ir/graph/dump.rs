@@ -91,14 +91,13 @@ fn dump_into(g: &Graph, indent: &str, s: &mut String) {
                 format!("matmul {a}, {b}{}", if *tf32 { " tf32" } else { "" })
             }
             NodeKind::Softmax { x, axis } => format!("softmax {x}, axis={axis}"),
-            NodeKind::Collective { op, x } => match op {
-                crate::ir::graph::Collective::AllReduce(r) => {
-                    format!("all_reduce {x}, op={}", format!("{r:?}").to_lowercase())
+            NodeKind::Collective { op, x } => {
+                let op = op.to_string();
+                match op.split_once(' ') {
+                    Some((name, rest)) => format!("{name} {x}, {}", rest.replace(' ', ", ")),
+                    None => format!("{op} {x}"),
                 }
-                crate::ir::graph::Collective::Broadcast { src } => {
-                    format!("broadcast {x}, src={src}")
-                }
-            },
+            }
             NodeKind::LayerNorm {
                 x,
                 weight,

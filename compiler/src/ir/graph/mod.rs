@@ -169,6 +169,31 @@ pub enum Collective {
     AllReduce(ReduceKind),
     /// Every part becomes a copy of part `src`.
     Broadcast { src: usize },
+    /// Of a whole tensor, the part along `axis` this device holds (no
+    /// communication: each device takes its piece).
+    Shard { axis: usize },
+    /// Every device gets the whole of a sharded tensor; `axis` is the one it
+    /// is sharded along, known once the arguments' placements are (`None`
+    /// in the graph of the function as written).
+    AllGather { axis: Option<usize> },
+    /// Device i gets block i along `axis` of the parts' reduction.
+    ReduceScatter { op: ReduceKind, axis: usize },
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let red = |r: &ReduceKind| format!("{r:?}").to_lowercase();
+        match self {
+            Collective::AllReduce(r) => write!(f, "all_reduce op={}", red(r)),
+            Collective::Broadcast { src } => write!(f, "broadcast src={src}"),
+            Collective::Shard { axis } => write!(f, "shard axis={axis}"),
+            Collective::AllGather { axis: Some(a) } => write!(f, "all_gather axis={a}"),
+            Collective::AllGather { axis: None } => f.write_str("all_gather"),
+            Collective::ReduceScatter { op, axis } => {
+                write!(f, "reduce_scatter op={} axis={axis}", red(op))
+            }
+        }
+    }
 }
 
 /// How a creation op fills its tensor.

@@ -1,7 +1,9 @@
 //! The Graph IR verifier: operands defined before use, types consistent with
 //! each op's rule, control-flow regions consistent with their nodes.
 
-use super::{operands, regions, GType, Graph, Node, NodeId, NodeKind, Region, SliceAxis};
+use super::{
+    operands, regions, Collective, GType, Graph, Node, NodeId, NodeKind, Region, SliceAxis,
+};
 use crate::check::dims::Dim;
 use crate::check::expr::broadcast;
 use crate::check::DType;
@@ -56,7 +58,10 @@ pub fn verify(g: &Graph) -> Result<(), String> {
             | NodeKind::Activation { x, .. }
             | NodeKind::Cast { x, .. }
             | NodeKind::Softmax { x, .. }
-            | NodeKind::Collective { x, .. }
+            | NodeKind::Collective {
+                op: Collective::AllReduce(_) | Collective::Broadcast { .. },
+                x,
+            }
             | NodeKind::LayerNorm { x, .. }
             | NodeKind::RmsNorm { x, .. } => {
                 if dims(*x) != n.ty.dims() {
@@ -66,6 +71,14 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                     if *axis >= rank {
                         return err(i, format!("softmax axis {axis} out of range"));
                     }
+                }
+            }
+            // A device's part and the whole differ along one axis only.
+            NodeKind::Collective { x, .. } => {
+                let (from, to) = (dims(*x), n.ty.dims());
+                if from.len() != to.len() || from.iter().zip(to).filter(|(a, b)| a != b).count() > 1
+                {
+                    return err(i, "a collective changes more than one axis".into());
                 }
             }
             NodeKind::MatMul { a, b, .. } => {

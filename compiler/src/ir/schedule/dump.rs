@@ -54,17 +54,9 @@ fn dump_steps(s: &Schedule, steps: &[Step], ind: &str, out: &mut String) {
                 output,
                 node,
             } => {
-                let what = match op {
-                    crate::ir::graph::Collective::AllReduce(r) => {
-                        format!(
-                            "all_reduce {} op={}",
-                            s.buffer(*input).name,
-                            format!("{r:?}").to_lowercase()
-                        )
-                    }
-                    crate::ir::graph::Collective::Broadcast { src } => {
-                        format!("broadcast {} src={src}", s.buffer(*input).name)
-                    }
+                let what = match op.to_string().split_once(' ') {
+                    Some((name, rest)) => format!("{name} {} {rest}", s.buffer(*input).name),
+                    None => format!("{op} {}", s.buffer(*input).name),
                 };
                 let _ = writeln!(
                     out,

@@ -331,25 +331,45 @@ impl<'a> Builder<'a> {
                     tf32,
                 }
             }
-            B::AllReduce => {
-                let op = match arg(1).map(|a| &a.kind) {
-                    None => ReduceKind::Sum,
-                    Some(ExprKind::Str(s)) => match s.as_str() {
-                        "sum" => ReduceKind::Sum,
-                        "max" => ReduceKind::Max,
-                        "min" => ReduceKind::Min,
-                        "mean" => ReduceKind::Mean,
-                        other => {
-                            return Err(LowerError::new(e.span, format!("the reduction `{other}`")))
-                        }
-                    },
-                    Some(_) => {
-                        return Err(LowerError::new(
-                            e.span,
-                            "a reduction that is not a string literal",
-                        ))
-                    }
+            B::Shard => {
+                if arg(2).is_some() {
+                    return Err(LowerError::new(
+                        e.span,
+                        "`shard(..., devices=...)` inside a function (the function runs on the devices of its call)",
+                    ));
+                }
+                let x = self.expr(need(0)?)?;
+                let rank = self.ty_of(x).dims().len();
+                let axis = match arg(1) {
+                    Some(a) => self.axis(a, rank)?,
+                    None => 0,
                 };
+                NodeKind::Collective {
+                    op: Collective::Shard { axis },
+                    x,
+                }
+            }
+            B::Gather | B::AllGather => NodeKind::Collective {
+                op: Collective::AllGather { axis: None },
+                x: self.expr(need(0)?)?,
+            },
+            B::ReduceScatter => {
+                let x = self.expr(need(0)?)?;
+                let rank = self.ty_of(x).dims().len();
+                let axis = match arg(1) {
+                    Some(a) => self.axis(a, rank)?,
+                    None => 0,
+                };
+                NodeKind::Collective {
+                    op: Collective::ReduceScatter {
+                        op: reduce_kind(arg(2), e.span)?,
+                        axis,
+                    },
+                    x,
+                }
+            }
+            B::AllReduce => {
+                let op = reduce_kind(arg(1), e.span)?;
                 NodeKind::Collective {
                     op: Collective::AllReduce(op),
                     x: self.expr(need(0)?)?,
@@ -429,11 +449,7 @@ impl<'a> Builder<'a> {
             | B::Len
             | B::LoadNpy
             | B::SaveNpy
-            | B::SetFloat32MatmulPrecision
-            | B::Shard
-            | B::Gather
-            | B::AllGather
-            | B::ReduceScatter => {
+            | B::SetFloat32MatmulPrecision => {
                 return Err(LowerError::new(
                     e.span,
                     format!("the builtin `{name}` in a whole-tensor function"),
@@ -442,4 +458,24 @@ impl<'a> Builder<'a> {
         };
         Ok(self.push(kind, ty, e.span))
     }
+}
+
+/// The reduction of a collective's `op=` (a string literal; `"sum"` without).
+fn reduce_kind(arg: Option<&Expr>, span: Span) -> R<ReduceKind> {
+    Ok(match arg.map(|a| &a.kind) {
+        None => ReduceKind::Sum,
+        Some(ExprKind::Str(s)) => match s.as_str() {
+            "sum" => ReduceKind::Sum,
+            "max" => ReduceKind::Max,
+            "min" => ReduceKind::Min,
+            "mean" => ReduceKind::Mean,
+            other => return Err(LowerError::new(span, format!("the reduction `{other}`"))),
+        },
+        Some(_) => {
+            return Err(LowerError::new(
+                span,
+                "a reduction that is not a string literal",
+            ))
+        }
+    })
 }
