@@ -5,11 +5,11 @@
 //! or the first GPUs (`cuda:0`, ...). `shard(x, axis=k)` splits a tensor over
 //! them; an expression with a distributed operand is checked whole (the
 //! shapes the user wrote), its Graph IR is given placements
-//! (`exec::dist::infer`), and it then runs once per device on that device's
-//! parts, as a second synthetic function whose sharded axes are named dims.
-//! The collectives run on the host for the CPU's virtual devices and on GPUs
-//! alike (through the host's copies); the result's parts go back to their
-//! devices.
+//! (`exec::dist::infer`) and localized (each sharded axis a length every
+//! device binds to its part's), and the lowered plan then runs on every
+//! device at once (the session's worker threads), each on its parts, meeting
+//! at the collectives. The collectives run on the host for the CPU's virtual
+//! devices and through NCCL on GPUs.
 
 use tessera::diag::Diagnostic;
 use tessera::exec::dist::{self, infer, DistTensor, Placement, ReduceOp};
