@@ -75,7 +75,8 @@ impl Session {
                     return Ok(cast_scalar(n, d));
                 }
                 let Some(t) = v.tensor().cloned() else {
-                    return Err(wrong_kind(
+                    return Err(wrong_kind_of(
+                        &v,
                         value.span,
                         format!("`.to` converts a tensor, not a {}", v.describe()),
                         "`x.to(f16)` converts a tensor `x`",
@@ -149,8 +150,9 @@ impl Session {
         for a in args {
             let v = self.eval(&a.value, text)?;
             // A dtype or a string, also inside a list, is no run-time value.
-            let Some(v) = v.to_value() else {
-                return Err(wrong_kind(
+            let Some(value) = v.to_value() else {
+                return Err(wrong_kind_of(
+                    &v,
                     a.value.span,
                     format!(
                         "a kernel argument cannot be {}",
@@ -160,8 +162,8 @@ impl Session {
                 ));
             };
             match &a.name {
-                Some(n) => named.push((n.name.clone(), v)),
-                None => positional.push(v),
+                Some(n) => named.push((n.name.clone(), value)),
+                None => positional.push(value),
             }
         }
         let device =

@@ -220,7 +220,8 @@ impl Session {
                 let tx = b[0].expect("required");
                 let t = self.eval(tx, text)?;
                 let Some(t) = t.tensor().cloned() else {
-                    return Err(wrong_kind(
+                    return Err(wrong_kind_of(
+                        &t,
                         tx.span,
                         format!("`save_npy` saves a tensor, found {}", t.describe()),
                         "`save_npy(x, \"x.npy\")`",

@@ -30,7 +30,8 @@ impl Session {
                 index_seq(seq, &items, span)
             }
             Val::List(seq) => index_seq(seq, &items, span),
-            other => Err(wrong_kind(
+            other => Err(wrong_kind_of(
+                &other,
                 vspan,
                 format!("{} cannot be indexed", with_article(&other.describe())),
                 "index a tensor, a tuple or a list: `t[0]`",

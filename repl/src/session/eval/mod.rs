@@ -136,3 +136,16 @@ pub(crate) fn unsupported(span: Span, what: impl Into<String>, help: &str) -> Di
 fn wrong_kind(span: Span, message: impl Into<String>, help: &str) -> Diagnostic {
     Diagnostic::new("E0302", span, message.into()).with_help(help.to_string())
 }
+
+/// [`wrong_kind`] for the value `found`: a distributed tensor where an
+/// ordinary one is needed gets the help that says how to make it one.
+fn wrong_kind_of(found: &Val, span: Span, message: impl Into<String>, help: &str) -> Diagnostic {
+    match found {
+        Val::Dist(..) => wrong_kind(
+            span,
+            message,
+            "this tensor is spread over the session's devices: `gather(x)` gives it whole, as an ordinary tensor (docs/multi-gpu.md)",
+        ),
+        _ => wrong_kind(span, message, help),
+    }
+}
