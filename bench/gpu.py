@@ -910,12 +910,17 @@ def markdown(rows, header):
     return "\n".join(out)
 
 
-def header(args):
+def tessera_version(path):
+    """`tessera --version` of the binary at `path`, or why there is none."""
     try:
-        version = subprocess.run([args.tessera, "--version"], capture_output=True,
-                                 encoding="utf-8").stdout.strip()
+        return subprocess.run([path, "--version"], capture_output=True,
+                              encoding="utf-8").stdout.strip()
     except OSError:
-        version = f"no binary at {args.tessera}"
+        return f"no binary at {path}"
+
+
+def header(args):
+    version = tessera_version(args.tessera)
     gpu = "no GPU seen by torch"
     if torch is not None and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()

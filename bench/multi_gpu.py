@@ -633,11 +633,7 @@ def emit(args, rows):
 
 
 def header(args):
-    try:
-        version = subprocess.run([args.tessera, "--version"], capture_output=True,
-                                 encoding="utf-8").stdout.strip()
-    except OSError:
-        version = f"no binary at {args.tessera}"
+    version = G.tessera_version(args.tessera)
     gpus = "no GPU (nvidia-smi found none)"
     try:
         p = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],

@@ -135,14 +135,21 @@ fn numbers_agree_within_tolerance_only() {
     ));
 }
 
-fn run_files_on(device: &str) {
-    let dir = root().join("tests/run");
+/// The `.tsr` files of `tests/FOLDER`, sorted.
+fn tsr_files(folder: &str) -> Vec<PathBuf> {
+    let dir = root().join("tests").join(folder);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "tsr"))
         .collect();
     files.sort();
+    files
+}
+
+fn run_files_on(device: &str) {
+    let dir = root().join("tests/run");
+    let files = tsr_files("run");
     assert!(files.len() >= 5, "too few run files in {}", dir.display());
     let mut failures = Vec::new();
     for f in &files {
@@ -344,13 +351,7 @@ fn repl_on_cuda_without_a_gpu_is_exit_2() {
 /// not depend on how many devices hold the parts.
 #[test]
 fn sharded_files_agree_on_every_device_count() {
-    let dir = root().join("tests/sharded");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tsr"))
-        .collect();
-    files.sort();
+    let files = tsr_files("sharded");
     assert!(!files.is_empty(), "no tests/sharded/*.tsr");
     let mut failures = Vec::new();
     for file in &files {

@@ -11,6 +11,7 @@
 //! at the collectives. The collectives run on the host for the CPU's virtual
 //! devices and through NCCL on GPUs.
 
+use tessera::check::builtins::Builtin;
 use tessera::diag::Diagnostic;
 use tessera::exec::dist::{self, infer, DistTensor, Placement, ReduceOp};
 use tessera::exec::{self, Value};
@@ -23,15 +24,19 @@ use super::Session;
 
 type R<T> = Result<T, Diagnostic>;
 
-/// The builtins of this module, evaluated by the host.
-pub(crate) const DIST_BUILTINS: [&str; 6] = [
-    "shard",
-    "gather",
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-];
+/// The builtins of this module: evaluated by the host in top-level
+/// statements (inside functions they are Graph IR collectives).
+pub(crate) fn is_dist_builtin(id: Builtin) -> bool {
+    matches!(
+        id,
+        Builtin::Shard
+            | Builtin::Gather
+            | Builtin::AllReduce
+            | Builtin::AllGather
+            | Builtin::ReduceScatter
+            | Builtin::Broadcast
+    )
+}
 
 /// The most devices a session may use.
 pub const MAX_DEVICES: usize = 64;
@@ -101,57 +106,17 @@ impl Session {
         args: &[Arg],
         text: &str,
     ) -> R<Val> {
-        let allowed: &[&str] = match name {
-            "shard" => &["x", "axis", "devices"],
-            "all_reduce" => &["x", "op"],
-            "reduce_scatter" => &["x", "axis", "op"],
-            "broadcast" => &["x", "src"],
-            _ => &["x"],
-        };
+        // The parameters are the checker's (its builtin table).
+        let allowed = Builtin::from_name(name)
+            .expect("a builtin of the table")
+            .info()
+            .params;
+        let bound = Self::bind(name, allowed, 1, args, e.span)?;
         let mut given: Vec<(&str, Val, Span)> = Vec::new();
-        let mut keywords = false;
-        for (i, a) in args.iter().enumerate() {
-            let key = match &a.name {
-                Some(n) => {
-                    keywords = true;
-                    n.name.as_str()
-                }
-                None if keywords => {
-                    return Err(Diagnostic::new(
-                        "E0205",
-                        a.span,
-                        "a positional argument after a keyword argument",
-                    )
-                    .with_help(format!("`{name}({})`", allowed.join(", "))))
-                }
-                None => match allowed.get(i) {
-                    Some(k) => k,
-                    None => {
-                        return Err(Diagnostic::new(
-                            "E0205",
-                            a.span,
-                            format!("`{name}` takes at most {} arguments", allowed.len()),
-                        )
-                        .with_help(format!("`{name}({})`", allowed.join(", "))))
-                    }
-                },
-            };
-            let Some(&key) = allowed.iter().find(|k| **k == key) else {
-                return Err(Diagnostic::new(
-                    "E0205",
-                    a.span,
-                    format!("`{name}` has no keyword argument `{key}`"),
-                )
-                .with_primary_label("unknown keyword argument")
-                .with_help(format!("`{name}({})`", allowed.join(", "))));
-            };
-            if given.iter().any(|(k, ..)| *k == key) {
-                return Err(
-                    Diagnostic::new("E0205", a.span, format!("`{key}` is given twice"))
-                        .with_help(format!("`{name}({})`", allowed.join(", "))),
-                );
+        for (key, a) in allowed.iter().zip(bound) {
+            if let Some(a) = a {
+                given.push((key, self.eval(a, text)?, a.span));
             }
-            given.push((key, self.eval(&a.value, text)?, a.value.span));
         }
         let get = |k: &str| {
             given

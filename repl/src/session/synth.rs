@@ -199,7 +199,7 @@ impl Session {
                 if (matches!(
                     Builtin::from_name(&id.name),
                     Some(B::Randn | B::Ones | B::Empty | B::Tensor | B::Arange | B::LoadNpy | B::Len)
-                ) || (super::dist::DIST_BUILTINS.contains(&id.name.as_str())
+                ) || (Builtin::from_name(&id.name).is_some_and(super::dist::is_dist_builtin)
                     && !self.defs.iter().any(|d| d.names.contains(&id.name))))
                     && !self.vars.contains_key(&id.name)),
             ExprKind::Subscript { indices, .. } => self.host_indices(indices),
@@ -395,18 +395,15 @@ impl Session {
             return false;
         };
         fn any(g: &tessera::ir::graph::Graph) -> bool {
-            use tessera::ir::graph::NodeKind;
-            g.nodes.iter().any(|n| match &n.kind {
-                NodeKind::Collective {
-                    op: tessera::ir::graph::Collective::Shard { .. },
-                    ..
-                } => true,
-                NodeKind::If {
-                    then, otherwise, ..
-                } => any(&then.graph) || any(&otherwise.graph),
-                NodeKind::For { body, .. } => any(&body.graph),
-                NodeKind::While { cond, body, .. } => any(&cond.graph) || any(&body.graph),
-                _ => false,
+            use tessera::ir::graph::{regions, Collective, NodeKind};
+            g.nodes.iter().any(|n| {
+                matches!(
+                    n.kind,
+                    NodeKind::Collective {
+                        op: Collective::Shard { .. },
+                        ..
+                    }
+                ) || regions(&n.kind).iter().any(|r| any(&r.graph))
             })
         }
         tessera::db::graph_ir(&self.db, item, self.db.options())

@@ -255,7 +255,7 @@ fn walk(graph: &Graph, params: &[Placement]) -> Result<Walk, PlacementError> {
             | NodeKind::Project { .. }
             | NodeKind::Call { .. }) => {
                 let mut reads = crate::ir::graph::operands(kind);
-                for r in regions(kind) {
+                for r in crate::ir::graph::regions(kind) {
                     reads.extend(r.captures.iter().copied());
                 }
                 if reads.iter().any(|r| p(r) != Placement::Replicated) {
@@ -277,17 +277,6 @@ fn walk(graph: &Graph, params: &[Placement]) -> Result<Walk, PlacementError> {
         at.push(placed);
     }
     Ok(Walk::Done(at))
-}
-
-fn regions(kind: &NodeKind) -> Vec<&crate::ir::graph::Region> {
-    match kind {
-        NodeKind::If {
-            then, otherwise, ..
-        } => vec![then, otherwise],
-        NodeKind::For { body, .. } => vec![body],
-        NodeKind::While { cond, body, .. } => vec![cond, body],
-        _ => vec![],
-    }
 }
 
 fn partial(span: Span, op: ReduceOp) -> PlacementError {

@@ -118,9 +118,6 @@ impl Session {
             return self.launch(&kernel, None, args, text, e.span);
         }
         let user_defined = self.defs.iter().any(|d| d.names.iter().any(|n| n == name));
-        if !user_defined && super::super::dist::DIST_BUILTINS.contains(&name) {
-            return self.dist_builtin(name, e, args, text);
-        }
         match Builtin::from_name(name) {
             Some(id) if !user_defined => self.host_builtin(id, e, args, text),
             _ => self.synth_eval(e, text),
@@ -288,7 +285,7 @@ impl Session {
 
     /// Binds `args` to the parameter names `params` (the first `required` are
     /// required).
-    pub(super) fn bind<'a>(
+    pub(in crate::session) fn bind<'a>(
         name: &str,
         params: &[&str],
         required: usize,

@@ -339,11 +339,7 @@ impl<'a> Builder<'a> {
                     ));
                 }
                 let x = self.expr(need(0)?)?;
-                let rank = self.ty_of(x).dims().len();
-                let axis = match arg(1) {
-                    Some(a) => self.axis(a, rank)?,
-                    None => 0,
-                };
+                let axis = self.axis_or(arg(1), self.ty_of(x).dims().len(), 0)?;
                 NodeKind::Collective {
                     op: Collective::Shard { axis },
                     x,
@@ -355,11 +351,7 @@ impl<'a> Builder<'a> {
             },
             B::ReduceScatter => {
                 let x = self.expr(need(0)?)?;
-                let rank = self.ty_of(x).dims().len();
-                let axis = match arg(1) {
-                    Some(a) => self.axis(a, rank)?,
-                    None => 0,
-                };
+                let axis = self.axis_or(arg(1), self.ty_of(x).dims().len(), 0)?;
                 NodeKind::Collective {
                     op: Collective::ReduceScatter {
                         op: reduce_kind(arg(2), e.span)?,
@@ -389,10 +381,7 @@ impl<'a> Builder<'a> {
             B::Softmax => {
                 let x = self.expr(need(0)?)?;
                 let rank = self.ty_of(x).dims().len();
-                let axis = match arg(1) {
-                    Some(a) => self.axis(a, rank)?,
-                    None => rank - 1,
-                };
+                let axis = self.axis_or(arg(1), rank, rank - 1)?;
                 NodeKind::Softmax { x, axis }
             }
             B::LayerNorm => NodeKind::LayerNorm {

@@ -124,6 +124,14 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The axis `e` names, or `default` without one.
+    fn axis_or(&self, e: Option<&Expr>, rank: usize, default: usize) -> R<usize> {
+        match e {
+            Some(e) => self.axis(e, rank),
+            None => Ok(default),
+        }
+    }
+
     fn axis(&self, e: &Expr, rank: usize) -> R<usize> {
         let a = self.const_int(e)?;
         let j = if a < 0 { a + rank as i64 } else { a };
