@@ -47,7 +47,14 @@ pub(crate) enum Data {
 /// comparing, host arithmetic), so that tensors stay on the GPU between
 /// launches.
 pub(crate) struct Storage {
+    /// The host's elements; empty (though `numel` is not 0) while a tensor
+    /// made on a GPU has never been read back: its host copy is made at
+    /// the first host access, so that device-resident results cost no host
+    /// memory. (Zeroed host memory is not free: glibc's heap hands out
+    /// blocks under its mmap threshold, up to 32 MiB, that `calloc` must
+    /// clear, which cost more than the GPU work of a 16 MiB all-reduce.)
     host: UnsafeCell<Data>,
+    numel: usize,
     mirror: Mutex<Option<Mirror>>,
 }
 
@@ -97,9 +104,50 @@ struct Mirror {
 impl Storage {
     pub(crate) fn new(d: Data) -> Arc<Storage> {
         Arc::new(Storage {
+            numel: d.len(),
             host: UnsafeCell::new(d),
             mirror: Mutex::new(None),
         })
+    }
+
+    /// A storage of `numel` elements of `empty`'s type whose elements are
+    /// in `mirror`; the host's copy is made (zeros, then the device's
+    /// elements where it is current) at the first host access.
+    fn on_device(empty: Data, numel: usize, mirror: Mirror) -> Arc<Storage> {
+        debug_assert_eq!(empty.len(), 0);
+        Arc::new(Storage {
+            host: UnsafeCell::new(empty),
+            numel,
+            mirror: Mutex::new(Some(mirror)),
+        })
+    }
+
+    /// The host's elements as they are (not synced), made when missing.
+    ///
+    /// # Safety
+    /// As [`Storage::host_bytes`]: no other reference to the host elements
+    /// is used while the returned one lives.
+    #[allow(clippy::mut_from_ref)] // the caller's contract above
+    unsafe fn host_slot(&self) -> &mut Data {
+        // SAFETY: exclusivity is the caller's contract.
+        let d = unsafe { &mut *self.host.get() };
+        if d.len() != self.numel {
+            // Zeroed pages are mapped lazily by the system for the large
+            // sizes, so this costs nothing until the read-back writes them;
+            // like any host allocation it aborts only if the system has no
+            // memory at all (its size was checked against the available
+            // memory when the tensor was made).
+            *d = d
+                .zeroed_like(self.numel)
+                .unwrap_or_else(|layout| std::alloc::handle_alloc_error(layout));
+        }
+        d
+    }
+
+    /// The size of the elements in bytes (without making the host copy).
+    fn byte_len(&self) -> usize {
+        // SAFETY: only the variant (the element type) is read.
+        self.numel * unsafe { &*self.host.get() }.elem_bytes()
     }
 
     fn mirror(&self) -> std::sync::MutexGuard<'_, Option<Mirror>> {
@@ -111,7 +159,7 @@ impl Storage {
         self.sync_host();
         // SAFETY: see the module docs: no writer runs concurrently with a reader
         // outside a launch.
-        unsafe { &*self.host.get() }
+        unsafe { self.host_slot() }
     }
 
     /// The host's bytes (for copies to and from a device).
@@ -125,8 +173,7 @@ impl Storage {
         // SAFETY: the vector's buffer holds `len` elements of `elem_bytes`
         // each; exclusivity is the caller's contract.
         unsafe {
-            let d = &*self.host.get();
-            let len = d.len() * d.elem_bytes();
+            let len = self.byte_len();
             std::slice::from_raw_parts_mut(self.host_ptr_unsynced(), len)
         }
     }
@@ -151,8 +198,9 @@ impl Storage {
     }
 
     fn host_ptr_unsynced(&self) -> *mut u8 {
-        // SAFETY: only the buffer pointer is taken; the vector is not resized.
-        let d = unsafe { &mut *self.host.get() };
+        // SAFETY: only the buffer pointer is taken; the vector is not resized
+        // (but made, once, when missing).
+        let d = unsafe { self.host_slot() };
         match d {
             Data::F64(v) => v.as_mut_ptr() as *mut u8,
             Data::F32(v) => v.as_mut_ptr() as *mut u8,
@@ -199,8 +247,7 @@ impl Storage {
             let only_there = m.as_ref().is_some_and(|x| x.current == Current::Device);
             let mut moved = None;
             if only_there {
-                // SAFETY: the mirror's lock is held and no launch runs.
-                let len = unsafe { self.host_bytes() }.len();
+                let len = self.byte_len();
                 let make = alloc.take().expect("not used yet");
                 let buf = make(len)?;
                 let copied = m
@@ -226,19 +273,19 @@ impl Storage {
                 }
             }
         }
-        // SAFETY: the mirror's lock is held and no launch runs.
-        let host = unsafe { self.host_bytes() };
         let mirror = match m.as_mut() {
             Some(x) => x,
             None => {
                 let make = alloc.take().expect("a mirror was made only when taken");
                 m.insert(Mirror {
-                    buf: make(host.len())?,
+                    buf: make(self.byte_len())?,
                     current: Current::Host,
                 })
             }
         };
         if mirror.current == Current::Host {
+            // SAFETY: the mirror's lock is held and no launch runs.
+            let host = unsafe { self.host_bytes() };
             mirror.buf.write(host)?;
             mirror.current = Current::Both;
         }
@@ -512,8 +559,9 @@ impl Data {
 
     /// Zeroed storage straight from the allocator's zeroed memory
     /// (`calloc`: a large buffer's pages are mapped when first touched), for
-    /// a tensor whose elements live on a GPU: the host pays nothing until it
-    /// reads them. E0712/E0713 as [`Data::alloc`].
+    /// tests of huge shapes that touch no element. E0712/E0713 as
+    /// [`Data::alloc`].
+    #[cfg(test)]
     pub(crate) fn lazy_zeros(shape: &[usize], dtype: DType) -> Result<Data, ExecError> {
         let n = checked_numel(shape, dtype)?;
         let oom = || out_of_memory(shape, dtype, n * dtype.bytes() as usize, None);
@@ -593,6 +641,44 @@ impl Data {
             Data::F16(_) | Data::BF16(_) | Data::I16(_) => 2,
             Data::I8(_) | Data::U8(_) => 1,
         }
+    }
+
+    /// No elements, of `dtype`'s representation.
+    fn empty(dtype: DType) -> Data {
+        match dtype {
+            DType::F64 => Data::F64(Vec::new()),
+            DType::F32 => Data::F32(Vec::new()),
+            DType::F16 => Data::F16(Vec::new()),
+            DType::BF16 => Data::BF16(Vec::new()),
+            DType::I64 => Data::I64(Vec::new()),
+            DType::I32 => Data::I32(Vec::new()),
+            DType::I16 => Data::I16(Vec::new()),
+            DType::I8 => Data::I8(Vec::new()),
+            DType::U32 => Data::U32(Vec::new()),
+            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => Data::U8(Vec::new()),
+        }
+    }
+
+    /// `n` zeros of this data's representation; the layout the allocator
+    /// refused otherwise.
+    fn zeroed_like(&self, n: usize) -> Result<Data, std::alloc::Layout> {
+        fn z<T: ZeroBits>(n: usize) -> Result<Vec<T>, std::alloc::Layout> {
+            zeroed(n).ok_or_else(|| {
+                std::alloc::Layout::array::<T>(n).unwrap_or(std::alloc::Layout::new::<T>())
+            })
+        }
+        Ok(match self {
+            Data::F64(_) => Data::F64(z(n)?),
+            Data::F32(_) => Data::F32(z(n)?),
+            Data::F16(_) => Data::F16(z(n)?),
+            Data::BF16(_) => Data::BF16(z(n)?),
+            Data::I64(_) => Data::I64(z(n)?),
+            Data::I32(_) => Data::I32(z(n)?),
+            Data::I16(_) => Data::I16(z(n)?),
+            Data::I8(_) => Data::I8(z(n)?),
+            Data::U32(_) => Data::U32(z(n)?),
+            Data::U8(_) => Data::U8(z(n)?),
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -925,14 +1011,15 @@ impl Tensor {
                 return Err(out_of_memory(shape, dtype, bytes, Some(a)));
             }
         }
-        let data = Data::lazy_zeros(shape, dtype)?;
         buf.zero()?;
-        let t = Tensor::from_data(shape, dtype, data);
-        *t.storage.mirror() = Some(Mirror {
-            buf,
-            current: Current::Both,
-        });
-        Ok(t)
+        Ok(Tensor::on_device(
+            shape,
+            dtype,
+            Mirror {
+                buf,
+                current: Current::Both,
+            },
+        ))
     }
 
     /// A tensor whose elements a GPU is about to write into `buf` (a block
@@ -951,12 +1038,25 @@ impl Tensor {
                 return Err(out_of_memory(shape, dtype, bytes, Some(a)));
             }
         }
-        let t = Tensor::from_data(shape, dtype, Data::lazy_zeros(shape, dtype)?);
-        *t.storage.mirror() = Some(Mirror {
-            buf,
-            current: Current::Device,
-        });
-        Ok(t)
+        Ok(Tensor::on_device(
+            shape,
+            dtype,
+            Mirror {
+                buf,
+                current: Current::Device,
+            },
+        ))
+    }
+
+    /// A tensor whose elements are in `mirror` (its host copy made at the
+    /// first host access); the shape's size was checked by the caller.
+    fn on_device(shape: &[usize], dtype: DType, mirror: Mirror) -> Tensor {
+        let numel = shape.iter().product();
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            storage: Storage::on_device(Data::empty(dtype), numel, mirror),
+        }
     }
 
     /// The GPU context that holds a copy of the elements, if one does.
@@ -1029,7 +1129,7 @@ impl Tensor {
         self.storage.host_written();
         // SAFETY: no launch is running (see the module docs); the vector keeps
         // its length, so pointers taken for later launches stay valid.
-        let dst = unsafe { &mut *self.storage.host.get() };
+        let dst = unsafe { self.storage.host_slot() };
         interrupt.chunks(from.len(), |r| dst.copy_range(from, r))
     }
 
@@ -1632,6 +1732,85 @@ fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A "GPU" buffer in host memory, to test the mirror without a GPU.
+    struct FakeBuffer {
+        bytes: Mutex<Vec<u8>>,
+        owner: u64,
+    }
+
+    impl DeviceBuffer for FakeBuffer {
+        fn read(&self, host: &mut [u8]) -> Result<(), ExecError> {
+            host.copy_from_slice(&self.bytes.lock().unwrap());
+            Ok(())
+        }
+        fn write(&self, host: &[u8]) -> Result<(), ExecError> {
+            self.bytes.lock().unwrap().copy_from_slice(host);
+            Ok(())
+        }
+        fn zero(&self) -> Result<(), ExecError> {
+            self.bytes.lock().unwrap().fill(0);
+            Ok(())
+        }
+        fn copy_from_device(&self, _: &dyn DeviceBuffer) -> Result<(), ExecError> {
+            Err(ExecError::new("E0730", "not between fake buffers"))
+        }
+        fn address(&self) -> u64 {
+            self.bytes.lock().unwrap().as_ptr() as u64
+        }
+        fn settle(&self) -> Result<(), ExecError> {
+            Ok(())
+        }
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+    }
+
+    fn fake(bytes: Vec<u8>) -> Box<dyn DeviceBuffer> {
+        Box::new(FakeBuffer {
+            bytes: Mutex::new(bytes),
+            owner: 7,
+        })
+    }
+
+    fn host_len(t: &Tensor) -> usize {
+        // SAFETY: a test's tensor, not shared with a launch.
+        unsafe { &*t.storage.host.get() }.len()
+    }
+
+    #[test]
+    fn device_results_make_their_host_copy_when_read() {
+        let elems = [1.5f32, -2.0, 3.25];
+        let bytes: Vec<u8> = elems.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let t = Tensor::written_on_device(&[3], DType::F32, fake(bytes)).unwrap();
+        assert_eq!(host_len(&t), 0, "no host memory before a read");
+        // Its device address needs no host copy either.
+        let addr = t
+            .storage
+            .device_address(7, |_| unreachable!("it has one"))
+            .unwrap();
+        assert_ne!(addr, 0);
+        assert_eq!(host_len(&t), 0);
+        assert_eq!(t.to_f64_vec(), vec![1.5, -2.0, 3.25]);
+        assert_eq!(host_len(&t), 3);
+
+        // Zeros on both sides read as zeros, and a lost device copy leaves
+        // the host's zeros.
+        let z = Tensor::zeros_on_device(&[2, 2], DType::BF16, |n| Ok(fake(vec![9; n]))).unwrap();
+        assert_eq!(host_len(&z), 0);
+        assert_eq!(z.to_f64_vec(), vec![0.0; 4]);
+        let lost = Tensor::written_on_device(&[2], DType::I32, fake(vec![1; 8])).unwrap();
+        assert!(lost.forget_device(7));
+        assert_eq!(lost.to_f64_vec(), vec![0.0; 2]);
+        // A host write after a deferred one reaches the host's own copy.
+        let w = Tensor::written_on_device(&[2], DType::F32, fake(vec![0; 8])).unwrap();
+        w.assign(
+            &Tensor::from_f64(&[2], DType::F32, &[4.0, 5.0]),
+            &Interrupt::new(),
+        )
+        .unwrap();
+        assert_eq!(w.to_f64_vec(), vec![4.0, 5.0]);
+    }
 
     #[test]
     fn printing_is_numpy_like() {
