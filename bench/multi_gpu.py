@@ -48,6 +48,15 @@ process's environment, which every child inherits).
    bf16, so its rounding is included). Peer row: torch.matmul on one GPU, CUDA-event
    median of `--runs` runs queued back to back.
 
+3. Overlap of a collective with independent work inside one function (`--only overlap`),
+   bf16, for each GPU count of `--gpus` above 1, every tensor replicated (`broadcast`):
+   `overlapped(x, a, w)` all-reduces x (R x C, the message) and, not needing the result,
+   multiplies a (M x K) by `w + x[0:K, :] * 0` (reading the collective's input is
+   allowed while it runs); `serial(x, a, w)` is the same but for `g[0:K, :]` in place of
+   `x[0:K, :]`, so the matmul must wait for the all-reduce. `comm(x)` and `compute(a, w)`
+   time each part alone. Times are `:time`'s wall medians; overlap speed-up = serial ÷
+   overlapped (1: none; at most (comm + compute) ÷ max(comm, compute)).
+
 A failing row (a Tessera error, no torch, fewer GPUs than asked) says why; the table is
 always written (`--out`), and the exit status is 0 when the script itself worked.
 
@@ -94,6 +103,26 @@ BF16 = 2  # bytes
 
 GEMM = (16384, 8192, 8192)  # M, K, N: A is M x K (sharded on M), B is K x N
 TINY_GEMM = (64, 32, 48)
+# Overlap: the message x is R x C, the matmul M x K times K x C (about 1 ms and
+# 0.5 ms on H100s).
+OVERLAP = {"R": 8192, "C": 8192, "M": 2048, "K": 8192}
+TINY_OVERLAP = {"R": 32, "C": 16, "M": 8, "K": 16}
+OVERLAP_SRC = '''def comm(x: Tensor["R", "C", bf16]) -> Tensor["R", "C", bf16]:
+    return all_reduce(x)
+
+def compute(a: Tensor["M", "K", bf16], w: Tensor["K", "C", bf16]) -> Tensor["M", "C", bf16]:
+    return matmul(a, w)
+
+def overlapped(x: Tensor["R", "C", bf16], a: Tensor["M", "K", bf16], w: Tensor["K", "C", bf16]) -> Tensor["C", bf16]:
+    g = all_reduce(x)
+    c = matmul(a, w + x[0:K, :] * 0.0)
+    return g[0, :] + c[0, :]
+
+def serial(x: Tensor["R", "C", bf16], a: Tensor["M", "K", bf16], w: Tensor["K", "C", bf16]) -> Tensor["C", bf16]:
+    g = all_reduce(x)
+    c = matmul(a, w + g[0:K, :] * 0.0)
+    return g[0, :] + c[0, :]
+'''
 
 
 # ---------------------------------------------------------------------------
@@ -572,6 +601,46 @@ def gemm_peer(args, a_path, b_path, saved):
     return row, errors
 
 
+def bench_overlap(args):
+    d = TINY_OVERLAP if args.tiny else OVERLAP
+    counts = [n for n in args.gpus if n > 1]
+    print(f"overlap: all_reduce of {d['R']}x{d['C']} with a {d['M']}x{d['K']}x{d['C']} "
+          f"matmul on {', '.join(map(str, counts))} GPUs", flush=True)
+    src = os.path.join(args.work, "overlap.tsr")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(OVERLAP_SRC)
+    rows = []
+    for n in counts:
+        r = {"section": "overlap", "n": n}
+        if args.device == "cuda" and args.gpus_here < n:
+            r["failed"] = f"{n} GPUs needed, this machine has {args.gpus_here}"
+            rows.append(r)
+            continue
+        repl = None
+        try:
+            repl = G.Repl(session_args(args, n), args.cache)
+            repl.step(f':load {src}',
+                      f"x = broadcast(randn([{d['R']}, {d['C']}], bf16, seed=1))",
+                      f"a = broadcast(randn([{d['M']}, {d['K']}], bf16, seed=2))",
+                      f"w = broadcast(randn([{d['K']}, {d['C']}], bf16, seed=3))")
+            for name, stmt in (("comm", "g = comm(x)"), ("compute", "c = compute(a, w)"),
+                               ("serial", "s = serial(x, a, w)"),
+                               ("overlapped", "o = overlapped(x, a, w)")):
+                repl.step(stmt)  # warm-up: compiles, makes the communicator
+                r[name] = time_stmt(repl, stmt)["wall"]
+            # Both give the same numbers (the zeros added change nothing).
+            _, out = repl.step("print(max(abs(gather(s).to(f32) - gather(o).to(f32))))")
+            r["diff"] = " ".join(out).strip()
+        except G.Failed as e:
+            r["failed"] = str(e)
+            print(f"    failed: {e}", flush=True)
+        finally:
+            if repl is not None:
+                repl.close()
+        rows.append(r)
+    emit(args, rows)
+
+
 # ---------------------------------------------------------------------------
 # Report
 
@@ -618,6 +687,27 @@ def markdown(rows, header):
               fmt_tflops(r["tf_gpu"]), fmt_ratio(r["scale"]), fmt_ratio(r["eff"]),
               fmt_ratio(r["eff_gpu"]), G.fmt_err(r["err"]), r["note"]] for r in gm],
             intro)
+    ov = [r for r in rows if r["section"] == "overlap"]
+    if ov:
+        intro = (
+            "Inside one function: an all_reduce of x and a matmul that does not need its "
+            "result (`overlapped`), against the same ops with the matmul reading the "
+            "all_reduce's result (`serial`); `comm` and `compute` time each part alone. "
+            "`:time` wall medians. Speed-up = serial ÷ overlapped (1: no overlap); its "
+            "ceiling is (comm + compute) ÷ max(comm, compute).")
+
+        def cells(r):
+            if "failed" in r:
+                return [str(r["n"])] + ["—"] * 6 + [f"failed: {r['failed']}"]
+            ceiling = (r["comm"] + r["compute"]) / max(r["comm"], r["compute"])
+            return [str(r["n"]), G.fmt_time(r["comm"]), G.fmt_time(r["compute"]),
+                    G.fmt_time(r["serial"]), G.fmt_time(r["overlapped"]),
+                    fmt_ratio(r["serial"] / r["overlapped"]), fmt_ratio(ceiling),
+                    f"largest difference of serial and overlapped: {r.get('diff', '?')}"]
+        out += G.table(
+            "Overlap of a collective with compute in one function (bf16)",
+            ["GPUs", "comm", "compute", "serial", "overlapped", "speed-up", "ceiling", "note"],
+            [cells(r) for r in ov], intro)
     failed = [r for r in rows if r["section"] == "failed"]
     for r in failed:
         out += [f"**{r['what']} failed**: {r['note']}", ""]
@@ -790,7 +880,7 @@ class SelfTest(unittest.TestCase):
 # ---------------------------------------------------------------------------
 
 
-SECTIONS = ["allreduce", "gemm"]
+SECTIONS = ["allreduce", "gemm", "overlap"]
 
 
 def main():
@@ -847,7 +937,7 @@ def main():
     if not args.gpus:
         emit(args, [{"section": "failed", "what": "everything",
                      "note": "no GPU on this machine (use --device cpu --tiny to check the script)"}])
-    benches = {"allreduce": bench_allreduce, "gemm": bench_gemm}
+    benches = {"allreduce": bench_allreduce, "gemm": bench_gemm, "overlap": bench_overlap}
     try:
         for section in SECTIONS:
             if section in only and args.gpus:

@@ -6,14 +6,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::dist::Member;
+use super::cuda::nccl::RankPending;
+use super::dist::{Done, Member};
 use super::launch::{bind_dims, find_kernel, from_const, launch_item, match_args, signature};
 use super::{cpu, rng, Device, ExecError, Interrupt, Tensor, Value};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::db::{self, Database, Db, SourceFile};
 use crate::ir::graph::Collective;
-use crate::ir::schedule::{Arg, BufKind, KernelRef, ScalarExpr, Schedule, Step};
+use crate::ir::schedule::{Arg, BufId, BufKind, KernelRef, Launch, ScalarExpr, Schedule, Step};
 use crate::ir::tile::{BinaryOp, Constant, ParamKind, UnaryOp};
 
 /// The help line of an error in what the compiler itself generated (a
@@ -467,8 +468,14 @@ fn run_schedule(
         device,
         interrupt,
         spmd,
+        running: Default::default(),
     };
-    run_steps(&ctx, &s.steps, &mut scalars)?;
+    let ran = run_steps(&ctx, &s.steps, &mut scalars);
+    // The outputs are read after this: every collective joined (also
+    // after an error, so that no buffer is reused while one runs).
+    let joined = ctx.join_running(None);
+    ran?;
+    joined?;
     let outs = s
         .outputs
         .iter()
@@ -530,6 +537,54 @@ struct Ctx<'a> {
     device: &'a Device,
     interrupt: &'a Interrupt,
     spmd: Option<&'a Member>,
+    /// Collectives still running on the GPUs, with the base buffers they
+    /// read (input) and write (output): joined before the first step that
+    /// writes the input or touches the output (or any step but a launch),
+    /// so that the launches between run while they do.
+    running: std::cell::RefCell<Vec<(RankPending, Touches)>>,
+}
+
+/// The base buffers a running collective reads and writes.
+struct Touches {
+    input: BufId,
+    output: BufId,
+}
+
+impl Ctx<'_> {
+    /// Joins the running collectives that conflict with a launch passing
+    /// `passed` and writing `written` (base buffers; `None`: every
+    /// collective).
+    fn join_running(&self, launch: Option<(&[BufId], &[BufId])>) -> Result<(), ExecError> {
+        let mut running = self.running.borrow_mut();
+        let mut first_error = None;
+        let mut i = 0;
+        while i < running.len() {
+            let t = &running[i].1;
+            let hit = launch.is_none_or(|(passed, written)| {
+                passed.contains(&t.output) || written.contains(&t.input)
+            });
+            if hit {
+                let (p, _) = running.swap_remove(i);
+                if let Err(e) = p.join() {
+                    first_error.get_or_insert(e);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The base buffers a launch passes.
+    fn launch_buffers(&self, l: &Launch) -> Vec<BufId> {
+        l.args
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Arg::Buffer { buf, .. } => Some(self.s.base(*buf)),
+                Arg::Scalar(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// The tensor of buffer `buf` (its base's memory) seen with `shape`.
@@ -562,6 +617,15 @@ fn run_steps(
     let (db, file, s, env, interrupt) = (ctx.db, ctx.file, ctx.s, ctx.env, ctx.interrupt);
     for step in steps {
         interrupt.check()?;
+        // A launch waits only for the collectives whose output it passes or
+        // whose input it writes; every other step for all of them.
+        match step {
+            Step::Launch(l) => {
+                let written: Vec<BufId> = l.writes.iter().map(|b| ctx.s.base(*b)).collect();
+                ctx.join_running(Some((&ctx.launch_buffers(l), &written)))?
+            }
+            _ => ctx.join_running(None)?,
+        }
         let l = match step {
             Step::Launch(l) => l,
             Step::HostRandn { buf, seed, .. } => {
@@ -680,12 +744,33 @@ fn run_steps(
                         )?;
                     }
                     Some(m) => {
-                        let mine = m
-                            .group
-                            .collective(m.rank, *op, &src, ctx.device, interrupt)?;
-                        // On a GPU, NCCL's result is there: copied there.
-                        if !dst.assign_on_device(&mine)? {
-                            dst.assign(&mine, interrupt)?;
+                        // On GPUs, NCCL writes the output buffer in place and
+                        // runs on while the next launches that do not pass
+                        // its buffers do.
+                        let into = matches!(ctx.device, Device::Cuda(_)).then_some(&dst);
+                        match m.group.collective_into(
+                            m.rank,
+                            *op,
+                            &src,
+                            into,
+                            ctx.device,
+                            interrupt,
+                        )? {
+                            Done::Running(p) => ctx
+                                .running
+                                .borrow_mut()
+                                .push((
+                                    p,
+                                    Touches {
+                                        input: s.base(*input),
+                                        output: s.base(*output),
+                                    },
+                                )),
+                            Done::Ready(mine) => {
+                                if !dst.assign_on_device(&mine)? {
+                                    dst.assign(&mine, interrupt)?;
+                                }
+                            }
                         }
                     }
                     None => dst.assign(&src, interrupt)?,

@@ -898,6 +898,94 @@ impl Drop for Pending {
     }
 }
 
+impl Pending {
+    /// One part per rank, each joined on its own (by the thread that runs
+    /// that GPU's work), so that a rank's kernels that do not need the
+    /// result run while the collective does.
+    pub fn into_ranks(mut self) -> Vec<RankPending> {
+        // Nothing is ordered here: each part orders its own GPU.
+        self.joined = true;
+        let keep = Arc::new(Keep {
+            _inputs: std::mem::take(&mut self._inputs),
+            _staging: std::mem::take(&mut self._staging),
+        });
+        let mut place = std::mem::take(&mut self.place).into_iter();
+        std::mem::take(&mut self.outputs)
+            .into_iter()
+            .zip(std::mem::take(&mut self.gpus))
+            .zip(std::mem::take(&mut self.ends))
+            .map(|((output, gpu), end)| RankPending {
+                what: self.what.clone(),
+                gpu,
+                end,
+                output: Some(output),
+                place: place.next(),
+                _keep: keep.clone(),
+            })
+            .collect()
+    }
+}
+
+/// What a collective reads and stages, kept until every rank's part is
+/// joined. A block of GPU `r` is used only by GPU `r`'s streams, and
+/// rank `r`'s join orders GPU `r`'s compute stream after the collective,
+/// so once every part is joined no later work on any GPU can reuse a block
+/// the collective still uses.
+struct Keep {
+    _inputs: Vec<Tensor>,
+    _staging: Vec<Box<dyn DeviceBuffer>>,
+}
+
+/// One rank's part of a [`Pending`] collective.
+#[must_use = "join it to get the output (dropping it still orders the GPU's kernels after it)"]
+pub struct RankPending {
+    what: String,
+    gpu: Arc<Gpu>,
+    end: Arc<CudaEvent>,
+    output: Option<Tensor>,
+    place: Option<(Vec<Strided>, u64, u64)>,
+    _keep: Arc<Keep>,
+}
+
+impl RankPending {
+    /// Makes this rank's compute stream wait for its part of the
+    /// collective (the host does not wait) and gives its output.
+    pub fn join(mut self) -> Result<Tensor, ExecError> {
+        self.order(true)?;
+        Ok(self.output.take().expect("joined once"))
+    }
+
+    fn order(&mut self, place: bool) -> Result<(), ExecError> {
+        if self.output.is_none() {
+            return Ok(());
+        }
+        let g = &self.gpu;
+        if let Err(e) = g.stream.wait(&self.end) {
+            // As in `Pending::order`: the memory must not be reused while
+            // the collective runs.
+            let _ = self.end.synchronize();
+            return Err(g.failed(&self.what, e));
+        }
+        if place {
+            if let Some((copies, out, staging)) = self.place.take() {
+                for c in &copies {
+                    copy_strided(&g.stream, c, out, staging, false)
+                        .map_err(|e| g.failed(&self.what, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RankPending {
+    fn drop(&mut self) {
+        if self.output.is_some() {
+            let _ = self.order(false);
+        }
+    }
+}
+
 /// What a collective does.
 #[derive(Clone, Debug)]
 enum Kind {
@@ -1028,6 +1116,7 @@ fn issue(
     what: String,
     dtype: DType,
     out_shapes: Vec<Vec<usize>>,
+    into: Option<&[Tensor]>,
 ) -> Result<Pending, ExecError> {
     let n = parts.len();
     let gpus: Vec<Arc<Gpu>> = parts.iter().map(|(g, _)| g.clone()).collect();
@@ -1087,12 +1176,30 @@ fn issue(
     // Outputs, and staging where blocks are strided.
     let mut outputs = Vec::with_capacity(n);
     let mut staging = Vec::new();
+    if let Some(into) = into {
+        check_into(&what, into, &out_shapes, dtype)?;
+    }
     for (r, g) in gpus.iter().enumerate() {
         let shape = &out_shapes[r];
         let bytes = shape.iter().product::<usize>() * elem;
-        let buf = g.alloc_for(shape, dtype, bytes)?;
-        bufs[r].recv = buf.address();
-        outputs.push(Tensor::written_on_device(shape, dtype, buf)?);
+        match into {
+            // The caller's tensor, written in place on its GPU.
+            Some(into) => {
+                let t = &into[r];
+                if inputs.iter().any(|i| i.same_storage(t)) {
+                    return Err(bad_args(format!(
+                        "{what}: an output is also an input"
+                    )));
+                }
+                bufs[r].recv = g.device_address(t)?;
+                outputs.push(t.clone());
+            }
+            None => {
+                let buf = g.alloc_for(shape, dtype, bytes)?;
+                bufs[r].recv = buf.address();
+                outputs.push(Tensor::written_on_device(shape, dtype, buf)?);
+            }
+        }
         let strided = match &kind {
             Kind::AllGather(s) | Kind::ReduceScatter(_, s) => !s.contiguous() && n > 1,
             _ => false,
@@ -1207,11 +1314,44 @@ fn issue(
             recorded = recorded.and(Err(what_failed(g, e)));
         }
     }
+    // Given outputs are current on their GPUs from now on (a host read
+    // waits on the compute stream, which the join orders after the
+    // collective).
+    for t in &pending.outputs {
+        t.storage.device_written();
+    }
     queued.and(recorded)?;
     for (g, (start, end)) in gpus.iter().zip(starts.into_iter().zip(&pending.ends)) {
         g.comm.note(start, end.clone());
     }
     Ok(pending)
+}
+
+/// The caller's outputs fit the collective's: one per rank, each of its
+/// rank's shape and of `dtype`.
+fn check_into(
+    what: &str,
+    into: &[Tensor],
+    shapes: &[Vec<usize>],
+    dtype: DType,
+) -> Result<(), ExecError> {
+    if into.len() != shapes.len() {
+        return Err(bad_args(format!(
+            "{what}: {} outputs for {} ranks",
+            into.len(),
+            shapes.len()
+        )));
+    }
+    for (r, (t, shape)) in into.iter().zip(shapes).enumerate() {
+        if t.shape() != shape.as_slice() || t.dtype() != dtype {
+            return Err(bad_args(format!(
+                "{what}: rank {r}'s output is {:?} {}, the result is {shape:?} {dtype}",
+                t.shape(),
+                t.dtype()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `ncclUint8`: gathers and broadcasts move bytes.
@@ -1391,34 +1531,45 @@ fn names(parts: &[(Arc<Gpu>, Tensor)]) -> String {
 }
 
 /// Starts an all-reduce (see the module docs); [`all_reduce`] joins it.
-pub fn all_reduce_async(parts: &[(Arc<Gpu>, Tensor)], op: ReduceOp) -> Result<Pending, ExecError> {
+/// `into` (one tensor per rank, on its GPU, of the result's shape and
+/// dtype) receives the outputs in place of new tensors; the same holds for
+/// the other `_async` collectives.
+pub fn all_reduce_async(
+    parts: &[(Arc<Gpu>, Tensor)],
+    op: ReduceOp,
+    into: Option<&[Tensor]>,
+) -> Result<Pending, ExecError> {
     let dtype = common_dtype("all_reduce", parts)?;
     let what = format!("all_reduce ({}) over {}", op.name(), names(parts));
     let s = shapes(parts);
     same_shapes(&what, &s)?;
     let out = vec![s[0].to_vec(); parts.len()];
-    issue(Kind::AllReduce(op), parts, what, dtype, out)
+    issue(Kind::AllReduce(op), parts, what, dtype, out, into)
 }
 
 /// Every output is the elementwise `op` of the inputs (same shape and
 /// dtype), current on its GPU.
 pub fn all_reduce(parts: &[(Arc<Gpu>, Tensor)], op: ReduceOp) -> Result<Vec<Tensor>, ExecError> {
-    all_reduce_async(parts, op)?.join()
+    all_reduce_async(parts, op, None)?.join()
 }
 
 /// Starts an all-gather (see the module docs); [`all_gather`] joins it.
-pub fn all_gather_async(parts: &[(Arc<Gpu>, Tensor)], axis: usize) -> Result<Pending, ExecError> {
+pub fn all_gather_async(
+    parts: &[(Arc<Gpu>, Tensor)],
+    axis: usize,
+    into: Option<&[Tensor]>,
+) -> Result<Pending, ExecError> {
     let dtype = common_dtype("all_gather", parts)?;
     let what = format!("all_gather along axis {axis} over {}", names(parts));
     let (whole, split) = gather_split(&what, &shapes(parts), axis, dtype.bytes() as usize)?;
     let out = vec![whole; parts.len()];
-    issue(Kind::AllGather(split), parts, what, dtype, out)
+    issue(Kind::AllGather(split), parts, what, dtype, out, into)
 }
 
 /// `parts[i]` is shard `i` along `axis` (sizes may differ); every GPU gets
 /// the whole tensor, their concatenation along `axis`.
 pub fn all_gather(parts: &[(Arc<Gpu>, Tensor)], axis: usize) -> Result<Vec<Tensor>, ExecError> {
-    all_gather_async(parts, axis)?.join()
+    all_gather_async(parts, axis, None)?.join()
 }
 
 /// Starts a reduce-scatter (see the module docs); [`reduce_scatter`] joins
@@ -1428,6 +1579,7 @@ pub fn reduce_scatter_async(
     op: ReduceOp,
     axis: usize,
     sizes: &[usize],
+    into: Option<&[Tensor]>,
 ) -> Result<Pending, ExecError> {
     let dtype = common_dtype("reduce_scatter", parts)?;
     let what = format!(
@@ -1453,7 +1605,7 @@ pub fn reduce_scatter_async(
             shape
         })
         .collect();
-    issue(Kind::ReduceScatter(op, split), parts, what, dtype, out)
+    issue(Kind::ReduceScatter(op, split), parts, what, dtype, out, into)
 }
 
 /// `parts[i]` are same-shape tensors; output `i` is block `i` (`sizes[i]`
@@ -1464,11 +1616,15 @@ pub fn reduce_scatter(
     axis: usize,
     sizes: &[usize],
 ) -> Result<Vec<Tensor>, ExecError> {
-    reduce_scatter_async(parts, op, axis, sizes)?.join()
+    reduce_scatter_async(parts, op, axis, sizes, None)?.join()
 }
 
 /// Starts a broadcast (see the module docs); [`broadcast`] joins it.
-pub fn broadcast_async(parts: &[(Arc<Gpu>, Tensor)], src: usize) -> Result<Pending, ExecError> {
+pub fn broadcast_async(
+    parts: &[(Arc<Gpu>, Tensor)],
+    src: usize,
+    into: Option<&[Tensor]>,
+) -> Result<Pending, ExecError> {
     let dtype = common_dtype("broadcast", parts)?;
     let what = format!("broadcast from rank {src} over {}", names(parts));
     if src >= parts.len() {
@@ -1477,13 +1633,13 @@ pub fn broadcast_async(parts: &[(Arc<Gpu>, Tensor)], src: usize) -> Result<Pendi
     let s = shapes(parts);
     same_shapes(&what, &s)?;
     let out = vec![s[src].to_vec(); parts.len()];
-    issue(Kind::Broadcast(src), parts, what, dtype, out)
+    issue(Kind::Broadcast(src), parts, what, dtype, out, into)
 }
 
 /// Every output is a copy of `parts[src]`'s tensor; the other tensors only
 /// give the GPUs and the shape.
 pub fn broadcast(parts: &[(Arc<Gpu>, Tensor)], src: usize) -> Result<Vec<Tensor>, ExecError> {
-    broadcast_async(parts, src)?.join()
+    broadcast_async(parts, src, None)?.join()
 }
 
 #[cfg(test)]

@@ -27,12 +27,25 @@ pub struct Member {
 #[derive(Default)]
 struct Round {
     parts: Vec<Option<Tensor>>,
+    /// Where each member wants its result (`None`: a new tensor).
+    into: Vec<Option<Tensor>>,
     /// Each member's GPU (`None`: the host).
     gpus: Vec<Option<Arc<Gpu>>>,
     arrived: usize,
-    results: Option<Result<Vec<Tensor>, ExecError>>,
+    /// Each member's result, taken by that member.
+    results: Option<Result<Vec<Option<Done>>, ExecError>>,
     taken: usize,
     aborted: Option<ExecError>,
+}
+
+/// A member's result of a collective.
+pub enum Done {
+    /// Computed (on the host, or joined on the member's GPU).
+    Ready(Tensor),
+    /// Still running on the GPUs (NCCL), written into the member's given
+    /// tensor: joining it orders the member's GPU after it, so the
+    /// member's kernels that do not read it run meanwhile.
+    Running(nccl::RankPending),
 }
 
 /// The devices of one distributed function call.
@@ -53,6 +66,7 @@ impl Group {
             n,
             round: Mutex::new(Round {
                 parts: vec![None; n],
+                into: vec![None; n],
                 gpus: vec![None; n],
                 ..Round::default()
             }),
@@ -127,6 +141,24 @@ impl Group {
         device: &Device,
         interrupt: &Interrupt,
     ) -> Result<Tensor, ExecError> {
+        match self.collective_into(rank, op, part, None, device, interrupt)? {
+            Done::Ready(t) => Ok(t),
+            Done::Running(p) => p.join(),
+        }
+    }
+
+    /// As [`Group::collective`], with the result written into `into` (of
+    /// the result's shape and dtype) where every member gives one and the
+    /// collective runs on GPUs: then it is returned still running.
+    pub fn collective_into(
+        &self,
+        rank: usize,
+        op: Collective,
+        part: &Tensor,
+        into: Option<&Tensor>,
+        device: &Device,
+        interrupt: &Interrupt,
+    ) -> Result<Done, ExecError> {
         let mut r = self.lock();
         // The previous round is still being taken.
         while r.results.is_some() {
@@ -136,6 +168,7 @@ impl Group {
             return Err(e.clone());
         }
         r.parts[rank] = Some(part.clone());
+        r.into[rank] = into.cloned();
         r.gpus[rank] = match device {
             Device::Cuda(g) => Some(g.clone()),
             Device::Cpu => None,
@@ -148,9 +181,18 @@ impl Group {
                 .map(|p| p.take().expect("every part arrived"))
                 .collect();
             let gpus: Option<Vec<Arc<Gpu>>> = r.gpus.iter().cloned().collect();
+            let into: Option<Vec<Tensor>> = r.into.iter_mut().map(Option::take).collect();
+            let ready = |all: Vec<Tensor>| all.into_iter().map(|t| Some(Done::Ready(t))).collect();
             r.results = Some(match gpus {
-                Some(gpus) => on_gpus(op, gpus, parts),
-                None => compute(op, &parts, interrupt),
+                Some(gpus) => on_gpus(op, gpus, parts, into.as_deref()).map(|o| match o {
+                    OnGpus::Joined(all) => ready(all),
+                    OnGpus::Running(p) => p
+                        .into_ranks()
+                        .into_iter()
+                        .map(|p| Some(Done::Running(p)))
+                        .collect(),
+                }),
+                None => compute(op, &parts, interrupt).map(ready),
             });
             r.arrived = 0;
             self.cv.notify_all();
@@ -158,8 +200,8 @@ impl Group {
         while r.results.is_none() {
             r = self.wait(r, interrupt)?;
         }
-        let mine = match r.results.as_ref().expect("results are set") {
-            Ok(all) => Ok(all[rank].clone()),
+        let mine = match r.results.as_mut().expect("results are set") {
+            Ok(all) => Ok(all[rank].take().expect("each member takes its own once")),
             Err(e) => Err(e.clone()),
         };
         r.taken += 1;
@@ -248,32 +290,44 @@ fn copies(one: Tensor, n: usize, interrupt: &Interrupt) -> Result<Vec<Tensor>, E
     Ok(out)
 }
 
-/// Every member's result through NCCL (the parts on their GPUs).
+/// A collective's results on the GPUs.
+enum OnGpus {
+    Joined(Vec<Tensor>),
+    Running(nccl::Pending),
+}
+
+/// Every member's result through NCCL (the parts on their GPUs), written
+/// into `into` when given.
 fn on_gpus(
     op: Collective,
     gpus: Vec<Arc<Gpu>>,
     parts: Vec<Tensor>,
-) -> Result<Vec<Tensor>, ExecError> {
+    into: Option<&[Tensor]>,
+) -> Result<OnGpus, ExecError> {
     let first = parts[0].shape().to_vec();
     let same = parts.iter().all(|p| p.shape() == first.as_slice());
     let n = parts.len();
     let host = |parts: Vec<(Arc<Gpu>, Tensor)>| {
         let tensors: Vec<Tensor> = parts.into_iter().map(|(_, t)| t).collect();
-        compute(op, &tensors, &Interrupt::new())
+        compute(op, &tensors, &Interrupt::new()).map(OnGpus::Joined)
     };
     let parts: Vec<(Arc<Gpu>, Tensor)> = gpus.into_iter().zip(parts).collect();
-    match op {
-        Collective::AllGather { axis } => nccl::all_gather(&parts, axis.unwrap_or(0)),
+    let pending = match op {
+        Collective::AllGather { axis } => nccl::all_gather_async(&parts, axis.unwrap_or(0), into),
         // The host's error for parts of different shapes.
-        _ if !same => host(parts),
-        Collective::AllReduce(kind) => nccl::all_reduce(&parts, reduce_op(kind)),
-        Collective::Broadcast { src } if src < n => nccl::broadcast(&parts, src),
+        _ if !same => return host(parts),
+        Collective::AllReduce(kind) => nccl::all_reduce_async(&parts, reduce_op(kind), into),
+        Collective::Broadcast { src } if src < n => nccl::broadcast_async(&parts, src, into),
         Collective::ReduceScatter { op, axis } => {
             let sizes = split_sizes(first[axis], n)?;
-            nccl::reduce_scatter(&parts, reduce_op(op), axis, &sizes)
+            nccl::reduce_scatter_async(&parts, reduce_op(op), axis, &sizes, into)
         }
-        Collective::Broadcast { .. } | Collective::Shard { .. } => host(parts),
-    }
+        Collective::Broadcast { .. } | Collective::Shard { .. } => return host(parts),
+    }?;
+    Ok(match into {
+        Some(_) => OnGpus::Running(pending),
+        None => OnGpus::Joined(pending.join()?),
+    })
 }
 
 /// The reduction of a Graph IR collective.

@@ -28,7 +28,7 @@
 pub mod group;
 pub mod infer;
 
-pub use group::{Group, Member};
+pub use group::{Done, Group, Member};
 
 use std::sync::Arc;
 

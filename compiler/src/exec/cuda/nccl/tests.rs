@@ -689,7 +689,7 @@ fn pending_collectives_order_the_kernels_after_them() {
             out
         };
         let before: Vec<u64> = gpus.iter().map(|g| g.collectives()).collect();
-        let pending = all_reduce_async(&parts_of(&gpus, &ins), ReduceOp::Sum).unwrap();
+        let pending = all_reduce_async(&parts_of(&gpus, &ins), ReduceOp::Sum, None).unwrap();
         // Meanwhile: a kernel that does not need the result.
         let other = vadd(&ins[0], &ins[0], &gpus[0]);
         let out = pending.join().unwrap();
@@ -706,7 +706,7 @@ fn pending_collectives_order_the_kernels_after_them() {
         }
         assert!(other.to_f32_vec().iter().all(|&v| v == 2.0));
         // Dropped without a join: the next collective is still right.
-        drop(broadcast_async(&parts_of(&gpus, &ins), 0).unwrap());
+        drop(broadcast_async(&parts_of(&gpus, &ins), 0, None).unwrap());
         let again = all_reduce(&parts_of(&gpus, &ins), ReduceOp::Max).unwrap();
         assert!(again[0].to_f32_vec().iter().all(|&v| v == n as f32));
         // Moved to another GPU right after the join: the copy waits for
@@ -983,5 +983,77 @@ fn strided_copies_on_the_gpu_match_the_host() {
         let mut again = vec![0u8; whole.len()];
         back.read(&mut again).unwrap();
         assert_eq!(again, want, "packed, max pitch {max_pitch}");
+    }
+}
+
+/// Outputs given by the caller are written in place; each rank's part is
+/// joined by its own thread (as the devices of a sharded function join
+/// theirs), strided all-gathers placed at that rank's join; outputs of
+/// the wrong shape, or an output that is an input, are refused.
+#[test]
+fn outputs_in_place_join_per_rank() {
+    for set in sets() {
+        let Some((_one, gpus)) = open_set("outputs_in_place_join_per_rank", &set) else {
+            continue;
+        };
+        let n = gpus.len();
+        let what = format!("on {set:?}");
+        let ins: Vec<Tensor> = (0..n)
+            .map(|r| tensor(&[4, 6], DType::F32, r as u64 + 1, &gpus[r], false))
+            .collect();
+        let into: Vec<Tensor> = gpus
+            .iter()
+            .map(|g| g.zeros(&[4, 6], DType::F32).unwrap())
+            .collect();
+        let (want, tol) = reduce_on_host(
+            &ins.iter().map(Tensor::to_f64_vec).collect::<Vec<_>>(),
+            ReduceOp::Sum,
+            DType::F32,
+        );
+        let ranks = all_reduce_async(&parts_of(&gpus, &ins), ReduceOp::Sum, Some(&into))
+            .unwrap()
+            .into_ranks();
+        let outs: Vec<Tensor> = std::thread::scope(|s| {
+            let hs: Vec<_> = ranks.into_iter().map(|p| s.spawn(|| p.join())).collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+        });
+        for (r, (o, t)) in outs.iter().zip(&into).enumerate() {
+            assert!(o.same_storage(t), "{what}: rank {r}'s output is not the given one");
+            assert_close(&t.to_f64_vec(), &want, &tol, &format!("{what}, rank {r}"));
+        }
+        // A strided gather (along axis 1 of a [3, 2n, 2] tensor), placed at
+        // each rank's own join.
+        let whole = values(5, 3 * 2 * n * 2, DType::F32);
+        let shards: Vec<Tensor> = (0..n)
+            .map(|r| {
+                let t = Tensor::from_f64(
+                    &[3, 2, 2],
+                    DType::F32,
+                    &slice_axis(&whole, &[3, 2 * n, 2], 1, 2 * r, 2),
+                );
+                gpus[r].to_device(&t).unwrap();
+                t
+            })
+            .collect();
+        let into: Vec<Tensor> = gpus
+            .iter()
+            .map(|g| g.zeros(&[3, 2 * n, 2], DType::F32).unwrap())
+            .collect();
+        let ranks = all_gather_async(&parts_of(&gpus, &shards), 1, Some(&into))
+            .unwrap()
+            .into_ranks();
+        for (r, p) in ranks.into_iter().enumerate().rev() {
+            let o = p.join().unwrap();
+            assert_eq!(o.to_f64_vec(), whole, "{what}: gather, rank {r}");
+        }
+        // Refused: a wrong shape, and an output that is an input.
+        let e = all_reduce_async(&parts_of(&gpus, &ins), ReduceOp::Sum, Some(&shards))
+            .err()
+            .expect("wrong output shapes");
+        assert!(e.message.contains("rank 0's output"), "{what}: {e:?}");
+        let e = all_reduce_async(&parts_of(&gpus, &ins), ReduceOp::Sum, Some(&ins))
+            .err()
+            .expect("outputs that are inputs");
+        assert!(e.message.contains("also an input"), "{what}: {e:?}");
     }
 }
