@@ -433,27 +433,40 @@ impl Gpu {
                 format!("there is no GPU cuda:{ordinal}: the driver finds {count}")
             }));
         }
-        // A context of our own, not the device's primary one: a sticky
-        // error leaves a context unusable until it is destroyed, and a
-        // fresh one can then be made beside it (`reopen`).
-        let ctx = CudaContext::new_non_primary(ordinal, 0).map_err(|e| match e.0 {
-            // What the driver answers in a process where a kernel faulted:
-            // no new context, however long one waits, until the process ends
-            // (checked on driver 580 with an H200: a fresh context, one made
-            // on another thread and a reset of the primary one all fail).
-            CUresult::CUDA_ERROR_LAUNCH_FAILED
-            | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
-            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
-            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
-            | CUresult::CUDA_ERROR_INVALID_PC
-            | CUresult::CUDA_ERROR_ASSERT => unavailable(format!(
-                "a kernel's fault ({}) left the CUDA driver unusable in this process; \
-                 restart tessera to use the GPU again",
-                error_name(&e)
-            )),
-            _ => driver_error("making a context", e),
-        })?;
+        // The device's primary context: NCCL launches its kernels there (it
+        // knows no other), and kernels of two contexts on one GPU take turns
+        // instead of running at once, so a collective could not overlap the
+        // executor's kernels from a context of our own. A sticky error in
+        // it is answered by a new process (see `reopen`).
+        let ctx = CudaContext::new(ordinal)
+            .and_then(|ctx| {
+                // A context left unusable by an earlier fault answers this
+                // with its error.
+                // SAFETY: `new` made the context current on this thread.
+                match unsafe { cudarc::driver::sys::cuCtxSynchronize() } {
+                    CUresult::CUDA_SUCCESS => Ok(ctx),
+                    e => Err(DriverError(e)),
+                }
+            })
+            .map_err(|e| match e.0 {
+                // What the driver answers in a process where a kernel
+                // faulted: no usable context, however long one waits, until
+                // the process ends (checked on driver 580 with an H200: a
+                // fresh context, one made on another thread and a reset of
+                // the primary one all fail).
+                CUresult::CUDA_ERROR_LAUNCH_FAILED
+                | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+                | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+                | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+                | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+                | CUresult::CUDA_ERROR_INVALID_PC
+                | CUresult::CUDA_ERROR_ASSERT => unavailable(format!(
+                    "a kernel's fault ({}) left the CUDA driver unusable in this process; \
+                     restart tessera to use the GPU again",
+                    error_name(&e)
+                )),
+                _ => driver_error("making a context", e),
+            })?;
         let name = ctx.name().map_err(|e| driver_error("naming the GPU", e))?;
         let cc = ctx
             .compute_capability()
@@ -556,12 +569,11 @@ impl Gpu {
         self.broken.load(Ordering::Relaxed)
     }
 
-    /// A fresh context on the same GPU, after a sticky error. `old` must be
-    /// the last holder of its `Gpu` (tensors hold their blocks' pool
-    /// weakly): the broken context is destroyed with it, its memory with
-    /// it, before a fresh one is asked for. After a kernel's fault the driver
-    /// makes none in this process (E0721 says so: see `open`); after other
-    /// sticky errors it may.
+    /// The GPU again after a sticky error. `old` must be the last holder of
+    /// its `Gpu` (tensors hold their blocks' pool weakly). The primary
+    /// context stays broken after a kernel's fault (E0721 says to restart:
+    /// see `open`); after an error that did not break it, this is a
+    /// working `Gpu` with an empty memory pool.
     pub fn reopen(old: Arc<Gpu>) -> Result<Gpu, ExecError> {
         old.pool.mark_dead();
         let ordinal = old.info.ordinal;

@@ -51,9 +51,10 @@
 //! # Streams, and overlapping a collective with kernels
 //!
 //! Each GPU gets a communication stream of its own beside the compute
-//! stream its kernels and copies use (in the device's primary context,
-//! where NCCL launches its kernels, which reach the executor's tensors by
-//! address; only NCCL's kernels run there). A collective records an event on
+//! stream its kernels and copies use, in the same context: the device's
+//! primary one, where NCCL launches its kernels (and where the executor
+//! runs so that the two streams' kernels can run at once; a GPU takes turns
+//! between contexts). A collective records an event on
 //! each compute stream (the inputs are ready), makes the communication
 //! stream wait for it, issues NCCL's calls there (grouped:
 //! `ncclGroupStart`/`ncclGroupEnd`, so one thread drives every GPU) and
@@ -649,25 +650,16 @@ pub(crate) struct PerGpu {
 const TIMINGS_CAP: usize = 64;
 
 impl PerGpu {
-    /// The communication stream of GPU `ordinal` (made at the first
-    /// collective), in the device's primary context: NCCL makes that
-    /// context current to launch its kernels (it knows no other), and
-    /// they reach the tensors of the executor's own context on the same
-    /// device by their addresses (measured: right sums with the tensors in
-    /// a context of our own). Events order it with the compute stream
-    /// across the two contexts, which `cuStreamWaitEvent` allows.
-    fn stream(&self, ordinal: usize) -> Result<Arc<CudaStream>, DriverError> {
+    /// The communication stream of a GPU whose context is `ctx` (made at
+    /// the first collective): non-blocking, so that the compute stream (the
+    /// context's legacy default stream) does not wait for it, nor it for
+    /// the compute stream, but through events.
+    fn stream(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, DriverError> {
         let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = s.as_ref() {
             return Ok(s.clone());
         }
-        let primary = CudaContext::new(ordinal)?;
-        // SAFETY: no `CudaSlice` is made in this context: only raw device
-        // addresses are used on its stream, ordered by explicit events.
-        unsafe { primary.disable_event_tracking() };
-        // Non-blocking: the legacy default streams do not wait for it, nor
-        // it for them, but through events.
-        let made = primary.new_stream()?;
+        let made = ctx.new_stream()?;
         *s = Some(made.clone());
         Ok(made)
     }
@@ -687,7 +679,7 @@ impl PerGpu {
     /// Adds the finished collectives' times (all of them, waiting for the
     /// unfinished, when `wait`).
     fn sum(&self, wait: bool) {
-        // Reading the events makes their (primary) context current.
+        // Reading the events makes their context current.
         let _current = KeepCurrent::new();
         let mut t = self.timings.lock().unwrap_or_else(|p| p.into_inner());
         t.retain(|(start, end)| {
@@ -1222,10 +1214,7 @@ fn issue(
     let mut ends = Vec::with_capacity(n);
     for g in &gpus {
         let stream = match lib {
-            Some(_) => g
-                .comm
-                .stream(g.info.ordinal)
-                .map_err(|e| what_failed(g, e))?,
+            Some(_) => g.comm.stream(&g.ctx).map_err(|e| what_failed(g, e))?,
             None => g.stream.clone(),
         };
         // In the stream's context, where they are recorded.
