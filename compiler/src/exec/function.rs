@@ -748,24 +748,17 @@ fn run_steps(
                         // runs on while the next launches that do not pass
                         // its buffers do.
                         let into = matches!(ctx.device, Device::Cuda(_)).then_some(&dst);
-                        match m.group.collective_into(
-                            m.rank,
-                            *op,
-                            &src,
-                            into,
-                            ctx.device,
-                            interrupt,
-                        )? {
-                            Done::Running(p) => ctx
-                                .running
-                                .borrow_mut()
-                                .push((
-                                    p,
-                                    Touches {
-                                        input: s.base(*input),
-                                        output: s.base(*output),
-                                    },
-                                )),
+                        match m
+                            .group
+                            .collective_into(m.rank, *op, &src, into, ctx.device, interrupt)?
+                        {
+                            Done::Running(p) => ctx.running.borrow_mut().push((
+                                p,
+                                Touches {
+                                    input: s.base(*input),
+                                    output: s.base(*output),
+                                },
+                            )),
                             Done::Ready(mine) => {
                                 if !dst.assign_on_device(&mine)? {
                                     dst.assign(&mine, interrupt)?;

@@ -642,9 +642,19 @@ pub(crate) struct PerGpu {
     stream: Mutex<Option<Arc<CudaStream>>>,
     /// Events around each collective whose time is not summed yet.
     timings: Mutex<Vec<(CudaEvent, Arc<CudaEvent>)>>,
+    /// Timing events whose collective was summed, for the next ones
+    /// (making and destroying events costs host time at every call).
+    spare: Mutex<Vec<CudaEvent>>,
+    /// Recorded on the compute stream before each collective (the inputs
+    /// are ready) for the communication stream to wait on: a wait takes
+    /// the event's state when it is queued, so one event serves every call.
+    ready: Mutex<Option<CudaEvent>>,
     nanos: AtomicU64,
     count: AtomicU64,
 }
+
+/// The most spare events a GPU keeps.
+const SPARE_CAP: usize = 16;
 
 /// Beyond this many unsummed timings, the finished ones are summed.
 const TIMINGS_CAP: usize = 64;
@@ -664,6 +674,33 @@ impl PerGpu {
         Ok(made)
     }
 
+    /// A timing event of `stream`'s context: a spare one, or a new one.
+    fn timing_event(&self, stream: &CudaStream) -> Result<CudaEvent, DriverError> {
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(e) => Ok(e),
+            None => stream
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
+        }
+    }
+
+    /// Makes `comm` wait until the work queued so far on `compute` (the
+    /// GPU's compute stream, of the same context) is done.
+    fn order_after(&self, comm: &CudaStream, compute: &CudaStream) -> Result<(), DriverError> {
+        let mut ready = self.ready.lock().unwrap_or_else(|p| p.into_inner());
+        if ready.is_none() {
+            *ready = Some(
+                compute
+                    .context()
+                    .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
+            );
+        }
+        let ready = ready.as_ref().expect("made above");
+        ready.record(compute)?;
+        comm.wait(ready)
+    }
+
     fn note(&self, start: CudaEvent, end: Arc<CudaEvent>) {
         self.count.fetch_add(1, Ordering::Relaxed);
         let long = {
@@ -677,28 +714,42 @@ impl PerGpu {
     }
 
     /// Adds the finished collectives' times (all of them, waiting for the
-    /// unfinished, when `wait`).
+    /// unfinished, when `wait`); their events become spares.
     fn sum(&self, wait: bool) {
         // Reading the events makes their context current.
         let _current = KeepCurrent::new();
         let mut t = self.timings.lock().unwrap_or_else(|p| p.into_inner());
-        t.retain(|(start, end)| {
+        let mut freed = Vec::new();
+        for (start, end) in std::mem::take(&mut *t) {
             if !wait {
                 // SAFETY: the event is alive (held here) and was recorded on
                 // this GPU's communication stream; querying only reads it.
                 let done = unsafe { cudarc::driver::result::event::query(end.cu_event()) };
                 if done == Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) {
-                    return true;
+                    t.push((start, end));
+                    continue;
                 }
             }
             // Waits for both events; an error (a broken context) drops the
-            // timing: the error surfaces where the results are used.
-            if let Ok(ms) = start.elapsed_ms(end) {
+            // timing and its events: the error surfaces where the results
+            // are used.
+            if let Ok(ms) = start.elapsed_ms(&end) {
                 self.nanos
                     .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
+                freed.push(start);
+                // The end event is spare once no pending collective holds it.
+                if let Ok(end) = Arc::try_unwrap(end) {
+                    freed.push(end);
+                }
             }
-            false
-        });
+        }
+        drop(t);
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        for e in freed {
+            if spare.len() < SPARE_CAP {
+                spare.push(e);
+            }
+        }
     }
 
     /// Waits for the collectives still running and sums their times.
@@ -1179,9 +1230,7 @@ fn issue(
             Some(into) => {
                 let t = &into[r];
                 if inputs.iter().any(|i| i.same_storage(t)) {
-                    return Err(bad_args(format!(
-                        "{what}: an output is also an input"
-                    )));
+                    return Err(bad_args(format!("{what}: an output is also an input")));
                 }
                 bufs[r].recv = g.device_address(t)?;
                 outputs.push(t.clone());
@@ -1218,11 +1267,7 @@ fn issue(
             None => g.stream.clone(),
         };
         // In the stream's context, where they are recorded.
-        let timed = || {
-            stream
-                .context()
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        };
+        let timed = || g.comm.timing_event(&stream);
         starts.push(timed().map_err(|e| what_failed(g, e))?);
         ends.push(Arc::new(timed().map_err(|e| what_failed(g, e))?));
         streams.push(stream);
@@ -1263,12 +1308,9 @@ fn issue(
     // is done.
     for (r, g) in gpus.iter().enumerate() {
         if lib.is_some() {
-            let ready = g
-                .ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            g.comm
+                .order_after(&streams[r], &g.stream)
                 .map_err(|e| what_failed(g, e))?;
-            ready.record(&g.stream).map_err(|e| what_failed(g, e))?;
-            streams[r].wait(&ready).map_err(|e| what_failed(g, e))?;
         }
         starts[r]
             .record(&streams[r])
@@ -1594,7 +1636,14 @@ pub fn reduce_scatter_async(
             shape
         })
         .collect();
-    issue(Kind::ReduceScatter(op, split), parts, what, dtype, out, into)
+    issue(
+        Kind::ReduceScatter(op, split),
+        parts,
+        what,
+        dtype,
+        out,
+        into,
+    )
 }
 
 /// `parts[i]` are same-shape tensors; output `i` is block `i` (`sizes[i]`

@@ -1018,7 +1018,10 @@ fn outputs_in_place_join_per_rank() {
             hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
         });
         for (r, (o, t)) in outs.iter().zip(&into).enumerate() {
-            assert!(o.same_storage(t), "{what}: rank {r}'s output is not the given one");
+            assert!(
+                o.same_storage(t),
+                "{what}: rank {r}'s output is not the given one"
+            );
             assert_close(&t.to_f64_vec(), &want, &tol, &format!("{what}, rank {r}"));
         }
         // A strided gather (along axis 1 of a [3, 2n, 2] tensor), placed at
