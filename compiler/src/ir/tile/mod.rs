@@ -434,6 +434,7 @@ mod cleanup;
 mod dump;
 mod env;
 mod limits;
+mod masks;
 pub mod lower;
 mod verify;
 
