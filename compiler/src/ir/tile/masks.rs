@@ -127,7 +127,11 @@ impl Affine {
 enum Cond {
     /// `iv * a + g >= 0`, `g` free of the loop variable and of element
     /// indices, computed in `dtype`.
-    Atom { a: i64, g: Affine, dtype: DType },
+    Atom {
+        a: i64,
+        g: Affine,
+        dtype: DType,
+    },
     All(Vec<Cond>),
     Any(Vec<Cond>),
 }
@@ -327,7 +331,9 @@ impl Loop<'_> {
                 }
                 BinaryOp::Mul => {
                     let (x, y) = (self.affine(a)?, self.affine(b)?);
-                    let is_const = |t: &Affine| t.iv == 0 && t.syms.is_empty() && t.idx.iter().all(|c| *c == 0);
+                    let is_const = |t: &Affine| {
+                        t.iv == 0 && t.syms.is_empty() && t.idx.iter().all(|c| *c == 0)
+                    };
                     if is_const(&y) {
                         x.scale(y.c)
                     } else if is_const(&x) {
@@ -525,23 +531,28 @@ fn is_identity(
     fn outside(v: Value, defs: &HashMap<Value, OpKind>) -> Option<Fact> {
         match defs.get(&v)? {
             OpKind::Const(c) => Fact::of_const(c),
-            OpKind::Splat { x, .. } | OpKind::Broadcast { x, .. } | OpKind::ExpandDims { x, .. } => {
-                outside(*x, defs)
-            }
+            OpKind::Splat { x, .. }
+            | OpKind::Broadcast { x, .. }
+            | OpKind::ExpandDims { x, .. } => outside(*x, defs),
             _ => None,
         }
     }
     for op in &body.ops {
         if let OpKind::Yield(ys) = &op.kind {
             return ys.len() == carried.len()
-                && ys.iter().zip(&carried).all(|(y, c)| facts.get(y) == Some(c));
+                && ys
+                    .iter()
+                    .zip(&carried)
+                    .all(|(y, c)| facts.get(y) == Some(c));
         }
         let ops = op.kind.operands();
         let f: Vec<Fact> = ops
             .iter()
             .map(|v| match facts.get(v) {
                 Some(f) => *f,
-                None if !inside.contains(v) => outside(*v, defs).unwrap_or_else(|| sym(format!("outer {}", v.0))),
+                None if !inside.contains(v) => {
+                    outside(*v, defs).unwrap_or_else(|| sym(format!("outer {}", v.0)))
+                }
                 None => Fact::Unknown,
             })
             .collect();
@@ -578,7 +589,9 @@ fn is_identity(
                         BinaryOp::Max | BinaryOp::Min if x == y && x != Fact::Unknown => Some(x),
                         BinaryOp::Add if x == Fact::Zero => Some(y),
                         BinaryOp::Add | BinaryOp::Sub if y == Fact::Zero => Some(x),
-                        BinaryOp::Add if is_float(a) && (x == Fact::NegInf || y == Fact::NegInf) => {
+                        BinaryOp::Add
+                            if is_float(a) && (x == Fact::NegInf || y == Fact::NegInf) =>
+                        {
                             Some(Fact::NegInf)
                         }
                         BinaryOp::Sub if is_float(a) && x == Fact::NegInf && y != Fact::NegInf => {
@@ -830,7 +843,10 @@ fn suffix(cond: &Cond, d: DType, e: &mut Emit) -> Option<Value> {
         }
         Cond::Atom { .. } => None,
         Cond::All(cs) => {
-            let vs = cs.iter().map(|c| suffix(c, d, e)).collect::<Option<Vec<_>>>()?;
+            let vs = cs
+                .iter()
+                .map(|c| suffix(c, d, e))
+                .collect::<Option<Vec<_>>>()?;
             fold(e, BinaryOp::Max, vs)
         }
         Cond::Any(cs) => {
@@ -854,7 +870,10 @@ fn prefix(cond: &Cond, d: DType, e: &mut Emit) -> Option<Value> {
         }
         Cond::Atom { .. } => None,
         Cond::All(cs) => {
-            let vs = cs.iter().map(|c| prefix(c, d, e)).collect::<Option<Vec<_>>>()?;
+            let vs = cs
+                .iter()
+                .map(|c| prefix(c, d, e))
+                .collect::<Option<Vec<_>>>()?;
             fold(e, BinaryOp::Min, vs)
         }
         Cond::Any(cs) => {
@@ -911,11 +930,7 @@ impl Pass<'_> {
     fn for_loop(&mut self, op: &mut Op) -> Vec<Op> {
         let span = op.span;
         let OpKind::For {
-            lo,
-            hi,
-            step,
-            body,
-            ..
+            lo, hi, step, body, ..
         } = &mut op.kind
         else {
             return Vec::new();
@@ -1032,7 +1047,8 @@ impl Pass<'_> {
             let mut masked = Vec::new();
             for &i in &cone {
                 let mut c = ops[i].clone();
-                c.kind.map_values(&mut |v| map.get(&v).copied().unwrap_or(v));
+                c.kind
+                    .map_values(&mut |v| map.get(&v).copied().unwrap_or(v));
                 for r in &mut c.results {
                     pre.types.push(pre.types[r.0 as usize].clone());
                     let n = Value(pre.types.len() as u32 - 1);

@@ -434,8 +434,8 @@ mod cleanup;
 mod dump;
 mod env;
 mod limits;
-mod masks;
 pub mod lower;
+mod masks;
 mod verify;
 
 #[cfg(test)]
