@@ -52,7 +52,7 @@
 //! comparison (`<`, `<=`, `>`, `>=`) of two affine tiles, or `&`, `|`, `~` of
 //! masks. Only selects in the loop body itself (not in a nested `if` or loop)
 //! and masks that depend on the loop variable are rewritten; skipping needs a
-//! constant positive step for a raised lower bound.
+//! constant positive step.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -220,7 +220,7 @@ struct Pass<'a> {
 
 /// One loop under analysis.
 struct Loop<'a> {
-    types: &'a [Type],
+    types: &'a Vec<Type>,
     defs: &'a HashMap<Value, OpKind>,
     iv: Value,
     inside: HashSet<Value>,
@@ -935,13 +935,23 @@ impl Pass<'_> {
         else {
             return Vec::new();
         };
+        if !body
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, OpKind::Select { .. }))
+        {
+            return Vec::new();
+        }
         let iv = body.args[0];
         let ivd = self.types[iv.0 as usize].dtype();
+        let step_c = match self.defs.get(step) {
+            Some(OpKind::Const(Constant::Int(s))) if *s > 0 => Some(*s),
+            _ => None,
+        };
         let mut inside = HashSet::new();
         collect_inside(body, &mut inside);
-        let types = self.types.clone();
         let mut l = Loop {
-            types: &types,
+            types: self.types,
             defs: &self.defs,
             iv,
             inside,
@@ -965,49 +975,50 @@ impl Pass<'_> {
         if masks.is_empty() {
             return Vec::new();
         }
+        // Skipping (a positive step only: the bounds below assume the loop
+        // variable grows): the conditions under which a mask makes the body
+        // an identity, and whether the upper bound already stops there.
+        let mut skips: Vec<(Cond, bool)> = Vec::new();
+        if step_c.is_some() {
+            for (mask, u) in &masks {
+                for (all, cond) in [(false, &u.all_false), (true, &u.all_true)] {
+                    let Some(cond) = cond else { continue };
+                    if cond.uses_iv()
+                        && is_identity(body, *mask, all, l.types, &self.defs, &l.inside)
+                    {
+                        skips.push((cond.clone(), already_clamped(&mut l, *hi, cond)));
+                    }
+                }
+            }
+        }
+        let reps = std::mem::take(&mut l.reps);
         let mut pre = Emit {
             types: self.types,
             params: self.params,
             ops: Vec::new(),
             span,
-            reps: l.reps.clone(),
-        };
-        // Skipping: the bounds beyond which (or before which) a mask makes
-        // the body an identity.
-        let step_c = match self.defs.get(step) {
-            Some(OpKind::Const(Constant::Int(s))) if *s > 0 => Some(*s),
-            _ => None,
+            reps,
         };
         let mut new_hi = *hi;
         let mut new_lo = *lo;
-        if step_c.is_some() {
-            for (mask, u) in &masks {
-                for (all, cond) in [(false, &u.all_false), (true, &u.all_true)] {
-                    let Some(cond) = cond else { continue };
-                    if !cond.uses_iv()
-                        || !is_identity(body, *mask, all, &types, &self.defs, &l.inside)
-                    {
-                        continue;
-                    }
-                    if !already_clamped(&mut l, *hi, cond) {
-                        if let Some(b) = suffix(cond, ivd, &mut pre) {
-                            new_hi = pre.bin(BinaryOp::Min, new_hi, b);
-                        }
-                    }
-                    if let (Some(p), Some(s)) = (prefix(cond, ivd, &mut pre), step_c) {
-                        // The first iteration past `p`: lo + max(0, (p - lo) // s + 1) * s.
-                        let d = pre.bin(BinaryOp::Sub, p, *lo);
-                        let sv = pre.int(s, ivd);
-                        let q = pre.bin(BinaryOp::FloorDiv, d, sv);
-                        let one = pre.int(1, ivd);
-                        let q = pre.bin(BinaryOp::Add, q, one);
-                        let z = pre.int(0, ivd);
-                        let q = pre.bin(BinaryOp::Max, q, z);
-                        let off = pre.bin(BinaryOp::Mul, q, sv);
-                        let first = pre.bin(BinaryOp::Add, *lo, off);
-                        new_lo = pre.bin(BinaryOp::Max, new_lo, first);
-                    }
+        for (cond, clamped) in &skips {
+            if !clamped {
+                if let Some(b) = suffix(cond, ivd, &mut pre) {
+                    new_hi = pre.bin(BinaryOp::Min, new_hi, b);
                 }
+            }
+            if let (Some(p), Some(s)) = (prefix(cond, ivd, &mut pre), step_c) {
+                // The first iteration past `p`: lo + max(0, (p - lo) // s + 1) * s.
+                let d = pre.bin(BinaryOp::Sub, p, *lo);
+                let sv = pre.int(s, ivd);
+                let q = pre.bin(BinaryOp::FloorDiv, d, sv);
+                let one = pre.int(1, ivd);
+                let q = pre.bin(BinaryOp::Add, q, one);
+                let z = pre.int(0, ivd);
+                let q = pre.bin(BinaryOp::Max, q, z);
+                let off = pre.bin(BinaryOp::Mul, q, sv);
+                let first = pre.bin(BinaryOp::Add, *lo, off);
+                new_lo = pre.bin(BinaryOp::Max, new_lo, first);
             }
         }
         *hi = new_hi;
