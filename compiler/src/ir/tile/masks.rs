@@ -489,8 +489,8 @@ impl Fact {
     fn of_const(c: &Constant) -> Option<Fact> {
         Some(match *c {
             Constant::Float(x) if x == f64::NEG_INFINITY => Fact::NegInf,
-            Constant::Float(x) if x == 0.0 => Fact::Zero,
-            Constant::Float(x) if x == 1.0 => Fact::One,
+            Constant::Float(0.0) => Fact::Zero,
+            Constant::Float(1.0) => Fact::One,
             Constant::Int(0) => Fact::Zero,
             Constant::Int(1) => Fact::One,
             Constant::Bool(true) => Fact::True,
