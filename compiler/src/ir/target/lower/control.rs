@@ -86,6 +86,21 @@ impl<'a> Lower<'a> {
             } => p(*x).map(|l| Rc::new(l.slice(*axis, *keepdims))),
             OpKind::Unary { x, .. } | OpKind::Cast { x, .. } => p(*x),
             OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } => p(*a).or_else(|| p(*b)),
+            // An `if` merges in its then-branch's layouts; a branch may yield
+            // a value of the enclosing body (a select skipped where its mask
+            // is all-true yields the unmasked tile).
+            OpKind::If {
+                then, otherwise, ..
+            } => {
+                let i = op.results.iter().position(|r| *r == v)?;
+                [then, otherwise].into_iter().find_map(|r| {
+                    let Some(OpKind::Yield(ys)) = r.ops.last().map(|o| &o.kind) else {
+                        return None;
+                    };
+                    let y = *ys.get(i)?;
+                    self.predict(r, y, depth - 1).or_else(|| p(y))
+                })
+            }
             _ => None,
         }
     }
