@@ -10,10 +10,11 @@
 //! result, and nothing is specific to a kernel or a spelling. Two rewrites:
 //!
 //! * **Unmasking.** A select whose mask varies with the loop variable becomes
-//!   a uniform branch: `if <mask all-true this iteration> { a } else { the mask
-//!   and the select }`. The mask's index tiles, compare and select (and, on a
-//!   GPU, their layout conversions) run only on the mixed and all-false
-//!   iterations. A branch rather than a split loop: the body is not duplicated
+//!   uniform branches: `if <mask all-true this iteration> { a } else if
+//!   <all-false> { b } else { the mask and the select }` (a test left out
+//!   where its iterations were cut from the loop, see below). The mask's index
+//!   tiles, compare and select (and, on a GPU, their layout conversions) run
+//!   only on the mixed iterations. A branch rather than a split loop: the body is not duplicated
 //!   (the kernel's code stays the size it was), and the branch is uniform (a
 //!   scalar of the loop variable and program-wide values).
 //! * **Skipping.** Iterations where a mask is all-false (or all-true, for a
@@ -979,6 +980,7 @@ impl Pass<'_> {
         // variable grows): the conditions under which a mask makes the body
         // an identity, and whether the upper bound already stops there.
         let mut skips: Vec<(Cond, bool)> = Vec::new();
+        let mut skipped: HashSet<(Value, bool)> = HashSet::new();
         if step_c.is_some() {
             for (mask, u) in &masks {
                 for (all, cond) in [(false, &u.all_false), (true, &u.all_true)] {
@@ -987,6 +989,7 @@ impl Pass<'_> {
                         && is_identity(body, *mask, all, l.types, &self.defs, &l.inside)
                     {
                         skips.push((cond.clone(), already_clamped(&mut l, *hi, cond)));
+                        skipped.insert((*mask, all));
                     }
                 }
             }
@@ -1023,8 +1026,10 @@ impl Pass<'_> {
         }
         *hi = new_hi;
         *lo = new_lo;
-        // Unmasking: each select of a mask with an all-true condition
-        // becomes a uniform branch.
+        // Unmasking: each select of a mask that is uniform on some iterations
+        // becomes uniform branches: `if all-true { a } else if all-false { b }
+        // else { mask; select }`, leaving out a test whose iterations were cut
+        // from the loop above.
         let ops = std::mem::take(&mut body.ops);
         let index: HashMap<Value, usize> = ops
             .iter()
@@ -1037,22 +1042,23 @@ impl Pass<'_> {
                 out.push(o.clone());
                 continue;
             };
-            let Some(all_true) = masks
-                .iter()
-                .find(|(m, _)| *m == cond)
-                .and_then(|(_, u)| u.all_true.clone())
-                .filter(Cond::uses_iv)
-            else {
+            let Some((_, u)) = masks.iter().find(|(m, _)| *m == cond) else {
                 out.push(o.clone());
                 continue;
             };
+            let live = |c: &Option<Cond>, all: bool| {
+                c.clone()
+                    .filter(|c| c.uses_iv() && !skipped.contains(&(cond, all)))
+            };
+            let (all_true, all_false) = (live(&u.all_true, true), live(&u.all_false, false));
+            if all_true.is_none() && all_false.is_none() {
+                out.push(o.clone());
+                continue;
+            }
             let Some(cone) = mask_cone(&ops, &index, cond) else {
                 out.push(o.clone());
                 continue;
             };
-            let mut here = Vec::new();
-            let t = test(&all_true, iv, &mut pre, &mut here, o.span);
-            out.append(&mut here);
             // The mask, recomputed in the branch that needs it.
             let mut map: HashMap<Value, Value> = HashMap::new();
             let mut masked = Vec::new();
@@ -1069,8 +1075,12 @@ impl Pass<'_> {
                 masked.push(c);
             }
             let res = o.results[0];
-            pre.types.push(pre.types[res.0 as usize].clone());
-            let sel = Value(pre.types.len() as u32 - 1);
+            let ty = pre.types[res.0 as usize].clone();
+            let fresh = |types: &mut Vec<Type>| {
+                types.push(ty.clone());
+                Value(types.len() as u32 - 1)
+            };
+            let sel = fresh(pre.types);
             masked.push(Op {
                 results: vec![sel],
                 kind: OpKind::Select {
@@ -1085,25 +1095,52 @@ impl Pass<'_> {
                 kind: OpKind::Yield(vec![sel]),
                 span: o.span,
             });
-            out.push(Op {
-                results: vec![res],
-                kind: OpKind::If {
-                    cond: t,
-                    then: Region {
-                        args: vec![],
-                        ops: vec![Op {
-                            results: vec![],
-                            kind: OpKind::Yield(vec![a]),
-                            span: o.span,
-                        }],
+            let yield_of = |v: Value| Region {
+                args: vec![],
+                ops: vec![Op {
+                    results: vec![],
+                    kind: OpKind::Yield(vec![v]),
+                    span: o.span,
+                }],
+            };
+            // `if <uniform> { v } else { rest }`, as the ops of a region
+            // yielding its result into `into`.
+            let branch = |cond_: &Cond, v: Value, rest: Vec<Op>, into: Value, pre: &mut Emit| {
+                let mut here = Vec::new();
+                let t = test(cond_, iv, pre, &mut here, o.span);
+                here.push(Op {
+                    results: vec![into],
+                    kind: OpKind::If {
+                        cond: t,
+                        then: yield_of(v),
+                        otherwise: Region {
+                            args: vec![],
+                            ops: rest,
+                        },
                     },
-                    otherwise: Region {
-                        args: vec![],
-                        ops: masked,
-                    },
-                },
-                span: o.span,
-            });
+                    span: o.span,
+                });
+                here
+            };
+            let rest = match &all_false {
+                Some(f) if all_true.is_some() => {
+                    let r = fresh(pre.types);
+                    let mut ops = branch(f, b, masked, r, &mut pre);
+                    ops.push(Op {
+                        results: vec![],
+                        kind: OpKind::Yield(vec![r]),
+                        span: o.span,
+                    });
+                    ops
+                }
+                Some(f) => {
+                    out.extend(branch(f, b, masked, res, &mut pre));
+                    continue;
+                }
+                None => masked,
+            };
+            let t = all_true.expect("one of the two conditions");
+            out.extend(branch(&t, a, rest, res, &mut pre));
         }
         body.ops = out;
         pre.ops
