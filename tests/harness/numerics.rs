@@ -195,13 +195,28 @@ fn attention_ref(
     scale: f64,
     causal: bool,
 ) -> Vec<f64> {
+    masked_attention_ref(q, k, v, bh, s, d, scale, |i, j| !causal || j <= i)
+}
+
+/// Attention where query `i` sees key `j` only when `keep(i, j)`.
+#[allow(clippy::too_many_arguments)]
+fn masked_attention_ref(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    bh: usize,
+    s: usize,
+    d: usize,
+    scale: f64,
+    keep: impl Fn(usize, usize) -> bool,
+) -> Vec<f64> {
     let mut o = vec![0.0; bh * s * d];
     for h in 0..bh {
         let base = h * s * d;
         for i in 0..s {
             let sc: Vec<f64> = (0..s)
                 .map(|j| {
-                    if causal && j > i {
+                    if !keep(i, j) {
                         f64::NEG_INFINITY
                     } else {
                         (0..d)
@@ -991,7 +1006,16 @@ fn stdlib_rows_kernels() {
 #[test]
 fn stdlib_flash_attention() {
     let (db, file) = std_file();
-    for (d, causal) in [(64, false), (64, true), (128, false), (128, true)] {
+    for (d, causal, bm, bn) in [
+        (64, false, 32, 32),
+        (64, true, 32, 32),
+        (128, false, 32, 32),
+        (128, true, 32, 32),
+        // Blocks of other sizes: the diagonal crosses two key blocks, or a
+        // key block spans two query blocks.
+        (64, true, 64, 16),
+        (64, true, 16, 64),
+    ] {
         let (b, h, s) = (1, 2, 100);
         let n = b * h * s * d;
         let (q, k, v) = (
@@ -1014,15 +1038,91 @@ fn stdlib_flash_attention() {
             ],
             &[
                 ("causal", Value::Bool(causal)),
-                ("BM", Value::Int(32)),
-                ("BN", Value::Int(32)),
+                ("BM", Value::Int(bm)),
+                ("BN", Value::Int(bn)),
             ],
         );
         close(
-            &format!("flash_attn D={d} causal={causal}"),
+            &format!("flash_attn D={d} causal={causal} BM={bm} BN={bn}"),
             &o.to_f64_vec(),
             &attention_ref(&q, &k, &v, b * h, s, d, 0.1, causal),
             BF16,
+        );
+    }
+}
+
+/// Attention kernels written as a user would (`tests/numerics/attention.tsr`),
+/// visiting every key block: the compiler skips the blocks past the diagonal
+/// (or before the window) and masks only the mixed ones; the results match
+/// the reference on ragged lengths, with query and key blocks of other sizes.
+#[test]
+fn user_masked_attention() {
+    let mut db = Database::new();
+    let file = db
+        .load_file(&root().join("tests/numerics/attention.tsr"))
+        .expect("attention.tsr");
+    for (s, d, bm, bn) in [(100, 64, 32, 16), (77, 32, 16, 32), (40, 16, 64, 16)] {
+        let bh = 2;
+        let n = bh * s * d;
+        let (q, k, v) = (
+            data(n, 41, DType::BF16),
+            data(n, 42, DType::BF16),
+            data(n, 43, DType::BF16),
+        );
+        let dims = [bh, s, d];
+        let args = |o: &Tensor| {
+            vec![
+                t(&dims, DType::BF16, &q),
+                t(&dims, DType::BF16, &k),
+                t(&dims, DType::BF16, &v),
+                Value::Tensor(o.clone()),
+                Value::Float(0.125),
+            ]
+        };
+        let blocks = [("BM", Value::Int(bm)), ("BN", Value::Int(bn))];
+        let o = Tensor::zeros(&dims, DType::BF16);
+        launch(&db, file, "causal_attn", &args(&o), &blocks);
+        close(
+            &format!("causal_attn S={s} D={d} BM={bm} BN={bn}"),
+            &o.to_f64_vec(),
+            &attention_ref(&q, &k, &v, bh, s, d, 0.125, true),
+            BF16,
+        );
+        for w in [1, 20, 1000] {
+            let o = Tensor::zeros(&dims, DType::BF16);
+            let mut a = args(&o);
+            a.push(Value::Int(w));
+            launch(&db, file, "window_attn", &a, &blocks);
+            let w = w as usize;
+            close(
+                &format!("window_attn S={s} D={d} W={w} BM={bm} BN={bn}"),
+                &o.to_f64_vec(),
+                &masked_attention_ref(&q, &k, &v, bh, s, d, 0.125, |i, j| j <= i && i < j + w),
+                BF16,
+            );
+        }
+        // A mask whose all-false blocks still change the result: nothing skipped.
+        let x = data(bh * s, 44, DType::F32);
+        let o = Tensor::zeros(&[bh, s], DType::F32);
+        launch(
+            &db,
+            file,
+            "masked_sum",
+            &[t(&[bh, s], DType::F32, &x), Value::Tensor(o.clone())],
+            &blocks,
+        );
+        let end = s.div_ceil(bn as usize) * bn as usize;
+        let want: Vec<f64> = (0..bh * s)
+            .map(|r| {
+                let (h, i) = (r / s, r % s);
+                (0..=i).map(|j| x[h * s + j]).sum::<f64>() + (end - 1 - i) as f64
+            })
+            .collect();
+        close(
+            &format!("masked_sum S={s} BM={bm} BN={bn}"),
+            &o.to_f64_vec(),
+            &want,
+            F32,
         );
     }
 }

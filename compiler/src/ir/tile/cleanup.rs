@@ -103,7 +103,7 @@ impl OpKind {
         )
     }
 
-    fn map_values(&mut self, f: &mut dyn FnMut(Value) -> Value) {
+    pub(super) fn map_values(&mut self, f: &mut dyn FnMut(Value) -> Value) {
         let acc = |access: &mut Vec<Access>, f: &mut dyn FnMut(Value) -> Value| {
             for a in access {
                 let v = a.value_mut();

@@ -63,11 +63,14 @@ fn brief_flash_attn_specialisations() {
             insta::assert_snapshot!(format!("flash_attn_d{d}_causal{causal}"), k.dump());
             let text = k.dump();
             assert!(text.contains(&format!("tile<128x{d}xf32>")), "{text}");
-            // The causal mask is a select inside the loop, only when causal.
+            // The causal mask is a select inside the loop, only when causal,
+            // and only on the iterations where it is not all-true: a uniform
+            // branch on the loop variable skips it below the diagonal.
             assert_eq!(text.contains("select"), causal == 1, "{text}");
-            // `end = min(S, m0 + BM) if causal else S` folds on the const.
-            assert_eq!(text.contains(" min "), causal == 1, "{text}");
-            assert!(!text.contains("if %"), "{text}");
+            assert_eq!(text.contains("if %"), causal == 1, "{text}");
+            // `end = min(S, m0 + BM) if causal else S` folds on the const,
+            // and already stops at the diagonal: no second clamp.
+            assert_eq!(text.matches(" min ").count(), causal as usize, "{text}");
         }
     }
 }
@@ -626,4 +629,57 @@ fn lowering_work_grows_linearly_with_loop_depth() {
         ratio < 2.3,
         "100 nested loops took {small} steps, 200 took {large} ({ratio:.2}x)"
     );
+}
+
+/// Masks that a loop iteration decides, in kernels written as a user would
+/// (`tests/numerics/attention.tsr`, whose numerics the tests crate checks):
+/// the causal loop stops at the diagonal, the window loop starts at the
+/// window, each mask runs behind uniform branches (past the cut iterations,
+/// the causal mask spelled `where(col > row, -inf, s)` is tested for being
+/// all-false), and a loop whose masked blocks still change its result keeps
+/// every iteration.
+#[test]
+fn user_masked_loops() {
+    const SRC: &str = include_str!("../../../../tests/numerics/attention.tsr");
+    let spec = Specialization::new().with("D", 64);
+    for (name, r) in lower_file("/t/attention.tsr", SRC, &spec) {
+        let k = r.unwrap_or_else(|d| panic!("{name}: {d:#?}"));
+        let text = k.dump();
+        insta::assert_snapshot!(format!("masks_{name}"), text);
+        let for_line = text
+            .lines()
+            .find(|l| l.contains(" = for "))
+            .expect("a loop");
+        // `for %iv = LO to HI step ...`: HI is a clamped bound (not the dim
+        // `S`, `%0`) only where blocks are skipped.
+        let hi = for_line
+            .split(" to ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .expect("a bound");
+        let lo = for_line
+            .split(" = for ")
+            .nth(1)
+            .and_then(|t| t.split(" to ").next())
+            .and_then(|t| t.split(" = ").nth(1))
+            .expect("a start");
+        match name.as_str() {
+            "causal_attn" => {
+                assert_ne!(hi, "%0", "{text}");
+                assert_eq!(text.matches("if %").count(), 2, "{text}");
+            }
+            "window_attn" => {
+                assert_ne!(hi, "%0", "{text}");
+                assert_ne!(lo, "%4", "{text}");
+                assert_eq!(text.matches("if %").count(), 1, "{text}");
+            }
+            "masked_sum" => {
+                // Nothing skipped; a branch for the all-true blocks and one
+                // for the all-false ones (the select then yields its `b`).
+                assert_eq!(hi, "%0", "{text}");
+                assert_eq!(text.matches("if %").count(), 2, "{text}");
+            }
+            other => panic!("unexpected kernel {other}"),
+        }
+    }
 }

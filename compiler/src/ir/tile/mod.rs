@@ -435,6 +435,7 @@ mod dump;
 mod env;
 mod limits;
 pub mod lower;
+mod masks;
 mod verify;
 
 #[cfg(test)]

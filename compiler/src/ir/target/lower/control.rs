@@ -86,6 +86,21 @@ impl<'a> Lower<'a> {
             } => p(*x).map(|l| Rc::new(l.slice(*axis, *keepdims))),
             OpKind::Unary { x, .. } | OpKind::Cast { x, .. } => p(*x),
             OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } => p(*a).or_else(|| p(*b)),
+            // An `if` merges in its then-branch's layouts; a branch may yield
+            // a value of the enclosing body (a select skipped where its mask
+            // is all-true yields the unmasked tile).
+            OpKind::If {
+                then, otherwise, ..
+            } => {
+                let i = op.results.iter().position(|r| *r == v)?;
+                [then, otherwise].into_iter().find_map(|r| {
+                    let Some(OpKind::Yield(ys)) = r.ops.last().map(|o| &o.kind) else {
+                        return None;
+                    };
+                    let y = *ys.get(i)?;
+                    self.predict(r, y, depth - 1).or_else(|| p(y))
+                })
+            }
             _ => None,
         }
     }
@@ -203,6 +218,20 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
+    /// Moves `vals` into the fresh registers of `into` (an `if`'s merged
+    /// results): no value of the branch reads them, so each is written
+    /// directly, without the temporaries of a parallel copy.
+    fn merge(&mut self, into: &[TV], vals: &[TV]) -> R<()> {
+        for (dst, v) in into.iter().zip(vals) {
+            let v = self.convert(v, &dst.layout)?;
+            for (&d, &o) in dst.ops.iter().zip(&v.ops) {
+                let r = d.reg().expect("merged registers");
+                self.emit(Inst::Mov { dst: r, src: o });
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn while_loop(
         &mut self,
         op: &tile::Op,
@@ -264,11 +293,11 @@ impl<'a> Lower<'a> {
                 ..t.clone()
             })
             .collect();
-        self.assign(&results, &ty_then)?;
+        self.merge(&results, &ty_then)?;
         let then_code = self.blocks.pop().unwrap_or_default();
         self.blocks.push(Vec::new());
         let ty_else = self.region_ops(&otherwise.ops)?.unwrap_or_default();
-        self.assign(&results, &ty_else)?;
+        self.merge(&results, &ty_else)?;
         let else_code = self.blocks.pop().unwrap_or_default();
         self.span = op.span;
         self.emit(Inst::If {

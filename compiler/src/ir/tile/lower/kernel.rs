@@ -345,6 +345,8 @@ impl<'a> Lowerer<'a> {
             types,
         };
         k.remove_dead_code();
+        k.specialise_masks();
+        k.remove_dead_code();
         k.renumber();
         Ok(k)
     }
