@@ -49,14 +49,10 @@ impl<'a> Lower<'a> {
         let (dims, static_dims) = (t.dims.clone(), t.static_dims.clone());
         // (tensor axis, index or start, length): the axes to check at run time.
         let mut checks = Vec::new();
-        let mut d = 0usize;
         for (a, acc) in access.iter().enumerate() {
             let (idx, len) = match acc {
                 Access::Point(v) => (self.scalar(*v), 1u64),
-                Access::Range { start, .. } => {
-                    d += 1;
-                    (self.scalar(*start), layout.shape[d - 1] as u64)
-                }
+                Access::Range { start, len } => (self.scalar(*start), *len as u64),
                 Access::Gather(_) => return Ok(None),
             };
             match (idx, static_dims[a]) {
