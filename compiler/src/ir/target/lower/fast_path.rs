@@ -97,14 +97,14 @@ impl<'a> Lower<'a> {
         mut emit: impl FnMut(&mut Self, &AccessPlan) -> R<Vec<Operand>>,
     ) -> R<Vec<Operand>> {
         let Some(cond) = self.in_bounds_check(tensor, access, layout)? else {
-            let plan = self.plan_access(tensor, access, layout, false)?;
+            let plan = self.plan_access(tensor, access, layout, false, true)?;
             return emit(self, &plan);
         };
         let mut merged: Vec<Reg> = Vec::new();
         let mut branches = Vec::new();
         for in_bounds in [true, false] {
             self.blocks.push(Vec::new());
-            let plan = self.plan_access(tensor, access, layout, in_bounds)?;
+            let plan = self.plan_access(tensor, access, layout, in_bounds, true)?;
             let vals = emit(self, &plan)?;
             if merged.is_empty() {
                 merged = vals.iter().map(|_| self.new_reg(ty)).collect();

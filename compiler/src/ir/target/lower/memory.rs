@@ -26,13 +26,16 @@ impl<'a> Lower<'a> {
     /// access of `layout`'s elements; plus the vector width that is proven safe.
     /// `in_bounds`: the tile is known to lie wholly in bounds (the fast path of
     /// `in_bounds_check`), so no slot gets a predicate and a vector needs no
-    /// divisor of the dim (no vector can straddle the end).
+    /// divisor of the dim (no vector can straddle the end). `vector`: whether
+    /// the access may use vectors (not under a mask, not atomic); only the
+    /// first slot of each vector then gets a bounds predicate.
     pub(super) fn plan_access(
         &mut self,
         tensor: usize,
         access: &[Access],
         layout: &Layout,
         in_bounds: bool,
+        vector: bool,
     ) -> R<AccessPlan> {
         if Access::is_gather(access) {
             return self.plan_gather(access, layout);
@@ -85,19 +88,64 @@ impl<'a> Lower<'a> {
                 }
             }
         }
+        // Vector width: contiguous runs along the layout's vector axis when it
+        // is the tensor's innermost axis (every later axis of size 1), with
+        // alignment and uniform bounds proven.
+        let mut vec = 1u32;
+        let vd = layout.vector_axis();
+        let vector_axis = vd.filter(|_| vector).and_then(|vd| axes.get(vd));
+        if let Some(&(a, _, start, _, s)) = vector_axis {
+            let vd = vd.expect("a vector axis");
+            if static_dims[a + 1..].iter().all(|d| *d == Some(1)) {
+                // bf16 vectors move as packed 32-bit words (see `packed`), so
+                // eight of them make one 16-byte access; other types of
+                // under 4 bytes stop at four elements (the PTX vector limit).
+                let mut v = (16 / mem.bytes()).min(if mem == MemTy::BF16 { 8 } else { 4 });
+                let terms_ok = |v: u32| layout.terms[vd].iter().all(|t| t.mul % v == 0);
+                let start_div = match s {
+                    Operand::Int(0) => 1 << 30,
+                    Operand::Int(i) => i.unsigned_abs(),
+                    _ => self.divisor(start),
+                };
+                let strides_ok =
+                    |v: u32| stride_div[..a].iter().all(|s| s.is_multiple_of(v as u64));
+                // Every vector wholly in or out of bounds.
+                let dim_ok = |v: u32| in_bounds || dim_div[a].is_multiple_of(v as u64);
+                while v > 1 {
+                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
+                        break;
+                    }
+                    v /= 2;
+                }
+                vec = v;
+            }
+        }
+        // Only the first slot of a vector reads its predicate.
+        let mut leads = vec![true; layout.num_slots()];
+        for g in Self::vector_groups(layout, vec) {
+            for &j in &g[1..] {
+                leads[j] = false;
+            }
+        }
         let base_addr = self.element_address(ptr, |l| l.materialize(RegTy::I32, thread_off), bytes);
         // Per (tile axis, offset): the bounds predicate (None when provably in bounds).
         let mut pred_cache: HashMap<(usize, u32), Option<Operand>> = HashMap::new();
         let mut addr_cache: HashMap<Vec<(usize, u32)>, Reg> = HashMap::new();
         let mut combined: HashMap<Vec<Option<Reg>>, Option<Reg>> = HashMap::new();
         let mut slots = Vec::new();
-        for slot in &layout.slots {
-            let mut preds = point_preds.clone();
+        for (i, slot) in layout.slots.iter().enumerate() {
+            let mut preds = if leads[i] {
+                point_preds.clone()
+            } else {
+                vec![]
+            };
             let mut static_off = 0i64;
             let mut dyn_key = Vec::new();
             for (d, &(a, sb, _, max_base, s)) in axes.iter().enumerate() {
                 let o = slot[d];
                 let p = match pred_cache.get(&(d, o)) {
+                    // The vector's first slot carries its predicate.
+                    _ if !leads[i] => None,
                     Some(p) => *p,
                     None => {
                         let safe = in_bounds
@@ -154,37 +202,6 @@ impl<'a> Lower<'a> {
                 offset: static_off,
                 pred,
             });
-        }
-        // Vector width: contiguous runs along the layout's vector axis when it
-        // is the tensor's innermost axis (every later axis of size 1), with
-        // alignment and uniform bounds proven.
-        let mut vec = 1u32;
-        let vd = layout.vector_axis();
-        if let Some(&(a, _, start, _, s)) = vd.and_then(|vd| axes.get(vd)) {
-            let vd = vd.expect("a vector axis");
-            if static_dims[a + 1..].iter().all(|d| *d == Some(1)) {
-                // bf16 vectors move as packed 32-bit words (see `packed`), so
-                // eight of them make one 16-byte access; other types of
-                // under 4 bytes stop at four elements (the PTX vector limit).
-                let mut v = (16 / mem.bytes()).min(if mem == MemTy::BF16 { 8 } else { 4 });
-                let terms_ok = |v: u32| layout.terms[vd].iter().all(|t| t.mul % v == 0);
-                let start_div = match s {
-                    Operand::Int(0) => 1 << 30,
-                    Operand::Int(i) => i.unsigned_abs(),
-                    _ => self.divisor(start),
-                };
-                let strides_ok =
-                    |v: u32| stride_div[..a].iter().all(|s| s.is_multiple_of(v as u64));
-                // Every vector wholly in or out of bounds.
-                let dim_ok = |v: u32| in_bounds || dim_div[a].is_multiple_of(v as u64);
-                while v > 1 {
-                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
-                        break;
-                    }
-                    v /= 2;
-                }
-                vec = v;
-            }
         }
         Ok(AccessPlan {
             slots,
@@ -388,8 +405,7 @@ impl<'a> Lower<'a> {
         };
         let ops = match mask {
             Some(m) => {
-                let mut plan = self.plan_access(tensor, access, &layout, false)?;
-                plan.vec = 1;
+                let plan = self.plan_access(tensor, access, &layout, false, false)?;
                 self.load_slots(tensor, &plan, &layout, Some(&m), other_op, dtype, cty)?
             }
             None => self.in_bounds_or_not(tensor, access, &layout, cty, |l, plan| {
@@ -547,8 +563,7 @@ impl<'a> Lower<'a> {
             None => None,
         };
         if mask.is_some() || atomic {
-            let mut plan = self.plan_access(tensor, access, &layout, false)?;
-            plan.vec = 1;
+            let plan = self.plan_access(tensor, access, &layout, false, false)?;
             let owner = self.owner_pred(&layout);
             return self.store_slots(tensor, &plan, &v, mask.as_ref(), owner, atomic);
         }
