@@ -7,7 +7,7 @@ Run from the repository root on a GPU machine (see bench/README.md):
 
 It builds nothing: Tessera runs as the `tessera` binary given by `--tessera`.
 
-The workloads (gemm, attn, softmax, norm, compile, launch; `--only` picks some,
+The workloads (gemm, attn, copy, softmax, norm, compile, launch; `--only` picks some,
 `--quick` keeps one size of each) and their peers are listed in bench/README.md.
 
 How Tessera is timed. Each throughput workload is one `tessera repl --device cuda`
@@ -684,6 +684,35 @@ def bench_rows(args, section):
                 [peer, ("copy (y.copy_(x))", copy, False)])
 
 
+COPY = """@kernel(grid=(cdiv(N, BLOCK),), num_warps=4)
+def copy_kernel(x: Tensor["N", bf16], y: Tensor["N", bf16], BLOCK: const = 4096):
+    i = program_id(0) * BLOCK
+    store(y[i : i + BLOCK], load(x[i : i + BLOCK]))
+"""
+
+
+def bench_copy(args):
+    """A user-written copy kernel (one BLOCK-wide tile a program) vs torch's `copy_`,
+    bf16, flat: 16384×4096 elements, and (not --quick) a ragged length whose last
+    program is cut short (the masked boundary tile)."""
+    sizes = ([64 * 256] if args.tiny else [16384 * 4096] if args.quick
+             else [16384 * 4096, 16384 * 4096 - 1000])
+    for n in sizes:
+        inputs = {"x": save_input(args, "x", (n,), 9)}
+        y = os.path.join(args.work, "y.npy")
+        setup = [COPY, f'x = load_npy("{inputs["x"]}").to(bf16)', f"y = zeros([{n}], bf16)"]
+        session = (setup, "copy_kernel(x, y)", f'save_npy(y.to(f32), "{y}")', y, "copy_kernel")
+
+        def copy(t):
+            if "y" not in t:
+                t["y"] = torch.empty_like(t["x"])
+            return t["y"].copy_(t["x"])
+
+        # One read and one write of n bf16 elements.
+        compare(args, "copy", f"copy bf16 {n} elements (BLOCK 4096)", 2.0 * n * 2, "GB/s",
+                session, inputs, [("copy (y.copy_(x))", copy, True)])
+
+
 def compile_cases(args):
     """(kernel, setup statements, launch statement, variables to move to the GPU) for
     compile-to-launch timing, at the sizes of the throughput workloads (the values do
@@ -879,6 +908,7 @@ def table(title, head, cells, intro=""):
 def markdown(rows, header):
     out = ["# Tessera GPU benchmark", "", *header, ""]
     titles = {"gemm": "GEMM (bf16 in, f32 accumulation)", "attn": "Flash-attention forward (bf16)",
+              "copy": "Copy kernel (bf16, `store(y[i:i+BLOCK], load(x[i:i+BLOCK]))`)",
               "softmax": "Softmax over the last axis (bf16)",
               "norm": "Layer norm over the last axis (bf16)"}
     intro = ("Tessera's time is the GPU median of `:time` (its wall time is in the note); "
@@ -932,7 +962,7 @@ def header(args):
             f"- command: `{' '.join(sys.argv)}`"]
 
 
-SECTIONS = ["gemm", "attn", "softmax", "norm", "compile", "launch"]
+SECTIONS = ["gemm", "attn", "copy", "softmax", "norm", "compile", "launch"]
 
 
 def main():
@@ -973,7 +1003,7 @@ def main():
     args.work = tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmp)
     args.cache = os.path.join(args.work, "cache")
     args.rows, args.header = [], header(args)
-    benches = {"gemm": bench_gemm, "attn": bench_attn,
+    benches = {"gemm": bench_gemm, "attn": bench_attn, "copy": bench_copy,
                "softmax": lambda a: bench_rows(a, "softmax"),
                "norm": lambda a: bench_rows(a, "norm"),
                "compile": bench_compile, "launch": bench_launch}

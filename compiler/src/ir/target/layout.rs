@@ -82,9 +82,11 @@ impl Layout {
     }
 
     /// The default layout of a tile of `shape` over `num_warps` warps of `warp_size`
-    /// lanes: up to `vec` contiguous elements per thread along the last axis, lanes
-    /// fill the axes from the last, warps from the first. Only powers of two that
-    /// divide the dim are used, so any shape works (odd dims just repeat more).
+    /// lanes: up to `vec` contiguous elements per thread along the vector axis
+    /// ([`Layout::vector_axis`]: the last, not counting trailing size-1 axes),
+    /// lanes fill the axes from the last, warps from the first. Only powers of
+    /// two that divide the dim are used, so any shape works (odd dims just
+    /// repeat more).
     pub fn blocked(shape: &[u32], num_warps: u32, warp_size: u32, vec: u32) -> Layout {
         let rank = shape.len();
         if rank == 0 {
@@ -93,7 +95,8 @@ impl Layout {
         let mut spt = vec![1u32; rank];
         let mut tpw = vec![1u32; rank];
         let mut wpb = vec![1u32; rank];
-        spt[rank - 1] = pow2_divisor(shape[rank - 1].max(1), vec);
+        let vd = Self::vector_axis_of(shape);
+        spt[vd] = pow2_divisor(shape[vd].max(1), vec);
         let mut lanes = warp_size;
         for d in (0..rank).rev() {
             let t = pow2_divisor((shape[d].max(1)) / spt[d], lanes);
@@ -285,6 +288,21 @@ impl Layout {
 
     pub fn rank(&self) -> usize {
         self.shape.len()
+    }
+
+    /// The axis along which a thread's elements are contiguous in a row-major
+    /// tensor: the last one of size above 1 (a `[K, 1]` tile, as whole-tensor
+    /// functions make for a reduced axis, is contiguous along `K`), or the
+    /// last axis when every axis has size 1. `None` for a scalar.
+    pub fn vector_axis(&self) -> Option<usize> {
+        (self.rank() > 0).then(|| Self::vector_axis_of(&self.shape))
+    }
+
+    fn vector_axis_of(shape: &[u32]) -> usize {
+        shape
+            .iter()
+            .rposition(|&d| d > 1)
+            .unwrap_or(shape.len().saturating_sub(1))
     }
 
     pub fn num_slots(&self) -> usize {

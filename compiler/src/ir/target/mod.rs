@@ -668,4 +668,6 @@ impl Kernel {
 }
 
 #[cfg(test)]
+mod fast_path_tests;
+#[cfg(test)]
 pub(crate) mod tests;

@@ -174,7 +174,7 @@ impl<'a> Lower<'a> {
         for s in layout.slots.iter_mut() {
             s[1] *= 8;
         }
-        let plan = self.plan_access(tensor, access, &layout)?;
+        let plan = self.plan_access(tensor, access, &layout, false, false)?;
         Ok(Some(Deferred {
             layout,
             slots: plan.slots,

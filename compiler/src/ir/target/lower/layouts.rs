@@ -13,10 +13,39 @@ use std::rc::Rc;
 use super::{Lower, R, TV};
 use crate::ir::target::layout::{Layout, Term};
 use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, SmemBuffer, Space};
+use crate::ir::tile;
 
 impl<'a> Lower<'a> {
     pub(super) fn blocked(&self, shape: &[u32]) -> Rc<Layout> {
-        Rc::new(Layout::blocked(shape, self.num_warps, self.warp_size, 4))
+        // A tile too small to give every thread a whole run keeps runs of 4
+        // rather than leave more threads idle.
+        let numel: u64 = shape.iter().map(|&d| d as u64).product();
+        let threads = (self.num_warps * self.warp_size) as u64;
+        let vec = if numel >= threads * self.vec_elems as u64 {
+            self.vec_elems
+        } else {
+            self.vec_elems.min(4)
+        };
+        Rc::new(Layout::blocked(shape, self.num_warps, self.warp_size, vec))
+    }
+
+    /// The run of contiguous elements a thread gets in the default layout of
+    /// a large tile: 16 bytes of the kernel's bf16 tensors (8 elements, one
+    /// vector access per run), else 4 elements (16 bytes of f32). Kernels
+    /// with a `dot` keep 4: their operand layouts are built around it.
+    pub(super) fn default_vector_elems(&self) -> u32 {
+        fn has_dot(r: &tile::Region) -> bool {
+            r.ops.iter().any(|op| {
+                matches!(op.kind, tile::OpKind::Dot { .. })
+                    || op.kind.regions().into_iter().any(has_dot)
+            })
+        }
+        let bf16 = self.tensors.iter().flatten().any(|t| t.mem == MemTy::BF16);
+        if bf16 && !has_dot(&self.tk.body) {
+            8
+        } else {
+            4
+        }
     }
 
     /// The per-thread base coordinate for a list of terms (computed once, in the prologue).

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::packed::packed_words;
 use super::pipeline::Decision;
 use super::{const_operand, round_const, Lower, R, TV};
 use crate::check::DType;
@@ -23,11 +24,18 @@ use crate::ir::tile::{Access, Constant, Value};
 impl<'a> Lower<'a> {
     /// Per slot: the address register, byte offset and in-bounds predicate of an
     /// access of `layout`'s elements; plus the vector width that is proven safe.
+    /// `in_bounds`: the tile is known to lie wholly in bounds (the fast path of
+    /// `in_bounds_check`), so no slot gets a predicate and a vector needs no
+    /// divisor of the dim (no vector can straddle the end). `vector`: whether
+    /// the access may use vectors (not under a mask, not atomic); only the
+    /// first slot of each vector then gets a bounds predicate.
     pub(super) fn plan_access(
         &mut self,
         tensor: usize,
         access: &[Access],
         layout: &Layout,
+        in_bounds: bool,
+        vector: bool,
     ) -> R<AccessPlan> {
         if Access::is_gather(access) {
             return self.plan_gather(access, layout);
@@ -52,7 +60,8 @@ impl<'a> Lower<'a> {
             match acc {
                 Access::Point(v) => {
                     let idx = self.scalar(*v);
-                    let safe = matches!((idx, static_dims[a]), (Operand::Int(i), Some(n)) if i >= 0 && (i as u64) < n);
+                    let safe = in_bounds
+                        || matches!((idx, static_dims[a]), (Operand::Int(i), Some(n)) if i >= 0 && (i as u64) < n);
                     if !safe {
                         point_preds.push(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]));
                     }
@@ -79,22 +88,68 @@ impl<'a> Lower<'a> {
                 }
             }
         }
+        // Vector width: contiguous runs along the layout's vector axis when it
+        // is the tensor's innermost axis (every later axis of size 1), with
+        // alignment and uniform bounds proven.
+        let mut vec = 1u32;
+        let vd = layout.vector_axis();
+        let vector_axis = vd.filter(|_| vector).and_then(|vd| axes.get(vd));
+        if let Some(&(a, _, start, _, s)) = vector_axis {
+            let vd = vd.expect("a vector axis");
+            if static_dims[a + 1..].iter().all(|d| *d == Some(1)) {
+                // bf16 vectors move as packed 32-bit words (see `packed`), so
+                // eight of them make one 16-byte access; other types of
+                // under 4 bytes stop at four elements (the PTX vector limit).
+                let mut v = (16 / mem.bytes()).min(if mem == MemTy::BF16 { 8 } else { 4 });
+                let terms_ok = |v: u32| layout.terms[vd].iter().all(|t| t.mul % v == 0);
+                let start_div = match s {
+                    Operand::Int(0) => 1 << 30,
+                    Operand::Int(i) => i.unsigned_abs(),
+                    _ => self.divisor(start),
+                };
+                let strides_ok =
+                    |v: u32| stride_div[..a].iter().all(|s| s.is_multiple_of(v as u64));
+                // Every vector wholly in or out of bounds.
+                let dim_ok = |v: u32| in_bounds || dim_div[a].is_multiple_of(v as u64);
+                while v > 1 {
+                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
+                        break;
+                    }
+                    v /= 2;
+                }
+                vec = v;
+            }
+        }
+        // Only the first slot of a vector reads its predicate.
+        let mut leads = vec![true; layout.num_slots()];
+        for g in Self::vector_groups(layout, vec) {
+            for &j in &g[1..] {
+                leads[j] = false;
+            }
+        }
         let base_addr = self.element_address(ptr, |l| l.materialize(RegTy::I32, thread_off), bytes);
         // Per (tile axis, offset): the bounds predicate (None when provably in bounds).
         let mut pred_cache: HashMap<(usize, u32), Option<Operand>> = HashMap::new();
         let mut addr_cache: HashMap<Vec<(usize, u32)>, Reg> = HashMap::new();
         let mut combined: HashMap<Vec<Option<Reg>>, Option<Reg>> = HashMap::new();
         let mut slots = Vec::new();
-        for slot in &layout.slots {
-            let mut preds = point_preds.clone();
+        for (i, slot) in layout.slots.iter().enumerate() {
+            let mut preds = if leads[i] {
+                point_preds.clone()
+            } else {
+                vec![]
+            };
             let mut static_off = 0i64;
             let mut dyn_key = Vec::new();
             for (d, &(a, sb, _, max_base, s)) in axes.iter().enumerate() {
                 let o = slot[d];
                 let p = match pred_cache.get(&(d, o)) {
+                    // The vector's first slot carries its predicate.
+                    _ if !leads[i] => None,
                     Some(p) => *p,
                     None => {
-                        let safe = matches!((s, static_dims[a]), (Operand::Int(st), Some(n))
+                        let safe = in_bounds
+                            || matches!((s, static_dims[a]), (Operand::Int(st), Some(n))
                             if st >= 0 && (st as u64 + max_base + o as u64) < n);
                         let p = if safe {
                             None
@@ -147,37 +202,6 @@ impl<'a> Lower<'a> {
                 offset: static_off,
                 pred,
             });
-        }
-        // Vector width: contiguous runs along the last tile axis when it is the
-        // tensor's last axis, with alignment and uniform bounds proven.
-        let mut vec = 1u32;
-        if let Some(&(a, _, start, max_base, s)) = axes.last() {
-            let last = access.len() - 1;
-            let rank = layout.rank();
-            if a == last {
-                let mut v = (16 / mem.bytes()).min(4);
-                let terms_ok = |v: u32| layout.terms[rank - 1].iter().all(|t| t.mul % v == 0);
-                let start_div = match s {
-                    Operand::Int(0) => 1 << 30,
-                    Operand::Int(i) => i.unsigned_abs(),
-                    _ => self.divisor(start),
-                };
-                let strides_ok = |v: u32| {
-                    stride_div[..last]
-                        .iter()
-                        .all(|s| s.is_multiple_of(v as u64))
-                };
-                // Every vector wholly in or out of bounds.
-                let dim_ok = |v: u32| dim_div[a].is_multiple_of(v as u64);
-                let _ = max_base;
-                while v > 1 {
-                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
-                        break;
-                    }
-                    v /= 2;
-                }
-                vec = v;
-            }
         }
         Ok(AccessPlan {
             slots,
@@ -266,9 +290,9 @@ impl<'a> Lower<'a> {
         addr
     }
 
-    /// Groups of `vec` slots that are contiguous and aligned along the last axis.
+    /// Groups of `vec` slots that are contiguous and aligned along the vector axis.
     pub(super) fn vector_groups(layout: &Layout, vec: u32) -> Vec<Vec<usize>> {
-        let rank = layout.rank();
+        let vd = layout.vector_axis();
         let mut used = vec![false; layout.num_slots()];
         let mut groups = Vec::new();
         for i in 0..layout.num_slots() {
@@ -277,12 +301,12 @@ impl<'a> Lower<'a> {
             }
             let s = &layout.slots[i];
             let mut group = vec![i];
-            if vec > 1 && rank > 0 && s[rank - 1].is_multiple_of(vec) {
+            if let Some(vd) = vd.filter(|&vd| vec > 1 && s[vd].is_multiple_of(vec)) {
                 let mut all = true;
                 let mut members = vec![i];
                 for k in 1..vec {
                     let mut t = s.clone();
-                    t[rank - 1] += k;
+                    t[vd] += k;
                     match layout.find_slot(&t) {
                         Some(j) if !used[j] => members.push(j),
                         _ => {
@@ -354,7 +378,7 @@ impl<'a> Lower<'a> {
             }
         }
         let t = self.tensor(tensor)?;
-        let (mem, dtype) = (t.mem, t.dtype);
+        let dtype = t.dtype;
         let cty = self.cty(dtype)?;
         self.emit(Inst::Comment(format!(
             "load {}[{}] {}",
@@ -374,36 +398,74 @@ impl<'a> Lower<'a> {
             }
             None => None,
         };
-        let mut plan = self.plan_access(tensor, access, &layout)?;
-        if mask.is_some() {
-            plan.vec = 1;
-        }
-        let rty = raw_ty(mem);
-        let direct = rty == cty;
         let other_op = const_operand(other, dtype);
         let other_op = match other_op {
             Operand::Float(f) => Operand::Float(round_const(f, dtype)),
             o => o,
         };
+        let ops = match mask {
+            Some(m) => {
+                let plan = self.plan_access(tensor, access, &layout, false, false)?;
+                self.load_slots(tensor, &plan, &layout, Some(&m), other_op, dtype, cty)?
+            }
+            None => self.in_bounds_or_not(tensor, access, &layout, cty, |l, plan| {
+                l.load_slots(tensor, plan, &layout, None, other_op, dtype, cty)
+            })?,
+        };
+        Ok(TV {
+            layout,
+            ops,
+            ty: cty,
+            dtype,
+        })
+    }
+
+    /// The loads of a plan's slots (vector groups, bf16 pairs packed in
+    /// 32-bit words), all issued before the first of them is converted, so
+    /// that a thread has all its bytes in flight at once; a gather issues
+    /// them `LOAD_BATCH` at a time (each address computed where used). The
+    /// values, one per slot, at `cty`.
+    #[allow(clippy::too_many_arguments)]
+    fn load_slots(
+        &mut self,
+        tensor: usize,
+        plan: &AccessPlan,
+        layout: &Layout,
+        mask: Option<&TV>,
+        other_op: Operand,
+        dtype: DType,
+        cty: RegTy,
+    ) -> R<Vec<Operand>> {
+        let mem = self.tensor(tensor)?.mem;
+        let rty = raw_ty(mem);
+        let direct = rty == cty;
         let mut ops = vec![Operand::Int(0); layout.num_slots()];
-        // The addresses of a few accesses first, then their loads: a gather's
-        // loads are issued back to back (as ptxas schedules them) rather than
-        // each waiting behind its own address arithmetic.
-        let groups = Self::vector_groups(&layout, plan.vec);
-        for batch in groups.chunks(LOAD_BATCH) {
+        let groups = Self::vector_groups(layout, plan.vec);
+        let batch = if plan.gather.is_some() {
+            LOAD_BATCH
+        } else {
+            groups.len().max(1)
+        };
+        for batch in groups.chunks(batch) {
             let firsts = batch
                 .iter()
-                .map(|g| self.slot(tensor, &plan, g[0]))
+                .map(|g| self.slot(tensor, plan, g[0]))
                 .collect::<R<Vec<_>>>()?;
+            let mut loaded = Vec::with_capacity(batch.len());
             for (group, first) in batch.iter().zip(firsts) {
                 let mut pred = first.pred;
-                if let Some(m) = &mask {
+                if let Some(m) = mask {
                     let mut ps: Vec<Operand> = pred.into_iter().map(Operand::Reg).collect();
                     ps.push(m.ops[group[0]]);
                     let p = self.and_preds(&ps);
                     pred = self.pred_reg(p);
                 }
-                let dsts: Vec<Reg> = group.iter().map(|_| self.new_reg(rty)).collect();
+                let packed = packed_words(mem, group.len());
+                let (ld_mem, n, ty) = match packed {
+                    Some(words) => (MemTy::U32, words, RegTy::U32),
+                    None => (mem, group.len(), rty),
+                };
+                let dsts: Vec<Reg> = (0..n).map(|_| self.new_reg(ty)).collect();
                 if pred.is_some() {
                     for &d in &dsts {
                         let init = if direct { other_op } else { Operand::Int(0) };
@@ -412,18 +474,23 @@ impl<'a> Lower<'a> {
                 }
                 self.emit(Inst::Ld {
                     space: Space::Global,
-                    mem,
+                    mem: ld_mem,
                     dst: dsts.clone(),
                     addr: first.addr,
                     offset: first.offset,
                     pred,
                 });
+                loaded.push((group, pred, packed.is_some(), dsts));
+            }
+            for (group, pred, packed, dsts) in loaded {
                 for (k, &slot) in group.iter().enumerate() {
-                    let raw = Operand::Reg(dsts[k]);
-                    let v = if direct {
-                        raw
+                    let v = if packed {
+                        self.unpack_bf16(dsts[k / 2], k % 2 == 1)
+                    } else if direct {
+                        Operand::Reg(dsts[k])
                     } else {
-                        let v = match mem {
+                        let raw = Operand::Reg(dsts[k]);
+                        match mem {
                             MemTy::F16 => self.cvt(RegTy::F32, raw, None),
                             MemTy::BF16 => {
                                 let sh = self.bin(BinOp::Shl, RegTy::U32, raw, Operand::Int(16));
@@ -436,7 +503,11 @@ impl<'a> Lower<'a> {
                             }
                             MemTy::F8E4M3 | MemTy::F8E5M2 => self.decode_f8(raw, mem),
                             _ => raw,
-                        };
+                        }
+                    };
+                    ops[slot] = if direct {
+                        v
+                    } else {
                         match pred {
                             Some(p)
                                 if other_op != Operand::Int(0)
@@ -451,16 +522,10 @@ impl<'a> Lower<'a> {
                             _ => v,
                         }
                     };
-                    ops[slot] = v;
                 }
             }
         }
-        Ok(TV {
-            layout,
-            ops,
-            ty: cty,
-            dtype,
-        })
+        Ok(ops)
     }
 
     pub(super) fn store(
@@ -497,32 +562,70 @@ impl<'a> Lower<'a> {
             }
             None => None,
         };
-        let mut plan = self.plan_access(tensor, access, &layout)?;
         if mask.is_some() || atomic {
-            plan.vec = 1;
+            let plan = self.plan_access(tensor, access, &layout, false, false)?;
+            let owner = self.owner_pred(&layout);
+            return self.store_slots(tensor, &plan, &v, mask.as_ref(), owner, atomic);
         }
-        // Replicated threads hold the same elements: only one of them writes.
+        self.in_bounds_or_not(tensor, access, &layout, RegTy::Pred, |l, plan| {
+            let owner = l.owner_pred(&layout);
+            l.store_slots(tensor, plan, &v, None, owner, false)?;
+            Ok(vec![])
+        })?;
+        Ok(())
+    }
+
+    /// Replicated threads hold the same elements: the predicate of the one
+    /// of them that writes (`None` when no thread is replicated).
+    fn owner_pred(&mut self, layout: &Layout) -> Option<Operand> {
         let rep = layout.replication_mask(self.tid_bits);
-        let owner = if rep != 0 {
+        (rep != 0).then(|| {
             let t = self.bin(
                 BinOp::And,
                 RegTy::U32,
                 Operand::Reg(self.tid),
                 Operand::Int(rep as i64),
             );
-            Some(self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(0)))
-        } else {
-            None
-        };
-        for group in Self::vector_groups(&layout, plan.vec) {
-            let first = self.slot(tensor, &plan, group[0])?;
+            self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(0))
+        })
+    }
+
+    /// The stores (or atomic adds) of `v`'s slots by a plan: vector groups,
+    /// bf16 pairs packed in 32-bit words.
+    fn store_slots(
+        &mut self,
+        tensor: usize,
+        plan: &AccessPlan,
+        v: &TV,
+        mask: Option<&TV>,
+        owner: Option<Operand>,
+        atomic: bool,
+    ) -> R<()> {
+        let t = self.tensor(tensor)?;
+        let (mem, dtype) = (t.mem, t.dtype);
+        for group in Self::vector_groups(&v.layout, plan.vec) {
+            let first = self.slot(tensor, plan, group[0])?;
             let mut ps: Vec<Operand> = first.pred.into_iter().map(Operand::Reg).collect();
             ps.extend(owner);
-            if let Some(m) = &mask {
+            if let Some(m) = mask {
                 ps.push(m.ops[group[0]]);
             }
             let p = self.and_preds(&ps);
             let pred = self.pred_reg(p);
+            if let Some(words) = packed_words(mem, group.len()).filter(|_| !atomic) {
+                let srcs = (0..words)
+                    .map(|w| self.pack_bf16(v.ops[group[2 * w]], v.ops[group[2 * w + 1]]))
+                    .collect();
+                self.emit(Inst::St {
+                    space: Space::Global,
+                    mem: MemTy::U32,
+                    src: srcs,
+                    addr: first.addr,
+                    offset: first.offset,
+                    pred,
+                });
+                continue;
+            }
             let mut srcs = Vec::new();
             for &slot in &group {
                 let x = v.ops[slot];

@@ -40,6 +40,8 @@
 //! | `ops.rs` | the per-op dispatch over a Tile IR region |
 //! | `elementwise.rs` | unary/binary ops, casts, broadcasts, narrow-dtype rounding |
 //! | `memory.rs` | global loads, stores and atomics: access plans, vectorisation, bounds predicates |
+//! | `fast_path.rs` | the uniform whole-tile bounds check and the unpredicated access it branches to |
+//! | `packed.rs` | bf16 vectors moved as packed 32-bit words (16-byte accesses) |
 //! | `reduce.rs` | reductions (thread, lanes, warps) |
 //! | `dot_fma.rs` | `dot`'s choice of unit, and the FMA path |
 //! | `async_copy.rs` | loads deferred to `cp.async` into swizzled operand buffers |
@@ -54,10 +56,12 @@ mod control;
 mod dot_fma;
 mod elementwise;
 mod emit;
+mod fast_path;
 mod layouts;
 mod memory;
 mod mma;
 mod ops;
+mod packed;
 mod params;
 mod pipeline;
 mod reduce;
@@ -149,6 +153,7 @@ pub(crate) fn lower_with_plan(
         layouts: Vec::new(),
         span: Span::default(),
         emitted: 0,
+        vec_elems: 4,
     };
     l.tid = l.new_reg(RegTy::I32);
     let tid = l.tid;
@@ -157,6 +162,7 @@ pub(crate) fn lower_with_plan(
         which: Special::ThreadId,
     });
     l.params()?;
+    l.vec_elems = l.default_vector_elems();
     if l.feat.cp_async {
         let candidates = l.find_deferrable();
         l.pipeline.defer_ok = candidates.iter().map(|c| c.value).collect();
@@ -248,6 +254,9 @@ struct Lower<'a> {
     span: Span,
     /// Instructions emitted so far (see `MAX_KERNEL_INSTS`).
     emitted: usize,
+    /// Contiguous elements per thread of the default blocked layout (see
+    /// `default_vector_elems`).
+    vec_elems: u32,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
