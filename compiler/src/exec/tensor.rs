@@ -1370,7 +1370,9 @@ impl Tensor {
         // Part of the elements change: the rest must be current on the host.
         storage.sync_host();
         storage.host_written();
-        let data = storage.host.get_mut();
+        // SAFETY: the storage is unique (`get_mut` above): no other
+        // reference to its elements exists.
+        let data = unsafe { storage.host_slot() };
         interrupt.chunks(offsets.len(), |r| {
             for k in r {
                 match &ints {
@@ -1810,6 +1812,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w.to_f64_vec(), vec![4.0, 5.0]);
+        // An element stored into a tensor only on the device: the rest is
+        // read back first.
+        let bytes: Vec<u8> = [7i64, 8, 9].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut s = Tensor::written_on_device(&[3], DType::I64, fake(bytes)).unwrap();
+        s.set_index(&[IndexItem::Int(1)], &Value::Int(-1), &Interrupt::new())
+            .unwrap();
+        assert_eq!(s.to_f64_vec(), vec![7.0, -1.0, 9.0]);
     }
 
     #[test]
