@@ -11,8 +11,8 @@ use crate::target::ptxas::{LOAD_WINDOW_WORDS, SHARED_LOAD_WINDOW_WORDS};
 /// run them: an instruction without side effects that reads no memory (moves,
 /// arithmetic, compares, conversions, special registers) is placed right
 /// before the first instruction of the block that reads one of its results
-/// (nested regions included), so a value is not held while unrelated work
-/// runs, unless it writes a value and frees more words than it writes (the
+/// (nested regions included), or before the block's next branch if that
+/// comes first, so a value is not held while unrelated work runs, unless it writes a value and frees more words than it writes (the
 /// block's last reads of values the block defines). Memory accesses, barriers,
 /// shuffles and control flow keep their order (given by [`hoist_loads`]).
 /// With `chains`, each goes before its first reader wherever that reader is
@@ -107,6 +107,19 @@ pub(super) fn sink<'a>(
         };
     }
     let word = |r: u32| tys.get(r as usize).map_or(1, |t| t.words());
+    // Per index the first branch (`If`) at or after it: the block ends there
+    // for ptxas's scheduler, which moves nothing from one side of a branch
+    // to the other (the in-bounds fast path puts an `If` around each tile
+    // access: a product sunk past the `If` of the next load stayed live
+    // beside that load's values).
+    let mut next_branch = vec![n; n + 1];
+    for j in (0..n).rev() {
+        next_branch[j] = if matches!(insts[j], Inst::If { .. }) {
+            j
+        } else {
+            next_branch[j + 1]
+        };
+    }
     for (k, inst) in insts.iter().enumerate() {
         crate::cancel::checkpoint();
         work(1 + reads_of[k].len());
@@ -137,6 +150,7 @@ pub(super) fn sink<'a>(
             if address(inst) && next_global_load[k + 1] < at {
                 at = next_global_load[k + 1];
             }
+            at = at.min(next_branch[k + 1]);
             if at > k {
                 // Placed just before `at`, after everything originally before it.
                 place.push((at, k));
