@@ -12,9 +12,11 @@
 //! * tests/estimate/, kernels written afterwards and never tuned against;
 //! * generated kernels ([`generate`]), seeds `0..200` by default or
 //!   `TESSERA_GEN_SEEDS=a..b` (a held-out range, to measure without tuning
-//!   on it); every one must check clean, compile and assemble.
+//!   on it); every one must check clean, compile and assemble;
+//! * the in-bounds fast path (`tests/ptxas/fast_path.tsr`: bf16 row kernels
+//!   with and without `-D N%16`), held to the goal like the corpus.
 //!
-//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated` runs only the named sets (and
+//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path` runs only the named sets (and
 //! none of the probes of the model's constants). So
 //! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
 //! tessera-compiler --test ptxas` measures a held-out range, and
@@ -53,7 +55,7 @@ fn main() -> ExitCode {
         }
     };
     let mut failures = Vec::new();
-    // `TESSERA_PTXAS_ONLY=corpus,fresh,generated` (any of them) runs only
+    // `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path` (any of them) runs only
     // those comparisons, to measure the estimate without the rest.
     let only = std::env::var("TESSERA_PTXAS_ONLY").ok();
     let part = |name: &str| {
@@ -71,6 +73,9 @@ fn main() -> ExitCode {
     }
     if part("generated") {
         generated(&ptxas, &mut failures);
+    }
+    if part("fast_path") {
+        fast_path(&ptxas, &mut failures);
     }
     if failures.is_empty() {
         ExitCode::SUCCESS
@@ -460,6 +465,7 @@ fn measure_file(
     shown: &str,
     arch: Arch,
     strict: bool,
+    divisors: &[(&str, u64)],
     rows: &mut Vec<Row>,
     skipped: &mut Vec<String>,
     failures: &mut Vec<String>,
@@ -481,6 +487,7 @@ fn measure_file(
             file,
             shown,
             arch,
+            divisors,
             rows,
             &mut not_compiled,
             failures,
@@ -501,12 +508,23 @@ fn measure_kernels(
     file: tessera::db::SourceFile,
     shown: &str,
     arch: Arch,
+    divisors: &[(&str, u64)],
     rows: &mut Vec<Row>,
     not_compiled: &mut dyn FnMut(String),
     failures: &mut Vec<String>,
 ) {
     for (name, item, _) in file_kernels(db, file) {
-        for (tag, spec) in specializations(db, item) {
+        let mut specs = specializations(db, item);
+        // Each also with every divisibility fact of `divisors` (`-D N%16`).
+        for (tag, spec) in specs.clone() {
+            for &(name, divisor) in divisors {
+                specs.push((
+                    format!("{tag}[{name}%{divisor}]"),
+                    spec.clone().with_divisor(name, divisor),
+                ));
+            }
+        }
+        for (tag, spec) in specs {
             let label = format!("{shown}:{name}{tag}");
             let tk = match tile_ir(db, item, db.options(), spec) {
                 Ok(k) => k.clone(),
@@ -744,6 +762,7 @@ fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
                     &shown,
                     arch,
                     false,
+                    &[],
                     &mut rows,
                     &mut skipped,
                     failures,
@@ -787,6 +806,7 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
                     &shown,
                     arch,
                     true,
+                    &[],
                     &mut rows,
                     &mut skipped,
                     failures,
@@ -797,6 +817,36 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
     }
     let summary = summarise("fresh", &rows, None);
     check_goal("fresh", summary, FRESH_BOUNDS, failures);
+}
+
+/// The kernels of `tests/ptxas/fast_path.tsr` (bf16 rows of 4096 elements,
+/// whose accesses take the in-bounds fast path) on every arch, as they are
+/// and with `-D N%16`: held to the goal like the corpus.
+fn fast_path(ptxas: &Path, failures: &mut Vec<String>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ptxas/fast_path.tsr");
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for arch in ARCHS {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        match db.load_file(&path) {
+            Ok(file) => measure_file(
+                ptxas,
+                &db,
+                file,
+                "fast_path.tsr",
+                arch,
+                true,
+                &[("N", 16)],
+                &mut rows,
+                &mut skipped,
+                failures,
+            ),
+            Err(e) => failures.push(format!("{}: {e}", path.display())),
+        }
+    }
+    let summary = summarise("fast path", &rows, None);
+    check_goal("fast path", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
 }
 
 /// The archs generated kernels are compared on.
@@ -843,6 +893,7 @@ fn generated(ptxas: &Path, failures: &mut Vec<String>) {
                 &shown,
                 arch,
                 true,
+                &[],
                 &mut rows,
                 &mut skipped,
                 failures,

@@ -22,6 +22,12 @@ pub const SLOW_SQRT_REGS: u32 = 4;
 pub const LOAD_WINDOW_WORDS: u32 = 25;
 /// The same for shared-memory loads in a stretch without an MMA.
 pub const SHARED_LOAD_WINDOW_WORDS: u32 = 32;
+/// The predicate registers a thread has (`P0` to `P6` in SASS on sm_70 to
+/// sm_90; `PT` is the constant true): a block whose masked accesses need
+/// more predicates than this at once cannot hold them all, and ptxas
+/// computes each compare next to the access it guards (see `sink` in
+/// `backend/resources/order.rs`).
+pub const PREDICATE_REGS: usize = 7;
 /// The fewest registers ptxas 12.9 reports for a kernel that touches global
 /// memory (an empty kernel gets 4).
 pub const MIN_REGS: u32 = 8;

@@ -66,6 +66,16 @@
 //!   value added into a carried accumulator): ptxas runs it where its
 //!   operands are ready (SASS of gelu: each erf's select right after it; of a
 //!   row mean: the accumulation right after the loads);
+//! * above [`FULL_OCCUPANCY_REGS`](crate::target::ptxas::FULL_OCCUPANCY_REGS), in a block that sinks more
+//!   compares than a thread has predicate registers
+//!   ([`PREDICATE_REGS`](crate::target::ptxas::PREDICATE_REGS)), an index read only by compares goes
+//!   where its first compare goes, next to the masked access ([`sink`](order::sink)'s
+//!   `compares`): ptxas cannot hold the predicates, so it computes each
+//!   with its index there (the masked stores of a 4096-element bf16 tile in
+//!   the fast path's boundary arm: 72 estimated with the 32 indices held,
+//!   ptxas 42, 43 now). Below full occupancy the indices stay early: ptxas
+//!   spends registers there (the corpus's small masked kernels fall under
+//!   ptxas otherwise; generated seeds 0..200: pairs above 25% 39 to 49);
 //! * where that order needs more than [`CHAIN_MIN_REGS`](crate::target::ptxas::CHAIN_MIN_REGS) registers and the
 //!   kernel calls no slow path (an IEEE f32 division, reciprocal or square
 //!   root), instructions also sink along chains: each goes right before its
@@ -211,7 +221,7 @@ mod report;
 mod tests;
 mod unroll;
 
-use crate::target::ptxas::{CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE};
+use crate::target::ptxas::{CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE, PREDICATE_REGS};
 
 pub use liveness::{estimate_regs, max_pressure};
 pub use program::program_of;
@@ -260,7 +270,7 @@ fn work(steps: usize) {
 /// order, chains ([`sink`]'s `chains`), latency order ([`ilp_order`]).
 pub fn order_estimates(kernel: &crate::ir::target::Kernel) -> [u32; 3] {
     let estimate = |chains, ilp| {
-        let (program, widths) = program_with(kernel, true, chains, ilp);
+        let (program, widths) = program_with(kernel, true, chains, ilp, false);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
         estimate_regs(&program, &words)
     };
@@ -284,17 +294,37 @@ pub fn order_estimates(kernel: &crate::ir::target::Kernel) -> [u32; 3] {
 /// on sm_80 and sm_90: 255 and 254 registers, no spills; 256 to 263
 /// estimated with every load early, 237 to 239 with none).
 pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
-    let estimate = |hoist, chains| {
-        let (program, widths) = program_with(kernel, hoist, chains, false);
+    let estimate_with = |hoist, chains, compares| {
+        let (program, widths) = program_with(kernel, hoist, chains, false, compares);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
         estimate_regs(&program, &words)
     };
+    let estimate = |hoist, chains| estimate_with(hoist, chains, false);
     let max = kernel.arch.info().max_regs_per_thread;
+    // Past full occupancy ptxas saves registers: compares run next to the
+    // accesses they guard, with their indices (see `sink`'s `compares`).
+    // Below it, where ptxas spends registers on latency, the indices stay
+    // early (the corpus's small masked kernels: a grid-stride fill, a
+    // histogram). Only where a block has more compares than predicate
+    // registers can it differ.
+    fn many_compares(insts: &[crate::ir::target::Inst]) -> bool {
+        insts
+            .iter()
+            .filter(|i| matches!(i, crate::ir::target::Inst::Cmp { .. }))
+            .count()
+            > PREDICATE_REGS
+            || insts
+                .iter()
+                .any(|i| i.regions().into_iter().any(|r| many_compares(r)))
+    }
     let mut regs = estimate(true, false);
+    if regs > FULL_OCCUPANCY_REGS && many_compares(&kernel.body) {
+        regs = estimate_with(true, false, true);
+    }
     if regs < FULL_OCCUPANCY_REGS {
         // Registers are free up to full occupancy: ptxas trades some of them
         // for latency (see the module docs).
-        let (program, widths) = program_with(kernel, true, false, true);
+        let (program, widths) = program_with(kernel, true, false, true, false);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
         let latency_order = estimate_regs(&program, &words);
         let toward = latency_order.saturating_sub(regs) / LATENCY_SHARE;

@@ -5,7 +5,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::work;
-use crate::target::ptxas::{LOAD_WINDOW_WORDS, SHARED_LOAD_WINDOW_WORDS};
+use crate::target::ptxas::{LOAD_WINDOW_WORDS, PREDICATE_REGS, SHARED_LOAD_WINDOW_WORDS};
 
 /// The instructions of one block in the order ptxas's scheduler is modelled to
 /// run them: an instruction without side effects that reads no memory (moves,
@@ -16,11 +16,13 @@ use crate::target::ptxas::{LOAD_WINDOW_WORDS, SHARED_LOAD_WINDOW_WORDS};
 /// block's last reads of values the block defines). Memory accesses, barriers,
 /// shuffles and control flow keep their order (given by [`hoist_loads`]).
 /// With `chains`, each goes before its first reader wherever that reader is
-/// placed in turn (a depth-first walk), not where Target IR put it.
+/// placed in turn (a depth-first walk), not where Target IR put it. With
+/// `compares`, an index read only by compares follows them (see below).
 pub(super) fn sink<'a>(
     insts: &[&'a crate::ir::target::Inst],
     tys: &[crate::ir::target::RegTy],
     chains: bool,
+    compares: bool,
 ) -> Vec<&'a crate::ir::target::Inst> {
     use crate::ir::target::Inst;
     fn reads(inst: &Inst, out: &mut Vec<u32>) {
@@ -158,6 +160,45 @@ pub(super) fn sink<'a>(
             }
         }
         place.push((k, k));
+    }
+    // With `compares`, a value read only by compares goes where its first
+    // compare goes, where the block sinks more compares than a thread has
+    // predicate registers ([`PREDICATE_REGS`]): ptxas cannot hold them all,
+    // so each compare runs next to the masked access that reads it, with
+    // the index it compares (the per-element bounds of the masked stores of
+    // a 4096-element bf16 tile: 32 indices held across the stores
+    // otherwise, 72 estimated against ptxas's 42).
+    let is_predicate_only = |i: &Inst| {
+        let defs = i.defs();
+        !defs.is_empty()
+            && defs
+                .iter()
+                .all(|r| tys.get(r.0 as usize) == Some(&crate::ir::target::RegTy::Pred))
+    };
+    let sunk_compares = (0..n)
+        .filter(|&k| place[k].0 != k && is_predicate_only(insts[k]))
+        .count();
+    if compares && sunk_compares > PREDICATE_REGS {
+        for k in (0..n).rev() {
+            let at = place[k].0;
+            // Read by compares only, and reading nothing for the last time
+            // (moving it would hold its operands longer).
+            let only_compares = insts[k].defs().iter().all(|d| {
+                readers
+                    .get(&d.0)
+                    .is_some_and(|v| v.iter().all(|&j| j > k && is_predicate_only(insts[j])))
+            });
+            let frees = reads_of[k].iter().any(|r| last_read.get(r) == Some(&k));
+            if at != k
+                && at < n
+                && only_compares
+                && !frees
+                && is_predicate_only(insts[at])
+                && place[at].0 != at
+            {
+                place[k].0 = place[at].0;
+            }
+        }
     }
     if chains {
         // Each sunk instruction goes right before its first reader wherever

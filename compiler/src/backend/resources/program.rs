@@ -39,6 +39,9 @@ pub(super) struct Remat {
     pub(super) chains: bool,
     /// Whether blocks run in [`ilp_order`] instead.
     pub(super) ilp: bool,
+    /// Whether indices read only by compares follow them ([`sink`]'s
+    /// `compares`).
+    pub(super) compares: bool,
 }
 
 impl Remat {
@@ -94,6 +97,7 @@ impl Remat {
             hoist: true,
             chains: false,
             ilp: false,
+            compares: false,
         }
     }
 
@@ -152,7 +156,7 @@ impl Remat {
 /// buffer addresses are not held: each use reads a fresh copy defined right
 /// before it (see `Remat`).
 pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
-    program_with(kernel, true, false, false)
+    program_with(kernel, true, false, false, false)
 }
 
 /// [`program_of`], with loads issued early (`hoist`) or left where Target IR
@@ -162,6 +166,7 @@ pub(super) fn program_with(
     hoist: bool,
     chains: bool,
     ilp: bool,
+    compares: bool,
 ) -> (Vec<Node>, Vec<u32>) {
     fn convert(insts: &[crate::ir::target::Inst], rm: &mut Remat) -> Vec<Node> {
         use crate::ir::target::Inst;
@@ -170,9 +175,14 @@ pub(super) fn program_with(
         let order = if rm.ilp {
             ilp_order(&insts)
         } else if rm.hoist {
-            sink(&hoist_loads(&insts), &rm.tys, rm.chains)
+            sink(&hoist_loads(&insts), &rm.tys, rm.chains, rm.compares)
         } else {
-            sink(&insts.iter().collect::<Vec<_>>(), &rm.tys, rm.chains)
+            sink(
+                &insts.iter().collect::<Vec<_>>(),
+                &rm.tys,
+                rm.chains,
+                rm.compares,
+            )
         };
         for inst in order {
             crate::cancel::checkpoint();
@@ -252,6 +262,7 @@ pub(super) fn program_with(
     rm.hoist = hoist;
     rm.chains = chains;
     rm.ilp = ilp;
+    rm.compares = compares;
     let program = convert(&kernel.body, &mut rm);
     (program, rm.words)
 }

@@ -350,13 +350,14 @@ fn estimate_work_grows_linearly_with_kernel_length() {
     // statements are ~6,500 Target IR instructions; twice the length may
     // cost a little more than twice the work (the sort of a block).
     // 4 elements a thread: under 32 registers, so the latency order
-    // ([`ilp_order`]) is computed too.
+    // ([`ilp_order`]) is computed too. 32 elements a thread: above it, the
+    // orders with compares next to their accesses and with chains are.
     for (in_loop, width) in [(false, 1024), (true, 1024), (false, 128), (true, 128)] {
         let (small, small_len) = estimate_work(100, in_loop, width);
         let (large, large_len) = estimate_work(200, in_loop, width);
         assert!(10 * large_len >= 19 * small_len, "{small_len} {large_len}");
         assert!(
-            (small as usize) < 100 * small_len,
+            (small as usize) < 150 * small_len,
             "{small} steps for {small_len} instructions"
         );
         let ratio = large as f64 / small as f64;
@@ -576,7 +577,7 @@ mod schedule {
     }
     /// The order of `insts` after scheduling, as indices into `insts`.
     fn order(insts: &[Inst], tys: &[RegTy]) -> Vec<usize> {
-        sink(&hoist_loads(insts), tys, false)
+        sink(&hoist_loads(insts), tys, false, false)
             .into_iter()
             .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
             .collect()
@@ -620,7 +621,7 @@ mod schedule {
         tys[0] = RegTy::U32;
         let refs: Vec<&Inst> = insts.iter().collect();
         let order = |chains| {
-            sink(&refs, &tys, chains)
+            sink(&refs, &tys, chains, false)
                 .into_iter()
                 .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
                 .collect::<Vec<_>>()
@@ -921,6 +922,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
         hoist: true,
         chains: false,
         ilp: false,
+        compares: false,
     };
     // Three trips are more than two: the loop stays.
     assert_eq!(&*unroll_short_loops(&insts, &mut remat(2)), &insts);
