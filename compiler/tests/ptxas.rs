@@ -739,38 +739,55 @@ fn check_goal(
     }
 }
 
-/// Every kernel of the corpus for every arch (see [`measure_file`]); the
-/// median and worst error must stay within the goal.
-fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
+/// Every kernel of `files` (shown relative to the repository) on every arch
+/// of `archs` (see [`measure_file`]); a file that does not load is a failure.
+#[allow(clippy::too_many_arguments)]
+fn measure_files(
+    ptxas: &Path,
+    files: &[PathBuf],
+    archs: &[Arch],
+    strict: bool,
+    divisors: &[(&str, u64)],
+    rows: &mut Vec<Row>,
+    skipped: &mut Vec<String>,
+    failures: &mut Vec<String>,
+) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut rows = Vec::new();
-    let mut skipped = Vec::new();
-    for path in corpus_files() {
+    for path in files {
         let shown = path
             .strip_prefix(&root)
-            .unwrap_or(&path)
+            .unwrap_or(path)
             .display()
             .to_string();
-        for arch in ARCHS {
+        for &arch in archs {
             let mut db = Database::new();
             db.set_arch(arch);
-            match db.load_file(&path) {
+            match db.load_file(path) {
                 Ok(file) => measure_file(
-                    ptxas,
-                    &db,
-                    file,
-                    &shown,
-                    arch,
-                    false,
-                    &[],
-                    &mut rows,
-                    &mut skipped,
-                    failures,
+                    ptxas, &db, file, &shown, arch, strict, divisors, rows, skipped, failures,
                 ),
                 Err(e) => failures.push(format!("{shown}: {e}")),
             }
         }
     }
+}
+
+/// Every kernel of the corpus for every arch (see [`measure_file`]); the
+/// median and worst error must stay within the goal.
+fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    let files = corpus_files();
+    measure_files(
+        ptxas,
+        &files,
+        &ARCHS,
+        false,
+        &[],
+        &mut rows,
+        &mut skipped,
+        failures,
+    );
     let summary = summarise("corpus", &rows, None);
     for s in &skipped {
         println!("not compiled: {s}");
@@ -789,32 +806,16 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
         .unwrap_or_default();
     files.retain(|p| p.extension().is_some_and(|x| x == "tsr"));
     files.sort();
-    for path in files {
-        let shown = path
-            .strip_prefix(&root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        for arch in GENERATED_ARCHS {
-            let mut db = Database::new();
-            db.set_arch(arch);
-            match db.load_file(&path) {
-                Ok(file) => measure_file(
-                    ptxas,
-                    &db,
-                    file,
-                    &shown,
-                    arch,
-                    true,
-                    &[],
-                    &mut rows,
-                    &mut skipped,
-                    failures,
-                ),
-                Err(e) => failures.push(format!("{shown}: {e}")),
-            }
-        }
-    }
+    measure_files(
+        ptxas,
+        &files,
+        &GENERATED_ARCHS,
+        true,
+        &[],
+        &mut rows,
+        &mut skipped,
+        failures,
+    );
     let summary = summarise("fresh", &rows, None);
     check_goal("fresh", summary, FRESH_BOUNDS, failures);
 }
@@ -823,28 +824,21 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
 /// whose accesses take the in-bounds fast path) on every arch, as they are
 /// and with `-D N%16`: held to the goal like the corpus.
 fn fast_path(ptxas: &Path, failures: &mut Vec<String>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ptxas/fast_path.tsr");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("compiler/tests/ptxas/fast_path.tsr");
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    for arch in ARCHS {
-        let mut db = Database::new();
-        db.set_arch(arch);
-        match db.load_file(&path) {
-            Ok(file) => measure_file(
-                ptxas,
-                &db,
-                file,
-                "fast_path.tsr",
-                arch,
-                true,
-                &[("N", 16)],
-                &mut rows,
-                &mut skipped,
-                failures,
-            ),
-            Err(e) => failures.push(format!("{}: {e}", path.display())),
-        }
-    }
+    measure_files(
+        ptxas,
+        &[path],
+        &ARCHS,
+        true,
+        &[("N", 16)],
+        &mut rows,
+        &mut skipped,
+        failures,
+    );
     let summary = summarise("fast path", &rows, None);
     check_goal("fast path", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
 }
