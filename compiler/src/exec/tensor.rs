@@ -564,21 +564,9 @@ impl Data {
     #[cfg(test)]
     pub(crate) fn lazy_zeros(shape: &[usize], dtype: DType) -> Result<Data, ExecError> {
         let n = checked_numel(shape, dtype)?;
-        let oom = || out_of_memory(shape, dtype, n * dtype.bytes() as usize, None);
-        Ok(match dtype {
-            DType::F64 => Data::F64(zeroed(n).ok_or_else(oom)?),
-            DType::F32 => Data::F32(zeroed(n).ok_or_else(oom)?),
-            DType::F16 => Data::F16(zeroed(n).ok_or_else(oom)?),
-            DType::BF16 => Data::BF16(zeroed(n).ok_or_else(oom)?),
-            DType::I64 => Data::I64(zeroed(n).ok_or_else(oom)?),
-            DType::I32 => Data::I32(zeroed(n).ok_or_else(oom)?),
-            DType::I16 => Data::I16(zeroed(n).ok_or_else(oom)?),
-            DType::I8 => Data::I8(zeroed(n).ok_or_else(oom)?),
-            DType::U32 => Data::U32(zeroed(n).ok_or_else(oom)?),
-            DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => {
-                Data::U8(zeroed(n).ok_or_else(oom)?)
-            }
-        })
+        Data::empty(dtype)
+            .zeroed_like(n)
+            .map_err(|_| out_of_memory(shape, dtype, n * dtype.bytes() as usize, None))
     }
 
     /// Zeroed storage for a tensor of `shape` and `dtype`: the element count

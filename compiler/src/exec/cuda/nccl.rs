@@ -875,97 +875,27 @@ fn comms_for(
 
 /// A collective whose work is on the GPUs' communication streams (see the
 /// module docs): [`Pending::join`] orders each GPU's compute stream after
-/// it and gives the outputs.
+/// it and gives the outputs. Dropped without a join, it still orders them.
 #[must_use = "join it to get the outputs (dropping it still orders the GPUs' kernels after it)"]
 pub struct Pending {
-    what: String,
-    gpus: Vec<Arc<Gpu>>,
-    /// Recorded on each communication stream after the collective.
-    ends: Vec<Arc<CudaEvent>>,
-    outputs: Vec<Tensor>,
-    /// Per rank, the copies that place the gathered blocks from the
-    /// staging (block-major) into the output (see `Split`), with the
-    /// output's and the staging's addresses.
-    place: Vec<(Vec<Strided>, u64, u64)>,
-    /// The inputs (and private copies of them), kept until the streams are
-    /// ordered: their memory is not reused meanwhile.
-    _inputs: Vec<Tensor>,
-    _staging: Vec<Box<dyn DeviceBuffer>>,
-    joined: bool,
+    ranks: Vec<RankPending>,
 }
 
 impl Pending {
     /// Makes each GPU's compute stream wait for the collective's part on
     /// that GPU (the host does not wait) and gives the outputs, one per
     /// rank: kernels and copies on those GPUs from now on see them.
-    pub fn join(mut self) -> Result<Vec<Tensor>, ExecError> {
-        self.order(true)?;
-        Ok(std::mem::take(&mut self.outputs))
+    pub fn join(self) -> Result<Vec<Tensor>, ExecError> {
+        // After an error the parts not joined yet order their GPUs as
+        // they drop.
+        self.ranks.into_iter().map(RankPending::join).collect()
     }
 
-    /// Orders the compute streams after the collective, then (`place`)
-    /// queues there the copies that place strided blocks.
-    fn order(&mut self, place: bool) -> Result<(), ExecError> {
-        if self.joined {
-            return Ok(());
-        }
-        self.joined = true;
-        let mut first = None;
-        for (g, end) in self.gpus.iter().zip(&self.ends) {
-            if let Err(e) = g.stream.wait(end) {
-                // The memory held here must not be reused while the
-                // collective runs: wait on the host instead.
-                let _ = end.synchronize();
-                first.get_or_insert_with(|| g.failed(&self.what, e));
-            }
-        }
-        if let Some(e) = first {
-            return Err(e);
-        }
-        if place {
-            for (g, (copies, out, staging)) in self.gpus.iter().zip(&self.place) {
-                for c in copies {
-                    copy_strided(&g.stream, c, *out, *staging, false)
-                        .map_err(|e| g.failed(&self.what, e))?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        // The outputs are not used: nothing to place.
-        let _ = self.order(false);
-    }
-}
-
-impl Pending {
     /// One part per rank, each joined on its own (by the thread that runs
     /// that GPU's work), so that a rank's kernels that do not need the
     /// result run while the collective does.
-    pub fn into_ranks(mut self) -> Vec<RankPending> {
-        // Nothing is ordered here: each part orders its own GPU.
-        self.joined = true;
-        let keep = Arc::new(Keep {
-            _inputs: std::mem::take(&mut self._inputs),
-            _staging: std::mem::take(&mut self._staging),
-        });
-        let mut place = std::mem::take(&mut self.place).into_iter();
-        std::mem::take(&mut self.outputs)
-            .into_iter()
-            .zip(std::mem::take(&mut self.gpus))
-            .zip(std::mem::take(&mut self.ends))
-            .map(|((output, gpu), end)| RankPending {
-                what: self.what.clone(),
-                gpu,
-                end,
-                output: Some(output),
-                place: place.next(),
-                _keep: keep.clone(),
-            })
-            .collect()
+    pub fn into_ranks(self) -> Vec<RankPending> {
+        self.ranks
     }
 }
 
@@ -1004,8 +934,8 @@ impl RankPending {
         }
         let g = &self.gpu;
         if let Err(e) = g.stream.wait(&self.end) {
-            // As in `Pending::order`: the memory must not be reused while
-            // the collective runs.
+            // The memory held for the collective must not be reused while
+            // it runs: wait on the host instead.
             let _ = self.end.synchronize();
             return Err(g.failed(&self.what, e));
         }
@@ -1293,15 +1223,26 @@ fn issue(
         }
         _ => {}
     }
-    let pending = Pending {
-        what: what.clone(),
-        gpus: gpus.clone(),
-        ends,
-        outputs,
-        place,
+    // The inputs and the staging are kept until every rank is joined.
+    let keep = Arc::new(Keep {
         _inputs: inputs,
         _staging: staging,
-        joined: false,
+    });
+    let mut place = place.into_iter();
+    let pending = Pending {
+        ranks: outputs
+            .into_iter()
+            .zip(gpus.iter().cloned())
+            .zip(ends)
+            .map(|((output, gpu), end)| RankPending {
+                what: what.clone(),
+                gpu,
+                end,
+                output: Some(output),
+                place: place.next(),
+                _keep: keep.clone(),
+            })
+            .collect(),
     };
     // Each communication stream starts when its compute stream's work so
     // far (the inputs' copies, the kernels that wrote them, the packing)
@@ -1341,19 +1282,19 @@ fn issue(
     // `pending` orders the compute streams after whatever was queued.
     let mut recorded = Ok(());
     for (r, g) in gpus.iter().enumerate() {
-        if let Err(e) = pending.ends[r].record(&streams[r]) {
+        if let Err(e) = pending.ranks[r].end.record(&streams[r]) {
             recorded = recorded.and(Err(what_failed(g, e)));
         }
     }
     // Given outputs are current on their GPUs from now on (a host read
     // waits on the compute stream, which the join orders after the
     // collective).
-    for t in &pending.outputs {
+    for t in pending.ranks.iter().filter_map(|r| r.output.as_ref()) {
         t.storage.device_written();
     }
     queued.and(recorded)?;
-    for (g, (start, end)) in gpus.iter().zip(starts.into_iter().zip(&pending.ends)) {
-        g.comm.note(start, end.clone());
+    for (g, (start, rank)) in gpus.iter().zip(starts.into_iter().zip(&pending.ranks)) {
+        g.comm.note(start, rank.end.clone());
     }
     Ok(pending)
 }
