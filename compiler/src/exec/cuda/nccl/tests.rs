@@ -8,6 +8,7 @@
 //! `TESSERA_NCCL_TEST_GPUS` turns the skips of sets of up to that many GPUs
 //! into failures (a machine without the GPUs or the NCCL the run is for).
 
+use super::per_gpu::TIMINGS_CAP;
 use super::*;
 use crate::exec::cuda::tests::ONE_AT_A_TIME;
 
