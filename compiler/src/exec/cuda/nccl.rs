@@ -56,10 +56,13 @@
 //! runs so that the two streams' kernels can run at once; a GPU takes turns
 //! between contexts). A collective records an event on
 //! each compute stream (the inputs are ready), makes the communication
-//! stream wait for it, issues NCCL's calls there (grouped:
-//! `ncclGroupStart`/`ncclGroupEnd`, so one thread drives every GPU) and
-//! records an event after them. The host does not wait. A collective over
-//! one GPU is a copy on its compute stream.
+//! stream wait for it, issues NCCL's calls there and records an event after
+//! them. Each GPU's part is issued by a thread of its own (`issuer`), all
+//! at once, as NCCL's users with a process per GPU do: one thread issuing
+//! every GPU's part in turn left the first GPU's kernel waiting for the
+//! last one's launch. The caller returns when every part is queued; the
+//! host does not wait for the GPUs. A collective over one GPU is a copy on
+//! its compute stream.
 //!
 //! The `*_async` functions return a [`Pending`]: the collective is running
 //! and kernels on the compute streams go on meanwhile. [`Pending::join`]
@@ -109,11 +112,13 @@ use crate::exec::tensor::DeviceBuffer;
 use crate::exec::{ExecError, Interrupt, Tensor};
 
 mod comms;
+mod issuer;
 mod layouts;
 mod library;
 mod per_gpu;
 
 use comms::*;
+use issuer::Latch;
 use layouts::*;
 pub use library::version;
 use library::*;
@@ -451,7 +456,7 @@ fn issue(
     // collective is a copy on its compute stream.
     let what_failed = |g: &Gpu, e: DriverError| g.failed(&what, e);
     let mut streams = Vec::with_capacity(n);
-    let mut starts = Vec::with_capacity(n);
+    let mut starts: Vec<CudaEvent> = Vec::with_capacity(n);
     let mut ends = Vec::with_capacity(n);
     for g in &gpus {
         let stream = match lib {
@@ -506,58 +511,52 @@ fn issue(
             })
             .collect(),
     };
-    // Each communication stream starts when its compute stream's work so
-    // far (the inputs' copies, the kernels that wrote them, the packing)
-    // is done.
-    for (r, g) in gpus.iter().enumerate() {
-        if lib.is_some() {
-            g.comm
-                .order_after(&streams[r], &g.stream)
-                .map_err(|e| what_failed(g, e))?;
-        }
-        starts[r]
-            .record(&streams[r])
-            .map_err(|e| what_failed(g, e))?;
-    }
     let out_bytes: Vec<usize> = out_shapes
         .iter()
         .map(|s| s.iter().product::<usize>() * elem)
         .collect();
+    let ends: Vec<Arc<CudaEvent>> = pending.ranks.iter().map(|r| r.end.clone()).collect();
     let queued = match lib {
         Some(lib) => queue(
-            &kind, lib, reduce, &gpus, &streams, &bufs, &out_bytes, elem, &what,
+            &kind, lib, reduce, &gpus, &streams, starts, &ends, &bufs, &out_bytes, elem, &what,
         ),
-        // Whatever the collective, one GPU's output is its input.
-        None => copy_2d(
-            &streams[0],
-            bufs[0].recv,
-            0,
-            bufs[0].send,
-            0,
-            out_bytes[0],
-            1,
-            MAX_PITCH,
-        )
-        .map_err(|e| what_failed(&gpus[0], e)),
-    };
-    // The end events are recorded even after a failure, so that dropping
-    // `pending` orders the compute streams after whatever was queued.
-    let mut recorded = Ok(());
-    for (r, g) in gpus.iter().enumerate() {
-        if let Err(e) = pending.ranks[r].end.record(&streams[r]) {
-            recorded = recorded.and(Err(what_failed(g, e)));
+        // Whatever the collective, one GPU's output is its input: a copy on
+        // the compute stream, timed as a collective.
+        None => {
+            let (g, s, start, end) = (&gpus[0], &streams[0], starts.pop(), &ends[0]);
+            let start = start.expect("one start event per rank");
+            let copied = start
+                .record(s)
+                .and_then(|()| {
+                    copy_2d(
+                        s,
+                        bufs[0].recv,
+                        0,
+                        bufs[0].send,
+                        0,
+                        out_bytes[0],
+                        1,
+                        MAX_PITCH,
+                    )
+                })
+                .map_err(|e| what_failed(g, e));
+            // Recorded even after a failure, so that dropping `pending`
+            // orders the compute stream after whatever was queued.
+            let recorded = end.record(s).map_err(|e| what_failed(g, e));
+            let done = copied.and(recorded);
+            if done.is_ok() {
+                g.comm.note(start, end.clone());
+            }
+            done
         }
-    }
+    };
     // Given outputs are current on their GPUs from now on (a host read
     // waits on the compute stream, which the join orders after the
     // collective).
     for t in pending.ranks.iter().filter_map(|r| r.output.as_ref()) {
         t.storage.device_written();
     }
-    queued.and(recorded)?;
-    for (g, (start, rank)) in gpus.iter().zip(starts.into_iter().zip(&pending.ranks)) {
-        g.comm.note(start, rank.end.clone());
-    }
+    queued?;
     Ok(pending)
 }
 
@@ -591,8 +590,245 @@ fn check_into(
 /// `ncclUint8`: gathers and broadcasts move bytes.
 const BYTES: c_int = 1;
 
-/// Queues the collective's work on the communication streams: rank `r`
-/// reads `bufs[r].send` and writes `out_bytes[r]` bytes at `bufs[r].recv`.
+/// One NCCL call of one rank: device addresses (0: null), counts in
+/// elements of `ty`.
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    AllReduce {
+        send: u64,
+        recv: u64,
+        count: usize,
+        ty: c_int,
+        op: c_int,
+    },
+    Broadcast {
+        send: u64,
+        recv: u64,
+        count: usize,
+        ty: c_int,
+        root: c_int,
+    },
+    AllGather {
+        send: u64,
+        recv: u64,
+        count: usize,
+        ty: c_int,
+    },
+    ReduceScatter {
+        send: u64,
+        recv: u64,
+        count: usize,
+        ty: c_int,
+        op: c_int,
+    },
+    Reduce {
+        send: u64,
+        recv: u64,
+        count: usize,
+        ty: c_int,
+        op: c_int,
+        root: c_int,
+    },
+}
+
+/// The NCCL calls of rank `r` of an `n`-rank collective (every rank makes
+/// the same calls in the same order, as NCCL requires).
+fn calls_of(
+    kind: &Kind,
+    r: usize,
+    n: usize,
+    (ty, op): (c_int, c_int),
+    b: &Bufs,
+    out_bytes: usize,
+    elem: usize,
+) -> Vec<Call> {
+    match kind {
+        Kind::AllReduce(_) | Kind::Broadcast(_) if out_bytes == 0 => vec![],
+        Kind::AllReduce(_) => vec![Call::AllReduce {
+            send: b.send,
+            recv: b.recv,
+            count: out_bytes / elem,
+            ty,
+            op,
+        }],
+        Kind::Broadcast(src) => vec![Call::Broadcast {
+            send: if r == *src { b.send } else { 0 },
+            recv: b.recv,
+            count: out_bytes,
+            ty: BYTES,
+            root: *src as c_int,
+        }],
+        Kind::AllGather(split) => {
+            let into = if split.contiguous() {
+                b.recv
+            } else {
+                b.staging
+            };
+            if split.equal() {
+                let count = split.block_bytes(0);
+                (count > 0)
+                    .then_some(Call::AllGather {
+                        send: b.send,
+                        recv: into,
+                        count,
+                        ty: BYTES,
+                    })
+                    .into_iter()
+                    .collect()
+            } else {
+                (0..n)
+                    .filter(|&q| split.block_bytes(q) > 0)
+                    .map(|q| Call::Broadcast {
+                        send: b.send,
+                        recv: into + split.block_offset(q) as u64,
+                        count: split.block_bytes(q),
+                        ty: BYTES,
+                        root: q as c_int,
+                    })
+                    .collect()
+            }
+        }
+        Kind::ReduceScatter(_, split) => {
+            let from = if split.contiguous() {
+                b.send
+            } else {
+                b.staging
+            };
+            if split.equal() {
+                let count = split.block_bytes(0) / elem;
+                (count > 0)
+                    .then_some(Call::ReduceScatter {
+                        send: from,
+                        recv: b.recv,
+                        count,
+                        ty,
+                        op,
+                    })
+                    .into_iter()
+                    .collect()
+            } else {
+                (0..n)
+                    .filter(|&q| split.block_bytes(q) > 0)
+                    .map(|q| Call::Reduce {
+                        send: from + split.block_offset(q) as u64,
+                        recv: if q == r { b.recv } else { 0 },
+                        count: split.block_bytes(q) / elem,
+                        ty,
+                        op,
+                        root: q as c_int,
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Makes `calls` on `comm` and stream `s`, grouped when there are several;
+/// the first failure's code.
+///
+/// # Safety
+/// `comm` is a live communicator of this rank, `s` a live stream of its
+/// GPU's primary context, and every call's addresses are live device
+/// memory of that GPU holding at least the bytes the call reads or writes.
+unsafe fn make_calls(lib: &Nccl, comm: Comm, s: Stream, calls: &[Call]) -> Option<Res> {
+    let grouped = calls.len() > 1;
+    // SAFETY: a group only defers the calls below to its end.
+    if grouped {
+        let res = unsafe { (lib.group_start)() };
+        if res != 0 {
+            return Some(res);
+        }
+    }
+    let mut first_error = None;
+    for call in calls {
+        // SAFETY (every call): the function's contract.
+        let res = unsafe {
+            match *call {
+                Call::AllReduce {
+                    send,
+                    recv,
+                    count,
+                    ty,
+                    op,
+                } => (lib.all_reduce)(ptr(send), ptr(recv), count, ty, op, comm, s),
+                Call::Broadcast {
+                    send,
+                    recv,
+                    count,
+                    ty,
+                    root,
+                } => (lib.broadcast)(ptr(send), ptr(recv), count, ty, root, comm, s),
+                Call::AllGather {
+                    send,
+                    recv,
+                    count,
+                    ty,
+                } => (lib.all_gather)(ptr(send), ptr(recv), count, ty, comm, s),
+                Call::ReduceScatter {
+                    send,
+                    recv,
+                    count,
+                    ty,
+                    op,
+                } => (lib.reduce_scatter)(ptr(send), ptr(recv), count, ty, op, comm, s),
+                Call::Reduce {
+                    send,
+                    recv,
+                    count,
+                    ty,
+                    op,
+                    root,
+                } => (lib.reduce)(ptr(send), ptr(recv), count, ty, op, root, comm, s),
+            }
+        };
+        if res != 0 {
+            first_error.get_or_insert(res);
+        }
+    }
+    if grouped {
+        // SAFETY: ends the group started above (always, even after a
+        // failed call, as NCCL requires).
+        let end = unsafe { (lib.group_end)() };
+        if end != 0 {
+            first_error.get_or_insert(end);
+        }
+    }
+    first_error
+}
+
+/// How one rank's part went.
+#[derive(Default)]
+struct Outcome {
+    /// Made on the issuing thread: NCCL's last error is per thread.
+    nccl: Option<ExecError>,
+    driver: Option<DriverError>,
+}
+
+/// A communicator as a value a job may carry to its GPU's issuing thread.
+#[derive(Clone, Copy)]
+struct SendComm(Comm);
+
+// SAFETY: an NCCL communicator may be used from any thread, one thread at
+// a time: the job that carries it is the only user while it runs (the
+// caller holds `COMMS` until every job is done).
+unsafe impl Send for SendComm {}
+
+impl SendComm {
+    /// The communicator (a method, so that a closure captures the whole
+    /// `SendComm`, not its raw field).
+    fn get(self) -> Comm {
+        self.0
+    }
+}
+
+/// Queues the collective's work on the communication streams, each rank's
+/// by its GPU's issuing thread (see `issuer`), all at once: the stream
+/// waits for the compute stream's work so far (the inputs' copies, the
+/// kernels that wrote them, the packing), then `start` is recorded, the
+/// NCCL calls are made (rank `r` reads `bufs[r].send` and writes
+/// `out_bytes[r]` bytes at `bufs[r].recv`), and `end` is recorded, even
+/// after a failure, so that dropping the `Pending` orders the compute
+/// streams after whatever was queued. Returns when every rank is queued.
 #[allow(clippy::too_many_arguments)]
 fn queue(
     kind: &Kind,
@@ -600,152 +836,82 @@ fn queue(
     reduce: Option<(c_int, c_int)>,
     gpus: &[Arc<Gpu>],
     streams: &[Arc<CudaStream>],
+    starts: Vec<CudaEvent>,
+    ends: &[Arc<CudaEvent>],
     bufs: &[Bufs],
     out_bytes: &[usize],
     elem: usize,
     what: &str,
 ) -> Result<(), ExecError> {
     let n = gpus.len();
-    let (ty, op) = reduce.unwrap_or((BYTES, 0));
-    {
-        let mut cache = COMMS.lock().unwrap_or_else(|p| p.into_inner());
-        let set = comms_for(lib, &mut cache, gpus, what)?;
-        let comms: Vec<Comm> = cache[set].comms.iter().map(|c| c.comm).collect();
-        let _current = KeepCurrent::new();
-        // SAFETY: a group only defers the calls below to its end.
-        let res = unsafe { (lib.group_start)() };
-        if res != 0 {
-            return Err(nccl_error(lib, what, res));
-        }
-        let mut first_error: Option<Res> = None;
-        let mut call = |res: Res| {
-            if res != 0 {
-                first_error.get_or_insert(res);
+    let reduce = reduce.unwrap_or((BYTES, 0));
+    let mut cache = COMMS.lock().unwrap_or_else(|p| p.into_inner());
+    let set = comms_for(lib, &mut cache, gpus, what)?;
+    let outcomes: Arc<Vec<Mutex<Outcome>>> =
+        Arc::new((0..n).map(|_| Mutex::new(Outcome::default())).collect());
+    let latch = Latch::new(n);
+    for (r, start) in starts.into_iter().enumerate() {
+        let calls = calls_of(kind, r, n, reduce, &bufs[r], out_bytes[r], elem);
+        let comm = SendComm(cache[set].comms[r].comm);
+        let (g, stream, end) = (gpus[r].clone(), streams[r].clone(), ends[r].clone());
+        let (outcomes, token, what) = (outcomes.clone(), latch.token(), what.to_string());
+        let job = move || {
+            let _token = token;
+            let mut out = Outcome::default();
+            let ordered = g
+                .comm
+                .order_after(&stream, &g.stream)
+                .and_then(|()| start.record(&stream));
+            match ordered {
+                Err(e) => out.driver = Some(e),
+                // SAFETY: `comm` is rank `r`'s communicator of this set of
+                // GPUs (alive: the caller holds `COMMS` until this job is
+                // done) and `stream` rank `r`'s communication stream, in its
+                // GPU's primary context, which NCCL uses; each address is a
+                // live block of the executor's context on that GPU (`issue`
+                // allocated or located it, and `Pending` holds it until the
+                // compute streams are ordered after the stream) holding at
+                // least the bytes the call reads or writes: `send` the input
+                // (the whole tensor, or shard `r`: block `r`), `recv` the
+                // output (`out_bytes[r]`), `staging` the whole tensor's bytes
+                // in block-major order, a block `q` at `block_offset(q)` for
+                // `block_bytes(q)` bytes.
+                Ok(()) => {
+                    let s = stream.cu_stream() as Stream;
+                    out.nccl = unsafe { make_calls(lib, comm.get(), s, &calls) }
+                        .map(|code| nccl_error(lib, &what, code));
+                }
             }
+            if let Err(e) = end.record(&stream) {
+                out.driver.get_or_insert(e);
+            }
+            if out.nccl.is_none() && out.driver.is_none() {
+                g.comm.note(start, end);
+            }
+            *outcomes[r].lock().unwrap_or_else(|p| p.into_inner()) = out;
         };
-        for (r, b) in bufs.iter().enumerate() {
-            let (comm, s) = (comms[r], streams[r].cu_stream() as Stream);
-            // SAFETY (every call below): `comm` is rank `r`'s communicator of
-            // this set of GPUs and `s` rank `r`'s communication stream (in
-            // its GPU's primary context, which NCCL uses); each pointer is a
-            // live block of the executor's context on that GPU (`issue`
-            // allocated or located it, and `Pending` holds it until the
-            // compute streams are ordered after the stream) holding at
-            // least the bytes the call reads or writes: `send` the input
-            // (the whole tensor, or shard `r`: block `r`), `recv` the output
-            // (`out_bytes[r]`), `staging` the whole tensor's bytes in
-            // block-major order, a block `q` at `block_offset(q)` for
-            // `block_bytes(q)` bytes; counts are in elements of `ty`.
-            // Every rank makes the same calls in the same order, inside one
-            // group, as NCCL requires of one thread driving several GPUs.
-            match kind {
-                Kind::AllReduce(_) | Kind::Broadcast(_) if out_bytes[r] == 0 => {}
-                Kind::AllReduce(_) => call(unsafe {
-                    (lib.all_reduce)(
-                        ptr(b.send),
-                        ptr(b.recv),
-                        out_bytes[r] / elem,
-                        ty,
-                        op,
-                        comm,
-                        s,
-                    )
-                }),
-                Kind::Broadcast(src) => call(unsafe {
-                    (lib.broadcast)(
-                        if r == *src { ptr(b.send) } else { ptr(0) },
-                        ptr(b.recv),
-                        out_bytes[r],
-                        BYTES,
-                        *src as c_int,
-                        comm,
-                        s,
-                    )
-                }),
-                Kind::AllGather(split) => {
-                    let into = if split.contiguous() {
-                        b.recv
-                    } else {
-                        b.staging
-                    };
-                    if split.equal() {
-                        if split.block_bytes(0) > 0 {
-                            call(unsafe {
-                                (lib.all_gather)(
-                                    ptr(b.send),
-                                    ptr(into),
-                                    split.block_bytes(0),
-                                    BYTES,
-                                    comm,
-                                    s,
-                                )
-                            });
-                        }
-                    } else {
-                        for q in (0..n).filter(|&q| split.block_bytes(q) > 0) {
-                            call(unsafe {
-                                (lib.broadcast)(
-                                    ptr(b.send),
-                                    ptr(into + split.block_offset(q) as u64),
-                                    split.block_bytes(q),
-                                    BYTES,
-                                    q as c_int,
-                                    comm,
-                                    s,
-                                )
-                            });
-                        }
-                    }
-                }
-                Kind::ReduceScatter(_, split) => {
-                    let from = if split.contiguous() {
-                        b.send
-                    } else {
-                        b.staging
-                    };
-                    if split.equal() {
-                        if split.block_bytes(0) > 0 {
-                            call(unsafe {
-                                (lib.reduce_scatter)(
-                                    ptr(from),
-                                    ptr(b.recv),
-                                    split.block_bytes(0) / elem,
-                                    ty,
-                                    op,
-                                    comm,
-                                    s,
-                                )
-                            });
-                        }
-                    } else {
-                        for q in (0..n).filter(|&q| split.block_bytes(q) > 0) {
-                            call(unsafe {
-                                (lib.reduce)(
-                                    ptr(from + split.block_offset(q) as u64),
-                                    if q == r { ptr(b.recv) } else { ptr(0) },
-                                    split.block_bytes(q) / elem,
-                                    ty,
-                                    op,
-                                    q as c_int,
-                                    comm,
-                                    s,
-                                )
-                            });
-                        }
-                    }
-                }
-            }
+        let name = format!("tessera-nccl-{}", gpus[r].info.ordinal);
+        gpus[r].comm.issuer.run(&name, Box::new(job));
+    }
+    latch.wait();
+    let mut failed = None;
+    for (r, o) in outcomes.iter().enumerate() {
+        let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = o.nccl.take() {
+            failed.get_or_insert(e);
         }
-        // SAFETY: ends the group started above (always, even after a
-        // failed call, as NCCL requires).
-        let end = unsafe { (lib.group_end)() };
-        if let Some(code) = first_error.or((end != 0).then_some(end)) {
-            // Aborted (dropped): they may hold half a collective.
-            cache.remove(set);
-            return Err(nccl_error(lib, what, code));
+        if let Some(e) = o.driver.take() {
+            failed.get_or_insert(gpus[r].failed(what, e));
         }
     }
-    Ok(())
+    match failed {
+        Some(e) => {
+            // Aborted (dropped): they may hold half a collective.
+            cache.remove(set);
+            Err(e)
+        }
+        None => Ok(()),
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@ pub(crate) struct PerGpu {
     /// are ready) for the communication stream to wait on: a wait takes
     /// the event's state when it is queued, so one event serves every call.
     pub(super) ready: Mutex<Option<CudaEvent>>,
+    /// The thread that issues this GPU's part of each collective.
+    pub(super) issuer: super::issuer::Issuer,
     pub(super) nanos: AtomicU64,
     pub(super) count: AtomicU64,
 }
