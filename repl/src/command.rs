@@ -771,9 +771,10 @@ fn time(
             return Ok(Next::Continue);
         }
         // A launch waits for its kernel, but a collective returns before it
-        // ends (the host has no need to wait): its end is part of the run.
+        // ends (the host has no need to wait): its end is part of the run
+        // (reading its GPU time, below, is not).
         for g in session.open_gpus() {
-            g.collective_time();
+            g.wait_collectives();
         }
         times.push(t0.elapsed().as_secs_f64());
         if let (Some((k1, n1, c1)), Some((k0, n0, c0))) = (on_gpu(session), before) {

@@ -552,6 +552,12 @@ impl Gpu {
         self.comm.time()
     }
 
+    /// Waits for the collectives issued on this GPU that are still running
+    /// (their time is summed at the next [`Gpu::collective_time`]).
+    pub fn wait_collectives(&self) {
+        self.comm.wait();
+    }
+
     /// How many collectives were issued on this GPU so far.
     pub fn collectives(&self) -> u64 {
         self.comm.count()

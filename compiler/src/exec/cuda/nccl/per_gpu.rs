@@ -125,6 +125,24 @@ impl PerGpu {
         }
     }
 
+    /// Waits for the collectives still running (the last one's end: they
+    /// run in order on the communication stream), without summing their
+    /// times: reading two events' elapsed time costs host time that a
+    /// caller timing the collective on the host should not count.
+    pub(crate) fn wait(&self) {
+        let last = {
+            let t = self.timings.lock().unwrap_or_else(|p| p.into_inner());
+            t.last().map(|(_, end)| end.clone())
+        };
+        if let Some(end) = last {
+            // Synchronizing makes the event's context current.
+            let _current = KeepCurrent::new();
+            // An error (a broken context) surfaces where the results are
+            // used, as in `sum`.
+            let _ = end.synchronize();
+        }
+    }
+
     /// Waits for the collectives still running and sums their times.
     pub(crate) fn settle(&self) {
         self.sum(true);

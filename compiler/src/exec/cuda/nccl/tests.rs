@@ -862,6 +862,43 @@ fn many_collectives_sum_their_times_as_they_go() {
         .is_empty());
 }
 
+/// `wait_collectives` returns when the collectives have ended, and leaves
+/// their times to be summed: the outputs are current, and the time read
+/// afterwards counts every one.
+#[test]
+fn waiting_for_collectives_leaves_their_times_to_sum() {
+    let Some((_one, gpus)) = open_set("waiting_for_collectives_leaves_their_times_to_sum", &[0, 1])
+    else {
+        return;
+    };
+    let x = tensor(&[1 << 20], DType::F32, 2, &gpus[0], false);
+    let y = tensor(&[1 << 20], DType::F32, 3, &gpus[1], false);
+    let parts = [(gpus[0].clone(), x.clone()), (gpus[1].clone(), y.clone())];
+    let before: Vec<Duration> = gpus.iter().map(|g| g.collective_time()).collect();
+    let out = all_reduce(&parts, ReduceOp::Sum).unwrap();
+    for g in &gpus {
+        g.wait_collectives();
+        let unsummed = g
+            .comm
+            .timings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        assert_eq!(unsummed, 1, "waiting does not sum");
+        let end = g.comm.timings.lock().unwrap_or_else(|p| p.into_inner())[0]
+            .1
+            .clone();
+        // SAFETY: the event is alive (held here); querying only reads it.
+        let done = unsafe { cudarc::driver::result::event::query(end.cu_event()) };
+        assert_eq!(done, Ok(()), "the collective has ended");
+    }
+    let want = x.to_f64_vec()[7] + y.to_f64_vec()[7];
+    assert_eq!(out[1].to_f64_vec()[7], want);
+    for (g, b) in gpus.iter().zip(before) {
+        assert!(g.collective_time() > b);
+    }
+}
+
 /// A GPU twice, a broken GPU, mismatched shapes and a dtype NCCL cannot
 /// reduce are diagnostics naming the collective.
 #[test]
