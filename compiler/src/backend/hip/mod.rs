@@ -1196,4 +1196,4 @@ fn from_mem(v: &str, m: MemTy, t: RegTy) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
