@@ -272,3 +272,32 @@ fn every_definition_compiles() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel or parameter named like a C++ keyword or like the printer's own
+/// names still compiles: the kernel keeps its name as its symbol (an asm
+/// label), parameters get a suffix.
+#[test]
+fn names_that_clash_with_cpp() {
+    use crate::db::{file_kernels, hip_module, Database};
+    let text = "@kernel(grid=(1,))\ndef new(x: Tensor[64, f32], r12: f32, tsr_smem: i32, float: i32):\n    store(x[0 : 64], load(x[0 : 64]) * r12)\n";
+    let dir = std::env::temp_dir().join(format!("tessera-hip-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("names.tsr");
+    std::fs::write(&path, text).unwrap();
+    let mut db = Database::new();
+    db.set_arch(Arch::Gfx942);
+    let file = db.load_file(&path).unwrap();
+    let kernels = file_kernels(&db, file);
+    let spec = crate::ir::tile::Specialization::new();
+    let unit = hip_module(&db, &kernels, db.options(), &spec).unwrap();
+    assert!(
+        unit.contains("void tsr_kernel_new(void *x, float r12_arg, int tsr_smem_arg, int float_arg) __asm__(\"new\");"),
+        "{unit}"
+    );
+    if let Some(clang) = super::clang::find() {
+        let c = super::clang::compile(&clang, Arch::Gfx942, &unit, &dir, "names").unwrap();
+        assert!(c.ok && c.problems().is_empty(), "{}", c.stderr);
+        assert!(c.stderr.contains("Function Name: new"), "{}", c.stderr);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
