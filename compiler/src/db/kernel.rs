@@ -1,5 +1,5 @@
 //! Kernel queries: the Tile IR of a kernel item under a specialization, its
-//! Target IR for the selected arch, the PTX module of a file's kernels, and
+//! Target IR for the selected arch, the PTX or HIP module of a file's kernels, and
 //! their resources (registers, shared memory, occupancy) estimated from Target IR.
 
 use std::sync::Arc;
@@ -184,7 +184,9 @@ pub fn ptx_module<'db>(
         }
     }
     if diags.is_empty() {
-        Ok(crate::backend::ptx::module_of(options.arch(db), &printed))
+        // Refused only for an AMD arch and no kernels (each kernel would
+        // have said E0615): nothing to point at.
+        crate::backend::ptx::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
     } else {
         Err(diags)
     }
@@ -201,7 +203,87 @@ pub fn kernel_ptx<'db>(
     spec: crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
     let target = target_ir(db, item, options, spec).clone()?;
-    Ok(crate::backend::ptx::kernel_text(&target))
+    crate::backend::ptx::kernel_text(&target).map_err(|e| {
+        vec![
+            Diagnostic::new("E0615", kernel_name_span(db, item), e.to_string()).with_help(format!(
+                "emit HIP for {}, or pick an NVIDIA `--arch` for PTX",
+                e.0
+            )),
+        ]
+    })
+}
+
+/// One HIP translation unit holding `kernels` (items with their file
+/// offsets, as `file_kernels` gives them) for `options`' arch, or every
+/// diagnostic of every kernel that failed (absolute spans).
+pub fn hip_module<'db>(
+    db: &'db dyn Db,
+    kernels: &[(String, ItemSource<'db>, u32)],
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let mut printed = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in kernels {
+        match kernel_hip(db, *item, options, spec.clone()) {
+            Ok(text) => printed.push(text.as_str()),
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        // Refused only for an NVIDIA arch and no kernels (each kernel would
+        // have said E0615): nothing to point at.
+        crate::backend::hip::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
+    } else {
+        Err(diags)
+    }
+}
+
+/// The HIP definition of one kernel item (see `target_ir`; its diagnostics
+/// are returned as they are, item-relative): E0615 for an NVIDIA arch, or
+/// for an instruction HIP cannot express. Cached per kernel, as `kernel_ptx`.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_hip<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    use crate::backend::hip::HipError;
+    let target = target_ir(db, item, options, spec).clone()?;
+    crate::backend::hip::kernel_text(&target).map_err(|e| {
+        let help = match &e {
+            HipError::NotAmd(a) => {
+                format!(
+                    "emit PTX for {a}, or pick an AMD `--arch` (gfx90a, gfx942, gfx1100) for HIP"
+                )
+            }
+            HipError::Inexpressible { .. } => {
+                "emit PTX for an NVIDIA arch, or run the kernel on the CPU".to_string()
+            }
+        };
+        vec![Diagnostic::new("E0615", kernel_name_span(db, item), e.to_string()).with_help(help)]
+    })
+}
+
+/// The HIP translation unit of every kernel of `file` (see `hip_module`).
+#[salsa::tracked(returns(ref))]
+pub fn hip(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    hip_module(db, &file_kernels(db, file), options, &spec)
+}
+
+/// The span of a kernel item's name (item-relative), where a diagnostic about
+/// the whole kernel points.
+fn kernel_name_span(db: &dyn Db, item: ItemSource<'_>) -> crate::syntax::span::Span {
+    match parse_item(db, item).item.as_deref() {
+        Some(ast::Item::Function(f)) => f.name.span,
+        _ => crate::syntax::span::Span::new(0, 0),
+    }
 }
 
 /// The PTX module of every kernel of `file` (see `ptx_module`).
@@ -237,10 +319,7 @@ pub fn kernel_resources(
                 .collect::<Vec<_>>()
         })?;
     let resources = resources::of_target(target);
-    let name_span = match parse_item(db, item).item.as_deref() {
-        Some(ast::Item::Function(f)) => f.name.span,
-        _ => crate::syntax::span::Span::new(0, 0),
-    };
+    let name_span = kernel_name_span(db, item);
     let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
     Ok((resources, diags))
 }
