@@ -543,8 +543,8 @@ impl Gpu {
     }
 
     /// The summed run time of the collectives issued on this GPU so far
-    /// (`nccl`), measured on the GPU (events on its communication stream,
-    /// each from the moment its inputs were ready): the sibling of
+    /// (`nccl`), measured on the GPU (events, each from the moment its inputs
+    /// were ready or the previous collective ended): the sibling of
     /// [`Gpu::kernel_time`], which does not include them. Waits for the
     /// collectives still running.
     pub fn collective_time(&self) -> Duration {

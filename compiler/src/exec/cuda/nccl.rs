@@ -85,8 +85,9 @@
 //! # Time
 //!
 //! [`Gpu::collective_time`] is the collectives' summed time on each GPU
-//! (events on its communication stream, from the moment the inputs were
-//! ready to the end of its part), the sibling of [`Gpu::kernel_time`];
+//! (events: from the moment the inputs were ready on the compute stream, or
+//! the GPU's previous collective ended if that is later, to the end of its
+//! part on the communication stream), the sibling of [`Gpu::kernel_time`];
 //! [`Gpu::collectives`] counts them.
 //!
 //! # Errors
@@ -822,10 +823,10 @@ impl SendComm {
 }
 
 /// Queues the collective's work on the communication streams, each rank's
-/// by its GPU's issuing thread (see `issuer`), all at once: the stream
-/// waits for the compute stream's work so far (the inputs' copies, the
-/// kernels that wrote them, the packing), then `start` is recorded, the
-/// NCCL calls are made (rank `r` reads `bufs[r].send` and writes
+/// by its GPU's issuing thread (see `issuer`), all at once: `start` is
+/// recorded on the compute stream after its work so far (the inputs'
+/// copies, the kernels that wrote them, the packing) and the communication
+/// stream waits for it, the NCCL calls are made (rank `r` reads `bufs[r].send` and writes
 /// `out_bytes[r]` bytes at `bufs[r].recv`), and `end` is recorded, even
 /// after a failure, so that dropping the `Pending` orders the compute
 /// streams after whatever was queued. Returns when every rank is queued.
@@ -858,10 +859,7 @@ fn queue(
         let job = move || {
             let _token = token;
             let mut out = Outcome::default();
-            let ordered = g
-                .comm
-                .order_after(&stream, &g.stream)
-                .and_then(|()| start.record(&stream));
+            let ordered = PerGpu::order_after(&start, &stream, &g.stream);
             match ordered {
                 Err(e) => out.driver = Some(e),
                 // SAFETY: `comm` is rank `r`'s communicator of this set of

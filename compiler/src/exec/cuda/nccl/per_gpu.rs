@@ -1,5 +1,6 @@
 //! A GPU's collective state: its communication stream, the events that
-//! order it after the compute stream, and the collectives' timings.
+//! order it after the compute stream and time the collectives, and the
+//! thread that issues them.
 
 use super::*;
 
@@ -12,10 +13,9 @@ pub(crate) struct PerGpu {
     /// Timing events whose collective was summed, for the next ones
     /// (making and destroying events costs host time at every call).
     pub(super) spare: Mutex<Vec<CudaEvent>>,
-    /// Recorded on the compute stream before each collective (the inputs
-    /// are ready) for the communication stream to wait on: a wait takes
-    /// the event's state when it is queued, so one event serves every call.
-    pub(super) ready: Mutex<Option<CudaEvent>>,
+    /// The end of the last collective whose time was summed: the next one
+    /// may have waited for it (see `sum`).
+    pub(super) last_end: Mutex<Option<Arc<CudaEvent>>>,
     /// The thread that issues this GPU's part of each collective.
     pub(super) issuer: super::issuer::Issuer,
     pub(super) nanos: AtomicU64,
@@ -55,23 +55,16 @@ impl PerGpu {
     }
 
     /// Makes `comm` wait until the work queued so far on `compute` (the
-    /// GPU's compute stream, of the same context) is done.
+    /// GPU's compute stream, of the same context) is done: `start`, the
+    /// collective's timing start, is recorded there and waited for (one
+    /// event both orders and times, one driver call fewer per collective).
     pub(super) fn order_after(
-        &self,
+        start: &CudaEvent,
         comm: &CudaStream,
         compute: &CudaStream,
     ) -> Result<(), DriverError> {
-        let mut ready = self.ready.lock().unwrap_or_else(|p| p.into_inner());
-        if ready.is_none() {
-            *ready = Some(
-                compute
-                    .context()
-                    .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
-            );
-        }
-        let ready = ready.as_ref().expect("made above");
-        ready.record(compute)?;
-        comm.wait(ready)
+        start.record(compute)?;
+        comm.wait(start)
     }
 
     pub(super) fn note(&self, start: CudaEvent, end: Arc<CudaEvent>) {
@@ -88,35 +81,49 @@ impl PerGpu {
 
     /// Adds the finished collectives' times (all of them, waiting for the
     /// unfinished, when `wait`); their events become spares.
+    ///
+    /// A collective's time runs from its start (its inputs ready on the
+    /// compute stream) to its end, less the part of it spent waiting for the
+    /// GPU's previous collective (queued behind it on the communication
+    /// stream, and counted there): every moment is counted once.
     pub(super) fn sum(&self, wait: bool) {
         // Reading the events makes their context current.
         let _current = KeepCurrent::new();
         let mut t = self.timings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_end.lock().unwrap_or_else(|p| p.into_inner());
         let mut freed = Vec::new();
-        for (start, end) in std::mem::take(&mut *t) {
+        let mut timings = std::mem::take(&mut *t).into_iter();
+        while let Some((start, end)) = timings.next() {
             if !wait {
                 // SAFETY: the event is alive (held here) and was recorded on
-                // this GPU's communication stream; querying only reads it.
+                // this GPU's streams; querying only reads it.
                 let done = unsafe { cudarc::driver::result::event::query(end.cu_event()) };
                 if done == Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) {
+                    // The later ones are queued behind it.
                     t.push((start, end));
-                    continue;
+                    t.extend(timings);
+                    break;
                 }
             }
             // Waits for both events; an error (a broken context) drops the
             // timing and its events: the error surfaces where the results
             // are used.
             if let Ok(ms) = start.elapsed_ms(&end) {
-                self.nanos
-                    .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
+                let queued = last
+                    .as_ref()
+                    .and_then(|prev| start.elapsed_ms(prev).ok())
+                    .unwrap_or(0.0)
+                    .max(0.0);
+                let ms = (ms - queued).max(0.0) as f64;
+                self.nanos.fetch_add((ms * 1e6) as u64, Ordering::Relaxed);
                 freed.push(start);
-                // The end event is spare once no pending collective holds it.
-                if let Ok(end) = Arc::try_unwrap(end) {
-                    freed.push(end);
+                // An end event is spare once no pending collective holds it.
+                if let Some(Ok(prev)) = last.replace(end).map(Arc::try_unwrap) {
+                    freed.push(prev);
                 }
             }
         }
-        drop(t);
+        drop((t, last));
         let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
         for e in freed {
             if spare.len() < SPARE_CAP {

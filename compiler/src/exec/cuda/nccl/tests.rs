@@ -899,6 +899,38 @@ fn waiting_for_collectives_leaves_their_times_to_sum() {
     }
 }
 
+/// Two collectives queued back to back on the same GPUs: the second waits
+/// for the first on the communication stream, and that wait is counted
+/// once (in the first), so the summed time fits in the time both took.
+#[test]
+fn collectives_queued_behind_another_are_counted_once() {
+    let Some((_one, gpus)) = open_set(
+        "collectives_queued_behind_another_are_counted_once",
+        &[0, 1],
+    ) else {
+        return;
+    };
+    let x = tensor(&[1 << 24], DType::F32, 2, &gpus[0], false);
+    let y = tensor(&[1 << 24], DType::F32, 3, &gpus[1], false);
+    let parts = [(gpus[0].clone(), x), (gpus[1].clone(), y)];
+    // Warm: the communicators exist, the first call's set-up is not timed.
+    drop(all_reduce(&parts, ReduceOp::Sum).unwrap());
+    let before: Vec<Duration> = gpus.iter().map(|g| g.collective_time()).collect();
+    let t0 = std::time::Instant::now();
+    let first = all_reduce_async(&parts, ReduceOp::Sum, None).unwrap();
+    let second = all_reduce_async(&parts, ReduceOp::Sum, None).unwrap();
+    drop((first.join().unwrap(), second.join().unwrap()));
+    for g in &gpus {
+        g.wait_collectives();
+    }
+    let wall = t0.elapsed();
+    for (g, b) in gpus.iter().zip(before) {
+        let summed = g.collective_time() - b;
+        assert!(summed > Duration::ZERO);
+        assert!(summed <= wall, "{summed:?} summed on the GPU in {wall:?}");
+    }
+}
+
 /// A GPU twice, a broken GPU, mismatched shapes and a dtype NCCL cannot
 /// reduce are diagnostics naming the collective.
 #[test]
