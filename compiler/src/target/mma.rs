@@ -10,9 +10,10 @@
 //! accumulation. The f8 (`m16n8k32.e4m3`/`e5m2`, sm_89+, PTX 8.4) and integer
 //! forms exist in hardware but are not generated, so they have no row: f8 and
 //! i8 dots run on FMA units on every NVIDIA arch. AMD rows (CDNA2/CDNA3 ISA
-//! guides, "MFMA"; RDNA3 ISA guide, "WMMA") are the instructions an AMD code
-//! generator will use; there is none yet. Room is left for `wgmma` (sm_90a)
-//! as another [`MmaKind`] and [`MmaFeed`].
+//! guides, "MFMA"; RDNA3 ISA guide, "WMMA") are the instructions the Target IR
+//! lowering emits for AMD arches (`ir::target::lower::mma::amd`), each with
+//! f32 accumulation. Room is left for `wgmma` (sm_90a) as another [`MmaKind`]
+//! and [`MmaFeed`].
 
 /// An operand dtype a matrix instruction can take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,7 +58,9 @@ pub enum MmaFeed {
     /// sm_70's `m8n8k4`: `a` row-major and `b` transposed in swizzled shared
     /// memory, read as pairs of consecutive-k halves (no `ldmatrix`).
     SharedPairs,
-    /// Registers loaded straight from memory (the AMD instructions).
+    /// Operands staged in LDS (`a` row-major, `b` transposed), each lane
+    /// reading its own runs of consecutive k into registers (the AMD
+    /// instructions).
     Registers,
 }
 

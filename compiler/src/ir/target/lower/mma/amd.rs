@@ -1,0 +1,601 @@
+//! `dot` on AMD's matrix units: CDNA's MFMA (`v_mfma_f32_32x32x8{f16,bf16_1k}`,
+//! `v_mfma_f32_32x32x2f32`, and on CDNA3 `v_mfma_f32_32x32x16_{fp8,bf8}`,
+//! 64-lane waves) and RDNA3's WMMA (`v_wmma_f32_16x16x16_{f16,bf16}`, wave32).
+//!
+//! Both families read their operands the same way, which [`OperandMap`]
+//! states: lane `l` holds one row of the A tile (one column of B) and a run
+//! of consecutive k values of it. So `a` is staged row-major (`[m, k]`) and
+//! `b` transposed (`[n, k]`) in LDS (the scratch region), rows padded by 16
+//! bytes so that the lanes reading one k run of consecutive rows spread over
+//! the banks, and each lane reads its runs with 4- to 16-byte LDS loads. The
+//! accumulator stays in the instruction's output layout
+//! (`Layout::mfma_accumulator`, `Layout::wmma_accumulator`), f32 throughout.
+//!
+//! CDNA3's fp8 instructions take the FNUZ encodings (exponent bias 8 and 16,
+//! one NaN at 0x80, no infinities, no negative zero), not the OCP ones a
+//! Tessera `f8e4m3`/`f8e5m2` holds. An OCP code read as FNUZ is half the OCP
+//! value, exactly (for E4M3, whose largest value 448 FNUZ cannot hold, too),
+//! so operands are staged as their OCP codes with negative zero made positive
+//! and NaN (and E5M2's infinities) made the FNUZ NaN, the accumulators are
+//! quartered before the products are added and multiplied by 4 after: exact
+//! scalings by powers of two, so the sum is the OCP operands' sum.
+
+use std::rc::Rc;
+
+use super::staging::pow2_run;
+use super::WarpTiling;
+use crate::check::DType;
+use crate::ir::target::layout::Layout;
+use crate::ir::target::lower::{Lower, R, TV};
+use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
+use crate::ir::tile::{Precision, Value};
+use crate::target::{MmaInst, MmaKind};
+
+/// Which elements of an instruction's A tile (and, the same way, of its B
+/// tile's transpose) each lane's operand registers hold: lane `l` holds row
+/// `l % rows` and the `run` consecutive k values from
+/// `k0 = (l / rows) * run % k` (so on RDNA3 lanes 16-31 repeat lanes 0-15).
+/// Register value `i` (in order, packed low half first) is k value `k0 + i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OperandMap {
+    pub rows: u32,
+    pub run: u32,
+    pub k: u32,
+}
+
+impl OperandMap {
+    /// The map of an AMD matrix instruction (CDNA3 ISA guide, "Dependent
+    /// Register Layouts" of MFMA; RDNA3 ISA guide, WMMA operand layout).
+    pub fn of(inst: &MmaInst, wave: u32) -> OperandMap {
+        match inst.kind {
+            // 64 lanes over 32 rows: two runs of k / 2.
+            MmaKind::Mfma => OperandMap {
+                rows: inst.m,
+                run: inst.m * inst.k / wave,
+                k: inst.k,
+            },
+            // WMMA: the whole k of a row in every lane.
+            _ => OperandMap {
+                rows: inst.m,
+                run: inst.k,
+                k: inst.k,
+            },
+        }
+    }
+
+    /// `(row, k)` of value `i` of lane `lane`.
+    #[cfg(test)]
+    pub fn elem(&self, lane: u32, i: u32) -> (u32, u32) {
+        (lane % self.rows, (lane / self.rows) * self.run % self.k + i)
+    }
+}
+
+/// The padding of a staged operand row, in bytes.
+const ROW_PAD: u32 = 16;
+
+impl<'a> Lower<'a> {
+    /// `dot` on an AMD matrix instruction (`inst`, MFMA or WMMA): see the
+    /// module comment.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::ir::target::lower) fn dot_amd(
+        &mut self,
+        av: &TV,
+        bv: &TV,
+        acc: Option<Value>,
+        layout: Rc<Layout>,
+        k: u32,
+        inst: &MmaInst,
+        precision: Precision,
+    ) -> R<TV> {
+        let WarpTiling {
+            m,
+            n,
+            warps,
+            tile: [tm, tn],
+        } = WarpTiling::of(&layout);
+        let input = match av.dtype {
+            DType::F16 => MemTy::F16,
+            DType::BF16 => MemTy::BF16,
+            DType::F32 => MemTy::F32,
+            DType::F8E4M3 => MemTy::F8E4M3,
+            DType::F8E5M2 => MemTy::F8E5M2,
+            d => return self.unsupported(format!("`dot` on {} matrix units", d.name())),
+        };
+        let fp8 = matches!(input, MemTy::F8E4M3 | MemTy::F8E5M2);
+        let es = input.bytes();
+        let name = match inst.kind {
+            MmaKind::Mfma => "MFMA",
+            _ => "WMMA",
+        };
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] {} on {name} {}x{}x{}, {layout}",
+            av.dtype.name(),
+            inst.m,
+            inst.n,
+            inst.k
+        )));
+        let mut cur = self.mma_accumulators(acc, &layout)?;
+        if fp8 {
+            cur = self.scale_all(&cur, 0.25);
+        }
+        // Stage a as [m, k] and b as [n, k], rows padded.
+        let stride = k * es + ROW_PAD;
+        let b_off = (m * stride).div_ceil(128) * 128;
+        self.reserve_scratch(b_off + n * stride);
+        let smem = self.scratch_addr();
+        let tf32 = precision == Precision::Tf32 && input == MemTy::F32;
+        for (tv, off, trans) in [(av, 0u32, false), (bv, b_off, true)] {
+            // (row, k) axes of the staged tile.
+            let (ra, ka) = if trans { (1, 0) } else { (0, 1) };
+            let br = self.base(&tv.layout.terms[ra].clone());
+            let bk = self.base(&tv.layout.terms[ka].clone());
+            let lin = self.bin(BinOp::Mul, RegTy::I32, br, Operand::Int(stride as i64));
+            let kb = self.bin(BinOp::Mul, RegTy::I32, bk, Operand::Int(es as i64));
+            let lin = self.bin(BinOp::Add, RegTy::I32, lin, kb);
+            let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), lin);
+            let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+            // Runs of a thread's elements along k are stored as vectors (of
+            // up to 8 bytes; fp8 codes one at a time).
+            let vec = if tv.layout.vector_axis() == Some(ka) && es > 1 {
+                pow2_run(&tv.layout).min(8 / es)
+            } else {
+                1
+            };
+            for group in Self::vector_groups(&tv.layout, vec) {
+                let s = tv.layout.slots[group[0]].clone();
+                let mut srcs = Vec::new();
+                let mut mem = MemTy::U8;
+                for &slot in &group {
+                    let (src, m) = self.amd_operand_bits(tv.ops[slot], input, tf32);
+                    srcs.push(src);
+                    mem = m;
+                }
+                self.emit(Inst::St {
+                    space: Space::Shared,
+                    mem,
+                    src: srcs,
+                    addr,
+                    offset: off as i64 + s[ra] as i64 * stride as i64 + (s[ka] * es) as i64,
+                    pred: None,
+                });
+            }
+        }
+        self.emit(Inst::Barrier);
+        // This lane's row and first k of its operand runs.
+        let map = OperandMap::of(inst, self.warp_size);
+        let tid = Operand::Reg(self.tid);
+        let lane = self.bin(
+            BinOp::And,
+            RegTy::U32,
+            tid,
+            Operand::Int(self.warp_size as i64 - 1),
+        );
+        let row = self.bin(
+            BinOp::And,
+            RegTy::U32,
+            lane,
+            Operand::Int(map.rows as i64 - 1),
+        );
+        let half = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            lane,
+            Operand::Int(map.rows.trailing_zeros() as i64),
+        );
+        let k0 = self.bin(BinOp::Mul, RegTy::U32, half, Operand::Int(map.run as i64));
+        let k0 = self.bin(BinOp::And, RegTy::U32, k0, Operand::Int(map.k as i64 - 1));
+        let k0 = self.bin(BinOp::Mul, RegTy::U32, k0, Operand::Int(es as i64));
+        let (warp_m, warp_n) = self.warp_coords(warps);
+        let mut bases = Vec::new();
+        for (wc, t, off) in [(warp_m, tm, 0u32), (warp_n, tn, b_off)] {
+            let r = self.bin(BinOp::Mul, RegTy::U32, wc, Operand::Int(t as i64));
+            let r = self.bin(BinOp::Add, RegTy::U32, r, row);
+            let r = self.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(stride as i64));
+            let a = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), r);
+            let a = self.bin(BinOp::Add, RegTy::U32, a, k0);
+            let a = self.bin(BinOp::Add, RegTy::U32, a, Operand::Int(off as i64));
+            bases.push(self.materialize(RegTy::U32, a).reg().expect("reg"));
+        }
+        let per_tile = (inst.m * inst.n / self.warp_size) as usize;
+        for ks in 0..k / inst.k {
+            let mut frags: Vec<Vec<Vec<Reg>>> = Vec::new();
+            for (base, tiles, rows) in [
+                (bases[0], tm / inst.m, inst.m),
+                (bases[1], tn / inst.n, inst.n),
+            ] {
+                let mut f = Vec::new();
+                for t in 0..tiles {
+                    let offset = (t * rows * stride + ks * inst.k * es) as i64;
+                    f.push(self.read_run(base, offset, map.run * es, input));
+                }
+                frags.push(f);
+            }
+            let kind = inst.kind;
+            let [im, in_, ik] = [inst.m, inst.n, inst.k];
+            cur = self.mma_step(&cur, &frags[0], &frags[1], per_tile, |l, a, b, c, d| {
+                l.emit(Inst::Mma {
+                    kind,
+                    m: im,
+                    n: in_,
+                    k: ik,
+                    input,
+                    d: d.to_vec(),
+                    a: a.to_vec(),
+                    b: b.to_vec(),
+                    c,
+                });
+            });
+        }
+        if fp8 {
+            cur = self.scale_all(&cur, 4.0);
+        }
+        Ok(self.mma_result(layout, cur))
+    }
+
+    /// Fresh f32 registers holding `regs` times `by` (a power of two: exact).
+    fn scale_all(&mut self, regs: &[Reg], by: f64) -> Vec<Reg> {
+        regs.iter()
+            .map(|&r| {
+                let x = self.bin(BinOp::Mul, RegTy::F32, Operand::Reg(r), Operand::Float(by));
+                self.materialize(RegTy::F32, x).reg().expect("reg")
+            })
+            .collect()
+    }
+
+    /// A lane's run of `bytes` operand bytes at `base + offset` in LDS: one
+    /// f32 register for an f32 input, else packed `B32` registers read 16
+    /// bytes at a time.
+    fn read_run(&mut self, base: Reg, offset: i64, bytes: u32, input: MemTy) -> Vec<Reg> {
+        if input == MemTy::F32 {
+            let dst = self.new_reg(RegTy::F32);
+            self.emit(Inst::Ld {
+                space: Space::Shared,
+                mem: MemTy::F32,
+                dst: vec![dst],
+                addr: base,
+                offset,
+                pred: None,
+            });
+            return vec![dst];
+        }
+        let words = bytes / 4;
+        let mut regs = Vec::new();
+        for w0 in (0..words).step_by(4) {
+            let dst: Vec<Reg> = (w0..words.min(w0 + 4))
+                .map(|_| self.new_reg(RegTy::B32))
+                .collect();
+            self.emit(Inst::Ld {
+                space: Space::Shared,
+                mem: MemTy::U32,
+                dst: dst.clone(),
+                addr: base,
+                offset: offset + 4 * w0 as i64,
+                pred: None,
+            });
+            regs.extend(dst);
+        }
+        regs
+    }
+
+    /// An operand value (held in f32) as the bits the instruction reads, and
+    /// the memory type that stores them: f16 and bf16 halves, f32 (rounded to
+    /// tf32 for a tf32 dot, as on every target), fp8 codes made FNUZ (see
+    /// the module comment).
+    fn amd_operand_bits(&mut self, o: Operand, input: MemTy, tf32: bool) -> (Operand, MemTy) {
+        match input {
+            MemTy::F16 => {
+                let x = self.materialize(RegTy::F32, o);
+                (self.cvt(RegTy::B16, x, None), MemTy::F16)
+            }
+            MemTy::BF16 => {
+                // A bf16 value held in f32: its high half.
+                let x = self.materialize(RegTy::F32, o);
+                let u = self.new_reg(RegTy::U32);
+                self.emit(Inst::Mov { dst: u, src: x });
+                let h = self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16));
+                (h, MemTy::U16)
+            }
+            MemTy::F32 if tf32 => (self.round_tf32(o), MemTy::F32),
+            MemTy::F32 => (o, MemTy::F32),
+            _ => {
+                let code = self.encode_f8(o, input);
+                // NaN (E4M3: S.1111.111) or, for E5M2, any all-ones exponent.
+                let special = if input == MemTy::F8E4M3 { 0x7f } else { 0x7c };
+                let e = self.bin(BinOp::And, RegTy::U32, code, Operand::Int(special));
+                let nan = self.cmp(CmpOp::Eq, RegTy::U32, e, Operand::Int(special));
+                let negz = self.cmp(CmpOp::Eq, RegTy::U32, code, Operand::Int(0x80));
+                let c = self.select(RegTy::U32, negz, Operand::Int(0), code);
+                (
+                    self.select(RegTy::U32, nan, Operand::Int(0x80), c),
+                    MemTy::U8,
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OperandMap;
+    use crate::ir::target::layout::Layout;
+    use crate::target::{Arch, MmaInst, MmaKind};
+
+    /// Where AMD's documentation puts each element of one instruction's
+    /// operands and accumulators, written out independently of the lowering:
+    /// `(lane, value index)` of `A[i][k]`, of `B[k][j]`, and `(lane,
+    /// register)` of `D[i][j]`. CDNA3 ISA guide (MFMA, one block of 32x32,
+    /// wave64): `A[i][k]` in lane `i + 32 (k / (K/2))`, value `k % (K/2)`; B
+    /// likewise with `j`; `D[i][j]` in lane `j + 32 ((i / 4) % 2)`, register
+    /// `4 (i / 8) + i % 4`. RDNA3 ISA guide (WMMA, wave32): `A[i][k]` in lanes
+    /// `i` and `i + 16`, value `k`; B likewise with `j`; `D[i][j]` in lane
+    /// `j + 16 (i % 2)`, register `i / 2`.
+    struct Documented {
+        inst: MmaInst,
+    }
+
+    impl Documented {
+        fn a(&self, i: u32, k: u32) -> Vec<(u32, u32)> {
+            let kk = self.inst.k;
+            match self.inst.kind {
+                MmaKind::Mfma => vec![(i + 32 * (k / (kk / 2)), k % (kk / 2))],
+                _ => vec![(i, k), (i + 16, k)],
+            }
+        }
+
+        fn d(&self, i: u32, j: u32) -> (u32, u32) {
+            match self.inst.kind {
+                MmaKind::Mfma => (j + 32 * ((i / 4) % 2), 4 * (i / 8) + i % 4),
+                _ => (j + 16 * (i % 2), i / 2),
+            }
+        }
+
+        /// The instruction as the hardware runs it on per-lane registers
+        /// (`a[lane][v]`, `b[lane][v]`, `c[lane][r]`): gathers A, B and C
+        /// by the documented maps (every copy of a replicated element must
+        /// agree), multiplies, and scatters D back.
+        fn run(&self, a: &[Vec<f64>], b: &[Vec<f64>], c: &[Vec<f64>]) -> Vec<Vec<f64>> {
+            let (m, n, k) = (self.inst.m, self.inst.n, self.inst.k);
+            let gather = |regs: &[Vec<f64>], x: u32, kk: u32| {
+                let places = self.a(x, kk);
+                let v = regs[places[0].0 as usize][places[0].1 as usize];
+                for &(l, i) in &places[1..] {
+                    assert_eq!(regs[l as usize][i as usize], v, "replicas disagree");
+                }
+                v
+            };
+            let mut d = c.to_vec();
+            for i in 0..m {
+                for j in 0..n {
+                    let (l, r) = self.d(i, j);
+                    let mut s = c[l as usize][r as usize];
+                    for kk in 0..k {
+                        s += gather(a, i, kk) * gather(b, j, kk);
+                    }
+                    d[l as usize][r as usize] = s;
+                }
+            }
+            d
+        }
+    }
+
+    /// A small integer-valued pseudo-random matrix (exact in every dtype).
+    fn matrix(rows: u32, cols: u32, seed: u32) -> Vec<Vec<f64>> {
+        (0..rows)
+            .map(|r| {
+                (0..cols)
+                    .map(|c| ((r * 7 + c * 13 + seed * 5) % 9) as f64 - 4.0)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The `(row, col)` a layout puts in slot `s` of thread `t`.
+    fn coord(l: &Layout, t: u32, s: usize) -> (u32, u32) {
+        let at = |d: usize| -> u32 {
+            l.terms[d]
+                .iter()
+                .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
+                .sum::<u32>()
+                + l.slots[s][d]
+        };
+        (at(0), at(1))
+    }
+
+    /// Every AMD matrix instruction the lowering emits, fed as the lowering
+    /// feeds it ([`OperandMap`] for A and for B's transpose, the accumulator
+    /// layout for C) and run as AMD documents it, computes `A B + C`.
+    #[test]
+    fn lane_maps_multiply_as_documented() {
+        let mut seen = 0;
+        for arch in [Arch::Gfx90a, Arch::Gfx942, Arch::Gfx1100] {
+            let wave = arch.info().warp_size;
+            for inst in arch.features().mma {
+                let map = OperandMap::of(inst, wave);
+                let acc = match inst.kind {
+                    MmaKind::Mfma => Layout::mfma_accumulator(inst.m, inst.n, 1),
+                    _ => Layout::wmma_accumulator(inst.m, inst.n, 1),
+                }
+                .unwrap();
+                assert_eq!(acc.num_slots() as u32, inst.m * inst.n / wave);
+                let (am, bm, cm) = (
+                    matrix(inst.m, inst.k, 1),
+                    matrix(inst.k, inst.n, 2),
+                    matrix(inst.m, inst.n, 3),
+                );
+                let lanes = 0..wave;
+                let a: Vec<Vec<f64>> = lanes
+                    .clone()
+                    .map(|l| {
+                        (0..map.run)
+                            .map(|v| {
+                                let (r, k) = map.elem(l, v);
+                                am[r as usize][k as usize]
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let b: Vec<Vec<f64>> = lanes
+                    .clone()
+                    .map(|l| {
+                        (0..map.run)
+                            .map(|v| {
+                                let (c, k) = map.elem(l, v);
+                                bm[k as usize][c as usize]
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let c: Vec<Vec<f64>> = lanes
+                    .clone()
+                    .map(|l| {
+                        (0..acc.num_slots())
+                            .map(|s| {
+                                let (r, c) = coord(&acc, l, s);
+                                cm[r as usize][c as usize]
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let d = Documented { inst: *inst }.run(&a, &b, &c);
+                for (l, got) in lanes.zip(&d) {
+                    for (s, &got) in got.iter().enumerate() {
+                        let (r, col) = coord(&acc, l, s);
+                        let want: f64 = cm[r as usize][col as usize]
+                            + (0..inst.k)
+                                .map(|k| am[r as usize][k as usize] * bm[k as usize][col as usize])
+                                .sum::<f64>();
+                        assert_eq!(
+                            got, want,
+                            "{arch} {:?} {}x{}x{} {:?}: lane {l} slot {s}",
+                            inst.kind, inst.m, inst.n, inst.k, inst.elem
+                        );
+                    }
+                }
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 3 + 5 + 2);
+    }
+
+    /// The accumulator layouts over several waves hold every element of the
+    /// result exactly once.
+    #[test]
+    fn amd_accumulators_cover_the_result_once() {
+        for (rows, cols, waves, wmma) in [
+            (32u32, 32u32, 1u32, false),
+            (128, 128, 8, false),
+            (64, 128, 4, false),
+            (128, 32, 4, false),
+            (16, 16, 1, true),
+            (128, 128, 8, true),
+            (64, 64, 4, true),
+            (16, 128, 8, true),
+        ] {
+            let (l, wave) = if wmma {
+                (Layout::wmma_accumulator(rows, cols, waves).unwrap(), 32)
+            } else {
+                (Layout::mfma_accumulator(rows, cols, waves).unwrap(), 64)
+            };
+            let mut count = vec![0u32; (rows * cols) as usize];
+            for t in 0..waves * wave {
+                for s in 0..l.num_slots() {
+                    let (r, c) = coord(&l, t, s);
+                    assert!(r < rows && c < cols, "{rows}x{cols}/{waves}");
+                    count[(r * cols + c) as usize] += 1;
+                }
+            }
+            assert!(
+                count.iter().all(|&c| c == 1),
+                "{rows}x{cols}/{waves} wmma={wmma}"
+            );
+        }
+        // Shapes the instructions do not tile.
+        assert!(Layout::mfma_accumulator(16, 32, 1).is_none());
+        assert!(Layout::mfma_accumulator(32, 32, 4).is_none());
+        assert!(Layout::wmma_accumulator(16, 8, 1).is_none());
+    }
+
+    /// The verifier takes an MFMA or WMMA only where the arch has it, with
+    /// the fragment counts and register types of its kind.
+    #[test]
+    fn verifier_checks_amd_matrix_instructions() {
+        use crate::ir::target::verify::verify;
+        use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, RegTy};
+        // `na` a registers and `nb` b registers of `t`, `nc` f32 accumulators.
+        let check =
+            |arch: Arch, kind: MmaKind, mnk: [u32; 3], input: MemTy, t: RegTy, na: u32, nc: u32| {
+                let mut regs = Vec::new();
+                let mut body = Vec::new();
+                let mut fresh = |ty: RegTy, body: &mut Vec<Inst>, def: bool| {
+                    regs.push(ty);
+                    let r = Reg(regs.len() as u32 - 1);
+                    if def {
+                        let src = if ty == RegTy::F32 {
+                            Operand::Float(0.0)
+                        } else {
+                            Operand::Int(0)
+                        };
+                        body.push(Inst::Mov { dst: r, src });
+                    }
+                    r
+                };
+                let a: Vec<Reg> = (0..na).map(|_| fresh(t, &mut body, true)).collect();
+                let b: Vec<Reg> = (0..na).map(|_| fresh(t, &mut body, true)).collect();
+                let c: Vec<Reg> = (0..nc)
+                    .map(|_| fresh(RegTy::F32, &mut body, true))
+                    .collect();
+                let d: Vec<Reg> = (0..nc)
+                    .map(|_| fresh(RegTy::F32, &mut body, false))
+                    .collect();
+                body.push(Inst::Mma {
+                    kind,
+                    m: mnk[0],
+                    n: mnk[1],
+                    k: mnk[2],
+                    input,
+                    d,
+                    a,
+                    b,
+                    c,
+                });
+                verify(&Kernel {
+                    name: "k".into(),
+                    arch,
+                    num_threads: 64,
+                    params: vec![],
+                    smem: vec![],
+                    regs,
+                    body,
+                    layouts: vec![],
+                })
+            };
+        use MmaKind::*;
+        let (b32, f32) = (RegTy::B32, RegTy::F32);
+        // What the lowering emits.
+        check(Arch::Gfx942, Mfma, [32, 32, 8], MemTy::F16, b32, 2, 16).unwrap();
+        check(Arch::Gfx90a, Mfma, [32, 32, 8], MemTy::BF16, b32, 2, 16).unwrap();
+        check(Arch::Gfx90a, Mfma, [32, 32, 2], MemTy::F32, f32, 1, 16).unwrap();
+        check(Arch::Gfx942, Mfma, [32, 32, 16], MemTy::F8E4M3, b32, 2, 16).unwrap();
+        check(Arch::Gfx1100, Wmma, [16, 16, 16], MemTy::F16, b32, 8, 8).unwrap();
+        // An instruction the arch lacks.
+        for (arch, kind, mnk, input, t, na, nc) in [
+            (Arch::Gfx90a, Mfma, [32, 32, 16], MemTy::F8E4M3, b32, 2, 16),
+            (Arch::Sm80, Mfma, [32, 32, 8], MemTy::F16, b32, 2, 16),
+            (Arch::Gfx942, Wmma, [16, 16, 16], MemTy::F16, b32, 8, 8),
+            (Arch::Gfx1100, MmaSync, [16, 8, 16], MemTy::F16, b32, 4, 4),
+        ] {
+            let e = check(arch, kind, mnk, input, t, na, nc).unwrap_err();
+            assert!(e.contains(&format!("{arch} has no {kind:?}")), "{e}");
+        }
+        // Wrong fragment counts or register types.
+        for (arch, kind, mnk, input, t, na, nc) in [
+            (Arch::Gfx942, Mfma, [32, 32, 8], MemTy::F16, b32, 4, 16),
+            (Arch::Gfx942, Mfma, [32, 32, 8], MemTy::F16, b32, 2, 8),
+            (Arch::Gfx942, Mfma, [32, 32, 2], MemTy::F32, b32, 1, 16),
+            (Arch::Gfx1100, Wmma, [16, 16, 16], MemTy::BF16, b32, 4, 8),
+        ] {
+            let e = check(arch, kind, mnk, input, t, na, nc).unwrap_err();
+            assert!(e.contains("mma fragment counts or types"), "{e}");
+        }
+    }
+}
