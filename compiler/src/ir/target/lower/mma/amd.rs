@@ -323,10 +323,12 @@ mod tests {
     /// Where AMD's documentation puts each element of one instruction's
     /// operands and accumulators, written out independently of the lowering:
     /// `(lane, value index)` of `A[i][k]`, of `B[k][j]`, and `(lane,
-    /// register)` of `D[i][j]`. CDNA3 ISA guide (MFMA, one block of 32x32,
-    /// wave64): `A[i][k]` in lane `i + 32 (k / (K/2))`, value `k % (K/2)`; B
+    /// register)` of `D[i][j]`. CDNA3 ISA guide (MFMA, one block, wave64):
+    /// 32x32: `A[i][k]` in lane `i + 32 (k / (K/2))`, value `k % (K/2)`; B
     /// likewise with `j`; `D[i][j]` in lane `j + 32 ((i / 4) % 2)`, register
-    /// `4 (i / 8) + i % 4`. RDNA3 ISA guide (WMMA, wave32): `A[i][k]` in lanes
+    /// `4 (i / 8) + i % 4`. 16x16: `A[i][k]` in lane `i + 16 (k / (K/4))`,
+    /// value `k % (K/4)`; `D[i][j]` in lane `j + 16 (i / 4)`, register
+    /// `i % 4`. RDNA3 ISA guide (WMMA, wave32): `A[i][k]` in lanes
     /// `i` and `i + 16`, value `k`; B likewise with `j`; `D[i][j]` in lane
     /// `j + 16 (i % 2)`, register `i / 2`.
     struct Documented {
@@ -336,15 +338,17 @@ mod tests {
     impl Documented {
         fn a(&self, i: u32, k: u32) -> Vec<(u32, u32)> {
             let kk = self.inst.k;
-            match self.inst.kind {
-                MmaKind::Mfma => vec![(i + 32 * (k / (kk / 2)), k % (kk / 2))],
+            match (self.inst.kind, self.inst.m) {
+                (MmaKind::Mfma, 32) => vec![(i + 32 * (k / (kk / 2)), k % (kk / 2))],
+                (MmaKind::Mfma, _) => vec![(i + 16 * (k / (kk / 4)), k % (kk / 4))],
                 _ => vec![(i, k), (i + 16, k)],
             }
         }
 
         fn d(&self, i: u32, j: u32) -> (u32, u32) {
-            match self.inst.kind {
-                MmaKind::Mfma => (j + 32 * ((i / 4) % 2), 4 * (i / 8) + i % 4),
+            match (self.inst.kind, self.inst.m) {
+                (MmaKind::Mfma, 32) => (j + 32 * ((i / 4) % 2), 4 * (i / 8) + i % 4),
+                (MmaKind::Mfma, _) => (j + 16 * (i / 4), i % 4),
                 _ => (j + 16 * (i % 2), i / 2),
             }
         }
@@ -412,7 +416,7 @@ mod tests {
             for inst in arch.features().mma {
                 let map = OperandMap::of(inst, wave);
                 let acc = match inst.kind {
-                    MmaKind::Mfma => Layout::mfma_accumulator(inst.m, inst.n, 1),
+                    MmaKind::Mfma => Layout::mfma_accumulator([inst.m, inst.n], inst.m, inst.n, 1),
                     _ => Layout::wmma_accumulator(inst.m, inst.n, 1),
                 }
                 .unwrap();
@@ -474,27 +478,32 @@ mod tests {
                 seen += 1;
             }
         }
-        assert_eq!(seen, 3 + 5 + 2);
+        assert_eq!(seen, 6 + 10 + 2);
     }
 
     /// The accumulator layouts over several waves hold every element of the
     /// result exactly once.
     #[test]
     fn amd_accumulators_cover_the_result_once() {
-        for (rows, cols, waves, wmma) in [
-            (32u32, 32u32, 1u32, false),
-            (128, 128, 8, false),
-            (64, 128, 4, false),
-            (128, 32, 4, false),
-            (16, 16, 1, true),
-            (128, 128, 8, true),
-            (64, 64, 4, true),
-            (16, 128, 8, true),
+        // (rows, cols, waves, the instruction: 32 or 16 for MFMA, 0 for WMMA)
+        for (rows, cols, waves, instr) in [
+            (32u32, 32u32, 1u32, 32u32),
+            (128, 128, 8, 32),
+            (64, 128, 4, 32),
+            (128, 32, 4, 32),
+            (16, 16, 1, 16),
+            (64, 64, 4, 16),
+            (16, 128, 8, 16),
+            (16, 16, 1, 0),
+            (128, 128, 8, 0),
+            (64, 64, 4, 0),
+            (16, 128, 8, 0),
         ] {
-            let (l, wave) = if wmma {
+            let (l, wave) = if instr == 0 {
                 (Layout::wmma_accumulator(rows, cols, waves).unwrap(), 32)
             } else {
-                (Layout::mfma_accumulator(rows, cols, waves).unwrap(), 64)
+                let l = Layout::mfma_accumulator([instr, instr], rows, cols, waves);
+                (l.unwrap(), 64)
             };
             let mut count = vec![0u32; (rows * cols) as usize];
             for t in 0..waves * wave {
@@ -506,12 +515,13 @@ mod tests {
             }
             assert!(
                 count.iter().all(|&c| c == 1),
-                "{rows}x{cols}/{waves} wmma={wmma}"
+                "{rows}x{cols}/{waves} instr {instr}"
             );
         }
         // Shapes the instructions do not tile.
-        assert!(Layout::mfma_accumulator(16, 32, 1).is_none());
-        assert!(Layout::mfma_accumulator(32, 32, 4).is_none());
+        assert!(Layout::mfma_accumulator([32, 32], 16, 32, 1).is_none());
+        assert!(Layout::mfma_accumulator([32, 32], 32, 32, 4).is_none());
+        assert!(Layout::mfma_accumulator([16, 16], 16, 16, 2).is_none());
         assert!(Layout::wmma_accumulator(16, 8, 1).is_none());
     }
 

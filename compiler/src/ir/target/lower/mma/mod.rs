@@ -29,7 +29,7 @@ use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, LayoutKind, Operand, Reg, RegTy};
 use crate::ir::tile::{Precision, Value};
-use crate::target::{select_mma, MmaFeed, MmaInst, MmaKind};
+use crate::target::{mma_candidates, MmaFeed, MmaInst, MmaKind};
 
 /// How an mma accumulator layout splits a dot's `[m, n]` result: the warp
 /// grid `[wm, wn]` and each warp's tile `[tm, tn]`.
@@ -67,17 +67,24 @@ impl<'a> Lower<'a> {
         [m, n, k]: [u32; 3],
         precision: Precision,
     ) -> Option<(&'static MmaInst, Rc<Layout>)> {
-        let inst = select_mma(&self.feat, a.mma_elem()?, b.mma_elem()?, Some(k), precision)?;
-        let layout = match inst.feed {
-            MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
-                Layout::mma_accumulator(m, n, self.num_warps)
-            }
-            MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
-            MmaFeed::Registers => match inst.kind {
-                MmaKind::Mfma => Layout::mfma_accumulator(m, n, self.num_warps),
-                _ => Layout::wmma_accumulator(m, n, self.num_warps),
-            },
-        }?;
+        let (a, b) = (a.mma_elem()?, b.mma_elem()?);
+        // The first instruction whose tiles the warps can cover.
+        let (inst, layout) =
+            mma_candidates(&self.feat, a, b, Some(k), precision).find_map(|inst| {
+                let layout = match inst.feed {
+                    MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
+                        Layout::mma_accumulator(m, n, self.num_warps)
+                    }
+                    MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
+                    MmaFeed::Registers => match inst.kind {
+                        MmaKind::Mfma => {
+                            Layout::mfma_accumulator([inst.m, inst.n], m, n, self.num_warps)
+                        }
+                        _ => Layout::wmma_accumulator(m, n, self.num_warps),
+                    },
+                }?;
+                Some((inst, layout))
+            })?;
         Some((inst, Rc::new(layout)))
     }
 }
