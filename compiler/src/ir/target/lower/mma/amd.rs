@@ -608,4 +608,51 @@ mod tests {
             assert!(e.contains("mma fragment counts or types"), "{e}");
         }
     }
+
+    /// The Target IR of a gemm tile loop on each AMD matrix unit: f16 on
+    /// CDNA3's MFMA 32x32x8 (2x2 waves), bf16 on RDNA3's WMMA (4x1 wave32s).
+    #[test]
+    fn gemm_tile_loops() {
+        use crate::check::DType;
+        use crate::ir::target::tests::gemm;
+        use crate::ir::target::{lower, verify::verify};
+        for (arch, dtype) in [(Arch::Gfx942, DType::F16), (Arch::Gfx1100, DType::BF16)] {
+            let k = lower(&gemm(64, 64, 32, 4, dtype), arch).unwrap();
+            verify(&k).unwrap();
+            insta::assert_snapshot!(format!("{}_{arch}", k.name), k.to_string());
+        }
+    }
+
+    /// An fp8 gemm on CDNA3: each k step of 16 is one MFMA 32x32x16 per
+    /// wave tile, its accumulators quartered before the instructions and
+    /// multiplied by 4 after (the operands are staged as FNUZ codes of half
+    /// their values); on CDNA2 (no fp8 MFMA) and RDNA3 the dot runs on FMAs.
+    #[test]
+    fn fp8_gemm_on_cdna3_rescales_its_accumulators() {
+        use crate::check::DType;
+        use crate::ir::target::tests::gemm;
+        use crate::ir::target::{lower, verify::verify};
+        for dtype in [DType::F8E4M3, DType::F8E5M2] {
+            let k = lower(&gemm(32, 32, 32, 1, dtype), Arch::Gfx942).unwrap();
+            verify(&k).unwrap();
+            let text = k.to_string();
+            let op = format!("= mfma.32x32x16.{} ", dtype.name());
+            assert_eq!(text.matches(&op).count(), 2, "{text}");
+            // 16 accumulators in, 16 out.
+            let scaled = |by: &str| {
+                text.lines()
+                    .filter(|l| l.contains(":f32 = mul f") && l.ends_with(by))
+                    .count()
+            };
+            assert_eq!((scaled(", 0.25"), scaled(", 4.0")), (16, 16), "{text}");
+            for arch in [Arch::Gfx90a, Arch::Gfx1100] {
+                let k = lower(&gemm(32, 32, 32, 1, dtype), arch).unwrap();
+                let text = k.to_string();
+                assert!(
+                    text.contains("with FMAs") && !text.contains("mfma."),
+                    "{text}"
+                );
+            }
+        }
+    }
 }
