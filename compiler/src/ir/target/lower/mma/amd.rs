@@ -5,9 +5,9 @@
 //! Both families read their operands the same way, which [`OperandMap`]
 //! states: lane `l` holds one row of the A tile (one column of B) and a run
 //! of consecutive k values of it. So `a` is staged row-major (`[m, k]`) and
-//! `b` transposed (`[n, k]`) in LDS (the scratch region), rows padded by 16
-//! bytes so that the lanes reading one k run of consecutive rows spread over
-//! the banks, and each lane reads its runs with 4- to 16-byte LDS loads. The
+//! `b` transposed (`[n, k]`) in LDS (the scratch region), rows padded so
+//! that the lanes reading one k run of consecutive rows hit every bank once
+//! (`row_stride`), and each lane reads its runs with 4- to 16-byte LDS loads. The
 //! accumulator stays in the instruction's output layout
 //! (`Layout::mfma_accumulator`, `Layout::wmma_accumulator`), f32 throughout.
 //!
@@ -70,8 +70,20 @@ impl OperandMap {
     }
 }
 
-/// The padding of a staged operand row, in bytes.
-const ROW_PAD: u32 = 16;
+/// The byte stride of the staged operand rows of `k` elements of `es`
+/// bytes, read by each lane in runs of `run_bytes`: the least above the row
+/// whose length in 32-bit banks is an odd multiple of the words one LDS load
+/// moves (`w` = 1, 2 or 4). The lanes of one pass of such a load read
+/// consecutive rows at one k offset, so they start `W r mod 32` banks apart,
+/// `W / w` odd: the `32 / w` lanes of a pass cover all 32 banks once.
+fn row_stride(k: u32, es: u32, run_bytes: u32) -> u32 {
+    let w = (run_bytes / 4).clamp(1, 4);
+    let mut words = (k * es).div_ceil(4);
+    while words % (2 * w) != w {
+        words += 1;
+    }
+    4 * words
+}
 
 impl<'a> Lower<'a> {
     /// `dot` on an AMD matrix instruction (`inst`, MFMA or WMMA): see the
@@ -119,7 +131,8 @@ impl<'a> Lower<'a> {
             cur = self.scale_all(&cur, 0.25);
         }
         // Stage a as [m, k] and b as [n, k], rows padded.
-        let stride = k * es + ROW_PAD;
+        let map = OperandMap::of(inst, self.warp_size);
+        let stride = row_stride(k, es, map.run * es);
         let b_off = (m * stride).div_ceil(128) * 128;
         self.reserve_scratch(b_off + n * stride);
         let smem = self.scratch_addr();
@@ -162,7 +175,6 @@ impl<'a> Lower<'a> {
         }
         self.emit(Inst::Barrier);
         // This lane's row and first k of its operand runs.
-        let map = OperandMap::of(inst, self.warp_size);
         let tid = Operand::Reg(self.tid);
         let lane = self.bin(
             BinOp::And,
@@ -652,6 +664,39 @@ mod tests {
                     text.contains("with FMAs") && !text.contains("mfma."),
                     "{text}"
                 );
+            }
+        }
+    }
+
+    /// The staged rows make each pass of the lanes' LDS loads conflict-free:
+    /// the lanes of a pass (32 banks / words per load) read consecutive rows
+    /// at one k offset, and their bank ranges are disjoint.
+    #[test]
+    fn staged_operand_reads_are_bank_conflict_free() {
+        use super::row_stride;
+        for (k, es, run_bytes) in [
+            (32u32, 2u32, 8u32),
+            (64, 2, 8),
+            (16, 2, 8),
+            (32, 4, 4),
+            (8, 4, 4),
+            (64, 1, 8),
+            (32, 2, 32),
+            (64, 2, 32),
+            (16, 2, 32),
+        ] {
+            let stride = row_stride(k, es, run_bytes);
+            assert!(stride >= k * es, "{k} {es} {run_bytes}");
+            let w = (run_bytes / 4).clamp(1, 4);
+            assert_eq!(stride % (4 * w), 0, "aligned rows");
+            let lanes = 32 / w;
+            let mut banks = vec![false; 32];
+            for r in 0..lanes {
+                for j in 0..w {
+                    let b = ((r * stride / 4 + j) % 32) as usize;
+                    assert!(!banks[b], "{k} {es} {run_bytes}: bank {b} twice");
+                    banks[b] = true;
+                }
             }
         }
     }
