@@ -690,7 +690,7 @@ mod tests {
             let w = (run_bytes / 4).clamp(1, 4);
             assert_eq!(stride % (4 * w), 0, "aligned rows");
             let lanes = 32 / w;
-            let mut banks = vec![false; 32];
+            let mut banks = [false; 32];
             for r in 0..lanes {
                 for j in 0..w {
                     let b = ((r * stride / 4 + j) % 32) as usize;
