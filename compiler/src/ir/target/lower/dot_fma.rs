@@ -51,7 +51,9 @@ impl<'a> Lower<'a> {
                 MmaFeed::Ldmatrix => self.dot_mma(a, b, &av, &bv, acc, acc_layout, k, inst),
                 MmaFeed::Tf32Fragments => self.dot_tf32(&av, &bv, acc, acc_layout, k),
                 MmaFeed::SharedPairs => self.dot_mma884(&av, &bv, acc, acc_layout, k),
-                MmaFeed::Registers => self.dot_amd(&av, &bv, acc, acc_layout, k, inst, precision),
+                MmaFeed::Registers => {
+                    self.dot_amd([a, b], &av, &bv, acc, acc_layout, k, inst, precision)
+                }
             };
         }
         self.emit(Inst::Comment(format!(

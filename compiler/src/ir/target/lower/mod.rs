@@ -144,6 +144,7 @@ pub(crate) fn lower_with_plan(
         span: Span::default(),
         emitted: 0,
         vec_elems: 4,
+        amd_invariant: HashMap::new(),
     };
     l.tid = l.new_reg(RegTy::I32);
     let tid = l.tid;
@@ -247,6 +248,10 @@ struct Lower<'a> {
     /// Contiguous elements per thread of the default blocked layout (see
     /// `default_vector_elems`).
     vec_elems: u32,
+    /// AMD matrix-core dot operands staged once before the loop being
+    /// lowered, by (value, staged transposed): their LDS buffer and row
+    /// stride (`mma::amd`).
+    amd_invariant: HashMap<(Value, bool), (usize, u32)>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

@@ -27,9 +27,9 @@ use super::WarpTiling;
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
-use crate::ir::tile::{Precision, Value};
-use crate::target::{MmaInst, MmaKind};
+use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, SmemBuffer, Space};
+use crate::ir::tile::{self, OpKind, Precision, Value};
+use crate::target::{MmaFeed, MmaInst, MmaKind};
 
 /// Which elements of an instruction's A tile (and, the same way, of its B
 /// tile's transpose) each lane's operand registers hold: lane `l` holds row
@@ -70,6 +70,18 @@ impl OperandMap {
     }
 }
 
+/// The operand memory type of an AMD matrix-core dot of `d`.
+fn amd_input(d: DType) -> Option<MemTy> {
+    Some(match d {
+        DType::F16 => MemTy::F16,
+        DType::BF16 => MemTy::BF16,
+        DType::F32 => MemTy::F32,
+        DType::F8E4M3 => MemTy::F8E4M3,
+        DType::F8E5M2 => MemTy::F8E5M2,
+        _ => return None,
+    })
+}
+
 /// The byte stride of the staged operand rows of `k` elements of `es`
 /// bytes, read by each lane in runs of `run_bytes`: the least above the row
 /// whose length in 32-bit banks is an odd multiple of the words one LDS load
@@ -91,6 +103,7 @@ impl<'a> Lower<'a> {
     #[allow(clippy::too_many_arguments)]
     pub(in crate::ir::target::lower) fn dot_amd(
         &mut self,
+        [a, b]: [Value; 2],
         av: &TV,
         bv: &TV,
         acc: Option<Value>,
@@ -105,13 +118,8 @@ impl<'a> Lower<'a> {
             warps,
             tile: [tm, tn],
         } = WarpTiling::of(&layout);
-        let input = match av.dtype {
-            DType::F16 => MemTy::F16,
-            DType::BF16 => MemTy::BF16,
-            DType::F32 => MemTy::F32,
-            DType::F8E4M3 => MemTy::F8E4M3,
-            DType::F8E5M2 => MemTy::F8E5M2,
-            d => return self.unsupported(format!("`dot` on {} matrix units", d.name())),
+        let Some(input) = amd_input(av.dtype) else {
+            return self.unsupported(format!("`dot` on {} matrix units", av.dtype.name()));
         };
         let fp8 = matches!(input, MemTy::F8E4M3 | MemTy::F8E5M2);
         let es = input.bytes();
@@ -130,48 +138,35 @@ impl<'a> Lower<'a> {
         if fp8 {
             cur = self.scale_all(&cur, 0.25);
         }
-        // Stage a as [m, k] and b as [n, k], rows padded.
+        // Stage a as [m, k] and b as [n, k], rows padded, unless the
+        // enclosing loop staged them once before it.
         let map = OperandMap::of(inst, self.warp_size);
         let stride = row_stride(k, es, map.run * es);
         let b_off = (m * stride).div_ceil(128) * 128;
-        self.reserve_scratch(b_off + n * stride);
-        let smem = self.scratch_addr();
         let tf32 = precision == Precision::Tf32 && input == MemTy::F32;
-        for (tv, off, trans) in [(av, 0u32, false), (bv, b_off, true)] {
-            // (row, k) axes of the staged tile.
-            let (ra, ka) = if trans { (1, 0) } else { (0, 1) };
-            let br = self.base(&tv.layout.terms[ra].clone());
-            let bk = self.base(&tv.layout.terms[ka].clone());
-            let lin = self.bin(BinOp::Mul, RegTy::I32, br, Operand::Int(stride as i64));
-            let kb = self.bin(BinOp::Mul, RegTy::I32, bk, Operand::Int(es as i64));
-            let lin = self.bin(BinOp::Add, RegTy::I32, lin, kb);
-            let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), lin);
-            let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
-            // Runs of a thread's elements along k are stored as vectors (of
-            // up to 8 bytes; fp8 codes one at a time).
-            let vec = if tv.layout.vector_axis() == Some(ka) && es > 1 {
-                pow2_run(&tv.layout).min(8 / es)
-            } else {
-                1
-            };
-            for group in Self::vector_groups(&tv.layout, vec) {
-                let s = tv.layout.slots[group[0]].clone();
-                let mut srcs = Vec::new();
-                let mut mem = MemTy::U8;
-                for &slot in &group {
-                    let (src, m) = self.amd_operand_bits(tv.ops[slot], input, tf32);
-                    srcs.push(src);
-                    mem = m;
-                }
-                self.emit(Inst::St {
-                    space: Space::Shared,
-                    mem,
-                    src: srcs,
-                    addr,
-                    offset: off as i64 + s[ra] as i64 * stride as i64 + (s[ka] * es) as i64,
-                    pred: None,
-                });
+        let mut smem = None;
+        let mut bufs = Vec::new();
+        for (v, tv, trans) in [(a, av, false), (b, bv, true)] {
+            if let Some(&(buffer, st)) = self.amd_invariant.get(&(v, trans)) {
+                debug_assert_eq!(st, stride);
+                let base = self.new_reg(RegTy::U32);
+                self.emit(Inst::SmemAddr { dst: base, buffer });
+                bufs.push(base);
+                continue;
             }
+            let smem = *smem.get_or_insert_with(|| {
+                self.reserve_scratch(b_off + n * stride);
+                self.scratch_addr()
+            });
+            let off = if trans { b_off } else { 0 };
+            self.stage_amd_operand(tv, trans, input, tf32, stride, smem, off);
+            let base = self.bin(
+                BinOp::Add,
+                RegTy::U32,
+                Operand::Reg(smem),
+                Operand::Int(off as i64),
+            );
+            bufs.push(self.materialize(RegTy::U32, base).reg().expect("reg"));
         }
         self.emit(Inst::Barrier);
         // This lane's row and first k of its operand runs.
@@ -199,13 +194,12 @@ impl<'a> Lower<'a> {
         let k0 = self.bin(BinOp::Mul, RegTy::U32, k0, Operand::Int(es as i64));
         let (warp_m, warp_n) = self.warp_coords(warps);
         let mut bases = Vec::new();
-        for (wc, t, off) in [(warp_m, tm, 0u32), (warp_n, tn, b_off)] {
+        for (wc, t, buf) in [(warp_m, tm, bufs[0]), (warp_n, tn, bufs[1])] {
             let r = self.bin(BinOp::Mul, RegTy::U32, wc, Operand::Int(t as i64));
             let r = self.bin(BinOp::Add, RegTy::U32, r, row);
             let r = self.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(stride as i64));
-            let a = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(smem), r);
+            let a = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), r);
             let a = self.bin(BinOp::Add, RegTy::U32, a, k0);
-            let a = self.bin(BinOp::Add, RegTy::U32, a, Operand::Int(off as i64));
             bases.push(self.materialize(RegTy::U32, a).reg().expect("reg"));
         }
         let per_tile = (inst.m * inst.n / self.warp_size) as usize;
@@ -242,6 +236,127 @@ impl<'a> Lower<'a> {
             cur = self.scale_all(&cur, 4.0);
         }
         Ok(self.mma_result(layout, cur))
+    }
+
+    /// Stores operand `tv` in LDS at `buf + off`: row-major `[rows, k]`
+    /// rows of `stride` bytes, or (`trans`, for b) its transpose.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_amd_operand(
+        &mut self,
+        tv: &TV,
+        trans: bool,
+        input: MemTy,
+        tf32: bool,
+        stride: u32,
+        buf: Reg,
+        off: u32,
+    ) {
+        let es = input.bytes();
+        // (row, k) axes of the staged tile.
+        let (ra, ka) = if trans { (1, 0) } else { (0, 1) };
+        let br = self.base(&tv.layout.terms[ra].clone());
+        let bk = self.base(&tv.layout.terms[ka].clone());
+        let lin = self.bin(BinOp::Mul, RegTy::I32, br, Operand::Int(stride as i64));
+        let kb = self.bin(BinOp::Mul, RegTy::I32, bk, Operand::Int(es as i64));
+        let lin = self.bin(BinOp::Add, RegTy::I32, lin, kb);
+        let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), lin);
+        let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+        // Runs of a thread's elements along k are stored as vectors (of up to
+        // 8 bytes; fp8 codes one at a time).
+        let vec = if tv.layout.vector_axis() == Some(ka) && es > 1 {
+            pow2_run(&tv.layout).min(8 / es)
+        } else {
+            1
+        };
+        for group in Self::vector_groups(&tv.layout, vec) {
+            let s = tv.layout.slots[group[0]].clone();
+            let mut srcs = Vec::new();
+            let mut mem = MemTy::U8;
+            for &slot in &group {
+                let (src, m) = self.amd_operand_bits(tv.ops[slot], input, tf32);
+                srcs.push(src);
+                mem = m;
+            }
+            self.emit(Inst::St {
+                space: Space::Shared,
+                mem,
+                src: srcs,
+                addr,
+                offset: off as i64 + s[ra] as i64 * stride as i64 + (s[ka] * es) as i64,
+                pred: None,
+            });
+        }
+    }
+
+    /// Stages, once before a `for` loop, the operands of the loop's AMD
+    /// matrix-core dots that are defined before it (attention's `q`), in
+    /// LDS buffers that live through the loop; the dots then read them
+    /// there. Returns what it staged, for the caller to forget after the
+    /// loop.
+    pub(in crate::ir::target::lower) fn stage_invariant_amd_operands(
+        &mut self,
+        body: &tile::Region,
+    ) -> R<Vec<(Value, bool)>> {
+        let mut staged = Vec::new();
+        for op in &body.ops {
+            let OpKind::Dot {
+                a, b, precision, ..
+            } = &op.kind
+            else {
+                continue;
+            };
+            let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
+            let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+            let Some((inst, _)) = self.mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
+            else {
+                continue;
+            };
+            let Some(input) = amd_input(ta.dtype()) else {
+                continue;
+            };
+            if inst.feed != MmaFeed::Registers {
+                continue;
+            }
+            let es = input.bytes();
+            let stride = row_stride(k, es, OperandMap::of(inst, self.warp_size).run * es);
+            let tf32 = *precision == Precision::Tf32 && input == MemTy::F32;
+            for (v, trans, rows) in [(*a, false, m), (*b, true, n)] {
+                if body.args.contains(&v)
+                    || !self.vals.contains_key(&v)
+                    || self.amd_invariant.contains_key(&(v, trans))
+                {
+                    continue;
+                }
+                if staged.is_empty() {
+                    self.emit(Inst::Comment(
+                        "loop-invariant dot operands staged once".to_string(),
+                    ));
+                }
+                let buffer = self.buffers.len();
+                self.buffers.push(SmemBuffer {
+                    name: format!("invariant{buffer}"),
+                    offset: 0,
+                    bytes: rows * stride,
+                    align: 16,
+                    purpose: format!(
+                        "a loop-invariant `dot` operand ([{rows}, {k}] {}, rows of {stride} bytes)",
+                        input.name()
+                    ),
+                    swizzle: None,
+                });
+                self.pipeline.persistent.push(buffer);
+                let base = self.new_reg(RegTy::U32);
+                self.emit(Inst::SmemAddr { dst: base, buffer });
+                let tv = self.val(v);
+                self.stage_amd_operand(&tv, trans, input, tf32, stride, base, 0);
+                self.amd_invariant.insert((v, trans), (buffer, stride));
+                staged.push((v, trans));
+            }
+        }
+        if !staged.is_empty() {
+            self.emit(Inst::Barrier);
+        }
+        Ok(staged)
     }
 
     /// Fresh f32 registers holding `regs` times `by` (a power of two: exact).
@@ -698,6 +813,68 @@ mod tests {
                     banks[b] = true;
                 }
             }
+        }
+    }
+
+    /// Flash attention's `q`, loaded before the key loop, is staged in LDS
+    /// once before the loop (a buffer that lives through it); inside the
+    /// loop only the keys and values are staged, each iteration.
+    #[test]
+    fn loop_invariant_operands_are_staged_once() {
+        use crate::db::{file_kernels, tile_ir, Database};
+        use crate::ir::target::{lower, verify::verify, Inst, Space};
+        use crate::ir::tile::Specialization;
+        let src = include_str!("../../../tile/testdata/brief.tsr");
+        for arch in [Arch::Gfx942, Arch::Gfx1100] {
+            let mut db = Database::new();
+            db.set_arch(arch);
+            let file = db.set_source("/t/brief.tsr", src.to_string());
+            let (_, item, _) = file_kernels(&db, file)
+                .into_iter()
+                .find(|k| k.0 == "flash_attn")
+                .unwrap();
+            let spec = Specialization::new().with("D", 64);
+            let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
+            let k = lower(&tk, arch).unwrap();
+            verify(&k).unwrap();
+            let q = k
+                .smem
+                .iter()
+                .position(|b| b.name.starts_with("invariant"))
+                .unwrap();
+            // q is [128, 64] bf16, in padded rows.
+            let bf = crate::target::Elem::Bf16;
+            let ieee = crate::target::Precision::Ieee;
+            let inst = crate::target::select_mma(&arch.features(), bf, bf, Some(64), ieee).unwrap();
+            let run = OperandMap::of(inst, arch.info().warp_size).run;
+            let want = 128 * super::row_stride(64, 2, run * 2);
+            assert_eq!(k.smem[q].bytes, want, "{arch}");
+            // Shared stores before the loop (q) and in it (k and v, and the
+            // probabilities p), and the loop's reads of q's buffer.
+            let (mut before, mut inside, mut q_reads) = (0, 0, 0);
+            for i in &k.body {
+                match i {
+                    Inst::St {
+                        space: Space::Shared,
+                        ..
+                    } => before += 1,
+                    Inst::For { body, .. } => {
+                        for j in body {
+                            match j {
+                                Inst::St {
+                                    space: Space::Shared,
+                                    ..
+                                } => inside += 1,
+                                Inst::SmemAddr { buffer, .. } if *buffer == q => q_reads += 1,
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            assert!(before > 0 && inside > 0, "{arch}: {before} {inside}");
+            assert_eq!(q_reads, 1, "{arch}");
         }
     }
 }
