@@ -257,6 +257,7 @@ fn parse_runs(path: &Path, text: &str) -> Result<Vec<Run>, String> {
 fn extension(kind: EmitKind) -> &'static str {
     match kind {
         EmitKind::Ptx => "ptx",
+        EmitKind::Hip => "hip",
         EmitKind::TargetIr => "tir",
         EmitKind::TileIr => "tile",
         EmitKind::ScheduleIr => "sched",
