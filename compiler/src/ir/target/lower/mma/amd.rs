@@ -142,7 +142,12 @@ impl<'a> Lower<'a> {
         // enclosing loop staged them once before it.
         let map = OperandMap::of(inst, self.warp_size);
         let stride = row_stride(k, es, map.run * es);
-        let b_off = (m * stride).div_ceil(128) * 128;
+        // b after a in the scratch region, unless a is staged elsewhere.
+        let b_off = if self.amd_invariant.contains_key(&(a, false)) {
+            0
+        } else {
+            (m * stride).div_ceil(128) * 128
+        };
         let tf32 = precision == Precision::Tf32 && input == MemTy::F32;
         let mut smem = None;
         let mut bufs = Vec::new();
@@ -298,6 +303,9 @@ impl<'a> Lower<'a> {
         body: &tile::Region,
     ) -> R<Vec<(Value, bool)>> {
         let mut staged = Vec::new();
+        if !self.hoist_amd {
+            return Ok(staged);
+        }
         for op in &body.ops {
             let OpKind::Dot {
                 a, b, precision, ..
@@ -350,6 +358,7 @@ impl<'a> Lower<'a> {
                 let tv = self.val(v);
                 self.stage_amd_operand(&tv, trans, input, tf32, stride, base, 0);
                 self.amd_invariant.insert((v, trans), (buffer, stride));
+                self.hoisted_amd = true;
                 staged.push((v, trans));
             }
         }
@@ -818,7 +827,8 @@ mod tests {
 
     /// Flash attention's `q`, loaded before the key loop, is staged in LDS
     /// once before the loop (a buffer that lives through it); inside the
-    /// loop only the keys and values are staged, each iteration.
+    /// loop only the keys and values are staged, each iteration. Where that
+    /// buffer would overflow the LDS, q is staged at each dot.
     #[test]
     fn loop_invariant_operands_are_staged_once() {
         use crate::db::{file_kernels, tile_ir, Database};
@@ -875,6 +885,13 @@ mod tests {
             }
             assert!(before > 0 && inside > 0, "{arch}: {before} {inside}");
             assert_eq!(q_reads, 1, "{arch}");
+            // With D = 128 the staged q would take the block's LDS past its
+            // limit: it is staged at each dot instead, and the kernel fits.
+            let spec = Specialization::new().with("D", 128);
+            let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
+            let k = lower(&tk, arch).unwrap();
+            assert!(k.smem.iter().all(|b| !b.name.starts_with("invariant")), "{k}");
+            assert!(k.smem_bytes() <= arch.info().max_smem_per_block, "{arch}");
         }
     }
 }
