@@ -725,7 +725,7 @@ fn emit_each_kernel<'db>(
 fn emit_ptx(cx: &EmitContext) -> Result<String, EmitError> {
     if !cx.arch.is_nvidia() {
         return Err(EmitError::Usage(format!(
-            "`--emit ptx` needs an NVIDIA target (sm_70 ... sm_90a), not {} (its output is `--emit hip`)",
+            "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {} (its output is HIP)",
             cx.arch
         )));
     }
@@ -737,7 +737,7 @@ fn emit_ptx(cx: &EmitContext) -> Result<String, EmitError> {
 fn emit_hip(cx: &EmitContext) -> Result<String, EmitError> {
     if cx.arch.is_nvidia() {
         return Err(EmitError::Usage(format!(
-            "`--emit hip` needs an AMD target (gfx90a, gfx942, gfx1100), not {}",
+            "HIP needs an AMD target (gfx90a, gfx942, gfx1100), not {} (its output is PTX)",
             cx.arch
         )));
     }
@@ -951,12 +951,12 @@ mod emit_tests {
         let (code, out, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
         assert!(out.is_empty());
-        assert!(err.contains("`--emit hip` needs an AMD target"), "{err}");
+        assert!(err.contains("HIP needs an AMD target"), "{err}");
         a.emit = EmitKind::Ptx;
         a.arch = Arch::Gfx90a;
         let (code, _, err) = run(&a);
         assert_eq!(code, EXIT_USAGE);
-        assert!(err.contains("its output is `--emit hip`"), "{err}");
+        assert!(err.contains("its output is HIP"), "{err}");
     }
 
     #[test]

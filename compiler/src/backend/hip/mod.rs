@@ -105,13 +105,20 @@ pub fn kernel_text(k: &Kernel) -> Result<String, HipError> {
             format!("{t}{sep}{}", param_name(&prm.name))
         })
         .collect();
-    let _ = writeln!(
-        out,
-        "extern \"C\" __global__ __launch_bounds__({}) void {}({}) {{",
-        k.num_threads,
-        k.name,
-        params.join(", ")
+    let head = format!(
+        "extern \"C\" __global__ __launch_bounds__({}) void",
+        k.num_threads
     );
+    let params = params.join(", ");
+    if clashes(&k.name) {
+        // A C++ keyword (`new`) or one of the printer's names: the function
+        // gets another C name and keeps the kernel's as its symbol.
+        let c = format!("tsr_kernel_{}", k.name);
+        let _ = writeln!(out, "{head} {c}({params}) __asm__(\"{}\");", k.name);
+        let _ = writeln!(out, "{head} {c}({params}) {{");
+    } else {
+        let _ = writeln!(out, "{head} {}({params}) {{", k.name);
+    }
     if k.smem_bytes() > 0 {
         let _ = writeln!(
             out,
@@ -516,15 +523,20 @@ fn param_name(name: &str) -> String {
     let register_like = out.len() > 1
         && matches!(out.as_bytes()[0], b'r' | b'p' | b'f' | b'b')
         && out[1..].bytes().all(|c| c.is_ascii_digit());
-    if RESERVED.contains(&out.as_str())
-        || register_like
-        || out.starts_with("tsr_")
-        || out.starts_with("__")
-        || out.starts_with("TSR_")
-    {
+    if register_like || clashes(&out) {
         out.push_str("_arg");
     }
     out
+}
+
+/// Whether a name cannot be a C identifier of the unit as it is: a C++
+/// keyword, a reserved name (`__x`), or one of the printer's (`tsr_*`,
+/// `TSR_*`).
+fn clashes(name: &str) -> bool {
+    RESERVED.contains(&name)
+        || name.starts_with("tsr_")
+        || name.starts_with("__")
+        || name.starts_with("TSR_")
 }
 
 /// An f32 literal that reads back as `f`'s f32 value.
@@ -1196,4 +1208,4 @@ fn from_mem(v: &str, m: MemTy, t: RegTy) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
