@@ -890,7 +890,10 @@ mod tests {
             let spec = Specialization::new().with("D", 128);
             let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
             let k = lower(&tk, arch).unwrap();
-            assert!(k.smem.iter().all(|b| !b.name.starts_with("invariant")), "{k}");
+            assert!(
+                k.smem.iter().all(|b| !b.name.starts_with("invariant")),
+                "{k}"
+            );
             assert!(k.smem_bytes() <= arch.info().max_smem_per_block, "{arch}");
         }
     }
