@@ -10,9 +10,10 @@
 //! accumulation. The f8 (`m16n8k32.e4m3`/`e5m2`, sm_89+, PTX 8.4) and integer
 //! forms exist in hardware but are not generated, so they have no row: f8 and
 //! i8 dots run on FMA units on every NVIDIA arch. AMD rows (CDNA2/CDNA3 ISA
-//! guides, "MFMA"; RDNA3 ISA guide, "WMMA") are the instructions an AMD code
-//! generator will use; there is none yet. Room is left for `wgmma` (sm_90a)
-//! as another [`MmaKind`] and [`MmaFeed`].
+//! guides, "MFMA"; RDNA3 ISA guide, "WMMA") are the instructions the Target IR
+//! lowering emits for AMD arches (`ir::target::lower::mma::amd`), each with
+//! f32 accumulation. Room is left for `wgmma` (sm_90a) as another [`MmaKind`]
+//! and [`MmaFeed`].
 
 /// An operand dtype a matrix instruction can take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,7 +58,9 @@ pub enum MmaFeed {
     /// sm_70's `m8n8k4`: `a` row-major and `b` transposed in swizzled shared
     /// memory, read as pairs of consecutive-k halves (no `ldmatrix`).
     SharedPairs,
-    /// Registers loaded straight from memory (the AMD instructions).
+    /// Operands staged in LDS (`a` row-major, `b` transposed), each lane
+    /// reading its own runs of consecutive k into registers (the AMD
+    /// instructions).
     Registers,
 }
 
@@ -121,11 +124,17 @@ pub(super) const SM80: &[MmaInst] = &[
 ];
 // `v_mfma_f32_32x32x8{f16,bf16_1k}`, `v_mfma_f32_32x32x2f32` (full f32, so
 // used for ieee and tf32 dots alike); CDNA3 adds `v_mfma_f32_32x32x16_{fp8,bf8}`.
+// The 16x16 forms (`v_mfma_f32_16x16x16{f16,bf16_1k}`, `16x16x4f32`,
+// `16x16x32_{fp8,bf8}`) come after: they take the dots whose waves cannot
+// tile the result in 32x32 blocks.
 #[rustfmt::skip]
 pub(super) const CDNA2: &[MmaInst] = &[
     inst(Mfma,    [32, 32, 8],  F16,    false, Registers,     8),
     inst(Mfma,    [32, 32, 8],  Bf16,   false, Registers,     8),
     inst(Mfma,    [32, 32, 2],  F32,    false, Registers,     2),
+    inst(Mfma,    [16, 16, 16], F16,    false, Registers,     16),
+    inst(Mfma,    [16, 16, 16], Bf16,   false, Registers,     16),
+    inst(Mfma,    [16, 16, 4],  F32,    false, Registers,     4),
 ];
 #[rustfmt::skip]
 pub(super) const CDNA3: &[MmaInst] = &[
@@ -134,6 +143,11 @@ pub(super) const CDNA3: &[MmaInst] = &[
     inst(Mfma,    [32, 32, 2],  F32,    false, Registers,     2),
     inst(Mfma,    [32, 32, 16], F8E4M3, false, Registers,     16),
     inst(Mfma,    [32, 32, 16], F8E5M2, false, Registers,     16),
+    inst(Mfma,    [16, 16, 16], F16,    false, Registers,     16),
+    inst(Mfma,    [16, 16, 16], Bf16,   false, Registers,     16),
+    inst(Mfma,    [16, 16, 4],  F32,    false, Registers,     4),
+    inst(Mfma,    [16, 16, 32], F8E4M3, false, Registers,     32),
+    inst(Mfma,    [16, 16, 32], F8E5M2, false, Registers,     32),
 ];
 // `v_wmma_f32_16x16x16_{f16,bf16}`.
 #[rustfmt::skip]
@@ -154,10 +168,20 @@ pub fn select_mma(
     k: Option<u32>,
     precision: Precision,
 ) -> Option<&'static MmaInst> {
-    if a != b {
-        return None;
-    }
-    features.mma.iter().find(|i| {
+    mma_candidates(features, a, b, k, precision).next()
+}
+
+/// Every row [`select_mma`] could pick, in the table's order (the code
+/// generator takes the first whose tiles the block's warps can cover).
+pub fn mma_candidates(
+    features: &super::Features,
+    a: Elem,
+    b: Elem,
+    k: Option<u32>,
+    precision: Precision,
+) -> impl Iterator<Item = &'static MmaInst> {
+    let table: &'static [MmaInst] = if a == b { features.mma } else { &[] };
+    table.iter().filter(move |i| {
         i.elem == a
             && (!i.tf32 || precision == Precision::Tf32)
             && k.is_none_or(|k| k.is_multiple_of(i.k_step))

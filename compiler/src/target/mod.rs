@@ -29,7 +29,7 @@ pub mod ptxas;
 
 pub use features::Features;
 pub use limits::{ArchInfo, Vendor};
-pub use mma::{select_mma, Elem, MmaFeed, MmaInst, MmaKind, Precision};
+pub use mma::{mma_candidates, select_mma, Elem, MmaFeed, MmaInst, MmaKind, Precision};
 
 use std::fmt;
 use std::str::FromStr;

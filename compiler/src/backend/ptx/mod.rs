@@ -20,7 +20,7 @@ use std::fmt::Write;
 use crate::ir::target::{
     BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
-use crate::target::Arch;
+use crate::target::{Arch, MmaKind};
 
 /// The PTX ISA version written for `arch` ([`crate::target::Features::ptx_isa`];
 /// the printer refuses a target without PTX, 7.0 keeps this total).
@@ -565,6 +565,7 @@ impl Printer<'_> {
                 self.r(*addr)
             ),
             Inst::Mma {
+                kind,
                 m,
                 n,
                 k,
@@ -574,6 +575,8 @@ impl Printer<'_> {
                 b,
                 c,
             } => {
+                // The verifier admits only `mma.sync` on NVIDIA arches.
+                debug_assert_eq!(*kind, MmaKind::MmaSync);
                 let list = |v: &[Reg]| v.iter().map(|x| self.r(*x)).collect::<Vec<_>>().join(", ");
                 let t = match input {
                     MemTy::BF16 => "bf16",

@@ -686,6 +686,7 @@ mod schedule {
             trans: false,
         };
         let mma = |a: u32, c: u32| Inst::Mma {
+            kind: crate::target::MmaKind::MmaSync,
             m: 16,
             n: 8,
             k: 16,
@@ -831,6 +832,7 @@ fn loads_are_issued_early_only_as_far_as_the_register_limit() {
                 trans: false,
             });
             body.push(Inst::Mma {
+                kind: crate::target::MmaKind::MmaSync,
                 m: 16,
                 n: 8,
                 k: 16,

@@ -3,6 +3,7 @@
 use std::fmt::{self, Write};
 
 use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, Space, Special, UnOp};
+use crate::target::MmaKind;
 
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -207,6 +208,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 r(k, *addr)
             ),
             Inst::Mma {
+                kind,
                 m,
                 n,
                 k: kk,
@@ -217,8 +219,13 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 c,
             } => {
                 let list = |v: &[Reg]| v.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", ");
+                let op = match kind {
+                    MmaKind::MmaSync => format!("mma.m{m}n{n}k{kk}"),
+                    MmaKind::Mfma => format!("mfma.{m}x{n}x{kk}"),
+                    MmaKind::Wmma => format!("wmma.{m}x{n}x{kk}"),
+                };
                 format!(
-                    "{} = mma.m{m}n{n}k{kk}.{} [{}] x [{}] + [{}]",
+                    "{} = {op}.{} [{}] x [{}] + [{}]",
                     dd.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
                     input.name(),
                     list(a),

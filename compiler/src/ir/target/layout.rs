@@ -286,6 +286,115 @@ impl Layout {
         })
     }
 
+    /// The warp grid `[wm, wn]` over which `num_warps` warps tile a `[rows,
+    /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly:
+    /// warps along the rows first (as for `mma_accumulator`).
+    fn warp_grid(rows: u32, cols: u32, [im, in_]: [u32; 2], num_warps: u32) -> Option<[u32; 2]> {
+        if !rows.is_multiple_of(im) || !cols.is_multiple_of(in_) {
+            return None;
+        }
+        let (mut wm, mut wn) = (1u32, 1u32);
+        while wm * wn < num_warps {
+            if (rows / (wm * 2)).is_multiple_of(im) && rows / (wm * 2) >= im {
+                wm *= 2;
+            } else if (cols / (wn * 2)).is_multiple_of(in_) && cols / (wn * 2) >= in_ {
+                wn *= 2;
+            } else {
+                return None;
+            }
+        }
+        Some([wm, wn])
+    }
+
+    /// The accumulator layout of AMD CDNA's MFMA instructions of one block
+    /// of `instr` = 32x32 (`v_mfma_f32_32x32x{8,2,16}*`) or 16x16
+    /// (`v_mfma_f32_16x16x{16,4,32}*`), 64-lane waves, for a `[rows, cols]`
+    /// result over `num_warps` waves, if the shape tiles evenly. Per the CDNA3
+    /// ISA guide's MFMA output maps, lane `l` holds column `l % 32` and, in
+    /// accumulator `i`, row `8 (i / 4) + 4 (l / 32) + i % 4` of each 32x32
+    /// tile; or column `l % 16` and row `4 (l / 16) + i` of each 16x16 tile.
+    pub fn mfma_accumulator(
+        instr: [u32; 2],
+        rows: u32,
+        cols: u32,
+        num_warps: u32,
+    ) -> Option<Layout> {
+        let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
+        let (tm, tn) = (rows / wm, cols / wn);
+        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
+        let big = instr == [32, 32];
+        let (mut t0, mut t1) = if big {
+            (vec![term(5, 1, 4)], vec![term(0, 5, 1)])
+        } else {
+            (vec![term(4, 2, 4)], vec![term(0, 4, 1)])
+        };
+        if wm > 1 {
+            t0.push(term(6, log2(wm), tm));
+        }
+        if wn > 1 {
+            t1.push(term(6 + log2(wm), log2(wn), tn));
+        }
+        let [im_, in_] = instr;
+        let mut slots = Vec::new();
+        for im in 0..tm / im_ {
+            for jn in 0..tn / in_ {
+                if big {
+                    for i in 0..16u32 {
+                        slots.push(vec![32 * im + 8 * (i / 4) + i % 4, 32 * jn]);
+                    }
+                } else {
+                    for i in 0..4u32 {
+                        slots.push(vec![16 * im + i, 16 * jn]);
+                    }
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr,
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
+    }
+
+    /// The accumulator layout of RDNA3's `v_wmma_f32_16x16x16_*` (wave32) for
+    /// a `[rows, cols]` result over `num_warps` waves, if the shape tiles
+    /// evenly. Per the RDNA3 ISA guide, accumulator `i` of lane `l` holds
+    /// column `l % 16` and row `2 i + l / 16` of each 16x16 tile.
+    pub fn wmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+        let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
+        let (tm, tn) = (rows / wm, cols / wn);
+        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
+        let mut t0 = vec![term(4, 1, 1)];
+        let mut t1 = vec![term(0, 4, 1)];
+        if wm > 1 {
+            t0.push(term(5, log2(wm), tm));
+        }
+        if wn > 1 {
+            t1.push(term(5 + log2(wm), log2(wn), tn));
+        }
+        let mut slots = Vec::new();
+        for im in 0..tm / 16 {
+            for jn in 0..tn / 16 {
+                for i in 0..8u32 {
+                    slots.push(vec![16 * im + 2 * i, 16 * jn]);
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr: [16, 16],
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

@@ -41,7 +41,7 @@ pub mod verify;
 
 mod dump;
 
-use crate::target::Arch;
+use crate::target::{Arch, MmaKind};
 pub use layout::{Layout, LayoutKind, Term};
 pub use lower::{lower, Unsupported, MAX_KERNEL_INSTS};
 
@@ -361,10 +361,21 @@ pub enum Inst {
         addr: Reg,
         trans: bool,
     },
-    /// Warp-wide `d = a x b + c` on tensor cores: `[m, k] x [k, n]`, inputs of
-    /// `input` packed two per `B32` register (`F32` means tf32, one per register), f32 accumulators `c`/`d` (fragment
-    /// layouts of the PTX ISA's `mma.m16n8k16`/`m16n8k8`, row-major A, column-major B).
+    /// Warp-wide `d = a x b + c` on the matrix units: `[m, k] x [k, n]`, f32
+    /// accumulators `c`/`d`. `kind` is the instruction family, which fixes
+    /// the operand layouts over the lanes (`layout.rs` has the maps):
+    ///
+    /// * `MmaSync` (NVIDIA `mma.sync`, 32 lanes): inputs of `input` packed two
+    ///   per `B32` register (`F32` means tf32, one per register); fragment
+    ///   layouts of the PTX ISA's `mma.m16n8k16`/`m16n8k8`/`m8n8k4`.
+    /// * `Mfma` (AMD CDNA `v_mfma_f32_*`, 64 lanes): `m * k / 64` inputs per
+    ///   lane, packed in `B32` registers (two 16-bit or four 8-bit values each)
+    ///   or one `F32` register per f32 input; `m * n / 64` accumulators.
+    /// * `Wmma` (AMD RDNA3 `v_wmma_f32_16x16x16_*`, wave32): each lane holds a
+    ///   whole row of A and column of B (16 values in eight `B32`; lanes
+    ///   16-31 repeat lanes 0-15), and eight accumulators.
     Mma {
+        kind: MmaKind,
         m: u32,
         n: u32,
         k: u32,
@@ -642,7 +653,7 @@ impl Kernel {
     }
 
     /// Whether a loop of the kernel hides memory latency within each warp: it
-    /// issues tensor-core MMAs (long runs of independent matrix instructions:
+    /// issues matrix instructions (long runs of independent matrix instructions:
     /// cuBLAS's GEMMs run at 12-19% occupancy), or it waits on asynchronous
     /// copies while later iterations' copies are still in flight (software
     /// pipelining, `num_stages` >= 2). Low occupancy costs such a kernel

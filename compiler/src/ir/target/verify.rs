@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use super::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+use crate::target::{Elem, MmaKind};
 
 /// Checks `k`; the error lists every problem found.
 pub fn verify(k: &Kernel) -> Result<(), String> {
@@ -273,6 +274,7 @@ impl Verifier<'_> {
                 }
             }
             Inst::Mma {
+                kind,
                 m,
                 n,
                 k: kk,
@@ -282,15 +284,51 @@ impl Verifier<'_> {
                 b,
                 c,
             } => {
-                // 32 lanes; 16-bit inputs pack two per register, tf32 one.
-                // m8n8k4 (sm_70) is four independent products, one per quad-pair.
-                let per = if *input == MemTy::F32 { 32 } else { 64 };
-                let times = if (*m, *n, *kk) == (8, 8, 4) { 4 } else { 1 };
-                let ok = a.len() == (times * m * kk / per) as usize
-                    && b.len() == (times * kk * n / per) as usize
-                    && c.len() == (times * m * n / 32) as usize
+                let row = mma_elem(*input).and_then(|e| {
+                    k.arch.features().mma.iter().find(|r| {
+                        r.kind == *kind && [r.m, r.n, r.k] == [*m, *n, *kk] && r.elem == e
+                    })
+                });
+                if row.is_none() {
+                    self.errors.push(format!(
+                        "{i:?}: {} has no {kind:?} {m}x{n}x{kk} on {}",
+                        k.arch,
+                        input.name()
+                    ));
+                }
+                // (a registers, b registers, accumulators, operand register type)
+                let want = match kind {
+                    // 32 lanes; 16-bit inputs pack two per register, tf32 one.
+                    // m8n8k4 (sm_70) is four independent products, one per quad-pair.
+                    MmaKind::MmaSync => {
+                        let per = if *input == MemTy::F32 { 32 } else { 64 };
+                        let times = if (*m, *n, *kk) == (8, 8, 4) { 4 } else { 1 };
+                        (
+                            times * m * kk / per,
+                            times * kk * n / per,
+                            times * m * n / 32,
+                            RegTy::B32,
+                        )
+                    }
+                    // 64 lanes; an f32 input per F32 register, narrower ones
+                    // packed in B32 registers.
+                    MmaKind::Mfma => {
+                        let (per, t) = if *input == MemTy::F32 {
+                            (1, RegTy::F32)
+                        } else {
+                            (4 / input.bytes(), RegTy::B32)
+                        };
+                        (m * kk / 64 / per, kk * n / 64 / per, m * n / 64, t)
+                    }
+                    // 32 lanes, each holding a whole row of A and column of B
+                    // (16-bit values, two per register).
+                    MmaKind::Wmma => (kk / 2, kk / 2, m * n / 32, RegTy::B32),
+                };
+                let ok = a.len() == want.0 as usize
+                    && b.len() == want.1 as usize
+                    && c.len() == want.2 as usize
                     && d.len() == c.len()
-                    && a.iter().chain(b).all(|r| ty(r) == RegTy::B32)
+                    && a.iter().chain(b).all(|r| ty(r) == want.3)
                     && c.iter().chain(d).all(|r| ty(r) == RegTy::F32);
                 if !ok {
                     self.errors
@@ -346,6 +384,18 @@ impl Verifier<'_> {
             ));
         }
     }
+}
+
+/// The matrix-instruction operand dtype of a memory type, if it is one.
+fn mma_elem(m: MemTy) -> Option<Elem> {
+    Some(match m {
+        MemTy::F16 => Elem::F16,
+        MemTy::BF16 => Elem::Bf16,
+        MemTy::F32 => Elem::F32,
+        MemTy::F8E4M3 => Elem::F8E4M3,
+        MemTy::F8E5M2 => Elem::F8E5M2,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -167,6 +167,7 @@ impl<'a> Lower<'a> {
             self.pipeline.plan.decisions.push(decision);
         }
         self.copy_invariant_operands(&plan.invariant);
+        let amd_staged = self.stage_invariant_amd_operands(body)?;
         let pipe = self.pipeline_prologue(body, &plan, lo_o, step_o)?;
         if pipe.is_none() && !plan.invariant.is_empty() {
             self.emit(Inst::CpAsyncWait { pending: 0 });
@@ -204,6 +205,9 @@ impl<'a> Lower<'a> {
         });
         for v in &plan.invariant {
             self.pipeline.pipelined.remove(v);
+        }
+        for key in &amd_staged {
+            self.amd_invariant.remove(key);
         }
         if let Some(p) = pipe {
             // Copies for iterations that did not run.

@@ -52,7 +52,7 @@ impl<'a> Lower<'a> {
                 MmaFeed::Tf32Fragments => self.dot_tf32(&av, &bv, acc, acc_layout, k),
                 MmaFeed::SharedPairs => self.dot_mma884(&av, &bv, acc, acc_layout, k),
                 MmaFeed::Registers => {
-                    self.unsupported(format!("`dot` on {}'s matrix units", self.arch))
+                    self.dot_amd([a, b], &av, &bv, acc, acc_layout, k, inst, precision)
                 }
             };
         }

@@ -117,6 +117,23 @@ pub(crate) fn lower_with_plan(
     tk: &tile::Kernel,
     arch: Arch,
 ) -> Result<(Kernel, pipeline::PipelinePlan), Unsupported> {
+    let (k, plan, hoisted) = lower_once(tk, arch, true)?;
+    // Operands staged once before their loop (AMD) hold LDS through it; where
+    // that overflows the block's LDS, they are staged at each dot instead.
+    if hoisted && k.smem_bytes() > arch.info().max_smem_per_block {
+        let (k, plan, _) = lower_once(tk, arch, false)?;
+        return Ok((k, plan));
+    }
+    Ok((k, plan))
+}
+
+/// One lowering; `hoist_amd`: whether AMD matrix-core dots in a loop may read
+/// operands staged before it (`mma::amd`). Also says whether any did.
+fn lower_once(
+    tk: &tile::Kernel,
+    arch: Arch,
+    hoist_amd: bool,
+) -> Result<(Kernel, pipeline::PipelinePlan, bool), Unsupported> {
     let info = arch.info();
     let num_threads = tk.num_warps * info.warp_size;
     let mut l = Lower {
@@ -144,6 +161,9 @@ pub(crate) fn lower_with_plan(
         span: Span::default(),
         emitted: 0,
         vec_elems: 4,
+        amd_invariant: HashMap::new(),
+        hoist_amd,
+        hoisted_amd: false,
     };
     l.tid = l.new_reg(RegTy::I32);
     let tid = l.tid;
@@ -186,7 +206,7 @@ pub(crate) fn lower_with_plan(
         body: insts,
         layouts: l.layouts,
     };
-    Ok((kernel, l.pipeline.plan))
+    Ok((kernel, l.pipeline.plan, l.hoisted_amd))
 }
 
 /// A lowered Tile IR value: one operand per layout slot.
@@ -247,6 +267,14 @@ struct Lower<'a> {
     /// Contiguous elements per thread of the default blocked layout (see
     /// `default_vector_elems`).
     vec_elems: u32,
+    /// AMD matrix-core dot operands staged once before the loop being
+    /// lowered, by (value, staged transposed): their LDS buffer and row
+    /// stride (`mma::amd`).
+    amd_invariant: HashMap<(Value, bool), (usize, u32)>,
+    /// Whether loops may stage such operands (see `lower_with_plan`), and
+    /// whether one did.
+    hoist_amd: bool,
+    hoisted_amd: bool,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

@@ -15,7 +15,7 @@ use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
-use crate::target::MmaInst;
+use crate::target::{MmaInst, MmaKind};
 
 impl<'a> Lower<'a> {
     /// `dot` with `mma.sync` (m16n8k16 on sm_80+, two m16n8k8 on sm_75): operands
@@ -150,6 +150,7 @@ impl<'a> Lower<'a> {
             cur = self.mma_step(&cur, &afrag, &bfrag, 4, |l, a, b, c, d| {
                 if k16 {
                     l.emit(Inst::Mma {
+                        kind: MmaKind::MmaSync,
                         m: 16,
                         n: 8,
                         k: 16,
@@ -162,6 +163,7 @@ impl<'a> Lower<'a> {
                 } else {
                     let mid: Vec<Reg> = (0..4).map(|_| l.new_reg(RegTy::F32)).collect();
                     l.emit(Inst::Mma {
+                        kind: MmaKind::MmaSync,
                         m: 16,
                         n: 8,
                         k: 8,
@@ -172,6 +174,7 @@ impl<'a> Lower<'a> {
                         c,
                     });
                     l.emit(Inst::Mma {
+                        kind: MmaKind::MmaSync,
                         m: 16,
                         n: 8,
                         k: 8,

@@ -13,6 +13,7 @@ use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::Value;
+use crate::target::MmaKind;
 
 impl<'a> Lower<'a> {
     /// `dot` of f16 tiles on sm_70 with `mma.sync.m8n8k4` (f32 accumulate): `a`
@@ -109,6 +110,7 @@ impl<'a> Lower<'a> {
                 }
                 cur = self.mma_step(&cur, &frags[0], &frags[1], 8, |l, a, b, c, d| {
                     l.emit(Inst::Mma {
+                        kind: MmaKind::MmaSync,
                         m: 8,
                         n: 8,
                         k: 4,

@@ -7,13 +7,16 @@
 //! - `mma884`: f16 on sm_70's `mma.m8n8k4`, fragments read with plain shared
 //!   loads (no `ldmatrix`);
 //! - `staging`: where a dot operand is in shared memory (pipelined, deferred,
-//!   or stored from registers into a swizzled buffer).
+//!   or stored from registers into a swizzled buffer);
+//! - `amd`: AMD's MFMA (CDNA: f16, bf16, f32, and fp8 on CDNA3) and WMMA
+//!   (RDNA3: f16, bf16), operands read per lane from LDS.
 //!
 //! Which unit takes a dot is decided once, by [`crate::target::select_mma`]
 //! over the target's matrix-instruction rows ([`Lower::mma_plan`]); the
 //! instruction's feed names the file that emits it. The result of the dot stays
 //! in the accumulator layout, so a loop-carried accumulator never moves.
 
+mod amd;
 mod mma16816;
 mod mma884;
 mod staging;
@@ -26,7 +29,7 @@ use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, LayoutKind, Operand, Reg, RegTy};
 use crate::ir::tile::{Precision, Value};
-use crate::target::{select_mma, MmaFeed, MmaInst};
+use crate::target::{mma_candidates, MmaFeed, MmaInst, MmaKind};
 
 /// How an mma accumulator layout splits a dot's `[m, n]` result: the warp
 /// grid `[wm, wn]` and each warp's tile `[tm, tn]`.
@@ -64,15 +67,24 @@ impl<'a> Lower<'a> {
         [m, n, k]: [u32; 3],
         precision: Precision,
     ) -> Option<(&'static MmaInst, Rc<Layout>)> {
-        let inst = select_mma(&self.feat, a.mma_elem()?, b.mma_elem()?, Some(k), precision)?;
-        let layout = match inst.feed {
-            MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
-                Layout::mma_accumulator(m, n, self.num_warps)
-            }
-            MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
-            // AMD's matrix units: no code generator yet (`lower` refuses the target).
-            MmaFeed::Registers => None,
-        }?;
+        let (a, b) = (a.mma_elem()?, b.mma_elem()?);
+        // The first instruction whose tiles the warps can cover.
+        let (inst, layout) =
+            mma_candidates(&self.feat, a, b, Some(k), precision).find_map(|inst| {
+                let layout = match inst.feed {
+                    MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
+                        Layout::mma_accumulator(m, n, self.num_warps)
+                    }
+                    MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
+                    MmaFeed::Registers => match inst.kind {
+                        MmaKind::Mfma => {
+                            Layout::mfma_accumulator([inst.m, inst.n], m, n, self.num_warps)
+                        }
+                        _ => Layout::wmma_accumulator(m, n, self.num_warps),
+                    },
+                }?;
+                Some((inst, layout))
+            })?;
         Some((inst, Rc::new(layout)))
     }
 }
@@ -99,11 +111,16 @@ impl<'a> Lower<'a> {
         Ok(regs)
     }
 
-    /// This thread's warp's row and column in a `[wm, wn]` warp grid (warps
-    /// numbered along m first).
+    /// This thread's warp's (wave's) row and column in a `[wm, wn]` warp grid
+    /// (warps numbered along m first).
     pub(super) fn warp_coords(&mut self, [wm, wn]: [u32; 2]) -> (Operand, Operand) {
         let tid = Operand::Reg(self.tid);
-        let warp = self.bin(BinOp::Shr, RegTy::U32, tid, Operand::Int(5));
+        let warp = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            tid,
+            Operand::Int(self.warp_size.trailing_zeros() as i64),
+        );
         let warp_m = self.bin(BinOp::And, RegTy::U32, warp, Operand::Int(wm as i64 - 1));
         let warp_n = self.bin(
             BinOp::Shr,

@@ -152,7 +152,7 @@ impl<'a> Lower<'a> {
 
 /// The length of the contiguous runs along the last axis of a layout's slots
 /// (its size per thread there), a power of two.
-fn pow2_run(l: &Layout) -> u32 {
+pub(super) fn pow2_run(l: &Layout) -> u32 {
     match &l.kind {
         LayoutKind::Blocked {
             size_per_thread, ..

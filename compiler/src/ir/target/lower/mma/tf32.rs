@@ -12,6 +12,7 @@ use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::Value;
+use crate::target::MmaKind;
 
 impl<'a> Lower<'a> {
     /// `dot` of f32 tiles rounded to tf32 on tensor cores: both operands staged
@@ -121,6 +122,7 @@ impl<'a> Lower<'a> {
             }
             cur = self.mma_step(&cur, &afrag, &bfrag, 4, |l, a, b, c, d| {
                 l.emit(Inst::Mma {
+                    kind: MmaKind::MmaSync,
                     m: 16,
                     n: 8,
                     k: 8,
