@@ -173,21 +173,6 @@ impl Resources {
                 .with_help("use smaller tiles or more warps (`num_warps=`) so that each thread holds fewer elements"),
             );
         }
-        if let (Some(a), Some(r)) = (amd, self.amd) {
-            if r.sgprs > a.addressable_sgprs {
-                out.push(
-                    Diagnostic::new(
-                        "W0007",
-                        span,
-                        format!(
-                            "kernel `{}` likely spills scalar registers on {}: an estimated {} SGPRs per wave, more than the {} a wave can address",
-                            self.kernel, info.name, r.sgprs, a.addressable_sgprs
-                        ),
-                    )
-                    .with_help("LLVM moves the excess SGPRs into VGPR lanes, costing VGPRs and instructions; fewer kernel arguments or fewer values that are the same across the wave (block offsets, strides, loop bounds) need fewer"),
-                );
-            }
-        }
         if occ.cannot_launch() {
             let limiter = occ.limiter();
             let (code, what) = match limiter {
