@@ -367,7 +367,7 @@ fn compile_one(source: &str, arch: Arch) -> (u32, String) {
         .clone();
     let target = tessera::ir::target::lower(&tk, arch).expect("Target IR");
     let estimate = resources::of_target(&target).regs;
-    let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target));
+    let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target)).unwrap();
     (estimate, ptx)
 }
 
@@ -545,7 +545,7 @@ fn measure_kernels(
                 }
             };
             let estimate = resources::of_target(&target);
-            let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target));
+            let ptx = tessera::backend::ptx::module(arch, std::slice::from_ref(&target)).unwrap();
             match ptxas::assemble(ptxas, &ptx, arch) {
                 Ok(funcs) => match funcs.iter().find(|f| f.entry) {
                     Some(f) => {

@@ -317,6 +317,10 @@ pub enum EmitHeader {
     /// and add the resource diagnostics (W0003, W0004, E06xx), as `tsrc report`
     /// does.
     Report(Specialization),
+    /// `# emit: ptx [-D NAME=VALUE]...`: print every kernel's PTX and add
+    /// the diagnostics of those that have none (E0615 on an AMD arch), as
+    /// `tsrc emit --emit ptx` would.
+    Ptx(Specialization),
     /// `# emit: schedule-ir`: lower every whole-tensor function to its launch
     /// plan (E0512), as `tsrc emit --emit schedule-ir` does.
     ScheduleIr,
@@ -340,9 +344,9 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
         if kind == Some("schedule-ir") {
             return Ok(Some(EmitHeader::ScheduleIr));
         }
-        if kind != Some("tile-ir") && kind != Some("report") {
+        if !matches!(kind, Some("tile-ir" | "report" | "ptx")) {
             return Err(format!(
-                "line {}: only `# emit: tile-ir`, `# emit: report` and `# emit: schedule-ir` are supported",
+                "line {}: only `# emit: tile-ir`, `# emit: report`, `# emit: ptx` and `# emit: schedule-ir` are supported",
                 i + 1
             ));
         }
@@ -362,10 +366,10 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
                 .map_err(|e| format!("line {}: {e}", i + 1))?;
             spec.add(&d);
         }
-        return Ok(Some(if kind == Some("report") {
-            EmitHeader::Report(spec)
-        } else {
-            EmitHeader::TileIr(spec)
+        return Ok(Some(match kind {
+            Some("report") => EmitHeader::Report(spec),
+            Some("ptx") => EmitHeader::Ptx(spec),
+            _ => EmitHeader::TileIr(spec),
         }));
     }
     Ok(None)
@@ -381,6 +385,11 @@ fn diagnostics_with_emit(db: &Database, file: SourceFile, text: &str) -> Vec<Dia
         }
         Ok(Some(EmitHeader::Report(spec))) => {
             diags.extend(file_resources(db, file, db.options(), &spec).1);
+        }
+        Ok(Some(EmitHeader::Ptx(spec))) if !diags.iter().any(|d| d.is_error()) => {
+            if let Err(d) = tessera::db::ptx(db, file, db.options(), spec) {
+                diags.extend(d.iter().cloned());
+            }
         }
         Ok(Some(EmitHeader::ScheduleIr)) if !diags.iter().any(|d| d.is_error()) => {
             for (_, item, offset) in tessera::db::file_functions(db, file) {

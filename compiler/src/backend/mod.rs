@@ -1,6 +1,8 @@
 //! The back ends: the PTX printer, ptxas, occupancy and the register estimate
 //! (target facts are in `crate::target`).
 
+#[cfg(test)]
+pub(crate) mod corpus;
 pub mod occupancy;
 pub mod ptx;
 pub mod ptxas;

@@ -184,7 +184,9 @@ pub fn ptx_module<'db>(
         }
     }
     if diags.is_empty() {
-        Ok(crate::backend::ptx::module_of(options.arch(db), &printed))
+        // Refused only for an AMD arch and no kernels (each kernel would
+        // have said E0615): nothing to point at.
+        crate::backend::ptx::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
     } else {
         Err(diags)
     }
@@ -201,7 +203,23 @@ pub fn kernel_ptx<'db>(
     spec: crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
     let target = target_ir(db, item, options, spec).clone()?;
-    Ok(crate::backend::ptx::kernel_text(&target))
+    crate::backend::ptx::kernel_text(&target).map_err(|e| {
+        vec![
+            Diagnostic::new("E0615", kernel_name_span(db, item), e.to_string()).with_help(format!(
+                "emit HIP for {}, or pick an NVIDIA `--arch` for PTX",
+                e.0
+            )),
+        ]
+    })
+}
+
+/// The span of a kernel item's name (item-relative), where a diagnostic about
+/// the whole kernel points.
+fn kernel_name_span(db: &dyn Db, item: ItemSource<'_>) -> crate::syntax::span::Span {
+    match parse_item(db, item).item.as_deref() {
+        Some(ast::Item::Function(f)) => f.name.span,
+        _ => crate::syntax::span::Span::new(0, 0),
+    }
 }
 
 /// The PTX module of every kernel of `file` (see `ptx_module`).
@@ -237,10 +255,7 @@ pub fn kernel_resources(
                 .collect::<Vec<_>>()
         })?;
     let resources = resources::of_target(target);
-    let name_span = match parse_item(db, item).item.as_deref() {
-        Some(ast::Item::Function(f)) => f.name.span,
-        _ => crate::syntax::span::Span::new(0, 0),
-    };
+    let name_span = kernel_name_span(db, item);
     let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
     Ok((resources, diags))
 }

@@ -146,6 +146,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     e("E0607", "invalid `num_warps`"),
     e("E0608", "invalid `num_stages`"),
     e("E0609", "launch grid exceeds the target's limits"),
+    e("E0615", "output not available for the target"),
     // E07xx execution (run-time errors of `tessera::exec`; no static check
     // produces them: tests/harness/numerics.rs triggers each one)
     e(

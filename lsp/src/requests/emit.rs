@@ -49,8 +49,8 @@ pub const KINDS: [&str; 5] = ["graph-ir", "schedule-ir", "tile-ir", "target-ir",
 
 /// The answer to `kind: "hip"` (and to PTX for an AMD arch): the brief's HIP
 /// output does not exist yet, and the server says so instead of guessing.
-pub const HIP_NOT_BUILT: &str = "HIP is not built yet: the compiler has no AMD code generator \
-     (gfx90a, gfx942, gfx1100 have Tile IR only); PTX and Target IR need an NVIDIA arch (sm_70 ... sm_90a)";
+pub const HIP_NOT_BUILT: &str = "HIP is not built yet: the compiler has no HIP printer \
+     (gfx90a, gfx942, gfx1100 have Tile IR and Target IR); PTX needs an NVIDIA arch (sm_70 ... sm_90a)";
 
 /// Emits `kind` for the kernel/function `name` or, without one, the one whose
 /// item covers `offset`.

@@ -79,7 +79,7 @@ fn ptxas_accepts_every_kernel_for_every_arch() {
             .iter()
             .map(|k| lower(k, arch).unwrap())
             .collect();
-        let ptx = module(arch, &kernels);
+        let ptx = module(arch, &kernels).unwrap();
         // For running the kernels on a GPU elsewhere (see the module doc).
         if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
             std::fs::write(PathBuf::from(dir).join(format!("{arch}.ptx")), &ptx)
@@ -108,30 +108,14 @@ fn ptxas_accepts_every_kernel_for_every_arch() {
 /// sm_90a.
 #[test]
 fn corpus_kernels_assemble_with_ptxas() {
-    use crate::db::{file_kernels, ptx_module, target_ir, tile_ir, Database};
-    use crate::ir::tile::Specialization;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = Vec::new();
-    let mut stack = vec![
-        root.join("stdlib"),
-        root.join("examples"),
-        root.join("tests/ui"),
-        root.join("compiler/src/ir/tile/testdata"),
-    ];
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "tsr") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
+    use crate::backend::corpus;
+    use crate::db::{ptx_module, target_ir};
+    let files = corpus::files(&[
+        "stdlib",
+        "examples",
+        "tests/ui",
+        "compiler/src/ir/tile/testdata",
+    ]);
     let ptxas = find_ptxas();
     if ptxas.is_none() {
         eprintln!("notice: ptxas not found (set TESSERA_PTXAS); lowering only");
@@ -145,78 +129,51 @@ fn corpus_kernels_assemble_with_ptxas() {
             if text.starts_with("# arch:") {
                 continue;
             }
-            let mut db = Database::new();
-            db.set_arch(arch);
-            let file = db.load_file(path).unwrap();
-            if db.diagnostics(file).iter().any(|d| d.is_error()) {
-                continue;
-            }
-            let mut kernels = Vec::new();
-            let mut spec = Specialization::new();
-            for (name, item, off) in file_kernels(&db, file) {
-                let r = tile_ir(&db, item, db.options(), Specialization::new()).clone();
-                if matches!(&r, Err(d) if d.iter().any(|d| d.code == "E0511")) {
-                    if let Some(sig) = crate::db::item_signature(&db, item) {
-                        for p in &sig.params {
-                            if let crate::check::Ty::Tensor { dims, .. } = &p.ty {
-                                for d in dims {
-                                    for s in d.symbols() {
-                                        spec.values.insert(s.to_string(), 64);
-                                    }
-                                }
+            corpus::with_kernels(path, arch, &mut |db, kernels| {
+                let mut ok = Vec::new();
+                for k in kernels {
+                    let where_ = format!("{} {}: {}", arch, path.display(), k.name);
+                    match target_ir(db, k.item, db.options(), k.spec.clone()) {
+                        Ok(t) => {
+                            if let Err(e) = crate::ir::target::verify::verify(t) {
+                                failures.push(format!("{where_}: verify: {e}"));
                             }
-                            if p.is_const && !p.has_default {
-                                spec.values.insert(p.name.clone(), 64);
-                            }
+                            lowered += 1;
+                            ok.push(k);
                         }
-                    }
-                }
-                kernels.push((name, item, off));
-            }
-            let mut ok = Vec::new();
-            for (name, item, off) in kernels {
-                let spec_k = match tile_ir(&db, item, db.options(), Specialization::new()) {
-                    Ok(_) => Specialization::new(),
-                    Err(_) => spec.clone(),
-                };
-                if tile_ir(&db, item, db.options(), spec_k.clone()).is_err() {
-                    continue;
-                }
-                let where_ = format!("{} {}: {name}", arch, path.display());
-                match target_ir(&db, item, db.options(), spec_k.clone()) {
-                    Ok(k) => {
-                        if let Err(e) = crate::ir::target::verify::verify(k) {
-                            failures.push(format!("{where_}: verify: {e}"));
+                        // Over the size limit on purpose (its UI test): nothing to assemble.
+                        Err(d) if d.iter().all(|d| d.code == "E0119") => {}
+                        Err(d) if d.iter().all(|d| d.code == "E0512") => {
+                            unsupported.push(format!("{where_}: {}", d[0].message))
                         }
-                        lowered += 1;
-                        ok.push((name, item, off, spec_k));
+                        Err(d) => failures.push(format!("{where_}: {d:?}")),
                     }
-                    // Over the size limit on purpose (its UI test): nothing to assemble.
-                    Err(d) if d.iter().all(|d| d.code == "E0119") => {}
-                    Err(d) if d.iter().all(|d| d.code == "E0512") => {
-                        unsupported.push(format!("{where_}: {}", d[0].message))
-                    }
-                    Err(d) => failures.push(format!("{where_}: {d:?}")),
                 }
-            }
-            let Some(ptxas) = &ptxas else { continue };
-            for (name, item, off, spec_k) in ok {
-                let ptx = ptx_module(&db, &[(name.clone(), item, off)], db.options(), &spec_k)
-                    .expect("lowered above");
-                let tag = format!("corpus-{name}");
-                if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
-                    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-                    std::fs::write(
-                        PathBuf::from(dir).join(format!("corpus-{arch}-{stem}-{name}.ptx")),
-                        &ptx,
+                let Some(ptxas) = &ptxas else { return };
+                for k in ok {
+                    let name = &k.name;
+                    let ptx = ptx_module(
+                        db,
+                        &[(name.clone(), k.item, k.offset)],
+                        db.options(),
+                        &k.spec,
                     )
-                    .expect("write TESSERA_PTX_DIR");
+                    .expect("lowered above");
+                    let tag = format!("corpus-{name}");
+                    if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
+                        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+                        std::fs::write(
+                            PathBuf::from(dir).join(format!("corpus-{arch}-{stem}-{name}.ptx")),
+                            &ptx,
+                        )
+                        .expect("write TESSERA_PTX_DIR");
+                    }
+                    match assemble(ptxas, &ptx, arch, &tag) {
+                        Ok(_) => assembled += 1,
+                        Err(e) => failures.push(format!("{arch} {}: {name}: {e}", path.display())),
+                    }
                 }
-                match assemble(ptxas, &ptx, arch, &tag) {
-                    Ok(_) => assembled += 1,
-                    Err(e) => failures.push(format!("{arch} {}: {name}: {e}", path.display())),
-                }
-            }
+            });
         }
     }
     println!("{lowered} kernel lowerings, {assembled} assembled; unsupported: {unsupported:#?}");
@@ -280,7 +237,7 @@ def casts(x: Tensor["N", f32]) -> Tensor["N", i8]:
             .iter()
             .map(|k| lower(k, arch).unwrap_or_else(|e| panic!("{}: {e:?}", k.name)))
             .collect();
-        let ptx = module(arch, &lowered);
+        let ptx = module(arch, &lowered).unwrap();
         let f64_dot = ptx.contains("fma.rn.f64");
         assert!(f64_dot, "{arch}: the f64 matmul multiplies with f64 FMAs");
         assert!(ptx.contains("max.s32"), "{arch}: narrow casts clamp");
@@ -379,7 +336,7 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
                 assert_eq!(crate::ir::target::verify::verify(&tk), Ok(()), "{}", k.name);
                 lowered.push(tk);
             }
-            let ptx = module(arch, &lowered);
+            let ptx = module(arch, &lowered).unwrap();
             for k in &s.kernels {
                 assert!(
                     ptx.contains(&format!(".entry {}(", k.name)),

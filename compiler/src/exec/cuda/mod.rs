@@ -637,10 +637,9 @@ impl Gpu {
             .get(&kernel.name)?;
         // `kernel` is the variant that ran when it compiles to that module.
         let target = crate::ir::target::lower(kernel, self.info.arch).ok()?;
-        let ptx = crate::backend::ptx::module_of(
-            self.info.arch,
-            &[crate::backend::ptx::kernel_text(&target)],
-        );
+        let ptx = crate::backend::ptx::kernel_text(&target)
+            .and_then(|k| crate::backend::ptx::module_of(self.info.arch, &[k]))
+            .ok()?;
         let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         let loaded = modules.get(&ptx).filter(|l| l.id == last)?;
         loaded.measured.clone()
@@ -822,10 +821,16 @@ impl Gpu {
                     .unwrap_or_else(|| "run it on the CPU: `--device cpu`".to_string()),
             )
         })?;
-        let ptx = crate::backend::ptx::module_of(
-            self.info.arch,
-            &[crate::backend::ptx::kernel_text(&target)],
-        );
+        // A GPU's arch is an NVIDIA one (`Arch::for_compute_capability`).
+        let ptx = crate::backend::ptx::kernel_text(&target)
+            .and_then(|k| crate::backend::ptx::module_of(self.info.arch, &[k]))
+            .map_err(|e| {
+                ExecError::new(
+                    "E0709",
+                    format!("kernel `{}` cannot be compiled: {e}", kernel.name),
+                )
+                .with_help("run it on the CPU: `--device cpu`")
+            })?;
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
             self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);

@@ -215,8 +215,9 @@ fn the_jit_log_agrees_with_the_driver() {
     let target = crate::ir::target::lower(&k, gpu.info().arch).unwrap();
     let ptx = crate::backend::ptx::module_of(
         gpu.info().arch,
-        &[crate::backend::ptx::kernel_text(&target)],
-    );
+        &[crate::backend::ptx::kernel_text(&target).unwrap()],
+    )
+    .unwrap();
     let linked = match jit::link_ptx(&gpu.ctx, &ptx) {
         Ok(l) => l,
         Err(e) => panic!("{:?}: {}", e.error, e.log),
@@ -346,7 +347,7 @@ fn launch_facts_are_not_checked_at_entry_but_defines_are() {
         let k = crate::db::target_ir(&db, item, db.options(), spec)
             .clone()
             .unwrap();
-        crate::backend::ptx::kernel_text(&k)
+        crate::backend::ptx::kernel_text(&k).unwrap()
     };
     let trusted = ptx(spec);
     assert!(trusted.contains("N % 16 == 0: a fact of the launch's own value (not checked)"));

@@ -14,7 +14,7 @@ use crate::syntax::span::Span;
 use crate::target::Arch;
 
 use super::layout::Layout;
-use super::{lower, verify::verify};
+use super::{lower, verify::verify, Inst};
 
 /// Builds a Tile IR kernel op by op.
 pub(crate) struct Builder {
@@ -687,10 +687,51 @@ fn every_test_kernel_lowers_and_verifies_for_every_nvidia_arch() {
     }
 }
 
+const AMD: [Arch; 3] = [Arch::Gfx90a, Arch::Gfx942, Arch::Gfx1100];
+
 #[test]
-fn amd_targets_are_not_supported_yet() {
-    let d = lower(&vadd(), Arch::Gfx942).unwrap_err();
-    assert!(d.message.contains("gfx942"), "{}", d.message);
+fn every_test_kernel_lowers_and_verifies_for_every_amd_arch() {
+    for k in all_kernels() {
+        for arch in AMD {
+            let t = lower(&k, arch).unwrap_or_else(|d| panic!("{} {arch}: {}", k.name, d.message));
+            if let Err(e) = verify(&t) {
+                panic!("{} {arch}: verifier:\n{e}", k.name);
+            }
+            let wave = arch.info().warp_size;
+            assert_eq!(t.num_threads, k.num_warps * wave, "{} {arch}", k.name);
+        }
+    }
+}
+
+/// A row reduction's butterfly spans the whole wave: lane masks up to 32 on
+/// CDNA's 64-wide waves, up to 16 on RDNA3's 32-wide ones.
+#[test]
+fn reductions_shuffle_across_the_whole_wave() {
+    fn masks(insts: &[Inst], out: &mut Vec<u32>) {
+        for i in insts {
+            match i {
+                Inst::ShflXor { lane_mask, .. } => out.push(*lane_mask),
+                Inst::For { body, .. } => masks(body, out),
+                Inst::While { cond, body, .. } => {
+                    masks(cond, out);
+                    masks(body, out);
+                }
+                Inst::If {
+                    then, otherwise, ..
+                } => {
+                    masks(then, out);
+                    masks(otherwise, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    for (arch, top) in [(Arch::Sm90, 16), (Arch::Gfx942, 32), (Arch::Gfx1100, 16)] {
+        let t = lower(&softmax_rows(), arch).unwrap();
+        let mut m = Vec::new();
+        masks(&t.body, &mut m);
+        assert_eq!(m.iter().max(), Some(&top), "{arch}: {m:?}");
+    }
 }
 
 #[test]

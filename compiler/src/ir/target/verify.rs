@@ -237,6 +237,13 @@ impl Verifier<'_> {
                     "{i:?}: shuffles move one register (32 or 64 bits) of one type"
                 ));
             }
+            Inst::ShflXor { lane_mask, .. } if *lane_mask >= k.arch.info().warp_size => {
+                self.errors.push(format!(
+                    "{i:?}: the lane mask leaves {}'s {}-lane warp",
+                    k.arch,
+                    k.arch.info().warp_size
+                ));
+            }
             Inst::CpAsync {
                 dst,
                 src,

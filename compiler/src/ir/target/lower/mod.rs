@@ -118,16 +118,6 @@ pub(crate) fn lower_with_plan(
     arch: Arch,
 ) -> Result<(Kernel, pipeline::PipelinePlan), Unsupported> {
     let info = arch.info();
-    if !arch.is_nvidia() {
-        return Err(Unsupported {
-            too_large: None,
-            span: Span::default(),
-            message: format!(
-                "no code generator for {} yet (only NVIDIA targets have one)",
-                info.name
-            ),
-        });
-    }
     let num_threads = tk.num_warps * info.warp_size;
     let mut l = Lower {
         tk,
