@@ -72,8 +72,8 @@ impl Resources {
     /// The resources of a kernel on an AMD arch: `vgprs` architectural VGPRs
     /// and `regs.agprs` AGPRs a lane, `regs.sgprs` SGPRs a wave. Occupancy is
     /// computed at the registers LLVM would allocate: VGPRs and AGPRs beyond
-    /// their files are spilled, SGPRs beyond the addressable ones go to VGPR
-    /// lanes.
+    /// their files are spilled, SGPRs beyond what the other resources'
+    /// occupancy leaves go to VGPR lanes.
     pub fn amd(
         kernel: impl Into<String>,
         arch: Arch,
@@ -86,15 +86,31 @@ impl Resources {
             .info()
             .amd
             .expect("Resources::amd is called for AMD arches, whose rows have `amd`");
+        let usage = AmdUsage {
+            threads,
+            // Past the architectural VGPRs, CDNA's LLVM spills to AGPRs.
+            vgprs: vgprs.min(amd.arch_vgprs),
+            agprs: (regs.agprs + vgprs.saturating_sub(amd.arch_vgprs)).min(amd.agprs),
+            sgprs: 0,
+            lds_bytes: smem_bytes,
+        };
+        // LLVM keeps SGPRs within what the occupancy the other resources
+        // allow leaves, spilling the rest into VGPR lanes rather than losing
+        // a wave (clang-19, gfx90a: a grid-stride loop over 48 pointers, 96
+        // SGPRs, 24 spilled, 8 waves).
+        let waves = amd_occupancy(arch, usage).waves_per_simd.unwrap_or(0);
+        let budget = amd
+            .sgpr_waves
+            .iter()
+            .rev()
+            .find(|&&(_, w)| w >= waves)
+            .map_or(amd.addressable_sgprs, |&(most, _)| most)
+            .min(amd.addressable_sgprs);
         let occupancy = amd_occupancy(
             arch,
             AmdUsage {
-                threads,
-                // Past the architectural VGPRs, CDNA's LLVM spills to AGPRs.
-                vgprs: vgprs.min(amd.arch_vgprs),
-                agprs: (regs.agprs + vgprs.saturating_sub(amd.arch_vgprs)).min(amd.agprs),
-                sgprs: regs.sgprs.min(amd.addressable_sgprs),
-                lds_bytes: smem_bytes,
+                sgprs: regs.sgprs.min(budget),
+                ..usage
             },
         );
         Resources {
@@ -173,6 +189,21 @@ impl Resources {
                 .with_help("use smaller tiles or more warps (`num_warps=`) so that each thread holds fewer elements"),
             );
         }
+        if let (Some(a), Some(r)) = (amd, self.amd) {
+            if r.sgprs > a.addressable_sgprs {
+                out.push(
+                    Diagnostic::new(
+                        "W0007",
+                        span,
+                        format!(
+                            "kernel `{}` likely spills scalar registers on {}: an estimated {} SGPRs per wave, more than the {} a wave can address",
+                            self.kernel, info.name, r.sgprs, a.addressable_sgprs
+                        ),
+                    )
+                    .with_help("LLVM moves the excess SGPRs into VGPR lanes, costing VGPRs and instructions; fewer kernel arguments or fewer values that are the same across the wave (block offsets, strides, loop bounds) need fewer"),
+                );
+            }
+        }
         if occ.cannot_launch() {
             let limiter = occ.limiter();
             let (code, what) = match limiter {
@@ -224,7 +255,8 @@ impl Resources {
         } else if occ.occupancy() < 0.25 {
             let how = match occ.waves_per_simd {
                 Some(waves) => format!(
-                    "{waves} waves of {} per SIMD",
+                    "{waves} wave{} of {} per SIMD",
+                    if waves == 1 { "" } else { "s" },
                     amd.map_or(0, |a| a.max_waves_per_simd)
                 ),
                 None => format!(

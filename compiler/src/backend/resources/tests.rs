@@ -1175,8 +1175,8 @@ fn amd_uniform_registers() {
     assert_eq!(json["regs"], res.regs);
 }
 
-/// AMD rows in the report: W0004 counts waves per SIMD, and the table adds
-/// the AMD columns.
+/// AMD rows in the report: W0004 counts waves per SIMD, W0007 flags SGPRs
+/// past the addressable ones, and the table adds the AMD columns.
 #[test]
 fn amd_warnings_and_table() {
     let span = Span::new(4, 5);
@@ -1205,10 +1205,11 @@ fn amd_warnings_and_table() {
     assert_eq!(r.occupancy.waves_per_simd, Some(1));
     let d = r.diagnostics(span);
     assert_eq!(codes(&r), ["W0004"]);
-    assert!(d[0].message.contains("1 waves of 8 per SIMD"), "{d:?}");
+    assert!(d[0].message.contains("1 wave of 8 per SIMD"), "{d:?}");
     assert!(d[0].message.contains("VGPRs"), "{d:?}");
     // 600 VGPRs: more than a wave can hold, a spill.
     assert_eq!(codes(&row(600, 20, 0)), ["W0003", "W0004"]);
+    assert_eq!(codes(&row(64, 110, 0)), ["W0007"]);
     assert_eq!(codes(&row(64, 20, 70_000)), ["E0603"]);
     let t = render_table(&[row(64, 20, 0), usage(128, 32, 0)]);
     let lines: Vec<&str> = t.lines().collect();
