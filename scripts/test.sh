@@ -4,7 +4,9 @@
 # Needs a Rust toolchain (cargo, rustfmt, clippy), python3 with pip (for
 # NVIDIA's ptxas, fetched from PyPI into .cache/ by scripts/fetch-ptxas.sh and
 # exported as TESSERA_PTXAS to the PTX validation tests), Node.js 20+ with npm (the
-# VS Code extension; packages cached in .cache/npm) and Neovim (installed with
+# VS Code extension; packages cached in .cache/npm), Debian's clang-19 and lld-19
+# (installed with apt-get when missing, exported as TESSERA_CLANG to the HIP
+# validation test) and Neovim (installed with
 # apt-get when missing, for the LSP check with Neovim's client); crates come from crates.io
 # into cargo's own cache, build outputs go to target/ (or $CARGO_TARGET_DIR).
 set -euo pipefail
@@ -53,6 +55,24 @@ if [ -z "${TESSERA_PTXAS:-}" ]; then
 fi
 export TESSERA_PTXAS
 "$TESSERA_PTXAS" --version | tail -n 1
+
+step "clang-19 and lld-19 for the HIP validation test (Debian packages; set TESSERA_CLANG to use another)"
+if [ -z "${TESSERA_CLANG:-}" ]; then
+    if ! command -v clang++-19 >/dev/null 2>&1 || ! command -v ld.lld-19 >/dev/null 2>&1; then
+        if ! command -v apt-get >/dev/null 2>&1; then
+            echo "error: clang++-19 or ld.lld-19 is missing and apt-get is not available to install them:" >&2
+            echo "error: install clang 19 and lld 19 with the AMDGPU target, or set TESSERA_CLANG to such a clang++" >&2
+            exit 2
+        fi
+        sudo=""
+        if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang-19 lld-19 >/dev/null
+    fi
+    TESSERA_CLANG="$(command -v clang++-19)"
+fi
+export TESSERA_CLANG
+"$TESSERA_CLANG" --version | head -n 1
 
 # The bounded fuzz run (tests/harness/fuzz.rs) seeds itself from the clock by
 # hand; in CI it takes a fixed seed, so a submission is judged on the same inputs

@@ -54,7 +54,7 @@ pub fn stderr_wants_color() -> bool {
 pub enum CompilerCommand {
     /// Check .tsr files: syntax, names, types, shapes and target limits.
     Check(CheckArgs),
-    /// Print an IR level or PTX for a .tsr file (after checking it); HIP is not built yet.
+    /// Print an IR level, PTX (NVIDIA) or HIP (AMD) for a .tsr file (after checking it).
     Emit(EmitArgs),
     /// Per kernel: threads, registers, shared memory and occupancy on a target.
     Report(ReportArgs),
@@ -315,6 +315,8 @@ pub enum EmitKind {
     TargetIr,
     /// PTX assembly for NVIDIA targets.
     Ptx,
+    /// HIP C++ for AMD targets (one self-contained translation unit).
+    Hip,
 }
 
 impl EmitKind {
@@ -325,6 +327,7 @@ impl EmitKind {
             EmitKind::TileIr => "tile-ir",
             EmitKind::TargetIr => "target-ir",
             EmitKind::Ptx => "ptx",
+            EmitKind::Hip => "hip",
         }
     }
 }
@@ -609,6 +612,7 @@ pub fn emit_with(cx: &EmitContext, kind: EmitKind) -> Result<String, EmitError> 
         EmitKind::ScheduleIr => emit_whole_tensor(cx, true),
         EmitKind::TargetIr => emit_target_ir(cx),
         EmitKind::Ptx => emit_ptx(cx),
+        EmitKind::Hip => emit_hip(cx),
     }
 }
 
@@ -721,11 +725,23 @@ fn emit_each_kernel<'db>(
 fn emit_ptx(cx: &EmitContext) -> Result<String, EmitError> {
     if !cx.arch.is_nvidia() {
         return Err(EmitError::Usage(format!(
-            "`--emit ptx` needs an NVIDIA target (sm_70 ... sm_90a), not {}",
+            "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {} (its output is HIP)",
             cx.arch
         )));
     }
     crate::db::ptx_module(cx.db, &cx.kernels, cx.db.options(), &cx.spec)
+        .map_err(EmitError::Diagnostics)
+}
+
+/// One HIP translation unit with the selected kernels for `--arch`.
+fn emit_hip(cx: &EmitContext) -> Result<String, EmitError> {
+    if cx.arch.is_nvidia() {
+        return Err(EmitError::Usage(format!(
+            "HIP needs an AMD target (gfx90a, gfx942, gfx1100), not {} (its output is PTX)",
+            cx.arch
+        )));
+    }
+    crate::db::hip_module(cx.db, &cx.kernels, cx.db.options(), &cx.spec)
         .map_err(EmitError::Diagnostics)
 }
 
@@ -911,6 +927,36 @@ mod emit_tests {
         a.emit = EmitKind::TileIr;
         let (_, out, _) = run(&a);
         assert!(!out.contains("assume"), "{out}");
+    }
+
+    #[test]
+    fn hip_for_amd_arches_and_ptx_for_nvidia_ones() {
+        let mut a = args(write("h1.tsr", GEMM), EmitKind::Hip);
+        a.arch = Arch::Gfx942;
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        // 4 waves of 64 lanes.
+        assert!(
+            out.contains(
+                "__launch_bounds__(256) void mm(void *A, void *B, void *C, int s, float f"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("for gfx942 (64-lane waves)"), "{out}");
+        a.arch = Arch::Gfx1100;
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(out.contains("__launch_bounds__(128) void mm("), "{out}");
+        a.arch = Arch::Sm90;
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(out.is_empty());
+        assert!(err.contains("HIP needs an AMD target"), "{err}");
+        a.emit = EmitKind::Ptx;
+        a.arch = Arch::Gfx90a;
+        let (code, _, err) = run(&a);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("its output is HIP"), "{err}");
     }
 
     #[test]

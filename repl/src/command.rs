@@ -30,7 +30,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     (":type EXPR", "the type of an expression: dtype and shape"),
     (
         ":emit KIND NAME [ARCH] [-D N=V]",
-        "print graph-ir, schedule-ir, tile-ir, target-ir or ptx of a function or kernel",
+        "print graph-ir, schedule-ir, tile-ir, target-ir, ptx or hip of a function or kernel",
     ),
     (
         ":resources NAME [ARCH] [-D N=V]",
@@ -440,7 +440,7 @@ fn emit(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Next, Diagnostic> {
-    let help = "`:emit KIND NAME [ARCH] [-D NAME=VALUE]...`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx";
+    let help = "`:emit KIND NAME [ARCH] [-D NAME=VALUE]...`, KIND one of graph-ir, schedule-ir, tile-ir, target-ir, ptx (NVIDIA arches), hip (AMD arches)";
     if words.len() < 3 || words.len() > 4 {
         return Err(usage(
             whole,
@@ -563,7 +563,7 @@ fn not_defined(name: &str, span: Span, what: &str, other_kind: bool) -> Diagnost
         if what == "kernel" {
             "it is a whole-tensor function: `:emit graph-ir NAME` or `:emit schedule-ir NAME`"
         } else {
-            "it is a kernel: `:emit tile-ir NAME`, `target-ir` or `ptx`"
+            "it is a kernel: `:emit tile-ir NAME`, `target-ir`, `ptx` or `hip`"
         }
     } else {
         "define it in the session or `:load` a file that does"

@@ -596,9 +596,12 @@ fn diagnostics_hover_hints_definition_completion_emit() {
         )
         .unwrap_err();
     assert_eq!(e["code"], -32602);
-    // HIP is in the brief but not built: said so, for the kind and for PTX
-    // on an AMD arch.
-    for (kind, arch) in [("hip", "gfx942"), ("ptx", "gfx90a")] {
+    // HIP for an AMD arch, PTX for an NVIDIA one; the other way round is
+    // refused with a message naming the right kind.
+    for (kind, arch, says) in [
+        ("hip", "sm_80", "HIP needs an AMD target"),
+        ("ptx", "gfx90a", "PTX needs an NVIDIA target"),
+    ] {
         let e = c
             .request(
                 "tessera/emit",
@@ -606,16 +609,20 @@ fn diagnostics_hover_hints_definition_completion_emit() {
             )
             .unwrap_err();
         assert_eq!(e["code"], -32803, "{e}");
-        assert!(
-            e["message"]
-                .as_str()
-                .unwrap()
-                .contains("HIP is not built yet"),
-            "{e}"
-        );
+        assert!(e["message"].as_str().unwrap().contains(says), "{e}");
     }
     c.change(&main, 4, range(l, c0, l, c0 + 6), "BN");
     assert!(c.diagnostics(&main, 4).is_empty());
+    let hip = c
+        .request(
+            "tessera/emit",
+            json!({"uri": main, "kind": "hip", "arch": "gfx942", "kernel": "tile_add"}),
+        )
+        .unwrap();
+    let text = hip["text"].as_str().unwrap();
+    assert!(text.contains("for gfx942 (64-lane waves)"), "{text}");
+    assert!(text.contains("extern \"C\" __global__"), "{text}");
+    assert!(text.contains("void tile_add("), "{text}");
 
     // A quick fix for a misspelt builtin.
     let (l, col) = find(&good, "b = load", "load");

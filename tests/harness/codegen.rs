@@ -248,7 +248,8 @@ fn parse_runs(path: &Path, text: &str) -> Result<Vec<Run>, String> {
     }
     if runs.is_empty() {
         return Err(
-            "no `# codegen: --emit ptx|target-ir ... ` line among the leading comments".to_string(),
+            "no `# codegen: --emit ptx|hip|target-ir ... ` line among the leading comments"
+                .to_string(),
         );
     }
     Ok(runs)
@@ -257,6 +258,7 @@ fn parse_runs(path: &Path, text: &str) -> Result<Vec<Run>, String> {
 fn extension(kind: EmitKind) -> &'static str {
     match kind {
         EmitKind::Ptx => "ptx",
+        EmitKind::Hip => "hip",
         EmitKind::TargetIr => "tir",
         EmitKind::TileIr => "tile",
         EmitKind::ScheduleIr => "sched",

@@ -321,6 +321,10 @@ pub enum EmitHeader {
     /// the diagnostics of those that have none (E0615 on an AMD arch), as
     /// `tsrc emit --emit ptx` would.
     Ptx(Specialization),
+    /// `# emit: hip [-D NAME=VALUE]...`: print every kernel's HIP and add
+    /// the diagnostics of those that have none (E0615 on an NVIDIA arch), as
+    /// `tsrc emit --emit hip` would.
+    Hip(Specialization),
     /// `# emit: schedule-ir`: lower every whole-tensor function to its launch
     /// plan (E0512), as `tsrc emit --emit schedule-ir` does.
     ScheduleIr,
@@ -344,9 +348,9 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
         if kind == Some("schedule-ir") {
             return Ok(Some(EmitHeader::ScheduleIr));
         }
-        if !matches!(kind, Some("tile-ir" | "report" | "ptx")) {
+        if !matches!(kind, Some("tile-ir" | "report" | "ptx" | "hip")) {
             return Err(format!(
-                "line {}: only `# emit: tile-ir`, `# emit: report`, `# emit: ptx` and `# emit: schedule-ir` are supported",
+                "line {}: only `# emit: tile-ir`, `# emit: report`, `# emit: ptx`, `# emit: hip` and `# emit: schedule-ir` are supported",
                 i + 1
             ));
         }
@@ -369,6 +373,7 @@ pub fn parse_emit_header(text: &str) -> Result<Option<EmitHeader>, String> {
         return Ok(Some(match kind {
             Some("report") => EmitHeader::Report(spec),
             Some("ptx") => EmitHeader::Ptx(spec),
+            Some("hip") => EmitHeader::Hip(spec),
             _ => EmitHeader::TileIr(spec),
         }));
     }
@@ -388,6 +393,11 @@ fn diagnostics_with_emit(db: &Database, file: SourceFile, text: &str) -> Vec<Dia
         }
         Ok(Some(EmitHeader::Ptx(spec))) if !diags.iter().any(|d| d.is_error()) => {
             if let Err(d) = tessera::db::ptx(db, file, db.options(), spec) {
+                diags.extend(d.iter().cloned());
+            }
+        }
+        Ok(Some(EmitHeader::Hip(spec))) if !diags.iter().any(|d| d.is_error()) => {
+            if let Err(d) = tessera::db::hip(db, file, db.options(), spec) {
                 diags.extend(d.iter().cloned());
             }
         }

@@ -1,8 +1,9 @@
-//! The back ends: the PTX printer, ptxas, occupancy and the register estimate
+//! The back ends: the PTX and HIP printers, ptxas, occupancy and the register estimate
 //! (target facts are in `crate::target`).
 
 #[cfg(test)]
 pub(crate) mod corpus;
+pub mod hip;
 pub mod occupancy;
 pub mod ptx;
 pub mod ptxas;

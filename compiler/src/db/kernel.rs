@@ -1,5 +1,5 @@
 //! Kernel queries: the Tile IR of a kernel item under a specialization, its
-//! Target IR for the selected arch, the PTX module of a file's kernels, and
+//! Target IR for the selected arch, the PTX or HIP module of a file's kernels, and
 //! their resources (registers, shared memory, occupancy) estimated from Target IR.
 
 use std::sync::Arc;
@@ -211,6 +211,70 @@ pub fn kernel_ptx<'db>(
             )),
         ]
     })
+}
+
+/// One HIP translation unit holding `kernels` (items with their file
+/// offsets, as `file_kernels` gives them) for `options`' arch, or every
+/// diagnostic of every kernel that failed (absolute spans).
+pub fn hip_module<'db>(
+    db: &'db dyn Db,
+    kernels: &[(String, ItemSource<'db>, u32)],
+    options: Options,
+    spec: &crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    let mut printed = Vec::new();
+    let mut diags = Vec::new();
+    for (_, item, offset) in kernels {
+        match kernel_hip(db, *item, options, spec.clone()) {
+            Ok(text) => printed.push(text.as_str()),
+            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
+        }
+    }
+    if diags.is_empty() {
+        // Refused only for an NVIDIA arch and no kernels (each kernel would
+        // have said E0615): nothing to point at.
+        crate::backend::hip::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
+    } else {
+        Err(diags)
+    }
+}
+
+/// The HIP definition of one kernel item (see `target_ir`; its diagnostics
+/// are returned as they are, item-relative): E0615 for an NVIDIA arch, or
+/// for an instruction HIP cannot express. Cached per kernel, as `kernel_ptx`.
+#[salsa::tracked(returns(ref))]
+pub fn kernel_hip<'db>(
+    db: &'db dyn Db,
+    item: ItemSource<'db>,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    use crate::backend::hip::HipError;
+    let target = target_ir(db, item, options, spec).clone()?;
+    crate::backend::hip::kernel_text(&target).map_err(|e| {
+        let help = match &e {
+            HipError::NotAmd(a) => {
+                format!(
+                    "emit PTX for {a}, or pick an AMD `--arch` (gfx90a, gfx942, gfx1100) for HIP"
+                )
+            }
+            HipError::Inexpressible { .. } => {
+                "emit PTX for an NVIDIA arch, or run the kernel on the CPU".to_string()
+            }
+        };
+        vec![Diagnostic::new("E0615", kernel_name_span(db, item), e.to_string()).with_help(help)]
+    })
+}
+
+/// The HIP translation unit of every kernel of `file` (see `hip_module`).
+#[salsa::tracked(returns(ref))]
+pub fn hip(
+    db: &dyn Db,
+    file: SourceFile,
+    options: Options,
+    spec: crate::ir::tile::Specialization,
+) -> Result<String, Vec<Diagnostic>> {
+    hip_module(db, &file_kernels(db, file), options, &spec)
 }
 
 /// The span of a kernel item's name (item-relative), where a diagnostic about

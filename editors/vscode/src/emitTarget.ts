@@ -1,7 +1,7 @@
 // What a `tessera/emit` view shows, and how that is written into the URI of its
 // virtual document. Free of the `vscode` module so that the unit tests run it.
 
-/** The custom request of `tessera lsp` that returns an IR level or PTX. */
+/** The custom request of `tessera lsp` that returns an IR level, PTX or HIP. */
 export const EMIT_REQUEST = 'tessera/emit';
 
 /** The `kind` values of the `tessera/emit` request, with their commands. */
@@ -11,6 +11,7 @@ export const EMIT_KINDS = {
     'tile-ir': { command: 'tessera.showTileIr', title: 'Tile IR', suffix: 'tile-ir' },
     'target-ir': { command: 'tessera.showTargetIr', title: 'Target IR', suffix: 'target-ir' },
     ptx: { command: 'tessera.showPtx', title: 'PTX', suffix: 'ptx' },
+    hip: { command: 'tessera.showHip', title: 'HIP', suffix: 'hip' },
 } as const;
 
 export type EmitKind = keyof typeof EMIT_KINDS;

@@ -123,8 +123,11 @@ export class EmitViews implements vscode.TextDocumentContentProvider, vscode.Dis
     }
 
     private async setLanguage(doc: vscode.TextDocument, kind: EmitKind): Promise<vscode.TextDocument> {
-        // PTX is coloured only when some installed extension knows the `ptx` language.
-        const wanted = kind === 'ptx' && (await vscode.languages.getLanguages()).includes('ptx') ? 'ptx' : 'plaintext';
+        // PTX is coloured only when some installed extension knows the `ptx` language;
+        // HIP is C++ (a language VS Code ships).
+        const known = await vscode.languages.getLanguages();
+        const language = kind === 'ptx' ? 'ptx' : kind === 'hip' ? 'cpp' : undefined;
+        const wanted = language !== undefined && known.includes(language) ? language : 'plaintext';
         return doc.languageId === wanted ? doc : vscode.languages.setTextDocumentLanguage(doc, wanted);
     }
 

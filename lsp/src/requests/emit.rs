@@ -1,4 +1,4 @@
-//! The `tessera/emit` request: any IR level or PTX of one kernel or function,
+//! The `tessera/emit` request: any IR level, PTX or HIP of one kernel or function,
 //! from the same queries as `tsrc emit`. `Backend::emit` answers it on a
 //! snapshot, with the `tessera.defines` setting under the request's own
 //! defines; compiler errors come back as LSP diagnostics in the error's data.
@@ -19,7 +19,7 @@ use crate::server::{offset_of, Backend, REQUEST_FAILED};
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct EmitParams {
     pub uri: Url,
-    /// `graph-ir`, `schedule-ir`, `tile-ir`, `target-ir` or `ptx`.
+    /// `graph-ir`, `schedule-ir`, `tile-ir`, `target-ir`, `ptx` or `hip`.
     pub kind: String,
     pub arch: Option<String>,
     pub kernel: Option<String>,
@@ -39,18 +39,21 @@ pub struct EmitResult {
 pub enum EmitFailure {
     /// Bad parameters (unknown kind, no such kernel).
     Invalid(String),
-    /// A valid request for output the compiler does not produce (HIP).
+    /// A valid request for output the arch does not have (PTX of an AMD arch,
+    /// HIP of an NVIDIA one).
     Unsupported(String),
     /// The compiler's diagnostics (absolute spans in the file).
     Diagnostics(String, Vec<Diagnostic>),
 }
 
-pub const KINDS: [&str; 5] = ["graph-ir", "schedule-ir", "tile-ir", "target-ir", "ptx"];
-
-/// The answer to `kind: "hip"` (and to PTX for an AMD arch): the brief's HIP
-/// output does not exist yet, and the server says so instead of guessing.
-pub const HIP_NOT_BUILT: &str = "HIP is not built yet: the compiler has no HIP printer \
-     (gfx90a, gfx942, gfx1100 have Tile IR and Target IR); PTX needs an NVIDIA arch (sm_70 ... sm_90a)";
+pub const KINDS: [&str; 6] = [
+    "graph-ir",
+    "schedule-ir",
+    "tile-ir",
+    "target-ir",
+    "ptx",
+    "hip",
+];
 
 /// Emits `kind` for the kernel/function `name` or, without one, the one whose
 /// item covers `offset`.
@@ -62,9 +65,6 @@ pub fn emit(
     offset: Option<u32>,
 ) -> Result<EmitResult, EmitFailure> {
     let kind = params.kind.as_str();
-    if kind == "hip" {
-        return Err(EmitFailure::Unsupported(HIP_NOT_BUILT.into()));
-    }
     if !KINDS.contains(&kind) {
         return Err(EmitFailure::Invalid(format!(
             "unknown kind `{kind}` (one of: {})",
@@ -74,7 +74,12 @@ pub fn emit(
     let arch = options.arch(db);
     if kind == "ptx" && !arch.is_nvidia() {
         return Err(EmitFailure::Unsupported(format!(
-            "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {arch}; {HIP_NOT_BUILT}"
+            "PTX needs an NVIDIA target (sm_70 ... sm_90a), not {arch}: AMD targets have HIP (kind \"hip\")"
+        )));
+    }
+    if kind == "hip" && arch.is_nvidia() {
+        return Err(EmitFailure::Unsupported(format!(
+            "HIP needs an AMD target (gfx90a, gfx942, gfx1100), not {arch}: NVIDIA targets have PTX (kind \"ptx\")"
         )));
     }
     let whole_tensor = matches!(kind, "graph-ir" | "schedule-ir");
@@ -152,6 +157,7 @@ pub fn emit(
             .as_ref()
             .map(|k| k.to_string())
             .map_err(|d| shift(d, offset)),
+        "hip" => db::hip_module(db, &[kernel], options, &spec),
         _ => db::ptx_module(db, &[kernel], options, &spec),
     };
     text.map(|text| EmitResult { text, name })

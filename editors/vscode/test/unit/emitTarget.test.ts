@@ -33,7 +33,7 @@ test('the view URI query round-trips every field, including URIs with escapes', 
 
 test('a query with a missing field or an unknown kind is refused', () => {
     assert.equal(decodeEmitQuery('source=file%3A%2F%2F%2Fa.tsr&kind=ptx&arch=sm_90'), undefined);
-    assert.equal(decodeEmitQuery('source=file%3A%2F%2F%2Fa.tsr&kind=hip&arch=sm_90&kernel=k'), undefined);
+    assert.equal(decodeEmitQuery('source=file%3A%2F%2F%2Fa.tsr&kind=sass&arch=sm_90&kernel=k'), undefined);
     assert.equal(decodeEmitQuery(''), undefined);
     assert.equal(decodeEmitQuery(encodeEmitQuery(target) + '&D=D%3Dx'), undefined);
     assert.equal(isEmitKind('toString'), false);
@@ -73,7 +73,7 @@ test('-D values: integers as the language writes them, True and False', () => {
 });
 
 test('the emit kinds are the levels of the tessera/emit contract', () => {
-    assert.deepEqual(Object.keys(EMIT_KINDS).sort(), ['graph-ir', 'ptx', 'schedule-ir', 'target-ir', 'tile-ir']);
+    assert.deepEqual(Object.keys(EMIT_KINDS).sort(), ['graph-ir', 'hip', 'ptx', 'schedule-ir', 'target-ir', 'tile-ir']);
 });
 
 test('every emit command is contributed in package.json, with the title its kind has', () => {

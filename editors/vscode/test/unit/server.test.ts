@@ -193,6 +193,14 @@ describe('tessera lsp, as the extension speaks to it', { skip, timeout: 180_000 
         const uri = pathToFileURL(path.join(workspace, 'gemm.tsr')).toString();
         assert.ok((await emitError({ uri, kind: 'graph-ir', arch: 'sm_90', kernel: 'gemm' })).length > 0);
         assert.match(await emitError({ uri, kind: 'ptx', arch: 'gfx942', kernel: 'gemm' }), /NVIDIA/);
+        assert.match(await emitError({ uri, kind: 'hip', arch: 'sm_90', kernel: 'gemm' }), /AMD/);
+    });
+
+    test('Show HIP: the kernel as HIP C++ for an AMD arch', async () => {
+        const uri = pathToFileURL(path.join(workspace, 'gemm.tsr')).toString();
+        const r = await emit({ uri, kind: 'hip', arch: 'gfx1100', kernel: 'gemm' });
+        assert.equal(r.name, 'gemm');
+        assert.match(r.text, /extern "C" __global__ __launch_bounds__\(\d+\) void gemm\(/);
     });
 
     test('every level the extension has a command for is a kind the server knows', async () => {
