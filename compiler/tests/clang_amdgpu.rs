@@ -9,12 +9,28 @@
 //! * probes: kernels that claim given VGPRs, AGPRs and SGPRs (inline-asm
 //!   clobbers), LDS (a static array) and workgroup sizes: the occupancy
 //!   `backend::occupancy::amd_occupancy` computes from clang's own counts
-//!   must be clang's, on every probe.
+//!   must be clang's, on every probe;
+//! * the corpus: every kernel of `stdlib/`, `examples/` and the `.tsr` files
+//!   of `tests/` that check clean, through Target IR and the HIP printer:
+//!   the VGPR estimate (`backend::resources::of_target`) beside clang's
+//!   count, printed with the median, 90th percentile and worst error per
+//!   arch against the goals (a median error within 15%, no kernel over 35%;
+//!   not met yet: the test holds the estimate to where it stands, [`held`]);
+//!   the LDS must be clang's, and the estimated waves per SIMD clang's
+//!   wherever the estimate allocates as many VGPRs as clang (the same
+//!   granules); a kernel the estimate says cannot run (LDS past 64 KiB)
+//!   must be one clang refuses.
+//!
+//! `TESSERA_CLANG_ONLY=probes,corpus` runs only the named parts;
+//! `TESSERA_CLANG_TABLE=1` prints every kernel's row.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use tessera::backend::occupancy::{amd_occupancy, AmdUsage};
+use tessera::backend::resources;
+use tessera::db::{file_kernels, tile_ir, Database};
+use tessera::ir::tile::Specialization;
 use tessera::target::Arch;
 
 const ARCHS: [Arch; 3] = [Arch::Gfx90a, Arch::Gfx942, Arch::Gfx1100];
@@ -32,7 +48,21 @@ fn main() -> ExitCode {
         }
     };
     let mut failures = Vec::new();
-    probes(&clang, &mut failures);
+    let only = std::env::var("TESSERA_CLANG_ONLY").ok();
+    let part = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p == name))
+    };
+    if part("probes") {
+        probes(&clang, &mut failures);
+    }
+    if part("corpus") {
+        // With the compiler's stack, as the binaries run it (deeply nested
+        // kernels of the fuzz findings under tests/).
+        let mut found = Vec::new();
+        tessera::stack::with_stack(|| corpus(&clang, &mut found)).expect("a thread for the corpus");
+        failures.extend(found);
+    }
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -114,6 +144,38 @@ fn parse_remarks(stderr: &str) -> Vec<Remark> {
 /// Compiles HIP `source` for `arch` and returns clang's remarks, or its
 /// error output.
 fn compile(clang: &PathBuf, source: &str, arch: Arch, tag: &str) -> Result<Vec<Remark>, String> {
+    // `TESSERA_CLANG_CACHE=dir` keeps clang's output per source, so that
+    // studying the estimate does not recompile what has not changed.
+    let cached = std::env::var_os("TESSERA_CLANG_CACHE").map(|d| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (source, arch.name()).hash(&mut h);
+        PathBuf::from(d).join(format!("{:016x}.txt", h.finish()))
+    });
+    if let Some(text) = cached
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    {
+        return match text.split_once('\n') {
+            Some(("ok", stderr)) => Ok(parse_remarks(stderr)),
+            Some((_, stderr)) => Err(stderr.to_string()),
+            None => Err(text),
+        };
+    }
+    let result = run_clang(clang, source, arch, tag);
+    if let Some(p) = cached {
+        let _ = std::fs::create_dir_all(p.parent().expect("a cache dir"));
+        let text = match &result {
+            Ok(stderr) => format!("ok\n{stderr}"),
+            Err(stderr) => format!("error\n{stderr}"),
+        };
+        let _ = std::fs::write(p, text);
+    }
+    result.map(|stderr| parse_remarks(&stderr))
+}
+
+/// Runs clang on `source` for `arch`: its stderr, as `Err` where it fails.
+fn run_clang(clang: &PathBuf, source: &str, arch: Arch, tag: &str) -> Result<String, String> {
     let dir = std::env::temp_dir().join(format!("tessera-clang-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join(format!("{tag}-{}.hip", arch.name()));
@@ -142,7 +204,7 @@ fn compile(clang: &PathBuf, source: &str, arch: Arch, tag: &str) -> Result<Vec<R
     if !out.status.success() {
         return Err(stderr);
     }
-    Ok(parse_remarks(&stderr))
+    Ok(stderr)
 }
 
 /// One probe: a workgroup size and the registers and LDS it claims.
@@ -287,4 +349,392 @@ fn probes(clang: &PathBuf, failures: &mut Vec<String>) {
             probes.len()
         );
     }
+}
+
+/// The `.tsr` files measured: stdlib/, examples/ (not examples/errors/) and
+/// every `.tsr` under tests/ (those that do not check clean, such as session
+/// scripts and error cases, are left out where they are loaded), sorted.
+fn corpus_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    fn walk(dir: &Path, deep: bool, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if deep {
+                    walk(&p, deep, out);
+                }
+            } else if p.extension().is_some_and(|x| x == "tsr") {
+                out.push(p);
+            }
+        }
+    }
+    walk(&root.join("stdlib"), true, &mut files);
+    walk(&root.join("examples"), false, &mut files);
+    walk(&root.join("tests"), true, &mut files);
+    files.sort();
+    files
+}
+
+/// The specializations a kernel is measured under: none, or, for a kernel
+/// that needs a value for `D` (flash attention's head dim), 64 and 128.
+fn specializations(
+    db: &Database,
+    item: tessera::db::ItemSource<'_>,
+) -> Vec<(String, Specialization)> {
+    let plain = Specialization::new();
+    match tile_ir(db, item, db.options(), plain.clone()) {
+        Err(d)
+            if d.iter()
+                .any(|d| d.code == "E0511" && d.message.contains("`D`")) =>
+        {
+            [64, 128]
+                .map(|v| (format!("[D={v}]"), Specialization::new().with("D", v)))
+                .to_vec()
+        }
+        _ => vec![(String::new(), plain)],
+    }
+}
+
+/// One kernel measured: the estimate beside clang's remark.
+struct Row {
+    label: String,
+    arch: Arch,
+    estimate: resources::Resources,
+    clang: Remark,
+}
+
+impl Row {
+    /// The relative error of the VGPR estimate. Where clang spilled VGPRs it
+    /// reports its limit, not the kernel's demand; an estimate above the
+    /// limit predicted that (W0003), so the comparison is at the limit.
+    fn error(&self) -> f64 {
+        let clang = self.clang.vgprs;
+        let estimate = if self.clang.vgpr_spill > 0 {
+            self.estimate.regs.min(clang)
+        } else {
+            self.estimate.regs
+        };
+        (estimate as f64 - clang as f64) / clang.max(1) as f64
+    }
+
+    /// Whether the estimate allocates as many VGPRs as clang's count.
+    fn vgprs_agree(&self) -> bool {
+        let amd = self.arch.info().amd.expect("an AMD row");
+        let g = amd.vgpr_granule;
+        let alloc = |v: u32| v.max(1).div_ceil(g);
+        let est_agprs = self.estimate.amd.map_or(0, |a| a.agprs);
+        alloc(occupancy_vgprs(self.estimate.regs, est_agprs))
+            == alloc(occupancy_vgprs(self.clang.vgprs, self.clang.agprs))
+    }
+}
+
+/// The VGPRs of the unified file a wave takes (LLVM's `getTotalNumVGPRs`).
+fn occupancy_vgprs(vgprs: u32, agprs: u32) -> u32 {
+    tessera::backend::occupancy::amd_total_vgprs(vgprs, agprs)
+}
+
+/// The goal for the VGPR estimate's median error.
+const MEDIAN_BOUND: f64 = 0.15;
+/// The goal for its worst error.
+const WORST_BOUND: f64 = 0.35;
+
+/// Where the estimate stands against the goals, per arch, as first measured
+/// with clang-19 and the HIP printer of this writing: the median error and
+/// the number of kernels over [`WORST_BOUND`]. The goals are not met on
+/// CDNA's median nor on the worst error (see the module docs of
+/// `backend/resources/amd.rs` for what the model misses); the test holds
+/// the estimate to these so that it does not get worse, and prints how far
+/// it is from the goals.
+fn held(arch: Arch) -> (f64, usize) {
+    match arch {
+        Arch::Gfx90a => (0.17, 48),
+        Arch::Gfx942 => (0.16, 44),
+        _ => (MEDIAN_BOUND, 41),
+    }
+}
+
+fn corpus(clang: &PathBuf, failures: &mut Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let files = corpus_files();
+    let table = std::env::var_os("TESSERA_CLANG_TABLE").is_some();
+    for arch in ARCHS {
+        let mut rows: Vec<Row> = Vec::new();
+        let mut skipped = Vec::new();
+        let mut refusals = 0;
+        for path in &files {
+            let shown = path
+                .strip_prefix(&root)
+                .unwrap_or(path)
+                .display()
+                .to_string();
+            let Ok(text) = std::fs::read_to_string(path) else {
+                failures.push(format!("{shown}: cannot read"));
+                continue;
+            };
+            if !text.contains("@kernel") {
+                continue;
+            }
+            let mut db = Database::new();
+            db.set_arch(arch);
+            let file = db.set_source(&shown, text);
+            if db.diagnostics(file).iter().any(|d| d.is_error()) {
+                skipped.push(format!("{shown}: check errors"));
+                continue;
+            }
+            // The kernels of the file by specialization tag: one HIP module each.
+            let mut modules: Vec<(String, Vec<(String, tessera::ir::target::Kernel)>)> = Vec::new();
+            for (name, item, _) in file_kernels(&db, file) {
+                for (tag, spec) in specializations(&db, item) {
+                    let label = format!("{shown}:{name}{tag}");
+                    let tk = match tile_ir(&db, item, db.options(), spec) {
+                        Ok(k) => k.clone(),
+                        Err(d) => {
+                            let codes: Vec<&str> = d.iter().map(|d| d.code).collect();
+                            skipped.push(format!("{label}: Tile IR {codes:?}"));
+                            continue;
+                        }
+                    };
+                    match tessera::ir::target::lower(&tk, arch) {
+                        Ok(t) => match modules.iter_mut().find(|m| m.0 == tag) {
+                            Some(m) => m.1.push((label, t)),
+                            None => modules.push((tag, vec![(label, t)])),
+                        },
+                        Err(e) => skipped.push(format!("{label}: Target IR: {}", e.message)),
+                    }
+                }
+            }
+            for (tag, mut kernels) in modules {
+                // A kernel the estimate says cannot run (more LDS than a
+                // workgroup may use) must be one clang refuses too: each
+                // goes through clang alone.
+                let (refused, runs): (Vec<_>, Vec<_>) = kernels
+                    .drain(..)
+                    .partition(|k| resources::of_target(&k.1).occupancy.cannot_launch());
+                kernels = runs;
+                for (label, target) in refused {
+                    let hip = match hip_module(arch, std::slice::from_ref(&target)) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            failures.push(format!("{label} ({arch}): HIP printer: {e}"));
+                            continue;
+                        }
+                    };
+                    match compile(clang, &hip, arch, &format!("refused{}", rows.len())) {
+                        Err(e) if e.contains("exceeds limit") => {
+                            refusals += 1;
+                            println!(
+                                "ok   {label} ({arch}): cannot run, and clang refuses it: {}",
+                                e.lines()
+                                    .find(|l| l.contains("exceeds limit"))
+                                    .unwrap_or("")
+                                    .trim()
+                            );
+                        }
+                        other => failures.push(format!(
+                            "{label} ({arch}): the estimate says it cannot run, clang: {other:?}"
+                        )),
+                    }
+                }
+                if kernels.is_empty() {
+                    continue;
+                }
+                let targets: Vec<tessera::ir::target::Kernel> =
+                    kernels.iter().map(|k| k.1.clone()).collect();
+                let hip = match hip_module(arch, &targets) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        failures.push(format!("{shown}{tag} ({arch}): HIP printer: {e}"));
+                        continue;
+                    }
+                };
+                let file_tag = format!("corpus{}", rows.len());
+                let remarks = match compile(clang, &hip, arch, &file_tag) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.push(format!("{shown}{tag} ({arch}): clang rejects the HIP: {e}"));
+                        continue;
+                    }
+                };
+                for (label, target) in kernels {
+                    match remarks.iter().find(|r| r.name == target.name) {
+                        Some(r) => rows.push(Row {
+                            label,
+                            arch,
+                            estimate: resources::of_target(&target),
+                            clang: r.clone(),
+                        }),
+                        None => failures.push(format!("{label} ({arch}): no clang remark")),
+                    }
+                }
+            }
+        }
+        println!("{arch}: {refusals} kernels cannot run (LDS), as clang says");
+        summarise(arch, &rows, &skipped, table, failures);
+    }
+}
+
+/// The table of one arch's rows and its summary, and the goals' failures.
+fn summarise(
+    arch: Arch,
+    rows: &[Row],
+    skipped: &[String],
+    table: bool,
+    failures: &mut Vec<String>,
+) {
+    if table {
+        println!(
+            "{:<60} {:>5} {:>5} {:>7} {:>5} {:>5} {:>6} {:>6}",
+            format!("kernel ({arch})"),
+            "VGPR",
+            "clang",
+            "error",
+            "SGPR",
+            "clang",
+            "waves",
+            "clang"
+        );
+        for r in rows {
+            println!(
+                "{:<60} {:>5} {:>5} {:>+6.1}% {:>5} {:>5} {:>6} {:>6}",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                100.0 * r.error(),
+                r.estimate.amd.map_or(0, |a| a.sgprs),
+                r.clang.sgprs,
+                r.estimate.occupancy.waves_per_simd.unwrap_or(0),
+                r.clang.occupancy
+            );
+        }
+    }
+    for s in skipped {
+        println!("skip {arch} {s}");
+    }
+    if rows.is_empty() {
+        failures.push(format!("{arch}: no kernel measured"));
+        return;
+    }
+    let mut errors: Vec<f64> = rows.iter().map(|r| r.error().abs()).collect();
+    errors.sort_by(f64::total_cmp);
+    let median = errors[errors.len() / 2];
+    let p90 = errors[(errors.len() * 9 / 10).min(errors.len() - 1)];
+    let worst_row = rows
+        .iter()
+        .max_by(|a, b| a.error().abs().total_cmp(&b.error().abs()))
+        .expect("rows");
+    let over: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.error().abs() > WORST_BOUND)
+        .collect();
+    let agreeing: Vec<&Row> = rows.iter().filter(|r| r.vgprs_agree()).collect();
+    let occupancy_equal = agreeing
+        .iter()
+        .filter(|r| r.estimate.occupancy.waves_per_simd == Some(r.clang.occupancy))
+        .count();
+    let sgpr_errors = {
+        let mut e: Vec<f64> = rows
+            .iter()
+            .map(|r| {
+                let est = r.estimate.amd.map_or(0, |a| a.sgprs) as f64;
+                ((est - r.clang.sgprs as f64) / r.clang.sgprs.max(1) as f64).abs()
+            })
+            .collect();
+        e.sort_by(f64::total_cmp);
+        e[e.len() / 2]
+    };
+    println!(
+        "{arch}: {} kernels, VGPR error median {:.1}%, 90th percentile {:.1}%, worst {:+.1}% ({}: {} estimated, clang {}), {} over {:.0}%; VGPR allocation agrees on {}, occupancy equal on {} of them; SGPR median error {:.1}%",
+        rows.len(),
+        100.0 * median,
+        100.0 * p90,
+        100.0 * worst_row.error(),
+        worst_row.label,
+        worst_row.estimate.regs,
+        worst_row.clang.vgprs,
+        over.len(),
+        100.0 * WORST_BOUND,
+        agreeing.len(),
+        occupancy_equal,
+        100.0 * sgpr_errors
+    );
+    let (held_median, held_over) = held(arch);
+    if median > MEDIAN_BOUND || !over.is_empty() {
+        println!(
+            "goal not met on {arch}: median {:.1}% (goal {:.0}%), {} kernels over {:.0}% (goal none); held at {:.1}% and {held_over}",
+            100.0 * median,
+            100.0 * MEDIAN_BOUND,
+            over.len(),
+            100.0 * WORST_BOUND,
+            100.0 * held_median
+        );
+        for r in &over {
+            println!(
+                "over {} ({arch}): {} VGPRs estimated, clang {} ({:+.1}%)",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                100.0 * r.error()
+            );
+        }
+    }
+    if median > held_median + 1e-9 {
+        failures.push(format!(
+            "{arch}: VGPR median error {:.1}%, worse than the {:.1}% held",
+            100.0 * median,
+            100.0 * held_median
+        ));
+    }
+    if over.len() > held_over {
+        failures.push(format!(
+            "{arch}: {} kernels over {:.0}%, more than the {held_over} held",
+            over.len(),
+            100.0 * WORST_BOUND
+        ));
+    }
+    for r in agreeing {
+        if r.estimate.occupancy.waves_per_simd != Some(r.clang.occupancy) {
+            failures.push(format!(
+                "{} ({arch}): VGPRs agree ({} estimated, clang {}) but {:?} waves/SIMD estimated, clang {} (LDS {} estimated, clang {}; SGPRs {}, clang {})",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                r.estimate.occupancy.waves_per_simd,
+                r.clang.occupancy,
+                r.estimate.smem_bytes,
+                r.clang.lds,
+                r.estimate.amd.map_or(0, |a| a.sgprs),
+                r.clang.sgprs
+            ));
+        }
+    }
+    for r in rows {
+        if r.estimate.smem_bytes != r.clang.lds {
+            failures.push(format!(
+                "{} ({arch}): {} B of LDS estimated, clang {}",
+                r.label, r.estimate.smem_bytes, r.clang.lds
+            ));
+        }
+    }
+}
+
+/// The HIP module of `kernels` (the HIP printer's).
+///
+/// The estimate takes a kernel's workgroup size to be its block size, which
+/// the printer declares with `__launch_bounds__`. Spelled as CUDA's
+/// `launch_bounds` attribute (the printer's definition without ROCm's
+/// headers), clang-19 does not pass it to LLVM, which then assumes
+/// 1024-thread workgroups (128 VGPRs at most on CDNA, LDS occupancy of
+/// 16-wave workgroups); ROCm's headers spell it
+/// `amdgpu_flat_work_group_size(1, n)`, which clang does pass. The
+/// comparison gives clang that spelling.
+fn hip_module(arch: Arch, kernels: &[tessera::ir::target::Kernel]) -> Result<String, String> {
+    let text = tessera::backend::hip::module(arch, kernels).map_err(|e| e.to_string())?;
+    Ok(text.replace(
+        "#define __launch_bounds__(n) __attribute__((launch_bounds(n)))",
+        "#define __launch_bounds__(n) __attribute__((amdgpu_flat_work_group_size(1, n)))",
+    ))
 }

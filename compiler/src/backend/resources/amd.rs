@@ -11,14 +11,17 @@
 //! `backend/resources`) is run twice: over the divergent registers for the
 //! VGPRs, over the uniform ones and the lane masks for the SGPRs, each plus
 //! what clang adds beyond the program's values
-//! ([`crate::target::amdgpu`]). AGPRs hold CDNA's matrix-core accumulators;
+//! ([`crate::target::amdgpu`]). Where LLVM differs from ptxas the program
+//! follows LLVM: every load of a stretch is issued early (no window), and a
+//! divergent 64-bit address takes one VGPR (a 32-bit offset from a base in
+//! SGPRs). AGPRs hold CDNA's matrix-core accumulators;
 //! Target IR has no AMD matrix instruction here, so a kernel uses none.
 
 use super::liveness::max_pressure;
 use super::program::program_with_origin;
 use super::report::{AmdRegs, Resources};
 use crate::ir::target::{Inst, Kernel, Operand, Special};
-use crate::target::amdgpu::{sgpr_base, MIN_VGPRS, VGPR_OVERHEAD};
+use crate::target::amdgpu::{sgpr_base, ADDRESS_VGPRS, MIN_VGPRS, VGPR_OVERHEAD};
 
 /// Per register of `kernel`, whether it is wave-uniform: written only by
 /// instructions whose inputs are all uniform (kernel parameters, workgroup
@@ -125,7 +128,22 @@ pub fn of_target(kernel: &Kernel) -> Resources {
             .is_some_and(|t| *t == crate::ir::target::RegTy::Pred)
     };
     let word = |r: u32| words.get(r as usize).copied().unwrap_or(1);
-    let vgpr_words = |r: u32| if is_uniform(r) { 0 } else { word(r) };
+    // Target IR's addresses are `U64` (64-bit integer data is `I64`).
+    let is_u64 = |r: u32| {
+        origin
+            .get(r as usize)
+            .and_then(|&o| kernel.regs.get(o as usize))
+            .is_some_and(|t| *t == crate::ir::target::RegTy::U64)
+    };
+    let vgpr_words = |r: u32| {
+        if is_uniform(r) {
+            0
+        } else if is_u64(r) {
+            ADDRESS_VGPRS
+        } else {
+            word(r)
+        }
+    };
     let sgpr_words = |r: u32| {
         if is_pred(r) {
             // A uniform compare sets SCC, read at once; a divergent one is

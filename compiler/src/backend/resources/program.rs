@@ -38,6 +38,8 @@ pub(super) struct Remat {
     pub(super) loop_depth: u32,
     /// Whether loads are issued early ([`hoist_loads`]).
     pub(super) hoist: bool,
+    /// The most loaded words a stretch issues early ([`hoist_loads`]).
+    pub(super) load_window: u32,
     /// Whether pure instructions sink along chains ([`sink`]'s `chains`).
     pub(super) chains: bool,
     /// Whether blocks run in [`ilp_order`] instead.
@@ -99,6 +101,10 @@ impl Remat {
             max_unroll_trips: kernel.arch.ptxas().full_unroll_max_trips,
             loop_depth: 0,
             hoist: true,
+            load_window: match kernel.arch.info().vendor {
+                crate::target::Vendor::Nvidia => crate::target::ptxas::LOAD_WINDOW_WORDS,
+                crate::target::Vendor::Amd => crate::target::amdgpu::LOAD_WINDOW_WORDS,
+            },
             chains: false,
             ilp: false,
             compares: false,
@@ -196,7 +202,12 @@ pub(super) fn program_with_origin(
         let order = if rm.ilp {
             ilp_order(&insts)
         } else if rm.hoist {
-            sink(&hoist_loads(&insts), &rm.tys, rm.chains, rm.compares)
+            sink(
+                &hoist_loads(&insts, rm.load_window),
+                &rm.tys,
+                rm.chains,
+                rm.compares,
+            )
         } else {
             sink(
                 &insts.iter().collect::<Vec<_>>(),

@@ -577,10 +577,15 @@ mod schedule {
     }
     /// The order of `insts` after scheduling, as indices into `insts`.
     fn order(insts: &[Inst], tys: &[RegTy]) -> Vec<usize> {
-        sink(&hoist_loads(insts), tys, false, false)
-            .into_iter()
-            .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
-            .collect()
+        sink(
+            &hoist_loads(insts, crate::target::ptxas::LOAD_WINDOW_WORDS),
+            tys,
+            false,
+            false,
+        )
+        .into_iter()
+        .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
+        .collect()
     }
 
     #[test]
@@ -713,7 +718,7 @@ mod schedule {
             insts.push(ld(Space::Global, 1 + 2 * i, 0));
             insts.push(add(2 + 2 * i, 1 + 2 * i, 1 + 2 * i));
         }
-        let hoisted: Vec<*const Inst> = hoist_loads(&insts)
+        let hoisted: Vec<*const Inst> = hoist_loads(&insts, LOAD_WINDOW_WORDS)
             .into_iter()
             .map(|i| i as *const Inst)
             .collect();
@@ -921,6 +926,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
         bank_param: vec![false; 5],
         loop_depth: 0,
         hoist: true,
+        load_window: crate::target::ptxas::LOAD_WINDOW_WORDS,
         chains: false,
         ilp: false,
         compares: false,
