@@ -722,19 +722,6 @@ fn summarise(
 }
 
 /// The HIP module of `kernels` (the HIP printer's).
-///
-/// The estimate takes a kernel's workgroup size to be its block size, which
-/// the printer declares with `__launch_bounds__`. Spelled as CUDA's
-/// `launch_bounds` attribute (the printer's definition without ROCm's
-/// headers), clang-19 does not pass it to LLVM, which then assumes
-/// 1024-thread workgroups (128 VGPRs at most on CDNA, LDS occupancy of
-/// 16-wave workgroups); ROCm's headers spell it
-/// `amdgpu_flat_work_group_size(1, n)`, which clang does pass. The
-/// comparison gives clang that spelling.
 fn hip_module(arch: Arch, kernels: &[tessera::ir::target::Kernel]) -> Result<String, String> {
-    let text = tessera::backend::hip::module(arch, kernels).map_err(|e| e.to_string())?;
-    Ok(text.replace(
-        "#define __launch_bounds__(n) __attribute__((launch_bounds(n)))",
-        "#define __launch_bounds__(n) __attribute__((amdgpu_flat_work_group_size(1, n)))",
-    ))
+    tessera::backend::hip::module(arch, kernels).map_err(|e| e.to_string())
 }
