@@ -647,7 +647,8 @@ fn resources(
     result
 }
 
-/// `gemm  sm_90  256 threads  ~128 regs  49152 B smem  occupancy 25% (2 blocks/SM, limited by registers)`
+/// `gemm  sm_90  256 threads  ~128 regs  49152 B smem  occupancy 25% (2 blocks/SM, limited by registers)`;
+/// on AMD `gemm  gfx942  256 threads  ~128 VGPRs  ~20 SGPRs  49152 B LDS  occupancy 50% (4 waves/SIMD, 1 workgroup/CU, limited by registers)`.
 pub fn resources_row(r: &Resources) -> String {
     let limiters: Vec<&str> = r
         .occupancy
@@ -659,6 +660,26 @@ pub fn resources_row(r: &Resources) -> String {
         })
         .collect();
     let blocks = r.occupancy.blocks_per_sm;
+    if let (Some(amd), Some(waves)) = (r.amd, r.occupancy.waves_per_simd) {
+        let agprs = if amd.agprs > 0 {
+            format!("  ~{} AGPRs", amd.agprs)
+        } else {
+            String::new()
+        };
+        return format!(
+            "{}  {}  {} threads  ~{} VGPRs{agprs}  ~{} SGPRs  {} B LDS  occupancy {}% ({waves} waves/SIMD, {} workgroup{}/CU, limited by {})",
+            r.kernel,
+            r.arch.name(),
+            r.threads,
+            r.regs,
+            amd.sgprs,
+            r.smem_bytes,
+            format_percent(r.occupancy.occupancy() * 100.0),
+            blocks,
+            if blocks == 1 { "" } else { "s" },
+            limiters.join(" and ")
+        );
+    }
     format!(
         "{}  {}  {} threads  ~{} regs  {} B smem  occupancy {}% ({} block{}/SM, limited by {})",
         r.kernel,

@@ -194,6 +194,7 @@ pub const CATALOGUE: &[CodeInfo] = &[
     w("W0002", "unused import"),
     w("W0005", "unreachable code"),
     w("W0003", "kernel likely spills registers"),
+    w("W0007", "kernel likely spills scalar registers (AMD)"),
     w(
         "W0004",
         "low occupancy (under 25%) with nothing hiding memory latency",

@@ -141,8 +141,24 @@ pub fn format_occupancy(r: &Resources) -> String {
     format!("{}%", s.trim_end_matches(".0"))
 }
 
-/// The one-line estimate of a kernel's `def` hint: `≈ 96 regs · 48 KiB smem · occ 50% (sm_90)`.
+/// The one-line estimate of a kernel's `def` hint: `≈ 96 regs · 48 KiB smem · occ 50% (sm_90)`;
+/// on AMD `≈ 96 VGPRs · 24 SGPRs · 48 KiB LDS · 4 waves/SIMD (gfx942)`, with
+/// the AGPRs where a CDNA kernel uses some.
 pub fn estimate_line(r: &Resources) -> String {
+    if let (Some(amd), Some(waves)) = (r.amd, r.occupancy.waves_per_simd) {
+        let agprs = if amd.agprs > 0 {
+            format!(" · {} AGPRs", amd.agprs)
+        } else {
+            String::new()
+        };
+        return format!(
+            "≈ {} VGPRs{agprs} · {} SGPRs · {} LDS · {waves} waves/SIMD ({})",
+            r.regs,
+            amd.sgprs,
+            format_bytes(r.smem_bytes),
+            r.arch.name()
+        );
+    }
     format!(
         "≈ {} regs · {} smem · occ {} ({})",
         r.regs,
@@ -158,6 +174,24 @@ fn estimate_markdown(r: &Resources, spec: &Specialization) -> String {
         d if d.is_empty() => "as `tsrc report`, const parameters at their defaults".to_string(),
         d => format!("as `tsrc report {d}`"),
     };
+    if let (Some(amd), Some(waves)) = (r.amd, r.occupancy.waves_per_simd) {
+        return format!(
+            "**Estimate for {}** ({how})\n\n\
+             | threads | VGPRs | AGPRs | SGPRs | LDS | occupancy | waves/SIMD | workgroups/CU | limiter |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---|\n\
+             | {} | ≈ {} | {} | ≈ {} | {} ({} bytes) | {} | {waves} | {} | {} |",
+            r.arch.name(),
+            r.threads,
+            r.regs,
+            amd.agprs,
+            amd.sgprs,
+            format_bytes(r.smem_bytes),
+            r.smem_bytes,
+            format_occupancy(r),
+            r.occupancy.blocks_per_sm,
+            limiters.join("+"),
+        );
+    }
     format!(
         "**Estimate for {}** ({how})\n\n\
          | threads | registers | shared memory | occupancy | blocks/SM | limiter |\n\

@@ -22,6 +22,7 @@
 //! (`Arch` has no order, so `arch >= Arch::Sm80` does not compile). A new
 //! target is a new `Arch` variant and its rows in each table.
 
+pub mod amdgpu;
 pub mod features;
 pub mod limits;
 pub mod mma;

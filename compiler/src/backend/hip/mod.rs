@@ -211,7 +211,7 @@ const PRELUDE: &str = "#ifndef __global__
 #define __shared__ __attribute__((shared))
 #endif
 #ifndef __launch_bounds__
-#define __launch_bounds__(n) __attribute__((launch_bounds(n)))
+#define __launch_bounds__(n) __attribute__((amdgpu_flat_work_group_size(n, n)))
 #endif
 #define TSR_GLOBAL __attribute__((address_space(1)))
 #define TSR_INLINE static __device__ inline __attribute__((always_inline))

@@ -213,6 +213,7 @@
 //! counts its steps (`work`), and a test checks that twice the length costs
 //! about twice the steps (about 34 a Target IR instruction).
 
+pub mod amd;
 mod liveness;
 mod order;
 mod program;
@@ -226,7 +227,7 @@ use crate::target::ptxas::{CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE, P
 pub use liveness::{estimate_regs, max_pressure};
 pub use program::program_of;
 use program::{program_with, slow_path_scratch};
-pub use report::{render_json, render_table, Resources};
+pub use report::{render_json, render_table, AmdRegs, Resources};
 
 /// A structured per-thread program, as far as register liveness is concerned.
 #[derive(Clone, Debug, PartialEq)]
@@ -294,6 +295,9 @@ pub fn order_estimates(kernel: &crate::ir::target::Kernel) -> [u32; 3] {
 /// on sm_80 and sm_90: 255 and 254 registers, no spills; 256 to 263
 /// estimated with every load early, 237 to 239 with none).
 pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
+    if kernel.arch.info().amd.is_some() {
+        return amd::of_target(kernel);
+    }
     let estimate_with = |hoist, chains, compares| {
         let (program, widths) = program_with(kernel, hoist, chains, false, compares);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);

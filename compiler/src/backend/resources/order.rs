@@ -5,7 +5,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::work;
-use crate::target::ptxas::{LOAD_WINDOW_WORDS, PREDICATE_REGS, SHARED_LOAD_WINDOW_WORDS};
+use crate::target::ptxas::{PREDICATE_REGS, SHARED_LOAD_WINDOW_WORDS};
 
 /// The instructions of one block in the order ptxas's scheduler is modelled to
 /// run them: an instruction without side effects that reads no memory (moves,
@@ -258,14 +258,18 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
     )
 }
 
-/// Loads issued early: within each stretch of a block between ordering points
+/// Loads issued early, up to `window` loaded words a stretch: within each
+/// stretch of a block between ordering points
 /// (stores, atomics, barriers, async copies, nested regions), every load and
 /// the pure instructions it depends on move to the start of the stretch, in
 /// their original order, as ptxas's scheduler batches loads to cover their
 /// latency. An instruction that cannot pass an earlier one (it reads or writes
 /// a register that one writes, or writes one it reads) stays, and so does
 /// everything depending on it.
-pub(super) fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::target::Inst> {
+pub(super) fn hoist_loads(
+    insts: &[crate::ir::target::Inst],
+    window: u32,
+) -> Vec<&crate::ir::target::Inst> {
     use crate::ir::target::{Inst, Space};
     let barrier = ordering_point;
     let pure = |i: &Inst| i.is_pure();
@@ -288,8 +292,9 @@ pub(super) fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::
         let m8n8k4 = insts[start..end]
             .iter()
             .any(|i| matches!(i, Inst::Mma { k: 4, .. }));
-        // The loads that move: the first [`LOAD_WINDOW_WORDS`] words of them
-        // (all of them where the stretch feeds an mma: its fragments).
+        // The loads that move: the first `window` words of them (ptxas:
+        // [`LOAD_WINDOW_WORDS`]; all of them where the stretch feeds an mma:
+        // its fragments).
         let any_mma = insts[start..end]
             .iter()
             .any(|i| matches!(i, Inst::Mma { .. }));
@@ -303,7 +308,7 @@ pub(super) fn hoist_loads(insts: &[crate::ir::target::Inst]) -> Vec<&crate::ir::
                     space, mem, dst, ..
                 } if *space == Space::Global || m8n8k4 => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
-                    in_window[j - start] = any_mma || words <= LOAD_WINDOW_WORDS;
+                    in_window[j - start] = any_mma || words <= window;
                 }
                 // Shared loads of a stretch without an MMA (the cross-warp
                 // step of a reduction), in a window of their own.

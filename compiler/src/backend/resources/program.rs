@@ -19,6 +19,9 @@ pub(super) struct Remat {
     pub(super) remat: Vec<bool>,
     /// Words of every register, the fresh ones (one per use) included.
     pub(super) words: Vec<u32>,
+    /// Per register, the kernel's register it copies (itself for the
+    /// kernel's own; `u32::MAX` for a slow path's scratch registers).
+    pub(super) origin: Vec<u32>,
     /// The types of the kernel's registers (and of the fresh ones).
     pub(super) tys: Vec<crate::ir::target::RegTy>,
     /// Per register of the kernel: how many instructions write it.
@@ -35,6 +38,8 @@ pub(super) struct Remat {
     pub(super) loop_depth: u32,
     /// Whether loads are issued early ([`hoist_loads`]).
     pub(super) hoist: bool,
+    /// The most loaded words a stretch issues early ([`hoist_loads`]).
+    pub(super) load_window: u32,
     /// Whether pure instructions sink along chains ([`sink`]'s `chains`).
     pub(super) chains: bool,
     /// Whether blocks run in [`ilp_order`] instead.
@@ -89,12 +94,17 @@ impl Remat {
             remat: (0..n).map(|r| cheap[r] && defs[r] == 1).collect(),
             bank_param: (0..n).map(|r| bank && param[r] && defs[r] == 1).collect(),
             words: kernel.regs.iter().map(|t| t.words()).collect(),
+            origin: (0..n as u32).collect(),
             tys: kernel.regs.clone(),
             def_count: defs,
             consts: imm,
             max_unroll_trips: kernel.arch.ptxas().full_unroll_max_trips,
             loop_depth: 0,
             hoist: true,
+            load_window: match kernel.arch.info().vendor {
+                crate::target::Vendor::Nvidia => crate::target::ptxas::LOAD_WINDOW_WORDS,
+                crate::target::Vendor::Amd => crate::target::amdgpu::LOAD_WINDOW_WORDS,
+            },
             chains: false,
             ilp: false,
             compares: false,
@@ -104,7 +114,9 @@ impl Remat {
     /// A new register of `r`'s type.
     pub(super) fn fresh_like(&mut self, r: u32) -> u32 {
         self.tys.push(self.tys[r as usize]);
-        self.fresh(self.words[r as usize])
+        let fresh = self.fresh(self.words[r as usize]);
+        self.origin[fresh as usize] = self.origin[r as usize];
+        fresh
     }
 
     pub(super) fn is_remat(&self, r: u32) -> bool {
@@ -114,6 +126,7 @@ impl Remat {
     /// A new register of `words` words.
     fn fresh(&mut self, words: u32) -> u32 {
         self.words.push(words);
+        self.origin.push(u32::MAX);
         self.words.len() as u32 - 1
     }
 
@@ -136,6 +149,7 @@ impl Remat {
                 }
                 let fresh = self.words.len() as u32;
                 self.words.push(self.words[r as usize]);
+                self.origin.push(self.origin[r as usize]);
                 out.push(Node::Inst {
                     defs: vec![fresh],
                     uses: vec![],
@@ -168,6 +182,19 @@ pub(super) fn program_with(
     ilp: bool,
     compares: bool,
 ) -> (Vec<Node>, Vec<u32>) {
+    let (program, words, _) = program_with_origin(kernel, hoist, chains, ilp, compares);
+    (program, words)
+}
+
+/// [`program_with`], and per register of the program the kernel's register
+/// it copies (`u32::MAX` for none: a slow path's scratch).
+pub(super) fn program_with_origin(
+    kernel: &crate::ir::target::Kernel,
+    hoist: bool,
+    chains: bool,
+    ilp: bool,
+    compares: bool,
+) -> (Vec<Node>, Vec<u32>, Vec<u32>) {
     fn convert(insts: &[crate::ir::target::Inst], rm: &mut Remat) -> Vec<Node> {
         use crate::ir::target::Inst;
         let mut out = Vec::with_capacity(insts.len());
@@ -175,7 +202,12 @@ pub(super) fn program_with(
         let order = if rm.ilp {
             ilp_order(&insts)
         } else if rm.hoist {
-            sink(&hoist_loads(&insts), &rm.tys, rm.chains, rm.compares)
+            sink(
+                &hoist_loads(&insts, rm.load_window),
+                &rm.tys,
+                rm.chains,
+                rm.compares,
+            )
         } else {
             sink(
                 &insts.iter().collect::<Vec<_>>(),
@@ -264,7 +296,7 @@ pub(super) fn program_with(
     rm.ilp = ilp;
     rm.compares = compares;
     let program = convert(&kernel.body, &mut rm);
-    (program, rm.words)
+    (program, rm.words, rm.origin)
 }
 
 /// Registers that the subroutine behind `inst` needs beyond the values live

@@ -577,10 +577,15 @@ mod schedule {
     }
     /// The order of `insts` after scheduling, as indices into `insts`.
     fn order(insts: &[Inst], tys: &[RegTy]) -> Vec<usize> {
-        sink(&hoist_loads(insts), tys, false, false)
-            .into_iter()
-            .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
-            .collect()
+        sink(
+            &hoist_loads(insts, crate::target::ptxas::LOAD_WINDOW_WORDS),
+            tys,
+            false,
+            false,
+        )
+        .into_iter()
+        .map(|i| insts.iter().position(|j| std::ptr::eq(i, j)).unwrap())
+        .collect()
     }
 
     #[test]
@@ -714,7 +719,7 @@ mod schedule {
             insts.push(ld(Space::Global, 1 + 2 * i, 0));
             insts.push(add(2 + 2 * i, 1 + 2 * i, 1 + 2 * i));
         }
-        let hoisted: Vec<*const Inst> = hoist_loads(&insts)
+        let hoisted: Vec<*const Inst> = hoist_loads(&insts, LOAD_WINDOW_WORDS)
             .into_iter()
             .map(|i| i as *const Inst)
             .collect();
@@ -915,6 +920,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
     let remat = |max| Remat {
         remat: vec![false; 5],
         words: tys.iter().map(|t| t.words()).collect(),
+        origin: (0..5).collect(),
         tys: tys.clone(),
         def_count: vec![1, 1, 1, 2, 1],
         consts: Default::default(),
@@ -922,6 +928,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
         bank_param: vec![false; 5],
         loop_depth: 0,
         hoist: true,
+        load_window: crate::target::ptxas::LOAD_WINDOW_WORDS,
         chains: false,
         ilp: false,
         compares: false,
@@ -1025,4 +1032,198 @@ fn json_and_table() {
     assert!(lines[0].starts_with("kernel"));
     assert!(lines[2].starts_with("flash_attn  sm_80"), "{t}");
     assert!(lines[2].ends_with("registers"), "{t}");
+}
+
+/// Wave-uniform registers: parameters, block ids and what is computed from
+/// them alone, and a loop counter with uniform bounds, are uniform; a thread
+/// id, a load, and anything written under a branch on a divergent value are
+/// not, nor is a register carried around a loop that a divergent value
+/// reaches on a later trip.
+#[test]
+fn amd_uniform_registers() {
+    use crate::ir::target::{
+        BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, Space, Special,
+    };
+    let r = |i: u32| Operand::Reg(Reg(i));
+    let add = |dst: u32, a: Operand, b: Operand| Inst::Binary {
+        op: BinOp::Add,
+        dst: Reg(dst),
+        a,
+        b,
+    };
+    // r0 = param n; r1 = block id; r2 = thread id; r3 = r0 + r1 (uniform);
+    // r4 = r3 + r2 (divergent); r5 = p (64-bit); f6 = load [r5];
+    // p7 = r4 < r0 (divergent); if p7 { r8 = r0 + r0 } (divergent: merged
+    // under a divergent branch); for r9 in 0..r0 { r10 = r10 + r9 } with
+    // r10 = 0 before it (uniform); for r11 in 0..r0 { r12 = r12 + r13;
+    // r13 = r2 } (r12 becomes divergent on the second trip).
+    let kernel = Kernel {
+        name: "k".into(),
+        arch: Arch::Gfx942,
+        num_threads: 256,
+        params: vec![
+            Param {
+                name: "n".into(),
+                ty: RegTy::I32,
+            },
+            Param {
+                name: "p".into(),
+                ty: RegTy::U64,
+            },
+        ],
+        smem: vec![],
+        regs: vec![
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::U64,
+            RegTy::F32,
+            RegTy::Pred,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+            RegTy::I32,
+        ],
+        body: vec![
+            Inst::Param {
+                dst: Reg(0),
+                index: 0,
+            },
+            Inst::Special {
+                dst: Reg(1),
+                which: Special::BlockId(0),
+            },
+            Inst::Special {
+                dst: Reg(2),
+                which: Special::ThreadId,
+            },
+            add(3, r(0), r(1)),
+            add(4, r(3), r(2)),
+            Inst::Param {
+                dst: Reg(5),
+                index: 1,
+            },
+            Inst::Ld {
+                space: Space::Global,
+                mem: MemTy::F32,
+                dst: vec![Reg(6)],
+                addr: Reg(5),
+                offset: 0,
+                pred: None,
+            },
+            Inst::Cmp {
+                op: CmpOp::Lt,
+                ty: RegTy::I32,
+                dst: Reg(7),
+                a: r(4),
+                b: r(0),
+            },
+            Inst::If {
+                cond: Reg(7),
+                then: vec![add(8, r(0), r(0))],
+                otherwise: vec![],
+            },
+            Inst::Mov {
+                dst: Reg(10),
+                src: Operand::Int(0),
+            },
+            Inst::For {
+                iv: Reg(9),
+                lo: Operand::Int(0),
+                hi: r(0),
+                step: Operand::Int(1),
+                body: vec![add(10, r(10), r(9))],
+            },
+            Inst::Mov {
+                dst: Reg(12),
+                src: Operand::Int(0),
+            },
+            Inst::Mov {
+                dst: Reg(13),
+                src: Operand::Int(0),
+            },
+            Inst::For {
+                iv: Reg(11),
+                lo: Operand::Int(0),
+                hi: r(0),
+                step: Operand::Int(1),
+                body: vec![
+                    add(12, r(12), r(13)),
+                    Inst::Mov {
+                        dst: Reg(13),
+                        src: r(2),
+                    },
+                ],
+            },
+        ],
+        layouts: vec![],
+    };
+    let u = amd::uniform_regs(&kernel);
+    let uniform: Vec<u32> = (0..u.len() as u32).filter(|&i| u[i as usize]).collect();
+    assert_eq!(uniform, [0, 1, 3, 5, 9, 10, 11]);
+    // The estimate: VGPRs from the divergent values only, SGPRs from the
+    // uniform ones with the arch's base; the report carries both.
+    let res = of_target(&kernel);
+    let amd = res.amd.expect("AMD registers");
+    assert!(res.regs >= crate::target::amdgpu::MIN_VGPRS, "{res:?}");
+    assert!(
+        amd.sgprs > crate::target::amdgpu::sgpr_base(Arch::Gfx942),
+        "{res:?}"
+    );
+    assert_eq!(amd.agprs, 0);
+    assert_eq!(res.occupancy.waves_per_simd, Some(8), "{res:?}");
+    let json = res.to_json();
+    assert_eq!(json["waves_per_simd"], 8);
+    assert_eq!(json["sgprs"], amd.sgprs);
+    assert_eq!(json["agprs"], 0);
+    assert_eq!(json["regs"], res.regs);
+}
+
+/// AMD rows in the report: W0004 counts waves per SIMD, W0007 flags SGPRs
+/// past the addressable ones, and the table adds the AMD columns.
+#[test]
+fn amd_warnings_and_table() {
+    let span = Span::new(4, 5);
+    let row = |vgprs, sgprs, lds| {
+        Resources::amd(
+            "k",
+            Arch::Gfx90a,
+            256,
+            vgprs,
+            AmdRegs { agprs: 0, sgprs },
+            lds,
+        )
+    };
+    let codes = |r: &Resources| {
+        r.diagnostics(span)
+            .iter()
+            .map(|d| d.code)
+            .collect::<Vec<_>>()
+    };
+    assert!(codes(&row(64, 20, 0)).is_empty());
+    // 256 VGPRs: 2 waves of 8, 25%: not under it.
+    assert!(codes(&row(256, 20, 0)).is_empty());
+    // 300 VGPRs: past the 256 architectural ones, LLVM moves the rest into
+    // AGPRs (304 + 44 -> 352 of the unified file: 1 wave, 12.5%).
+    let r = row(300, 20, 0);
+    assert_eq!(r.occupancy.waves_per_simd, Some(1));
+    let d = r.diagnostics(span);
+    assert_eq!(codes(&r), ["W0004"]);
+    assert!(d[0].message.contains("1 wave of 8 per SIMD"), "{d:?}");
+    assert!(d[0].message.contains("VGPRs"), "{d:?}");
+    // 600 VGPRs: more than a wave can hold, a spill.
+    assert_eq!(codes(&row(600, 20, 0)), ["W0003", "W0004"]);
+    assert_eq!(codes(&row(64, 110, 0)), ["W0007"]);
+    assert_eq!(codes(&row(64, 20, 70_000)), ["E0603"]);
+    let t = render_table(&[row(64, 20, 0), usage(128, 32, 0)]);
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(
+        lines[0].contains("sgprs") && lines[0].contains("waves/SIMD"),
+        "{t}"
+    );
+    assert!(lines[1].starts_with("k       gfx90a"), "{t}");
 }

@@ -1,0 +1,727 @@
+//! Validation of the AMD resource model against clang-19's AMDGPU backend:
+//! HIP goes through `clang++-19 -x hip --cuda-device-only -nogpulib
+//! -nogpuinc -O3 -Rpass-analysis=kernel-resource-usage` (the compiler named
+//! by `TESSERA_CLANG`, else `clang++-19` on the `PATH`) for gfx90a, gfx942
+//! and gfx1100, and its remarks (VGPRs, AGPRs, SGPRs, LDS, occupancy in
+//! waves per SIMD) are read back. Without clang the test is skipped with a
+//! note, except under CI (`CI` set), where that is a failure.
+//!
+//! * probes: kernels that claim given VGPRs, AGPRs and SGPRs (inline-asm
+//!   clobbers), LDS (a static array) and workgroup sizes: the occupancy
+//!   `backend::occupancy::amd_occupancy` computes from clang's own counts
+//!   must be clang's, on every probe;
+//! * the corpus: every kernel of `stdlib/`, `examples/` and the `.tsr` files
+//!   of `tests/` that check clean, through Target IR and the HIP printer:
+//!   the VGPR estimate (`backend::resources::of_target`) beside clang's
+//!   count, printed with the median, 90th percentile and worst error per
+//!   arch against the goals (a median error within 15%, no kernel over 35%;
+//!   not met yet: the test holds the estimate to where it stands, [`held`]);
+//!   the LDS must be clang's, and the estimated waves per SIMD clang's
+//!   wherever the estimate allocates as many VGPRs as clang (the same
+//!   granules); a kernel the estimate says cannot run (LDS past 64 KiB)
+//!   must be one clang refuses.
+//!
+//! `TESSERA_CLANG_ONLY=probes,corpus` runs only the named parts;
+//! `TESSERA_CLANG_TABLE=1` prints every kernel's row.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use tessera::backend::occupancy::{amd_occupancy, AmdUsage};
+use tessera::backend::resources;
+use tessera::db::{file_kernels, tile_ir, Database};
+use tessera::ir::tile::Specialization;
+use tessera::target::Arch;
+
+const ARCHS: [Arch; 3] = [Arch::Gfx90a, Arch::Gfx942, Arch::Gfx1100];
+
+fn main() -> ExitCode {
+    let clang = match configured() {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            println!("SKIPPED clang AMDGPU validation: {e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            println!("FAIL clang AMDGPU validation: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failures = Vec::new();
+    let only = std::env::var("TESSERA_CLANG_ONLY").ok();
+    let part = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p == name))
+    };
+    if part("probes") {
+        probes(&clang, &mut failures);
+    }
+    if part("corpus") {
+        // With the compiler's stack, as the binaries run it (deeply nested
+        // kernels of the fuzz findings under tests/).
+        let mut found = Vec::new();
+        tessera::stack::with_stack(|| corpus(&clang, &mut found)).expect("a thread for the corpus");
+        failures.extend(found);
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for f in &failures {
+            println!("FAIL {f}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// The clang to run: `TESSERA_CLANG`, else `clang++-19` if it runs.
+fn configured() -> Result<PathBuf, String> {
+    let clang = std::env::var_os("TESSERA_CLANG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("clang++-19"));
+    match Command::new(&clang).arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(clang),
+        Ok(o) => Err(format!(
+            "`{} --version` failed: {}",
+            clang.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!(
+            "cannot run `{}` ({e}); set TESSERA_CLANG to clang++ 19",
+            clang.display()
+        )),
+    }
+}
+
+/// What clang's resource-usage remarks say of one kernel.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Remark {
+    name: String,
+    vgprs: u32,
+    agprs: u32,
+    sgprs: u32,
+    lds: u32,
+    occupancy: u32,
+    vgpr_spill: u32,
+}
+
+/// The remarks of every kernel of a compilation's stderr, in order.
+fn parse_remarks(stderr: &str) -> Vec<Remark> {
+    let mut out: Vec<Remark> = Vec::new();
+    for line in stderr.lines() {
+        let Some((_, rest)) = line.split_once("remark: ") else {
+            continue;
+        };
+        let rest = rest
+            .trim()
+            .trim_end_matches("[-Rpass-analysis=kernel-resource-usage]")
+            .trim();
+        let Some((key, value)) = rest.rsplit_once(": ") else {
+            continue;
+        };
+        if key == "Function Name" {
+            out.push(Remark {
+                name: value.to_string(),
+                ..Remark::default()
+            });
+            continue;
+        }
+        let (Some(last), Ok(v)) = (out.last_mut(), value.parse::<u32>()) else {
+            continue;
+        };
+        match key {
+            "VGPRs" => last.vgprs = v,
+            "AGPRs" => last.agprs = v,
+            "SGPRs" => last.sgprs = v,
+            "LDS Size [bytes/block]" => last.lds = v,
+            "Occupancy [waves/SIMD]" => last.occupancy = v,
+            "VGPRs Spill" => last.vgpr_spill = v,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Compiles HIP `source` for `arch` and returns clang's remarks, or its
+/// error output.
+fn compile(clang: &PathBuf, source: &str, arch: Arch, tag: &str) -> Result<Vec<Remark>, String> {
+    // `TESSERA_CLANG_CACHE=dir` keeps clang's output per source, so that
+    // studying the estimate does not recompile what has not changed.
+    let cached = std::env::var_os("TESSERA_CLANG_CACHE").map(|d| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (source, arch.name()).hash(&mut h);
+        PathBuf::from(d).join(format!("{:016x}.txt", h.finish()))
+    });
+    if let Some(text) = cached
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    {
+        return match text.split_once('\n') {
+            Some(("ok", stderr)) => Ok(parse_remarks(stderr)),
+            Some((_, stderr)) => Err(stderr.to_string()),
+            None => Err(text),
+        };
+    }
+    let result = run_clang(clang, source, arch, tag);
+    if let Some(p) = cached {
+        let _ = std::fs::create_dir_all(p.parent().expect("a cache dir"));
+        let text = match &result {
+            Ok(stderr) => format!("ok\n{stderr}"),
+            Err(stderr) => format!("error\n{stderr}"),
+        };
+        let _ = std::fs::write(p, text);
+    }
+    result.map(|stderr| parse_remarks(&stderr))
+}
+
+/// Runs clang on `source` for `arch`: its stderr, as `Err` where it fails.
+fn run_clang(clang: &PathBuf, source: &str, arch: Arch, tag: &str) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!("tessera-clang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join(format!("{tag}-{}.hip", arch.name()));
+    let obj = dir.join(format!("{tag}-{}.o", arch.name()));
+    std::fs::write(&src, source).map_err(|e| e.to_string())?;
+    let out = Command::new(clang)
+        .args(["-x", "hip"])
+        .arg(format!("--offload-arch={}", arch.name()))
+        .args([
+            "--cuda-device-only",
+            "--no-gpu-bundle-output",
+            "-nogpulib",
+            "-nogpuinc",
+            "-O3",
+            "-Rpass-analysis=kernel-resource-usage",
+            "-c",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&obj);
+    if !out.status.success() {
+        return Err(stderr);
+    }
+    Ok(stderr)
+}
+
+/// One probe: a workgroup size and the registers and LDS it claims.
+struct Probe {
+    threads: u32,
+    vgpr: Option<u32>,
+    agpr: Option<u32>,
+    sgpr: Option<u32>,
+    lds: u32,
+}
+
+impl Probe {
+    fn kernel(&self, i: usize) -> String {
+        let mut clobbers = Vec::new();
+        clobbers.extend(self.vgpr.map(|v| format!("\"v{v}\"")));
+        clobbers.extend(self.agpr.map(|a| format!("\"a{a}\"")));
+        clobbers.extend(self.sgpr.map(|s| format!("\"s{s}\"")));
+        let asm = if clobbers.is_empty() {
+            String::new()
+        } else {
+            format!("asm volatile(\"\" ::: {});", clobbers.join(", "))
+        };
+        let lds = if self.lds == 0 {
+            String::new()
+        } else {
+            format!(
+                "static __attribute__((shared)) float buf[{}];\n  buf[(int)p[1]] = 2.0f;\n  __builtin_amdgcn_s_barrier();\n  p[2] = buf[(int)p[3]];",
+                self.lds / 4
+            )
+        };
+        format!(
+            "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, {}))) void probe{i}(float* p) {{\n  {asm}\n  {lds}\n  p[0] = 1.0f;\n}}\n",
+            self.threads
+        )
+    }
+}
+
+/// The probes of one arch: VGPRs across the granules, AGPRs beside VGPRs on
+/// CDNA, SGPRs across gfx9's steps, LDS and workgroup sizes across the
+/// workgroup limits.
+fn probes_of(arch: Arch) -> Vec<Probe> {
+    let cdna = arch != Arch::Gfx1100;
+    let plain = |threads| Probe {
+        threads,
+        vgpr: None,
+        agpr: None,
+        sgpr: None,
+        lds: 0,
+    };
+    let mut out = Vec::new();
+    for v in [
+        23, 31, 47, 63, 64, 71, 95, 100, 119, 127, 143, 167, 191, 255,
+    ] {
+        out.push(Probe {
+            vgpr: Some(v),
+            ..plain(256)
+        });
+    }
+    if cdna {
+        for (v, a) in [
+            (1, 63),
+            (31, 31),
+            (61, 63),
+            (64, 63),
+            (127, 127),
+            (255, 255),
+        ] {
+            out.push(Probe {
+                vgpr: Some(v),
+                agpr: Some(a),
+                ..plain(256)
+            });
+        }
+    }
+    for s in [60, 80, 90, 95, 96, 101] {
+        out.push(Probe {
+            sgpr: Some(s),
+            ..plain(256)
+        });
+    }
+    for threads in [64, 128, 256, 512, 1024] {
+        for lds in [4096, 8192, 16384, 20480, 32768, 65536] {
+            out.push(Probe {
+                lds,
+                ..plain(threads)
+            });
+        }
+    }
+    for threads in [96, 192, 320, 544, 576, 640, 704, 960] {
+        out.push(plain(threads));
+    }
+    out
+}
+
+/// The occupancy from clang's own register and LDS counts equals clang's.
+fn probes(clang: &PathBuf, failures: &mut Vec<String>) {
+    for arch in ARCHS {
+        let probes = probes_of(arch);
+        let source: String = probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.kernel(i))
+            .collect();
+        let remarks = match compile(clang, &source, arch, "probes") {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{arch}: probes do not compile: {e}"));
+                continue;
+            }
+        };
+        if remarks.len() != probes.len() {
+            failures.push(format!(
+                "{arch}: {} remarks for {} probes",
+                remarks.len(),
+                probes.len()
+            ));
+            continue;
+        }
+        let mut agree = 0;
+        for (p, r) in probes.iter().zip(&remarks) {
+            let occ = amd_occupancy(
+                arch,
+                AmdUsage {
+                    threads: p.threads,
+                    vgprs: r.vgprs,
+                    agprs: r.agprs,
+                    sgprs: r.sgprs,
+                    lds_bytes: r.lds,
+                },
+            );
+            if occ.waves_per_simd == Some(r.occupancy) {
+                agree += 1;
+            } else {
+                failures.push(format!(
+                    "{arch}: {} ({} threads, {} VGPRs, {} AGPRs, {} SGPRs, {} B LDS): clang {} waves/SIMD, the model {:?}",
+                    r.name, p.threads, r.vgprs, r.agprs, r.sgprs, r.lds, r.occupancy, occ.waves_per_simd
+                ));
+            }
+        }
+        println!(
+            "ok   {arch} occupancy from clang's counts: {agree} of {} probes agree",
+            probes.len()
+        );
+    }
+}
+
+/// The `.tsr` files measured: stdlib/, examples/ (not examples/errors/) and
+/// every `.tsr` under tests/ (those that do not check clean, such as session
+/// scripts and error cases, are left out where they are loaded), sorted.
+fn corpus_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    fn walk(dir: &Path, deep: bool, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if deep {
+                    walk(&p, deep, out);
+                }
+            } else if p.extension().is_some_and(|x| x == "tsr") {
+                out.push(p);
+            }
+        }
+    }
+    walk(&root.join("stdlib"), true, &mut files);
+    walk(&root.join("examples"), false, &mut files);
+    walk(&root.join("tests"), true, &mut files);
+    files.sort();
+    files
+}
+
+/// The specializations a kernel is measured under: none, or, for a kernel
+/// that needs a value for `D` (flash attention's head dim), 64 and 128.
+fn specializations(
+    db: &Database,
+    item: tessera::db::ItemSource<'_>,
+) -> Vec<(String, Specialization)> {
+    let plain = Specialization::new();
+    match tile_ir(db, item, db.options(), plain.clone()) {
+        Err(d)
+            if d.iter()
+                .any(|d| d.code == "E0511" && d.message.contains("`D`")) =>
+        {
+            [64, 128]
+                .map(|v| (format!("[D={v}]"), Specialization::new().with("D", v)))
+                .to_vec()
+        }
+        _ => vec![(String::new(), plain)],
+    }
+}
+
+/// One kernel measured: the estimate beside clang's remark.
+struct Row {
+    label: String,
+    arch: Arch,
+    estimate: resources::Resources,
+    clang: Remark,
+}
+
+impl Row {
+    /// The relative error of the VGPR estimate. Where clang spilled VGPRs it
+    /// reports its limit, not the kernel's demand; an estimate above the
+    /// limit predicted that (W0003), so the comparison is at the limit.
+    fn error(&self) -> f64 {
+        let clang = self.clang.vgprs;
+        let estimate = if self.clang.vgpr_spill > 0 {
+            self.estimate.regs.min(clang)
+        } else {
+            self.estimate.regs
+        };
+        (estimate as f64 - clang as f64) / clang.max(1) as f64
+    }
+
+    /// Whether the estimate allocates as many VGPRs as clang's count.
+    fn vgprs_agree(&self) -> bool {
+        let amd = self.arch.info().amd.expect("an AMD row");
+        let g = amd.vgpr_granule;
+        let alloc = |v: u32| v.max(1).div_ceil(g);
+        let est_agprs = self.estimate.amd.map_or(0, |a| a.agprs);
+        alloc(occupancy_vgprs(self.estimate.regs, est_agprs))
+            == alloc(occupancy_vgprs(self.clang.vgprs, self.clang.agprs))
+    }
+}
+
+/// The VGPRs of the unified file a wave takes (LLVM's `getTotalNumVGPRs`).
+fn occupancy_vgprs(vgprs: u32, agprs: u32) -> u32 {
+    tessera::backend::occupancy::amd_total_vgprs(vgprs, agprs)
+}
+
+/// The goal for the VGPR estimate's median error.
+const MEDIAN_BOUND: f64 = 0.15;
+/// The goal for its worst error.
+const WORST_BOUND: f64 = 0.35;
+
+/// Where the estimate stands against the goals, per arch, as first measured
+/// with clang-19 and the HIP printer of this writing: the median error and
+/// the number of kernels over [`WORST_BOUND`]. The goals are not met on
+/// CDNA's median nor on the worst error (see the module docs of
+/// `backend/resources/amd.rs` for what the model misses); the test holds
+/// the estimate to these so that it does not get worse, and prints how far
+/// it is from the goals.
+fn held(arch: Arch) -> (f64, usize) {
+    match arch {
+        Arch::Gfx90a => (0.17, 48),
+        Arch::Gfx942 => (0.16, 44),
+        _ => (MEDIAN_BOUND, 41),
+    }
+}
+
+fn corpus(clang: &PathBuf, failures: &mut Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let files = corpus_files();
+    let table = std::env::var_os("TESSERA_CLANG_TABLE").is_some();
+    for arch in ARCHS {
+        let mut rows: Vec<Row> = Vec::new();
+        let mut skipped = Vec::new();
+        let mut refusals = 0;
+        for path in &files {
+            let shown = path
+                .strip_prefix(&root)
+                .unwrap_or(path)
+                .display()
+                .to_string();
+            let Ok(text) = std::fs::read_to_string(path) else {
+                failures.push(format!("{shown}: cannot read"));
+                continue;
+            };
+            if !text.contains("@kernel") {
+                continue;
+            }
+            let mut db = Database::new();
+            db.set_arch(arch);
+            let file = db.set_source(&shown, text);
+            if db.diagnostics(file).iter().any(|d| d.is_error()) {
+                skipped.push(format!("{shown}: check errors"));
+                continue;
+            }
+            // The kernels of the file by specialization tag: one HIP module each.
+            let mut modules: Vec<(String, Vec<(String, tessera::ir::target::Kernel)>)> = Vec::new();
+            for (name, item, _) in file_kernels(&db, file) {
+                for (tag, spec) in specializations(&db, item) {
+                    let label = format!("{shown}:{name}{tag}");
+                    let tk = match tile_ir(&db, item, db.options(), spec) {
+                        Ok(k) => k.clone(),
+                        Err(d) => {
+                            let codes: Vec<&str> = d.iter().map(|d| d.code).collect();
+                            skipped.push(format!("{label}: Tile IR {codes:?}"));
+                            continue;
+                        }
+                    };
+                    match tessera::ir::target::lower(&tk, arch) {
+                        Ok(t) => match modules.iter_mut().find(|m| m.0 == tag) {
+                            Some(m) => m.1.push((label, t)),
+                            None => modules.push((tag, vec![(label, t)])),
+                        },
+                        Err(e) => skipped.push(format!("{label}: Target IR: {}", e.message)),
+                    }
+                }
+            }
+            for (tag, mut kernels) in modules {
+                // A kernel the estimate says cannot run (more LDS than a
+                // workgroup may use) must be one clang refuses too: each
+                // goes through clang alone.
+                let (refused, runs): (Vec<_>, Vec<_>) = kernels
+                    .drain(..)
+                    .partition(|k| resources::of_target(&k.1).occupancy.cannot_launch());
+                kernels = runs;
+                for (label, target) in refused {
+                    let hip = match hip_module(arch, std::slice::from_ref(&target)) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            failures.push(format!("{label} ({arch}): HIP printer: {e}"));
+                            continue;
+                        }
+                    };
+                    match compile(clang, &hip, arch, &format!("refused{}", rows.len())) {
+                        Err(e) if e.contains("exceeds limit") => {
+                            refusals += 1;
+                            println!(
+                                "ok   {label} ({arch}): cannot run, and clang refuses it: {}",
+                                e.lines()
+                                    .find(|l| l.contains("exceeds limit"))
+                                    .unwrap_or("")
+                                    .trim()
+                            );
+                        }
+                        other => failures.push(format!(
+                            "{label} ({arch}): the estimate says it cannot run, clang: {other:?}"
+                        )),
+                    }
+                }
+                if kernels.is_empty() {
+                    continue;
+                }
+                let targets: Vec<tessera::ir::target::Kernel> =
+                    kernels.iter().map(|k| k.1.clone()).collect();
+                let hip = match hip_module(arch, &targets) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        failures.push(format!("{shown}{tag} ({arch}): HIP printer: {e}"));
+                        continue;
+                    }
+                };
+                let file_tag = format!("corpus{}", rows.len());
+                let remarks = match compile(clang, &hip, arch, &file_tag) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.push(format!("{shown}{tag} ({arch}): clang rejects the HIP: {e}"));
+                        continue;
+                    }
+                };
+                for (label, target) in kernels {
+                    match remarks.iter().find(|r| r.name == target.name) {
+                        Some(r) => rows.push(Row {
+                            label,
+                            arch,
+                            estimate: resources::of_target(&target),
+                            clang: r.clone(),
+                        }),
+                        None => failures.push(format!("{label} ({arch}): no clang remark")),
+                    }
+                }
+            }
+        }
+        println!("{arch}: {refusals} kernels cannot run (LDS), as clang says");
+        summarise(arch, &rows, &skipped, table, failures);
+    }
+}
+
+/// The table of one arch's rows and its summary, and the goals' failures.
+fn summarise(
+    arch: Arch,
+    rows: &[Row],
+    skipped: &[String],
+    table: bool,
+    failures: &mut Vec<String>,
+) {
+    if table {
+        println!(
+            "{:<60} {:>5} {:>5} {:>7} {:>5} {:>5} {:>6} {:>6}",
+            format!("kernel ({arch})"),
+            "VGPR",
+            "clang",
+            "error",
+            "SGPR",
+            "clang",
+            "waves",
+            "clang"
+        );
+        for r in rows {
+            println!(
+                "{:<60} {:>5} {:>5} {:>+6.1}% {:>5} {:>5} {:>6} {:>6}",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                100.0 * r.error(),
+                r.estimate.amd.map_or(0, |a| a.sgprs),
+                r.clang.sgprs,
+                r.estimate.occupancy.waves_per_simd.unwrap_or(0),
+                r.clang.occupancy
+            );
+        }
+    }
+    for s in skipped {
+        println!("skip {arch} {s}");
+    }
+    if rows.is_empty() {
+        failures.push(format!("{arch}: no kernel measured"));
+        return;
+    }
+    let mut errors: Vec<f64> = rows.iter().map(|r| r.error().abs()).collect();
+    errors.sort_by(f64::total_cmp);
+    let median = errors[errors.len() / 2];
+    let p90 = errors[(errors.len() * 9 / 10).min(errors.len() - 1)];
+    let worst_row = rows
+        .iter()
+        .max_by(|a, b| a.error().abs().total_cmp(&b.error().abs()))
+        .expect("rows");
+    let over: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.error().abs() > WORST_BOUND)
+        .collect();
+    let agreeing: Vec<&Row> = rows.iter().filter(|r| r.vgprs_agree()).collect();
+    let occupancy_equal = agreeing
+        .iter()
+        .filter(|r| r.estimate.occupancy.waves_per_simd == Some(r.clang.occupancy))
+        .count();
+    let sgpr_errors = {
+        let mut e: Vec<f64> = rows
+            .iter()
+            .map(|r| {
+                let est = r.estimate.amd.map_or(0, |a| a.sgprs) as f64;
+                ((est - r.clang.sgprs as f64) / r.clang.sgprs.max(1) as f64).abs()
+            })
+            .collect();
+        e.sort_by(f64::total_cmp);
+        e[e.len() / 2]
+    };
+    println!(
+        "{arch}: {} kernels, VGPR error median {:.1}%, 90th percentile {:.1}%, worst {:+.1}% ({}: {} estimated, clang {}), {} over {:.0}%; VGPR allocation agrees on {}, occupancy equal on {} of them; SGPR median error {:.1}%",
+        rows.len(),
+        100.0 * median,
+        100.0 * p90,
+        100.0 * worst_row.error(),
+        worst_row.label,
+        worst_row.estimate.regs,
+        worst_row.clang.vgprs,
+        over.len(),
+        100.0 * WORST_BOUND,
+        agreeing.len(),
+        occupancy_equal,
+        100.0 * sgpr_errors
+    );
+    let (held_median, held_over) = held(arch);
+    if median > MEDIAN_BOUND || !over.is_empty() {
+        println!(
+            "goal not met on {arch}: median {:.1}% (goal {:.0}%), {} kernels over {:.0}% (goal none); held at {:.1}% and {held_over}",
+            100.0 * median,
+            100.0 * MEDIAN_BOUND,
+            over.len(),
+            100.0 * WORST_BOUND,
+            100.0 * held_median
+        );
+        for r in &over {
+            println!(
+                "over {} ({arch}): {} VGPRs estimated, clang {} ({:+.1}%)",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                100.0 * r.error()
+            );
+        }
+    }
+    if median > held_median + 1e-9 {
+        failures.push(format!(
+            "{arch}: VGPR median error {:.1}%, worse than the {:.1}% held",
+            100.0 * median,
+            100.0 * held_median
+        ));
+    }
+    if over.len() > held_over {
+        failures.push(format!(
+            "{arch}: {} kernels over {:.0}%, more than the {held_over} held",
+            over.len(),
+            100.0 * WORST_BOUND
+        ));
+    }
+    for r in agreeing {
+        if r.estimate.occupancy.waves_per_simd != Some(r.clang.occupancy) {
+            failures.push(format!(
+                "{} ({arch}): VGPRs agree ({} estimated, clang {}) but {:?} waves/SIMD estimated, clang {} (LDS {} estimated, clang {}; SGPRs {}, clang {})",
+                r.label,
+                r.estimate.regs,
+                r.clang.vgprs,
+                r.estimate.occupancy.waves_per_simd,
+                r.clang.occupancy,
+                r.estimate.smem_bytes,
+                r.clang.lds,
+                r.estimate.amd.map_or(0, |a| a.sgprs),
+                r.clang.sgprs
+            ));
+        }
+    }
+    for r in rows {
+        if r.estimate.smem_bytes != r.clang.lds {
+            failures.push(format!(
+                "{} ({arch}): {} B of LDS estimated, clang {}",
+                r.label, r.estimate.smem_bytes, r.clang.lds
+            ));
+        }
+    }
+}
+
+/// The HIP module of `kernels` (the HIP printer's).
+fn hip_module(arch: Arch, kernels: &[tessera::ir::target::Kernel]) -> Result<String, String> {
+    tessera::backend::hip::module(arch, kernels).map_err(|e| e.to_string())
+}
