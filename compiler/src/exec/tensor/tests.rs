@@ -1,3 +1,6 @@
+//! Tests of run-time tensors: storage and device copies, indexing,
+//! broadcasting, conversions and printing.
+
 use super::*;
 
 /// A "GPU" buffer in host memory, to test the mirror without a GPU.
