@@ -175,18 +175,33 @@ pub fn ptx_module<'db>(
     options: Options,
     spec: &crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
+    module_of_kernels(
+        kernels,
+        |item| kernel_ptx(db, item, options, spec.clone()),
+        // Refused only for an AMD arch and no kernels (each kernel would
+        // have said E0615): nothing to point at.
+        |printed| crate::backend::ptx::module_of(options.arch(db), printed).map_err(|_| ()),
+    )
+}
+
+/// One module of `kernels`: each kernel's text from `kernel` (cached per
+/// kernel), joined by `module`; or every diagnostic of every kernel that
+/// failed, shifted to the file's offsets.
+fn module_of_kernels<'a, 'db: 'a>(
+    kernels: &[(String, ItemSource<'db>, u32)],
+    kernel: impl Fn(ItemSource<'db>) -> &'a Result<String, Vec<Diagnostic>>,
+    module: impl FnOnce(&[&str]) -> Result<String, ()>,
+) -> Result<String, Vec<Diagnostic>> {
     let mut printed = Vec::new();
     let mut diags = Vec::new();
     for (_, item, offset) in kernels {
-        match kernel_ptx(db, *item, options, spec.clone()) {
+        match kernel(*item) {
             Ok(text) => printed.push(text.as_str()),
             Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
         }
     }
     if diags.is_empty() {
-        // Refused only for an AMD arch and no kernels (each kernel would
-        // have said E0615): nothing to point at.
-        crate::backend::ptx::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
+        module(&printed).map_err(|()| Vec::new())
     } else {
         Err(diags)
     }
@@ -222,21 +237,13 @@ pub fn hip_module<'db>(
     options: Options,
     spec: &crate::ir::tile::Specialization,
 ) -> Result<String, Vec<Diagnostic>> {
-    let mut printed = Vec::new();
-    let mut diags = Vec::new();
-    for (_, item, offset) in kernels {
-        match kernel_hip(db, *item, options, spec.clone()) {
-            Ok(text) => printed.push(text.as_str()),
-            Err(d) => diags.extend(d.iter().cloned().map(|d| d.shifted(*offset))),
-        }
-    }
-    if diags.is_empty() {
+    module_of_kernels(
+        kernels,
+        |item| kernel_hip(db, item, options, spec.clone()),
         // Refused only for an NVIDIA arch and no kernels (each kernel would
         // have said E0615): nothing to point at.
-        crate::backend::hip::module_of(options.arch(db), &printed).map_err(|_| Vec::new())
-    } else {
-        Err(diags)
-    }
+        |printed| crate::backend::hip::module_of(options.arch(db), printed).map_err(|_| ()),
+    )
 }
 
 /// The HIP definition of one kernel item (see `target_ir`; its diagnostics
