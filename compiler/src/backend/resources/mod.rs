@@ -215,6 +215,7 @@
 
 pub mod amd;
 mod liveness;
+mod llvm_ir;
 mod order;
 mod program;
 mod report;
@@ -339,7 +340,7 @@ pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
         tys: &[crate::ir::target::RegTy],
     ) -> bool {
         insts.iter().any(|i| {
-            slow_path_scratch(i, tys) > 0
+            slow_path_scratch(i, tys, crate::target::Vendor::Nvidia) > 0
                 || i.regions().into_iter().any(|r| calls_slow_path(r, tys))
         })
     }

@@ -47,6 +47,9 @@ pub(super) struct Remat {
     /// Whether indices read only by compares follow them ([`sink`]'s
     /// `compares`).
     pub(super) compares: bool,
+    /// The vendor of the kernel's arch (whose expansion of division and
+    /// square root [`slow_path_scratch`] counts).
+    pub(super) vendor: crate::target::Vendor,
 }
 
 impl Remat {
@@ -108,6 +111,7 @@ impl Remat {
             chains: false,
             ilp: false,
             compares: false,
+            vendor: kernel.arch.info().vendor,
         }
     }
 
@@ -278,7 +282,7 @@ pub(super) fn program_with_origin(
                 other => {
                     let uses = rm.uses(regs(other.uses()), &mut out);
                     let mut defs = regs(other.defs());
-                    let scratch = slow_path_scratch(other, &rm.tys);
+                    let scratch = slow_path_scratch(other, &rm.tys, rm.vendor);
                     if scratch > 0 {
                         // The subroutine's own registers: a value written
                         // here and never read.
@@ -306,13 +310,20 @@ pub(super) fn program_with_origin(
 /// with ptxas 12.9 on straight-line kernels holding 4 to 16 values across one
 /// such instruction (`compiler/tests/ptxas.rs` re-checks it): 9 more
 /// registers for a division or reciprocal, 4 for a square root, on sm_70,
-/// sm_80 and sm_90 (sm_90 needs up to 2 fewer).
+/// sm_80 and sm_90 (sm_90 needs up to 2 fewer). LLVM's AMDGPU backend
+/// expands them inline instead ([`crate::target::amdgpu::DIV_SCRATCH_VGPRS`]).
 pub(super) fn slow_path_scratch(
     inst: &crate::ir::target::Inst,
     tys: &[crate::ir::target::RegTy],
+    vendor: crate::target::Vendor,
 ) -> u32 {
     use crate::ir::target::{BinOp, Inst, RegTy, UnOp};
+    use crate::target::{amdgpu, Vendor};
     let f32_result = |r: &crate::ir::target::Reg| tys[r.0 as usize] == RegTy::F32;
+    let (div, sqrt) = match vendor {
+        Vendor::Nvidia => (SLOW_DIV_REGS, SLOW_SQRT_REGS),
+        Vendor::Amd => (amdgpu::DIV_SCRATCH_VGPRS, amdgpu::SQRT_SCRATCH_VGPRS),
+    };
     match inst {
         Inst::Binary {
             op: BinOp::Div,
@@ -321,12 +332,12 @@ pub(super) fn slow_path_scratch(
         }
         | Inst::Unary {
             op: UnOp::Rcp, dst, ..
-        } if f32_result(dst) => SLOW_DIV_REGS,
+        } if f32_result(dst) => div,
         Inst::Unary {
             op: UnOp::Sqrt,
             dst,
             ..
-        } if f32_result(dst) => SLOW_SQRT_REGS,
+        } if f32_result(dst) => sqrt,
         _ => 0,
     }
 }

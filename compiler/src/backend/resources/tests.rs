@@ -932,6 +932,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
         chains: false,
         ilp: false,
         compares: false,
+        vendor: crate::target::Vendor::Nvidia,
     };
     // Three trips are more than two: the loop stays.
     assert_eq!(&*unroll_short_loops(&insts, &mut remat(2)), &insts);
@@ -1035,8 +1036,9 @@ fn json_and_table() {
 }
 
 /// Wave-uniform registers: parameters, block ids and what is computed from
-/// them alone, and a loop counter with uniform bounds, are uniform; a thread
-/// id, a load, and anything written under a branch on a divergent value are
+/// them alone, a loop counter with uniform bounds, and a load from a uniform
+/// address that nothing was stored to before (a scalar load), are uniform; a
+/// thread id and anything written under a branch on a divergent value are
 /// not, nor is a register carried around a loop that a divergent value
 /// reaches on a later trip.
 #[test]
@@ -1052,7 +1054,8 @@ fn amd_uniform_registers() {
         b,
     };
     // r0 = param n; r1 = block id; r2 = thread id; r3 = r0 + r1 (uniform);
-    // r4 = r3 + r2 (divergent); r5 = p (64-bit); f6 = load [r5];
+    // r4 = r3 + r2 (divergent); r5 = p (64-bit); f6 = load [r5] (uniform:
+    // no store comes before it);
     // p7 = r4 < r0 (divergent); if p7 { r8 = r0 + r0 } (divergent: merged
     // under a divergent branch); for r9 in 0..r0 { r10 = r10 + r9 } with
     // r10 = 0 before it (uniform); for r11 in 0..r0 { r12 = r12 + r13;
@@ -1164,7 +1167,7 @@ fn amd_uniform_registers() {
     };
     let u = amd::uniform_regs(&kernel);
     let uniform: Vec<u32> = (0..u.len() as u32).filter(|&i| u[i as usize]).collect();
-    assert_eq!(uniform, [0, 1, 3, 5, 9, 10, 11]);
+    assert_eq!(uniform, [0, 1, 3, 5, 6, 9, 10, 11]);
     // The estimate: VGPRs from the divergent values only, SGPRs from the
     // uniform ones with the arch's base; the report carries both.
     let res = of_target(&kernel);
@@ -1181,6 +1184,102 @@ fn amd_uniform_registers() {
     assert_eq!(json["sgprs"], amd.sgprs);
     assert_eq!(json["agprs"], 0);
     assert_eq!(json["regs"], res.regs);
+}
+
+/// What LLVM does to the printed HIP before the AMD estimate counts it: a
+/// repeated computation reads the first one's result, what nothing reads is
+/// dropped, a uniform load after a store is a vector load, and float
+/// arithmetic on uniform values takes VGPRs (no scalar float ALU).
+#[test]
+fn amd_middle_end_and_scalar_loads() {
+    use crate::ir::target::{BinOp, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, Space};
+    let r = |i: u32| Operand::Reg(Reg(i));
+    let bin = |op: BinOp, dst: u32, a: Operand, b: Operand| Inst::Binary {
+        op,
+        dst: Reg(dst),
+        a,
+        b,
+    };
+    let ld = |dst: u32, offset: i64| Inst::Ld {
+        space: Space::Global,
+        mem: MemTy::F32,
+        dst: vec![Reg(dst)],
+        addr: Reg(0),
+        offset,
+        pred: None,
+    };
+    let st = |src: &[u32], offset: i64| Inst::St {
+        space: Space::Global,
+        mem: MemTy::F32,
+        src: src.iter().map(|&x| r(x)).collect(),
+        addr: Reg(0),
+        offset,
+        pred: None,
+    };
+    // r0 = p; f1 = load [r0]; f2 = f1 + 1.0; f3 = f1 + 1.0 (repeats f2);
+    // f4 = f2 * f3; f5 = f4 * 3.0 (never read); f6 = load [r0 + 8] (never
+    // read); store [r0 + 4] = f4; f7 = load [r0 + 12] (after the store);
+    // store [r0 + 16] = (f7, f2).
+    let kernel = Kernel {
+        name: "k".into(),
+        arch: Arch::Gfx90a,
+        num_threads: 64,
+        params: vec![Param {
+            name: "p".into(),
+            ty: RegTy::U64,
+        }],
+        smem: vec![],
+        regs: vec![
+            RegTy::U64,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+        ],
+        body: vec![
+            Inst::Param {
+                dst: Reg(0),
+                index: 0,
+            },
+            ld(1, 0),
+            bin(BinOp::Add, 2, r(1), Operand::Float(1.0)),
+            bin(BinOp::Add, 3, r(1), Operand::Float(1.0)),
+            bin(BinOp::Mul, 4, r(2), r(3)),
+            bin(BinOp::Mul, 5, r(4), Operand::Float(3.0)),
+            ld(6, 8),
+            st(&[4], 4),
+            ld(7, 12),
+            st(&[7, 2], 16),
+        ],
+        layouts: vec![],
+    };
+    let after = super::llvm_ir::as_llvm_leaves_it(&kernel);
+    assert_eq!(
+        after.body,
+        vec![
+            kernel.body[0].clone(),
+            kernel.body[1].clone(),
+            kernel.body[2].clone(),
+            bin(BinOp::Mul, 4, r(2), r(2)),
+            kernel.body[7].clone(),
+            kernel.body[8].clone(),
+            kernel.body[9].clone(),
+        ]
+    );
+    let u = amd::uniform_regs(&kernel);
+    let uniform: Vec<u32> = (0..u.len() as u32).filter(|&i| u[i as usize]).collect();
+    assert_eq!(uniform, [0, 1, 2, 3, 4, 5, 6]);
+    // VGPRs: f2 (float arithmetic on a scalar load) held beside f4, then
+    // beside f7 (a vector load), plus what clang adds.
+    let res = of_target(&kernel);
+    assert_eq!(
+        res.regs,
+        (2 + crate::target::amdgpu::VGPR_OVERHEAD).max(crate::target::amdgpu::MIN_VGPRS),
+        "{res:?}"
+    );
 }
 
 /// AMD rows in the report: W0004 counts waves per SIMD, W0007 flags SGPRs

@@ -344,7 +344,7 @@ pub(super) fn unroll_short_loops<'a>(
 /// Applies `uses` to every register `inst` reads and `defs` to every one it
 /// writes (a predicated load's destinations count as written only), for
 /// instructions without nested regions.
-fn rename_regs(
+pub(super) fn rename_regs(
     inst: &mut crate::ir::target::Inst,
     uses: &mut dyn FnMut(&mut crate::ir::target::Reg),
     defs: &mut dyn FnMut(&mut crate::ir::target::Reg),
