@@ -27,15 +27,14 @@
 //! `compiler/tests/clang_amdgpu.rs`): LLVM's scheduler spends the VGPRs an
 //! occupancy target leaves free on latency (transcendental-heavy and
 //! attention kernels on gfx1100 take two to four times the values they
-//! hold), folds arithmetic on a masked load into the load's branches, packs
-//! 8- and 16-bit integers, spills SGPRs into VGPR lanes past the SGPR limit,
-//! and reschedules a kernel past its VGPR budget to fit it.
+//! hold), packs 8- and 16-bit integers, spills SGPRs into VGPR lanes past
+//! the SGPR limit, and reschedules a kernel past its VGPR budget to fit it.
 
 use super::liveness::max_pressure;
 use super::llvm_ir::as_llvm_leaves_it;
 use super::program::program_with_origin;
 use super::report::{AmdRegs, Resources};
-use crate::ir::target::{Inst, Kernel, Operand, Space, Special};
+use crate::ir::target::{Inst, Kernel, Operand, Reg, Space, Special};
 use crate::target::amdgpu::{sgpr_base, ADDRESS_VGPRS, MIN_VGPRS, VGPR_OVERHEAD};
 
 /// Per register of `kernel`, whether it is wave-uniform: written only by
@@ -172,8 +171,14 @@ fn mark(uniform: &mut [bool], r: u32, value_uniform: bool, changed: &mut bool) {
 /// ALU of gfx9 and gfx11 has no floating-point instructions, so such a value
 /// is in VGPRs even where it is the same in every lane (four scalar-loaded
 /// floats plus one: clang `v_add_f32 v3, s6, 1.0`, 5 VGPRs with the lane id).
-fn vector_alu_regs(kernel: &Kernel) -> Vec<bool> {
+fn vector_alu_regs(kernel: &Kernel, folded: &[Reg]) -> Vec<bool> {
     let mut valu = vec![false; kernel.regs.len()];
+    // A float operation folded into a load's branch still runs there.
+    for r in folded {
+        if let Some(v) = valu.get_mut(r.0 as usize) {
+            *v = kernel.regs[r.0 as usize].is_float();
+        }
+    }
     let float =
         |r: &crate::ir::target::Reg| kernel.regs.get(r.0 as usize).is_some_and(|t| t.is_float());
     kernel.walk(&mut |inst| {
@@ -197,8 +202,9 @@ fn vector_alu_regs(kernel: &Kernel) -> Vec<bool> {
 
 /// The resources of a Target IR kernel on an AMD arch (module docs).
 pub fn of_target(kernel: &Kernel) -> Resources {
-    let kernel = &as_llvm_leaves_it(kernel);
-    let valu = vector_alu_regs(kernel);
+    let (kernel, folded) = as_llvm_leaves_it(kernel);
+    let kernel = &kernel;
+    let valu = vector_alu_regs(kernel, &folded);
     let uniform = uniform_regs(kernel);
     let wave = kernel.arch.info().warp_size;
     let (program, words, origin) = program_with_origin(kernel, true, false, false, false);

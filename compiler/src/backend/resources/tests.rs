@@ -1256,7 +1256,7 @@ fn amd_middle_end_and_scalar_loads() {
         ],
         layouts: vec![],
     };
-    let after = super::llvm_ir::as_llvm_leaves_it(&kernel);
+    let (after, _) = super::llvm_ir::as_llvm_leaves_it(&kernel);
     assert_eq!(
         after.body,
         vec![
@@ -1279,6 +1279,108 @@ fn amd_middle_end_and_scalar_loads() {
         res.regs,
         (2 + crate::target::amdgpu::VGPR_OVERHEAD).max(crate::target::amdgpu::MIN_VGPRS),
         "{res:?}"
+    );
+}
+
+/// Arithmetic with constants on a masked load's result is folded into the
+/// load (its result takes the load over), and a value read only by a masked
+/// store moves, with what only it reads, to right before that store.
+#[test]
+fn amd_folds_into_masked_loads_and_sinks_into_masked_stores() {
+    use crate::ir::target::{BinOp, Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, Space};
+    let r = |i: u32| Operand::Reg(Reg(i));
+    let bin = |op: BinOp, dst: u32, a: Operand, b: Operand| Inst::Binary {
+        op,
+        dst: Reg(dst),
+        a,
+        b,
+    };
+    // r0 = p; p1 = param (pred stands in); f2 = 0; f2 = load [r0] if p1;
+    // f3 = f2 + 1 (folded: f3 = 0; f3 = load if p1); f4 = load [r0 + 4];
+    // f5 = f4 * f4; f6 = f5 + f3; f7 = f4 + 2 (read after the store);
+    // store [r0] = f6 if p1 (f5 and f6 move to it); store [r0 + 8] = f7.
+    let ld = |dst: u32, offset: i64, pred: Option<u32>| Inst::Ld {
+        space: Space::Global,
+        mem: MemTy::F32,
+        dst: vec![Reg(dst)],
+        addr: Reg(0),
+        offset,
+        pred: pred.map(Reg),
+    };
+    let st = |src: u32, offset: i64, pred: Option<u32>| Inst::St {
+        space: Space::Global,
+        mem: MemTy::F32,
+        src: vec![r(src)],
+        addr: Reg(0),
+        offset,
+        pred: pred.map(Reg),
+    };
+    let mov0 = |dst: u32| Inst::Mov {
+        dst: Reg(dst),
+        src: Operand::Float(0.0),
+    };
+    let kernel = Kernel {
+        name: "k".into(),
+        arch: Arch::Gfx942,
+        num_threads: 64,
+        params: vec![
+            Param {
+                name: "p".into(),
+                ty: RegTy::U64,
+            },
+            Param {
+                name: "m".into(),
+                ty: RegTy::Pred,
+            },
+        ],
+        smem: vec![],
+        regs: vec![
+            RegTy::U64,
+            RegTy::Pred,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+            RegTy::F32,
+        ],
+        body: vec![
+            Inst::Param {
+                dst: Reg(0),
+                index: 0,
+            },
+            Inst::Param {
+                dst: Reg(1),
+                index: 1,
+            },
+            mov0(2),
+            ld(2, 0, Some(1)),
+            bin(BinOp::Add, 3, r(2), Operand::Float(1.0)),
+            ld(4, 4, None),
+            bin(BinOp::Mul, 5, r(4), r(4)),
+            bin(BinOp::Add, 6, r(5), r(3)),
+            bin(BinOp::Add, 7, r(4), Operand::Float(2.0)),
+            st(6, 0, Some(1)),
+            st(7, 8, None),
+        ],
+        layouts: vec![],
+    };
+    let (after, folded) = super::llvm_ir::as_llvm_leaves_it(&kernel);
+    assert_eq!(folded, [Reg(3)]);
+    assert_eq!(
+        after.body,
+        vec![
+            kernel.body[0].clone(),
+            kernel.body[1].clone(),
+            mov0(3),
+            ld(3, 0, Some(1)),
+            kernel.body[5].clone(),
+            kernel.body[8].clone(),
+            kernel.body[6].clone(),
+            kernel.body[7].clone(),
+            kernel.body[9].clone(),
+            kernel.body[10].clone(),
+        ]
     );
 }
 
