@@ -252,7 +252,20 @@ pub fn of_target(kernel: &Kernel) -> Resources {
             0
         }
     };
-    let vgprs = (max_pressure(&program, &vgpr_words) + VGPR_OVERHEAD).max(MIN_VGPRS);
+    // A kernel that writes no memory is deleted whole by LLVM (an empty
+    // kernel, or one whose stores are unreachable: clang 0 VGPRs).
+    let mut writes = false;
+    kernel.walk(&mut |i| {
+        writes |= matches!(
+            i,
+            Inst::St { .. } | Inst::AtomAdd { .. } | Inst::CpAsync { .. } | Inst::Trap { .. }
+        )
+    });
+    let vgprs = if writes {
+        (max_pressure(&program, &vgpr_words) + VGPR_OVERHEAD).max(MIN_VGPRS)
+    } else {
+        0
+    };
     let sgprs = max_pressure(&program, &sgpr_words) + sgpr_base(kernel.arch);
     Resources::amd(
         kernel.name.clone(),

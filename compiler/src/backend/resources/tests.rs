@@ -1059,7 +1059,7 @@ fn amd_uniform_registers() {
     // p7 = r4 < r0 (divergent); if p7 { r8 = r0 + r0 } (divergent: merged
     // under a divergent branch); for r9 in 0..r0 { r10 = r10 + r9 } with
     // r10 = 0 before it (uniform); for r11 in 0..r0 { r12 = r12 + r13;
-    // r13 = r2 } (r12 becomes divergent on the second trip).
+    // r13 = r2 } (r12 becomes divergent on the second trip); store them.
     let kernel = Kernel {
         name: "k".into(),
         arch: Arch::Gfx942,
@@ -1162,9 +1162,22 @@ fn amd_uniform_registers() {
                     },
                 ],
             },
+            // Every value stored, so that none is dead code.
+            Inst::St {
+                space: Space::Global,
+                mem: MemTy::I32,
+                src: vec![r(4), r(8), r(10), r(12)],
+                addr: Reg(5),
+                offset: 0,
+                pred: None,
+            },
         ],
         layouts: vec![],
     };
+    // Without the store the kernel writes nothing: LLVM deletes its body.
+    let mut silent = kernel.clone();
+    silent.body.pop();
+    assert_eq!(of_target(&silent).regs, 0);
     let u = amd::uniform_regs(&kernel);
     let uniform: Vec<u32> = (0..u.len() as u32).filter(|&i| u[i as usize]).collect();
     assert_eq!(uniform, [0, 1, 3, 5, 6, 9, 10, 11]);
