@@ -50,9 +50,9 @@ pub(super) fn as_llvm_leaves_it(kernel: &Kernel) -> (Kernel, Vec<Reg>) {
     sink_into_masked(&mut k.body, &def_count, &reads);
     // Dead code: drop what nothing reads, until nothing more goes.
     loop {
-        let mut read = vec![false; k.regs.len()];
-        mark_reads(&k.body, &mut read);
-        if !drop_unread(&mut k.body, &read) {
+        let mut reads = vec![0u32; k.regs.len()];
+        count_reads(&k.body, &mut reads);
+        if !drop_unread(&mut k.body, &reads) {
             break;
         }
     }
@@ -169,34 +169,9 @@ impl Cse<'_> {
     }
 }
 
-/// Marks every register some instruction reads (a predicated load's own
-/// destinations, which it "reads" to keep where the predicate is false, do
-/// not count: nothing else needs them).
-fn mark_reads(insts: &[Inst], read: &mut [bool]) {
-    for i in insts {
-        let uses = match i {
-            Inst::Ld { addr, pred, .. } => {
-                let mut v = vec![*addr];
-                v.extend(pred.iter().copied());
-                v
-            }
-            Inst::While { pred, .. } => vec![*pred],
-            other => other.uses(),
-        };
-        for r in uses {
-            if let Some(x) = read.get_mut(r.0 as usize) {
-                *x = true;
-            }
-        }
-        for r in i.regions() {
-            mark_reads(r, read);
-        }
-    }
-}
-
 /// Drops the pure instructions and loads none of whose results is read;
 /// whether any went.
-fn drop_unread(insts: &mut Vec<Inst>, read: &[bool]) -> bool {
+fn drop_unread(insts: &mut Vec<Inst>, read: &[u32]) -> bool {
     let mut dropped = false;
     insts.retain_mut(|i| {
         match i {
@@ -215,10 +190,7 @@ fn drop_unread(insts: &mut Vec<Inst>, read: &[bool]) -> bool {
         }
         let removable = i.is_pure() || matches!(i, Inst::Ld { .. } | Inst::Comment(_));
         let defs = i.defs();
-        let unread = !defs.is_empty()
-            && defs
-                .iter()
-                .all(|d| !read.get(d.0 as usize).copied().unwrap_or(true));
+        let unread = !defs.is_empty() && defs.iter().all(|d| read.get(d.0 as usize) == Some(&0));
         if removable && unread {
             dropped = true;
             false
@@ -230,7 +202,8 @@ fn drop_unread(insts: &mut Vec<Inst>, read: &[bool]) -> bool {
 }
 
 /// Counts, per register, the instructions reading it (nested ones too; a
-/// masked load's own destinations do not count, as in [`mark_reads`]).
+/// masked load's own destinations, which it "reads" to keep where the
+/// predicate is false, do not count: nothing else needs them).
 fn count_reads(insts: &[Inst], out: &mut [u32]) {
     for i in insts {
         let uses = match i {
