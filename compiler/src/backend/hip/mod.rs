@@ -36,7 +36,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use crate::ir::target::{
-    BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
+    reg_name, BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
 use crate::target::Arch;
 
@@ -386,16 +386,6 @@ fn bits_of(t: RegTy) -> u32 {
         RegTy::I32 | RegTy::U32 | RegTy::B32 | RegTy::F32 => 32,
         RegTy::I64 | RegTy::U64 | RegTy::F64 => 64,
     }
-}
-
-fn reg_name(t: RegTy, n: u32) -> String {
-    let prefix = match t {
-        RegTy::Pred => "p",
-        RegTy::F32 | RegTy::F64 => "f",
-        RegTy::B16 | RegTy::B32 => "b",
-        _ => "r",
-    };
-    format!("{prefix}{n}")
 }
 
 fn param_cty(t: RegTy) -> &'static str {

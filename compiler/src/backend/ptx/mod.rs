@@ -17,9 +17,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::ir::target::{
-    BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
-};
+use crate::ir::target::{BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp};
 use crate::target::{Arch, MmaKind};
 
 /// The PTX ISA version written for `arch` ([`crate::target::Features::ptx_isa`];
@@ -464,7 +462,7 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space_name(*space);
+                let sp = space.name();
                 let v = vec_prefix(dst.len());
                 let dsts: Vec<&str> = dst.iter().map(|d| self.r(*d)).collect();
                 let d = if dst.len() > 1 {
@@ -488,7 +486,7 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space_name(*space);
+                let sp = space.name();
                 let v = vec_prefix(src.len());
                 let st = match mem {
                     MemTy::F32 => RegTy::F32,
@@ -732,13 +730,6 @@ fn vec_prefix(n: usize) -> String {
         format!(".v{n}.")
     } else {
         ".".to_string()
-    }
-}
-
-fn space_name(s: Space) -> &'static str {
-    match s {
-        Space::Global => "global",
-        Space::Shared => "shared",
     }
 }
 
