@@ -35,6 +35,7 @@ mod matrix;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use super::print::{axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
 use crate::ir::target::{
     reg_name, BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
@@ -502,14 +503,7 @@ const RESERVED: &[&str] = &[
 /// expressions such as `M+1`); a keyword, a register-like name (`r12`) or a
 /// printer name (`tsr_*`) gets `_arg` appended.
 fn param_name(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("_x{:02x}_", c as u32));
-        }
-    }
+    let mut out = ident(name);
     let register_like = out.len() > 1
         && matches!(out.as_bytes()[0], b'r' | b'p' | b'f' | b'b')
         && out[1..].bytes().all(|c| c.is_ascii_digit());
@@ -690,10 +684,9 @@ impl Printer<'_> {
                 format!("{} = {v};", self.r(*dst))
             }
             Inst::Special { dst, which } => {
-                let axis = |a: &u8| ["x", "y", "z"][(*a as usize).min(2)];
                 let v = match which {
                     Special::ThreadId => "__builtin_amdgcn_workitem_id_x()".to_string(),
-                    Special::BlockId(a) => format!("__builtin_amdgcn_workgroup_id_{}()", axis(a)),
+                    Special::BlockId(a) => format!("__builtin_amdgcn_workgroup_id_{}()", axis(*a)),
                     Special::NumBlocks(a) => format!("tsr_num_groups({})", (*a).min(2)),
                 };
                 format!("{} = ({}){v};", self.r(*dst), cty(self.ty(*dst)))
@@ -758,11 +751,7 @@ impl Printer<'_> {
                 format!("{} = {v};", self.r(*dst))
             }
             Inst::MulWide { dst, a, b } => {
-                let signed = match a {
-                    Operand::Reg(r) => self.ty(*r) == RegTy::I32,
-                    _ => true,
-                };
-                let (t32, t64) = if signed {
+                let (t32, t64) = if mul_wide_signed(k, *a) {
                     (RegTy::I32, RegTy::I64)
                 } else {
                     (RegTy::U32, RegTy::U64)
@@ -1026,15 +1015,7 @@ impl Printer<'_> {
                     format!("({c}){}", self.r(r))
                 }
             }
-            o => {
-                let t = match m {
-                    MemTy::F32 => RegTy::F32,
-                    MemTy::F64 => RegTy::F64,
-                    MemTy::I64 => RegTy::I64,
-                    _ => RegTy::U32,
-                };
-                format!("({c}){}", self.o(o, t))
-            }
+            o => format!("({c}){}", self.o(o, store_ty(m))),
         }
     }
 
@@ -1082,21 +1063,19 @@ impl Printer<'_> {
     fn cvt(&self, dst: Reg, src: Reg, narrow: Option<MemTy>) -> String {
         let (td, ts) = (self.ty(dst), self.ty(src));
         let (d, s) = (self.r(dst), self.r(src));
-        if td == RegTy::B32 && ts == RegTy::F32 {
-            return format!("{d} = tsr_tf32({s});");
-        }
-        if let Some(m) = narrow {
-            // Truncate to 8/16 bits and extend back to 32.
-            let (via, to) = match m {
-                MemTy::I8 => ("signed char", "int"),
-                MemTy::I16 => ("short", "int"),
-                MemTy::U16 => ("unsigned short", "unsigned"),
-                _ => ("unsigned char", "unsigned"),
-            };
-            return format!("{d} = ({})({to})({via}){s};", cty(td));
-        }
-        if td == ts {
-            return format!("{d} = {s};");
+        match conversion(td, ts, narrow) {
+            Conversion::Tf32 => return format!("{d} = tsr_tf32({s});"),
+            Conversion::Narrow { bits, signed } => {
+                let (via, to) = match (bits, signed) {
+                    (8, true) => ("signed char", "int"),
+                    (_, true) => ("short", "int"),
+                    (16, false) => ("unsigned short", "unsigned"),
+                    _ => ("unsigned char", "unsigned"),
+                };
+                return format!("{d} = ({})({to})({via}){s};", cty(td));
+            }
+            Conversion::Same => return format!("{d} = {s};"),
+            Conversion::Other => {}
         }
         let half = |x: &str| format!("__builtin_bit_cast(_Float16, {x})");
         let v = match (td, ts) {

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use super::print::{axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
 use crate::ir::target::{BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp};
 use crate::target::{Arch, MmaKind};
 
@@ -179,21 +180,6 @@ fn kernel(k: &Kernel, out: &mut String) {
     out.push_str("\tret;\n}\n");
 }
 
-/// A PTX identifier for a parameter name: letters, digits and `_` kept, any
-/// other character `c` written `_xHH_` (run-time dims may be named by
-/// expressions such as `M+1`).
-fn ident(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("_x{:02x}_", c as u32));
-        }
-    }
-    out
-}
-
 fn param_ty(t: RegTy) -> &'static str {
     match t {
         RegTy::U64 => ".u64",
@@ -316,11 +302,10 @@ impl Printer<'_> {
                 }
             }
             Inst::Special { dst, which } => {
-                let axis = |a: &u8| ["x", "y", "z"][(*a as usize).min(2)];
                 let src = match which {
                     Special::ThreadId => "%tid.x".to_string(),
-                    Special::BlockId(a) => format!("%ctaid.{}", axis(a)),
-                    Special::NumBlocks(a) => format!("%nctaid.{}", axis(a)),
+                    Special::BlockId(a) => format!("%ctaid.{}", axis(*a)),
+                    Special::NumBlocks(a) => format!("%nctaid.{}", axis(*a)),
                 };
                 format!("mov.u32 {}, {src};", self.r(*dst))
             }
@@ -410,11 +395,7 @@ impl Printer<'_> {
                 )
             }
             Inst::MulWide { dst, a, b } => {
-                let signed = match a {
-                    Operand::Reg(r) => self.ty(*r) == RegTy::I32,
-                    _ => true,
-                };
-                let t = if signed { RegTy::I32 } else { RegTy::U32 };
+                let t = if mul_wide_signed(k, *a) { RegTy::I32 } else { RegTy::U32 };
                 format!(
                     "mul.wide.{} {}, {}, {};",
                     arith(t),
@@ -488,12 +469,7 @@ impl Printer<'_> {
             } => {
                 let sp = space.name();
                 let v = vec_prefix(src.len());
-                let st = match mem {
-                    MemTy::F32 => RegTy::F32,
-                    MemTy::F64 => RegTy::F64,
-                    MemTy::I64 => RegTy::I64,
-                    _ => RegTy::U32,
-                };
+                let st = store_ty(*mem);
                 let srcs: Vec<String> = src.iter().map(|s| self.o(*s, st)).collect();
                 let s = if src.len() > 1 {
                     format!("{{{}}}", srcs.join(", "))
@@ -690,18 +666,14 @@ impl Printer<'_> {
     fn cvt(&self, dst: Reg, src: Reg, narrow: Option<MemTy>) -> String {
         let (td, ts) = (self.ty(dst), self.ty(src));
         let (d, s) = (self.r(dst), self.r(src));
-        if td == RegTy::B32 && ts == RegTy::F32 {
-            return format!("cvt.rna.tf32.f32 {d}, {s};");
-        }
-        if let Some(m) = narrow {
-            // Truncate to 8/16 bits and extend back to 32.
-            let (from, to) = match m {
-                MemTy::I8 => ("s8", "s32"),
-                MemTy::I16 => ("s16", "s32"),
-                MemTy::U16 => ("u16", "u32"),
-                _ => ("u8", "u32"),
-            };
-            return format!("cvt.{to}.{from} {d}, {s};");
+        match conversion(td, ts, narrow) {
+            Conversion::Tf32 => return format!("cvt.rna.tf32.f32 {d}, {s};"),
+            Conversion::Narrow { bits, signed } => {
+                let sign = if signed { "s" } else { "u" };
+                return format!("cvt.{sign}32.{sign}{bits} {d}, {s};");
+            }
+            Conversion::Same => return format!("mov.{} {d}, {s};", bits(td)),
+            Conversion::Other => {}
         }
         let name = |t: RegTy| match t {
             RegTy::B16 => "f16",
@@ -718,9 +690,6 @@ impl Printer<'_> {
         } else {
             ""
         };
-        if td == ts {
-            return format!("mov.{} {d}, {s};", bits(td));
-        }
         format!("cvt{mode}.{fd}.{fs} {d}, {s};")
     }
 }
