@@ -526,34 +526,41 @@ fn clashes(name: &str) -> bool {
 /// An f32 literal that reads back as `f`'s f32 value.
 fn f32_lit(f: f64) -> String {
     let x = f as f32;
-    if x.is_nan() {
-        "__builtin_nanf(\"\")".to_string()
-    } else if x.is_infinite() {
-        if x > 0.0 {
-            "__builtin_inff()".to_string()
-        } else {
-            "(-__builtin_inff())".to_string()
-        }
-    } else if x.is_sign_negative() {
-        format!("({x:?}f)")
-    } else {
-        format!("{x:?}f")
-    }
+    float_lit(
+        format!("{x:?}"),
+        x.is_nan(),
+        x.is_infinite(),
+        x.is_sign_negative(),
+        "f",
+    )
 }
 
 fn f64_lit(f: f64) -> String {
-    if f.is_nan() {
-        "__builtin_nan(\"\")".to_string()
-    } else if f.is_infinite() {
-        if f > 0.0 {
-            "__builtin_inf()".to_string()
-        } else {
-            "(-__builtin_inf())".to_string()
-        }
-    } else if f.is_sign_negative() {
-        format!("({f:?})")
+    float_lit(
+        format!("{f:?}"),
+        f.is_nan(),
+        f.is_infinite(),
+        f.is_sign_negative(),
+        "",
+    )
+}
+
+/// A float literal: `digits` (Rust's shortest round-trip form) with `suffix`
+/// (`f` for f32), or the builtin of that suffix for a NaN or an infinity;
+/// negative values in parentheses.
+fn float_lit(digits: String, nan: bool, infinite: bool, negative: bool, suffix: &str) -> String {
+    let v = if nan {
+        format!("__builtin_nan{suffix}(\"\")")
+    } else if infinite {
+        let sign = if negative { "-" } else { "" };
+        format!("{sign}__builtin_inf{suffix}()")
     } else {
-        format!("{f:?}")
+        format!("{digits}{suffix}")
+    };
+    if negative && !nan {
+        format!("({v})")
+    } else {
+        v
     }
 }
 
@@ -1079,9 +1086,6 @@ impl Printer<'_> {
         }
         let half = |x: &str| format!("__builtin_bit_cast(_Float16, {x})");
         let v = match (td, ts) {
-            (RegTy::B16, RegTy::F32 | RegTy::F64) => {
-                format!("__builtin_bit_cast(unsigned short, (_Float16){s})")
-            }
             (RegTy::F32 | RegTy::F64, RegTy::B16) => format!("({}){}", cty(td), half(s)),
             (RegTy::B16, _) => {
                 format!("__builtin_bit_cast(unsigned short, (_Float16){s})")
