@@ -239,6 +239,14 @@ impl Printer<'_> {
         self.k.reg_ty(r)
     }
 
+    /// Registers `regs`, comma-separated.
+    fn list(&self, regs: &[Reg]) -> String {
+        regs.iter()
+            .map(|x| self.r(*x))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// An operand, immediates written in the format of type `t`.
     fn o(&self, o: Operand, t: RegTy) -> String {
         match o {
@@ -445,12 +453,7 @@ impl Printer<'_> {
             } => {
                 let sp = space.name();
                 let v = vec_prefix(dst.len());
-                let dsts: Vec<&str> = dst.iter().map(|d| self.r(*d)).collect();
-                let d = if dst.len() > 1 {
-                    format!("{{{}}}", dsts.join(", "))
-                } else {
-                    dsts[0].to_string()
-                };
+                let d = vector(dst.iter().map(|d| self.r(*d).to_string()).collect());
                 format!(
                     "{}ld.{sp}{v}{} {d}, [{}{}];",
                     self.guard(pred),
@@ -470,12 +473,7 @@ impl Printer<'_> {
                 let sp = space.name();
                 let v = vec_prefix(src.len());
                 let st = store_ty(*mem);
-                let srcs: Vec<String> = src.iter().map(|s| self.o(*s, st)).collect();
-                let s = if src.len() > 1 {
-                    format!("{{{}}}", srcs.join(", "))
-                } else {
-                    srcs[0].clone()
-                };
+                let s = vector(src.iter().map(|s| self.o(*s, st)).collect());
                 format!(
                     "{}st.{sp}{v}{} [{}{}], {s};",
                     self.guard(pred),
@@ -532,10 +530,7 @@ impl Printer<'_> {
                 "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {{{}}}, [{}];",
                 dst.len(),
                 if *trans { ".trans" } else { "" },
-                dst.iter()
-                    .map(|d| self.r(*d))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                self.list(dst),
                 self.r(*addr)
             ),
             Inst::Mma {
@@ -551,7 +546,6 @@ impl Printer<'_> {
             } => {
                 // The verifier admits only `mma.sync` on NVIDIA arches.
                 debug_assert_eq!(*kind, MmaKind::MmaSync);
-                let list = |v: &[Reg]| v.iter().map(|x| self.r(*x)).collect::<Vec<_>>().join(", ");
                 let t = match input {
                     MemTy::BF16 => "bf16",
                     MemTy::F32 => "tf32",
@@ -559,10 +553,10 @@ impl Printer<'_> {
                 };
                 format!(
                     "mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{t}.{t}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}};",
-                    list(d),
-                    list(a),
-                    list(b),
-                    list(c)
+                    self.list(d),
+                    self.list(a),
+                    self.list(b),
+                    self.list(c)
                 )
             }
             // 64-bit values move as two halves, in a scope with its own registers.
@@ -691,6 +685,15 @@ impl Printer<'_> {
             ""
         };
         format!("cvt{mode}.{fd}.{fs} {d}, {s};")
+    }
+}
+
+/// The operand of a vector access: one value as it is, several in braces.
+fn vector(items: Vec<String>) -> String {
+    if items.len() > 1 {
+        format!("{{{}}}", items.join(", "))
+    } else {
+        items.into_iter().next().expect("a value")
     }
 }
 
