@@ -60,6 +60,11 @@ pub struct Layout {
 }
 
 /// log2 of a power of two.
+/// A thread-id term: `bits` bits from `shift`, times `mul`.
+fn term(shift: u8, bits: u8, mul: u32) -> Term {
+    Term { shift, bits, mul }
+}
+
 fn log2(n: u32) -> u8 {
     debug_assert!(n.is_power_of_two());
     n.trailing_zeros() as u8
@@ -171,49 +176,11 @@ impl Layout {
     /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
     /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
     pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        if !rows.is_multiple_of(16) || !cols.is_multiple_of(8) {
-            return None;
-        }
         // Warps go along the rows first (as far as 16-row tiles allow): every
         // dot with the same row count then shares its row distribution, so
         // row reductions and row broadcasts (softmax, attention) stay in registers.
-        let (mut wm, mut wn) = (1u32, 1u32);
-        while wm * wn < num_warps {
-            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
-            let can_n = (cols / (wn * 2)).is_multiple_of(8) && cols / (wn * 2) >= 8;
-            if can_m {
-                wm *= 2;
-            } else if can_n {
-                wn *= 2;
-            } else {
-                return None;
-            }
-        }
+        let [wm, wn] = Self::warp_grid(rows, cols, [16, 8], num_warps)?;
         let (tm, tn) = (rows / wm, cols / wn);
-        let mut t0 = vec![Term {
-            shift: 2,
-            bits: 3,
-            mul: 1,
-        }];
-        let mut t1 = vec![Term {
-            shift: 0,
-            bits: 2,
-            mul: 2,
-        }];
-        if wm > 1 {
-            t0.push(Term {
-                shift: 5,
-                bits: log2(wm),
-                mul: tm,
-            });
-        }
-        if wn > 1 {
-            t1.push(Term {
-                shift: 5 + log2(wm),
-                bits: log2(wn),
-                mul: tn,
-            });
-        }
         let mut slots = Vec::new();
         for im in 0..tm / 16 {
             for jn in 0..tn / 8 {
@@ -222,15 +189,15 @@ impl Layout {
                 }
             }
         }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 8],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
+        let lane = [vec![term(2, 3, 1)], vec![term(0, 2, 2)]];
+        Some(Self::warp_tiled(
+            [16, 8],
+            [wm, wn],
+            [rows, cols],
+            5,
+            lane,
             slots,
-        })
+        ))
     }
 
     /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
@@ -242,31 +209,8 @@ impl Layout {
     /// lane `l` holds row `(l & 1) + (i & 2) + 4 (l >> 4 & 1)` and column
     /// `(l & 2) + (i & 1) + (i & 4)`.
     pub fn mma884_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        if !rows.is_multiple_of(16) || !cols.is_multiple_of(16) {
-            return None;
-        }
-        let (mut wm, mut wn) = (1u32, 1u32);
-        while wm * wn < num_warps {
-            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
-            let can_n = (cols / (wn * 2)).is_multiple_of(16) && cols / (wn * 2) >= 16;
-            if can_m {
-                wm *= 2;
-            } else if can_n {
-                wn *= 2;
-            } else {
-                return None;
-            }
-        }
+        let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
         let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
-        let mut t0 = vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)];
-        let mut t1 = vec![term(1, 1, 2), term(3, 1, 8)];
-        if wm > 1 {
-            t0.push(term(5, log2(wm), tm));
-        }
-        if wn > 1 {
-            t1.push(term(5 + log2(wm), log2(wn), tn));
-        }
         let mut slots = Vec::new();
         for im in 0..tm / 16 {
             for jn in 0..tn / 16 {
@@ -275,15 +219,18 @@ impl Layout {
                 }
             }
         }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 16],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
+        let lane = [
+            vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)],
+            vec![term(1, 1, 2), term(3, 1, 8)],
+        ];
+        Some(Self::warp_tiled(
+            [16, 16],
+            [wm, wn],
+            [rows, cols],
+            5,
+            lane,
             slots,
-        })
+        ))
     }
 
     /// The warp grid `[wm, wn]` over which `num_warps` warps tile a `[rows,
@@ -306,6 +253,37 @@ impl Layout {
         Some([wm, wn])
     }
 
+    /// The `Mma` layout of a `[rows, cols]` result over the warp grid `[wm,
+    /// wn]` (of [`Self::warp_grid`]) in `instr` tiles: `lane` holds the
+    /// row and column terms of the lanes within a warp, and the warp id
+    /// (the thread id's bits from `lane_bits`, log2 of the warp size) steps
+    /// a warp tile `[rows / wm, cols / wn]` along the rows first, then the
+    /// columns; `slots` are a thread's offsets within its warp tile.
+    fn warp_tiled(
+        instr: [u32; 2],
+        [wm, wn]: [u32; 2],
+        [rows, cols]: [u32; 2],
+        lane_bits: u8,
+        [mut t0, mut t1]: [Vec<Term>; 2],
+        slots: Vec<Vec<u32>>,
+    ) -> Layout {
+        if wm > 1 {
+            t0.push(term(lane_bits, log2(wm), rows / wm));
+        }
+        if wn > 1 {
+            t1.push(term(lane_bits + log2(wm), log2(wn), cols / wn));
+        }
+        Layout {
+            kind: LayoutKind::Mma {
+                warps: [wm, wn],
+                instr,
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        }
+    }
+
     /// The accumulator layout of AMD CDNA's MFMA instructions of one block
     /// of `instr` = 32x32 (`v_mfma_f32_32x32x{8,2,16}*`) or 16x16
     /// (`v_mfma_f32_16x16x{16,4,32}*`), 64-lane waves, for a `[rows, cols]`
@@ -321,19 +299,12 @@ impl Layout {
     ) -> Option<Layout> {
         let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
         let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
         let big = instr == [32, 32];
-        let (mut t0, mut t1) = if big {
-            (vec![term(5, 1, 4)], vec![term(0, 5, 1)])
+        let lane = if big {
+            [vec![term(5, 1, 4)], vec![term(0, 5, 1)]]
         } else {
-            (vec![term(4, 2, 4)], vec![term(0, 4, 1)])
+            [vec![term(4, 2, 4)], vec![term(0, 4, 1)]]
         };
-        if wm > 1 {
-            t0.push(term(6, log2(wm), tm));
-        }
-        if wn > 1 {
-            t1.push(term(6 + log2(wm), log2(wn), tn));
-        }
         let [im_, in_] = instr;
         let mut slots = Vec::new();
         for im in 0..tm / im_ {
@@ -349,15 +320,14 @@ impl Layout {
                 }
             }
         }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr,
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
+        Some(Self::warp_tiled(
+            instr,
+            [wm, wn],
+            [rows, cols],
+            6,
+            lane,
             slots,
-        })
+        ))
     }
 
     /// The accumulator layout of RDNA3's `v_wmma_f32_16x16x16_*` (wave32) for
@@ -367,15 +337,6 @@ impl Layout {
     pub fn wmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
         let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
         let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
-        let mut t0 = vec![term(4, 1, 1)];
-        let mut t1 = vec![term(0, 4, 1)];
-        if wm > 1 {
-            t0.push(term(5, log2(wm), tm));
-        }
-        if wn > 1 {
-            t1.push(term(5 + log2(wm), log2(wn), tn));
-        }
         let mut slots = Vec::new();
         for im in 0..tm / 16 {
             for jn in 0..tn / 16 {
@@ -384,15 +345,15 @@ impl Layout {
                 }
             }
         }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 16],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
+        let lane = [vec![term(4, 1, 1)], vec![term(0, 4, 1)]];
+        Some(Self::warp_tiled(
+            [16, 16],
+            [wm, wn],
+            [rows, cols],
+            5,
+            lane,
             slots,
-        })
+        ))
     }
 
     pub fn rank(&self) -> usize {
