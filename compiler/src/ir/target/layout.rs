@@ -176,28 +176,9 @@ impl Layout {
     /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
     /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
     pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        // Warps go along the rows first (as far as 16-row tiles allow): every
-        // dot with the same row count then shares its row distribution, so
-        // row reductions and row broadcasts (softmax, attention) stay in registers.
-        let [wm, wn] = Self::warp_grid(rows, cols, [16, 8], num_warps)?;
-        let (tm, tn) = (rows / wm, cols / wn);
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 8 {
-                for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
-                    slots.push(vec![16 * im + dr, 8 * jn + dc]);
-                }
-            }
-        }
         let lane = [vec![term(2, 3, 1)], vec![term(0, 2, 2)]];
-        Some(Self::warp_tiled(
-            [16, 8],
-            [wm, wn],
-            [rows, cols],
-            5,
-            lane,
-            slots,
-        ))
+        let tile = [(0, 0), (0, 1), (8, 0), (8, 1)];
+        Self::warp_tiled([16, 8], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
@@ -209,33 +190,19 @@ impl Layout {
     /// lane `l` holds row `(l & 1) + (i & 2) + 4 (l >> 4 & 1)` and column
     /// `(l & 2) + (i & 1) + (i & 4)`.
     pub fn mma884_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
-        let (tm, tn) = (rows / wm, cols / wn);
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 16 {
-                for i in 0..8u32 {
-                    slots.push(vec![16 * im + (i & 2), 16 * jn + (i & 1) + (i & 4)]);
-                }
-            }
-        }
         let lane = [
             vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)],
             vec![term(1, 1, 2), term(3, 1, 8)],
         ];
-        Some(Self::warp_tiled(
-            [16, 16],
-            [wm, wn],
-            [rows, cols],
-            5,
-            lane,
-            slots,
-        ))
+        let tile: Vec<(u32, u32)> = (0..8).map(|i| (i & 2, (i & 1) + (i & 4))).collect();
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     /// The warp grid `[wm, wn]` over which `num_warps` warps tile a `[rows,
-    /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly:
-    /// warps along the rows first (as for `mma_accumulator`).
+    /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly.
+    /// Warps go along the rows first (as far as the tiles allow): every dot
+    /// with the same row count then shares its row distribution, so row
+    /// reductions and row broadcasts (softmax, attention) stay in registers.
     fn warp_grid(rows: u32, cols: u32, [im, in_]: [u32; 2], num_warps: u32) -> Option<[u32; 2]> {
         if !rows.is_multiple_of(im) || !cols.is_multiple_of(in_) {
             return None;
@@ -253,27 +220,40 @@ impl Layout {
         Some([wm, wn])
     }
 
-    /// The `Mma` layout of a `[rows, cols]` result over the warp grid `[wm,
-    /// wn]` (of [`Self::warp_grid`]) in `instr` tiles: `lane` holds the
-    /// row and column terms of the lanes within a warp, and the warp id
-    /// (the thread id's bits from `lane_bits`, log2 of the warp size) steps
-    /// a warp tile `[rows / wm, cols / wn]` along the rows first, then the
-    /// columns; `slots` are a thread's offsets within its warp tile.
+    /// The `Mma` layout of `instr` tiles over `num_warps` warps of `1 <<
+    /// lane_bits` lanes for a `[rows, cols]` result, if the shape tiles
+    /// evenly (the warp grid `[wm, wn]` of [`Self::warp_grid`]): `lane` holds
+    /// the row and column terms of a warp's lanes, the warp id (the thread
+    /// id's bits from `lane_bits`) steps a warp tile `[rows / wm, cols / wn]`
+    /// along the rows, then the columns, and a thread holds, in each
+    /// instruction tile of its warp tile (row-major), the elements at offsets
+    /// `tile` from the tile's origin plus its lane terms, in order.
     fn warp_tiled(
         instr: [u32; 2],
-        [wm, wn]: [u32; 2],
         [rows, cols]: [u32; 2],
+        num_warps: u32,
         lane_bits: u8,
         [mut t0, mut t1]: [Vec<Term>; 2],
-        slots: Vec<Vec<u32>>,
-    ) -> Layout {
+        tile: &[(u32, u32)],
+    ) -> Option<Layout> {
+        let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
+        let (tm, tn) = (rows / wm, cols / wn);
         if wm > 1 {
-            t0.push(term(lane_bits, log2(wm), rows / wm));
+            t0.push(term(lane_bits, log2(wm), tm));
         }
         if wn > 1 {
-            t1.push(term(lane_bits + log2(wm), log2(wn), cols / wn));
+            t1.push(term(lane_bits + log2(wm), log2(wn), tn));
         }
-        Layout {
+        let [im_, in_] = instr;
+        let mut slots = Vec::new();
+        for im in 0..tm / im_ {
+            for jn in 0..tn / in_ {
+                for &(dr, dc) in tile {
+                    slots.push(vec![im_ * im + dr, in_ * jn + dc]);
+                }
+            }
+        }
+        Some(Layout {
             kind: LayoutKind::Mma {
                 warps: [wm, wn],
                 instr,
@@ -281,7 +261,7 @@ impl Layout {
             shape: vec![rows, cols],
             terms: vec![t0, t1],
             slots,
-        }
+        })
     }
 
     /// The accumulator layout of AMD CDNA's MFMA instructions of one block
@@ -297,37 +277,14 @@ impl Layout {
         cols: u32,
         num_warps: u32,
     ) -> Option<Layout> {
-        let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
-        let (tm, tn) = (rows / wm, cols / wn);
-        let big = instr == [32, 32];
-        let lane = if big {
-            [vec![term(5, 1, 4)], vec![term(0, 5, 1)]]
+        let (lane, tile): (_, Vec<(u32, u32)>) = if instr == [32, 32] {
+            let lane = [vec![term(5, 1, 4)], vec![term(0, 5, 1)]];
+            (lane, (0..16).map(|i| (8 * (i / 4) + i % 4, 0)).collect())
         } else {
-            [vec![term(4, 2, 4)], vec![term(0, 4, 1)]]
+            let lane = [vec![term(4, 2, 4)], vec![term(0, 4, 1)]];
+            (lane, (0..4).map(|i| (i, 0)).collect())
         };
-        let [im_, in_] = instr;
-        let mut slots = Vec::new();
-        for im in 0..tm / im_ {
-            for jn in 0..tn / in_ {
-                if big {
-                    for i in 0..16u32 {
-                        slots.push(vec![32 * im + 8 * (i / 4) + i % 4, 32 * jn]);
-                    }
-                } else {
-                    for i in 0..4u32 {
-                        slots.push(vec![16 * im + i, 16 * jn]);
-                    }
-                }
-            }
-        }
-        Some(Self::warp_tiled(
-            instr,
-            [wm, wn],
-            [rows, cols],
-            6,
-            lane,
-            slots,
-        ))
+        Self::warp_tiled(instr, [rows, cols], num_warps, 6, lane, &tile)
     }
 
     /// The accumulator layout of RDNA3's `v_wmma_f32_16x16x16_*` (wave32) for
@@ -335,25 +292,9 @@ impl Layout {
     /// evenly. Per the RDNA3 ISA guide, accumulator `i` of lane `l` holds
     /// column `l % 16` and row `2 i + l / 16` of each 16x16 tile.
     pub fn wmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
-        let (tm, tn) = (rows / wm, cols / wn);
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 16 {
-                for i in 0..8u32 {
-                    slots.push(vec![16 * im + 2 * i, 16 * jn]);
-                }
-            }
-        }
         let lane = [vec![term(4, 1, 1)], vec![term(0, 4, 1)]];
-        Some(Self::warp_tiled(
-            [16, 16],
-            [wm, wn],
-            [rows, cols],
-            5,
-            lane,
-            slots,
-        ))
+        let tile: Vec<(u32, u32)> = (0..8).map(|i| (2 * i, 0)).collect();
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     pub fn rank(&self) -> usize {
