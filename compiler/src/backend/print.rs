@@ -1,9 +1,24 @@
-//! What the PTX and HIP printers read the same way from Target IR, whatever
-//! language they write it in: identifiers for parameter names, grid axes,
-//! the signedness of a widening multiply, the register type of a stored
-//! immediate and the cases of a conversion.
+//! What the PTX and HIP printers do the same way, whatever language they
+//! write: a module from its kernels printed one by one, and what they read
+//! alike from Target IR (identifiers for parameter names, grid axes, the
+//! signedness of a widening multiply, the register type of a stored
+//! immediate and the cases of a conversion).
 
 use crate::ir::target::{Kernel, MemTy, Operand, RegTy};
+
+/// A module of `kernels`: each printed by `kernel_text` (the first error
+/// returned), the texts put together by `module_of`.
+pub(crate) fn module<E>(
+    kernels: &[Kernel],
+    kernel_text: impl Fn(&Kernel) -> Result<String, E>,
+    module_of: impl FnOnce(&[String]) -> Result<String, E>,
+) -> Result<String, E> {
+    let texts = kernels
+        .iter()
+        .map(kernel_text)
+        .collect::<Result<Vec<String>, E>>()?;
+    module_of(&texts)
+}
 
 /// An identifier for a parameter name: letters, digits and `_` kept, any
 /// other character `c` written `_xHH_` (run-time dims may be named by

@@ -35,7 +35,7 @@ mod matrix;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use super::print::{axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
+use super::print::{self, axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
 use crate::ir::target::{
     reg_name, BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
@@ -77,11 +77,7 @@ fn is_amd(arch: Arch) -> Result<(), HipError> {
 
 /// One HIP translation unit holding `kernels` (all lowered for `arch`).
 pub fn module(arch: Arch, kernels: &[Kernel]) -> Result<String, HipError> {
-    let texts = kernels
-        .iter()
-        .map(kernel_text)
-        .collect::<Result<Vec<String>, HipError>>()?;
-    module_of(arch, &texts)
+    print::module(kernels, kernel_text, |texts| module_of(arch, texts))
 }
 
 /// The definition of one kernel, as [`module`] places it: printed on its own

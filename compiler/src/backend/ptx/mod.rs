@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::print::{axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
+use super::print::{self, axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
 use crate::ir::target::{BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp};
 use crate::target::{Arch, MmaKind};
 
@@ -64,11 +64,7 @@ fn has_ptx(arch: Arch) -> Result<(), NoPtx> {
 
 /// One PTX module holding `kernels` (all lowered for `arch`).
 pub fn module(arch: Arch, kernels: &[Kernel]) -> Result<String, NoPtx> {
-    let texts = kernels
-        .iter()
-        .map(kernel_text)
-        .collect::<Result<Vec<String>, NoPtx>>()?;
-    module_of(arch, &texts)
+    print::module(kernels, kernel_text, |texts| module_of(arch, texts))
 }
 
 /// The `.entry` of one kernel, as [`module`] places it: printed on its own so
