@@ -25,35 +25,28 @@
 //! `TESSERA_CLANG_ONLY=probes,corpus` runs only the named parts;
 //! `TESSERA_CLANG_TABLE=1` prints every kernel's row.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use tessera::backend::occupancy::{amd_occupancy, AmdUsage};
 use tessera::backend::resources;
 use tessera::db::{file_kernels, tile_ir, Database};
-use tessera::ir::tile::Specialization;
 use tessera::target::Arch;
+
+use common::corpus::{specializations, tsr_files};
 
 const ARCHS: [Arch; 3] = [Arch::Gfx90a, Arch::Gfx942, Arch::Gfx1100];
 
 fn main() -> ExitCode {
-    let clang = match configured() {
+    let clang = match common::tool_or_exit(configured(), "clang AMDGPU validation") {
         Ok(c) => c,
-        Err(e) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED clang AMDGPU validation: {e}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            println!("FAIL clang AMDGPU validation: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let mut failures = Vec::new();
     let only = std::env::var("TESSERA_CLANG_ONLY").ok();
-    let part = |name: &str| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|p| p == name))
-    };
+    let part = |name: &str| common::runs(only.as_deref(), name);
     if part("probes") {
         probes(&clang, &mut failures);
     }
@@ -64,14 +57,7 @@ fn main() -> ExitCode {
         tessera::stack::with_stack(|| corpus(&clang, &mut found)).expect("a thread for the corpus");
         failures.extend(found);
     }
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        for f in &failures {
-            println!("FAIL {f}");
-        }
-        ExitCode::FAILURE
-    }
+    common::finish(&failures)
 }
 
 /// The clang to run: `TESSERA_CLANG`, else `clang++-19` if it runs.
@@ -356,48 +342,7 @@ fn probes(clang: &PathBuf, failures: &mut Vec<String>) {
 /// every `.tsr` under tests/ (those that do not check clean, such as session
 /// scripts and error cases, are left out where they are loaded), sorted.
 fn corpus_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = Vec::new();
-    fn walk(dir: &Path, deep: bool, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                if deep {
-                    walk(&p, deep, out);
-                }
-            } else if p.extension().is_some_and(|x| x == "tsr") {
-                out.push(p);
-            }
-        }
-    }
-    walk(&root.join("stdlib"), true, &mut files);
-    walk(&root.join("examples"), false, &mut files);
-    walk(&root.join("tests"), true, &mut files);
-    files.sort();
-    files
-}
-
-/// The specializations a kernel is measured under: none, or, for a kernel
-/// that needs a value for `D` (flash attention's head dim), 64 and 128.
-fn specializations(
-    db: &Database,
-    item: tessera::db::ItemSource<'_>,
-) -> Vec<(String, Specialization)> {
-    let plain = Specialization::new();
-    match tile_ir(db, item, db.options(), plain.clone()) {
-        Err(d)
-            if d.iter()
-                .any(|d| d.code == "E0511" && d.message.contains("`D`")) =>
-        {
-            [64, 128]
-                .map(|v| (format!("[D={v}]"), Specialization::new().with("D", v)))
-                .to_vec()
-        }
-        _ => vec![(String::new(), plain)],
-    }
+    tsr_files(&[("stdlib", true), ("examples", false), ("tests", true)])
 }
 
 /// One kernel measured: the estimate beside clang's remark.

@@ -23,6 +23,7 @@
 //! `TESSERA_ESTIMATE_DUMP=dir` writes every measured kernel's PTX and counts
 //! to `dir` (see `dump`).
 
+mod common;
 #[path = "ptxas/generate.rs"]
 mod generate;
 
@@ -36,6 +37,8 @@ use tessera::ir::tile::Specialization;
 use tessera::target::ptxas::{LOAD_WINDOW_WORDS, PTXAS_OVERHEAD, SLOW_DIV_REGS, SLOW_SQRT_REGS};
 use tessera::target::Arch;
 
+use common::corpus::{root, specializations, tsr_files};
+
 const ARCHS: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm90a];
 
 /// A hand-written module (one bounds-checked elementwise kernel with a static
@@ -43,25 +46,15 @@ const ARCHS: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm90a];
 const SAMPLE: &str = include_str!("ptxas_sample.ptx");
 
 fn main() -> ExitCode {
-    let ptxas = match ptxas::configured() {
+    let ptxas = match common::tool_or_exit(ptxas::configured(), "ptxas validation") {
         Ok(p) => p,
-        Err(e) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED ptxas validation: {e}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            println!("FAIL ptxas validation: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let mut failures = Vec::new();
     // `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path` (any of them) runs only
     // those comparisons, to measure the estimate without the rest.
     let only = std::env::var("TESSERA_PTXAS_ONLY").ok();
-    let part = |name: &str| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|p| p == name))
-    };
+    let part = |name: &str| common::runs(only.as_deref(), name);
     if only.is_none() {
         model_checks(&ptxas, &mut failures);
     }
@@ -77,14 +70,7 @@ fn main() -> ExitCode {
     if part("fast_path") {
         fast_path(&ptxas, &mut failures);
     }
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        for f in &failures {
-            println!("FAIL {f}");
-        }
-        ExitCode::FAILURE
-    }
+    common::finish(&failures)
 }
 
 /// The fetch/run/parse path on a sample, and the calibrated constants of
@@ -374,49 +360,11 @@ fn compile_one(source: &str, arch: Arch) -> (u32, String) {
 /// The `.tsr` files of the corpus: stdlib/, tests/ui/valid/, examples/ (not
 /// examples/errors/), sorted.
 fn corpus_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = Vec::new();
-    fn walk(dir: &Path, deep: bool, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                if deep {
-                    walk(&p, deep, out);
-                }
-            } else if p.extension().is_some_and(|x| x == "tsr") {
-                out.push(p);
-            }
-        }
-    }
-    walk(&root.join("stdlib"), true, &mut files);
-    walk(&root.join("tests/ui/valid"), true, &mut files);
-    walk(&root.join("examples"), false, &mut files);
-    files.sort();
-    files
-}
-
-/// The specializations a kernel is validated under: none, or, for a kernel
-/// that needs a value for `D` (flash attention's head dim), the brief's 64 and
-/// 128.
-fn specializations(
-    db: &Database,
-    item: tessera::db::ItemSource<'_>,
-) -> Vec<(String, Specialization)> {
-    let plain = Specialization::new();
-    match tile_ir(db, item, db.options(), plain.clone()) {
-        Err(d)
-            if d.iter()
-                .any(|d| d.code == "E0511" && d.message.contains("`D`")) =>
-        {
-            [64, 128]
-                .map(|v| (format!("[D={v}]"), Specialization::new().with("D", v)))
-                .to_vec()
-        }
-        _ => vec![(String::new(), plain)],
-    }
+    tsr_files(&[
+        ("stdlib", true),
+        ("tests/ui/valid", true),
+        ("examples", false),
+    ])
 }
 
 struct Row {
@@ -752,7 +700,7 @@ fn measure_files(
     skipped: &mut Vec<String>,
     failures: &mut Vec<String>,
 ) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root();
     for path in files {
         let shown = path
             .strip_prefix(&root)
@@ -798,7 +746,7 @@ fn corpus(ptxas: &Path, failures: &mut Vec<String>) {
 /// The kernels of tests/estimate/ (written after the model was tuned, never
 /// tuned against), reported apart from the corpus.
 fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root();
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("tests/estimate"))
@@ -824,9 +772,7 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
 /// whose accesses take the in-bounds fast path) on every arch, as they are
 /// and with `-D N%16`: held to the goal like the corpus.
 fn fast_path(ptxas: &Path, failures: &mut Vec<String>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("compiler/tests/ptxas/fast_path.tsr");
+    let path = root().join("compiler/tests/ptxas/fast_path.tsr");
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     measure_files(

@@ -5,6 +5,7 @@
 pub(crate) mod corpus;
 pub mod hip;
 pub mod occupancy;
+mod print;
 pub mod ptx;
 pub mod ptxas;
 pub mod resources;

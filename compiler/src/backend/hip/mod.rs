@@ -35,8 +35,9 @@ mod matrix;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use super::print::{self, axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
 use crate::ir::target::{
-    BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
+    reg_name, BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
 };
 use crate::target::Arch;
 
@@ -76,11 +77,7 @@ fn is_amd(arch: Arch) -> Result<(), HipError> {
 
 /// One HIP translation unit holding `kernels` (all lowered for `arch`).
 pub fn module(arch: Arch, kernels: &[Kernel]) -> Result<String, HipError> {
-    let texts = kernels
-        .iter()
-        .map(kernel_text)
-        .collect::<Result<Vec<String>, HipError>>()?;
-    module_of(arch, &texts)
+    print::module(kernels, kernel_text, |texts| module_of(arch, texts))
 }
 
 /// The definition of one kernel, as [`module`] places it: printed on its own
@@ -388,16 +385,6 @@ fn bits_of(t: RegTy) -> u32 {
     }
 }
 
-fn reg_name(t: RegTy, n: u32) -> String {
-    let prefix = match t {
-        RegTy::Pred => "p",
-        RegTy::F32 | RegTy::F64 => "f",
-        RegTy::B16 | RegTy::B32 => "b",
-        _ => "r",
-    };
-    format!("{prefix}{n}")
-}
-
 fn param_cty(t: RegTy) -> &'static str {
     match t {
         RegTy::U64 => "void *",
@@ -512,14 +499,7 @@ const RESERVED: &[&str] = &[
 /// expressions such as `M+1`); a keyword, a register-like name (`r12`) or a
 /// printer name (`tsr_*`) gets `_arg` appended.
 fn param_name(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("_x{:02x}_", c as u32));
-        }
-    }
+    let mut out = ident(name);
     let register_like = out.len() > 1
         && matches!(out.as_bytes()[0], b'r' | b'p' | b'f' | b'b')
         && out[1..].bytes().all(|c| c.is_ascii_digit());
@@ -542,34 +522,41 @@ fn clashes(name: &str) -> bool {
 /// An f32 literal that reads back as `f`'s f32 value.
 fn f32_lit(f: f64) -> String {
     let x = f as f32;
-    if x.is_nan() {
-        "__builtin_nanf(\"\")".to_string()
-    } else if x.is_infinite() {
-        if x > 0.0 {
-            "__builtin_inff()".to_string()
-        } else {
-            "(-__builtin_inff())".to_string()
-        }
-    } else if x.is_sign_negative() {
-        format!("({x:?}f)")
-    } else {
-        format!("{x:?}f")
-    }
+    float_lit(
+        format!("{x:?}"),
+        x.is_nan(),
+        x.is_infinite(),
+        x.is_sign_negative(),
+        "f",
+    )
 }
 
 fn f64_lit(f: f64) -> String {
-    if f.is_nan() {
-        "__builtin_nan(\"\")".to_string()
-    } else if f.is_infinite() {
-        if f > 0.0 {
-            "__builtin_inf()".to_string()
-        } else {
-            "(-__builtin_inf())".to_string()
-        }
-    } else if f.is_sign_negative() {
-        format!("({f:?})")
+    float_lit(
+        format!("{f:?}"),
+        f.is_nan(),
+        f.is_infinite(),
+        f.is_sign_negative(),
+        "",
+    )
+}
+
+/// A float literal: `digits` (Rust's shortest round-trip form) with `suffix`
+/// (`f` for f32), or the builtin of that suffix for a NaN or an infinity;
+/// negative values in parentheses.
+fn float_lit(digits: String, nan: bool, infinite: bool, negative: bool, suffix: &str) -> String {
+    let v = if nan {
+        format!("__builtin_nan{suffix}(\"\")")
+    } else if infinite {
+        let sign = if negative { "-" } else { "" };
+        format!("{sign}__builtin_inf{suffix}()")
     } else {
-        format!("{f:?}")
+        format!("{digits}{suffix}")
+    };
+    if negative && !nan {
+        format!("({v})")
+    } else {
+        v
     }
 }
 
@@ -700,10 +687,9 @@ impl Printer<'_> {
                 format!("{} = {v};", self.r(*dst))
             }
             Inst::Special { dst, which } => {
-                let axis = |a: &u8| ["x", "y", "z"][(*a as usize).min(2)];
                 let v = match which {
                     Special::ThreadId => "__builtin_amdgcn_workitem_id_x()".to_string(),
-                    Special::BlockId(a) => format!("__builtin_amdgcn_workgroup_id_{}()", axis(a)),
+                    Special::BlockId(a) => format!("__builtin_amdgcn_workgroup_id_{}()", axis(*a)),
                     Special::NumBlocks(a) => format!("tsr_num_groups({})", (*a).min(2)),
                 };
                 format!("{} = ({}){v};", self.r(*dst), cty(self.ty(*dst)))
@@ -768,11 +754,7 @@ impl Printer<'_> {
                 format!("{} = {v};", self.r(*dst))
             }
             Inst::MulWide { dst, a, b } => {
-                let signed = match a {
-                    Operand::Reg(r) => self.ty(*r) == RegTy::I32,
-                    _ => true,
-                };
-                let (t32, t64) = if signed {
+                let (t32, t64) = if mul_wide_signed(k, *a) {
                     (RegTy::I32, RegTy::I64)
                 } else {
                     (RegTy::U32, RegTy::U64)
@@ -1036,15 +1018,7 @@ impl Printer<'_> {
                     format!("({c}){}", self.r(r))
                 }
             }
-            o => {
-                let t = match m {
-                    MemTy::F32 => RegTy::F32,
-                    MemTy::F64 => RegTy::F64,
-                    MemTy::I64 => RegTy::I64,
-                    _ => RegTy::U32,
-                };
-                format!("({c}){}", self.o(o, t))
-            }
+            o => format!("({c}){}", self.o(o, store_ty(m))),
         }
     }
 
@@ -1092,27 +1066,22 @@ impl Printer<'_> {
     fn cvt(&self, dst: Reg, src: Reg, narrow: Option<MemTy>) -> String {
         let (td, ts) = (self.ty(dst), self.ty(src));
         let (d, s) = (self.r(dst), self.r(src));
-        if td == RegTy::B32 && ts == RegTy::F32 {
-            return format!("{d} = tsr_tf32({s});");
-        }
-        if let Some(m) = narrow {
-            // Truncate to 8/16 bits and extend back to 32.
-            let (via, to) = match m {
-                MemTy::I8 => ("signed char", "int"),
-                MemTy::I16 => ("short", "int"),
-                MemTy::U16 => ("unsigned short", "unsigned"),
-                _ => ("unsigned char", "unsigned"),
-            };
-            return format!("{d} = ({})({to})({via}){s};", cty(td));
-        }
-        if td == ts {
-            return format!("{d} = {s};");
+        match conversion(td, ts, narrow) {
+            Conversion::Tf32 => return format!("{d} = tsr_tf32({s});"),
+            Conversion::Narrow { bits, signed } => {
+                let (via, to) = match (bits, signed) {
+                    (8, true) => ("signed char", "int"),
+                    (_, true) => ("short", "int"),
+                    (16, false) => ("unsigned short", "unsigned"),
+                    _ => ("unsigned char", "unsigned"),
+                };
+                return format!("{d} = ({})({to})({via}){s};", cty(td));
+            }
+            Conversion::Same => return format!("{d} = {s};"),
+            Conversion::Other => {}
         }
         let half = |x: &str| format!("__builtin_bit_cast(_Float16, {x})");
         let v = match (td, ts) {
-            (RegTy::B16, RegTy::F32 | RegTy::F64) => {
-                format!("__builtin_bit_cast(unsigned short, (_Float16){s})")
-            }
             (RegTy::F32 | RegTy::F64, RegTy::B16) => format!("({}){}", cty(td), half(s)),
             (RegTy::B16, _) => {
                 format!("__builtin_bit_cast(unsigned short, (_Float16){s})")

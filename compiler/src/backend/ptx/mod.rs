@@ -17,9 +17,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::ir::target::{
-    BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, Special, UnOp,
-};
+use super::print::{self, axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
+use crate::ir::target::{BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp};
 use crate::target::{Arch, MmaKind};
 
 /// The PTX ISA version written for `arch` ([`crate::target::Features::ptx_isa`];
@@ -65,11 +64,7 @@ fn has_ptx(arch: Arch) -> Result<(), NoPtx> {
 
 /// One PTX module holding `kernels` (all lowered for `arch`).
 pub fn module(arch: Arch, kernels: &[Kernel]) -> Result<String, NoPtx> {
-    let texts = kernels
-        .iter()
-        .map(kernel_text)
-        .collect::<Result<Vec<String>, NoPtx>>()?;
-    module_of(arch, &texts)
+    print::module(kernels, kernel_text, |texts| module_of(arch, texts))
 }
 
 /// The `.entry` of one kernel, as [`module`] places it: printed on its own so
@@ -181,21 +176,6 @@ fn kernel(k: &Kernel, out: &mut String) {
     out.push_str("\tret;\n}\n");
 }
 
-/// A PTX identifier for a parameter name: letters, digits and `_` kept, any
-/// other character `c` written `_xHH_` (run-time dims may be named by
-/// expressions such as `M+1`).
-fn ident(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push_str(&format!("_x{:02x}_", c as u32));
-        }
-    }
-    out
-}
-
 fn param_ty(t: RegTy) -> &'static str {
     match t {
         RegTy::U64 => ".u64",
@@ -253,6 +233,14 @@ impl Printer<'_> {
 
     fn ty(&self, r: Reg) -> RegTy {
         self.k.reg_ty(r)
+    }
+
+    /// Registers `regs`, comma-separated.
+    fn list(&self, regs: &[Reg]) -> String {
+        regs.iter()
+            .map(|x| self.r(*x))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// An operand, immediates written in the format of type `t`.
@@ -318,11 +306,10 @@ impl Printer<'_> {
                 }
             }
             Inst::Special { dst, which } => {
-                let axis = |a: &u8| ["x", "y", "z"][(*a as usize).min(2)];
                 let src = match which {
                     Special::ThreadId => "%tid.x".to_string(),
-                    Special::BlockId(a) => format!("%ctaid.{}", axis(a)),
-                    Special::NumBlocks(a) => format!("%nctaid.{}", axis(a)),
+                    Special::BlockId(a) => format!("%ctaid.{}", axis(*a)),
+                    Special::NumBlocks(a) => format!("%nctaid.{}", axis(*a)),
                 };
                 format!("mov.u32 {}, {src};", self.r(*dst))
             }
@@ -412,11 +399,7 @@ impl Printer<'_> {
                 )
             }
             Inst::MulWide { dst, a, b } => {
-                let signed = match a {
-                    Operand::Reg(r) => self.ty(*r) == RegTy::I32,
-                    _ => true,
-                };
-                let t = if signed { RegTy::I32 } else { RegTy::U32 };
+                let t = if mul_wide_signed(k, *a) { RegTy::I32 } else { RegTy::U32 };
                 format!(
                     "mul.wide.{} {}, {}, {};",
                     arith(t),
@@ -464,14 +447,9 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space_name(*space);
+                let sp = space.name();
                 let v = vec_prefix(dst.len());
-                let dsts: Vec<&str> = dst.iter().map(|d| self.r(*d)).collect();
-                let d = if dst.len() > 1 {
-                    format!("{{{}}}", dsts.join(", "))
-                } else {
-                    dsts[0].to_string()
-                };
+                let d = vector(dst.iter().map(|d| self.r(*d).to_string()).collect());
                 format!(
                     "{}ld.{sp}{v}{} {d}, [{}{}];",
                     self.guard(pred),
@@ -488,20 +466,10 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space_name(*space);
+                let sp = space.name();
                 let v = vec_prefix(src.len());
-                let st = match mem {
-                    MemTy::F32 => RegTy::F32,
-                    MemTy::F64 => RegTy::F64,
-                    MemTy::I64 => RegTy::I64,
-                    _ => RegTy::U32,
-                };
-                let srcs: Vec<String> = src.iter().map(|s| self.o(*s, st)).collect();
-                let s = if src.len() > 1 {
-                    format!("{{{}}}", srcs.join(", "))
-                } else {
-                    srcs[0].clone()
-                };
+                let st = store_ty(*mem);
+                let s = vector(src.iter().map(|s| self.o(*s, st)).collect());
                 format!(
                     "{}st.{sp}{v}{} [{}{}], {s};",
                     self.guard(pred),
@@ -558,10 +526,7 @@ impl Printer<'_> {
                 "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {{{}}}, [{}];",
                 dst.len(),
                 if *trans { ".trans" } else { "" },
-                dst.iter()
-                    .map(|d| self.r(*d))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                self.list(dst),
                 self.r(*addr)
             ),
             Inst::Mma {
@@ -577,7 +542,6 @@ impl Printer<'_> {
             } => {
                 // The verifier admits only `mma.sync` on NVIDIA arches.
                 debug_assert_eq!(*kind, MmaKind::MmaSync);
-                let list = |v: &[Reg]| v.iter().map(|x| self.r(*x)).collect::<Vec<_>>().join(", ");
                 let t = match input {
                     MemTy::BF16 => "bf16",
                     MemTy::F32 => "tf32",
@@ -585,10 +549,10 @@ impl Printer<'_> {
                 };
                 format!(
                     "mma.sync.aligned.m{m}n{n}k{k}.row.col.f32.{t}.{t}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}};",
-                    list(d),
-                    list(a),
-                    list(b),
-                    list(c)
+                    self.list(d),
+                    self.list(a),
+                    self.list(b),
+                    self.list(c)
                 )
             }
             // 64-bit values move as two halves, in a scope with its own registers.
@@ -692,18 +656,14 @@ impl Printer<'_> {
     fn cvt(&self, dst: Reg, src: Reg, narrow: Option<MemTy>) -> String {
         let (td, ts) = (self.ty(dst), self.ty(src));
         let (d, s) = (self.r(dst), self.r(src));
-        if td == RegTy::B32 && ts == RegTy::F32 {
-            return format!("cvt.rna.tf32.f32 {d}, {s};");
-        }
-        if let Some(m) = narrow {
-            // Truncate to 8/16 bits and extend back to 32.
-            let (from, to) = match m {
-                MemTy::I8 => ("s8", "s32"),
-                MemTy::I16 => ("s16", "s32"),
-                MemTy::U16 => ("u16", "u32"),
-                _ => ("u8", "u32"),
-            };
-            return format!("cvt.{to}.{from} {d}, {s};");
+        match conversion(td, ts, narrow) {
+            Conversion::Tf32 => return format!("cvt.rna.tf32.f32 {d}, {s};"),
+            Conversion::Narrow { bits, signed } => {
+                let sign = if signed { "s" } else { "u" };
+                return format!("cvt.{sign}32.{sign}{bits} {d}, {s};");
+            }
+            Conversion::Same => return format!("mov.{} {d}, {s};", bits(td)),
+            Conversion::Other => {}
         }
         let name = |t: RegTy| match t {
             RegTy::B16 => "f16",
@@ -720,10 +680,16 @@ impl Printer<'_> {
         } else {
             ""
         };
-        if td == ts {
-            return format!("mov.{} {d}, {s};", bits(td));
-        }
         format!("cvt{mode}.{fd}.{fs} {d}, {s};")
+    }
+}
+
+/// The operand of a vector access: one value as it is, several in braces.
+fn vector(items: Vec<String>) -> String {
+    if items.len() > 1 {
+        format!("{{{}}}", items.join(", "))
+    } else {
+        items.into_iter().next().expect("a value")
     }
 }
 
@@ -732,13 +698,6 @@ fn vec_prefix(n: usize) -> String {
         format!(".v{n}.")
     } else {
         ".".to_string()
-    }
-}
-
-fn space_name(s: Space) -> &'static str {
-    match s {
-        Space::Global => "global",
-        Space::Shared => "shared",
     }
 }
 

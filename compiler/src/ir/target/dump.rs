@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write};
 
-use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, Space, Special, UnOp};
+use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, RegTy, Special, UnOp};
 use crate::target::MmaKind;
 
 impl fmt::Display for Kernel {
@@ -44,16 +44,19 @@ impl fmt::Display for Kernel {
 }
 
 fn r(k: &Kernel, x: Reg) -> String {
-    format!("{}{}", reg_prefix(k, x), x.0)
+    reg_name(k.reg_ty(x), x.0)
 }
 
-fn reg_prefix(k: &Kernel, x: Reg) -> &'static str {
-    match k.reg_ty(x) {
-        super::RegTy::Pred => "p",
-        super::RegTy::F32 | super::RegTy::F64 => "f",
-        super::RegTy::B16 | super::RegTy::B32 => "b",
+/// The dump's name of register `n` of type `t` (`p7`, `f3`, `b2`, `r12`);
+/// the HIP printer names its C locals so too.
+pub(crate) fn reg_name(t: RegTy, n: u32) -> String {
+    let prefix = match t {
+        RegTy::Pred => "p",
+        RegTy::F32 | RegTy::F64 => "f",
+        RegTy::B16 | RegTy::B32 => "b",
         _ => "r",
-    }
+    };
+    format!("{prefix}{n}")
 }
 
 fn o(k: &Kernel, x: &Operand) -> String {
@@ -144,7 +147,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             } => format!(
                 "{} = ld.{}.{}{} [{} + {}]{}",
                 dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
-                space_name(*space),
+                space.name(),
                 mem.name(),
                 vec_suffix(dst.len()),
                 r(k, *addr),
@@ -160,7 +163,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 pred: p,
             } => format!(
                 "st.{}.{}{} [{} + {}], {}{}",
-                space_name(*space),
+                space.name(),
                 mem.name(),
                 vec_suffix(src.len()),
                 r(k, *addr),
@@ -292,13 +295,6 @@ fn vec_suffix(n: usize) -> String {
         format!(".v{n}")
     } else {
         String::new()
-    }
-}
-
-fn space_name(s: Space) -> &'static str {
-    match s {
-        Space::Global => "global",
-        Space::Shared => "shared",
     }
 }
 

@@ -60,6 +60,11 @@ pub struct Layout {
 }
 
 /// log2 of a power of two.
+/// A thread-id term: `bits` bits from `shift`, times `mul`.
+fn term(shift: u8, bits: u8, mul: u32) -> Term {
+    Term { shift, bits, mul }
+}
+
 fn log2(n: u32) -> u8 {
     debug_assert!(n.is_power_of_two());
     n.trailing_zeros() as u8
@@ -171,66 +176,9 @@ impl Layout {
     /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
     /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
     pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        if !rows.is_multiple_of(16) || !cols.is_multiple_of(8) {
-            return None;
-        }
-        // Warps go along the rows first (as far as 16-row tiles allow): every
-        // dot with the same row count then shares its row distribution, so
-        // row reductions and row broadcasts (softmax, attention) stay in registers.
-        let (mut wm, mut wn) = (1u32, 1u32);
-        while wm * wn < num_warps {
-            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
-            let can_n = (cols / (wn * 2)).is_multiple_of(8) && cols / (wn * 2) >= 8;
-            if can_m {
-                wm *= 2;
-            } else if can_n {
-                wn *= 2;
-            } else {
-                return None;
-            }
-        }
-        let (tm, tn) = (rows / wm, cols / wn);
-        let mut t0 = vec![Term {
-            shift: 2,
-            bits: 3,
-            mul: 1,
-        }];
-        let mut t1 = vec![Term {
-            shift: 0,
-            bits: 2,
-            mul: 2,
-        }];
-        if wm > 1 {
-            t0.push(Term {
-                shift: 5,
-                bits: log2(wm),
-                mul: tm,
-            });
-        }
-        if wn > 1 {
-            t1.push(Term {
-                shift: 5 + log2(wm),
-                bits: log2(wn),
-                mul: tn,
-            });
-        }
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 8 {
-                for (dr, dc) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
-                    slots.push(vec![16 * im + dr, 8 * jn + dc]);
-                }
-            }
-        }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 8],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
-            slots,
-        })
+        let lane = [vec![term(2, 3, 1)], vec![term(0, 2, 2)]];
+        let tile = [(0, 0), (0, 1), (8, 0), (8, 1)];
+        Self::warp_tiled([16, 8], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
@@ -242,53 +190,19 @@ impl Layout {
     /// lane `l` holds row `(l & 1) + (i & 2) + 4 (l >> 4 & 1)` and column
     /// `(l & 2) + (i & 1) + (i & 4)`.
     pub fn mma884_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        if !rows.is_multiple_of(16) || !cols.is_multiple_of(16) {
-            return None;
-        }
-        let (mut wm, mut wn) = (1u32, 1u32);
-        while wm * wn < num_warps {
-            let can_m = (rows / (wm * 2)).is_multiple_of(16) && rows / (wm * 2) >= 16;
-            let can_n = (cols / (wn * 2)).is_multiple_of(16) && cols / (wn * 2) >= 16;
-            if can_m {
-                wm *= 2;
-            } else if can_n {
-                wn *= 2;
-            } else {
-                return None;
-            }
-        }
-        let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
-        let mut t0 = vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)];
-        let mut t1 = vec![term(1, 1, 2), term(3, 1, 8)];
-        if wm > 1 {
-            t0.push(term(5, log2(wm), tm));
-        }
-        if wn > 1 {
-            t1.push(term(5 + log2(wm), log2(wn), tn));
-        }
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 16 {
-                for i in 0..8u32 {
-                    slots.push(vec![16 * im + (i & 2), 16 * jn + (i & 1) + (i & 4)]);
-                }
-            }
-        }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 16],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
-            slots,
-        })
+        let lane = [
+            vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)],
+            vec![term(1, 1, 2), term(3, 1, 8)],
+        ];
+        let tile: Vec<(u32, u32)> = (0..8).map(|i| (i & 2, (i & 1) + (i & 4))).collect();
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     /// The warp grid `[wm, wn]` over which `num_warps` warps tile a `[rows,
-    /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly:
-    /// warps along the rows first (as for `mma_accumulator`).
+    /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly.
+    /// Warps go along the rows first (as far as the tiles allow): every dot
+    /// with the same row count then shares its row distribution, so row
+    /// reductions and row broadcasts (softmax, attention) stay in registers.
     fn warp_grid(rows: u32, cols: u32, [im, in_]: [u32; 2], num_warps: u32) -> Option<[u32; 2]> {
         if !rows.is_multiple_of(im) || !cols.is_multiple_of(in_) {
             return None;
@@ -306,46 +220,36 @@ impl Layout {
         Some([wm, wn])
     }
 
-    /// The accumulator layout of AMD CDNA's MFMA instructions of one block
-    /// of `instr` = 32x32 (`v_mfma_f32_32x32x{8,2,16}*`) or 16x16
-    /// (`v_mfma_f32_16x16x{16,4,32}*`), 64-lane waves, for a `[rows, cols]`
-    /// result over `num_warps` waves, if the shape tiles evenly. Per the CDNA3
-    /// ISA guide's MFMA output maps, lane `l` holds column `l % 32` and, in
-    /// accumulator `i`, row `8 (i / 4) + 4 (l / 32) + i % 4` of each 32x32
-    /// tile; or column `l % 16` and row `4 (l / 16) + i` of each 16x16 tile.
-    pub fn mfma_accumulator(
+    /// The `Mma` layout of `instr` tiles over `num_warps` warps of `1 <<
+    /// lane_bits` lanes for a `[rows, cols]` result, if the shape tiles
+    /// evenly (the warp grid `[wm, wn]` of [`Self::warp_grid`]): `lane` holds
+    /// the row and column terms of a warp's lanes, the warp id (the thread
+    /// id's bits from `lane_bits`) steps a warp tile `[rows / wm, cols / wn]`
+    /// along the rows, then the columns, and a thread holds, in each
+    /// instruction tile of its warp tile (row-major), the elements at offsets
+    /// `tile` from the tile's origin plus its lane terms, in order.
+    fn warp_tiled(
         instr: [u32; 2],
-        rows: u32,
-        cols: u32,
+        [rows, cols]: [u32; 2],
         num_warps: u32,
+        lane_bits: u8,
+        [mut t0, mut t1]: [Vec<Term>; 2],
+        tile: &[(u32, u32)],
     ) -> Option<Layout> {
         let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
         let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
-        let big = instr == [32, 32];
-        let (mut t0, mut t1) = if big {
-            (vec![term(5, 1, 4)], vec![term(0, 5, 1)])
-        } else {
-            (vec![term(4, 2, 4)], vec![term(0, 4, 1)])
-        };
         if wm > 1 {
-            t0.push(term(6, log2(wm), tm));
+            t0.push(term(lane_bits, log2(wm), tm));
         }
         if wn > 1 {
-            t1.push(term(6 + log2(wm), log2(wn), tn));
+            t1.push(term(lane_bits + log2(wm), log2(wn), tn));
         }
         let [im_, in_] = instr;
         let mut slots = Vec::new();
         for im in 0..tm / im_ {
             for jn in 0..tn / in_ {
-                if big {
-                    for i in 0..16u32 {
-                        slots.push(vec![32 * im + 8 * (i / 4) + i % 4, 32 * jn]);
-                    }
-                } else {
-                    for i in 0..4u32 {
-                        slots.push(vec![16 * im + i, 16 * jn]);
-                    }
+                for &(dr, dc) in tile {
+                    slots.push(vec![im_ * im + dr, in_ * jn + dc]);
                 }
             }
         }
@@ -360,39 +264,37 @@ impl Layout {
         })
     }
 
+    /// The accumulator layout of AMD CDNA's MFMA instructions of one block
+    /// of `instr` = 32x32 (`v_mfma_f32_32x32x{8,2,16}*`) or 16x16
+    /// (`v_mfma_f32_16x16x{16,4,32}*`), 64-lane waves, for a `[rows, cols]`
+    /// result over `num_warps` waves, if the shape tiles evenly. Per the CDNA3
+    /// ISA guide's MFMA output maps, lane `l` holds column `l % 32` and, in
+    /// accumulator `i`, row `8 (i / 4) + 4 (l / 32) + i % 4` of each 32x32
+    /// tile; or column `l % 16` and row `4 (l / 16) + i` of each 16x16 tile.
+    pub fn mfma_accumulator(
+        instr: [u32; 2],
+        rows: u32,
+        cols: u32,
+        num_warps: u32,
+    ) -> Option<Layout> {
+        let (lane, tile): (_, Vec<(u32, u32)>) = if instr == [32, 32] {
+            let lane = [vec![term(5, 1, 4)], vec![term(0, 5, 1)]];
+            (lane, (0..16).map(|i| (8 * (i / 4) + i % 4, 0)).collect())
+        } else {
+            let lane = [vec![term(4, 2, 4)], vec![term(0, 4, 1)]];
+            (lane, (0..4).map(|i| (i, 0)).collect())
+        };
+        Self::warp_tiled(instr, [rows, cols], num_warps, 6, lane, &tile)
+    }
+
     /// The accumulator layout of RDNA3's `v_wmma_f32_16x16x16_*` (wave32) for
     /// a `[rows, cols]` result over `num_warps` waves, if the shape tiles
     /// evenly. Per the RDNA3 ISA guide, accumulator `i` of lane `l` holds
     /// column `l % 16` and row `2 i + l / 16` of each 16x16 tile.
     pub fn wmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
-        let [wm, wn] = Self::warp_grid(rows, cols, [16, 16], num_warps)?;
-        let (tm, tn) = (rows / wm, cols / wn);
-        let term = |shift: u8, bits: u8, mul: u32| Term { shift, bits, mul };
-        let mut t0 = vec![term(4, 1, 1)];
-        let mut t1 = vec![term(0, 4, 1)];
-        if wm > 1 {
-            t0.push(term(5, log2(wm), tm));
-        }
-        if wn > 1 {
-            t1.push(term(5 + log2(wm), log2(wn), tn));
-        }
-        let mut slots = Vec::new();
-        for im in 0..tm / 16 {
-            for jn in 0..tn / 16 {
-                for i in 0..8u32 {
-                    slots.push(vec![16 * im + 2 * i, 16 * jn]);
-                }
-            }
-        }
-        Some(Layout {
-            kind: LayoutKind::Mma {
-                warps: [wm, wn],
-                instr: [16, 16],
-            },
-            shape: vec![rows, cols],
-            terms: vec![t0, t1],
-            slots,
-        })
+        let lane = [vec![term(4, 1, 1)], vec![term(0, 4, 1)]];
+        let tile: Vec<(u32, u32)> = (0..8).map(|i| (2 * i, 0)).collect();
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
     }
 
     pub fn rank(&self) -> usize {

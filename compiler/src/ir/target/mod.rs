@@ -41,6 +41,8 @@ pub mod verify;
 
 mod dump;
 
+pub(crate) use dump::reg_name;
+
 use crate::target::{Arch, MmaKind};
 pub use layout::{Layout, LayoutKind, Term};
 pub use lower::{lower, Unsupported, MAX_KERNEL_INSTS};
@@ -229,6 +231,16 @@ impl MemTy {
 pub enum Space {
     Global,
     Shared,
+}
+
+impl Space {
+    /// The space's name (`global`, `shared`), as the dump and PTX spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Global => "global",
+            Space::Shared => "shared",
+        }
+    }
 }
 
 /// One instruction of the per-thread program.

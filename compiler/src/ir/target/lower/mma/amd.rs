@@ -563,39 +563,26 @@ mod tests {
                     matrix(inst.m, inst.n, 3),
                 );
                 let lanes = 0..wave;
-                let a: Vec<Vec<f64>> = lanes
-                    .clone()
-                    .map(|l| {
-                        (0..map.run)
-                            .map(|v| {
-                                let (r, k) = map.elem(l, v);
-                                am[r as usize][k as usize]
-                            })
-                            .collect()
-                    })
-                    .collect();
-                let b: Vec<Vec<f64>> = lanes
-                    .clone()
-                    .map(|l| {
-                        (0..map.run)
-                            .map(|v| {
-                                let (c, k) = map.elem(l, v);
-                                bm[k as usize][c as usize]
-                            })
-                            .collect()
-                    })
-                    .collect();
-                let c: Vec<Vec<f64>> = lanes
-                    .clone()
-                    .map(|l| {
-                        (0..acc.num_slots())
-                            .map(|s| {
-                                let (r, c) = coord(&acc, l, s);
-                                cm[r as usize][c as usize]
-                            })
-                            .collect()
-                    })
-                    .collect();
+                // Every lane's `n` registers, register `i` of lane `l` holding `at(l, i)`.
+                let regs = |n: usize, at: &dyn Fn(u32, usize) -> f64| -> Vec<Vec<f64>> {
+                    lanes
+                        .clone()
+                        .map(|l| (0..n).map(|i| at(l, i)).collect())
+                        .collect()
+                };
+                let run = map.run as usize;
+                let a = regs(run, &|l, v| {
+                    let (r, k) = map.elem(l, v as u32);
+                    am[r as usize][k as usize]
+                });
+                let b = regs(run, &|l, v| {
+                    let (c, k) = map.elem(l, v as u32);
+                    bm[k as usize][c as usize]
+                });
+                let c = regs(acc.num_slots(), &|l, s| {
+                    let (r, c) = coord(&acc, l, s);
+                    cm[r as usize][c as usize]
+                });
                 let d = Documented { inst: *inst }.run(&a, &b, &c);
                 for (l, got) in lanes.zip(&d) {
                     for (s, &got) in got.iter().enumerate() {
