@@ -435,6 +435,52 @@ impl Data {
 }
 
 impl Data {
+    /// Sets every element from `f(start, out)`, which writes the values of
+    /// elements `start..start + out.len()`; blocks of elements are filled in
+    /// parallel, each converted to `dtype` as [`Data::set`] converts, with
+    /// `interrupt` polled per block (E0706).
+    pub(crate) fn par_fill(
+        &mut self,
+        dtype: DType,
+        interrupt: &Interrupt,
+        f: impl Fn(usize, &mut [f64]) + Sync,
+    ) -> Result<(), ExecError> {
+        use rayon::prelude::*;
+        // Even, so that a block holds whole pairs of a pairwise generator.
+        const BLOCK: usize = 1 << 13;
+        fn fill<T: Send>(
+            v: &mut [T],
+            interrupt: &Interrupt,
+            f: &(impl Fn(usize, &mut [f64]) + Sync),
+            conv: impl Fn(f64) -> T + Sync,
+        ) -> Result<(), ExecError> {
+            v.par_chunks_mut(BLOCK)
+                .enumerate()
+                .try_for_each_init(Vec::new, |buf, (k, out)| {
+                    interrupt.check()?;
+                    buf.clear();
+                    buf.resize(out.len(), 0.0);
+                    f(k * BLOCK, buf);
+                    for (o, x) in out.iter_mut().zip(buf.iter()) {
+                        *o = conv(*x);
+                    }
+                    Ok(())
+                })
+        }
+        match self {
+            Data::F64(v) => fill(v, interrupt, &f, |x| x),
+            Data::F32(v) => fill(v, interrupt, &f, |x| x as f32),
+            Data::F16(v) => fill(v, interrupt, &f, f16::from_f64),
+            Data::BF16(v) => fill(v, interrupt, &f, bf16::from_f64),
+            Data::I64(v) => fill(v, interrupt, &f, float_to_i64),
+            Data::I32(v) => fill(v, interrupt, &f, |x| float_to_int(DType::I32, x) as i32),
+            Data::I16(v) => fill(v, interrupt, &f, |x| float_to_int(DType::I16, x) as i16),
+            Data::I8(v) => fill(v, interrupt, &f, |x| float_to_int(DType::I8, x) as i8),
+            Data::U32(v) => fill(v, interrupt, &f, |x| float_to_int(DType::U32, x) as u32),
+            Data::U8(v) => fill(v, interrupt, &f, |x| encode_byte(dtype, x)),
+        }
+    }
+
     /// Element `i` of integer storage as an i64, exactly (`dtype` tells bool
     /// and u8 bytes apart from f8 ones, which are read as their value).
     pub(crate) fn get_int(&self, dtype: DType, i: usize) -> i64 {
