@@ -401,7 +401,7 @@ const WORST_BOUND: f64 = 0.35;
 /// 44).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.133, 23),
+        Arch::Gfx90a => (0.133, 22),
         Arch::Gfx942 => (0.126, 25),
         _ => (0.126, 29),
     }

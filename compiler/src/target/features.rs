@@ -4,7 +4,7 @@
 //!
 //! Sources: PTX ISA 8.x, "PTX ISA Version Notes" and "Target ISA Notes" (the
 //! lowest PTX version that knows each target; `ldmatrix` sm_75+, `cp.async`
-//! sm_80+, `tanh.approx.f32` sm_75+). AMD targets have no PTX and none of
+//! sm_80+, `tanh.approx.f32` sm_75+, `cvt.rn.bf16x2.f32` sm_80+). AMD targets have no PTX and none of
 //! these instructions; their matrix instructions are in [`super::mma`].
 
 use super::mma::{self, MmaInst};
@@ -23,6 +23,9 @@ pub struct Features {
     pub cp_async: bool,
     /// `tanh.approx.f32`.
     pub fast_tanh: bool,
+    /// `cvt.rn.bf16x2.f32`: two f32 rounded to bf16 and packed in one
+    /// instruction (else integer arithmetic rounds them).
+    pub cvt_bf16: bool,
     /// The matrix instructions the arch has and the code generator uses (or,
     /// for targets without a code generator yet, will use), best first; pick
     /// one with [`super::select_mma`].
@@ -33,25 +36,26 @@ impl Arch {
     #[rustfmt::skip]
     pub fn features(self) -> Features {
         use Arch::*;
-        let row = |ptx_isa, ldmatrix, cp_async, fast_tanh, mma| Features {
+        let row = |ptx_isa, ldmatrix, cp_async, fast_tanh, cvt_bf16, mma| Features {
             ptx_isa,
             ldmatrix,
             cp_async,
             fast_tanh,
+            cvt_bf16,
             mma,
         };
         match self {
-            //              ptx_isa      ldmatrix cp_async fast_tanh mma
-            Sm70    => row(Some("7.0"), false,   false,   false,    mma::SM70),
-            Sm75    => row(Some("7.0"), true,    false,   true,     mma::SM75),
-            Sm80    => row(Some("7.0"), true,    true,    true,     mma::SM80),
-            Sm86    => row(Some("7.1"), true,    true,    true,     mma::SM80),
-            Sm89    => row(Some("7.8"), true,    true,    true,     mma::SM80),
-            Sm90    => row(Some("7.8"), true,    true,    true,     mma::SM80),
-            Sm90a   => row(Some("8.0"), true,    true,    true,     mma::SM80),
-            Gfx90a  => row(None,        false,   false,   false,    mma::CDNA2),
-            Gfx942  => row(None,        false,   false,   false,    mma::CDNA3),
-            Gfx1100 => row(None,        false,   false,   false,    mma::RDNA3),
+            //              ptx_isa      ldmatrix cp_async fast_tanh cvt_bf16 mma
+            Sm70    => row(Some("7.0"), false,   false,   false,    false,   mma::SM70),
+            Sm75    => row(Some("7.0"), true,    false,   true,     false,   mma::SM75),
+            Sm80    => row(Some("7.0"), true,    true,    true,     true,    mma::SM80),
+            Sm86    => row(Some("7.1"), true,    true,    true,     true,    mma::SM80),
+            Sm89    => row(Some("7.8"), true,    true,    true,     true,    mma::SM80),
+            Sm90    => row(Some("7.8"), true,    true,    true,     true,    mma::SM80),
+            Sm90a   => row(Some("8.0"), true,    true,    true,     true,    mma::SM80),
+            Gfx90a  => row(None,        false,   false,   false,    false,   mma::CDNA2),
+            Gfx942  => row(None,        false,   false,   false,    false,   mma::CDNA3),
+            Gfx1100 => row(None,        false,   false,   false,    false,   mma::RDNA3),
         }
     }
 }

@@ -894,6 +894,9 @@ impl Printer<'_> {
             Inst::LdMatrix { .. } => {
                 return self.inexpressible("a warp matrix load (`ldmatrix`, NVIDIA's)")
             }
+            Inst::PackBf16 { .. } => {
+                return self.inexpressible("a bf16 pair conversion (`cvt.rn.bf16x2.f32`, NVIDIA's)")
+            }
             Inst::Mma { .. } => {
                 let lines = matrix::print(self, i)?;
                 for l in lines {

@@ -398,6 +398,12 @@ impl Printer<'_> {
                     self.o(*c, t)
                 )
             }
+            Inst::PackBf16 { dst, hi, lo } => format!(
+                "cvt.rn.bf16x2.f32 {}, {}, {};",
+                self.r(*dst),
+                self.o(*hi, RegTy::F32),
+                self.o(*lo, RegTy::F32)
+            ),
             Inst::MulWide { dst, a, b } => {
                 let t = if mul_wide_signed(k, *a) { RegTy::I32 } else { RegTy::U32 };
                 format!(

@@ -105,6 +105,7 @@ fn walk(
                 | Inst::Binary { .. }
                 | Inst::Fma { .. }
                 | Inst::MulWide { .. }
+                | Inst::PackBf16 { .. }
                 | Inst::Cmp { .. }
                 | Inst::Select { .. }
                 | Inst::Cvt { .. } => all_uses,

@@ -365,6 +365,7 @@ pub(super) fn rename_regs(
         }
         Inst::Binary { dst, a, b, .. }
         | Inst::MulWide { dst, a, b }
+        | Inst::PackBf16 { dst, hi: a, lo: b }
         | Inst::Cmp { dst, a, b, .. } => {
             op(a, uses);
             op(b, uses);

@@ -114,6 +114,9 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             Inst::MulWide { dst, a, b } => {
                 format!("{} = mul_wide {}, {}", d(k, *dst), o(k, a), o(k, b))
             }
+            Inst::PackBf16 { dst, hi, lo } => {
+                format!("{} = pack_bf16 {}, {}", d(k, *dst), o(k, hi), o(k, lo))
+            }
             Inst::Cmp { op, ty, dst, a, b } => format!(
                 "{} = cmp.{}.{} {}, {}",
                 d(k, *dst),

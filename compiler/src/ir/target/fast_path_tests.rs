@@ -1,11 +1,16 @@
 //! Target IR snapshots of memory-bound kernels over bf16 rows: 16-byte
 //! vector accesses (bf16 pairs packed in 32-bit words) and the in-bounds
 //! fast path (one uniform check, unpredicated accesses; the predicated
-//! accesses only in the other branch).
+//! accesses only in the other branch), and how bf16 results are rounded
+//! and packed per arch.
+
+use std::collections::HashMap;
 
 use crate::db::{file_kernels, target_ir, Database};
-use crate::ir::target::{Inst, Kernel, MemTy, Space};
+use crate::ir::target::verify::verify;
+use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, Space};
 use crate::ir::tile::Specialization;
+use crate::target::Arch;
 
 fn lowered(src: &str, spec: Specialization) -> Kernel {
     let mut db = Database::new();
@@ -113,4 +118,63 @@ fn softmax_row_with_aligned_rows_moves_16_byte_vectors_in_both_paths() {
         .flat_map(|a| [a; 4])
         .collect();
     assert_eq!(acc, expected);
+}
+
+/// `SOFTMAX` lowered for `arch`.
+fn softmax_for(arch: Arch) -> Kernel {
+    let mut db = Database::new();
+    db.set_arch(arch);
+    let file = db.set_source("/t/k.tsr", SOFTMAX.to_string());
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let spec = Specialization::new().with_divisor("N", 16);
+    (*target_ir(&db, item, db.options(), spec).clone().unwrap()).clone()
+}
+
+#[test]
+fn bf16_results_round_and_pack_with_one_conversion_where_the_arch_has_it() {
+    // sm_80 and later: every bf16 word stored is one conversion of two
+    // values before rounding (the rounded copies are left unread).
+    let k = softmax_for(Arch::Sm80);
+    verify(&k).unwrap();
+    let packs: HashMap<Reg, (Operand, Operand)> = {
+        let mut m = HashMap::new();
+        k.walk(&mut |i| {
+            if let Inst::PackBf16 { dst, hi, lo } = i {
+                m.insert(*dst, (*hi, *lo));
+            }
+        });
+        m
+    };
+    let mut stored = 0;
+    k.walk(&mut |i| {
+        if let Inst::St {
+            space: Space::Global,
+            src,
+            ..
+        } = i
+        {
+            for w in src {
+                let (hi, lo) = packs[&w.reg().expect("a register")];
+                assert!(hi.reg().is_some() && lo.reg().is_some(), "{hi:?} {lo:?}");
+                stored += 1;
+            }
+        }
+    });
+    assert!(stored > 0);
+    // sm_75 and AMD have no such conversion: integer rounding, and the
+    // verifier refuses the instruction there.
+    for arch in [Arch::Sm75, Arch::Gfx942] {
+        let mut old = softmax_for(arch);
+        verify(&old).unwrap();
+        let mut n = 0;
+        old.walk(&mut |i| n += matches!(i, Inst::PackBf16 { .. }) as usize);
+        assert_eq!(n, 0, "{arch}");
+        old.body.push(Inst::PackBf16 {
+            dst: Reg(0),
+            hi: Operand::Float(1.0),
+            lo: Operand::Float(0.0),
+        });
+        let err = verify(&old).unwrap_err();
+        assert!(err.contains("has no bf16 conversion"), "{err}");
+    }
 }

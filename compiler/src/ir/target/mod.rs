@@ -289,6 +289,14 @@ pub enum Inst {
         a: Operand,
         b: Operand,
     },
+    /// `dst` (32 bits) = f32 `hi` and `lo` each rounded to the nearest bf16
+    /// (ties to even), `hi`'s in the high half and `lo`'s in the low half
+    /// (`cvt.rn.bf16x2.f32`; needs `Features::cvt_bf16` of `crate::target`).
+    PackBf16 {
+        dst: Reg,
+        hi: Operand,
+        lo: Operand,
+    },
     /// `dst` (pred) = `a op b`; `ty` is the operands' type.
     Cmp {
         op: CmpOp,
@@ -440,6 +448,7 @@ impl Inst {
             | Inst::Binary { dst, .. }
             | Inst::Fma { dst, .. }
             | Inst::MulWide { dst, .. }
+            | Inst::PackBf16 { dst, .. }
             | Inst::Cmp { dst, .. }
             | Inst::Select { dst, .. }
             | Inst::Cvt { dst, .. }
@@ -486,6 +495,7 @@ impl Inst {
             Inst::Binary { a, b, .. } | Inst::MulWide { a, b, .. } | Inst::Cmp { a, b, .. } => {
                 ops(&[*a, *b])
             }
+            Inst::PackBf16 { hi, lo, .. } => ops(&[*hi, *lo]),
             Inst::Fma { a, b, c, .. } => ops(&[*a, *b, *c]),
             Inst::Select { cond, a, b, .. } => {
                 let mut v = vec![*cond];
@@ -542,6 +552,7 @@ impl Inst {
                 | Inst::Binary { .. }
                 | Inst::Fma { .. }
                 | Inst::MulWide { .. }
+                | Inst::PackBf16 { .. }
                 | Inst::Cmp { .. }
                 | Inst::Select { .. }
                 | Inst::Cvt { .. }

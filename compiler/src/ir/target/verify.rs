@@ -168,6 +168,18 @@ impl Verifier<'_> {
                     self.expect(i, x, ty(dst));
                 }
             }
+            Inst::PackBf16 { dst, hi, lo } => {
+                self.expect(i, hi, RegTy::F32);
+                self.expect(i, lo, RegTy::F32);
+                if !matches!(ty(dst), RegTy::U32 | RegTy::B32) {
+                    self.errors
+                        .push(format!("{i:?}: a bf16 pair is a 32-bit integer register"));
+                }
+                if !k.arch.features().cvt_bf16 {
+                    self.errors
+                        .push(format!("{i:?}: {} has no bf16 conversion", k.arch));
+                }
+            }
             Inst::Cmp {
                 ty: t, dst, a, b, ..
             } => {

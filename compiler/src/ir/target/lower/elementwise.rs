@@ -485,19 +485,41 @@ impl<'a> Lower<'a> {
         Operand::Reg(f)
     }
 
-    /// Rounds an f32 register to the nearest bf16 value (ties to even; NaN payloads
-    /// are not preserved), keeping it in f32.
+    /// Rounds an f32 register to the nearest bf16 value (ties to even; a NaN
+    /// stays a NaN, its payload not kept), keeping it in f32: one conversion
+    /// where the arch has it, else integer arithmetic on the bits.
     fn round_bf16(&mut self, v: Operand) -> Operand {
-        let u = self.new_reg(RegTy::U32);
-        self.emit(Inst::Mov { dst: u, src: v });
-        let u = Operand::Reg(u);
-        let lsb = self.bin(BinOp::Shr, RegTy::U32, u, Operand::Int(16));
-        let lsb = self.bin(BinOp::And, RegTy::U32, lsb, Operand::Int(1));
-        let a = self.bin(BinOp::Add, RegTy::U32, u, Operand::Int(0x7fff));
-        let a = self.bin(BinOp::Add, RegTy::U32, a, lsb);
-        let m = self.bin(BinOp::And, RegTy::U32, a, Operand::Int(0xffff_0000));
+        let bits = if self.feat.cvt_bf16 {
+            let v = self.materialize(RegTy::F32, v);
+            let u = self.new_reg(RegTy::U32);
+            self.emit(Inst::PackBf16 {
+                dst: u,
+                hi: v,
+                lo: Operand::Float(0.0),
+            });
+            Operand::Reg(u)
+        } else {
+            let u = self.new_reg(RegTy::U32);
+            self.emit(Inst::Mov { dst: u, src: v });
+            let u = Operand::Reg(u);
+            let lsb = self.bin(BinOp::Shr, RegTy::U32, u, Operand::Int(16));
+            let lsb = self.bin(BinOp::And, RegTy::U32, lsb, Operand::Int(1));
+            let a = self.bin(BinOp::Add, RegTy::U32, u, Operand::Int(0x7fff));
+            let a = self.bin(BinOp::Add, RegTy::U32, a, lsb);
+            let m = self.bin(BinOp::And, RegTy::U32, a, Operand::Int(0xffff_0000));
+            // A NaN whose payload is all in the low half would round to an
+            // infinity: it keeps its high half, made a quiet NaN.
+            let mag = self.bin(BinOp::And, RegTy::U32, u, Operand::Int(0x7fff_ffff));
+            let nan = self.cmp(CmpOp::Gt, RegTy::U32, mag, Operand::Int(0x7f80_0000));
+            let quiet = self.bin(BinOp::Or, RegTy::U32, u, Operand::Int(0x0040_0000));
+            let quiet = self.bin(BinOp::And, RegTy::U32, quiet, Operand::Int(0xffff_0000));
+            self.select(RegTy::U32, nan, quiet, m)
+        };
         let f = self.new_reg(RegTy::F32);
-        self.emit(Inst::Mov { dst: f, src: m });
+        self.emit(Inst::Mov { dst: f, src: bits });
+        if let (true, Some(x)) = (self.feat.cvt_bf16, v.reg()) {
+            self.rounded_bf16.insert(f, x);
+        }
         Operand::Reg(f)
     }
 

@@ -144,6 +144,8 @@ fn lower_once(
         num_warps: tk.num_warps,
         tid_bits: num_threads.trailing_zeros() as u8,
         regs: Vec::new(),
+        defs: Vec::new(),
+        rounded_bf16: HashMap::new(),
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
@@ -241,6 +243,11 @@ struct Lower<'a> {
     num_warps: u32,
     tid_bits: u8,
     regs: Vec<RegTy>,
+    /// How many instructions so far write each register (saturating).
+    defs: Vec<u8>,
+    /// f32 registers holding an f32 rounded to bf16 by a conversion, with
+    /// the value rounded: a pack of two of them converts the originals.
+    rounded_bf16: HashMap<Reg, Reg>,
     prologue: Vec<Inst>,
     blocks: Vec<Vec<Inst>>,
     vals: HashMap<Value, TV>,
@@ -380,10 +387,22 @@ impl<'a> Lower<'a> {
 
     fn new_reg(&mut self, ty: RegTy) -> Reg {
         self.regs.push(ty);
+        self.defs.push(0);
         Reg(self.regs.len() as u32 - 1)
     }
 
+    /// Whether `r` is written by exactly one instruction so far (its value
+    /// is the same wherever it is read).
+    fn defined_once(&self, r: Reg) -> bool {
+        self.defs.get(r.0 as usize) == Some(&1)
+    }
+
     fn emit(&mut self, i: Inst) {
+        for d in i.defs() {
+            if let Some(n) = self.defs.get_mut(d.0 as usize) {
+                *n = n.saturating_add(1);
+            }
+        }
         // Past the limit nothing more is kept: one op can expand a lot, and
         // `region_ops` reports the kernel after the op.
         self.emitted += 1;

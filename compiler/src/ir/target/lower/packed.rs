@@ -33,6 +33,21 @@ impl<'a> Lower<'a> {
     /// The word holding bf16 values `lo` and `hi` (f32 registers or constants
     /// holding bf16 values).
     pub(super) fn pack_bf16(&mut self, lo: Operand, hi: Operand) -> Operand {
+        if self.feat.cvt_bf16 {
+            // Two values rounded by conversions: one conversion of the
+            // values they rounded rounds and packs both (else the integer
+            // packing below takes the high halves of the rounded values).
+            let source = |l: &Self, x: Operand| {
+                let f = x.reg()?;
+                let src = *l.rounded_bf16.get(&f)?;
+                (l.defined_once(f) && l.defined_once(src)).then_some(Operand::Reg(src))
+            };
+            if let (Some(lo), Some(hi)) = (source(self, lo), source(self, hi)) {
+                let w = self.new_reg(RegTy::U32);
+                self.emit(Inst::PackBf16 { dst: w, hi, lo });
+                return Operand::Reg(w);
+            }
+        }
         let bits = |l: &mut Self, x: Operand| {
             let x = l.materialize(RegTy::F32, x);
             let u = l.new_reg(RegTy::U32);
