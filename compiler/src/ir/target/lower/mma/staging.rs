@@ -91,7 +91,7 @@ impl<'a> Lower<'a> {
         let lpp = sw.per_phase.trailing_zeros() as i64;
         let mut rows_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
         let mut cols_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
-        for group in Self::vector_groups(&v.layout, 4.min(pow2_run(&v.layout))) {
+        for group in Self::vector_groups(&v.layout, store_run(&v.layout)) {
             let s0 = v.layout.slots[group[0]].clone();
             let (rowaddr, phase) = match rows_cache.get(&s0[0]) {
                 Some(x) => *x,
@@ -127,19 +127,29 @@ impl<'a> Lower<'a> {
             let a = self.bin(BinOp::Add, RegTy::U32, a, within);
             let addr = self.materialize(RegTy::U32, a).reg().expect("reg");
             let mut srcs = Vec::new();
-            for &slot in &group {
-                let x = self.materialize(RegTy::F32, v.ops[slot]);
-                srcs.push(if mem == MemTy::F16 {
-                    self.cvt(RegTy::B16, x, None)
-                } else {
-                    let u = self.new_reg(RegTy::U32);
-                    self.emit(Inst::Mov { dst: u, src: x });
-                    self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
-                });
+            let mut store_mem = mem;
+            if mem == MemTy::U16 && group.len() > 1 {
+                // bf16 pairs as 32-bit words (one conversion each where the
+                // arch packs bf16 pairs).
+                store_mem = MemTy::U32;
+                for pair in group.chunks(2) {
+                    srcs.push(self.pack_bf16(v.ops[pair[0]], v.ops[pair[1]]));
+                }
+            } else {
+                for &slot in &group {
+                    let x = self.materialize(RegTy::F32, v.ops[slot]);
+                    srcs.push(if mem == MemTy::F16 {
+                        self.cvt(RegTy::B16, x, None)
+                    } else {
+                        let u = self.new_reg(RegTy::U32);
+                        self.emit(Inst::Mov { dst: u, src: x });
+                        self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                    });
+                }
             }
             self.emit(Inst::St {
                 space: Space::Shared,
-                mem,
+                mem: store_mem,
                 src: srcs,
                 addr,
                 offset: 0,
@@ -147,6 +157,25 @@ impl<'a> Lower<'a> {
             });
         }
         Ok((index, sw))
+    }
+}
+
+/// How many elements along the last axis each store of `stage_16bit` writes
+/// (at most 4: 8 bytes, within a 16-byte chunk of the swizzle): the
+/// contiguous run of a blocked layout; 2 for the matrix accumulators, whose
+/// threads hold pairs of adjacent columns from an even column; else 1.
+fn store_run(l: &Layout) -> u32 {
+    let run = pow2_run(l);
+    if run > 1 || !matches!(l.kind, LayoutKind::Mma { .. }) {
+        return 4.min(run);
+    }
+    let Some(vd) = l.vector_axis() else { return 1 };
+    let even_base = l.terms[vd].iter().all(|t| t.mul % 2 == 0);
+    let pairs = Lower::vector_groups(l, 2).iter().all(|g| g.len() == 2);
+    if even_base && pairs {
+        2
+    } else {
+        1
     }
 }
 
@@ -158,5 +187,57 @@ pub(super) fn pow2_run(l: &Layout) -> u32 {
             size_per_thread, ..
         } => *size_per_thread.last().unwrap_or(&1),
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::db::{file_kernels, target_ir, Database};
+    use crate::ir::target::verify::verify;
+    use crate::ir::target::{Inst, MemTy, Space};
+    use crate::ir::tile::Specialization;
+    use crate::target::Arch;
+
+    // P = exp(Q Kᵀ) in the accumulator layout, staged as a bf16 operand.
+    const PV: &str = "@kernel(grid=(1,), num_warps=4)
+def pv(q: Tensor[64, 64, bf16], k: Tensor[64, 64, bf16], v: Tensor[64, 64, bf16], o: Tensor[64, 64, f32]):
+    p = exp(dot(load(q[0:64, :]), load(k[0:64, :]).T))
+    store(o[0:64, :], dot(p.to(bf16), load(v[0:64, :])))
+";
+
+    /// The shared-memory stores of `PV` lowered for `arch`: (type, values).
+    fn shared_stores(arch: Arch) -> Vec<(MemTy, usize)> {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/k.tsr", PV.to_string());
+        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+        let k = target_ir(&db, item, db.options(), Specialization::new())
+            .clone()
+            .unwrap();
+        verify(&k).unwrap();
+        let mut out = Vec::new();
+        k.walk(&mut |i| {
+            if let Inst::St {
+                space: Space::Shared,
+                mem,
+                src,
+                ..
+            } = i
+            {
+                out.push((*mem, src.len()));
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn accumulator_tiles_are_staged_a_pair_of_columns_a_store() {
+        // A thread of the m16n8 accumulator holds columns 2c and 2c + 1:
+        // each pair is one 32-bit word (the 64x64 tile over 128 threads is
+        // 16 pairs a thread).
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let st = shared_stores(arch);
+            assert_eq!(st, vec![(MemTy::U32, 1); 16], "{arch}");
+        }
     }
 }
