@@ -13,7 +13,7 @@ use super::WarpTiling;
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
 use crate::target::{MmaInst, MmaKind};
 
@@ -51,7 +51,14 @@ impl<'a> Lower<'a> {
         )));
         let mut cur = self.mma_accumulators(acc, &layout)?;
         let mut issued = false;
-        let (abase, asw, _, abuf) = self.operand_source(a, av, "a", None, &mut issued)?;
+        // `a` straight from registers where it is an accumulator of this
+        // dot's rows (FA2's P), else from shared memory.
+        let a_regs = k16 && self.a_in_registers(av, &layout, k);
+        let a_smem = match a_regs {
+            true => None,
+            false => Some(self.operand_source(a, av, "a", None, &mut issued)?),
+        };
+        let abuf = a_smem.and_then(|(_, _, _, buf)| buf);
         // `b_nk`: b is stored as its transpose ([n, k] row-major).
         let (bbase, bsw, b_nk, _) = self.operand_source(b, bv, "b", abuf, &mut issued)?;
         if issued {
@@ -98,18 +105,25 @@ impl<'a> Lower<'a> {
         };
         for kk in 0..k / 16 {
             // A fragments: one x4 per 16-row tile.
-            let mut afrag = Vec::new();
-            for im in 0..tm / 16 {
-                let r = self.bin(BinOp::Add, RegTy::U32, arow0, Operand::Int(16 * im as i64));
-                let ch = self.bin(BinOp::Add, RegTy::U32, hi, Operand::Int(2 * kk as i64));
-                let addr = addr_of(self, abase, asw, r, ch);
-                let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
-                self.emit(Inst::LdMatrix {
-                    dst: dst.clone(),
-                    addr,
-                    trans: false,
-                });
-                afrag.push(dst);
+            // (Packed from registers as they are used, so that each f32
+            // value dies at its pack.)
+            let mut afrag = match a_regs {
+                true => self.a_fragments_from_registers(av, kk, tm),
+                false => Vec::new(),
+            };
+            if let Some((abase, asw, ..)) = a_smem {
+                for im in 0..tm / 16 {
+                    let r = self.bin(BinOp::Add, RegTy::U32, arow0, Operand::Int(16 * im as i64));
+                    let ch = self.bin(BinOp::Add, RegTy::U32, hi, Operand::Int(2 * kk as i64));
+                    let addr = addr_of(self, abase, asw, r, ch);
+                    let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
+                    self.emit(Inst::LdMatrix {
+                        dst: dst.clone(),
+                        addr,
+                        trans: false,
+                    });
+                    afrag.push(dst);
+                }
             }
             // B fragments (transposed loads of the row-major [k, n] tile).
             let mut bfrag: Vec<Vec<Reg>> = Vec::new();
@@ -188,5 +202,49 @@ impl<'a> Lower<'a> {
             });
         }
         Ok(self.mma_result(layout, cur))
+    }
+
+    /// Whether the m16n8k16 `a` fragments of `av` can be made from its
+    /// registers with no shared memory (FlashAttention-2's P): where `av`
+    /// is a bf16 value in the accumulator layout of an m16n8 dot whose warps
+    /// own whole rows, as this dot's (`out`) do. A thread then holds, of rows
+    /// g and g + 8 of each tile, columns 2t, 2t + 1 and 8 more: exactly its
+    /// `a` fragment (PTX ISA, "Matrix Fragments for mma.m16n8k16"), two
+    /// values a register.
+    fn a_in_registers(&self, av: &TV, out: &Layout, k: u32) -> bool {
+        if !self.feat.cvt_bf16 || av.dtype != DType::BF16 {
+            return false;
+        }
+        let own = WarpTiling::of(out);
+        let Some(same) = Layout::mma_accumulator(own.m, k, self.num_warps) else {
+            return false;
+        };
+        *av.layout == same
+            && matches!(same.kind, LayoutKind::Mma { warps, .. } if warps == [own.warps[0], 1])
+            && own.warps[1] == 1
+    }
+
+    /// The `a` fragments of k step `kk` (16 of k), one per 16-row tile of
+    /// the warp's `tm` rows, packed from `av`'s registers (see
+    /// [`Self::a_in_registers`]).
+    fn a_fragments_from_registers(&mut self, av: &TV, kk: u32, tm: u32) -> Vec<Vec<Reg>> {
+        let slot = |r: u32, c: u32| {
+            av.layout
+                .find_slot(&[r, c])
+                .expect("an accumulator layout holds its whole warp tile")
+        };
+        let mut frags = Vec::new();
+        for im in 0..tm / 16 {
+            let mut regs = Vec::new();
+            for (dr, dc) in [(0, 0), (8, 0), (0, 8), (8, 8)] {
+                let (r, c) = (16 * im + dr, 16 * kk + dc);
+                let w = self.pack_bf16(av.ops[slot(r, c)], av.ops[slot(r, c + 1)]);
+                let b = self.new_reg(RegTy::B32);
+                self.emit(Inst::Mov { dst: b, src: w });
+                regs.push(b);
+            }
+            frags.push(regs);
+        }
+        frags
     }
 }

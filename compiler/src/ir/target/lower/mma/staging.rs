@@ -200,16 +200,17 @@ mod tests {
 
     // P = exp(Q Kᵀ) in the accumulator layout, staged as a bf16 operand.
     const PV: &str = "@kernel(grid=(1,), num_warps=4)
-def pv(q: Tensor[64, 64, bf16], k: Tensor[64, 64, bf16], v: Tensor[64, 64, bf16], o: Tensor[64, 64, f32]):
+def pv(q: Tensor[64, 64, DT], k: Tensor[64, 64, DT], v: Tensor[64, 64, DT], o: Tensor[64, 64, f32]):
     p = exp(dot(load(q[0:64, :]), load(k[0:64, :]).T))
-    store(o[0:64, :], dot(p.to(bf16), load(v[0:64, :])))
+    store(o[0:64, :], dot(p.to(DT), load(v[0:64, :])))
 ";
 
-    /// The shared-memory stores of `PV` lowered for `arch`: (type, values).
-    fn shared_stores(arch: Arch) -> Vec<(MemTy, usize)> {
+    /// The shared-memory stores of `PV` of `dtype` lowered for `arch`:
+    /// (type, values).
+    fn shared_stores(arch: Arch, dtype: &str) -> Vec<(MemTy, usize)> {
         let mut db = Database::new();
         db.set_arch(arch);
-        let file = db.set_source("/t/k.tsr", PV.to_string());
+        let file = db.set_source("/t/k.tsr", PV.replace("DT", dtype));
         let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
         let k = target_ir(&db, item, db.options(), Specialization::new())
             .clone()
@@ -232,12 +233,17 @@ def pv(q: Tensor[64, 64, bf16], k: Tensor[64, 64, bf16], v: Tensor[64, 64, bf16]
 
     #[test]
     fn accumulator_tiles_are_staged_a_pair_of_columns_a_store() {
-        // A thread of the m16n8 accumulator holds columns 2c and 2c + 1:
-        // each pair is one 32-bit word (the 64x64 tile over 128 threads is
-        // 16 pairs a thread).
+        // P through shared memory: a thread of the m16n8 accumulator holds
+        // columns 2c and 2c + 1, so each pair is one store (the 64x64 tile
+        // over 128 threads is 16 pairs a thread): f16 pairs as two values,
+        // bf16 as one 32-bit word.
+        assert_eq!(shared_stores(Arch::Sm80, "f16"), vec![(MemTy::F16, 2); 16]);
+        // (sm_75 also stores q and k, having no async copies.)
+        let sm75 = shared_stores(Arch::Sm75, "f16");
+        assert_eq!(sm75.iter().filter(|s| **s == (MemTy::F16, 2)).count(), 16);
+        // bf16 from sm_80 on: m16n8k16 takes P from registers, no store.
         for arch in [Arch::Sm80, Arch::Sm90] {
-            let st = shared_stores(arch);
-            assert_eq!(st, vec![(MemTy::U32, 1); 16], "{arch}");
+            assert_eq!(shared_stores(arch, "bf16"), vec![], "{arch}");
         }
     }
 }
