@@ -403,7 +403,7 @@ fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.133, 22),
         Arch::Gfx942 => (0.126, 25),
-        _ => (0.126, 29),
+        _ => (0.126, 28),
     }
 }
 

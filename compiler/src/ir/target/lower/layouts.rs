@@ -8,12 +8,14 @@
 //! one buffer at offset 0 of the arena, grown to the largest request of any
 //! user (exchanges, cross-warp reductions, FMA and tf32 dot operands).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{Lower, R, TV};
+use crate::check::DType;
 use crate::ir::target::layout::{Layout, Term};
 use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, SmemBuffer, Space};
-use crate::ir::tile;
+use crate::ir::tile::{self, OpKind};
 
 impl<'a> Lower<'a> {
     pub(super) fn blocked(&self, shape: &[u32]) -> Rc<Layout> {
@@ -172,14 +174,18 @@ impl<'a> Lower<'a> {
         src_axis: &[usize],
         offset: &[u32],
     ) -> R<TV> {
+        // A predicate moves as a byte: the scratch buffer is sized by the
+        // largest exchange, and a mask's is then a quarter.
         let (ety, bytes) = match v.ty {
-            RegTy::Pred | RegTy::I32 | RegTy::U32 | RegTy::B32 => (RegTy::U32, 4u32),
+            RegTy::Pred => (RegTy::U32, 1u32),
+            RegTy::I32 | RegTy::U32 | RegTy::B32 => (RegTy::U32, 4),
             RegTy::F32 => (RegTy::F32, 4),
             RegTy::I64 | RegTy::U64 => (RegTy::U64, 8),
             RegTy::F64 => (RegTy::F64, 8),
             RegTy::B16 => return self.unsupported("a layout conversion of raw 16-bit values"),
         };
         let mem = match ety {
+            RegTy::U32 if bytes == 1 => MemTy::U8,
             RegTy::U32 => MemTy::U32,
             RegTy::F32 => MemTy::F32,
             RegTy::U64 => MemTy::I64,
@@ -271,10 +277,204 @@ impl<'a> Lower<'a> {
     }
 }
 
+/// How deep `remat` follows the operands of index arithmetic.
+const REMAT_DEPTH: u32 = 8;
+
+/// Index arithmetic recomputed in another layout: an `arange` holds
+/// `start + c` at coordinate `c`, which any layout can compute from its own
+/// thread terms and slots; expansions and broadcasts only map coordinates,
+/// and integer ops and comparisons over such values (or over splats) follow
+/// (Triton rematerialises such slices too). A causal or bounds mask then
+/// costs arithmetic in the layout of the tile it masks, not a round trip
+/// through shared memory.
+impl<'a> Lower<'a> {
+    /// `v` in layout `to`: recomputed where it is index arithmetic, else
+    /// converted.
+    pub(super) fn val_in(&mut self, v: tile::Value, to: &Rc<Layout>) -> R<TV> {
+        let tv = self.val(v);
+        if *tv.layout != **to && tv.layout.shape == to.shape && self.can_remat(v, 0) {
+            let axes: Vec<Option<usize>> = (0..to.rank()).map(Some).collect();
+            let mut offsets = HashMap::new();
+            if let Some(ops) = self.remat(v, to, &axes, &mut offsets) {
+                return Ok(TV {
+                    layout: to.clone(),
+                    ops,
+                    ty: tv.ty,
+                    dtype: tv.dtype,
+                });
+            }
+        }
+        self.convert(&tv, to)
+    }
+
+    /// Whether `remat` can recompute `v`.
+    fn can_remat(&self, v: tile::Value, depth: u32) -> bool {
+        if depth > REMAT_DEPTH {
+            return false;
+        }
+        let tv = self.val(v);
+        if !tv.ops.is_empty() && tv.ops.iter().all(|o| *o == tv.ops[0]) {
+            return true;
+        }
+        match self.index_ops.get(&v) {
+            // (Its start is an SSA value, so the register holding it holds
+            // it wherever `v` is used: a loop's registers change only
+            // between iterations.)
+            Some(OpKind::Arange { .. }) => true,
+            Some(OpKind::ExpandDims { x, .. } | OpKind::Broadcast { x, .. }) => {
+                self.can_remat(*x, depth + 1)
+            }
+            Some(OpKind::Binary { a, b, .. }) => {
+                matches!(self.tk.ty(v).dtype(), DType::I32 | DType::Bool)
+                    && self.can_remat(*a, depth + 1)
+                    && self.can_remat(*b, depth + 1)
+            }
+            _ => false,
+        }
+    }
+
+    /// `v`'s value at each slot of `to`, where `axes[k]` is the axis of `to`
+    /// that gives `v`'s coordinate along its axis `k` (None: always 0).
+    /// `offsets` shares `start + coordinate` registers between slots.
+    fn remat(
+        &mut self,
+        v: tile::Value,
+        to: &Rc<Layout>,
+        axes: &[Option<usize>],
+        offsets: &mut HashMap<(tile::Value, Option<usize>, u32), Operand>,
+    ) -> Option<Vec<Operand>> {
+        let tv = self.val(v);
+        if !tv.ops.is_empty() && tv.ops.iter().all(|o| *o == tv.ops[0]) {
+            return Some(vec![tv.ops[0]; to.num_slots()]);
+        }
+        match self.index_ops.get(&v).cloned()? {
+            OpKind::Arange { start, .. } => {
+                let s = self.scalar(start);
+                let Some(d) = axes[0] else {
+                    return Some(vec![s; to.num_slots()]);
+                };
+                let b = self.base(&to.terms[d].clone());
+                let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
+                let sb = self.materialize(RegTy::I32, sb);
+                let mut ops = Vec::with_capacity(to.num_slots());
+                for slot in to.slots.clone() {
+                    let key = (start, Some(d), slot[d]);
+                    let o = match offsets.get(&key) {
+                        Some(o) => *o,
+                        None => {
+                            let o =
+                                self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(slot[d] as i64));
+                            offsets.insert(key, o);
+                            o
+                        }
+                    };
+                    ops.push(o);
+                }
+                Some(ops)
+            }
+            OpKind::ExpandDims { x, axis } => {
+                let mut inner = axes.to_vec();
+                inner.remove(axis);
+                self.remat(x, to, &inner, offsets)
+            }
+            OpKind::Broadcast { x, .. } => {
+                let from = self.tk.ty(x).shape().to_vec();
+                let own = self.tk.ty(v).shape().to_vec();
+                let inner: Vec<Option<usize>> = (0..axes.len())
+                    .map(|k| {
+                        if from[k] == 1 && own[k] != 1 {
+                            None
+                        } else {
+                            axes[k]
+                        }
+                    })
+                    .collect();
+                self.remat(x, to, &inner, offsets)
+            }
+            OpKind::Binary { op, a, b } => {
+                let ra = self.remat(a, to, axes, offsets)?;
+                let rb = self.remat(b, to, axes, offsets)?;
+                let (ta, da) = (self.val(a).ty, self.val(a).dtype);
+                let mut ops = Vec::with_capacity(ra.len());
+                for (&x, &y) in ra.iter().zip(&rb) {
+                    ops.push(self.binary(op, ta, da, x, y).ok()?);
+                }
+                Some(ops)
+            }
+            _ => None,
+        }
+    }
+}
+
 pub(super) fn row_major(shape: &[u32]) -> Vec<u64> {
     let mut s = vec![1u64; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1] as u64;
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::db::{file_kernels, target_ir, Database};
+    use crate::ir::target::verify::verify;
+    use crate::ir::target::{Inst, Kernel, MemTy, Space};
+    use crate::ir::tile::Specialization;
+
+    // A mask made in the default layout and read in the dot's: `MASK` is
+    // index arithmetic (a bounds mask) or a comparison of loaded data.
+    const MASKED: &str = "@kernel(grid=(1,), num_warps=4)
+def masked(q: Tensor[64, 64, bf16], k: Tensor[\"N\", 64, bf16], m: Tensor[64, 64, f32], o: Tensor[64, 64, f32]):
+    s = dot(load(q[0:64, :]), load(k[0:64, :], other=0.0).T)
+    store(o[0:64, :], where(MASK, s, 0.0))
+";
+
+    fn lowered(mask: &str) -> Kernel {
+        let mut db = Database::new();
+        let file = db.set_source("/t/k.tsr", MASKED.replace("MASK", mask));
+        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+        let k = target_ir(&db, item, db.options(), Specialization::new())
+            .clone()
+            .unwrap();
+        verify(&k).unwrap();
+        (*k).clone()
+    }
+
+    /// The shared-memory stores of `k`'s layout exchanges.
+    fn exchange_stores(k: &Kernel) -> Vec<MemTy> {
+        let mut out = Vec::new();
+        k.walk(&mut |i| {
+            if let Inst::St {
+                space: Space::Shared,
+                mem,
+                ..
+            } = i
+            {
+                out.push(*mem);
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn index_masks_are_recomputed_in_the_layout_they_are_read_in() {
+        let k = lowered("arange(0, 64)[None, :] < N");
+        assert!(k.smem.iter().all(|b| b.name != "scratch"), "{:?}", k.smem);
+        assert_eq!(exchange_stores(&k), vec![]);
+        let k = lowered("arange(0, 64)[:, None] >= arange(0, 64)[None, :] + N");
+        assert_eq!(exchange_stores(&k), vec![]);
+    }
+
+    #[test]
+    fn other_masks_change_layout_a_byte_an_element() {
+        let k = lowered("load(m[0:64, :]) > 0.0");
+        let scratch = k
+            .smem
+            .iter()
+            .find(|b| b.name == "scratch")
+            .expect("an exchange");
+        assert_eq!(scratch.bytes, 64 * 64);
+        // 64x64 over 128 threads.
+        assert_eq!(exchange_stores(&k), vec![MemTy::U8; 32]);
+    }
 }

@@ -146,6 +146,7 @@ fn lower_once(
         regs: Vec::new(),
         defs: Vec::new(),
         rounded_bf16: HashMap::new(),
+        index_ops: HashMap::new(),
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
@@ -248,6 +249,11 @@ struct Lower<'a> {
     /// f32 registers holding an f32 rounded to bf16 by a conversion, with
     /// the value rounded: a pack of two of them converts the originals.
     rounded_bf16: HashMap<Reg, Reg>,
+    /// The index arithmetic lowered so far (aranges, their expansions and
+    /// broadcasts, integer ops and comparisons over them), which a layout
+    /// conversion recomputes in the target layout (`layouts::remat`)
+    /// instead of moving through shared memory.
+    index_ops: HashMap<Value, tile::OpKind>,
     prologue: Vec<Inst>,
     blocks: Vec<Vec<Inst>>,
     vals: HashMap<Value, TV>,

@@ -33,6 +33,17 @@ impl<'a> Lower<'a> {
         let tk = self.tk;
         let res = |i: usize| op.results[i];
         match &op.kind {
+            OpKind::Arange { .. } | OpKind::ExpandDims { .. } | OpKind::Broadcast { .. } => {
+                self.index_ops.insert(res(0), op.kind.clone());
+            }
+            OpKind::Binary { .. }
+                if tk.ty(res(0)).dtype().is_int() || tk.ty(res(0)).dtype() == DType::Bool =>
+            {
+                self.index_ops.insert(res(0), op.kind.clone());
+            }
+            _ => {}
+        }
+        match &op.kind {
             OpKind::Const(c) => {
                 let d = tk.ty(res(0)).dtype();
                 let ty = self.cty(d)?;
@@ -100,8 +111,7 @@ impl<'a> Lower<'a> {
                 b: bv,
             } => {
                 let a = self.val(*av);
-                let bt = self.val(*bv);
-                let bt = self.convert(&bt, &a.layout)?;
+                let bt = self.val_in(*bv, &a.layout)?;
                 let mut ops = Vec::with_capacity(a.ops.len());
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
                     let v = self.binary(*b, a.ty, a.dtype, x, y)?;
@@ -132,10 +142,8 @@ impl<'a> Lower<'a> {
             }
             OpKind::Select { cond, a, b } => {
                 let a = self.val(*a);
-                let c = self.val(*cond);
-                let c = self.convert(&c, &a.layout)?;
-                let bt = self.val(*b);
-                let bt = self.convert(&bt, &a.layout)?;
+                let c = self.val_in(*cond, &a.layout)?;
+                let bt = self.val_in(*b, &a.layout)?;
                 let mut ops = Vec::new();
                 for i in 0..a.ops.len() {
                     ops.push(self.select(a.ty, c.ops[i], a.ops[i], bt.ops[i]));
