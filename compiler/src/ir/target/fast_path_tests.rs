@@ -6,17 +6,14 @@
 
 use std::collections::HashMap;
 
-use crate::db::{file_kernels, target_ir, Database};
+use crate::ir::target::tests::lower_source;
 use crate::ir::target::verify::verify;
 use crate::ir::target::{Inst, Kernel, MemTy, Operand, Reg, Space};
 use crate::ir::tile::Specialization;
 use crate::target::Arch;
 
 fn lowered(src: &str, spec: Specialization) -> Kernel {
-    let mut db = Database::new();
-    let file = db.set_source("/t/k.tsr", src.to_string());
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    (*target_ir(&db, item, db.options(), spec).clone().unwrap()).clone()
+    lower_source(src, Arch::default(), spec)
 }
 
 // One warp, 1024 elements: 32 a thread, the fewest that take the fast path.
@@ -122,12 +119,7 @@ fn softmax_row_with_aligned_rows_moves_16_byte_vectors_in_both_paths() {
 
 /// `SOFTMAX` lowered for `arch`.
 fn softmax_for(arch: Arch) -> Kernel {
-    let mut db = Database::new();
-    db.set_arch(arch);
-    let file = db.set_source("/t/k.tsr", SOFTMAX.to_string());
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let spec = Specialization::new().with_divisor("N", 16);
-    (*target_ir(&db, item, db.options(), spec).clone().unwrap()).clone()
+    lower_source(SOFTMAX, arch, Specialization::new().with_divisor("N", 16))
 }
 
 #[test]

@@ -14,7 +14,43 @@ use crate::syntax::span::Span;
 use crate::target::Arch;
 
 use super::layout::Layout;
-use super::{lower, verify::verify, Inst};
+use super::{lower, verify::verify, Inst, MemTy, Space};
+use crate::db::{file_kernels, target_ir, Database};
+use crate::ir::tile::Specialization;
+
+/// The first kernel of `src` as the front doors lower it (through the
+/// database): Target IR for `arch` with `spec`, verified.
+pub(crate) fn lower_source(src: &str, arch: Arch, spec: Specialization) -> super::Kernel {
+    let mut db = Database::new();
+    db.set_arch(arch);
+    let file = db.set_source("/t/k.tsr", src.to_string());
+    let (_, item, _) = file_kernels(&db, file)
+        .into_iter()
+        .next()
+        .expect("a kernel");
+    let k = (*target_ir(&db, item, db.options(), spec)
+        .clone()
+        .expect("it lowers"))
+    .clone();
+    verify(&k).unwrap_or_else(|e| panic!("verifier:\n{e}"));
+    k
+}
+
+/// The stores of `k` to `space`, in program order: (memory type, values).
+pub(crate) fn stores(k: &super::Kernel, space: Space) -> Vec<(MemTy, usize)> {
+    let mut out = Vec::new();
+    k.walk(&mut |i| {
+        if let Inst::St {
+            space: s, mem, src, ..
+        } = i
+        {
+            if *s == space {
+                out.push((*mem, src.len()));
+            }
+        }
+    });
+    out
+}
 
 /// Builds a Tile IR kernel op by op.
 pub(crate) struct Builder {

@@ -416,10 +416,10 @@ pub(super) fn row_major(shape: &[u32]) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::db::{file_kernels, target_ir, Database};
-    use crate::ir::target::verify::verify;
-    use crate::ir::target::{Inst, Kernel, MemTy, Space};
+    use crate::ir::target::tests::{lower_source, stores};
+    use crate::ir::target::{Kernel, MemTy, Space};
     use crate::ir::tile::Specialization;
+    use crate::target::Arch;
 
     // A mask made in the default layout and read in the dot's: `MASK` is
     // index arithmetic (a bounds mask) or a comparison of loaded data.
@@ -430,30 +430,19 @@ def masked(q: Tensor[64, 64, bf16], k: Tensor[\"N\", 64, bf16], m: Tensor[64, 64
 ";
 
     fn lowered(mask: &str) -> Kernel {
-        let mut db = Database::new();
-        let file = db.set_source("/t/k.tsr", MASKED.replace("MASK", mask));
-        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-        let k = target_ir(&db, item, db.options(), Specialization::new())
-            .clone()
-            .unwrap();
-        verify(&k).unwrap();
-        (*k).clone()
+        lower_source(
+            &MASKED.replace("MASK", mask),
+            Arch::default(),
+            Specialization::new(),
+        )
     }
 
-    /// The shared-memory stores of `k`'s layout exchanges.
+    /// The memory types of `k`'s shared-memory stores (its layout exchanges).
     fn exchange_stores(k: &Kernel) -> Vec<MemTy> {
-        let mut out = Vec::new();
-        k.walk(&mut |i| {
-            if let Inst::St {
-                space: Space::Shared,
-                mem,
-                ..
-            } = i
-            {
-                out.push(*mem);
-            }
-        });
-        out
+        stores(k, Space::Shared)
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect()
     }
 
     #[test]

@@ -192,43 +192,22 @@ pub(super) fn pow2_run(l: &Layout) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::db::{file_kernels, target_ir, Database};
-    use crate::ir::target::verify::verify;
-    use crate::ir::target::{Inst, MemTy, Space};
+    use crate::ir::target::tests::{lower_source, stores};
+    use crate::ir::target::{MemTy, Space};
     use crate::ir::tile::Specialization;
     use crate::target::Arch;
 
-    // P = exp(Q Kᵀ) in the accumulator layout, staged as a bf16 operand.
+    // P = exp(Q Kᵀ) in the accumulator layout, staged as a DT operand.
     const PV: &str = "@kernel(grid=(1,), num_warps=4)
 def pv(q: Tensor[64, 64, DT], k: Tensor[64, 64, DT], v: Tensor[64, 64, DT], o: Tensor[64, 64, f32]):
     p = exp(dot(load(q[0:64, :]), load(k[0:64, :]).T))
     store(o[0:64, :], dot(p.to(DT), load(v[0:64, :])))
 ";
 
-    /// The shared-memory stores of `PV` of `dtype` lowered for `arch`:
-    /// (type, values).
+    /// The shared-memory stores of `PV` of `dtype` lowered for `arch`.
     fn shared_stores(arch: Arch, dtype: &str) -> Vec<(MemTy, usize)> {
-        let mut db = Database::new();
-        db.set_arch(arch);
-        let file = db.set_source("/t/k.tsr", PV.replace("DT", dtype));
-        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-        let k = target_ir(&db, item, db.options(), Specialization::new())
-            .clone()
-            .unwrap();
-        verify(&k).unwrap();
-        let mut out = Vec::new();
-        k.walk(&mut |i| {
-            if let Inst::St {
-                space: Space::Shared,
-                mem,
-                src,
-                ..
-            } = i
-            {
-                out.push((*mem, src.len()));
-            }
-        });
-        out
+        let k = lower_source(&PV.replace("DT", dtype), arch, Specialization::new());
+        stores(&k, Space::Shared)
     }
 
     #[test]
