@@ -398,12 +398,14 @@ const WORST_BOUND: f64 = 0.35;
 /// LLVM's common-subexpression and dead-code elimination, scalar loads, the
 /// vector ALU's floats, and what InstCombine folds into and sinks into the
 /// branches of masked accesses (before: 17.5% / 16.8% / 19.3%, 46 / 46 /
-/// 44).
+/// 44). The outlier counts rose with the corpus when the codegen filetests
+/// of bf16 rounding, P from registers and index masks added five kernels,
+/// 3 / 2 / 5 of them more than 35% off.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.133, 22),
-        Arch::Gfx942 => (0.126, 25),
-        _ => (0.126, 28),
+        Arch::Gfx90a => (0.133, 25),
+        Arch::Gfx942 => (0.126, 27),
+        _ => (0.126, 33),
     }
 }
 
