@@ -400,12 +400,14 @@ const WORST_BOUND: f64 = 0.35;
 /// branches of masked accesses (before: 17.5% / 16.8% / 19.3%, 46 / 46 /
 /// 44). The outlier counts rose with the corpus when the codegen filetests
 /// of bf16 rounding, P from registers and index masks added five kernels,
-/// 3 / 2 / 5 of them more than 35% off.
+/// 3 / 2 / 5 of them more than 35% off; and on gfx1100 with a sixth, a bf16
+/// rounding stored as f32 (9 VGPRs estimated, clang 16), when gfx942 came
+/// down by one.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.133, 25),
-        Arch::Gfx942 => (0.126, 27),
-        _ => (0.126, 33),
+        Arch::Gfx942 => (0.126, 26),
+        _ => (0.126, 34),
     }
 }
 

@@ -36,7 +36,9 @@
 //!   repeats its body four times a trip ([`unrolled_by_four`](unroll::unrolled_by_four)), as ptxas
 //!   unrolls it by 4 on every arch so that the loads of four iterations are
 //!   issued together (generated row reductions over a runtime `K`: 31 or 32
-//!   registers, 17 to 23 with `.pragma "nounroll"`);
+//!   registers, 17 to 23 with `.pragma "nounroll"`); on AMD only where the
+//!   trips are constant, as LLVM's AMDGPU target does not unroll loops of
+//!   run-time trips;
 //! * loads are issued early ([`hoist_loads`](order::hoist_loads)): within a stretch of a block
 //!   between stores, barriers, atomics, async copies and nested regions, the
 //!   global loads (with the pure instructions computing their addresses and

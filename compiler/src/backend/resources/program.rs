@@ -30,6 +30,9 @@ pub(super) struct Remat {
     pub(super) consts: std::collections::HashMap<u32, i64>,
     /// The most trips of a loop ptxas unrolls completely on the kernel's arch.
     pub(super) max_unroll_trips: u32,
+    /// Whether loops of run-time trip counts are unrolled by 4 (ptxas; not
+    /// LLVM's AMDGPU target): see `unroll::unrolled_by_four`.
+    pub(super) runtime_unroll: bool,
     /// Per register: whether it is a kernel parameter (written once) that
     /// ptxas reads from the constant bank inside loops on the kernel's arch
     /// (see [`crate::target::ptxas::PtxasModel::loop_params_from_constant_bank`]).
@@ -102,6 +105,7 @@ impl Remat {
             def_count: defs,
             consts: imm,
             max_unroll_trips: kernel.arch.ptxas().full_unroll_max_trips,
+            runtime_unroll: kernel.arch.info().vendor == crate::target::Vendor::Nvidia,
             loop_depth: 0,
             hoist: true,
             load_window: match kernel.arch.info().vendor {

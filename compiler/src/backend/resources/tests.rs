@@ -925,6 +925,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
         def_count: vec![1, 1, 1, 2, 1],
         consts: Default::default(),
         max_unroll_trips: max,
+        runtime_unroll: true,
         bank_param: vec![false; 5],
         loop_depth: 0,
         hoist: true,
