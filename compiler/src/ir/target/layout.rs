@@ -26,6 +26,17 @@ pub struct Term {
 }
 
 /// How a layout was built (for dumps; the mapping is `terms` + `slots`).
+/// How a matrix instruction's accumulator layout spreads warps over a dot's
+/// result (see `Layout::warp_grid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WarpOrder {
+    /// Warps along the rows first: each warp holds whole rows where the
+    /// shape allows, for row reductions and chained dots.
+    RowsFirst,
+    /// The squarest warp tile: the least operand traffic per instruction.
+    Square,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LayoutKind {
     /// A scalar: every thread holds the one value.
@@ -175,10 +186,15 @@ impl Layout {
     /// The accumulator layout of `m16n8` matrix instructions over `num_warps`
     /// warps for a `[rows, cols]` result, if the shape tiles evenly: lane `l`
     /// holds rows `l / 4 (+8)` and columns `2 (l % 4) (+1)` of each 16x8 tile.
-    pub fn mma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+    pub fn mma_accumulator(
+        rows: u32,
+        cols: u32,
+        num_warps: u32,
+        order: WarpOrder,
+    ) -> Option<Layout> {
         let lane = [vec![term(2, 3, 1)], vec![term(0, 2, 2)]];
         let tile = [(0, 0), (0, 1), (8, 0), (8, 1)];
-        Self::warp_tiled([16, 8], [rows, cols], num_warps, 5, lane, &tile)
+        Self::warp_tiled([16, 8], [rows, cols], num_warps, order, 5, lane, &tile)
     }
 
     /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
@@ -189,35 +205,64 @@ impl Layout {
     /// 8x8 tile (PTX ISA, "Matrix Fragments for mma.m8n8k4"), register `i` of
     /// lane `l` holds row `(l & 1) + (i & 2) + 4 (l >> 4 & 1)` and column
     /// `(l & 2) + (i & 1) + (i & 4)`.
-    pub fn mma884_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+    pub fn mma884_accumulator(
+        rows: u32,
+        cols: u32,
+        num_warps: u32,
+        order: WarpOrder,
+    ) -> Option<Layout> {
         let lane = [
             vec![term(0, 1, 1), term(2, 1, 8), term(4, 1, 4)],
             vec![term(1, 1, 2), term(3, 1, 8)],
         ];
         let tile: Vec<(u32, u32)> = (0..8).map(|i| (i & 2, (i & 1) + (i & 4))).collect();
-        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, order, 5, lane, &tile)
     }
 
     /// The warp grid `[wm, wn]` over which `num_warps` warps tile a `[rows,
     /// cols]` result in `[im, in_]` instruction tiles, if it tiles evenly.
-    /// Warps go along the rows first (as far as the tiles allow): every dot
-    /// with the same row count then shares its row distribution, so row
-    /// reductions and row broadcasts (softmax, attention) stay in registers.
-    fn warp_grid(rows: u32, cols: u32, [im, in_]: [u32; 2], num_warps: u32) -> Option<[u32; 2]> {
-        if !rows.is_multiple_of(im) || !cols.is_multiple_of(in_) {
+    /// [`WarpOrder::RowsFirst`] puts the warps along the rows first (as far
+    /// as the tiles allow): every dot with the same row count then shares its
+    /// row distribution, so row reductions and row broadcasts (softmax,
+    /// attention) stay in registers. [`WarpOrder::Square`] gives each warp
+    /// the squarest tile (least `tm + tn`, the operand rows and columns a
+    /// warp reads per k step; ties go to more warps along the rows).
+    fn warp_grid(
+        rows: u32,
+        cols: u32,
+        [im, in_]: [u32; 2],
+        num_warps: u32,
+        order: WarpOrder,
+    ) -> Option<[u32; 2]> {
+        if !rows.is_multiple_of(im) || !cols.is_multiple_of(in_) || !num_warps.is_power_of_two() {
             return None;
         }
-        let (mut wm, mut wn) = (1u32, 1u32);
-        while wm * wn < num_warps {
-            if (rows / (wm * 2)).is_multiple_of(im) && rows / (wm * 2) >= im {
-                wm *= 2;
-            } else if (cols / (wn * 2)).is_multiple_of(in_) && cols / (wn * 2) >= in_ {
-                wn *= 2;
-            } else {
-                return None;
+        let fits = |wm: u32, wn: u32| {
+            (rows / wm).is_multiple_of(im)
+                && rows / wm >= im
+                && (cols / wn).is_multiple_of(in_)
+                && cols / wn >= in_
+        };
+        match order {
+            WarpOrder::RowsFirst => {
+                let (mut wm, mut wn) = (1u32, 1u32);
+                while wm * wn < num_warps {
+                    if fits(wm * 2, wn) {
+                        wm *= 2;
+                    } else if fits(wm, wn * 2) {
+                        wn *= 2;
+                    } else {
+                        return None;
+                    }
+                }
+                Some([wm, wn])
             }
+            WarpOrder::Square => (0..=num_warps.trailing_zeros())
+                .rev()
+                .map(|b| [1u32 << b, num_warps >> b])
+                .filter(|&[wm, wn]| fits(wm, wn))
+                .min_by_key(|&[wm, wn]| rows / wm + cols / wn),
         }
-        Some([wm, wn])
     }
 
     /// The `Mma` layout of `instr` tiles over `num_warps` warps of `1 <<
@@ -232,11 +277,12 @@ impl Layout {
         instr: [u32; 2],
         [rows, cols]: [u32; 2],
         num_warps: u32,
+        order: WarpOrder,
         lane_bits: u8,
         [mut t0, mut t1]: [Vec<Term>; 2],
         tile: &[(u32, u32)],
     ) -> Option<Layout> {
-        let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps)?;
+        let [wm, wn] = Self::warp_grid(rows, cols, instr, num_warps, order)?;
         let (tm, tn) = (rows / wm, cols / wn);
         if wm > 1 {
             t0.push(term(lane_bits, log2(wm), tm));
@@ -276,6 +322,7 @@ impl Layout {
         rows: u32,
         cols: u32,
         num_warps: u32,
+        order: WarpOrder,
     ) -> Option<Layout> {
         let (lane, tile): (_, Vec<(u32, u32)>) = if instr == [32, 32] {
             let lane = [vec![term(5, 1, 4)], vec![term(0, 5, 1)]];
@@ -284,17 +331,22 @@ impl Layout {
             let lane = [vec![term(4, 2, 4)], vec![term(0, 4, 1)]];
             (lane, (0..4).map(|i| (i, 0)).collect())
         };
-        Self::warp_tiled(instr, [rows, cols], num_warps, 6, lane, &tile)
+        Self::warp_tiled(instr, [rows, cols], num_warps, order, 6, lane, &tile)
     }
 
     /// The accumulator layout of RDNA3's `v_wmma_f32_16x16x16_*` (wave32) for
     /// a `[rows, cols]` result over `num_warps` waves, if the shape tiles
     /// evenly. Per the RDNA3 ISA guide, accumulator `i` of lane `l` holds
     /// column `l % 16` and row `2 i + l / 16` of each 16x16 tile.
-    pub fn wmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+    pub fn wmma_accumulator(
+        rows: u32,
+        cols: u32,
+        num_warps: u32,
+        order: WarpOrder,
+    ) -> Option<Layout> {
         let lane = [vec![term(4, 1, 1)], vec![term(0, 4, 1)]];
         let tile: Vec<(u32, u32)> = (0..8).map(|i| (2 * i, 0)).collect();
-        Self::warp_tiled([16, 16], [rows, cols], num_warps, 5, lane, &tile)
+        Self::warp_tiled([16, 16], [rows, cols], num_warps, order, 5, lane, &tile)
     }
 
     pub fn rank(&self) -> usize {

@@ -39,6 +39,8 @@ pub mod layout;
 pub mod lower;
 pub mod verify;
 
+mod dce;
+
 mod dump;
 
 pub(crate) use dump::reg_name;

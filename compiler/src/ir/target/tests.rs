@@ -13,7 +13,7 @@ use crate::ir::tile::{
 use crate::syntax::span::Span;
 use crate::target::Arch;
 
-use super::layout::Layout;
+use super::layout::{Layout, WarpOrder};
 use super::{lower, verify::verify, Inst, MemTy, Space};
 use crate::db::{file_kernels, target_ir, Database};
 use crate::ir::tile::Specialization;
@@ -823,7 +823,7 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
         (128, 128, 8),
         (32, 64, 4),
     ] {
-        let l = Layout::mma884_accumulator(rows, cols, warps).unwrap();
+        let l = Layout::mma884_accumulator(rows, cols, warps, WarpOrder::RowsFirst).unwrap();
         let (wm, wn) = match l.kind {
             super::LayoutKind::Mma { warps, .. } => (warps[0], warps[1]),
             _ => unreachable!(),
@@ -862,7 +862,7 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
         }
         assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}/{warps}");
     }
-    assert!(Layout::mma884_accumulator(16, 8, 1).is_none());
+    assert!(Layout::mma884_accumulator(16, 8, 1, WarpOrder::RowsFirst).is_none());
 }
 
 /// The asynchronous-copy plan of the brief's gemm and flash attention, as

@@ -15,7 +15,7 @@ use super::pipeline::Decision;
 use super::{gcd, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
-use crate::ir::target::{BinOp, CmpOp, Inst, Operand, RegTy};
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy};
 use crate::ir::tile::{self, OpKind, Value};
 
 impl<'a> Lower<'a> {
@@ -106,26 +106,31 @@ impl<'a> Lower<'a> {
     }
 
     /// Moves `vals` into the registers of `into` (converting layouts), as a
-    /// parallel copy.
+    /// parallel copy: a source that is itself one of the registers written
+    /// (a carried value yielded again, or swapped) is read into a temporary
+    /// first; every other source is moved directly.
     fn assign(&mut self, into: &[TV], vals: &[TV]) -> R<()> {
-        let mut temps = Vec::new();
+        let mut pairs = Vec::new();
         for (dst, v) in into.iter().zip(vals) {
             let v = self.convert(v, &dst.layout)?;
-            for &o in &v.ops {
-                let t = self.new_reg(dst.ty);
-                self.emit(Inst::Mov { dst: t, src: o });
-                temps.push(t);
+            for (&d, &o) in dst.ops.iter().zip(&v.ops) {
+                let d = d.reg().expect("carried registers");
+                pairs.push((d, o, dst.ty));
             }
         }
-        let mut k = 0;
-        for dst in into {
-            for &o in &dst.ops {
-                let r = o.reg().expect("carried registers");
-                self.emit(Inst::Mov {
-                    dst: r,
-                    src: Operand::Reg(temps[k]),
-                });
-                k += 1;
+        let written: std::collections::HashSet<Reg> = pairs.iter().map(|p| p.0).collect();
+        for (d, o, ty) in pairs.iter_mut() {
+            if let Operand::Reg(r) = *o {
+                if r != *d && written.contains(&r) {
+                    let t = self.new_reg(*ty);
+                    self.emit(Inst::Mov { dst: t, src: *o });
+                    *o = Operand::Reg(t);
+                }
+            }
+        }
+        for (d, o, _) in pairs {
+            if o != Operand::Reg(d) {
+                self.emit(Inst::Mov { dst: d, src: o });
             }
         }
         Ok(())
@@ -174,10 +179,24 @@ impl<'a> Lower<'a> {
             self.emit(Inst::Barrier);
         }
         self.blocks.push(Vec::new());
-        if let Some(p) = &pipe {
-            self.pipeline_prefetch(body, p, Operand::Reg(iv), step_o)?;
+        let yields = match &pipe {
+            Some(p) => {
+                self.pipeline_wait(p);
+                // The copies ahead go after the first op that runs a dot
+                // (at the body's top level, so that every iteration issues
+                // them once).
+                let split = body
+                    .ops
+                    .iter()
+                    .position(|o| has_dot(std::slice::from_ref(o)))
+                    .map_or(0, |i| i + 1);
+                self.region_ops(&body.ops[..split])?;
+                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), step_o)?;
+                self.region_ops(&body.ops[split..])?
+            }
+            None => self.region_ops(&body.ops)?,
         }
-        let yields = self.region_ops(&body.ops)?.unwrap_or_default();
+        .unwrap_or_default();
         self.assign(&carried, &yields)?;
         if let Some(p) = &pipe {
             // Next stage, cyclically.
@@ -210,8 +229,11 @@ impl<'a> Lower<'a> {
             self.amd_invariant.remove(key);
         }
         if let Some(p) = pipe {
-            // Copies for iterations that did not run.
+            // Copies for iterations that did not run; and the last
+            // iteration's dots read their stages after the loop's last
+            // barrier, so one more retires those reads for what follows.
             self.emit(Inst::CpAsyncWait { pending: 0 });
+            self.emit(Inst::Barrier);
             for (load, _) in &p.loads {
                 self.pipeline.pipelined_pending.remove(&load.value);
             }
@@ -314,4 +336,17 @@ impl<'a> Lower<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether `ops` (or a region nested in them) has a `dot`.
+fn has_dot(ops: &[tile::Op]) -> bool {
+    ops.iter().any(|o| match &o.kind {
+        OpKind::Dot { .. } => true,
+        OpKind::For { body, .. } => has_dot(&body.ops),
+        OpKind::While { cond, body, .. } => has_dot(&cond.ops) || has_dot(&body.ops),
+        OpKind::If {
+            then, otherwise, ..
+        } => has_dot(&then.ops) || has_dot(&otherwise.ops),
+        _ => false,
+    })
 }

@@ -70,7 +70,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use self::pipeline::Pipeline;
-use super::layout::{Layout, Term};
+use super::layout::{Layout, Term, WarpOrder};
 use super::{Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
 use crate::check::DType;
 use crate::ir::tile::{self, Constant, Value};
@@ -142,6 +142,7 @@ fn lower_once(
         feat: arch.features(),
         warp_size: info.warp_size,
         num_warps: tk.num_warps,
+        warp_order: mma::warp_order(&tk.body),
         tid_bits: num_threads.trailing_zeros() as u8,
         regs: Vec::new(),
         defs: Vec::new(),
@@ -185,6 +186,7 @@ fn lower_once(
     l.region_ops(&body.ops)?;
     let mut insts = std::mem::take(&mut l.prologue);
     insts.extend(l.blocks.pop().unwrap_or_default());
+    super::dce::eliminate_dead_code(&mut insts);
     let mut smem = std::mem::take(&mut l.buffers);
     // Pipeline stages live through their loop: after every transient region.
     let transient_end = smem
@@ -242,6 +244,8 @@ struct Lower<'a> {
     feat: Features,
     warp_size: u32,
     num_warps: u32,
+    /// How tensor-core dots spread their warps (`mma::warp_order`).
+    warp_order: WarpOrder,
     tid_bits: u8,
     regs: Vec<RegTy>,
     /// How many instructions so far write each register (saturating).

@@ -13,8 +13,8 @@
 //! variable (other indices from outside the loop), and is provably 16-byte
 //! aligned; it gets `num_stages` swizzled buffers. The copies for the first
 //! `num_stages - 1` iterations are issued before the loop, and each iteration
-//! issues those `num_stages - 1` iterations ahead, then waits for its own
-//! stage.
+//! waits for its own stage, passes one barrier, and issues the copies
+//! `num_stages - 1` iterations ahead after its first dot.
 //!
 //! Invariant: pipeline and loop-invariant buffers live through the whole
 //! loop, so `lower` places them after every transient region of the arena
@@ -396,10 +396,29 @@ impl<'a> Lower<'a> {
         Ok(Some(p))
     }
 
-    /// At the top of the loop body: the copies for `num_stages - 1` iterations
-    /// ahead (into the stage the previous iteration finished with), then a wait
-    /// for this iteration's stage.
-    pub(super) fn pipeline_prefetch(
+    /// At the top of the loop body: a wait for this iteration's stage and a
+    /// barrier. The barrier both publishes this iteration's stage and retires
+    /// every thread's reads of the previous one, so a dot that reads only
+    /// pipeline stages needs no barrier of its own, before or after (one
+    /// barrier an iteration, as CUTLASS's multistage mainloop has), and the
+    /// copies `num_stages - 1` iterations ahead may go into the stage the
+    /// previous iteration read anywhere after it ([`Self::pipeline_issue_ahead`]).
+    pub(super) fn pipeline_wait(&mut self, p: &LoopPipe) {
+        // Committed so far: the `num_stages - 1` groups of the prologue and
+        // one an iteration; this iteration's is complete when at most
+        // `num_stages - 2` are pending.
+        self.emit(Inst::CpAsyncWait {
+            pending: p.stages - 2,
+        });
+        self.emit(Inst::Barrier);
+    }
+
+    /// The copies for `num_stages - 1` iterations ahead, into the stage the
+    /// previous iteration read, as one commit group. `for_loop` issues them
+    /// after the body's first dot: its operand reads (`ldmatrix`) then start
+    /// right after the barrier, and its matrix instructions overlap the
+    /// copies' address arithmetic.
+    pub(super) fn pipeline_issue_ahead(
         &mut self,
         body: &tile::Region,
         p: &LoopPipe,
@@ -420,10 +439,6 @@ impl<'a> Lower<'a> {
         let ivn = self.bin(BinOp::Add, RegTy::I32, iv, off);
         self.issue_stage(body, p, ivn, next)?;
         self.emit(Inst::CpAsyncCommit);
-        self.emit(Inst::CpAsyncWait {
-            pending: p.stages - 1,
-        });
-        self.emit(Inst::Barrier);
         Ok(())
     }
 

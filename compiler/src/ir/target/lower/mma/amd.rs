@@ -453,7 +453,10 @@ impl<'a> Lower<'a> {
 #[cfg(test)]
 mod tests {
     use super::OperandMap;
-    use crate::ir::target::layout::Layout;
+    use crate::ir::target::layout::{
+        Layout,
+        WarpOrder::{RowsFirst, Square},
+    };
     use crate::target::{Arch, MmaInst, MmaKind};
 
     /// Where AMD's documentation puts each element of one instruction's
@@ -552,8 +555,10 @@ mod tests {
             for inst in arch.features().mma {
                 let map = OperandMap::of(inst, wave);
                 let acc = match inst.kind {
-                    MmaKind::Mfma => Layout::mfma_accumulator([inst.m, inst.n], inst.m, inst.n, 1),
-                    _ => Layout::wmma_accumulator(inst.m, inst.n, 1),
+                    MmaKind::Mfma => {
+                        Layout::mfma_accumulator([inst.m, inst.n], inst.m, inst.n, 1, RowsFirst)
+                    }
+                    _ => Layout::wmma_accumulator(inst.m, inst.n, 1, RowsFirst),
                 }
                 .unwrap();
                 assert_eq!(acc.num_slots() as u32, inst.m * inst.n / wave);
@@ -622,30 +627,35 @@ mod tests {
             (64, 64, 4, 0),
             (16, 128, 8, 0),
         ] {
-            let (l, wave) = if instr == 0 {
-                (Layout::wmma_accumulator(rows, cols, waves).unwrap(), 32)
-            } else {
-                let l = Layout::mfma_accumulator([instr, instr], rows, cols, waves);
-                (l.unwrap(), 64)
-            };
-            let mut count = vec![0u32; (rows * cols) as usize];
-            for t in 0..waves * wave {
-                for s in 0..l.num_slots() {
-                    let (r, c) = coord(&l, t, s);
-                    assert!(r < rows && c < cols, "{rows}x{cols}/{waves}");
-                    count[(r * cols + c) as usize] += 1;
+            for order in [RowsFirst, Square] {
+                let (l, wave) = if instr == 0 {
+                    (
+                        Layout::wmma_accumulator(rows, cols, waves, order).unwrap(),
+                        32,
+                    )
+                } else {
+                    let l = Layout::mfma_accumulator([instr, instr], rows, cols, waves, order);
+                    (l.unwrap(), 64)
+                };
+                let mut count = vec![0u32; (rows * cols) as usize];
+                for t in 0..waves * wave {
+                    for s in 0..l.num_slots() {
+                        let (r, c) = coord(&l, t, s);
+                        assert!(r < rows && c < cols, "{rows}x{cols}/{waves}");
+                        count[(r * cols + c) as usize] += 1;
+                    }
                 }
+                assert!(
+                    count.iter().all(|&c| c == 1),
+                    "{rows}x{cols}/{waves} instr {instr} {order:?}"
+                );
             }
-            assert!(
-                count.iter().all(|&c| c == 1),
-                "{rows}x{cols}/{waves} instr {instr}"
-            );
         }
         // Shapes the instructions do not tile.
-        assert!(Layout::mfma_accumulator([32, 32], 16, 32, 1).is_none());
-        assert!(Layout::mfma_accumulator([32, 32], 32, 32, 4).is_none());
-        assert!(Layout::mfma_accumulator([16, 16], 16, 16, 2).is_none());
-        assert!(Layout::wmma_accumulator(16, 8, 1).is_none());
+        assert!(Layout::mfma_accumulator([32, 32], 16, 32, 1, RowsFirst).is_none());
+        assert!(Layout::mfma_accumulator([32, 32], 32, 32, 4, RowsFirst).is_none());
+        assert!(Layout::mfma_accumulator([16, 16], 16, 16, 2, Square).is_none());
+        assert!(Layout::wmma_accumulator(16, 8, 1, RowsFirst).is_none());
     }
 
     /// The verifier takes an MFMA or WMMA only where the arch has it, with

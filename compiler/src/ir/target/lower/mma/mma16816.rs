@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use super::WarpTiling;
 use crate::check::DType;
-use crate::ir::target::layout::Layout;
+use crate::ir::target::layout::{Layout, WarpOrder};
 use crate::ir::target::lower::{Lower, R, TV};
 use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
@@ -60,37 +60,75 @@ impl<'a> Lower<'a> {
         };
         let abuf = a_smem.and_then(|(_, _, _, buf)| buf);
         // `b_nk`: b is stored as its transpose ([n, k] row-major).
-        let (bbase, bsw, b_nk, _) = self.operand_source(b, bv, "b", abuf, &mut issued)?;
+        let (bbase, bsw, b_nk, bbuf) = self.operand_source(b, bv, "b", abuf, &mut issued)?;
         if issued {
             self.emit(Inst::CpAsyncCommit);
             self.emit(Inst::CpAsyncWait { pending: 0 });
         }
-        self.emit(Inst::Barrier);
+        // Operands read in place from pipeline stages (or registers) are
+        // published by the pipeline's barrier at the top of the loop.
+        let staged = abuf.is_some() || bbuf.is_some();
+        if staged {
+            self.emit(Inst::Barrier);
+        }
         // Per-lane row addresses for ldmatrix.
         let tid = Operand::Reg(self.tid);
         let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
         let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
         let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
         let (warp_m, warp_n) = self.warp_coords(warps);
-        // Swizzled address of 16-byte chunk `chunk` (+ `hi` when `lane_chunk`) of row `r`.
-        let addr_of = |l: &mut Self, base: Reg, sw: Swizzle, r: Operand, chunk: Operand| {
-            let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
-            let ra = l.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), ra);
-            let ph = l.bin(
-                BinOp::Shr,
+        // Swizzled address of 16-byte chunk `chunk + c` of row `r + dr`,
+        // where `r` and `chunk` are this lane's and `dr`, `c` constants. The
+        // swizzle's phase repeats every 8 rows (`Swizzle::for_rows`), so a
+        // `dr` of a multiple of 8 is a constant offset from the address of
+        // row `r`: one register per distinct `c` of an operand (shared by
+        // its row tiles and hoisted out of loops by ptxas), not one per
+        // fragment.
+        let mut lane_addrs: Vec<((Reg, Operand, Operand, u32), Reg)> = Vec::new();
+        let mut addr_of = |l: &mut Self,
+                           base: Reg,
+                           sw: Swizzle,
+                           (r, dr): (Operand, u32),
+                           (chunk, c): (Operand, u32)| {
+            let (r, dr) = match dr % (sw.per_phase * sw.max_phase) {
+                0 => (r, dr),
+                _ => (l.bin(BinOp::Add, RegTy::U32, r, Operand::Int(dr as i64)), 0),
+            };
+            let key = (base, r, chunk, c);
+            let at = match lane_addrs.iter().find(|(k, _)| *k == key) {
+                Some(&(_, a)) => a,
+                None => {
+                    let ph = l.bin(
+                        BinOp::Shr,
+                        RegTy::U32,
+                        r,
+                        Operand::Int(sw.per_phase.trailing_zeros() as i64),
+                    );
+                    let ph = l.bin(
+                        BinOp::And,
+                        RegTy::U32,
+                        ph,
+                        Operand::Int(sw.max_phase as i64 - 1),
+                    );
+                    let ch = l.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(c as i64));
+                    let ch = l.bin(BinOp::Xor, RegTy::U32, ch, ph);
+                    let ch = l.bin(BinOp::Shl, RegTy::U32, ch, Operand::Int(4));
+                    let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
+                    // The lane's offset first, then the base: the offset is
+                    // loop-invariant where the base (a pipeline stage) is not.
+                    let off = l.bin(BinOp::Add, RegTy::U32, ra, ch);
+                    let a = l.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), off);
+                    let a = l.materialize(RegTy::U32, a).reg().expect("reg");
+                    lane_addrs.push((key, a));
+                    a
+                }
+            };
+            let a = l.bin(
+                BinOp::Add,
                 RegTy::U32,
-                r,
-                Operand::Int(sw.per_phase.trailing_zeros() as i64),
+                Operand::Reg(at),
+                Operand::Int((dr * sw.row_bytes) as i64),
             );
-            let ph = l.bin(
-                BinOp::And,
-                RegTy::U32,
-                ph,
-                Operand::Int(sw.max_phase as i64 - 1),
-            );
-            let c = l.bin(BinOp::Xor, RegTy::U32, chunk, ph);
-            let c = l.bin(BinOp::Shl, RegTy::U32, c, Operand::Int(4));
-            let a = l.bin(BinOp::Add, RegTy::U32, ra, c);
             l.materialize(RegTy::U32, a).reg().expect("reg")
         };
         let arow0 = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
@@ -103,6 +141,22 @@ impl<'a> Lower<'a> {
         } else {
             bcol0
         };
+        // b stored as [n, k]: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
+        // first n tile, lanes 16-31 the same of the second.
+        let (brow_nk, bchunk_nk) = match b_nk {
+            true => {
+                let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
+                let r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64));
+                let mut r = self.bin(BinOp::Add, RegTy::U32, r, l7);
+                if b_x4 {
+                    let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, h8);
+                }
+                let c = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
+                (r, self.bin(BinOp::And, RegTy::U32, c, Operand::Int(1)))
+            }
+            false => (Operand::Int(0), Operand::Int(0)),
+        };
         for kk in 0..k / 16 {
             // A fragments: one x4 per 16-row tile.
             // (Packed from registers as they are used, so that each f32
@@ -113,9 +167,7 @@ impl<'a> Lower<'a> {
             };
             if let Some((abase, asw, ..)) = a_smem {
                 for im in 0..tm / 16 {
-                    let r = self.bin(BinOp::Add, RegTy::U32, arow0, Operand::Int(16 * im as i64));
-                    let ch = self.bin(BinOp::Add, RegTy::U32, hi, Operand::Int(2 * kk as i64));
-                    let addr = addr_of(self, abase, asw, r, ch);
+                    let addr = addr_of(self, abase, asw, (arow0, 16 * im), (hi, 2 * kk));
                     let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
                     self.emit(Inst::LdMatrix {
                         dst: dst.clone(),
@@ -127,27 +179,12 @@ impl<'a> Lower<'a> {
             }
             // B fragments (transposed loads of the row-major [k, n] tile).
             let mut bfrag: Vec<Vec<Reg>> = Vec::new();
-            let kr = self.bin(BinOp::Add, RegTy::U32, l15, Operand::Int(16 * kk as i64));
             let step = if b_x4 { 2 } else { 1 };
             for jn in (0..n_tiles).step_by(step) {
                 let addr = if b_nk {
-                    // Rows are n: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
-                    // first n tile, lanes 16-31 the same of the second.
-                    let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
-                    let mut r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64));
-                    r = self.bin(BinOp::Add, RegTy::U32, r, Operand::Int(8 * jn as i64));
-                    r = self.bin(BinOp::Add, RegTy::U32, r, l7);
-                    if b_x4 {
-                        let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
-                        r = self.bin(BinOp::Add, RegTy::U32, r, h8);
-                    }
-                    let kc = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
-                    let kc = self.bin(BinOp::And, RegTy::U32, kc, Operand::Int(1));
-                    let kc = self.bin(BinOp::Add, RegTy::U32, kc, Operand::Int(2 * kk as i64));
-                    addr_of(self, bbase, bsw, r, kc)
+                    addr_of(self, bbase, bsw, (brow_nk, 8 * jn), (bchunk_nk, 2 * kk))
                 } else {
-                    let ch = self.bin(BinOp::Add, RegTy::U32, bchunk0, Operand::Int(jn as i64));
-                    addr_of(self, bbase, bsw, kr, ch)
+                    addr_of(self, bbase, bsw, (l15, 16 * kk), (bchunk0, jn))
                 };
                 let cnt = if b_x4 { 4 } else { 2 };
                 let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
@@ -201,7 +238,10 @@ impl<'a> Lower<'a> {
                 }
             });
         }
-        Ok(self.mma_result(layout, cur))
+        Ok(match staged {
+            true => self.mma_result(layout, cur),
+            false => self.mma_result_in(layout, cur),
+        })
     }
 
     /// Whether the m16n8k16 `a` fragments of `av` can be made from its
@@ -216,7 +256,8 @@ impl<'a> Lower<'a> {
             return false;
         }
         let own = WarpTiling::of(out);
-        let Some(same) = Layout::mma_accumulator(own.m, k, self.num_warps) else {
+        let Some(same) = Layout::mma_accumulator(own.m, k, self.num_warps, WarpOrder::RowsFirst)
+        else {
             return false;
         };
         *av.layout == same

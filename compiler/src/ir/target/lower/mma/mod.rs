@@ -21,6 +21,9 @@ mod mma16816;
 mod mma884;
 mod staging;
 mod tf32;
+mod warp_order;
+
+pub(super) use warp_order::warp_order;
 
 use std::rc::Rc;
 
@@ -73,14 +76,20 @@ impl<'a> Lower<'a> {
             mma_candidates(&self.feat, a, b, Some(k), precision).find_map(|inst| {
                 let layout = match inst.feed {
                     MmaFeed::Ldmatrix | MmaFeed::Tf32Fragments => {
-                        Layout::mma_accumulator(m, n, self.num_warps)
+                        Layout::mma_accumulator(m, n, self.num_warps, self.warp_order)
                     }
-                    MmaFeed::SharedPairs => Layout::mma884_accumulator(m, n, self.num_warps),
+                    MmaFeed::SharedPairs => {
+                        Layout::mma884_accumulator(m, n, self.num_warps, self.warp_order)
+                    }
                     MmaFeed::Registers => match inst.kind {
-                        MmaKind::Mfma => {
-                            Layout::mfma_accumulator([inst.m, inst.n], m, n, self.num_warps)
-                        }
-                        _ => Layout::wmma_accumulator(m, n, self.num_warps),
+                        MmaKind::Mfma => Layout::mfma_accumulator(
+                            [inst.m, inst.n],
+                            m,
+                            n,
+                            self.num_warps,
+                            self.warp_order,
+                        ),
+                        _ => Layout::wmma_accumulator(m, n, self.num_warps, self.warp_order),
                     },
                 }?;
                 Some((inst, layout))
@@ -102,10 +111,20 @@ impl<'a> Lower<'a> {
     ) -> R<Vec<Reg>> {
         let init = self.acc_operands(acc, layout)?;
         let mut regs = Vec::with_capacity(init.len());
+        // One register per constant (zeros): the first k step reads them and
+        // writes fresh accumulators, so they may be shared.
+        let mut consts: Vec<(Operand, Reg)> = Vec::new();
         for o in init {
             regs.push(match o {
                 Operand::Reg(r) => r,
-                o => self.materialize(RegTy::F32, o).reg().expect("reg"),
+                o => match consts.iter().find(|(c, _)| *c == o) {
+                    Some(&(_, r)) => r,
+                    None => {
+                        let r = self.materialize(RegTy::F32, o).reg().expect("reg");
+                        consts.push((o, r));
+                        r
+                    }
+                },
             });
         }
         Ok(regs)
@@ -161,6 +180,13 @@ impl<'a> Lower<'a> {
     /// call (in a loop) rewrite the operand buffers.
     pub(super) fn mma_result(&mut self, layout: Rc<Layout>, acc: Vec<Reg>) -> TV {
         self.emit(Inst::Barrier);
+        self.mma_result_in(layout, acc)
+    }
+
+    /// The result of a tensor-core `dot` that wrote no shared memory (its
+    /// operands were pipeline stages or registers): no barrier, as the
+    /// pipeline's own retires the reads before a stage is rewritten.
+    pub(super) fn mma_result_in(&self, layout: Rc<Layout>, acc: Vec<Reg>) -> TV {
         TV {
             layout,
             ops: acc.into_iter().map(Operand::Reg).collect(),
