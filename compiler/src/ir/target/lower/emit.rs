@@ -24,6 +24,26 @@ impl<'a> Lower<'a> {
             (BinOp::Mul, Operand::Int(x), Operand::Int(y)) if !ty.is_float() => {
                 return Operand::Int(x.wrapping_mul(y))
             }
+            (BinOp::Xor | BinOp::Or | BinOp::Shl | BinOp::Shr, x, Operand::Int(0))
+                if !ty.is_float() =>
+            {
+                return x
+            }
+            (BinOp::Xor | BinOp::Or, Operand::Int(0), x) if !ty.is_float() => return x,
+            // Non-negative constants, where every integer type agrees.
+            (op, Operand::Int(x), Operand::Int(y)) if !ty.is_float() && x >= 0 && y >= 0 => {
+                let folded = match op {
+                    BinOp::And => Some(x & y),
+                    BinOp::Or => Some(x | y),
+                    BinOp::Xor => Some(x ^ y),
+                    BinOp::Shr if y < 63 => Some(x >> y),
+                    BinOp::Shl if y < 31 && (x << y) <= i64::from(i32::MAX) => Some(x << y),
+                    _ => None,
+                };
+                if let Some(v) = folded {
+                    return Operand::Int(v);
+                }
+            }
             _ => {}
         }
         let (a, b) = if matches!(a, Operand::Reg(_)) || matches!(b, Operand::Reg(_)) {

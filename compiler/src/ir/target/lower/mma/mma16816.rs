@@ -78,23 +78,30 @@ impl<'a> Lower<'a> {
         let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
         let (warp_m, warp_n) = self.warp_coords(warps);
         // Swizzled address of 16-byte chunk `chunk + c` of row `r + dr`,
-        // where `r` and `chunk` are this lane's and `dr`, `c` constants. The
-        // swizzle's phase repeats every 8 rows (`Swizzle::for_rows`), so a
-        // `dr` of a multiple of 8 is a constant offset from the address of
-        // row `r`: one register per distinct `c` of an operand (shared by
-        // its row tiles and hoisted out of loops by ptxas), not one per
-        // fragment.
+        // where `r` and `chunk` are this lane's and `dr`, `c` constants, and
+        // `chunk` never has a bit of `lane_mask` clear where `c` has one set
+        // (`chunk + c` is `chunk ^ c`). The swizzle's phase repeats every 8
+        // rows (`Swizzle::for_rows`), so a `dr` of a multiple of 8 is a
+        // constant offset; and as the phase only flips chunk bits within the
+        // swizzle's span `m` (128 bytes, or the row if shorter), the chunk
+        // offset `16 c` is an XOR of its bits below `m` into the lane's
+        // address of chunk `chunk` plus the rest added: one lane address per
+        // operand, and per fragment an `xor` and an immediate offset (the
+        // base, a multiple of 128 bytes, and rows of `row_bytes` keep every
+        // bit below `m` of the row's address clear).
         let mut lane_addrs: Vec<((Reg, Operand, Operand, u32), Reg)> = Vec::new();
         let mut addr_of = |l: &mut Self,
                            base: Reg,
                            sw: Swizzle,
                            (r, dr): (Operand, u32),
-                           (chunk, c): (Operand, u32)| {
+                           (chunk, c): (Operand, u32),
+                           lane_mask: u32| {
             let (r, dr) = match dr % (sw.per_phase * sw.max_phase) {
                 0 => (r, dr),
                 _ => (l.bin(BinOp::Add, RegTy::U32, r, Operand::Int(dr as i64)), 0),
             };
-            let key = (base, r, chunk, c);
+            let disjoint = c & lane_mask == 0;
+            let key = (base, r, chunk, if disjoint { 0 } else { c });
             let at = match lane_addrs.iter().find(|(k, _)| *k == key) {
                 Some(&(_, a)) => a,
                 None => {
@@ -110,7 +117,7 @@ impl<'a> Lower<'a> {
                         ph,
                         Operand::Int(sw.max_phase as i64 - 1),
                     );
-                    let ch = l.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(c as i64));
+                    let ch = l.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(key.3 as i64));
                     let ch = l.bin(BinOp::Xor, RegTy::U32, ch, ph);
                     let ch = l.bin(BinOp::Shl, RegTy::U32, ch, Operand::Int(4));
                     let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
@@ -123,11 +130,22 @@ impl<'a> Lower<'a> {
                     a
                 }
             };
+            let span = sw.row_bytes.min(128);
+            let (flip, add) = match disjoint {
+                true => ((16 * c) % span, (16 * c) / span * span),
+                false => (0, 0),
+            };
+            let a = l.bin(
+                BinOp::Xor,
+                RegTy::U32,
+                Operand::Reg(at),
+                Operand::Int(flip as i64),
+            );
             let a = l.bin(
                 BinOp::Add,
                 RegTy::U32,
-                Operand::Reg(at),
-                Operand::Int((dr * sw.row_bytes) as i64),
+                a,
+                Operand::Int((add + dr * sw.row_bytes) as i64),
             );
             l.materialize(RegTy::U32, a).reg().expect("reg")
         };
@@ -136,6 +154,12 @@ impl<'a> Lower<'a> {
         let bcol0 = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64 / 8));
         let n_tiles = tn / 8;
         let b_x4 = n_tiles % 2 == 0;
+        // The bits `bchunk0` may have: those of `bcol0` (multiples of
+        // `n_tiles`, where that is a power of two) and `hi`.
+        let bchunk0_mask = match n_tiles.is_power_of_two() {
+            true => !(n_tiles - 1) | u32::from(b_x4),
+            false => u32::MAX,
+        };
         let bchunk0 = if b_x4 {
             self.bin(BinOp::Add, RegTy::U32, bcol0, hi)
         } else {
@@ -167,7 +191,7 @@ impl<'a> Lower<'a> {
             };
             if let Some((abase, asw, ..)) = a_smem {
                 for im in 0..tm / 16 {
-                    let addr = addr_of(self, abase, asw, (arow0, 16 * im), (hi, 2 * kk));
+                    let addr = addr_of(self, abase, asw, (arow0, 16 * im), (hi, 2 * kk), 1);
                     let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
                     self.emit(Inst::LdMatrix {
                         dst: dst.clone(),
@@ -182,9 +206,16 @@ impl<'a> Lower<'a> {
             let step = if b_x4 { 2 } else { 1 };
             for jn in (0..n_tiles).step_by(step) {
                 let addr = if b_nk {
-                    addr_of(self, bbase, bsw, (brow_nk, 8 * jn), (bchunk_nk, 2 * kk))
+                    addr_of(self, bbase, bsw, (brow_nk, 8 * jn), (bchunk_nk, 2 * kk), 1)
                 } else {
-                    addr_of(self, bbase, bsw, (l15, 16 * kk), (bchunk0, jn))
+                    addr_of(
+                        self,
+                        bbase,
+                        bsw,
+                        (l15, 16 * kk),
+                        (bchunk0, jn),
+                        bchunk0_mask,
+                    )
                 };
                 let cnt = if b_x4 { 4 } else { 2 };
                 let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
