@@ -683,3 +683,29 @@ fn user_masked_loops() {
         }
     }
 }
+
+#[test]
+fn an_added_dot_accumulates_in_place() {
+    // `x + dot(a, b)` (either side) becomes `dot(a, b, x)`; a dot whose
+    // result is used twice, or added to a tile of another type, stays.
+    let src = "@kernel(grid=(1,), num_warps=4)
+def k(a: Tensor[64, 32, f16], b: Tensor[32, 64, f16], x: Tensor[64, 64, f32], o: Tensor[64, 64, f32], p: Tensor[64, 64, f32]):
+    t = load(x[0 : 64, 0 : 64]) * 2.0
+    d = dot(load(a[0 : 64, 0 : 32]), load(b[0 : 32, 0 : 64]))
+    store(o[0 : 64, 0 : 64], dot(load(a[0 : 64, 0 : 32]), load(b[0 : 32, 0 : 64])) + t)
+    store(p[0 : 64, 0 : 64], d + d * t)
+";
+    let k = lowered("/t/acc.tsr", src, &Specialization::new(), "k");
+    let dots: Vec<_> = k
+        .body
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Dot { acc, .. } => Some(*acc),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dots.len(), 2, "{}", k.dump());
+    assert!(dots.iter().any(Option::is_some), "{}", k.dump());
+    assert!(dots.iter().any(Option::is_none), "{}", k.dump());
+}

@@ -431,6 +431,7 @@ pub enum OpKind {
 
 mod builder;
 mod cleanup;
+mod dot_acc;
 mod dump;
 mod env;
 mod limits;

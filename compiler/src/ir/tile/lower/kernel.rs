@@ -345,6 +345,7 @@ impl<'a> Lowerer<'a> {
             types,
         };
         k.remove_dead_code();
+        k.fuse_dot_accumulators();
         k.specialise_masks();
         k.remove_dead_code();
         k.renumber();
