@@ -212,23 +212,29 @@ impl<'a> Lower<'a> {
         (index, sw)
     }
 
-    /// The swizzled shared address of element `(r, c)` (`c` a multiple of 8)
-    /// of buffer `buf`.
-    pub(super) fn swizzled(&mut self, buf: Reg, sw: Swizzle, r: Operand, c: Operand) -> Reg {
-        let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
-        let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+    /// The swizzle's phase of row `r`: the value its 16-byte chunks are
+    /// XORed with.
+    pub(super) fn swizzle_phase(&mut self, sw: Swizzle, r: Operand) -> Operand {
         let ph = self.bin(
             BinOp::Shr,
             RegTy::U32,
             r,
             Operand::Int(sw.per_phase.trailing_zeros() as i64),
         );
-        let ph = self.bin(
+        self.bin(
             BinOp::And,
             RegTy::U32,
             ph,
             Operand::Int(sw.max_phase as i64 - 1),
-        );
+        )
+    }
+
+    /// The swizzled shared address of element `(r, c)` (`c` a multiple of 8)
+    /// of buffer `buf`.
+    pub(super) fn swizzled(&mut self, buf: Reg, sw: Swizzle, r: Operand, c: Operand) -> Reg {
+        let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+        let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
+        let ph = self.swizzle_phase(sw, r);
         let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
         let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
         let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));

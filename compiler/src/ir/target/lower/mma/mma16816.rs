@@ -105,18 +105,7 @@ impl<'a> Lower<'a> {
             let at = match lane_addrs.iter().find(|(k, _)| *k == key) {
                 Some(&(_, a)) => a,
                 None => {
-                    let ph = l.bin(
-                        BinOp::Shr,
-                        RegTy::U32,
-                        r,
-                        Operand::Int(sw.per_phase.trailing_zeros() as i64),
-                    );
-                    let ph = l.bin(
-                        BinOp::And,
-                        RegTy::U32,
-                        ph,
-                        Operand::Int(sw.max_phase as i64 - 1),
-                    );
+                    let ph = l.swizzle_phase(sw, r);
                     let ch = l.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(key.3 as i64));
                     let ch = l.bin(BinOp::Xor, RegTy::U32, ch, ph);
                     let ch = l.bin(BinOp::Shl, RegTy::U32, ch, Operand::Int(4));

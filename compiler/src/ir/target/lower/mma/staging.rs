@@ -88,7 +88,6 @@ impl<'a> Lower<'a> {
         });
         let br = self.base(&v.layout.terms[0].clone());
         let bc = self.base(&v.layout.terms[1].clone());
-        let lpp = sw.per_phase.trailing_zeros() as i64;
         let mut rows_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
         let mut cols_cache: HashMap<u32, (Operand, Operand)> = HashMap::new();
         for group in Self::vector_groups(&v.layout, store_run(&v.layout)) {
@@ -99,13 +98,7 @@ impl<'a> Lower<'a> {
                     let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s0[0] as i64));
                     let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
                     let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
-                    let ph = self.bin(BinOp::Shr, RegTy::U32, r, Operand::Int(lpp));
-                    let ph = self.bin(
-                        BinOp::And,
-                        RegTy::U32,
-                        ph,
-                        Operand::Int(sw.max_phase as i64 - 1),
-                    );
+                    let ph = self.swizzle_phase(sw, r);
                     rows_cache.insert(s0[0], (ra, ph));
                     (ra, ph)
                 }
