@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::{BinaryOp, Kernel, OpKind, Region, Value};
+use super::{BinaryOp, Kernel, OpKind, Region, Type, Value};
 
 impl Kernel {
     /// Folds each `add` of a dot without accumulator (its only use) and a
@@ -15,11 +15,12 @@ impl Kernel {
     pub fn fuse_dot_accumulators(&mut self) {
         let mut uses = HashMap::new();
         count(&self.body, &mut uses);
-        let types = &self.types;
-        fuse(&mut self.body, &uses, &|v: Value| &types[v.0 as usize]);
+        fuse(&mut self.body, &uses, &self.types);
     }
 }
 
+/// How many times each value is read in `r` (as dead-code removal counts,
+/// but not charged to the lowering's work: this pass is one linear sweep).
 fn count(r: &Region, uses: &mut HashMap<Value, u32>) {
     for op in &r.ops {
         for v in op.kind.operands() {
@@ -31,7 +32,8 @@ fn count(r: &Region, uses: &mut HashMap<Value, u32>) {
     }
 }
 
-fn fuse<'t>(r: &mut Region, uses: &HashMap<Value, u32>, ty: &dyn Fn(Value) -> &'t super::Type) {
+fn fuse(r: &mut Region, uses: &HashMap<Value, u32>, types: &[Type]) {
+    let ty = |v: Value| &types[v.0 as usize];
     // Where each dot without accumulator of this region is (by result).
     let mut dots: HashMap<Value, usize> = HashMap::new();
     let mut drop = vec![false; r.ops.len()];
@@ -77,7 +79,7 @@ fn fuse<'t>(r: &mut Region, uses: &HashMap<Value, u32>, ty: &dyn Fn(Value) -> &'
     r.ops.retain(|_| !k.next().copied().unwrap_or(false));
     for op in &mut r.ops {
         for sub in op.kind.regions_mut() {
-            fuse(sub, uses, ty);
+            fuse(sub, uses, types);
         }
     }
 }

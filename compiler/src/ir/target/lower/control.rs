@@ -342,11 +342,6 @@ impl<'a> Lower<'a> {
 fn has_dot(ops: &[tile::Op]) -> bool {
     ops.iter().any(|o| match &o.kind {
         OpKind::Dot { .. } => true,
-        OpKind::For { body, .. } => has_dot(&body.ops),
-        OpKind::While { cond, body, .. } => has_dot(&cond.ops) || has_dot(&body.ops),
-        OpKind::If {
-            then, otherwise, ..
-        } => has_dot(&then.ops) || has_dot(&otherwise.ops),
-        _ => false,
+        kind => kind.regions().iter().any(|r| has_dot(&r.ops)),
     })
 }
