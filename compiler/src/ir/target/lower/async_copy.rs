@@ -16,7 +16,7 @@ use super::pipeline::PlannedLoad;
 use super::{Lower, R};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
-use crate::ir::target::{BinOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
 use crate::target::MmaFeed;
 
@@ -264,6 +264,35 @@ impl<'a> Lower<'a> {
     pub(super) fn issue_copies(&mut self, d: &Deferred, buf: Reg, sw: Swizzle) {
         let br = self.base(&d.layout.terms[0].clone());
         let bc = self.base(&d.layout.terms[1].clone());
+        // A tile of fewer 16-byte chunks than threads gives several threads
+        // the same chunk: only the first of them copies it (two async
+        // writes of one address in one phase are a race, same value or
+        // not).
+        let replicated = d.layout.replication_mask(self.tid_bits);
+        if replicated != 0 {
+            let r = self.bin(
+                BinOp::And,
+                RegTy::U32,
+                Operand::Reg(self.tid),
+                Operand::Int(replicated as i64),
+            );
+            let first = self.cmp(CmpOp::Eq, RegTy::U32, r, Operand::Int(0));
+            let cond = self.materialize(RegTy::Pred, first).reg().expect("reg");
+            self.blocks.push(Vec::new());
+            self.copy_chunks(d, buf, sw, br, bc);
+            let then = self.blocks.pop().unwrap_or_default();
+            self.emit(Inst::If {
+                cond,
+                then,
+                otherwise: Vec::new(),
+            });
+        } else {
+            self.copy_chunks(d, buf, sw, br, bc);
+        }
+    }
+
+    /// One `cp.async` per chunk of `d` (see [`Self::issue_copies`]).
+    fn copy_chunks(&mut self, d: &Deferred, buf: Reg, sw: Swizzle, br: Operand, bc: Operand) {
         let mut sizes: HashMap<Reg, Reg> = HashMap::new();
         for (s, acc) in d.layout.slots.clone().iter().zip(d.slots.clone()) {
             let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s[0] as i64));
@@ -305,4 +334,38 @@ impl<'a> Lower<'a> {
 pub(super) struct Deferred {
     pub(super) layout: Layout,
     pub(super) slots: Vec<SlotAccess>,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::target::tests::lower_source;
+    use crate::ir::target::Inst;
+    use crate::ir::tile::Specialization;
+    use crate::target::Arch;
+
+    /// Where each `cp.async` of `insts` is: at the top level or in an `if`.
+    fn copies(insts: &[Inst], in_if: bool, out: &mut Vec<bool>) {
+        for i in insts {
+            match i {
+                Inst::CpAsync { .. } => out.push(in_if),
+                Inst::If { .. } => i.regions().iter().for_each(|r| copies(r, true, out)),
+                _ => i.regions().iter().for_each(|r| copies(r, in_if, out)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_tile_of_fewer_chunks_than_threads_is_copied_once_a_chunk() {
+        // 256 threads; a [64, 32] f16 operand is 256 chunks of 16 bytes (one
+        // each), a [32, 16] one 64 chunks: only a quarter of the threads
+        // copy it, under a branch.
+        let src = "@kernel(grid=(1,), num_warps=8)
+def k(a: Tensor[64, 32, f16], b: Tensor[32, 16, f16], o: Tensor[64, 16, f32]):
+    store(o[0:64, :], dot(load(a[0:64, :]), load(b[:, 0:16])))
+";
+        let k = lower_source(src, Arch::Sm80, Specialization::new());
+        let mut found = Vec::new();
+        copies(&k.body, false, &mut found);
+        assert_eq!(found, vec![false, true]);
+    }
 }
