@@ -29,7 +29,7 @@ impl<'a> Lower<'a> {
             .map(|(i, v)| {
                 let mut t = self.val(*v);
                 if let Some(Some(l)) = hint.get(i) {
-                    let uniform = t.ops.iter().all(|o| *o == t.ops[0]);
+                    let uniform = self.is_splat(&t);
                     if uniform && l.shape == t.layout.shape && *l != t.layout {
                         t = TV {
                             ops: vec![t.ops[0]; l.num_slots()],

@@ -137,7 +137,7 @@ impl<'a> Lower<'a> {
             return Ok(v.clone());
         }
         // A uniform tile (a splat) is the same value in every slot of any layout.
-        if !v.ops.is_empty() && v.ops.iter().all(|o| *o == v.ops[0]) && v.layout.shape == to.shape {
+        if self.is_splat(v) && v.layout.shape == to.shape {
             return Ok(TV {
                 layout: to.clone(),
                 ops: vec![v.ops[0]; to.num_slots()],
@@ -313,7 +313,7 @@ impl<'a> Lower<'a> {
             return false;
         }
         let tv = self.val(v);
-        if !tv.ops.is_empty() && tv.ops.iter().all(|o| *o == tv.ops[0]) {
+        if self.is_splat(&tv) {
             return true;
         }
         match self.index_ops.get(&v) {
@@ -344,7 +344,7 @@ impl<'a> Lower<'a> {
         offsets: &mut HashMap<(tile::Value, Option<usize>, u32), Operand>,
     ) -> Option<Vec<Operand>> {
         let tv = self.val(v);
-        if !tv.ops.is_empty() && tv.ops.iter().all(|o| *o == tv.ops[0]) {
+        if self.is_splat(&tv) {
             return Some(vec![tv.ops[0]; to.num_slots()]);
         }
         match self.index_ops.get(&v).cloned()? {
@@ -417,7 +417,7 @@ pub(super) fn row_major(shape: &[u32]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use crate::ir::target::tests::{lower_source, stores};
-    use crate::ir::target::{Kernel, MemTy, Space};
+    use crate::ir::target::{BinOp, Inst, Kernel, MemTy, Space};
     use crate::ir::tile::Specialization;
     use crate::target::Arch;
 
@@ -451,6 +451,35 @@ def masked(q: Tensor[64, 64, bf16], k: Tensor[\"N\", 64, bf16], m: Tensor[64, 64
         assert!(k.smem.iter().all(|b| b.name != "scratch"), "{:?}", k.smem);
         assert_eq!(exchange_stores(&k), vec![]);
         let k = lowered("arange(0, 64)[:, None] >= arange(0, 64)[None, :] + N");
+        assert_eq!(exchange_stores(&k), vec![]);
+    }
+
+    /// A [2, 64] tile over one warp puts its rows on lanes 0-15 and 16-31, so a
+    /// row sum lives in a one-slot slice layout: equal registers in a thread,
+    /// a different row per half-warp. `1.0 / sum` once took it for a splat,
+    /// divided in a replicated [2, 1] layout with this thread's row in both
+    /// rows' slots and wrote both back (every row got one half-warp's sum on
+    /// the GPU). The splat now takes the row sum's layout: one division a
+    /// thread, no exchange.
+    #[test]
+    fn a_splat_and_a_row_statistic_combine_in_the_statistic_layout() {
+        let k = lower_source(
+            "@kernel(grid=(cdiv(M, 2),), num_warps=1)
+def two_rows(x: Tensor[\"M\", 64, f32], out: Tensor[\"M\", 64, f32]):
+    r = program_id(0) * 2
+    e = exp(load(x[r : r + 2, 0 : 64]))
+    store(out[r : r + 2, 0 : 64], e * (1.0 / sum(e, axis=1, keepdims=True)))
+",
+            Arch::default(),
+            Specialization::new(),
+        );
+        let mut divs = 0;
+        k.walk(&mut |i| {
+            if matches!(i, Inst::Binary { op: BinOp::Div, .. }) {
+                divs += 1;
+            }
+        });
+        assert_eq!(divs, 1);
         assert_eq!(exchange_stores(&k), vec![]);
     }
 

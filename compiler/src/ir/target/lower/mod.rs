@@ -66,7 +66,7 @@ mod params;
 mod pipeline;
 mod reduce;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use self::pipeline::Pipeline;
@@ -148,6 +148,7 @@ fn lower_once(
         defs: Vec::new(),
         rounded_bf16: HashMap::new(),
         index_ops: HashMap::new(),
+        uniform_regs: HashSet::new(),
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
@@ -258,6 +259,12 @@ struct Lower<'a> {
     /// conversion recomputes in the target layout (`layouts::remat`)
     /// instead of moving through shared memory.
     index_ops: HashMap<Value, tile::OpKind>,
+    /// Registers that hold the same value on every thread: those of Tile IR
+    /// scalars (uniform by the language's semantics; reductions to a scalar
+    /// are all-reduces). A tile whose registers are all one such register
+    /// (or one immediate) is a splat; equal registers alone do not make one:
+    /// a row statistic in a one-slot layout holds a different row per thread.
+    uniform_regs: HashSet<Reg>,
     prologue: Vec<Inst>,
     blocks: Vec<Vec<Inst>>,
     vals: HashMap<Value, TV>,
@@ -454,10 +461,23 @@ impl<'a> Lower<'a> {
         {
             self.seen.push(tv.layout.clone());
         }
-        if !tv.layout.shape.is_empty() {
+        if tv.layout.shape.is_empty() {
+            self.uniform_regs
+                .extend(tv.ops.iter().filter_map(|o| o.reg()));
+        } else {
             self.layouts.push((v.0, (*tv.layout).clone()));
         }
         self.vals.insert(v, tv);
+    }
+
+    /// Whether `tv` is one value on every thread and in every slot (a splat):
+    /// its registers are all one immediate or one uniform register.
+    fn is_splat(&self, tv: &TV) -> bool {
+        let Some(&first) = tv.ops.first() else {
+            return false;
+        };
+        tv.ops.iter().all(|o| *o == first)
+            && first.reg().is_none_or(|r| self.uniform_regs.contains(&r))
     }
 
     fn scalar_tv(&self, op: Operand, ty: RegTy, dtype: DType) -> TV {

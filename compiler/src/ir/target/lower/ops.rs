@@ -110,8 +110,17 @@ impl<'a> Lower<'a> {
                 a: av,
                 b: bv,
             } => {
-                let a = self.val(*av);
-                let bt = self.val_in(*bv, &a.layout)?;
+                // In `b`'s layout when `a` is a splat (free in any layout)
+                // and `b` is not: `1.0 / row_sum` needs no exchange.
+                let (a, bt) = match (self.val(*av), self.val(*bv)) {
+                    (a, b) if self.is_splat(&a) && !self.is_splat(&b) => {
+                        (self.convert(&a, &b.layout)?, b)
+                    }
+                    (a, _) => {
+                        let bt = self.val_in(*bv, &a.layout)?;
+                        (a, bt)
+                    }
+                };
                 let mut ops = Vec::with_capacity(a.ops.len());
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
                     let v = self.binary(*b, a.ty, a.dtype, x, y)?;
@@ -233,7 +242,7 @@ impl<'a> Lower<'a> {
                 let mut offset = vec![0; xv.layout.rank()];
                 offset[*axis] = *start;
                 // A uniform tile (a splat) stays one value.
-                if !xv.ops.is_empty() && xv.ops.iter().all(|o| *o == xv.ops[0]) {
+                if self.is_splat(&xv) {
                     let tv = TV {
                         ops: vec![xv.ops[0]; to.num_slots()],
                         layout: to,
