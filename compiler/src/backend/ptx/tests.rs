@@ -310,6 +310,26 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
 "#,
             "im",
         ),
+        // Rows in one register tile (4096), ragged (3000), and walked in
+        // chunks (65536; 70000 with a ragged last chunk).
+        (
+            r#"def rows(x: Tensor[64, 4096, bf16], w: Tensor[4096, bf16], b: Tensor[4096, bf16]) -> Tensor[64, 4096, bf16]:
+    return softmax(x, dim=-1) + layer_norm(x, w, b) + rms_norm(x, w)
+"#,
+            "rows",
+        ),
+        (
+            r#"def ragged(x: Tensor[5, 3000, f16], w: Tensor[3000, f16]) -> Tensor[5, 3000, f16]:
+    return softmax(x, dim=-1) + layer_norm(x, w, None) + rms_norm(x, w)
+"#,
+            "ragged",
+        ),
+        (
+            r#"def long(x: Tensor[4, 65536, bf16], y: Tensor[3, 70000, f32], w: Tensor[70000, f32]) -> Tensor[3, 70000, f32]:
+    return softmax(x, dim=-1)[:3, :1].to(f32) + softmax(y, dim=-1) + layer_norm(y, w, w) + rms_norm(y, w)
+"#,
+            "long",
+        ),
         (
             r#"def lp(x: Tensor["M", "N", f32], n: i32) -> Tensor["M", "N", f32]:
     for i in range(n):
@@ -337,6 +357,13 @@ fn generated_kernels_lower_to_target_ir_and_ptx() {
                 lowered.push(tk);
             }
             let ptx = module(arch, &lowered).unwrap();
+            if let Some(dir) = std::env::var_os("TESSERA_PTX_DIR") {
+                std::fs::write(
+                    PathBuf::from(dir).join(format!("generated-{arch}-{name}.ptx")),
+                    &ptx,
+                )
+                .expect("write TESSERA_PTX_DIR");
+            }
             for k in &s.kernels {
                 assert!(
                     ptx.contains(&format!(".entry {}(", k.name)),

@@ -1,7 +1,8 @@
 //! Layer and RMS norms: whether the std.nn row kernel fits, and the generated
-//! kernel (one program per row looping over it) when it does not.
+//! kernel when it does not: the row in one register tile where it fits, else
+//! two passes over chunks (per-lane statistics, then the normalised values).
 
-use super::{next_pow2, KernelBuilder, LoopBody};
+use super::{long_tile, next_pow2, row_warps, KernelBuilder, LoopBody, LONG_WARPS, ROW_TILE};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{NodeId, NodeKind};
@@ -41,9 +42,14 @@ impl Lower<'_> {
     }
 
     /// A generated layer norm or RMS norm over the last axis, any float dtype,
-    /// any row length, weights optional: one program per row loops over the row
-    /// in chunks (layer norm: mean, then the variance of the in-bounds lanes,
-    /// then normalise; RMS norm: the mean square, then normalise), in f32.
+    /// any row length, weights optional, one program per row, in f32. A known
+    /// row of at most `ROW_TILE` is one register tile, read once, its weights
+    /// loaded up front: layer norm takes the mean, then the variance of
+    /// `x - mean` over the in-bounds lanes (two-pass, as exact as the CPU's);
+    /// RMS norm the mean square. A longer row is walked twice in chunks: each
+    /// lane keeps its own statistics (layer norm: Welford's running mean and
+    /// M2 with its count, merged across lanes after the loop by Chan's rule;
+    /// RMS norm: the sum of squares), then the normalised values are written.
     pub(in crate::ir::schedule) fn norm_generated(&mut self, n: NodeId, out: BufId) -> R<()> {
         let g = self.g;
         let (x, weight, bias, eps, layer) = match g.node(n).kind {
@@ -75,7 +81,14 @@ impl Lower<'_> {
         let xdt = g.ty(x).dtype().unwrap_or(bdt);
         let ndt = g.ty(n).dtype().unwrap_or(odt);
         let f = DType::F32;
-        let bk = c.as_const().map(|c| next_pow2(c).min(1024)).unwrap_or(1024);
+        let whole = c
+            .as_const()
+            .map(|cc| next_pow2(cc.max(1)))
+            .filter(|&cp| cp <= ROW_TILE);
+        let (bk, num_warps) = match whole {
+            Some(cp) => (cp, row_warps(cp)),
+            None => (long_tile(if layer { 3 } else { 1 }), LONG_WARPS),
+        };
         let bk32 = bk as u32;
         let dim_of = |d: &Dim, name: &str| match d.as_const() {
             Some(v) => tile::Dim::Static(v as u64),
@@ -161,17 +174,11 @@ impl Lower<'_> {
         let count = kb.cast(hi, f);
         let eps_v = kb.emit(OpKind::ScalarParam(eps_idx), Type::Scalar(f));
         let tile1 = [bk32];
-        // One loop over the row: `body(kb, iv, x chunk in f32, carried)`.
-        let looped = |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| {
-            let iv = kb.fresh(Type::Scalar(DType::I32));
-            let carried: Vec<Value> = init
-                .iter()
-                .map(|v| {
-                    let t = kb.ty(*v).clone();
-                    kb.fresh(t)
-                })
-                .collect();
-            let outer = std::mem::take(&mut kb.ops);
+        let zero = kb.cnst(Constant::Float(0.0), f);
+        let one = kb.cnst(Constant::Float(1.0), f);
+        let inv_n = kb.binary(BinaryOp::Div, one, count);
+        // The row's chunk at `iv` in f32 (out-of-bounds lanes read 0).
+        let load_x = |kb: &mut KernelBuilder, iv: Value| {
             let ld = kb.emit(
                 OpKind::Load {
                     tensor: 0,
@@ -188,38 +195,80 @@ impl Lower<'_> {
                 KernelBuilder::tile_ty(&tile1, bdt),
             );
             let v = kb.cast(ld, xdt);
-            let v = kb.cast(v, f);
-            let y = body(kb, iv, v, &carried);
-            kb.ops.push(Op {
-                results: vec![],
-                kind: OpKind::Yield(y),
-                span: kb.span,
-            });
-            let body_ops = std::mem::replace(&mut kb.ops, outer);
-            let results: Vec<Value> = init
+            kb.cast(v, f)
+        };
+        // The weight and bias chunks at `iv` in f32, each with whether it is the bias.
+        let load_w = |kb: &mut KernelBuilder, iv: Value| -> Vec<(Value, bool)> {
+            vec_params
                 .iter()
-                .map(|v| {
-                    let t = kb.ty(*v).clone();
-                    kb.fresh(t)
+                .enumerate()
+                .map(|(i, &(p, wdt, wnode))| {
+                    let w = kb.emit(
+                        OpKind::Load {
+                            tensor: p,
+                            access: vec![Access::Range {
+                                start: iv,
+                                len: bk32,
+                            }],
+                            mask: None,
+                            other: zero_of(wdt),
+                        },
+                        KernelBuilder::tile_ty(&tile1, wdt),
+                    );
+                    let w = kb.cast(w, wnode);
+                    (kb.cast(w, f), weight.is_none() || i == 1)
                 })
-                .collect();
-            let mut region_args = vec![iv];
-            region_args.extend(carried);
-            kb.ops.push(Op {
-                results: results.clone(),
-                kind: OpKind::For {
-                    lo,
-                    hi,
-                    step,
-                    init,
-                    body: Region {
-                        args: region_args,
-                        ops: body_ops,
+                .collect()
+        };
+        // `(x - mean) * rstd * weight + bias` (RMS norm: `x * rstd * weight`), stored at `iv`.
+        let normalise =
+            |kb: &mut KernelBuilder, iv: Value, d: Value, rstd: Value, ws: &[(Value, bool)]| {
+                let rb = kb.splat(rstd, &tile1);
+                let mut y = kb.binary(BinaryOp::Mul, d, rb);
+                for &(w, is_bias) in ws {
+                    let op = if is_bias {
+                        BinaryOp::Add
+                    } else {
+                        BinaryOp::Mul
+                    };
+                    y = kb.binary(op, y, w);
+                }
+                let y = kb.cast(y, ndt);
+                let y = kb.cast(y, odt);
+                kb.ops.push(Op {
+                    results: vec![],
+                    kind: OpKind::Store {
+                        tensor: out_idx,
+                        access: vec![
+                            Access::Point(row),
+                            Access::Range {
+                                start: iv,
+                                len: bk32,
+                            },
+                        ],
+                        value: y,
+                        mask: None,
                     },
+                    span: kb.span,
+                });
+            };
+        // Whether each lane of the chunk at `iv` is inside the row.
+        let in_row = |kb: &mut KernelBuilder, iv: Value| {
+            let idx = kb.emit(
+                OpKind::Arange {
+                    start: iv,
+                    len: bk32,
                 },
-                span: kb.span,
-            });
-            results
+                KernelBuilder::tile_ty(&tile1, DType::I32),
+            );
+            let cb = kb.splat(hi, &tile1);
+            kb.binary(BinaryOp::Lt, idx, cb)
+        };
+        let select = |kb: &mut KernelBuilder, cond: Value, a: Value, b: Value| {
+            kb.emit(
+                OpKind::Select { cond, a, b },
+                KernelBuilder::tile_ty(&tile1, f),
+            )
         };
         let reduce_sum = |kb: &mut KernelBuilder, v: Value| {
             kb.emit(
@@ -232,107 +281,139 @@ impl Lower<'_> {
                 Type::Scalar(f),
             )
         };
-        let zero = kb.cnst(Constant::Float(0.0), f);
-        // Layer norm: the mean first (out-of-bounds lanes read 0 and add nothing).
-        let mean = if layer {
-            let s = looped(&mut kb, vec![zero], &mut |kb, _, v, c| {
-                let t = reduce_sum(kb, v);
-                vec![kb.binary(BinaryOp::Add, c[0], t)]
-            })[0];
-            Some(kb.binary(BinaryOp::Div, s, count))
-        } else {
-            None
+        let rstd_of = |kb: &mut KernelBuilder, ss: Value| {
+            let ms = kb.binary(BinaryOp::Mul, ss, inv_n);
+            let ms = kb.binary(BinaryOp::Add, ms, eps_v);
+            kb.unary(UnaryOp::Rsqrt, ms)
         };
-        // The mean square of `x - mean` over the in-bounds lanes.
-        let ss = looped(&mut kb, vec![zero], &mut |kb, iv, v, c| {
-            let d = match mean {
-                Some(m) => {
-                    let mb = kb.splat(m, &tile1);
-                    let d = kb.binary(BinaryOp::Sub, v, mb);
-                    let idx = kb.emit(
-                        OpKind::Arange {
-                            start: iv,
-                            len: bk32,
-                        },
-                        KernelBuilder::tile_ty(&tile1, DType::I32),
-                    );
-                    let cb = kb.splat(hi, &tile1);
-                    let inb = kb.binary(BinaryOp::Lt, idx, cb);
+        if let Some(cp) = whole {
+            let v = load_x(&mut kb, lo);
+            let ws = load_w(&mut kb, lo);
+            let d = if layer {
+                let s = reduce_sum(&mut kb, v);
+                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+                let mb = kb.splat(mean, &tile1);
+                let d = kb.binary(BinaryOp::Sub, v, mb);
+                if c.as_const() == Some(cp) {
+                    d
+                } else {
+                    let inb = in_row(&mut kb, lo);
                     let z = kb.splat(zero, &tile1);
-                    kb.emit(
-                        OpKind::Select {
-                            cond: inb,
-                            a: d,
-                            b: z,
-                        },
-                        KernelBuilder::tile_ty(&tile1, f),
-                    )
+                    select(&mut kb, inb, d, z)
                 }
-                None => v,
+            } else {
+                v
             };
             let sq = kb.binary(BinaryOp::Mul, d, d);
-            let t = reduce_sum(kb, sq);
-            vec![kb.binary(BinaryOp::Add, c[0], t)]
-        })[0];
-        let ms = kb.binary(BinaryOp::Div, ss, count);
-        let ms = kb.binary(BinaryOp::Add, ms, eps_v);
-        let rstd = kb.unary(UnaryOp::Rsqrt, ms);
-        looped(&mut kb, vec![], &mut |kb, iv, v, _| {
-            let mut y = match mean {
-                Some(m) => {
-                    let mb = kb.splat(m, &tile1);
-                    kb.binary(BinaryOp::Sub, v, mb)
-                }
-                None => v,
-            };
-            let rb = kb.splat(rstd, &tile1);
-            y = kb.binary(BinaryOp::Mul, y, rb);
-            for (i, &(p, wdt, wnode)) in vec_params.iter().enumerate() {
-                let w = kb.emit(
-                    OpKind::Load {
-                        tensor: p,
-                        access: vec![Access::Range {
-                            start: iv,
-                            len: bk32,
-                        }],
-                        mask: None,
-                        other: zero_of(wdt),
-                    },
-                    KernelBuilder::tile_ty(&tile1, wdt),
-                );
-                let w = kb.cast(w, wnode);
-                let w = kb.cast(w, f);
-                let is_bias = weight.is_none() || i == 1;
-                y = kb.binary(
-                    if is_bias {
-                        BinaryOp::Add
-                    } else {
-                        BinaryOp::Mul
-                    },
-                    y,
-                    w,
-                );
-            }
-            let y = kb.cast(y, ndt);
-            let y = kb.cast(y, odt);
-            kb.ops.push(Op {
-                results: vec![],
-                kind: OpKind::Store {
-                    tensor: out_idx,
-                    access: vec![
-                        Access::Point(row),
-                        Access::Range {
-                            start: iv,
-                            len: bk32,
+            let ss = reduce_sum(&mut kb, sq);
+            let rstd = rstd_of(&mut kb, ss);
+            normalise(&mut kb, lo, d, rstd, &ws);
+        } else {
+            // One loop over the row: `body(kb, iv, x chunk in f32, carried)`.
+            let looped = |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| {
+                let iv = kb.fresh(Type::Scalar(DType::I32));
+                let carried: Vec<Value> = init
+                    .iter()
+                    .map(|v| {
+                        let t = kb.ty(*v).clone();
+                        kb.fresh(t)
+                    })
+                    .collect();
+                let outer = std::mem::take(&mut kb.ops);
+                let v = load_x(kb, iv);
+                let y = body(kb, iv, v, &carried);
+                kb.ops.push(Op {
+                    results: vec![],
+                    kind: OpKind::Yield(y),
+                    span: kb.span,
+                });
+                let body_ops = std::mem::replace(&mut kb.ops, outer);
+                let results: Vec<Value> = init
+                    .iter()
+                    .map(|v| {
+                        let t = kb.ty(*v).clone();
+                        kb.fresh(t)
+                    })
+                    .collect();
+                let mut region_args = vec![iv];
+                region_args.extend(carried);
+                kb.ops.push(Op {
+                    results: results.clone(),
+                    kind: OpKind::For {
+                        lo,
+                        hi,
+                        step,
+                        init,
+                        body: Region {
+                            args: region_args,
+                            ops: body_ops,
                         },
-                    ],
-                    value: y,
-                    mask: None,
-                },
-                span: kb.span,
+                    },
+                    span: kb.span,
+                });
+                results
+            };
+            let z = kb.splat(zero, &tile1);
+            // Every chunk wholly inside the row: no lane to mask.
+            let ragged = c.as_const().is_none_or(|cc| cc % bk != 0);
+            let (mean, ss) = if layer {
+                // Welford per lane. A lane inside the row at a chunk was inside
+                // at every earlier one, so its count there is the chunk's
+                // number: one scalar reciprocal a chunk serves every lane.
+                let st = looped(&mut kb, vec![z, z, z, zero], &mut |kb, iv, v, c| {
+                    let (mean, m2, cnt, k) = (c[0], c[1], c[2], c[3]);
+                    let k1 = kb.binary(BinaryOp::Add, k, one);
+                    let inv = kb.binary(BinaryOp::Div, one, k1);
+                    let dv = kb.binary(BinaryOp::Sub, v, mean);
+                    let onet = kb.splat(one, &tile1);
+                    let (delta, add) = if ragged {
+                        let inb = in_row(kb, iv);
+                        let zt = kb.splat(zero, &tile1);
+                        (select(kb, inb, dv, zt), select(kb, inb, onet, zt))
+                    } else {
+                        (dv, onet)
+                    };
+                    let ib = kb.splat(inv, &tile1);
+                    let step_ = kb.binary(BinaryOp::Mul, delta, ib);
+                    let mean2 = kb.binary(BinaryOp::Add, mean, step_);
+                    let d2 = kb.binary(BinaryOp::Sub, v, mean2);
+                    let p = kb.binary(BinaryOp::Mul, delta, d2);
+                    let m22 = kb.binary(BinaryOp::Add, m2, p);
+                    let cnt2 = kb.binary(BinaryOp::Add, cnt, add);
+                    vec![mean2, m22, cnt2, k1]
+                });
+                // Chan: mean = sum(n_i mean_i) / n; M2 = sum(M2_i + n_i (mean_i - mean)^2).
+                let (lm, lm2, lc) = (st[0], st[1], st[2]);
+                let wm = kb.binary(BinaryOp::Mul, lc, lm);
+                let s = reduce_sum(&mut kb, wm);
+                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+                let mb = kb.splat(mean, &tile1);
+                let dm = kb.binary(BinaryOp::Sub, lm, mb);
+                let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
+                let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
+                let tot = kb.binary(BinaryOp::Add, lm2, cdm);
+                (Some(mean), reduce_sum(&mut kb, tot))
+            } else {
+                let sq = looped(&mut kb, vec![z], &mut |kb, _, v, c| {
+                    let p = kb.binary(BinaryOp::Mul, v, v);
+                    vec![kb.binary(BinaryOp::Add, c[0], p)]
+                })[0];
+                (None, reduce_sum(&mut kb, sq))
+            };
+            let rstd = rstd_of(&mut kb, ss);
+            looped(&mut kb, vec![], &mut |kb, iv, v, _| {
+                let d = match mean {
+                    Some(m) => {
+                        let mb = kb.splat(m, &tile1);
+                        kb.binary(BinaryOp::Sub, v, mb)
+                    }
+                    None => v,
+                };
+                let ws = load_w(kb, iv);
+                normalise(kb, iv, d, rstd, &ws);
+                vec![]
             });
-            vec![]
-        });
+        }
         let name = format!(
             "{}_{}{}",
             g.name,
@@ -345,7 +426,7 @@ impl Lower<'_> {
             divisibility: vec![],
             divisibility_trusted: false,
             params: kb.params,
-            num_warps: 4,
+            num_warps,
             num_stages: 1,
             body: Region {
                 args: vec![],

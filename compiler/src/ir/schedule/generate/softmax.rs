@@ -1,7 +1,10 @@
-//! Generated softmax over any axis and float dtype: three loops over the axis
-//! (max, sum, normalise).
+//! Generated softmax over any axis and float dtype: the axis in one register
+//! tile where it fits (one read of the input), else two passes over chunks
+//! (an online max and sum per lane, then the normalised values).
 
-use super::{neutral, next_pow2, KernelBuilder, LoopBody};
+use super::{
+    long_tile, neutral, next_pow2, row_warps, KernelBuilder, LoopBody, LONG_WARPS, ROW_TILE,
+};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{NodeId, NodeKind, ReduceKind};
@@ -13,9 +16,15 @@ use crate::ir::tile::{
 impl Lower<'_> {
     /// A generated softmax over any axis and float dtype: `x` viewed as
     /// `[R, K, C]` (K the softmax axis), one program handles one `r` and a block
-    /// of `C` in three loops over `K`: the max, the sum of `exp(x - max)`, and the
-    /// normalised values (f32 arithmetic; out-of-bounds lanes read -inf, which
-    /// adds nothing and is never stored).
+    /// of `C`. Where `K` is known and the `[K, C]` block fits `ROW_TILE`, it is
+    /// loaded once and stays in registers: max, `e = exp(x - max)`, sum,
+    /// `e * (1 / sum)`. Otherwise one loop over `K` keeps each lane's running
+    /// max `m` and sum `l` (rescaled by `exp(m - m')` when the max grows, as
+    /// flash attention does), combined across lanes after the loop, and a
+    /// second loop writes the normalised values. f32 arithmetic; out-of-bounds
+    /// lanes read -inf, which adds nothing and is never stored. (`e * (1 /
+    /// sum)`: within 2 ulp of f32 of `e / sum`, and one division a column
+    /// instead of one an element.)
     pub(in crate::ir::schedule) fn softmax_generated(&mut self, n: NodeId, out: BufId) -> R<()> {
         let g = self.g;
         let NodeKind::Softmax { x, axis } = g.node(n).kind else {
@@ -33,10 +42,14 @@ impl Lower<'_> {
         let ndt = g.ty(n).dtype().unwrap_or(odt);
         let f = DType::F32;
         let bc = b.as_const().map(|b| next_pow2(b).min(32)).unwrap_or(32);
-        let mut bk = (1024 / bc).max(1);
-        if let Some(kc) = k.as_const() {
-            bk = bk.min(next_pow2(kc).max(1));
-        }
+        let whole = k
+            .as_const()
+            .map(|kc| next_pow2(kc.max(1)))
+            .filter(|&kp| kp * bc <= ROW_TILE);
+        let (bk, num_warps) = match whole {
+            Some(kp) => (kp, row_warps(kp * bc)),
+            None => ((long_tile(2) / bc).max(1), LONG_WARPS),
+        };
         let (bc32, bk32) = (bc as u32, bk as u32);
         let dim_of = |d: &Dim, name: &str| match d.as_const() {
             Some(v) => tile::Dim::Static(v as u64),
@@ -78,6 +91,54 @@ impl Lower<'_> {
         };
         let step = kb.cnst(Constant::Int(bk), DType::I32);
         let tile2 = [bk32, bc32];
+        // The `[bk, bc]` block of x at `iv` along K, in f32.
+        let load_x = |kb: &mut KernelBuilder, iv: Value| {
+            let ld = kb.emit(
+                OpKind::Load {
+                    tensor: 0,
+                    access: vec![
+                        Access::Point(pid0),
+                        Access::Range {
+                            start: iv,
+                            len: bk32,
+                        },
+                        Access::Range {
+                            start: c0,
+                            len: bc32,
+                        },
+                    ],
+                    mask: None,
+                    other: neutral(ReduceKind::Max, bdt),
+                },
+                KernelBuilder::tile_ty(&tile2, bdt),
+            );
+            let v = kb.cast(ld, xdt);
+            kb.cast(v, f)
+        };
+        let store_y = |kb: &mut KernelBuilder, iv: Value, y: Value| {
+            let y = kb.cast(y, ndt);
+            let y = kb.cast(y, odt);
+            kb.ops.push(Op {
+                results: vec![],
+                kind: OpKind::Store {
+                    tensor: 1,
+                    access: vec![
+                        Access::Point(pid0),
+                        Access::Range {
+                            start: iv,
+                            len: bk32,
+                        },
+                        Access::Range {
+                            start: c0,
+                            len: bc32,
+                        },
+                    ],
+                    value: y,
+                    mask: None,
+                },
+                span: kb.span,
+            });
+        };
         // One loop over K: `body(kb, iv, x_tile_f32, carried) -> yielded`.
         let looped =
             |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| -> Vec<Value> {
@@ -90,27 +151,7 @@ impl Lower<'_> {
                     })
                     .collect();
                 let outer = std::mem::take(&mut kb.ops);
-                let ld = kb.emit(
-                    OpKind::Load {
-                        tensor: 0,
-                        access: vec![
-                            Access::Point(pid0),
-                            Access::Range {
-                                start: iv,
-                                len: bk32,
-                            },
-                            Access::Range {
-                                start: c0,
-                                len: bc32,
-                            },
-                        ],
-                        mask: None,
-                        other: neutral(ReduceKind::Max, bdt),
-                    },
-                    KernelBuilder::tile_ty(&tile2, bdt),
-                );
-                let v = kb.cast(ld, xdt);
-                let v = kb.cast(v, f);
+                let v = load_x(kb, iv);
                 let yielded = body(kb, iv, v, &args);
                 kb.ops.push(Op {
                     results: vec![],
@@ -143,23 +184,17 @@ impl Lower<'_> {
                 });
                 results
             };
-        let ninf = kb.emit(
-            OpKind::Const(Constant::Float(f64::NEG_INFINITY)),
-            Type::Scalar(f),
-        );
-        let m0 = kb.splat(ninf, &[bc32]);
-        let m = looped(&mut kb, vec![m0], &mut |kb, _, v, c| {
-            let r = kb.emit(
+        let reduce = |kb: &mut KernelBuilder, op: tile::ReduceOp, x: Value| {
+            kb.emit(
                 OpKind::Reduce {
-                    op: tile::ReduceOp::Max,
-                    x: v,
+                    op,
+                    x,
                     axis: 0,
                     keepdims: false,
                 },
                 KernelBuilder::tile_ty(&[bc32], f),
-            );
-            vec![kb.binary(BinaryOp::Max, c[0], r)]
-        })[0];
+            )
+        };
         let bcast = |kb: &mut KernelBuilder, row: Value| {
             let e = kb.emit(
                 OpKind::ExpandDims { x: row, axis: 0 },
@@ -173,53 +208,70 @@ impl Lower<'_> {
                 KernelBuilder::tile_ty(&tile2, f),
             )
         };
+        let ninf = kb.emit(
+            OpKind::Const(Constant::Float(f64::NEG_INFINITY)),
+            Type::Scalar(f),
+        );
         let zero = kb.cnst(Constant::Float(0.0), f);
-        let s0 = kb.splat(zero, &[bc32]);
-        let s = looped(&mut kb, vec![s0], &mut |kb, _, v, c| {
-            let mb = bcast(kb, m);
+        let one = kb.cnst(Constant::Float(1.0), f);
+        // `1 / s` per column.
+        let recip = |kb: &mut KernelBuilder, s: Value| {
+            let o = kb.splat(one, &[bc32]);
+            kb.binary(BinaryOp::Div, o, s)
+        };
+        if whole.is_some() {
+            let v = load_x(&mut kb, lo);
+            let m = reduce(&mut kb, tile::ReduceOp::Max, v);
+            let mb = bcast(&mut kb, m);
             let d = kb.binary(BinaryOp::Sub, v, mb);
             let e = kb.unary(UnaryOp::Exp, d);
-            let r = kb.emit(
-                OpKind::Reduce {
-                    op: tile::ReduceOp::Sum,
-                    x: e,
-                    axis: 0,
-                    keepdims: false,
-                },
-                KernelBuilder::tile_ty(&[bc32], f),
-            );
-            vec![kb.binary(BinaryOp::Add, c[0], r)]
-        })[0];
-        looped(&mut kb, vec![], &mut |kb, iv, v, _| {
-            let mb = bcast(kb, m);
-            let sb = bcast(kb, s);
-            let d = kb.binary(BinaryOp::Sub, v, mb);
-            let e = kb.unary(UnaryOp::Exp, d);
-            let y = kb.binary(BinaryOp::Div, e, sb);
-            let y = kb.cast(y, ndt);
-            let y = kb.cast(y, odt);
-            kb.ops.push(Op {
-                results: vec![],
-                kind: OpKind::Store {
-                    tensor: 1,
-                    access: vec![
-                        Access::Point(pid0),
-                        Access::Range {
-                            start: iv,
-                            len: bk32,
-                        },
-                        Access::Range {
-                            start: c0,
-                            len: bc32,
-                        },
-                    ],
-                    value: y,
-                    mask: None,
-                },
-                span: kb.span,
+            let s = reduce(&mut kb, tile::ReduceOp::Sum, e);
+            let inv = recip(&mut kb, s);
+            let ib = bcast(&mut kb, inv);
+            let y = kb.binary(BinaryOp::Mul, e, ib);
+            store_y(&mut kb, lo, y);
+        } else {
+            let m0 = kb.splat(ninf, &tile2);
+            let l0 = kb.splat(zero, &tile2);
+            let ml = looped(&mut kb, vec![m0, l0], &mut |kb, _, v, c| {
+                let (m, l) = (c[0], c[1]);
+                let mn = kb.binary(BinaryOp::Max, m, v);
+                // A lane that has seen only -inf keeps l = 0 (not exp(-inf + inf)).
+                let ni = kb.splat(ninf, &tile2);
+                let empty = kb.binary(BinaryOp::Eq, mn, ni);
+                let z = kb.splat(zero, &tile2);
+                let safe = kb.emit(
+                    OpKind::Select {
+                        cond: empty,
+                        a: z,
+                        b: mn,
+                    },
+                    KernelBuilder::tile_ty(&tile2, f),
+                );
+                let dm = kb.binary(BinaryOp::Sub, m, safe);
+                let alpha = kb.unary(UnaryOp::Exp, dm);
+                let dv = kb.binary(BinaryOp::Sub, v, safe);
+                let p = kb.unary(UnaryOp::Exp, dv);
+                let la = kb.binary(BinaryOp::Mul, l, alpha);
+                vec![mn, kb.binary(BinaryOp::Add, la, p)]
             });
-            vec![]
-        });
+            let mx = reduce(&mut kb, tile::ReduceOp::Max, ml[0]);
+            let mxb = bcast(&mut kb, mx);
+            let dm = kb.binary(BinaryOp::Sub, ml[0], mxb);
+            let scale = kb.unary(UnaryOp::Exp, dm);
+            let w = kb.binary(BinaryOp::Mul, ml[1], scale);
+            let s = reduce(&mut kb, tile::ReduceOp::Sum, w);
+            let inv = recip(&mut kb, s);
+            looped(&mut kb, vec![], &mut |kb, iv, v, _| {
+                let mb = bcast(kb, mx);
+                let d = kb.binary(BinaryOp::Sub, v, mb);
+                let e = kb.unary(UnaryOp::Exp, d);
+                let ib = bcast(kb, inv);
+                let y = kb.binary(BinaryOp::Mul, e, ib);
+                store_y(kb, iv, y);
+                vec![]
+            });
+        }
         let name = format!("{}_softmax{}", g.name, self.kernels.len());
         self.kernels.push(Kernel {
             name,
@@ -227,7 +279,7 @@ impl Lower<'_> {
             divisibility: vec![],
             divisibility_trusted: false,
             params: kb.params,
-            num_warps: 4,
+            num_warps,
             num_stages: 1,
             body: Region {
                 args: vec![],
