@@ -654,23 +654,29 @@ def bench_attn(args):
 
 
 def bench_rows(args, section):
-    """softmax or layer_norm over the last axis, bf16, vs torch and a copy."""
+    """softmax, or layer_norm and rms_norm, over the last axis, bf16, vs torch and a copy."""
     sizes = ([(64, 256)] if args.tiny else [(16384, 4096)] if args.quick
              else [(16384, 4096), (4096, 65536)])
-    for m, n in sizes:
+    kinds = ["softmax"] if section == "softmax" else ["layer_norm", "rms_norm"]
+    for (m, n), kind in [(size, kind) for size in sizes for kind in kinds]:
         inputs = {"x": save_input(args, "x", (m, n), 6)}
         y = os.path.join(args.work, "y.npy")
         setup = [f'x = load_npy("{inputs["x"]}").to(bf16)']
-        if section == "softmax":
+        if kind == "softmax":
             stmt = "y = softmax(x, dim=-1)"
             peer = ("torch.softmax", lambda t: torch.softmax(t["x"], dim=-1), True)
-        else:
+        elif kind == "layer_norm":
             inputs.update(w=save_input(args, "w", (n,), 7), b=save_input(args, "b", (n,), 8))
             setup += [f'w = load_npy("{inputs["w"]}").to(bf16)',
                       f'bias = load_npy("{inputs["b"]}").to(bf16)']
             stmt = "y = layer_norm(x, w, bias, eps=1e-5)"
             peer = ("F.layer_norm",
                     lambda t: F.layer_norm(t["x"], (n,), t["w"], t["b"], 1e-5), True)
+        else:
+            inputs.update(w=save_input(args, "w", (n,), 7))
+            setup += [f'w = load_npy("{inputs["w"]}").to(bf16)']
+            stmt = "y = rms_norm(x, w, eps=1e-6)"
+            peer = ("F.rms_norm", lambda t: F.rms_norm(t["x"], (n,), t["w"], 1e-6), True)
 
         def copy(t):
             if "y" not in t:
@@ -910,7 +916,7 @@ def markdown(rows, header):
     titles = {"gemm": "GEMM (bf16 in, f32 accumulation)", "attn": "Flash-attention forward (bf16)",
               "copy": "Copy kernel (bf16, `store(y[i:i+BLOCK], load(x[i:i+BLOCK]))`)",
               "softmax": "Softmax over the last axis (bf16)",
-              "norm": "Layer norm over the last axis (bf16)"}
+              "norm": "Layer norm and RMS norm over the last axis (bf16)"}
     intro = ("Tessera's time is the GPU median of `:time` (its wall time is in the note); "
              "Tessera ÷ this is Tessera's throughput over the peer's (above 1: Tessera is "
              "faster); the error is the largest |Tessera − peer| over the result (against "

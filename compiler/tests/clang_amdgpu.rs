@@ -408,12 +408,19 @@ const WORST_BOUND: f64 = 0.35;
 /// code is smaller, clang's counts barely moved, and the estimate, which
 /// mostly undercounts on AMD, went further under (gfx1100's new outliers
 /// are two attention kernels, whose accumulating WMMAs clang gives 181 and
-/// 256 VGPRs against 107 and 145 estimated).
+/// 256 VGPRs against 107 and 145 estimated). Held again (gfx90a's median
+/// 14.4% to 14.5%; 25 / 26 / 36 to 26 / 27 / 40 outliers) when a tile stopped
+/// counting as a splat for equal registers alone: the HIP of
+/// tests/numerics/attention.tsr's kernels changed, one more of them is past
+/// 35% on each arch (causal_attn[D=64] on CDNA: 61 VGPRs estimated, clang
+/// 94; window_attn[D=128] on gfx1100: 81, clang 125), and
+/// tests/gpu/row_tiles.tsr added 14 row-softmax kernels, three of them over
+/// 35% on gfx1100 (68 estimated, clang 49 or 107).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.144, 25),
-        Arch::Gfx942 => (0.144, 26),
-        _ => (0.126, 36),
+        Arch::Gfx90a => (0.145, 26),
+        Arch::Gfx942 => (0.144, 27),
+        _ => (0.126, 40),
     }
 }
 
