@@ -33,7 +33,8 @@ pub enum Entry {
     /// `import std.linalg` binds `std`, a namespace holding `linalg`.
     Namespace(BTreeMap<String, Entry>),
     /// A variable assigned by a top-level statement (scripts, the REPL), with
-    /// the type of its last assignment (`Ty::Err` where it is not tracked),
+    /// the type of its assignments (`Ty::Err` where it is not tracked, as when
+    /// they give it different types),
     /// and its value where a type needs it and one assignment gives it: a
     /// dtype (`d = x.dtype`, then `zeros([2], d)`).
     Global(Ty, Option<Value>),
@@ -609,8 +610,14 @@ pub fn build_module_scope_with(items: &[ScopeItem], resolve: Resolver) -> Module
                         None => {
                             scope.entries.insert(n, Entry::Global(ty, value));
                         }
-                        // Assigned again: the value is not one value any more.
-                        Some(Entry::Global(..)) => {
+                        // Assigned again: the value is not one value any more,
+                        // and where the type changes, which one a statement sees
+                        // depends on where it stands; an item's check holds for
+                        // every place its text appears, so the variable is not
+                        // tracked (`x = randn(..)`, `k(x)`, `x = x.to(bf16)`: no
+                        // error at `k(x)` for a type `x` only has later).
+                        Some(Entry::Global(old, _)) => {
+                            let ty = if *old == ty { ty } else { Ty::Err };
                             scope.entries.insert(n, Entry::Global(ty, None));
                         }
                         Some(_) => {}
