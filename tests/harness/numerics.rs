@@ -565,6 +565,45 @@ fn conversions_and_empty_reductions() {
     close("max_last", &got, &[5.0, -1.0], 0.0);
 }
 
+/// The generated row kernels of known lengths: one register tile (3000, lanes
+/// past the row masked) and two passes over chunks with per-lane statistics
+/// (20000: online max and sum, Welford merged by Chan's rule, sum of squares;
+/// the last chunk ragged). Rows offset by 40 so that a one-pass variance
+/// (E[x^2] - mean^2) would lose digits that Welford keeps.
+#[test]
+fn generated_row_kernels_whole_and_chunked() {
+    let (db, file) = builtins();
+    let m = 3;
+    for n in [3000, 20000] {
+        let x: Vec<f64> = data(m * n, 31, DType::F32)
+            .iter()
+            .map(|v| round_to(DType::F32, v * 4.0 + 40.0))
+            .collect();
+        let xt = t(&[m, n], DType::F32, &x);
+        let w = data(n, 32, DType::F32);
+        let b = data(n, 33, DType::F32);
+        let (wt, bt) = (t(&[n], DType::F32, &w), t(&[n], DType::F32, &b));
+        close(
+            &format!("softmax {m}x{n}"),
+            &call(&db, file, &format!("sm_{n}"), std::slice::from_ref(&xt)),
+            &softmax_ref(&x, m, n),
+            F32,
+        );
+        close(
+            &format!("layer_norm {m}x{n}"),
+            &call(&db, file, &format!("ln_{n}"), &[xt.clone(), wt.clone(), bt]),
+            &layer_norm_ref(&x, &w, Some(&b), m, n, 1e-5),
+            1e-4,
+        );
+        close(
+            &format!("rms_norm {m}x{n}"),
+            &call(&db, file, &format!("rms_{n}"), &[xt.clone(), wt]),
+            &layer_norm_ref(&x, &w, None, m, n, 1e-6),
+            1e-4,
+        );
+    }
+}
+
 #[test]
 fn softmax_norms_and_reductions() {
     let (db, file) = builtins();
