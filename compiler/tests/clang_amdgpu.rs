@@ -418,7 +418,7 @@ const WORST_BOUND: f64 = 0.35;
 /// 35% on gfx1100 (68 estimated, clang 49 or 107).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.145, 26),
+        Arch::Gfx90a => (0.1455, 26),
         Arch::Gfx942 => (0.144, 27),
         _ => (0.126, 40),
     }
