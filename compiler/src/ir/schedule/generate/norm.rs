@@ -2,7 +2,10 @@
 //! kernel when it does not: the row in one register tile where it fits, else
 //! two passes over chunks (per-lane statistics, then the normalised values).
 
-use super::{long_tile, next_pow2, row_warps, KernelBuilder, LoopBody, LONG_WARPS, ROW_TILE};
+use super::{
+    chunk_loop, long_plan, next_pow2, row_warps, ChunkLoad, KernelBuilder, LoopBody, LONG_WARPS,
+    ROW_TILE,
+};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{NodeId, NodeKind};
@@ -85,9 +88,11 @@ impl Lower<'_> {
             .as_const()
             .map(|cc| next_pow2(cc.max(1)))
             .filter(|&cp| cp <= ROW_TILE);
+        // The tiles the statistics loop of a long row carries (Welford's three, or the sum of squares).
+        let carried = if layer { 3 } else { 1 };
         let (bk, num_warps) = match whole {
             Some(cp) => (cp, row_warps(cp)),
-            None => (long_tile(if layer { 3 } else { 1 }), LONG_WARPS),
+            None => (long_plan(carried).0, LONG_WARPS),
         };
         let bk32 = bk as u32;
         let dim_of = |d: &Dim, name: &str| match d.as_const() {
@@ -177,9 +182,9 @@ impl Lower<'_> {
         let zero = kb.cnst(Constant::Float(0.0), f);
         let one = kb.cnst(Constant::Float(1.0), f);
         let inv_n = kb.binary(BinaryOp::Div, one, count);
-        // The row's chunk at `iv` in f32 (out-of-bounds lanes read 0).
-        let load_x = |kb: &mut KernelBuilder, iv: Value| {
-            let ld = kb.emit(
+        // The row's chunk at `iv` as stored (out-of-bounds lanes read 0), and in f32.
+        let load_raw = |kb: &mut KernelBuilder, iv: Value| {
+            kb.emit(
                 OpKind::Load {
                     tensor: 0,
                     access: vec![
@@ -193,7 +198,9 @@ impl Lower<'_> {
                     other: zero_of(bdt),
                 },
                 KernelBuilder::tile_ty(&tile1, bdt),
-            );
+            )
+        };
+        let widen = |kb: &mut KernelBuilder, ld: Value| {
             let v = kb.cast(ld, xdt);
             kb.cast(v, f)
         };
@@ -287,7 +294,8 @@ impl Lower<'_> {
             kb.unary(UnaryOp::Rsqrt, ms)
         };
         if let Some(cp) = whole {
-            let v = load_x(&mut kb, lo);
+            let raw = load_raw(&mut kb, lo);
+            let v = widen(&mut kb, raw);
             let ws = load_w(&mut kb, lo);
             let d = if layer {
                 let s = reduce_sum(&mut kb, v);
@@ -309,49 +317,14 @@ impl Lower<'_> {
             let rstd = rstd_of(&mut kb, ss);
             normalise(&mut kb, lo, d, rstd, &ws);
         } else {
-            // One loop over the row: `body(kb, iv, x chunk in f32, carried)`.
+            let bounds = (lo, hi, step);
             let looped = |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| {
-                let iv = kb.fresh(Type::Scalar(DType::I32));
-                let carried: Vec<Value> = init
-                    .iter()
-                    .map(|v| {
-                        let t = kb.ty(*v).clone();
-                        kb.fresh(t)
-                    })
-                    .collect();
-                let outer = std::mem::take(&mut kb.ops);
-                let v = load_x(kb, iv);
-                let y = body(kb, iv, v, &carried);
-                kb.ops.push(Op {
-                    results: vec![],
-                    kind: OpKind::Yield(y),
-                    span: kb.span,
-                });
-                let body_ops = std::mem::replace(&mut kb.ops, outer);
-                let results: Vec<Value> = init
-                    .iter()
-                    .map(|v| {
-                        let t = kb.ty(*v).clone();
-                        kb.fresh(t)
-                    })
-                    .collect();
-                let mut region_args = vec![iv];
-                region_args.extend(carried);
-                kb.ops.push(Op {
-                    results: results.clone(),
-                    kind: OpKind::For {
-                        lo,
-                        hi,
-                        step,
-                        init,
-                        body: Region {
-                            args: region_args,
-                            ops: body_ops,
-                        },
-                    },
-                    span: kb.span,
-                });
-                results
+                let chunks = (
+                    &load_raw as &ChunkLoad,
+                    &widen as &ChunkLoad,
+                    long_plan(carried).1,
+                );
+                chunk_loop(kb, bounds, chunks, init, body)
             };
             let z = kb.splat(zero, &tile1);
             // Every chunk wholly inside the row: no lane to mask.

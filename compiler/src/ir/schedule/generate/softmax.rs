@@ -3,7 +3,8 @@
 //! (an online max and sum per lane, then the normalised values).
 
 use super::{
-    long_tile, neutral, next_pow2, row_warps, KernelBuilder, LoopBody, LONG_WARPS, ROW_TILE,
+    chunk_loop, long_plan, neutral, next_pow2, row_warps, ChunkLoad, KernelBuilder, LONG_WARPS,
+    ROW_TILE,
 };
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -48,7 +49,7 @@ impl Lower<'_> {
             .filter(|&kp| kp * bc <= ROW_TILE);
         let (bk, num_warps) = match whole {
             Some(kp) => (kp, row_warps(kp * bc)),
-            None => ((long_tile(2) / bc).max(1), LONG_WARPS),
+            None => ((long_plan(2).0 / bc).max(1), LONG_WARPS),
         };
         let (bc32, bk32) = (bc as u32, bk as u32);
         let dim_of = |d: &Dim, name: &str| match d.as_const() {
@@ -92,8 +93,9 @@ impl Lower<'_> {
         let step = kb.cnst(Constant::Int(bk), DType::I32);
         let tile2 = [bk32, bc32];
         // The `[bk, bc]` block of x at `iv` along K, in f32.
-        let load_x = |kb: &mut KernelBuilder, iv: Value| {
-            let ld = kb.emit(
+        // The `[bk, bc]` block of x at `iv` along K as stored, and in f32.
+        let load_raw = |kb: &mut KernelBuilder, iv: Value| {
+            kb.emit(
                 OpKind::Load {
                     tensor: 0,
                     access: vec![
@@ -111,7 +113,9 @@ impl Lower<'_> {
                     other: neutral(ReduceKind::Max, bdt),
                 },
                 KernelBuilder::tile_ty(&tile2, bdt),
-            );
+            )
+        };
+        let widen = |kb: &mut KernelBuilder, ld: Value| {
             let v = kb.cast(ld, xdt);
             kb.cast(v, f)
         };
@@ -139,51 +143,6 @@ impl Lower<'_> {
                 span: kb.span,
             });
         };
-        // One loop over K: `body(kb, iv, x_tile_f32, carried) -> yielded`.
-        let looped =
-            |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| -> Vec<Value> {
-                let iv = kb.fresh(Type::Scalar(DType::I32));
-                let args: Vec<Value> = init
-                    .iter()
-                    .map(|v| {
-                        let t = kb.ty(*v).clone();
-                        kb.fresh(t)
-                    })
-                    .collect();
-                let outer = std::mem::take(&mut kb.ops);
-                let v = load_x(kb, iv);
-                let yielded = body(kb, iv, v, &args);
-                kb.ops.push(Op {
-                    results: vec![],
-                    kind: OpKind::Yield(yielded),
-                    span: kb.span,
-                });
-                let body_ops = std::mem::replace(&mut kb.ops, outer);
-                let results: Vec<Value> = init
-                    .iter()
-                    .map(|v| {
-                        let t = kb.ty(*v).clone();
-                        kb.fresh(t)
-                    })
-                    .collect();
-                let mut region_args = vec![iv];
-                region_args.extend(args);
-                kb.ops.push(Op {
-                    results: results.clone(),
-                    kind: OpKind::For {
-                        lo,
-                        hi,
-                        step,
-                        init,
-                        body: Region {
-                            args: region_args,
-                            ops: body_ops,
-                        },
-                    },
-                    span: kb.span,
-                });
-                results
-            };
         let reduce = |kb: &mut KernelBuilder, op: tile::ReduceOp, x: Value| {
             kb.emit(
                 OpKind::Reduce {
@@ -220,7 +179,8 @@ impl Lower<'_> {
             kb.binary(BinaryOp::Div, o, s)
         };
         if whole.is_some() {
-            let v = load_x(&mut kb, lo);
+            let raw = load_raw(&mut kb, lo);
+            let v = widen(&mut kb, raw);
             let m = reduce(&mut kb, tile::ReduceOp::Max, v);
             let mb = bcast(&mut kb, m);
             let d = kb.binary(BinaryOp::Sub, v, mb);
@@ -233,7 +193,13 @@ impl Lower<'_> {
         } else {
             let m0 = kb.splat(ninf, &tile2);
             let l0 = kb.splat(zero, &tile2);
-            let ml = looped(&mut kb, vec![m0, l0], &mut |kb, _, v, c| {
+            let bounds = (lo, hi, step);
+            let chunks = (
+                &load_raw as &ChunkLoad,
+                &widen as &ChunkLoad,
+                long_plan(2).1,
+            );
+            let ml = chunk_loop(&mut kb, bounds, chunks, vec![m0, l0], &mut |kb, _, v, c| {
                 let (m, l) = (c[0], c[1]);
                 let mn = kb.binary(BinaryOp::Max, m, v);
                 // A lane that has seen only -inf keeps l = 0 (not exp(-inf + inf)).
@@ -262,7 +228,7 @@ impl Lower<'_> {
             let w = kb.binary(BinaryOp::Mul, ml[1], scale);
             let s = reduce(&mut kb, tile::ReduceOp::Sum, w);
             let inv = recip(&mut kb, s);
-            looped(&mut kb, vec![], &mut |kb, iv, v, _| {
+            chunk_loop(&mut kb, bounds, chunks, vec![], &mut |kb, iv, v, _| {
                 let mb = bcast(kb, mx);
                 let d = kb.binary(BinaryOp::Sub, v, mb);
                 let e = kb.unary(UnaryOp::Exp, d);
