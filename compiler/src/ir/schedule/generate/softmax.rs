@@ -92,23 +92,26 @@ impl Lower<'_> {
         };
         let step = kb.cnst(Constant::Int(bk), DType::I32);
         let tile2 = [bk32, bc32];
-        // The `[bk, bc]` block of x at `iv` along K, in f32.
-        // The `[bk, bc]` block of x at `iv` along K as stored, and in f32.
+        // The `[bk, bc]` block at `iv` along K (of x or the output).
+        let block_at = |iv: Value| {
+            vec![
+                Access::Point(pid0),
+                Access::Range {
+                    start: iv,
+                    len: bk32,
+                },
+                Access::Range {
+                    start: c0,
+                    len: bc32,
+                },
+            ]
+        };
+        // That block of x as stored, and in f32.
         let load_raw = |kb: &mut KernelBuilder, iv: Value| {
             kb.emit(
                 OpKind::Load {
                     tensor: 0,
-                    access: vec![
-                        Access::Point(pid0),
-                        Access::Range {
-                            start: iv,
-                            len: bk32,
-                        },
-                        Access::Range {
-                            start: c0,
-                            len: bc32,
-                        },
-                    ],
+                    access: block_at(iv),
                     mask: None,
                     other: neutral(ReduceKind::Max, bdt),
                 },
@@ -126,17 +129,7 @@ impl Lower<'_> {
                 results: vec![],
                 kind: OpKind::Store {
                     tensor: 1,
-                    access: vec![
-                        Access::Point(pid0),
-                        Access::Range {
-                            start: iv,
-                            len: bk32,
-                        },
-                        Access::Range {
-                            start: c0,
-                            len: bc32,
-                        },
-                    ],
+                    access: block_at(iv),
                     value: y,
                     mask: None,
                 },
