@@ -13,7 +13,7 @@ use std::rc::Rc;
 use super::{mem_ty, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
-use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, RegTy, UnOp};
+use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, UnOp};
 use crate::ir::tile::{BinaryOp, UnaryOp};
 
 impl<'a> Lower<'a> {
@@ -80,6 +80,58 @@ impl<'a> Lower<'a> {
             }
             UnaryOp::Sqrt | UnaryOp::Rsqrt => unreachable!("handled above"),
         })
+    }
+
+    /// `exp(a - b)` of an f32 tile whose `b` is broadcast (at most one
+    /// distinct register for every two slots, as a row statistic is over its
+    /// row's slots): `2^(a log2(e) - b log2(e))`, one FMA a slot and one
+    /// multiplication a distinct `b`, where `2^((a - b) log2(e))` takes a
+    /// subtraction and a multiplication a slot (the subtraction is left dead
+    /// unless something else reads it). Online softmax's `exp(s - m[:, None])`
+    /// is the case, as FlashAttention computes it. The rounding error of the
+    /// exponent is then relative to |b| instead of |a - b| (both within the
+    /// `.approx` instruction's own error for |b| up to ~100); infinities give
+    /// what the unfused form gives (-inf scores 0, a -inf `b` NaN or inf).
+    pub(super) fn exp_of_differences(&mut self, x: &TV) -> Option<Vec<Operand>> {
+        if x.dtype != DType::F32 || x.ty != RegTy::F32 || x.ops.len() < 2 {
+            return None;
+        }
+        let mut pairs = Vec::with_capacity(x.ops.len());
+        let mut distinct: Vec<Reg> = Vec::new();
+        for o in &x.ops {
+            let (a, b) = *self.differences.get(&o.reg()?)?;
+            let b = b.reg()?;
+            if !distinct.contains(&b) {
+                if 2 * (distinct.len() + 1) > x.ops.len() {
+                    return None;
+                }
+                distinct.push(b);
+            }
+            pairs.push((a, b));
+        }
+        let scaled: Vec<Operand> = distinct
+            .iter()
+            .map(|&b| {
+                self.bin(
+                    BinOp::Mul,
+                    RegTy::F32,
+                    Operand::Reg(b),
+                    Operand::Float(-LOG2E),
+                )
+            })
+            .collect();
+        let ops = pairs
+            .into_iter()
+            .map(|(a, b)| {
+                let nb = scaled[distinct
+                    .iter()
+                    .position(|&d| d == b)
+                    .expect("collected above")];
+                let t = self.fma(RegTy::F32, a, Operand::Float(LOG2E), nb);
+                self.un(UnOp::Exp2Approx, RegTy::F32, t)
+            })
+            .collect();
+        Some(ops)
     }
 
     fn fma(&mut self, ty: RegTy, a: Operand, b: Operand, c: Operand) -> Operand {

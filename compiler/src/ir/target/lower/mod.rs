@@ -149,6 +149,7 @@ fn lower_once(
         rounded_bf16: HashMap::new(),
         index_ops: HashMap::new(),
         uniform_regs: HashSet::new(),
+        differences: HashMap::new(),
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
@@ -265,6 +266,11 @@ struct Lower<'a> {
     /// (or one immediate) is a splat; equal registers alone do not make one:
     /// a row statistic in a one-slot layout holds a different row per thread.
     uniform_regs: HashSet<Reg>,
+    /// f32 registers written by a subtraction in the straight-line code
+    /// being lowered, with its operands (`elementwise::exp_of_differences`).
+    /// Emptied at every region's start and end: a loop's carried registers
+    /// change under a difference taken before it.
+    differences: HashMap<Reg, (Operand, Operand)>,
     prologue: Vec<Inst>,
     blocks: Vec<Vec<Inst>>,
     vals: HashMap<Value, TV>,

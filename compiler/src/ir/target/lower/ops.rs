@@ -13,10 +13,17 @@ use std::rc::Rc;
 use super::{const_operand, gcd, round_const, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::{BinOp, Inst, Operand, RegTy, Special};
-use crate::ir::tile::{self, BinaryOp, Constant, OpKind, ReduceOp};
+use crate::ir::tile::{self, BinaryOp, Constant, OpKind, ReduceOp, UnaryOp};
 
 impl<'a> Lower<'a> {
     pub(super) fn region_ops(&mut self, ops: &[tile::Op]) -> R<Option<Vec<TV>>> {
+        self.differences.clear();
+        let yielded = self.straight_line_ops(ops);
+        self.differences.clear();
+        yielded
+    }
+
+    fn straight_line_ops(&mut self, ops: &[tile::Op]) -> R<Option<Vec<TV>>> {
         for op in ops {
             self.span = op.span;
             if let OpKind::Yield(vs) = &op.kind {
@@ -97,6 +104,13 @@ impl<'a> Lower<'a> {
             }
             OpKind::Unary { op: u, x } => {
                 let x = self.val(*x);
+                if *u == UnaryOp::Exp {
+                    if let Some(ops) = self.exp_of_differences(&x) {
+                        let tv = TV { ops, ..x };
+                        self.define(res(0), tv);
+                        return Ok(());
+                    }
+                }
                 let mut ops = Vec::with_capacity(x.ops.len());
                 for &o in &x.ops {
                     let v = self.unary(*u, x.ty, x.dtype, o)?;
@@ -122,8 +136,12 @@ impl<'a> Lower<'a> {
                     }
                 };
                 let mut ops = Vec::with_capacity(a.ops.len());
+                let difference = *b == BinaryOp::Sub && a.dtype == DType::F32;
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
                     let v = self.binary(*b, a.ty, a.dtype, x, y)?;
+                    if let (true, Operand::Reg(r)) = (difference, v) {
+                        self.differences.insert(r, (x, y));
+                    }
                     ops.push(if b.is_comparison() {
                         v
                     } else {
