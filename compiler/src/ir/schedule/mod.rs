@@ -514,7 +514,18 @@ pub fn lower(g: &Graph) -> Result<Schedule, LowerError> {
         name: g.name.clone(),
         buffers: l.buffers,
         steps: l.steps,
-        kernels: l.kernels.into_iter().map(std::sync::Arc::new).collect(),
+        kernels: l
+            .kernels
+            .into_iter()
+            .map(|mut k| {
+                // As user kernels get it (`ir::tile::program_order`).
+                if k.order_programs() {
+                    k.remove_dead_code();
+                    k.renumber();
+                }
+                std::sync::Arc::new(k)
+            })
+            .collect(),
         outputs,
         scalar_outputs,
     };

@@ -893,14 +893,14 @@ fn pipeline_plans_of_the_brief_kernels() {
     let cases = [
         (Arch::Sm80, "gemm", fixed(), "\
 cp.async on sm_80, num_stages = 3
-candidates: %12 A[128, 32], %13 B[32, 128]
-loop %10: pipelined over 3 stages, copied 2 iterations ahead: %12 A[128, 32], %13 B[32, 128]
+candidates: %41 A[128, 32], %42 B[32, 128]
+loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %42 B[32, 128]
 "),
         (Arch::Sm80, "gemm", Specialization::new(), "\
 cp.async on sm_80, num_stages = 3
-candidates: %12 A[128, 32], %13 B[32, 128]
-load %12 A[128, 32]: in registers
-load %13 B[32, 128]: in registers
+candidates: %41 A[128, 32], %42 B[32, 128]
+load %41 A[128, 32]: in registers
+load %42 B[32, 128]: in registers
 "),
         (Arch::Sm80, "flash_attn", d64(), "\
 cp.async on sm_80, num_stages = 2

@@ -196,6 +196,81 @@ fn gemm_with_partial_tiles() {
     close(out(&args[2]), &want, 1e-5);
 }
 
+/// A GEMM's programs run in grouped order (`program_order`): each program
+/// still computes and writes its own tile, with the ids it always had,
+/// over a grid with a partial group (5 x 3, groups of 8 along axis 0) and one
+/// with several groups (19 x 2); attention's operands (both chosen by axis 1)
+/// are left in grouping alone, and only its causal form is reordered.
+#[test]
+fn grouped_program_order_relabels_every_program_once() {
+    const SRC: &str = r#"
+@kernel(grid=(cdiv(M, 16), cdiv(N, 16)), num_warps=1)
+def ids(A: Tensor["M", "K", f32], B: Tensor["K", "N", f32], C: Tensor["M", "N", f32],
+        P: Tensor["M", "N", f32]):
+    m0 = program_id(0) * 16
+    n0 = program_id(1) * 16
+    acc = zeros([16, 16], f32)
+    for k in range(0, K, 16):
+        acc = dot(load(A[m0 : m0 + 16, k : k + 16]), load(B[k : k + 16, n0 : n0 + 16]), acc)
+    store(C[m0 : m0 + 16, n0 : n0 + 16], acc)
+    store(P[m0 : m0 + 16, n0 : n0 + 16], full([16, 16], (program_id(0) * 1000 + program_id(1)).to(f32), f32))
+"#;
+    let k = kernel(SRC, "ids", &Specialization::new());
+    assert!(
+        k.body
+            .ops
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::NumPrograms(1))),
+        "grouped:\n{}",
+        k.dump()
+    );
+    for (gm, gn) in [(5, 3), (19, 2)] {
+        let (m, kk, n) = (16 * gm, 32, 16 * gn);
+        let (a, b) = (data(m * kk, 6), data(kk * n, 7));
+        let mut args = [
+            tensor(&[m, kk], a.clone()),
+            tensor(&[kk, n], b.clone()),
+            tensor(&[m, n], vec![0.0; m * n]),
+            tensor(&[m, n], vec![-1.0; m * n]),
+        ];
+        launch(&k, [gm, gn, 1], &mut args);
+        let mut want = vec![0.0; m * n];
+        let mut ids = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..kk).map(|l| a[i * kk + l] * b[l * n + j]).sum();
+                ids[i * n + j] = ((i / 16) * 1000 + j / 16) as f64;
+            }
+        }
+        close(out(&args[2]), &want, 1e-5);
+        assert_eq!(out(&args[3]), &ids[..], "grid {gm} x {gn}");
+    }
+    let attn = std_kernel(
+        "attention",
+        "flash_attn",
+        &Specialization::new().with("D", 16),
+    );
+    assert!(
+        !attn
+            .body
+            .ops
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::NumPrograms(_))),
+        "{}",
+        attn.dump()
+    );
+    // Causal: the query blocks' trip counts grow with axis 0, walked
+    // backwards (its numerics: `flash_attention_matches_the_definition`).
+    let spec = Specialization::new().with("D", 16).with("causal", 1);
+    let causal = std_kernel("attention", "flash_attn", &spec);
+    let reversed = causal
+        .body
+        .ops
+        .iter()
+        .any(|op| matches!(op.kind, OpKind::NumPrograms(0)));
+    assert!(reversed, "{}", causal.dump());
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attention_ref(
     q: &[f64],

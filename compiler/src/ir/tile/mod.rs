@@ -437,6 +437,7 @@ mod env;
 mod limits;
 pub mod lower;
 mod masks;
+pub mod program_order;
 mod verify;
 
 #[cfg(test)]

@@ -347,6 +347,7 @@ impl<'a> Lowerer<'a> {
         k.remove_dead_code();
         k.fuse_dot_accumulators();
         k.specialise_masks();
+        k.order_programs();
         k.remove_dead_code();
         k.renumber();
         Ok(k)
