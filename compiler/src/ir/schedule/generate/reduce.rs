@@ -1,13 +1,13 @@
 //! Generated reductions: `sum`/`max`/`min`/`mean` over any axis or all of
 //! them, looping over the reduced extent.
 
-use super::{neutral, next_pow2, KernelBuilder};
+use super::{chunk_loop, neutral, next_pow2, ChunkLoad, KernelBuilder};
 use crate::check::dims::Dim;
 use crate::check::DType;
 use crate::ir::graph::{NodeId, NodeKind, ReduceKind};
 use crate::ir::schedule::{cdiv, product, Arg, BufId, KernelRef, Launch, Lower, ScalarExpr, R};
 use crate::ir::tile::{
-    self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type,
+    self, Access, BinaryOp, Constant, Kernel, Op, OpKind, ParamKind, Region, Type, Value,
 };
 
 impl Lower<'_> {
@@ -92,66 +92,52 @@ impl Lower<'_> {
             ),
         };
         let step = kb.cnst(Constant::Int(bk), DType::I32);
-        let iv = kb.fresh(Type::Scalar(DType::I32));
-        let acc_in = kb.fresh(KernelBuilder::tile_ty(&[bc32], acc));
-        let outer = std::mem::take(&mut kb.ops);
-        let ld = kb.emit(
-            OpKind::Load {
-                tensor: 0,
-                access: vec![
-                    Access::Point(pid0),
-                    Access::Range {
-                        start: iv,
-                        len: bk32,
-                    },
-                    Access::Range {
-                        start: c0,
-                        len: bc32,
-                    },
-                ],
-                mask: None,
-                other: neutral(op, bdt),
-            },
-            KernelBuilder::tile_ty(&[bk32, bc32], bdt),
-        );
-        let v = kb.cast(ld, xdt);
-        let v = kb.cast(v, acc);
+        let load = |kb: &mut KernelBuilder, start: Value| {
+            kb.emit(
+                OpKind::Load {
+                    tensor: 0,
+                    access: vec![
+                        Access::Point(pid0),
+                        Access::Range { start, len: bk32 },
+                        Access::Range {
+                            start: c0,
+                            len: bc32,
+                        },
+                    ],
+                    mask: None,
+                    other: neutral(op, bdt),
+                },
+                KernelBuilder::tile_ty(&[bk32, bc32], bdt),
+            )
+        };
+        let widen = |kb: &mut KernelBuilder, ld: Value| {
+            let v = kb.cast(ld, xdt);
+            kb.cast(v, acc)
+        };
         let (rop, bop) = match op {
             ReduceKind::Sum | ReduceKind::Mean => (tile::ReduceOp::Sum, BinaryOp::Add),
             ReduceKind::Max => (tile::ReduceOp::Max, BinaryOp::Max),
             ReduceKind::Min => (tile::ReduceOp::Min, BinaryOp::Min),
         };
-        let r = kb.emit(
-            OpKind::Reduce {
-                op: rop,
-                x: v,
-                axis: 0,
-                keepdims: false,
+        let chunks = (&load as &ChunkLoad, &widen as &ChunkLoad, false);
+        let total = chunk_loop(
+            &mut kb,
+            (lo, hi, step),
+            chunks,
+            vec![init],
+            &mut |kb, _, v, c| {
+                let r = kb.emit(
+                    OpKind::Reduce {
+                        op: rop,
+                        x: v,
+                        axis: 0,
+                        keepdims: false,
+                    },
+                    KernelBuilder::tile_ty(&[bc32], acc),
+                );
+                vec![kb.binary(bop, c[0], r)]
             },
-            KernelBuilder::tile_ty(&[bc32], acc),
-        );
-        let next = kb.binary(bop, acc_in, r);
-        kb.ops.push(Op {
-            results: vec![],
-            kind: OpKind::Yield(vec![next]),
-            span: kb.span,
-        });
-        let body_ops = std::mem::replace(&mut kb.ops, outer);
-        let total = kb.fresh(KernelBuilder::tile_ty(&[bc32], acc));
-        kb.ops.push(Op {
-            results: vec![total],
-            kind: OpKind::For {
-                lo,
-                hi,
-                step,
-                init: vec![init],
-                body: Region {
-                    args: vec![iv, acc_in],
-                    ops: body_ops,
-                },
-            },
-            span: kb.span,
-        });
+        )[0];
         let mut res = total;
         if op == ReduceKind::Mean {
             let kf = kb.cast(hi, acc);
