@@ -415,10 +415,17 @@ const WORST_BOUND: f64 = 0.35;
 /// 35% on each arch (causal_attn[D=64] on CDNA: 61 VGPRs estimated, clang
 /// 94; window_attn[D=128] on gfx1100: 81, clang 125), and
 /// tests/gpu/row_tiles.tsr added 14 row-softmax kernels, three of them over
-/// 35% on gfx1100 (68 estimated, clang 49 or 107).
+/// 35% on gfx1100 (68 estimated, clang 49 or 107). Held again (gfx90a 26 to
+/// 30 outliers) when std.linalg's GEMMs went from 8 to 4 warps: LLVM then
+/// keeps their 64 accumulators a lane in AGPRs (67 VGPRs and 64 AGPRs), which
+/// the estimate now models (`agpr_accumulators`), and the rest of the kernel,
+/// 43 VGPRs estimated, is under clang's 67 on gfx90a (64 on gfx942, within
+/// 35%); two more kernels with MFMA accumulators fell under by the same
+/// rule (w8a16_gemm, window_attn[D=128]) and two came within 35%
+/// (batched_gemm, gemm_tuned on gfx942).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1455, 26),
+        Arch::Gfx90a => (0.1455, 30),
         Arch::Gfx942 => (0.144, 27),
         _ => (0.126, 40),
     }

@@ -18,10 +18,12 @@
 //! ptxas the program follows LLVM: every load of a stretch is issued early
 //! (no window), a divergent 64-bit address takes one VGPR (a 32-bit offset
 //! from a base in SGPRs), and IEEE division and square root are expanded
-//! inline. Matrix-core accumulators are counted as VGPRs: on gfx90a and
-//! gfx942 LLVM picks the MFMA form that reads and writes VGPRs, and uses
-//! AGPRs only as room for values once the VGPRs run out (flash attention
-//! with D = 128: 248 VGPRs and 64 AGPRs), which the estimate does not model.
+//! inline. Matrix-core accumulators on gfx90a and gfx942 are AGPRs where
+//! LLVM selects MFMA's AGPR form, in a workgroup of at most four waves of 64
+//! (one wave a SIMD may then use more than 256 registers: flash attention
+//! with D = 128, 248 VGPRs and 64 AGPRs), and VGPRs otherwise
+//! ([`agpr_accumulators`]); AGPRs taken as room for values once the VGPRs
+//! run out are not modelled.
 //!
 //! What the model misses (the corpus's kernels over 35%, printed by
 //! `compiler/tests/clang_amdgpu.rs`): LLVM's scheduler spends the VGPRs an
@@ -36,6 +38,7 @@ use super::program::program_with_origin;
 use super::report::{AmdRegs, Resources};
 use crate::ir::target::{Inst, Kernel, Operand, Reg, Space, Special};
 use crate::target::amdgpu::{sgpr_base, ADDRESS_VGPRS, MIN_VGPRS, VGPR_OVERHEAD};
+use crate::target::mma::MmaKind;
 
 /// Per register of `kernel`, whether it is wave-uniform: written only by
 /// instructions whose inputs are all uniform (kernel parameters, workgroup
@@ -201,6 +204,44 @@ fn vector_alu_regs(kernel: &Kernel, folded: &[Reg]) -> Vec<bool> {
     valu
 }
 
+/// Per register of `kernel`, whether LLVM keeps it in AGPRs: the
+/// accumulators (`c` and `d`) of MFMA instructions, where the workgroup is
+/// small enough that one wave may use more registers than the 256
+/// architectural VGPRs. LLVM then selects MFMA's AGPR form
+/// (`SIMachineFunctionInfo::MayNeedAGPRs` stays set when
+/// `getMaxNumVGPRs` exceeds 256); with two or more waves a SIMD it selects
+/// the VGPR form. `gemm_bf16` at 4 waves of 64 lanes: clang 67 VGPRs and 64
+/// AGPRs (its 128 x 128 f32 accumulator); at 8 waves, 68 VGPRs and none.
+fn agpr_accumulators(kernel: &Kernel) -> Vec<bool> {
+    let mut acc = vec![false; kernel.regs.len()];
+    let Some(amd) = kernel.arch.info().amd.filter(|a| a.agprs > 0) else {
+        return acc;
+    };
+    let wave = kernel.arch.info().warp_size.max(1);
+    let waves = kernel.num_threads.div_ceil(wave).max(1);
+    let min_waves_per_simd = waves.div_ceil(amd.simds.max(1));
+    let most = (amd.vgprs_per_lane / min_waves_per_simd).min(amd.addressable_vgprs);
+    if most <= amd.arch_vgprs {
+        return acc;
+    }
+    kernel.walk(&mut |inst| {
+        if let Inst::Mma {
+            kind: MmaKind::Mfma,
+            c,
+            d,
+            ..
+        } = inst
+        {
+            for r in c.iter().chain(d) {
+                if let Some(a) = acc.get_mut(r.0 as usize) {
+                    *a = true;
+                }
+            }
+        }
+    });
+    acc
+}
+
 /// The resources of a Target IR kernel on an AMD arch (module docs).
 pub fn of_target(kernel: &Kernel) -> Resources {
     let (kernel, folded) = as_llvm_leaves_it(kernel);
@@ -229,8 +270,14 @@ pub fn of_target(kernel: &Kernel) -> Resources {
             .and_then(|&o| kernel.regs.get(o as usize))
             .is_some_and(|t| *t == crate::ir::target::RegTy::U64)
     };
+    let acc = agpr_accumulators(kernel);
+    let in_agprs = |r: u32| {
+        origin
+            .get(r as usize)
+            .is_some_and(|&o| acc.get(o as usize).copied().unwrap_or(false))
+    };
     let vgpr_words = |r: u32| {
-        if is_uniform(r) {
+        if is_uniform(r) || in_agprs(r) {
             0
         } else if is_u64(r) {
             ADDRESS_VGPRS
@@ -268,12 +315,18 @@ pub fn of_target(kernel: &Kernel) -> Resources {
         0
     };
     let sgprs = max_pressure(&program, &sgpr_words) + sgpr_base(kernel.arch);
+    let agpr_words = |r: u32| if in_agprs(r) { word(r) } else { 0 };
+    let agprs = if writes {
+        max_pressure(&program, &agpr_words)
+    } else {
+        0
+    };
     Resources::amd(
         kernel.name.clone(),
         kernel.arch,
         kernel.num_threads,
         vgprs,
-        AmdRegs { agprs: 0, sgprs },
+        AmdRegs { agprs, sgprs },
         kernel.smem_bytes(),
     )
 }

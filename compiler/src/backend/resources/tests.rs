@@ -1442,3 +1442,40 @@ fn amd_warnings_and_table() {
     );
     assert!(lines[1].starts_with("k       gfx90a"), "{t}");
 }
+
+/// On CDNA, MFMA accumulators are AGPRs where the workgroup has at most four
+/// waves (one wave a SIMD may then use more than 256 registers, and LLVM
+/// selects MFMA's AGPR form), and VGPRs in a larger workgroup; RDNA has no
+/// AGPRs.
+#[test]
+fn amd_mfma_accumulators_are_agprs_in_workgroups_of_four_waves() {
+    use crate::db::{file_kernels, target_ir, Database};
+    let of = |warps: u32, arch: Arch| {
+        let src = format!(
+            r#"
+@kernel(grid=(cdiv(M, 64), cdiv(N, 64)), num_warps={warps})
+def mm(A: Tensor["M", 64, bf16], B: Tensor[64, "N", bf16], C: Tensor["M", "N", f32]):
+    m0 = program_id(0) * 64
+    n0 = program_id(1) * 64
+    acc = zeros([64, 64], f32)
+    for k in range(0, 64, 32):
+        acc = dot(load(A[m0 : m0 + 64, k : k + 32]), load(B[k : k + 32, n0 : n0 + 64]), acc)
+    store(C[m0 : m0 + 64, n0 : n0 + 64], acc)
+"#
+        );
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/mm.tsr", src);
+        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+        let spec = crate::ir::tile::Specialization::new();
+        let k = target_ir(&db, item, db.options(), spec).clone().unwrap();
+        of_target(&k)
+    };
+    // 64 x 64 f32 over 4 waves of 64 lanes: 16 accumulators a lane.
+    let small = of(4, Arch::Gfx90a);
+    assert_eq!(small.amd.map(|a| a.agprs), Some(16), "{small:?}");
+    let large = of(8, Arch::Gfx942);
+    assert_eq!(large.amd.map(|a| a.agprs), Some(0), "{large:?}");
+    let rdna = of(4, Arch::Gfx1100);
+    assert_eq!(rdna.amd.map(|a| a.agprs), Some(0), "{rdna:?}");
+}
