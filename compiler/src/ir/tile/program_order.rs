@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 
+use super::builder::Builder;
 use super::*;
 
 /// Programs along axis 0 per group: 8 rows of 128-row `A` panels stay in L2
@@ -46,81 +47,80 @@ impl Kernel {
         if !grouped && !heavy.contains(&true) {
             return false;
         }
-        let mut e = Emit {
-            types: &mut self.types,
-            ops: Vec::new(),
-        };
+        let mut e = Builder::new();
+        e.types = std::mem::take(&mut self.types);
         let i32s = DType::I32;
-        let x = e.push(OpKind::ProgramId(0), i32s);
-        let y = e.push(OpKind::ProgramId(1), i32s);
-        let nx = e.push(OpKind::NumPrograms(0), i32s);
-        let ny = e.push(OpKind::NumPrograms(1), i32s);
+        let x = push(&mut e, OpKind::ProgramId(0), i32s);
+        let y = push(&mut e, OpKind::ProgramId(1), i32s);
+        let nx = push(&mut e, OpKind::NumPrograms(0), i32s);
+        let ny = push(&mut e, OpKind::NumPrograms(1), i32s);
         let (mut px, mut py) = if grouped {
-            e.grouped(x, y, nx, ny)
+            grouped_ids(&mut e, x, y, nx, ny)
         } else {
             (x, y)
         };
-        let one = e.int(1, i32s);
+        let one = int(&mut e, 1, i32s);
         for (p, n, reverse) in [(&mut px, nx, heavy[0]), (&mut py, ny, heavy[1])] {
             if reverse {
-                let last = e.bin(BinaryOp::Sub, n, one);
-                *p = e.bin(BinaryOp::Sub, last, *p);
+                let last = bin(&mut e, BinaryOp::Sub, n, one);
+                *p = bin(&mut e, BinaryOp::Sub, last, *p);
             }
         }
-        let prologue = std::mem::take(&mut e.ops);
+        let (prologue, types) = e.finish();
+        self.types = types;
         // Every other program id reads the relabelled one.
         let mut map = HashMap::new();
         relabel(&self.body, px, py, &mut map);
         substitute(&mut self.body, &map);
-        self.body.ops.splice(0..0, prologue);
+        self.body.ops.splice(0..0, prologue.ops);
         true
     }
 }
 
-impl Emit<'_> {
-    /// The program the block launched `x + y * nx`-th runs in grouped order.
-    fn grouped(&mut self, x: Value, y: Value, nx: Value, ny: Value) -> (Value, Value) {
-        let i32s = DType::I32;
-        // Whether `nx * ny` fits an i32; where not, the arithmetic below
-        // runs on a 1 x 1 grid (no overflow) and its result is discarded.
-        let nx64 = self.push(
-            OpKind::Cast {
-                x: nx,
-                to: DType::I64,
-            },
-            DType::I64,
-        );
-        let ny64 = self.push(
-            OpKind::Cast {
-                x: ny,
-                to: DType::I64,
-            },
-            DType::I64,
-        );
-        let blocks = self.bin(BinaryOp::Mul, nx64, ny64);
-        let limit = self.int(1 << 31, DType::I64);
-        let fits = self.bin(BinaryOp::Lt, blocks, limit);
-        let (zero, one) = (self.int(0, i32s), self.int(1, i32s));
-        let sx = self.select(fits, x, zero);
-        let sy = self.select(fits, y, zero);
-        let snx = self.select(fits, nx, one);
-        let sny = self.select(fits, ny, one);
-        let group = self.int(GROUP, i32s);
-        let row = self.bin(BinaryOp::Mul, sy, snx);
-        let lin = self.bin(BinaryOp::Add, sx, row);
-        let width = self.bin(BinaryOp::Mul, sny, group);
-        let g = self.bin(BinaryOp::FloorDiv, lin, width);
-        let first = self.bin(BinaryOp::Mul, g, group);
-        let left = self.bin(BinaryOp::Sub, snx, first);
-        let size = self.bin(BinaryOp::Min, left, group);
-        let start = self.bin(BinaryOp::Mul, g, width);
-        let r = self.bin(BinaryOp::Sub, lin, start);
-        let py = self.bin(BinaryOp::FloorDiv, r, size);
-        let back = self.bin(BinaryOp::Mul, py, size);
-        let rx = self.bin(BinaryOp::Sub, r, back);
-        let px = self.bin(BinaryOp::Add, first, rx);
-        (self.select(fits, px, x), self.select(fits, py, y))
-    }
+/// The program the block launched `x + y * nx`-th runs in grouped order.
+fn grouped_ids(e: &mut Builder, x: Value, y: Value, nx: Value, ny: Value) -> (Value, Value) {
+    let i32s = DType::I32;
+    // Whether `nx * ny` fits an i32; where not, the arithmetic below
+    // runs on a 1 x 1 grid (no overflow) and its result is discarded.
+    let nx64 = push(
+        e,
+        OpKind::Cast {
+            x: nx,
+            to: DType::I64,
+        },
+        DType::I64,
+    );
+    let ny64 = push(
+        e,
+        OpKind::Cast {
+            x: ny,
+            to: DType::I64,
+        },
+        DType::I64,
+    );
+    let blocks = bin(e, BinaryOp::Mul, nx64, ny64);
+    let limit = int(e, 1 << 31, DType::I64);
+    let fits = bin(e, BinaryOp::Lt, blocks, limit);
+    let (zero, one) = (int(e, 0, i32s), int(e, 1, i32s));
+    let sx = select(e, fits, x, zero);
+    let sy = select(e, fits, y, zero);
+    let snx = select(e, fits, nx, one);
+    let sny = select(e, fits, ny, one);
+    let group = int(e, GROUP, i32s);
+    let row = bin(e, BinaryOp::Mul, sy, snx);
+    let lin = bin(e, BinaryOp::Add, sx, row);
+    let width = bin(e, BinaryOp::Mul, sny, group);
+    let g = bin(e, BinaryOp::FloorDiv, lin, width);
+    let first = bin(e, BinaryOp::Mul, g, group);
+    let left = bin(e, BinaryOp::Sub, snx, first);
+    let size = bin(e, BinaryOp::Min, left, group);
+    let start = bin(e, BinaryOp::Mul, g, width);
+    let r = bin(e, BinaryOp::Sub, lin, start);
+    let py = bin(e, BinaryOp::FloorDiv, r, size);
+    let back = bin(e, BinaryOp::Mul, py, size);
+    let rx = bin(e, BinaryOp::Sub, r, back);
+    let px = bin(e, BinaryOp::Add, first, rx);
+    (select(e, fits, px, x), select(e, fits, py, y))
 }
 
 /// How a scalar moves as one program id grows (the others fixed).
@@ -351,39 +351,25 @@ fn substitute(r: &mut Region, map: &HashMap<Value, Value>) {
     }
 }
 
-/// Scalar ops for the prologue.
-struct Emit<'a> {
-    types: &'a mut Vec<Type>,
-    ops: Vec<Op>,
+/// Appends a scalar op to the prologue being built.
+fn push(e: &mut Builder, kind: OpKind, d: DType) -> Value {
+    e.push1(kind, Type::Scalar(d))
 }
 
-impl Emit<'_> {
-    fn push(&mut self, kind: OpKind, d: DType) -> Value {
-        self.types.push(Type::Scalar(d));
-        let v = Value(self.types.len() as u32 - 1);
-        self.ops.push(Op {
-            results: vec![v],
-            kind,
-            span: Span::default(),
-        });
-        v
-    }
+fn int(e: &mut Builder, c: i64, d: DType) -> Value {
+    push(e, OpKind::Const(Constant::Int(c)), d)
+}
 
-    fn int(&mut self, c: i64, d: DType) -> Value {
-        self.push(OpKind::Const(Constant::Int(c)), d)
-    }
+fn bin(e: &mut Builder, op: BinaryOp, a: Value, b: Value) -> Value {
+    let d = if op.is_comparison() {
+        DType::Bool
+    } else {
+        e.ty(a).dtype()
+    };
+    push(e, OpKind::Binary { op, a, b }, d)
+}
 
-    fn bin(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {
-        let d = if op.is_comparison() {
-            DType::Bool
-        } else {
-            self.types[a.0 as usize].dtype()
-        };
-        self.push(OpKind::Binary { op, a, b }, d)
-    }
-
-    fn select(&mut self, cond: Value, a: Value, b: Value) -> Value {
-        let d = self.types[a.0 as usize].dtype();
-        self.push(OpKind::Select { cond, a, b }, d)
-    }
+fn select(e: &mut Builder, cond: Value, a: Value, b: Value) -> Value {
+    let d = e.ty(a).dtype();
+    push(e, OpKind::Select { cond, a, b }, d)
 }

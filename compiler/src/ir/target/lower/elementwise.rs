@@ -8,6 +8,7 @@
 //! Transcendentals are f32 only, built on the `.approx` `ex2`/`lg2`
 //! instructions scaled by `LOG2E` / `LN2`.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{mem_ty, Lower, R, TV};
@@ -96,18 +97,22 @@ impl<'a> Lower<'a> {
         if x.dtype != DType::F32 || x.ty != RegTy::F32 || x.ops.len() < 2 {
             return None;
         }
-        let mut pairs = Vec::with_capacity(x.ops.len());
+        // Each distinct `b` by first appearance, and its index for each slot
+        // (a map: a slot count is bounded only by the kernel-size limit).
         let mut distinct: Vec<Reg> = Vec::new();
+        let mut index: HashMap<Reg, usize> = HashMap::new();
+        let mut pairs = Vec::with_capacity(x.ops.len());
         for o in &x.ops {
             let (a, b) = *self.differences.get(&o.reg()?)?;
             let b = b.reg()?;
-            if !distinct.contains(&b) {
-                if 2 * (distinct.len() + 1) > x.ops.len() {
-                    return None;
-                }
+            let i = *index.entry(b).or_insert_with(|| {
                 distinct.push(b);
+                distinct.len() - 1
+            });
+            if 2 * distinct.len() > x.ops.len() {
+                return None;
             }
-            pairs.push((a, b));
+            pairs.push((a, i));
         }
         let scaled: Vec<Operand> = distinct
             .iter()
@@ -122,12 +127,8 @@ impl<'a> Lower<'a> {
             .collect();
         let ops = pairs
             .into_iter()
-            .map(|(a, b)| {
-                let nb = scaled[distinct
-                    .iter()
-                    .position(|&d| d == b)
-                    .expect("collected above")];
-                let t = self.fma(RegTy::F32, a, Operand::Float(LOG2E), nb);
+            .map(|(a, i)| {
+                let t = self.fma(RegTy::F32, a, Operand::Float(LOG2E), scaled[i]);
                 self.un(UnOp::Exp2Approx, RegTy::F32, t)
             })
             .collect();
