@@ -9,6 +9,7 @@
 //! loop is where `pipeline` plans and copies invariant dot operands and sets up the
 //! software pipeline.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::pipeline::Decision;
@@ -56,19 +57,45 @@ impl<'a> Lower<'a> {
     /// compute them decide it: a `dot` result, its reductions, and elementwise
     /// ops over those (an elementwise op keeps its first operand's layout; when
     /// that operand is the carried value itself, the other operand decides).
-    fn yield_layouts(&self, body: &tile::Region) -> Vec<Option<Rc<Layout>>> {
+    /// A carried value whose initial value is not uniform keeps that value's
+    /// layout (`args`: the body's arguments, `init`: their initial values).
+    fn yield_layouts(
+        &self,
+        body: &tile::Region,
+        args: &[Value],
+        init: &[Value],
+    ) -> Vec<Option<Rc<Layout>>> {
         let Some(OpKind::Yield(ys)) = body.ops.last().map(|o| &o.kind) else {
             return vec![];
         };
-        ys.iter().map(|y| self.predict(body, *y, 8)).collect()
+        let known: HashMap<Value, Rc<Layout>> = args
+            .iter()
+            .zip(init)
+            .filter_map(|(a, i)| {
+                let t = self.vals.get(i)?;
+                (!self.is_splat(t)).then(|| (*a, t.layout.clone()))
+            })
+            .collect();
+        ys.iter()
+            .map(|y| self.predict(body, &known, *y, 8))
+            .collect()
     }
 
-    fn predict(&self, body: &tile::Region, v: Value, depth: u32) -> Option<Rc<Layout>> {
+    fn predict(
+        &self,
+        body: &tile::Region,
+        known: &HashMap<Value, Rc<Layout>>,
+        v: Value,
+        depth: u32,
+    ) -> Option<Rc<Layout>> {
         if depth == 0 {
             return None;
         }
+        if let Some(l) = known.get(&v) {
+            return Some(l.clone());
+        }
         let op = body.ops.iter().find(|o| o.results.contains(&v))?;
-        let p = |x: Value| self.predict(body, x, depth - 1);
+        let p = |x: Value| self.predict(body, known, x, depth - 1);
         match &op.kind {
             OpKind::Dot {
                 a, b, precision, ..
@@ -84,6 +111,8 @@ impl<'a> Lower<'a> {
             OpKind::Reduce {
                 x, axis, keepdims, ..
             } => p(*x).map(|l| Rc::new(l.slice(*axis, *keepdims))),
+            // A load takes the default layout of its shape.
+            OpKind::Load { .. } => Some(self.blocked(self.tk.ty(v).shape())),
             OpKind::Unary { x, .. } | OpKind::Cast { x, .. } => p(*x),
             OpKind::Binary { a, b, .. } | OpKind::Select { a, b, .. } => p(*a).or_else(|| p(*b)),
             // An `if` merges in its then-branch's layouts; a branch may yield
@@ -98,7 +127,7 @@ impl<'a> Lower<'a> {
                         return None;
                     };
                     let y = *ys.get(i)?;
-                    self.predict(r, y, depth - 1).or_else(|| p(y))
+                    self.predict(r, known, y, depth - 1).or_else(|| p(y))
                 })
             }
             _ => None,
@@ -149,7 +178,7 @@ impl<'a> Lower<'a> {
         if step_o == Operand::Int(0) {
             return self.unsupported("a `range` with step 0");
         }
-        let hint = self.yield_layouts(body);
+        let hint = self.yield_layouts(body, &body.args[1..], init);
         let carried = self.carried(init, &hint);
         // The loop variable has the bounds' type (i32, or i64 over i64 bounds).
         let idt = self.tk.ty(body.args[0]).dtype();
@@ -265,7 +294,7 @@ impl<'a> Lower<'a> {
         cond: &tile::Region,
         body: &tile::Region,
     ) -> R<()> {
-        let hint = self.yield_layouts(body);
+        let hint = self.yield_layouts(body, &[], init);
         let carried = self.carried(init, &hint);
         for (a, c) in cond.args.iter().zip(&carried) {
             self.define(*a, c.clone());

@@ -168,7 +168,17 @@ impl<'a> Lower<'a> {
                 self.define(res(0), tv);
             }
             OpKind::Select { cond, a, b } => {
-                let a = self.val(*a);
+                // In the layout of the first operand that is not a splat
+                // (a splat is free in any layout).
+                let layout = [*a, *b, *cond]
+                    .into_iter()
+                    .map(|v| self.val(v))
+                    .find(|t| !self.is_splat(t))
+                    .map(|t| t.layout);
+                let a = match layout {
+                    Some(l) => self.val_in(*a, &l)?,
+                    None => self.val(*a),
+                };
                 let c = self.val_in(*cond, &a.layout)?;
                 let bt = self.val_in(*b, &a.layout)?;
                 let mut ops = Vec::new();
