@@ -566,15 +566,18 @@ fn conversions_and_empty_reductions() {
 }
 
 /// The generated row kernels of known lengths: one register tile (3000, lanes
-/// past the row masked) and two passes over chunks with per-lane statistics
-/// (20000: online max and sum, Welford merged by Chan's rule, sum of squares;
-/// the last chunk ragged). Rows offset by 40 so that a one-pass variance
-/// (E[x^2] - mean^2) would lose digits that Welford keeps.
+/// past the row masked) and two passes over chunks: per piece of 16 elements
+/// (20000, 40000, 65536: a piece's max and exp sum, mean and M2, sum of
+/// squares, merged by Chan's rule; the last chunk ragged but at 65536) and per
+/// lane (20001: online max and sum, Welford, sum of squares). Rows offset by
+/// 40 so that a one-pass variance (E[x^2] - mean^2) would lose digits that
+/// Welford and Chan keep. Softmax's rows also hold -inf: one whole piece, one
+/// element of another, and the first chunk's last piece.
 #[test]
 fn generated_row_kernels_whole_and_chunked() {
     let (db, file) = builtins();
     let m = 3;
-    for n in [3000, 20000] {
+    for n in [3000, 20000, 20001, 40000, 65536] {
         let x: Vec<f64> = data(m * n, 31, DType::F32)
             .iter()
             .map(|v| round_to(DType::F32, v * 4.0 + 40.0))
@@ -583,10 +586,19 @@ fn generated_row_kernels_whole_and_chunked() {
         let w = data(n, 32, DType::F32);
         let b = data(n, 33, DType::F32);
         let (wt, bt) = (t(&[n], DType::F32, &w), t(&[n], DType::F32, &b));
+        let mut xs = x.clone();
+        for i in (16..32).chain([40, 32768 - 16]).filter(|&i| i < n) {
+            xs[n + i] = f64::NEG_INFINITY;
+        }
         close(
             &format!("softmax {m}x{n}"),
-            &call(&db, file, &format!("sm_{n}"), std::slice::from_ref(&xt)),
-            &softmax_ref(&x, m, n),
+            &call(
+                &db,
+                file,
+                &format!("sm_{n}"),
+                &[t(&[m, n], DType::F32, &xs)],
+            ),
+            &softmax_ref(&xs, m, n),
             F32,
         );
         close(

@@ -138,22 +138,24 @@ pub(super) struct Group {
 const ROW_TILE: i64 = 8192;
 
 /// A longer axis is walked in chunks by programs of this many warps, each
-/// lane keeping its own partial statistics (no block-wide reduction inside
-/// the loop), in two passes: the statistics, then the normalised values. Few
-/// programs per SM keep the rows in flight small enough for L2 to serve the
-/// second pass (4096 x 65536 bf16 on an H100: 0.67-0.73 of a device copy,
-/// against 0.48 for three passes over 1024-wide chunks of 4 warps).
+/// thread keeping its own partial statistics (no block-wide reduction inside
+/// the loop), in two passes: the statistics, then the normalised values. One
+/// program per SM keeps the rows in flight small enough for L2 to serve the
+/// second pass: at 4096 x 65536 bf16 on an H100, two programs of 16 warps
+/// (or four of 8) an SM ran at 0.67-0.73 of a device copy against 0.93-0.96
+/// for one of 32 (split rows, below).
 const LONG_WARPS: u32 = 32;
 
-/// How a long axis is walked by a kernel whose statistics loop carries
-/// `carried` f32 tiles: (elements a chunk, whether its loops prefetch; see
-/// `chunk_loop`), under the 64 registers a thread of 1024 may have. One
-/// carried tile (RMS norm's sum of squares) leaves room for 16 elements a
-/// thread and a prefetched chunk; two (softmax's running max and sum) for 16
-/// without one; three (Welford's mean, M2 and count) for 8. Measured at
-/// 4096 x 65536 bf16 on an H100, in fractions of a device copy: RMS norm 0.68
-/// without prefetching, 0.91 with; softmax 0.81 without, 0.75 prefetching at
-/// 8 a thread, 0.70 prefetching only its normalising pass; layer norm 0.75
+/// How an axis that is not split (its length unknown, or not a multiple of
+/// `PIECE`) is walked by a kernel whose statistics loop carries `carried` f32
+/// tiles: (elements a chunk, whether its loops prefetch; see `chunk_loop`),
+/// under the 64 registers a thread of 1024 may have. One carried tile (RMS
+/// norm's sum of squares) leaves room for 16 elements a thread and a
+/// prefetched chunk; two (softmax's running max and sum) for 16 without one;
+/// three (Welford's mean, M2 and count) for 8. Measured at 4096 x 65536 bf16
+/// on an H100, in fractions of a device copy: RMS norm 0.68 without
+/// prefetching, 0.91 with; softmax 0.81 without, 0.75 prefetching at 8 a
+/// thread, 0.70 prefetching only its normalising pass; layer norm 0.75
 /// either way.
 fn long_plan(carried: usize) -> (i64, bool) {
     let threads = LONG_WARPS as i64 * 32;
@@ -162,6 +164,40 @@ fn long_plan(carried: usize) -> (i64, bool) {
         2 => (threads * 16, false),
         _ => (threads * 8, false),
     }
+}
+
+/// A long last axis whose length is a known multiple of `PIECE` is viewed as
+/// `[K / PIECE, PIECE]` and walked in `[T, PIECE]` chunks: each thread holds
+/// whole pieces and reduces them first (in registers, then one shuffle), so
+/// the statistics are per piece rather than per element: softmax takes one
+/// `exp` an element instead of two, layer norm a piece's mean and M2 instead
+/// of a Welford step an element, and the carried state is a few registers.
+const PIECE: i64 = 16;
+
+/// `K / PIECE` for a known `K` that `PIECE` divides.
+fn split_len(k: &crate::check::dims::Dim) -> Option<i64> {
+    k.as_const()
+        .filter(|k| *k > 0 && k % PIECE == 0)
+        .map(|k| k / PIECE)
+}
+
+/// Pieces a chunk and whether the loop prefetches, for a split row's
+/// statistics pass and for its normalising pass, which also loads `weights`
+/// vectors. The statistics pass takes 32 elements a thread (the state is a
+/// few registers); so does a normalising pass without weights, while one
+/// with weights takes 16 and prefetches, within the 64 registers a thread of
+/// 1024 may have (32 spilled there). Measured at 4096 x 65536 bf16 on an
+/// H100, in fractions of a device copy: softmax 0.943 (16 a thread and
+/// prefetching in both passes: 0.897), layer norm 0.932 (0.891), RMS norm
+/// 0.960 (0.940).
+fn split_passes(weights: usize) -> [(u32, bool); 2] {
+    let pieces = |elems: i64| (LONG_WARPS as i64 * 32 * elems / PIECE) as u32;
+    let second = if weights > 0 {
+        (pieces(16), true)
+    } else {
+        (pieces(32), false)
+    };
+    [(pieces(32), false), second]
 }
 
 /// A loop from `lo` to `hi` in `step`-wide chunks whose body gets each chunk

@@ -3,8 +3,8 @@
 //! two passes over chunks (per-lane statistics, then the normalised values).
 
 use super::{
-    chunk_loop, long_plan, next_pow2, row_warps, ChunkLoad, KernelBuilder, LoopBody, LONG_WARPS,
-    ROW_TILE,
+    chunk_loop, long_plan, next_pow2, row_warps, split_len, split_passes, ChunkLoad, KernelBuilder,
+    LoopBody, LONG_WARPS, PIECE, ROW_TILE,
 };
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -50,9 +50,11 @@ impl Lower<'_> {
     /// loaded up front: layer norm takes the mean, then the variance of
     /// `x - mean` over the in-bounds lanes (two-pass, as exact as the CPU's);
     /// RMS norm the mean square. A longer row is walked twice in chunks: each
-    /// lane keeps its own statistics (layer norm: Welford's running mean and
-    /// M2 with its count, merged across lanes after the loop by Chan's rule;
-    /// RMS norm: the sum of squares), then the normalised values are written.
+    /// piece of 16 elements (a row of known length that 16 divides, see
+    /// `PIECE`), else each lane, keeps its own statistics (layer norm: a
+    /// running mean and M2, per lane by Welford's rule with its count, per
+    /// piece by Chan's; RMS norm: the sum of squares), merged after the loop
+    /// by Chan's rule, then the normalised values are written.
     pub(in crate::ir::schedule) fn norm_generated(&mut self, n: NodeId, out: BufId) -> R<()> {
         let g = self.g;
         let (x, weight, bias, eps, layer) = match g.node(n).kind {
@@ -90,14 +92,34 @@ impl Lower<'_> {
             .filter(|&cp| cp <= ROW_TILE);
         // The tiles the statistics loop of a long row carries (Welford's three, or the sum of squares).
         let carried = if layer { 3 } else { 1 };
-        let (bk, num_warps) = match whole {
-            Some(cp) => (cp, row_warps(cp)),
-            None => (long_plan(carried).0, LONG_WARPS),
+        // A long row split into pieces: viewed as `[K / PIECE, PIECE]`.
+        let split = whole.is_none().then(|| split_len(&c)).flatten();
+        let (bk, num_warps) = match (whole, split) {
+            (Some(cp), _) => (cp, row_warps(cp)),
+            (None, Some(_)) => (split_passes(0)[0].0 as i64, LONG_WARPS),
+            (None, None) => (long_plan(carried).0, LONG_WARPS),
         };
         let bk32 = bk as u32;
-        let dim_of = |d: &Dim, name: &str| match d.as_const() {
-            Some(v) => tile::Dim::Static(v as u64),
-            None => tile::Dim::Dynamic(name.to_string()),
+        // The chunk's tile, and the axes a row (or a weight vector) is viewed with.
+        let tile1: Vec<u32> = match split {
+            Some(_) => vec![bk32, PIECE as u32],
+            None => vec![bk32],
+        };
+        let row_dims = |r: &Dim| -> Vec<Dim> {
+            match split {
+                Some(kc) => vec![r.clone(), Dim::constant(kc), Dim::constant(PIECE)],
+                None => vec![r.clone(), c.clone()],
+            }
+        };
+        let w_dims: Vec<Dim> = row_dims(&Dim::constant(1))[1..].to_vec();
+        // A run-time dim is named `R` (rows) or `C` (the row's length).
+        let tile_dims = |ds: &[Dim]| -> Vec<tile::Dim> {
+            ds.iter()
+                .map(|d| match d.as_const() {
+                    Some(v) => tile::Dim::Static(v as u64),
+                    None => tile::Dim::Dynamic(if *d == r { "R" } else { "C" }.to_string()),
+                })
+                .collect()
         };
         let mut kb = KernelBuilder {
             ops: vec![],
@@ -105,7 +127,7 @@ impl Lower<'_> {
             params: vec![tile::Param {
                 name: "x0".into(),
                 kind: ParamKind::Tensor {
-                    dims: vec![dim_of(&r, "R"), dim_of(&c, "C")],
+                    dims: tile_dims(&row_dims(&r)),
                     dtype: bdt,
                 },
             }],
@@ -115,7 +137,7 @@ impl Lower<'_> {
             "x0".to_string(),
             Arg::Buffer {
                 buf: bx,
-                dims: vec![r.clone(), c.clone()],
+                dims: row_dims(&r),
             },
         )];
         let mut vec_params = Vec::new();
@@ -127,7 +149,7 @@ impl Lower<'_> {
             kb.params.push(tile::Param {
                 name: name.into(),
                 kind: ParamKind::Tensor {
-                    dims: vec![dim_of(&c, "C")],
+                    dims: tile_dims(&w_dims),
                     dtype: wdt,
                 },
             });
@@ -135,7 +157,7 @@ impl Lower<'_> {
                 name.to_string(),
                 Arg::Buffer {
                     buf: bw,
-                    dims: vec![c.clone()],
+                    dims: w_dims.clone(),
                 },
             ));
         }
@@ -143,7 +165,7 @@ impl Lower<'_> {
         kb.params.push(tile::Param {
             name: "out".into(),
             kind: ParamKind::Tensor {
-                dims: vec![dim_of(&r, "R"), dim_of(&c, "C")],
+                dims: tile_dims(&row_dims(&r)),
                 dtype: odt,
             },
         });
@@ -151,7 +173,7 @@ impl Lower<'_> {
             "out".to_string(),
             Arg::Buffer {
                 buf: out,
-                dims: vec![r.clone(), c.clone()],
+                dims: row_dims(&r),
             },
         ));
         let eps_idx = kb.params.len();
@@ -177,35 +199,56 @@ impl Lower<'_> {
         };
         let step = kb.cnst(Constant::Int(bk), DType::I32);
         let count = kb.cast(hi, f);
+        // A split row's loop walks its pieces.
+        let hi = match split {
+            Some(kc) => kb.cnst(Constant::Int(kc), DType::I32),
+            None => hi,
+        };
         let eps_v = kb.emit(OpKind::ScalarParam(eps_idx), Type::Scalar(f));
-        let tile1 = [bk32];
+        let i0 = split.map(|_| kb.cnst(Constant::Int(0), DType::I32));
+        // The chunk at `iv` of a row (`Some(row)`) or of a weight vector.
+        let chunk_at = |row: Option<Value>, iv: Value, rows: u32| -> Vec<Access> {
+            let mut a: Vec<Access> = row.map(Access::Point).into_iter().collect();
+            a.push(Access::Range {
+                start: iv,
+                len: rows,
+            });
+            if let Some(i0) = i0 {
+                a.push(Access::Range {
+                    start: i0,
+                    len: PIECE as u32,
+                });
+            }
+            a
+        };
         let zero = kb.cnst(Constant::Float(0.0), f);
         let one = kb.cnst(Constant::Float(1.0), f);
         let inv_n = kb.binary(BinaryOp::Div, one, count);
+        // The shape of a chunk of `rows` (lanes, or pieces of a split row).
+        let shape_of = |rows: u32| -> Vec<u32> {
+            let mut t = tile1.clone();
+            t[0] = rows;
+            t
+        };
         // The row's chunk at `iv` as stored (out-of-bounds lanes read 0), and in f32.
-        let load_raw = |kb: &mut KernelBuilder, iv: Value| {
+        let load_rows = |kb: &mut KernelBuilder, iv: Value, rows: u32| {
             kb.emit(
                 OpKind::Load {
                     tensor: 0,
-                    access: vec![
-                        Access::Point(row),
-                        Access::Range {
-                            start: iv,
-                            len: bk32,
-                        },
-                    ],
+                    access: chunk_at(Some(row), iv, rows),
                     mask: None,
                     other: zero_of(bdt),
                 },
-                KernelBuilder::tile_ty(&tile1, bdt),
+                KernelBuilder::tile_ty(&shape_of(rows), bdt),
             )
         };
+        let load_raw = |kb: &mut KernelBuilder, iv: Value| load_rows(kb, iv, bk32);
         let widen = |kb: &mut KernelBuilder, ld: Value| {
             let v = kb.cast(ld, xdt);
             kb.cast(v, f)
         };
         // The weight and bias chunks at `iv` in f32, each with whether it is the bias.
-        let load_w = |kb: &mut KernelBuilder, iv: Value| -> Vec<(Value, bool)> {
+        let load_w = |kb: &mut KernelBuilder, iv: Value, rows: u32| -> Vec<(Value, bool)> {
             vec_params
                 .iter()
                 .enumerate()
@@ -213,14 +256,11 @@ impl Lower<'_> {
                     let w = kb.emit(
                         OpKind::Load {
                             tensor: p,
-                            access: vec![Access::Range {
-                                start: iv,
-                                len: bk32,
-                            }],
+                            access: chunk_at(None, iv, rows),
                             mask: None,
                             other: zero_of(wdt),
                         },
-                        KernelBuilder::tile_ty(&tile1, wdt),
+                        KernelBuilder::tile_ty(&shape_of(rows), wdt),
                     );
                     let w = kb.cast(w, wnode);
                     (kb.cast(w, f), weight.is_none() || i == 1)
@@ -230,7 +270,9 @@ impl Lower<'_> {
         // `(x - mean) * rstd * weight + bias` (RMS norm: `x * rstd * weight`), stored at `iv`.
         let normalise =
             |kb: &mut KernelBuilder, iv: Value, d: Value, rstd: Value, ws: &[(Value, bool)]| {
-                let rb = kb.splat(rstd, &tile1);
+                let shape = kb.ty(d).shape().to_vec();
+                let rows = shape[0];
+                let rb = kb.splat(rstd, &shape);
                 let mut y = kb.binary(BinaryOp::Mul, d, rb);
                 for &(w, is_bias) in ws {
                     let op = if is_bias {
@@ -246,36 +288,28 @@ impl Lower<'_> {
                     results: vec![],
                     kind: OpKind::Store {
                         tensor: out_idx,
-                        access: vec![
-                            Access::Point(row),
-                            Access::Range {
-                                start: iv,
-                                len: bk32,
-                            },
-                        ],
+                        access: chunk_at(Some(row), iv, rows),
                         value: y,
                         mask: None,
                     },
                     span: kb.span,
                 });
             };
-        // Whether each lane of the chunk at `iv` is inside the row.
-        let in_row = |kb: &mut KernelBuilder, iv: Value| {
+        // Whether each lane (each piece of a split row) of the chunk at `iv` is inside the row.
+        let in_row = |kb: &mut KernelBuilder, iv: Value, rows: u32| {
             let idx = kb.emit(
                 OpKind::Arange {
                     start: iv,
-                    len: bk32,
+                    len: rows,
                 },
-                KernelBuilder::tile_ty(&tile1, DType::I32),
+                KernelBuilder::tile_ty(&[rows], DType::I32),
             );
-            let cb = kb.splat(hi, &tile1);
+            let cb = kb.splat(hi, &[rows]);
             kb.binary(BinaryOp::Lt, idx, cb)
         };
         let select = |kb: &mut KernelBuilder, cond: Value, a: Value, b: Value| {
-            kb.emit(
-                OpKind::Select { cond, a, b },
-                KernelBuilder::tile_ty(&tile1, f),
-            )
+            let t = kb.ty(a).clone();
+            kb.emit(OpKind::Select { cond, a, b }, t)
         };
         let reduce_sum = |kb: &mut KernelBuilder, v: Value| {
             kb.emit(
@@ -296,7 +330,7 @@ impl Lower<'_> {
         if let Some(cp) = whole {
             let raw = load_raw(&mut kb, lo);
             let v = widen(&mut kb, raw);
-            let ws = load_w(&mut kb, lo);
+            let ws = load_w(&mut kb, lo, bk32);
             let d = if layer {
                 let s = reduce_sum(&mut kb, v);
                 let mean = kb.binary(BinaryOp::Mul, s, inv_n);
@@ -305,7 +339,7 @@ impl Lower<'_> {
                 if c.as_const() == Some(cp) {
                     d
                 } else {
-                    let inb = in_row(&mut kb, lo);
+                    let inb = in_row(&mut kb, lo, bk32);
                     let z = kb.splat(zero, &tile1);
                     select(&mut kb, inb, d, z)
                 }
@@ -316,6 +350,128 @@ impl Lower<'_> {
             let ss = reduce_sum(&mut kb, sq);
             let rstd = rstd_of(&mut kb, ss);
             normalise(&mut kb, lo, d, rstd, &ws);
+        } else if let Some(kc) = split {
+            // Statistics per piece: its sum of squares (RMS norm), or its
+            // mean and M2 merged into the piece's running ones by Chan's rule
+            // (layer norm). A piece is wholly inside the row or wholly out;
+            // one inside at a chunk was inside at every earlier one, so after
+            // `k` chunks it has seen `PIECE k` elements: one scalar weight a
+            // chunk serves every piece.
+            let [(t1, pf1), (t2, pf2)] = split_passes(vec_params.len());
+            let piece = [t1];
+            let step1 = kb.cnst(Constant::Int(t1 as i64), DType::I32);
+            let step2 = kb.cnst(Constant::Int(t2 as i64), DType::I32);
+            let load1 = |kb: &mut KernelBuilder, iv: Value| load_rows(kb, iv, t1);
+            let load2 = |kb: &mut KernelBuilder, iv: Value| load_rows(kb, iv, t2);
+            let bounds = (lo, hi, step1);
+            let chunks = (&load1 as &ChunkLoad, &widen as &ChunkLoad, pf1);
+            let ragged = kc % t1 as i64 != 0;
+            let z = kb.splat(zero, &piece);
+            let pieces = |kb: &mut KernelBuilder, v: Value| {
+                kb.emit(
+                    OpKind::Reduce {
+                        op: tile::ReduceOp::Sum,
+                        x: v,
+                        axis: 1,
+                        keepdims: false,
+                    },
+                    KernelBuilder::tile_ty(&piece, f),
+                )
+            };
+            let (mean, ss) = if layer {
+                let inv_piece = kb.cnst(Constant::Float(1.0 / PIECE as f64), f);
+                let n_piece = kb.cnst(Constant::Float(PIECE as f64), f);
+                let init = vec![z, z, zero];
+                let st = chunk_loop(&mut kb, bounds, chunks, init, &mut |kb, iv, v, c| {
+                    let (mean, m2, k) = (c[0], c[1], c[2]);
+                    let ip = kb.splat(inv_piece, &piece);
+                    let s = pieces(kb, v);
+                    let cmean = kb.binary(BinaryOp::Mul, s, ip);
+                    let e = kb.emit(
+                        OpKind::ExpandDims { x: cmean, axis: 1 },
+                        KernelBuilder::tile_ty(&[t1, 1], f),
+                    );
+                    let cb = kb.emit(
+                        OpKind::Broadcast {
+                            x: e,
+                            shape: shape_of(t1),
+                        },
+                        KernelBuilder::tile_ty(&shape_of(t1), f),
+                    );
+                    let d = kb.binary(BinaryOp::Sub, v, cb);
+                    let dd = kb.binary(BinaryOp::Mul, d, d);
+                    let cm2 = pieces(kb, dd);
+                    // n_a = PIECE k, n_b = PIECE: mean += delta / (k + 1),
+                    // M2 += M2_b + delta^2 PIECE k / (k + 1).
+                    let k1 = kb.binary(BinaryOp::Add, k, one);
+                    let fr = kb.binary(BinaryOp::Div, one, k1);
+                    let nk = kb.binary(BinaryOp::Mul, n_piece, k);
+                    let g = kb.binary(BinaryOp::Mul, nk, fr);
+                    let delta = kb.binary(BinaryOp::Sub, cmean, mean);
+                    let fb = kb.splat(fr, &piece);
+                    let step_ = kb.binary(BinaryOp::Mul, delta, fb);
+                    let mean2 = kb.binary(BinaryOp::Add, mean, step_);
+                    let d2 = kb.binary(BinaryOp::Mul, delta, delta);
+                    let gb = kb.splat(g, &piece);
+                    let d2g = kb.binary(BinaryOp::Mul, d2, gb);
+                    let m2a = kb.binary(BinaryOp::Add, m2, cm2);
+                    let m22 = kb.binary(BinaryOp::Add, m2a, d2g);
+                    let (mean2, m22) = if ragged {
+                        let inb = in_row(kb, iv, t1);
+                        (select(kb, inb, mean2, mean), select(kb, inb, m22, m2))
+                    } else {
+                        (mean2, m22)
+                    };
+                    vec![mean2, m22, k1]
+                });
+                // Each piece's count: PIECE a chunk, less one chunk for a
+                // piece past the row's end in the last.
+                let kt = kb.splat(st[2], &piece);
+                let chunks_in = if ragged {
+                    let last = kb.cnst(Constant::Int(kc / t1 as i64 * t1 as i64), DType::I32);
+                    let inb = in_row(&mut kb, last, t1);
+                    let onet = kb.splat(one, &piece);
+                    let out = select(&mut kb, inb, z, onet);
+                    kb.binary(BinaryOp::Sub, kt, out)
+                } else {
+                    kt
+                };
+                let np = kb.splat(n_piece, &piece);
+                let lc = kb.binary(BinaryOp::Mul, chunks_in, np);
+                // Chan: mean = sum(n_i mean_i) / n; M2 = sum(M2_i + n_i (mean_i - mean)^2).
+                let (lm, lm2) = (st[0], st[1]);
+                let wm = kb.binary(BinaryOp::Mul, lc, lm);
+                let s = reduce_sum(&mut kb, wm);
+                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+                let mb = kb.splat(mean, &piece);
+                let dm = kb.binary(BinaryOp::Sub, lm, mb);
+                let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
+                let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
+                let tot = kb.binary(BinaryOp::Add, lm2, cdm);
+                (Some(mean), reduce_sum(&mut kb, tot))
+            } else {
+                let sq = chunk_loop(&mut kb, bounds, chunks, vec![z], &mut |kb, _, v, c| {
+                    let p = kb.binary(BinaryOp::Mul, v, v);
+                    let s = pieces(kb, p);
+                    vec![kb.binary(BinaryOp::Add, c[0], s)]
+                })[0];
+                (None, reduce_sum(&mut kb, sq))
+            };
+            let rstd = rstd_of(&mut kb, ss);
+            let bounds = (lo, hi, step2);
+            let chunks = (&load2 as &ChunkLoad, &widen as &ChunkLoad, pf2);
+            chunk_loop(&mut kb, bounds, chunks, vec![], &mut |kb, iv, v, _| {
+                let d = match mean {
+                    Some(m) => {
+                        let mb = kb.splat(m, &shape_of(t2));
+                        kb.binary(BinaryOp::Sub, v, mb)
+                    }
+                    None => v,
+                };
+                let ws = load_w(kb, iv, t2);
+                normalise(kb, iv, d, rstd, &ws);
+                vec![]
+            });
         } else {
             let bounds = (lo, hi, step);
             let looped = |kb: &mut KernelBuilder, init: Vec<Value>, body: &mut LoopBody<'_>| {
@@ -340,7 +496,7 @@ impl Lower<'_> {
                     let dv = kb.binary(BinaryOp::Sub, v, mean);
                     let onet = kb.splat(one, &tile1);
                     let (delta, add) = if ragged {
-                        let inb = in_row(kb, iv);
+                        let inb = in_row(kb, iv, bk32);
                         let zt = kb.splat(zero, &tile1);
                         (select(kb, inb, dv, zt), select(kb, inb, onet, zt))
                     } else {
@@ -382,7 +538,7 @@ impl Lower<'_> {
                     }
                     None => v,
                 };
-                let ws = load_w(kb, iv);
+                let ws = load_w(kb, iv, bk32);
                 normalise(kb, iv, d, rstd, &ws);
                 vec![]
             });
