@@ -156,14 +156,22 @@ const LONG_WARPS: u32 = 32;
 /// on an H100, in fractions of a device copy: RMS norm 0.68 without
 /// prefetching, 0.91 with; softmax 0.81 without, 0.75 prefetching at 8 a
 /// thread, 0.70 prefetching only its normalising pass; layer norm 0.75
-/// either way.
-fn long_plan(carried: usize) -> (i64, bool) {
+/// either way. A chunk of 4-byte elements as stored takes twice the
+/// registers of a bf16 one, so a thread takes half as many (16 f32 elements
+/// and softmax's two carried tiles spilled at 64 registers).
+fn long_plan(carried: usize, stored: DType) -> (i64, bool) {
     let threads = LONG_WARPS as i64 * 32;
-    match carried {
-        0 | 1 => (threads * 16, true),
-        2 => (threads * 16, false),
-        _ => (threads * 8, false),
-    }
+    let (elems, prefetch) = match carried {
+        0 | 1 => (16, true),
+        2 => (16, false),
+        _ => (8, false),
+    };
+    let elems = if stored.bytes() >= 4 {
+        elems / 2
+    } else {
+        elems
+    };
+    (threads * elems, prefetch)
 }
 
 /// A long last axis whose length is a known multiple of `PIECE` is viewed as

@@ -97,7 +97,7 @@ impl Lower<'_> {
         let (bk, num_warps) = match (whole, split) {
             (Some(cp), _) => (cp, row_warps(cp)),
             (None, Some(_)) => (split_passes(0)[0].0 as i64, LONG_WARPS),
-            (None, None) => (long_plan(carried).0, LONG_WARPS),
+            (None, None) => (long_plan(carried, bdt).0, LONG_WARPS),
         };
         let bk32 = bk as u32;
         // The chunk's tile, and the axes a row (or a weight vector) is viewed with.
@@ -478,7 +478,7 @@ impl Lower<'_> {
                 let chunks = (
                     &load_raw as &ChunkLoad,
                     &widen as &ChunkLoad,
-                    long_plan(carried).1,
+                    long_plan(carried, bdt).1,
                 );
                 chunk_loop(kb, bounds, chunks, init, body)
             };

@@ -60,7 +60,7 @@ impl Lower<'_> {
         let (bk, num_warps) = match (whole, split) {
             (Some(kp), _) => (kp, row_warps(kp * bc)),
             (None, Some(_)) => (split_passes(0)[0].0 as i64, LONG_WARPS),
-            (None, None) => ((long_plan(2).0 / bc).max(1), LONG_WARPS),
+            (None, None) => ((long_plan(2, bdt).0 / bc).max(1), LONG_WARPS),
         };
         let (bc32, bk32) = (bc as u32, bk as u32);
         let dim_of = |d: &Dim, name: &str| match d.as_const() {
@@ -307,7 +307,7 @@ impl Lower<'_> {
             let chunks = (
                 &load_raw as &ChunkLoad,
                 &widen as &ChunkLoad,
-                long_plan(2).1,
+                long_plan(2, bdt).1,
             );
             let ml = chunk_loop(&mut kb, bounds, chunks, vec![m0, l0], &mut |kb, _, v, c| {
                 let (m, l) = (c[0], c[1]);
