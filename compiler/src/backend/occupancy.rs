@@ -190,6 +190,26 @@ fn round_up(x: u64, unit: u64) -> u64 {
 
 /// Resident blocks per SM of a kernel whose blocks use `usage`, with the
 /// limiting resource; on AMD, [`amd_occupancy`] with no AGPRs or SGPRs.
+/// The most registers a thread can have in a block of `threads` on `arch`:
+/// on NVIDIA, what lets one block's warps fit the register file (a 1024-thread
+/// block: 64), at most the arch's per-thread maximum. ptxas keeps a kernel
+/// declared with `.maxntid` within it, spilling past it rather than making a
+/// block that cannot launch. On AMD, the arch's maximum (LLVM's own limits
+/// are in `amd_occupancy`).
+pub fn max_regs_in_block(arch: Arch, threads: u32) -> u32 {
+    let info = arch.info();
+    if info.vendor == Vendor::Amd {
+        return info.max_regs_per_thread;
+    }
+    let warps = round_up(
+        threads.div_ceil(info.warp_size).max(1) as u64,
+        info.warp_alloc_granularity as u64,
+    );
+    let unit = info.reg_alloc_unit as u64;
+    let per_warp = info.regs_per_block as u64 / warps / unit * unit;
+    (per_warp / info.warp_size as u64).min(info.max_regs_per_thread as u64) as u32
+}
+
 pub fn occupancy(arch: Arch, usage: BlockUsage, carveout: Carveout) -> Occupancy {
     if arch.info().vendor == Vendor::Amd {
         return amd_occupancy(
@@ -483,6 +503,49 @@ mod tests {
         (Arch::Sm90a, 96, 40, 10000, Carveout::Default, 16, &[Registers]),
         (Arch::Sm90a, 128, 32, 48 * KB, Carveout::Default, 4, &[SharedMemory]),
     ];
+
+    #[test]
+    fn registers_a_thread_of_a_block_can_have() {
+        // 65536 registers a block, in units of 256 a warp, warps in groups of 4.
+        for (threads, regs) in [
+            (1024, 64),
+            (768, 80),
+            (640, 96),
+            (512, 128),
+            (256, 255),
+            (96, 255),
+            (1, 255),
+        ] {
+            assert_eq!(
+                max_regs_in_block(Arch::Sm90, threads),
+                regs,
+                "{threads} threads"
+            );
+        }
+        assert_eq!(max_regs_in_block(Arch::Sm70, 1024), 64);
+        // Every such count fits one block; one more unit does not.
+        for threads in [1024, 768, 640, 512] {
+            let fits = |regs| {
+                occupancy(
+                    Arch::Sm80,
+                    BlockUsage {
+                        threads,
+                        regs_per_thread: regs,
+                        smem_bytes: 0,
+                    },
+                    Carveout::Default,
+                )
+                .blocks_per_sm
+            };
+            let max = max_regs_in_block(Arch::Sm80, threads);
+            assert!(fits(max) >= 1, "{threads} threads, {max} registers");
+            assert_eq!(fits(max + 8), 0, "{threads} threads, {} registers", max + 8);
+        }
+        assert_eq!(
+            max_regs_in_block(Arch::Gfx942, 1024),
+            Arch::Gfx942.info().max_regs_per_thread
+        );
+    }
 
     #[test]
     fn calculator_table() {

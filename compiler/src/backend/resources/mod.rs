@@ -307,7 +307,7 @@ pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
         estimate_regs(&program, &words)
     };
     let estimate = |hoist, chains| estimate_with(hoist, chains, false);
-    let max = kernel.arch.info().max_regs_per_thread;
+    let max = crate::backend::occupancy::max_regs_in_block(kernel.arch, kernel.num_threads);
     // Past full occupancy ptxas saves registers: compares run next to the
     // accesses they guard, with their indices (see `sink`'s `compares`).
     // Below it, where ptxas spends registers on latency, the indices stay

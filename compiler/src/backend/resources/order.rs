@@ -18,11 +18,15 @@ use crate::target::ptxas::{PREDICATE_REGS, SHARED_LOAD_WINDOW_WORDS};
 /// With `chains`, each goes before its first reader wherever that reader is
 /// placed in turn (a depth-first walk), not where Target IR put it. With
 /// `compares`, an index read only by compares follows them (see below).
+/// With `unpacks` (ptxas, for which a move between a float and an integer
+/// register is free), such a move is placed like a pure instruction, and the
+/// shift or mask of a packed word that only it reads goes with it.
 pub(super) fn sink<'a>(
     insts: &[&'a crate::ir::target::Inst],
     tys: &[crate::ir::target::RegTy],
     chains: bool,
     compares: bool,
+    unpacks: bool,
 ) -> Vec<&'a crate::ir::target::Inst> {
     use crate::ir::target::Inst;
     fn reads(inst: &Inst, out: &mut Vec<u32>) {
@@ -34,8 +38,21 @@ pub(super) fn sink<'a>(
             }
         }
     }
-    // Pure and not a copy: copies stay where Target IR put them.
-    let movable = |i: &Inst| i.is_pure() && !matches!(i, Inst::Mov { .. });
+    // Pure and not a copy: copies stay where Target IR put them. A move
+    // between a float and an integer register (a bf16 unpacked into an f32)
+    // is no copy but a reinterpretation, free in SASS, so it moves with the
+    // instruction that computed its source.
+    let float = |r: crate::ir::target::Reg| {
+        matches!(
+            tys.get(r.0 as usize),
+            Some(crate::ir::target::RegTy::F32 | crate::ir::target::RegTy::F64)
+        )
+    };
+    let reinterprets = |i: &Inst| {
+        unpacks
+            && matches!(i, Inst::Mov { dst, src: crate::ir::target::Operand::Reg(s) } if float(*dst) != float(*s))
+    };
+    let movable = |i: &Inst| i.is_pure() && (!matches!(i, Inst::Mov { .. }) || reinterprets(i));
     // Address arithmetic (64-bit) does not move past a global load: ptxas
     // computes the addresses of a batch of loads (a gather's) before issuing
     // them back to back.
@@ -160,6 +177,35 @@ pub(super) fn sink<'a>(
             }
         }
         place.push((k, k));
+    }
+    // A value read only by reinterpreting moves goes where they go: the two
+    // halves of a bf16 unpack (a shift, then a move into a float register)
+    // stay together, so the packed word, not the shifted one, is held
+    // until the float is read.
+    for k in (0..n).rev().filter(|_| unpacks) {
+        let defs = insts[k].defs();
+        // An integer computed from one register (a shift or mask of a packed
+        // word): moving it holds that register instead.
+        if !movable(insts[k])
+            || defs.is_empty()
+            || defs.iter().any(|d| float(*d))
+            || reads_of[k].len() != 1
+        {
+            continue;
+        }
+        let mut to = usize::MAX;
+        let only_moves = defs.iter().all(|d| {
+            readers.get(&d.0).is_some_and(|rs| {
+                rs.iter().all(|&j| {
+                    to = to.min(place[j].0);
+                    j > k && reinterprets(insts[j])
+                })
+            }) && writers.get(&d.0).is_some_and(|w| w.len() == 1)
+        });
+        let to = to.min(next_branch[k + 1]);
+        if only_moves && to != usize::MAX && to > place[k].0 {
+            place[k] = (to, k);
+        }
     }
     // With `compares`, a value read only by compares goes where its first
     // compare goes, where the block sinks more compares than a thread has

@@ -215,6 +215,7 @@ pub(super) fn program_with_origin(
                 &rm.tys,
                 rm.chains,
                 rm.compares,
+                rm.vendor == crate::target::Vendor::Nvidia,
             )
         } else {
             sink(
@@ -222,6 +223,7 @@ pub(super) fn program_with_origin(
                 &rm.tys,
                 rm.chains,
                 rm.compares,
+                rm.vendor == crate::target::Vendor::Nvidia,
             )
         };
         for inst in order {

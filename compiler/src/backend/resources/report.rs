@@ -26,8 +26,9 @@ pub struct Resources {
     pub amd: Option<AmdRegs>,
     /// Shared memory per block in bytes (static and dynamic).
     pub smem_bytes: u32,
-    /// Occupancy at `min(regs, max_regs_per_thread)`: beyond the maximum ptxas
-    /// (LLVM) spills rather than refusing the kernel.
+    /// Occupancy at `min(regs, max_regs_in_block)`: beyond the most a thread
+    /// of the block can have, ptxas (LLVM) spills rather than refusing the
+    /// kernel.
     pub occupancy: Occupancy,
 }
 
@@ -48,7 +49,7 @@ impl Resources {
         regs: u32,
         smem_bytes: u32,
     ) -> Self {
-        let max = arch.info().max_regs_per_thread;
+        let max = crate::backend::occupancy::max_regs_in_block(arch, threads);
         let occupancy = occupancy(
             arch,
             BlockUsage {
@@ -173,7 +174,13 @@ impl Resources {
         // no spill to memory).
         let spill_at = match amd {
             Some(a) => a.addressable_vgprs,
-            None => info.max_regs_per_thread,
+            None => crate::backend::occupancy::max_regs_in_block(self.arch, self.threads),
+        };
+        // Where the block's size, not the arch, sets the limit, say so.
+        let whose = if amd.is_none() && spill_at < info.max_regs_per_thread {
+            format!("a thread of a {}-thread block", self.threads)
+        } else {
+            "a thread".to_string()
         };
         let regs_held = self.regs + self.amd.map_or(0, |a| a.agprs);
         if regs_held > spill_at {
@@ -182,11 +189,15 @@ impl Resources {
                     "W0003",
                     span,
                     format!(
-                        "kernel `{}` likely spills registers on {}: an estimated {regs_held} {regs_word} per thread, more than the {spill_at} a thread can have",
+                        "kernel `{}` likely spills registers on {}: an estimated {regs_held} {regs_word} per thread, more than the {spill_at} {whose} can have",
                         self.kernel, info.name
                     ),
                 )
-                .with_help("use smaller tiles or more warps (`num_warps=`) so that each thread holds fewer elements"),
+                .with_help(if whose == "a thread" {
+                    "use smaller tiles or more warps (`num_warps=`) so that each thread holds fewer elements"
+                } else {
+                    "use smaller tiles so that each thread holds fewer elements, or fewer warps (`num_warps=`) so that each may have more registers"
+                }),
             );
         }
         if let (Some(a), Some(r)) = (amd, self.amd) {
@@ -217,7 +228,7 @@ impl Resources {
                         "{} registers per block ({} threads x {} registers, allocated per warp), more than the {} of {}",
                         occ.regs_per_block,
                         self.threads,
-                        self.regs.min(info.max_regs_per_thread),
+                        self.regs.min(crate::backend::occupancy::max_regs_in_block(self.arch, self.threads)),
                         info.regs_per_block,
                         info.name
                     ),
