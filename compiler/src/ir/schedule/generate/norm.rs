@@ -322,6 +322,21 @@ impl Lower<'_> {
                 Type::Scalar(f),
             )
         };
+        // Chan's rule over partial statistics (per lane or per piece: their
+        // means `lm`, M2s `lm2` and counts `lc`): the row's mean
+        // sum(n_i mean_i) / n and its M2 sum(M2_i + n_i (mean_i - mean)^2).
+        let chan = |kb: &mut KernelBuilder, lm: Value, lm2: Value, lc: Value| {
+            let shape = kb.ty(lm).shape().to_vec();
+            let wm = kb.binary(BinaryOp::Mul, lc, lm);
+            let s = reduce_sum(kb, wm);
+            let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+            let mb = kb.splat(mean, &shape);
+            let dm = kb.binary(BinaryOp::Sub, lm, mb);
+            let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
+            let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
+            let tot = kb.binary(BinaryOp::Add, lm2, cdm);
+            (Some(mean), reduce_sum(kb, tot))
+        };
         let rstd_of = |kb: &mut KernelBuilder, ss: Value| {
             let ms = kb.binary(BinaryOp::Mul, ss, inv_n);
             let ms = kb.binary(BinaryOp::Add, ms, eps_v);
@@ -438,17 +453,7 @@ impl Lower<'_> {
                 };
                 let np = kb.splat(n_piece, &piece);
                 let lc = kb.binary(BinaryOp::Mul, chunks_in, np);
-                // Chan: mean = sum(n_i mean_i) / n; M2 = sum(M2_i + n_i (mean_i - mean)^2).
-                let (lm, lm2) = (st[0], st[1]);
-                let wm = kb.binary(BinaryOp::Mul, lc, lm);
-                let s = reduce_sum(&mut kb, wm);
-                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
-                let mb = kb.splat(mean, &piece);
-                let dm = kb.binary(BinaryOp::Sub, lm, mb);
-                let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
-                let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
-                let tot = kb.binary(BinaryOp::Add, lm2, cdm);
-                (Some(mean), reduce_sum(&mut kb, tot))
+                chan(&mut kb, st[0], st[1], lc)
             } else {
                 let sq = chunk_loop(&mut kb, bounds, chunks, vec![z], &mut |kb, _, v, c| {
                     let p = kb.binary(BinaryOp::Mul, v, v);
@@ -511,17 +516,7 @@ impl Lower<'_> {
                     let cnt2 = kb.binary(BinaryOp::Add, cnt, add);
                     vec![mean2, m22, cnt2, k1]
                 });
-                // Chan: mean = sum(n_i mean_i) / n; M2 = sum(M2_i + n_i (mean_i - mean)^2).
-                let (lm, lm2, lc) = (st[0], st[1], st[2]);
-                let wm = kb.binary(BinaryOp::Mul, lc, lm);
-                let s = reduce_sum(&mut kb, wm);
-                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
-                let mb = kb.splat(mean, &tile1);
-                let dm = kb.binary(BinaryOp::Sub, lm, mb);
-                let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
-                let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
-                let tot = kb.binary(BinaryOp::Add, lm2, cdm);
-                (Some(mean), reduce_sum(&mut kb, tot))
+                chan(&mut kb, st[0], st[1], st[2])
             } else {
                 let sq = looped(&mut kb, vec![z], &mut |kb, _, v, c| {
                     let p = kb.binary(BinaryOp::Mul, v, v);
