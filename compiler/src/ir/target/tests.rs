@@ -868,8 +868,10 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
 /// The asynchronous-copy plan of the brief's gemm and flash attention, as
 /// `lower` decides it: the operand loads are the candidates everywhere; on
 /// sm_80+ they are pipelined over `num_stages` when their rows are provably
-/// 16-byte aligned (K and N fixed; D fixed), attention's q is copied once
-/// before its loop, and without that proof they stay in registers.
+/// 16-byte aligned (K and N fixed; D fixed), gemm's one dot is rotated (its
+/// first k step loaded an iteration early; attention's two dots are not),
+/// attention's q is copied once before its loop, and without that proof they
+/// stay in registers.
 #[test]
 fn pipeline_plans_of_the_brief_kernels() {
     use crate::db::{file_kernels, tile_ir, Database};
@@ -894,7 +896,7 @@ fn pipeline_plans_of_the_brief_kernels() {
         (Arch::Sm80, "gemm", fixed(), "\
 cp.async on sm_80, num_stages = 3
 candidates: %41 A[128, 32], %42 B[32, 128]
-loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %42 B[32, 128]
+loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %42 B[32, 128]; the dot's first k step read an iteration early
 "),
         (Arch::Sm80, "gemm", Specialization::new(), "\
 cp.async on sm_80, num_stages = 3

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::pipeline::Decision;
+use super::pipeline::{Decision, Rotation};
 use super::{gcd, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
@@ -209,6 +209,32 @@ impl<'a> Lower<'a> {
         }
         self.blocks.push(Vec::new());
         let yields = match &pipe {
+            Some(p) if plan.rotated => {
+                // The dot issues the copies ahead and the wait and barrier
+                // for the next stage before its last k step (`Rotation`).
+                self.blocks.push(Vec::new());
+                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), step_o)?;
+                let ahead = self.blocks.pop().unwrap_or_default();
+                let (a, b) = match body.ops.iter().find_map(|o| match &o.kind {
+                    OpKind::Dot { a, b, .. } => Some((*a, *b)),
+                    _ => None,
+                }) {
+                    Some(ab) => ab,
+                    None => return self.unsupported("a rotated loop without its dot"),
+                };
+                self.rotation = Some(Rotation {
+                    a,
+                    b,
+                    stages: p.stages,
+                    stage: p.stage,
+                    ahead,
+                });
+                let yields = self.region_ops(&body.ops)?;
+                if self.rotation.take().is_some() {
+                    return self.unsupported("a rotated dot that took another path");
+                }
+                yields
+            }
             Some(p) => {
                 self.pipeline_wait(p);
                 // The copies ahead go after the first op that runs a dot
@@ -368,7 +394,7 @@ impl<'a> Lower<'a> {
 }
 
 /// Whether `ops` (or a region nested in them) has a `dot`.
-fn has_dot(ops: &[tile::Op]) -> bool {
+pub(super) fn has_dot(ops: &[tile::Op]) -> bool {
     ops.iter().any(|o| match &o.kind {
         OpKind::Dot { .. } => true,
         kind => kind.regions().iter().any(|r| has_dot(&r.ops)),

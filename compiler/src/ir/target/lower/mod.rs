@@ -168,6 +168,7 @@ fn lower_once(
         emitted: 0,
         vec_elems: 4,
         amd_invariant: HashMap::new(),
+        rotation: None,
         hoist_amd,
         hoisted_amd: false,
     };
@@ -301,6 +302,9 @@ struct Lower<'a> {
     /// lowered, by (value, staged transposed): their LDS buffer and row
     /// stride (`mma::amd`).
     amd_invariant: HashMap<(Value, bool), (usize, u32)>,
+    /// The dot of the loop being lowered whose first k step is loaded an
+    /// iteration early, until the dot takes it.
+    rotation: Option<pipeline::Rotation>,
     /// Whether loops may stage such operands (see `lower_with_plan`), and
     /// whether one did.
     hoist_amd: bool,

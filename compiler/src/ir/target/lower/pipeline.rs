@@ -25,10 +25,11 @@ use std::fmt;
 use std::rc::Rc;
 
 use super::async_copy::Deferred;
+use super::control::has_dot;
 use super::{Lower, R};
 use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
-use crate::target::Arch;
+use crate::target::{Arch, MmaFeed};
 
 /// The state of asynchronous copies and software pipelines while one kernel
 /// is lowered (part of `Lower`).
@@ -131,6 +132,9 @@ pub(crate) struct LoopPlan {
     /// Loads in the body pipelined over `stages` buffers (empty when none).
     pub(crate) pipelined: Vec<PlannedLoad>,
     pub(crate) stages: u32,
+    /// Whether the loop's one dot reads its first k step's fragments of the
+    /// next stage at the end of each iteration (see [`Rotation`]).
+    pub(crate) rotated: bool,
 }
 
 impl LoopPlan {
@@ -197,6 +201,9 @@ impl fmt::Display for PipelinePlan {
                             p.stages,
                             list(&p.pipelined)
                         )?;
+                        if p.rotated {
+                            write!(f, "; the dot's first k step read an iteration early")?;
+                        }
                     }
                     writeln!(f)?;
                 }
@@ -265,12 +272,53 @@ impl<'a> Lower<'a> {
                 }
             }
         }
+        let rotated = self.rotatable(body, &pipelined, stages);
         LoopPlan {
             iv,
             invariant,
             pipelined,
             stages,
+            rotated,
         }
+    }
+
+    /// Whether a pipelined loop's dot can be rotated ([`Rotation`]): the
+    /// body's only dot, at its top level, both operands pipelined loads of
+    /// the loop (or their transposes), on `mma.sync` m16n8k16 with at least
+    /// two k steps (the next stage's first one is loaded over the last's
+    /// registers otherwise), and at least three stages (the copies ahead are
+    /// issued right before the wait for the next stage, which so still has
+    /// an iteration to arrive).
+    fn rotatable(&self, body: &tile::Region, pipelined: &[PlannedLoad], stages: u32) -> bool {
+        if stages < 3 {
+            return false;
+        }
+        let mut dots = body.ops.iter().filter(|o| has_dot(std::slice::from_ref(o)));
+        let (Some(op), None) = (dots.next(), dots.next()) else {
+            return false;
+        };
+        let OpKind::Dot {
+            a, b, precision, ..
+        } = &op.kind
+        else {
+            return false;
+        };
+        let loaded = |v: &Value| pipelined.iter().any(|l| l.value == *v);
+        let piped = |v: &Value| {
+            loaded(v)
+                || body.ops.iter().any(|o| {
+                    matches!(&o.kind, OpKind::Transpose { x } if o.results[0] == *v && loaded(x))
+                })
+        };
+        if !piped(a) || !piped(b) {
+            return false;
+        }
+        let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
+        let [m, k] = ta.shape()[..] else { return false };
+        let n = tb.shape()[1];
+        let plan = self.mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision);
+        matches!(plan, Some((inst, _)) if inst.feed == MmaFeed::Ldmatrix && inst.k == 16)
+            && k / 16 >= 2
     }
 
     /// A load as the plan names it.
@@ -478,6 +526,28 @@ impl<'a> Lower<'a> {
         self.pipeline.overrides.clear();
         Ok(())
     }
+}
+
+/// A pipelined loop's dot whose first k step of each iteration is loaded at
+/// the end of the previous one (CUTLASS's multistage mainloop): before the
+/// loop, the wait and barrier for the first stage and that step's `ldmatrix`;
+/// in the body, before the last k step's MMAs, the copies ahead, the wait
+/// and barrier for the next stage and the next first step's `ldmatrix`, so
+/// the tensor cores have the last step's MMAs to run while those reads
+/// arrive, where they would otherwise wait at the top of every iteration.
+/// The loop's one barrier so moves from the top of the body to before the
+/// last k step: a stage's reads (its first step's at the end of the previous
+/// iteration, the rest in its own) all precede the barrier of its own
+/// iteration, after which the copies ahead rewrite it in the next.
+pub(super) struct Rotation {
+    /// The dot's operands.
+    pub(super) a: Value,
+    pub(super) b: Value,
+    pub(super) stages: u32,
+    /// The loop's stage register.
+    pub(super) stage: Reg,
+    /// The copies `num_stages - 1` iterations ahead, lowered before the body.
+    pub(super) ahead: Vec<Inst>,
 }
 
 /// The software pipeline of one loop: its loads (each with its pipe) and the

@@ -12,8 +12,9 @@ use std::rc::Rc;
 use super::WarpTiling;
 use crate::check::DType;
 use crate::ir::target::layout::{Layout, WarpOrder};
+use crate::ir::target::lower::pipeline::Rotation;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::target::{BinOp, CmpOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
 use crate::target::{MmaInst, MmaKind};
 
@@ -65,159 +66,51 @@ impl<'a> Lower<'a> {
             self.emit(Inst::CpAsyncCommit);
             self.emit(Inst::CpAsyncWait { pending: 0 });
         }
+        // A dot whose first k step's fragments come from the previous
+        // iteration (`Rotation`): they are read here only before the loop.
+        let rot = self.rotation.take_if(|r| r.a == a && r.b == b);
         // Operands read in place from pipeline stages (or registers) are
-        // published by the pipeline's barrier at the top of the loop.
+        // published by the pipeline's barrier at the top of the loop (for a
+        // rotated dot, the ones before the loop and before its last k step).
         let staged = abuf.is_some() || bbuf.is_some();
         if staged {
             self.emit(Inst::Barrier);
         }
-        // Per-lane row addresses for ldmatrix.
-        let tid = Operand::Reg(self.tid);
-        let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
-        let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
-        let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
-        let (warp_m, warp_n) = self.warp_coords(warps);
-        // Swizzled address of 16-byte chunk `chunk + c` of row `r + dr`,
-        // where `r` and `chunk` are this lane's and `dr`, `c` constants, and
-        // `chunk` never has a bit of `lane_mask` clear where `c` has one set
-        // (`chunk + c` is `chunk ^ c`). The swizzle's phase repeats every 8
-        // rows (`Swizzle::for_rows`), so a `dr` of a multiple of 8 is a
-        // constant offset; and as the phase only flips chunk bits within the
-        // swizzle's span `m` (128 bytes, or the row if shorter), the chunk
-        // offset `16 c` is an XOR of its bits below `m` into the lane's
-        // address of chunk `chunk` plus the rest added: one lane address per
-        // operand, and per fragment an `xor` and an immediate offset (the
-        // base, a multiple of 128 bytes, and rows of `row_bytes` keep every
-        // bit below `m` of the row's address clear).
-        let mut lane_addrs: Vec<((Reg, Operand, Operand, u32), Reg)> = Vec::new();
-        let mut addr_of = |l: &mut Self,
-                           base: Reg,
-                           sw: Swizzle,
-                           (r, dr): (Operand, u32),
-                           (chunk, c): (Operand, u32),
-                           lane_mask: u32| {
-            let (r, dr) = match dr % (sw.per_phase * sw.max_phase) {
-                0 => (r, dr),
-                _ => (l.bin(BinOp::Add, RegTy::U32, r, Operand::Int(dr as i64)), 0),
-            };
-            let disjoint = c & lane_mask == 0;
-            let key = (base, r, chunk, if disjoint { 0 } else { c });
-            let at = match lane_addrs.iter().find(|(k, _)| *k == key) {
-                Some(&(_, a)) => a,
-                None => {
-                    let ph = l.swizzle_phase(sw, r);
-                    let ch = l.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(key.3 as i64));
-                    let ch = l.bin(BinOp::Xor, RegTy::U32, ch, ph);
-                    let ch = l.bin(BinOp::Shl, RegTy::U32, ch, Operand::Int(4));
-                    let ra = l.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
-                    // The lane's offset first, then the base: the offset is
-                    // loop-invariant where the base (a pipeline stage) is not.
-                    let off = l.bin(BinOp::Add, RegTy::U32, ra, ch);
-                    let a = l.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), off);
-                    let a = l.materialize(RegTy::U32, a).reg().expect("reg");
-                    lane_addrs.push((key, a));
-                    a
-                }
-            };
-            let span = sw.row_bytes.min(128);
-            let (flip, add) = match disjoint {
-                true => ((16 * c) % span, (16 * c) / span * span),
-                false => (0, 0),
-            };
-            let a = l.bin(
-                BinOp::Xor,
-                RegTy::U32,
-                Operand::Reg(at),
-                Operand::Int(flip as i64),
-            );
-            let a = l.bin(
-                BinOp::Add,
-                RegTy::U32,
-                a,
-                Operand::Int((add + dr * sw.row_bytes) as i64),
-            );
-            l.materialize(RegTy::U32, a).reg().expect("reg")
+        let asrc = a_smem.map(|(base, sw, ..)| SmemTile { base, sw });
+        let bsrc = SmemTile {
+            base: bbase,
+            sw: bsw,
         };
-        let arow0 = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(tm as i64));
-        let arow0 = self.bin(BinOp::Add, RegTy::U32, arow0, l15);
-        let bcol0 = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64 / 8));
-        let n_tiles = tn / 8;
-        let b_x4 = n_tiles % 2 == 0;
-        // The bits `bchunk0` may have: those of `bcol0` (multiples of
-        // `n_tiles`, where that is a power of two) and `hi`.
-        let bchunk0_mask = match n_tiles.is_power_of_two() {
-            true => !(n_tiles - 1) | u32::from(b_x4),
-            false => u32::MAX,
+        let shape = TileShape {
+            warps,
+            tm,
+            tn,
+            b_nk,
         };
-        let bchunk0 = if b_x4 {
-            self.bin(BinOp::Add, RegTy::U32, bcol0, hi)
-        } else {
-            bcol0
+        let mut lanes = self.fragment_lanes(&shape);
+        let first = match &rot {
+            Some(r) => Some(self.rotated_prologue(r, a, b, &shape)?),
+            None => None,
         };
-        // b stored as [n, k]: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
-        // first n tile, lanes 16-31 the same of the second.
-        let (brow_nk, bchunk_nk) = match b_nk {
-            true => {
-                let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
-                let r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(tn as i64));
-                let mut r = self.bin(BinOp::Add, RegTy::U32, r, l7);
-                if b_x4 {
-                    let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
-                    r = self.bin(BinOp::Add, RegTy::U32, r, h8);
-                }
-                let c = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
-                (r, self.bin(BinOp::And, RegTy::U32, c, Operand::Int(1)))
-            }
-            false => (Operand::Int(0), Operand::Int(0)),
-        };
-        for kk in 0..k / 16 {
-            // A fragments: one x4 per 16-row tile.
-            // (Packed from registers as they are used, so that each f32
-            // value dies at its pack.)
-            let mut afrag = match a_regs {
-                true => self.a_fragments_from_registers(av, kk, tm),
-                false => Vec::new(),
+        let nk = k / 16;
+        for kk in 0..nk {
+            // A fragments from registers are packed as they are used, so
+            // that each f32 value dies at its pack.
+            let a_packed = match a_regs {
+                true => Some(self.a_fragments_from_registers(av, kk, tm)),
+                false => None,
             };
-            if let Some((abase, asw, ..)) = a_smem {
-                for im in 0..tm / 16 {
-                    let addr = addr_of(self, abase, asw, (arow0, 16 * im), (hi, 2 * kk), 1);
-                    let dst: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::B32)).collect();
-                    self.emit(Inst::LdMatrix {
-                        dst: dst.clone(),
-                        addr,
-                        trans: false,
-                    });
-                    afrag.push(dst);
+            let frags = match (&first, kk) {
+                (Some(f), 0) => f.clone(),
+                _ => self.load_fragments(&mut lanes, asrc, bsrc, kk, None),
+            };
+            if let (Some(r), Some(f)) = (&rot, &first) {
+                if kk == nk - 1 {
+                    self.rotate_to_next_stage(r, a, b, &mut lanes, f)?;
                 }
             }
-            // B fragments (transposed loads of the row-major [k, n] tile).
-            let mut bfrag: Vec<Vec<Reg>> = Vec::new();
-            let step = if b_x4 { 2 } else { 1 };
-            for jn in (0..n_tiles).step_by(step) {
-                let addr = if b_nk {
-                    addr_of(self, bbase, bsw, (brow_nk, 8 * jn), (bchunk_nk, 2 * kk), 1)
-                } else {
-                    addr_of(
-                        self,
-                        bbase,
-                        bsw,
-                        (l15, 16 * kk),
-                        (bchunk0, jn),
-                        bchunk0_mask,
-                    )
-                };
-                let cnt = if b_x4 { 4 } else { 2 };
-                let dst: Vec<Reg> = (0..cnt).map(|_| self.new_reg(RegTy::B32)).collect();
-                self.emit(Inst::LdMatrix {
-                    dst: dst.clone(),
-                    addr,
-                    trans: !b_nk,
-                });
-                bfrag.push(dst[..2].to_vec());
-                if b_x4 {
-                    bfrag.push(dst[2..].to_vec());
-                }
-            }
+            let bfrag = frags.b_pairs();
+            let afrag = a_packed.unwrap_or(frags.a);
             cur = self.mma_step(&cur, &afrag, &bfrag, 4, |l, a, b, c, d| {
                 if k16 {
                     l.emit(Inst::Mma {
@@ -258,10 +151,275 @@ impl<'a> Lower<'a> {
                 }
             });
         }
+        if rot.is_some() {
+            // The loop's barriers retire this dot's reads (see `Rotation`).
+            return Ok(self.mma_result_in(layout, cur));
+        }
         Ok(match staged {
             true => self.mma_result(layout, cur),
             false => self.mma_result_in(layout, cur),
         })
+    }
+
+    /// This lane's row and chunk indices in a dot's operand tiles, for
+    /// `ldmatrix` (emitted once where fragments are loaded from).
+    fn fragment_lanes(&mut self, s: &TileShape) -> FragmentLanes {
+        let tid = Operand::Reg(self.tid);
+        let lane = self.bin(BinOp::And, RegTy::U32, tid, Operand::Int(31));
+        let l15 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(15));
+        let hi = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(4));
+        let (warp_m, warp_n) = self.warp_coords(s.warps);
+        let arow0 = self.bin(BinOp::Mul, RegTy::U32, warp_m, Operand::Int(s.tm as i64));
+        let arow0 = self.bin(BinOp::Add, RegTy::U32, arow0, l15);
+        let n_tiles = s.tn / 8;
+        let bcol0 = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(n_tiles as i64));
+        let b_x4 = n_tiles.is_multiple_of(2);
+        // The bits `bchunk0` may have: those of `bcol0` (multiples of
+        // `n_tiles`, where that is a power of two) and `hi`.
+        let bchunk0_mask = match n_tiles.is_power_of_two() {
+            true => !(n_tiles - 1) | u32::from(b_x4),
+            false => u32::MAX,
+        };
+        let bchunk0 = if b_x4 {
+            self.bin(BinOp::Add, RegTy::U32, bcol0, hi)
+        } else {
+            bcol0
+        };
+        // b stored as [n, k]: lanes 0-7 / 8-15 read k chunks 0 / 1 of the
+        // first n tile, lanes 16-31 the same of the second.
+        let (brow_nk, bchunk_nk) = match s.b_nk {
+            true => {
+                let l7 = self.bin(BinOp::And, RegTy::U32, lane, Operand::Int(7));
+                let r = self.bin(BinOp::Mul, RegTy::U32, warp_n, Operand::Int(s.tn as i64));
+                let mut r = self.bin(BinOp::Add, RegTy::U32, r, l7);
+                if b_x4 {
+                    let h8 = self.bin(BinOp::Shl, RegTy::U32, hi, Operand::Int(3));
+                    r = self.bin(BinOp::Add, RegTy::U32, r, h8);
+                }
+                let c = self.bin(BinOp::Shr, RegTy::U32, lane, Operand::Int(3));
+                (r, self.bin(BinOp::And, RegTy::U32, c, Operand::Int(1)))
+            }
+            false => (Operand::Int(0), Operand::Int(0)),
+        };
+        FragmentLanes {
+            arow0,
+            l15,
+            hi,
+            bchunk0,
+            bchunk0_mask,
+            brow_nk,
+            bchunk_nk,
+            tm: s.tm,
+            n_tiles,
+            b_x4,
+            b_nk: s.b_nk,
+            addrs: Vec::new(),
+        }
+    }
+
+    /// The swizzled address of 16-byte chunk `chunk + c` of row `r + dr`,
+    /// where `r` and `chunk` are this lane's and `dr`, `c` constants, and
+    /// `chunk` never has a bit of `lane_mask` clear where `c` has one set
+    /// (`chunk + c` is `chunk ^ c`). The swizzle's phase repeats every 8 rows
+    /// (`Swizzle::for_rows`), so a `dr` of a multiple of 8 is a constant
+    /// offset; and as the phase only flips chunk bits within the swizzle's
+    /// span `m` (128 bytes, or the row if shorter), the chunk offset `16 c` is
+    /// an XOR of its bits below `m` into the lane's address of chunk `chunk`
+    /// plus the rest added: one lane address per operand tile, and per
+    /// fragment an `xor` and an immediate offset (the base, a multiple of 128
+    /// bytes, and rows of `row_bytes` keep every bit below `m` of the row's
+    /// address clear).
+    fn lane_address(
+        &mut self,
+        lanes: &mut FragmentLanes,
+        t: SmemTile,
+        (r, dr): (Operand, u32),
+        (chunk, c): (Operand, u32),
+        lane_mask: u32,
+    ) -> Reg {
+        let sw = t.sw;
+        let (r, dr) = match dr % (sw.per_phase * sw.max_phase) {
+            0 => (r, dr),
+            _ => (
+                self.bin(BinOp::Add, RegTy::U32, r, Operand::Int(dr as i64)),
+                0,
+            ),
+        };
+        let disjoint = c & lane_mask == 0;
+        let key = (t.base, r, chunk, if disjoint { 0 } else { c });
+        let at = match lanes.addrs.iter().find(|(k, _)| *k == key) {
+            Some(&(_, a)) => a,
+            None => {
+                let ph = self.swizzle_phase(sw, r);
+                let ch = self.bin(BinOp::Add, RegTy::U32, chunk, Operand::Int(key.3 as i64));
+                let ch = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
+                let ch = self.bin(BinOp::Shl, RegTy::U32, ch, Operand::Int(4));
+                let ra = self.bin(BinOp::Mul, RegTy::U32, r, Operand::Int(sw.row_bytes as i64));
+                // The lane's offset first, then the base: the offset is
+                // loop-invariant where the base (a pipeline stage) is not.
+                let off = self.bin(BinOp::Add, RegTy::U32, ra, ch);
+                let a = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(t.base), off);
+                let a = self.materialize(RegTy::U32, a).reg().expect("reg");
+                lanes.addrs.push((key, a));
+                a
+            }
+        };
+        let span = sw.row_bytes.min(128);
+        let (flip, add) = match disjoint {
+            true => ((16 * c) % span, (16 * c) / span * span),
+            false => (0, 0),
+        };
+        let a = self.bin(
+            BinOp::Xor,
+            RegTy::U32,
+            Operand::Reg(at),
+            Operand::Int(flip as i64),
+        );
+        let a = self.bin(
+            BinOp::Add,
+            RegTy::U32,
+            a,
+            Operand::Int((add + dr * sw.row_bytes) as i64),
+        );
+        self.materialize(RegTy::U32, a).reg().expect("reg")
+    }
+
+    /// The `ldmatrix` fragments of k step `kk` (16 of k): `a`'s (none where
+    /// `a` is not in shared memory) one x4 per 16-row tile, `b`'s one x4 per
+    /// two 8-column tiles (x2 per tile where the warp has an odd number),
+    /// written into `into`'s registers where given.
+    fn load_fragments(
+        &mut self,
+        lanes: &mut FragmentLanes,
+        a: Option<SmemTile>,
+        b: SmemTile,
+        kk: u32,
+        into: Option<&Fragments>,
+    ) -> Fragments {
+        let mut out = Fragments {
+            a: Vec::new(),
+            b: Vec::new(),
+            b_x4: lanes.b_x4,
+        };
+        let ldmatrix = |l: &mut Self, addr: Reg, trans: bool, dst: Vec<Reg>| {
+            l.emit(Inst::LdMatrix {
+                dst: dst.clone(),
+                addr,
+                trans,
+            });
+            dst
+        };
+        let fresh = |l: &mut Self, given: Option<&Vec<Reg>>, n: usize| match given {
+            Some(d) => d.clone(),
+            None => (0..n).map(|_| l.new_reg(RegTy::B32)).collect(),
+        };
+        if let Some(at) = a {
+            for im in 0..lanes.tm / 16 {
+                let (r, hi) = (lanes.arow0, lanes.hi);
+                let addr = self.lane_address(lanes, at, (r, 16 * im), (hi, 2 * kk), 1);
+                let dst = fresh(self, into.map(|f| &f.a[im as usize]), 4);
+                out.a.push(ldmatrix(self, addr, false, dst));
+            }
+        }
+        let step = if lanes.b_x4 { 2 } else { 1 };
+        for (i, jn) in (0..lanes.n_tiles).step_by(step).enumerate() {
+            let addr = if lanes.b_nk {
+                let (r, c) = (lanes.brow_nk, lanes.bchunk_nk);
+                self.lane_address(lanes, b, (r, 8 * jn), (c, 2 * kk), 1)
+            } else {
+                let (r, c, mask) = (lanes.l15, lanes.bchunk0, lanes.bchunk0_mask);
+                self.lane_address(lanes, b, (r, 16 * kk), (c, jn), mask)
+            };
+            let dst = fresh(self, into.map(|f| &f.b[i]), 2 * step);
+            out.b.push(ldmatrix(self, addr, !lanes.b_nk, dst));
+        }
+        out
+    }
+
+    /// Before the loop of a rotated dot: the wait and barrier for its first
+    /// stage, and the fragments of its first k step read from that stage.
+    fn rotated_prologue(
+        &mut self,
+        r: &Rotation,
+        a: Value,
+        b: Value,
+        shape: &TileShape,
+    ) -> R<Fragments> {
+        let Some(body) = self.blocks.pop() else {
+            return self.unsupported("a rotated dot outside a loop");
+        };
+        self.emit(Inst::Comment(
+            "the first k step's fragments of the pipeline's first stage".into(),
+        ));
+        self.emit(Inst::CpAsyncWait {
+            pending: r.stages - 2,
+        });
+        self.emit(Inst::Barrier);
+        let mut lanes = self.fragment_lanes(shape);
+        let at = self.stage_tile(a, Operand::Int(0));
+        let bt = self.stage_tile(b, Operand::Int(0));
+        let first = self.load_fragments(&mut lanes, Some(at), bt, 0, None);
+        self.blocks.push(body);
+        Ok(first)
+    }
+
+    /// Before a rotated dot's last k step: the copies `num_stages - 1`
+    /// iterations ahead, the wait and barrier for the next stage, and the
+    /// next iteration's first k step read from it into `first`.
+    fn rotate_to_next_stage(
+        &mut self,
+        r: &Rotation,
+        a: Value,
+        b: Value,
+        lanes: &mut FragmentLanes,
+        first: &Fragments,
+    ) -> R<()> {
+        self.emit(Inst::Comment(
+            "the copies ahead, then the next stage's first k step".into(),
+        ));
+        for i in r.ahead.clone() {
+            self.emit(i);
+        }
+        self.emit(Inst::CpAsyncWait {
+            pending: r.stages - 2,
+        });
+        self.emit(Inst::Barrier);
+        let t = self.bin(
+            BinOp::Add,
+            RegTy::U32,
+            Operand::Reg(r.stage),
+            Operand::Int(1),
+        );
+        let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(r.stages as i64));
+        let next = self.select(RegTy::U32, wrap, Operand::Int(0), t);
+        let next = self.materialize(RegTy::U32, next);
+        let at = self.stage_tile(a, next);
+        let bt = self.stage_tile(b, next);
+        self.load_fragments(lanes, Some(at), bt, 0, Some(first));
+        Ok(())
+    }
+
+    /// Stage `stage` of the pipeline of operand `v` (a pipelined load, or
+    /// its transpose).
+    fn stage_tile(&mut self, v: Value, stage: Operand) -> SmemTile {
+        let (pi, _) = self.pipeline.pipelined[&v];
+        let p = self.pipeline.pipes[pi];
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: p.buffer,
+        });
+        let off = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            stage,
+            Operand::Int(p.stage_bytes as i64),
+        );
+        let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+        SmemTile {
+            base: self.materialize(RegTy::U32, base).reg().expect("reg"),
+            sw: p.sw,
+        }
     }
 
     /// Whether the m16n8k16 `a` fragments of `av` can be made from its
@@ -307,5 +465,62 @@ impl<'a> Lower<'a> {
             frags.push(regs);
         }
         frags
+    }
+}
+
+/// A warp's share of a dot: the warp grid, each warp's `[tm, tn]` tile, and
+/// whether `b` is stored transposed (`[n, k]` row-major).
+struct TileShape {
+    warps: [u32; 2],
+    tm: u32,
+    tn: u32,
+    b_nk: bool,
+}
+
+/// A dot operand's swizzled tile in shared memory.
+#[derive(Clone, Copy)]
+struct SmemTile {
+    base: Reg,
+    sw: Swizzle,
+}
+
+/// This lane's indices for `ldmatrix` in a dot's operand tiles
+/// (`Lower::fragment_lanes`) and the lane addresses made from them so far
+/// (`Lower::lane_address`), by base, row, chunk and chunk offset.
+struct FragmentLanes {
+    arow0: Operand,
+    l15: Operand,
+    hi: Operand,
+    bchunk0: Operand,
+    bchunk0_mask: u32,
+    brow_nk: Operand,
+    bchunk_nk: Operand,
+    tm: u32,
+    n_tiles: u32,
+    b_x4: bool,
+    b_nk: bool,
+    addrs: Vec<((Reg, Operand, Operand, u32), Reg)>,
+}
+
+/// The `ldmatrix` results of one k step: `a`'s per 16-row tile, `b`'s per
+/// instruction (x4: two 8-column tiles, x2: one).
+#[derive(Clone)]
+struct Fragments {
+    a: Vec<Vec<Reg>>,
+    b: Vec<Vec<Reg>>,
+    b_x4: bool,
+}
+
+impl Fragments {
+    /// `b`'s fragments per 8-column tile (two registers each).
+    fn b_pairs(&self) -> Vec<Vec<Reg>> {
+        match self.b_x4 {
+            true => self
+                .b
+                .iter()
+                .flat_map(|d| [d[..2].to_vec(), d[2..].to_vec()])
+                .collect(),
+            false => self.b.clone(),
+        }
     }
 }
