@@ -120,7 +120,12 @@ impl Checker<'_> {
                 );
             }
         }
-        let stages = self.kernel.num_stages.unwrap_or(1).max(1);
+        // `num_stages` buffers exist only where the target copies asynchronously
+        // (sm_80+); elsewhere a dot in a loop stages its operands once.
+        let stages = match self.arch.features().cp_async {
+            true => self.kernel.num_stages.unwrap_or(1).max(1),
+            false => 1,
+        };
         let worst = self
             .usage
             .dots
