@@ -583,6 +583,15 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     emit(args, rows)
 
 
+def gemm_tile():
+    """`gemm_bf16`'s default BM and BN, read from the standard library."""
+    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
+                            "linalg.tsr")).read()
+    sig = re.search(r"def gemm_bf16\(.*?\):", src, re.S).group(0)
+    return (int(re.search(r"BM: const = (\d+)", sig).group(1)),
+            int(re.search(r"BN: const = (\d+)", sig).group(1)))
+
+
 def bench_gemm(args):
     for n in [128] if args.tiny else [4096] if args.quick else [4096, 8192]:
         a, b = save_input(args, "a", (n, n), 1), save_input(args, "b", (n, n), 2)
@@ -602,7 +611,8 @@ def bench_gemm(args):
         def hinted(t, hints=HINTS, ptxas=True):
             if "c" not in t:
                 t["c"] = torch.empty(n, n, device="cuda", dtype=torch.float32)
-            grid = (-(-n // 128), -(-n // 128))  # the decorator's grid at BM = BN = 128
+            bm, bn = gemm_tile()
+            grid = (-(-n // bm), -(-n // bn))  # the decorator's grid at the default tile
             hinted_gemm(args, hints, ptxas)(grid, A=t["a"], B=t["b"], C=t["c"], M=n, K=n, N=n)
             return t["c"]
 
