@@ -26,6 +26,9 @@ pub struct Features {
     /// `cvt.rn.bf16x2.f32`: two f32 rounded to bf16 and packed in one
     /// instruction (else integer arithmetic rounds them).
     pub cvt_bf16: bool,
+    /// `wgmma.mma_async` (warpgroup matrix multiply from shared-memory
+    /// descriptors, PTX ISA 8.0), which only sm_90a has (not sm_90).
+    pub wgmma: bool,
     /// The matrix instructions the arch has and the code generator uses (or,
     /// for targets without a code generator yet, will use), best first; pick
     /// one with [`super::select_mma`].
@@ -36,26 +39,27 @@ impl Arch {
     #[rustfmt::skip]
     pub fn features(self) -> Features {
         use Arch::*;
-        let row = |ptx_isa, ldmatrix, cp_async, fast_tanh, cvt_bf16, mma| Features {
+        let row = |ptx_isa, ldmatrix, cp_async, fast_tanh, cvt_bf16, wgmma, mma| Features {
             ptx_isa,
             ldmatrix,
             cp_async,
             fast_tanh,
             cvt_bf16,
+            wgmma,
             mma,
         };
         match self {
-            //              ptx_isa      ldmatrix cp_async fast_tanh cvt_bf16 mma
-            Sm70    => row(Some("7.0"), false,   false,   false,    false,   mma::SM70),
-            Sm75    => row(Some("7.0"), true,    false,   true,     false,   mma::SM75),
-            Sm80    => row(Some("7.0"), true,    true,    true,     true,    mma::SM80),
-            Sm86    => row(Some("7.1"), true,    true,    true,     true,    mma::SM80),
-            Sm89    => row(Some("7.8"), true,    true,    true,     true,    mma::SM80),
-            Sm90    => row(Some("7.8"), true,    true,    true,     true,    mma::SM80),
-            Sm90a   => row(Some("8.0"), true,    true,    true,     true,    mma::SM80),
-            Gfx90a  => row(None,        false,   false,   false,    false,   mma::CDNA2),
-            Gfx942  => row(None,        false,   false,   false,    false,   mma::CDNA3),
-            Gfx1100 => row(None,        false,   false,   false,    false,   mma::RDNA3),
+            //              ptx_isa      ldmatrix cp_async fast_tanh cvt_bf16 wgmma  mma
+            Sm70    => row(Some("7.0"), false,   false,   false,    false,   false, mma::SM70),
+            Sm75    => row(Some("7.0"), true,    false,   true,     false,   false, mma::SM75),
+            Sm80    => row(Some("7.0"), true,    true,    true,     true,    false, mma::SM80),
+            Sm86    => row(Some("7.1"), true,    true,    true,     true,    false, mma::SM80),
+            Sm89    => row(Some("7.8"), true,    true,    true,     true,    false, mma::SM80),
+            Sm90    => row(Some("7.8"), true,    true,    true,     true,    false, mma::SM80),
+            Sm90a   => row(Some("8.0"), true,    true,    true,     true,    true,  mma::SM80),
+            Gfx90a  => row(None,        false,   false,   false,    false,   false, mma::CDNA2),
+            Gfx942  => row(None,        false,   false,   false,    false,   false, mma::CDNA3),
+            Gfx1100 => row(None,        false,   false,   false,    false,   false, mma::RDNA3),
         }
     }
 }

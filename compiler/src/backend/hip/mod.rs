@@ -894,6 +894,13 @@ impl Printer<'_> {
             Inst::LdMatrix { .. } => {
                 return self.inexpressible("a warp matrix load (`ldmatrix`, NVIDIA's)")
             }
+            Inst::Wgmma { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::FenceProxyAsync => {
+                return self.inexpressible("a warpgroup matrix multiply (`wgmma`, sm_90a's)")
+            }
             Inst::PackBf16 { .. } => {
                 return self.inexpressible("a bf16 pair conversion (`cvt.rn.bf16x2.f32`, NVIDIA's)")
             }

@@ -137,10 +137,13 @@ fn kernel(k: &Kernel, out: &mut String) {
         out: String::new(),
     };
     p.block(&k.body, 1);
+    // The arena's alignment: its most aligned buffer's (wgmma operands'
+    // swizzle atoms are 1024 bytes), at least 128.
+    let align = k.smem.iter().map(|b| b.align).max().unwrap_or(0).max(128);
     if needs_dynamic_smem(k) {
         let _ = writeln!(
             out,
-            "// {}: {} bytes of dynamic shared memory (pass them at launch)\n.extern .shared .align 128 .b8 {}_smem[];",
+            "// {}: {} bytes of dynamic shared memory (pass them at launch)\n.extern .shared .align {align} .b8 {}_smem[];",
             k.name,
             k.smem_bytes(),
             k.name
@@ -148,7 +151,7 @@ fn kernel(k: &Kernel, out: &mut String) {
     } else if k.smem_bytes() > 0 {
         let _ = writeln!(
             out,
-            ".shared .align 128 .b8 {}_smem[{}];",
+            ".shared .align {align} .b8 {}_smem[{}];",
             k.name,
             k.smem_bytes()
         );
@@ -561,6 +564,31 @@ impl Printer<'_> {
                     self.list(c)
                 )
             }
+            // scale-d is a predicate operand: a scoped `true` (accumulate).
+            Inst::Wgmma {
+                n,
+                input,
+                acc,
+                a_desc,
+                b_desc,
+                trans_b,
+            } => {
+                let t = match input {
+                    MemTy::BF16 => "bf16",
+                    _ => "f16",
+                };
+                format!(
+                    "{{ .reg .pred %acc; setp.ne.b32 %acc, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {}, {}, %acc, 1, 1, 0, {}; }}",
+                    self.list(acc),
+                    self.r(*a_desc),
+                    self.r(*b_desc),
+                    u8::from(*trans_b)
+                )
+            }
+            Inst::WgmmaFence => "wgmma.fence.sync.aligned;".to_string(),
+            Inst::WgmmaCommit => "wgmma.commit_group.sync.aligned;".to_string(),
+            Inst::WgmmaWait { pending } => format!("wgmma.wait_group.sync.aligned {pending};"),
+            Inst::FenceProxyAsync => "fence.proxy.async.shared::cta;".to_string(),
             // 64-bit values move as two halves, in a scope with its own registers.
             Inst::ShflXor {
                 dst,

@@ -298,6 +298,11 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
             | Inst::CpAsync { .. }
             | Inst::CpAsyncCommit
             | Inst::CpAsyncWait { .. }
+            | Inst::Wgmma { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::FenceProxyAsync
             | Inst::For { .. }
             | Inst::While { .. }
             | Inst::If { .. }

@@ -73,7 +73,12 @@ pub(super) fn unrolled_by_four(
                 | Inst::CpAsync { .. }
                 | Inst::CpAsyncCommit
                 | Inst::CpAsyncWait { .. }
-                | Inst::Mma { .. } => return None,
+                | Inst::Mma { .. }
+                | Inst::Wgmma { .. }
+                | Inst::WgmmaFence
+                | Inst::WgmmaCommit
+                | Inst::WgmmaWait { .. }
+                | Inst::FenceProxyAsync => return None,
                 _ => {
                     n += 1;
                     for region in i.regions() {
@@ -436,6 +441,17 @@ pub(super) fn rename_regs(
             a.iter_mut().chain(b).chain(c).for_each(&mut *uses);
             d.iter_mut().for_each(defs)
         }
+        Inst::Wgmma {
+            acc,
+            a_desc,
+            b_desc,
+            ..
+        } => {
+            uses(a_desc);
+            uses(b_desc);
+            acc.iter_mut().for_each(&mut *uses);
+            acc.iter_mut().for_each(defs)
+        }
         Inst::Trap { pred } => uses(pred),
         Inst::For { .. }
         | Inst::While { .. }
@@ -443,6 +459,10 @@ pub(super) fn rename_regs(
         | Inst::Barrier
         | Inst::CpAsyncCommit
         | Inst::CpAsyncWait { .. }
+        | Inst::WgmmaFence
+        | Inst::WgmmaCommit
+        | Inst::WgmmaWait { .. }
+        | Inst::FenceProxyAsync
         | Inst::Comment(_) => {}
     }
 }

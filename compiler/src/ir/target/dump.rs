@@ -206,6 +206,25 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                     .unwrap_or_default()
             ),
             Inst::CpAsyncCommit => "copy_async_commit".to_string(),
+            Inst::Wgmma {
+                n,
+                input,
+                acc,
+                a_desc,
+                b_desc,
+                trans_b,
+            } => format!(
+                "wgmma.m64n{n}k16.{}{} [{}] += desc {} x desc {}",
+                input.name(),
+                if *trans_b { ".trans_b" } else { "" },
+                acc.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", "),
+                r(k, *a_desc),
+                r(k, *b_desc)
+            ),
+            Inst::WgmmaFence => "wgmma_fence".to_string(),
+            Inst::WgmmaCommit => "wgmma_commit".to_string(),
+            Inst::WgmmaWait { pending } => format!("wgmma_wait {pending}"),
+            Inst::FenceProxyAsync => "fence_proxy_async".to_string(),
             Inst::CpAsyncWait { pending } => format!("copy_async_wait {pending}"),
             Inst::LdMatrix { dst, addr, trans } => format!(
                 "{} = load_matrix{} [{}]",

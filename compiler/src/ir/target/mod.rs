@@ -407,6 +407,36 @@ pub enum Inst {
         b: Vec<Reg>,
         c: Vec<Reg>,
     },
+    /// Warpgroup-wide (4 warps, sm_90a) `acc += a x b` of `[64, k] x [k, n]`
+    /// 16-bit `input` on the tensor cores (`wgmma.mma_async`), both operands
+    /// in shared memory, each described by a 64-bit matrix descriptor
+    /// (`B64` registers: start address, leading and stride byte offsets,
+    /// swizzle). `trans_b`: b is stored n-major (a row-major `[k, n]` tile).
+    /// `acc` holds `n / 2` f32 a thread, laid out as `mma.m16n8`'s
+    /// accumulators of each warp's 16 rows over the `n / 8` column tiles, and
+    /// is read and written in place. Asynchronous: issued after a
+    /// `WgmmaFence`, closed by `WgmmaCommit`, complete (`acc` readable) after
+    /// a `WgmmaWait`.
+    Wgmma {
+        n: u32,
+        input: MemTy,
+        acc: Vec<Reg>,
+        a_desc: Reg,
+        b_desc: Reg,
+        trans_b: bool,
+    },
+    /// Orders the accumulator registers' earlier writes before the
+    /// warpgroup's next `Wgmma`s.
+    WgmmaFence,
+    /// Closes the group of `Wgmma`s issued since the last commit.
+    WgmmaCommit,
+    /// Waits until at most `pending` committed `Wgmma` groups are in flight.
+    WgmmaWait {
+        pending: u32,
+    },
+    /// Makes this thread's completed shared-memory writes (stores, finished
+    /// `cp.async`) visible to the asynchronous proxy that `Wgmma` reads through.
+    FenceProxyAsync,
     /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole
     /// warp); a 64-bit register moves as two 32-bit halves.
     ShflXor {
@@ -457,12 +487,17 @@ impl Inst {
             | Inst::ShflXor { dst, .. } => vec![*dst],
             Inst::Ld { dst, .. } | Inst::LdMatrix { dst, .. } => dst.clone(),
             Inst::Mma { d, .. } => d.clone(),
+            Inst::Wgmma { acc, .. } => acc.clone(),
             Inst::For { iv, .. } => vec![*iv],
             Inst::St { .. }
             | Inst::AtomAdd { .. }
             | Inst::CpAsync { .. }
             | Inst::CpAsyncCommit
             | Inst::CpAsyncWait { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::FenceProxyAsync
             | Inst::Barrier
             | Inst::Trap { .. }
             | Inst::While { .. }
@@ -483,7 +518,21 @@ impl Inst {
             | Inst::Barrier
             | Inst::CpAsyncCommit
             | Inst::CpAsyncWait { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::FenceProxyAsync
             | Inst::Comment(_) => vec![],
+            Inst::Wgmma {
+                acc,
+                a_desc,
+                b_desc,
+                ..
+            } => {
+                let mut v = acc.clone();
+                v.extend([*a_desc, *b_desc]);
+                v
+            }
             Inst::CpAsync {
                 dst, src, src_size, ..
             } => {
@@ -613,6 +662,11 @@ pub struct Swizzle {
     pub row_bytes: u32,
     pub per_phase: u32,
     pub max_phase: u32,
+    /// 0: rows are stored whole, one after another. Else the tile's row
+    /// count: its rows are cut into 128-byte panels, each panel stored as
+    /// its own `[rows, 128 B]` block (Hopper's n-major operand layout, in
+    /// which 8 rows of 128 bytes are one contiguous swizzle atom).
+    pub panel_rows: u32,
 }
 
 impl Swizzle {
@@ -623,13 +677,31 @@ impl Swizzle {
             row_bytes,
             per_phase: (128 / row_bytes).max(1),
             max_phase: chunks.clamp(1, 8),
+            panel_rows: 0,
         }
+    }
+
+    /// `rows` rows of `row_bytes` (a multiple of 128) stored as 128-byte
+    /// panels, each swizzled as 128-byte rows are (chunk `c ^ (r % 8)`).
+    pub fn panels(row_bytes: u32, rows: u32) -> Swizzle {
+        Swizzle {
+            panel_rows: rows,
+            ..Swizzle::for_rows(128).with_row_bytes(row_bytes)
+        }
+    }
+
+    fn with_row_bytes(self, row_bytes: u32) -> Swizzle {
+        Swizzle { row_bytes, ..self }
     }
 
     /// The byte offset of element `(r, c)` of `elem_bytes` each.
     pub fn offset(&self, r: u32, c: u32, elem_bytes: u32) -> u32 {
         let byte = c * elem_bytes;
         let chunk = (byte / 16) ^ ((r / self.per_phase) % self.max_phase);
+        if self.panel_rows > 0 {
+            let (panel, chunk) = (chunk / 8, chunk % 8);
+            return panel * self.panel_rows * 128 + r * 128 + chunk * 16 + byte % 16;
+        }
         r * self.row_bytes + chunk * 16 + byte % 16
     }
 }
@@ -689,7 +761,7 @@ impl Kernel {
         while let Some((insts, in_loop)) = stack.pop() {
             for i in insts {
                 match i {
-                    Inst::Mma { .. } if in_loop => return true,
+                    Inst::Mma { .. } | Inst::Wgmma { .. } if in_loop => return true,
                     Inst::CpAsyncWait { pending } if in_loop && *pending > 0 => return true,
                     _ => {}
                 }

@@ -14,7 +14,7 @@ use crate::syntax::span::Span;
 use crate::target::Arch;
 
 use super::layout::{Layout, WarpOrder};
-use super::{lower, verify::verify, Inst, MemTy, Space};
+use super::{lower, verify::verify, Inst, MemTy, Space, Swizzle};
 use crate::db::{file_kernels, target_ir, Database};
 use crate::ir::tile::Specialization;
 
@@ -869,9 +869,32 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
 /// `lower` decides it: the operand loads are the candidates everywhere; on
 /// sm_80+ they are pipelined over `num_stages` when their rows are provably
 /// 16-byte aligned (K and N fixed; D fixed), gemm's one dot is rotated (its
-/// first k step loaded an iteration early; attention's two dots are not),
+/// first k step loaded an iteration early; attention's two dots are not) or,
+/// on sm_90a, runs on wgmma (copied one iteration less ahead: a wgmma group
+/// stays in flight),
 /// attention's q is copied once before its loop, and without that proof they
 /// stay in registers.
+/// Hopper's n-major operand layout: 128-byte panels of a tile's rows, each
+/// stored whole (`[rows, 128 B]`) and swizzled as 128-byte rows.
+#[test]
+fn panel_swizzle_stores_128_byte_panels_one_after_another() {
+    let sw = Swizzle::panels(512, 32);
+    // Row 0: panel p at p * 32 * 128, chunks in place.
+    assert_eq!(sw.offset(0, 0, 2), 0);
+    assert_eq!(sw.offset(0, 64, 2), 4096);
+    assert_eq!(sw.offset(0, 200, 2), 3 * 4096 + 16);
+    // Row 9 of panel 1, chunk 2: chunk 2 ^ (9 % 8) = 3.
+    assert_eq!(sw.offset(9, 64 + 16, 2), 4096 + 9 * 128 + 3 * 16);
+    // Every element of a [32, 256] 16-bit tile at its own 16-bit slot.
+    let mut seen = std::collections::HashSet::new();
+    for r in 0..32 {
+        for c in 0..256 {
+            assert!(seen.insert(sw.offset(r, c, 2)));
+        }
+    }
+    assert!(seen.iter().all(|&o| o < 32 * 512));
+}
+
 #[test]
 fn pipeline_plans_of_the_brief_kernels() {
     use crate::db::{file_kernels, tile_ir, Database};
@@ -897,6 +920,11 @@ fn pipeline_plans_of_the_brief_kernels() {
 cp.async on sm_80, num_stages = 3
 candidates: %41 A[128, 32], %42 B[32, 128]
 loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %42 B[32, 128]; the dot's first k step read an iteration early
+"),
+        (Arch::Sm90a, "gemm", fixed(), "\
+cp.async on sm_90a, num_stages = 3
+candidates: %41 A[128, 32], %42 B[32, 128]
+loop %39: pipelined over 3 stages, copied 1 iteration ahead: %41 A[128, 32], %42 B[32, 128]; the dot on wgmma
 "),
         (Arch::Sm80, "gemm", Specialization::new(), "\
 cp.async on sm_80, num_stages = 3

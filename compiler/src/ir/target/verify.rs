@@ -347,6 +347,30 @@ impl Verifier<'_> {
                         .push(format!("{i:?}: mma fragment counts or types"));
                 }
             }
+            Inst::Wgmma {
+                n,
+                input,
+                acc,
+                a_desc,
+                b_desc,
+                ..
+            } => {
+                if !k.arch.features().wgmma {
+                    self.errors.push(format!("{i:?}: {} has no wgmma", k.arch));
+                }
+                let ok = matches!(input, MemTy::BF16 | MemTy::F16)
+                    && *n >= 8
+                    && *n <= 256
+                    && n % 8 == 0
+                    && acc.len() == (*n / 2) as usize
+                    && acc.iter().all(|r| ty(r) == RegTy::F32)
+                    && ty(a_desc) == RegTy::U64
+                    && ty(b_desc) == RegTy::U64;
+                if !ok {
+                    self.errors
+                        .push(format!("{i:?}: wgmma shape, accumulators or descriptors"));
+                }
+            }
             Inst::For {
                 iv, lo, hi, step, ..
             } => {

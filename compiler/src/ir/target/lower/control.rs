@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::mma::WgmmaDot;
 use super::pipeline::{Decision, Rotation};
 use super::{gcd, Lower, R, TV};
 use crate::check::DType;
@@ -102,6 +103,9 @@ impl<'a> Lower<'a> {
             } => {
                 let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
                 let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
+                if self.wgmma.contains(&WgmmaDot { a: *a, b: *b }) {
+                    return self.wgmma_layout(m, n);
+                }
                 Some(
                     self.mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
                         .map(|(_, layout)| layout)
@@ -178,8 +182,6 @@ impl<'a> Lower<'a> {
         if step_o == Operand::Int(0) {
             return self.unsupported("a `range` with step 0");
         }
-        let hint = self.yield_layouts(body, &body.args[1..], init);
-        let carried = self.carried(init, &hint);
         // The loop variable has the bounds' type (i32, or i64 over i64 bounds).
         let idt = self.tk.ty(body.args[0]).dtype();
         let ity = if idt == DType::I64 {
@@ -192,10 +194,16 @@ impl<'a> Lower<'a> {
         self.div.insert(body.args[0], d);
         self.vals
             .insert(body.args[0], self.scalar_tv(Operand::Reg(iv), ity, idt));
+        // The plan first: a dot on wgmma decides the accumulator's layout.
+        let plan = self.plan_loop(body);
+        if let Some((a, b)) = plan.wgmma {
+            self.wgmma.push(WgmmaDot { a, b });
+        }
+        let hint = self.yield_layouts(body, &body.args[1..], init);
+        let carried = self.carried(init, &hint);
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
-        let plan = self.plan_loop(body);
         if !plan.invariant.is_empty() || !plan.pipelined.is_empty() {
             let decision = Decision::Loop(plan.clone());
             self.pipeline.plan.decisions.push(decision);
@@ -277,11 +285,20 @@ impl<'a> Lower<'a> {
             step: step_o,
             body: code,
         });
+        if let Some((a, b)) = plan.wgmma {
+            if self.wgmma.contains(&WgmmaDot { a, b }) {
+                return self.unsupported("a wgmma dot that took another path");
+            }
+        }
         for v in &plan.invariant {
             self.pipeline.pipelined.remove(v);
         }
         for key in &amd_staged {
             self.amd_invariant.remove(key);
+        }
+        if plan.wgmma.is_some() {
+            // The last iteration's wgmma group, before its result is read.
+            self.emit(Inst::WgmmaWait { pending: 0 });
         }
         if let Some(p) = pipe {
             // Copies for iterations that did not run; and the last

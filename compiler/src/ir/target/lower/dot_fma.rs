@@ -32,6 +32,11 @@ impl<'a> Lower<'a> {
         let shape = self.tk.ty(res).shape().to_vec();
         let (m, n) = (shape[0], shape[1]);
         let k = self.tk.ty(a).shape()[1];
+        if let Some(i) = self.wgmma.iter().position(|w| w.a == a && w.b == b) {
+            self.wgmma.remove(i);
+            let dtype = self.tk.ty(a).dtype();
+            return self.dot_wgmma(a, b, acc, [m, n, k], dtype);
+        }
         let layout = self.blocked(&shape);
         let av = self.val(a);
         let bv = self.val(b);

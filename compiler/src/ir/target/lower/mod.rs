@@ -169,6 +169,7 @@ fn lower_once(
         vec_elems: 4,
         amd_invariant: HashMap::new(),
         rotation: None,
+        wgmma: Vec::new(),
         hoist_amd,
         hoisted_amd: false,
     };
@@ -199,10 +200,12 @@ fn lower_once(
         .map(|(_, b)| b.offset + b.bytes)
         .max()
         .unwrap_or(0);
-    let mut offset = transient_end.div_ceil(128) * 128;
+    let mut offset = transient_end;
     for &i in &l.pipeline.persistent {
+        let align = smem[i].align.max(128);
+        offset = offset.div_ceil(align) * align;
         smem[i].offset = offset;
-        offset = (offset + smem[i].bytes).div_ceil(128) * 128;
+        offset += smem[i].bytes;
     }
     let kernel = Kernel {
         name: tk.name.clone(),
@@ -305,6 +308,9 @@ struct Lower<'a> {
     /// The dot of the loop being lowered whose first k step is loaded an
     /// iteration early, until the dot takes it.
     rotation: Option<pipeline::Rotation>,
+    /// Dots of the loop being lowered that its plan put on `wgmma`, until
+    /// each is lowered.
+    wgmma: Vec<mma::WgmmaDot>,
     /// Whether loops may stage such operands (see `lower_with_plan`), and
     /// whether one did.
     hoist_amd: bool,

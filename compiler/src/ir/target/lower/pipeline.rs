@@ -135,12 +135,20 @@ pub(crate) struct LoopPlan {
     /// Whether the loop's one dot reads its first k step's fragments of the
     /// next stage at the end of each iteration (see [`Rotation`]).
     pub(crate) rotated: bool,
+    /// The loop's one dot on `wgmma` (sm_90a): its operands, both pipelined.
+    pub(crate) wgmma: Option<(Value, Value)>,
 }
 
 impl LoopPlan {
-    /// How many iterations ahead of its use a pipelined load is copied.
+    /// How many iterations ahead of its use a pipelined load is copied:
+    /// `stages - 1`, or `stages - 2` where the dot runs on wgmma, one
+    /// iteration's group of which stays in flight (still reading its stage)
+    /// while the next iteration's copies are issued.
     pub(crate) fn prefetch_distance(&self) -> u32 {
-        self.stages - 1
+        match self.wgmma {
+            Some(_) => self.stages - 2,
+            None => self.stages - 1,
+        }
     }
 }
 
@@ -203,6 +211,9 @@ impl fmt::Display for PipelinePlan {
                         )?;
                         if p.rotated {
                             write!(f, "; the dot's first k step read an iteration early")?;
+                        }
+                        if p.wgmma.is_some() {
+                            write!(f, "; the dot on wgmma")?;
                         }
                     }
                     writeln!(f)?;
@@ -272,14 +283,71 @@ impl<'a> Lower<'a> {
                 }
             }
         }
-        let rotated = self.rotatable(body, &pipelined, stages);
+        let wgmma = (stages >= 3)
+            .then(|| self.wgmma_operands(body, &pipelined))
+            .flatten();
+        let rotated = wgmma.is_none() && self.rotatable(body, &pipelined, stages);
         LoopPlan {
             iv,
             invariant,
             pipelined,
             stages,
             rotated,
+            wgmma,
         }
+    }
+
+    /// The operands of a pipelined loop's dot that runs on `wgmma` (sm_90a):
+    /// the body's only dot, at its top level, whose `a` and `b` are
+    /// pipelined loads of the loop (not transposed), whose accumulator is a
+    /// loop-carried value read by nothing else in the body (it is updated in
+    /// place), and whose shape and dtype fit ([`Lower::wgmma_fits`]).
+    fn wgmma_operands(
+        &self,
+        body: &tile::Region,
+        pipelined: &[PlannedLoad],
+    ) -> Option<(Value, Value)> {
+        if !self.feat.wgmma {
+            return None;
+        }
+        let mut dots = body.ops.iter().filter(|o| has_dot(std::slice::from_ref(o)));
+        let (Some(op), None) = (dots.next(), dots.next()) else {
+            return None;
+        };
+        let OpKind::Dot {
+            a,
+            b,
+            acc: Some(acc),
+            precision: tile::Precision::Ieee,
+        } = &op.kind
+        else {
+            return None;
+        };
+        let loaded = |v: &Value| pipelined.iter().any(|l| l.value == *v);
+        if !loaded(a) || !loaded(b) || !body.args[1..].contains(acc) {
+            return None;
+        }
+        let readers = body
+            .ops
+            .iter()
+            .filter(|o| {
+                o.kind.operands().contains(acc) || o.kind.regions().iter().any(|r| reads(r, *acc))
+            })
+            .count();
+        // The result is only carried to the next iteration: its group stays
+        // in flight while the loop goes on (waited for after the loop).
+        let result = op.results[0];
+        let yielded_only = body.ops.iter().all(|o| match &o.kind {
+            OpKind::Yield(_) => true,
+            k => !k.operands().contains(&result) && !k.regions().iter().any(|r| reads(r, result)),
+        });
+        if readers != 1 || !yielded_only {
+            return None;
+        }
+        let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
+        let [m, k] = ta.shape()[..] else { return None };
+        let n = tb.shape()[1];
+        (ta.dtype() == tb.dtype() && self.wgmma_fits(ta.dtype(), [m, n, k])).then_some((*a, *b))
     }
 
     /// Whether a pipelined loop's dot can be rotated ([`Rotation`]): the
@@ -409,13 +477,18 @@ impl<'a> Lower<'a> {
         for load in loads {
             let (rows, cols) = (load.shape[0], load.shape[1]);
             let stage_bytes = rows * cols * 2;
-            let sw = Swizzle::for_rows(cols * 2);
+            // wgmma's operands in its canonical layouts, whose swizzle atoms
+            // (up to 1024 bytes) must start at multiples of their size.
+            let (sw, align) = match plan.wgmma {
+                Some((_, b)) => (Self::wgmma_swizzle(b == load.value, rows, cols), 1024),
+                None => (Swizzle::for_rows(cols * 2), 128),
+            };
             let buffer = self.buffers.len();
             self.buffers.push(SmemBuffer {
                 name: format!("pipe{}_{}", self.pipeline.pipes.len(), load.name),
                 offset: 0,
                 bytes: stage_bytes * stages,
-                align: 128,
+                align,
                 purpose: format!("{stages} stages of a pipelined `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"),
                 swizzle: Some(sw),
             });
@@ -434,8 +507,10 @@ impl<'a> Lower<'a> {
             loads: loads.iter().cloned().zip(pipes).collect(),
             stage,
             stages,
+            ahead: plan.prefetch_distance(),
+            wgmma: plan.wgmma.is_some(),
         };
-        for s in 0..stages - 1 {
+        for s in 0..p.ahead {
             let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
             let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
             self.issue_stage(body, &p, ivs, Operand::Int(s as i64))?;
@@ -452,12 +527,17 @@ impl<'a> Lower<'a> {
     /// copies `num_stages - 1` iterations ahead may go into the stage the
     /// previous iteration read anywhere after it ([`Self::pipeline_issue_ahead`]).
     pub(super) fn pipeline_wait(&mut self, p: &LoopPipe) {
-        // Committed so far: the `num_stages - 1` groups of the prologue and
-        // one an iteration; this iteration's is complete when at most
-        // `num_stages - 2` are pending.
+        // Committed so far: the `ahead` groups of the prologue and one an
+        // iteration; this iteration's is complete when at most `ahead - 1`
+        // are pending.
         self.emit(Inst::CpAsyncWait {
-            pending: p.stages - 2,
+            pending: p.ahead - 1,
         });
+        if p.wgmma {
+            // The stage's copies, complete for this thread, become visible
+            // to wgmma's reads (the asynchronous proxy) before the barrier.
+            self.emit(Inst::FenceProxyAsync);
+        }
         self.emit(Inst::Barrier);
     }
 
@@ -473,7 +553,7 @@ impl<'a> Lower<'a> {
         iv: Operand,
         step: Operand,
     ) -> R<()> {
-        let ahead = p.stages as i64 - 1;
+        let ahead = i64::from(p.ahead);
         let t = self.bin(
             BinOp::Add,
             RegTy::U32,
@@ -528,6 +608,13 @@ impl<'a> Lower<'a> {
     }
 }
 
+/// Whether any op of `r` (nested regions included) reads `v`.
+fn reads(r: &tile::Region, v: Value) -> bool {
+    r.ops
+        .iter()
+        .any(|o| o.kind.operands().contains(&v) || o.kind.regions().iter().any(|r| reads(r, v)))
+}
+
 /// A pipelined loop's dot whose first k step of each iteration is loaded at
 /// the end of the previous one (CUTLASS's multistage mainloop): before the
 /// loop, the wait and barrier for the first stage and that step's `ldmatrix`;
@@ -556,6 +643,11 @@ pub(super) struct LoopPipe {
     pub(super) loads: Vec<(PlannedLoad, usize)>,
     pub(super) stage: Reg,
     pub(super) stages: u32,
+    /// How many iterations ahead the copies go (`LoopPlan::prefetch_distance`).
+    pub(super) ahead: u32,
+    /// Whether the loop's dot runs on `wgmma` (its stages are read through
+    /// the asynchronous proxy).
+    pub(super) wgmma: bool,
 }
 
 /// A software pipeline of one load in a loop: `stages` copies of its tile in

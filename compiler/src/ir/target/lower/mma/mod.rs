@@ -8,6 +8,8 @@
 //!   loads (no `ldmatrix`);
 //! - `staging`: where a dot operand is in shared memory (pipelined, deferred,
 //!   or stored from registers into a swizzled buffer);
+//! - `wgmma`: f16/bf16 on sm_90a's warpgroup MMA, operands read from the
+//!   pipeline's stages through matrix descriptors;
 //! - `amd`: AMD's MFMA (CDNA: f16, bf16, f32, and fp8 on CDNA3) and WMMA
 //!   (RDNA3: f16, bf16), operands read per lane from LDS.
 //!
@@ -22,8 +24,10 @@ mod mma884;
 mod staging;
 mod tf32;
 mod warp_order;
+mod wgmma;
 
 pub(super) use warp_order::warp_order;
+pub(super) use wgmma::WgmmaDot;
 
 use std::rc::Rc;
 

@@ -1,0 +1,223 @@
+//! f16/bf16 `dot` on sm_90a's warpgroup MMA (`wgmma.mma_async`), operands read
+//! by the tensor cores straight from the pipeline's shared-memory stages.
+//!
+//! Taken by a pipelined loop's only dot whose operands are both pipelined
+//! loads (`Lower::wgmma_operands` decides, before the loop's code): `a`
+//! `[m, k]` row-major (k-major, rows of 64 or 128 bytes, swizzled as wgmma's
+//! 64- or 128-byte modes), `b` `[k, n]` row-major (n-major, stored in
+//! 128-byte panels: `Swizzle::panels`). Each warpgroup (4 warps) computes 64
+//! rows: one `m64nNk16` a k step of 16, both operands described by 64-bit
+//! matrix descriptors. The accumulator layout is `mma.m16n8`'s with the
+//! warps along the rows (`WarpOrder::RowsFirst`, one warp a 16-row tile), and
+//! the loop-carried accumulator registers are updated in place.
+//!
+//! Synchronisation: the loop's wait for its stage is followed by a proxy
+//! fence (the copies' writes become visible to the tensor cores' reads) and
+//! the loop's barrier; the dot fences its accumulator registers, issues its k
+//! steps as one group and waits for it, so every warpgroup has finished
+//! reading the stage before the next iteration's barrier, after which the
+//! copies ahead may rewrite it.
+
+use std::rc::Rc;
+
+use crate::check::DType;
+use crate::ir::target::layout::{Layout, WarpOrder};
+use crate::ir::target::lower::{Lower, R, TV};
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::tile::Value;
+
+/// A dot the loop plan put on `wgmma` (its two operands), until it is lowered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::ir::target::lower) struct WgmmaDot {
+    pub a: Value,
+    pub b: Value,
+}
+
+/// wgmma's swizzle modes (the descriptor's bits 62-63) by row bytes.
+fn swizzle_mode(row_bytes: u32) -> Option<u64> {
+    match row_bytes {
+        128 => Some(1),
+        64 => Some(2),
+        32 => Some(3),
+        _ => None,
+    }
+}
+
+/// The constant bits of a matrix descriptor: leading and stride byte offsets
+/// (bits 16-29 and 32-45, in 16-byte units) and the swizzle mode (bits
+/// 62-63); the start address (bits 0-13) is added per use.
+fn descriptor_bits(lbo: u32, sbo: u32, mode: u64) -> i64 {
+    let bits =
+        (u64::from(lbo >> 4) & 0x3fff) << 16 | (u64::from(sbo >> 4) & 0x3fff) << 32 | mode << 62;
+    bits as i64
+}
+
+impl<'a> Lower<'a> {
+    /// The accumulator layout of a wgmma dot of a `[m, n]` result: each warp a
+    /// 16-row tile of `mma.m16n8` accumulators over all `n` columns.
+    pub(in crate::ir::target::lower) fn wgmma_layout(&self, m: u32, n: u32) -> Option<Rc<Layout>> {
+        Layout::mma_accumulator(m, n, self.num_warps, WarpOrder::RowsFirst).map(Rc::new)
+    }
+
+    /// Whether the loop plan's dot `(a, b)` of `[m, k] x [k, n]` fits wgmma:
+    /// 16-bit operands, a warpgroup (4 warps) for each 64 rows, `n` a
+    /// multiple of 64 up to 256, `a`'s rows 64 or 128 bytes.
+    pub(in crate::ir::target::lower) fn wgmma_fits(
+        &self,
+        dtype: DType,
+        [m, n, k]: [u32; 3],
+    ) -> bool {
+        self.feat.wgmma
+            && matches!(dtype, DType::BF16 | DType::F16)
+            && self.num_warps.is_multiple_of(4)
+            && m == 16 * self.num_warps
+            && n.is_multiple_of(64)
+            && n <= 256
+            && matches!(k, 32 | 64)
+    }
+
+    /// The swizzle a pipelined wgmma operand is stored with: `a` (`[m, k]`)
+    /// as k-major rows, `b` (`[k, n]`) in 128-byte panels.
+    pub(in crate::ir::target::lower) fn wgmma_swizzle(is_b: bool, rows: u32, cols: u32) -> Swizzle {
+        match is_b {
+            true => Swizzle::panels(cols * 2, rows),
+            false => Swizzle::for_rows(cols * 2),
+        }
+    }
+
+    /// `dot(a, b, acc)` on wgmma (see the module doc).
+    pub(in crate::ir::target::lower) fn dot_wgmma(
+        &mut self,
+        a: Value,
+        b: Value,
+        acc: Option<Value>,
+        [m, n, k]: [u32; 3],
+        dtype: DType,
+    ) -> R<TV> {
+        let Some(layout) = self.wgmma_layout(m, n) else {
+            return self.unsupported("a wgmma dot whose rows do not tile the warps");
+        };
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] {} on wgmma, {layout}",
+            dtype.name()
+        )));
+        // The accumulators, updated in place: the loop-carried registers
+        // where `acc` is them, else fresh ones.
+        let init = self.acc_operands(acc, &layout)?;
+        let mut regs: Vec<Reg> = Vec::with_capacity(init.len());
+        for o in init {
+            match o {
+                Operand::Reg(r) if self.regs[r.0 as usize] == RegTy::F32 && !regs.contains(&r) => {
+                    regs.push(r)
+                }
+                o => {
+                    let r = self.new_reg(RegTy::F32);
+                    self.emit(Inst::Mov { dst: r, src: o });
+                    regs.push(r);
+                }
+            }
+        }
+        let (a_base, a_sw) = self.current_stage(a);
+        let (b_base, b_sw) = self.current_stage(b);
+        let Some(a_mode) = swizzle_mode(a_sw.row_bytes) else {
+            return self.unsupported("a wgmma operand of unsupported row length");
+        };
+        // This warpgroup's 64 rows of `a`.
+        let wg = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            Operand::Reg(self.tid),
+            Operand::Int(self.warp_size.trailing_zeros() as i64 + 2),
+        );
+        let rows = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            wg,
+            Operand::Int(64 * a_sw.row_bytes as i64),
+        );
+        let a_wg = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(a_base), rows);
+        // a: k-major; 8-row groups at 8 rows' bytes, the leading offset unused.
+        let a_bits = descriptor_bits(16, 8 * a_sw.row_bytes, a_mode);
+        // b: n-major panels of 64 columns `k * 128` bytes apart, 8-row groups
+        // 1024 bytes apart.
+        let b_bits = descriptor_bits(b_sw.panel_rows * 128, 1024, 1);
+        let input = if dtype == DType::BF16 {
+            MemTy::BF16
+        } else {
+            MemTy::F16
+        };
+        self.emit(Inst::WgmmaFence);
+        for kk in 0..k / 16 {
+            // k step `kk`: 32 bytes along a's rows, 16 rows (2048 bytes) of b.
+            let a_desc = self.descriptor(a_wg, 32 * kk, a_bits);
+            let b_desc = self.descriptor(Operand::Reg(b_base), 2048 * kk, b_bits);
+            self.emit(Inst::Wgmma {
+                n,
+                input,
+                acc: regs.clone(),
+                a_desc,
+                b_desc,
+                trans_b: true,
+            });
+        }
+        // One group stays in flight (the loop waits for it at its end): the
+        // tensor cores run it while the warps pass the next iteration's wait
+        // and barrier; the one before, which read the stage the copies ahead
+        // are about to rewrite two iterations on, is complete.
+        self.emit(Inst::WgmmaCommit);
+        self.emit(Inst::WgmmaWait { pending: 1 });
+        Ok(TV {
+            layout,
+            ops: regs.into_iter().map(Operand::Reg).collect(),
+            ty: RegTy::F32,
+            dtype: DType::F32,
+        })
+    }
+
+    /// The base register and swizzle of pipelined operand `v`'s current stage.
+    fn current_stage(&mut self, v: Value) -> (Reg, Swizzle) {
+        let (pi, _) = self.pipeline.pipelined[&v];
+        let p = self.pipeline.pipes[pi];
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: p.buffer,
+        });
+        let off = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            Operand::Reg(p.stage),
+            Operand::Int(p.stage_bytes as i64),
+        );
+        let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+        (self.materialize(RegTy::U32, base).reg().expect("reg"), p.sw)
+    }
+
+    /// A matrix descriptor (`B64`): `bits` with the start address `base +
+    /// offset` (shared-window bytes, in 16-byte units, 14 bits).
+    fn descriptor(&mut self, base: Operand, offset: u32, bits: i64) -> Reg {
+        let addr = self.bin(BinOp::Add, RegTy::U32, base, Operand::Int(offset as i64));
+        let addr = self.bin(BinOp::Shr, RegTy::U32, addr, Operand::Int(4));
+        let addr = self.bin(BinOp::And, RegTy::U32, addr, Operand::Int(0x3fff));
+        let wide = self.cvt(RegTy::U64, addr, None);
+        let d = self.bin(BinOp::Or, RegTy::U64, wide, Operand::Int(bits));
+        self.materialize(RegTy::U64, d).reg().expect("reg")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::descriptor_bits;
+
+    #[test]
+    fn descriptor_fields_sit_where_the_ptx_isa_puts_them() {
+        // 128-byte swizzle, leading offset 4096, stride offset 1024.
+        let d = descriptor_bits(4096, 1024, 1) as u64;
+        assert_eq!(d >> 62, 1);
+        assert_eq!((d >> 32) & 0x3fff, 1024 >> 4);
+        assert_eq!((d >> 16) & 0x3fff, 4096 >> 4);
+        assert_eq!(d & 0xffff, 0);
+        // 64-byte swizzle sets bit 63.
+        assert_eq!(descriptor_bits(16, 512, 2) as u64 >> 62, 2);
+    }
+}
