@@ -303,6 +303,8 @@ def gpu_arch():
     """The arch Tessera's executor compiles for on this GPU (Arch::for_compute_capability)."""
     need_torch()
     cc = torch.cuda.get_device_capability()
+    if cc == (9, 0):
+        return "sm_90a"
     for arch in ((9, 0), (8, 9), (8, 6), (8, 0), (7, 5), (7, 0)):
         if cc >= arch:
             return "sm_%d%d" % arch

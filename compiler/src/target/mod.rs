@@ -114,9 +114,13 @@ impl Arch {
     /// The arch to compile for on an NVIDIA GPU of compute capability
     /// `major.minor`: the newest of ours that the device runs (PTX for an
     /// older arch runs on a newer GPU through the driver's JIT). `None` below
-    /// sm_70. sm_90a is not picked: its code is sm_90's until the Hopper path
-    /// uses the instructions only it has.
+    /// sm_70. A compute capability 9.0 GPU gets sm_90a (its wgmma dots; the
+    /// code runs on 9.0 only, which is that GPU); a newer one gets sm_90,
+    /// whose PTX the driver compiles for it.
     pub fn for_compute_capability(major: i32, minor: i32) -> Option<Arch> {
+        if (major, minor) == (9, 0) {
+            return Some(Arch::Sm90a);
+        }
         const BY_CC: [(i32, i32, Arch); 6] = [
             (9, 0, Arch::Sm90),
             (8, 9, Arch::Sm89),
@@ -176,7 +180,8 @@ mod tests {
         assert_eq!(pick(8, 0), Some(Arch::Sm80));
         assert_eq!(pick(8, 7), Some(Arch::Sm86));
         assert_eq!(pick(8, 9), Some(Arch::Sm89));
-        assert_eq!(pick(9, 0), Some(Arch::Sm90));
+        assert_eq!(pick(9, 0), Some(Arch::Sm90a));
+        assert_eq!(pick(10, 0), Some(Arch::Sm90));
         assert_eq!(pick(12, 0), Some(Arch::Sm90));
     }
 
