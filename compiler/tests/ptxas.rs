@@ -17,12 +17,15 @@
 //!   with and without `-D N%16`), held to the goal like the corpus;
 //! * the kernels generated for the whole-tensor functions of
 //!   `tests/ptxas/whole.tsr` (row kernels short and long, fused chains,
-//!   reductions, transposes), held where they stand (`WHOLE_BOUNDS`).
+//!   reductions, transposes), held where they stand (`WHOLE_BOUNDS`);
+//! * GEMM mainloops with pipelined loads (`tests/ptxas/pipelined.tsr` with
+//!   `-D K%16 -D N%16`: the rotated mma.sync loop, wgmma on sm_90a), held to
+//!   the goal like the corpus.
 //!
 //! Where ptxas fills every register a thread of the block can have (255, or
 //! 64 in a block of 1024 threads), the comparison is at that limit.
 //!
-//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole` runs only the named sets (and
+//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole,pipelined` runs only the named sets (and
 //! none of the probes of the model's constants). So
 //! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
 //! tessera-compiler --test ptxas` measures a held-out range, and
@@ -79,6 +82,9 @@ fn main() -> ExitCode {
     }
     if part("whole") {
         whole(&ptxas, &mut failures);
+    }
+    if part("pipelined") {
+        pipelined(&ptxas, &mut failures);
     }
     common::finish(&failures)
 }
@@ -482,13 +488,21 @@ fn measure_kernels(
 ) {
     for (name, item, _) in file_kernels(db, file) {
         let mut specs = specializations(db, item);
-        // Each also with every divisibility fact of `divisors` (`-D N%16`).
+        // Each also with every divisibility fact of `divisors` (`-D N%16`),
+        // and, where there are several, with all of them at once.
         for (tag, spec) in specs.clone() {
             for &(name, divisor) in divisors {
                 specs.push((
                     format!("{tag}[{name}%{divisor}]"),
                     spec.clone().with_divisor(name, divisor),
                 ));
+            }
+            if divisors.len() > 1 {
+                let all: Vec<String> = divisors.iter().map(|(n, d)| format!("{n}%{d}")).collect();
+                let spec = divisors
+                    .iter()
+                    .fold(spec.clone(), |s, &(n, d)| s.with_divisor(n, d));
+                specs.push((format!("{tag}[{}]", all.join(",")), spec));
             }
         }
         for (tag, spec) in specs {
@@ -812,6 +826,27 @@ fn fast_path(ptxas: &Path, failures: &mut Vec<String>) {
     );
     let summary = summarise("fast path", &rows, None);
     check_goal("fast path", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
+}
+
+/// The GEMM mainloops of `tests/ptxas/pipelined.tsr` with `-D K%16 -D N%16`
+/// (pipelined loads: the rotated mma.sync loop, and wgmma on sm_90a) on the
+/// arches with `cp.async`: held to the goal like the corpus.
+fn pipelined(ptxas: &Path, failures: &mut Vec<String>) {
+    let path = root().join("compiler/tests/ptxas/pipelined.tsr");
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    measure_files(
+        ptxas,
+        &[path],
+        &[Arch::Sm80, Arch::Sm90, Arch::Sm90a],
+        true,
+        &[("K", 16), ("N", 16)],
+        &mut rows,
+        &mut skipped,
+        failures,
+    );
+    let summary = summarise("pipelined", &rows, None);
+    check_goal("pipelined", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
 }
 
 /// The kernels the compiler generates for the whole-tensor functions of
