@@ -45,7 +45,7 @@
 //! | `reduce.rs` | reductions (thread, lanes, warps) |
 //! | `dot_fma.rs` | `dot`'s choice of unit, and the FMA path |
 //! | `async_copy.rs` | loads deferred to `cp.async` into swizzled operand buffers |
-//! | `mma/` | tensor-core dots: `mma16816.rs`, `tf32.rs`, `mma884.rs`, and `staging.rs` for their operands |
+//! | `mma/` | tensor-core dots: `mma16816.rs` (with the rotated mainloop), `tf32.rs`, `mma884.rs`, `wgmma.rs` (sm_90a), `amd.rs`, and `staging.rs` for their operands |
 //! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
