@@ -585,6 +585,16 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     emit(args, rows)
 
 
+def gemm_bk_space():
+    """The BK values of `gemm_bf16`'s `@autotune` space in the standard library (none
+    where it has no such space)."""
+    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
+                            "linalg.tsr")).read()
+    m = re.search(r'@autotune\(space=\{"BK": \[([0-9, ]+)\]\}[^\n]*\n@kernel[^\n]*\n'
+                  r"def gemm_bf16\(", src)
+    return [int(v) for v in m.group(1).split(",")] if m else []
+
+
 def gemm_tile():
     """`gemm_bf16`'s default BM and BN, read from the standard library."""
     src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
@@ -622,14 +632,21 @@ def bench_gemm(args):
             return (f"REPL GPU median / hinted = {1 / ratio:.3f} (issue's goal: within 5%)"
                     if ratio else "")
 
+        # The REPL tunes gemm_bf16's autotune space (BK): the variants emitted
+        # here are one a value, each at the same tile otherwise.
+        bks = [[f"BK={v}"] for v in gemm_bk_space()] or [[]]
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
-                 ("Triton matmul (f32 out)", tri, True),
-                 (f"gemm_bf16 hinted ({' '.join('-D ' + h for h in HINTS)}), ptxas as the "
-                  "executor's", hinted, True, vs_hinted),
-                 (f"gemm_bf16 with the launch's facts ({' '.join('-D ' + h for h in FACTS)}), "
-                  "ptxas as the executor's", lambda t: hinted(t, FACTS), True),
-                 ("gemm_bf16 hinted, the driver's JIT (cuModuleLoadData of the PTX)",
-                  lambda t: hinted(t, HINTS, False), True)]
+                 ("Triton matmul (f32 out)", tri, True)]
+        for bk in bks:
+            at = f" at {bk[0]}" if bk else ""
+            peers += [(f"gemm_bf16 hinted ({' '.join('-D ' + h for h in HINTS)}){at}, ptxas "
+                       "as the executor's", lambda t, bk=bk: hinted(t, HINTS + bk), True,
+                       vs_hinted),
+                      (f"gemm_bf16 with the launch's facts "
+                       f"({' '.join('-D ' + h for h in FACTS)}){at}, ptxas as the executor's",
+                       lambda t, bk=bk: hinted(t, FACTS + bk), True)]
+        peers.append(("gemm_bf16 hinted, the driver's JIT (cuModuleLoadData of the PTX)",
+                      lambda t: hinted(t, HINTS + bks[-1], False), True))
         compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
                 {"a": a, "b": b}, peers)
 
