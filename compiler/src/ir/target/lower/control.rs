@@ -24,8 +24,15 @@ impl<'a> Lower<'a> {
     /// Fresh registers to carry `init` around a loop (moved in now).
     /// `hint` gives, per carried value, the layout the loop body will yield it
     /// in where known; a uniform initial value (a splat) takes that layout, so
-    /// the loop needs no conversion on its back edge.
-    fn carried(&mut self, init: &[Value], hint: &[Option<Rc<Layout>>]) -> Vec<TV> {
+    /// the loop needs no conversion on its back edge, and so does the value
+    /// at `converted` (a wgmma dot's accumulator, updated in place), once,
+    /// before the loop.
+    fn carried(
+        &mut self,
+        init: &[Value],
+        hint: &[Option<Rc<Layout>>],
+        converted: Option<usize>,
+    ) -> R<Vec<TV>> {
         init.iter()
             .enumerate()
             .map(|(i, v)| {
@@ -38,6 +45,8 @@ impl<'a> Lower<'a> {
                             layout: l.clone(),
                             ..t
                         };
+                    } else if converted == Some(i) && *l != t.layout {
+                        t = self.convert(&t, l)?;
                     }
                 }
                 let ops = t
@@ -49,7 +58,7 @@ impl<'a> Lower<'a> {
                         Operand::Reg(dst)
                     })
                     .collect();
-                TV { ops, ..t }
+                Ok(TV { ops, ..t })
             })
             .collect()
     }
@@ -200,7 +209,19 @@ impl<'a> Lower<'a> {
             self.wgmma.push(WgmmaDot { a, b });
         }
         let hint = self.yield_layouts(body, &body.args[1..], init);
-        let carried = self.carried(init, &hint);
+        // A wgmma dot's accumulator, if a carried value (its index).
+        let wgmma_acc = plan.wgmma.and_then(|(a, b)| {
+            body.ops.iter().find_map(|o| match &o.kind {
+                OpKind::Dot {
+                    a: x,
+                    b: y,
+                    acc: Some(c),
+                    ..
+                } if (*x, *y) == (a, b) => body.args[1..].iter().position(|v| v == c),
+                _ => None,
+            })
+        });
+        let carried = self.carried(init, &hint, wgmma_acc)?;
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
@@ -338,7 +359,7 @@ impl<'a> Lower<'a> {
         body: &tile::Region,
     ) -> R<()> {
         let hint = self.yield_layouts(body, &[], init);
-        let carried = self.carried(init, &hint);
+        let carried = self.carried(init, &hint, None)?;
         for (a, c) in cond.args.iter().zip(&carried) {
             self.define(*a, c.clone());
         }

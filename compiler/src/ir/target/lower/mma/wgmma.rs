@@ -102,9 +102,11 @@ impl<'a> Lower<'a> {
             dtype.name()
         )));
         // The accumulators, updated in place: the loop-carried registers
-        // where `acc` is them, else fresh ones.
+        // where `acc` is them in this layout, else fresh ones.
+        let in_place = acc.is_some_and(|v| *self.val(v).layout == *layout);
         let init = self.acc_operands(acc, &layout)?;
         let mut regs: Vec<Reg> = Vec::with_capacity(init.len());
+        let mut moved = false;
         for o in init {
             match o {
                 Operand::Reg(r) if self.regs[r.0 as usize] == RegTy::F32 && !regs.contains(&r) => {
@@ -114,9 +116,14 @@ impl<'a> Lower<'a> {
                     let r = self.new_reg(RegTy::F32);
                     self.emit(Inst::Mov { dst: r, src: o });
                     regs.push(r);
+                    moved = true;
                 }
             }
         }
+        // In flight past the dot only where the result is the carried
+        // registers themselves: the loop's end then moves nothing out of them
+        // (otherwise it would read them before the group completes).
+        let in_flight = in_place && !moved;
         let (a_base, a_sw) = self.current_stage(a);
         let (b_base, b_sw) = self.current_stage(b);
         let Some(a_mode) = swizzle_mode(a_sw.row_bytes) else {
@@ -160,12 +167,14 @@ impl<'a> Lower<'a> {
                 trans_b: true,
             });
         }
-        // One group stays in flight (the loop waits for it at its end): the
-        // tensor cores run it while the warps pass the next iteration's wait
-        // and barrier; the one before, which read the stage the copies ahead
-        // are about to rewrite two iterations on, is complete.
+        // One group stays in flight (the loop waits for it after its end):
+        // the tensor cores run it while the warps pass the next iteration's
+        // wait and barrier; the one before, which read the stage the copies
+        // ahead are about to rewrite, is complete.
         self.emit(Inst::WgmmaCommit);
-        self.emit(Inst::WgmmaWait { pending: 1 });
+        self.emit(Inst::WgmmaWait {
+            pending: u32::from(in_flight),
+        });
         Ok(TV {
             layout,
             ops: regs.into_iter().map(Operand::Reg).collect(),
