@@ -811,42 +811,57 @@ fn fresh(ptxas: &Path, failures: &mut Vec<String>) {
 /// whose accesses take the in-bounds fast path) on every arch, as they are
 /// and with `-D N%16`: held to the goal like the corpus.
 fn fast_path(ptxas: &Path, failures: &mut Vec<String>) {
-    let path = root().join("compiler/tests/ptxas/fast_path.tsr");
-    let mut rows = Vec::new();
-    let mut skipped = Vec::new();
-    measure_files(
+    held_to_goal(
         ptxas,
-        &[path],
+        "fast path",
+        "fast_path.tsr",
         &ARCHS,
-        true,
         &[("N", 16)],
-        &mut rows,
-        &mut skipped,
         failures,
     );
-    let summary = summarise("fast path", &rows, None);
-    check_goal("fast path", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
 }
 
 /// The GEMM mainloops of `tests/ptxas/pipelined.tsr` with `-D K%16 -D N%16`
 /// (pipelined loads: the rotated mma.sync loop, and wgmma on sm_90a) on the
 /// arches with `cp.async`: held to the goal like the corpus.
 fn pipelined(ptxas: &Path, failures: &mut Vec<String>) {
-    let path = root().join("compiler/tests/ptxas/pipelined.tsr");
+    let archs = [Arch::Sm80, Arch::Sm90, Arch::Sm90a];
+    let divisors = [("K", 16), ("N", 16)];
+    held_to_goal(
+        ptxas,
+        "pipelined",
+        "pipelined.tsr",
+        &archs,
+        &divisors,
+        failures,
+    );
+}
+
+/// The kernels of `compiler/tests/ptxas/FILE` on `archs`, as they are and
+/// with `divisors`, every one compiled, held to the corpus's goal.
+fn held_to_goal(
+    ptxas: &Path,
+    title: &str,
+    file: &str,
+    archs: &[Arch],
+    divisors: &[(&str, u64)],
+    failures: &mut Vec<String>,
+) {
+    let path = root().join("compiler/tests/ptxas").join(file);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     measure_files(
         ptxas,
         &[path],
-        &[Arch::Sm80, Arch::Sm90, Arch::Sm90a],
+        archs,
         true,
-        &[("K", 16), ("N", 16)],
+        divisors,
         &mut rows,
         &mut skipped,
         failures,
     );
-    let summary = summarise("pipelined", &rows, None);
-    check_goal("pipelined", summary, (MEDIAN_BOUND, WORST_BOUND), failures);
+    let summary = summarise(title, &rows, None);
+    check_goal(title, summary, (MEDIAN_BOUND, WORST_BOUND), failures);
 }
 
 /// The kernels the compiler generates for the whole-tensor functions of

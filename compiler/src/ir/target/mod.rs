@@ -410,7 +410,7 @@ pub enum Inst {
     /// Warpgroup-wide (4 warps, sm_90a) `acc += a x b` of `[64, k] x [k, n]`
     /// 16-bit `input` on the tensor cores (`wgmma.mma_async`), both operands
     /// in shared memory, each described by a 64-bit matrix descriptor
-    /// (`B64` registers: start address, leading and stride byte offsets,
+    /// (`U64` registers: start address, leading and stride byte offsets,
     /// swizzle). `trans_b`: b is stored n-major (a row-major `[k, n]` tile).
     /// `acc` holds `n / 2` f32 a thread, laid out as `mma.m16n8`'s
     /// accumulators of each warp's 16 rows over the `n / 8` column tiles, and

@@ -233,26 +233,26 @@ impl<'a> Lower<'a> {
     /// of buffer `buf`.
     pub(super) fn swizzled(&mut self, buf: Reg, sw: Swizzle, r: Operand, c: Operand) -> Reg {
         let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
-        if sw.panel_rows > 0 {
-            // Panel `ch / 8` at `ch / 8 * rows * 128`, row `r` of it at `128 r`.
-            let panel = self.bin(BinOp::Shr, RegTy::U32, ch, Operand::Int(3));
-            let pa = self.bin(
-                BinOp::Mul,
-                RegTy::U32,
-                panel,
-                Operand::Int(sw.panel_rows as i64 * 128),
-            );
-            let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(128));
-            let ra = self.bin(BinOp::Add, RegTy::U32, ra, pa);
-            let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
-            let ph = self.swizzle_phase(sw, r);
-            let ch = self.bin(BinOp::And, RegTy::U32, ch, Operand::Int(7));
-            let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
-            let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
-            let a = self.bin(BinOp::Add, RegTy::U32, ra, swz);
-            return self.materialize(RegTy::U32, a).reg().expect("reg");
-        }
-        let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64));
+        // The row's offset and the chunk within it; in panels, row `r` of
+        // panel `ch / 8` is at `ch / 8 * rows * 128 + 128 r`, its chunk `ch % 8`.
+        let (ra, ch) = match sw.panel_rows {
+            0 => (
+                self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(sw.row_bytes as i64)),
+                ch,
+            ),
+            rows => {
+                let panel = self.bin(BinOp::Shr, RegTy::U32, ch, Operand::Int(3));
+                let pa = self.bin(
+                    BinOp::Mul,
+                    RegTy::U32,
+                    panel,
+                    Operand::Int(rows as i64 * 128),
+                );
+                let ra = self.bin(BinOp::Mul, RegTy::I32, r, Operand::Int(128));
+                let ra = self.bin(BinOp::Add, RegTy::U32, ra, pa);
+                (ra, self.bin(BinOp::And, RegTy::U32, ch, Operand::Int(7)))
+            }
+        };
         let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
         let ph = self.swizzle_phase(sw, r);
         let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);

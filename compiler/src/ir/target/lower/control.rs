@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::mma::WgmmaDot;
-use super::pipeline::{Decision, Rotation};
+use super::pipeline::{only_dot, Decision, Rotation};
 use super::{gcd, Lower, R, TV};
 use crate::check::DType;
 use crate::ir::target::layout::Layout;
-use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy};
+use crate::ir::target::{Inst, Operand, Reg, RegTy};
 use crate::ir::tile::{self, OpKind, Value};
 
 impl<'a> Lower<'a> {
@@ -210,16 +210,9 @@ impl<'a> Lower<'a> {
         }
         let hint = self.yield_layouts(body, &body.args[1..], init);
         // A wgmma dot's accumulator, if a carried value (its index).
-        let wgmma_acc = plan.wgmma.and_then(|(a, b)| {
-            body.ops.iter().find_map(|o| match &o.kind {
-                OpKind::Dot {
-                    a: x,
-                    b: y,
-                    acc: Some(c),
-                    ..
-                } if (*x, *y) == (a, b) => body.args[1..].iter().position(|v| v == c),
-                _ => None,
-            })
+        let wgmma_acc = plan.wgmma.and_then(|_| match &only_dot(body)?.kind {
+            OpKind::Dot { acc: Some(c), .. } => body.args[1..].iter().position(|v| v == c),
+            _ => None,
         });
         let carried = self.carried(init, &hint, wgmma_acc)?;
         for (a, c) in body.args[1..].iter().zip(&carried) {
@@ -244,17 +237,15 @@ impl<'a> Lower<'a> {
                 self.blocks.push(Vec::new());
                 self.pipeline_issue_ahead(body, p, Operand::Reg(iv), step_o)?;
                 let ahead = self.blocks.pop().unwrap_or_default();
-                let (a, b) = match body.ops.iter().find_map(|o| match &o.kind {
-                    OpKind::Dot { a, b, .. } => Some((*a, *b)),
-                    _ => None,
-                }) {
-                    Some(ab) => ab,
-                    None => return self.unsupported("a rotated loop without its dot"),
+                let (a, b) = match only_dot(body).map(|o| &o.kind) {
+                    Some(OpKind::Dot { a, b, .. }) => (*a, *b),
+                    _ => return self.unsupported("a rotated loop without its dot"),
                 };
                 self.rotation = Some(Rotation {
                     a,
                     b,
                     stages: p.stages,
+                    pending: p.ahead - 1,
                     stage: p.stage,
                     ahead,
                 });
@@ -283,15 +274,7 @@ impl<'a> Lower<'a> {
         .unwrap_or_default();
         self.assign(&carried, &yields)?;
         if let Some(p) = &pipe {
-            // Next stage, cyclically.
-            let t = self.bin(
-                BinOp::Add,
-                RegTy::U32,
-                Operand::Reg(p.stage),
-                Operand::Int(1),
-            );
-            let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(p.stages as i64));
-            let n = self.select(RegTy::U32, wrap, Operand::Int(0), t);
+            let n = self.next_stage(p.stage, p.stages);
             self.emit(Inst::Mov {
                 dst: p.stage,
                 src: n,

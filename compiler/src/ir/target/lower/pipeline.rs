@@ -310,10 +310,7 @@ impl<'a> Lower<'a> {
         if !self.feat.wgmma {
             return None;
         }
-        let mut dots = body.ops.iter().filter(|o| has_dot(std::slice::from_ref(o)));
-        let (Some(op), None) = (dots.next(), dots.next()) else {
-            return None;
-        };
+        let op = only_dot(body)?;
         let OpKind::Dot {
             a,
             b,
@@ -327,20 +324,14 @@ impl<'a> Lower<'a> {
         if !loaded(a) || !loaded(b) || !body.args[1..].contains(acc) {
             return None;
         }
-        let readers = body
-            .ops
-            .iter()
-            .filter(|o| {
-                o.kind.operands().contains(acc) || o.kind.regions().iter().any(|r| reads(r, *acc))
-            })
-            .count();
+        let readers = body.ops.iter().filter(|o| op_reads(o, *acc)).count();
         // The result is only carried to the next iteration: its group stays
         // in flight while the loop goes on (waited for after the loop).
         let result = op.results[0];
-        let yielded_only = body.ops.iter().all(|o| match &o.kind {
-            OpKind::Yield(_) => true,
-            k => !k.operands().contains(&result) && !k.regions().iter().any(|r| reads(r, result)),
-        });
+        let yielded_only = body
+            .ops
+            .iter()
+            .all(|o| matches!(o.kind, OpKind::Yield(_)) || !op_reads(o, result));
         if readers != 1 || !yielded_only {
             return None;
         }
@@ -361,8 +352,7 @@ impl<'a> Lower<'a> {
         if stages < 3 {
             return false;
         }
-        let mut dots = body.ops.iter().filter(|o| has_dot(std::slice::from_ref(o)));
-        let (Some(op), None) = (dots.next(), dots.next()) else {
+        let Some(op) = only_dot(body) else {
             return false;
         };
         let OpKind::Dot {
@@ -570,6 +560,36 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
+    /// The base address of stage `stage` of pipe `pi` (its buffer's plus
+    /// `stage` stages; a loop-invariant operand's buffer is its one stage)
+    /// and the pipe's swizzle.
+    pub(super) fn stage_base(&mut self, pi: usize, stage: Operand) -> (Reg, Swizzle) {
+        let p = self.pipeline.pipes[pi];
+        let buf = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr {
+            dst: buf,
+            buffer: p.buffer,
+        });
+        if p.stage_bytes == 0 {
+            return (buf, p.sw);
+        }
+        let off = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            stage,
+            Operand::Int(p.stage_bytes as i64),
+        );
+        let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
+        (self.materialize(RegTy::U32, base).reg().expect("reg"), p.sw)
+    }
+
+    /// The stage after `stage` in a pipeline of `stages`, cyclically.
+    pub(super) fn next_stage(&mut self, stage: Reg, stages: u32) -> Operand {
+        let t = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(stage), Operand::Int(1));
+        let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(stages as i64));
+        self.select(RegTy::U32, wrap, Operand::Int(0), t)
+    }
+
     /// The copies of every pipelined load for the iteration whose induction
     /// variable is `ivv`, into stage `stage`.
     fn issue_stage(
@@ -587,32 +607,31 @@ impl<'a> Lower<'a> {
                 self.pipeline.overrides.clear();
                 return self.unsupported("a pipelined load whose alignment changed");
             };
-            let pipe = self.pipeline.pipes[*pi];
-            let buf = self.new_reg(RegTy::U32);
-            self.emit(Inst::SmemAddr {
-                dst: buf,
-                buffer: pipe.buffer,
-            });
-            let off = self.bin(
-                BinOp::Mul,
-                RegTy::U32,
-                stage,
-                Operand::Int(pipe.stage_bytes as i64),
-            );
-            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
-            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
-            self.issue_copies(&d, base, pipe.sw);
+            let (base, sw) = self.stage_base(*pi, stage);
+            self.issue_copies(&d, base, sw);
         }
         self.pipeline.overrides.clear();
         Ok(())
     }
 }
 
-/// Whether any op of `r` (nested regions included) reads `v`.
-fn reads(r: &tile::Region, v: Value) -> bool {
-    r.ops
-        .iter()
-        .any(|o| o.kind.operands().contains(&v) || o.kind.regions().iter().any(|r| reads(r, v)))
+/// A loop body's only op that runs a dot, where that op is the `dot` itself,
+/// at the body's top level (the loops the rotated mainloop and wgmma take).
+pub(super) fn only_dot(body: &tile::Region) -> Option<&tile::Op> {
+    let mut dots = body.ops.iter().filter(|o| has_dot(std::slice::from_ref(o)));
+    match (dots.next(), dots.next()) {
+        (Some(op), None) if matches!(op.kind, OpKind::Dot { .. }) => Some(op),
+        _ => None,
+    }
+}
+
+/// Whether op `o` (its nested regions included) reads `v`.
+fn op_reads(o: &tile::Op, v: Value) -> bool {
+    o.kind.operands().contains(&v)
+        || o.kind
+            .regions()
+            .iter()
+            .any(|r| r.ops.iter().any(|o| op_reads(o, v)))
 }
 
 /// A pipelined loop's dot whose first k step of each iteration is loaded at
@@ -631,6 +650,9 @@ pub(super) struct Rotation {
     pub(super) a: Value,
     pub(super) b: Value,
     pub(super) stages: u32,
+    /// The wait for a stage: copy groups that may stay pending (as
+    /// [`Lower::pipeline_wait`]'s).
+    pub(super) pending: u32,
     /// The loop's stage register.
     pub(super) stage: Reg,
     /// The copies `num_stages - 1` iterations ahead, lowered before the body.

@@ -14,7 +14,7 @@ use crate::check::DType;
 use crate::ir::target::layout::{Layout, WarpOrder};
 use crate::ir::target::lower::pipeline::Rotation;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, CmpOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::target::{BinOp, Inst, LayoutKind, MemTy, Operand, Reg, RegTy, Swizzle};
 use crate::ir::tile::Value;
 use crate::target::{MmaInst, MmaKind};
 
@@ -351,9 +351,7 @@ impl<'a> Lower<'a> {
         self.emit(Inst::Comment(
             "the first k step's fragments of the pipeline's first stage".into(),
         ));
-        self.emit(Inst::CpAsyncWait {
-            pending: r.stages - 2,
-        });
+        self.emit(Inst::CpAsyncWait { pending: r.pending });
         self.emit(Inst::Barrier);
         let mut lanes = self.fragment_lanes(shape);
         let at = self.stage_tile(a, Operand::Int(0));
@@ -380,18 +378,9 @@ impl<'a> Lower<'a> {
         for i in r.ahead.clone() {
             self.emit(i);
         }
-        self.emit(Inst::CpAsyncWait {
-            pending: r.stages - 2,
-        });
+        self.emit(Inst::CpAsyncWait { pending: r.pending });
         self.emit(Inst::Barrier);
-        let t = self.bin(
-            BinOp::Add,
-            RegTy::U32,
-            Operand::Reg(r.stage),
-            Operand::Int(1),
-        );
-        let wrap = self.cmp(CmpOp::Eq, RegTy::U32, t, Operand::Int(r.stages as i64));
-        let next = self.select(RegTy::U32, wrap, Operand::Int(0), t);
+        let next = self.next_stage(r.stage, r.stages);
         let next = self.materialize(RegTy::U32, next);
         let at = self.stage_tile(a, next);
         let bt = self.stage_tile(b, next);
@@ -403,23 +392,8 @@ impl<'a> Lower<'a> {
     /// its transpose).
     fn stage_tile(&mut self, v: Value, stage: Operand) -> SmemTile {
         let (pi, _) = self.pipeline.pipelined[&v];
-        let p = self.pipeline.pipes[pi];
-        let buf = self.new_reg(RegTy::U32);
-        self.emit(Inst::SmemAddr {
-            dst: buf,
-            buffer: p.buffer,
-        });
-        let off = self.bin(
-            BinOp::Mul,
-            RegTy::U32,
-            stage,
-            Operand::Int(p.stage_bytes as i64),
-        );
-        let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
-        SmemTile {
-            base: self.materialize(RegTy::U32, base).reg().expect("reg"),
-            sw: p.sw,
-        }
+        let (base, sw) = self.stage_base(pi, stage);
+        SmemTile { base, sw }
     }
 
     /// Whether the m16n8k16 `a` fragments of `av` can be made from its

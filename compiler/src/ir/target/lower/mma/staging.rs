@@ -28,24 +28,9 @@ impl<'a> Lower<'a> {
         issued: &mut bool,
     ) -> R<(Reg, Swizzle, bool, Option<usize>)> {
         if let Some((pi, trans)) = self.pipeline.pipelined.get(&v).copied() {
-            let p = self.pipeline.pipes[pi];
-            let buf = self.new_reg(RegTy::U32);
-            self.emit(Inst::SmemAddr {
-                dst: buf,
-                buffer: p.buffer,
-            });
-            if p.stage_bytes == 0 {
-                return Ok((buf, p.sw, trans, None));
-            }
-            let off = self.bin(
-                BinOp::Mul,
-                RegTy::U32,
-                Operand::Reg(p.stage),
-                Operand::Int(p.stage_bytes as i64),
-            );
-            let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
-            let base = self.materialize(RegTy::U32, base).reg().expect("reg");
-            return Ok((base, p.sw, trans, None));
+            let stage = Operand::Reg(self.pipeline.pipes[pi].stage);
+            let (base, sw) = self.stage_base(pi, stage);
+            return Ok((base, sw, trans, None));
         }
         let (index, sw, trans) = match self.pipeline.deferred.get(&v).cloned() {
             Some((d, trans)) => {

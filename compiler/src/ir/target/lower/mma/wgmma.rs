@@ -186,20 +186,8 @@ impl<'a> Lower<'a> {
     /// The base register and swizzle of pipelined operand `v`'s current stage.
     fn current_stage(&mut self, v: Value) -> (Reg, Swizzle) {
         let (pi, _) = self.pipeline.pipelined[&v];
-        let p = self.pipeline.pipes[pi];
-        let buf = self.new_reg(RegTy::U32);
-        self.emit(Inst::SmemAddr {
-            dst: buf,
-            buffer: p.buffer,
-        });
-        let off = self.bin(
-            BinOp::Mul,
-            RegTy::U32,
-            Operand::Reg(p.stage),
-            Operand::Int(p.stage_bytes as i64),
-        );
-        let base = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), off);
-        (self.materialize(RegTy::U32, base).reg().expect("reg"), p.sw)
+        let stage = Operand::Reg(self.pipeline.pipes[pi].stage);
+        self.stage_base(pi, stage)
     }
 
     /// A matrix descriptor (`B64`): `bits` with the start address `base +
