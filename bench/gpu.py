@@ -377,6 +377,9 @@ class PtxKernel:
 
 
 HINTS = ["K%8", "N%8"]
+# The standard library's linalg module of the checkout this script is in.
+LINALG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
+                      "linalg.tsr")
 
 
 # The facts a launch at 4096³ or 8192³ derives (run-time specialisation): the same
@@ -390,8 +393,7 @@ def hinted_gemm(args, hints=HINTS, ptxas=True):
     key = "hinted_" + "_".join(hints) + ("_ptxas" if ptxas else "_jit")
     if key not in vars(args):
         try:
-            src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib",
-                               "std", "linalg.tsr")
+            src = LINALG
             cmd = [args.tsrc or args.tessera, "emit", "--emit", "ptx", "--arch", gpu_arch(),
                    "--kernel", "gemm_bf16", *(a for h in hints for a in ("-D", h)), src]
             p = subprocess.run(cmd, capture_output=True, encoding="utf-8")
@@ -588,8 +590,7 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
 def gemm_bk_space():
     """The BK values of `gemm_bf16`'s `@autotune` space in the standard library (none
     where it has no such space)."""
-    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
-                            "linalg.tsr")).read()
+    src = open(LINALG).read()
     m = re.search(r'@autotune\(space=\{"BK": \[([0-9, ]+)\]\}[^\n]*\n@kernel[^\n]*\n'
                   r"def gemm_bf16\(", src)
     return [int(v) for v in m.group(1).split(",")] if m else []
@@ -597,8 +598,7 @@ def gemm_bk_space():
 
 def gemm_tile():
     """`gemm_bf16`'s default BM and BN, read from the standard library."""
-    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
-                            "linalg.tsr")).read()
+    src = open(LINALG).read()
     sig = re.search(r"def gemm_bf16\(.*?\):", src, re.S).group(0)
     return (int(re.search(r"BM: const = (\d+)", sig).group(1)),
             int(re.search(r"BN: const = (\d+)", sig).group(1)))
