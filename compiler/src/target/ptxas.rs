@@ -22,6 +22,11 @@ pub const SLOW_SQRT_REGS: u32 = 4;
 pub const LOAD_WINDOW_WORDS: u32 = 25;
 /// The same for shared-memory loads in a stretch without an MMA.
 pub const SHARED_LOAD_WINDOW_WORDS: u32 = 32;
+/// Above this estimate (every k step's `ldmatrix` fragments of a stretch's
+/// MMAs issued before the first), ptxas keeps only one k step's ahead (see
+/// `of_target` in `backend/resources/mod.rs`; the GEMM mainloops of the
+/// `pipelined` set, 137 to 212 estimated, hold all of theirs).
+pub const LDMATRIX_ALL_STEPS_MAX_REGS: u32 = 220;
 /// The predicate registers a thread has (`P0` to `P6` in SASS on sm_70 to
 /// sm_90; `PT` is the constant true): a block whose masked accesses need
 /// more predicates than this at once cannot hold them all, and ptxas

@@ -34,7 +34,7 @@
 
 use super::liveness::max_pressure;
 use super::llvm_ir::as_llvm_leaves_it;
-use super::program::program_with_origin;
+use super::program::{program_with_origin, Hoist};
 use super::report::{AmdRegs, Resources};
 use crate::ir::target::{Inst, Kernel, Operand, Reg, Space, Special};
 use crate::target::amdgpu::{sgpr_base, ADDRESS_VGPRS, MIN_VGPRS, VGPR_OVERHEAD};
@@ -249,7 +249,7 @@ pub fn of_target(kernel: &Kernel) -> Resources {
     let valu = vector_alu_regs(kernel, &folded);
     let uniform = uniform_regs(kernel);
     let wave = kernel.arch.info().warp_size;
-    let (program, words, origin) = program_with_origin(kernel, true, false, false, false);
+    let (program, words, origin) = program_with_origin(kernel, Hoist::All, false, false, false);
     let is_uniform = |r: u32| {
         origin.get(r as usize).is_some_and(|&o| {
             uniform.get(o as usize).copied().unwrap_or(false)

@@ -52,7 +52,11 @@
 //!   on sm_70: 198 registers, 132 estimated without this); so do the
 //!   `ldmatrix` loads of a stretch with an mma (sm_75+; SASS of `gemm_tuned`
 //!   on sm_80: the 10 LDSM of both k-steps before the first HMMA; gemm on
-//!   sm_80: 155 registers, 123 estimated without this, 150 with it). In a
+//!   sm_80: 155 registers, 123 estimated without this, 150 with it), but
+//!   where that needs more than
+//!   [`LDMATRIX_ALL_STEPS_MAX_REGS`](crate::target::ptxas::LDMATRIX_ALL_STEPS_MAX_REGS),
+//!   only the first k step's (SASS of flash attention at D = 64 on sm_90:
+//!   11 of the 24 LDSM of q @ k.T before its first HMMA). In a
 //!   stretch without an mma, shared loads move too, up to
 //!   [`SHARED_LOAD_WINDOW_WORDS`](crate::target::ptxas::SHARED_LOAD_WINDOW_WORDS) words of their own (the cross-warp step
 //!   of a reduction over axis 0: a 16 x 128 tile on 8 warps reads 32 words
@@ -225,11 +229,13 @@ mod report;
 mod tests;
 mod unroll;
 
-use crate::target::ptxas::{CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE, PREDICATE_REGS};
+use crate::target::ptxas::{
+    CHAIN_MIN_REGS, FULL_OCCUPANCY_REGS, LATENCY_SHARE, LDMATRIX_ALL_STEPS_MAX_REGS, PREDICATE_REGS,
+};
 
 pub use liveness::{estimate_regs, max_pressure};
 pub use program::program_of;
-use program::{program_with, slow_path_scratch};
+use program::{program_with, slow_path_scratch, Hoist};
 pub use report::{render_json, render_table, AmdRegs, Resources};
 
 /// A structured per-thread program, as far as register liveness is concerned.
@@ -274,7 +280,7 @@ fn work(steps: usize) {
 /// order, chains ([`sink`]'s `chains`), latency order ([`ilp_order`]).
 pub fn order_estimates(kernel: &crate::ir::target::Kernel) -> [u32; 3] {
     let estimate = |chains, ilp| {
-        let (program, widths) = program_with(kernel, true, chains, ilp, false);
+        let (program, widths) = program_with(kernel, Hoist::All, chains, ilp, false);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
         estimate_regs(&program, &words)
     };
@@ -324,14 +330,22 @@ pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
                 .iter()
                 .any(|i| i.regions().into_iter().any(|r| many_compares(r)))
     }
-    let mut regs = estimate(true, false);
+    let mut regs = estimate(Hoist::All, false);
     if regs > FULL_OCCUPANCY_REGS && many_compares(&kernel.body) {
-        regs = estimate_with(true, false, true);
+        regs = estimate_with(Hoist::All, false, true);
+    }
+    // Past this many registers ptxas keeps only the next k step's `ldmatrix`
+    // fragments ahead of the MMAs, not every step's (flash attention at
+    // D = 64, sm_80 / sm_90: 174 registers; 237 estimated with all four k
+    // steps' fragments of q @ k.T resident, 188 with one; the GEMM
+    // mainloops, under it, hold all of theirs).
+    if regs > LDMATRIX_ALL_STEPS_MAX_REGS {
+        regs = regs.min(estimate(Hoist::OneKStep, false));
     }
     if regs < FULL_OCCUPANCY_REGS {
         // Registers are free up to full occupancy: ptxas trades some of them
         // for latency (see the module docs).
-        let (program, widths) = program_with(kernel, true, false, true, false);
+        let (program, widths) = program_with(kernel, Hoist::All, false, true, false);
         let words = |r: u32| widths.get(r as usize).copied().unwrap_or(1);
         let latency_order = estimate_regs(&program, &words);
         let toward = latency_order.saturating_sub(regs) / LATENCY_SHARE;
@@ -347,9 +361,9 @@ pub fn of_target(kernel: &crate::ir::target::Kernel) -> Resources {
         })
     }
     if regs > CHAIN_MIN_REGS && !calls_slow_path(&kernel.body, &kernel.regs) {
-        regs = regs.min(estimate(true, true).max(CHAIN_MIN_REGS));
+        regs = regs.min(estimate(Hoist::All, true).max(CHAIN_MIN_REGS));
     }
-    if regs > max && estimate(false, false) <= max {
+    if regs > max && estimate(Hoist::No, false) <= max {
         regs = max;
     }
     Resources::new(

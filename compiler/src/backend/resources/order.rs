@@ -309,7 +309,9 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
     )
 }
 
-/// Loads issued early, up to `window` loaded words a stretch: within each
+/// Loads issued early, up to `window` loaded words a stretch (and of the
+/// `ldmatrix` fragments of a stretch with an MMA, those of its first
+/// `ldmatrix_steps` k steps): within each
 /// stretch of a block between ordering points
 /// (stores, atomics, barriers, async copies, nested regions), every load and
 /// the pure instructions it depends on move to the start of the stretch, in
@@ -320,6 +322,7 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
 pub(super) fn hoist_loads(
     insts: &[crate::ir::target::Inst],
     window: u32,
+    ldmatrix_steps: u32,
 ) -> Vec<&crate::ir::target::Inst> {
     use crate::ir::target::{Inst, Space};
     let barrier = ordering_point;
@@ -352,6 +355,27 @@ pub(super) fn hoist_loads(
         let mut in_window = vec![false; end - start];
         let mut words = 0u32;
         let mut shared_words = 0u32;
+        // The k step of each fragment: the depth, in the stretch's chain of
+        // MMAs accumulating into one another, of the first MMA reading it.
+        let mut step: FxHashMap<u32, u32> = FxHashMap::default();
+        if any_mma {
+            let mut depth: FxHashMap<u32, u32> = FxHashMap::default();
+            for i in &insts[start..end] {
+                if let Inst::Mma { d, a, b, c, .. } = i {
+                    let k = c
+                        .iter()
+                        .filter_map(|r| depth.get(&r.0))
+                        .max()
+                        .map_or(0, |k| k + 1);
+                    for r in d {
+                        depth.insert(r.0, k);
+                    }
+                    for r in a.iter().chain(b) {
+                        step.entry(r.0).or_insert(k);
+                    }
+                }
+            }
+        }
         for j in start..end {
             work(1);
             match &insts[j] {
@@ -367,9 +391,15 @@ pub(super) fn hoist_loads(
                     shared_words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = shared_words <= SHARED_LOAD_WINDOW_WORDS;
                 }
-                // The ldmatrix fragments of the stretch's mma: all resident
-                // before the first one.
-                Inst::LdMatrix { .. } => in_window[j - start] = any_mma,
+                // The ldmatrix fragments of the stretch's mma: resident
+                // before the first one, those of its first `ldmatrix_steps`
+                // k steps.
+                Inst::LdMatrix { dst, .. } => {
+                    in_window[j - start] = any_mma
+                        && dst
+                            .iter()
+                            .any(|r| step.get(&r.0).is_some_and(|&k| k < ldmatrix_steps));
+                }
                 _ => {}
             }
         }

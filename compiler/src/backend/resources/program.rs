@@ -41,6 +41,9 @@ pub(super) struct Remat {
     pub(super) loop_depth: u32,
     /// Whether loads are issued early ([`hoist_loads`]).
     pub(super) hoist: bool,
+    /// Of a stretch's `ldmatrix` fragments, those of how many k steps are
+    /// issued early ([`Hoist`]).
+    pub(super) ldmatrix_steps: u32,
     /// The most loaded words a stretch issues early ([`hoist_loads`]).
     pub(super) load_window: u32,
     /// Whether pure instructions sink along chains ([`sink`]'s `chains`).
@@ -108,6 +111,7 @@ impl Remat {
             runtime_unroll: kernel.arch.info().vendor == crate::target::Vendor::Nvidia,
             loop_depth: 0,
             hoist: true,
+            ldmatrix_steps: u32::MAX,
             load_window: match kernel.arch.info().vendor {
                 crate::target::Vendor::Nvidia => crate::target::ptxas::LOAD_WINDOW_WORDS,
                 crate::target::Vendor::Amd => crate::target::amdgpu::LOAD_WINDOW_WORDS,
@@ -178,14 +182,27 @@ impl Remat {
 /// buffer addresses are not held: each use reads a fresh copy defined right
 /// before it (see `Remat`).
 pub fn program_of(kernel: &crate::ir::target::Kernel) -> (Vec<Node>, Vec<u32>) {
-    program_with(kernel, true, false, false, false)
+    program_with(kernel, Hoist::All, false, false, false)
+}
+
+/// How early loads are issued ([`hoist_loads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hoist {
+    /// Where Target IR puts them.
+    No,
+    /// Early, with the `ldmatrix` fragments of every k step of a stretch's
+    /// MMAs before the first one.
+    All,
+    /// Early, but of the fragments only the first k step's: ptxas's order
+    /// where registers run short (see `of_target`).
+    OneKStep,
 }
 
 /// [`program_of`], with loads issued early (`hoist`) or left where Target IR
 /// puts them.
 pub(super) fn program_with(
     kernel: &crate::ir::target::Kernel,
-    hoist: bool,
+    hoist: Hoist,
     chains: bool,
     ilp: bool,
     compares: bool,
@@ -198,7 +215,7 @@ pub(super) fn program_with(
 /// it copies (`u32::MAX` for none: a slow path's scratch).
 pub(super) fn program_with_origin(
     kernel: &crate::ir::target::Kernel,
-    hoist: bool,
+    hoist: Hoist,
     chains: bool,
     ilp: bool,
     compares: bool,
@@ -211,7 +228,7 @@ pub(super) fn program_with_origin(
             ilp_order(&insts)
         } else if rm.hoist {
             sink(
-                &hoist_loads(&insts, rm.load_window),
+                &hoist_loads(&insts, rm.load_window, rm.ldmatrix_steps),
                 &rm.tys,
                 rm.chains,
                 rm.compares,
@@ -301,7 +318,11 @@ pub(super) fn program_with_origin(
         out
     }
     let mut rm = Remat::new(kernel);
-    rm.hoist = hoist;
+    rm.hoist = hoist != Hoist::No;
+    rm.ldmatrix_steps = match hoist {
+        Hoist::OneKStep => 1,
+        _ => u32::MAX,
+    };
     rm.chains = chains;
     rm.ilp = ilp;
     rm.compares = compares;
