@@ -515,14 +515,16 @@ impl Printer<'_> {
             Inst::Trap { pred } => format!("@{} trap;", self.r(*pred)),
             Inst::CpAsync {
                 dst,
+                dst_offset,
                 src,
                 src_offset,
                 bytes,
                 src_size,
             } => format!(
-                "cp.async.{}.shared.global [{}], [{}{}], {bytes}{};",
+                "cp.async.{}.shared.global [{}{}], [{}{}], {bytes}{};",
                 if *bytes == 16 { "cg" } else { "ca" },
                 self.r(*dst),
+                off(*dst_offset),
                 self.r(*src),
                 off(*src_offset),
                 src_size

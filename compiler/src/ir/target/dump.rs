@@ -192,13 +192,18 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             Inst::Trap { pred } => format!("trap if {}", r(k, *pred)),
             Inst::CpAsync {
                 dst,
+                dst_offset,
                 src,
                 src_offset,
                 bytes,
                 src_size,
             } => format!(
-                "copy_async.{bytes} [{}] <- [{} + {}]{}",
+                "copy_async.{bytes} [{}{}] <- [{} + {}]{}",
                 r(k, *dst),
+                match dst_offset {
+                    0 => String::new(),
+                    o => format!(" + {o}"),
+                },
                 r(k, *src),
                 src_offset,
                 src_size

@@ -362,6 +362,9 @@ pub enum Inst {
     /// the copy where it is 0 (out-of-bounds chunks). Completes at `CpAsyncWait`.
     CpAsync {
         dst: Reg,
+        /// Bytes added to `dst` (the chunks of one swizzle phase share a
+        /// register, `Swizzle::shift`).
+        dst_offset: i64,
         src: Reg,
         src_offset: i64,
         bytes: u32,
@@ -688,6 +691,26 @@ impl Swizzle {
             panel_rows: rows,
             ..Swizzle::for_rows(128).with_row_bytes(row_bytes)
         }
+    }
+
+    /// The bytes between element `(r, c)` and `(r + dr, c + dc)` where that
+    /// is the same for every `(r, c)` with `c` a multiple of 8 (a 16-byte
+    /// chunk's first element, 16-bit elements): `dr` a whole number of
+    /// swizzle periods (the XOR phase repeats) and `dc` a whole number of
+    /// the chunks the phase flips (so the XOR and the addition commute).
+    pub fn shift(&self, dr: u32, dc: u32) -> Option<u32> {
+        let (period, span) = match self.panel_rows {
+            0 => (self.per_phase * self.max_phase, self.max_phase),
+            _ => (self.max_phase, 8),
+        };
+        if !dr.is_multiple_of(period) || !dc.is_multiple_of(8 * span) {
+            return None;
+        }
+        let chunks = dc / 8;
+        Some(match self.panel_rows {
+            0 => dr * self.row_bytes + chunks * 16,
+            rows => dr * 128 + chunks / 8 * rows * 128,
+        })
     }
 
     fn with_row_bytes(self, row_bytes: u32) -> Swizzle {

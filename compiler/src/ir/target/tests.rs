@@ -895,6 +895,43 @@ fn panel_swizzle_stores_128_byte_panels_one_after_another() {
     assert!(seen.iter().all(|&o| o < 32 * 512));
 }
 
+/// `Swizzle::shift` is exactly the difference of `offset`s wherever it
+/// answers, for every chunk start of the tile (row-major swizzles of 32 to
+/// 512-byte rows and 128-byte panels), and answers for whole periods.
+#[test]
+fn swizzle_shift_is_the_offset_difference_for_whole_periods() {
+    let swizzles = [32, 64, 128, 256, 512]
+        .map(Swizzle::for_rows)
+        .into_iter()
+        .chain([Swizzle::panels(256, 64), Swizzle::panels(512, 32)]);
+    for sw in swizzles {
+        let (rows, cols) = (32, sw.row_bytes / 2);
+        let mut answered = 0;
+        for dr in 0..rows {
+            for dc in (0..cols).step_by(8) {
+                let Some(shift) = sw.shift(dr, dc) else {
+                    continue;
+                };
+                answered += 1;
+                for r in 0..rows - dr {
+                    for c in (0..cols - dc).step_by(8) {
+                        assert_eq!(
+                            sw.offset(r + dr, c + dc, 2),
+                            sw.offset(r, c, 2) + shift,
+                            "{sw:?} ({r}, {c}) + ({dr}, {dc})"
+                        );
+                    }
+                }
+            }
+        }
+        // Rows 8 apart (a whole period) and the columns after the
+        // swizzle's span always shift.
+        assert_eq!(sw.shift(8, 0), Some(sw.offset(8, 0, 2)), "{sw:?}");
+        assert!(answered >= rows as usize / 8, "{sw:?}");
+        assert!(sw.shift(1, 0).is_none(), "{sw:?}");
+    }
+}
+
 #[test]
 fn pipeline_plans_of_the_brief_kernels() {
     use crate::db::{file_kernels, tile_ir, Database};

@@ -310,13 +310,28 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// One `cp.async` per chunk of `d` (see [`Self::issue_copies`]).
+    /// One `cp.async` per chunk of `d` (see [`Self::issue_copies`]). Chunks
+    /// a whole swizzle period apart share one address register and differ
+    /// by an immediate offset (`Swizzle::shift`): a pipeline's copies keep
+    /// one loop-invariant register per phase, not one per chunk.
     fn copy_chunks(&mut self, d: &Deferred, buf: Reg, sw: Swizzle, br: Operand, bc: Operand) {
         let mut sizes: HashMap<Reg, Reg> = HashMap::new();
+        let mut shared: Vec<(Reg, [u32; 2])> = Vec::new();
         for (s, acc) in d.layout.slots.clone().iter().zip(d.slots.clone()) {
-            let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s[0] as i64));
-            let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s[1] as i64));
-            let dst = self.swizzled(buf, sw, r, c);
+            let near = shared.iter().find_map(|&(reg, at)| {
+                let (dr, dc) = (s[0].checked_sub(at[0])?, s[1].checked_sub(at[1])?);
+                Some((reg, sw.shift(dr, dc)?))
+            });
+            let (dst, dst_offset) = match near {
+                Some(found) => found,
+                None => {
+                    let r = self.bin(BinOp::Add, RegTy::I32, br, Operand::Int(s[0] as i64));
+                    let c = self.bin(BinOp::Add, RegTy::I32, bc, Operand::Int(s[1] as i64));
+                    let dst = self.swizzled(buf, sw, r, c);
+                    shared.push((dst, [s[0], s[1]]));
+                    (dst, 0)
+                }
+            };
             let mut src_size = None;
             if let Some(p) = acc.pred {
                 let r = match sizes.get(&p) {
@@ -337,6 +352,7 @@ impl<'a> Lower<'a> {
             }
             self.emit(Inst::CpAsync {
                 dst,
+                dst_offset: i64::from(dst_offset),
                 src: acc.addr,
                 src_offset: acc.offset,
                 bytes: 16,
