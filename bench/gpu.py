@@ -649,6 +649,30 @@ def bench_gemm(args):
                       lambda t: hinted(t, HINTS + bks[-1], False), True))
         compare(args, "gemm", f"gemm bf16 {n}³", 2.0 * n**3, "TFLOP/s", session,
                 {"a": a, "b": b}, peers)
+    if args.tiny or args.quick:
+        return
+    # The Hopper issue's other GEMMs: f16 (std `gemm`, the same kernel source)
+    # and a skinny K, against cuBLAS only.
+    for kernel, dt, (m, k, n) in (("gemm", "f16", (4096, 4096, 4096)),
+                                  ("gemm", "f16", (8192, 8192, 8192)),
+                                  ("gemm_bf16", "bf16", (8192, 1024, 8192))):
+        a, b = save_input(args, "a", (m, k), 1), save_input(args, "b", (k, n), 2)
+        c = os.path.join(args.work, "c.npy")
+        setup = [f"from std.linalg import {kernel}", f'a = load_npy("{a}").to({dt})',
+                 f'b = load_npy("{b}").to({dt})', f"c = zeros([{m}, {n}], f32)"]
+        session = (setup, f"{kernel}(a, b, c)", f'save_npy(c, "{c}")', c, kernel)
+
+        def cublas(t, dt=dt):
+            if dt == "f16":
+                for x in "ab":
+                    if x + "16" not in t:  # converted once, not timed again
+                        t[x + "16"] = t[x].half()
+                return torch.matmul(t["a16"], t["b16"])
+            return torch.matmul(t["a"], t["b"])
+
+        compare(args, "gemm", f"gemm {dt} {m}×{k}×{n} (std {kernel})", 2.0 * m * n * k,
+                "TFLOP/s", session, {"a": a, "b": b},
+                [(f"torch.matmul (cuBLAS, {dt} out)", cublas, True)])
 
 
 def bench_attn(args):
