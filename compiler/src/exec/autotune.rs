@@ -205,10 +205,24 @@ fn tune(
     let mut saved: Option<SavedTensors> = None;
     let mut trials = Vec::with_capacity(all.len());
     let mut best: Option<(usize, f64)> = None;
-    for (i, c) in all.into_iter().enumerate() {
+    // Every configuration specialised first, so that ptxas compiles them
+    // side by side; then each is timed.
+    let prepared: Vec<_> = all
+        .iter()
+        .map(|c| {
+            let tune: BTreeMap<String, i64> = c.iter().cloned().collect();
+            prepare(db, kfile, item, grid.clone(), values, &tune)
+        })
+        .collect();
+    let kernels: Vec<_> = prepared
+        .iter()
+        .flatten()
+        .map(|(k, _, _)| k.clone())
+        .collect();
+    gpu.compile_ahead(&kernels);
+    for (i, (c, p)) in all.into_iter().zip(prepared).enumerate() {
         interrupt.check()?;
-        let tune: BTreeMap<String, i64> = c.iter().cloned().collect();
-        let timed = prepare(db, kfile, item, grid.clone(), values, &tune).and_then(|(k, a, g)| {
+        let timed = p.and_then(|(k, a, g)| {
             if saved.is_none() {
                 saved = Some(gpu.save_written(&k, &a)?);
             }

@@ -61,6 +61,10 @@ type Modules = HashMap<String, Arc<Loaded>>;
 /// kernels.
 type Recent = HashMap<usize, (Arc<Kernel>, Arc<Loaded>)>;
 
+/// Cubins compiled ahead of their first launch, by PTX text, with ptxas's
+/// report ([`Gpu::compile_ahead`]).
+type Ahead = HashMap<String, (Vec<u8>, Vec<ptxas::FunctionInfo>)>;
+
 /// Beyond this many kernels, [`Recent`] starts afresh.
 const RECENT_CAP: usize = 256;
 
@@ -89,6 +93,9 @@ pub struct Gpu {
     last_run: Mutex<HashMap<String, u64>>,
     /// Where cubins are kept between processes (`None`: memory only).
     cache_dir: Option<PathBuf>,
+    /// Cubins ptxas made ahead of their first launch ([`Gpu::compile_ahead`]),
+    /// by PTX text, with ptxas's report.
+    ahead: Mutex<Ahead>,
     /// `TESSERA_GPU_TRAP`: the kernel whose launches trap (see [`TRAP_ENV`]).
     trap_kernel: Option<String>,
     /// The driver's version, part of the disk cache's key.
@@ -508,6 +515,7 @@ impl Gpu {
             stream,
             modules: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
+            ahead: Mutex::new(HashMap::new()),
             tuned: Mutex::new(Vec::new()),
             pool,
             broken: AtomicBool::new(false),
@@ -814,29 +822,7 @@ impl Gpu {
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
     fn loaded(&self, kernel: &Kernel) -> Result<Arc<Loaded>, ExecError> {
-        let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
-            ExecError::new(
-                "E0709",
-                format!(
-                    "kernel `{}` cannot be compiled for {}: {}",
-                    kernel.name, self.info.arch, u.message
-                ),
-            )
-            .with_help(
-                u.too_large
-                    .unwrap_or_else(|| "run it on the CPU: `--device cpu`".to_string()),
-            )
-        })?;
-        // A GPU's arch is an NVIDIA one (`Arch::for_compute_capability`).
-        let ptx = crate::backend::ptx::kernel_text(&target)
-            .and_then(|k| crate::backend::ptx::module_of(self.info.arch, &[k]))
-            .map_err(|e| {
-                ExecError::new(
-                    "E0709",
-                    format!("kernel `{}` cannot be compiled: {e}", kernel.name),
-                )
-                .with_help("run it on the CPU: `--device cpu`")
-            })?;
+        let (target, ptx) = self.ptx_of(kernel)?;
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
             self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
@@ -876,6 +862,34 @@ impl Gpu {
         Ok(entry)
     }
 
+    /// `kernel` lowered for this GPU's arch, and its PTX module.
+    fn ptx_of(&self, kernel: &Kernel) -> Result<(crate::ir::target::Kernel, String), ExecError> {
+        let target = crate::ir::target::lower(kernel, self.info.arch).map_err(|u| {
+            ExecError::new(
+                "E0709",
+                format!(
+                    "kernel `{}` cannot be compiled for {}: {}",
+                    kernel.name, self.info.arch, u.message
+                ),
+            )
+            .with_help(
+                u.too_large
+                    .unwrap_or_else(|| "run it on the CPU: `--device cpu`".to_string()),
+            )
+        })?;
+        // A GPU's arch is an NVIDIA one (`Arch::for_compute_capability`).
+        let ptx = crate::backend::ptx::kernel_text(&target)
+            .and_then(|k| crate::backend::ptx::module_of(self.info.arch, &[k]))
+            .map_err(|e| {
+                ExecError::new(
+                    "E0709",
+                    format!("kernel `{}` cannot be compiled: {e}", kernel.name),
+                )
+                .with_help("run it on the CPU: `--device cpu`")
+            })?;
+        Ok((target, ptx))
+    }
+
     /// The module of `ptx` (whose kernel is `entry`), with what ptxas
     /// reported when it compiled it: the cubin from the disk cache, else
     /// compiled by ptxas (see `ptxas`) and stored there; without a ptxas (or
@@ -890,14 +904,7 @@ impl Gpu {
         let Some(ptxas) = process_ptxas() else {
             return self.driver_jit(kernel, ptx);
         };
-        // The device's own compute capability beside the arch (a cubin runs
-        // on its arch only), and the ptxas that compiles.
-        let (major, minor) = self.info.compute_capability;
-        let target = format!(
-            "{} on sm_{major}{minor} by {}",
-            self.info.arch, ptxas.version
-        );
-        let key = disk_cache::Key::new(ptx, &target, self.driver_version);
+        let key = self.cache_key(ptxas, ptx);
         if let Some(dir) = &self.cache_dir {
             if let Some(cached) = disk_cache::load(dir, &key) {
                 // A cubin the driver refuses (damaged in a way the digest
@@ -908,13 +915,16 @@ impl Gpu {
                 }
             }
         }
-        let (cubin, report) = ptxas::compile(&ptxas.path, ptx).map_err(|e| {
-            let message = match e {
-                ptxas::PtxasError::Rejected { stderr, .. } => stderr,
-                other => other.to_string(),
-            };
-            ptxas_error(kernel, &message)
-        })?;
+        let ahead = self.ahead_lock().remove(ptx);
+        let (cubin, report) = ahead
+            .map_or_else(|| ptxas::compile(&ptxas.path, ptx), Ok)
+            .map_err(|e| {
+                let message = match e {
+                    ptxas::PtxasError::Rejected { stderr, .. } => stderr,
+                    other => other.to_string(),
+                };
+                ptxas_error(kernel, &message)
+            })?;
         let Ok(module) = self.ctx.load_module(Ptx::from_binary(cubin.clone())) else {
             // A ptxas newer than the driver, or a GPU newer than the arch.
             return self.driver_jit(kernel, ptx);
@@ -937,6 +947,65 @@ impl Gpu {
             );
         }
         Ok((module, info))
+    }
+
+    /// The disk cache's key of `ptx`: the device's own compute capability
+    /// beside the arch (a cubin runs on its arch only), the ptxas that
+    /// compiles and the driver.
+    fn cache_key(&self, ptxas: &ptxas::Installed, ptx: &str) -> disk_cache::Key {
+        let (major, minor) = self.info.compute_capability;
+        let target = format!(
+            "{} on sm_{major}{minor} by {}",
+            self.info.arch, ptxas.version
+        );
+        disk_cache::Key::new(ptx, &target, self.driver_version)
+    }
+
+    fn ahead_lock(&self) -> std::sync::MutexGuard<'_, Ahead> {
+        self.ahead.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Compiles `kernels` with ptxas in parallel, ahead of their first
+    /// launches (an autotuning's configurations): each launch then only
+    /// loads its cubin. Kernels loaded before, in the disk cache, or that
+    /// fail to lower or compile are left to the launch, which reports the
+    /// failure; without a ptxas nothing is done (the driver's JIT compiles
+    /// at load).
+    pub(crate) fn compile_ahead(&self, kernels: &[Arc<Kernel>]) {
+        let Some(ptxas) = process_ptxas() else {
+            return;
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let todo: Vec<&Arc<Kernel>> = kernels
+            .iter()
+            .filter(|k| !self.recent().contains_key(&(Arc::as_ptr(k) as usize)))
+            .collect();
+        if todo.len() < 2 || threads < 2 {
+            return;
+        }
+        for chunk in todo.chunks(threads) {
+            std::thread::scope(|s| {
+                for k in chunk {
+                    s.spawn(move || {
+                        let Ok((_, ptx)) = self.ptx_of(k) else { return };
+                        let loaded = self
+                            .modules
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .contains_key(&ptx);
+                        let cached = self.cache_dir.as_ref().is_some_and(|dir| {
+                            disk_cache::load(dir, &self.cache_key(ptxas, &ptx)).is_some()
+                        });
+                        if loaded || cached || self.ahead_lock().contains_key(&ptx) {
+                            return;
+                        }
+                        if let Ok(compiled) = ptxas::compile(&ptxas.path, &ptx) {
+                            self.ahead_lock().insert(ptx, compiled);
+                        }
+                    });
+                }
+            });
+        }
     }
 
     /// The driver's whole-program JIT of `ptx` (`cuModuleLoadData`), which

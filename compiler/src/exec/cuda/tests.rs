@@ -708,6 +708,10 @@ fn autotuning_times_every_configuration_and_keeps_the_outputs() {
     assert_eq!(t.trials.len(), 4);
     assert!(t.trials.iter().all(|(_, r)| r.is_ok()), "{t:?}");
     assert!(!t.from_disk);
+    // The configurations were compiled side by side before the trials
+    // (with a ptxas) and each trial loaded its own cubin: none is left.
+    assert!(gpu.ahead_lock().is_empty());
+    assert_eq!(gpu.cache_stats().compiles, 4);
     // A second launch uses the choice without trials.
     let launches = gpu.launches();
     launch(&gpu).unwrap();
