@@ -749,18 +749,7 @@ fn vec_prefix(n: usize) -> String {
 /// against 0.61 an instruction) and ran 5% slower than with the hint, at
 /// 216 registers and the same two blocks an SM.
 fn planned_blocks(k: &Kernel) -> Option<u32> {
-    fn mma_in_loop(insts: &[Inst], in_loop: bool) -> bool {
-        insts.iter().any(|i| match i {
-            Inst::Mma { .. } | Inst::Wgmma { .. } => in_loop,
-            Inst::For { body, .. } => mma_in_loop(body, true),
-            Inst::While { cond, body, .. } => mma_in_loop(cond, true) || mma_in_loop(body, true),
-            Inst::If {
-                then, otherwise, ..
-            } => mma_in_loop(then, in_loop) || mma_in_loop(otherwise, in_loop),
-            _ => false,
-        })
-    }
-    if !mma_in_loop(&k.body, false) {
+    if !k.any_in_loop(|i| matches!(i, Inst::Mma { .. } | Inst::Wgmma { .. })) {
         return None;
     }
     let blocks = crate::backend::resources::of_target(k)

@@ -779,14 +779,22 @@ impl Kernel {
     /// pipelining, `num_stages` >= 2). Low occupancy costs such a kernel
     /// little; W0004 is for the others.
     pub fn hides_latency(&self) -> bool {
+        self.any_in_loop(|i| match i {
+            Inst::Mma { .. } | Inst::Wgmma { .. } => true,
+            Inst::CpAsyncWait { pending } => *pending > 0,
+            _ => false,
+        })
+    }
+
+    /// Whether an instruction inside a loop (at any depth, a `while`'s
+    /// condition included) satisfies `pred`.
+    pub fn any_in_loop(&self, pred: impl Fn(&Inst) -> bool) -> bool {
         // (instructions, whether inside a loop); a stack, not recursion.
         let mut stack: Vec<(&[Inst], bool)> = vec![(&self.body, false)];
         while let Some((insts, in_loop)) = stack.pop() {
             for i in insts {
-                match i {
-                    Inst::Mma { .. } | Inst::Wgmma { .. } if in_loop => return true,
-                    Inst::CpAsyncWait { pending } if in_loop && *pending > 0 => return true,
-                    _ => {}
+                if in_loop && pred(i) {
+                    return true;
                 }
                 let looped = in_loop || matches!(i, Inst::For { .. } | Inst::While { .. });
                 for r in i.regions() {
