@@ -353,6 +353,11 @@ class PtxKernel:
         self.check(self.cu.cuModuleGetFunction(ct.byref(self.f), module, name.encode()), name)
         # The launch ABI from the PTX: parameters in order, block size, dynamic smem.
         self.params = re.findall(rf"\.param \.(\w+) {name}_param_(\w+)", ptx)
+        # TMA tensor maps (wgmma loops on sm_90a), by value after the other parameters;
+        # the printer's comment names the tensor, the box and the swizzle.
+        self.tmaps = [(n, [int(x) for x in box.split(", ")], int(sw)) for n, box, sw in re.findall(
+            rf"// {name}_param_tmap\d+: tensor map of (\w+) \(param \d+\), box \[([\d, ]+)\] "
+            r"innermost first, swizzle (\d+)B", ptx)]
         self.threads = int(re.search(r"\.maxntid (\d+)", ptx).group(1))
         dyn = re.search(rf"// {name}: (\d+) bytes of dynamic shared memory", ptx)
         self.smem = int(dyn.group(1)) if dyn else 0
@@ -369,11 +374,36 @@ class PtxKernel:
         held = [ct.c_uint64(values[n].data_ptr()) if t == "u64" else
                 ct.c_float(values[n]) if t == "f32" else ct.c_int32(values[n])
                 for t, n in self.params]
-        ptrs = (ct.c_void_p * len(held))(*[ct.cast(ct.byref(h), ct.c_void_p) for h in held])
+        addrs = [ct.addressof(h) for h in held]
+        for n, box, sw in self.tmaps:
+            buf, addr = self.tensor_map(values[n], box, sw)
+            held.append(buf)
+            addrs.append(addr)
+        ptrs = (ct.c_void_p * len(addrs))(*addrs)
         stream = ct.c_void_p(torch.cuda.current_stream().cuda_stream)
         g = list(grid) + [1] * (3 - len(grid))
         self.check(self.cu.cuLaunchKernel(self.f, g[0], g[1], g[2], self.threads, 1, 1,
                                           self.smem, stream, ptrs, None), "launch " + self.name)
+
+    def tensor_map(self, t, box, swizzle):
+        """A tensor map of torch tensor `t` (row-major) as the executor encodes it: dims
+        and byte strides innermost first, zeros out of bounds; (its buffer, 64-byte
+        aligned address)."""
+        ct, rank = self.ct, t.dim()
+        dtype = {torch.bfloat16: 9, torch.float16: 6, torch.float32: 7}[t.dtype]
+        dims = (ct.c_uint64 * rank)(*reversed(t.shape))
+        strides = (ct.c_uint64 * rank)(*[t.stride(rank - 2 - i) * t.element_size()
+                                         for i in range(rank - 1)])
+        boxes = (ct.c_uint32 * rank)(*box)
+        ones = (ct.c_uint32 * rank)(*([1] * rank))
+        buf = ct.create_string_buffer(128 + 64)
+        addr = (ct.addressof(buf) + 63) // 64 * 64
+        sw = {0: 0, 32: 1, 64: 2, 128: 3}[swizzle]
+        # interleave none, L2 promotion 256 B, out-of-bounds fill none (zeros)
+        self.check(self.cu.cuTensorMapEncodeTiled(
+            ct.c_void_p(addr), dtype, rank, ct.c_void_p(t.data_ptr()), dims, strides, boxes,
+            ones, 0, sw, 3, 0), "cuTensorMapEncodeTiled")
+        return buf, addr
 
 
 HINTS = ["K%8", "N%8"]

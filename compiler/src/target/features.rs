@@ -29,6 +29,10 @@ pub struct Features {
     /// `wgmma.mma_async` (warpgroup matrix multiply from shared-memory
     /// descriptors, PTX ISA 8.0), which only sm_90a has (not sm_90).
     pub wgmma: bool,
+    /// TMA (`cp.async.bulk.tensor`, tensor maps, `mbarrier` transaction
+    /// counts; PTX ISA 8.0). sm_90 has it too, but its row writes PTX 7.8,
+    /// and the lowering uses TMA only to feed wgmma: sm_90a only.
+    pub tma: bool,
     /// The matrix instructions the arch has and the code generator uses (or,
     /// for targets without a code generator yet, will use), best first; pick
     /// one with [`super::select_mma`].
@@ -46,6 +50,7 @@ impl Arch {
             fast_tanh,
             cvt_bf16,
             wgmma,
+            tma: wgmma,
             mma,
         };
         match self {

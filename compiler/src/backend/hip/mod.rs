@@ -901,6 +901,16 @@ impl Printer<'_> {
             | Inst::FenceProxyAsync => {
                 return self.inexpressible("a warpgroup matrix multiply (`wgmma`, sm_90a's)")
             }
+            Inst::TensorMapAddr { .. }
+            | Inst::MbarInit { .. }
+            | Inst::FenceMbarInit
+            | Inst::MbarExpectTx { .. }
+            | Inst::MbarArrive { .. }
+            | Inst::MbarInval { .. }
+            | Inst::MbarWait { .. }
+            | Inst::TmaLoad { .. } => {
+                return self.inexpressible("a TMA copy or transaction barrier (sm_90a's)")
+            }
             Inst::PackBf16 { .. } => {
                 return self.inexpressible("a bf16 pair conversion (`cvt.rn.bf16x2.f32`, NVIDIA's)")
             }

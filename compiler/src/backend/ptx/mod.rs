@@ -156,7 +156,20 @@ fn kernel(k: &Kernel, out: &mut String) {
             k.smem_bytes()
         );
     }
+    for (i, m) in k.tensor_maps.iter().enumerate() {
+        let dims: Vec<String> = m.box_dims.iter().map(|d| d.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "// {}: tensor map of {} (param {}), box [{}] innermost first, swizzle {}B: cuTensorMapEncodeTiled at launch",
+            tensor_map_param(k, i),
+            m.name,
+            m.tensor,
+            dims.join(", "),
+            m.swizzle
+        );
+    }
     let _ = writeln!(out, ".visible .entry {}(", k.name);
+    let total = k.params.len() + k.tensor_maps.len();
     for (i, prm) in k.params.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -164,7 +177,20 @@ fn kernel(k: &Kernel, out: &mut String) {
             param_ty(prm.ty),
             k.name,
             ident(&prm.name),
-            if i + 1 < k.params.len() { "," } else { "" }
+            if i + 1 < total { "," } else { "" }
+        );
+    }
+    // TMA tensor maps by value (CUDA's `const __grid_constant__ CUtensorMap`).
+    for i in 0..k.tensor_maps.len() {
+        let _ = writeln!(
+            out,
+            "\t.param .align 64 .b8 {}[128]{}",
+            tensor_map_param(k, i),
+            if k.params.len() + i + 1 < total {
+                ","
+            } else {
+                ""
+            }
         );
     }
     let _ = writeln!(out, ")\n.maxntid {}, 1, 1", k.num_threads);
@@ -595,6 +621,65 @@ impl Printer<'_> {
             Inst::WgmmaCommit => "wgmma.commit_group.sync.aligned;".to_string(),
             Inst::WgmmaWait { pending } => format!("wgmma.wait_group.sync.aligned {pending};"),
             Inst::FenceProxyAsync => "fence.proxy.async.shared::cta;".to_string(),
+            Inst::TensorMapAddr { dst, map } => {
+                // The parameter's generic address (`cvta.param`, PTX 7.7).
+                let d = self.r(*dst).to_string();
+                self.line(
+                    depth,
+                    &format!("mov.b64 {d}, {};", tensor_map_param(k, *map)),
+                );
+                format!("cvta.param.u64 {d}, {d};")
+            }
+            Inst::MbarInit { bar, count } => format!(
+                "mbarrier.init.shared::cta.b64 [{}], {count};",
+                self.r(*bar)
+            ),
+            Inst::FenceMbarInit => "fence.mbarrier_init.release.cluster;".to_string(),
+            Inst::MbarExpectTx { bar, bytes } => format!(
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{}], {bytes};",
+                self.r(*bar)
+            ),
+            Inst::MbarArrive { bar } => {
+                format!("mbarrier.arrive.shared::cta.b64 _, [{}];", self.r(*bar))
+            }
+            Inst::MbarInval { bar } => {
+                format!("mbarrier.inval.shared::cta.b64 [{}];", self.r(*bar))
+            }
+            Inst::MbarWait { bar, parity } => {
+                // try_wait suspends for a while in hardware; loop until done.
+                let n = self.label("mbar_wait");
+                let q = self.extra_pred;
+                self.extra_pred += 1;
+                self.out.push_str(&format!("$mbar_wait{n}:\n"));
+                self.line(
+                    depth,
+                    &format!(
+                        "mbarrier.try_wait.parity.shared::cta.b64 %q{q}, [{}], {};",
+                        self.r(*bar),
+                        self.o(*parity, RegTy::U32)
+                    ),
+                );
+                format!("@!%q{q} bra $mbar_wait{n};")
+            }
+            Inst::TmaLoad {
+                dst,
+                dst_offset,
+                map,
+                coords,
+                bar,
+            } => format!(
+                "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{}{}], [{}, {{{}}}], [{}];",
+                coords.len(),
+                self.r(*dst),
+                off(*dst_offset),
+                self.r(*map),
+                coords
+                    .iter()
+                    .map(|c| self.o(*c, RegTy::I32))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.r(*bar)
+            ),
             // 64-bit values move as two halves, in a scope with its own registers.
             Inst::ShflXor {
                 dst,
@@ -756,6 +841,11 @@ fn planned_blocks(k: &Kernel) -> Option<u32> {
         .occupancy
         .blocks_per_sm;
     (blocks > 0).then_some(blocks)
+}
+
+/// The PTX name of tensor map parameter `i` of `k`.
+fn tensor_map_param(k: &Kernel, i: usize) -> String {
+    format!("{}_param_tmap{i}", k.name)
 }
 
 fn off(o: i64) -> String {

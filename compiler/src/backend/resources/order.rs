@@ -303,6 +303,13 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
             | Inst::WgmmaCommit
             | Inst::WgmmaWait { .. }
             | Inst::FenceProxyAsync
+            | Inst::MbarInit { .. }
+            | Inst::FenceMbarInit
+            | Inst::MbarExpectTx { .. }
+            | Inst::MbarArrive { .. }
+            | Inst::MbarInval { .. }
+            | Inst::MbarWait { .. }
+            | Inst::TmaLoad { .. }
             | Inst::For { .. }
             | Inst::While { .. }
             | Inst::If { .. }

@@ -808,6 +808,7 @@ fn loop_parameters_come_from_the_constant_bank_before_sm_90() {
             },
         ],
         layouts: vec![],
+        tensor_maps: vec![],
     };
     let peak = |arch| {
         let (program, words) = program_of(&kernel(arch));
@@ -866,6 +867,7 @@ fn ldmatrix_fragments_are_issued_early_one_k_step_ahead_where_registers_run_shor
             regs: vec![RegTy::U32; 5 + 4 * n as usize],
             body,
             layouts: vec![],
+            tensor_maps: vec![],
         }
     };
     // 30 k-steps fit (120 words early); 70 do not (280): past
@@ -1193,6 +1195,7 @@ fn amd_uniform_registers() {
             },
         ],
         layouts: vec![],
+        tensor_maps: vec![],
     };
     // Without the store the kernel writes nothing: LLVM deletes its body.
     let mut silent = kernel.clone();
@@ -1288,6 +1291,7 @@ fn amd_middle_end_and_scalar_loads() {
             st(&[7, 2], 16),
         ],
         layouts: vec![],
+        tensor_maps: vec![],
     };
     let (after, _) = super::llvm_ir::as_llvm_leaves_it(&kernel);
     assert_eq!(
@@ -1397,6 +1401,7 @@ fn amd_folds_into_masked_loads_and_sinks_into_masked_stores() {
             st(7, 8, None),
         ],
         layouts: vec![],
+        tensor_maps: vec![],
     };
     let (after, folded) = super::llvm_ir::as_llvm_leaves_it(&kernel);
     assert_eq!(folded, [Reg(3)]);

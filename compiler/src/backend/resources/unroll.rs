@@ -78,7 +78,14 @@ pub(super) fn unrolled_by_four(
                 | Inst::WgmmaFence
                 | Inst::WgmmaCommit
                 | Inst::WgmmaWait { .. }
-                | Inst::FenceProxyAsync => return None,
+                | Inst::FenceProxyAsync
+                | Inst::MbarInit { .. }
+                | Inst::FenceMbarInit
+                | Inst::MbarExpectTx { .. }
+                | Inst::MbarArrive { .. }
+                | Inst::MbarInval { .. }
+                | Inst::MbarWait { .. }
+                | Inst::TmaLoad { .. } => return None,
                 _ => {
                     n += 1;
                     for region in i.regions() {
@@ -374,8 +381,29 @@ pub(super) fn rename_regs(
         }
     };
     match inst {
-        Inst::Param { dst, .. } | Inst::Special { dst, .. } | Inst::SmemAddr { dst, .. } => {
-            defs(dst)
+        Inst::Param { dst, .. }
+        | Inst::Special { dst, .. }
+        | Inst::SmemAddr { dst, .. }
+        | Inst::TensorMapAddr { dst, .. } => defs(dst),
+        Inst::MbarInit { bar, .. }
+        | Inst::MbarExpectTx { bar, .. }
+        | Inst::MbarArrive { bar }
+        | Inst::MbarInval { bar } => uses(bar),
+        Inst::MbarWait { bar, parity } => {
+            uses(bar);
+            op(parity, uses)
+        }
+        Inst::TmaLoad {
+            dst,
+            map,
+            coords,
+            bar,
+            ..
+        } => {
+            uses(dst);
+            uses(map);
+            uses(bar);
+            coords.iter_mut().for_each(|o| op(o, uses))
         }
         Inst::Mov { dst, src } | Inst::Unary { dst, x: src, .. } => {
             op(src, uses);
@@ -463,6 +491,7 @@ pub(super) fn rename_regs(
         | Inst::WgmmaCommit
         | Inst::WgmmaWait { .. }
         | Inst::FenceProxyAsync
+        | Inst::FenceMbarInit
         | Inst::Comment(_) => {}
     }
 }

@@ -27,6 +27,7 @@ pub mod disk_cache;
 pub mod jit;
 mod memory;
 pub mod nccl;
+mod tensor_map;
 pub use memory::MemoryStats;
 
 use std::collections::HashMap;
@@ -239,6 +240,8 @@ impl std::fmt::Display for GpuInfo {
 struct Loaded {
     func: CudaFunction,
     params: Vec<TargetParam>,
+    /// TMA tensor maps, encoded at each launch (after the dims).
+    tensor_maps: Vec<crate::ir::target::TensorMap>,
     threads: u32,
     smem_bytes: u32,
     /// Tells loaded modules apart (their order of loading).
@@ -786,6 +789,45 @@ impl Gpu {
     }
 
     /// The device address of `t`'s up-to-date elements on this GPU.
+    /// Tensor map `m` of a launch of `kernel` with `args`, encoded over its
+    /// tensor argument (E0711 where TMA cannot address the tensor: a row
+    /// stride not a multiple of 16 bytes, which the kernel's alignment
+    /// facts exclude, so only a kernel launched against its facts meets it).
+    fn tensor_map(
+        &self,
+        kernel: &Kernel,
+        m: &crate::ir::target::TensorMap,
+        args: &[Arg],
+    ) -> Result<tensor_map::Encoded, ExecError> {
+        let what = || format!("the tensor map of `{}` in `{}`", m.name, kernel.name);
+        let Some(Arg::Tensor(t)) = args.get(m.tensor) else {
+            return Err(
+                ExecError::new("E0707", format!("{}: no tensor argument", what()))
+                    .with_help(CHECKED),
+            );
+        };
+        let tiled = tensor_map::tiled(m, t.shape(), t.dtype()).map_err(|e| {
+            ExecError::new("E0711", format!("{}: {e}", what())).with_help(
+                "TMA copies need rows whose bytes are a multiple of 16; compile without the alignment facts (`-D`) that promised them",
+            )
+        })?;
+        let addr = self.device_address(t)?;
+        if tiled.empty {
+            // SAFETY: `addr` is a live block of this context of at least 512
+            // bytes (`memory::block_size`) holding no element of the empty
+            // tensor; zeroing its first 16 on the launch's stream orders the
+            // write before the kernel.
+            let r = unsafe {
+                cudarc::driver::sys::cuMemsetD8Async(addr, 0, 16, self.stream.cu_stream())
+            };
+            if r != CUresult::CUDA_SUCCESS {
+                return Err(driver_error(&what(), cudarc::driver::DriverError(r)));
+            }
+        }
+        tensor_map::encode(&tiled, addr)
+            .map_err(|e| driver_error(&what(), cudarc::driver::DriverError(e)))
+    }
+
     fn device_address(&self, t: &super::Tensor) -> Result<u64, ExecError> {
         let pool = &self.pool;
         t.storage
@@ -852,6 +894,7 @@ impl Gpu {
         let entry = Arc::new(Loaded {
             func,
             params: target.params.clone(),
+            tensor_maps: target.tensor_maps.clone(),
             threads: target.num_threads,
             smem_bytes,
             id: modules.len() as u64,
@@ -1186,6 +1229,9 @@ impl Gpu {
             debug_assert_eq!(p.ty, RegTy::I32);
             values.push(ParamValue::I32(n));
         }
+        for m in &loaded.tensor_maps {
+            values.push(ParamValue::TensorMap(self.tensor_map(kernel, m, args)?));
+        }
         let cfg = LaunchConfig {
             grid_dim,
             block_dim: (threads, 1, 1),
@@ -1223,12 +1269,14 @@ impl Gpu {
                     ParamValue::U16(x) => b.arg(x),
                     ParamValue::F32(x) => b.arg(x),
                     ParamValue::F64(x) => b.arg(x),
+                    ParamValue::TensorMap(x) => b.arg(x),
                 };
             }
             // SAFETY: the arguments are, in order, the values of the kernel's
             // PTX parameters with their PTX types (`values` follows Target
             // IR's `params`: a device pointer per tensor, scalars by dtype,
-            // then the 32-bit dims); each device address is a live block of
+            // then the 32-bit dims, then the tensor maps by value, each
+            // encoded over its tensor's address); each device address is a live block of
             // this context holding its tensor's elements, the extent the
             // kernel's bounds checks allow it to touch (the tensors are held
             // by `args` until the launch has finished).
@@ -1374,6 +1422,8 @@ enum ParamValue {
     U16(u16),
     F32(f32),
     F64(f64),
+    /// A TMA tensor map, by value.
+    TensorMap(tensor_map::Encoded),
 }
 
 /// The value of a scalar parameter of dtype `d` (as Target IR's `params`

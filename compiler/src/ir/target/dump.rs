@@ -18,6 +18,16 @@ impl fmt::Display for Kernel {
         for (i, p) in self.params.iter().enumerate() {
             writeln!(f, "  param {i} {}: {}", p.name, p.ty.name())?;
         }
+        for (i, m) in self.tensor_maps.iter().enumerate() {
+            let dims: Vec<String> = m.box_dims.iter().map(|d| d.to_string()).collect();
+            writeln!(
+                f,
+                "  tensor_map {i} of {}: box [{}] (innermost first), swizzle {}B",
+                m.name,
+                dims.join(", "),
+                m.swizzle
+            )?;
+        }
         for (i, b) in self.smem.iter().enumerate() {
             writeln!(
                 f,
@@ -230,6 +240,38 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             Inst::WgmmaCommit => "wgmma_commit".to_string(),
             Inst::WgmmaWait { pending } => format!("wgmma_wait {pending}"),
             Inst::FenceProxyAsync => "fence_proxy_async".to_string(),
+            Inst::TensorMapAddr { dst, map } => format!("{} = tensor_map {map}", d(k, *dst)),
+            Inst::MbarInit { bar, count } => format!("mbarrier_init [{}], {count}", r(k, *bar)),
+            Inst::FenceMbarInit => "fence_mbarrier_init".to_string(),
+            Inst::MbarExpectTx { bar, bytes } => {
+                format!("mbarrier_arrive_expect_tx [{}], {bytes}", r(k, *bar))
+            }
+            Inst::MbarArrive { bar } => format!("mbarrier_arrive [{}]", r(k, *bar)),
+            Inst::MbarInval { bar } => format!("mbarrier_inval [{}]", r(k, *bar)),
+            Inst::MbarWait { bar, parity } => {
+                format!("mbarrier_wait [{}], parity {}", r(k, *bar), o(k, parity))
+            }
+            Inst::TmaLoad {
+                dst,
+                dst_offset,
+                map,
+                coords,
+                bar,
+            } => format!(
+                "tma_load [{}{}] <- map {} at ({}), mbarrier [{}]",
+                r(k, *dst),
+                match dst_offset {
+                    0 => String::new(),
+                    o => format!(" + {o}"),
+                },
+                r(k, *map),
+                coords
+                    .iter()
+                    .map(|c| o(k, c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                r(k, *bar)
+            ),
             Inst::CpAsyncWait { pending } => format!("copy_async_wait {pending}"),
             Inst::LdMatrix { dst, addr, trans } => format!(
                 "{} = load_matrix{} [{}]",

@@ -440,6 +440,55 @@ pub enum Inst {
     /// Makes this thread's completed shared-memory writes (stores, finished
     /// `cp.async`) visible to the asynchronous proxy that `Wgmma` reads through.
     FenceProxyAsync,
+    /// `dst` (`U64`) = the generic address of the kernel's tensor map
+    /// `map` (an index into `Kernel::tensor_maps`; a by-value parameter).
+    TensorMapAddr {
+        dst: Reg,
+        map: usize,
+    },
+    /// Initialises the shared-memory barrier at `bar` (8 bytes, `U32`
+    /// shared address) to expect `count` arrivals a phase, in phase 0.
+    MbarInit {
+        bar: Reg,
+        count: u32,
+    },
+    /// Makes this thread's `MbarInit`s visible to other threads and to the
+    /// asynchronous proxy (before the barrier that publishes them).
+    FenceMbarInit,
+    /// One arrival at `bar`, after which its current phase also waits for
+    /// `bytes` more of asynchronous copies (`TmaLoad`s naming it).
+    MbarExpectTx {
+        bar: Reg,
+        bytes: u32,
+    },
+    /// One arrival at `bar`.
+    MbarArrive {
+        bar: Reg,
+    },
+    /// Ends the barrier at `bar` (before it is initialised again: a loop
+    /// entered anew).
+    MbarInval {
+        bar: Reg,
+    },
+    /// Waits until the phase of `bar` with parity `parity` (0 or 1) has
+    /// completed (a freshly initialised barrier counts its phase of parity
+    /// 1 as completed).
+    MbarWait {
+        bar: Reg,
+        parity: Operand,
+    },
+    /// A TMA copy of one box of tensor map `map` (`U64`, from
+    /// `TensorMapAddr`) at element coordinates `coords` (innermost first,
+    /// `I32`; out-of-bounds elements read as zero) into shared memory at
+    /// `dst + dst_offset`, laid out as the map's swizzle says. Counts its
+    /// bytes against `bar`'s expected transactions when it lands.
+    TmaLoad {
+        dst: Reg,
+        dst_offset: i64,
+        map: Reg,
+        coords: Vec<Operand>,
+        bar: Reg,
+    },
     /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole
     /// warp); a 64-bit register moves as two 32-bit halves.
     ShflXor {
@@ -479,6 +528,7 @@ impl Inst {
             | Inst::Special { dst, .. }
             | Inst::SmemAddr { dst, .. }
             | Inst::Mov { dst, .. }
+            | Inst::TensorMapAddr { dst, .. }
             | Inst::Unary { dst, .. }
             | Inst::Binary { dst, .. }
             | Inst::Fma { dst, .. }
@@ -501,6 +551,13 @@ impl Inst {
             | Inst::WgmmaCommit
             | Inst::WgmmaWait { .. }
             | Inst::FenceProxyAsync
+            | Inst::MbarInit { .. }
+            | Inst::FenceMbarInit
+            | Inst::MbarExpectTx { .. }
+            | Inst::MbarArrive { .. }
+            | Inst::MbarInval { .. }
+            | Inst::MbarWait { .. }
+            | Inst::TmaLoad { .. }
             | Inst::Barrier
             | Inst::Trap { .. }
             | Inst::While { .. }
@@ -525,7 +582,29 @@ impl Inst {
             | Inst::WgmmaCommit
             | Inst::WgmmaWait { .. }
             | Inst::FenceProxyAsync
+            | Inst::TensorMapAddr { .. }
+            | Inst::FenceMbarInit
             | Inst::Comment(_) => vec![],
+            Inst::MbarInit { bar, .. }
+            | Inst::MbarExpectTx { bar, .. }
+            | Inst::MbarArrive { bar }
+            | Inst::MbarInval { bar } => vec![*bar],
+            Inst::MbarWait { bar, parity } => {
+                let mut v = vec![*bar];
+                v.extend(parity.reg());
+                v
+            }
+            Inst::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                ..
+            } => {
+                let mut v = vec![*dst, *map, *bar];
+                v.extend(ops(coords));
+                v
+            }
             Inst::Wgmma {
                 acc,
                 a_desc,
@@ -601,6 +680,7 @@ impl Inst {
             Inst::Param { .. }
                 | Inst::Special { .. }
                 | Inst::SmemAddr { .. }
+                | Inst::TensorMapAddr { .. }
                 | Inst::Mov { .. }
                 | Inst::Unary { .. }
                 | Inst::Binary { .. }
@@ -631,6 +711,27 @@ impl Inst {
 pub struct Param {
     pub name: String,
     pub ty: RegTy,
+}
+
+/// A TMA tensor map (the driver's 128-byte `CUtensorMap`), a by-value
+/// kernel parameter after the dims. The executor encodes it at launch from
+/// tensor argument `tensor`: its device address, its shape (row-major, the
+/// element type its dtype), `box_dims` and `swizzle`; out-of-bounds
+/// elements read as zero. Valid where the address is 16-byte aligned and
+/// every stride but the innermost a multiple of 16 bytes: the alignment
+/// `cp.async` needs too, which the lowering proved before choosing it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorMap {
+    /// The Tile IR parameter index of the tensor.
+    pub tensor: usize,
+    /// The tensor parameter's name (for dumps and messages).
+    pub name: String,
+    /// Elements of one box per dim, innermost first (one entry per dim of
+    /// the tensor; 1 where the box takes one index).
+    pub box_dims: Vec<u32>,
+    /// The shared-memory swizzle span in bytes: 32, 64 or 128 (the box's
+    /// innermost dim spans at most that), or 0 for none.
+    pub swizzle: u32,
 }
 
 /// A region of the kernel's shared-memory arena. Transient regions may
@@ -736,6 +837,8 @@ pub struct Kernel {
     pub arch: Arch,
     pub num_threads: u32,
     pub params: Vec<Param>,
+    /// TMA tensor maps, by-value parameters after `params`.
+    pub tensor_maps: Vec<TensorMap>,
     pub smem: Vec<SmemBuffer>,
     /// The type of every register, indexed by `Reg.0`.
     pub regs: Vec<RegTy>,
@@ -782,6 +885,7 @@ impl Kernel {
         self.any_in_loop(|i| match i {
             Inst::Mma { .. } | Inst::Wgmma { .. } => true,
             Inst::CpAsyncWait { pending } => *pending > 0,
+            Inst::MbarWait { .. } => true,
             _ => false,
         })
     }

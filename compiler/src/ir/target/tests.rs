@@ -961,7 +961,7 @@ loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %4
         (Arch::Sm90a, "gemm", fixed(), "\
 cp.async on sm_90a, num_stages = 3
 candidates: %41 A[128, 32], %42 B[32, 128]
-loop %39: pipelined over 3 stages, copied 1 iteration ahead: %41 A[128, 32], %42 B[32, 128]; the dot on wgmma
+loop %39: pipelined over 3 stages, copied 2 iterations ahead: %41 A[128, 32], %42 B[32, 128]; the dot on wgmma, the copies by TMA
 "),
         (Arch::Sm80, "gemm", Specialization::new(), "\
 cp.async on sm_80, num_stages = 3
@@ -982,4 +982,77 @@ no cp.async on sm_75: every load goes through registers
     for (arch, name, spec, want) in cases {
         assert_eq!(plan(arch, name, spec), want, "{arch} {name}");
     }
+}
+
+#[test]
+fn wgmma_loops_copy_their_stages_by_tma_on_sm_90a_only() {
+    use crate::db::{file_kernels, tile_ir, Database};
+    use crate::ir::target::TensorMap;
+    use crate::ir::tile::Specialization;
+    let src = include_str!("../tile/testdata/brief.tsr");
+    let lowered = |arch: Arch| {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/brief.tsr", src.to_string());
+        let (_, item, _) = file_kernels(&db, file)
+            .into_iter()
+            .find(|k| k.0 == "gemm")
+            .unwrap();
+        let spec = Specialization::new().with("K", 96).with("N", 160);
+        let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
+        super::lower::lower_with_plan(&tk, arch).unwrap().0
+    };
+    let k = lowered(Arch::Sm90a);
+    assert_eq!(verify(&k), Ok(()));
+    // a: 128 rows of 32 bf16 (64-byte rows, 64-byte swizzle); b: 32 rows
+    // in 64-column panels of 128 bytes.
+    let map = |tensor: usize, name: &str, box_dims: [u32; 2], swizzle| TensorMap {
+        tensor,
+        name: name.into(),
+        box_dims: box_dims.to_vec(),
+        swizzle,
+    };
+    assert_eq!(
+        k.tensor_maps,
+        vec![map(0, "A", [32, 128], 64), map(1, "B", [64, 32], 128)]
+    );
+    let mut count = std::collections::HashMap::new();
+    k.walk(&mut |i| {
+        let name = match i {
+            Inst::TmaLoad { coords, .. } => {
+                assert_eq!(coords.len(), 2);
+                "tma"
+            }
+            Inst::MbarInit { .. } => "init",
+            Inst::MbarWait { .. } => "wait",
+            Inst::MbarExpectTx { bytes, .. } => {
+                // 128 x 32 + 32 x 128 bf16 a stage.
+                assert_eq!(*bytes, 16384);
+                "expect"
+            }
+            Inst::CpAsync { .. } | Inst::CpAsyncWait { .. } => "cp.async",
+            Inst::Barrier => "barrier",
+            _ => return,
+        };
+        *count.entry(name).or_insert(0) += 1;
+    });
+    // Three stages, a full and an empty barrier each; the two stages copied
+    // before the loop and the one in it, each a box of a and two panels of
+    // b; the waits on the stage and (thread 0) on its release; a barrier
+    // after the initialisation and one after the loop.
+    assert_eq!(count.get("init"), Some(&6));
+    assert_eq!(count.get("expect"), Some(&3));
+    assert_eq!(count.get("tma"), Some(&9));
+    assert_eq!(count.get("wait"), Some(&2));
+    assert_eq!(count.get("barrier"), Some(&2));
+    assert_eq!(count.get("cp.async"), None);
+    let dump = k.to_string();
+    assert!(dump.contains("tensor_map 0 of A: box [32, 128] (innermost first), swizzle 64B"));
+    assert!(dump.contains("tma_load ["));
+    // sm_90 has no wgmma, so neither TMA: its mma.sync loop keeps cp.async.
+    let k = lowered(Arch::Sm90);
+    assert!(k.tensor_maps.is_empty());
+    let mut tma = false;
+    k.walk(&mut |i| tma |= matches!(i, Inst::TmaLoad { .. } | Inst::MbarWait { .. }));
+    assert!(!tma);
 }

@@ -371,6 +371,48 @@ impl Verifier<'_> {
                         .push(format!("{i:?}: wgmma shape, accumulators or descriptors"));
                 }
             }
+            Inst::TensorMapAddr { dst, map } => {
+                if *map >= k.tensor_maps.len() || ty(dst) != RegTy::U64 {
+                    self.errors.push(format!("{i:?}: bad tensor map"));
+                }
+                if !k.arch.features().tma {
+                    self.errors.push(format!("{i:?}: {} has no TMA", k.arch));
+                }
+            }
+            Inst::MbarInit { bar, .. }
+            | Inst::MbarExpectTx { bar, .. }
+            | Inst::MbarArrive { bar }
+            | Inst::MbarInval { bar }
+            | Inst::MbarWait { bar, .. } => {
+                self.mem_access(i, Space::Shared, *bar, &None);
+                if let Inst::MbarWait { parity, .. } = i {
+                    self.expect(i, parity, RegTy::U32);
+                }
+                if !k.arch.features().tma {
+                    self.errors
+                        .push(format!("{i:?}: {} has no transaction barriers", k.arch));
+                }
+            }
+            Inst::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                ..
+            } => {
+                self.mem_access(i, Space::Shared, *dst, &None);
+                self.mem_access(i, Space::Shared, *bar, &None);
+                if ty(map) != RegTy::U64 || coords.is_empty() || coords.len() > 5 {
+                    self.errors
+                        .push(format!("{i:?}: bad tensor map or coordinates"));
+                }
+                for c in coords {
+                    self.expect(i, c, RegTy::I32);
+                }
+                if !k.arch.features().tma {
+                    self.errors.push(format!("{i:?}: {} has no TMA", k.arch));
+                }
+            }
             Inst::For {
                 iv, lo, hi, step, ..
             } => {
@@ -455,6 +497,7 @@ mod tests {
             regs: vec![RegTy::Pred, RegTy::I32, RegTy::I32, RegTy::I32],
             body: all,
             layouts: vec![],
+            tensor_maps: vec![],
         })
     }
 
@@ -470,6 +513,29 @@ mod tests {
             dst: Reg(3),
             src: Operand::Reg(Reg(r)),
         }
+    }
+
+    #[test]
+    fn tma_and_transaction_barriers_are_sm_90a_only() {
+        // sm_90 here; and no tensor map 0, and an i32 for its address.
+        let e = check(vec![Inst::TensorMapAddr {
+            dst: Reg(1),
+            map: 0,
+        }])
+        .unwrap_err();
+        assert!(
+            e.contains("bad tensor map") && e.contains("sm_90 has no TMA"),
+            "{e}"
+        );
+        let e = check(vec![
+            mov(1),
+            Inst::MbarWait {
+                bar: Reg(1),
+                parity: Operand::Int(0),
+            },
+        ])
+        .unwrap_err();
+        assert!(e.contains("sm_90 has no transaction barriers"), "{e}");
     }
 
     #[test]

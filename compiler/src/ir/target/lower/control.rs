@@ -204,7 +204,9 @@ impl<'a> Lower<'a> {
         self.vals
             .insert(body.args[0], self.scalar_tv(Operand::Reg(iv), ity, idt));
         // The plan first: a dot on wgmma decides the accumulator's layout.
-        let plan = self.plan_loop(body);
+        let mut plan = self.plan_loop(body);
+        let maps = self.tma_maps(&plan, step_o);
+        plan.tma = maps.is_some();
         if let Some((a, b)) = plan.wgmma {
             self.wgmma.push(WgmmaDot { a, b });
         }
@@ -224,7 +226,8 @@ impl<'a> Lower<'a> {
         }
         self.copy_invariant_operands(&plan.invariant);
         let amd_staged = self.stage_invariant_amd_operands(body)?;
-        let pipe = self.pipeline_prologue(body, &plan, lo_o, step_o)?;
+        let bounds = [lo_o, hi_o, step_o];
+        let pipe = self.pipeline_prologue(body, &plan, maps, bounds)?;
         if pipe.is_none() && !plan.invariant.is_empty() {
             self.emit(Inst::CpAsyncWait { pending: 0 });
             self.emit(Inst::Barrier);
@@ -235,7 +238,7 @@ impl<'a> Lower<'a> {
                 // The dot issues the copies ahead and the wait and barrier
                 // for the next stage before its last k step (`Rotation`).
                 self.blocks.push(Vec::new());
-                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), step_o)?;
+                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), bounds)?;
                 let ahead = self.blocks.pop().unwrap_or_default();
                 let (a, b) = match only_dot(body).map(|o| &o.kind) {
                     Some(OpKind::Dot { a, b, .. }) => (*a, *b),
@@ -266,7 +269,7 @@ impl<'a> Lower<'a> {
                     .position(|o| has_dot(std::slice::from_ref(o)))
                     .map_or(0, |i| i + 1);
                 self.region_ops(&body.ops[..split])?;
-                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), step_o)?;
+                self.pipeline_issue_ahead(body, p, Operand::Reg(iv), bounds)?;
                 self.region_ops(&body.ops[split..])?
             }
             None => self.region_ops(&body.ops)?,
@@ -279,6 +282,9 @@ impl<'a> Lower<'a> {
                 dst: p.stage,
                 src: n,
             });
+            if let Some(t) = &p.tma {
+                self.tma_next_phase(p, t);
+            }
         }
         let code = self.blocks.pop().unwrap_or_default();
         self.span = op.span;
@@ -308,8 +314,14 @@ impl<'a> Lower<'a> {
             // Copies for iterations that did not run; and the last
             // iteration's dots read their stages after the loop's last
             // barrier, so one more retires those reads for what follows.
-            self.emit(Inst::CpAsyncWait { pending: 0 });
+            // (TMA copies only for iterations that run, all waited for.)
+            if p.tma.is_none() {
+                self.emit(Inst::CpAsyncWait { pending: 0 });
+            }
             self.emit(Inst::Barrier);
+            if let Some(t) = &p.tma {
+                self.tma_epilogue(&p, t);
+            }
             for (load, _) in &p.loads {
                 self.pipeline.pipelined_pending.remove(&load.value);
             }

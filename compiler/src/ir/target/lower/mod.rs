@@ -47,6 +47,7 @@
 //! | `async_copy.rs` | loads deferred to `cp.async` into swizzled operand buffers |
 //! | `mma/` | tensor-core dots: `mma16816.rs` (with the rotated mainloop), `tf32.rs`, `mma884.rs`, `wgmma.rs` (sm_90a), `amd.rs`, and `staging.rs` for their operands |
 //! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
+//! | `tma.rs` | the wgmma loops' pipelines on TMA copies and transaction barriers (sm_90a) |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
 //! A method is `pub(super)` only where a sibling file calls it.
@@ -65,13 +66,14 @@ mod packed;
 mod params;
 mod pipeline;
 mod reduce;
+mod tma;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use self::pipeline::Pipeline;
 use super::layout::{Layout, Term, WarpOrder};
-use super::{Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special};
+use super::{Inst, Kernel, MemTy, Operand, Param, Reg, RegTy, SmemBuffer, Special, TensorMap};
 use crate::check::DType;
 use crate::ir::tile::{self, Constant, Value};
 use crate::syntax::span::Span;
@@ -157,6 +159,7 @@ fn lower_once(
         tid: Reg(0),
         base_cache: HashMap::new(),
         params: Vec::new(),
+        tensor_maps: Vec::new(),
         tensors: Vec::new(),
         scalars: Vec::new(),
         scratch: None,
@@ -212,6 +215,7 @@ fn lower_once(
         arch,
         num_threads,
         params: l.params,
+        tensor_maps: l.tensor_maps,
         smem,
         regs: l.regs,
         body: insts,
@@ -283,6 +287,8 @@ struct Lower<'a> {
     tid: Reg,
     base_cache: HashMap<Vec<Term>, Reg>,
     params: Vec<Param>,
+    /// TMA tensor maps the kernel takes (after `params`).
+    tensor_maps: Vec<TensorMap>,
     tensors: Vec<Option<TensorInfo>>,
     scalars: Vec<Option<(Reg, DType)>>,
     /// Asynchronous copies and software pipelines.

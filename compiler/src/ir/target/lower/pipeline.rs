@@ -26,8 +26,9 @@ use std::rc::Rc;
 
 use super::async_copy::Deferred;
 use super::control::has_dot;
+use super::tma::TmaPipe;
 use super::{Lower, R};
-use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle};
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
 use crate::target::{Arch, MmaFeed};
 
@@ -137,17 +138,21 @@ pub(crate) struct LoopPlan {
     pub(crate) rotated: bool,
     /// The loop's one dot on `wgmma` (sm_90a): its operands, both pipelined.
     pub(crate) wgmma: Option<(Value, Value)>,
+    /// Whether the wgmma loop's stages are copied by TMA (`tma.rs`), not
+    /// `cp.async`.
+    pub(crate) tma: bool,
 }
 
 impl LoopPlan {
     /// How many iterations ahead of its use a pipelined load is copied:
-    /// `stages - 1`, or `stages - 2` where the dot runs on wgmma, one
-    /// iteration's group of which stays in flight (still reading its stage)
-    /// while the next iteration's copies are issued.
+    /// `stages - 1`, or `stages - 2` where the dot runs on wgmma with
+    /// `cp.async`, one iteration's group of which stays in flight (still
+    /// reading its stage) while the next iteration's copies are issued. With
+    /// TMA a barrier tells when that group is done (`tma.rs`).
     pub(crate) fn prefetch_distance(&self) -> u32 {
         match self.wgmma {
-            Some(_) => self.stages - 2,
-            None => self.stages - 1,
+            Some(_) if !self.tma => self.stages - 2,
+            _ => self.stages - 1,
         }
     }
 }
@@ -214,6 +219,9 @@ impl fmt::Display for PipelinePlan {
                         }
                         if p.wgmma.is_some() {
                             write!(f, "; the dot on wgmma")?;
+                        }
+                        if p.tma {
+                            write!(f, ", the copies by TMA")?;
                         }
                     }
                     writeln!(f)?;
@@ -294,6 +302,7 @@ impl<'a> Lower<'a> {
             stages,
             rotated,
             wgmma,
+            tma: false,
         }
     }
 
@@ -447,8 +456,8 @@ impl<'a> Lower<'a> {
         &mut self,
         body: &tile::Region,
         plan: &LoopPlan,
-        lo: Operand,
-        step: Operand,
+        maps: Option<Vec<TensorMap>>,
+        [lo, hi, step]: [Operand; 3],
     ) -> R<Option<LoopPipe>> {
         let (loads, stages) = (&plan.pipelined, plan.stages);
         if loads.is_empty() {
@@ -493,13 +502,18 @@ impl<'a> Lower<'a> {
             self.pipeline.pipelined_pending.insert(load.value, pi);
             pipes.push(pi);
         }
-        let p = LoopPipe {
+        let mut p = LoopPipe {
             loads: loads.iter().cloned().zip(pipes).collect(),
             stage,
             stages,
             ahead: plan.prefetch_distance(),
             wgmma: plan.wgmma.is_some(),
+            tma: None,
         };
+        if let Some(maps) = maps {
+            p.tma = Some(self.tma_prologue(body, &p, maps, lo, hi, step)?);
+            return Ok(Some(p));
+        }
         for s in 0..p.ahead {
             let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
             let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
@@ -517,6 +531,9 @@ impl<'a> Lower<'a> {
     /// copies `num_stages - 1` iterations ahead may go into the stage the
     /// previous iteration read anywhere after it ([`Self::pipeline_issue_ahead`]).
     pub(super) fn pipeline_wait(&mut self, p: &LoopPipe) {
+        if let Some(t) = &p.tma {
+            return self.tma_wait(p, t);
+        }
         // Committed so far: the `ahead` groups of the prologue and one an
         // iteration; this iteration's is complete when at most `ahead - 1`
         // are pending.
@@ -541,8 +558,11 @@ impl<'a> Lower<'a> {
         body: &tile::Region,
         p: &LoopPipe,
         iv: Operand,
-        step: Operand,
+        [lo, hi, step]: [Operand; 3],
     ) -> R<()> {
+        if let Some(t) = &p.tma {
+            return self.tma_issue_ahead(body, p, t, iv, lo, hi, step);
+        }
         let ahead = i64::from(p.ahead);
         let t = self.bin(
             BinOp::Add,
@@ -670,6 +690,8 @@ pub(super) struct LoopPipe {
     /// Whether the loop's dot runs on `wgmma` (its stages are read through
     /// the asynchronous proxy).
     pub(super) wgmma: bool,
+    /// The barriers and maps where TMA copies the stages.
+    pub(super) tma: Option<TmaPipe>,
 }
 
 /// A software pipeline of one load in a loop: `stages` copies of its tile in

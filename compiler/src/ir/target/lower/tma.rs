@@ -1,0 +1,402 @@
+//! A software pipeline fed by TMA and transaction barriers (sm_90a): the
+//! loops whose dot runs on wgmma (`LoopPlan::wgmma`) copy their operand
+//! stages with `cp.async.bulk.tensor` instead of `cp.async`.
+//!
+//! One thread (thread 0) issues each stage's copies: a box of a tensor map
+//! per operand (per 128-byte panel for `b`), landing in the stage in the
+//! swizzle wgmma reads (TMA's and wgmma's swizzles are one pattern of the
+//! shared address bits, so a 1024-byte aligned stage is laid out as
+//! `Swizzle::offset` says). Two `mbarrier`s a stage order the rest:
+//!
+//! * `full[s]`: thread 0 arrives once with the stage's byte count
+//!   (`expect_tx`); it completes when the copies have landed. Every thread
+//!   waits on it before the stage's wgmma: no `cp.async.wait_group`, no
+//!   block-wide barrier an iteration, and no proxy fence (TMA writes
+//!   through the asynchronous proxy that wgmma reads through).
+//! * `empty[s]`: one thread of each warpgroup arrives once its wgmma group
+//!   reading the stage is complete (the wait for all but the newest group,
+//!   one iteration later); thread 0 waits on it before copying into the
+//!   stage again. So the copies go `num_stages - 1` iterations ahead, where
+//!   the `cp.async` pipeline of a wgmma loop goes `num_stages - 2` (it cannot
+//!   know when the other warpgroup's group is done).
+//!
+//! Phases: iteration `i` reads stage `i % S` in the phase of parity
+//! `(i / S) % 2` of `full`, the loop's `phase` register (flipped when the
+//! stage wraps). The copies of iteration `j = i + S - 1` wait for the
+//! `j / S`-th completion of `empty[j % S]`, of parity `phase ^ (stage == 0)`
+//! of the reader's, and for `j < S` that parity is 1, which a freshly
+//! initialised barrier counts as complete. Copies are issued only for
+//! iterations that run, so none is in flight when the loop ends.
+
+use super::pipeline::{LoopPipe, LoopPlan, PlannedLoad};
+use super::{Lower, R};
+use crate::check::DType;
+use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap};
+use crate::ir::tile::{self, Access};
+
+/// The largest box extent TMA takes in a dim.
+const MAX_BOX: u32 = 256;
+
+/// A loop's transaction barriers and tensor maps (part of [`LoopPipe`]).
+pub(super) struct TmaPipe {
+    /// Shared buffers of `stages` 8-byte barriers each.
+    full: usize,
+    empty: usize,
+    /// Per pipelined load (in `LoopPipe::loads` order): its map's address
+    /// register, the elements of its box's innermost dim, and the boxes a
+    /// stage takes (the 128-byte panels of `b`), `panel_bytes` apart.
+    maps: Vec<(Reg, u32, u32, u32)>,
+    /// Bytes a stage receives (every box whole: TMA counts out-of-bounds
+    /// elements, which it fills with zeros, as landed).
+    bytes: u32,
+    /// `(i / S) % 2` of the iteration `i` being run.
+    pub(super) phase: Reg,
+}
+
+/// The TMA swizzle span (bytes) for a buffer laid out as `sw`, and the
+/// box's innermost extent in 16-bit elements: rows of 32, 64 or 128 bytes
+/// with the XOR period TMA's 32/64/128-byte swizzles have, or 128-byte
+/// panels (one box a panel).
+fn tma_swizzle(sw: Swizzle, cols: u32) -> Option<(u32, u32)> {
+    if sw.panel_rows > 0 {
+        return (sw.per_phase == 1 && sw.max_phase == 8 && cols.is_multiple_of(64))
+            .then_some((128, 64));
+    }
+    let rb = sw.row_bytes;
+    (matches!(rb, 32 | 64 | 128) && sw.per_phase * rb == 128 && sw.max_phase * 16 == rb)
+        .then_some((rb, cols))
+}
+
+impl<'a> Lower<'a> {
+    /// The tensor maps a wgmma loop's pipelined loads would take on TMA, or
+    /// `None` where one does not fit (the `cp.async` pipeline then stays):
+    /// every index an i32, the load's two ranges in the tensor's order with
+    /// at most `MAX_BOX` elements each, at most 5 dims, and a swizzle TMA
+    /// has. A positive constant step is needed too: the copies ahead are
+    /// issued only while `iv + ahead * step < hi`.
+    pub(super) fn tma_maps(&self, plan: &LoopPlan, step: Operand) -> Option<Vec<TensorMap>> {
+        let (_, wb) = plan.wgmma?;
+        if !self.feat.tma || !matches!(step, Operand::Int(s) if s > 0) {
+            return None;
+        }
+        let mut maps = Vec::new();
+        for load in &plan.pipelined {
+            let (rows, cols) = (load.shape[0], load.shape[1]);
+            let sw = Self::wgmma_swizzle(wb == load.value, rows, cols);
+            let (swizzle, inner) = tma_swizzle(sw, cols)?;
+            if load.access.len() > 5 || rows > MAX_BOX || inner > MAX_BOX {
+                return None;
+            }
+            let i32_index = |v: &tile::Value| self.tk.ty(*v).dtype() == DType::I32;
+            let mut ranges = Vec::new();
+            let mut box_dims = Vec::new();
+            for a in load.access.iter().rev() {
+                match a {
+                    Access::Range { start, len } if i32_index(start) => {
+                        ranges.push(*len);
+                        box_dims.push(if ranges.len() == 1 { inner } else { *len });
+                    }
+                    Access::Point(x) if i32_index(x) => box_dims.push(1),
+                    _ => return None,
+                }
+            }
+            if ranges != [cols, rows] {
+                return None;
+            }
+            maps.push(TensorMap {
+                tensor: load.tensor,
+                name: load.name.clone(),
+                box_dims,
+                swizzle,
+            });
+        }
+        Some(maps)
+    }
+
+    /// Before the loop: the barriers initialised (by thread 0, published by
+    /// a block-wide barrier), the maps' addresses, and the copies of the
+    /// first `ahead` iterations that run.
+    pub(super) fn tma_prologue(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        maps: Vec<TensorMap>,
+        lo: Operand,
+        hi: Operand,
+        step: Operand,
+    ) -> R<TmaPipe> {
+        let stages = p.stages;
+        let mut barriers = [0; 2];
+        for (b, what) in barriers.iter_mut().zip(["full", "empty"]) {
+            *b = self.buffers.len();
+            self.buffers.push(SmemBuffer {
+                name: format!("mbar_{what}{}", self.pipeline.pipes.len()),
+                offset: 0,
+                bytes: 8 * stages,
+                align: 8,
+                purpose: format!("{stages} transaction barriers: a stage {what}"),
+                swizzle: None,
+            });
+            self.pipeline.persistent.push(*b);
+        }
+        let [full, empty] = barriers;
+        let mut tmaps = Vec::new();
+        let mut bytes = 0;
+        for (m, (load, pi)) in maps.into_iter().zip(&p.loads) {
+            let index = match self.tensor_maps.iter().position(|x| *x == m) {
+                Some(i) => i,
+                None => {
+                    self.tensor_maps.push(m.clone());
+                    self.tensor_maps.len() - 1
+                }
+            };
+            let addr = self.new_reg(RegTy::U64);
+            self.emit(Inst::TensorMapAddr {
+                dst: addr,
+                map: index,
+            });
+            let (rows, cols) = (load.shape[0], load.shape[1]);
+            let inner = m.box_dims[0];
+            let panel_bytes = self.pipeline.pipes[*pi].sw.panel_rows * 128;
+            tmaps.push((addr, inner, cols / inner, panel_bytes));
+            bytes += rows * cols * 2;
+        }
+        let warpgroups = self.num_warps / 4;
+        let first = self.thread_zero();
+        self.blocks.push(Vec::new());
+        for s in 0..stages {
+            let f = self.barrier_addr(full, Operand::Int(s as i64));
+            self.emit(Inst::MbarInit { bar: f, count: 1 });
+            let e = self.barrier_addr(empty, Operand::Int(s as i64));
+            self.emit(Inst::MbarInit {
+                bar: e,
+                count: warpgroups,
+            });
+        }
+        self.emit(Inst::FenceMbarInit);
+        let then = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::If {
+            cond: first,
+            then,
+            otherwise: Vec::new(),
+        });
+        self.emit(Inst::Barrier);
+        let phase = self.new_reg(RegTy::U32);
+        self.emit(Inst::Mov {
+            dst: phase,
+            src: Operand::Int(0),
+        });
+        let t = TmaPipe {
+            full,
+            empty,
+            maps: tmaps,
+            bytes,
+            phase,
+        };
+        for s in 0..p.ahead {
+            let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
+            let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
+            let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivs, hi);
+            let cond = self.and_pred(first, runs);
+            self.blocks.push(Vec::new());
+            self.tma_stage(body, p, &t, ivs, Operand::Int(s as i64))?;
+            let then = self.blocks.pop().unwrap_or_default();
+            self.emit(Inst::If {
+                cond,
+                then,
+                otherwise: Vec::new(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// At the top of the body: every thread waits for this iteration's
+    /// stage to land.
+    pub(super) fn tma_wait(&mut self, p: &LoopPipe, t: &TmaPipe) {
+        let bar = self.barrier_addr(t.full, Operand::Reg(p.stage));
+        self.emit(Inst::MbarWait {
+            bar,
+            parity: Operand::Reg(t.phase),
+        });
+    }
+
+    /// After the body's dot (whose wgmma group of the previous iteration is
+    /// then complete): the previous stage released by each warpgroup (not
+    /// in the first iteration), then thread 0 copies the iteration `ahead`
+    /// on into it once both warpgroups have released it, if that iteration
+    /// runs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tma_issue_ahead(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        t: &TmaPipe,
+        iv: Operand,
+        lo: Operand,
+        hi: Operand,
+        step: Operand,
+    ) -> R<()> {
+        let stages = i64::from(p.stages);
+        let st = Operand::Reg(p.stage);
+        // The previous stage, which the copies `stages - 1` ahead reuse.
+        let at_zero = self.cmp(CmpOp::Eq, RegTy::U32, st, Operand::Int(0));
+        let before = self.bin(BinOp::Sub, RegTy::U32, st, Operand::Int(1));
+        let prev = self.select(RegTy::U32, at_zero, Operand::Int(stages - 1), before);
+        let prev = self.materialize(RegTy::U32, prev);
+        let empty = self.barrier_addr(t.empty, prev);
+        let lane0 = self.bin(
+            BinOp::And,
+            RegTy::U32,
+            Operand::Reg(self.tid),
+            Operand::Int(127),
+        );
+        let leader = self.cmp(CmpOp::Eq, RegTy::U32, lane0, Operand::Int(0));
+        let later = self.cmp(CmpOp::Ne, RegTy::I32, iv, lo);
+        let release = self.and_pred(leader.reg().expect("reg"), later);
+        self.emit(Inst::If {
+            cond: release,
+            then: vec![Inst::MbarArrive { bar: empty }],
+            otherwise: Vec::new(),
+        });
+        let ahead = i64::from(p.ahead);
+        let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(ahead));
+        let ivn = self.bin(BinOp::Add, RegTy::I32, iv, off);
+        let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivn, hi);
+        let first = self.thread_zero();
+        let cond = self.and_pred(first, runs);
+        self.blocks.push(Vec::new());
+        let wrapped = self.select(RegTy::U32, at_zero, Operand::Int(1), Operand::Int(0));
+        let parity = self.bin(BinOp::Xor, RegTy::U32, Operand::Reg(t.phase), wrapped);
+        self.emit(Inst::MbarWait { bar: empty, parity });
+        self.tma_stage(body, p, t, ivn, prev)?;
+        let then = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::If {
+            cond,
+            then,
+            otherwise: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// At the end of the body, after the stage register has moved on: the
+    /// phase flips where it wrapped to 0.
+    pub(super) fn tma_next_phase(&mut self, p: &LoopPipe, t: &TmaPipe) {
+        let wrapped = self.cmp(
+            CmpOp::Eq,
+            RegTy::U32,
+            Operand::Reg(p.stage),
+            Operand::Int(0),
+        );
+        let flip = self.select(RegTy::U32, wrapped, Operand::Int(1), Operand::Int(0));
+        let next = self.bin(BinOp::Xor, RegTy::U32, Operand::Reg(t.phase), flip);
+        self.emit(Inst::Mov {
+            dst: t.phase,
+            src: next,
+        });
+    }
+
+    /// After the loop (and its block-wide barrier): thread 0 ends the
+    /// barriers, so that entering the loop again may initialise them anew.
+    pub(super) fn tma_epilogue(&mut self, p: &LoopPipe, t: &TmaPipe) {
+        let first = self.thread_zero();
+        self.blocks.push(Vec::new());
+        for s in 0..p.stages {
+            for b in [t.full, t.empty] {
+                let bar = self.barrier_addr(b, Operand::Int(s as i64));
+                self.emit(Inst::MbarInval { bar });
+            }
+        }
+        let then = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::If {
+            cond: first,
+            then,
+            otherwise: Vec::new(),
+        });
+    }
+
+    /// Thread 0's copies of the iteration whose induction variable is `ivv`
+    /// into stage `stage`: the stage's byte count announced on its `full`
+    /// barrier, then a box a load (a panel of `b`).
+    fn tma_stage(
+        &mut self,
+        body: &tile::Region,
+        p: &LoopPipe,
+        t: &TmaPipe,
+        ivv: Operand,
+        stage: Operand,
+    ) -> R<()> {
+        let ivv = self.materialize(RegTy::I32, ivv);
+        self.pipeline.overrides.insert(body.args[0], ivv);
+        let bar = self.barrier_addr(t.full, stage);
+        self.emit(Inst::MbarExpectTx {
+            bar,
+            bytes: t.bytes,
+        });
+        for ((load, pi), &(map, inner, boxes, panel_bytes)) in p.loads.iter().zip(&t.maps) {
+            let coords = self.tma_coords(load);
+            let (base, _) = self.stage_base(*pi, stage);
+            for b in 0..boxes {
+                let mut c = coords.clone();
+                let x = self.bin(
+                    BinOp::Add,
+                    RegTy::I32,
+                    c[0],
+                    Operand::Int(i64::from(b * inner)),
+                );
+                c[0] = self.materialize(RegTy::I32, x);
+                self.emit(Inst::TmaLoad {
+                    dst: base,
+                    dst_offset: i64::from(b * panel_bytes),
+                    map,
+                    coords: c,
+                    bar,
+                });
+            }
+        }
+        self.pipeline.overrides.clear();
+        Ok(())
+    }
+
+    /// The box's coordinates of a load, innermost first, in registers.
+    fn tma_coords(&mut self, load: &PlannedLoad) -> Vec<Operand> {
+        load.access
+            .iter()
+            .rev()
+            .map(|a| {
+                let v = match a {
+                    Access::Range { start, .. } => *start,
+                    Access::Point(x) => *x,
+                    Access::Gather(_) => unreachable!("checked by tma_maps"),
+                };
+                let o = self.scalar(v);
+                self.materialize(RegTy::I32, o)
+            })
+            .collect()
+    }
+
+    /// The address of barrier `stage` of barrier buffer `buffer`.
+    fn barrier_addr(&mut self, buffer: usize, stage: Operand) -> Reg {
+        let base = self.new_reg(RegTy::U32);
+        self.emit(Inst::SmemAddr { dst: base, buffer });
+        let off = self.bin(BinOp::Mul, RegTy::U32, stage, Operand::Int(8));
+        let a = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), off);
+        self.materialize(RegTy::U32, a).reg().expect("reg")
+    }
+
+    /// A predicate: this is thread 0.
+    fn thread_zero(&mut self) -> Reg {
+        let p = self.cmp(
+            CmpOp::Eq,
+            RegTy::U32,
+            Operand::Reg(self.tid),
+            Operand::Int(0),
+        );
+        p.reg().expect("reg")
+    }
+
+    fn and_pred(&mut self, a: Reg, b: Operand) -> Reg {
+        let b = self.materialize(RegTy::Pred, b);
+        let c = self.bin(BinOp::And, RegTy::Pred, Operand::Reg(a), b);
+        self.materialize(RegTy::Pred, c).reg().expect("reg")
+    }
+}
