@@ -433,12 +433,14 @@ const WORST_BOUND: f64 = 0.35;
 /// outliers, medians 14.4% / 12.6% to 13.8% / 11.6% on gfx942 / gfx1100) when
 /// a broadcast tile an op needs in another layout began to be broadcast
 /// again from its source (a GEMM epilogue's bias row, not its 128 x 128
-/// copies, through LDS).
+/// copies, through LDS). gfx1100 back to 44 when tests/gpu/user_gemm.tsr
+/// added a persistent GEMM at 128 x 128 x 64 over 8 waves: 139 VGPRs
+/// estimated, clang 229, as for the other GEMMs of that tile above.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.1455, 28),
         Arch::Gfx942 => (0.1385, 25),
-        _ => (0.1165, 43),
+        _ => (0.1165, 44),
     }
 }
 
