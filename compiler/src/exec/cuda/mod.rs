@@ -788,7 +788,6 @@ impl Gpu {
         self.device_address(t).map(|_| ())
     }
 
-    /// The device address of `t`'s up-to-date elements on this GPU.
     /// Tensor map `m` of a launch of `kernel` with `args`, encoded over its
     /// tensor argument (E0711 where TMA cannot address the tensor: a row
     /// stride not a multiple of 16 bytes, which the kernel's alignment
@@ -828,6 +827,7 @@ impl Gpu {
             .map_err(|e| driver_error(&what(), cudarc::driver::DriverError(e)))
     }
 
+    /// The device address of `t`'s up-to-date elements on this GPU.
     fn device_address(&self, t: &super::Tensor) -> Result<u64, ExecError> {
         let pool = &self.pool;
         t.storage
@@ -1276,8 +1276,8 @@ impl Gpu {
             // PTX parameters with their PTX types (`values` follows Target
             // IR's `params`: a device pointer per tensor, scalars by dtype,
             // then the 32-bit dims, then the tensor maps by value, each
-            // encoded over its tensor's address); each device address is a live block of
-            // this context holding its tensor's elements, the extent the
+            // encoded over its tensor's address); each device address is a
+            // live block of this context holding its tensor's elements, the extent the
             // kernel's bounds checks allow it to touch (the tensors are held
             // by `args` until the launch has finished).
             unsafe { b.launch(cfg) }.map_err(|e| self.failed(&what(), e))?;
