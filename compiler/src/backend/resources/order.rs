@@ -290,30 +290,15 @@ pub(super) fn sink<'a>(
 /// reorderings: memory effects, barriers, async copies and nested regions.
 pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
     use crate::ir::target::Inst;
-    matches!(
-        i,
-        Inst::St { .. }
-            | Inst::AtomAdd { .. }
-            | Inst::Barrier
-            | Inst::CpAsync { .. }
-            | Inst::CpAsyncCommit
-            | Inst::CpAsyncWait { .. }
-            | Inst::Wgmma { .. }
-            | Inst::WgmmaFence
-            | Inst::WgmmaCommit
-            | Inst::WgmmaWait { .. }
-            | Inst::FenceProxyAsync
-            | Inst::MbarInit { .. }
-            | Inst::FenceMbarInit
-            | Inst::MbarExpectTx { .. }
-            | Inst::MbarArrive { .. }
-            | Inst::MbarInval { .. }
-            | Inst::MbarWait { .. }
-            | Inst::TmaLoad { .. }
-            | Inst::For { .. }
-            | Inst::While { .. }
-            | Inst::If { .. }
-    )
+    i.is_sync_or_async()
+        || matches!(
+            i,
+            Inst::St { .. }
+                | Inst::AtomAdd { .. }
+                | Inst::For { .. }
+                | Inst::While { .. }
+                | Inst::If { .. }
+        )
 }
 
 /// Loads issued early, up to `window` loaded words a stretch (and of the

@@ -64,28 +64,13 @@ pub(super) fn unrolled_by_four(
         for i in insts {
             match i {
                 Inst::Comment(_) => {}
+                i if i.is_sync_or_async() => return None,
                 Inst::For { .. }
                 | Inst::While { .. }
                 | Inst::St { .. }
                 | Inst::AtomAdd { .. }
-                | Inst::Barrier
                 | Inst::Trap { .. }
-                | Inst::CpAsync { .. }
-                | Inst::CpAsyncCommit
-                | Inst::CpAsyncWait { .. }
-                | Inst::Mma { .. }
-                | Inst::Wgmma { .. }
-                | Inst::WgmmaFence
-                | Inst::WgmmaCommit
-                | Inst::WgmmaWait { .. }
-                | Inst::FenceProxyAsync
-                | Inst::MbarInit { .. }
-                | Inst::FenceMbarInit
-                | Inst::MbarExpectTx { .. }
-                | Inst::MbarArrive { .. }
-                | Inst::MbarInval { .. }
-                | Inst::MbarWait { .. }
-                | Inst::TmaLoad { .. } => return None,
+                | Inst::Mma { .. } => return None,
                 _ => {
                     n += 1;
                     for region in i.regions() {

@@ -672,6 +672,32 @@ impl Inst {
         }
     }
 
+    /// Whether the instruction synchronises threads or works with the
+    /// asynchronous units: barriers, async copies and their waits, wgmma and
+    /// its groups, proxy fences, transaction barriers, TMA copies. Nothing
+    /// that reorders instructions moves an access across one.
+    pub fn is_sync_or_async(&self) -> bool {
+        matches!(
+            self,
+            Inst::Barrier
+                | Inst::CpAsync { .. }
+                | Inst::CpAsyncCommit
+                | Inst::CpAsyncWait { .. }
+                | Inst::Wgmma { .. }
+                | Inst::WgmmaFence
+                | Inst::WgmmaCommit
+                | Inst::WgmmaWait { .. }
+                | Inst::FenceProxyAsync
+                | Inst::MbarInit { .. }
+                | Inst::FenceMbarInit
+                | Inst::MbarExpectTx { .. }
+                | Inst::MbarArrive { .. }
+                | Inst::MbarInval { .. }
+                | Inst::MbarWait { .. }
+                | Inst::TmaLoad { .. }
+        )
+    }
+
     /// Whether the instruction only computes registers from registers (no
     /// memory, synchronisation, control flow or trap), so a scheduler may move it.
     pub fn is_pure(&self) -> bool {
