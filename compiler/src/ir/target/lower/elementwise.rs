@@ -585,21 +585,33 @@ impl<'a> Lower<'a> {
                 dtype: x.dtype,
             });
         }
-        let collapse: Vec<usize> = (0..to.rank())
-            .filter(|&d| x.layout.shape[d] == 1 && to.shape[d] != 1)
-            .collect();
-        let c = Rc::new(to.collapsed(&collapse));
+        let Some((c, map)) = broadcast_source_layout(&x.layout, to) else {
+            return self.unsupported("this broadcast");
+        };
         let xc = self.convert(x, &c)?;
-        match c.register_map_to(to) {
-            Some(map) => Ok(TV {
-                layout: to.clone(),
-                ops: map.iter().map(|&i| xc.ops[i]).collect(),
-                ty: x.ty,
-                dtype: x.dtype,
-            }),
-            None => self.unsupported("this broadcast"),
-        }
+        Ok(TV {
+            layout: to.clone(),
+            ops: map.iter().map(|&i| xc.ops[i]).collect(),
+            ty: x.ty,
+            dtype: x.dtype,
+        })
     }
+}
+
+/// The layout a tile of layout `x` is converted to before it is broadcast
+/// into `to` by registers alone (`to` with the axes `x` has of size 1
+/// collapsed), and the register map from it onto `to`; `None` where the
+/// ranks differ or that layout does not map onto `to`.
+pub(super) fn broadcast_source_layout(x: &Layout, to: &Layout) -> Option<(Rc<Layout>, Vec<usize>)> {
+    if x.rank() != to.rank() {
+        return None;
+    }
+    let collapse: Vec<usize> = (0..to.rank())
+        .filter(|&d| x.shape[d] == 1 && to.shape[d] != 1)
+        .collect();
+    let c = to.collapsed(&collapse);
+    let map = c.register_map_to(to)?;
+    Some((Rc::new(c), map))
 }
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;

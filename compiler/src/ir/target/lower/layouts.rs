@@ -309,12 +309,8 @@ impl<'a> Lower<'a> {
         // of its copies through shared memory).
         if let Some(OpKind::Broadcast { x, .. }) = self.index_ops.get(&v).cloned() {
             let src = self.val(x);
-            let collapse: Vec<usize> = (0..to.rank())
-                .filter(|&d| src.layout.shape[d] == 1 && to.shape[d] != 1)
-                .collect();
             if *tv.layout != **to
-                && src.layout.rank() == to.rank()
-                && to.collapsed(&collapse).register_map_to(to).is_some()
+                && super::elementwise::broadcast_source_layout(&src.layout, to).is_some()
             {
                 return self.broadcast(&src, to);
             }
