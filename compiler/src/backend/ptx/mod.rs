@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::print::{self, axis, conversion, ident, mul_wide_signed, store_ty, Conversion};
-use crate::ir::target::{BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp};
+use crate::ir::target::{
+    BinOp, CmpOp, Inst, Kernel, MemTy, Operand, Reg, RegTy, Special, UnOp, WgmmaA,
+};
 use crate::target::{Arch, MmaKind};
 
 /// The PTX ISA version written for `arch` ([`crate::target::Features::ptx_isa`];
@@ -601,7 +603,7 @@ impl Printer<'_> {
                 n,
                 input,
                 acc,
-                a_desc,
+                a,
                 b_desc,
                 trans_b,
             } => {
@@ -609,10 +611,14 @@ impl Printer<'_> {
                     MemTy::BF16 => "bf16",
                     _ => "f16",
                 };
+                // `a` from registers takes no transpose flag (it is k-major).
+                let (a, trans_a) = match a {
+                    WgmmaA::Desc(d) => (self.r(*d).to_string(), "0, "),
+                    WgmmaA::Regs(rs) => (format!("{{{}}}", self.list(rs)), ""),
+                };
                 format!(
-                    "{{ .reg .pred %acc; setp.ne.b32 %acc, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {}, {}, %acc, 1, 1, 0, {}; }}",
+                    "{{ .reg .pred %acc; setp.ne.b32 %acc, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {a}, {}, %acc, 1, 1, {trans_a}{}; }}",
                     self.list(acc),
-                    self.r(*a_desc),
                     self.r(*b_desc),
                     u8::from(*trans_b)
                 )

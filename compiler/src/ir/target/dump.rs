@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write};
 
-use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, RegTy, Special, UnOp};
+use super::{BinOp, CmpOp, Inst, Kernel, Operand, Reg, RegTy, Special, UnOp, WgmmaA};
 use crate::target::MmaKind;
 
 impl fmt::Display for Kernel {
@@ -37,8 +37,18 @@ impl fmt::Display for Kernel {
                 b.offset,
                 b.swizzle
                     .map(|s| format!(
-                        ", swizzle row={}B per_phase={} max_phase={}",
-                        s.row_bytes, s.per_phase, s.max_phase
+                        ", swizzle row={}B per_phase={} max_phase={}{}{}",
+                        s.row_bytes,
+                        s.per_phase,
+                        s.max_phase,
+                        match s.panel_rows {
+                            0 => String::new(),
+                            r => format!(" panels of {r} rows"),
+                        },
+                        match s.warpgroup_tiles {
+                            0 | 1 => String::new(),
+                            t => format!(" warpgroup order of {t} tiles"),
+                        }
                     ))
                     .unwrap_or_default(),
                 b.purpose
@@ -225,15 +235,21 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 n,
                 input,
                 acc,
-                a_desc,
+                a,
                 b_desc,
                 trans_b,
             } => format!(
-                "wgmma.m64n{n}k16.{}{} [{}] += desc {} x desc {}",
+                "wgmma.m64n{n}k16.{}{} [{}] += {} x desc {}",
                 input.name(),
                 if *trans_b { ".trans_b" } else { "" },
                 acc.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", "),
-                r(k, *a_desc),
+                match a {
+                    WgmmaA::Desc(d) => format!("desc {}", r(k, *d)),
+                    WgmmaA::Regs(rs) => format!(
+                        "[{}]",
+                        rs.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", ")
+                    ),
+                },
                 r(k, *b_desc)
             ),
             Inst::WgmmaFence => "wgmma_fence".to_string(),

@@ -411,10 +411,11 @@ pub enum Inst {
         c: Vec<Reg>,
     },
     /// Warpgroup-wide (4 warps, sm_90a) `acc += a x b` of `[64, k] x [k, n]`
-    /// 16-bit `input` on the tensor cores (`wgmma.mma_async`), both operands
-    /// in shared memory, each described by a 64-bit matrix descriptor
-    /// (`U64` registers: start address, leading and stride byte offsets,
-    /// swizzle). `trans_b`: b is stored n-major (a row-major `[k, n]` tile).
+    /// 16-bit `input` on the tensor cores (`wgmma.mma_async`), `b` in shared
+    /// memory described by a 64-bit matrix descriptor (a `U64` register:
+    /// start address, leading and stride byte offsets, swizzle), `a` by one
+    /// too or in registers ([`WgmmaA`]). `trans_b`: b is stored n-major (a
+    /// row-major `[k, n]` tile), else k-major (a row-major `[n, k]` tile).
     /// `acc` holds `n / 2` f32 a thread, laid out as `mma.m16n8`'s
     /// accumulators of each warp's 16 rows over the `n / 8` column tiles, and
     /// is read and written in place. Asynchronous: issued after a
@@ -424,7 +425,7 @@ pub enum Inst {
         n: u32,
         input: MemTy,
         acc: Vec<Reg>,
-        a_desc: Reg,
+        a: WgmmaA,
         b_desc: Reg,
         trans_b: bool,
     },
@@ -605,14 +606,10 @@ impl Inst {
                 v.extend(ops(coords));
                 v
             }
-            Inst::Wgmma {
-                acc,
-                a_desc,
-                b_desc,
-                ..
-            } => {
+            Inst::Wgmma { acc, a, b_desc, .. } => {
                 let mut v = acc.clone();
-                v.extend([*a_desc, *b_desc]);
+                v.extend(a.regs());
+                v.push(*b_desc);
                 v
             }
             Inst::CpAsync {
@@ -797,6 +794,13 @@ pub struct Swizzle {
     /// its own `[rows, 128 B]` block (Hopper's n-major operand layout, in
     /// which 8 rows of 128 bytes are one contiguous swizzle atom).
     pub panel_rows: u32,
+    /// 0 or 1: rows in order. Else `t` >= 2, the 16-row tiles a warp holds of
+    /// a wgmma operand read by one warpgroup (4 warps) as `t` m64
+    /// instructions: within each block of `64 t` rows, row `16 (w t + j) + r`
+    /// (warp `w`'s tile `j`) is stored at row `16 (4 j + w) + r`, so the
+    /// warpgroup's `j`-th instruction, which gives warp `w` rows `16 w ..`
+    /// of the 64 it reads, gives it its `j`-th tile ([`Swizzle::stored_row`]).
+    pub warpgroup_tiles: u32,
 }
 
 impl Swizzle {
@@ -808,7 +812,30 @@ impl Swizzle {
             per_phase: (128 / row_bytes).max(1),
             max_phase: chunks.clamp(1, 8),
             panel_rows: 0,
+            warpgroup_tiles: 0,
         }
+    }
+
+    /// This swizzle with its rows in warpgroup order for `tiles` 16-row
+    /// tiles a warp (see [`Swizzle::warpgroup_tiles`]; 1 changes nothing).
+    pub fn in_warpgroup_order(self, tiles: u32) -> Swizzle {
+        Swizzle {
+            warpgroup_tiles: tiles,
+            ..self
+        }
+    }
+
+    /// Where logical row `r` is stored (see [`Swizzle::warpgroup_tiles`]).
+    /// Rows move in whole 16-row tiles, so `r % 16` (and the XOR phase,
+    /// `r % 8`) is kept.
+    pub fn stored_row(&self, r: u32) -> u32 {
+        let t = self.warpgroup_tiles;
+        if t < 2 {
+            return r;
+        }
+        let (block, l) = (r / (64 * t) * 64 * t, r % (64 * t));
+        let (w, j) = (l / 16 / t, l / 16 % t);
+        block + (4 * j + w) * 16 + l % 16
     }
 
     /// `rows` rows of `row_bytes` (a multiple of 128) stored as 128-byte
@@ -830,6 +857,11 @@ impl Swizzle {
             0 => (self.per_phase * self.max_phase, self.max_phase),
             _ => (self.max_phase, 8),
         };
+        // Rows in warpgroup order move apart but for whole blocks.
+        let period = match self.warpgroup_tiles {
+            t if t >= 2 => period.max(64 * t),
+            _ => period,
+        };
         if !dr.is_multiple_of(period) || !dc.is_multiple_of(8 * span) {
             return None;
         }
@@ -848,11 +880,38 @@ impl Swizzle {
     pub fn offset(&self, r: u32, c: u32, elem_bytes: u32) -> u32 {
         let byte = c * elem_bytes;
         let chunk = (byte / 16) ^ ((r / self.per_phase) % self.max_phase);
+        let r = self.stored_row(r);
         if self.panel_rows > 0 {
             let (panel, chunk) = (chunk / 8, chunk % 8);
             return panel * self.panel_rows * 128 + r * 128 + chunk * 16 + byte % 16;
         }
         r * self.row_bytes + chunk * 16 + byte % 16
+    }
+}
+
+/// Where a [`Inst::Wgmma`]'s `a` operand is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WgmmaA {
+    /// A matrix descriptor (`U64`) of a k-major tile in shared memory.
+    Desc(Reg),
+    /// Four `B32` registers a thread (packed pairs of 16-bit values):
+    /// `mma.m16n8k16`'s `a` fragment of the warp's 16 rows of the 64.
+    Regs(Vec<Reg>),
+}
+
+impl WgmmaA {
+    pub fn regs(&self) -> &[Reg] {
+        match self {
+            WgmmaA::Desc(r) => std::slice::from_ref(r),
+            WgmmaA::Regs(rs) => rs,
+        }
+    }
+
+    pub fn regs_mut(&mut self) -> &mut [Reg] {
+        match self {
+            WgmmaA::Desc(r) => std::slice::from_mut(r),
+            WgmmaA::Regs(rs) => rs,
+        }
     }
 }
 

@@ -872,7 +872,8 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
 /// first k step loaded an iteration early; attention's two dots are not) or,
 /// on sm_90a, runs on wgmma (copied one iteration less ahead: a wgmma group
 /// stays in flight),
-/// attention's q is copied once before its loop, and without that proof they
+/// attention's q is copied once before its loop (on sm_90a its two dots run
+/// on wgmma, each waited for where it is issued), and without that proof they
 /// stay in registers.
 /// Hopper's n-major operand layout: 128-byte panels of a tile's rows, each
 /// stored whole (`[rows, 128 B]`) and swizzled as 128-byte rows.
@@ -893,6 +894,43 @@ fn panel_swizzle_stores_128_byte_panels_one_after_another() {
         }
     }
     assert!(seen.iter().all(|&o| o < 32 * 512));
+}
+
+/// A wgmma `a` one warpgroup reads as two m64 instructions (each warp two
+/// 16-row tiles): the `j`-th instruction reads stored rows `64 j ..`, of
+/// which warp `w` gets the 16 from `64 j + 16 w`; they hold its logical
+/// tile `j`, rows `32 w + 16 j ..`. The XOR phase stays the logical row's,
+/// every element has its own slot, and `shift` answers only for whole
+/// 256-row blocks (none here) and columns.
+#[test]
+fn warpgroup_order_stores_each_warps_tiles_where_its_instructions_read_them() {
+    let sw = Swizzle::panels(256, 128).in_warpgroup_order(2);
+    for w in 0..4 {
+        for j in 0..2 {
+            for r in 0..16 {
+                assert_eq!(sw.stored_row(32 * w + 16 * j + r), 64 * j + 16 * w + r);
+            }
+        }
+    }
+    // Block 1 of 128 rows (a second warpgroup) keeps its place.
+    assert_eq!(sw.stored_row(128 + 16), 128 + 64);
+    // Row 16 (warp 0's tile 1) is stored at row 64; chunk 3 ^ (16 % 8).
+    assert_eq!(sw.offset(16, 24, 2), 64 * 128 + 3 * 16);
+    // Column 64 is in the second panel (128 rows of 128 bytes on).
+    assert_eq!(sw.offset(16, 64, 2), 128 * 128 + 64 * 128);
+    let mut seen = std::collections::HashSet::new();
+    for r in 0..128 {
+        for c in 0..128 {
+            assert!(seen.insert(sw.offset(r, c, 2)));
+        }
+    }
+    assert!(seen.iter().all(|&o| o < 128 * 256));
+    assert_eq!(sw.shift(8, 0), None);
+    assert_eq!(sw.shift(0, 64), Some(128 * 128));
+    // One tile a warp changes nothing.
+    let one = Swizzle::panels(256, 64).in_warpgroup_order(1);
+    assert_eq!(one.stored_row(37), 37);
+    assert_eq!(one.shift(8, 0), Swizzle::panels(256, 64).shift(8, 0));
 }
 
 /// `Swizzle::shift` is exactly the difference of `offset`s wherever it
@@ -974,6 +1012,12 @@ cp.async on sm_80, num_stages = 2
 candidates: %14 q[128, 64], %22 k[64, 64], %42 v[64, 64]
 load %14 q[128, 64]: deferred to its dot
 loop %18: copied once before it: %14; pipelined over 2 stages, copied 1 iteration ahead: %22 k[64, 64], %42 v[64, 64]
+"),
+        (Arch::Sm90a, "flash_attn", d64(), "\
+cp.async on sm_90a, num_stages = 2
+candidates: %14 q[128, 64], %22 k[64, 64], %42 v[64, 64]
+load %14 q[128, 64]: deferred to its dot
+loop %18: copied once before it: %14; pipelined over 2 stages, copied 1 iteration ahead: %22 k[64, 64], %42 v[64, 64]; the dots on wgmma
 "),
         (Arch::Sm75, "flash_attn", d64(), "\
 no cp.async on sm_75: every load goes through registers

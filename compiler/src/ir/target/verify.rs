@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space};
+use super::{Inst, Kernel, MemTy, Operand, Reg, RegTy, Space, WgmmaA};
 use crate::target::{Elem, MmaKind};
 
 /// Checks `k`; the error lists every problem found.
@@ -351,7 +351,7 @@ impl Verifier<'_> {
                 n,
                 input,
                 acc,
-                a_desc,
+                a,
                 b_desc,
                 ..
             } => {
@@ -364,7 +364,10 @@ impl Verifier<'_> {
                     && n % 8 == 0
                     && acc.len() == (*n / 2) as usize
                     && acc.iter().all(|r| ty(r) == RegTy::F32)
-                    && ty(a_desc) == RegTy::U64
+                    && match a {
+                        WgmmaA::Desc(d) => ty(d) == RegTy::U64,
+                        WgmmaA::Regs(rs) => rs.len() == 4 && rs.iter().all(|r| ty(r) == RegTy::B32),
+                    }
                     && ty(b_desc) == RegTy::U64;
                 if !ok {
                     self.errors
@@ -536,6 +539,50 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.contains("sm_90 has no transaction barriers"), "{e}");
+    }
+
+    /// wgmma's `a` in registers is four packed `B32` pairs a thread; a
+    /// descriptor is one `U64`.
+    #[test]
+    fn wgmma_a_in_registers_is_four_packed_pairs() {
+        let wgmma = |a: WgmmaA| Inst::Wgmma {
+            n: 8,
+            input: MemTy::BF16,
+            acc: (4..8).map(Reg).collect(),
+            a,
+            b_desc: Reg(8),
+            trans_b: true,
+        };
+        let kernel = |a: WgmmaA| {
+            let mut regs = vec![RegTy::F32; 4];
+            regs.splice(0..0, [RegTy::B32; 4]);
+            regs.push(RegTy::U64);
+            let mut body: Vec<Inst> = (0..9).map(mov).collect();
+            body.push(wgmma(a));
+            verify(&Kernel {
+                name: "k".into(),
+                arch: Arch::Sm90a,
+                num_threads: 128,
+                params: vec![],
+                smem: vec![],
+                regs,
+                body,
+                layouts: vec![],
+                tensor_maps: vec![],
+            })
+        };
+        assert!(kernel(WgmmaA::Regs((0..4).map(Reg).collect())).is_ok());
+        for bad in [
+            WgmmaA::Regs((0..3).map(Reg).collect()),
+            WgmmaA::Desc(Reg(0)),
+        ] {
+            let e = kernel(bad).unwrap_err();
+            assert!(
+                e.contains("wgmma shape, accumulators or descriptors"),
+                "{e}"
+            );
+        }
+        assert!(kernel(WgmmaA::Desc(Reg(8))).is_ok());
     }
 
     #[test]

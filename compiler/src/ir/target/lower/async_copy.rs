@@ -229,10 +229,37 @@ impl<'a> Lower<'a> {
         )
     }
 
+    /// Where row `r` of a tile stored with `sw` is ([`Swizzle::stored_row`]).
+    fn stored_row(&mut self, sw: Swizzle, r: Operand) -> Operand {
+        let t = sw.warpgroup_tiles;
+        if t < 2 {
+            return r;
+        }
+        let block = i64::from(64 * t);
+        let l = self.bin(BinOp::And, RegTy::U32, r, Operand::Int(block - 1));
+        let first = self.bin(BinOp::Sub, RegTy::U32, r, l);
+        let tile = self.bin(BinOp::Shr, RegTy::U32, l, Operand::Int(4));
+        let w = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            tile,
+            Operand::Int(t.trailing_zeros() as i64),
+        );
+        let j = self.bin(BinOp::And, RegTy::U32, tile, Operand::Int(i64::from(t) - 1));
+        let j4 = self.bin(BinOp::Shl, RegTy::U32, j, Operand::Int(2));
+        let tile = self.bin(BinOp::Add, RegTy::U32, j4, w);
+        let at = self.bin(BinOp::Shl, RegTy::U32, tile, Operand::Int(4));
+        let within = self.bin(BinOp::And, RegTy::U32, l, Operand::Int(15));
+        let at = self.bin(BinOp::Add, RegTy::U32, at, within);
+        self.bin(BinOp::Add, RegTy::U32, first, at)
+    }
+
     /// The swizzled shared address of element `(r, c)` (`c` a multiple of 8)
     /// of buffer `buf`.
     pub(super) fn swizzled(&mut self, buf: Reg, sw: Swizzle, r: Operand, c: Operand) -> Reg {
         let ch = self.bin(BinOp::Shr, RegTy::U32, c, Operand::Int(3));
+        let logical = r;
+        let r = self.stored_row(sw, r);
         // The row's offset and the chunk within it; in panels, row `r` of
         // panel `ch / 8` is at `ch / 8 * rows * 128 + 128 r`, its chunk `ch % 8`.
         let (ra, ch) = match sw.panel_rows {
@@ -254,7 +281,8 @@ impl<'a> Lower<'a> {
             }
         };
         let ra = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(buf), ra);
-        let ph = self.swizzle_phase(sw, r);
+        // The XOR phase is the logical row's (`stored_row` keeps `r % 16`).
+        let ph = self.swizzle_phase(sw, logical);
         let swz = self.bin(BinOp::Xor, RegTy::U32, ch, ph);
         let swz = self.bin(BinOp::Shl, RegTy::U32, swz, Operand::Int(4));
         let a = self.bin(BinOp::Add, RegTy::U32, ra, swz);

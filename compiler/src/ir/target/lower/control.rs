@@ -210,6 +210,7 @@ impl<'a> Lower<'a> {
         if let Some((a, b)) = plan.wgmma {
             self.wgmma.push(WgmmaDot { a, b });
         }
+        self.wgmma_waited.extend(plan.wgmma_waited.iter().copied());
         let hint = self.yield_layouts(body, &body.args[1..], init);
         // A wgmma dot's accumulator, if a carried value (its index).
         let wgmma_acc = plan.wgmma.and_then(|_| match &only_dot(body)?.kind {
@@ -224,7 +225,7 @@ impl<'a> Lower<'a> {
             let decision = Decision::Loop(plan.clone());
             self.pipeline.plan.decisions.push(decision);
         }
-        self.copy_invariant_operands(&plan.invariant);
+        self.copy_invariant_operands(&plan);
         let amd_staged = self.stage_invariant_amd_operands(body)?;
         let bounds = [lo_o, hi_o, step_o];
         let pipe = self.pipeline_prologue(body, &plan, maps, bounds)?;
@@ -303,6 +304,7 @@ impl<'a> Lower<'a> {
         for v in &plan.invariant {
             self.pipeline.pipelined.remove(v);
         }
+        self.wgmma_waited.retain(|d| !plan.wgmma_waited.contains(d));
         for key in &amd_staged {
             self.amd_invariant.remove(key);
         }

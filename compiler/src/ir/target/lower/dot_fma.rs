@@ -37,6 +37,15 @@ impl<'a> Lower<'a> {
             let dtype = self.tk.ty(a).dtype();
             return self.dot_wgmma(a, b, acc, [m, n, k], dtype);
         }
+        if let Some(d) = self
+            .wgmma_waited
+            .iter()
+            .find(|w| w.a == a && w.b == b)
+            .copied()
+        {
+            let dtype = self.tk.ty(a).dtype();
+            return self.dot_wgmma_waited(d, acc, [m, n, k], dtype);
+        }
         let layout = self.blocked(&shape);
         let av = self.val(a);
         let bv = self.val(b);

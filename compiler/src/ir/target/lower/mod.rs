@@ -173,6 +173,7 @@ fn lower_once(
         amd_invariant: HashMap::new(),
         rotation: None,
         wgmma: Vec::new(),
+        wgmma_waited: Vec::new(),
         hoist_amd,
         hoisted_amd: false,
     };
@@ -317,6 +318,9 @@ struct Lower<'a> {
     /// Dots of the loop being lowered that its plan put on `wgmma`, until
     /// each is lowered.
     wgmma: Vec<mma::WgmmaDot>,
+    /// Dots of the loops being lowered that their plans put on `wgmma`,
+    /// each waited for where it is issued (`LoopPlan::wgmma_waited`).
+    wgmma_waited: Vec<pipeline::WaitedWgmma>,
     /// Whether loops may stage such operands (see `lower_with_plan`), and
     /// whether one did.
     hoist_amd: bool,

@@ -28,7 +28,11 @@ use super::async_copy::Deferred;
 use super::control::has_dot;
 use super::tma::TmaPipe;
 use super::{Lower, R};
-use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap};
+use crate::check::DType;
+use crate::ir::target::layout::{Layout, WarpOrder};
+use crate::ir::target::{
+    BinOp, CmpOp, Inst, LayoutKind, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap,
+};
 use crate::ir::tile::{self, Access, Constant, OpKind, Value};
 use crate::target::{Arch, MmaFeed};
 
@@ -141,6 +145,20 @@ pub(crate) struct LoopPlan {
     /// Whether the wgmma loop's stages are copied by TMA (`tma.rs`), not
     /// `cp.async`.
     pub(crate) tma: bool,
+    /// The loop's dots on `wgmma`, each waited for where it is issued
+    /// (sm_90a; [`Lower::waited_wgmma_dots`]): every dot of a loop that is
+    /// not the GEMM mainloop of `wgmma` above, or none.
+    pub(crate) wgmma_waited: Vec<WaitedWgmma>,
+}
+
+/// A dot a loop plan put on `wgmma`, waited for where it is issued: its
+/// operands and the 16-row tiles each warp holds of its result (`tiles`,
+/// the m64 instructions each warpgroup issues per k step of 16).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct WaitedWgmma {
+    pub(crate) a: Value,
+    pub(crate) b: Value,
+    pub(crate) tiles: u32,
 }
 
 impl LoopPlan {
@@ -154,6 +172,20 @@ impl LoopPlan {
             Some(_) if !self.tma => self.stages - 2,
             _ => self.stages - 1,
         }
+    }
+}
+
+impl LoopPlan {
+    /// The swizzle of a `[rows, cols]` tile of load `v` (pipelined or copied
+    /// once) that the plan's waited wgmma dots read: 128-byte panels, rows in
+    /// warpgroup order where it is an `a` of more than one 16-row tile a
+    /// warp. `None` where no such dot reads it.
+    pub(crate) fn waited_swizzle(&self, v: Value, rows: u32, cols: u32) -> Option<Swizzle> {
+        let panels = Swizzle::panels(cols * 2, rows);
+        if let Some(d) = self.wgmma_waited.iter().find(|d| d.a == v) {
+            return Some(panels.in_warpgroup_order(d.tiles));
+        }
+        (!self.wgmma_waited.is_empty()).then_some(panels)
     }
 }
 
@@ -219,6 +251,9 @@ impl fmt::Display for PipelinePlan {
                         }
                         if p.wgmma.is_some() {
                             write!(f, "; the dot on wgmma")?;
+                        }
+                        if !p.wgmma_waited.is_empty() {
+                            write!(f, "; the dots on wgmma")?;
                         }
                         if p.tma {
                             write!(f, ", the copies by TMA")?;
@@ -294,7 +329,12 @@ impl<'a> Lower<'a> {
         let wgmma = (stages >= 3)
             .then(|| self.wgmma_operands(body, &pipelined))
             .flatten();
-        let rotated = wgmma.is_none() && self.rotatable(body, &pipelined, stages);
+        let wgmma_waited = match wgmma {
+            None => self.waited_wgmma_dots(body, &pipelined, &invariant),
+            Some(_) => Vec::new(),
+        };
+        let rotated =
+            wgmma.is_none() && wgmma_waited.is_empty() && self.rotatable(body, &pipelined, stages);
         LoopPlan {
             iv,
             invariant,
@@ -303,7 +343,129 @@ impl<'a> Lower<'a> {
             rotated,
             wgmma,
             tma: false,
+            wgmma_waited,
         }
+    }
+
+    /// The dots of a loop that run on `wgmma`, each waited for where it is
+    /// issued (sm_90a): all of the body's dots, or none. Each has 16-bit
+    /// operands and f32 accumulators in the accumulator layout `mma.sync`
+    /// would give it with every warp along the rows (a warpgroup per `64
+    /// tiles` rows, so the rest of the loop is the same code), and reads
+    /// * `b` from a pipeline stage: the load (n-major, `n` a multiple of 64)
+    ///   or its transpose (k-major, `k` a multiple of 64), in 128-byte panels;
+    /// * `a` from a pipeline stage or the loop-invariant copy of a load
+    ///   (k-major, `k` a multiple of 64, rows in warpgroup order:
+    ///   [`Swizzle::warpgroup_tiles`]), or from registers (bf16, packed
+    ///   into fragments as FA2's P is: attention's second dot).
+    pub(super) fn waited_wgmma_dots(
+        &self,
+        body: &tile::Region,
+        pipelined: &[PlannedLoad],
+        invariant: &[Value],
+    ) -> Vec<WaitedWgmma> {
+        fn dots<'r>(ops: &'r [tile::Op], out: &mut Vec<&'r tile::Op>) {
+            for o in ops {
+                if matches!(o.kind, OpKind::Dot { .. }) {
+                    out.push(o);
+                }
+                for r in o.kind.regions() {
+                    dots(&r.ops, out);
+                }
+            }
+        }
+        fn transposes(ops: &[tile::Op], v: Value) -> Option<Value> {
+            ops.iter().find_map(|o| match &o.kind {
+                OpKind::Transpose { x } if o.results[0] == v => Some(*x),
+                kind => kind.regions().iter().find_map(|r| transposes(&r.ops, v)),
+            })
+        }
+        if !self.feat.wgmma || pipelined.is_empty() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        dots(&body.ops, &mut found);
+        let loaded = |v: Value| pipelined.iter().any(|l| l.value == v);
+        let nw = self.num_warps;
+        let mut out = Vec::new();
+        for op in &found {
+            let OpKind::Dot {
+                a,
+                b,
+                precision: tile::Precision::Ieee,
+                ..
+            } = op.kind
+            else {
+                return Vec::new();
+            };
+            let (ta, tb) = (self.tk.ty(a), self.tk.ty(b));
+            let (Some(&[m, k]), Some(&[_, n])) = (ta.shape().get(..2), tb.shape().get(..2)) else {
+                return Vec::new();
+            };
+            let dtype = ta.dtype();
+            if dtype != tb.dtype()
+                || !matches!(dtype, DType::BF16 | DType::F16)
+                || !nw.is_multiple_of(4)
+                || !m.is_multiple_of(16 * nw)
+                || !(m / (16 * nw)).is_power_of_two()
+                || !k.is_multiple_of(16)
+                || !n.is_multiple_of(8)
+                || n > 256
+            {
+                return Vec::new();
+            }
+            // The accumulator layout `mma.sync` would take (so every other
+            // op of the loop is lowered as it would be without wgmma).
+            let rows_first = Layout::mma_accumulator(m, n, nw, WarpOrder::RowsFirst);
+            let same = self
+                .mma_plan(dtype, dtype, [m, n, k], tile::Precision::Ieee)
+                .is_some_and(|(_, l)| Some(&*l) == rows_first.as_ref());
+            let along_rows = matches!(
+                rows_first.as_ref().map(|l| &l.kind),
+                Some(LayoutKind::Mma { warps, .. }) if warps[..] == [nw, 1]
+            );
+            if !same || !along_rows {
+                return Vec::new();
+            }
+            let b_ok = match transposes(&body.ops, b) {
+                Some(x) => loaded(x) && k.is_multiple_of(64),
+                None => loaded(b) && n.is_multiple_of(64),
+            };
+            let copied = |v: Value| {
+                loaded(v)
+                    || invariant.contains(&v)
+                        && self.pipeline.deferred.get(&v).is_some_and(|(_, t)| !t)
+            };
+            let a_ok = match copied(a) {
+                true => k.is_multiple_of(64),
+                // In registers: bf16 (packed as FA2's P), not a load that
+                // skips registers, nor a transpose of one.
+                false => {
+                    dtype == DType::BF16
+                        && self.feat.cvt_bf16
+                        && !self.pipeline.defer_ok.contains(&a)
+                        && !self.pipeline.deferred.contains_key(&a)
+                        && transposes(&body.ops, a).is_none()
+                }
+            };
+            if !a_ok || !b_ok {
+                return Vec::new();
+            }
+            out.push(WaitedWgmma {
+                a,
+                b,
+                tiles: m / (16 * nw),
+            });
+        }
+        // A tile in warpgroup order is read as an `a` only.
+        let b_sources: Vec<Value> = out
+            .iter()
+            .map(|d| transposes(&body.ops, d.b).unwrap_or(d.b))
+            .collect();
+        if out.iter().any(|d| d.tiles > 1 && b_sources.contains(&d.a)) {
+            return Vec::new();
+        }
+        out
     }
 
     /// The operands of a pipelined loop's dot that runs on `wgmma` (sm_90a):
@@ -408,7 +570,8 @@ impl<'a> Lower<'a> {
 
     /// Copies a loop's invariant dot operands (`LoopPlan::invariant`) once,
     /// before it, into buffers that live through it.
-    pub(super) fn copy_invariant_operands(&mut self, found: &[Value]) {
+    pub(super) fn copy_invariant_operands(&mut self, plan: &LoopPlan) {
+        let found = &plan.invariant;
         if found.is_empty() {
             return;
         }
@@ -419,13 +582,18 @@ impl<'a> Lower<'a> {
         for &v in found {
             let (d, trans) = self.pipeline.deferred[&v].clone();
             let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
-            let sw = Swizzle::for_rows(cols * 2);
+            // Read by wgmma (its canonical layouts, 1024-byte swizzle atoms)
+            // or by `ldmatrix`.
+            let (sw, align) = match plan.waited_swizzle(v, rows, cols) {
+                Some(sw) => (sw, 1024),
+                None => (Swizzle::for_rows(cols * 2), 128),
+            };
             let buffer = self.buffers.len();
             self.buffers.push(SmemBuffer {
                 name: format!("invariant{}", self.pipeline.pipes.len()),
                 offset: 0,
                 bytes: rows * cols * 2,
-                align: 128,
+                align,
                 purpose: format!(
                     "a loop-invariant `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"
                 ),
@@ -480,7 +648,10 @@ impl<'a> Lower<'a> {
             // (up to 1024 bytes) must start at multiples of their size.
             let (sw, align) = match plan.wgmma {
                 Some((_, b)) => (Self::wgmma_swizzle(b == load.value, rows, cols), 1024),
-                None => (Swizzle::for_rows(cols * 2), 128),
+                None => match plan.waited_swizzle(load.value, rows, cols) {
+                    Some(sw) => (sw, 1024),
+                    None => (Swizzle::for_rows(cols * 2), 128),
+                },
             };
             let buffer = self.buffers.len();
             self.buffers.push(SmemBuffer {
@@ -507,7 +678,7 @@ impl<'a> Lower<'a> {
             stage,
             stages,
             ahead: plan.prefetch_distance(),
-            wgmma: plan.wgmma.is_some(),
+            wgmma: plan.wgmma.is_some() || !plan.wgmma_waited.is_empty(),
             tma: None,
         };
         if let Some(maps) = maps {

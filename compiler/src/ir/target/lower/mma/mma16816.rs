@@ -420,7 +420,12 @@ impl<'a> Lower<'a> {
     /// The `a` fragments of k step `kk` (16 of k), one per 16-row tile of
     /// the warp's `tm` rows, packed from `av`'s registers (see
     /// [`Self::a_in_registers`]).
-    fn a_fragments_from_registers(&mut self, av: &TV, kk: u32, tm: u32) -> Vec<Vec<Reg>> {
+    pub(super) fn a_fragments_from_registers(
+        &mut self,
+        av: &TV,
+        kk: u32,
+        tm: u32,
+    ) -> Vec<Vec<Reg>> {
         let slot = |r: u32, c: u32| {
             av.layout
                 .find_slot(&[r, c])

@@ -22,8 +22,9 @@ use std::rc::Rc;
 
 use crate::check::DType;
 use crate::ir::target::layout::{Layout, WarpOrder};
+use crate::ir::target::lower::pipeline::WaitedWgmma;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle};
+use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle, WgmmaA};
 use crate::ir::tile::Value;
 
 /// A dot the loop plan put on `wgmma` (its two operands), until it is lowered.
@@ -162,7 +163,7 @@ impl<'a> Lower<'a> {
                 n,
                 input,
                 acc: regs.clone(),
-                a_desc,
+                a: WgmmaA::Desc(a_desc),
                 b_desc,
                 trans_b: true,
             });
@@ -181,6 +182,152 @@ impl<'a> Lower<'a> {
             ty: RegTy::F32,
             dtype: DType::F32,
         })
+    }
+
+    /// A dot on wgmma waited for where it is issued (`LoopPlan::wgmma_waited`,
+    /// whose doc says which operands it takes). Each warpgroup issues
+    /// `tiles` m64 instructions a k step of 16: the `j`-th gives each warp
+    /// its `j`-th 16-row tile of the `mma.sync` accumulator layout (an `a`
+    /// in shared memory has its rows stored in that order; one in registers
+    /// is packed per tile). The operand stages were published to wgmma's
+    /// reads by the loop's wait (proxy fence, barrier); the group is waited
+    /// for at once, so the result is in registers and the stages are read
+    /// when the dot ends.
+    pub(in crate::ir::target::lower) fn dot_wgmma_waited(
+        &mut self,
+        d: WaitedWgmma,
+        acc: Option<Value>,
+        [m, n, k]: [u32; 3],
+        dtype: DType,
+    ) -> R<TV> {
+        let nw = self.num_warps;
+        let Some(layout) = Layout::mma_accumulator(m, n, nw, WarpOrder::RowsFirst).map(Rc::new)
+        else {
+            return self.unsupported("a wgmma dot whose rows do not tile the warps");
+        };
+        self.emit(Inst::Comment(format!(
+            "dot [{m},{k}] x [{k},{n}] {} on wgmma, {layout}",
+            dtype.name()
+        )));
+        // Fresh accumulators (wgmma reads and writes them in place).
+        let mut regs = Vec::new();
+        for o in self.acc_operands(acc, &layout)? {
+            let r = self.new_reg(RegTy::F32);
+            self.emit(Inst::Mov { dst: r, src: o });
+            regs.push(r);
+        }
+        let slot = |r: u32, c: u32| {
+            layout
+                .find_slot(&[r, c])
+                .expect("an accumulator layout holds its whole warp tile")
+        };
+        // The registers of warp tile `j` in wgmma's order: per 8 columns,
+        // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+        let tile_regs = |j: u32| -> Vec<Reg> {
+            (0..n / 8)
+                .flat_map(|c| [(0, 0), (0, 1), (8, 0), (8, 1)].map(|(dr, dc)| (c, dr, dc)))
+                .map(|(c, dr, dc)| regs[slot(16 * j + dr, 8 * c + dc)])
+                .collect()
+        };
+        let input = if dtype == DType::BF16 {
+            MemTy::BF16
+        } else {
+            MemTy::F16
+        };
+        // `b`: a pipeline stage, k-major where it is a transposed load.
+        let Some(&(bp, b_kmajor)) = self.pipeline.pipelined.get(&d.b) else {
+            return self.unsupported("a wgmma operand that is not in a pipeline stage");
+        };
+        let b_stage = Operand::Reg(self.pipeline.pipes[bp].stage);
+        let (b_base, b_sw) = self.stage_base(bp, b_stage);
+        // `a`: a stage or the loop-invariant copy (this warpgroup's block of
+        // `64 tiles` rows), or registers in the accumulator layout of this
+        // dot's rows over `k`.
+        let a_smem = match self.pipeline.pipelined.get(&d.a).copied() {
+            Some((ap, false)) => {
+                let stage = Operand::Reg(self.pipeline.pipes[ap].stage);
+                let (base, sw) = self.stage_base(ap, stage);
+                // One warpgroup reads from the base itself (an address the
+                // same in every thread, as wgmma's descriptors must be).
+                let wg = match nw {
+                    4 => Operand::Int(0),
+                    _ => self.bin(
+                        BinOp::Shr,
+                        RegTy::U32,
+                        Operand::Reg(self.tid),
+                        Operand::Int(self.warp_size.trailing_zeros() as i64 + 2),
+                    ),
+                };
+                let rows = self.bin(
+                    BinOp::Mul,
+                    RegTy::U32,
+                    wg,
+                    Operand::Int(i64::from(64 * d.tiles * 128)),
+                );
+                let at = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), rows);
+                Some((self.materialize(RegTy::U32, at), sw))
+            }
+            Some((_, true)) => return self.unsupported("a transposed wgmma `a` operand"),
+            None => None,
+        };
+        let a_regs = match a_smem {
+            Some(_) => None,
+            None => {
+                let want = Layout::mma_accumulator(m, k, nw, WarpOrder::RowsFirst).map(Rc::new);
+                let Some(want) = want else {
+                    return self.unsupported("a wgmma `a` whose rows do not tile the warps");
+                };
+                let av = self.val(d.a);
+                Some(self.convert(&av, &want)?)
+            }
+        };
+        // k-major operands (128-byte swizzled rows in panels of 64 columns):
+        // a k step of 16 is 32 bytes along the row, 8-row groups 1024 bytes
+        // apart. n-major `b`: 16 rows (2048 bytes) a step, panels of 64
+        // columns `panel_rows * 128` bytes apart.
+        let kmajor_bits = descriptor_bits(16, 1024, 1);
+        let kmajor_offset = |sw: Swizzle, kk: u32| kk / 4 * sw.panel_rows * 128 + kk % 4 * 32;
+        // Fragments in registers are packed before the fence: registers
+        // wgmma reads must not be written between the fence and the group's
+        // wait (ptxas would insert a warpgroup arrive before each use).
+        let frags: Vec<Vec<Vec<Reg>>> = match &a_regs {
+            Some(av) => (0..k / 16)
+                .map(|kk| self.a_fragments_from_registers(av, kk, 16 * d.tiles))
+                .collect(),
+            None => Vec::new(),
+        };
+        self.emit(Inst::WgmmaFence);
+        for kk in 0..k / 16 {
+            let b_desc = match b_kmajor {
+                true => self.descriptor(Operand::Reg(b_base), kmajor_offset(b_sw, kk), kmajor_bits),
+                false => self.descriptor(
+                    Operand::Reg(b_base),
+                    2048 * kk,
+                    descriptor_bits(b_sw.panel_rows * 128, 1024, 1),
+                ),
+            };
+            for j in 0..d.tiles {
+                let a = match a_smem {
+                    Some((base, sw)) => WgmmaA::Desc(self.descriptor(
+                        base,
+                        kmajor_offset(sw, kk) + 64 * j * 128,
+                        kmajor_bits,
+                    )),
+                    None => WgmmaA::Regs(frags[kk as usize][j as usize].clone()),
+                };
+                self.emit(Inst::Wgmma {
+                    n,
+                    input,
+                    acc: tile_regs(j),
+                    a,
+                    b_desc,
+                    trans_b: !b_kmajor,
+                });
+            }
+        }
+        self.emit(Inst::WgmmaCommit);
+        self.emit(Inst::WgmmaWait { pending: 0 });
+        Ok(self.mma_result_in(layout, regs))
     }
 
     /// The base register and swizzle of pipelined operand `v`'s current stage.
