@@ -92,6 +92,32 @@ pub(crate) fn space(
     out
 }
 
+/// The const parameters a launch passes itself (not tuned), by value: each
+/// is part of the tuning key, as it makes another kernel (`causal=True`
+/// attention skips blocks the unmasked one computes, and its best tile may
+/// differ).
+fn explicit_consts(
+    f: &ast::Function,
+    values: &[(String, Value)],
+    explicit: &BTreeSet<String>,
+) -> Vec<(String, i64)> {
+    f.params
+        .iter()
+        .filter(|p| {
+            explicit.contains(&p.name.name)
+                && matches!(&p.ty, Some(t) if matches!(t.kind, ast::TypeExprKind::Const(_)))
+        })
+        .filter_map(|p| {
+            let v = match values.iter().find(|(n, _)| *n == p.name.name)?.1 {
+                Value::Int(i) => i,
+                Value::Bool(b) => i64::from(b),
+                _ => return None,
+            };
+            Some((p.name.name.clone(), v))
+        })
+        .collect()
+}
+
 /// The dims `key=[...]` names.
 fn key_names(f: &ast::Function) -> Vec<String> {
     let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
@@ -151,10 +177,11 @@ pub(crate) fn launch(
         .into_iter()
         .filter(|(n, _)| !explicit.contains(n))
         .collect();
-    let key: Vec<(String, i64)> = key_names(f)
+    let mut key: Vec<(String, i64)> = key_names(f)
         .into_iter()
         .filter_map(|k| dims.get(&k).map(|v| (k, *v)))
         .collect();
+    key.extend(explicit_consts(f, values, explicit));
     let id = TuneId::new(&f.name.name, item.text(db), &key, gpu);
     let tuned = match gpu.tuned(&id.text) {
         Some(t) => t,
@@ -404,5 +431,31 @@ mod tests {
         assert_eq!(config_text(&all[0]), "BM=64, num_warps=4");
         assert_eq!(config_text(&all[5]), "BM=128, num_warps=16");
         assert_eq!(configs(&[]), vec![Vec::new()]);
+    }
+
+    /// A const the launch passes (not tuned) is part of the key; tensors,
+    /// scalars and the tuned consts are not.
+    #[test]
+    fn explicit_consts_join_the_key() {
+        let src = "@autotune(space={\"BM\": [64, 128]}, key=[\"S\"])\n\
+                   @kernel(grid=(cdiv(S, BM),))\n\
+                   def k(x: Tensor[\"S\", f32], n: i32, causal: const bool = False, BM: const = 64):\n    \
+                   pass\n";
+        let (items, diags) = crate::syntax::parse_file(src);
+        assert!(diags.is_empty(), "{diags:?}");
+        let Some((ast::Item::Function(f), _)) = items.first() else {
+            panic!("a function");
+        };
+        let values = vec![
+            ("n".to_string(), Value::Int(7)),
+            ("causal".to_string(), Value::Bool(true)),
+            ("BM".to_string(), Value::Int(64)),
+        ];
+        let explicit: BTreeSet<String> = ["n", "causal"].map(String::from).into();
+        assert_eq!(
+            explicit_consts(f, &values, &explicit),
+            vec![("causal".to_string(), 1)]
+        );
+        assert!(explicit_consts(f, &values, &BTreeSet::new()).is_empty());
     }
 }
