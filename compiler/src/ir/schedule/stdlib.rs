@@ -5,8 +5,7 @@
 use std::collections::HashMap;
 
 use super::{
-    cdiv, generate, product, Arg, Attention, BufId, KernelRef, Launch, Lower, ScalarExpr, R,
-    ROW_BLOCK,
+    generate, product, Arg, Attention, BufId, KernelRef, Launch, Lower, ScalarExpr, R, ROW_BLOCK,
 };
 use crate::check::dims::Dim;
 use crate::check::DType;
@@ -142,16 +141,9 @@ impl<'g> Lower<'g> {
                 ))
             }
         };
-        let (bm, bn) = if name == "gemm_tf32" {
-            (128, 64)
-        } else {
-            (128, 128)
-        };
-        let mut grid = vec![cdiv(&m, bm), cdiv(&nn, bn)];
         let args = if batched {
             let z =
                 product(&da[..da.len() - 2]).ok_or_else(|| self.unsupported(n, "batch dims"))?;
-            grid.push(ScalarExpr::Index(z.clone()));
             vec![
                 (
                     "A".to_string(),
@@ -179,7 +171,8 @@ impl<'g> Lower<'g> {
                 name,
             },
             nodes: vec![n],
-            grid: Some(grid),
+            // The kernel's own grid, over the tile its launch runs (tuned).
+            grid: None,
             args,
             consts: vec![],
             requires: if name == "gemm_tf32" {
@@ -343,9 +336,6 @@ impl<'g> Lower<'g> {
             Some(o) => o,
             None => self.temp(dims.clone(), DType::BF16),
         };
-        let bh = dims[0]
-            .checked_mul(&dims[1])
-            .ok_or_else(|| self.unsupported(n, "batch dims"))?;
         let mut nodes = absorbed;
         nodes.push(n);
         let full = |b| Arg::Buffer {
@@ -358,7 +348,8 @@ impl<'g> Lower<'g> {
                 name: "flash_attn",
             },
             nodes,
-            grid: Some(vec![cdiv(&dims[2], 128), ScalarExpr::Index(bh)]),
+            // The kernel's own grid, over the tile its launch runs (tuned).
+            grid: None,
             args: vec![
                 ("q".into(), full(bq)),
                 ("k".into(), full(bk)),
