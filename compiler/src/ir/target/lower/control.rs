@@ -308,7 +308,7 @@ impl<'a> Lower<'a> {
         for key in &amd_staged {
             self.amd_invariant.remove(key);
         }
-        if plan.wgmma.is_some() {
+        if plan.wgmma.is_some() || plan.wgmma_waited.iter().any(|d| d.in_flight.is_some()) {
             // The last iteration's wgmma group, before its result is read.
             self.emit(Inst::WgmmaWait { pending: 0 });
         }

@@ -159,6 +159,11 @@ pub(crate) struct WaitedWgmma {
     pub(crate) a: Value,
     pub(crate) b: Value,
     pub(crate) tiles: u32,
+    /// The carried value (body argument) whose registers the dot updates in
+    /// place and leaves in flight, waited for by the next iteration's first
+    /// dot (or after the loop) instead of where it is issued
+    /// ([`in_flight_carry`]): attention's `acc`.
+    pub(crate) in_flight: Option<Value>,
 }
 
 impl LoopPlan {
@@ -455,6 +460,10 @@ impl<'a> Lower<'a> {
                 a,
                 b,
                 tiles: m / (16 * nw),
+                in_flight: match nw {
+                    4 => in_flight_carry(body, op),
+                    _ => None,
+                },
             });
         }
         // A tile in warpgroup order is read as an `a` only.
@@ -814,6 +823,36 @@ pub(super) fn only_dot(body: &tile::Region) -> Option<&tile::Op> {
         (Some(op), None) if matches!(op.kind, OpKind::Dot { .. }) => Some(op),
         _ => None,
     }
+}
+
+/// The carried value a waited wgmma dot `dot` of `body` may accumulate into
+/// in place and leave in flight past the end of the iteration (one
+/// warpgroup: the next iteration's first dot waits for every group of it,
+/// before the copies ahead rewrite the stage this one reads). `dot` is at
+/// the top level, the last op to run a dot, its result is only yielded
+/// (once, as carried value `c`), nothing after it reads `c`, and nothing
+/// reads `c` until the body's first dot (another) has waited.
+pub(super) fn in_flight_carry(body: &tile::Region, dot: &tile::Op) -> Option<Value> {
+    let at = body.ops.iter().position(|o| std::ptr::eq(o, dot))?;
+    let first = body
+        .ops
+        .iter()
+        .position(|o| has_dot(std::slice::from_ref(o)))?;
+    if first == at || has_dot(&body.ops[at + 1..]) {
+        return None;
+    }
+    let result = dot.results[0];
+    let readers: Vec<&tile::Op> = body.ops.iter().filter(|o| op_reads(o, result)).collect();
+    let [OpKind::Yield(ys)] = readers.iter().map(|o| &o.kind).collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let mut slots = ys.iter().enumerate().filter(|(_, y)| **y == result);
+    let (Some((i, _)), None) = (slots.next(), slots.next()) else {
+        return None;
+    };
+    let carried = *body.args.get(1 + i)?;
+    let early = body.ops[..=first].iter().chain(&body.ops[at + 1..]);
+    (!early.into_iter().any(|o| op_reads(o, carried))).then_some(carried)
 }
 
 /// Whether op `o` (its nested regions included) reads `v`.

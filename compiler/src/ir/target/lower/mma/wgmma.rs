@@ -209,11 +209,23 @@ impl<'a> Lower<'a> {
             "dot [{m},{k}] x [{k},{n}] {} on wgmma, {layout}",
             dtype.name()
         )));
-        // Fresh accumulators (wgmma reads and writes them in place).
+        // The accumulators, which wgmma reads and writes in place: a carried
+        // value's registers where the group stays in flight (the plan saw
+        // that nothing reads them until the next iteration's first dot has
+        // waited), else fresh ones.
+        let carried = d
+            .in_flight
+            .map(|c| self.val(c))
+            .filter(|c| *c.layout == *layout && c.ty == RegTy::F32);
         let mut regs = Vec::new();
-        for o in self.acc_operands(acc, &layout)? {
-            let r = self.new_reg(RegTy::F32);
-            self.emit(Inst::Mov { dst: r, src: o });
+        for (i, o) in self.acc_operands(acc, &layout)?.into_iter().enumerate() {
+            let r = match &carried {
+                Some(c) => c.ops[i].reg().expect("carried registers"),
+                None => self.new_reg(RegTy::F32),
+            };
+            if o != Operand::Reg(r) {
+                self.emit(Inst::Mov { dst: r, src: o });
+            }
             regs.push(r);
         }
         let slot = |r: u32, c: u32| {
@@ -326,7 +338,9 @@ impl<'a> Lower<'a> {
             }
         }
         self.emit(Inst::WgmmaCommit);
-        self.emit(Inst::WgmmaWait { pending: 0 });
+        if carried.is_none() {
+            self.emit(Inst::WgmmaWait { pending: 0 });
+        }
         Ok(self.mma_result_in(layout, regs))
     }
 
