@@ -131,19 +131,7 @@ impl<'a> Lower<'a> {
             return self.unsupported("a wgmma operand of unsupported row length");
         };
         // This warpgroup's 64 rows of `a`.
-        let wg = self.bin(
-            BinOp::Shr,
-            RegTy::U32,
-            Operand::Reg(self.tid),
-            Operand::Int(self.warp_size.trailing_zeros() as i64 + 2),
-        );
-        let rows = self.bin(
-            BinOp::Mul,
-            RegTy::U32,
-            wg,
-            Operand::Int(64 * a_sw.row_bytes as i64),
-        );
-        let a_wg = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(a_base), rows);
+        let a_wg = self.warpgroup_block(a_base, 64 * a_sw.row_bytes);
         // a: k-major; 8-row groups at 8 rows' bytes, the leading offset unused.
         let a_bits = descriptor_bits(16, 8 * a_sw.row_bytes, a_mode);
         // b: n-major panels of 64 columns `k * 128` bytes apart, 8-row groups
@@ -259,24 +247,7 @@ impl<'a> Lower<'a> {
             Some((ap, false)) => {
                 let stage = Operand::Reg(self.pipeline.pipes[ap].stage);
                 let (base, sw) = self.stage_base(ap, stage);
-                // One warpgroup reads from the base itself (an address the
-                // same in every thread, as wgmma's descriptors must be).
-                let wg = match nw {
-                    4 => Operand::Int(0),
-                    _ => self.bin(
-                        BinOp::Shr,
-                        RegTy::U32,
-                        Operand::Reg(self.tid),
-                        Operand::Int(self.warp_size.trailing_zeros() as i64 + 2),
-                    ),
-                };
-                let rows = self.bin(
-                    BinOp::Mul,
-                    RegTy::U32,
-                    wg,
-                    Operand::Int(i64::from(64 * d.tiles * 128)),
-                );
-                let at = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), rows);
+                let at = self.warpgroup_block(base, 64 * d.tiles * 128);
                 Some((self.materialize(RegTy::U32, at), sw))
             }
             Some((_, true)) => return self.unsupported("a transposed wgmma `a` operand"),
@@ -342,6 +313,29 @@ impl<'a> Lower<'a> {
             self.emit(Inst::WgmmaWait { pending: 0 });
         }
         Ok(self.mma_result_in(layout, regs))
+    }
+
+    /// This thread's warpgroup's block of `block_bytes` from `base`. One
+    /// warpgroup reads from the base itself: an address the same in every
+    /// thread, as wgmma's descriptors must be (ptxas keeps them in uniform
+    /// registers).
+    fn warpgroup_block(&mut self, base: Reg, block_bytes: u32) -> Operand {
+        if self.num_warps == 4 {
+            return Operand::Reg(base);
+        }
+        let wg = self.bin(
+            BinOp::Shr,
+            RegTy::U32,
+            Operand::Reg(self.tid),
+            Operand::Int(self.warp_size.trailing_zeros() as i64 + 2),
+        );
+        let rows = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            wg,
+            Operand::Int(i64::from(block_bytes)),
+        );
+        self.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), rows)
     }
 
     /// The base register and swizzle of pipelined operand `v`'s current stage.
