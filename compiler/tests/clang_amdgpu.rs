@@ -436,11 +436,15 @@ const WORST_BOUND: f64 = 0.35;
 /// copies, through LDS). gfx1100 back to 44 when tests/gpu/user_gemm.tsr
 /// added a persistent GEMM at 128 x 128 x 64 over 8 waves: 139 VGPRs
 /// estimated, clang 229, as for the other GEMMs of that tile above.
+/// gfx1100 to 45 when tests/codegen/mma/wgmma_attention_two_warpgroups.tsr
+/// added an attention over 8 waves: 134 VGPRs estimated, clang 241, as for
+/// tests/gpu/user_attention.tsr's attentions on gfx1100 (clang keeps the
+/// WMMA accumulators of both products live across the loop).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.1455, 28),
         Arch::Gfx942 => (0.1385, 25),
-        _ => (0.1165, 44),
+        _ => (0.1165, 45),
     }
 }
 
