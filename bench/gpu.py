@@ -30,6 +30,10 @@ note gives REPL GPU median / hinted (the issue asks for run-time specialisation 
 come within 5% of the hinted variant). Two more rows: the variant of the launch's
 facts compiled the same way, and the hinted PTX compiled by the driver's JIT.
 
+`--cuda-arch sm_90` runs every Tessera kernel compiled for that arch (the executor's
+TESSERA_CUDA_ARCH): on an H100, the `mma.sync`/`cp.async` path of pre-Hopper targets,
+timed against the same peers in the same run.
+
 How compile-to-launch is timed. `:time` cannot time one run, so the script drives a
 live session statement by statement: it sends the setup (inputs moved to the GPU with
 `.to("cuda")` so that no copy is counted), then the launch followed by
@@ -300,7 +304,10 @@ def free_gpu():
 
 
 def gpu_arch():
-    """The arch Tessera's executor compiles for on this GPU (Arch::for_compute_capability)."""
+    """The arch Tessera's executor compiles for on this GPU (Arch::for_compute_capability),
+    or the one `--cuda-arch` asks for (TESSERA_CUDA_ARCH)."""
+    if os.environ.get("TESSERA_CUDA_ARCH", "").strip():
+        return os.environ["TESSERA_CUDA_ARCH"].strip()
     need_torch()
     cc = torch.cuda.get_device_capability()
     if cc == (9, 0):
@@ -1046,7 +1053,8 @@ def header(args):
     tv = torch.__version__ if torch is not None else "not installed"
     trv = triton.__version__ if triton is not None else "not installed"
     return [f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, host {platform.node()}",
-            f"- GPU: {gpu}; Tessera device `{args.device}`",
+            f"- GPU: {gpu}; Tessera device `{args.device}`"
+            + (f", compiling for {args.cuda_arch} (`--cuda-arch`)" if args.cuda_arch else ""),
             f"- {version} ({args.tessera}); torch {tv}; triton {trv}; numpy {np.__version__}",
             f"- command: `{' '.join(sys.argv)}`"]
 
@@ -1069,6 +1077,9 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="Tessera's device (cpu only to check this script)")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes, to check this script")
+    ap.add_argument("--cuda-arch", default=None,
+                    help="compile Tessera's kernels for this older NVIDIA arch "
+                         "(TESSERA_CUDA_ARCH; sm_90 on an H100: the mma.sync path)")
     ap.add_argument("--triton-probe", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     # The report has µ, × and ³ in it, whatever the locale.
@@ -1087,6 +1098,8 @@ def main():
     args.reps = 1 if args.quick else max(args.reps, 1)
     args.tessera = os.path.abspath(args.tessera)
     args.tsrc = args.tsrc and os.path.abspath(args.tsrc)
+    if args.cuda_arch:
+        os.environ["TESSERA_CUDA_ARCH"] = args.cuda_arch
     # Cleans up (and keeps the report) when a time limit stops the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.work = tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmp)

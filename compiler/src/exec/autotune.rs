@@ -339,11 +339,12 @@ impl TuneId {
         let info = gpu.info();
         TuneId {
             text: format!(
-                "{name}\n{}\n{} {}.{} {}\n{source}",
+                "{name}\n{}\n{} {}.{} {} {}\n{source}",
                 config_text(key),
                 info.name,
                 info.compute_capability.0,
                 info.compute_capability.1,
+                info.arch,
                 env!("CARGO_PKG_VERSION"),
             ),
         }

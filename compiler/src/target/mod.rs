@@ -89,6 +89,16 @@ pub fn check_num_stages(n: i64) -> Result<(), String> {
     }
 }
 
+/// The compute capability each NVIDIA arch (but sm_90a) first runs on, newest first.
+const NVIDIA_BY_CC: [(i32, i32, Arch); 6] = [
+    (9, 0, Arch::Sm90),
+    (8, 9, Arch::Sm89),
+    (8, 6, Arch::Sm86),
+    (8, 0, Arch::Sm80),
+    (7, 5, Arch::Sm75),
+    (7, 0, Arch::Sm70),
+];
+
 impl Arch {
     pub const ALL: [Arch; 10] = [
         Arch::Sm70,
@@ -121,18 +131,23 @@ impl Arch {
         if (major, minor) == (9, 0) {
             return Some(Arch::Sm90a);
         }
-        const BY_CC: [(i32, i32, Arch); 6] = [
-            (9, 0, Arch::Sm90),
-            (8, 9, Arch::Sm89),
-            (8, 6, Arch::Sm86),
-            (8, 0, Arch::Sm80),
-            (7, 5, Arch::Sm75),
-            (7, 0, Arch::Sm70),
-        ];
-        BY_CC
+        NVIDIA_BY_CC
             .iter()
             .find(|&&(ma, mi, _)| (major, minor) >= (ma, mi))
             .map(|&(_, _, a)| a)
+    }
+
+    /// Whether code for this arch runs on an NVIDIA GPU of compute capability
+    /// `major.minor`: PTX for an arch runs on its capability and newer ones
+    /// (the driver compiles it), sm_90a's on 9.0 only; AMD arches never.
+    pub fn runs_on(self, major: i32, minor: i32) -> bool {
+        match self {
+            Arch::Sm90a => (major, minor) == (9, 0),
+            _ => NVIDIA_BY_CC
+                .iter()
+                .find(|r| r.2 == self)
+                .is_some_and(|&(ma, mi, _)| (major, minor) >= (ma, mi)),
+        }
     }
 }
 
@@ -183,6 +198,24 @@ mod tests {
         assert_eq!(pick(9, 0), Some(Arch::Sm90a));
         assert_eq!(pick(10, 0), Some(Arch::Sm90));
         assert_eq!(pick(12, 0), Some(Arch::Sm90));
+    }
+
+    #[test]
+    fn an_arch_runs_on_its_capability_and_newer_and_sm90a_on_9_0_only() {
+        use super::Arch;
+        assert!(Arch::Sm90.runs_on(9, 0) && Arch::Sm80.runs_on(9, 0) && Arch::Sm70.runs_on(7, 0));
+        assert!(Arch::Sm90a.runs_on(9, 0) && !Arch::Sm90a.runs_on(10, 0));
+        assert!(
+            !Arch::Sm90.runs_on(8, 9) && !Arch::Sm89.runs_on(8, 6) && !Arch::Sm75.runs_on(7, 2)
+        );
+        assert!(Arch::Sm86.runs_on(8, 7) && Arch::Sm90.runs_on(12, 0));
+        assert!(!Arch::Gfx942.runs_on(9, 0));
+        // Every arch the device's own capability picks runs there.
+        for (ma, mi) in [(7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0)] {
+            assert!(Arch::for_compute_capability(ma, mi)
+                .unwrap()
+                .runs_on(ma, mi));
+        }
     }
 
     fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

@@ -220,6 +220,8 @@ pub struct GpuInfo {
     pub memory_bytes: usize,
     /// The arch kernels are compiled for.
     pub arch: Arch,
+    /// The GPU's own arch where [`ARCH_ENV`] chose another for `arch`.
+    pub own_arch: Option<Arch>,
 }
 
 impl std::fmt::Display for GpuInfo {
@@ -227,11 +229,15 @@ impl std::fmt::Display for GpuInfo {
         let (ma, mi) = self.compute_capability;
         write!(
             f,
-            "cuda:{} {} ({:.0} GiB, compute capability {ma}.{mi}, compiling for {})",
+            "cuda:{} {} ({:.0} GiB, compute capability {ma}.{mi}, compiling for {}{})",
             self.ordinal,
             self.name,
             self.memory_bytes as f64 / (1u64 << 30) as f64,
-            self.arch
+            self.arch,
+            match self.own_arch {
+                Some(own) => format!(" as {ARCH_ENV} asks; its own is {own}"),
+                None => String::new(),
+            }
         )
     }
 }
@@ -297,17 +303,16 @@ pub fn list_gpus() -> Result<Vec<Result<GpuInfo, String>>, ExecError> {
                 .map_err(what)?,
             )
         };
-        out.push(match Arch::for_compute_capability(major, minor) {
-            Some(arch) => Ok(GpuInfo {
+        out.push(match arch_for(&name, (major, minor)) {
+            Ok((arch, own_arch)) => Ok(GpuInfo {
                 ordinal,
                 name,
                 compute_capability: (major, minor),
                 memory_bytes,
                 arch,
+                own_arch,
             }),
-            None => Err(format!(
-                "cuda:{ordinal} {name} (compute capability {major}.{minor}: Tessera compiles for sm_70 and later)"
-            )),
+            Err(why) => Err(format!("cuda:{ordinal} {name} ({why})")),
         });
     }
     Ok(out)
@@ -484,12 +489,8 @@ impl Gpu {
         let memory_bytes = ctx
             .total_mem()
             .map_err(|e| driver_error("reading the memory size", e))?;
-        let arch = Arch::for_compute_capability(cc.0, cc.1).ok_or_else(|| {
-            unavailable(format!(
-                "{name} has compute capability {}.{}; Tessera compiles for sm_70 and later",
-                cc.0, cc.1
-            ))
-        })?;
+        let (arch, own_arch) =
+            arch_for(&name, cc).map_err(|why| unavailable(format!("{name}: {why}")))?;
         // SAFETY: every launch and copy of this `Gpu` goes to its one stream,
         // which orders them: cudarc's per-buffer events (for several streams)
         // are not needed.
@@ -513,6 +514,7 @@ impl Gpu {
                 compute_capability: cc,
                 memory_bytes,
                 arch,
+                own_arch,
             },
             ctx,
             stream,
@@ -1351,6 +1353,42 @@ impl Gpu {
             }
         }
     }
+}
+
+/// The environment variable naming the arch to compile for instead of the
+/// GPU's own: an older NVIDIA arch that the GPU runs (`sm_90` on an H100
+/// runs the `mma.sync` code path rather than wgmma's, to compare them).
+pub const ARCH_ENV: &str = "TESSERA_CUDA_ARCH";
+
+/// The arch to compile for on GPU `name` of compute capability `cc`, and the
+/// GPU's own where [`ARCH_ENV`] picks another; why not, where neither can run.
+fn arch_for(name: &str, cc: (i32, i32)) -> Result<(Arch, Option<Arch>), String> {
+    arch_asked(name, cc, &std::env::var(ARCH_ENV).unwrap_or_default())
+}
+
+/// [`arch_for`] with [`ARCH_ENV`]'s value `asked` (empty: unset).
+fn arch_asked(name: &str, cc: (i32, i32), asked: &str) -> Result<(Arch, Option<Arch>), String> {
+    let own = Arch::for_compute_capability(cc.0, cc.1).ok_or_else(|| {
+        format!(
+            "compute capability {}.{}: Tessera compiles for sm_70 and later",
+            cc.0, cc.1
+        )
+    })?;
+    let asked = asked.trim();
+    if asked.is_empty() {
+        return Ok((own, None));
+    }
+    let arch: Arch = asked
+        .parse()
+        .map_err(|e| format!("{ARCH_ENV}={asked} is not an arch ({e})"))?;
+    if !arch.is_nvidia() || !arch.runs_on(cc.0, cc.1) {
+        return Err(format!(
+            "{ARCH_ENV}={asked}: {name} (compute capability {}.{}) cannot run code for it; \
+             it runs {own} and older NVIDIA arches",
+            cc.0, cc.1
+        ));
+    }
+    Ok((arch, (arch != own).then_some(own)))
 }
 
 /// The environment variable naming a kernel whose launches run a kernel

@@ -242,6 +242,32 @@ fn the_jit_log_agrees_with_the_driver() {
 }
 
 #[test]
+fn an_older_arch_can_be_asked_for() {
+    let h100 = "NVIDIA H100";
+    assert_eq!(arch_asked(h100, (9, 0), ""), Ok((Arch::Sm90a, None)));
+    assert_eq!(arch_asked(h100, (9, 0), "sm_90a"), Ok((Arch::Sm90a, None)));
+    assert_eq!(
+        arch_asked(h100, (9, 0), " sm_80 "),
+        Ok((Arch::Sm80, Some(Arch::Sm90a)))
+    );
+    let newer = arch_asked("NVIDIA A100", (8, 0), "sm_90").unwrap_err();
+    assert!(
+        newer.contains("cannot run code for it; it runs sm_80"),
+        "{newer}"
+    );
+    let amd = arch_asked(h100, (9, 0), "gfx942").unwrap_err();
+    assert!(amd.contains("cannot run code for it"), "{amd}");
+    let typo = arch_asked(h100, (9, 0), "sm90").unwrap_err();
+    assert!(
+        typo.contains("is not an arch (expected one of: sm_70"),
+        "{typo}"
+    );
+    assert!(arch_asked("old", (6, 1), "")
+        .unwrap_err()
+        .contains("sm_70 and later"));
+}
+
+#[test]
 fn the_measured_row() {
     let info = GpuInfo {
         ordinal: 0,
@@ -249,6 +275,7 @@ fn the_measured_row() {
         compute_capability: (9, 0),
         memory_bytes: 80 << 30,
         arch: Arch::Sm90,
+        own_arch: None,
     };
     let mut m = Measured {
         kernel: "gemm".into(),
