@@ -465,102 +465,80 @@ impl Checker<'_> {
             match name {
                 Some("space") => {
                     has_space = true;
-                    let ExprKind::Dict(pairs) = &a.value.kind else {
-                        self.report(Diagnostic::new(
-                            "E0509",
-                            a.value.span,
-                            "the autotune space must be a dict of option name to a list of values",
-                        )
-                        .with_help(
-                            "write a dict of lists: `space={\"BM\": [64, 128], \"num_warps\": [4, 8]}`",
-                        ));
-                        continue;
-                    };
-                    for (k, v) in pairs {
-                        let key = match &k.kind {
-                            ExprKind::Str(s) => s.as_str(),
-                            _ => {
-                                self.report(Diagnostic::new("E0509", k.span, "autotune space keys are strings naming const parameters or kernel options")
-                                    .with_help("quote the name: `space={\"BM\": [64, 128]}`"));
-                                continue;
+                    match &a.value.kind {
+                        ExprKind::Dict(pairs) => {
+                            for (k, v) in pairs {
+                                let Some(key) = self.autotune_name(k, f, &const_params) else {
+                                    continue;
+                                };
+                                let vals = self.expr(v);
+                                let ints: Option<Vec<i64>> = match (&v.kind, &vals.value) {
+                                    (
+                                        ExprKind::List(_) | ExprKind::Tuple(_),
+                                        Some(Value::Tuple(items)),
+                                    ) if !items.is_empty() => {
+                                        items.iter().map(Value::as_int).collect()
+                                    }
+                                    _ => None,
+                                };
+                                match ints {
+                                    None => self.report(
+                                        Diagnostic::new(
+                                            "E0509",
+                                            v.span,
+                                            format!(
+                                            "the values of `{key}` must be a non-empty list of constants"
+                                        ),
+                                        )
+                                        .with_help(format!(
+                                            "write a list of constants, e.g. `\"{key}\": [64, 128]`"
+                                        )),
+                                    ),
+                                    Some(vs) => self.autotune_values(key, &vs, v.span),
+                                }
                             }
-                        };
-                        if !const_params.contains(&key) && key != "num_warps" && key != "num_stages"
-                        {
-                            let cands = const_params
-                                .iter()
-                                .copied()
-                                .chain(["num_warps", "num_stages"]);
-                            let mut diag = Diagnostic::new(
+                        }
+                        ExprKind::List(items) | ExprKind::Tuple(items) if !items.is_empty() => {
+                            for it in items {
+                                let ExprKind::Dict(pairs) = &it.kind else {
+                                    self.report(
+                                        Diagnostic::new(
+                                            "E0509",
+                                            it.span,
+                                            "each configuration of an autotune space list must be a dict of option name to value",
+                                        )
+                                        .with_help(SPACE_LIST_HELP),
+                                    );
+                                    continue;
+                                };
+                                for (k, v) in pairs {
+                                    let Some(key) = self.autotune_name(k, f, &const_params) else {
+                                        continue;
+                                    };
+                                    match self.expr(v).value.as_ref().and_then(Value::as_int) {
+                                        None => self.report(
+                                            Diagnostic::new(
+                                                "E0509",
+                                                v.span,
+                                                format!("the value of `{key}` must be a constant"),
+                                            )
+                                            .with_help(SPACE_LIST_HELP),
+                                        ),
+                                        Some(n) => self.autotune_values(key, &[n], v.span),
+                                    }
+                                }
+                            }
+                        }
+                        _ => self.report(
+                            Diagnostic::new(
                                 "E0509",
-                                k.span,
-                                format!(
-                                    "`{key}` is not a const parameter of `{}` nor a kernel option",
-                                    f.name.name
-                                ),
-                            );
-                            diag = match suggest(key, cands) {
-                                Some(s) => diag.with_help(format!("did you mean `{s}`?")),
-                                None => diag.with_help("autotune the kernel's `const` parameters, `num_warps` and `num_stages`"),
-                            };
-                            self.report(diag);
-                            continue;
-                        }
-                        let vals = self.expr(v);
-                        let ints: Option<Vec<i64>> = match (&v.kind, &vals.value) {
-                            (ExprKind::List(_) | ExprKind::Tuple(_), Some(Value::Tuple(items)))
-                                if !items.is_empty() =>
-                            {
-                                items
-                                    .iter()
-                                    .map(|x| match x {
-                                        Value::Int(d) => d.as_const(),
-                                        Value::Bool(b) => Some(*b as i64),
-                                        _ => None,
-                                    })
-                                    .collect()
-                            }
-                            _ => None,
-                        };
-                        match ints {
-                            None => self.report(
-                                Diagnostic::new(
-                                    "E0509",
-                                    v.span,
-                                    format!(
-                                    "the values of `{key}` must be a non-empty list of constants"
-                                ),
-                                )
-                                .with_help(format!(
-                                    "write a list of constants, e.g. `\"{key}\": [64, 128]`"
-                                )),
+                                a.value.span,
+                                "the autotune space must be a dict of option name to a list of values, or a non-empty list of configurations",
+                            )
+                            .with_help(
+                                "write a dict of lists, `space={\"BM\": [64, 128], \"num_warps\": [4, 8]}` (every combination), or a list of dicts, `space=[{\"BM\": 128, \"BN\": 64}, {\"BM\": 64, \"BN\": 128}]` (these configurations)",
                             ),
-                            Some(vs) if key == "num_stages" => {
-                                for n in vs {
-                                    if let Err(m) = check_num_stages(n) {
-                                        self.report(
-                                            Diagnostic::new("E0608", v.span, m)
-                                                .with_help(NUM_STAGES_HELP),
-                                        );
-                                    }
-                                }
-                            }
-                            Some(vs) if key == "num_warps" => {
-                                for n in vs {
-                                    if let Err(m) = check_num_warps(n) {
-                                        self.report(
-                                            Diagnostic::new("E0607", v.span, m)
-                                                .with_help(NUM_WARPS_HELP),
-                                        );
-                                    } else {
-                                        self.check_threads(n as u64, v.span);
-                                        self.kernel.num_warps =
-                                            Some(self.kernel.num_warps.unwrap_or(0).max(n as u64));
-                                    }
-                                }
-                            }
-                            Some(_) => {}
-                        }
+                        ),
                     }
                 }
                 Some("key") => {
@@ -643,6 +621,82 @@ impl Checker<'_> {
         }
     }
 }
+
+impl Checker<'_> {
+    /// The option an autotune space names with `k` (a const parameter of `f`,
+    /// `num_warps` or `num_stages`); E0509 otherwise.
+    fn autotune_name<'k>(
+        &mut self,
+        k: &'k Expr,
+        f: &Function,
+        const_params: &[&str],
+    ) -> Option<&'k str> {
+        let key = match &k.kind {
+            ExprKind::Str(s) => s.as_str(),
+            _ => {
+                self.report(
+                    Diagnostic::new(
+                        "E0509",
+                        k.span,
+                        "autotune space keys are strings naming const parameters or kernel options",
+                    )
+                    .with_help("quote the name: `space={\"BM\": [64, 128]}`"),
+                );
+                return None;
+            }
+        };
+        if const_params.contains(&key) || key == "num_warps" || key == "num_stages" {
+            return Some(key);
+        }
+        let cands = const_params
+            .iter()
+            .copied()
+            .chain(["num_warps", "num_stages"]);
+        let mut diag = Diagnostic::new(
+            "E0509",
+            k.span,
+            format!(
+                "`{key}` is not a const parameter of `{}` nor a kernel option",
+                f.name.name
+            ),
+        );
+        diag = match suggest(key, cands) {
+            Some(s) => diag.with_help(format!("did you mean `{s}`?")),
+            None => diag.with_help(
+                "autotune the kernel's `const` parameters, `num_warps` and `num_stages`",
+            ),
+        };
+        self.report(diag);
+        None
+    }
+
+    /// Checks the values an autotune space gives option `key` (at `span`).
+    fn autotune_values(&mut self, key: &str, vs: &[i64], span: crate::syntax::span::Span) {
+        match key {
+            "num_stages" => {
+                for &n in vs {
+                    if let Err(m) = check_num_stages(n) {
+                        self.report(Diagnostic::new("E0608", span, m).with_help(NUM_STAGES_HELP));
+                    }
+                }
+            }
+            "num_warps" => {
+                for &n in vs {
+                    if let Err(m) = check_num_warps(n) {
+                        self.report(Diagnostic::new("E0607", span, m).with_help(NUM_WARPS_HELP));
+                    } else {
+                        self.check_threads(n as u64, span);
+                        self.kernel.num_warps =
+                            Some(self.kernel.num_warps.unwrap_or(0).max(n as u64));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+const SPACE_LIST_HELP: &str = "write a list of dicts, one a configuration: `space=[{\"BM\": 128, \"BN\": 64}, {\"BM\": 64, \"BN\": 128}]`";
 
 /// Checks one function or kernel item.
 pub fn check_function(f: &Function, scope: &ModuleScope, arch: Arch) -> ItemCheck {

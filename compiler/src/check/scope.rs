@@ -311,32 +311,87 @@ fn path_of(ids: &[ast::Ident]) -> Vec<String> {
     ids.iter().map(|i| i.name.clone()).collect()
 }
 
-/// The first value of each name of `f`'s `@autotune` space.
+/// The configurations of `f`'s `@autotune(space=...)`, in order, each a value
+/// per name: the product of a dict of lists (the first name varying slowest),
+/// or the dicts of a list as written (language change 44). Values that are
+/// not constants are left out (the checker reports them, E0509); without a
+/// space, one empty configuration.
+pub fn autotune_configs(
+    f: &ast::Function,
+    consts: &dyn Fn(&str) -> Option<Value>,
+) -> Vec<Vec<(String, Value)>> {
+    let space = f
+        .decorator("autotune")
+        .and_then(|d| d.args.as_ref())
+        .and_then(|args| {
+            args.iter()
+                .find(|a| a.name.as_ref().is_some_and(|n| n.name == "space"))
+        });
+    let named = |pairs: &[(Expr, Expr)], one: &mut dyn FnMut(&str, &Expr)| {
+        for (k, v) in pairs {
+            if let ExprKind::Str(name) = &k.kind {
+                one(name, v);
+            }
+        }
+    };
+    let mut out: Vec<Vec<(String, Value)>> = vec![Vec::new()];
+    match space.map(|a| &a.value.kind) {
+        Some(ExprKind::Dict(pairs)) => named(pairs, &mut |name, v| {
+            let values: Vec<Value> = match &v.kind {
+                ExprKind::List(items) | ExprKind::Tuple(items) => items
+                    .iter()
+                    .filter_map(|e| eval_const(e, consts).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if values.is_empty() {
+                return;
+            }
+            out = std::mem::take(&mut out)
+                .into_iter()
+                .flat_map(|c| {
+                    values.iter().map(move |x| {
+                        let mut c = c.clone();
+                        c.push((name.to_string(), x.clone()));
+                        c
+                    })
+                })
+                .collect();
+        }),
+        Some(ExprKind::List(items) | ExprKind::Tuple(items)) => {
+            out = items
+                .iter()
+                .filter_map(|it| match &it.kind {
+                    ExprKind::Dict(pairs) => {
+                        let mut c = Vec::new();
+                        named(pairs, &mut |name, v| {
+                            if let Ok(x) = eval_const(v, consts) {
+                                c.push((name.to_string(), x));
+                            }
+                        });
+                        Some(c)
+                    }
+                    _ => None,
+                })
+                .collect();
+            if out.is_empty() {
+                out.push(Vec::new());
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The first configuration of `f`'s `@autotune` space, by name.
 fn autotune_first(
     f: &ast::Function,
     consts: &dyn Fn(&str) -> Option<Value>,
 ) -> std::collections::HashMap<String, Value> {
-    let mut out = std::collections::HashMap::new();
-    let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
-        return out;
-    };
-    for a in args {
-        if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
-            continue;
-        }
-        if let ExprKind::Dict(pairs) = &a.value.kind {
-            for (k, v) in pairs {
-                if let (ExprKind::Str(name), ExprKind::List(items) | ExprKind::Tuple(items)) =
-                    (&k.kind, &v.kind)
-                {
-                    if let Some(first) = items.first().and_then(|e| eval_const(e, consts).ok()) {
-                        out.insert(name.clone(), first);
-                    }
-                }
-            }
-        }
-    }
-    out
+    autotune_configs(f, consts)
+        .swap_remove(0)
+        .into_iter()
+        .collect()
 }
 
 /// The signature of a function item, using `consts` for module constants.

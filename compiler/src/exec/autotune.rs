@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use super::cuda::{Gpu, SavedTensors};
 use super::launch::{prepare, signature};
 use super::{cpu, ExecError, Interrupt, Value};
-use crate::check::consts::eval_const;
 use crate::db::{self, Database, ItemSource, SourceFile};
 use crate::syntax::ast::{self, ExprKind};
 
@@ -56,37 +55,25 @@ pub fn config_text(c: &[(String, i64)]) -> String {
         .join(", ")
 }
 
-/// The space of `@autotune(space={...})`: names and their values, in the
-/// written order (checked by the checker: E0509, E0607, E0608).
-pub(crate) fn space(
+/// The configurations of `@autotune(space=...)` in order (the product of a
+/// dict of lists, or a list of dicts: `check::scope::autotune_configs`),
+/// less the names in `explicit` (a launch passes them), without repeats.
+pub(crate) fn configurations(
     f: &ast::Function,
     db: &Database,
     kfile: SourceFile,
-) -> Vec<(String, Vec<i64>)> {
+    explicit: &BTreeSet<String>,
+) -> Vec<Config> {
     let scope = db::module_scope(db, kfile);
-    let mut out = Vec::new();
-    let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) else {
-        return out;
-    };
-    for a in args {
-        if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
-            continue;
-        }
-        let ExprKind::Dict(pairs) = &a.value.kind else {
-            continue;
-        };
-        for (k, v) in pairs {
-            if let (ExprKind::Str(name), ExprKind::List(items) | ExprKind::Tuple(items)) =
-                (&k.kind, &v.kind)
-            {
-                let values: Vec<i64> = items
-                    .iter()
-                    .filter_map(|e| eval_const(e, &|n| scope.const_value(n)).ok()?.as_int())
-                    .collect();
-                if !values.is_empty() {
-                    out.push((name.clone(), values));
-                }
-            }
+    let mut out: Vec<Config> = Vec::new();
+    for c in crate::check::scope::autotune_configs(f, &|n| scope.const_value(n)) {
+        let c: Config = c
+            .into_iter()
+            .filter(|(n, _)| !explicit.contains(n))
+            .filter_map(|(n, v)| Some((n, v.as_int()?)))
+            .collect();
+        if !out.contains(&c) {
+            out.push(c);
         }
     }
     out
@@ -138,24 +125,6 @@ fn key_names(f: &ast::Function) -> Vec<String> {
         .collect()
 }
 
-/// Every combination of the space's values (the first name varies slowest).
-fn configs(space: &[(String, Vec<i64>)]) -> Vec<Config> {
-    let mut out: Vec<Config> = vec![Vec::new()];
-    for (name, values) in space {
-        out = out
-            .into_iter()
-            .flat_map(|c| {
-                values.iter().map(move |v| {
-                    let mut c = c.clone();
-                    c.push((name.clone(), *v));
-                    c
-                })
-            })
-            .collect();
-    }
-    out
-}
-
 /// Launches autotuned kernel `item` on the GPU: the tuned configuration for
 /// the launch's key (tuning first when there is none). `explicit` are the
 /// parameters the caller gave: they are not tuned.
@@ -173,10 +142,7 @@ pub(crate) fn launch(
 ) -> Result<Config, ExecError> {
     let sig = signature(db, item, &f.name.name)?;
     let dims = super::launch::bind_dims(&sig, values)?;
-    let space: Vec<(String, Vec<i64>)> = space(f, db, kfile)
-        .into_iter()
-        .filter(|(n, _)| !explicit.contains(n))
-        .collect();
+    let all = configurations(f, db, kfile, explicit);
     let mut key: Vec<(String, i64)> = key_names(f)
         .into_iter()
         .filter_map(|k| dims.get(&k).map(|v| (k, *v)))
@@ -189,9 +155,7 @@ pub(crate) fn launch(
             let t = match id.load(gpu, &key) {
                 Some(t) => t,
                 None => {
-                    let t = tune(
-                        db, kfile, item, f, &grid, values, &space, key, gpu, interrupt,
-                    )?;
+                    let t = tune(db, kfile, item, f, &grid, values, all, key, gpu, interrupt)?;
                     id.store(gpu, &t);
                     t
                 }
@@ -222,12 +186,11 @@ fn tune(
     f: &ast::Function,
     grid: &Option<Vec<i64>>,
     values: &[(String, Value)],
-    space: &[(String, Vec<i64>)],
+    all: Vec<Config>,
     key: Vec<(String, i64)>,
     gpu: &Gpu,
     interrupt: &Interrupt,
 ) -> Result<Tuned, ExecError> {
-    let all = configs(space);
     let progress = std::io::stderr().is_terminal();
     let mut saved: Option<SavedTensors> = None;
     let mut trials = Vec::with_capacity(all.len());
@@ -421,17 +384,49 @@ impl TuneId {
 mod tests {
     use super::*;
 
+    fn configs_of(src: &str, explicit: &[&str]) -> Vec<String> {
+        let (items, diags) = crate::syntax::parse_file(src);
+        assert!(diags.is_empty(), "{diags:?}");
+        let Some((ast::Item::Function(f), _)) = items.first() else {
+            panic!("a function");
+        };
+        let mut db = Database::new();
+        let file = db.set_source("t.tsr", src.to_string());
+        let explicit: BTreeSet<String> = explicit.iter().map(|s| s.to_string()).collect();
+        configurations(f, &db, file, &explicit)
+            .iter()
+            .map(|c| config_text(c))
+            .collect()
+    }
+
     #[test]
-    fn configurations_are_the_product_of_the_space() {
-        let space = vec![
-            ("BM".to_string(), vec![64, 128]),
-            ("num_warps".to_string(), vec![4, 8, 16]),
-        ];
-        let all = configs(&space);
+    fn configurations_are_the_product_of_a_dict_or_the_list_as_written() {
+        let kernel = "@kernel(grid=(1,))\ndef k(x: Tensor[\"N\", f32], BM: const = 64, BN: const = 64):\n    pass\n";
+        let product = format!(
+            "@autotune(space={{\"BM\": [64, 128], \"num_warps\": [4, 8, 16]}}, key=[\"N\"])\n{kernel}"
+        );
+        let all = configs_of(&product, &[]);
         assert_eq!(all.len(), 6);
-        assert_eq!(config_text(&all[0]), "BM=64, num_warps=4");
-        assert_eq!(config_text(&all[5]), "BM=128, num_warps=16");
-        assert_eq!(configs(&[]), vec![Vec::new()]);
+        assert_eq!(all[0], "BM=64, num_warps=4");
+        assert_eq!(all[5], "BM=128, num_warps=16");
+        // A name the launch passes is not tuned: its repeats go.
+        assert_eq!(configs_of(&product, &["BM"]).len(), 3);
+        let list = format!(
+            "@autotune(space=[{{\"BM\": 128, \"BN\": 64}}, {{\"BM\": 64, \"BN\": 128}}, {{\"BM\": 64, \"BN\": 64, \"num_warps\": 8}}], key=[\"N\"])\n{kernel}"
+        );
+        assert_eq!(
+            configs_of(&list, &[]),
+            [
+                "BM=128, BN=64",
+                "BM=64, BN=128",
+                "BM=64, BN=64, num_warps=8"
+            ]
+        );
+        assert_eq!(
+            configs_of(&list, &["BN"]),
+            ["BM=128", "BM=64", "BM=64, num_warps=8"]
+        );
+        assert_eq!(configs_of(kernel, &[]), [""]);
     }
 
     /// A const the launch passes (not tuned) is part of the key; tensors,

@@ -66,11 +66,11 @@ pub(crate) fn launch_item(
                 .map(|p| p.name.clone())
                 .chain(named.iter().map(|(n, _)| n.clone()))
                 .collect();
-            let first: BTreeMap<String, i64> = super::autotune::space(f, db, kfile)
-                .into_iter()
-                .filter(|(n, _)| !explicit.contains(n))
-                .map(|(n, vs)| (n, vs[0]))
-                .collect();
+            let first: BTreeMap<String, i64> =
+                super::autotune::configurations(f, db, kfile, &explicit)
+                    .swap_remove(0)
+                    .into_iter()
+                    .collect();
             let mut with_first = named.to_vec();
             for p in &sig.params {
                 if let (true, Some(v)) = (p.is_const, first.get(&p.name)) {

@@ -17,7 +17,7 @@ use crate::check::scope::{annotation, Annot};
 use crate::check::{DType, Ty, Value as CValue};
 use crate::diag::Diagnostic;
 use crate::ir::tile::{Constant, Dim, Kernel, Op, OpKind, Param, ParamKind, Type, Value};
-use crate::syntax::ast::{self, ExprKind, StmtKind};
+use crate::syntax::ast::{self, StmtKind};
 use crate::syntax::span::Span;
 use crate::target::{check_num_stages, check_num_warps};
 
@@ -51,32 +51,13 @@ impl<'a> Lowerer<'a> {
     pub(super) fn kernel(&mut self, spec: &Specialization) -> R<Kernel> {
         let f = self.f;
         let scope = self.scope;
-        // Autotune: the first configuration of each space entry applies unless specialised.
-        let mut tuned: HashMap<String, i64> = HashMap::new();
-        if let Some(Some(args)) = f.decorator("autotune").map(|d| &d.args) {
-            for a in args {
-                if a.name.as_ref().map(|n| n.name.as_str()) != Some("space") {
-                    continue;
-                }
-                if let ExprKind::Dict(pairs) = &a.value.kind {
-                    for (k, v) in pairs {
-                        if let (
-                            ExprKind::Str(name),
-                            ExprKind::List(items) | ExprKind::Tuple(items),
-                        ) = (&k.kind, &v.kind)
-                        {
-                            if let Some(first) = items.first() {
-                                if let Ok(c) = eval_const(first, &|n| scope.const_value(n)) {
-                                    if let Some(i) = c.as_int() {
-                                        tuned.insert(name.clone(), i);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        // Autotune: the space's first configuration applies unless specialised.
+        let tuned: HashMap<String, i64> =
+            crate::check::scope::autotune_configs(f, &|n| scope.const_value(n))
+                .swap_remove(0)
+                .into_iter()
+                .filter_map(|(name, v)| Some((name, v.as_int()?)))
+                .collect();
         let mut const_vals: HashMap<String, CValue> = HashMap::new();
         // Const parameters first: a tensor dim may name one (`Tensor["M", "BM", f32]`).
         let annots: Vec<(&ast::Param, Annot)> = f
