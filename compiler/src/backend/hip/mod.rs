@@ -907,6 +907,7 @@ impl Printer<'_> {
             | Inst::MbarExpectTx { .. }
             | Inst::MbarArrive { .. }
             | Inst::MbarInval { .. }
+            | Inst::PrefetchTensorMap { .. }
             | Inst::MbarWait { .. }
             | Inst::TmaLoad { .. } => {
                 return self.inexpressible("a TMA copy or transaction barrier (sm_90a's)")

@@ -651,6 +651,7 @@ impl Printer<'_> {
             Inst::MbarInval { bar } => {
                 format!("mbarrier.inval.shared::cta.b64 [{}];", self.r(*bar))
             }
+            Inst::PrefetchTensorMap { map } => format!("prefetch.tensormap [{}];", self.r(*map)),
             Inst::MbarWait { bar, parity } => {
                 // try_wait suspends for a while in hardware; loop until done.
                 let n = self.label("mbar_wait");

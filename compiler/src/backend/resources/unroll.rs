@@ -373,7 +373,8 @@ pub(super) fn rename_regs(
         Inst::MbarInit { bar, .. }
         | Inst::MbarExpectTx { bar, .. }
         | Inst::MbarArrive { bar }
-        | Inst::MbarInval { bar } => uses(bar),
+        | Inst::MbarInval { bar }
+        | Inst::PrefetchTensorMap { map: bar } => uses(bar),
         Inst::MbarWait { bar, parity } => {
             uses(bar);
             op(parity, uses)

@@ -264,6 +264,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             }
             Inst::MbarArrive { bar } => format!("mbarrier_arrive [{}]", r(k, *bar)),
             Inst::MbarInval { bar } => format!("mbarrier_inval [{}]", r(k, *bar)),
+            Inst::PrefetchTensorMap { map } => format!("prefetch_tensor_map [{}]", r(k, *map)),
             Inst::MbarWait { bar, parity } => {
                 format!("mbarrier_wait [{}], parity {}", r(k, *bar), o(k, parity))
             }

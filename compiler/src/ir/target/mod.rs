@@ -447,6 +447,12 @@ pub enum Inst {
         dst: Reg,
         map: usize,
     },
+    /// Starts fetching tensor map `map` (`U64`, from `TensorMapAddr`) into
+    /// the TMA unit's cache, so that the first copy through it does not wait
+    /// for the descriptor.
+    PrefetchTensorMap {
+        map: Reg,
+    },
     /// Initialises the shared-memory barrier at `bar` (8 bytes, `U32`
     /// shared address) to expect `count` arrivals a phase, in phase 0.
     MbarInit {
@@ -557,6 +563,7 @@ impl Inst {
             | Inst::MbarExpectTx { .. }
             | Inst::MbarArrive { .. }
             | Inst::MbarInval { .. }
+            | Inst::PrefetchTensorMap { .. }
             | Inst::MbarWait { .. }
             | Inst::TmaLoad { .. }
             | Inst::Barrier
@@ -590,6 +597,7 @@ impl Inst {
             | Inst::MbarExpectTx { bar, .. }
             | Inst::MbarArrive { bar }
             | Inst::MbarInval { bar } => vec![*bar],
+            Inst::PrefetchTensorMap { map } => vec![*map],
             Inst::MbarWait { bar, parity } => {
                 let mut v = vec![*bar];
                 v.extend(parity.reg());
@@ -690,6 +698,7 @@ impl Inst {
                 | Inst::MbarExpectTx { .. }
                 | Inst::MbarArrive { .. }
                 | Inst::MbarInval { .. }
+                | Inst::PrefetchTensorMap { .. }
                 | Inst::MbarWait { .. }
                 | Inst::TmaLoad { .. }
         )

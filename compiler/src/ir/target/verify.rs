@@ -382,6 +382,10 @@ impl Verifier<'_> {
                     self.errors.push(format!("{i:?}: {} has no TMA", k.arch));
                 }
             }
+            Inst::PrefetchTensorMap { map } if ty(map) != RegTy::U64 || !k.arch.features().tma => {
+                self.errors
+                    .push(format!("{i:?}: a tensor map address on a TMA arch"));
+            }
             Inst::MbarInit { bar, .. }
             | Inst::MbarExpectTx { bar, .. }
             | Inst::MbarArrive { bar }
@@ -539,6 +543,8 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.contains("sm_90 has no transaction barriers"), "{e}");
+        let e = check(vec![mov(1), Inst::PrefetchTensorMap { map: Reg(1) }]).unwrap_err();
+        assert!(e.contains("a tensor map address on a TMA arch"), "{e}");
     }
 
     /// wgmma's `a` in registers is four packed `B32` pairs a thread; a

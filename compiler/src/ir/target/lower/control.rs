@@ -225,12 +225,27 @@ impl<'a> Lower<'a> {
             let decision = Decision::Loop(plan.clone());
             self.pipeline.plan.decisions.push(decision);
         }
-        self.copy_invariant_operands(&plan);
+        // TMA's first stages go out before the invariant copies, which the
+        // threads issue while those land (its set-up has a barrier first).
+        let tma = maps.is_some();
+        let invariant = self.invariant_buffers(&plan);
+        if !tma {
+            self.copy_invariant_operands(&invariant);
+        }
         let amd_staged = self.stage_invariant_amd_operands(body)?;
         let bounds = [lo_o, hi_o, step_o];
         let pipe = self.pipeline_prologue(body, &plan, maps, bounds)?;
-        if pipe.is_none() && !plan.invariant.is_empty() {
+        if tma {
+            self.copy_invariant_operands(&invariant);
+        }
+        // The invariant copies complete before the loop where no `cp.async`
+        // wait in it counts their group (no pipeline, or TMA's), visible to
+        // wgmma's asynchronous proxy where its dots read them.
+        if !plan.invariant.is_empty() && pipe.as_ref().is_none_or(|p| p.tma.is_some()) {
             self.emit(Inst::CpAsyncWait { pending: 0 });
+            if !plan.wgmma_waited.is_empty() {
+                self.emit(Inst::FenceProxyAsync);
+            }
             self.emit(Inst::Barrier);
         }
         self.blocks.push(Vec::new());

@@ -577,18 +577,12 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// Copies a loop's invariant dot operands (`LoopPlan::invariant`) once,
-    /// before it, into buffers that live through it.
-    pub(super) fn copy_invariant_operands(&mut self, plan: &LoopPlan) {
-        let found = &plan.invariant;
-        if found.is_empty() {
-            return;
-        }
-        self.emit(Inst::Comment(format!(
-            "{} loop-invariant dot operands copied once",
-            found.len()
-        )));
-        for &v in found {
+    /// The buffers of a loop's invariant dot operands (`LoopPlan::invariant`),
+    /// which live through it, each with its pipe; [`Self::copy_invariant_operands`]
+    /// copies them.
+    pub(super) fn invariant_buffers(&mut self, plan: &LoopPlan) -> Vec<(Value, usize)> {
+        let mut out = Vec::new();
+        for &v in &plan.invariant {
             let (d, trans) = self.pipeline.deferred[&v].clone();
             let (rows, cols) = (d.layout.shape[0], d.layout.shape[1]);
             // Read by wgmma (its canonical layouts, 1024-byte swizzle atoms)
@@ -609,9 +603,6 @@ impl<'a> Lower<'a> {
                 swizzle: Some(sw),
             });
             self.pipeline.persistent.push(buffer);
-            let buf = self.new_reg(RegTy::U32);
-            self.emit(Inst::SmemAddr { dst: buf, buffer });
-            self.issue_copies(&d, buf, sw);
             self.pipeline.pipes.push(Pipe {
                 buffer,
                 sw,
@@ -621,6 +612,27 @@ impl<'a> Lower<'a> {
             self.pipeline
                 .pipelined
                 .insert(v, (self.pipeline.pipes.len() - 1, trans));
+            out.push((v, buffer));
+        }
+        out
+    }
+
+    /// Copies a loop's invariant dot operands once, before it, into their
+    /// [`Self::invariant_buffers`].
+    pub(super) fn copy_invariant_operands(&mut self, buffers: &[(Value, usize)]) {
+        if buffers.is_empty() {
+            return;
+        }
+        self.emit(Inst::Comment(format!(
+            "{} loop-invariant dot operands copied once",
+            buffers.len()
+        )));
+        for &(v, buffer) in buffers {
+            let (d, _) = self.pipeline.deferred[&v].clone();
+            let sw = self.buffers[buffer].swizzle.expect("a swizzled buffer");
+            let buf = self.new_reg(RegTy::U32);
+            self.emit(Inst::SmemAddr { dst: buf, buffer });
+            self.issue_copies(&d, buf, sw);
         }
         self.emit(Inst::CpAsyncCommit);
     }

@@ -73,16 +73,26 @@ impl<'a> Lower<'a> {
     /// every index an i32, the load's two ranges in the tensor's order with
     /// at most `MAX_BOX` elements each, at most 5 dims, and a swizzle TMA
     /// has. A positive constant step is needed too: the copies ahead are
-    /// issued only while `iv + ahead * step < hi`.
+    /// issued only while `iv + ahead * step < hi`. The loop is the GEMM
+    /// mainloop (`LoopPlan::wgmma`) or one whose dots are all waited wgmma
+    /// dots (`LoopPlan::wgmma_waited`, attention's), whose stages are plain
+    /// 128-byte panels (TMA cannot store rows in warpgroup order).
     pub(super) fn tma_maps(&self, plan: &LoopPlan, step: Operand) -> Option<Vec<TensorMap>> {
-        let (_, wb) = plan.wgmma?;
+        if plan.wgmma.is_none() && plan.wgmma_waited.is_empty() {
+            return None;
+        }
         if !self.feat.tma || !matches!(step, Operand::Int(s) if s > 0) {
             return None;
         }
         let mut maps = Vec::new();
         for load in &plan.pipelined {
             let (rows, cols) = (load.shape[0], load.shape[1]);
-            let sw = Self::wgmma_swizzle(wb == load.value, rows, cols);
+            let sw = match plan.wgmma {
+                Some((_, wb)) => Self::wgmma_swizzle(wb == load.value, rows, cols),
+                None => plan
+                    .waited_swizzle(load.value, rows, cols)
+                    .filter(|sw| *sw == Swizzle::panels(cols * 2, rows))?,
+            };
             let (swizzle, inner) = tma_swizzle(sw, cols)?;
             if load.access.len() > 5 || rows > MAX_BOX || inner > MAX_BOX {
                 return None;
@@ -164,6 +174,9 @@ impl<'a> Lower<'a> {
         let warpgroups = self.num_warps / 4;
         let first = self.thread_zero();
         self.blocks.push(Vec::new());
+        for &(map, ..) in &tmaps {
+            self.emit(Inst::PrefetchTensorMap { map });
+        }
         for s in 0..stages {
             let f = self.barrier_addr(full, Operand::Int(s as i64));
             self.emit(Inst::MbarInit { bar: f, count: 1 });
@@ -220,11 +233,13 @@ impl<'a> Lower<'a> {
         });
     }
 
-    /// After the body's dot (whose wgmma group of the previous iteration is
-    /// then complete): the previous stage released by each warpgroup (not
-    /// in the first iteration), then thread 0 copies the iteration `ahead`
-    /// on into it once both warpgroups have released it, if that iteration
-    /// runs.
+    /// After the body's (first) dot, whose wait leaves no wgmma group of the
+    /// previous iteration reading its stage (the GEMM's waits for all but
+    /// its own group; a waited dot's for all, the previous iteration's last
+    /// dot left in flight included): the previous stage released by each
+    /// warpgroup (not in the first iteration), then thread 0 copies the
+    /// iteration `ahead` on into it once every warpgroup has released it,
+    /// if that iteration runs.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn tma_issue_ahead(
         &mut self,
