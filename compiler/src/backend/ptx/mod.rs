@@ -598,7 +598,8 @@ impl Printer<'_> {
                     self.list(c)
                 )
             }
-            // scale-d is a predicate operand: a scoped `true` (accumulate).
+            // scale-d is a predicate operand: a scoped constant (true:
+            // accumulate; false: acc = a b, its input ignored).
             Inst::Wgmma {
                 n,
                 input,
@@ -606,6 +607,7 @@ impl Printer<'_> {
                 a,
                 b_desc,
                 trans_b,
+                accumulate,
             } => {
                 let t = match input {
                     MemTy::BF16 => "bf16",
@@ -617,7 +619,8 @@ impl Printer<'_> {
                     WgmmaA::Regs(rs) => (format!("{{{}}}", self.list(rs)), ""),
                 };
                 format!(
-                    "{{ .reg .pred %acc; setp.ne.b32 %acc, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {a}, {}, %acc, 1, 1, {trans_a}{}; }}",
+                    "{{ .reg .pred %acc; setp.ne.b32 %acc, {}, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {a}, {}, %acc, 1, 1, {trans_a}{}; }}",
+                    u8::from(*accumulate),
                     self.list(acc),
                     self.r(*b_desc),
                     u8::from(*trans_b)

@@ -455,10 +455,18 @@ pub(super) fn rename_regs(
             a.iter_mut().chain(b).chain(c).for_each(&mut *uses);
             d.iter_mut().for_each(defs)
         }
-        Inst::Wgmma { acc, a, b_desc, .. } => {
+        Inst::Wgmma {
+            acc,
+            a,
+            b_desc,
+            accumulate,
+            ..
+        } => {
             a.regs_mut().iter_mut().for_each(&mut *uses);
             uses(b_desc);
-            acc.iter_mut().for_each(&mut *uses);
+            if *accumulate {
+                acc.iter_mut().for_each(&mut *uses);
+            }
             acc.iter_mut().for_each(defs)
         }
         Inst::Trap { pred } => uses(pred),

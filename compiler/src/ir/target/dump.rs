@@ -238,11 +238,13 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 a,
                 b_desc,
                 trans_b,
+                accumulate,
             } => format!(
-                "wgmma.m64n{n}k16.{}{} [{}] += {} x desc {}",
+                "wgmma.m64n{n}k16.{}{} [{}] {} {} x desc {}",
                 input.name(),
                 if *trans_b { ".trans_b" } else { "" },
                 acc.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", "),
+                if *accumulate { "+=" } else { "=" },
                 match a {
                     WgmmaA::Desc(d) => format!("desc {}", r(k, *d)),
                     WgmmaA::Regs(rs) => format!(

@@ -418,7 +418,9 @@ pub enum Inst {
     /// row-major `[k, n]` tile), else k-major (a row-major `[n, k]` tile).
     /// `acc` holds `n / 2` f32 a thread, laid out as `mma.m16n8`'s
     /// accumulators of each warp's 16 rows over the `n / 8` column tiles, and
-    /// is read and written in place. Asynchronous: issued after a
+    /// is read and written in place (`acc += a b`), or only written where
+    /// `accumulate` is false (`acc = a b`: a dot's first k step onto zeros,
+    /// which then need no registers zeroed). Asynchronous: issued after a
     /// `WgmmaFence`, closed by `WgmmaCommit`, complete (`acc` readable) after
     /// a `WgmmaWait`.
     Wgmma {
@@ -428,6 +430,7 @@ pub enum Inst {
         a: WgmmaA,
         b_desc: Reg,
         trans_b: bool,
+        accumulate: bool,
     },
     /// Orders the accumulator registers' earlier writes before the
     /// warpgroup's next `Wgmma`s.
@@ -614,8 +617,14 @@ impl Inst {
                 v.extend(ops(coords));
                 v
             }
-            Inst::Wgmma { acc, a, b_desc, .. } => {
-                let mut v = acc.clone();
+            Inst::Wgmma {
+                acc,
+                a,
+                b_desc,
+                accumulate,
+                ..
+            } => {
+                let mut v = if *accumulate { acc.clone() } else { Vec::new() };
                 v.extend(a.regs());
                 v.push(*b_desc);
                 v

@@ -558,6 +558,7 @@ mod tests {
             a,
             b_desc: Reg(8),
             trans_b: true,
+            accumulate: true,
         };
         let kernel = |a: WgmmaA| {
             let mut regs = vec![RegTy::F32; 4];

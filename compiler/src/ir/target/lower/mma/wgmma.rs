@@ -154,6 +154,7 @@ impl<'a> Lower<'a> {
                 a: WgmmaA::Desc(a_desc),
                 b_desc,
                 trans_b: true,
+                accumulate: true,
             });
         }
         // One group stays in flight (the loop waits for it after its end):
@@ -205,13 +206,16 @@ impl<'a> Lower<'a> {
             .in_flight
             .map(|c| self.val(c))
             .filter(|c| *c.layout == *layout && c.ty == RegTy::F32);
+        // A dot without an accumulator writes fresh ones at its first k step
+        // (wgmma's scale-d false) instead of adding onto zeroed registers.
+        let fresh = acc.is_none() && carried.is_none();
         let mut regs = Vec::new();
         for (i, o) in self.acc_operands(acc, &layout)?.into_iter().enumerate() {
             let r = match &carried {
                 Some(c) => c.ops[i].reg().expect("carried registers"),
                 None => self.new_reg(RegTy::F32),
             };
-            if o != Operand::Reg(r) {
+            if o != Operand::Reg(r) && !fresh {
                 self.emit(Inst::Mov { dst: r, src: o });
             }
             regs.push(r);
@@ -305,6 +309,7 @@ impl<'a> Lower<'a> {
                     a,
                     b_desc,
                     trans_b: !b_kmajor,
+                    accumulate: kk > 0 || !fresh,
                 });
             }
         }
