@@ -201,6 +201,16 @@ impl<'a> Lower<'a> {
         let iv = self.new_reg(ity);
         let d = gcd(self.divisor(lo), self.divisor(step));
         self.div.insert(body.args[0], d);
+        if let (Operand::Int(l), Operand::Int(s)) = (lo_o, step_o) {
+            if l >= 0
+                && s > 0
+                && l % s == 0
+                && self.divisor_or_constant(hi).is_multiple_of(s as u64)
+            {
+                self.extents
+                    .insert(body.args[0], super::LoopExtent { hi, step: s });
+            }
+        }
         self.vals
             .insert(body.args[0], self.scalar_tv(Operand::Reg(iv), ity, idt));
         // The plan first: a dot on wgmma decides the accumulator's layout.

@@ -22,6 +22,27 @@ use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space};
 use crate::ir::tile::{Access, Constant, Value};
 
 impl<'a> Lower<'a> {
+    /// What a loop's extent proves of a slice `[start, start + len)` along a
+    /// tensor axis of size `dim`, where `start` is the variable of a loop
+    /// with a `LoopExtent` (`len` at most its step, its bound at most `dim`):
+    /// `Some(None)`, in bounds in every iteration; in a pipeline's copy for
+    /// an iteration ahead (`start` overridden), `Some(Some(p))`, in bounds
+    /// where that iteration runs (`p`, one uniform predicate for the whole
+    /// slice instead of one a row). `None` where nothing is proven.
+    fn loop_bound(&mut self, start: Value, len: u32, dim: Operand) -> Option<Option<Operand>> {
+        let e = *self.extents.get(&start)?;
+        if i64::from(len) > e.step || !self.at_most(e.hi, dim) {
+            return None;
+        }
+        match self.pipeline.overrides.get(&start).copied() {
+            None => Some(None),
+            Some(ahead) => {
+                let hi = self.scalar(e.hi);
+                Some(Some(self.cmp(CmpOp::Lt, RegTy::I32, ahead, hi)))
+            }
+        }
+    }
+
     /// Per slot: the address register, byte offset and in-bounds predicate of an
     /// access of `layout`'s elements; plus the vector width that is proven safe.
     /// `in_bounds`: the tile is known to lie wholly in bounds (the fast path of
@@ -55,6 +76,8 @@ impl<'a> Lower<'a> {
         let mut point_preds = Vec::new();
         // For each tile axis: (tensor axis, start + base, upper bound check needed).
         let mut axes = Vec::new();
+        // Per range axis, what a loop's extent proves (`Lower::loop_bound`).
+        let mut proofs = Vec::new();
         let mut d = 0usize;
         for (a, acc) in access.iter().enumerate() {
             match acc {
@@ -68,7 +91,8 @@ impl<'a> Lower<'a> {
                     let t = self.bin(BinOp::Mul, RegTy::I32, idx, strides[a]);
                     thread_off = self.bin(BinOp::Add, RegTy::I32, thread_off, t);
                 }
-                Access::Range { start, len: _ } => {
+                Access::Range { start, len } => {
+                    proofs.push(self.loop_bound(*start, *len, dims[a]));
                     let s = self.scalar(*start);
                     let b = self.base(&layout.terms[d].clone());
                     let sb = self.bin(BinOp::Add, RegTy::I32, s, b);
@@ -149,10 +173,13 @@ impl<'a> Lower<'a> {
                     Some(p) => *p,
                     None => {
                         let safe = in_bounds
+                            || matches!(proofs[d], Some(None))
                             || matches!((s, static_dims[a]), (Operand::Int(st), Some(n))
                             if st >= 0 && (st as u64 + max_base + o as u64) < n);
                         let p = if safe {
                             None
+                        } else if let Some(Some(uniform)) = proofs[d] {
+                            Some(uniform)
                         } else {
                             let idx = self.bin(BinOp::Add, RegTy::I32, sb, Operand::Int(o as i64));
                             Some(self.cmp(CmpOp::Lt, RegTy::U32, idx, dims[a]))

@@ -156,6 +156,8 @@ fn lower_once(
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
         div: HashMap::new(),
+        extents: HashMap::new(),
+        mins: HashMap::new(),
         tid: Reg(0),
         base_cache: HashMap::new(),
         params: Vec::new(),
@@ -285,6 +287,12 @@ struct Lower<'a> {
     vals: HashMap<Value, TV>,
     /// A known divisor of integer scalars (for alignment proofs).
     div: HashMap<Value, u64>,
+    /// `for` loops whose variable `iv` provably keeps `iv + step <= hi`
+    /// (see `LoopExtent`), by that variable.
+    extents: HashMap<Value, LoopExtent>,
+    /// Integer scalars that are the `min` of two others (a loop bound
+    /// `min(S, m0 + BM)` is at most `S`).
+    mins: HashMap<Value, (Value, Value)>,
     tid: Reg,
     base_cache: HashMap<Vec<Term>, Reg>,
     params: Vec<Param>,
@@ -480,6 +488,35 @@ impl<'a> Lower<'a> {
         self.div.get(&v).copied().unwrap_or(1)
     }
 
+    /// [`Self::divisor`], with a constant's own (0: every divisor).
+    fn divisor_or_constant(&self, v: Value) -> u64 {
+        match self.scalar(v) {
+            Operand::Int(0) => 1 << 30,
+            Operand::Int(i) => i.unsigned_abs(),
+            _ => self.divisor(v),
+        }
+    }
+
+    /// Whether scalar `v` is at most `bound` (an operand): it is that operand,
+    /// or a `min` of which one side is.
+    fn at_most(&self, v: Value, bound: Operand) -> bool {
+        let mut stack = vec![v];
+        let mut steps = 0;
+        while let Some(v) = stack.pop() {
+            steps += 1;
+            if steps > 16 {
+                return false;
+            }
+            if self.scalar(v) == bound {
+                return true;
+            }
+            if let Some(&(a, b)) = self.mins.get(&v) {
+                stack.extend([a, b]);
+            }
+        }
+        false
+    }
+
     fn define(&mut self, v: Value, tv: TV) {
         if tv.layout.rank() >= 2
             && tv.layout.shape.iter().all(|&d| d > 1)
@@ -521,4 +558,15 @@ impl<'a> Lower<'a> {
             None => self.unsupported(format!("arithmetic on {}", d.name())),
         }
     }
+}
+
+/// A `for iv in range(lo, hi, step)` loop with a positive constant step, a
+/// constant `lo >= 0`, and `lo` and `hi` multiples of `step`: every
+/// iteration has `0 <= iv` and `iv + step <= hi`, so a slice `[iv, iv + len)`
+/// with `len <= step` of an axis whose size is at least `hi` is in bounds
+/// without a predicate a row (`Lower::plan_access`).
+#[derive(Clone, Copy, Debug)]
+struct LoopExtent {
+    hi: Value,
+    step: i64,
 }

@@ -149,13 +149,18 @@ impl<'a> Lower<'a> {
                     });
                 }
                 if a.layout.shape.is_empty() && a.dtype.is_int() {
-                    let (da, db) = (self.divisor(*av), self.divisor(*bv));
+                    let (da, db) = (self.divisor_or_constant(*av), self.divisor_or_constant(*bv));
                     let d = match b {
                         BinaryOp::Mul => da.saturating_mul(db).min(1 << 30),
-                        BinaryOp::Add | BinaryOp::Sub => gcd(da, db),
+                        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Min | BinaryOp::Max => {
+                            gcd(da, db)
+                        }
                         _ => 1,
                     };
                     self.div.insert(res(0), d);
+                    if *b == BinaryOp::Min {
+                        self.mins.insert(res(0), (*av, *bv));
+                    }
                 }
                 let ty = if b.is_comparison() { RegTy::Pred } else { a.ty };
                 let dtype = tk.ty(res(0)).dtype();
