@@ -439,12 +439,15 @@ const WORST_BOUND: f64 = 0.35;
 /// gfx1100 to 45 when tests/codegen/mma/wgmma_attention_two_warpgroups.tsr
 /// added an attention over 8 waves: 134 VGPRs estimated, clang 241, as for
 /// tests/gpu/user_attention.tsr's attentions on gfx1100 (clang keeps the
-/// WMMA accumulators of both products live across the loop).
+/// WMMA accumulators of both products live across the loop). gfx1100 to 46
+/// when tests/codegen/pipeline/loop_extent_unpredicated.tsr added `keys`, a
+/// 64 x 64 dot accumulated over a loop on 4 waves: 105 VGPRs estimated,
+/// clang 175, the same undercount of WMMA accumulators across a loop.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.1455, 28),
         Arch::Gfx942 => (0.1385, 25),
-        _ => (0.1165, 45),
+        _ => (0.1165, 46),
     }
 }
 
