@@ -66,6 +66,12 @@ type Recent = HashMap<usize, (Arc<Kernel>, Arc<Loaded>)>;
 /// report ([`Gpu::compile_ahead`]).
 type Ahead = HashMap<String, (Vec<u8>, Vec<ptxas::FunctionInfo>)>;
 
+/// Target IR and PTX lowered ahead of a launch ([`Gpu::compile_ahead`]), by
+/// the address of the Tile IR kernel they came from, which each holds (so
+/// the address is not reused while it is a key): the launch takes them
+/// instead of lowering the kernel again.
+type Lowered = HashMap<usize, (Arc<Kernel>, crate::ir::target::Kernel, String)>;
+
 /// Beyond this many kernels, [`Recent`] starts afresh.
 const RECENT_CAP: usize = 256;
 
@@ -97,6 +103,8 @@ pub struct Gpu {
     /// Cubins ptxas made ahead of their first launch ([`Gpu::compile_ahead`]),
     /// by PTX text, with ptxas's report.
     ahead: Mutex<Ahead>,
+    /// Kernels those were lowered from, until launched.
+    lowered: Mutex<Lowered>,
     /// `TESSERA_GPU_TRAP`: the kernel whose launches trap (see [`TRAP_ENV`]).
     trap_kernel: Option<String>,
     /// The driver's version, part of the disk cache's key.
@@ -521,6 +529,7 @@ impl Gpu {
             modules: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             ahead: Mutex::new(HashMap::new()),
+            lowered: Mutex::new(HashMap::new()),
             tuned: Mutex::new(Vec::new()),
             pool,
             broken: AtomicBool::new(false),
@@ -866,7 +875,15 @@ impl Gpu {
 
     /// The loaded kernel for `kernel` (compiled and loaded on first use).
     fn loaded(&self, kernel: &Kernel) -> Result<Arc<Loaded>, ExecError> {
-        let (target, ptx) = self.ptx_of(kernel)?;
+        let early = self
+            .lowered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(kernel as *const Kernel as usize));
+        let (target, ptx) = match early {
+            Some((_, target, ptx)) => (target, ptx),
+            None => self.ptx_of(kernel)?,
+        };
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = modules.get(&ptx) {
             self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
@@ -1032,7 +1049,13 @@ impl Gpu {
             std::thread::scope(|s| {
                 for k in chunk {
                     s.spawn(move || {
-                        let Ok((_, ptx)) = self.ptx_of(k) else { return };
+                        let Ok((target, ptx)) = self.ptx_of(k) else {
+                            return;
+                        };
+                        self.lowered
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(Arc::as_ptr(k) as usize, ((*k).clone(), target, ptx.clone()));
                         let loaded = self
                             .modules
                             .lock()
