@@ -132,11 +132,7 @@ impl<'a> Lower<'a> {
         let Access::Range { start, len } = &access[last] else {
             return false;
         };
-        let start_div = match self.scalar(*start) {
-            Operand::Int(0) => 1 << 30,
-            Operand::Int(i) => i.unsigned_abs(),
-            _ => self.divisor(*start),
-        };
+        let start_div = self.divisor_or_constant(*start);
         let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
         let dim_ok = t.dim_div[last].is_multiple_of(8);
         if shape.len() != 2

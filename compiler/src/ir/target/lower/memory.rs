@@ -118,7 +118,7 @@ impl<'a> Lower<'a> {
         let mut vec = 1u32;
         let vd = layout.vector_axis();
         let vector_axis = vd.filter(|_| vector).and_then(|vd| axes.get(vd));
-        if let Some(&(a, _, start, _, s)) = vector_axis {
+        if let Some(&(a, _, start, _, _)) = vector_axis {
             let vd = vd.expect("a vector axis");
             if static_dims[a + 1..].iter().all(|d| *d == Some(1)) {
                 // bf16 vectors move as packed 32-bit words (see `packed`), so
@@ -126,17 +126,17 @@ impl<'a> Lower<'a> {
                 // under 4 bytes stop at four elements (the PTX vector limit).
                 let mut v = (16 / mem.bytes()).min(if mem == MemTy::BF16 { 8 } else { 4 });
                 let terms_ok = |v: u32| layout.terms[vd].iter().all(|t| t.mul % v == 0);
-                let start_div = match s {
-                    Operand::Int(0) => 1 << 30,
-                    Operand::Int(i) => i.unsigned_abs(),
-                    _ => self.divisor(start),
-                };
+                let start_div = self.divisor_or_constant(start);
                 let strides_ok =
                     |v: u32| stride_div[..a].iter().all(|s| s.is_multiple_of(v as u64));
                 // Every vector wholly in or out of bounds.
                 let dim_ok = |v: u32| in_bounds || dim_div[a].is_multiple_of(v as u64);
                 while v > 1 {
-                    if terms_ok(v) && start_div % v as u64 == 0 && strides_ok(v) && dim_ok(v) {
+                    if terms_ok(v)
+                        && start_div.is_multiple_of(v as u64)
+                        && strides_ok(v)
+                        && dim_ok(v)
+                    {
                         break;
                     }
                     v /= 2;
