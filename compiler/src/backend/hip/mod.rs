@@ -909,7 +909,10 @@ impl Printer<'_> {
             | Inst::MbarInval { .. }
             | Inst::PrefetchTensorMap { .. }
             | Inst::MbarWait { .. }
-            | Inst::TmaLoad { .. } => {
+            | Inst::TmaLoad { .. }
+            | Inst::TmaStore { .. }
+            | Inst::BulkCommit
+            | Inst::BulkWaitRead { .. } => {
                 return self.inexpressible("a TMA copy or transaction barrier (sm_90a's)")
             }
             Inst::PackBf16 { .. } => {

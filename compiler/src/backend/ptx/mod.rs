@@ -671,6 +671,25 @@ impl Printer<'_> {
                 );
                 format!("@!%q{q} bra $mbar_wait{n};")
             }
+            Inst::TmaStore {
+                src,
+                src_offset,
+                map,
+                coords,
+            } => format!(
+                "cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group [{}, {{{}}}], [{}{}];",
+                coords.len(),
+                self.r(*map),
+                coords
+                    .iter()
+                    .map(|c| self.o(*c, RegTy::I32))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.r(*src),
+                off(*src_offset),
+            ),
+            Inst::BulkCommit => "cp.async.bulk.commit_group;".to_string(),
+            Inst::BulkWaitRead { pending } => format!("cp.async.bulk.wait_group.read {pending};"),
             Inst::TmaLoad {
                 dst,
                 dst_offset,

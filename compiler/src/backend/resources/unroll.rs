@@ -391,6 +391,13 @@ pub(super) fn rename_regs(
             uses(bar);
             coords.iter_mut().for_each(|o| op(o, uses))
         }
+        Inst::TmaStore {
+            src, map, coords, ..
+        } => {
+            uses(src);
+            uses(map);
+            coords.iter_mut().for_each(|o| op(o, uses))
+        }
         Inst::Mov { dst, src } | Inst::Unary { dst, x: src, .. } => {
             op(src, uses);
             defs(dst)
@@ -479,6 +486,8 @@ pub(super) fn rename_regs(
         | Inst::WgmmaFence
         | Inst::WgmmaCommit
         | Inst::WgmmaWait { .. }
+        | Inst::BulkCommit
+        | Inst::BulkWaitRead { .. }
         | Inst::FenceProxyAsync
         | Inst::FenceMbarInit
         | Inst::Comment(_) => {}

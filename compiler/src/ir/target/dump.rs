@@ -270,6 +270,27 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
             Inst::MbarWait { bar, parity } => {
                 format!("mbarrier_wait [{}], parity {}", r(k, *bar), o(k, parity))
             }
+            Inst::TmaStore {
+                src,
+                src_offset,
+                map,
+                coords,
+            } => format!(
+                "tma_store map {} at ({}) <- [{}{}]",
+                r(k, *map),
+                coords
+                    .iter()
+                    .map(|c| o(k, c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                r(k, *src),
+                match src_offset {
+                    0 => String::new(),
+                    o => format!(" + {o}"),
+                },
+            ),
+            Inst::BulkCommit => "bulk_commit".to_string(),
+            Inst::BulkWaitRead { pending } => format!("bulk_wait_read {pending}"),
             Inst::TmaLoad {
                 dst,
                 dst_offset,

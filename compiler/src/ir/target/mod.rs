@@ -499,6 +499,25 @@ pub enum Inst {
         coords: Vec<Operand>,
         bar: Reg,
     },
+    /// A TMA copy of one box from shared memory at `src + src_offset`
+    /// (laid out as tensor map `map`'s swizzle says) to the tensor at
+    /// element coordinates `coords` (innermost first, `I32`); elements out
+    /// of the tensor's bounds are not written. Joins the thread's open bulk
+    /// group (`BulkCommit`).
+    TmaStore {
+        src: Reg,
+        src_offset: i64,
+        map: Reg,
+        coords: Vec<Operand>,
+    },
+    /// Closes this thread's bulk group of `TmaStore`s.
+    BulkCommit,
+    /// Waits until at most `pending` of this thread's bulk groups are still
+    /// reading their shared memory (their global writes may still be under
+    /// way: shared memory may be written again, and the block may exit).
+    BulkWaitRead {
+        pending: u32,
+    },
     /// `dst` = `src` of the lane `lane ^ lane_mask` (butterfly shuffle, whole
     /// warp); a 64-bit register moves as two 32-bit halves.
     ShflXor {
@@ -569,6 +588,9 @@ impl Inst {
             | Inst::PrefetchTensorMap { .. }
             | Inst::MbarWait { .. }
             | Inst::TmaLoad { .. }
+            | Inst::TmaStore { .. }
+            | Inst::BulkCommit
+            | Inst::BulkWaitRead { .. }
             | Inst::Barrier
             | Inst::Trap { .. }
             | Inst::While { .. }
@@ -595,6 +617,8 @@ impl Inst {
             | Inst::FenceProxyAsync
             | Inst::TensorMapAddr { .. }
             | Inst::FenceMbarInit
+            | Inst::BulkCommit
+            | Inst::BulkWaitRead { .. }
             | Inst::Comment(_) => vec![],
             Inst::MbarInit { bar, .. }
             | Inst::MbarExpectTx { bar, .. }
@@ -614,6 +638,13 @@ impl Inst {
                 ..
             } => {
                 let mut v = vec![*dst, *map, *bar];
+                v.extend(ops(coords));
+                v
+            }
+            Inst::TmaStore {
+                src, map, coords, ..
+            } => {
+                let mut v = vec![*src, *map];
                 v.extend(ops(coords));
                 v
             }
@@ -710,6 +741,9 @@ impl Inst {
                 | Inst::PrefetchTensorMap { .. }
                 | Inst::MbarWait { .. }
                 | Inst::TmaLoad { .. }
+                | Inst::TmaStore { .. }
+                | Inst::BulkCommit
+                | Inst::BulkWaitRead { .. }
         )
     }
 

@@ -1100,3 +1100,123 @@ fn wgmma_loops_copy_their_stages_by_tma_on_sm_90a_only() {
     k.walk(&mut |i| tma |= matches!(i, Inst::TmaLoad { .. } | Inst::MbarWait { .. }));
     assert!(!tma);
 }
+
+#[test]
+fn a_bf16_wgmma_tile_is_stored_by_tma_over_the_free_arena() {
+    use crate::db::{file_kernels, tile_ir, Database};
+    use crate::ir::target::TensorMap;
+    use crate::ir::tile::Specialization;
+    let src = "\
+@kernel(grid=(cdiv(M, BM), cdiv(N, BN)), num_warps=4, num_stages=3)
+def g(A: Tensor[\"M\", \"K\", bf16], B: Tensor[\"K\", \"N\", bf16], C: Tensor[\"M\", \"N\", DT],
+      BM: const = 64, BN: const = 128, BK: const = 64):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    acc = zeros([BM, BN], f32)
+    for k in range(0, K, BK):
+        acc = dot(load(A[m0 : m0 + BM, k : k + BK]), load(B[k : k + BK, n0 : n0 + BN]), acc)
+    store(C[m0 : m0 + BM, n0 : n0 + BN], acc.to(DT))
+";
+    let lowered = |arch: Arch, dt: &str| {
+        let mut db = Database::new();
+        db.set_arch(arch);
+        let file = db.set_source("/t/g.tsr", src.replace("DT", dt));
+        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+        let spec = Specialization::new().with("K", 256).with("N", 200);
+        let tk = tile_ir(&db, item, db.options(), spec).clone().unwrap();
+        super::lower::lower(&tk, arch).unwrap()
+    };
+    let count = |k: &super::Kernel| {
+        let mut n = std::collections::HashMap::new();
+        k.walk(&mut |i| {
+            let name = match i {
+                Inst::TmaStore { coords, .. } => {
+                    assert_eq!(coords.len(), 2);
+                    "tma_store"
+                }
+                Inst::BulkCommit => "commit",
+                Inst::BulkWaitRead { pending: 0 } => "wait",
+                Inst::St {
+                    space: Space::Global,
+                    ..
+                } => "st.global",
+                Inst::St {
+                    space: Space::Shared,
+                    ..
+                } => "st.shared",
+                _ => return,
+            };
+            *n.entry(name).or_insert(0) += 1;
+        });
+        n
+    };
+    let k = lowered(Arch::Sm90a, "bf16");
+    assert_eq!(verify(&k), Ok(()));
+    // Two boxes of 64 bf16 columns by 64 rows; a thread's 32 words (its 64
+    // accumulators in pairs) written to shared memory, no global store.
+    assert_eq!(
+        k.tensor_maps.last(),
+        Some(&TensorMap {
+            tensor: 2,
+            name: "C".into(),
+            box_dims: vec![64, 64],
+            swizzle: 128,
+        })
+    );
+    let n = count(&k);
+    assert_eq!(n.get("tma_store"), Some(&2));
+    assert_eq!(n.get("commit"), Some(&1));
+    assert_eq!(n.get("wait"), Some(&1));
+    assert_eq!(n.get("st.shared"), Some(&32));
+    assert_eq!(n.get("st.global"), None);
+    // The 16 KiB tile overlays the stages (3 x 24 KiB): the arena keeps its
+    // size, which the stages and their barriers set.
+    let tile = k.smem.iter().find(|b| b.name == "tma_store0").unwrap();
+    assert_eq!((tile.offset, tile.bytes), (0, 16384));
+    let others = k
+        .smem
+        .iter()
+        .filter(|b| b.name != "tma_store0")
+        .map(|b| b.offset + b.bytes)
+        .max()
+        .unwrap();
+    assert_eq!(k.smem_bytes(), others);
+    assert!(k.to_string().contains("tma_store map"));
+    // f32 (a quad writes whole sectors) and sm_90 (no TMA) store as before.
+    for (arch, dt) in [(Arch::Sm90a, "f32"), (Arch::Sm90, "bf16")] {
+        let k = lowered(arch, dt);
+        let n = count(&k);
+        assert_eq!(n.get("tma_store"), None, "{arch} {dt}");
+        assert!(n.get("st.global").is_some_and(|&c| c > 0), "{arch} {dt}");
+    }
+}
+
+#[test]
+fn the_verifier_rejects_tma_stores_where_the_arch_has_no_tma() {
+    let mut k = super::Kernel {
+        name: "k".into(),
+        arch: Arch::Sm80,
+        num_threads: 32,
+        params: vec![],
+        tensor_maps: vec![],
+        smem: vec![],
+        regs: vec![super::RegTy::U32, super::RegTy::U64, super::RegTy::I32],
+        body: vec![
+            Inst::TmaStore {
+                src: super::Reg(0),
+                src_offset: 0,
+                map: super::Reg(1),
+                coords: vec![super::Operand::Reg(super::Reg(2))],
+            },
+            Inst::BulkCommit,
+            Inst::BulkWaitRead { pending: 0 },
+        ],
+        layouts: vec![],
+    };
+    let errors = verify(&k).unwrap_err();
+    assert!(errors.contains("has no TMA"), "{errors}");
+    assert!(errors.contains("has no bulk copies"), "{errors}");
+    k.arch = Arch::Sm90a;
+    let errors = verify(&k).err().unwrap_or_default();
+    assert!(!errors.contains("has no"), "{errors}");
+}

@@ -420,6 +420,25 @@ impl Verifier<'_> {
                     self.errors.push(format!("{i:?}: {} has no TMA", k.arch));
                 }
             }
+            Inst::TmaStore {
+                src, map, coords, ..
+            } => {
+                self.mem_access(i, Space::Shared, *src, &None);
+                if ty(map) != RegTy::U64 || coords.is_empty() || coords.len() > 5 {
+                    self.errors
+                        .push(format!("{i:?}: bad tensor map or coordinates"));
+                }
+                for c in coords {
+                    self.expect(i, c, RegTy::I32);
+                }
+                if !k.arch.features().tma {
+                    self.errors.push(format!("{i:?}: {} has no TMA", k.arch));
+                }
+            }
+            Inst::BulkCommit | Inst::BulkWaitRead { .. } if !k.arch.features().tma => {
+                self.errors
+                    .push(format!("{i:?}: {} has no bulk copies", k.arch));
+            }
             Inst::For {
                 iv, lo, hi, step, ..
             } => {

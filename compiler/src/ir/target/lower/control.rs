@@ -245,6 +245,8 @@ impl<'a> Lower<'a> {
         let amd_staged = self.stage_invariant_amd_operands(body)?;
         let bounds = [lo_o, hi_o, step_o];
         let pipe = self.pipeline_prologue(body, &plan, maps, bounds)?;
+        let buffered = !invariant.is_empty() || !amd_staged.is_empty() || pipe.is_some();
+        self.buffered_loops += u32::from(buffered);
         if tma {
             self.copy_invariant_operands(&invariant);
         }
@@ -353,6 +355,7 @@ impl<'a> Lower<'a> {
                 self.pipeline.pipelined_pending.remove(&load.value);
             }
         }
+        self.buffered_loops -= u32::from(buffered);
         for (r, c) in op.results.iter().zip(carried) {
             self.define(*r, c);
         }

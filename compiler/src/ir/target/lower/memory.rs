@@ -594,6 +594,9 @@ impl<'a> Lower<'a> {
             let owner = self.owner_pred(&layout);
             return self.store_slots(tensor, &plan, &v, mask.as_ref(), owner, atomic);
         }
+        if self.tma_store(tensor, access, &v)? {
+            return Ok(());
+        }
         self.in_bounds_or_not(tensor, access, &layout, RegTy::Pred, |l, plan| {
             let owner = l.owner_pred(&layout);
             l.store_slots(tensor, plan, &v, None, owner, false)?;
@@ -639,43 +642,7 @@ impl<'a> Lower<'a> {
             }
             let p = self.and_preds(&ps);
             let pred = self.pred_reg(p);
-            if let Some(words) = packed_words(mem, group.len()).filter(|_| !atomic) {
-                let srcs = (0..words)
-                    .map(|w| self.pack_bf16(v.ops[group[2 * w]], v.ops[group[2 * w + 1]]))
-                    .collect();
-                self.emit(Inst::St {
-                    space: Space::Global,
-                    mem: MemTy::U32,
-                    src: srcs,
-                    addr: first.addr,
-                    offset: first.offset,
-                    pred,
-                });
-                continue;
-            }
-            let mut srcs = Vec::new();
-            for &slot in &group {
-                let x = v.ops[slot];
-                let s = match mem {
-                    MemTy::F16 => {
-                        let x = self.materialize(RegTy::F32, x);
-                        self.cvt(RegTy::B16, x, None)
-                    }
-                    MemTy::BF16 => {
-                        // The value is already a bf16 value held in f32: take the high half.
-                        let x = self.materialize(RegTy::F32, x);
-                        let u = self.new_reg(RegTy::U32);
-                        self.emit(Inst::Mov { dst: u, src: x });
-                        self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
-                    }
-                    MemTy::U8 if dtype == DType::Bool => {
-                        self.select(RegTy::U32, x, Operand::Int(1), Operand::Int(0))
-                    }
-                    MemTy::F8E4M3 | MemTy::F8E5M2 => self.encode_f8(x, mem),
-                    _ => self.materialize(raw_ty(mem), x),
-                };
-                srcs.push(s);
-            }
+            let (mem, srcs) = self.store_sources(mem, dtype, v, &group, !atomic);
             if atomic {
                 self.emit(Inst::AtomAdd {
                     mem,
@@ -696,6 +663,49 @@ impl<'a> Lower<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The access type and source operands that store the slots `group` of
+    /// `v` to memory of `mem`: bf16 runs packed in 32-bit words where
+    /// `packed` allows (not for atomics), else one converted operand a slot.
+    pub(super) fn store_sources(
+        &mut self,
+        mem: MemTy,
+        dtype: DType,
+        v: &TV,
+        group: &[usize],
+        packed: bool,
+    ) -> (MemTy, Vec<Operand>) {
+        if let Some(words) = packed_words(mem, group.len()).filter(|_| packed) {
+            let srcs = (0..words)
+                .map(|w| self.pack_bf16(v.ops[group[2 * w]], v.ops[group[2 * w + 1]]))
+                .collect();
+            return (MemTy::U32, srcs);
+        }
+        let mut srcs = Vec::new();
+        for &slot in group {
+            let x = v.ops[slot];
+            let s = match mem {
+                MemTy::F16 => {
+                    let x = self.materialize(RegTy::F32, x);
+                    self.cvt(RegTy::B16, x, None)
+                }
+                MemTy::BF16 => {
+                    // The value is already a bf16 value held in f32: take the high half.
+                    let x = self.materialize(RegTy::F32, x);
+                    let u = self.new_reg(RegTy::U32);
+                    self.emit(Inst::Mov { dst: u, src: x });
+                    self.bin(BinOp::Shr, RegTy::U32, Operand::Reg(u), Operand::Int(16))
+                }
+                MemTy::U8 if dtype == DType::Bool => {
+                    self.select(RegTy::U32, x, Operand::Int(1), Operand::Int(0))
+                }
+                MemTy::F8E4M3 | MemTy::F8E5M2 => self.encode_f8(x, mem),
+                _ => self.materialize(raw_ty(mem), x),
+            };
+            srcs.push(s);
+        }
+        (mem, srcs)
     }
 }
 

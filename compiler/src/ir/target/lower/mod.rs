@@ -48,6 +48,7 @@
 //! | `mma/` | tensor-core dots: `mma16816.rs` (with the rotated mainloop), `tf32.rs`, `mma884.rs`, `wgmma.rs` (sm_90a), `amd.rs`, and `staging.rs` for their operands |
 //! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
 //! | `tma.rs` | the wgmma loops' pipelines on TMA copies and transaction barriers (sm_90a) |
+//! | `tma_store.rs` | tiles stored by TMA through shared memory (sm_90a epilogues) |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
 //! A method is `pub(super)` only where a sibling file calls it.
@@ -67,6 +68,7 @@ mod params;
 mod pipeline;
 mod reduce;
 mod tma;
+mod tma_store;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -168,6 +170,8 @@ fn lower_once(
         pipeline: Pipeline::new(arch, tk.num_stages),
         seen: Vec::new(),
         buffers: Vec::new(),
+        overlays: Vec::new(),
+        buffered_loops: 0,
         layouts: Vec::new(),
         span: Span::default(),
         emitted: 0,
@@ -198,21 +202,7 @@ fn lower_once(
     insts.extend(l.blocks.pop().unwrap_or_default());
     super::dce::eliminate_dead_code(&mut insts);
     let mut smem = std::mem::take(&mut l.buffers);
-    // Pipeline stages live through their loop: after every transient region.
-    let transient_end = smem
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !l.pipeline.persistent.contains(i))
-        .map(|(_, b)| b.offset + b.bytes)
-        .max()
-        .unwrap_or(0);
-    let mut offset = transient_end;
-    for &i in &l.pipeline.persistent {
-        let align = smem[i].align.max(128);
-        offset = offset.div_ceil(align) * align;
-        smem[i].offset = offset;
-        offset += smem[i].bytes;
-    }
+    place_buffers(&mut smem, &l.pipeline.persistent, &l.overlays);
     let kernel = Kernel {
         name: tk.name.clone(),
         arch,
@@ -225,6 +215,33 @@ fn lower_once(
         layouts: l.layouts,
     };
     Ok((kernel, l.pipeline.plan, l.hoisted_amd))
+}
+
+/// Places the arena's regions and returns its bytes. Transient regions
+/// start at offset 0 (their uses are separated by barriers); the regions
+/// that live through a loop (`persistent`: pipeline stages, loop-invariant
+/// operands, transaction barriers) follow every transient one; `overlays`
+/// (a tile stored by TMA where no loop's regions are live) start at 0 and
+/// may cover the rest.
+fn place_buffers(smem: &mut [SmemBuffer], persistent: &[usize], overlays: &[usize]) -> u32 {
+    let transient_end = smem
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !persistent.contains(i) && !overlays.contains(i))
+        .map(|(_, b)| b.offset + b.bytes)
+        .max()
+        .unwrap_or(0);
+    let mut offset = transient_end;
+    for &i in persistent {
+        let align = smem[i].align.max(128);
+        offset = offset.div_ceil(align) * align;
+        smem[i].offset = offset;
+        offset += smem[i].bytes;
+    }
+    overlays
+        .iter()
+        .map(|&i| smem[i].offset + smem[i].bytes)
+        .fold(offset, u32::max)
 }
 
 /// A lowered Tile IR value: one operand per layout slot.
@@ -309,6 +326,11 @@ struct Lower<'a> {
     /// Shared-memory buffers, all at offsets in one arena; see `SmemBuffer`.
     /// (0 is the scratch buffer).
     buffers: Vec<SmemBuffer>,
+    /// Buffers that overlay the whole arena (see `place_buffers`).
+    overlays: Vec<usize>,
+    /// Loops being lowered whose regions live through them (pipeline
+    /// stages, loop-invariant operands): while any is, no overlay is used.
+    buffered_loops: u32,
     layouts: Vec<(u32, Layout)>,
     span: Span,
     /// Instructions emitted so far (see `MAX_KERNEL_INSTS`).

@@ -28,7 +28,7 @@
 //! initialised barrier counts as complete. Copies are issued only for
 //! iterations that run, so none is in flight when the loop ends.
 
-use super::pipeline::{LoopPipe, LoopPlan, PlannedLoad};
+use super::pipeline::{LoopPipe, LoopPlan};
 use super::{Lower, R};
 use crate::check::DType;
 use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap};
@@ -348,7 +348,7 @@ impl<'a> Lower<'a> {
             bytes: t.bytes,
         });
         for ((load, pi), &(map, inner, boxes, panel_bytes)) in p.loads.iter().zip(&t.maps) {
-            let coords = self.tma_coords(load);
+            let coords = self.tma_coords(&load.access);
             let (base, _) = self.stage_base(*pi, stage);
             for b in 0..boxes {
                 let mut c = coords.clone();
@@ -372,16 +372,17 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
-    /// The box's coordinates of a load, innermost first, in registers.
-    fn tma_coords(&mut self, load: &PlannedLoad) -> Vec<Operand> {
-        load.access
+    /// The box's coordinates of an access (ranges and points, as
+    /// `tma_maps` and `tma_store_plan` check), innermost first, in registers.
+    pub(super) fn tma_coords(&mut self, access: &[Access]) -> Vec<Operand> {
+        access
             .iter()
             .rev()
             .map(|a| {
                 let v = match a {
                     Access::Range { start, .. } => *start,
                     Access::Point(x) => *x,
-                    Access::Gather(_) => unreachable!("checked by tma_maps"),
+                    Access::Gather(_) => unreachable!("checked by tma_maps and tma_store_plan"),
                 };
                 let o = self.scalar(v);
                 self.materialize(RegTy::I32, o)
@@ -399,7 +400,7 @@ impl<'a> Lower<'a> {
     }
 
     /// A predicate: this is thread 0.
-    fn thread_zero(&mut self) -> Reg {
+    pub(super) fn thread_zero(&mut self) -> Reg {
         let p = self.cmp(
             CmpOp::Eq,
             RegTy::U32,
