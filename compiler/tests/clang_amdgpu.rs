@@ -443,11 +443,19 @@ const WORST_BOUND: f64 = 0.35;
 /// when tests/codegen/pipeline/loop_extent_unpredicated.tsr added `keys`, a
 /// 64 x 64 dot accumulated over a loop on 4 waves: 105 VGPRs estimated,
 /// clang 175, the same undercount of WMMA accumulators across a loop.
+/// Held again (28 / 25 / 46 to 31 / 28 / 47 outliers, gfx1100's median
+/// 11.6% to 12.0%) when five bf16-output GEMMs came into the corpus
+/// (std.linalg's `gemm_bf16_out`, tests/codegen/mma/wgmma_tma_store.tsr and
+/// two in tests/gpu/user_gemm.tsr; their sm_90a stores go by TMA, which no
+/// AMD target has, so no kernel already here changed): the 64 x 128 x 64
+/// ones over 4 waves are 59-60 VGPRs estimated on CDNA against clang's
+/// 93-98, the 128 x 128 one over 8 waves 139 on gfx1100 against 226, the
+/// accumulator undercount of the GEMMs above.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1455, 28),
-        Arch::Gfx942 => (0.1385, 25),
-        _ => (0.1165, 46),
+        Arch::Gfx90a => (0.1455, 31),
+        Arch::Gfx942 => (0.1385, 28),
+        _ => (0.1205, 47),
     }
 }
 

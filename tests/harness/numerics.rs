@@ -877,6 +877,27 @@ fn stdlib_gemms() {
         );
         close(name, &c.to_f64_vec(), &matmul_ref(&a, &b, m, k, n), tol);
     }
+    // The bf16 product rounded once into a bf16 C (half a bf16 ulp more).
+    let a = data(m * k, 20, DType::BF16);
+    let b = data(k * n, 21, DType::BF16);
+    let c = Tensor::zeros(&[m, n], DType::BF16);
+    launch(
+        &db,
+        file,
+        "gemm_bf16_out",
+        &[
+            t(&[m, k], DType::BF16, &a),
+            t(&[k, n], DType::BF16, &b),
+            Value::Tensor(c.clone()),
+        ],
+        &[],
+    );
+    close(
+        "gemm_bf16_out",
+        &c.to_f64_vec(),
+        &matmul_ref(&a, &b, m, k, n),
+        BF16,
+    );
     let z = 2;
     let a = data(z * m * k, 22, DType::F16);
     let b = data(z * k * n, 23, DType::F16);
