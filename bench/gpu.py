@@ -641,6 +641,12 @@ def gemm_tile():
             int(re.search(r"BN: const = (\d+)", sig).group(1)))
 
 
+def f32_out(t, a="a", b="b"):
+    """cuBLAS's product of two 16-bit matrices with an f32 result, the work of a
+    Tessera GEMM writing an f32 C (`out_dtype`: torch 2.8 and later)."""
+    return torch.mm(t[a], t[b], out_dtype=torch.float32)
+
+
 def bench_gemm(args):
     for n in [128] if args.tiny else [4096] if args.quick else [4096, 8192]:
         a, b = save_input(args, "a", (n, n), 1), save_input(args, "b", (n, n), 2)
@@ -673,6 +679,7 @@ def bench_gemm(args):
         # here are one a value, each at the same tile otherwise.
         bks = [[f"BK={v}"] for v in gemm_bk_space()] or [[]]
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
+                 ("torch.mm out_dtype=f32 (cuBLAS, f32 out)", f32_out, True),
                  ("Triton matmul (f32 out)", tri, True)]
         for bk in bks:
             at = f" at {bk[0]}" if bk else ""
@@ -689,7 +696,7 @@ def bench_gemm(args):
     if args.tiny or args.quick:
         return
     # The Hopper issue's other GEMMs: f16 (std `gemm`, the same kernel source)
-    # and a skinny K, against cuBLAS only.
+    # and a skinny K, against cuBLAS only (with its bf16/f16 and its f32 result).
     for kernel, dt, (m, k, n) in (("gemm", "f16", (4096, 4096, 4096)),
                                   ("gemm", "f16", (8192, 8192, 8192)),
                                   ("gemm_bf16", "bf16", (8192, 1024, 8192))):
@@ -699,17 +706,37 @@ def bench_gemm(args):
                  f'b = load_npy("{b}").to({dt})', f"c = zeros([{m}, {n}], f32)"]
         session = (setup, f"{kernel}(a, b, c)", f'save_npy(c, "{c}")', c, kernel)
 
-        def cublas(t, dt=dt):
+        def operands(t, dt=dt):
             if dt == "f16":
                 for x in "ab":
                     if x + "16" not in t:  # converted once, not timed again
                         t[x + "16"] = t[x].half()
-                return torch.matmul(t["a16"], t["b16"])
-            return torch.matmul(t["a"], t["b"])
+                return "a16", "b16"
+            return "a", "b"
+
+        def cublas(t):
+            a, b = operands(t)
+            return torch.matmul(t[a], t[b])
+
+        def cublas_f32(t):
+            return f32_out(t, *operands(t))
 
         compare(args, "gemm", f"gemm {dt} {m}×{k}×{n} (std {kernel})", 2.0 * m * n * k,
                 "TFLOP/s", session, {"a": a, "b": b},
-                [(f"torch.matmul (cuBLAS, {dt} out)", cublas, True)])
+                [(f"torch.matmul (cuBLAS, {dt} out)", cublas, True),
+                 ("torch.mm out_dtype=f32 (cuBLAS, f32 out)", cublas_f32, True)])
+    # The same products with a bf16 C (`gemm_bf16_out`), torch.matmul's own result.
+    for (m, k, n) in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 1024, 8192)):
+        a, b = save_input(args, "a", (m, k), 1), save_input(args, "b", (k, n), 2)
+        c = os.path.join(args.work, "c.npy")
+        setup = ["from std.linalg import gemm_bf16_out", f'a = load_npy("{a}").to(bf16)',
+                 f'b = load_npy("{b}").to(bf16)', f"c = zeros([{m}, {n}], bf16)"]
+        session = (setup, "gemm_bf16_out(a, b, c)", f'save_npy(c.to(f32), "{c}")', c,
+                   "gemm_bf16_out")
+        compare(args, "gemm", f"gemm bf16 {m}×{k}×{n}, bf16 C (std gemm_bf16_out)",
+                2.0 * m * n * k, "TFLOP/s", session, {"a": a, "b": b},
+                [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]),
+                  True)])
 
 
 def bench_attn(args):
