@@ -450,11 +450,13 @@ const WORST_BOUND: f64 = 0.35;
 /// AMD target has, so no kernel already here changed): the 64 x 128 x 64
 /// ones over 4 waves are 59-60 VGPRs estimated on CDNA against clang's
 /// 93-98, the 128 x 128 one over 8 waves 139 on gfx1100 against 226, the
-/// accumulator undercount of the GEMMs above.
+/// accumulator undercount of the GEMMs above. CDNA to 32 / 29 when
+/// tests/codegen/mma/staged_store_read_back.tsr added a sixth such GEMM
+/// (64 x 128 x 64, 4 waves: 59 VGPRs estimated, clang 93-98).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1455, 31),
-        Arch::Gfx942 => (0.1385, 28),
+        Arch::Gfx90a => (0.1455, 32),
+        Arch::Gfx942 => (0.1385, 29),
         _ => (0.1205, 47),
     }
 }

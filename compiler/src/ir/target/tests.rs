@@ -1171,24 +1171,47 @@ def g(A: Tensor[\"M\", \"K\", bf16], B: Tensor[\"K\", \"N\", bf16], C: Tensor[\"
     assert_eq!(n.get("st.global"), None);
     // The 16 KiB tile overlays the stages (3 x 24 KiB): the arena keeps its
     // size, which the stages and their barriers set.
-    let tile = k.smem.iter().find(|b| b.name == "tma_store0").unwrap();
+    let tile = k.smem.iter().find(|b| b.name == "staged0").unwrap();
     assert_eq!((tile.offset, tile.bytes), (0, 16384));
     let others = k
         .smem
         .iter()
-        .filter(|b| b.name != "tma_store0")
+        .filter(|b| b.name != "staged0")
         .map(|b| b.offset + b.bytes)
         .max()
         .unwrap();
     assert_eq!(k.smem_bytes(), others);
     assert!(k.to_string().contains("tma_store map"));
-    // f32 (a quad writes whole sectors) and sm_90 (no TMA) store as before.
-    for (arch, dt) in [(Arch::Sm90a, "f32"), (Arch::Sm90, "bf16")] {
-        let k = lowered(arch, dt);
-        let n = count(&k);
-        assert_eq!(n.get("tma_store"), None, "{arch} {dt}");
-        assert!(n.get("st.global").is_some_and(|&c| c > 0), "{arch} {dt}");
-    }
+    // f32 (a quad writes whole sectors) stores as before.
+    let n = count(&lowered(Arch::Sm90a, "f32"));
+    assert_eq!((n.get("tma_store"), n.get("st.shared")), (None, None));
+    assert!(n.get("st.global").is_some_and(|&c| c > 0));
+    // Without TMA (sm_90's mma.sync path) the bf16 tile is read back in
+    // 16-byte runs, 8 bf16 a thread, and stored as such: 8 loads of 4 words
+    // a thread, and the same words stored (fast path and masked path).
+    let k = lowered(Arch::Sm90, "bf16");
+    assert_eq!(verify(&k), Ok(()));
+    let n = count(&k);
+    assert_eq!((n.get("tma_store"), n.get("st.shared")), (None, Some(&32)));
+    let (mut reads, mut words) = (0, 0);
+    k.walk(&mut |i| match i {
+        Inst::Ld {
+            space: Space::Shared,
+            dst,
+            ..
+        } if dst.len() == 4 => reads += 1,
+        Inst::St {
+            space: Space::Global,
+            mem: MemTy::U32,
+            src,
+            ..
+        } => {
+            assert_eq!(src.len(), 4, "{i:?}");
+            words += 1
+        }
+        _ => {}
+    });
+    assert_eq!((reads, words), (8, 16));
 }
 
 #[test]

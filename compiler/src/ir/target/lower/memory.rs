@@ -594,9 +594,12 @@ impl<'a> Lower<'a> {
             let owner = self.owner_pred(&layout);
             return self.store_slots(tensor, &plan, &v, mask.as_ref(), owner, atomic);
         }
-        if self.tma_store(tensor, access, &v)? {
-            return Ok(());
-        }
+        let v = match self.staged_store(tensor, access, &v)? {
+            super::staged_store::Staged::No => v,
+            super::staged_store::Staged::Done => return Ok(()),
+            super::staged_store::Staged::ReadBack(t) => t,
+        };
+        let layout = v.layout.clone();
         self.in_bounds_or_not(tensor, access, &layout, RegTy::Pred, |l, plan| {
             let owner = l.owner_pred(&layout);
             l.store_slots(tensor, plan, &v, None, owner, false)?;

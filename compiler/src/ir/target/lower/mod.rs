@@ -48,7 +48,7 @@
 //! | `mma/` | tensor-core dots: `mma16816.rs` (with the rotated mainloop), `tf32.rs`, `mma884.rs`, `wgmma.rs` (sm_90a), `amd.rs`, and `staging.rs` for their operands |
 //! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
 //! | `tma.rs` | the wgmma loops' pipelines on TMA copies and transaction barriers (sm_90a) |
-//! | `tma_store.rs` | tiles stored by TMA through shared memory (sm_90a epilogues) |
+//! | `staged_store.rs` | 16-bit accumulator tiles stored through shared memory: by TMA (sm_90a) or 16-byte stores |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
 //! A method is `pub(super)` only where a sibling file calls it.
@@ -67,8 +67,8 @@ mod packed;
 mod params;
 mod pipeline;
 mod reduce;
+mod staged_store;
 mod tma;
-mod tma_store;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -151,6 +151,7 @@ fn lower_once(
         regs: Vec::new(),
         defs: Vec::new(),
         rounded_bf16: HashMap::new(),
+        unpacked: HashMap::new(),
         index_ops: HashMap::new(),
         uniform_regs: HashSet::new(),
         differences: HashMap::new(),
@@ -283,6 +284,9 @@ struct Lower<'a> {
     /// f32 registers holding an f32 rounded to bf16 by a conversion, with
     /// the value rounded: a pack of two of them converts the originals.
     rounded_bf16: HashMap<Reg, Reg>,
+    /// f32 registers holding one bf16 half of a 32-bit word (`unpack_bf16`):
+    /// the word and whether the high half.
+    unpacked: HashMap<Reg, (Reg, bool)>,
     /// The index arithmetic lowered so far (aranges, their expansions and
     /// broadcasts, integer ops and comparisons over them), which a layout
     /// conversion recomputes in the target layout (`layouts::remat`)

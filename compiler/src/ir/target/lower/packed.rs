@@ -27,12 +27,24 @@ impl<'a> Lower<'a> {
         };
         let f = self.new_reg(RegTy::F32);
         self.emit(Inst::Mov { dst: f, src: bits });
+        self.unpacked.insert(f, (word, high));
         Operand::Reg(f)
     }
 
     /// The word holding bf16 values `lo` and `hi` (f32 registers or constants
     /// holding bf16 values).
     pub(super) fn pack_bf16(&mut self, lo: Operand, hi: Operand) -> Operand {
+        // The two halves of one word, unpacked and packed again in order
+        // (a tile read as words and stored as words): the word itself.
+        let half = |l: &Self, x: Operand| {
+            let f = x.reg()?;
+            l.defined_once(f).then(|| l.unpacked.get(&f).copied())?
+        };
+        if let (Some((w, false)), Some((v, true))) = (half(self, lo), half(self, hi)) {
+            if w == v && self.defined_once(w) {
+                return Operand::Reg(w);
+            }
+        }
         if self.feat.cvt_bf16 {
             // Two values rounded by conversions: one conversion of the
             // values they rounded rounds and packs both (else the integer

@@ -373,7 +373,7 @@ impl<'a> Lower<'a> {
     }
 
     /// The box's coordinates of an access (ranges and points, as
-    /// `tma_maps` and `tma_store_plan` check), innermost first, in registers.
+    /// `tma_maps` and `tma_box` check), innermost first, in registers.
     pub(super) fn tma_coords(&mut self, access: &[Access]) -> Vec<Operand> {
         access
             .iter()
@@ -382,7 +382,7 @@ impl<'a> Lower<'a> {
                 let v = match a {
                     Access::Range { start, .. } => *start,
                     Access::Point(x) => *x,
-                    Access::Gather(_) => unreachable!("checked by tma_maps and tma_store_plan"),
+                    Access::Gather(_) => unreachable!("checked by tma_maps and tma_box"),
                 };
                 let o = self.scalar(v);
                 self.materialize(RegTy::I32, o)
