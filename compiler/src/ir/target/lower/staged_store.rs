@@ -118,7 +118,7 @@ impl<'a> Lower<'a> {
         self.emit(Inst::Barrier);
         let buf = self.new_reg(RegTy::U32);
         self.emit(Inst::SmemAddr { dst: buf, buffer });
-        let addrs = self.box_addresses(buf, &v.layout, &plan.write, plan.box_bytes);
+        let addrs = self.box_addresses(buf, &v.layout, &plan.write);
         for (group, key, offset) in &plan.write.groups {
             let (smem, src) = self.store_sources(mem, dtype, v, group, true);
             self.emit(Inst::St {
@@ -137,7 +137,7 @@ impl<'a> Lower<'a> {
             }
             Out::ReadBack { layout, read } => {
                 self.emit(Inst::Barrier);
-                let addrs = self.box_addresses(buf, layout, read, plan.box_bytes);
+                let addrs = self.box_addresses(buf, layout, read);
                 let mut ops = vec![Operand::Int(0); layout.num_slots()];
                 for (group, key, offset) in &read.groups {
                     let words: Vec<Reg> = (0..group.len() / 2)
@@ -185,13 +185,7 @@ impl<'a> Lower<'a> {
             box_dims,
             swizzle: BOX_ROW_BYTES,
         };
-        let index = match self.tensor_maps.iter().position(|m| *m == map) {
-            Some(i) => i,
-            None => {
-                self.tensor_maps.push(map);
-                self.tensor_maps.len() - 1
-            }
-        };
+        let index = self.tensor_map_index(map);
         let first = self.thread_zero();
         self.blocks.push(Vec::new());
         let coords = self.tma_coords(access);
@@ -233,7 +227,6 @@ impl<'a> Lower<'a> {
         buf: Reg,
         layout: &Layout,
         access: &BoxAccess,
-        box_bytes: u32,
     ) -> HashMap<AddrKey, Reg> {
         let row_terms = layout.terms[0].clone();
         let scaled: Vec<Term> = row_terms
@@ -243,7 +236,6 @@ impl<'a> Lower<'a> {
                 ..*t
             })
             .collect();
-        debug_assert!(box_bytes > 0);
         // The thread's part of every address: its box, row and column.
         let row_bytes = self.base(&scaled);
         let box_at = self.base(&access.box_terms);
@@ -358,7 +350,7 @@ impl<'a> Lower<'a> {
         rows: u32,
         cols: u32,
     ) -> R<Option<Vec<u32>>> {
-        if !self.feat.tma || access.is_empty() || access.len() > 5 || rows > 256 {
+        if !self.feat.tma || access.is_empty() {
             return Ok(None);
         }
         // Strides of whole 16-byte units (TMA's), every dim but the last.
@@ -373,25 +365,7 @@ impl<'a> Lower<'a> {
         if !matches!(access.last(), Some(Access::Range { .. })) {
             return Ok(None);
         }
-        let i32_index =
-            |v: &crate::ir::tile::Value| self.tk.ty(*v).dtype() == crate::check::DType::I32;
-        let mut ranges = Vec::new();
-        let mut box_dims = Vec::new();
-        for a in access.iter().rev() {
-            match a {
-                Access::Range { start, len } if i32_index(start) => {
-                    ranges.push(*len);
-                    box_dims.push(if ranges.len() == 1 {
-                        BOX_ROW_BYTES / esize
-                    } else {
-                        *len
-                    });
-                }
-                Access::Point(x) if i32_index(x) => box_dims.push(1),
-                _ => return Ok(None),
-            }
-        }
-        Ok((ranges == [cols, rows]).then_some(box_dims))
+        Ok(self.tma_box_dims(access, rows, cols, BOX_ROW_BYTES / esize))
     }
 
     /// The bytes of the arena as placed so far: every transient region

@@ -94,25 +94,7 @@ impl<'a> Lower<'a> {
                     .filter(|sw| *sw == Swizzle::panels(cols * 2, rows))?,
             };
             let (swizzle, inner) = tma_swizzle(sw, cols)?;
-            if load.access.len() > 5 || rows > MAX_BOX || inner > MAX_BOX {
-                return None;
-            }
-            let i32_index = |v: &tile::Value| self.tk.ty(*v).dtype() == DType::I32;
-            let mut ranges = Vec::new();
-            let mut box_dims = Vec::new();
-            for a in load.access.iter().rev() {
-                match a {
-                    Access::Range { start, len } if i32_index(start) => {
-                        ranges.push(*len);
-                        box_dims.push(if ranges.len() == 1 { inner } else { *len });
-                    }
-                    Access::Point(x) if i32_index(x) => box_dims.push(1),
-                    _ => return None,
-                }
-            }
-            if ranges != [cols, rows] {
-                return None;
-            }
+            let box_dims = self.tma_box_dims(&load.access, rows, cols, inner)?;
             maps.push(TensorMap {
                 tensor: load.tensor,
                 name: load.name.clone(),
@@ -121,6 +103,48 @@ impl<'a> Lower<'a> {
             });
         }
         Some(maps)
+    }
+
+    /// The box of a TMA copy of a `[rows, cols]` tile at `access` (its two
+    /// ranges, `cols` the innermost), innermost first, with `inner`
+    /// elements of the innermost range a box; `None` where TMA cannot copy
+    /// it: more than five dims, a box over `MAX_BOX`, an index not `i32`, a
+    /// gather, or other ranges.
+    pub(super) fn tma_box_dims(
+        &self,
+        access: &[Access],
+        rows: u32,
+        cols: u32,
+        inner: u32,
+    ) -> Option<Vec<u32>> {
+        if access.len() > 5 || rows > MAX_BOX || inner > MAX_BOX {
+            return None;
+        }
+        let i32_index = |v: &tile::Value| self.tk.ty(*v).dtype() == DType::I32;
+        let mut ranges = Vec::new();
+        let mut box_dims = Vec::new();
+        for a in access.iter().rev() {
+            match a {
+                Access::Range { start, len } if i32_index(start) => {
+                    ranges.push(*len);
+                    box_dims.push(if ranges.len() == 1 { inner } else { *len });
+                }
+                Access::Point(x) if i32_index(x) => box_dims.push(1),
+                _ => return None,
+            }
+        }
+        (ranges == [cols, rows]).then_some(box_dims)
+    }
+
+    /// The index of tensor map `m` in the kernel's maps, added if new.
+    pub(super) fn tensor_map_index(&mut self, m: TensorMap) -> usize {
+        match self.tensor_maps.iter().position(|x| *x == m) {
+            Some(i) => i,
+            None => {
+                self.tensor_maps.push(m);
+                self.tensor_maps.len() - 1
+            }
+        }
     }
 
     /// Before the loop: the barriers initialised (by thread 0, published by
@@ -153,20 +177,14 @@ impl<'a> Lower<'a> {
         let mut tmaps = Vec::new();
         let mut bytes = 0;
         for (m, (load, pi)) in maps.into_iter().zip(&p.loads) {
-            let index = match self.tensor_maps.iter().position(|x| *x == m) {
-                Some(i) => i,
-                None => {
-                    self.tensor_maps.push(m.clone());
-                    self.tensor_maps.len() - 1
-                }
-            };
+            let inner = m.box_dims[0];
+            let index = self.tensor_map_index(m);
             let addr = self.new_reg(RegTy::U64);
             self.emit(Inst::TensorMapAddr {
                 dst: addr,
                 map: index,
             });
             let (rows, cols) = (load.shape[0], load.shape[1]);
-            let inner = m.box_dims[0];
             let panel_bytes = self.pipeline.pipes[*pi].sw.panel_rows * 128;
             tmaps.push((addr, inner, cols / inner, panel_bytes));
             bytes += rows * cols * 2;
