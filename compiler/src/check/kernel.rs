@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::ctx::{BindKind, Binding, Checker};
 use super::dims::Dim;
-use super::scope::{annotation_in, Annot, ModuleScope};
+use super::scope::{annotation_in, autotune_archs, Annot, ModuleScope, AUTOTUNE_ARCH_KEY};
 use super::suggest;
 use super::types::{DType, Ty, Value};
 use super::ItemCheck;
@@ -468,6 +468,17 @@ impl Checker<'_> {
                     match &a.value.kind {
                         ExprKind::Dict(pairs) => {
                             for (k, v) in pairs {
+                                if matches!(&k.kind, ExprKind::Str(s) if s == AUTOTUNE_ARCH_KEY) {
+                                    self.report(
+                                        Diagnostic::new(
+                                            "E0509",
+                                            k.span,
+                                            "`arch` names the targets of one configuration, in a list of configurations",
+                                        )
+                                        .with_help("write the space as a list of dicts, e.g. `space=[{\"BK\": 32, \"arch\": [\"sm_80\", \"sm_90\"]}, {\"BK\": 64, \"arch\": \"sm_90a\"}]`"),
+                                    );
+                                    continue;
+                                }
                                 let Some(key) = self.autotune_name(k, f, &const_params) else {
                                     continue;
                                 };
@@ -512,6 +523,11 @@ impl Checker<'_> {
                                     continue;
                                 };
                                 for (k, v) in pairs {
+                                    if matches!(&k.kind, ExprKind::Str(s) if s == AUTOTUNE_ARCH_KEY)
+                                    {
+                                        self.autotune_arch(v);
+                                        continue;
+                                    }
                                     let Some(key) = self.autotune_name(k, f, &const_params) else {
                                         continue;
                                     };
@@ -668,6 +684,28 @@ impl Checker<'_> {
         };
         self.report(diag);
         None
+    }
+
+    /// Checks a configuration's `"arch"`: an arch name or a list of them.
+    fn autotune_arch(&mut self, v: &Expr) {
+        let value = self.expr(v).value;
+        let bad = match value.as_ref().map(autotune_archs) {
+            Some(Ok(_)) => return,
+            Some(Err(what)) => format!("{what} is not an arch"),
+            None => "the value of `arch` must be a constant".to_string(),
+        };
+        let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+        self.report(
+            Diagnostic::new(
+                "E0509",
+                v.span,
+                format!("{bad}: `arch` takes an arch name or a list of them"),
+            )
+            .with_help(format!(
+                "write e.g. `\"arch\": [\"sm_80\", \"sm_90\"]`; the archs are {}",
+                names.join(", ")
+            )),
+        );
     }
 
     /// Checks the values an autotune space gives option `key` (at `span`).

@@ -311,15 +311,48 @@ fn path_of(ids: &[ast::Ident]) -> Vec<String> {
     ids.iter().map(|i| i.name.clone()).collect()
 }
 
-/// The configurations of `f`'s `@autotune(space=...)`, in order, each a value
-/// per name: the product of a dict of lists (the first name varying slowest),
-/// or the dicts of a list as written (language change 44). Values that are
-/// not constants are left out (the checker reports them, E0509); without a
-/// space, one empty configuration.
+/// The key of a configuration in a list space that names the targets it is
+/// tried on (language change 45), not a const parameter.
+pub const AUTOTUNE_ARCH_KEY: &str = "arch";
+
+/// One configuration of an `@autotune` space: a value per name, and the
+/// targets it is for (`None`: every target).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutotuneConfig {
+    pub values: Vec<(String, Value)>,
+    pub archs: Option<Vec<crate::target::Arch>>,
+}
+
+impl AutotuneConfig {
+    /// Whether the configuration is tried on `arch`.
+    pub fn admits(&self, arch: crate::target::Arch) -> bool {
+        self.archs.as_ref().is_none_or(|a| a.contains(&arch))
+    }
+}
+
+/// The archs an `"arch"` value names: a string or a list of strings, each
+/// an arch's name; `Err` with the first text that is not one.
+pub fn autotune_archs(v: &Value) -> Result<Vec<crate::target::Arch>, String> {
+    let one = |v: &Value| match v {
+        Value::Str(s) => s.parse().map_err(|_| format!("\"{s}\"")),
+        other => Err(format!("`{other:?}`")),
+    };
+    match v {
+        Value::Tuple(items) if !items.is_empty() => items.iter().map(one).collect(),
+        Value::Tuple(_) => Err("an empty list".to_string()),
+        v => one(v).map(|a| vec![a]),
+    }
+}
+
+/// The configurations of `f`'s `@autotune(space=...)`, in order: the product
+/// of a dict of lists (the first name varying slowest), or the dicts of a
+/// list as written (language change 44), each with the archs its `"arch"`
+/// names (change 45). Values that are not constants are left out (the
+/// checker reports them, E0509); without a space, one empty configuration.
 pub fn autotune_configs(
     f: &ast::Function,
     consts: &dyn Fn(&str) -> Option<Value>,
-) -> Vec<Vec<(String, Value)>> {
+) -> Vec<AutotuneConfig> {
     let space = f
         .decorator("autotune")
         .and_then(|d| d.args.as_ref())
@@ -333,6 +366,10 @@ pub fn autotune_configs(
                 one(name, v);
             }
         }
+    };
+    let unrestricted = |values| AutotuneConfig {
+        values,
+        archs: None,
     };
     let mut out: Vec<Vec<(String, Value)>> = vec![Vec::new()];
     match space.map(|a| &a.value.kind) {
@@ -359,14 +396,19 @@ pub fn autotune_configs(
                 .collect();
         }),
         Some(ExprKind::List(items) | ExprKind::Tuple(items)) => {
-            out = items
+            let listed: Vec<AutotuneConfig> = items
                 .iter()
                 .filter_map(|it| match &it.kind {
                     ExprKind::Dict(pairs) => {
-                        let mut c = Vec::new();
+                        let mut c = unrestricted(Vec::new());
                         named(pairs, &mut |name, v| {
-                            if let Ok(x) = eval_const(v, consts) {
-                                c.push((name.to_string(), x));
+                            let Ok(x) = eval_const(v, consts) else {
+                                return;
+                            };
+                            if name == AUTOTUNE_ARCH_KEY {
+                                c.archs = autotune_archs(&x).ok();
+                            } else {
+                                c.values.push((name.to_string(), x));
                             }
                         });
                         Some(c)
@@ -374,13 +416,28 @@ pub fn autotune_configs(
                     _ => None,
                 })
                 .collect();
-            if out.is_empty() {
-                out.push(Vec::new());
+            if !listed.is_empty() {
+                return listed;
             }
         }
         _ => {}
     }
-    out
+    out.into_iter().map(unrestricted).collect()
+}
+
+/// The configuration a kernel takes where nothing tunes it: the first of
+/// its space tried on `arch` (the target compiled for; `None` on the CPU),
+/// or the space's first where none is (or no arch is known).
+pub fn autotune_default(
+    f: &ast::Function,
+    consts: &dyn Fn(&str) -> Option<Value>,
+    arch: Option<crate::target::Arch>,
+) -> Vec<(String, Value)> {
+    let mut all = autotune_configs(f, consts);
+    let i = arch
+        .and_then(|a| all.iter().position(|c| c.admits(a)))
+        .unwrap_or(0);
+    all.swap_remove(i).values
 }
 
 /// The first configuration of `f`'s `@autotune` space, by name.
@@ -388,10 +445,7 @@ fn autotune_first(
     f: &ast::Function,
     consts: &dyn Fn(&str) -> Option<Value>,
 ) -> std::collections::HashMap<String, Value> {
-    autotune_configs(f, consts)
-        .swap_remove(0)
-        .into_iter()
-        .collect()
+    autotune_default(f, consts, None).into_iter().collect()
 }
 
 /// The signature of a function item, using `consts` for module constants.

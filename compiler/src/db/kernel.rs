@@ -36,7 +36,12 @@ pub fn tile_ir<'db>(
     if !errors.is_empty() {
         return Err(errors);
     }
-    let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &spec)?;
+    // The target picks an `@autotune` space's default configuration.
+    let for_arch = crate::ir::tile::Specialization {
+        arch: Some(options.arch(db)),
+        ..spec
+    };
+    let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &for_arch)?;
     crate::ir::tile::check_tile_sizes(&k, options.arch(db))?;
     Ok(Arc::new(k))
 }
@@ -60,8 +65,16 @@ pub fn launch_tile_ir<'db>(
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
         return Err(Vec::new());
     };
-    let k =
-        crate::ir::tile::lower_kernel_with_dims(f, module_scope(db, item.file(db)), &spec, &dims)?;
+    let for_arch = crate::ir::tile::Specialization {
+        arch: Some(options.arch(db)),
+        ..spec.clone()
+    };
+    let k = crate::ir::tile::lower_kernel_with_dims(
+        f,
+        module_scope(db, item.file(db)),
+        &for_arch,
+        &dims,
+    )?;
     let full = crate::ir::tile::Specialization {
         trusted: spec.trusted,
         ..crate::ir::tile::Specialization::of_kernel(&k, spec.floats.clone())

@@ -21,6 +21,7 @@ use super::launch::{prepare, signature};
 use super::{cpu, ExecError, Interrupt, Value};
 use crate::db::{self, Database, ItemSource, SourceFile};
 use crate::syntax::ast::{self, ExprKind};
+use crate::target::Arch;
 
 /// Timed launches per configuration (after one warm-up launch).
 const TIMED_RUNS: usize = 10;
@@ -56,18 +57,30 @@ pub fn config_text(c: &[(String, i64)]) -> String {
 }
 
 /// The configurations of `@autotune(space=...)` in order (the product of a
-/// dict of lists, or a list of dicts: `check::scope::autotune_configs`),
-/// less the names in `explicit` (a launch passes them), without repeats.
+/// dict of lists, or a list of dicts: `check::scope::autotune_configs`)
+/// tried on `arch` (a configuration's `"arch"`; `None`, the CPU: all), less
+/// the names in `explicit` (a launch passes them), without repeats. Where
+/// none is tried on `arch`, the space's first (as `tsrc` compiles it).
 pub(crate) fn configurations(
     f: &ast::Function,
     db: &Database,
     kfile: SourceFile,
     explicit: &BTreeSet<String>,
+    arch: Option<Arch>,
 ) -> Vec<Config> {
     let scope = db::module_scope(db, kfile);
+    let all = crate::check::scope::autotune_configs(f, &|n| scope.const_value(n));
+    let admitted: Vec<_> = match arch {
+        Some(a) if all.iter().any(|c| c.admits(a)) => {
+            all.into_iter().filter(|c| c.admits(a)).collect()
+        }
+        Some(_) => all.into_iter().take(1).collect(),
+        None => all,
+    };
     let mut out: Vec<Config> = Vec::new();
-    for c in crate::check::scope::autotune_configs(f, &|n| scope.const_value(n)) {
+    for c in admitted {
         let c: Config = c
+            .values
             .into_iter()
             .filter(|(n, _)| !explicit.contains(n))
             .filter_map(|(n, v)| Some((n, v.as_int()?)))
@@ -142,7 +155,7 @@ pub(crate) fn launch(
 ) -> Result<Config, ExecError> {
     let sig = signature(db, item, &f.name.name)?;
     let dims = super::launch::bind_dims(&sig, values)?;
-    let all = configurations(f, db, kfile, explicit);
+    let all = configurations(f, db, kfile, explicit, Some(gpu.info().arch));
     let mut key: Vec<(String, i64)> = key_names(f)
         .into_iter()
         .filter_map(|k| dims.get(&k).map(|v| (k, *v)))
@@ -385,6 +398,10 @@ mod tests {
     use super::*;
 
     fn configs_of(src: &str, explicit: &[&str]) -> Vec<String> {
+        configs_on(src, explicit, None)
+    }
+
+    fn configs_on(src: &str, explicit: &[&str], arch: Option<Arch>) -> Vec<String> {
         let (items, diags) = crate::syntax::parse_file(src);
         assert!(diags.is_empty(), "{diags:?}");
         let Some((ast::Item::Function(f), _)) = items.first() else {
@@ -393,7 +410,7 @@ mod tests {
         let mut db = Database::new();
         let file = db.set_source("t.tsr", src.to_string());
         let explicit: BTreeSet<String> = explicit.iter().map(|s| s.to_string()).collect();
-        configurations(f, &db, file, &explicit)
+        configurations(f, &db, file, &explicit, arch)
             .iter()
             .map(|c| config_text(c))
             .collect()
@@ -427,6 +444,26 @@ mod tests {
             ["BM=128", "BM=64", "BM=64, num_warps=8"]
         );
         assert_eq!(configs_of(kernel, &[]), [""]);
+    }
+
+    /// A configuration that names archs is tried on those only; the CPU
+    /// (no arch) sees every one, and an arch none names gets the first.
+    #[test]
+    fn configurations_naming_archs_are_tried_on_those_only() {
+        let src = "@autotune(space=[{\"BK\": 32, \"arch\": [\"sm_80\", \"sm_90\"]}, \
+                   {\"BM\": 256, \"BK\": 32, \"arch\": \"sm_90\"}, {\"BK\": 64, \"arch\": \"sm_90a\"}], key=[\"N\"])\n\
+                   @kernel(grid=(1,))\n\
+                   def k(x: Tensor[\"N\", f32], BM: const = 128, BK: const = 32):\n    pass\n";
+        assert_eq!(
+            configs_on(src, &[], Some(Arch::Sm90)),
+            ["BK=32", "BM=256, BK=32"]
+        );
+        assert_eq!(configs_on(src, &[], Some(Arch::Sm80)), ["BK=32"]);
+        assert_eq!(configs_on(src, &[], Some(Arch::Sm90a)), ["BK=64"]);
+        assert_eq!(configs_on(src, &[], Some(Arch::Sm75)), ["BK=32"]);
+        assert_eq!(configs_on(src, &[], None).len(), 3);
+        // Passing BK leaves BM the only tuned name on sm_90.
+        assert_eq!(configs_on(src, &["BK"], Some(Arch::Sm90)), ["", "BM=256"]);
     }
 
     /// A const the launch passes (not tuned) is part of the key; tensors,

@@ -67,7 +67,7 @@ pub(crate) fn launch_item(
                 .chain(named.iter().map(|(n, _)| n.clone()))
                 .collect();
             let first: BTreeMap<String, i64> =
-                super::autotune::configurations(f, db, kfile, &explicit)
+                super::autotune::configurations(f, db, kfile, &explicit, None)
                     .swap_remove(0)
                     .into_iter()
                     .collect();

@@ -51,10 +51,10 @@ impl<'a> Lowerer<'a> {
     pub(super) fn kernel(&mut self, spec: &Specialization) -> R<Kernel> {
         let f = self.f;
         let scope = self.scope;
-        // Autotune: the space's first configuration applies unless specialised.
+        // Autotune: the space's first configuration for the target applies
+        // unless specialised.
         let tuned: HashMap<String, i64> =
-            crate::check::scope::autotune_configs(f, &|n| scope.const_value(n))
-                .swap_remove(0)
+            crate::check::scope::autotune_default(f, &|n| scope.const_value(n), spec.arch)
                 .into_iter()
                 .filter_map(|(name, v)| Some((name, v.as_int()?)))
                 .collect();

@@ -26,6 +26,11 @@ pub struct Specialization {
     /// run-time specialisation), true by construction: the kernel assumes
     /// them without checking them at entry. `-D` divisors are checked.
     pub trusted: bool,
+    /// The target the kernel is lowered for, where one is known: it picks
+    /// the configuration an `@autotune` space gives values not fixed here
+    /// (the first tried on this arch, language change 45). `None`: the
+    /// space's first configuration (the CPU's).
+    pub arch: Option<crate::target::Arch>,
 }
 
 /// One `-D` argument: `NAME=VALUE` fixes a value, `NAME%DIVISOR` assumes a
@@ -68,6 +73,8 @@ impl Specialization {
             divisors: k.divisibility.iter().cloned().collect(),
             floats,
             trusted: k.divisibility_trusted,
+            // The tuned values are among `values` already.
+            arch: None,
         }
     }
 
