@@ -63,6 +63,8 @@ sizes, Tessera's CPU executor, peers reported missing without torch).
 """
 
 import argparse
+import ast
+import itertools
 import json
 import math
 import os
@@ -624,21 +626,38 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     emit(args, rows)
 
 
-def gemm_bk_space():
-    """The BK values of `gemm_bf16`'s `@autotune` space in the standard library (none
-    where it has no such space)."""
+def gemm_configs():
+    """The configurations of `gemm_bf16`'s `@autotune` space in the standard library that
+    the executor tries on this GPU's arch (`"arch"`, docs/language.md change 45; the
+    space's first where none names it), each as `-D NAME=VALUE` hints; `[[]]` where the
+    kernel has no space. The space's text is a Python literal: a dict of lists (every
+    combination) or a list of dicts."""
     src = open(LINALG).read()
-    m = re.search(r'@autotune\(space=\{"BK": \[([0-9, ]+)\]\}[^\n]*\n@kernel[^\n]*\n'
-                  r"def gemm_bf16\(", src)
-    return [int(v) for v in m.group(1).split(",")] if m else []
+    m = re.search(r"@autotune\(space=((?:(?!@autotune|\ndef ).)*?), key=\[[^\]]*\]\)\s*\n"
+                  r"@kernel[^\n]*\ndef gemm_bf16\(", src, re.S)
+    if not m:
+        return [[]]
+    space = ast.literal_eval(m.group(1))
+    if isinstance(space, dict):
+        space = [dict(zip(space, c)) for c in itertools.product(*space.values())]
+    arch = gpu_arch()
+
+    def names(c):
+        a = c.get("arch")
+        return None if a is None else [a] if isinstance(a, str) else list(a)
+
+    tried = [c for c in space if names(c) is None or arch in names(c)] or space[:1]
+    return [[f"{k}={v}" for k, v in c.items() if k != "arch"] for c in tried]
 
 
-def gemm_tile():
-    """`gemm_bf16`'s default BM and BN, read from the standard library."""
+def gemm_tile(hints=()):
+    """`gemm_bf16`'s BM and BN under `hints` (`-D` values), else its defaults, read from
+    the standard library."""
     src = open(LINALG).read()
     sig = re.search(r"def gemm_bf16\(.*?\):", src, re.S).group(0)
-    return (int(re.search(r"BM: const = (\d+)", sig).group(1)),
-            int(re.search(r"BN: const = (\d+)", sig).group(1)))
+    given = dict(h.split("=", 1) for h in hints if "=" in h)
+    return tuple(int(given.get(n) or re.search(rf"{n}: const = (\d+)", sig).group(1))
+                 for n in ("BM", "BN"))
 
 
 def f32_out(t, a="a", b="b"):
@@ -666,8 +685,8 @@ def bench_gemm(args):
         def hinted(t, hints=HINTS, ptxas=True):
             if "c" not in t:
                 t["c"] = torch.empty(n, n, device="cuda", dtype=torch.float32)
-            bm, bn = gemm_tile()
-            grid = (-(-n // bm), -(-n // bn))  # the decorator's grid at the default tile
+            bm, bn = gemm_tile(hints)
+            grid = (-(-n // bm), -(-n // bn))  # the decorator's grid at this tile
             hinted_gemm(args, hints, ptxas)(grid, A=t["a"], B=t["b"], C=t["c"], M=n, K=n, N=n)
             return t["c"]
 
@@ -675,14 +694,14 @@ def bench_gemm(args):
             return (f"REPL GPU median / hinted = {1 / ratio:.3f} (issue's goal: within 5%)"
                     if ratio else "")
 
-        # The REPL tunes gemm_bf16's autotune space (BK): the variants emitted
-        # here are one a value, each at the same tile otherwise.
-        bks = [[f"BK={v}"] for v in gemm_bk_space()] or [[]]
+        # The REPL tunes gemm_bf16's autotune space: the variants emitted here
+        # are the configurations it tries on this arch.
+        bks = gemm_configs()
         peers = [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]), True),
                  ("torch.mm out_dtype=f32 (cuBLAS, f32 out)", f32_out, True),
                  ("Triton matmul (f32 out)", tri, True)]
         for bk in bks:
-            at = f" at {bk[0]}" if bk else ""
+            at = f" at {', '.join(bk)}" if bk else ""
             peers += [(f"gemm_bf16 hinted ({' '.join('-D ' + h for h in HINTS)}){at}, ptxas "
                        "as the executor's", lambda t, bk=bk: hinted(t, HINTS + bk), True,
                        vs_hinted),
