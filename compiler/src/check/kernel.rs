@@ -695,16 +695,24 @@ impl Checker<'_> {
             None => "the value of `arch` must be a constant".to_string(),
         };
         let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+        // A misspelt name: the nearest arch.
+        let near = bad
+            .strip_prefix('"')
+            .and_then(|b| b.split('"').next())
+            .and_then(|b| suggest(b, names.iter().copied()));
         self.report(
             Diagnostic::new(
                 "E0509",
                 v.span,
                 format!("{bad}: `arch` takes an arch name or a list of them"),
             )
-            .with_help(format!(
-                "write e.g. `\"arch\": [\"sm_80\", \"sm_90\"]`; the archs are {}",
-                names.join(", ")
-            )),
+            .with_help(match near {
+                Some(n) => format!("did you mean `{n}`? the archs are {}", names.join(", ")),
+                None => format!(
+                    "write e.g. `\"arch\": [\"sm_80\", \"sm_90\"]`; the archs are {}",
+                    names.join(", ")
+                ),
+            }),
         );
     }
 

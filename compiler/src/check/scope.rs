@@ -335,7 +335,7 @@ impl AutotuneConfig {
 pub fn autotune_archs(v: &Value) -> Result<Vec<crate::target::Arch>, String> {
     let one = |v: &Value| match v {
         Value::Str(s) => s.parse().map_err(|_| format!("\"{s}\"")),
-        other => Err(format!("`{other:?}`")),
+        other => Err(format!("`{other}`")),
     };
     match v {
         Value::Tuple(items) if !items.is_empty() => items.iter().map(one).collect(),
