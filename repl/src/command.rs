@@ -697,19 +697,40 @@ pub fn resources_row(r: &Resources) -> String {
 /// `:autotune NAME`: each tuning of the kernel in this session (one per
 /// value of its key), every configuration with its time, the best marked.
 fn autotune_table(session: &Session, name: &str, out: &mut dyn Write) {
-    use tessera::exec::autotune::config_text;
+    use tessera::exec::autotune::{config_text, space_of};
+    // What the space holds for the device: `BK=32; BM=256, BN=128`.
+    let space = |arch| {
+        space_of(session.database(), session.source_file(), name, arch).map(|cs| {
+            cs.iter()
+                .map(|c| config_text(c))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    };
     let Some(gpu) = session.gpu() else {
+        let first = match space(None) {
+            Some(s) => format!(
+                ": `{name}` would run {}",
+                s.split("; ").next().unwrap_or("")
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "no GPU is open: `@autotune` times configurations on a GPU (on the CPU a launch uses the first configuration of the space)"
+            "no GPU is open: `@autotune` times configurations on a GPU (on the CPU a launch uses the first configuration of the space{first})"
         );
         return;
     };
     let results = gpu.tuned_of(name);
     if results.is_empty() {
+        let arch = gpu.info().arch;
+        let tries = match space(Some(arch)) {
+            Some(s) => format!("; on {arch} its space tries {s}"),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "`{name}` has not been tuned in this session: a launch of an `@autotune` kernel on the GPU tunes it"
+            "`{name}` has not been tuned in this session: a launch of an `@autotune` kernel on the GPU tunes it{tries}"
         );
         return;
     }

@@ -92,6 +92,25 @@ pub(crate) fn configurations(
     out
 }
 
+/// The configurations kernel `name`'s `@autotune` space tries on `arch`
+/// (`None`: the CPU, which launches the first of them), for `:autotune`
+/// before a launch; `None` where `name` is no kernel of `file` or the
+/// standard library, or has no space.
+pub fn space_of(
+    db: &Database,
+    file: SourceFile,
+    name: &str,
+    arch: Option<Arch>,
+) -> Option<Vec<Config>> {
+    let (kfile, item) = super::launch::find_kernel(db, file, name).ok()?;
+    let parsed = db::parse_item(db, item);
+    let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
+        return None;
+    };
+    f.decorator("autotune")?;
+    Some(configurations(f, db, kfile, &BTreeSet::new(), arch))
+}
+
 /// The const parameters a launch passes itself (not tuned), by value: each
 /// is part of the tuning key, as it makes another kernel (`causal=True`
 /// attention skips blocks the unmasked one computes, and its best tile may
