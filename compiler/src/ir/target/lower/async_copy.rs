@@ -321,13 +321,8 @@ impl<'a> Lower<'a> {
             );
             let first = self.cmp(CmpOp::Eq, RegTy::U32, r, Operand::Int(0));
             let cond = self.materialize(RegTy::Pred, first).reg().expect("reg");
-            self.blocks.push(Vec::new());
-            self.copy_chunks(d, buf, sw, br, bc);
-            let then = self.blocks.pop().unwrap_or_default();
-            self.emit(Inst::If {
-                cond,
-                then,
-                otherwise: Vec::new(),
+            self.when(cond, |l| {
+                l.copy_chunks(d, buf, sw, br, bc);
             });
         } else {
             self.copy_chunks(d, buf, sw, br, bc);

@@ -1,6 +1,7 @@
 //! Scalar instruction helpers: one Target IR instruction per call (`bin`,
 //! `un`, `cmp`, `select`, `cvt`, predicate conjunction), each returning the
-//! operand that holds its result.
+//! operand that holds its result; and `when`, an `If` without an else around
+//! what a closure emits (thread 0's copies, barrier set-up).
 //!
 //! `bin` folds the identities address arithmetic produces (adding 0,
 //! multiplying by 1) and never emits an instruction for them, so callers may
@@ -120,6 +121,20 @@ impl<'a> Lower<'a> {
             });
         }
         acc
+    }
+
+    /// Emits what `then` emits under `cond` (an `If` without an else) and
+    /// returns what `then` returned.
+    pub(super) fn when<T>(&mut self, cond: Reg, then: impl FnOnce(&mut Self) -> T) -> T {
+        self.blocks.push(Vec::new());
+        let out = then(self);
+        let then = self.blocks.pop().unwrap_or_default();
+        self.emit(Inst::If {
+            cond,
+            then,
+            otherwise: Vec::new(),
+        });
+        out
     }
 
     pub(super) fn pred_reg(&mut self, p: Option<Operand>) -> Option<Reg> {

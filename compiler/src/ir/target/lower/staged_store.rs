@@ -187,35 +187,30 @@ impl<'a> Lower<'a> {
         };
         let index = self.tensor_map_index(map);
         let first = self.thread_zero();
-        self.blocks.push(Vec::new());
-        let coords = self.tma_coords(access);
-        let m = self.new_reg(RegTy::U64);
-        self.emit(Inst::TensorMapAddr { dst: m, map: index });
-        for b in 0..plan.boxes {
-            let mut c = coords.clone();
-            let x = self.bin(
-                BinOp::Add,
-                RegTy::I32,
-                c[0],
-                Operand::Int(i64::from(b * plan.inner)),
-            );
-            c[0] = self.materialize(RegTy::I32, x);
-            self.emit(Inst::TmaStore {
-                src: buf,
-                src_offset: i64::from(b * plan.box_bytes),
-                map: m,
-                coords: c,
-            });
-        }
-        self.emit(Inst::BulkCommit);
-        // Shared memory is free again (and the block may exit) once the
-        // copies have read it; their global writes finish on their own.
-        self.emit(Inst::BulkWaitRead { pending: 0 });
-        let then = self.blocks.pop().unwrap_or_default();
-        self.emit(Inst::If {
-            cond: first,
-            then,
-            otherwise: Vec::new(),
+        self.when(first, |l| {
+            let coords = l.tma_coords(access);
+            let m = l.new_reg(RegTy::U64);
+            l.emit(Inst::TensorMapAddr { dst: m, map: index });
+            for b in 0..plan.boxes {
+                let mut c = coords.clone();
+                let x = l.bin(
+                    BinOp::Add,
+                    RegTy::I32,
+                    c[0],
+                    Operand::Int(i64::from(b * plan.inner)),
+                );
+                c[0] = l.materialize(RegTy::I32, x);
+                l.emit(Inst::TmaStore {
+                    src: buf,
+                    src_offset: i64::from(b * plan.box_bytes),
+                    map: m,
+                    coords: c,
+                });
+            }
+            l.emit(Inst::BulkCommit);
+            // Shared memory is free again (and the block may exit) once the
+            // copies have read it; their global writes finish on their own.
+            l.emit(Inst::BulkWaitRead { pending: 0 });
         });
         self.emit(Inst::Barrier);
     }

@@ -191,25 +191,20 @@ impl<'a> Lower<'a> {
         }
         let warpgroups = self.num_warps / 4;
         let first = self.thread_zero();
-        self.blocks.push(Vec::new());
-        for &(map, ..) in &tmaps {
-            self.emit(Inst::PrefetchTensorMap { map });
-        }
-        for s in 0..stages {
-            let f = self.barrier_addr(full, Operand::Int(s as i64));
-            self.emit(Inst::MbarInit { bar: f, count: 1 });
-            let e = self.barrier_addr(empty, Operand::Int(s as i64));
-            self.emit(Inst::MbarInit {
-                bar: e,
-                count: warpgroups,
-            });
-        }
-        self.emit(Inst::FenceMbarInit);
-        let then = self.blocks.pop().unwrap_or_default();
-        self.emit(Inst::If {
-            cond: first,
-            then,
-            otherwise: Vec::new(),
+        self.when(first, |l| {
+            for &(map, ..) in &tmaps {
+                l.emit(Inst::PrefetchTensorMap { map });
+            }
+            for s in 0..stages {
+                let f = l.barrier_addr(full, Operand::Int(s as i64));
+                l.emit(Inst::MbarInit { bar: f, count: 1 });
+                let e = l.barrier_addr(empty, Operand::Int(s as i64));
+                l.emit(Inst::MbarInit {
+                    bar: e,
+                    count: warpgroups,
+                });
+            }
+            l.emit(Inst::FenceMbarInit);
         });
         self.emit(Inst::Barrier);
         let phase = self.new_reg(RegTy::U32);
@@ -229,14 +224,9 @@ impl<'a> Lower<'a> {
             let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
             let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivs, hi);
             let cond = self.and_pred(first, runs);
-            self.blocks.push(Vec::new());
-            self.tma_stage(body, p, &t, ivs, Operand::Int(s as i64))?;
-            let then = self.blocks.pop().unwrap_or_default();
-            self.emit(Inst::If {
-                cond,
-                then,
-                otherwise: Vec::new(),
-            });
+            self.when(cond, |l| {
+                l.tma_stage(body, p, &t, ivs, Operand::Int(s as i64))
+            })?;
         }
         Ok(t)
     }
@@ -297,18 +287,12 @@ impl<'a> Lower<'a> {
         let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivn, hi);
         let first = self.thread_zero();
         let cond = self.and_pred(first, runs);
-        self.blocks.push(Vec::new());
-        let wrapped = self.select(RegTy::U32, at_zero, Operand::Int(1), Operand::Int(0));
-        let parity = self.bin(BinOp::Xor, RegTy::U32, Operand::Reg(t.phase), wrapped);
-        self.emit(Inst::MbarWait { bar: empty, parity });
-        self.tma_stage(body, p, t, ivn, prev)?;
-        let then = self.blocks.pop().unwrap_or_default();
-        self.emit(Inst::If {
-            cond,
-            then,
-            otherwise: Vec::new(),
-        });
-        Ok(())
+        self.when(cond, |l| {
+            let wrapped = l.select(RegTy::U32, at_zero, Operand::Int(1), Operand::Int(0));
+            let parity = l.bin(BinOp::Xor, RegTy::U32, Operand::Reg(t.phase), wrapped);
+            l.emit(Inst::MbarWait { bar: empty, parity });
+            l.tma_stage(body, p, t, ivn, prev)
+        })
     }
 
     /// At the end of the body, after the stage register has moved on: the
@@ -332,18 +316,13 @@ impl<'a> Lower<'a> {
     /// barriers, so that entering the loop again may initialise them anew.
     pub(super) fn tma_epilogue(&mut self, p: &LoopPipe, t: &TmaPipe) {
         let first = self.thread_zero();
-        self.blocks.push(Vec::new());
-        for s in 0..p.stages {
-            for b in [t.full, t.empty] {
-                let bar = self.barrier_addr(b, Operand::Int(s as i64));
-                self.emit(Inst::MbarInval { bar });
+        self.when(first, |l| {
+            for s in 0..p.stages {
+                for b in [t.full, t.empty] {
+                    let bar = l.barrier_addr(b, Operand::Int(s as i64));
+                    l.emit(Inst::MbarInval { bar });
+                }
             }
-        }
-        let then = self.blocks.pop().unwrap_or_default();
-        self.emit(Inst::If {
-            cond: first,
-            then,
-            otherwise: Vec::new(),
         });
     }
 
