@@ -425,6 +425,23 @@ pub fn autotune_configs(
     out.into_iter().map(unrestricted).collect()
 }
 
+/// The configurations of `f`'s space tried on `arch` (`None`, the CPU:
+/// all), in order; the space's first alone where none names `arch`.
+pub fn autotune_configs_for(
+    f: &ast::Function,
+    consts: &dyn Fn(&str) -> Option<Value>,
+    arch: Option<crate::target::Arch>,
+) -> Vec<AutotuneConfig> {
+    let all = autotune_configs(f, consts);
+    match arch {
+        Some(a) if all.iter().any(|c| c.admits(a)) => {
+            all.into_iter().filter(|c| c.admits(a)).collect()
+        }
+        Some(_) => all.into_iter().take(1).collect(),
+        None => all,
+    }
+}
+
 /// The configuration a kernel takes where nothing tunes it: the first of
 /// its space tried on `arch` (the target compiled for; `None` on the CPU),
 /// or the space's first where none is (or no arch is known).
@@ -433,11 +450,11 @@ pub fn autotune_default(
     consts: &dyn Fn(&str) -> Option<Value>,
     arch: Option<crate::target::Arch>,
 ) -> Vec<(String, Value)> {
-    let mut all = autotune_configs(f, consts);
-    let i = arch
-        .and_then(|a| all.iter().position(|c| c.admits(a)))
-        .unwrap_or(0);
-    all.swap_remove(i).values
+    autotune_configs_for(f, consts, arch)
+        .into_iter()
+        .next()
+        .map(|c| c.values)
+        .unwrap_or_default()
 }
 
 /// The first configuration of `f`'s `@autotune` space, by name.

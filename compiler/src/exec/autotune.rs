@@ -69,16 +69,8 @@ pub(crate) fn configurations(
     arch: Option<Arch>,
 ) -> Vec<Config> {
     let scope = db::module_scope(db, kfile);
-    let all = crate::check::scope::autotune_configs(f, &|n| scope.const_value(n));
-    let admitted: Vec<_> = match arch {
-        Some(a) if all.iter().any(|c| c.admits(a)) => {
-            all.into_iter().filter(|c| c.admits(a)).collect()
-        }
-        Some(_) => all.into_iter().take(1).collect(),
-        None => all,
-    };
     let mut out: Vec<Config> = Vec::new();
-    for c in admitted {
+    for c in crate::check::scope::autotune_configs_for(f, &|n| scope.const_value(n), arch) {
         let c: Config = c
             .values
             .into_iter()
