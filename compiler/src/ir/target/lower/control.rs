@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::across::{Crossing, OuterLoop};
 use super::mma::WgmmaDot;
 use super::pipeline::{only_dot, Decision, Rotation};
 use super::{gcd, Lower, R, TV};
@@ -191,6 +192,8 @@ impl<'a> Lower<'a> {
         if step_o == Operand::Int(0) {
             return self.unsupported("a `range` with step 0");
         }
+        // The loop around this one, as one a pipeline here may run across.
+        let mut enclosing = self.outer.take();
         // The loop variable has the bounds' type (i32, or i64 over i64 bounds).
         let idt = self.tk.ty(body.args[0]).dtype();
         let ity = if idt == DType::I64 {
@@ -231,10 +234,21 @@ impl<'a> Lower<'a> {
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
+        let decision = self.pipeline.plan.decisions.len();
         if !plan.invariant.is_empty() || !plan.pipelined.is_empty() {
             let decision = Decision::Loop(plan.clone());
             self.pipeline.plan.decisions.push(decision);
         }
+        let across = match enclosing.as_mut() {
+            Some(o) if maps.is_some() && plan.invariant.is_empty() => {
+                let accesses: Vec<&[tile::Access]> =
+                    plan.pipelined.iter().map(|l| l.access.as_slice()).collect();
+                self.across_slice(o, body.args[0], [lo, hi, step], step_o, &accesses)
+                    .map(|slice| (o, slice))
+            }
+            _ => None,
+        };
+        let outer_iv = across.as_ref().map(|(o, _)| o.iv);
         // TMA's first stages go out before the invariant copies, which the
         // threads issue while those land (its set-up has a barrier first).
         let tma = maps.is_some();
@@ -244,7 +258,16 @@ impl<'a> Lower<'a> {
         }
         let amd_staged = self.stage_invariant_amd_operands(body)?;
         let bounds = [lo_o, hi_o, step_o];
-        let pipe = self.pipeline_prologue(body, &plan, maps, bounds)?;
+        let pipe = self.pipeline_prologue(body, &plan, maps, bounds, across)?;
+        let across = pipe
+            .as_ref()
+            .and_then(|p| p.tma.as_ref())
+            .and_then(|t| t.across.clone());
+        if across.is_some() {
+            if let Some(Decision::Loop(d)) = self.pipeline.plan.decisions.get_mut(decision) {
+                d.across = outer_iv;
+            }
+        }
         let buffered = !invariant.is_empty() || !amd_staged.is_empty() || pipe.is_some();
         self.buffered_loops += u32::from(buffered);
         if tma {
@@ -260,6 +283,7 @@ impl<'a> Lower<'a> {
             }
             self.emit(Inst::Barrier);
         }
+        self.outer = OuterLoop::new(self, body, ity, idt, bounds);
         self.blocks.push(Vec::new());
         let yields = match &pipe {
             Some(p) if plan.rotated => {
@@ -313,8 +337,15 @@ impl<'a> Lower<'a> {
             if let Some(t) = &p.tma {
                 self.tma_next_phase(p, t);
             }
+            if let Some(a) = &across {
+                self.emit(Inst::Mov {
+                    dst: a.started,
+                    src: Operand::Int(1),
+                });
+            }
         }
         let code = self.blocks.pop().unwrap_or_default();
+        let inner = std::mem::replace(&mut self.outer, enclosing);
         self.span = op.span;
         self.emit(Inst::For {
             iv,
@@ -323,6 +354,13 @@ impl<'a> Lower<'a> {
             step: step_o,
             body: code,
         });
+        if let Some(c) = inner.and_then(|o| o.crossing) {
+            // The pipeline that ran across this loop: nothing is in flight
+            // (copies go only to iterations that run).
+            self.tma_epilogue(&c, true);
+            self.buffered_loops -= 1;
+            self.across_live -= 1;
+        }
         if let Some((a, b)) = plan.wgmma {
             if self.wgmma.contains(&WgmmaDot { a, b }) {
                 return self.unsupported("a wgmma dot that took another path");
@@ -348,8 +386,15 @@ impl<'a> Lower<'a> {
                 self.emit(Inst::CpAsyncWait { pending: 0 });
             }
             self.emit(Inst::Barrier);
-            if let Some(t) = &p.tma {
-                self.tma_epilogue(&p, t);
+            if let Some(t) = p.tma.as_ref().filter(|t| t.across.is_none()) {
+                self.tma_epilogue(
+                    &Crossing {
+                        full: t.full,
+                        empty: t.empty,
+                        stages: p.stages,
+                    },
+                    false,
+                );
             }
             for (load, _) in &p.loads {
                 self.pipeline.pipelined_pending.remove(&load.value);

@@ -48,11 +48,13 @@
 //! | `mma/` | tensor-core dots: `mma16816.rs` (with the rotated mainloop), `tf32.rs`, `mma884.rs`, `wgmma.rs` (sm_90a), `amd.rs`, and `staging.rs` for their operands |
 //! | `pipeline.rs` | the asynchronous-copy decisions as a printable `PipelinePlan` (see `lower_with_plan`), and carrying them out: loop-invariant operands, software pipelines of `for` loops |
 //! | `tma.rs` | the wgmma loops' pipelines on TMA copies and transaction barriers (sm_90a) |
+//! | `across.rs` | such a pipeline run across the iterations of the loop around it (a persistent GEMM's tiles) |
 //! | `staged_store.rs` | 16-bit accumulator tiles stored through shared memory: by TMA (sm_90a) or 16-byte stores |
 //! | `control.rs` | `for`, `while`, `if` and their carried values |
 //!
 //! A method is `pub(super)` only where a sibling file calls it.
 
+mod across;
 mod async_copy;
 mod control;
 mod dot_fma;
@@ -183,6 +185,8 @@ fn lower_once(
         wgmma_waited: Vec::new(),
         hoist_amd,
         hoisted_amd: false,
+        outer: None,
+        across_live: 0,
     };
     l.tid = l.new_reg(RegTy::I32);
     let tid = l.tid;
@@ -359,6 +363,12 @@ struct Lower<'a> {
     /// whether one did.
     hoist_amd: bool,
     hoisted_amd: bool,
+    /// The `for` loop whose body is being lowered, as one a TMA pipeline in
+    /// it may run across (`across.rs`); taken by the loops inside it.
+    outer: Option<across::OuterLoop>,
+    /// How many of `buffered_loops` are outer loops a TMA pipeline runs
+    /// across (their bodies may still stage a tile beside its stages).
+    across_live: u32,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

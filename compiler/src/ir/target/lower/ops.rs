@@ -35,7 +35,7 @@ impl<'a> Lower<'a> {
         Ok(None)
     }
 
-    fn op(&mut self, op: &tile::Op) -> R<()> {
+    pub(super) fn op(&mut self, op: &tile::Op) -> R<()> {
         crate::cancel::checkpoint();
         let tk = self.tk;
         let res = |i: usize| op.results[i];

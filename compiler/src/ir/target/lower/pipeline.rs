@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::rc::Rc;
 
+use super::across::OuterLoop;
 use super::async_copy::Deferred;
 use super::control::has_dot;
 use super::tma::TmaPipe;
@@ -149,6 +150,9 @@ pub(crate) struct LoopPlan {
     /// (sm_90a; [`Lower::waited_wgmma_dots`]): every dot of a loop that is
     /// not the GEMM mainloop of `wgmma` above, or none.
     pub(crate) wgmma_waited: Vec<WaitedWgmma>,
+    /// The outer loop (its variable) the TMA pipeline runs across
+    /// (`across.rs`).
+    pub(crate) across: Option<Value>,
 }
 
 /// A dot a loop plan put on `wgmma`, waited for where it is issued: its
@@ -263,6 +267,9 @@ impl fmt::Display for PipelinePlan {
                         if p.tma {
                             write!(f, ", the copies by TMA")?;
                         }
+                        if let Some(o) = p.across {
+                            write!(f, " across the iterations of loop {o}")?;
+                        }
                     }
                     writeln!(f)?;
                 }
@@ -349,6 +356,7 @@ impl<'a> Lower<'a> {
             wgmma,
             tma: false,
             wgmma_waited,
+            across: None,
         }
     }
 
@@ -647,20 +655,36 @@ impl<'a> Lower<'a> {
         plan: &LoopPlan,
         maps: Option<Vec<TensorMap>>,
         [lo, hi, step]: [Operand; 3],
+        across: Option<(&mut OuterLoop, Vec<tile::Op>)>,
     ) -> R<Option<LoopPipe>> {
         let (loads, stages) = (&plan.pipelined, plan.stages);
         if loads.is_empty() {
             return Ok(None);
         }
-        self.emit(Inst::Comment(format!(
-            "software pipeline: {} loads, {stages} stages",
-            loads.len()
-        )));
-        let stage = self.new_reg(RegTy::U32);
-        self.emit(Inst::Mov {
-            dst: stage,
-            src: Operand::Int(0),
-        });
+        let across = across.filter(|_| maps.is_some());
+        // The stage register counts every tile's iterations where the
+        // pipeline runs across an outer loop: set before that loop.
+        let start = |l: &mut Self| {
+            l.emit(Inst::Comment(format!(
+                "software pipeline: {} loads, {stages} stages{}",
+                loads.len(),
+                if across.is_some() {
+                    ", across the loop around"
+                } else {
+                    ""
+                }
+            )));
+            let stage = l.new_reg(RegTy::U32);
+            l.emit(Inst::Mov {
+                dst: stage,
+                src: Operand::Int(0),
+            });
+            stage
+        };
+        let stage = match &across {
+            Some((outer, _)) => self.before_outer(outer.depth(), start),
+            None => start(self),
+        };
         let mut pipes = Vec::new();
         for load in loads {
             let (rows, cols) = (load.shape[0], load.shape[1]);
@@ -703,7 +727,7 @@ impl<'a> Lower<'a> {
             tma: None,
         };
         if let Some(maps) = maps {
-            p.tma = Some(self.tma_prologue(body, &p, maps, lo, hi, step)?);
+            p.tma = Some(self.tma_prologue(body, &p, maps, lo, hi, step, across)?);
             return Ok(Some(p));
         }
         for s in 0..p.ahead {

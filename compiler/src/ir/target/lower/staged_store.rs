@@ -102,19 +102,35 @@ impl<'a> Lower<'a> {
             (t.mem, t.dtype)
         };
         let buffer = self.buffers.len();
+        let overlay = self.across_live == 0;
         self.buffers.push(SmemBuffer {
             name: format!("staged{}", self.overlays.len()),
             offset: 0,
             bytes: plan.box_bytes * plan.boxes,
             align: 1024,
             purpose: format!(
-                "a {} x {} tile stored through shared memory (over the whole arena: no loop's buffers are live)",
-                v.layout.shape[0], v.layout.shape[1]
+                "a {} x {} tile stored through shared memory ({})",
+                v.layout.shape[0],
+                v.layout.shape[1],
+                if overlay {
+                    "over the whole arena: no loop's buffers are live"
+                } else {
+                    "beside the stages of the pipeline running across its loop"
+                }
             ),
             swizzle: None,
         });
-        self.overlays.push(buffer);
-        // Earlier uses of the arena (a loop's stages, its barriers) are over.
+        if overlay {
+            self.overlays.push(buffer);
+            // Earlier uses of the arena (a loop's stages, its barriers) are over.
+        } else {
+            // Its own region, which only this store writes: the previous
+            // iteration's copies out by TMA must have read it (waited here,
+            // not after them, so that they overlap the next tile's math).
+            self.pipeline.persistent.push(buffer);
+            let first = self.thread_zero();
+            self.when(first, |l| l.emit(Inst::BulkWaitRead { pending: 0 }));
+        }
         self.emit(Inst::Barrier);
         let buf = self.new_reg(RegTy::U32);
         self.emit(Inst::SmemAddr { dst: buf, buffer });
@@ -132,7 +148,7 @@ impl<'a> Lower<'a> {
         }
         match &plan.out {
             Out::Tma { box_dims } => {
-                self.tma_copy_out(tensor, access, buf, box_dims.clone(), &plan);
+                self.tma_copy_out(tensor, access, buf, box_dims.clone(), &plan, !overlay);
                 Ok(Staged::Done)
             }
             Out::ReadBack { layout, read } => {
@@ -168,7 +184,9 @@ impl<'a> Lower<'a> {
     }
 
     /// The written boxes to the tensor by TMA: the writes fenced for the
-    /// asynchronous proxy, then thread 0's copies.
+    /// asynchronous proxy, then thread 0's copies. `deferred`: the wait for
+    /// the copies' reads is left to the next write of the buffer (and the
+    /// end of the loop a pipeline runs across).
     fn tma_copy_out(
         &mut self,
         tensor: usize,
@@ -176,6 +194,7 @@ impl<'a> Lower<'a> {
         buf: Reg,
         box_dims: Vec<u32>,
         plan: &StagingPlan,
+        deferred: bool,
     ) {
         self.emit(Inst::FenceProxyAsync);
         self.emit(Inst::Barrier);
@@ -210,9 +229,13 @@ impl<'a> Lower<'a> {
             l.emit(Inst::BulkCommit);
             // Shared memory is free again (and the block may exit) once the
             // copies have read it; their global writes finish on their own.
-            l.emit(Inst::BulkWaitRead { pending: 0 });
+            if !deferred {
+                l.emit(Inst::BulkWaitRead { pending: 0 });
+            }
         });
-        self.emit(Inst::Barrier);
+        if !deferred {
+            self.emit(Inst::Barrier);
+        }
     }
 
     /// The address registers of a [`BoxAccess`] of `layout` in the boxes
@@ -262,7 +285,10 @@ impl<'a> Lower<'a> {
 
     /// How `v` is staged, or `None` where it is not (see the module docs).
     fn staging_plan(&mut self, tensor: usize, access: &[Access], v: &TV) -> R<Option<StagingPlan>> {
-        if !self.arch.is_nvidia() || self.buffered_loops > 0 {
+        // Free where no loop's buffers are live, or only those of a
+        // pipeline running across the loop this store is in (the tile then
+        // takes a region of its own beside them: see `overlays`).
+        if !self.arch.is_nvidia() || self.buffered_loops > self.across_live {
             return Ok(None);
         }
         let t = self.tensor(tensor)?;
@@ -282,7 +308,14 @@ impl<'a> Lower<'a> {
             return Ok(None);
         }
         let box_bytes = rows * BOX_ROW_BYTES;
-        if box_bytes * (cols / inner) > self.arena_bytes() {
+        let tile_bytes = box_bytes * (cols / inner);
+        let fits = if self.across_live == 0 {
+            tile_bytes <= self.arena_bytes()
+        } else {
+            u64::from(tile_bytes) + u64::from(self.arena_bytes())
+                <= u64::from(self.arch.info().max_smem_per_block)
+        };
+        if !fits {
             return Ok(None);
         }
         // The widest vector every slot group fills (16 bytes at most).

@@ -28,6 +28,7 @@
 //! initialised barrier counts as complete. Copies are issued only for
 //! iterations that run, so none is in flight when the loop ends.
 
+use super::across::{Across, Crossing, OuterLoop};
 use super::pipeline::{LoopPipe, LoopPlan};
 use super::{Lower, R};
 use crate::check::DType;
@@ -40,8 +41,8 @@ const MAX_BOX: u32 = 256;
 /// A loop's transaction barriers and tensor maps (part of [`LoopPipe`]).
 pub(super) struct TmaPipe {
     /// Shared buffers of `stages` 8-byte barriers each.
-    full: usize,
-    empty: usize,
+    pub(super) full: usize,
+    pub(super) empty: usize,
     /// Per pipelined load (in `LoopPipe::loads` order): its map's address
     /// register, the elements of its box's innermost dim, and the boxes a
     /// stage takes (the 128-byte panels of `b`), `panel_bytes` apart.
@@ -51,6 +52,9 @@ pub(super) struct TmaPipe {
     bytes: u32,
     /// `(i / S) % 2` of the iteration `i` being run.
     pub(super) phase: Reg,
+    /// Where the pipeline runs across the iterations of the loop around
+    /// its loop (`across.rs`).
+    pub(super) across: Option<Across>,
 }
 
 /// The TMA swizzle span (bytes) for a buffer laid out as `sw`, and the
@@ -149,7 +153,11 @@ impl<'a> Lower<'a> {
 
     /// Before the loop: the barriers initialised (by thread 0, published by
     /// a block-wide barrier), the maps' addresses, and the copies of the
-    /// first `ahead` iterations that run.
+    /// first `ahead` iterations that run. With `across` (the loop around
+    /// this one and the slice of its body the copies' indices need), all of
+    /// it goes before that outer loop instead, and the first `ahead`
+    /// iterations are those of the sequence of its tiles (`across.rs`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn tma_prologue(
         &mut self,
         body: &tile::Region,
@@ -158,6 +166,7 @@ impl<'a> Lower<'a> {
         lo: Operand,
         hi: Operand,
         step: Operand,
+        across: Option<(&mut OuterLoop, Vec<tile::Op>)>,
     ) -> R<TmaPipe> {
         let stages = p.stages;
         let mut barriers = [0; 2];
@@ -174,6 +183,51 @@ impl<'a> Lower<'a> {
             self.pipeline.persistent.push(*b);
         }
         let [full, empty] = barriers;
+        let Some((outer, slice)) = across else {
+            let t = self.tma_setup(p, maps, full, empty);
+            let first = self.thread_zero();
+            for s in 0..p.ahead {
+                let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
+                let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
+                let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivs, hi);
+                let cond = self.and_pred(first, runs);
+                self.when(cond, |l| {
+                    l.tma_stage(body, p, &t, ivs, Operand::Int(s as i64))
+                })?;
+            }
+            return Ok(t);
+        };
+        let t = self.before_outer(outer.depth(), |l| {
+            let mut t = l.tma_setup(p, maps, full, empty);
+            t.across = Some(l.across_setup(outer, slice, [lo, hi, step]));
+            let first = l.thread_zero();
+            let a = t.across.as_ref().expect("set above");
+            l.across_prologue(a, first, p.ahead, |l, iv, s| {
+                l.tma_stage(body, p, &t, iv, Operand::Int(i64::from(s)))
+            })?;
+            Ok::<_, super::Unsupported>(t)
+        })?;
+        outer.crossing = Some(Crossing {
+            full,
+            empty,
+            stages,
+        });
+        // The stages stay live through the outer loop (its epilogues must
+        // not overlay them).
+        self.buffered_loops += 1;
+        self.across_live += 1;
+        Ok(t)
+    }
+
+    /// The maps' addresses and the barriers initialised (thread 0), then a
+    /// block-wide barrier; phase 0.
+    fn tma_setup(
+        &mut self,
+        p: &LoopPipe,
+        maps: Vec<TensorMap>,
+        full: usize,
+        empty: usize,
+    ) -> TmaPipe {
         let mut tmaps = Vec::new();
         let mut bytes = 0;
         for (m, (load, pi)) in maps.into_iter().zip(&p.loads) {
@@ -195,7 +249,7 @@ impl<'a> Lower<'a> {
             for &(map, ..) in &tmaps {
                 l.emit(Inst::PrefetchTensorMap { map });
             }
-            for s in 0..stages {
+            for s in 0..p.stages {
                 let f = l.barrier_addr(full, Operand::Int(s as i64));
                 l.emit(Inst::MbarInit { bar: f, count: 1 });
                 let e = l.barrier_addr(empty, Operand::Int(s as i64));
@@ -212,23 +266,14 @@ impl<'a> Lower<'a> {
             dst: phase,
             src: Operand::Int(0),
         });
-        let t = TmaPipe {
+        TmaPipe {
             full,
             empty,
             maps: tmaps,
             bytes,
             phase,
-        };
-        for s in 0..p.ahead {
-            let off = self.bin(BinOp::Mul, RegTy::I32, step, Operand::Int(s as i64));
-            let ivs = self.bin(BinOp::Add, RegTy::I32, lo, off);
-            let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivs, hi);
-            let cond = self.and_pred(first, runs);
-            self.when(cond, |l| {
-                l.tma_stage(body, p, &t, ivs, Operand::Int(s as i64))
-            })?;
+            across: None,
         }
-        Ok(t)
     }
 
     /// At the top of the body: every thread waits for this iteration's
@@ -274,7 +319,17 @@ impl<'a> Lower<'a> {
             Operand::Int(127),
         );
         let leader = self.cmp(CmpOp::Eq, RegTy::U32, lane0, Operand::Int(0));
-        let later = self.cmp(CmpOp::Ne, RegTy::I32, iv, lo);
+        // Not in the sequence's first iteration: this loop's, or the first
+        // of all tiles' where the pipeline runs across an outer loop.
+        let later = match &t.across {
+            Some(a) => self.cmp(
+                CmpOp::Ne,
+                RegTy::U32,
+                Operand::Reg(a.started),
+                Operand::Int(0),
+            ),
+            None => self.cmp(CmpOp::Ne, RegTy::I32, iv, lo),
+        };
         let release = self.and_pred(leader.reg().expect("reg"), later);
         self.emit(Inst::If {
             cond: release,
@@ -286,12 +341,34 @@ impl<'a> Lower<'a> {
         let ivn = self.bin(BinOp::Add, RegTy::I32, iv, off);
         let runs = self.cmp(CmpOp::Lt, RegTy::I32, ivn, hi);
         let first = self.thread_zero();
-        let cond = self.and_pred(first, runs);
-        self.when(cond, |l| {
+        // The copies wait until every warpgroup has released the stage.
+        let copy = |l: &mut Self, ivv: Operand| {
             let wrapped = l.select(RegTy::U32, at_zero, Operand::Int(1), Operand::Int(0));
             let parity = l.bin(BinOp::Xor, RegTy::U32, Operand::Reg(t.phase), wrapped);
             l.emit(Inst::MbarWait { bar: empty, parity });
-            l.tma_stage(body, p, t, ivn, prev)
+            l.tma_stage(body, p, t, ivv, prev)
+        };
+        let Some(a) = &t.across else {
+            let cond = self.and_pred(first, runs);
+            return self.when(cond, |l| copy(l, ivn));
+        };
+        // Past the tile's last iteration, the next tiles' first ones.
+        let runs = runs.reg().expect("reg");
+        self.when(first, |l| {
+            l.blocks.push(Vec::new());
+            copy(l, ivn)?;
+            let then = l.blocks.pop().unwrap_or_default();
+            l.blocks.push(Vec::new());
+            let j = l.across_ahead(a, iv, p.ahead);
+            let tile = l.scalar(a.outer_iv());
+            l.issue_across(a, tile, j, false, copy)?;
+            let otherwise = l.blocks.pop().unwrap_or_default();
+            l.emit(Inst::If {
+                cond: runs,
+                then,
+                otherwise,
+            });
+            Ok(())
         })
     }
 
@@ -313,12 +390,19 @@ impl<'a> Lower<'a> {
     }
 
     /// After the loop (and its block-wide barrier): thread 0 ends the
-    /// barriers, so that entering the loop again may initialise them anew.
-    pub(super) fn tma_epilogue(&mut self, p: &LoopPipe, t: &TmaPipe) {
+    /// barriers, so that entering the loop again may initialise them anew
+    /// (after the outer loop where the pipeline runs across one).
+    pub(super) fn tma_epilogue(&mut self, c: &Crossing, across: bool) {
         let first = self.thread_zero();
         self.when(first, |l| {
-            for s in 0..p.stages {
-                for b in [t.full, t.empty] {
+            if across {
+                // Tiles stored by TMA in the loop wait for their copies'
+                // reads of shared memory only before the next store
+                // (`staged_store`): the last ones before the block exits.
+                l.emit(Inst::BulkWaitRead { pending: 0 });
+            }
+            for s in 0..c.stages {
+                for b in [c.full, c.empty] {
                     let bar = l.barrier_addr(b, Operand::Int(s as i64));
                     l.emit(Inst::MbarInval { bar });
                 }
