@@ -309,6 +309,7 @@ impl<'a> Lower<'a> {
         let mut pipelined = Vec::new();
         if self.feat.cp_async && stages >= 2 {
             let outside = |l: &Self, v: &Value| !body.args.contains(v) && l.vals.contains_key(v);
+            let offsets = self.iv_offsets(body);
             for op in &body.ops {
                 let OpKind::Load {
                     tensor,
@@ -320,12 +321,13 @@ impl<'a> Lower<'a> {
                     continue;
                 };
                 let v = op.results[0];
+                let by_iv = |x: &Value| *x == iv || offsets.contains_key(x);
                 let uses_iv = access
                     .iter()
-                    .any(|a| matches!(a, Access::Range { start, .. } if *start == iv));
+                    .any(|a| matches!(a, Access::Range { start, .. } if by_iv(start)));
                 let indices_ok = access.iter().all(|a| match a {
                     Access::Point(x) => outside(self, x),
-                    Access::Range { start, .. } => *start == iv || outside(self, start),
+                    Access::Range { start, .. } => by_iv(start) || outside(self, start),
                     Access::Gather(_) => false,
                 });
                 let shape = self.tk.ty(v).shape().to_vec();
@@ -357,6 +359,51 @@ impl<'a> Lower<'a> {
             tma: false,
             wgmma_waited,
             across: None,
+        }
+    }
+
+    /// The body's scalars `iv + c` and `iv - c` (`iv` its loop variable, `c`
+    /// from outside the loop), by value: a pipelined load may start at one
+    /// (attention's `v[n0 - BN : n0]`, the block before the keys'), and
+    /// the copies for another iteration compute it from that iteration's
+    /// variable ([`Self::bind_iv`]).
+    pub(super) fn iv_offsets(&self, body: &tile::Region) -> HashMap<Value, (BinOp, Value)> {
+        let iv = body.args[0];
+        let outside = |v: &Value| !body.args.contains(v) && self.vals.contains_key(v);
+        body.ops
+            .iter()
+            .filter_map(|o| match &o.kind {
+                OpKind::Binary {
+                    op: tile::BinaryOp::Add,
+                    a,
+                    b,
+                } if *a == iv && outside(b) => Some((o.results[0], (BinOp::Add, *b))),
+                OpKind::Binary {
+                    op: tile::BinaryOp::Add,
+                    a,
+                    b,
+                } if *b == iv && outside(a) => Some((o.results[0], (BinOp::Add, *a))),
+                OpKind::Binary {
+                    op: tile::BinaryOp::Sub,
+                    a,
+                    b,
+                } if *a == iv && outside(b) => Some((o.results[0], (BinOp::Sub, *b))),
+                _ => None,
+            })
+            .filter(|(v, _)| self.tk.ty(*v).dtype() == DType::I32)
+            .collect()
+    }
+
+    /// Binds the loop variable of `body` to `ivv` for the copies of another
+    /// iteration: it and the body's `iv ± c` scalars (`iv_offsets`) stand for
+    /// that iteration's (in `overrides`, cleared after the copies).
+    pub(super) fn bind_iv(&mut self, body: &tile::Region, p: &LoopPipe, ivv: Operand) {
+        self.pipeline.overrides.insert(body.args[0], ivv);
+        for &(v, (op, c)) in &p.offsets {
+            let c = self.scalar(c);
+            let x = self.bin(op, RegTy::I32, ivv, c);
+            let x = self.materialize(RegTy::I32, x);
+            self.pipeline.overrides.insert(v, x);
         }
     }
 
@@ -718,7 +765,19 @@ impl<'a> Lower<'a> {
             self.pipeline.pipelined_pending.insert(load.value, pi);
             pipes.push(pi);
         }
+        let offsets = self.iv_offsets(body);
+        let offsets = offsets
+            .into_iter()
+            .filter(|(v, _)| {
+                loads.iter().any(|l| {
+                    l.access
+                        .iter()
+                        .any(|a| matches!(a, Access::Range { start, .. } if start == v))
+                })
+            })
+            .collect();
         let mut p = LoopPipe {
+            offsets,
             loads: loads.iter().cloned().zip(pipes).collect(),
             stage,
             stages,
@@ -836,7 +895,7 @@ impl<'a> Lower<'a> {
         stage: Operand,
     ) -> R<()> {
         let ivv = self.materialize(RegTy::I32, ivv);
-        self.pipeline.overrides.insert(body.args[0], ivv);
+        self.bind_iv(body, p, ivv);
         for (load, pi) in &p.loads {
             let Some(d) = self.defer_load(load.tensor, &load.access, load.other, &load.shape)?
             else {
@@ -929,6 +988,8 @@ pub(super) struct Rotation {
 /// stage register.
 pub(super) struct LoopPipe {
     pub(super) loads: Vec<(PlannedLoad, usize)>,
+    /// The loads' starts that are `iv ± c` ([`Lower::iv_offsets`]).
+    pub(super) offsets: Vec<(Value, (BinOp, Value))>,
     pub(super) stage: Reg,
     pub(super) stages: u32,
     /// How many iterations ahead the copies go (`LoopPlan::prefetch_distance`).

@@ -422,7 +422,7 @@ impl<'a> Lower<'a> {
         stage: Operand,
     ) -> R<()> {
         let ivv = self.materialize(RegTy::I32, ivv);
-        self.pipeline.overrides.insert(body.args[0], ivv);
+        self.bind_iv(body, p, ivv);
         let bar = self.barrier_addr(t.full, stage);
         self.emit(Inst::MbarExpectTx {
             bar,
