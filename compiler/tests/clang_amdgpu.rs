@@ -452,11 +452,14 @@ const WORST_BOUND: f64 = 0.35;
 /// 93-98, the 128 x 128 one over 8 waves 139 on gfx1100 against 226, the
 /// accumulator undercount of the GEMMs above. CDNA to 32 / 29 when
 /// tests/codegen/mma/staged_store_read_back.tsr added a sixth such GEMM
-/// (64 x 128 x 64, 4 waves: 59 VGPRs estimated, clang 93-98).
+/// (64 x 128 x 64, 4 waves: 59 VGPRs estimated, clang 93-98). CDNA to 34 /
+/// 31 when tests/codegen/pipeline/tma_across_tiles.tsr added two more
+/// persistent GEMMs of that tile (59-60 estimated, clang 95-96; their sm_90a
+/// pipeline across tiles has no AMD counterpart, so no AMD kernel changed).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1455, 32),
-        Arch::Gfx942 => (0.1385, 29),
+        Arch::Gfx90a => (0.1455, 34),
+        Arch::Gfx942 => (0.1385, 31),
         _ => (0.1205, 47),
     }
 }
