@@ -456,11 +456,16 @@ const WORST_BOUND: f64 = 0.35;
 /// 31 when tests/codegen/pipeline/tma_across_tiles.tsr added two more
 /// persistent GEMMs of that tile (59-60 estimated, clang 95-96; their sm_90a
 /// pipeline across tiles has no AMD counterpart, so no AMD kernel changed).
+/// Medians 14.5% / 13.9% / 12.0% to 14.8% / 14.0% / 12.5% when
+/// tests/codegen/pipeline/pipelined_offset_index.tsr and
+/// tests/gpu/user_attention.tsr's `lagged_attn` added four attention
+/// kernels, all within 35% but above the median (-13% to -33%: the WMMA and
+/// MFMA accumulators of attention's two products, as above).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1455, 34),
-        Arch::Gfx942 => (0.1385, 31),
-        _ => (0.1205, 47),
+        Arch::Gfx90a => (0.1485, 34),
+        Arch::Gfx942 => (0.1405, 31),
+        _ => (0.1255, 47),
     }
 }
 

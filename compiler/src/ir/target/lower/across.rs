@@ -94,7 +94,9 @@ impl OuterLoop {
         idt: DType,
         bounds: [Operand; 3],
     ) -> Option<OuterLoop> {
-        if !l.feat.tma || !matches!(bounds[2], Operand::Int(s) if s > 0) {
+        // An i32 variable: the other tile's is computed with the k loop's
+        // i32 arithmetic.
+        if !l.feat.tma || ity != RegTy::I32 || !matches!(bounds[2], Operand::Int(s) if s > 0) {
             return None;
         }
         if !body
