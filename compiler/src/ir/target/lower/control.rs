@@ -470,22 +470,37 @@ impl<'a> Lower<'a> {
         let c = self.materialize(RegTy::Pred, c).reg().expect("reg");
         self.blocks.push(Vec::new());
         let ty_then = self.region_ops(&then.ops)?.unwrap_or_default();
-        // The merged results: fresh registers in the then-branch's layouts.
-        let results: Vec<TV> = ty_then
-            .iter()
-            .map(|t| TV {
-                ops: t
-                    .ops
-                    .iter()
-                    .map(|_| Operand::Reg(self.new_reg(t.ty)))
-                    .collect(),
-                ..t.clone()
-            })
-            .collect();
-        self.merge(&results, &ty_then)?;
         let then_code = self.blocks.pop().unwrap_or_default();
         self.blocks.push(Vec::new());
         let ty_else = self.region_ops(&otherwise.ops)?.unwrap_or_default();
+        let else_code = self.blocks.pop().unwrap_or_default();
+        // The merged results: fresh registers in the then-branch's layouts,
+        // or the else-branch's where the then-branch yields a splat (free in
+        // any layout; a masked tile's all-masked branch yields one), so that
+        // the other branch's tile is not moved through shared memory.
+        let results: Vec<TV> = ty_then
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let from = match ty_else.get(i) {
+                    Some(e) if self.is_splat(t) && !self.is_splat(e) => e,
+                    _ => t,
+                };
+                TV {
+                    ops: from
+                        .ops
+                        .iter()
+                        .map(|_| Operand::Reg(self.new_reg(from.ty)))
+                        .collect(),
+                    ..from.clone()
+                }
+            })
+            .collect();
+        // The moves into them end each branch.
+        self.blocks.push(then_code);
+        self.merge(&results, &ty_then)?;
+        let then_code = self.blocks.pop().unwrap_or_default();
+        self.blocks.push(else_code);
         self.merge(&results, &ty_else)?;
         let else_code = self.blocks.pop().unwrap_or_default();
         self.span = op.span;
