@@ -460,12 +460,16 @@ const WORST_BOUND: f64 = 0.35;
 /// tests/codegen/pipeline/pipelined_offset_index.tsr and
 /// tests/gpu/user_attention.tsr's `lagged_attn` added four attention
 /// kernels, all within 35% but above the median (-13% to -33%: the WMMA and
-/// MFMA accumulators of attention's two products, as above).
+/// MFMA accumulators of attention's two products, as above). One more
+/// outlier on each arch, and gfx942's median 14.0% to 14.3%, when
+/// tests/codegen/control/if_splat_branch_layout.tsr added a one-tile
+/// 64 x 64 dot behind an `if` (41 VGPRs estimated on CDNA, clang 27-29; 73
+/// on gfx1100, clang 163); no other kernel's estimate or count moved.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1485, 34),
-        Arch::Gfx942 => (0.1405, 31),
-        _ => (0.1255, 47),
+        Arch::Gfx90a => (0.1485, 35),
+        Arch::Gfx942 => (0.1435, 32),
+        _ => (0.1255, 48),
     }
 }
 
