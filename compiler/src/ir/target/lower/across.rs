@@ -143,19 +143,8 @@ fn collect_defined(r: &tile::Region, out: &mut HashSet<Value>) {
     out.extend(r.args.iter().copied());
     for o in &r.ops {
         out.extend(o.results.iter().copied());
-        match &o.kind {
-            OpKind::For { body, .. } => collect_defined(body, out),
-            OpKind::While { cond, body, .. } => {
-                collect_defined(cond, out);
-                collect_defined(body, out);
-            }
-            OpKind::If {
-                then, otherwise, ..
-            } => {
-                collect_defined(then, out);
-                collect_defined(otherwise, out);
-            }
-            _ => {}
+        for nested in o.kind.regions() {
+            collect_defined(nested, out);
         }
     }
 }
