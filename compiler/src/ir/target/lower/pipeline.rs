@@ -372,23 +372,17 @@ impl<'a> Lower<'a> {
         let outside = |v: &Value| !body.args.contains(v) && self.vals.contains_key(v);
         body.ops
             .iter()
-            .filter_map(|o| match &o.kind {
-                OpKind::Binary {
-                    op: tile::BinaryOp::Add,
-                    a,
-                    b,
-                } if *a == iv && outside(b) => Some((o.results[0], (BinOp::Add, *b))),
-                OpKind::Binary {
-                    op: tile::BinaryOp::Add,
-                    a,
-                    b,
-                } if *b == iv && outside(a) => Some((o.results[0], (BinOp::Add, *a))),
-                OpKind::Binary {
-                    op: tile::BinaryOp::Sub,
-                    a,
-                    b,
-                } if *a == iv && outside(b) => Some((o.results[0], (BinOp::Sub, *b))),
-                _ => None,
+            .filter_map(|o| {
+                let OpKind::Binary { op, a, b } = &o.kind else {
+                    return None;
+                };
+                let (op, c) = match op {
+                    tile::BinaryOp::Add if *a == iv => (BinOp::Add, *b),
+                    tile::BinaryOp::Add if *b == iv => (BinOp::Add, *a),
+                    tile::BinaryOp::Sub if *a == iv => (BinOp::Sub, *b),
+                    _ => return None,
+                };
+                outside(&c).then_some((o.results[0], (op, c)))
             })
             .filter(|(v, _)| self.tk.ty(*v).dtype() == DType::I32)
             .collect()
