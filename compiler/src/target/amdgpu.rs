@@ -35,6 +35,23 @@ pub const MIN_VGPRS: u32 = 2;
 /// 43 / 40 (the medians move by under a point).
 pub const LOAD_WINDOW_WORDS: u32 = u32::MAX;
 
+/// How far toward a latency order's count the estimate moves, as a
+/// divisor: a kernel below the VGPRs its occupancy allows gets `1 /
+/// LATENCY_SHARE` of the way (rounded) from the statement order's count to
+/// the count of the latency order (`ilp_order` in
+/// `backend/resources/order.rs`: loads and independent chains issued
+/// early), at most that allowance. LLVM's AMDGPU scheduler spends free
+/// VGPRs on latency (four bf16 roundings side by side: clang 17 VGPRs, 8 in
+/// statement order, 14 in latency order) but balances it against pressure,
+/// which the list scheduler does not (a masked `x * 2.0` over 256 lanes:
+/// clang 8, 7 and 11). Measured on the corpus with the fragments ahead and
+/// the accumulator copies modelled, before stored values took VGPRs: the
+/// whole way gives 36 / 35 / 47 kernels over 35% on gfx90a / gfx942 /
+/// gfx1100, half of it 21 / 21 / 29 with gfx90a's median at 15.4%, a third
+/// 24 / 24 / 26 with medians of 11.1% / 10.0% / 9.5%, a quarter 27 / 26 /
+/// 28 (22 / 22 / 26 with stored values in VGPRs).
+pub const LATENCY_SHARE: u32 = 3;
+
 /// VGPRs of a divergent 64-bit address. LLVM addresses global memory as a
 /// uniform 64-bit base in SGPRs plus a 32-bit offset in one VGPR (the
 /// `saddr` form of `global_load`/`global_store`), where Target IR adds the

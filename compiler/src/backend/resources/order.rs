@@ -303,7 +303,8 @@ pub(super) fn ordering_point(i: &crate::ir::target::Inst) -> bool {
 
 /// Loads issued early, up to `window` loaded words a stretch (and of the
 /// `ldmatrix` fragments of a stretch with an MMA, those of its first
-/// `ldmatrix_steps` k steps): within each
+/// `ldmatrix_steps` k steps, and of its fragments loaded from shared memory
+/// by plain loads, those of its first `shared_steps`): within each
 /// stretch of a block between ordering points
 /// (stores, atomics, barriers, async copies, nested regions), every load and
 /// the pure instructions it depends on move to the start of the stretch, in
@@ -315,6 +316,7 @@ pub(super) fn hoist_loads(
     insts: &[crate::ir::target::Inst],
     window: u32,
     ldmatrix_steps: u32,
+    shared_steps: u32,
 ) -> Vec<&crate::ir::target::Inst> {
     use crate::ir::target::{Inst, Space};
     let barrier = ordering_point;
@@ -376,6 +378,14 @@ pub(super) fn hoist_loads(
                 } if *space == Space::Global || m8n8k4 => {
                     words += dst.len() as u32 * mem.bytes().div_ceil(4);
                     in_window[j - start] = any_mma || words <= window;
+                }
+                // An MMA's operand fragments loaded from shared memory by
+                // plain loads (AMD's LDS reads), those of its first
+                // `shared_steps` k steps.
+                Inst::Ld { dst, .. } if any_mma && dst.iter().any(|r| step.contains_key(&r.0)) => {
+                    in_window[j - start] = dst
+                        .iter()
+                        .any(|r| step.get(&r.0).is_some_and(|&k| k < shared_steps));
                 }
                 // Shared loads of a stretch without an MMA (the cross-warp
                 // step of a reduction), in a window of their own.

@@ -44,6 +44,9 @@ pub(super) struct Remat {
     /// Of a stretch's `ldmatrix` fragments, those of how many k steps are
     /// issued early ([`Hoist`]).
     pub(super) ldmatrix_steps: u32,
+    /// Of a stretch's MMA operand fragments loaded from shared memory by
+    /// plain loads, those of how many k steps are issued early ([`Hoist`]).
+    pub(super) shared_steps: u32,
     /// The most loaded words a stretch issues early ([`hoist_loads`]).
     pub(super) load_window: u32,
     /// Whether pure instructions sink along chains ([`sink`]'s `chains`).
@@ -112,6 +115,7 @@ impl Remat {
             loop_depth: 0,
             hoist: true,
             ldmatrix_steps: u32::MAX,
+            shared_steps: 0,
             load_window: match kernel.arch.info().vendor {
                 crate::target::Vendor::Nvidia => crate::target::ptxas::LOAD_WINDOW_WORDS,
                 crate::target::Vendor::Amd => crate::target::amdgpu::LOAD_WINDOW_WORDS,
@@ -196,6 +200,11 @@ pub(super) enum Hoist {
     /// Early, but of the fragments only the first k step's: ptxas's order
     /// where registers run short (see `of_target`).
     OneKStep,
+    /// As `All`, and the MMA operand fragments a stretch reads from shared
+    /// memory with plain loads (AMD's LDS reads; ptxas's `ldmatrix` has its
+    /// own) of its first so many k steps with them: LLVM's order where the
+    /// occupancy leaves VGPRs free (see `amd::of_target`).
+    SharedSteps(u32),
 }
 
 /// [`program_of`], with loads issued early (`hoist`) or left where Target IR
@@ -228,7 +237,7 @@ pub(super) fn program_with_origin(
             ilp_order(&insts)
         } else if rm.hoist {
             sink(
-                &hoist_loads(&insts, rm.load_window, rm.ldmatrix_steps),
+                &hoist_loads(&insts, rm.load_window, rm.ldmatrix_steps, rm.shared_steps),
                 &rm.tys,
                 rm.chains,
                 rm.compares,
@@ -322,6 +331,10 @@ pub(super) fn program_with_origin(
     rm.ldmatrix_steps = match hoist {
         Hoist::OneKStep => 1,
         _ => u32::MAX,
+    };
+    rm.shared_steps = match hoist {
+        Hoist::SharedSteps(n) => n,
+        _ => 0,
     };
     rm.chains = chains;
     rm.ilp = ilp;
