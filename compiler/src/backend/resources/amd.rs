@@ -56,7 +56,15 @@
 //! reschedules or spills (estimated 195 to 387, clang 79 to 157), and the
 //! accumulator copy of a loop that reads one operand from a loop-invariant
 //! tile (`keys` of tests/codegen/pipeline/loop_extent_unpredicated.tsr on
-//! CDNA: clang 33, 57 estimated with the copy).
+//! CDNA: clang 33, 57 estimated with the copy). Tried against the corpus
+//! and not kept: the division and square-root scratch multiplied by the
+//! expansions of a block (LLVM interleaves `un`'s square roots but not a
+//! softmax's divisions: 9 kernels came within 35%, 25 went past it);
+//! unmasked loads sunk with their arithmetic into a masked store's branch
+//! as a nested block (4 in, 15 out, and values in that branch no longer
+//! wave-uniform: SGPR median error 12.5% to 46%); no accumulator copy
+//! where an MFMA reads a fragment from before the loop, or where the loop
+//! has no masked load (`keys` has both; no kernel moved).
 
 use super::liveness::max_pressure;
 use super::llvm_ir::as_llvm_leaves_it;
