@@ -283,26 +283,27 @@ pub fn of_target(kernel: &Kernel) -> Resources {
     let mut uniform = uniform_regs(&kernel);
     stored_in_vgprs(&mut kernel, &mut uniform, &mut valu);
     let kernel = &kernel;
-    let acc = agpr_accumulators(kernel);
     // A kernel that writes no memory is deleted whole by LLVM (an empty
     // kernel, or one whose stores are unreachable: clang 0 VGPRs).
-    let mut writes = false;
+    let (mut writes, mut mma) = (false, false);
     kernel.walk(&mut |i| {
         writes |= matches!(
             i,
             Inst::St { .. } | Inst::AtomAdd { .. } | Inst::CpAsync { .. } | Inst::Trap { .. }
-        )
+        );
+        mma |= matches!(i, Inst::Mma { .. });
     });
-    let mut mma = false;
-    kernel.walk(&mut |i| mma |= matches!(i, Inst::Mma { .. }));
+    let classes = Classes {
+        uniform,
+        valu,
+        acc: agpr_accumulators(kernel),
+        writes,
+    };
     let count = |hoist: Hoist, ilp: bool, vgprs_only: bool| -> (u32, u32, u32) {
         let (mut program, mut words, mut origin) =
             program_with_origin(kernel, hoist, false, ilp, false);
-        accumulator_copies(&mut program, &mut words, &mut origin, &acc);
-        let (uniform, valu) = (&uniform, &valu);
-        pressures(
-            kernel, &program, &words, &origin, uniform, valu, &acc, writes, vgprs_only,
-        )
+        accumulator_copies(&mut program, &mut words, &mut origin, &classes.acc);
+        pressures(kernel, &program, &words, &origin, &classes, vgprs_only)
     };
     let (mut vgprs, sgprs, agprs) = count(Hoist::All, false, false);
     // LLVM's scheduler spends what the occupancy leaves free on latency:
@@ -330,20 +331,35 @@ pub fn of_target(kernel: &Kernel) -> Resources {
     )
 }
 
+/// What the estimate knows of each register of a kernel as LLVM leaves it.
+struct Classes {
+    /// Wave-uniform ([`uniform_regs`]).
+    uniform: Vec<bool>,
+    /// Computed by the vector ALU ([`vector_alu_regs`]).
+    valu: Vec<bool>,
+    /// In AGPRs ([`agpr_accumulators`]).
+    acc: Vec<bool>,
+    /// Whether the kernel writes memory at all.
+    writes: bool,
+}
+
 /// Peak VGPRs, SGPRs and AGPRs of `program` (of `kernel` as LLVM leaves
 /// it); the VGPRs alone (0 for the others) where `vgprs_only`.
-#[allow(clippy::too_many_arguments)]
 fn pressures(
     kernel: &Kernel,
     program: &[super::Node],
     words: &[u32],
     origin: &[u32],
-    uniform: &[bool],
-    valu: &[bool],
-    acc: &[bool],
-    writes: bool,
+    classes: &Classes,
     vgprs_only: bool,
 ) -> (u32, u32, u32) {
+    let Classes {
+        uniform,
+        valu,
+        acc,
+        writes,
+    } = classes;
+    let writes = *writes;
     let wave = kernel.arch.info().warp_size;
     let is_uniform = |r: u32| {
         origin.get(r as usize).is_some_and(|&o| {

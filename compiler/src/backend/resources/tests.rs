@@ -1474,7 +1474,6 @@ fn amd_warnings_and_table() {
 /// AGPRs.
 #[test]
 fn amd_mfma_accumulators_are_agprs_in_workgroups_of_four_waves() {
-    use crate::db::{file_kernels, target_ir, Database};
     let of = |warps: u32, arch: Arch| {
         let src = format!(
             r#"
@@ -1488,13 +1487,7 @@ def mm(A: Tensor["M", 64, bf16], B: Tensor[64, "N", bf16], C: Tensor["M", "N", f
     store(C[m0 : m0 + 64, n0 : n0 + 64], acc)
 "#
         );
-        let mut db = Database::new();
-        db.set_arch(arch);
-        let file = db.set_source("/t/mm.tsr", src);
-        let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-        let spec = crate::ir::tile::Specialization::new();
-        let k = target_ir(&db, item, db.options(), spec).clone().unwrap();
-        of_target(&k)
+        amd_of_source(&src, arch)
     };
     // 64 x 64 f32 over 4 waves of 64 lanes: 16 accumulators a lane.
     let small = of(4, Arch::Gfx90a);
