@@ -20,12 +20,15 @@
 //!   reductions, transposes), held where they stand (`WHOLE_BOUNDS`);
 //! * GEMM mainloops with pipelined loads (`tests/ptxas/pipelined.tsr` with
 //!   `-D K%16 -D N%16`: the rotated mma.sync loop, wgmma on sm_90a), held to
+//!   the goal like the corpus;
+//! * wgmma mainloops whose B is given as `[N, K]` (`tests/ptxas/kmajor.tsr`
+//!   on sm_90a with `-D K%16`: bf16, and f8 with its promoted sums), held to
 //!   the goal like the corpus.
 //!
 //! Where ptxas fills every register a thread of the block can have (255, or
 //! 64 in a block of 1024 threads), the comparison is at that limit.
 //!
-//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole,pipelined` runs only the named sets (and
+//! `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole,pipelined,kmajor` runs only the named sets (and
 //! none of the probes of the model's constants). So
 //! `TESSERA_PTXAS_ONLY=generated TESSERA_GEN_SEEDS=1000..1200 cargo test -p
 //! tessera-compiler --test ptxas` measures a held-out range, and
@@ -82,6 +85,9 @@ fn main() -> ExitCode {
     }
     if part("whole") {
         whole(&ptxas, &mut failures);
+    }
+    if part("kmajor") {
+        kmajor(&ptxas, &mut failures);
     }
     if part("pipelined") {
         pipelined(&ptxas, &mut failures);
@@ -833,6 +839,20 @@ fn pipelined(ptxas: &Path, failures: &mut Vec<String>) {
         "pipelined.tsr",
         &archs,
         &divisors,
+        failures,
+    );
+}
+
+/// The wgmma mainloops of `tests/ptxas/kmajor.tsr` (B given as `[N, K]`:
+/// bf16, and f8 with its promoted sums) on sm_90a with `-D K%16`: held to
+/// the goal like the corpus.
+fn kmajor(ptxas: &Path, failures: &mut Vec<String>) {
+    held_to_goal(
+        ptxas,
+        "kmajor",
+        "kmajor.tsr",
+        &[Arch::Sm90a],
+        &[("K", 16)],
         failures,
     );
 }

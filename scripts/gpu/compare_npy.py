@@ -10,7 +10,7 @@ different places, or an element is off by more than
 
     |got - ref| <= rtol * |ref| + atol * max|ref|      (max over the file)
 
-The dtype is taken from the file name's last `_TOKEN` (f16, bf16, f32, f64): save_npy
+The dtype is taken from the file name's last `_TOKEN` (f16, bf16, f32, f64, f8dot): save_npy
 widens bf16 to f32, so the array's own dtype cannot tell. Why these numbers:
 
 * f32 (rtol 1e-4, atol 1e-5): about 800 ulps (eps 1.2e-7). The GPU contracts
@@ -34,6 +34,12 @@ widens bf16 to f32, so the array's own dtype cannot tell. Why these numbers:
   significand (a flipped rounding of x - max moves a softmax's exp by ~1.2%).
   Flash attention rounds P to bf16 before the second product, so one flipped
   rounding there moves an output by ~|v| * 2^-8 * p, within atol.
+* f8dot (rtol 1e-3, atol 1e-3; f32 values): the f32 results of f8 dots on sm_90a's
+  wgmma. Its tensor cores sum 8-bit products at about 14 bits, aligned to the
+  largest addend (2^-13 ~ 1.2e-4 of it a step), in groups of at most 128 of K
+  that the code adds into the f32 accumulator on the FMA units
+  (ir/target/lower/mma/wgmma.rs): the error is a few 1e-4 of the output's scale
+  at K = 512 (measured 3.3e-4), where the f32 tolerance allows 1e-5.
 * f64 (rtol 1e-9, atol 1e-12): FMA contraction and approximations only. Except
   the outputs of the generated row kernels (softmax, layer_norm, rms_norm: file
   names in F32_MATH), whose arithmetic is f32 for every dtype on both devices
@@ -44,7 +50,8 @@ import sys
 
 import numpy as np
 
-TOL = {"f16": (1e-2, 2e-3), "bf16": (2e-2, 1e-2), "f32": (1e-4, 1e-5), "f64": (1e-9, 1e-12)}
+TOL = {"f16": (1e-2, 2e-3), "bf16": (2e-2, 1e-2), "f32": (1e-4, 1e-5), "f64": (1e-9, 1e-12),
+       "f8dot": (1e-3, 1e-3)}
 # f64 outputs computed in f32 arithmetic on both devices (see the docstring).
 F32_MATH = ("softmax_", "layer_norm_", "rms_norm_")
 

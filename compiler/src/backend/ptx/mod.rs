@@ -609,21 +609,31 @@ impl Printer<'_> {
                 trans_b,
                 accumulate,
             } => {
+                // A k step is 32 bytes of each operand's rows.
+                let k = 32 / input.bytes();
                 let t = match input {
                     MemTy::BF16 => "bf16",
+                    MemTy::F8E4M3 => "e4m3",
+                    MemTy::F8E5M2 => "e5m2",
                     _ => "f16",
                 };
-                // `a` from registers takes no transpose flag (it is k-major).
+                // Only 16-bit operands take transpose flags, and `a` from
+                // registers none (it is k-major).
+                let wide = k == 16;
                 let (a, trans_a) = match a {
-                    WgmmaA::Desc(d) => (self.r(*d).to_string(), "0, "),
+                    WgmmaA::Desc(d) if wide => (self.r(*d).to_string(), "0, "),
+                    WgmmaA::Desc(d) => (self.r(*d).to_string(), ""),
                     WgmmaA::Regs(rs) => (format!("{{{}}}", self.list(rs)), ""),
                 };
+                let trans_b = match wide {
+                    true => format!(", {trans_a}{}", u8::from(*trans_b)),
+                    false => String::new(),
+                };
                 format!(
-                    "{{ .reg .pred %acc; setp.ne.b32 %acc, {}, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {a}, {}, %acc, 1, 1, {trans_a}{}; }}",
+                    "{{ .reg .pred %acc; setp.ne.b32 %acc, {}, 0; wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{}}}, {a}, {}, %acc, 1, 1{trans_b}; }}",
                     u8::from(*accumulate),
                     self.list(acc),
                     self.r(*b_desc),
-                    u8::from(*trans_b)
                 )
             }
             Inst::WgmmaFence => "wgmma.fence.sync.aligned;".to_string(),

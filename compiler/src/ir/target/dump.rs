@@ -240,7 +240,8 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 trans_b,
                 accumulate,
             } => format!(
-                "wgmma.m64n{n}k16.{}{} [{}] {} {} x desc {}",
+                "wgmma.m64n{n}k{}.{}{} [{}] {} {} x desc {}",
+                32 / input.bytes(),
                 input.name(),
                 if *trans_b { ".trans_b" } else { "" },
                 acc.iter().map(|x| r(k, *x)).collect::<Vec<_>>().join(", "),

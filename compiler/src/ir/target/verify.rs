@@ -353,12 +353,17 @@ impl Verifier<'_> {
                 acc,
                 a,
                 b_desc,
+                trans_b,
                 ..
             } => {
                 if !k.arch.features().wgmma {
                     self.errors.push(format!("{i:?}: {} has no wgmma", k.arch));
                 }
-                let ok = matches!(input, MemTy::BF16 | MemTy::F16)
+                // 8-bit operands: both k-major in shared memory (wgmma
+                // transposes 16-bit ones only).
+                let byte = matches!(input, MemTy::F8E4M3 | MemTy::F8E5M2);
+                let ok = (matches!(input, MemTy::BF16 | MemTy::F16)
+                    || byte && !*trans_b && matches!(a, WgmmaA::Desc(_)))
                     && *n >= 8
                     && *n <= 256
                     && n % 8 == 0
@@ -570,13 +575,51 @@ mod tests {
     /// descriptor is one `U64`.
     #[test]
     fn wgmma_a_in_registers_is_four_packed_pairs() {
+        let kernel = |a: WgmmaA| wgmma_kernel(MemTy::BF16, a, true);
+        assert!(kernel(WgmmaA::Regs((0..4).map(Reg).collect())).is_ok());
+        for bad in [
+            WgmmaA::Regs((0..3).map(Reg).collect()),
+            WgmmaA::Desc(Reg(0)),
+        ] {
+            let e = kernel(bad).unwrap_err();
+            assert!(
+                e.contains("wgmma shape, accumulators or descriptors"),
+                "{e}"
+            );
+        }
+        assert!(kernel(WgmmaA::Desc(Reg(8))).is_ok());
+    }
+
+    /// wgmma reads 8-bit operands k-major from shared memory only: no
+    /// transposed `b`, no `a` in registers.
+    #[test]
+    fn wgmma_f8_operands_are_k_major_descriptors() {
+        for input in [MemTy::F8E4M3, MemTy::F8E5M2] {
+            assert!(wgmma_kernel(input, WgmmaA::Desc(Reg(8)), false).is_ok());
+            for (a, trans_b) in [
+                (WgmmaA::Desc(Reg(8)), true),
+                (WgmmaA::Regs((0..4).map(Reg).collect()), false),
+            ] {
+                let e = wgmma_kernel(input, a, trans_b).unwrap_err();
+                assert!(
+                    e.contains("wgmma shape, accumulators or descriptors"),
+                    "{e}"
+                );
+            }
+        }
+        assert!(wgmma_kernel(MemTy::F32, WgmmaA::Desc(Reg(8)), false).is_err());
+    }
+
+    /// A kernel of one `m64n8` wgmma of `input` (registers 0-3 `B32`, 4-7
+    /// the `F32` accumulators, 8 the `U64` descriptor of `b`).
+    fn wgmma_kernel(input: MemTy, a: WgmmaA, trans_b: bool) -> Result<(), String> {
         let wgmma = |a: WgmmaA| Inst::Wgmma {
             n: 8,
-            input: MemTy::BF16,
+            input,
             acc: (4..8).map(Reg).collect(),
             a,
             b_desc: Reg(8),
-            trans_b: true,
+            trans_b,
             accumulate: true,
         };
         let kernel = |a: WgmmaA| {
@@ -597,18 +640,7 @@ mod tests {
                 tensor_maps: vec![],
             })
         };
-        assert!(kernel(WgmmaA::Regs((0..4).map(Reg).collect())).is_ok());
-        for bad in [
-            WgmmaA::Regs((0..3).map(Reg).collect()),
-            WgmmaA::Desc(Reg(0)),
-        ] {
-            let e = kernel(bad).unwrap_err();
-            assert!(
-                e.contains("wgmma shape, accumulators or descriptors"),
-                "{e}"
-            );
-        }
-        assert!(kernel(WgmmaA::Desc(Reg(8))).is_ok());
+        kernel(a)
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! and wholly in or out of bounds (out-of-bounds chunks copy 0 bytes, which
 //! zero-fills). Operand buffers are XOR-swizzled (`Swizzle`) so that
 //! `ldmatrix` reads are free of bank conflicts.
+//!
+//! 8-bit (f8) tiles are candidates too where wgmma could read them, but
+//! only a TMA pipeline copies them (`Lower::drop_byte_loads`):
+//! `defer_load`, the `cp.async` chunks, takes 16-bit tiles only.
 
 use std::collections::HashMap;
 
@@ -25,10 +29,12 @@ impl<'a> Lower<'a> {
     /// `b` as loaded, or `b` transposed) of tensors the kernel never writes,
     /// in program order: the candidates of the pipeline plan.
     pub(super) fn find_deferrable(&self) -> Vec<PlannedLoad> {
+        /// How a tile is used; `DotB(n_major, k_major)` says whether the dot
+        /// can read it as loaded (`[k, n]`) and as a transpose (`[n, k]`).
         #[derive(Clone, Copy)]
         enum Use {
             DotA(bool),
-            DotB(bool),
+            DotB(bool, bool),
             Transpose(Value),
             Other,
         }
@@ -49,12 +55,26 @@ impl<'a> Lower<'a> {
                     } => {
                         let (ta, tb) = (l.tk.ty(*a), l.tk.ty(*b));
                         let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
-                        // Operands `ldmatrix` reads from a swizzled buffer.
-                        let ok = l
-                            .mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
-                            .is_some_and(|(i, _)| i.feed == MmaFeed::Ldmatrix);
+                        // Operands `ldmatrix` reads from a swizzled buffer,
+                        // or 8-bit ones wgmma may read from TMA's stages
+                        // (k-major only: `Lower::wgmma_operands`).
+                        let (ok, n_major) = match ta.dtype().bytes() {
+                            1 => {
+                                let ok = l.feat.tma
+                                    && ta.dtype() == tb.dtype()
+                                    && *precision == tile::Precision::Ieee
+                                    && l.wgmma_fits(ta.dtype(), [m, n, k]);
+                                (ok, false)
+                            }
+                            _ => {
+                                let ok = l
+                                    .mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision)
+                                    .is_some_and(|(i, _)| i.feed == MmaFeed::Ldmatrix);
+                                (ok, ok)
+                            }
+                        };
                         uses.entry(*a).or_default().push(Use::DotA(ok));
-                        uses.entry(*b).or_default().push(Use::DotB(ok));
+                        uses.entry(*b).or_default().push(Use::DotB(n_major, ok));
                         if let Some(c) = acc {
                             uses.entry(*c).or_default().push(Use::Other);
                         }
@@ -77,7 +97,7 @@ impl<'a> Lower<'a> {
                         ..
                     } => {
                         let d = l.tk.ty(op.results[0]).dtype();
-                        if matches!(d, DType::F16 | DType::BF16) {
+                        if matches!(d, DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2) {
                             loads.push(l.planned_load(op.results[0], *tensor, access, *other));
                         }
                     }
@@ -102,10 +122,10 @@ impl<'a> Lower<'a> {
                 !written.contains(&load.tensor)
                     && !us.is_empty()
                     && us.iter().all(|u| match u {
-                        Use::DotA(ok) | Use::DotB(ok) => *ok,
+                        Use::DotA(ok) | Use::DotB(ok, _) => *ok,
                         Use::Transpose(t) => {
                             let ts = uses.get(t).unwrap_or(&none);
-                            !ts.is_empty() && ts.iter().all(|u| matches!(u, Use::DotB(true)))
+                            !ts.is_empty() && ts.iter().all(|u| matches!(u, Use::DotB(_, true)))
                         }
                         Use::Other => false,
                     })
@@ -132,13 +152,15 @@ impl<'a> Lower<'a> {
         let Access::Range { start, len } = &access[last] else {
             return false;
         };
+        // Elements a 16-byte chunk holds.
+        let chunk = 16 / t.dtype.bytes();
         let start_div = self.divisor_or_constant(*start);
-        let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(8));
-        let dim_ok = t.dim_div[last].is_multiple_of(8);
+        let strides_ok = t.stride_div[..last].iter().all(|s| s.is_multiple_of(chunk));
+        let dim_ok = t.dim_div[last].is_multiple_of(chunk);
         if shape.len() != 2
             || !zero
-            || !len.is_multiple_of(8)
-            || !start_div.is_multiple_of(8)
+            || !u64::from(*len).is_multiple_of(chunk)
+            || !start_div.is_multiple_of(chunk)
             || !strides_ok
             || !dim_ok
         {
@@ -154,7 +176,8 @@ impl<'a> Lower<'a> {
         other: Constant,
         shape: &[u32],
     ) -> R<Option<Deferred>> {
-        if !self.can_defer(tensor, access, other, shape) {
+        let wide = self.tensor(tensor).is_ok_and(|t| t.dtype.bytes() == 2);
+        if !wide || !self.can_defer(tensor, access, other, shape) {
             return Ok(None);
         }
         let (rows, cols) = (shape[0], shape[1]);

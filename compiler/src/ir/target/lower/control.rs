@@ -220,6 +220,9 @@ impl<'a> Lower<'a> {
         let mut plan = self.plan_loop(body);
         let maps = self.tma_maps(&plan, step_o);
         plan.tma = maps.is_some();
+        if !plan.tma {
+            self.drop_byte_loads(&mut plan);
+        }
         if let Some((a, b)) = plan.wgmma {
             self.wgmma.push(WgmmaDot { a, b });
         }
@@ -234,6 +237,7 @@ impl<'a> Lower<'a> {
         for (a, c) in body.args[1..].iter().zip(&carried) {
             self.define(*a, c.clone());
         }
+        let outer_promotion = self.promotion.take();
         let decision = self.pipeline.plan.decisions.len();
         if !plan.invariant.is_empty() || !plan.pipelined.is_empty() {
             let decision = Decision::Loop(plan.clone());
@@ -327,6 +331,11 @@ impl<'a> Lower<'a> {
             None => self.region_ops(&body.ops)?,
         }
         .unwrap_or_default();
+        // An f8 dot's group, in flight through the copies ahead.
+        if let Some(p) = std::mem::replace(&mut self.promotion, outer_promotion) {
+            self.emit(Inst::WgmmaWait { pending: 0 });
+            self.add_sums(&p.acc, &p.sums);
+        }
         self.assign(&carried, &yields)?;
         if let Some(p) = &pipe {
             let n = self.next_stage(p.stage, p.stages);

@@ -183,6 +183,7 @@ fn lower_once(
         rotation: None,
         wgmma: Vec::new(),
         wgmma_waited: Vec::new(),
+        promotion: None,
         hoist_amd,
         hoisted_amd: false,
         outer: None,
@@ -359,6 +360,10 @@ struct Lower<'a> {
     /// Dots of the loops being lowered that their plans put on `wgmma`,
     /// each waited for where it is issued (`LoopPlan::wgmma_waited`).
     wgmma_waited: Vec<pipeline::WaitedWgmma>,
+    /// The f8 wgmma mainloop being lowered: its carried accumulator and the
+    /// registers its group sums into, added to it a group later
+    /// (`mma::wgmma`'s promotion).
+    promotion: Option<mma::Promotion>,
     /// Whether loops may stage such operands (see `lower_with_plan`), and
     /// whether one did.
     hoist_amd: bool,

@@ -527,10 +527,11 @@ impl<'a> Lower<'a> {
     }
 
     /// The operands of a pipelined loop's dot that runs on `wgmma` (sm_90a):
-    /// the body's only dot, at its top level, whose `a` and `b` are
-    /// pipelined loads of the loop (not transposed), whose accumulator is a
-    /// loop-carried value read by nothing else in the body (it is updated in
-    /// place), and whose shape and dtype fit ([`Lower::wgmma_fits`]).
+    /// the body's only dot, at its top level, whose `a` is a pipelined load
+    /// of the loop and whose `b` is one or the transpose of one (k-major,
+    /// which an 8-bit `b` must be), whose accumulator is a loop-carried
+    /// value read by nothing else in the body (it is updated in place), and
+    /// whose shape and dtype fit ([`Lower::wgmma_fits`]).
     fn wgmma_operands(
         &self,
         body: &tile::Region,
@@ -550,7 +551,19 @@ impl<'a> Lower<'a> {
             return None;
         };
         let loaded = |v: &Value| pipelined.iter().any(|l| l.value == *v);
-        if !loaded(a) || !loaded(b) || !body.args[1..].contains(acc) {
+        let b_kmajor = !loaded(b);
+        let b_source = match b_kmajor {
+            true => body.ops.iter().find_map(|o| match o.kind {
+                OpKind::Transpose { x } if o.results[0] == *b => Some(x),
+                _ => None,
+            })?,
+            false => *b,
+        };
+        if !loaded(a) || !loaded(&b_source) || !body.args[1..].contains(acc) {
+            return None;
+        }
+        // wgmma transposes 16-bit operands only.
+        if !b_kmajor && self.tk.ty(*b).dtype().bytes() != 2 {
             return None;
         }
         let readers = body.ops.iter().filter(|o| op_reads(o, *acc)).count();
@@ -606,6 +619,22 @@ impl<'a> Lower<'a> {
         let plan = self.mma_plan(ta.dtype(), tb.dtype(), [m, n, k], *precision);
         matches!(plan, Some((inst, _)) if inst.feed == MmaFeed::Ldmatrix && inst.k == 16)
             && k / 16 >= 2
+    }
+
+    /// Drops a plan's pipelined 8-bit loads, and the wgmma dot reading them,
+    /// where no TMA pipeline copies them (`cp.async` chunks are 16-bit
+    /// only): those loads go to registers, their dot to the FMA units.
+    pub(super) fn drop_byte_loads(&self, plan: &mut LoopPlan) {
+        let byte = |l: &PlannedLoad| self.elem_bytes(l.value) == 1;
+        if plan.pipelined.iter().any(byte) {
+            plan.pipelined.retain(|l| !byte(l));
+            plan.wgmma = None;
+        }
+    }
+
+    /// The bytes of an element of tile `v`.
+    pub(super) fn elem_bytes(&self, v: Value) -> u32 {
+        self.tk.ty(v).dtype().bytes() as u32
     }
 
     /// A load as the plan names it.
@@ -729,11 +758,12 @@ impl<'a> Lower<'a> {
         let mut pipes = Vec::new();
         for load in loads {
             let (rows, cols) = (load.shape[0], load.shape[1]);
-            let stage_bytes = rows * cols * 2;
+            let row_bytes = cols * self.elem_bytes(load.value);
+            let stage_bytes = rows * row_bytes;
             // wgmma's operands in its canonical layouts, whose swizzle atoms
             // (up to 1024 bytes) must start at multiples of their size.
             let (sw, align) = match plan.wgmma {
-                Some((_, b)) => (Self::wgmma_swizzle(b == load.value, rows, cols), 1024),
+                Some((_, b)) => (Self::wgmma_swizzle(b == load.value, rows, row_bytes), 1024),
                 None => match plan.waited_swizzle(load.value, rows, cols) {
                     Some(sw) => (sw, 1024),
                     None => (Swizzle::for_rows(cols * 2), 128),
@@ -745,7 +775,10 @@ impl<'a> Lower<'a> {
                 offset: 0,
                 bytes: stage_bytes * stages,
                 align,
-                purpose: format!("{stages} stages of a pipelined `dot` operand ([{rows}, {cols}] 16-bit, swizzled)"),
+                purpose: format!(
+                    "{stages} stages of a pipelined `dot` operand ([{rows}, {cols}] {}-bit, swizzled)",
+                    8 * row_bytes / cols
+                ),
                 swizzle: Some(sw),
             });
             self.pipeline.persistent.push(buffer);

@@ -57,14 +57,15 @@ pub(super) struct TmaPipe {
     pub(super) across: Option<Across>,
 }
 
-/// The TMA swizzle span (bytes) for a buffer laid out as `sw`, and the
-/// box's innermost extent in 16-bit elements: rows of 32, 64 or 128 bytes
-/// with the XOR period TMA's 32/64/128-byte swizzles have, or 128-byte
-/// panels (one box a panel).
-fn tma_swizzle(sw: Swizzle, cols: u32) -> Option<(u32, u32)> {
+/// The TMA swizzle span (bytes) for a buffer of `cols`-element rows of
+/// `elem` bytes laid out as `sw`, and the box's innermost extent in
+/// elements: rows of 32, 64 or 128 bytes with the XOR period TMA's
+/// 32/64/128-byte swizzles have, or 128-byte panels (one box a panel).
+fn tma_swizzle(sw: Swizzle, cols: u32, elem: u32) -> Option<(u32, u32)> {
     if sw.panel_rows > 0 {
-        return (sw.per_phase == 1 && sw.max_phase == 8 && cols.is_multiple_of(64))
-            .then_some((128, 64));
+        let inner = 128 / elem;
+        return (sw.per_phase == 1 && sw.max_phase == 8 && cols.is_multiple_of(inner))
+            .then_some((128, inner));
     }
     let rb = sw.row_bytes;
     (matches!(rb, 32 | 64 | 128) && sw.per_phase * rb == 128 && sw.max_phase * 16 == rb)
@@ -91,13 +92,14 @@ impl<'a> Lower<'a> {
         let mut maps = Vec::new();
         for load in &plan.pipelined {
             let (rows, cols) = (load.shape[0], load.shape[1]);
+            let elem = self.elem_bytes(load.value);
             let sw = match plan.wgmma {
-                Some((_, wb)) => Self::wgmma_swizzle(wb == load.value, rows, cols),
+                Some((_, wb)) => Self::wgmma_swizzle(wb == load.value, rows, cols * elem),
                 None => plan
                     .waited_swizzle(load.value, rows, cols)
                     .filter(|sw| *sw == Swizzle::panels(cols * 2, rows))?,
             };
-            let (swizzle, inner) = tma_swizzle(sw, cols)?;
+            let (swizzle, inner) = tma_swizzle(sw, cols, elem)?;
             let box_dims = self.tma_box_dims(&load.access, rows, cols, inner)?;
             maps.push(TensorMap {
                 tensor: load.tensor,
@@ -241,7 +243,7 @@ impl<'a> Lower<'a> {
             let (rows, cols) = (load.shape[0], load.shape[1]);
             let panel_bytes = self.pipeline.pipes[*pi].sw.panel_rows * 128;
             tmaps.push((addr, inner, cols / inner, panel_bytes));
-            bytes += rows * cols * 2;
+            bytes += rows * cols * self.elem_bytes(load.value);
         }
         let warpgroups = self.num_warps / 4;
         let first = self.thread_zero();

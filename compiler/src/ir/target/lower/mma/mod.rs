@@ -27,7 +27,7 @@ mod warp_order;
 mod wgmma;
 
 pub(super) use warp_order::warp_order;
-pub(super) use wgmma::WgmmaDot;
+pub(super) use wgmma::{Promotion, WgmmaDot};
 
 use std::rc::Rc;
 

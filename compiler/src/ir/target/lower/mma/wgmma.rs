@@ -1,15 +1,21 @@
-//! f16/bf16 `dot` on sm_90a's warpgroup MMA (`wgmma.mma_async`), operands read
-//! by the tensor cores straight from the pipeline's shared-memory stages.
+//! f16/bf16 and f8 (e4m3, e5m2) `dot` on sm_90a's warpgroup MMA
+//! (`wgmma.mma_async`), operands read by the tensor cores straight from the
+//! pipeline's shared-memory stages.
 //!
 //! Taken by a pipelined loop's only dot whose operands are both pipelined
 //! loads (`Lower::wgmma_operands` decides, before the loop's code): `a`
 //! `[m, k]` row-major (k-major, rows of 64 or 128 bytes, swizzled as wgmma's
-//! 64- or 128-byte modes), `b` `[k, n]` row-major (n-major, stored in
-//! 128-byte panels: `Swizzle::panels`). Each warpgroup (4 warps) computes 64
-//! rows: one `m64nNk16` a k step of 16, both operands described by 64-bit
-//! matrix descriptors. The accumulator layout is `mma.m16n8`'s with the
-//! warps along the rows (`WarpOrder::RowsFirst`, one warp a 16-row tile), and
-//! the loop-carried accumulator registers are updated in place.
+//! 64- or 128-byte modes), `b` either `[k, n]` row-major (n-major, stored in
+//! 128-byte panels: `Swizzle::panels`) or the transpose of an `[n, k]`
+//! row-major load (k-major, stored as `a` is). Each warpgroup (4 warps)
+//! computes 64 rows: one `m64nNk16` (16-bit) or `m64nNk32` (8-bit) a k
+//! step of 32 bytes, both operands described by 64-bit matrix descriptors.
+//! wgmma transposes only 16-bit operands, so an 8-bit `b` must be k-major
+//! (the layout `torch._scaled_mm` asks for too). The accumulator layout is
+//! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, one
+//! warp a 16-row tile), and the loop-carried accumulator registers are
+//! updated in place (8-bit dots: through registers of their own, see
+//! `dot_wgmma`).
 //!
 //! Synchronisation: the loop's wait for its stage is followed by a proxy
 //! fence (the copies' writes become visible to the tensor cores' reads) and
@@ -34,12 +40,33 @@ pub(in crate::ir::target::lower) struct WgmmaDot {
     pub b: Value,
 }
 
+/// An f8 wgmma dot's group in flight in its loop (see `dot_wgmma`): the
+/// accumulator's registers and those the group sums into, added at the end
+/// of the iteration.
+#[derive(Clone, Debug)]
+pub(in crate::ir::target::lower) struct Promotion {
+    pub acc: Vec<Reg>,
+    pub sums: Vec<Reg>,
+}
+
 /// wgmma's swizzle modes (the descriptor's bits 62-63) by row bytes.
 fn swizzle_mode(row_bytes: u32) -> Option<u64> {
     match row_bytes {
         128 => Some(1),
         64 => Some(2),
         32 => Some(3),
+        _ => None,
+    }
+}
+
+/// The shared-memory element type of wgmma's operands of `dtype`, where it
+/// takes them: 16-bit floats and both f8 formats.
+pub(in crate::ir::target::lower) fn wgmma_input(dtype: DType) -> Option<MemTy> {
+    match dtype {
+        DType::BF16 => Some(MemTy::BF16),
+        DType::F16 => Some(MemTy::F16),
+        DType::F8E4M3 => Some(MemTy::F8E4M3),
+        DType::F8E5M2 => Some(MemTy::F8E5M2),
         _ => None,
     }
 }
@@ -61,28 +88,34 @@ impl<'a> Lower<'a> {
     }
 
     /// Whether the loop plan's dot `(a, b)` of `[m, k] x [k, n]` fits wgmma:
-    /// 16-bit operands, a warpgroup (4 warps) for each 64 rows, `n` a
-    /// multiple of 64 up to 256, `a`'s rows 64 or 128 bytes.
+    /// operands it takes ([`wgmma_input`]), a warpgroup (4 warps) for each
+    /// 64 rows, `n` a multiple of 64 up to 256, rows of `k` 64 or 128
+    /// bytes. (Whether `b` must be k-major is the caller's to check.)
     pub(in crate::ir::target::lower) fn wgmma_fits(
         &self,
         dtype: DType,
         [m, n, k]: [u32; 3],
     ) -> bool {
         self.feat.wgmma
-            && matches!(dtype, DType::BF16 | DType::F16)
+            && wgmma_input(dtype).is_some()
             && self.num_warps.is_multiple_of(4)
             && m == 16 * self.num_warps
             && n.is_multiple_of(64)
             && n <= 256
-            && matches!(k, 32 | 64)
+            && matches!(u64::from(k) * dtype.bytes(), 64 | 128)
     }
 
-    /// The swizzle a pipelined wgmma operand is stored with: `a` (`[m, k]`)
-    /// as k-major rows, `b` (`[k, n]`) in 128-byte panels.
-    pub(in crate::ir::target::lower) fn wgmma_swizzle(is_b: bool, rows: u32, cols: u32) -> Swizzle {
-        match is_b {
-            true => Swizzle::panels(cols * 2, rows),
-            false => Swizzle::for_rows(cols * 2),
+    /// The swizzle a pipelined wgmma operand of `rows` rows of `row_bytes`
+    /// is stored with: k-major rows (`a`, or a transposed `b`), or 128-byte
+    /// panels for an n-major `b` (`[k, n]`).
+    pub(in crate::ir::target::lower) fn wgmma_swizzle(
+        n_major: bool,
+        rows: u32,
+        row_bytes: u32,
+    ) -> Swizzle {
+        match n_major {
+            true => Swizzle::panels(row_bytes, rows),
+            false => Swizzle::for_rows(row_bytes),
         }
     }
 
@@ -127,34 +160,53 @@ impl<'a> Lower<'a> {
         let in_flight = in_place && !moved;
         let (a_base, a_sw) = self.current_stage(a);
         let (b_base, b_sw) = self.current_stage(b);
-        let Some(a_mode) = swizzle_mode(a_sw.row_bytes) else {
+        let b_kmajor = self.pipeline.pipelined[&b].1;
+        let b_mode = match b_kmajor {
+            true => swizzle_mode(b_sw.row_bytes),
+            false => Some(1),
+        };
+        let (Some(a_mode), Some(b_mode)) = (swizzle_mode(a_sw.row_bytes), b_mode) else {
             return self.unsupported("a wgmma operand of unsupported row length");
+        };
+        let Some(input) = wgmma_input(dtype) else {
+            return self.unsupported(format!("a wgmma dot of {}", dtype.name()));
         };
         // This warpgroup's 64 rows of `a`.
         let a_wg = self.warpgroup_block(a_base, 64 * a_sw.row_bytes);
-        // a: k-major; 8-row groups at 8 rows' bytes, the leading offset unused.
+        // k-major: 8-row groups at 8 rows' bytes, the leading offset unused.
         let a_bits = descriptor_bits(16, 8 * a_sw.row_bytes, a_mode);
-        // b: n-major panels of 64 columns `k * 128` bytes apart, 8-row groups
-        // 1024 bytes apart.
-        let b_bits = descriptor_bits(b_sw.panel_rows * 128, 1024, 1);
-        let input = if dtype == DType::BF16 {
-            MemTy::BF16
-        } else {
-            MemTy::F16
+        // b: k-major as `a` (all `n` rows), or n-major panels of 64 columns
+        // `k * 128` bytes apart, 8-row groups 1024 bytes apart.
+        let b_bits = match b_kmajor {
+            true => descriptor_bits(16, 8 * b_sw.row_bytes, b_mode),
+            false => descriptor_bits(b_sw.panel_rows * 128, 1024, b_mode),
+        };
+        // 8-bit products are summed by the tensor cores at about 14 bits,
+        // aligned to the largest addend, the accumulator included: over a
+        // long K the f32 accumulator would lose its low bits at every step.
+        // So a dot's k steps (at most 4, 128 of K) go into registers of
+        // their own, added to the accumulator on the FMA units (CUTLASS's
+        // and cuBLAS's FP8 "promotion", torch._scaled_mm's default).
+        let promoted = dtype.bytes() == 1;
+        let sums: Vec<Reg> = match promoted {
+            true => regs.iter().map(|_| self.new_reg(RegTy::F32)).collect(),
+            false => regs.clone(),
         };
         self.emit(Inst::WgmmaFence);
-        for kk in 0..k / 16 {
-            // k step `kk`: 32 bytes along a's rows, 16 rows (2048 bytes) of b.
+        for kk in 0..k * dtype.bytes() as u32 / 32 {
+            // k step `kk`: 32 bytes along k-major rows, or 16 rows (2048
+            // bytes) of an n-major b.
             let a_desc = self.descriptor(a_wg, 32 * kk, a_bits);
-            let b_desc = self.descriptor(Operand::Reg(b_base), 2048 * kk, b_bits);
+            let b_step = if b_kmajor { 32 * kk } else { 2048 * kk };
+            let b_desc = self.descriptor(Operand::Reg(b_base), b_step, b_bits);
             self.emit(Inst::Wgmma {
                 n,
                 input,
-                acc: regs.clone(),
+                acc: sums.clone(),
                 a: WgmmaA::Desc(a_desc),
                 b_desc,
-                trans_b: true,
-                accumulate: true,
+                trans_b: !b_kmajor,
+                accumulate: !promoted || kk > 0,
             });
         }
         // One group stays in flight (the loop waits for it after its end):
@@ -162,15 +214,40 @@ impl<'a> Lower<'a> {
         // wait and barrier; the one before, which read the stage the copies
         // ahead are about to rewrite, is complete.
         self.emit(Inst::WgmmaCommit);
-        self.emit(Inst::WgmmaWait {
-            pending: u32::from(in_flight),
-        });
+        if !promoted {
+            self.emit(Inst::WgmmaWait {
+                pending: u32::from(in_flight),
+            });
+        } else if in_flight && self.promotion.is_none() {
+            // A promoted group in its loop is waited for and added at the
+            // end of the iteration (`for_loop`), after the copies ahead are
+            // issued; nothing reads the accumulator before.
+            self.promotion = Some(Promotion {
+                acc: regs.clone(),
+                sums,
+            });
+        } else {
+            self.emit(Inst::WgmmaWait { pending: 0 });
+            self.add_sums(&regs, &sums);
+        }
         Ok(TV {
             layout,
             ops: regs.into_iter().map(Operand::Reg).collect(),
             ty: RegTy::F32,
             dtype: DType::F32,
         })
+    }
+
+    /// `acc[i] += sums[i]` in f32 (a promotion's add).
+    pub(in crate::ir::target::lower) fn add_sums(&mut self, acc: &[Reg], sums: &[Reg]) {
+        for (&r, &s) in acc.iter().zip(sums) {
+            self.emit(Inst::Binary {
+                op: BinOp::Add,
+                dst: r,
+                a: Operand::Reg(r),
+                b: Operand::Reg(s),
+            });
+        }
     }
 
     /// A dot on wgmma waited for where it is issued (`LoopPlan::wgmma_waited`,
@@ -233,10 +310,9 @@ impl<'a> Lower<'a> {
                 .map(|(c, dr, dc)| regs[slot(16 * j + dr, 8 * c + dc)])
                 .collect()
         };
-        let input = if dtype == DType::BF16 {
-            MemTy::BF16
-        } else {
-            MemTy::F16
+        let Some(input) = wgmma_input(dtype).filter(|m| matches!(m, MemTy::BF16 | MemTy::F16))
+        else {
+            return self.unsupported(format!("a waited wgmma dot of {}", dtype.name()));
         };
         // `b`: a pipeline stage, k-major where it is a transposed load.
         let Some(&(bp, b_kmajor)) = self.pipeline.pipelined.get(&d.b) else {
