@@ -258,6 +258,16 @@ def save_input(args, name, shape, seed):
     return path
 
 
+def save_f8_input(args, name, shape, seed):
+    """Standard normal numbers rounded to f8e4m3 values (by torch, as torch._scaled_mm's
+    inputs are), saved as f32: both sides convert them to f8e4m3 exactly."""
+    need_torch()
+    path = os.path.join(args.work, name + ".npy")
+    x = torch.from_numpy(bf16_values(shape, seed)).to(torch.float8_e4m3fn).float()
+    np.save(path, x.numpy())
+    return path
+
+
 def need_torch():
     if torch is None:
         raise Failed("torch is not installed")
@@ -399,7 +409,9 @@ class PtxKernel:
         and byte strides innermost first, zeros out of bounds; (its buffer, 64-byte
         aligned address)."""
         ct, rank = self.ct, t.dim()
-        dtype = {torch.bfloat16: 9, torch.float16: 6, torch.float32: 7}[t.dtype]
+        # CU_TENSOR_MAP_DATA_TYPE_*: f8 tensors are bytes to TMA.
+        dtype = {torch.bfloat16: 9, torch.float16: 6, torch.float32: 7,
+                 torch.float8_e4m3fn: 0, torch.float8_e5m2: 0}[t.dtype]
         dims = (ct.c_uint64 * rank)(*reversed(t.shape))
         strides = (ct.c_uint64 * rank)(*[t.stride(rank - 2 - i) * t.element_size()
                                          for i in range(rank - 1)])
@@ -419,6 +431,10 @@ HINTS = ["K%8", "N%8"]
 # The standard library's linalg module of the checkout this script is in.
 LINALG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stdlib", "std",
                       "linalg.tsr")
+
+
+# The user-written GEMMs whose B is given as [N, K] (bf16 and f8e4m3).
+GEMM_NT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemm_nt.tsr")
 
 
 # The facts a launch at 4096³ or 8192³ derives (run-time specialisation): the same
@@ -756,6 +772,41 @@ def bench_gemm(args):
                 2.0 * m * n * k, "TFLOP/s", session, {"a": a, "b": b},
                 [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]),
                   True)])
+    # B given as [N, K] (bench/gemm_nt.tsr): bf16 against cuBLAS on the same layout,
+    # and f8e4m3 against torch._scaled_mm (its default accumulation, promoted to f32
+    # as Tessera's is, and its fast one, which is not).
+    for kernel, dt, (m, k, n) in (("gemm_nt", "bf16", (8192, 8192, 8192)),
+                                  ("gemm_f8", "f8e4m3", (4096, 4096, 4096)),
+                                  ("gemm_f8", "f8e4m3", (8192, 8192, 8192)),
+                                  ("gemm_f8", "f8e4m3", (8192, 1024, 8192))):
+        try:
+            save = save_f8_input if dt == "f8e4m3" else save_input
+            a, bt = save(args, "a", (m, k), 1), save(args, "bt", (n, k), 2)
+        except Exception as e:
+            emit(args, [row("gemm", f"gemm {dt} {m}×{k}×{n}, B as [N, K]", "Tessera",
+                            note=f"failed: {reason(e)}")])
+            continue
+        c = os.path.join(args.work, "c.npy")
+        setup = [f':load {GEMM_NT}', f'a = load_npy("{a}").to({dt})',
+                 f'bt = load_npy("{bt}").to({dt})', f"c = zeros([{m}, {n}], bf16)"]
+        session = (setup, f"{kernel}(a, bt, c)", f'save_npy(c.to(f32), "{c}")', c, kernel)
+        one = torch.ones((), device="cuda") if torch is not None else None
+
+        def scaled_mm(t, fast):
+            for x in ("a", "bt"):
+                if x + "8" not in t:  # converted once (exactly), not timed again
+                    t[x + "8"] = t[x].to(torch.float8_e4m3fn)
+            return torch._scaled_mm(t["a8"], t["bt8"].t(), scale_a=one, scale_b=one,
+                                    out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+        peers = ([("torch._scaled_mm (cuBLAS, f32 accumulation promoted)",
+                   lambda t: scaled_mm(t, False), True),
+                  ("torch._scaled_mm use_fast_accum (cuBLAS, not promoted)",
+                   lambda t: scaled_mm(t, True), True)] if dt == "f8e4m3" else
+                 [("torch.matmul(a, bt.t()) (cuBLAS, bf16 out)",
+                   lambda t: torch.matmul(t["a"], t["bt"].t()), True)])
+        compare(args, "gemm", f"gemm {dt} {m}×{k}×{n}, B as [N, K] (bench {kernel})",
+                2.0 * m * n * k, "TFLOP/s", session, {"a": a, "bt": bt}, peers)
 
 
 def bench_attn(args):
