@@ -808,6 +808,7 @@ fn loop_parameters_come_from_the_constant_bank_before_sm_90() {
             },
         ],
         layouts: vec![],
+        notes: vec![],
         tensor_maps: vec![],
     };
     let peak = |arch| {
@@ -867,6 +868,7 @@ fn ldmatrix_fragments_are_issued_early_one_k_step_ahead_where_registers_run_shor
             regs: vec![RegTy::U32; 5 + 4 * n as usize],
             body,
             layouts: vec![],
+            notes: vec![],
             tensor_maps: vec![],
         }
     };
@@ -1196,6 +1198,7 @@ fn amd_uniform_registers() {
             },
         ],
         layouts: vec![],
+        notes: vec![],
         tensor_maps: vec![],
     };
     // Without the store the kernel writes nothing: LLVM deletes its body.
@@ -1292,6 +1295,7 @@ fn amd_middle_end_and_scalar_loads() {
             st(&[7, 2], 16),
         ],
         layouts: vec![],
+        notes: vec![],
         tensor_maps: vec![],
     };
     let (after, _) = super::llvm_ir::as_llvm_leaves_it(&kernel);
@@ -1402,6 +1406,7 @@ fn amd_folds_into_masked_loads_and_sinks_into_masked_stores() {
             st(7, 8, None),
         ],
         layouts: vec![],
+        notes: vec![],
         tensor_maps: vec![],
     };
     let (after, folded) = super::llvm_ir::as_llvm_leaves_it(&kernel);
@@ -1646,4 +1651,42 @@ fn amd_accumulator_copies_across_the_loop_head() {
     assert_eq!(run(4, false, true), 8);
     assert_eq!(run(2, false, true), 0);
     assert_eq!(run(8, true, false), 0);
+}
+
+/// A loop ptxas unrolls whose wgmma reads and writes its accumulators in one
+/// operand (an f8 GEMM over a static K of 256: four iterations, each summing
+/// into registers of its own that are then added to the accumulator) is
+/// unrolled with each iteration's registers renamed from the kernel's own
+/// (renaming the already renamed names once panicked), and both sets of
+/// accumulators count.
+#[test]
+fn unrolled_wgmma_accumulators_are_renamed_from_the_kernels_registers() {
+    use crate::db::{file_kernels, target_ir, Database};
+    use crate::ir::target::Inst;
+    let src = "@kernel(grid=(cdiv(M, BM), cdiv(N, BN)), num_warps=4, num_stages=3)
+def nt(A: Tensor[\"M\", 256, f8e4m3], Bt: Tensor[\"N\", 256, f8e4m3], C: Tensor[\"M\", \"N\", f32],
+       BM: const = 64, BN: const = 64, BK: const = 64):
+    m0 = program_id(0) * BM
+    n0 = program_id(1) * BN
+    acc = zeros([BM, BN], f32)
+    for k in range(0, 256, BK):
+        acc = dot(load(A[m0 : m0 + BM, k : k + BK]), load(Bt[n0 : n0 + BN, k : k + BK]).T, acc)
+    store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
+";
+    let mut db = Database::new();
+    db.set_arch(Arch::Sm90a);
+    let file = db.set_source("nt.tsr", src.to_string());
+    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
+    let k = target_ir(
+        &db,
+        item,
+        db.options(),
+        crate::ir::tile::Specialization::new(),
+    )
+    .clone()
+    .unwrap();
+    assert!(k.any_in_loop(|i| matches!(i, Inst::Wgmma { .. })));
+    // 32 accumulators a thread and 32 sums.
+    let r = super::of_target(&k);
+    assert!((64..160).contains(&r.regs), "{}", r.regs);
 }

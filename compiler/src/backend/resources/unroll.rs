@@ -221,6 +221,11 @@ pub(super) fn unroll_short_loops<'a>(
                     });
                     continue;
                 }
+                // The registers it writes, before the uses are renamed: a
+                // wgmma's accumulators are read and written in one operand,
+                // which the renaming of uses rewrites.
+                let mut written = Vec::new();
+                rename_regs(&mut inst.clone(), &mut |_| {}, &mut |r| written.push(r.0));
                 let mut i = inst.clone();
                 rename_regs(
                     &mut i,
@@ -229,9 +234,11 @@ pub(super) fn unroll_short_loops<'a>(
                 );
                 let value = self.fold(&i);
                 let mut renamed = Vec::new();
+                let mut written = written.into_iter();
                 rename_regs(&mut i, &mut |_| {}, &mut |r| {
-                    let n = self.name(r.0);
-                    renamed.push((r.0, n));
+                    let r0 = written.next().unwrap_or(r.0);
+                    let n = self.name(r0);
+                    renamed.push((r0, n));
                     *r = Reg(n);
                 });
                 for (r, n) in renamed {
