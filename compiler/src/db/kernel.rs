@@ -340,7 +340,12 @@ pub fn kernel_resources(
         })?;
     let resources = resources::of_target(target);
     let name_span = kernel_name_span(db, item);
-    let diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
+    let mut diags = resources.diagnostics_hiding(name_span.shift(offset), target.hides_latency());
+    diags.extend(target.notes.iter().map(|n| {
+        Diagnostic::new(n.code, n.span.shift(offset), n.message.clone())
+            .with_primary_label(n.label)
+            .with_help(n.help.clone())
+    }));
     Ok((resources, diags))
 }
 

@@ -199,6 +199,10 @@ pub const CATALOGUE: &[CodeInfo] = &[
         "W0004",
         "low occupancy (under 25%) with nothing hiding memory latency",
     ),
+    w(
+        "W0008",
+        "an f8 dot runs on FMA units on a target whose tensor cores take f8",
+    ),
     // Notes (severity `note`): information, no action needed.
     n(
         "W0006",

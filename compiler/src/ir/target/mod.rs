@@ -983,6 +983,21 @@ pub struct Kernel {
     /// The layout chosen for each tile of the Tile IR kernel (by Tile IR value
     /// number), for dumps and tools.
     pub layouts: Vec<(u32, Layout)>,
+    /// What the code generator chose that the user can change (W0008).
+    pub notes: Vec<Note>,
+}
+
+/// A code-generation choice the user may want to change, reported as a
+/// diagnostic with the resource estimate (`db::kernel_resources`): a code,
+/// the span of the Tile IR op (relative to its item), its label, a message
+/// and a help.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub code: &'static str,
+    pub span: crate::syntax::span::Span,
+    pub label: &'static str,
+    pub message: String,
+    pub help: String,
 }
 
 impl Kernel {

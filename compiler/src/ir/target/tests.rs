@@ -1235,6 +1235,7 @@ fn the_verifier_rejects_tma_stores_where_the_arch_has_no_tma() {
             Inst::BulkWaitRead { pending: 0 },
         ],
         layouts: vec![],
+        notes: vec![],
     };
     let errors = verify(&k).unwrap_err();
     assert!(errors.contains("has no TMA"), "{errors}");

@@ -528,6 +528,7 @@ mod tests {
             regs: vec![RegTy::Pred, RegTy::I32, RegTy::I32, RegTy::I32],
             body: all,
             layouts: vec![],
+            notes: vec![],
             tensor_maps: vec![],
         })
     }
@@ -637,6 +638,7 @@ mod tests {
                 regs,
                 body,
                 layouts: vec![],
+                notes: vec![],
                 tensor_maps: vec![],
             })
         };

@@ -70,6 +70,21 @@ impl<'a> Lower<'a> {
                 }
             };
         }
+        // f8 dots reach the tensor cores only on wgmma's terms: say so where
+        // one misses them on a target that has them.
+        if self.feat.wgmma && av.dtype.bytes() == 1 && av.dtype.is_float() {
+            self.notes.push(super::super::Note {
+                code: "W0008",
+                span: self.span,
+                label: "f8 dot on FMA units",
+                message: format!(
+                    "this {} `dot` runs on FMA units: on {} f8 dots take the tensor cores (wgmma) only in a pipelined loop",
+                    av.dtype.name(),
+                    self.arch
+                ),
+                help: "make it the only `dot` of a `for` loop over K (num_stages >= 3, BM = 16 x num_warps, BN a multiple of 64 up to 256, BK 64 or 128) with `a` loaded as `A[m0 : m0 + BM, k : k + BK]` and `b` given as [N, K], `load(Bt[n0 : n0 + BN, k : k + BK]).T`, each row's start 16-byte aligned (`-D K%16`, or the launch's run-time facts)".to_string(),
+            });
+        }
         self.emit(Inst::Comment(format!(
             "dot [{m},{k}] x [{k},{n}] with FMAs, {layout}"
         )));

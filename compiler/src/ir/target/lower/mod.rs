@@ -184,6 +184,7 @@ fn lower_once(
         wgmma: Vec::new(),
         wgmma_waited: Vec::new(),
         promotion: None,
+        notes: Vec::new(),
         hoist_amd,
         hoisted_amd: false,
         outer: None,
@@ -219,6 +220,7 @@ fn lower_once(
         regs: l.regs,
         body: insts,
         layouts: l.layouts,
+        notes: l.notes,
     };
     Ok((kernel, l.pipeline.plan, l.hoisted_amd))
 }
@@ -364,6 +366,8 @@ struct Lower<'a> {
     /// registers its group sums into, added to it a group later
     /// (`mma::wgmma`'s promotion).
     promotion: Option<mma::Promotion>,
+    /// Choices the user may want to change (`Kernel::notes`).
+    notes: Vec<super::Note>,
     /// Whether loops may stage such operands (see `lower_with_plan`), and
     /// whether one did.
     hoist_amd: bool,

@@ -710,6 +710,7 @@ mod tests {
                     regs,
                     body,
                     layouts: vec![],
+                    notes: vec![],
                     tensor_maps: vec![],
                 })
             };
