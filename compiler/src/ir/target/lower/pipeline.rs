@@ -632,6 +632,25 @@ impl<'a> Lower<'a> {
         }
     }
 
+    /// The swizzle a pipelined load's stages are stored with where a wgmma
+    /// dot of the plan reads them (the mainloop's operands, or the waited
+    /// dots' panels), `None` where `ldmatrix` does.
+    pub(super) fn wgmma_stage_swizzle(
+        &self,
+        plan: &LoopPlan,
+        load: &PlannedLoad,
+    ) -> Option<Swizzle> {
+        let (rows, cols) = (load.shape[0], load.shape[1]);
+        match plan.wgmma {
+            Some((_, b)) => Some(Self::wgmma_swizzle(
+                b == load.value,
+                rows,
+                cols * self.elem_bytes(load.value),
+            )),
+            None => plan.waited_swizzle(load.value, rows, cols),
+        }
+    }
+
     /// The bytes of an element of tile `v`.
     pub(super) fn elem_bytes(&self, v: Value) -> u32 {
         self.tk.ty(v).dtype().bytes() as u32
@@ -762,12 +781,9 @@ impl<'a> Lower<'a> {
             let stage_bytes = rows * row_bytes;
             // wgmma's operands in its canonical layouts, whose swizzle atoms
             // (up to 1024 bytes) must start at multiples of their size.
-            let (sw, align) = match plan.wgmma {
-                Some((_, b)) => (Self::wgmma_swizzle(b == load.value, rows, row_bytes), 1024),
-                None => match plan.waited_swizzle(load.value, rows, cols) {
-                    Some(sw) => (sw, 1024),
-                    None => (Swizzle::for_rows(cols * 2), 128),
-                },
+            let (sw, align) = match self.wgmma_stage_swizzle(plan, load) {
+                Some(sw) => (sw, 1024),
+                None => (Swizzle::for_rows(cols * 2), 128),
             };
             let buffer = self.buffers.len();
             self.buffers.push(SmemBuffer {

@@ -93,12 +93,10 @@ impl<'a> Lower<'a> {
         for load in &plan.pipelined {
             let (rows, cols) = (load.shape[0], load.shape[1]);
             let elem = self.elem_bytes(load.value);
-            let sw = match plan.wgmma {
-                Some((_, wb)) => Self::wgmma_swizzle(wb == load.value, rows, cols * elem),
-                None => plan
-                    .waited_swizzle(load.value, rows, cols)
-                    .filter(|sw| *sw == Swizzle::panels(cols * 2, rows))?,
-            };
+            let sw = self.wgmma_stage_swizzle(plan, load)?;
+            if plan.wgmma.is_none() && sw != Swizzle::panels(cols * 2, rows) {
+                return None;
+            }
             let (swizzle, inner) = tma_swizzle(sw, cols, elem)?;
             let box_dims = self.tma_box_dims(&load.access, rows, cols, inner)?;
             maps.push(TensorMap {
