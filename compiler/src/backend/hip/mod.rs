@@ -722,7 +722,10 @@ impl Printer<'_> {
                         "{x} < 0 ? {} : {x}",
                         self.arith("-", t, Operand::Int(0), *xo)
                     ),
-                    UnOp::Exp2Approx if f32 => format!("__builtin_amdgcn_exp2f({x})"),
+                    // v_exp_f32 flushes subnormal results; `__builtin_exp2f`
+                    // (llvm.exp2) scales them back, as `Exp2Approx` keeps them.
+                    UnOp::Exp2Approx if f32 => format!("__builtin_exp2f({x})"),
+                    UnOp::Exp2ApproxFtz if f32 => format!("__builtin_amdgcn_exp2f({x})"),
                     UnOp::Log2Approx if f32 => format!("__builtin_amdgcn_logf({x})"),
                     UnOp::RsqrtApprox if f32 => format!("__builtin_amdgcn_rsqf({x})"),
                     UnOp::Sqrt if f32 => format!("__builtin_sqrtf({x})"),

@@ -387,6 +387,7 @@ impl Printer<'_> {
                     UnOp::Not => format!("not.{} {d}, {x};", bits(t)),
                     UnOp::Abs => format!("abs.{f} {d}, {x};"),
                     UnOp::Exp2Approx => format!("ex2.approx.{f} {d}, {x};"),
+                    UnOp::Exp2ApproxFtz => format!("ex2.approx.ftz.{f} {d}, {x};"),
                     UnOp::Log2Approx => format!("lg2.approx.{f} {d}, {x};"),
                     UnOp::RsqrtApprox => format!("rsqrt.approx.{f} {d}, {x};"),
                     UnOp::TanhApprox => format!("tanh.approx.{f} {d}, {x};"),

@@ -414,6 +414,7 @@ pub(super) fn un_name(op: UnOp) -> &'static str {
         UnOp::Not => "not",
         UnOp::Abs => "abs",
         UnOp::Exp2Approx => "exp2_approx",
+        UnOp::Exp2ApproxFtz => "exp2_approx_ftz",
         UnOp::Log2Approx => "log2_approx",
         UnOp::RsqrtApprox => "rsqrt_approx",
         UnOp::TanhApprox => "tanh_approx",

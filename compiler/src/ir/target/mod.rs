@@ -135,8 +135,15 @@ pub enum UnOp {
     /// Bitwise not (integers) or logical not (pred).
     Not,
     Abs,
-    /// 2^x, approximate (fast math).
+    /// 2^x, approximate (fast math); subnormal results are kept.
     Exp2Approx,
+    /// 2^x, approximate, with subnormal inputs and results flushed to zero:
+    /// `exp`'s meaning on f32 (the CPU executor's `exp` flushes results
+    /// below 2^-126 alike), and the functions whose results a flushed
+    /// subnormal cannot change (`1 + t` or `1 - t` rounds to 1 either way).
+    /// On NVIDIA one SFU instruction, where `Exp2Approx` takes three more
+    /// (a compare and two multiplications that scale a subnormal result).
+    Exp2ApproxFtz,
     /// log2(x), approximate.
     Log2Approx,
     /// 1/sqrt(x), approximate.

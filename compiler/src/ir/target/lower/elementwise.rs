@@ -35,9 +35,11 @@ impl<'a> Lower<'a> {
             UnaryOp::Sqrt if float => self.un(UnOp::Sqrt, ty, x),
             UnaryOp::Rsqrt if float => self.un(UnOp::RsqrtApprox, ty, x),
             _ if !f32 => return self.unsupported(format!("`{}` on {}", unary_name(u), d.name())),
+            // `exp` flushes results below 2^-126 to zero, as the CPU
+            // executor's does; `exp2` keeps subnormals, as the CPU's does.
             UnaryOp::Exp => {
                 let t = self.bin(BinOp::Mul, ty, x, Operand::Float(LOG2E));
-                self.un(UnOp::Exp2Approx, ty, t)
+                self.un(UnOp::Exp2ApproxFtz, ty, t)
             }
             UnaryOp::Exp2 => self.un(UnOp::Exp2Approx, ty, x),
             UnaryOp::Log => {
@@ -46,8 +48,9 @@ impl<'a> Lower<'a> {
             }
             UnaryOp::Log2 => self.un(UnOp::Log2Approx, ty, x),
             UnaryOp::Sigmoid => {
+                // A subnormal e cannot change 1 + e: flushed, it costs less.
                 let t = self.bin(BinOp::Mul, ty, x, Operand::Float(-LOG2E));
-                let e = self.un(UnOp::Exp2Approx, ty, t);
+                let e = self.un(UnOp::Exp2ApproxFtz, ty, t);
                 let d = self.bin(BinOp::Add, ty, e, Operand::Float(1.0));
                 self.un(UnOp::Rcp, ty, d)
             }
@@ -56,7 +59,7 @@ impl<'a> Lower<'a> {
                 // tanh(x) = sign(x) (1 - t) / (1 + t), t = e^(-2|x|).
                 let a = self.un(UnOp::Abs, ty, x);
                 let s = self.bin(BinOp::Mul, ty, a, Operand::Float(-2.0 * LOG2E));
-                let t = self.un(UnOp::Exp2Approx, ty, s);
+                let t = self.un(UnOp::Exp2ApproxFtz, ty, s);
                 let n = self.bin(BinOp::Sub, ty, Operand::Float(1.0), t);
                 let dd = self.bin(BinOp::Add, ty, t, Operand::Float(1.0));
                 let q = self.bin(BinOp::Div, ty, n, dd);
@@ -74,7 +77,7 @@ impl<'a> Lower<'a> {
                 let poly = self.bin(BinOp::Mul, ty, poly, t);
                 let a2 = self.bin(BinOp::Mul, ty, a, a);
                 let s = self.bin(BinOp::Mul, ty, a2, Operand::Float(-LOG2E));
-                let e = self.un(UnOp::Exp2Approx, ty, s);
+                let e = self.un(UnOp::Exp2ApproxFtz, ty, s);
                 let np = self.un(UnOp::Neg, ty, poly);
                 let y = self.fma(ty, np, e, Operand::Float(1.0));
                 self.copysign(y, x)
@@ -129,7 +132,7 @@ impl<'a> Lower<'a> {
             .into_iter()
             .map(|(a, i)| {
                 let t = self.fma(RegTy::F32, a, Operand::Float(LOG2E), scaled[i]);
-                self.un(UnOp::Exp2Approx, RegTy::F32, t)
+                self.un(UnOp::Exp2ApproxFtz, RegTy::F32, t)
             })
             .collect();
         Some(ops)
