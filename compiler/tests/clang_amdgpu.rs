@@ -478,12 +478,17 @@ const WORST_BOUND: f64 = 0.35;
 /// gfx942 (57, clang 42: more fragments ahead than clang holds), and on
 /// gfx1100 an f64 dot (60, clang 43), a dot of f8 operands in software
 /// (105, clang 61) and `small_ints` (21, clang 15), latency orders clang
-/// does not take.
+/// does not take. Tightened (22 / 22 / 26 to 21 / 21 / 26 outliers,
+/// gfx1100's median 9.4% to 9.1%) when `exp2` began to print as
+/// `__builtin_exp2f` (subnormal results kept, as on the CPU and NVIDIA):
+/// tests/ui/valid/powers.tsr's clang count went 46 to 41 on CDNA (29
+/// estimated); the GEMMs whose warps hold two 16-row tiles (tests/gpu,
+/// tests/codegen/mma) came within 35%.
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1115, 22),
-        Arch::Gfx942 => (0.1005, 22),
-        _ => (0.0945, 26),
+        Arch::Gfx90a => (0.1115, 21),
+        Arch::Gfx942 => (0.1005, 21),
+        _ => (0.0915, 26),
     }
 }
 

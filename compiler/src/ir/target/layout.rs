@@ -197,6 +197,50 @@ impl Layout {
         Self::warp_tiled([16, 8], [rows, cols], num_warps, order, 5, lane, &tile)
     }
 
+    /// The accumulator layout of a wgmma GEMM whose warps hold `t` > 1
+    /// 16-row tiles each (`rows` = 16 t `num_warps`, a multiple of 4 warps):
+    /// `mma.m16n8`'s registers, but warp `w` of a warpgroup holds rows
+    /// `64 j + 16 w ..` of its warpgroup's block of `64 t` rows in tile `j`,
+    /// the rows the warpgroup's `j`-th m64 instruction gives it, so that
+    /// instruction reads `a`'s rows `64 j ..` as they were copied. Its kind
+    /// is `Mma` with the warps along the rows, but unlike
+    /// [`Self::mma_accumulator`]'s a warp's rows are not contiguous (with one
+    /// tile a warp the two map alike).
+    pub fn wgmma_accumulator(rows: u32, cols: u32, num_warps: u32) -> Option<Layout> {
+        if !num_warps.is_multiple_of(4)
+            || !rows.is_multiple_of(16 * num_warps)
+            || rows == 0
+            || !cols.is_multiple_of(8)
+            || cols == 0
+        {
+            return None;
+        }
+        let t = rows / (16 * num_warps);
+        let mut t0 = vec![term(2, 3, 1), term(5, 2, 16)];
+        if num_warps > 4 {
+            t0.push(term(7, log2(num_warps / 4), 64 * t));
+        }
+        let t1 = vec![term(0, 2, 2)];
+        let tile = [(0, 0), (0, 1), (8, 0), (8, 1)];
+        let mut slots = Vec::new();
+        for j in 0..t {
+            for c in 0..cols / 8 {
+                for &(dr, dc) in &tile {
+                    slots.push(vec![64 * j + dr, 8 * c + dc]);
+                }
+            }
+        }
+        Some(Layout {
+            kind: LayoutKind::Mma {
+                warps: [num_warps, 1],
+                instr: [16, 8],
+            },
+            shape: vec![rows, cols],
+            terms: vec![t0, t1],
+            slots,
+        })
+    }
+
     /// The accumulator layout of sm_70's `mma.m8n8k4` (f32 accumulators) for a
     /// `[rows, cols]` result, if the shape tiles evenly. Each instruction is four
     /// independent 8x8x4 products, one per quad-pair (lanes `4q..4q+3` and

@@ -865,6 +865,64 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
     assert!(Layout::mma884_accumulator(16, 8, 1, WarpOrder::RowsFirst).is_none());
 }
 
+/// `Layout::wgmma_accumulator`: thread `t` (lane `l`, warp `w` of
+/// warpgroup `g`), slot `s` of tile `j` holds wgmma's element of the
+/// warpgroup's `j`-th m64 instruction: row `64 t g + 64 j + 16 w + l / 4
+/// (+ 8)`, column `8 c + 2 (l % 4) (+ 1)`; every element once. With one
+/// tile a warp it maps as `mma_accumulator`.
+#[test]
+fn wgmma_accumulator_gives_each_instruction_the_rows_it_reads() {
+    let at = |l: &Layout, t: u32, s: &[u32], d: usize| -> u32 {
+        l.terms[d]
+            .iter()
+            .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
+            .sum::<u32>()
+            + s[d]
+    };
+    for (rows, cols, warps) in [
+        (128u32, 128u32, 4u32),
+        (256, 128, 8),
+        (256, 64, 4),
+        (64, 64, 4),
+        (128, 256, 8),
+    ] {
+        let l = Layout::wgmma_accumulator(rows, cols, warps).unwrap();
+        let t_ = rows / (16 * warps);
+        let mut count = vec![0u32; (rows * cols) as usize];
+        for t in 0..warps * 32 {
+            let (lane, w, g) = (t % 32, t / 32 % 4, t / 128);
+            for (si, s) in l.slots.iter().enumerate() {
+                let (r, c) = (at(&l, t, s, 0), at(&l, t, s, 1));
+                let per_tile = (cols / 8 * 4) as usize;
+                let (j, i) = ((si / per_tile) as u32, (si % per_tile) as u32);
+                let (cb, e) = (i / 4, i % 4);
+                let er = 64 * t_ * g + 64 * j + 16 * w + lane / 4 + 8 * (e / 2);
+                let ec = 8 * cb + 2 * (lane % 4) + e % 2;
+                assert_eq!(
+                    (r, c),
+                    (er, ec),
+                    "{rows}x{cols}/{warps}: thread {t} slot {si}"
+                );
+                count[(r * cols + c) as usize] += 1;
+            }
+        }
+        assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}/{warps}");
+        if t_ == 1 {
+            let m = Layout::mma_accumulator(rows, cols, warps, WarpOrder::RowsFirst).unwrap();
+            for t in 0..warps * 32 {
+                for (s, sm) in l.slots.iter().zip(&m.slots) {
+                    assert_eq!(
+                        (at(&l, t, s, 0), at(&l, t, s, 1)),
+                        (at(&m, t, sm, 0), at(&m, t, sm, 1))
+                    );
+                }
+            }
+        }
+    }
+    assert!(Layout::wgmma_accumulator(96, 64, 4).is_none());
+    assert!(Layout::wgmma_accumulator(128, 64, 2).is_none());
+}
+
 /// The asynchronous-copy plan of the brief's gemm and flash attention, as
 /// `lower` decides it: the operand loads are the candidates everywhere; on
 /// sm_80+ they are pipelined over `num_stages` when their rows are provably

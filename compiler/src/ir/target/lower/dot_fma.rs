@@ -82,7 +82,7 @@ impl<'a> Lower<'a> {
                     av.dtype.name(),
                     self.arch
                 ),
-                help: "make it the only `dot` of a `for` loop over K (num_stages >= 3, BM = 16 x num_warps, BN a multiple of 64 up to 256, BK 64 or 128) with `a` loaded as `A[m0 : m0 + BM, k : k + BK]` and `b` given as [N, K], `load(Bt[n0 : n0 + BN, k : k + BK]).T`, each row's start 16-byte aligned (`-D K%16`, or the launch's run-time facts)".to_string(),
+                help: "make it the only `dot` of a `for` loop over K (num_stages >= 3, BM = 16, 32, 48 or 64 x num_warps, BN a multiple of 64 up to 256, BK 64 or 128) with `a` loaded as `A[m0 : m0 + BM, k : k + BK]` and `b` given as [N, K], `load(Bt[n0 : n0 + BN, k : k + BK]).T`, each row's start 16-byte aligned (`-D K%16`, or the launch's run-time facts)".to_string(),
             });
         }
         self.emit(Inst::Comment(format!(

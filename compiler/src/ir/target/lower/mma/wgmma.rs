@@ -8,8 +8,13 @@
 //! 64- or 128-byte modes), `b` either `[k, n]` row-major (n-major, stored in
 //! 128-byte panels: `Swizzle::panels`) or the transpose of an `[n, k]`
 //! row-major load (k-major, stored as `a` is). Each warpgroup (4 warps)
-//! computes 64 rows: one `m64nNk16` (16-bit) or `m64nNk32` (8-bit) a k
-//! step of 32 bytes, both operands described by 64-bit matrix descriptors.
+//! computes 64 rows per 16-row tile a warp holds (`wgmma_tiles`, up to 4):
+//! one `m64nNk16` (16-bit) or `m64nNk32` (8-bit) a tile and k step of 32
+//! bytes, both operands described by 64-bit matrix descriptors. Where a
+//! warp holds more than one tile, the accumulator layout interleaves them
+//! (`Layout::wgmma_accumulator`: warp `w`'s tile `j` at rows `64 j + 16 w`
+//! of its warpgroup's block), so the warpgroup's `j`-th instruction reads
+//! rows `64 j ..` of `a`'s stage as it was copied, in one TMA box.
 //! wgmma transposes only 16-bit operands, so an 8-bit `b` must be k-major
 //! (the layout `torch._scaled_mm` asks for too). The accumulator layout is
 //! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, one
@@ -84,13 +89,26 @@ impl<'a> Lower<'a> {
     /// The accumulator layout of a wgmma dot of a `[m, n]` result: each warp a
     /// 16-row tile of `mma.m16n8` accumulators over all `n` columns.
     pub(in crate::ir::target::lower) fn wgmma_layout(&self, m: u32, n: u32) -> Option<Rc<Layout>> {
-        Layout::mma_accumulator(m, n, self.num_warps, WarpOrder::RowsFirst).map(Rc::new)
+        match self.wgmma_tiles(m) {
+            Some(t) if t > 1 => Layout::wgmma_accumulator(m, n, self.num_warps).map(Rc::new),
+            _ => Layout::mma_accumulator(m, n, self.num_warps, WarpOrder::RowsFirst).map(Rc::new),
+        }
+    }
+
+    /// The 16-row tiles each warp holds of a wgmma GEMM's `m` rows (each
+    /// warpgroup issues that many m64 instructions a k step), where the
+    /// rows split so: 1 to 4.
+    pub(in crate::ir::target::lower) fn wgmma_tiles(&self, m: u32) -> Option<u32> {
+        let per = 16 * self.num_warps;
+        (self.num_warps.is_multiple_of(4) && m.is_multiple_of(per) && (1..=4).contains(&(m / per)))
+            .then_some(m / per)
     }
 
     /// Whether the loop plan's dot `(a, b)` of `[m, k] x [k, n]` fits wgmma:
     /// operands it takes ([`wgmma_input`]), a warpgroup (4 warps) for each
-    /// 64 rows, `n` a multiple of 64 up to 256, rows of `k` 64 or 128
-    /// bytes. (Whether `b` must be k-major is the caller's to check.)
+    /// 64, 128, 192 or 256 rows ([`Self::wgmma_tiles`]), `n` a multiple of
+    /// 64 up to 256, rows of `k` 64 or 128 bytes. (Whether `b` must be
+    /// k-major is the caller's to check.)
     pub(in crate::ir::target::lower) fn wgmma_fits(
         &self,
         dtype: DType,
@@ -98,8 +116,7 @@ impl<'a> Lower<'a> {
     ) -> bool {
         self.feat.wgmma
             && wgmma_input(dtype).is_some()
-            && self.num_warps.is_multiple_of(4)
-            && m == 16 * self.num_warps
+            && self.wgmma_tiles(m).is_some()
             && n.is_multiple_of(64)
             && n <= 256
             && matches!(u64::from(k) * dtype.bytes(), 64 | 128)
@@ -171,8 +188,10 @@ impl<'a> Lower<'a> {
         let Some(input) = wgmma_input(dtype) else {
             return self.unsupported(format!("a wgmma dot of {}", dtype.name()));
         };
-        // This warpgroup's 64 rows of `a`.
-        let a_wg = self.warpgroup_block(a_base, 64 * a_sw.row_bytes);
+        // This warpgroup's `64 tiles` rows of `a`: instruction `j` reads rows
+        // `64 j ..` of the block, each warp's `j`-th tile (the layout's).
+        let tiles = self.wgmma_tiles(m).unwrap_or(1);
+        let a_wg = self.warpgroup_block(a_base, 64 * tiles * a_sw.row_bytes);
         // k-major: 8-row groups at 8 rows' bytes, the leading offset unused.
         let a_bits = descriptor_bits(16, 8 * a_sw.row_bytes, a_mode);
         // b: k-major as `a` (all `n` rows), or n-major panels of 64 columns
@@ -192,22 +211,30 @@ impl<'a> Lower<'a> {
             true => regs.iter().map(|_| self.new_reg(RegTy::F32)).collect(),
             false => regs.clone(),
         };
+        // The registers of each warp tile: the layout's slots go tile by
+        // tile, each in wgmma's order (per 8 columns (g, 2t), (g, 2t + 1),
+        // (g + 8, 2t), (g + 8, 2t + 1)).
+        let per_tile = sums.len() / tiles as usize;
         self.emit(Inst::WgmmaFence);
         for kk in 0..k * dtype.bytes() as u32 / 32 {
             // k step `kk`: 32 bytes along k-major rows, or 16 rows (2048
             // bytes) of an n-major b.
-            let a_desc = self.descriptor(a_wg, 32 * kk, a_bits);
+            let a_descs: Vec<Reg> = (0..tiles)
+                .map(|j| self.descriptor(a_wg, 64 * j * a_sw.row_bytes + 32 * kk, a_bits))
+                .collect();
             let b_step = if b_kmajor { 32 * kk } else { 2048 * kk };
             let b_desc = self.descriptor(Operand::Reg(b_base), b_step, b_bits);
-            self.emit(Inst::Wgmma {
-                n,
-                input,
-                acc: sums.clone(),
-                a: WgmmaA::Desc(a_desc),
-                b_desc,
-                trans_b: !b_kmajor,
-                accumulate: !promoted || kk > 0,
-            });
+            for (acc, &a_desc) in sums.chunks(per_tile).zip(&a_descs) {
+                self.emit(Inst::Wgmma {
+                    n,
+                    input,
+                    acc: acc.to_vec(),
+                    a: WgmmaA::Desc(a_desc),
+                    b_desc,
+                    trans_b: !b_kmajor,
+                    accumulate: !promoted || kk > 0,
+                });
+            }
         }
         // One group stays in flight (the loop waits for it after its end):
         // the tensor cores run it while the warps pass the next iteration's
