@@ -83,7 +83,11 @@ use crate::target::mma::MmaKind;
 /// written before it is a scalar load (`s_load`) into SGPRs: LLVM's
 /// `AMDGPUAnnotateUniformValues` marks it `amdgpu.noclobber` (a `BLOCK = 4`
 /// kernel whose every lane adds the same four pairs: clang 2 VGPRs on
-/// gfx90a, 9 estimated with its loads in VGPRs).
+/// gfx90a, 9 estimated with its loads in VGPRs), where it moves a dword or
+/// more: a uniform load of an i8 or a 16-bit element is a vector load (a
+/// 1,023-element i8 tile every lane holds whole, tests/fuzz's
+/// `report_odd_tile_slow`: clang 256 VGPRs, 2 estimated with its loads in
+/// SGPRs).
 pub fn uniform_regs(kernel: &Kernel) -> Vec<bool> {
     let mut uniform = vec![true; kernel.regs.len()];
     // Divergence only grows: repeat until no register changes (registers
@@ -146,10 +150,15 @@ fn walk(
                 | Inst::Cmp { .. }
                 | Inst::Select { .. }
                 | Inst::Cvt { .. } => all_uses,
+                // Scalar loads move whole dwords on gfx9 and gfx11: a
+                // uniform load of fewer bytes (an i8 or bf16 element) is a
+                // vector load into VGPRs.
                 Inst::Ld {
                     space: Space::Global,
+                    mem,
+                    dst,
                     ..
-                } => all_uses && !*clobbered,
+                } => all_uses && !*clobbered && mem.bytes() as usize * dst.len() >= 4,
                 _ => false,
             };
         match inst {

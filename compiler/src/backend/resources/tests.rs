@@ -1208,6 +1208,22 @@ fn amd_uniform_registers() {
     let u = amd::uniform_regs(&kernel);
     let uniform: Vec<u32> = (0..u.len() as u32).filter(|&i| u[i as usize]).collect();
     assert_eq!(uniform, [0, 1, 3, 5, 6, 9, 10, 11]);
+    // Scalar loads move whole dwords: the same load of an i8 or a bf16 is a
+    // vector load, its value in a VGPR; two bf16s (a dword) stay scalar.
+    for (mem, n, scalar) in [
+        (MemTy::I8, 1, false),
+        (MemTy::BF16, 1, false),
+        (MemTy::BF16, 2, true),
+    ] {
+        let mut narrow = kernel.clone();
+        narrow.regs.push(RegTy::F32);
+        let Inst::Ld { mem: m, dst, .. } = &mut narrow.body[6] else {
+            panic!("the load")
+        };
+        *m = mem;
+        *dst = (0..n).map(|i| Reg([6, 14][i])).collect();
+        assert_eq!(amd::uniform_regs(&narrow)[6], scalar, "{mem:?} x{n}");
+    }
     // The estimate: VGPRs from the divergent values only, SGPRs from the
     // uniform ones with the arch's base; the report carries both.
     let res = of_target(&kernel);
