@@ -811,6 +811,42 @@ fn blocked_layout_covers_every_element_once_per_replica() {
     }
 }
 
+/// The `[row, column]` of slot `slot` of thread `t` in a 2-D layout.
+fn element_at(l: &Layout, t: u32, slot: &[u32]) -> (u32, u32) {
+    let at = |d: usize| -> u32 {
+        l.terms[d]
+            .iter()
+            .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
+            .sum::<u32>()
+            + slot[d]
+    };
+    (at(0), at(1))
+}
+
+/// Checks that every thread's every slot of the `[rows, cols]` layout `l`
+/// over `threads` holds the element `want(thread, slot index)`, and that
+/// every element is held once.
+fn holds_each_element_once(
+    l: &Layout,
+    [rows, cols]: [u32; 2],
+    threads: u32,
+    want: impl Fn(u32, u32) -> (u32, u32),
+) {
+    let mut count = vec![0u32; (rows * cols) as usize];
+    for t in 0..threads {
+        for (si, s) in l.slots.iter().enumerate() {
+            let (r, c) = element_at(l, t, s);
+            assert_eq!(
+                (r, c),
+                want(t, si as u32),
+                "{rows}x{cols}: thread {t} slot {si}"
+            );
+            count[(r * cols + c) as usize] += 1;
+        }
+    }
+    assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}");
+}
+
 #[test]
 fn mma884_accumulator_matches_the_isa_fragment_map() {
     // PTX ISA, "Matrix Fragments for mma.m8n8k4" (.f32 accumulators): in the
@@ -830,37 +866,20 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
         };
         assert_eq!(wm * wn, warps);
         let (tm, tn) = (rows / wm, cols / wn);
-        let mut count = vec![0u32; (rows * cols) as usize];
-        for t in 0..warps * 32 {
+        holds_each_element_once(&l, [rows, cols], warps * 32, |t, si| {
             let (lane, w) = (t % 32, t / 32);
             let q = (lane >> 2) & 3;
-            for (si, s) in l.slots.iter().enumerate() {
-                let at = |d: usize| -> u32 {
-                    l.terms[d]
-                        .iter()
-                        .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
-                        .sum::<u32>()
-                        + s[d]
-                };
-                let (r, c) = (at(0), at(1));
-                let (tile, i) = (si as u32 / 8, si as u32 % 8);
-                let (im, jn) = (tile / (tn / 16), tile % (tn / 16));
-                let er = (w % wm) * tm
-                    + 16 * im
-                    + 8 * (q & 1)
-                    + (lane & 1)
-                    + (i & 2)
-                    + 4 * ((lane >> 4) & 1);
-                let ec = (w / wm) * tn + 16 * jn + 8 * (q >> 1) + (lane & 2) + (i & 1) + (i & 4);
-                assert_eq!(
-                    (r, c),
-                    (er, ec),
-                    "{rows}x{cols}/{warps}: thread {t} slot {si}"
-                );
-                count[(r * cols + c) as usize] += 1;
-            }
-        }
-        assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}/{warps}");
+            let (tile, i) = (si / 8, si % 8);
+            let (im, jn) = (tile / (tn / 16), tile % (tn / 16));
+            let er = (w % wm) * tm
+                + 16 * im
+                + 8 * (q & 1)
+                + (lane & 1)
+                + (i & 2)
+                + 4 * ((lane >> 4) & 1);
+            let ec = (w / wm) * tn + 16 * jn + 8 * (q >> 1) + (lane & 2) + (i & 1) + (i & 4);
+            (er, ec)
+        });
     }
     assert!(Layout::mma884_accumulator(16, 8, 1, WarpOrder::RowsFirst).is_none());
 }
@@ -872,13 +891,6 @@ fn mma884_accumulator_matches_the_isa_fragment_map() {
 /// tile a warp it maps as `mma_accumulator`.
 #[test]
 fn wgmma_accumulator_gives_each_instruction_the_rows_it_reads() {
-    let at = |l: &Layout, t: u32, s: &[u32], d: usize| -> u32 {
-        l.terms[d]
-            .iter()
-            .map(|tm| ((t >> tm.shift) & ((1 << tm.bits) - 1)) * tm.mul)
-            .sum::<u32>()
-            + s[d]
-    };
     for (rows, cols, warps) in [
         (128u32, 128u32, 4u32),
         (256, 128, 8),
@@ -887,36 +899,20 @@ fn wgmma_accumulator_gives_each_instruction_the_rows_it_reads() {
         (128, 256, 8),
     ] {
         let l = Layout::wgmma_accumulator(rows, cols, warps).unwrap();
-        let t_ = rows / (16 * warps);
-        let mut count = vec![0u32; (rows * cols) as usize];
-        for t in 0..warps * 32 {
+        let tiles = rows / (16 * warps);
+        let per_tile = cols / 8 * 4;
+        holds_each_element_once(&l, [rows, cols], warps * 32, |t, si| {
             let (lane, w, g) = (t % 32, t / 32 % 4, t / 128);
-            for (si, s) in l.slots.iter().enumerate() {
-                let (r, c) = (at(&l, t, s, 0), at(&l, t, s, 1));
-                let per_tile = (cols / 8 * 4) as usize;
-                let (j, i) = ((si / per_tile) as u32, (si % per_tile) as u32);
-                let (cb, e) = (i / 4, i % 4);
-                let er = 64 * t_ * g + 64 * j + 16 * w + lane / 4 + 8 * (e / 2);
-                let ec = 8 * cb + 2 * (lane % 4) + e % 2;
-                assert_eq!(
-                    (r, c),
-                    (er, ec),
-                    "{rows}x{cols}/{warps}: thread {t} slot {si}"
-                );
-                count[(r * cols + c) as usize] += 1;
-            }
-        }
-        assert!(count.iter().all(|&c| c == 1), "{rows}x{cols}/{warps}");
-        if t_ == 1 {
+            let (j, i) = (si / per_tile, si % per_tile);
+            let (cb, e) = (i / 4, i % 4);
+            let er = 64 * tiles * g + 64 * j + 16 * w + lane / 4 + 8 * (e / 2);
+            (er, 8 * cb + 2 * (lane % 4) + e % 2)
+        });
+        if tiles == 1 {
             let m = Layout::mma_accumulator(rows, cols, warps, WarpOrder::RowsFirst).unwrap();
-            for t in 0..warps * 32 {
-                for (s, sm) in l.slots.iter().zip(&m.slots) {
-                    assert_eq!(
-                        (at(&l, t, s, 0), at(&l, t, s, 1)),
-                        (at(&m, t, sm, 0), at(&m, t, sm, 1))
-                    );
-                }
-            }
+            holds_each_element_once(&l, [rows, cols], warps * 32, |t, si| {
+                element_at(&m, t, &m.slots[si as usize])
+            });
         }
     }
     assert!(Layout::wgmma_accumulator(96, 64, 4).is_none());
