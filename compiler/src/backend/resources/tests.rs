@@ -284,10 +284,18 @@ fn linear_liveness_agrees_with_the_per_position_fixpoint() {
     }
 }
 
-/// The Target IR of the first kernel of `src`.
-fn target_kernel(path: &str, src: String) -> std::sync::Arc<crate::ir::target::Kernel> {
+/// The Target IR of the first kernel of `src`, for `arch` (else the
+/// database's default).
+fn target_kernel(
+    path: &str,
+    src: String,
+    arch: Option<Arch>,
+) -> std::sync::Arc<crate::ir::target::Kernel> {
     use crate::db::{file_kernels, target_ir, Database};
     let mut db = Database::new();
+    if let Some(arch) = arch {
+        db.set_arch(arch);
+    }
     let file = db.set_source(path, src);
     let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
     target_ir(
@@ -332,7 +340,7 @@ fn estimate_work(statements: usize, in_loop: bool, width: usize) -> (u64, usize)
         src += &format!("{indent}a = a * v + {k}.5\n");
     }
     src += &format!("    store(out[i : i + {width}], a)\n");
-    let kernel = target_kernel("/t/chain.tsr", src);
+    let kernel = target_kernel("/t/chain.tsr", src, None);
     let before = super::WORK.with(|w| w.get());
     let regs = std::hint::black_box(of_target(&kernel)).regs;
     if width <= 128 {
@@ -396,7 +404,7 @@ fn pow_chain_work(terms: usize, in_branch: bool) -> (u64, usize) {
                  store(out[row, ({chain})], v - sum(v, axis=0), mask=m)\n"
         )
     };
-    let kernel = target_kernel("/t/pow.tsr", src);
+    let kernel = target_kernel("/t/pow.tsr", src, None);
     let before = super::WORK.with(|w| w.get());
     std::hint::black_box(of_target(&kernel));
     (
@@ -1677,7 +1685,6 @@ fn amd_accumulator_copies_across_the_loop_head() {
 /// accumulators count.
 #[test]
 fn unrolled_wgmma_accumulators_are_renamed_from_the_kernels_registers() {
-    use crate::db::{file_kernels, target_ir, Database};
     use crate::ir::target::Inst;
     let src = "@kernel(grid=(cdiv(M, BM), cdiv(N, BN)), num_warps=4, num_stages=3)
 def nt(A: Tensor[\"M\", 256, f8e4m3], Bt: Tensor[\"N\", 256, f8e4m3], C: Tensor[\"M\", \"N\", f32],
@@ -1689,18 +1696,7 @@ def nt(A: Tensor[\"M\", 256, f8e4m3], Bt: Tensor[\"N\", 256, f8e4m3], C: Tensor[
         acc = dot(load(A[m0 : m0 + BM, k : k + BK]), load(Bt[n0 : n0 + BN, k : k + BK]).T, acc)
     store(C[m0 : m0 + BM, n0 : n0 + BN], acc)
 ";
-    let mut db = Database::new();
-    db.set_arch(Arch::Sm90a);
-    let file = db.set_source("nt.tsr", src.to_string());
-    let (_, item, _) = file_kernels(&db, file).into_iter().next().unwrap();
-    let k = target_ir(
-        &db,
-        item,
-        db.options(),
-        crate::ir::tile::Specialization::new(),
-    )
-    .clone()
-    .unwrap();
+    let k = target_kernel("nt.tsr", src.to_string(), Some(Arch::Sm90a));
     assert!(k.any_in_loop(|i| matches!(i, Inst::Wgmma { .. })));
     // 32 accumulators a thread and 32 sums.
     let r = super::of_target(&k);

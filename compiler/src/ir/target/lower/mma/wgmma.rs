@@ -17,8 +17,9 @@
 //! rows `64 j ..` of `a`'s stage as it was copied, in one TMA box.
 //! wgmma transposes only 16-bit operands, so an 8-bit `b` must be k-major
 //! (the layout `torch._scaled_mm` asks for too). The accumulator layout is
-//! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, one
-//! warp a 16-row tile), and the loop-carried accumulator registers are
+//! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, the
+//! tiles interleaved as above where a warp holds several), and the
+//! loop-carried accumulator registers are
 //! updated in place (8-bit dots: through registers of their own, see
 //! `dot_wgmma`).
 //!
@@ -86,8 +87,10 @@ fn descriptor_bits(lbo: u32, sbo: u32, mode: u64) -> i64 {
 }
 
 impl<'a> Lower<'a> {
-    /// The accumulator layout of a wgmma dot of a `[m, n]` result: each warp a
-    /// 16-row tile of `mma.m16n8` accumulators over all `n` columns.
+    /// The accumulator layout of a wgmma dot of a `[m, n]` result: each warp
+    /// `wgmma_tiles` 16-row tiles of `mma.m16n8` accumulators over all `n`
+    /// columns (one: `mma_accumulator`'s; more: interleaved,
+    /// `Layout::wgmma_accumulator`).
     pub(in crate::ir::target::lower) fn wgmma_layout(&self, m: u32, n: u32) -> Option<Rc<Layout>> {
         match self.wgmma_tiles(m) {
             Some(t) if t > 1 => Layout::wgmma_accumulator(m, n, self.num_warps).map(Rc::new),
