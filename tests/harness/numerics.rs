@@ -1078,17 +1078,20 @@ fn stdlib_rows_kernels() {
 #[test]
 fn stdlib_flash_attention() {
     let (db, file) = std_file();
-    for (d, causal, bm, bn) in [
-        (64, false, 32, 32),
-        (64, true, 32, 32),
-        (128, false, 32, 32),
-        (128, true, 32, 32),
+    for (d, causal, bm, bn, (b, h, s), l2) in [
+        (64, false, 32, 32, (1, 2, 100), None),
+        (64, true, 32, 32, (1, 2, 100), None),
+        (128, false, 32, 32, (1, 2, 100), None),
+        (128, true, 32, 32, (1, 2, 100), None),
         // Blocks of other sizes: the diagonal crosses two key blocks, or a
         // key block spans two query blocks.
-        (64, true, 64, 16),
-        (64, true, 16, 64),
+        (64, true, 64, 16, (1, 2, 100), None),
+        (64, true, 16, 64, (1, 2, 100), None),
+        // 128-row blocks of a causal kernel run longest first, heads in
+        // groups that fit the L2 budget: 6 heads in groups of 4 and 2.
+        (64, true, 128, 64, (2, 3, 300), Some(4 * 4 * 300 * 64)),
+        (64, true, 128, 64, (2, 3, 300), None),
     ] {
-        let (b, h, s) = (1, 2, 100);
         let n = b * h * s * d;
         let (q, k, v) = (
             data(n, 27, DType::BF16),
@@ -1112,10 +1115,13 @@ fn stdlib_flash_attention() {
                 ("causal", Value::Bool(causal)),
                 ("BM", Value::Int(bm)),
                 ("BN", Value::Int(bn)),
-            ],
+            ]
+            .into_iter()
+            .chain(l2.map(|l2| ("L2_BUDGET", Value::Int(l2))))
+            .collect::<Vec<_>>(),
         );
         close(
-            &format!("flash_attn D={d} causal={causal} BM={bm} BN={bn}"),
+            &format!("flash_attn D={d} causal={causal} BM={bm} BN={bn} B={b} H={h} S={s} L2_BUDGET={l2:?}"),
             &o.to_f64_vec(),
             &attention_ref(&q, &k, &v, b * h, s, d, 0.1, causal),
             BF16,
