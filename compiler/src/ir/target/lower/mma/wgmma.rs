@@ -55,6 +55,11 @@ pub(in crate::ir::target::lower) struct Promotion {
     pub sums: Vec<Reg>,
 }
 
+/// The descriptors a dot has built, by base and constant bits:
+/// `(base, bits, offset, descriptor)` (`Lower::descriptor_in`).
+#[derive(Default)]
+struct Descriptors(Vec<(Operand, i64, u32, Reg)>);
+
 /// wgmma's swizzle modes (the descriptor's bits 62-63) by row bytes.
 fn swizzle_mode(row_bytes: u32) -> Option<u64> {
     match row_bytes {
@@ -219,14 +224,18 @@ impl<'a> Lower<'a> {
         // (g + 8, 2t), (g + 8, 2t + 1)).
         let per_tile = sums.len() / tiles as usize;
         self.emit(Inst::WgmmaFence);
+        let mut descs = Descriptors::default();
         for kk in 0..k * dtype.bytes() as u32 / 32 {
             // k step `kk`: 32 bytes along k-major rows, or 16 rows (2048
             // bytes) of an n-major b.
             let a_descs: Vec<Reg> = (0..tiles)
-                .map(|j| self.descriptor(a_wg, 64 * j * a_sw.row_bytes + 32 * kk, a_bits))
+                .map(|j| {
+                    let offset = 64 * j * a_sw.row_bytes + 32 * kk;
+                    self.descriptor_in(&mut descs, a_wg, offset, a_bits)
+                })
                 .collect();
             let b_step = if b_kmajor { 32 * kk } else { 2048 * kk };
-            let b_desc = self.descriptor(Operand::Reg(b_base), b_step, b_bits);
+            let b_desc = self.descriptor_in(&mut descs, Operand::Reg(b_base), b_step, b_bits);
             for (acc, &a_desc) in sums.chunks(per_tile).zip(&a_descs) {
                 self.emit(Inst::Wgmma {
                     n,
@@ -390,18 +399,17 @@ impl<'a> Lower<'a> {
             None => Vec::new(),
         };
         self.emit(Inst::WgmmaFence);
+        let mut descs = Descriptors::default();
         for kk in 0..k / 16 {
-            let b_desc = match b_kmajor {
-                true => self.descriptor(Operand::Reg(b_base), kmajor_offset(b_sw, kk), kmajor_bits),
-                false => self.descriptor(
-                    Operand::Reg(b_base),
-                    2048 * kk,
-                    descriptor_bits(b_sw.panel_rows * 128, 1024, 1),
-                ),
+            let (b_offset, b_bits) = match b_kmajor {
+                true => (kmajor_offset(b_sw, kk), kmajor_bits),
+                false => (2048 * kk, descriptor_bits(b_sw.panel_rows * 128, 1024, 1)),
             };
+            let b_desc = self.descriptor_in(&mut descs, Operand::Reg(b_base), b_offset, b_bits);
             for j in 0..d.tiles {
                 let a = match a_smem {
-                    Some((base, sw)) => WgmmaA::Desc(self.descriptor(
+                    Some((base, sw)) => WgmmaA::Desc(self.descriptor_in(
+                        &mut descs,
                         base,
                         kmajor_offset(sw, kk) + 64 * j * 128,
                         kmajor_bits,
@@ -454,6 +462,39 @@ impl<'a> Lower<'a> {
         let (pi, _) = self.pipeline.pipelined[&v];
         let stage = Operand::Reg(self.pipeline.pipes[pi].stage);
         self.stage_base(pi, stage)
+    }
+
+    /// The descriptor of `base + offset` with `bits`: the first one of a
+    /// `base` and `bits` in `descs` is built from the address, each later one
+    /// by adding its distance from that one to the start-address field (one
+    /// addition where building takes five, and ptxas redoes neither: the
+    /// operands of a dot take 8-16 descriptors an iteration). Exact: the
+    /// field holds bits 4-17 of the address, the offset within the CTA's
+    /// shared window (bits 24 and up name the CTA of the cluster), and every
+    /// operand lies within the window's first 228 KiB + 1 KiB, below 2^18, so
+    /// the sum of a 16-byte multiple never carries out of the field.
+    fn descriptor_in(
+        &mut self,
+        descs: &mut Descriptors,
+        base: Operand,
+        offset: u32,
+        bits: i64,
+    ) -> Reg {
+        let earlier = descs.0.iter().find(|&&(b, bi, o, _)| {
+            b == base && bi == bits && o <= offset && (offset - o).is_multiple_of(16)
+        });
+        if let Some(&(_, _, o, d)) = earlier {
+            let sum = self.bin(
+                BinOp::Add,
+                RegTy::U64,
+                Operand::Reg(d),
+                Operand::Int(i64::from((offset - o) / 16)),
+            );
+            return self.materialize(RegTy::U64, sum).reg().expect("reg");
+        }
+        let d = self.descriptor(base, offset, bits);
+        descs.0.push((base, bits, offset, d));
+        d
     }
 
     /// A matrix descriptor (`B64`): `bits` with the start address `base +
