@@ -804,6 +804,8 @@ impl Printer<'_> {
             }
             Inst::Cvt { dst, src, narrow } => self.cvt(*dst, *src, *narrow),
             Inst::Ld {
+                // The `.cs` hint is PTX's; HIP's accesses stay plain.
+                stream: _,
                 space,
                 mem,
                 dst,
@@ -833,6 +835,8 @@ impl Printer<'_> {
                 self.guarded(pred, s)
             }
             Inst::St {
+                // The `.cs` hint is PTX's; HIP's accesses stay plain.
+                stream: _,
                 space,
                 mem,
                 src,

@@ -482,6 +482,7 @@ impl Printer<'_> {
             }
             Inst::Cvt { dst, src, narrow } => self.cvt(*dst, *src, *narrow),
             Inst::Ld {
+                stream,
                 space,
                 mem,
                 dst,
@@ -489,7 +490,7 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space.name();
+                let sp = cache_op(space.name(), *stream);
                 let v = vec_prefix(dst.len());
                 let d = vector(dst.iter().map(|d| self.r(*d).to_string()).collect());
                 format!(
@@ -501,6 +502,7 @@ impl Printer<'_> {
                 )
             }
             Inst::St {
+                stream,
                 space,
                 mem,
                 src,
@@ -508,7 +510,7 @@ impl Printer<'_> {
                 offset,
                 pred,
             } => {
-                let sp = space.name();
+                let sp = cache_op(space.name(), *stream);
                 let v = vec_prefix(src.len());
                 let st = store_ty(*mem);
                 let s = vector(src.iter().map(|s| self.o(*s, st)).collect());
@@ -902,6 +904,15 @@ fn f32_imm(f: f64) -> String {
 
 fn f64_imm(f: f64) -> String {
     format!("0d{:016X}", f.to_bits())
+}
+
+/// A state space with `.cs` (cache streaming: evict first) for accesses
+/// whose bytes the kernel does not touch again.
+fn cache_op(space: &str, stream: bool) -> String {
+    match stream {
+        true => format!("{space}.cs"),
+        false => space.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -557,6 +557,7 @@ mod schedule {
 
     fn ld(space: Space, dst: u32, addr: u32) -> Inst {
         Inst::Ld {
+            stream: false,
             space,
             mem: MemTy::F32,
             dst: vec![Reg(dst)],
@@ -575,6 +576,7 @@ mod schedule {
     }
     fn st(src: u32, addr: u32) -> Inst {
         Inst::St {
+            stream: false,
             space: Space::Global,
             mem: MemTy::F32,
             src: vec![Operand::Reg(Reg(src))],
@@ -860,6 +862,7 @@ fn ldmatrix_fragments_are_issued_early_one_k_step_ahead_where_registers_run_shor
             });
         }
         body.push(Inst::St {
+            stream: false,
             space: Space::Shared,
             mem: MemTy::F32,
             src: (1..5).map(|r| Operand::Reg(Reg(r))).collect(),
@@ -911,6 +914,7 @@ fn short_constant_loops_are_unrolled_where_the_arch_does() {
             then: vec![],
             otherwise: vec![
                 Inst::Ld {
+                    stream: false,
                     space: Space::Global,
                     mem: MemTy::F32,
                     dst: vec![Reg(2)],
@@ -1144,6 +1148,7 @@ fn amd_uniform_registers() {
                 index: 1,
             },
             Inst::Ld {
+                stream: false,
                 space: Space::Global,
                 mem: MemTy::F32,
                 dst: vec![Reg(6)],
@@ -1197,6 +1202,7 @@ fn amd_uniform_registers() {
             },
             // Every value stored, so that none is dead code.
             Inst::St {
+                stream: false,
                 space: Space::Global,
                 mem: MemTy::I32,
                 src: vec![r(4), r(8), r(10), r(12)],
@@ -1265,6 +1271,7 @@ fn amd_middle_end_and_scalar_loads() {
         b,
     };
     let ld = |dst: u32, offset: i64| Inst::Ld {
+        stream: false,
         space: Space::Global,
         mem: MemTy::F32,
         dst: vec![Reg(dst)],
@@ -1273,6 +1280,7 @@ fn amd_middle_end_and_scalar_loads() {
         pred: None,
     };
     let st = |src: &[u32], offset: i64| Inst::St {
+        stream: false,
         space: Space::Global,
         mem: MemTy::F32,
         src: src.iter().map(|&x| r(x)).collect(),
@@ -1366,6 +1374,7 @@ fn amd_folds_into_masked_loads_and_sinks_into_masked_stores() {
     // f5 = f4 * f4; f6 = f5 + f3; f7 = f4 + 2 (read after the store);
     // store [r0] = f6 if p1 (f5 and f6 move to it); store [r0 + 8] = f7.
     let ld = |dst: u32, offset: i64, pred: Option<u32>| Inst::Ld {
+        stream: false,
         space: Space::Global,
         mem: MemTy::F32,
         dst: vec![Reg(dst)],
@@ -1374,6 +1383,7 @@ fn amd_folds_into_masked_loads_and_sinks_into_masked_stores() {
         pred: pred.map(Reg),
     };
     let st = |src: u32, offset: i64, pred: Option<u32>| Inst::St {
+        stream: false,
         space: Space::Global,
         mem: MemTy::F32,
         src: vec![r(src)],

@@ -161,6 +161,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                     .unwrap_or_default()
             ),
             Inst::Ld {
+                stream,
                 space,
                 mem,
                 dst,
@@ -168,9 +169,10 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 offset,
                 pred: p,
             } => format!(
-                "{} = ld.{}.{}{} [{} + {}]{}",
+                "{} = ld.{}{}.{}{} [{} + {}]{}",
                 dst.iter().map(|x| d(k, *x)).collect::<Vec<_>>().join(", "),
                 space.name(),
+                if *stream { ".stream" } else { "" },
                 mem.name(),
                 vec_suffix(dst.len()),
                 r(k, *addr),
@@ -178,6 +180,7 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 pred(k, p)
             ),
             Inst::St {
+                stream,
                 space,
                 mem,
                 src,
@@ -185,8 +188,9 @@ fn block(k: &Kernel, insts: &[Inst], depth: usize, out: &mut String) {
                 offset,
                 pred: p,
             } => format!(
-                "st.{}.{}{} [{} + {}], {}{}",
+                "st.{}{}.{}{} [{} + {}], {}{}",
                 space.name(),
+                if *stream { ".stream" } else { "" },
                 mem.name(),
                 vec_suffix(src.len()),
                 r(k, *addr),

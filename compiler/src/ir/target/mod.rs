@@ -333,7 +333,10 @@ pub enum Inst {
     },
     /// Load `dst.len()` consecutive elements (a vector access when > 1) from
     /// `addr + offset` bytes, when `pred` (if any) holds; else `dst` keep their values.
+    /// `stream`: the kernel does not read these bytes again (PTX's `.cs`,
+    /// evict first), so they leave the caches before data it does re-read.
     Ld {
+        stream: bool,
         space: Space,
         mem: MemTy,
         dst: Vec<Reg>,
@@ -341,7 +344,10 @@ pub enum Inst {
         offset: i64,
         pred: Option<Reg>,
     },
+    /// Store `src` to `addr + offset` bytes when `pred` (if any) holds;
+    /// `stream` as for `Ld` (the kernel never reads what it writes there).
     St {
+        stream: bool,
         space: Space,
         mem: MemTy,
         src: Vec<Operand>,

@@ -438,6 +438,7 @@ mod limits;
 pub mod lower;
 mod masks;
 pub mod program_order;
+pub mod streaming;
 mod verify;
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ impl<'a> Lower<'a> {
                 // executor does: one meaning on every target.
                 let o = if tf32_fma { self.round_tf32(o) } else { o };
                 self.emit(Inst::St {
+                    stream: false,
                     space: Space::Shared,
                     mem: mt,
                     src: vec![o],
@@ -164,6 +165,7 @@ impl<'a> Lower<'a> {
                 let dst = l.new_reg(rt);
                 e.insert(dst);
                 l.emit(Inst::Ld {
+                    stream: false,
                     space: Space::Shared,
                     mem: mt,
                     dst: vec![dst],

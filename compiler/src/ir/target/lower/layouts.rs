@@ -208,6 +208,7 @@ impl<'a> Lower<'a> {
                 op
             };
             self.emit(Inst::St {
+                stream: false,
                 space: Space::Shared,
                 mem,
                 src: vec![src],
@@ -246,6 +247,7 @@ impl<'a> Lower<'a> {
                     .sum::<u64>();
             let dst = self.new_reg(ety);
             self.emit(Inst::Ld {
+                stream: false,
                 space: Space::Shared,
                 mem,
                 dst: vec![dst],

@@ -500,6 +500,7 @@ impl<'a> Lower<'a> {
                     }
                 }
                 self.emit(Inst::Ld {
+                    stream: self.stream_access,
                     space: Space::Global,
                     mem: ld_mem,
                     dst: dsts.clone(),
@@ -656,6 +657,7 @@ impl<'a> Lower<'a> {
                 });
             } else {
                 self.emit(Inst::St {
+                    stream: self.stream_access,
                     space: Space::Global,
                     mem,
                     src: srcs,

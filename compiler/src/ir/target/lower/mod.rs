@@ -157,6 +157,8 @@ fn lower_once(
         index_ops: HashMap::new(),
         uniform_regs: HashSet::new(),
         differences: HashMap::new(),
+        streaming: tk.streaming(),
+        stream_access: false,
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         vals: HashMap::new(),
@@ -310,6 +312,10 @@ struct Lower<'a> {
     /// Emptied at every region's start and end: a loop's carried registers
     /// change under a difference taken before it.
     differences: HashMap<Reg, (Operand, Operand)>,
+    /// The loads and stores whose bytes the kernel does not touch again
+    /// (`ir::tile::streaming`), and whether the op being lowered is one.
+    streaming: tile::streaming::Streaming,
+    stream_access: bool,
     prologue: Vec<Inst>,
     blocks: Vec<Vec<Inst>>,
     vals: HashMap<Value, TV>,

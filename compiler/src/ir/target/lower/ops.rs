@@ -39,6 +39,11 @@ impl<'a> Lower<'a> {
         crate::cancel::checkpoint();
         let tk = self.tk;
         let res = |i: usize| op.results[i];
+        self.stream_access = match &op.kind {
+            OpKind::Load { .. } => self.streaming.loads.contains(&res(0)),
+            OpKind::Store { tensor, .. } => self.streaming.stores.contains(tensor),
+            _ => false,
+        };
         match &op.kind {
             OpKind::Arange { .. } | OpKind::ExpandDims { .. } | OpKind::Broadcast { .. } => {
                 self.index_ops.insert(res(0), op.kind.clone());

@@ -151,6 +151,7 @@ impl<'a> Lower<'a> {
                 .collect();
             for (j, p) in partial.iter().enumerate() {
                 self.emit(Inst::St {
+                    stream: false,
                     space: Space::Shared,
                     mem,
                     src: vec![*p],
@@ -165,6 +166,7 @@ impl<'a> Lower<'a> {
                 for w in 0..nw as i64 {
                     let dst = self.new_reg(ty);
                     self.emit(Inst::Ld {
+                        stream: false,
                         space: Space::Shared,
                         mem,
                         dst: vec![dst],

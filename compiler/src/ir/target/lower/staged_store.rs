@@ -138,6 +138,7 @@ impl<'a> Lower<'a> {
         for (group, key, offset) in &plan.write.groups {
             let (smem, src) = self.store_sources(mem, dtype, v, group, true);
             self.emit(Inst::St {
+                stream: false,
                 space: Space::Shared,
                 mem: smem,
                 src,
@@ -160,6 +161,7 @@ impl<'a> Lower<'a> {
                         .map(|_| self.new_reg(RegTy::U32))
                         .collect();
                     self.emit(Inst::Ld {
+                        stream: false,
                         space: Space::Shared,
                         mem: MemTy::U32,
                         dst: words.clone(),

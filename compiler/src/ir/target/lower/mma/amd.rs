@@ -283,6 +283,7 @@ impl<'a> Lower<'a> {
                 mem = m;
             }
             self.emit(Inst::St {
+                stream: false,
                 space: Space::Shared,
                 mem,
                 src: srcs,
@@ -385,6 +386,7 @@ impl<'a> Lower<'a> {
         if input == MemTy::F32 {
             let dst = self.new_reg(RegTy::F32);
             self.emit(Inst::Ld {
+                stream: false,
                 space: Space::Shared,
                 mem: MemTy::F32,
                 dst: vec![dst],
@@ -401,6 +403,7 @@ impl<'a> Lower<'a> {
                 .map(|_| self.new_reg(RegTy::B32))
                 .collect();
             self.emit(Inst::Ld {
+                stream: false,
                 space: Space::Shared,
                 mem: MemTy::U32,
                 dst: dst.clone(),

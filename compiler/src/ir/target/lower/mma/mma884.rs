@@ -97,6 +97,7 @@ impl<'a> Lower<'a> {
                     for addrs in v {
                         let dst: Vec<Reg> = (0..2).map(|_| self.new_reg(RegTy::B32)).collect();
                         self.emit(Inst::Ld {
+                            stream: false,
                             space: Space::Shared,
                             mem: MemTy::U32,
                             dst: dst.clone(),

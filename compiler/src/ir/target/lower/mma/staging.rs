@@ -126,6 +126,7 @@ impl<'a> Lower<'a> {
                 }
             }
             self.emit(Inst::St {
+                stream: false,
                 space: Space::Shared,
                 mem: store_mem,
                 src: srcs,

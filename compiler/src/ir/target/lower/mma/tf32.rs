@@ -51,6 +51,7 @@ impl<'a> Lower<'a> {
             let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
             for (s, &o) in tv.layout.slots.iter().zip(&tv.ops) {
                 self.emit(Inst::St {
+                    stream: false,
                     space: Space::Shared,
                     mem: MemTy::F32,
                     src: vec![o],
@@ -84,6 +85,7 @@ impl<'a> Lower<'a> {
         let frag = |l: &mut Self, addr: Reg, offset: i64| {
             let f = l.new_reg(RegTy::F32);
             l.emit(Inst::Ld {
+                stream: false,
                 space: Space::Shared,
                 mem: MemTy::F32,
                 dst: vec![f],
