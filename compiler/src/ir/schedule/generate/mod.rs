@@ -191,21 +191,26 @@ fn split_len(k: &crate::check::dims::Dim) -> Option<i64> {
 
 /// Pieces a chunk and whether the loop prefetches, for a split row's
 /// statistics pass and for its normalising pass, which also loads `weights`
-/// vectors. The statistics pass takes 32 elements a thread (the state is a
-/// few registers); so does a normalising pass without weights, while one
-/// with weights takes 16 and prefetches, within the 64 registers a thread of
-/// 1024 may have (32 spilled there). Measured at 4096 x 65536 bf16 on an
-/// H100, in fractions of a device copy: softmax 0.943 (16 a thread and
-/// prefetching in both passes: 0.897), layer norm 0.932 (0.891), RMS norm
-/// 0.960 (0.940).
+/// vectors. The normalising pass takes 16 elements a thread, prefetching
+/// where it loads weights, within the 64 registers a thread of 1024 may have
+/// (32 with weights spilled there); the statistics pass 16 too, 32 for layer
+/// norm (two weights). The normalising pass's loads and the stores stream
+/// (`ir::tile::streaming`), so the row stays in L2 between the passes.
+/// Measured at 4096 x 65536 bf16, in fractions of a device copy: on an H100,
+/// before the streaming hints and at 32 a thread in every pass without
+/// weights, softmax 0.943, layer norm 0.932, RMS norm 0.960 (16 a thread
+/// and prefetching in both passes: 0.897, 0.891, 0.940); on an H200 that way
+/// 0.814, 0.804 and 0.87; with the hints and 16 a thread 0.92, 0.686 and
+/// 0.921, layer norm at 32 in its statistics pass 0.796.
 fn split_passes(weights: usize) -> [(u32, bool); 2] {
     let pieces = |elems: i64| (LONG_WARPS as i64 * 32 * elems / PIECE) as u32;
     let second = if weights > 0 {
         (pieces(16), true)
     } else {
-        (pieces(32), false)
+        (pieces(16), false)
     };
-    [(pieces(32), false), second]
+    let first = if weights > 1 { pieces(32) } else { pieces(16) };
+    [(first, false), second]
 }
 
 /// A loop from `lo` to `hi` in `step`-wide chunks whose body gets each chunk
