@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 
-use super::{Kernel, OpKind, Region, Value};
+use super::{Kernel, Op, OpKind, Region, Value};
 
 /// The accesses of a kernel whose bytes it does not touch again.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -36,13 +36,14 @@ impl Kernel {
         loads_in(&self.body, &mut |t, _| {
             read.insert(t);
         });
-        let mut candidates = read.clone();
+        let candidates = read.clone();
         // An atomic add reads what it writes: its tensor's stores stay plain.
-        atomics_in(&self.body, &mut |t| {
-            read.insert(t);
+        each_op(&self.body, &mut |op| {
+            if let OpKind::AtomicAdd { tensor, .. } = op.kind {
+                read.insert(tensor);
+            }
         });
         let mut s = Streaming::default();
-        candidates.retain(|t| read.contains(t));
         for &tensor in &candidates {
             // Top-level ops reading `tensor`, and whether each is a loop.
             let readers: Vec<(usize, bool)> = self
@@ -70,9 +71,11 @@ impl Kernel {
             }
         }
         if !s.loads.is_empty() {
-            stores_in(&self.body, &mut |t| {
-                if !read.contains(&t) {
-                    s.stores.insert(t);
+            each_op(&self.body, &mut |op| {
+                if let OpKind::Store { tensor, .. } = op.kind {
+                    if !read.contains(&tensor) {
+                        s.stores.insert(tensor);
+                    }
                 }
             });
         }
@@ -81,11 +84,8 @@ impl Kernel {
 }
 
 /// Whether `op` (or an op nested in it) loads `tensor`.
-fn reads(op: &super::Op, tensor: usize) -> bool {
-    if let OpKind::Load { tensor: t, .. } = op.kind {
-        return t == tensor;
-    }
-    let mut found = false;
+fn reads(op: &Op, tensor: usize) -> bool {
+    let mut found = matches!(op.kind, OpKind::Load { tensor: t, .. } if t == tensor);
     for region in op.kind.regions() {
         loads_in(region, &mut |t, _| found |= t == tensor);
     }
@@ -94,36 +94,19 @@ fn reads(op: &super::Op, tensor: usize) -> bool {
 
 /// Calls `f(tensor, result)` for every load in `region`, nested ones too.
 fn loads_in(region: &Region, f: &mut impl FnMut(usize, Value)) {
-    for op in &region.ops {
+    each_op(region, &mut |op| {
         if let OpKind::Load { tensor, .. } = op.kind {
             f(tensor, op.results[0]);
         }
-        for nested in op.kind.regions() {
-            loads_in(nested, f);
-        }
-    }
+    });
 }
 
-/// Calls `f(tensor)` for every store in `region`, nested ones too.
-fn stores_in(region: &Region, f: &mut impl FnMut(usize)) {
+/// Calls `f` on every op of `region`, nested ones too.
+fn each_op(region: &Region, f: &mut impl FnMut(&Op)) {
     for op in &region.ops {
-        if let OpKind::Store { tensor, .. } = op.kind {
-            f(tensor);
-        }
+        f(op);
         for nested in op.kind.regions() {
-            stores_in(nested, f);
-        }
-    }
-}
-
-/// Calls `f(tensor)` for every atomic add in `region`, nested ones too.
-fn atomics_in(region: &Region, f: &mut impl FnMut(usize)) {
-    for op in &region.ops {
-        if let OpKind::AtomicAdd { tensor, .. } = op.kind {
-            f(tensor);
-        }
-        for nested in op.kind.regions() {
-            atomics_in(nested, f);
+            each_op(nested, f);
         }
     }
 }
