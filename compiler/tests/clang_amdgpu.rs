@@ -488,11 +488,15 @@ const WORST_BOUND: f64 = 0.35;
 /// four bytes began to count as a vector load (scalar loads move dwords):
 /// tests/fuzz's `report_odd_tile_slow` (a 1,023-element i8 tile every lane
 /// holds) went from 2 VGPRs estimated to past the register file, where
-/// clang spills (256 and 1,724 spilled); no other kernel moved.
+/// clang spills (256 and 1,724 spilled); no other kernel moved. gfx942's
+/// median at 10.0% (9.8%) since the corpus gained the two kernels of
+/// tests/codegen/memory/two_pass_streaming.tsr (25 VGPRs estimated, clang
+/// 36; 9, clang 10), both above the median of the 253 before (gfx90a's
+/// and gfx1100's medians and every arch's outliers stayed where they were).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
         Arch::Gfx90a => (0.1115, 20),
-        Arch::Gfx942 => (0.0985, 20),
+        Arch::Gfx942 => (0.1005, 20),
         _ => (0.0915, 25),
     }
 }
