@@ -773,9 +773,13 @@ def bench_gemm(args):
                 [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]),
                   True)])
     # B given as [N, K] (bench/gemm_nt.tsr): bf16 against cuBLAS on the same layout,
-    # and f8e4m3 against torch._scaled_mm (its default accumulation, promoted to f32
-    # as Tessera's is, and its fast one, which is not).
+    # f8e4m3 against torch._scaled_mm (its default accumulation, promoted to f32
+    # as Tessera's is, and its fast one, which is not), and tf32 against cuBLAS's
+    # tf32 (`allow_tf32`; the inputs are bf16 values, exact in tf32, so both round
+    # nothing and compute the same products).
     for kernel, dt, (m, k, n) in (("gemm_nt", "bf16", (8192, 8192, 8192)),
+                                  ("gemm_tf32_nt", "f32", (4096, 4096, 4096)),
+                                  ("gemm_tf32_nt", "f32", (8192, 8192, 8192)),
                                   ("gemm_f8", "f8e4m3", (4096, 4096, 4096)),
                                   ("gemm_f8", "f8e4m3", (8192, 8192, 8192)),
                                   ("gemm_f8", "f8e4m3", (8192, 1024, 8192))):
@@ -787,8 +791,9 @@ def bench_gemm(args):
                             note=f"failed: {reason(e)}")])
             continue
         c = os.path.join(args.work, "c.npy")
+        cdt = "f32" if dt == "f32" else "bf16"
         setup = [f':load {GEMM_NT}', f'a = load_npy("{a}").to({dt})',
-                 f'bt = load_npy("{bt}").to({dt})', f"c = zeros([{m}, {n}], bf16)"]
+                 f'bt = load_npy("{bt}").to({dt})', f"c = zeros([{m}, {n}], {cdt})"]
         session = (setup, f"{kernel}(a, bt, c)", f'save_npy(c.to(f32), "{c}")', c, kernel)
         one = torch.ones((), device="cuda") if torch is not None else None
 
@@ -799,10 +804,23 @@ def bench_gemm(args):
             return torch._scaled_mm(t["a8"], t["bt8"].t(), scale_a=one, scale_b=one,
                                     out_dtype=torch.bfloat16, use_fast_accum=fast)
 
+        def tf32_mm(t):
+            for x in ("a", "bt"):
+                if x + "32" not in t:  # converted once (exactly), not timed again
+                    t[x + "32"] = t[x].float()
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return torch.matmul(t["a32"], t["bt32"].t())
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+
         peers = ([("torch._scaled_mm (cuBLAS, f32 accumulation promoted)",
                    lambda t: scaled_mm(t, False), True),
                   ("torch._scaled_mm use_fast_accum (cuBLAS, not promoted)",
                    lambda t: scaled_mm(t, True), True)] if dt == "f8e4m3" else
+                 [("torch.matmul(a, bt.t()) allow_tf32 (cuBLAS, f32 out)", tf32_mm, True)]
+                 if dt == "f32" else
                  [("torch.matmul(a, bt.t()) (cuBLAS, bf16 out)",
                    lambda t: torch.matmul(t["a"], t["bt"].t()), True)])
         compare(args, "gemm", f"gemm {dt} {m}×{k}×{n}, B as [N, K] (bench {kernel})",

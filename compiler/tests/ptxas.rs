@@ -844,7 +844,7 @@ fn pipelined(ptxas: &Path, failures: &mut Vec<String>) {
 }
 
 /// The wgmma mainloops of `tests/ptxas/kmajor.tsr` (B given as `[N, K]`:
-/// bf16, and f8 with its promoted sums) on sm_90a with `-D K%16`: held to
+/// bf16, f8 with its promoted sums, and tf32) on sm_90a with `-D K%16`: held to
 /// the goal like the corpus.
 fn kmajor(ptxas: &Path, failures: &mut Vec<String>) {
     held_to_goal(

@@ -618,6 +618,7 @@ impl Printer<'_> {
                     MemTy::BF16 => "bf16",
                     MemTy::F8E4M3 => "e4m3",
                     MemTy::F8E5M2 => "e5m2",
+                    MemTy::F32 => "tf32",
                     _ => "f16",
                 };
                 // Only 16-bit operands take transpose flags, and `a` from

@@ -10,7 +10,7 @@
 //! `ldmatrix` reads are free of bank conflicts.
 //!
 //! 8-bit (f8) tiles are candidates too where wgmma could read them, but
-//! only a TMA pipeline copies them (`Lower::drop_byte_loads`):
+//! only a TMA pipeline copies them (`Lower::drop_tma_only_loads`):
 //! `defer_load`, the `cp.async` chunks, takes 16-bit tiles only.
 
 use std::collections::HashMap;
@@ -56,14 +56,13 @@ impl<'a> Lower<'a> {
                         let (ta, tb) = (l.tk.ty(*a), l.tk.ty(*b));
                         let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
                         // Operands `ldmatrix` reads from a swizzled buffer,
-                        // or 8-bit ones wgmma may read from TMA's stages
-                        // (k-major only: `Lower::wgmma_operands`).
+                        // or 8-bit and tf32 ones wgmma may read from TMA's
+                        // stages (k-major only: `Lower::wgmma_operands`).
                         let (ok, n_major) = match ta.dtype().bytes() {
-                            1 => {
+                            1 | 4 => {
                                 let ok = l.feat.tma
                                     && ta.dtype() == tb.dtype()
-                                    && *precision == tile::Precision::Ieee
-                                    && l.wgmma_fits(ta.dtype(), [m, n, k]);
+                                    && l.wgmma_fits(ta.dtype(), *precision, [m, n, k]);
                                 (ok, false)
                             }
                             _ => {
@@ -97,7 +96,10 @@ impl<'a> Lower<'a> {
                         ..
                     } => {
                         let d = l.tk.ty(op.results[0]).dtype();
-                        if matches!(d, DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2) {
+                        if matches!(
+                            d,
+                            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::F32
+                        ) {
                             loads.push(l.planned_load(op.results[0], *tensor, access, *other));
                         }
                     }

@@ -221,7 +221,7 @@ impl<'a> Lower<'a> {
         let maps = self.tma_maps(&plan, step_o);
         plan.tma = maps.is_some();
         if !plan.tma {
-            self.drop_byte_loads(&mut plan);
+            self.drop_tma_only_loads(&mut plan);
         }
         if let Some((a, b)) = plan.wgmma {
             self.wgmma.push(WgmmaDot { a, b });

@@ -529,7 +529,7 @@ impl<'a> Lower<'a> {
     /// The operands of a pipelined loop's dot that runs on `wgmma` (sm_90a):
     /// the body's only dot, at its top level, whose `a` is a pipelined load
     /// of the loop and whose `b` is one or the transpose of one (k-major,
-    /// which an 8-bit `b` must be), whose accumulator is a loop-carried
+    /// which an 8-bit or tf32 `b` must be), whose accumulator is a loop-carried
     /// value read by nothing else in the body (it is updated in place), and
     /// whose shape and dtype fit ([`Lower::wgmma_fits`]).
     fn wgmma_operands(
@@ -545,7 +545,7 @@ impl<'a> Lower<'a> {
             a,
             b,
             acc: Some(acc),
-            precision: tile::Precision::Ieee,
+            precision,
         } = &op.kind
         else {
             return None;
@@ -562,7 +562,8 @@ impl<'a> Lower<'a> {
         if !loaded(a) || !loaded(&b_source) || !body.args[1..].contains(acc) {
             return None;
         }
-        // wgmma transposes 16-bit operands only.
+        // wgmma transposes 16-bit operands only (tf32 and 8-bit ones are
+        // k-major).
         if !b_kmajor && self.tk.ty(*b).dtype().bytes() != 2 {
             return None;
         }
@@ -580,7 +581,8 @@ impl<'a> Lower<'a> {
         let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
         let [m, k] = ta.shape()[..] else { return None };
         let n = tb.shape()[1];
-        (ta.dtype() == tb.dtype() && self.wgmma_fits(ta.dtype(), [m, n, k])).then_some((*a, *b))
+        (ta.dtype() == tb.dtype() && self.wgmma_fits(ta.dtype(), *precision, [m, n, k]))
+            .then_some((*a, *b))
     }
 
     /// Whether a pipelined loop's dot can be rotated ([`Rotation`]): the
@@ -621,13 +623,14 @@ impl<'a> Lower<'a> {
             && k / 16 >= 2
     }
 
-    /// Drops a plan's pipelined 8-bit loads, and the wgmma dot reading them,
-    /// where no TMA pipeline copies them (`cp.async` chunks are 16-bit
-    /// only): those loads go to registers, their dot to the FMA units.
-    pub(super) fn drop_byte_loads(&self, plan: &mut LoopPlan) {
-        let byte = |l: &PlannedLoad| self.elem_bytes(l.value) == 1;
-        if plan.pipelined.iter().any(byte) {
-            plan.pipelined.retain(|l| !byte(l));
+    /// Drops a plan's pipelined 8-bit and f32 loads (tf32 operands), and the
+    /// wgmma dot reading them, where no TMA pipeline copies them (`cp.async`
+    /// chunks are 16-bit only): those loads go to registers, their dot to the
+    /// FMA units (8-bit) or `mma.sync` (tf32).
+    pub(super) fn drop_tma_only_loads(&self, plan: &mut LoopPlan) {
+        let tma_only = |l: &PlannedLoad| self.elem_bytes(l.value) != 2;
+        if plan.pipelined.iter().any(tma_only) {
+            plan.pipelined.retain(|l| !tma_only(l));
             plan.wgmma = None;
         }
     }

@@ -1,4 +1,4 @@
-//! f16/bf16 and f8 (e4m3, e5m2) `dot` on sm_90a's warpgroup MMA
+//! f16/bf16, f8 (e4m3, e5m2) and tf32 `dot` on sm_90a's warpgroup MMA
 //! (`wgmma.mma_async`), operands read by the tensor cores straight from the
 //! pipeline's shared-memory stages.
 //!
@@ -9,14 +9,17 @@
 //! 128-byte panels: `Swizzle::panels`) or the transpose of an `[n, k]`
 //! row-major load (k-major, stored as `a` is). Each warpgroup (4 warps)
 //! computes 64 rows per 16-row tile a warp holds (`wgmma_tiles`, up to 4):
-//! one `m64nNk16` (16-bit) or `m64nNk32` (8-bit) a tile and k step of 32
-//! bytes, both operands described by 64-bit matrix descriptors. Where a
+//! one `m64nNk16` (16-bit), `m64nNk32` (8-bit) or `m64nNk8` (tf32) a tile
+//! and k step of 32 bytes, both operands described by 64-bit matrix
+//! descriptors. Where a
 //! warp holds more than one tile, the accumulator layout interleaves them
 //! (`Layout::wgmma_accumulator`: warp `w`'s tile `j` at rows `64 j + 16 w`
 //! of its warpgroup's block), so the warpgroup's `j`-th instruction reads
 //! rows `64 j ..` of `a`'s stage as it was copied, in one TMA box.
-//! wgmma transposes only 16-bit operands, so an 8-bit `b` must be k-major
-//! (the layout `torch._scaled_mm` asks for too). The accumulator layout is
+//! wgmma transposes only 16-bit operands, so an 8-bit or tf32 `b` must be
+//! k-major (the layout `torch._scaled_mm` asks for too). A tf32 stage is
+//! rounded to tf32 in shared memory before its group
+//! (`round_stage_to_tf32`). The accumulator layout is
 //! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, the
 //! tiles interleaved as above where a warp holds several), and the
 //! loop-carried accumulator registers are
@@ -36,8 +39,8 @@ use crate::check::DType;
 use crate::ir::target::layout::{Layout, WarpOrder};
 use crate::ir::target::lower::pipeline::WaitedWgmma;
 use crate::ir::target::lower::{Lower, R, TV};
-use crate::ir::target::{BinOp, Inst, MemTy, Operand, Reg, RegTy, Swizzle, WgmmaA};
-use crate::ir::tile::Value;
+use crate::ir::target::{BinOp, CmpOp, Inst, MemTy, Operand, Reg, RegTy, Space, Swizzle, WgmmaA};
+use crate::ir::tile::{Precision, Value};
 
 /// A dot the loop plan put on `wgmma` (its two operands), until it is lowered.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,14 +73,19 @@ fn swizzle_mode(row_bytes: u32) -> Option<u64> {
     }
 }
 
-/// The shared-memory element type of wgmma's operands of `dtype`, where it
-/// takes them: 16-bit floats and both f8 formats.
-pub(in crate::ir::target::lower) fn wgmma_input(dtype: DType) -> Option<MemTy> {
-    match dtype {
-        DType::BF16 => Some(MemTy::BF16),
-        DType::F16 => Some(MemTy::F16),
-        DType::F8E4M3 => Some(MemTy::F8E4M3),
-        DType::F8E5M2 => Some(MemTy::F8E5M2),
+/// The shared-memory element type of wgmma's operands of `dtype` at
+/// `precision`, where it takes them: 16-bit floats and both f8 formats
+/// (ieee: f32 products), and f32 rounded to tf32 (`MemTy::F32`).
+pub(in crate::ir::target::lower) fn wgmma_input(
+    dtype: DType,
+    precision: Precision,
+) -> Option<MemTy> {
+    match (dtype, precision) {
+        (DType::BF16, Precision::Ieee) => Some(MemTy::BF16),
+        (DType::F16, Precision::Ieee) => Some(MemTy::F16),
+        (DType::F8E4M3, Precision::Ieee) => Some(MemTy::F8E4M3),
+        (DType::F8E5M2, Precision::Ieee) => Some(MemTy::F8E5M2),
+        (DType::F32, Precision::Tf32) => Some(MemTy::F32),
         _ => None,
     }
 }
@@ -120,10 +128,11 @@ impl<'a> Lower<'a> {
     pub(in crate::ir::target::lower) fn wgmma_fits(
         &self,
         dtype: DType,
+        precision: Precision,
         [m, n, k]: [u32; 3],
     ) -> bool {
         self.feat.wgmma
-            && wgmma_input(dtype).is_some()
+            && wgmma_input(dtype, precision).is_some()
             && self.wgmma_tiles(m).is_some()
             && n.is_multiple_of(64)
             && n <= 256
@@ -193,9 +202,20 @@ impl<'a> Lower<'a> {
         let (Some(a_mode), Some(b_mode)) = (swizzle_mode(a_sw.row_bytes), b_mode) else {
             return self.unsupported("a wgmma operand of unsupported row length");
         };
-        let Some(input) = wgmma_input(dtype) else {
+        // An f32 operand reaches wgmma only as a tf32 dot's (`wgmma_operands`).
+        let precision = match dtype {
+            DType::F32 => Precision::Tf32,
+            _ => Precision::Ieee,
+        };
+        let Some(input) = wgmma_input(dtype, precision) else {
             return self.unsupported(format!("a wgmma dot of {}", dtype.name()));
         };
+        if input == MemTy::F32 {
+            self.round_stage_to_tf32(a_base, m * k * 4);
+            self.round_stage_to_tf32(b_base, k * n * 4);
+            self.emit(Inst::FenceProxyAsync);
+            self.emit(Inst::Barrier);
+        }
         // This warpgroup's `64 tiles` rows of `a`: instruction `j` reads rows
         // `64 j ..` of the block, each warp's `j`-th tile (the layout's).
         let tiles = self.wgmma_tiles(m).unwrap_or(1);
@@ -277,6 +297,70 @@ impl<'a> Lower<'a> {
         })
     }
 
+    /// Rounds the `bytes` of f32 at shared address `base` (a pipeline stage
+    /// as TMA copied it) to tf32 in place, 16 bytes a thread at a time: the
+    /// tensor cores read a tf32 operand's f32 bits as they are in shared
+    /// memory, and a tf32 `dot` rounds its operands to nearest (ties away, as
+    /// `cvt.rna.tf32.f32`, the CPU executor and the `mma.sync` path do).
+    /// Rounding is elementwise, so the stage's swizzle does not matter; the
+    /// caller publishes the writes to wgmma (proxy fence, barrier).
+    fn round_stage_to_tf32(&mut self, base: Reg, bytes: u32) {
+        let threads = self.num_warps * 32;
+        let chunks = bytes / 16;
+        let off = self.bin(
+            BinOp::Mul,
+            RegTy::U32,
+            Operand::Reg(self.tid),
+            Operand::Int(16),
+        );
+        let addr = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(base), off);
+        let addr = self.materialize(RegTy::U32, addr).reg().expect("reg");
+        for j in 0..chunks.div_ceil(threads) {
+            // Past a last partial round, the threads beyond the chunks idle.
+            let pred = (!chunks.is_multiple_of(threads) && (j + 1) * threads > chunks).then(|| {
+                let c = self.cmp(
+                    CmpOp::Lt,
+                    RegTy::U32,
+                    Operand::Reg(self.tid),
+                    Operand::Int(i64::from(chunks - j * threads)),
+                );
+                self.materialize(RegTy::Pred, c).reg().expect("reg")
+            });
+            let offset = i64::from(j * threads * 16);
+            let vals: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+            self.emit(Inst::Ld {
+                stream: false,
+                space: Space::Shared,
+                mem: MemTy::F32,
+                dst: vals.clone(),
+                addr,
+                offset,
+                pred,
+            });
+            let rounded: Vec<Operand> = vals
+                .into_iter()
+                .map(|f| {
+                    let r = self.new_reg(RegTy::B32);
+                    self.emit(Inst::Cvt {
+                        dst: r,
+                        src: f,
+                        narrow: None,
+                    });
+                    Operand::Reg(r)
+                })
+                .collect();
+            self.emit(Inst::St {
+                stream: false,
+                space: Space::Shared,
+                mem: MemTy::U32,
+                src: rounded,
+                addr,
+                offset,
+                pred,
+            });
+        }
+    }
+
     /// `acc[i] += sums[i]` in f32 (a promotion's add).
     pub(in crate::ir::target::lower) fn add_sums(&mut self, acc: &[Reg], sums: &[Reg]) {
         for (&r, &s) in acc.iter().zip(sums) {
@@ -349,7 +433,8 @@ impl<'a> Lower<'a> {
                 .map(|(c, dr, dc)| regs[slot(16 * j + dr, 8 * c + dc)])
                 .collect()
         };
-        let Some(input) = wgmma_input(dtype).filter(|m| matches!(m, MemTy::BF16 | MemTy::F16))
+        let Some(input) =
+            wgmma_input(dtype, Precision::Ieee).filter(|m| matches!(m, MemTy::BF16 | MemTy::F16))
         else {
             return self.unsupported(format!("a waited wgmma dot of {}", dtype.name()));
         };
