@@ -36,13 +36,16 @@ pub fn tile_ir<'db>(
     if !errors.is_empty() {
         return Err(errors);
     }
-    // The target picks an `@autotune` space's default configuration.
+    // The target picks an `@autotune` space's default configuration: the
+    // launch's (a GPU's) where the specialization names one, else the
+    // session's.
+    let arch = spec.arch.unwrap_or_else(|| options.arch(db));
     let for_arch = crate::ir::tile::Specialization {
-        arch: Some(options.arch(db)),
+        arch: Some(arch),
         ..spec
     };
     let k = crate::ir::tile::lower_kernel(f, module_scope(db, item.file(db)), &for_arch)?;
-    crate::ir::tile::check_tile_sizes(&k, options.arch(db))?;
+    crate::ir::tile::check_tile_sizes(&k, arch)?;
     Ok(Arc::new(k))
 }
 
@@ -65,8 +68,9 @@ pub fn launch_tile_ir<'db>(
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
         return Err(Vec::new());
     };
+    // The launch's arch where it names one (a GPU's), else the session's.
     let for_arch = crate::ir::tile::Specialization {
-        arch: Some(options.arch(db)),
+        arch: Some(spec.arch.unwrap_or_else(|| options.arch(db))),
         ..spec.clone()
     };
     let k = crate::ir::tile::lower_kernel_with_dims(
@@ -75,10 +79,18 @@ pub fn launch_tile_ir<'db>(
         &for_arch,
         &dims,
     )?;
-    let full = crate::ir::tile::Specialization {
+    // The kernel's values, and the launch's options and arch, which are not
+    // among them (an autotune configuration's `num_stages`).
+    let mut full = crate::ir::tile::Specialization {
         trusted: spec.trusted,
+        arch: spec.arch,
         ..crate::ir::tile::Specialization::of_kernel(&k, spec.floats.clone())
     };
+    for option in ["num_warps", "num_stages"] {
+        if let Some(&v) = spec.values.get(option) {
+            full.values.insert(option.to_string(), v);
+        }
+    }
     tile_ir(db, item, options, full).clone()
 }
 

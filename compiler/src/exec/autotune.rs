@@ -195,6 +195,7 @@ pub(crate) fn launch(
         grid,
         values,
         &tuned.best_config().iter().cloned().collect(),
+        Some(gpu.info().arch),
     )?;
     gpu.launch(&kernel, &args, g, interrupt)?;
     Ok(tuned.best_config().clone())
@@ -225,7 +226,15 @@ fn tune(
         .iter()
         .map(|c| {
             let tune: BTreeMap<String, i64> = c.iter().cloned().collect();
-            prepare(db, kfile, item, grid.clone(), values, &tune)
+            prepare(
+                db,
+                kfile,
+                item,
+                grid.clone(),
+                values,
+                &tune,
+                Some(gpu.info().arch),
+            )
         })
         .collect();
     let kernels: Vec<_> = prepared
@@ -407,6 +416,38 @@ impl TuneId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GPU trial of each configuration of a listed space: the kernel's
+    /// `num_stages` and `BN`. A configuration leaves open what it does not
+    /// name, which the first configuration tried on the GPU's arch gives
+    /// (here: none, so the decorator's), never another configuration's.
+    #[test]
+    fn a_configuration_takes_nothing_from_another() {
+        let src = "@autotune(space=[{\"arch\": \"sm_90a\"}, {\"BN\": 128, \"arch\": \"sm_90a\"}, {\"BN\": 64, \"num_stages\": 2}], key=[\"N\"])\n@kernel(grid=(1,), num_warps=4, num_stages=4)\ndef k(x: Tensor[\"N\", f32], BN: const = 256):\n    store(x[0 : BN], zeros([BN], f32))\n";
+        let mut db = Database::new();
+        let file = db.set_source("t.tsr", src.to_string());
+        let (kfile, item) = super::super::launch::find_kernel(&db, file, "k").expect("kernel");
+        let x = crate::exec::tensor::Tensor::zeros(&[512], crate::check::DType::F32);
+        let values = vec![("x".to_string(), Value::Tensor(x))];
+        let trial = |tune: &[(&str, i64)], arch| {
+            let tune: BTreeMap<String, i64> =
+                tune.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+            let (k, _, _) =
+                prepare(&db, kfile, item, None, &values, &tune, arch).expect("prepared");
+            let bn = k
+                .specialization
+                .iter()
+                .find(|(n, _)| n == "BN")
+                .map(|(_, v)| *v);
+            (k.num_stages, bn)
+        };
+        let gpu = Some(Arch::Sm90a);
+        assert_eq!(trial(&[], gpu), (4, Some(256)));
+        assert_eq!(trial(&[("BN", 128)], gpu), (4, Some(128)));
+        assert_eq!(trial(&[("BN", 64), ("num_stages", 2)], gpu), (2, Some(64)));
+        // On sm_90 only the last configuration is tried: it is the default.
+        assert_eq!(trial(&[], Some(Arch::Sm90)), (2, Some(64)));
+    }
 
     fn configs_of(src: &str, explicit: &[&str]) -> Vec<String> {
         configs_on(src, explicit, None)

@@ -86,7 +86,7 @@ pub(crate) fn launch_item(
                 .into_iter()
                 .collect()
             } else {
-                let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first)?;
+                let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first, None)?;
                 device.run_grid(&kernel, &args, grid, interrupt)?;
                 first
             };
@@ -515,7 +515,7 @@ pub(crate) fn launch_bound(
     interrupt: &Interrupt,
 ) -> Result<(), ExecError> {
     interrupt.check()?;
-    let (kernel, args, grid) = prepare(db, kfile, item, grid, values, &BTreeMap::new())?;
+    let (kernel, args, grid) = prepare(db, kfile, item, grid, values, &BTreeMap::new(), None)?;
     device.run_grid(&kernel, &args, grid, interrupt)
 }
 
@@ -526,7 +526,7 @@ pub(crate) fn prepared(db: &Database, file: SourceFile, kernel: &str, args: &[Va
     let (kfile, item) = find_kernel(db, file, kernel).unwrap();
     let sig = signature(db, item, kernel).unwrap();
     let values = match_args(&sig, args, &[]).unwrap();
-    prepare(db, kfile, item, None, &values, &BTreeMap::new()).unwrap()
+    prepare(db, kfile, item, None, &values, &BTreeMap::new(), None).unwrap()
 }
 
 /// A specialised kernel, its run-time arguments and its grid.
@@ -534,7 +534,10 @@ pub(crate) type Prepared = (Arc<Kernel>, Vec<cpu::Arg>, [i64; 3]);
 
 /// The specialised kernel, its run-time arguments and its grid; `tune`
 /// gives values of const parameters, `num_warps` and `num_stages` that
-/// replace the launch's (an autotune configuration).
+/// replace the launch's (an autotune configuration). `arch`: the GPU's,
+/// where the kernel runs on one: an `@autotune` space's values that `tune`
+/// and the launch leave open come from its first configuration tried there
+/// (without it, from the session's arch: the CPU's choice).
 pub(crate) fn prepare(
     db: &Database,
     kfile: SourceFile,
@@ -542,6 +545,7 @@ pub(crate) fn prepare(
     grid: Option<Vec<i64>>,
     values: &[(String, Value)],
     tune: &BTreeMap<String, i64>,
+    arch: Option<crate::target::Arch>,
 ) -> Result<Prepared, ExecError> {
     let parsed = db::parse_item(db, item);
     let Some(ast::Item::Function(f)) = parsed.item.as_deref() else {
@@ -551,6 +555,7 @@ pub(crate) fn prepare(
     let sig = signature(db, item, &f.name.name)?;
     let dims = bind_dims(&sig, values)?;
     let mut spec = Specialization::new();
+    spec.arch = arch;
     let mut lookup: BTreeMap<String, check::Value> = dims
         .iter()
         .map(|(k, v)| (k.clone(), check::Value::int(*v)))
