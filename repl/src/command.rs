@@ -62,7 +62,8 @@ pub enum Next {
     Quit,
 }
 
-/// The default architecture of `:emit` and `:resources`.
+/// The default architecture of `:emit` and `:resources` where the session
+/// runs on the CPU; on a GPU, the arch its kernels compile for.
 const DEFAULT_ARCH: Arch = Arch::Sm90;
 
 fn usage(span: Span, message: impl Into<String>, help: impl Into<String>) -> Diagnostic {
@@ -326,9 +327,9 @@ fn strip_os_error(m: &str) -> &str {
     m.find(" (os error").map_or(m, |i| &m[..i])
 }
 
-fn arch_arg(words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
+fn arch_arg(session: &Session, words: &[(&str, Span)], i: usize) -> Result<Arch, Diagnostic> {
     match words.get(i) {
-        None => Ok(DEFAULT_ARCH),
+        None => Ok(session.gpu_info().map_or(DEFAULT_ARCH, |g| g.arch)),
         Some((w, span)) => w
             .parse::<Arch>()
             .map_err(|e| usage(*span, format!("unknown architecture `{w}`"), e.to_string())),
@@ -452,7 +453,7 @@ fn emit(
     let kind = EmitKind::from_str(kind_word, true)
         .map_err(|_| usage(kind_span, format!("unknown IR kind `{kind_word}`"), help))?;
     let (name, name_span) = words[2];
-    let arch = arch_arg(words, 3)?;
+    let arch = arch_arg(session, words, 3)?;
     let previous = session.database().options().arch(session.database());
     session.set_arch(arch);
     let db = session.database();
@@ -593,7 +594,7 @@ fn resources(
         ));
     }
     let (name, name_span) = words[1];
-    let arch = arch_arg(words, 2)?;
+    let arch = arch_arg(session, words, 2)?;
     let previous = session.database().options().arch(session.database());
     session.set_arch(arch);
     let db = session.database();
