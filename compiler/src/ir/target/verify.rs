@@ -359,11 +359,11 @@ impl Verifier<'_> {
                 if !k.arch.features().wgmma {
                     self.errors.push(format!("{i:?}: {} has no wgmma", k.arch));
                 }
-                // 8-bit operands: both k-major in shared memory (wgmma
-                // transposes 16-bit ones only).
-                let byte = matches!(input, MemTy::F8E4M3 | MemTy::F8E5M2);
+                // 8-bit and tf32 (`F32`) operands: both k-major in shared
+                // memory (wgmma transposes 16-bit ones only).
+                let k_major_only = matches!(input, MemTy::F8E4M3 | MemTy::F8E5M2 | MemTy::F32);
                 let ok = (matches!(input, MemTy::BF16 | MemTy::F16)
-                    || byte && !*trans_b && matches!(a, WgmmaA::Desc(_)))
+                    || k_major_only && !*trans_b && matches!(a, WgmmaA::Desc(_)))
                     && *n >= 8
                     && *n <= 256
                     && n % 8 == 0
@@ -591,11 +591,11 @@ mod tests {
         assert!(kernel(WgmmaA::Desc(Reg(8))).is_ok());
     }
 
-    /// wgmma reads 8-bit operands k-major from shared memory only: no
-    /// transposed `b`, no `a` in registers.
+    /// wgmma reads 8-bit and tf32 operands k-major from shared memory only:
+    /// no transposed `b`, no `a` in registers.
     #[test]
     fn wgmma_f8_operands_are_k_major_descriptors() {
-        for input in [MemTy::F8E4M3, MemTy::F8E5M2] {
+        for input in [MemTy::F8E4M3, MemTy::F8E5M2, MemTy::F32] {
             assert!(wgmma_kernel(input, WgmmaA::Desc(Reg(8)), false).is_ok());
             for (a, trans_b) in [
                 (WgmmaA::Desc(Reg(8)), true),
@@ -608,7 +608,7 @@ mod tests {
                 );
             }
         }
-        assert!(wgmma_kernel(MemTy::F32, WgmmaA::Desc(Reg(8)), false).is_err());
+        assert!(wgmma_kernel(MemTy::F64, WgmmaA::Desc(Reg(8)), false).is_err());
     }
 
     /// A kernel of one `m64n8` wgmma of `input` (registers 0-3 `B32`, 4-7
