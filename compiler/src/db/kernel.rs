@@ -79,18 +79,13 @@ pub fn launch_tile_ir<'db>(
         &for_arch,
         &dims,
     )?;
-    // The kernel's values, and the launch's options and arch, which are not
+    // The kernel's values with the launch's options and arch, which are not
     // among them (an autotune configuration's `num_stages`).
-    let mut full = crate::ir::tile::Specialization {
+    let full = crate::ir::tile::Specialization {
         trusted: spec.trusted,
         arch: spec.arch,
-        ..crate::ir::tile::Specialization::of_kernel(&k, spec.floats.clone())
+        ..crate::ir::tile::Specialization::of_launch(&k, &spec)
     };
-    for option in ["num_warps", "num_stages"] {
-        if let Some(&v) = spec.values.get(option) {
-            full.values.insert(option.to_string(), v);
-        }
-    }
     tile_ir(db, item, options, full).clone()
 }
 

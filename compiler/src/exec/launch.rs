@@ -236,15 +236,7 @@ pub fn compiled_specialization(
     let mut spec = launch.consts.clone();
     run_time_facts(&launch.dims, &launch.scalars, &mut spec);
     let k = specialise(db, item, f, spec, &launch.dims)?;
-    let mut spec = Specialization::of_kernel(&k, launch.consts.floats.clone());
-    // Launch options an autotune configuration chose: the kernel keeps them
-    // as its own fields, not among its specialised values.
-    for (option, chosen) in [("num_warps", k.num_warps), ("num_stages", k.num_stages)] {
-        if launch.consts.values.contains_key(option) {
-            spec.values.insert(option.to_string(), chosen as i64);
-        }
-    }
-    Ok(spec)
+    Ok(Specialization::of_launch(&k, &launch.consts))
 }
 
 /// The file and item defining kernel `name`: `file` itself first, then the

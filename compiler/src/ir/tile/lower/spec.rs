@@ -78,6 +78,20 @@ impl Specialization {
         }
     }
 
+    /// [`Self::of_kernel`] with the launch options (`num_warps`,
+    /// `num_stages`) that `given`, the specialization `k` was lowered
+    /// under, named (an autotune configuration's): the kernel keeps them
+    /// as fields of its own, not among its specialised values.
+    pub fn of_launch(k: &crate::ir::tile::Kernel, given: &Specialization) -> Self {
+        let mut spec = Self::of_kernel(k, given.floats.clone());
+        for (option, chosen) in [("num_warps", k.num_warps), ("num_stages", k.num_stages)] {
+            if given.values.contains_key(option) {
+                spec.values.insert(option.to_string(), i64::from(chosen));
+            }
+        }
+        spec
+    }
+
     pub fn with(mut self, name: impl Into<String>, value: i64) -> Self {
         self.values.insert(name.into(), value);
         self
