@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     let mut failures = Vec::new();
-    // `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole` (any of them) runs only
+    // `TESSERA_PTXAS_ONLY=corpus,fresh,generated,fast_path,whole,big_blocks` (any of them) runs only
     // those comparisons, to measure the estimate without the rest.
     let only = std::env::var("TESSERA_PTXAS_ONLY").ok();
     let part = |name: &str| common::runs(only.as_deref(), name);
@@ -91,6 +91,9 @@ fn main() -> ExitCode {
     }
     if part("pipelined") {
         pipelined(&ptxas, &mut failures);
+    }
+    if part("big_blocks") {
+        big_blocks(&ptxas, &mut failures);
     }
     common::finish(&failures)
 }
@@ -684,11 +687,17 @@ const FRESH_BOUNDS: (f64, f64) = (0.13, 0.35);
 /// See [`FRESH_BOUNDS`].
 const GENERATED_BOUNDS: (f64, f64) = (0.10, 0.55);
 /// The kernels generated for whole-tensor functions (`tests/ptxas/whole.tsr`,
-/// ptxas 12.9.86, November 2026): median 10.5%, worst 78.1%, six pairs over
-/// 25%, all of them per-lane loops over f32 chunks (a softmax over a column
-/// of 300: 32 registers, 55 to 57 estimated; a layer norm over rows of
-/// 20001: 49 to 51 against 38 to 40). See [`FRESH_BOUNDS`].
-const WHOLE_BOUNDS: (f64, f64) = (0.11, 0.80);
+/// ptxas 12.9.86, November 2026): median 7.4%, worst 50%, three pairs over
+/// 25%: a softmax over a column of 300 (1,024 threads: ptxas 32 to 38, 47 or
+/// 48 estimated; its loop's second trip reads rows 256 to 511 of 300, and
+/// ptxas, knowing the thread ids' range, drops half of its loads), and an
+/// rms norm of 65536-element bf16 rows on sm_70 (54, 40). Before the budget of
+/// early loads in large blocks (`HOIST_BUDGET_DIVISOR`): median 10.9%, worst
+/// 78.1%, ten pairs over 25%. See [`FRESH_BOUNDS`].
+const WHOLE_BOUNDS: (f64, f64) = (0.08, 0.55);
+/// The kernels of `tests/ptxas/big_blocks.tsr` (ptxas 12.9.86, November
+/// 2026). See [`FRESH_BOUNDS`].
+const BIG_BLOCKS_BOUNDS: (f64, f64) = (0.15, 0.70);
 
 /// Fails unless the median and worst error of `title`'s rows are within
 /// `bounds` (median, worst), or, where they are looser than the goal and
@@ -855,6 +864,27 @@ fn kmajor(ptxas: &Path, failures: &mut Vec<String>) {
         &[("K", 16)],
         failures,
     );
+}
+
+/// The kernels of `tests/ptxas/big_blocks.tsr` (512 and 1,024 threads a
+/// block) on sm_70, sm_80 and sm_90, as they are and with `-D N%16`: the
+/// budget of early loads in large blocks.
+fn big_blocks(ptxas: &Path, failures: &mut Vec<String>) {
+    let path = root().join("compiler/tests/ptxas/big_blocks.tsr");
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    measure_files(
+        ptxas,
+        &[path],
+        &GENERATED_ARCHS,
+        true,
+        &[("N", 16)],
+        &mut rows,
+        &mut skipped,
+        failures,
+    );
+    let summary = summarise("big blocks", &rows, None);
+    check_goal("big blocks", summary, BIG_BLOCKS_BOUNDS, failures);
 }
 
 /// The kernels of `compiler/tests/ptxas/FILE` on `archs`, as they are and

@@ -46,6 +46,17 @@ pub const CHAIN_MIN_REGS: u32 = 72;
 /// resident (65,536 registers): below this ptxas's scheduler spends
 /// registers on latency hiding without costing occupancy.
 pub const FULL_OCCUPANCY_REGS: u32 = 32;
+/// ptxas issues global loads ahead of their uses only while a thread's
+/// registers stay within `1 / HOIST_BUDGET_DIVISOR` of the most a thread of
+/// the block can have: 32 for a 1,024-thread block (64 at most), where the
+/// kernels the compiler generates for long rows need 32 to 40 registers with
+/// their loads in place and ptxas gives them 32 to 64 (with every load of a
+/// stretch early the estimate was 42 to 98, `compiler/tests/ptxas.rs`'s whole-tensor
+/// set); 64 for a 512-thread block. `n` f32 loads summed in order on sm_70,
+/// sm_80 and sm_90 under `.maxntid 768` (80 registers at most) take 37 or 38
+/// registers from `n = 32` on, where smaller blocks take 30 or 31 (the
+/// [`LOAD_WINDOW_WORDS`] of the other blocks binds first there).
+pub const HOIST_BUDGET_DIVISOR: u32 = 2;
 /// The longest body (in Target IR instructions) of a loop that ptxas 12.9
 /// unrolls by 4 (`unrolled_by_four` in `backend/resources/unroll.rs`): generated kernels' reduction loops
 /// of 38 to 46 instructions are unrolled, those of 52 to 61 are not.
