@@ -57,13 +57,14 @@ impl<'a> Lower<'a> {
                         let (m, k, n) = (ta.shape()[0], ta.shape()[1], tb.shape()[1]);
                         // Operands `ldmatrix` reads from a swizzled buffer,
                         // or 8-bit and tf32 ones wgmma may read from TMA's
-                        // stages (k-major only: `Lower::wgmma_operands`).
+                        // stages (a `b` k-major, or for tf32 n-major too:
+                        // `Lower::wgmma_operands`).
                         let (ok, n_major) = match ta.dtype().bytes() {
-                            1 | 4 => {
+                            b @ (1 | 4) => {
                                 let ok = l.feat.tma
                                     && ta.dtype() == tb.dtype()
                                     && l.wgmma_fits(ta.dtype(), *precision, [m, n, k]);
-                                (ok, false)
+                                (ok, ok && b == 4)
                             }
                             _ => {
                                 let ok = l

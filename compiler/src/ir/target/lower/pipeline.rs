@@ -341,7 +341,7 @@ impl<'a> Lower<'a> {
             }
         }
         let wgmma = (stages >= 3)
-            .then(|| self.wgmma_operands(body, &pipelined))
+            .then(|| self.wgmma_operands(body, &pipelined, stages))
             .flatten();
         let wgmma_waited = match wgmma {
             None => self.waited_wgmma_dots(body, &pipelined, &invariant),
@@ -536,6 +536,7 @@ impl<'a> Lower<'a> {
         &self,
         body: &tile::Region,
         pipelined: &[PlannedLoad],
+        stages: u32,
     ) -> Option<(Value, Value)> {
         if !self.feat.wgmma {
             return None;
@@ -562,9 +563,10 @@ impl<'a> Lower<'a> {
         if !loaded(a) || !loaded(&b_source) || !body.args[1..].contains(acc) {
             return None;
         }
-        // wgmma transposes 16-bit operands only (tf32 and 8-bit ones are
-        // k-major).
-        if !b_kmajor && self.tk.ty(*b).dtype().bytes() != 2 {
+        // wgmma transposes 16-bit operands only: an 8-bit `b` must be
+        // k-major; an n-major tf32 one is transposed in shared memory as it
+        // is rounded (`Lower::transpose_stage_to_tf32`).
+        if !b_kmajor && !matches!(self.tk.ty(*b).dtype().bytes(), 2 | 4) {
             return None;
         }
         let readers = body.ops.iter().filter(|o| op_reads(o, *acc)).count();
@@ -581,6 +583,16 @@ impl<'a> Lower<'a> {
         let (ta, tb) = (self.tk.ty(*a), self.tk.ty(*b));
         let [m, k] = ta.shape()[..] else { return None };
         let n = tb.shape()[1];
+        // An n-major tf32 `b`'s stages hold its transpose too: where that
+        // overflows shared memory, the loop stays on `mma.sync`.
+        let bytes = |t: &tile::Type| t.shape().iter().product::<u32>() as u64 * t.dtype().bytes();
+        let transposed = !b_kmajor && tb.dtype().bytes() == 4;
+        if transposed
+            && u64::from(stages) * (bytes(ta) + 2 * bytes(tb))
+                > u64::from(self.arch.info().max_smem_per_block)
+        {
+            return None;
+        }
         (ta.dtype() == tb.dtype() && self.wgmma_fits(ta.dtype(), *precision, [m, n, k]))
             .then_some((*a, *b))
     }
@@ -652,6 +664,14 @@ impl<'a> Lower<'a> {
             )),
             None => plan.waited_swizzle(load.value, rows, cols),
         }
+    }
+
+    /// Whether a pipelined load is the n-major `b` of a tf32 wgmma dot:
+    /// wgmma reads tf32 operands k-major only, so its stages are transposed
+    /// in shared memory ([`Lower::transpose_stage_to_tf32`]) into the second
+    /// half of each stage.
+    pub(super) fn tf32_transposed(&self, plan: &LoopPlan, load: &PlannedLoad) -> bool {
+        matches!(plan.wgmma, Some((_, b)) if b == load.value) && self.elem_bytes(load.value) == 4
     }
 
     /// The bytes of an element of tile `v`.
@@ -781,7 +801,13 @@ impl<'a> Lower<'a> {
         for load in loads {
             let (rows, cols) = (load.shape[0], load.shape[1]);
             let row_bytes = cols * self.elem_bytes(load.value);
-            let stage_bytes = rows * row_bytes;
+            // An n-major tf32 `b` of wgmma: each stage holds the landed
+            // panels and, after them, their transpose (`Self::tf32_transposed`).
+            let copies = match self.tf32_transposed(plan, load) {
+                true => 2,
+                false => 1,
+            };
+            let stage_bytes = copies * rows * row_bytes;
             // wgmma's operands in its canonical layouts, whose swizzle atoms
             // (up to 1024 bytes) must start at multiples of their size.
             let (sw, align) = match self.wgmma_stage_swizzle(plan, load) {

@@ -16,10 +16,12 @@
 //! (`Layout::wgmma_accumulator`: warp `w`'s tile `j` at rows `64 j + 16 w`
 //! of its warpgroup's block), so the warpgroup's `j`-th instruction reads
 //! rows `64 j ..` of `a`'s stage as it was copied, in one TMA box.
-//! wgmma transposes only 16-bit operands, so an 8-bit or tf32 `b` must be
-//! k-major (the layout `torch._scaled_mm` asks for too). A tf32 stage is
-//! rounded to tf32 in shared memory before its group
-//! (`round_stage_to_tf32`). The accumulator layout is
+//! wgmma transposes only 16-bit operands, so an 8-bit `b` must be k-major
+//! (the layout `torch._scaled_mm` asks for too). A tf32 stage is rounded to
+//! tf32 in shared memory before its group (`round_stage_to_tf32`); an
+//! n-major tf32 `b`'s stage is rounded into a transposed, k-major copy in
+//! the stage's second half instead (`transpose_stage_to_tf32`). The
+//! accumulator layout is
 //! `mma.m16n8`'s with the warps along the rows (`WarpOrder::RowsFirst`, the
 //! tiles interleaved as above where a warp holds several), and the
 //! loop-carried accumulator registers are
@@ -193,15 +195,8 @@ impl<'a> Lower<'a> {
         // (otherwise it would read them before the group completes).
         let in_flight = in_place && !moved;
         let (a_base, a_sw) = self.current_stage(a);
-        let (b_base, b_sw) = self.current_stage(b);
-        let b_kmajor = self.pipeline.pipelined[&b].1;
-        let b_mode = match b_kmajor {
-            true => swizzle_mode(b_sw.row_bytes),
-            false => Some(1),
-        };
-        let (Some(a_mode), Some(b_mode)) = (swizzle_mode(a_sw.row_bytes), b_mode) else {
-            return self.unsupported("a wgmma operand of unsupported row length");
-        };
+        let (mut b_base, mut b_sw) = self.current_stage(b);
+        let mut b_kmajor = self.pipeline.pipelined[&b].1;
         // An f32 operand reaches wgmma only as a tf32 dot's (`wgmma_operands`).
         let precision = match dtype {
             DType::F32 => Precision::Tf32,
@@ -212,10 +207,32 @@ impl<'a> Lower<'a> {
         };
         if input == MemTy::F32 {
             self.round_stage_to_tf32(a_base, m * k * 4);
-            self.round_stage_to_tf32(b_base, k * n * 4);
+            if b_kmajor {
+                self.round_stage_to_tf32(b_base, k * n * 4);
+            } else {
+                // The stage's second half takes the rounded transpose, read
+                // k-major (see `Lower::tf32_transposed`).
+                let t = self.bin(
+                    BinOp::Add,
+                    RegTy::U32,
+                    Operand::Reg(b_base),
+                    Operand::Int(i64::from(k * n * 4)),
+                );
+                let t = self.materialize(RegTy::U32, t).reg().expect("reg");
+                let t_sw = Swizzle::for_rows(k * 4);
+                self.transpose_stage_to_tf32(b_base, b_sw, t, t_sw, [k, n]);
+                (b_base, b_sw, b_kmajor) = (t, t_sw, true);
+            }
             self.emit(Inst::FenceProxyAsync);
             self.emit(Inst::Barrier);
         }
+        let b_mode = match b_kmajor {
+            true => swizzle_mode(b_sw.row_bytes),
+            false => Some(1),
+        };
+        let (Some(a_mode), Some(b_mode)) = (swizzle_mode(a_sw.row_bytes), b_mode) else {
+            return self.unsupported("a wgmma operand of unsupported row length");
+        };
         // This warpgroup's `64 tiles` rows of `a`: instruction `j` reads rows
         // `64 j ..` of the block, each warp's `j`-th tile (the layout's).
         let tiles = self.wgmma_tiles(m).unwrap_or(1);
@@ -358,6 +375,113 @@ impl<'a> Lower<'a> {
                 offset,
                 pred,
             });
+        }
+    }
+
+    /// Rounds the `[k, n]` f32 stage at `src` (n-major 128-byte panels,
+    /// `src_sw`, as TMA lands them) to tf32 and writes its transpose, `[n,
+    /// k]` with rows swizzled as `dst_sw`, at `dst`: the k-major layout in
+    /// which wgmma reads a tf32 `b` (it transposes 16-bit operands only).
+    /// Thread `t` reads 16 bytes (four columns) of row `t % k` a step, so a
+    /// warp's stores fill whole rows of the transpose (32 banks apart). The
+    /// caller publishes the writes to wgmma (proxy fence, barrier).
+    fn transpose_stage_to_tf32(
+        &mut self,
+        src: Reg,
+        src_sw: Swizzle,
+        dst: Reg,
+        dst_sw: Swizzle,
+        [k, n]: [u32; 2],
+    ) {
+        let threads = self.num_warps * 32;
+        let items = k * n / 4;
+        let tid = Operand::Reg(self.tid);
+        // The addresses of step 0, and where a later step's are a constant
+        // distance away (the swizzles repeat: `Swizzle::shift`), that distance.
+        let mut first: Option<(Reg, Vec<Reg>)> = None;
+        for j in 0..items.div_ceil(threads) {
+            // Item `i = t + j threads`: row `i % k`, columns `4 (i / k) ..`.
+            let i = self.bin(
+                BinOp::Add,
+                RegTy::U32,
+                tid,
+                Operand::Int(i64::from(j * threads)),
+            );
+            let pred = (!items.is_multiple_of(threads) && (j + 1) * threads > items).then(|| {
+                let c = self.cmp(CmpOp::Lt, RegTy::U32, i, Operand::Int(i64::from(items)));
+                self.materialize(RegTy::Pred, c).reg().expect("reg")
+            });
+            // A step moves `threads / k` groups of four columns: as many
+            // 16-bit elements along a panel row times 8, as many rows times 4
+            // down the transpose.
+            let cols = j * threads / k * 4;
+            let shifted = first.as_ref().and_then(|(from, to)| {
+                let s = src_sw.shift(0, 2 * cols)?;
+                let d = dst_sw.shift(cols, 0)?;
+                Some((*from, to.clone(), s, d))
+            });
+            let (from, to, s_off, d_off) = match shifted {
+                Some(x) => x,
+                None => {
+                    // `k` is 16 or 32 (rows of 64 or 128 bytes).
+                    let row = self.bin(BinOp::And, RegTy::U32, i, Operand::Int(i64::from(k - 1)));
+                    let quad = self.bin(
+                        BinOp::Shr,
+                        RegTy::U32,
+                        i,
+                        Operand::Int(i64::from(k.trailing_zeros())),
+                    );
+                    let col = self.bin(BinOp::Shl, RegTy::U32, quad, Operand::Int(2));
+                    // `swizzled` counts columns in 16-bit elements.
+                    let col16 = self.bin(BinOp::Shl, RegTy::U32, col, Operand::Int(1));
+                    let from = self.swizzled(src, src_sw, row, col16);
+                    // Element (row, col + e) goes to row `col + e`, column
+                    // `row` of the transpose: chunk `row / 4`, word `row % 4`.
+                    let chunk = self.bin(BinOp::And, RegTy::U32, row, Operand::Int(!3));
+                    let chunk16 = self.bin(BinOp::Shl, RegTy::U32, chunk, Operand::Int(1));
+                    let word = self.bin(BinOp::And, RegTy::U32, row, Operand::Int(3));
+                    let word = self.bin(BinOp::Shl, RegTy::U32, word, Operand::Int(2));
+                    let to: Vec<Reg> = (0..4)
+                        .map(|e| {
+                            let r = self.bin(BinOp::Add, RegTy::U32, col, Operand::Int(e));
+                            let to = self.swizzled(dst, dst_sw, r, chunk16);
+                            let to = self.bin(BinOp::Add, RegTy::U32, Operand::Reg(to), word);
+                            self.materialize(RegTy::U32, to).reg().expect("reg")
+                        })
+                        .collect();
+                    if j == 0 {
+                        first = Some((from, to.clone()));
+                    }
+                    (from, to, 0, 0)
+                }
+            };
+            let vals: Vec<Reg> = (0..4).map(|_| self.new_reg(RegTy::F32)).collect();
+            self.emit(Inst::Ld {
+                stream: false,
+                space: Space::Shared,
+                mem: MemTy::F32,
+                dst: vals.clone(),
+                addr: from,
+                offset: i64::from(s_off),
+                pred,
+            });
+            for (f, to) in vals.into_iter().zip(to) {
+                let rounded = self.new_reg(RegTy::B32);
+                self.emit(Inst::Cvt {
+                    dst: rounded,
+                    src: f,
+                    narrow: None,
+                });
+                self.emit(Inst::St {
+                    stream: false,
+                    space: Space::Shared,
+                    mem: MemTy::U32,
+                    src: vec![Operand::Reg(rounded)],
+                    addr: to,
+                    offset: i64::from(d_off),
+                    pred,
+                });
+            }
         }
     }
 
