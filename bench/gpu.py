@@ -772,6 +772,30 @@ def bench_gemm(args):
                 2.0 * m * n * k, "TFLOP/s", session, {"a": a, "b": b},
                 [("torch.matmul (cuBLAS, bf16 out)", lambda t: torch.matmul(t["a"], t["b"]),
                   True)])
+    # std.linalg's gemm_tf32 (B as [K, N]: on sm_90a its stages are transposed in
+    # shared memory for wgmma) against cuBLAS's tf32 (`allow_tf32`; bf16 values,
+    # exact in tf32, as for the [N, K] rows below).
+    for (m, k, n) in ((4096, 4096, 4096), (8192, 8192, 8192)):
+        a, b = save_input(args, "a", (m, k), 1), save_input(args, "b", (k, n), 2)
+        c = os.path.join(args.work, "c.npy")
+        setup = ["from std.linalg import gemm_tf32", f'a = load_npy("{a}").to(f32)',
+                 f'b = load_npy("{b}").to(f32)', f"c = zeros([{m}, {n}], f32)"]
+        session = (setup, "gemm_tf32(a, b, c)", f'save_npy(c, "{c}")', c, "gemm_tf32")
+
+        def tf32_nn(t):
+            for x in ("a", "b"):
+                if x + "32" not in t:  # converted once (exactly), not timed again
+                    t[x + "32"] = t[x].float()
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return torch.matmul(t["a32"], t["b32"])
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+
+        compare(args, "gemm", f"gemm f32 {m}×{k}×{n} at tf32 (std gemm_tf32)", 2.0 * m * n * k,
+                "TFLOP/s", session, {"a": a, "b": b},
+                [("torch.matmul allow_tf32 (cuBLAS, f32 out)", tf32_nn, True)])
     # B given as [N, K] (bench/gemm_nt.tsr): bf16 against cuBLAS on the same layout,
     # f8e4m3 against torch._scaled_mm (its default accumulation, promoted to f32
     # as Tessera's is, and its fast one, which is not), and tf32 against cuBLAS's
