@@ -682,6 +682,21 @@ def f32_out(t, a="a", b="b"):
     return torch.mm(t[a], t[b], out_dtype=torch.float32)
 
 
+def tf32_matmul(t, a, b, transpose_b=False):
+    """cuBLAS's tf32 product (`allow_tf32`) of inputs `a` and `b` of `t`, as f32
+    (converted once, exactly, and not timed again); `b.t()` where `transpose_b`."""
+    for x in (a, b):
+        if x + "32" not in t:
+            t[x + "32"] = t[x].float()
+    rhs = t[b + "32"].t() if transpose_b else t[b + "32"]
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return torch.matmul(t[a + "32"], rhs)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def bench_gemm(args):
     for n in [128] if args.tiny else [4096] if args.quick else [4096, 8192]:
         a, b = save_input(args, "a", (n, n), 1), save_input(args, "b", (n, n), 2)
@@ -782,20 +797,10 @@ def bench_gemm(args):
                  f'b = load_npy("{b}").to(f32)', f"c = zeros([{m}, {n}], f32)"]
         session = (setup, "gemm_tf32(a, b, c)", f'save_npy(c, "{c}")', c, "gemm_tf32")
 
-        def tf32_nn(t):
-            for x in ("a", "b"):
-                if x + "32" not in t:  # converted once (exactly), not timed again
-                    t[x + "32"] = t[x].float()
-            before = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = True
-            try:
-                return torch.matmul(t["a32"], t["b32"])
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = before
-
         compare(args, "gemm", f"gemm f32 {m}×{k}×{n} at tf32 (std gemm_tf32)", 2.0 * m * n * k,
                 "TFLOP/s", session, {"a": a, "b": b},
-                [("torch.matmul allow_tf32 (cuBLAS, f32 out)", tf32_nn, True)])
+                [("torch.matmul allow_tf32 (cuBLAS, f32 out)",
+                  lambda t: tf32_matmul(t, "a", "b"), True)])
     # B given as [N, K] (bench/gemm_nt.tsr): bf16 against cuBLAS on the same layout,
     # f8e4m3 against torch._scaled_mm (its default accumulation, promoted to f32
     # as Tessera's is, and its fast one, which is not), and tf32 against cuBLAS's
@@ -828,22 +833,12 @@ def bench_gemm(args):
             return torch._scaled_mm(t["a8"], t["bt8"].t(), scale_a=one, scale_b=one,
                                     out_dtype=torch.bfloat16, use_fast_accum=fast)
 
-        def tf32_mm(t):
-            for x in ("a", "bt"):
-                if x + "32" not in t:  # converted once (exactly), not timed again
-                    t[x + "32"] = t[x].float()
-            before = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = True
-            try:
-                return torch.matmul(t["a32"], t["bt32"].t())
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = before
-
         peers = ([("torch._scaled_mm (cuBLAS, f32 accumulation promoted)",
                    lambda t: scaled_mm(t, False), True),
                   ("torch._scaled_mm use_fast_accum (cuBLAS, not promoted)",
                    lambda t: scaled_mm(t, True), True)] if dt == "f8e4m3" else
-                 [("torch.matmul(a, bt.t()) allow_tf32 (cuBLAS, f32 out)", tf32_mm, True)]
+                 [("torch.matmul(a, bt.t()) allow_tf32 (cuBLAS, f32 out)",
+                   lambda t: tf32_matmul(t, "a", "bt", transpose_b=True), True)]
                  if dt == "f32" else
                  [("torch.matmul(a, bt.t()) (cuBLAS, bf16 out)",
                    lambda t: torch.matmul(t["a"], t["bt"].t()), True)])
