@@ -26,7 +26,6 @@
 
 use std::collections::HashMap;
 
-use super::unroll::rename_regs;
 use crate::ir::target::{Inst, Kernel, Operand, Reg};
 
 /// `kernel` after common-subexpression and dead-code elimination (module
@@ -122,7 +121,7 @@ impl Cse<'_> {
                     self.nested(then);
                     self.nested(otherwise);
                 }
-                other => rename_regs(other, &mut rename, &mut |_| {}),
+                other => other.map_regs(&mut rename, &mut |_| {}),
             }
             if let Some((key, dst)) = self.key(&inst) {
                 let found = self.scopes.iter().rev().find_map(|s| s.get(&key)).copied();
@@ -164,7 +163,7 @@ impl Cse<'_> {
             return None;
         }
         let mut shape = inst.clone();
-        rename_regs(&mut shape, &mut |_| {}, &mut |d| *d = Reg(u32::MAX));
+        shape.map_regs(&mut |_| {}, &mut |d| *d = Reg(u32::MAX));
         Some((format!("{shape:?}"), dst))
     }
 }

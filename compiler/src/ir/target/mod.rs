@@ -781,6 +781,144 @@ impl Inst {
         )
     }
 
+    /// Applies `uses` to every register the instruction reads and `defs` to every one it
+    /// writes (a predicated load's destinations count as written only), for
+    /// instructions without nested regions.
+    pub fn map_regs(&mut self, uses: &mut dyn FnMut(&mut Reg), defs: &mut dyn FnMut(&mut Reg)) {
+        let op = |o: &mut Operand, uses: &mut dyn FnMut(&mut Reg)| {
+            if let Operand::Reg(r) = o {
+                uses(r)
+            }
+        };
+        match self {
+            Inst::Param { dst, .. }
+            | Inst::Special { dst, .. }
+            | Inst::SmemAddr { dst, .. }
+            | Inst::TensorMapAddr { dst, .. } => defs(dst),
+            Inst::MbarInit { bar, .. }
+            | Inst::MbarExpectTx { bar, .. }
+            | Inst::MbarArrive { bar }
+            | Inst::MbarInval { bar }
+            | Inst::PrefetchTensorMap { map: bar } => uses(bar),
+            Inst::MbarWait { bar, parity } => {
+                uses(bar);
+                op(parity, uses)
+            }
+            Inst::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                ..
+            } => {
+                uses(dst);
+                uses(map);
+                uses(bar);
+                coords.iter_mut().for_each(|o| op(o, uses))
+            }
+            Inst::TmaStore {
+                src, map, coords, ..
+            } => {
+                uses(src);
+                uses(map);
+                coords.iter_mut().for_each(|o| op(o, uses))
+            }
+            Inst::Mov { dst, src } | Inst::Unary { dst, x: src, .. } => {
+                op(src, uses);
+                defs(dst)
+            }
+            Inst::Binary { dst, a, b, .. }
+            | Inst::MulWide { dst, a, b }
+            | Inst::PackBf16 { dst, hi: a, lo: b }
+            | Inst::Cmp { dst, a, b, .. } => {
+                op(a, uses);
+                op(b, uses);
+                defs(dst)
+            }
+            Inst::Fma { dst, a, b, c } => {
+                op(a, uses);
+                op(b, uses);
+                op(c, uses);
+                defs(dst)
+            }
+            Inst::Select { dst, cond, a, b } => {
+                uses(cond);
+                op(a, uses);
+                op(b, uses);
+                defs(dst)
+            }
+            Inst::Cvt { dst, src, .. } | Inst::ShflXor { dst, src, .. } => {
+                uses(src);
+                defs(dst)
+            }
+            Inst::Ld {
+                dst, addr, pred, ..
+            } => {
+                uses(addr);
+                pred.iter_mut().for_each(&mut *uses);
+                dst.iter_mut().for_each(defs)
+            }
+            Inst::St {
+                src, addr, pred, ..
+            } => {
+                src.iter_mut().for_each(|o| op(o, uses));
+                uses(addr);
+                pred.iter_mut().for_each(uses)
+            }
+            Inst::AtomAdd {
+                src, addr, pred, ..
+            } => {
+                op(src, uses);
+                uses(addr);
+                pred.iter_mut().for_each(uses)
+            }
+            Inst::CpAsync {
+                dst, src, src_size, ..
+            } => {
+                uses(dst);
+                uses(src);
+                src_size.iter_mut().for_each(uses)
+            }
+            Inst::LdMatrix { dst, addr, .. } => {
+                uses(addr);
+                dst.iter_mut().for_each(defs)
+            }
+            Inst::Mma { d, a, b, c, .. } => {
+                a.iter_mut().chain(b).chain(c).for_each(&mut *uses);
+                d.iter_mut().for_each(defs)
+            }
+            Inst::Wgmma {
+                acc,
+                a,
+                b_desc,
+                accumulate,
+                ..
+            } => {
+                a.regs_mut().iter_mut().for_each(&mut *uses);
+                uses(b_desc);
+                if *accumulate {
+                    acc.iter_mut().for_each(&mut *uses);
+                }
+                acc.iter_mut().for_each(defs)
+            }
+            Inst::Trap { pred } => uses(pred),
+            Inst::For { .. }
+            | Inst::While { .. }
+            | Inst::If { .. }
+            | Inst::Barrier
+            | Inst::CpAsyncCommit
+            | Inst::CpAsyncWait { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::BulkCommit
+            | Inst::BulkWaitRead { .. }
+            | Inst::FenceProxyAsync
+            | Inst::FenceMbarInit
+            | Inst::Comment(_) => {}
+        }
+    }
+
     /// The nested instruction lists (loop bodies, branches).
     pub fn regions(&self) -> Vec<&Vec<Inst>> {
         match self {
