@@ -70,11 +70,12 @@ pub fn module(arch: Arch, kernels: &[Kernel]) -> Result<String, NoPtx> {
 }
 
 /// The `.entry` of one kernel, as [`module`] places it: printed on its own so
-/// that the query layer can cache it per kernel.
+/// that the query layer can cache it per kernel. What is printed is the
+/// kernel after [`Kernel::simplified`]'s cleanups.
 pub fn kernel_text(k: &Kernel) -> Result<String, NoPtx> {
     has_ptx(k.arch)?;
     let mut out = String::new();
-    kernel(k, &mut out);
+    kernel(&k.simplified(), &mut out);
     Ok(out)
 }
 

@@ -39,6 +39,7 @@ pub mod layout;
 pub mod lower;
 pub mod verify;
 
+mod coalesce;
 mod dce;
 
 mod dump;
@@ -1154,6 +1155,19 @@ pub struct Note {
 impl Kernel {
     pub fn reg_ty(&self, r: Reg) -> RegTy {
         self.regs[r.0 as usize]
+    }
+
+    /// The kernel as the PTX printer prints it: register moves coalesced
+    /// (`coalesce.rs`: an `if`'s merged results and a loop's carried values
+    /// written in place). ptxas coalesces them too; done here it makes the
+    /// PTX smaller (flash attention D = 128 causal on sm_90a: 88.8 to 79.8
+    /// KB) for the driver's JIT. The register estimate and the HIP printer
+    /// read the kernel as lowered (clang coalesces as ptxas does).
+    pub fn simplified(&self) -> Kernel {
+        let mut k = self.clone();
+        coalesce::coalesce_copies(&mut k.body, &k.regs);
+        debug_assert_eq!(verify::verify(&k), Ok(()));
+        k
     }
 
     /// Static shared memory in bytes: the size of the arena.
