@@ -171,26 +171,12 @@ fn rename(insts: &mut [Inst], from: Reg, to: Reg) {
 /// (`mma.sync` then accumulates in place, as `d == c` allows).
 fn plain_def(i: &Inst, r: Reg, to: Reg) -> bool {
     let defs = i.defs();
-    let ok = match i {
-        Inst::Param { .. }
-        | Inst::Special { .. }
-        | Inst::SmemAddr { .. }
-        | Inst::TensorMapAddr { .. }
-        | Inst::Mov { .. }
-        | Inst::Unary { .. }
-        | Inst::Binary { .. }
-        | Inst::Fma { .. }
-        | Inst::MulWide { .. }
-        | Inst::PackBf16 { .. }
-        | Inst::Cmp { .. }
-        | Inst::Select { .. }
-        | Inst::Cvt { .. }
-        | Inst::ShflXor { .. }
-        | Inst::Mma { .. }
-        | Inst::LdMatrix { .. } => true,
-        Inst::Ld { pred, .. } => pred.is_none(),
-        _ => false,
-    };
+    let ok = i.is_pure()
+        || matches!(
+            i,
+            Inst::ShflXor { .. } | Inst::Mma { .. } | Inst::LdMatrix { .. }
+        )
+        || matches!(i, Inst::Ld { pred: None, .. });
     ok && defs.iter().filter(|&&d| d == r).count() == 1 && !defs.contains(&to)
 }
 
