@@ -17,7 +17,7 @@ use tessera::ir::tile::Specialization;
 use tessera::syntax::span::Span;
 use tessera::target::Arch;
 
-use crate::session::{device_unavailable, LoadError, Session};
+use crate::session::{device_unavailable, LastLaunch, LoadError, Session};
 
 /// Every command with its one-line description (for `:help` and completion).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -386,12 +386,12 @@ fn command_spec(
     if defines.is_empty() {
         return Ok(match session.last_launch(name) {
             // Specialised on nothing: the same as without a launch.
-            Some(spec)
+            Some(LastLaunch { spec, .. })
                 if spec.values.is_empty() && spec.floats.is_empty() && spec.divisors.is_empty() =>
             {
                 spec
             }
-            Some(spec) => {
+            Some(LastLaunch { spec, ran_with }) => {
                 let mut shown: Vec<String> = spec
                     .values
                     .iter()
@@ -404,9 +404,20 @@ fn command_spec(
                 );
                 // The run-time facts the variant assumes (`-D S%16`).
                 shown.extend(spec.divisors.iter().map(|(k, d)| format!("{k}%{d}")));
+                // A tuning configuration chosen for another target gives
+                // way to this one's first (`Session::last_launch`).
+                let how = match ran_with {
+                    Some(config) => {
+                        let arch = session.database().options().arch(session.database());
+                        format!(
+                            "at its last launch's shapes, with the configuration {arch} takes first (it ran with {config})"
+                        )
+                    }
+                    None => "as it last ran".to_string(),
+                };
                 let _ = writeln!(
                     err,
-                    "note: `{name}` as it last ran: {} (other values: `-D NAME=VALUE`)",
+                    "note: `{name}` {how}: {} (other values: `-D NAME=VALUE`)",
                     shown.join(", ")
                 );
                 spec

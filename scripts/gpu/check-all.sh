@@ -88,6 +88,8 @@ KNOWN=(
     "errors|(?m)^cpu\$=>memory: |\`:device\` says cpu on the CPU and names the GPU and its memory on it"
     "messages|no GPU is open=>has not been tuned in this session|\`:autotune\` without a GPU says none is open; on the GPU, that the kernel was not tuned"
     "alloc_limits|MemAvailable in /proc/meminfo=>free on the GPU|E0713's help names the memory of the device that refused: the host's or the GPU's"
+    "tuned_elsewhere|sm_90a takes first \\(it ran with the configuration its tuning space gives the CPU\\)=>gemm_tf32. as it last ran|on an sm_90a GPU the kernel ran with sm_90a's configuration"
+    "tuned_elsewhere|gemm_tf32. as it last ran: BK=32, BM=128, BN=64=>sm_80 takes first \\(it ran with the configuration tuned on sm_9|on the GPU the kernel ran with its own arch's configuration, which sm_80 replaces"
 )
 echo; echo "== 3. REPL transcripts, cpu vs $device"
 if part 3 "3 REPL transcripts"; then

@@ -2,7 +2,7 @@
 //! dtypes, const and scalar parameters), specialising, evaluating the grid and
 //! running the Tile IR on the CPU.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::cpu;
@@ -13,6 +13,7 @@ use crate::check::{self, Ty};
 use crate::db::{self, Database, Db, ItemSource, SourceFile};
 use crate::ir::tile::{Kernel, Specialization};
 use crate::syntax::ast;
+use crate::target::Arch;
 
 /// Launches kernel `kernel` of `file` (or of a `std` module the file can
 /// import) on `args` (positional, in signature order, const parameters
@@ -79,18 +80,28 @@ pub(crate) fn launch_item(
             }
             let values = match_args(&sig, args, &with_first)?;
             interrupt.check()?;
-            let tuned = if let Device::Cuda(gpu) = device {
-                super::autotune::launch(
+            let (tuned, ran_on): (BTreeMap<String, i64>, _) = if let Device::Cuda(gpu) = device {
+                let config = super::autotune::launch(
                     db, kfile, item, f, grid, &values, &explicit, gpu, interrupt,
-                )?
-                .into_iter()
-                .collect()
+                )?;
+                (config.into_iter().collect(), Some(gpu.info().arch))
             } else {
                 let (kernel, args, grid) = prepare(db, kfile, item, grid, &values, &first, None)?;
                 device.run_grid(&kernel, &args, grid, interrupt)?;
-                first
+                (first, None)
             };
-            return launch_spec_of(&sig, &values, &tuned);
+            let mut spec = launch_spec_of(&sig, &values, &tuned)?;
+            // Every const the caller left out took its value from the space
+            // (or the parameter's default, which the space may override).
+            spec.tuned = sig
+                .params
+                .iter()
+                .filter(|p| p.is_const && !explicit.contains(&p.name))
+                .map(|p| p.name.clone())
+                .chain(tuned.into_keys())
+                .collect();
+            spec.ran_on = ran_on;
+            return Ok(spec);
         }
     }
     let values = match_args(&sig, args, named)?;
@@ -107,6 +118,32 @@ pub struct LaunchSpec {
     pub dims: BTreeMap<String, i64>,
     /// The integer scalar arguments (not const), for [`run_time_facts`].
     pub scalars: BTreeMap<String, i64>,
+    /// Of an `@autotune` kernel, the consts among `consts` (and
+    /// `num_warps`/`num_stages`) the caller left to its tuning space: the
+    /// configuration chosen for `ran_on`, which another arch's space may
+    /// not have.
+    pub tuned: BTreeSet<String>,
+    /// The arch the launch compiled for: its GPU's; `None` on the CPU, which
+    /// takes a space's first configuration.
+    pub ran_on: Option<Arch>,
+}
+
+impl LaunchSpec {
+    /// The launch as it would compile for `arch`: where it ran for another
+    /// arch (or on the CPU), without the values its tuning space chose
+    /// there, so that `arch` takes the first configuration its space tries
+    /// on it, as an untuned launch there would. Also returns whether values
+    /// were left out.
+    pub fn for_arch(&self, arch: Arch) -> (LaunchSpec, bool) {
+        if self.tuned.is_empty() || self.ran_on == Some(arch) {
+            return (self.clone(), false);
+        }
+        let mut spec = self.clone();
+        spec.consts.values.retain(|k, _| !self.tuned.contains(k));
+        spec.tuned.clear();
+        spec.ran_on = Some(arch);
+        (spec, true)
+    }
 }
 
 /// The largest run-time divisor a launch assumes (`-D K%16`): 16 elements
@@ -213,6 +250,8 @@ fn launch_spec_of(
         consts: spec,
         dims,
         scalars,
+        tuned: BTreeSet::new(),
+        ran_on: None,
     })
 }
 
@@ -743,5 +782,59 @@ fn decorator_grid(
     match &v {
         check::Value::Tuple(items) => items.iter().map(as_int).collect(),
         other => Ok(vec![as_int(other)?]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::DType;
+    use crate::exec::Tensor;
+
+    /// A tuned kernel launched on the CPU takes its space's first
+    /// configuration; asked about sm_90a, whose first configuration differs
+    /// (`gemm_tf32`: BN = 128 over four stages), the launch gives way to
+    /// that one, and on the arch it ran for it is kept.
+    #[test]
+    fn a_tuned_launch_gives_way_to_another_archs_configuration() {
+        let mut db = Database::new();
+        let file = db.set_source("/t.tsr", "from std.linalg import gemm_tf32\n".into());
+        let t = |r, c| Value::Tensor(Tensor::zeros(&[r, c], DType::F32));
+        let args = [t(40, 24), t(24, 8), t(40, 8)];
+        let launch = launch_kernel(
+            &db,
+            file,
+            "gemm_tf32",
+            None,
+            &args,
+            &[],
+            &Device::Cpu,
+            &Interrupt::new(),
+        )
+        .unwrap();
+        assert_eq!(launch.ran_on, None);
+        assert!(launch.tuned.contains("BN"));
+        let bn = |db: &Database, launch: &LaunchSpec| {
+            compiled_specialization(db, file, "gemm_tf32", launch)
+                .unwrap()
+                .values["BN"]
+        };
+        assert_eq!(bn(&db, &launch), 64);
+        let (sm90a, moved) = launch.for_arch(Arch::Sm90a);
+        assert!(moved && !sm90a.consts.values.contains_key("BN"));
+        db.set_arch(Arch::Sm90a);
+        assert_eq!(bn(&db, &sm90a), 128);
+        // Ran for sm_90a: kept as it ran.
+        let ran = LaunchSpec {
+            ran_on: Some(Arch::Sm90a),
+            ..launch.clone()
+        };
+        assert_eq!(ran.for_arch(Arch::Sm90a), (ran.clone(), false));
+        // Nothing tuned (the caller gave every const): nothing to give way.
+        let given = LaunchSpec {
+            tuned: BTreeSet::new(),
+            ..launch
+        };
+        assert!(!given.for_arch(Arch::Sm90a).1);
     }
 }

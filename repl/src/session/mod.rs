@@ -134,6 +134,15 @@ enum Origin {
     File(PathBuf),
 }
 
+/// The specialization a kernel last ran with, as `:emit`/`:resources`
+/// show it on the session's arch.
+pub struct LastLaunch {
+    pub spec: Specialization,
+    /// The tuning configuration it ran with (tuned on another arch, or the
+    /// CPU's), where the session's arch takes another one, shown instead.
+    pub ran_with: Option<String>,
+}
+
 /// A Tessera session: definitions, variables and the transcript diagnostics point into.
 pub struct Session {
     db: Database,
@@ -249,9 +258,24 @@ impl Session {
 
     /// The specialization kernel `name` was compiled with at its last launch
     /// in this session (`None` if it has not run, or no longer compiles so).
-    pub fn last_launch(&self, name: &str) -> Option<Specialization> {
+    pub fn last_launch(&self, name: &str) -> Option<LastLaunch> {
         let launch = self.last_launch.get(name)?;
-        tessera::exec::compiled_specialization(&self.db, self.file, name, launch).ok()
+        // A tuning configuration chosen on another arch (or the CPU's)
+        // gives way to this arch's own first one.
+        let arch = self.db.options().arch(&self.db);
+        let (spec, retargeted) = launch.for_arch(arch);
+        let spec = tessera::exec::compiled_specialization(&self.db, self.file, name, &spec).ok()?;
+        let changed = retargeted
+            && launch.tuned.iter().any(|k| {
+                spec.values
+                    .get(k)
+                    .is_some_and(|v| launch.consts.values.get(k) != Some(v))
+            });
+        let ran_with = changed.then(|| match launch.ran_on {
+            Some(a) => format!("the configuration tuned on {a}"),
+            None => "the configuration its tuning space gives the CPU".to_string(),
+        });
+        Some(LastLaunch { spec, ran_with })
     }
 
     /// The flag a Ctrl-C handler sets to stop the running computation.

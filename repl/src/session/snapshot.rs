@@ -161,6 +161,8 @@ fn spec_json(s: &LaunchSpec) -> Json {
         "floats": s.consts.floats,
         "dims": s.dims,
         "scalars": s.scalars,
+        "tuned": s.tuned,
+        "ran_on": s.ran_on.map(|a| a.to_string()),
     })
 }
 
@@ -369,10 +371,34 @@ impl Reader<'_> {
         consts.values = self.i64_map(&v["values"], "last_launch")?;
         consts.divisors = self.u64_map(&v["divisors"], "last_launch")?;
         consts.floats = self.u64_map(&v["floats"], "last_launch")?;
+        // Absent from the states of earlier versions: nothing tuned.
+        let tuned = match &v["tuned"] {
+            Json::Null => Default::default(),
+            t => t
+                .as_array()
+                .ok_or_else(|| bad("last_launch"))?
+                .iter()
+                .map(|n| {
+                    n.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| bad("last_launch"))
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let ran_on = match &v["ran_on"] {
+            Json::Null => None,
+            a => Some(
+                a.as_str()
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| bad("last_launch"))?,
+            ),
+        };
         Ok(LaunchSpec {
             consts,
             dims: self.i64_map(&v["dims"], "last_launch")?,
             scalars: self.i64_map(&v["scalars"], "last_launch")?,
+            tuned,
+            ran_on,
         })
     }
 
