@@ -20,7 +20,12 @@ median gives the throughput; wall - GPU is the host overhead per run. The result
 saved with `save_npy` for the error column. Peers are timed with CUDA events around
 each run, all runs queued back to back after a warm-up (so the host's launch latency
 is hidden, as it is for a kernel that follows another), median of `--runs` (>= 20).
-Neither side flushes the L2 cache between runs.
+Neither side flushes the L2 cache between runs. The two sides take turns: the session
+stays open and runs `:time STMT` `--rounds` times (default 5), each followed by a
+round of every peer's runs (`--runs` split over the rounds), and each side's number
+is the median over its rounds. A GPU's clocks drift by up to 10-15% over a minute
+(one kernel timed twice a minute apart in one run); timed in turns, both sides see
+the same drift, so the ratio does not carry it.
 
 The gemm table has one more row: the same `gemm_bf16` emitted with hints (`tessera
 emit --emit ptx --kernel gemm_bf16 -D K%8 -D N%8 stdlib/std/linalg.tsr`, for the arch
@@ -569,20 +574,59 @@ def reason(e):
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def tessera_row(args, section, workload, amount, unit, session):
+def tessera_rounds(args, setup, stmt, after, between):
+    """Like `tessera_time`, in a live session and `args.rounds` times: each round
+    runs `:time STMT`, then `between()` (the peers' rounds), so that both sides are
+    timed under the same clocks and temperature; the GPU's drift over a workload
+    (up to 10-15% between two timings of one kernel a minute apart) then moves
+    both alike. Returns the median over the rounds of each `:time` median."""
+    repl = Repl(args, args.cache)
+    try:
+        repl.step(*setup, stmt)  # compile and warm up
+        rounds = []
+        for _ in range(max(1, args.rounds)):
+            _, lines = repl.step(":time " + stmt)
+            timing = parse_time("\n".join(lines))
+            if not timing:
+                raise Failed("no `:time` line")
+            rounds.append(timing)
+            between()
+        try:
+            _, lines = repl.step(*after)
+            after_err = None
+        except Failed as e:
+            lines, after_err = [], str(e)
+    finally:
+        repl.close()
+    gpus = [r["gpu"] for r in rounds if r["gpu"] is not None]
+    measured = re.search(r"^measured on .*?\): (.*)$", "\n".join(lines), re.M)
+    return {"wall": statistics.median(r["wall"] for r in rounds),
+            "gpu": statistics.median(gpus) if len(gpus) == len(rounds) else None,
+            "runs": sum(r["runs"] for r in rounds), "launches": rounds[0]["launches"],
+            "after": after_err, "measured": measured.group(1) if measured else None,
+            "rounds": len(rounds)}
+
+
+def tessera_row(args, section, workload, amount, unit, session, between=None):
     """Tessera's row, and the path of its saved result (None where there is none).
 
     `session` is (setup statements, timed statement, statement saving the result to
-    the path `out`, the kernel to ask `:resources` about, or None)."""
+    the path `out`, the kernel to ask `:resources` about, or None). With `between`,
+    timed in rounds interleaved with it (`tessera_rounds`)."""
     setup, stmt, save, out, kernel = session
     try:
         # The driver's registers and occupancy of the variant that ran, where shown.
         resources = [f":resources {kernel}"] if kernel else []
-        timing = tessera_time(args, setup, stmt, [save] + resources)
+        if between is None:
+            timing = tessera_time(args, setup, stmt, [save] + resources)
+        else:
+            timing = tessera_rounds(args, setup, stmt, [save] + resources, between)
     except Failed as e:
         return row(section, workload, "Tessera", note=f"failed: {e}"), None
     t = timing["gpu"] if timing["gpu"] is not None else timing["wall"]
     note = f"wall {fmt_time(timing['wall'])} per run over {timing['runs']} runs"
+    if timing.get("rounds", 1) > 1:
+        note += f" in {timing['rounds']} rounds between the peers'"
     if timing["gpu"] is None:
         note += "; no GPU time in `:time`, throughput from the wall time"
     else:
@@ -603,19 +647,44 @@ def compare(args, section, workload, amount, unit, session, inputs, peers):
     names the .npy inputs given to the peers as bf16 GPU tensors, and each peer is
     (name, fn(tensors) -> result, compare its result with Tessera's?)."""
     print(workload, flush=True)
-    t_row, out = tessera_row(args, section, workload, amount, unit, session)
-    rows, t_rate = [t_row], t_row["rate"]
     try:
         need_torch()
         tensors, missing = {k: gpu_tensor(p) for k, p in inputs.items()}, None
     except Exception as e:
         tensors, missing = None, reason(e)
-    for name, fn, with_err, *note_fn in peers:
+    # Each peer runs once (its result, for the error column), then is timed in
+    # rounds between Tessera's (`tessera_rounds`), `--runs` runs in all.
+    results, times, failed = {}, {}, {}
+    for name, fn, *_ in peers:
         try:
             if missing:
                 raise Failed(missing)
-            result = fn(tensors)
-            s = time_peer(lambda: fn(tensors), args.runs)
+            results[name] = fn(tensors)
+            times[name] = []
+        except Exception as e:
+            failed[name] = reason(e)
+    per_round = max(10, args.runs // max(1, args.rounds))
+
+    def peer_round():
+        for name, fn, *_ in peers:
+            if name in times and name not in failed:
+                try:
+                    times[name].append(time_peer(lambda: fn(tensors), per_round))
+                except Exception as e:
+                    failed[name] = reason(e)
+    rounds_run = []
+    t_row, out = tessera_row(args, section, workload, amount, unit, session,
+                             lambda: rounds_run.append(peer_round()))
+    if not rounds_run:  # Tessera failed before its first round: the peers alone
+        for _ in range(max(1, args.rounds)):
+            peer_round()
+    rows, t_rate = [t_row], t_row["rate"]
+    for name, fn, with_err, *note_fn in peers:
+        try:
+            if name in failed:
+                raise Failed(failed[name])
+            result = results.pop(name)
+            s = statistics.median(times[name])
             ratio = t_rate * s / amount if t_rate else None
             err, notes = None, [note_fn[0](ratio)] if note_fn else []
             if with_err and out is not None:
@@ -1206,6 +1275,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one size per workload")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per peer (>= 20)")
     ap.add_argument("--reps", type=int, default=3, help="processes per compile timing")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of Tessera's and the peers' timings, interleaved")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per Tessera session")
     ap.add_argument("--tmp", default=None, help="folder for inputs, outputs and caches")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
