@@ -753,9 +753,12 @@ fn autotune_table(session: &Session, name: &str, out: &mut dyn Write) {
             format!("key {}", config_text(&t.key))
         };
         let how = if t.from_disk {
-            "the choice of an earlier session, from the disk cache"
+            "the choice of an earlier session, from the disk cache".to_string()
         } else {
-            "timed in this session: median of 10 launches on the GPU"
+            use tessera::exec::autotune::{ROUNDS, TIMED_RUNS};
+            format!(
+                "timed in this session: median of {TIMED_RUNS} launches on the GPU, in {ROUNDS} turns"
+            )
         };
         let _ = writeln!(out, "{name}, {key} ({how}):");
         let width = t

@@ -18,13 +18,15 @@ use std::path::PathBuf;
 
 use super::cuda::{Gpu, SavedTensors};
 use super::launch::{prepare, signature};
-use super::{cpu, ExecError, Interrupt, Value};
+use super::{ExecError, Interrupt, Value};
 use crate::db::{self, Database, ItemSource, SourceFile};
 use crate::syntax::ast::{self, ExprKind};
 use crate::target::Arch;
 
-/// Timed launches per configuration (after one warm-up launch).
-const TIMED_RUNS: usize = 10;
+/// Timed launches per configuration (after one warm-up launch), in
+/// `ROUNDS` turns with the other configurations.
+pub const TIMED_RUNS: usize = 12;
+pub const ROUNDS: usize = 3;
 
 /// One configuration: a value per tuned name, in the space's order.
 pub type Config = Vec<(String, i64)>;
@@ -243,38 +245,65 @@ fn tune(
         .map(|(k, _, _)| k.clone())
         .collect();
     gpu.compile_ahead(&kernels);
-    for (i, (c, p)) in all.into_iter().zip(prepared).enumerate() {
+    // Each configuration is launched once (compiling and loading it), then
+    // all are timed in turns, `ROUNDS` rounds of their share of
+    // `TIMED_RUNS`: a GPU's clocks drift over the seconds a tuning takes,
+    // and configurations timed one after the other would carry it.
+    let mut runs: Vec<Result<(super::launch::Prepared, Vec<f64>), String>> = Vec::new();
+    for p in prepared {
         interrupt.check()?;
-        let timed = p.and_then(|(k, a, g)| {
+        let warmed = p.and_then(|(k, a, g)| {
             if saved.is_none() {
                 saved = Some(gpu.save_written(&k, &a)?);
             }
-            time(gpu, &k, &a, g, interrupt)
+            gpu.launch(&k, &a, g, interrupt)?;
+            Ok((k, a, g))
         });
-        let result = match timed {
-            Ok(ms) => {
-                if best.is_none_or(|(_, b)| ms < b) {
-                    best = Some((i, ms));
-                }
-                Ok(ms)
-            }
+        runs.push(match warmed {
+            Ok(p) => Ok((p, Vec::with_capacity(TIMED_RUNS))),
             // Ctrl-C and a context the fault broke end tuning.
             Err(e) if e.code == "E0706" || gpu.is_broken() => return Err(e),
             Err(e) => Err(format!("[{}] {}", e.code, e.message)),
-        };
-        trials.push((c, result));
-        if progress {
-            let best_text = best.map_or("none yet".to_string(), |(b, ms)| {
-                format!("{} ({ms:.3} ms)", config_text(&trials[b].0))
+        });
+    }
+    for round in 0..ROUNDS {
+        for run in &mut runs {
+            let Ok(((k, a, g), times)) = run else {
+                continue;
+            };
+            let timed = (0..TIMED_RUNS / ROUNDS).try_for_each(|_| -> Result<(), ExecError> {
+                let before = gpu.kernel_time();
+                gpu.launch(k, a, *g, interrupt)?;
+                times.push((gpu.kernel_time() - before).as_secs_f64() * 1e3);
+                Ok(())
             });
+            match timed {
+                Ok(()) => {}
+                Err(e) if e.code == "E0706" || gpu.is_broken() => return Err(e),
+                Err(e) => *run = Err(format!("[{}] {}", e.code, e.message)),
+            }
+        }
+        if progress {
             eprint!(
-                "\rautotune {}: {}/{} configurations, best {best_text}\x1b[K",
+                "\rautotune {}: {} configurations, round {}/{ROUNDS}\x1b[K",
                 f.name.name,
-                i + 1,
-                trials.capacity()
+                runs.len(),
+                round + 1
             );
             let _ = std::io::stderr().flush();
         }
+    }
+    for (i, (c, run)) in all.into_iter().zip(runs).enumerate() {
+        let result = run.map(|(_, mut times)| {
+            times.sort_by(f64::total_cmp);
+            times[times.len() / 2]
+        });
+        if let Ok(ms) = result {
+            if best.is_none_or(|(_, b)| ms < b) {
+                best = Some((i, ms));
+            }
+        }
+        trials.push((c, result));
     }
     if progress {
         eprint!("\r\x1b[K");
@@ -303,25 +332,6 @@ fn tune(
         best,
         from_disk: false,
     })
-}
-
-/// The median GPU time in ms of `TIMED_RUNS` launches after a warm-up.
-fn time(
-    gpu: &Gpu,
-    k: &std::sync::Arc<crate::ir::tile::Kernel>,
-    a: &[cpu::Arg],
-    g: [i64; 3],
-    interrupt: &Interrupt,
-) -> Result<f64, ExecError> {
-    gpu.launch(k, a, g, interrupt)?;
-    let mut times = Vec::with_capacity(TIMED_RUNS);
-    for _ in 0..TIMED_RUNS {
-        let before = gpu.kernel_time();
-        gpu.launch(k, a, g, interrupt)?;
-        times.push((gpu.kernel_time() - before).as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
 }
 
 /// Where a tuning result is kept: its identity (kernel, its source text, the
