@@ -170,8 +170,13 @@ def tessera_time(args, setup, stmt, after=()):
         raise Failed(first_error(p.stderr) or f"no `:time` line (exit status {p.returncode})")
     # With a `:time` line, only a statement of `after` can have failed.
     after_err = (first_error(p.stderr) or "failed") if p.returncode != 0 else None
-    measured = re.search(r"^measured on .*?\): (.*)$", p.stdout, re.M)
-    return dict(timing, after=after_err, measured=measured.group(1) if measured else None)
+    return dict(timing, after=after_err, measured=measured_of(p.stdout))
+
+
+def measured_of(text):
+    """What a `:resources` line of `text` says the driver measured, or None."""
+    m = re.search(r"^measured on .*?\): (.*)$", text, re.M)
+    return m.group(1) if m else None
 
 
 class Repl:
@@ -599,11 +604,10 @@ def tessera_rounds(args, setup, stmt, after, between):
     finally:
         repl.close()
     gpus = [r["gpu"] for r in rounds if r["gpu"] is not None]
-    measured = re.search(r"^measured on .*?\): (.*)$", "\n".join(lines), re.M)
     return {"wall": statistics.median(r["wall"] for r in rounds),
             "gpu": statistics.median(gpus) if len(gpus) == len(rounds) else None,
             "runs": sum(r["runs"] for r in rounds), "launches": rounds[0]["launches"],
-            "after": after_err, "measured": measured.group(1) if measured else None,
+            "after": after_err, "measured": measured_of("\n".join(lines)),
             "rounds": len(rounds)}
 
 
