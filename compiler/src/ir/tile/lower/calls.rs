@@ -373,15 +373,7 @@ impl<'a> Lowerer<'a> {
             }
             B::Load => {
                 let p = req(self, 0)?;
-                let LV::Ref {
-                    tensor,
-                    access,
-                    shape,
-                } = self.expr(&p.value)?
-                else {
-                    self.internal(p.span, "`load` takes a tensor slice");
-                    return Err(());
-                };
+                let (tensor, access, shape) = self.tensor_ref(&p.value, "load")?;
                 let dtype = self.tensor_dtype(tensor);
                 let mask = match self.arg_lv(slot(1))? {
                     None | Some(LV::NoneV) => None,
@@ -465,15 +457,7 @@ impl<'a> Lowerer<'a> {
             }
             B::Store | B::AtomicAdd => {
                 let p = req(self, 0)?;
-                let LV::Ref {
-                    tensor,
-                    access,
-                    shape,
-                } = self.expr(&p.value)?
-                else {
-                    self.internal(p.span, format!("`{name}` takes a tensor slice"));
-                    return Err(());
-                };
+                let (tensor, access, shape) = self.tensor_ref(&p.value, name)?;
                 let dtype = self.tensor_dtype(tensor);
                 let va = req(self, 1)?;
                 let value_lv = self.expr(&va.value)?;

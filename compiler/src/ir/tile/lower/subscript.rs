@@ -150,6 +150,26 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// The tensor slice `load`, `store` or `atomic_add` takes (`what`): `T[slices]`,
+    /// or a bare tensor `T`, which is the whole of it (`T[:, ..., :]`).
+    pub(super) fn tensor_ref(&mut self, e: &Expr, what: &str) -> R<(usize, Vec<Access>, Vec<u32>)> {
+        let lv = match self.expr(e)? {
+            LV::Tensor(t) => self.tensor_slice(t, &[], e.span)?,
+            lv => lv,
+        };
+        match lv {
+            LV::Ref {
+                tensor,
+                access,
+                shape,
+            } => Ok((tensor, access, shape)),
+            _ => {
+                self.internal(e.span, format!("`{what}` takes a tensor slice"));
+                Err(())
+            }
+        }
+    }
+
     fn tensor_slice(&mut self, t: usize, indices: &[Index], span: Span) -> R<LV> {
         let ParamKind::Tensor { dims, .. } = self.params[t].kind.clone() else {
             self.internal(span, "subscript of a scalar parameter");
@@ -170,7 +190,9 @@ impl<'a> Lowerer<'a> {
         };
         for (axis, d) in dims.iter().enumerate() {
             let idx = indices.get(axis);
-            let full_len = |this: &mut Self, sp: Span| -> R<u32> {
+            // `written`: the axis has a `:` in the source (else the subscript
+            // leaves it out, or the tensor is taken whole).
+            let full_len = |this: &mut Self, sp: Span, written: bool| -> R<u32> {
                 match d {
                     Dim::Static(n) => Ok(*n as u32),
                     Dim::Dynamic(name) => {
@@ -186,7 +208,8 @@ impl<'a> Lowerer<'a> {
                                 "E0511",
                                 sp,
                                 format!(
-                                    "`:` over the tensor dim `{name}` needs its size at compile time: kernel `{}` must be specialised on `{name}`",
+                                    "{} the tensor dim `{name}` needs its size at compile time: kernel `{}` must be specialised on `{name}`",
+                                    if written { "`:` over" } else { "all of" },
                                     this.f.name.name
                                 ),
                             )
@@ -198,7 +221,7 @@ impl<'a> Lowerer<'a> {
             };
             match idx {
                 None => {
-                    let n = full_len(self, span)?;
+                    let n = full_len(self, span, false)?;
                     let s = self.const_of(&CValue::int(0), DType::I32, span)?;
                     access.push(Access::Range { start: s, len: n });
                     shape.push(n);
@@ -259,7 +282,7 @@ impl<'a> Lowerer<'a> {
                     };
                     let len = match end {
                         None => {
-                            let n = full_len(self, *sp)? as i64;
+                            let n = full_len(self, *sp, true)? as i64;
                             match self.sym_of(&a.0).and_then(|s| s.as_const()) {
                                 Some(s0) => n - s0,
                                 None => {
