@@ -1071,7 +1071,7 @@ loop %18: copied once before it: %14; pipelined over 2 stages, copied 1 iteratio
 cp.async on sm_90a, num_stages = 2
 candidates: %14 q[128, 64], %22 k[64, 64], %42 v[64, 64]
 load %14 q[128, 64]: deferred to its dot
-loop %18: copied once before it: %14; pipelined over 2 stages, copied 1 iteration ahead: %22 k[64, 64], %42 v[64, 64]; the dots on wgmma, the copies by TMA
+loop %18: copied once before it: %14 by TMA; pipelined over 2 stages, copied 1 iteration ahead: %22 k[64, 64], %42 v[64, 64]; the dots on wgmma, the copies by TMA
 "),
         (Arch::Sm75, "flash_attn", d64(), "\
 no cp.async on sm_75: every load goes through registers

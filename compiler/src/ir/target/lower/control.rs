@@ -220,6 +220,8 @@ impl<'a> Lower<'a> {
         let mut plan = self.plan_loop(body);
         let maps = self.tma_maps(&plan, step_o);
         plan.tma = maps.is_some();
+        let invariant_copies = self.invariant_tma(&plan);
+        plan.invariant_tma = invariant_copies.is_some();
         if !plan.tma {
             self.drop_tma_only_loads(&mut plan);
         }
@@ -274,18 +276,30 @@ impl<'a> Lower<'a> {
         }
         let buffered = !invariant.is_empty() || !amd_staged.is_empty() || pipe.is_some();
         self.buffered_loops += u32::from(buffered);
-        if tma {
-            self.copy_invariant_operands(&invariant);
-        }
+        let invariant_bar = match &invariant_copies {
+            Some(c) => Some(self.tma_copy_invariant(c, &invariant)),
+            None => {
+                if tma {
+                    self.copy_invariant_operands(&invariant);
+                }
+                None
+            }
+        };
         // The invariant copies complete before the loop where no `cp.async`
         // wait in it counts their group (no pipeline, or TMA's), visible to
-        // wgmma's asynchronous proxy where its dots read them.
+        // wgmma's asynchronous proxy where its dots read them (TMA writes
+        // through that proxy).
         if !plan.invariant.is_empty() && pipe.as_ref().is_none_or(|p| p.tma.is_some()) {
-            self.emit(Inst::CpAsyncWait { pending: 0 });
-            if !plan.wgmma_waited.is_empty() {
-                self.emit(Inst::FenceProxyAsync);
+            if invariant_bar.is_none() {
+                self.emit(Inst::CpAsyncWait { pending: 0 });
+                if !plan.wgmma_waited.is_empty() {
+                    self.emit(Inst::FenceProxyAsync);
+                }
             }
             self.emit(Inst::Barrier);
+            if let Some(b) = invariant_bar {
+                self.tma_invariant_wait(b);
+            }
         }
         self.outer = OuterLoop::new(self, body, ity, idt, bounds);
         self.blocks.push(Vec::new());
@@ -408,6 +422,9 @@ impl<'a> Lower<'a> {
             for (load, _) in &p.loads {
                 self.pipeline.pipelined_pending.remove(&load.value);
             }
+        }
+        if let Some(b) = invariant_bar {
+            self.tma_invariant_done(b);
         }
         self.buffered_loops -= u32::from(buffered);
         for (r, c) in op.results.iter().zip(carried) {

@@ -146,6 +146,9 @@ pub(crate) struct LoopPlan {
     /// Whether the wgmma loop's stages are copied by TMA (`tma.rs`), not
     /// `cp.async`.
     pub(crate) tma: bool,
+    /// Whether the invariant operands are copied by TMA too
+    /// ([`Lower::invariant_tma`]), not `cp.async`.
+    pub(crate) invariant_tma: bool,
     /// The loop's dots on `wgmma`, each waited for where it is issued
     /// (sm_90a; [`Lower::waited_wgmma_dots`]): every dot of a loop that is
     /// not the GEMM mainloop of `wgmma` above, or none.
@@ -238,6 +241,9 @@ impl fmt::Display for PipelinePlan {
                     write!(f, "loop {}:", p.iv)?;
                     if !p.invariant.is_empty() {
                         write!(f, " copied once before it: {}", list(&p.invariant))?;
+                        if p.invariant_tma {
+                            write!(f, " by TMA")?;
+                        }
                         if !p.pipelined.is_empty() {
                             write!(f, ";")?;
                         }
@@ -357,6 +363,7 @@ impl<'a> Lower<'a> {
             rotated,
             wgmma,
             tma: false,
+            invariant_tma: false,
             wgmma_waited,
             across: None,
         }

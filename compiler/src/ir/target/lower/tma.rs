@@ -33,7 +33,7 @@ use super::pipeline::{LoopPipe, LoopPlan};
 use super::{Lower, R};
 use crate::check::DType;
 use crate::ir::target::{BinOp, CmpOp, Inst, Operand, Reg, RegTy, SmemBuffer, Swizzle, TensorMap};
-use crate::ir::tile::{self, Access};
+use crate::ir::tile::{self, Access, Constant, Value};
 
 /// The largest box extent TMA takes in a dim.
 const MAX_BOX: u32 = 256;
@@ -55,6 +55,20 @@ pub(super) struct TmaPipe {
     /// Where the pipeline runs across the iterations of the loop around
     /// its loop (`across.rs`).
     pub(super) across: Option<Across>,
+}
+
+/// A loop-invariant `dot` operand that TMA copies once, before its loop
+/// ([`Lower::invariant_tma`]).
+pub(super) struct InvariantCopy {
+    value: Value,
+    map: TensorMap,
+    access: Vec<Access>,
+    /// Where the box's row coordinate is in `access` reversed (innermost first).
+    row_dim: usize,
+    /// Each box: its first column and row in the tile, and its byte offset
+    /// in the buffer.
+    boxes: Vec<(u32, u32, u32)>,
+    bytes: u32,
 }
 
 /// The TMA swizzle span (bytes) for a buffer of `cols`-element rows of
@@ -107,6 +121,172 @@ impl<'a> Lower<'a> {
             });
         }
         Some(maps)
+    }
+
+    /// How TMA copies a loop's invariant operands (`LoopPlan::invariant`),
+    /// or `None` where it cannot copy one of them (they then take
+    /// `cp.async`): the loop's stages come by TMA, and each operand is a
+    /// 16-bit tile read by wgmma as 128-byte panels (the layout TMA's 128-byte
+    /// swizzle writes), loaded in the tensor's order with zeros where out of
+    /// bounds. Rows in warpgroup order move in 16-row tiles, so those come a
+    /// box a 16-row tile and panel; other tiles a box a panel.
+    pub(super) fn invariant_tma(&self, plan: &LoopPlan) -> Option<Vec<InvariantCopy>> {
+        if !plan.tma || plan.invariant.is_empty() {
+            return None;
+        }
+        let mut copies = Vec::new();
+        for &v in &plan.invariant {
+            if self
+                .pipeline
+                .deferred
+                .get(&v)
+                .is_none_or(|(_, trans)| *trans)
+            {
+                return None;
+            }
+            let load = self
+                .pipeline
+                .plan
+                .candidates
+                .iter()
+                .find(|l| l.value == v)?;
+            if !matches!(load.other, Constant::Int(0))
+                && !matches!(load.other, Constant::Float(x) if x == 0.0)
+            {
+                return None;
+            }
+            let [rows, cols] = load.shape[..] else {
+                return None;
+            };
+            let elem = self.elem_bytes(v);
+            let sw = plan.waited_swizzle(v, rows, cols)?;
+            if elem != 2 || sw.panel_rows == 0 {
+                return None;
+            }
+            let in_order = Swizzle {
+                warpgroup_tiles: 0,
+                ..sw
+            };
+            let (swizzle, inner) = tma_swizzle(in_order, cols, elem)?;
+            let mut box_dims = self.tma_box_dims(&load.access, rows, cols, inner)?;
+            let box_rows = if sw.warpgroup_tiles >= 2 { 16 } else { rows };
+            let row_dim = load
+                .access
+                .iter()
+                .rev()
+                .enumerate()
+                .filter(|(_, a)| matches!(a, Access::Range { .. }))
+                .nth(1)?
+                .0;
+            box_dims[row_dim] = box_rows;
+            let mut boxes = Vec::new();
+            for c in (0..cols).step_by(inner as usize) {
+                for r in (0..rows).step_by(box_rows as usize) {
+                    boxes.push((c, r, sw.offset(r, c, elem)));
+                }
+            }
+            copies.push(InvariantCopy {
+                value: v,
+                map: TensorMap {
+                    tensor: load.tensor,
+                    name: load.name.clone(),
+                    box_dims,
+                    swizzle,
+                },
+                access: load.access.clone(),
+                row_dim,
+                boxes,
+                bytes: rows * cols * elem,
+            });
+        }
+        Some(copies)
+    }
+
+    /// Thread 0 copies the invariant operands into their buffers (`buffers`,
+    /// from [`Lower::invariant_buffers`]) by TMA, announced on a barrier of
+    /// their own, which it initialises first; returns that barrier's buffer.
+    /// The threads wait on it (parity 0) after a block-wide barrier, which
+    /// publishes the initialisation, and thread 0 ends it after the loop
+    /// (`Lower::tma_invariant_done`).
+    pub(super) fn tma_copy_invariant(
+        &mut self,
+        copies: &[InvariantCopy],
+        buffers: &[(Value, usize)],
+    ) -> usize {
+        let bar_buffer = self.buffers.len();
+        self.buffers.push(SmemBuffer {
+            name: format!("mbar_invariant{}", self.pipeline.pipes.len()),
+            offset: 0,
+            bytes: 8,
+            align: 8,
+            purpose: "a transaction barrier: the loop-invariant operands landed".into(),
+            swizzle: None,
+        });
+        self.pipeline.persistent.push(bar_buffer);
+        self.emit(Inst::Comment(format!(
+            "{} loop-invariant dot operands copied once by TMA",
+            copies.len()
+        )));
+        let first = self.thread_zero();
+        self.when(first, |l| {
+            let bar = l.barrier_addr(bar_buffer, Operand::Int(0));
+            l.emit(Inst::MbarInit { bar, count: 1 });
+            l.emit(Inst::FenceMbarInit);
+            l.emit(Inst::MbarExpectTx {
+                bar,
+                bytes: copies.iter().map(|c| c.bytes).sum(),
+            });
+            for c in copies {
+                let Some(&(_, buffer)) = buffers.iter().find(|(v, _)| *v == c.value) else {
+                    unreachable!("every invariant operand has a buffer");
+                };
+                let index = l.tensor_map_index(c.map.clone());
+                let map = l.new_reg(RegTy::U64);
+                l.emit(Inst::TensorMapAddr {
+                    dst: map,
+                    map: index,
+                });
+                let base = l.new_reg(RegTy::U32);
+                l.emit(Inst::SmemAddr { dst: base, buffer });
+                let coords = l.tma_coords(&c.access);
+                for &(col, row, offset) in &c.boxes {
+                    let mut at = coords.clone();
+                    for (d, by) in [(0, col), (c.row_dim, row)] {
+                        let x = l.bin(BinOp::Add, RegTy::I32, at[d], Operand::Int(i64::from(by)));
+                        at[d] = l.materialize(RegTy::I32, x);
+                    }
+                    l.emit(Inst::TmaLoad {
+                        dst: base,
+                        dst_offset: i64::from(offset),
+                        map,
+                        coords: at,
+                        bar,
+                    });
+                }
+            }
+        });
+        bar_buffer
+    }
+
+    /// Every thread waits for the invariant operands' copies (after the
+    /// block-wide barrier that follows [`Lower::tma_copy_invariant`]).
+    pub(super) fn tma_invariant_wait(&mut self, bar_buffer: usize) {
+        let bar = self.barrier_addr(bar_buffer, Operand::Int(0));
+        self.emit(Inst::MbarWait {
+            bar,
+            parity: Operand::Int(0),
+        });
+    }
+
+    /// After the loop (and its block-wide barrier): thread 0 ends the
+    /// invariant operands' barrier, so that entering the loop again may
+    /// initialise it anew.
+    pub(super) fn tma_invariant_done(&mut self, bar_buffer: usize) {
+        let first = self.thread_zero();
+        self.when(first, |l| {
+            let bar = l.barrier_addr(bar_buffer, Operand::Int(0));
+            l.emit(Inst::MbarInval { bar });
+        });
     }
 
     /// The box of a TMA copy of a `[rows, cols]` tile at `access` (its two
