@@ -1136,8 +1136,16 @@ impl Checker<'_> {
                                         st.span,
                                         "slices with a step are not supported",
                                     )
-                                    .with_help("steps are supported in top-level statements only (the host indexes the tensor)"),
+                                    .with_help(if self.in_kernel {
+                                        "in a kernel, gather the elements through a strided index tile: `load(x[arange(0, n) * 2])`"
+                                    } else {
+                                        "steps are supported in top-level statements only (the host indexes the tensor)"
+                                    }),
                                 );
+                                // The slice's shape is unknown: nothing downstream is
+                                // checked against the stepless one.
+                                failed = true;
+                                continue;
                             }
                         }
                     }
