@@ -250,18 +250,8 @@ impl<'a> Lower<'a> {
                 l.emit(Inst::SmemAddr { dst: base, buffer });
                 let coords = l.tma_coords(&c.access);
                 for &(col, row, offset) in &c.boxes {
-                    let mut at = coords.clone();
-                    for (d, by) in [(0, col), (c.row_dim, row)] {
-                        let x = l.bin(BinOp::Add, RegTy::I32, at[d], Operand::Int(i64::from(by)));
-                        at[d] = l.materialize(RegTy::I32, x);
-                    }
-                    l.emit(Inst::TmaLoad {
-                        dst: base,
-                        dst_offset: i64::from(offset),
-                        map,
-                        coords: at,
-                        bar,
-                    });
+                    let shift = [(0, col), (c.row_dim, row)];
+                    l.tma_box_load((base, offset), map, &coords, &shift, bar);
                 }
             }
         });
@@ -612,25 +602,37 @@ impl<'a> Lower<'a> {
             let coords = self.tma_coords(&load.access);
             let (base, _) = self.stage_base(*pi, stage);
             for b in 0..boxes {
-                let mut c = coords.clone();
-                let x = self.bin(
-                    BinOp::Add,
-                    RegTy::I32,
-                    c[0],
-                    Operand::Int(i64::from(b * inner)),
-                );
-                c[0] = self.materialize(RegTy::I32, x);
-                self.emit(Inst::TmaLoad {
-                    dst: base,
-                    dst_offset: i64::from(b * panel_bytes),
-                    map,
-                    coords: c,
-                    bar,
-                });
+                let to = (base, b * panel_bytes);
+                self.tma_box_load(to, map, &coords, &[(0, b * inner)], bar);
             }
         }
         self.pipeline.overrides.clear();
         Ok(())
+    }
+
+    /// One box of map `map` copied to shared address `to` (a register and a
+    /// byte offset), announced on `bar`: its coordinates `coords` moved by
+    /// `shift`'s elements along their dims (innermost first).
+    fn tma_box_load(
+        &mut self,
+        to: (Reg, u32),
+        map: Reg,
+        coords: &[Operand],
+        shift: &[(usize, u32)],
+        bar: Reg,
+    ) {
+        let mut at = coords.to_vec();
+        for &(d, by) in shift {
+            let x = self.bin(BinOp::Add, RegTy::I32, at[d], Operand::Int(i64::from(by)));
+            at[d] = self.materialize(RegTy::I32, x);
+        }
+        self.emit(Inst::TmaLoad {
+            dst: to.0,
+            dst_offset: i64::from(to.1),
+            map,
+            coords: at,
+            bar,
+        });
     }
 
     /// The box's coordinates of an access (ranges and points, as
