@@ -1,6 +1,7 @@
 //! One input through every stage, in process: `check`; emission of every IR
-//! level and PTX for sm_70, sm_80 and sm_90 (there is no HIP printer yet);
-//! `report`'s estimate; and `tessera run`'s evaluator on the CPU, stopped
+//! level, PTX for sm_70, sm_80, sm_90 and sm_90a (wgmma and TMA) and HIP for
+//! gfx942 (64-lane waves, MFMA) and gfx1100 (32-lane waves, WMMA);
+//! `report`'s estimate for each; and `tessera run`'s evaluator on the CPU, stopped
 //! through its interrupt (E0706) once the input's run budget is spent, so an
 //! input that loops forever is not a hang of the fuzzer. A panic in any stage
 //! is caught and returned; the panic hook stays quiet while a fuzz input runs.
@@ -45,8 +46,18 @@ impl Stage {
     }
 }
 
-/// The targets every input is emitted and estimated for.
-pub const ARCHES: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
+/// The targets every input is emitted and estimated for: each code path of
+/// the lowering (no asynchronous copies; `cp.async` and `mma.sync`; wgmma and
+/// TMA; the two wave sizes and matrix units of the AMD arches, whose HIP
+/// printer and estimate differ from the PTX ones).
+pub const ARCHES: [Arch; 6] = [
+    Arch::Sm70,
+    Arch::Sm80,
+    Arch::Sm90,
+    Arch::Sm90a,
+    Arch::Gfx942,
+    Arch::Gfx1100,
+];
 
 /// Executions and time per stage, and how inputs ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -260,9 +271,14 @@ pub fn assert_well_formed(text: &str, diags: &[Diagnostic]) {
     }
 }
 
-/// Specialisations to emit under: none (the defaults), and every tensor dim
-/// and default-less const at 64 when the defaults leave something unknown.
+/// Specialisations to emit under: none (the defaults); every tensor dim
+/// divisible by 16, as a launch's own facts (the executor's run-time
+/// specialisation for the usual sizes, under which loops take `cp.async`,
+/// TMA and wgmma pipelines); and every tensor dim and default-less const at
+/// 64, used when the defaults leave something unknown.
 fn specialisations(db: &Database, file: tessera::db::SourceFile) -> Vec<Specialization> {
+    let mut launch = Specialization::new();
+    launch.trusted = true;
     let mut all64 = Specialization::new();
     for (_, item, _) in tessera::db::file_kernels(db, file) {
         if let Some(sig) = tessera::db::item_signature(db, item) {
@@ -271,6 +287,7 @@ fn specialisations(db: &Database, file: tessera::db::SourceFile) -> Vec<Speciali
                     for d in dims {
                         for s in d.symbols() {
                             all64.values.insert(s.to_string(), 64);
+                            launch.divisors.insert(s.to_string(), 16);
                         }
                     }
                 }
@@ -280,13 +297,14 @@ fn specialisations(db: &Database, file: tessera::db::SourceFile) -> Vec<Speciali
             }
         }
     }
-    vec![Specialization::new(), all64]
+    vec![Specialization::new(), launch, all64]
 }
 
 fn emit_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
     let specs = specialisations(db, file);
     for (i, arch) in ARCHES.into_iter().enumerate() {
         db.set_arch(arch);
+        let mut missing = false;
         let db = &*db;
         let kinds: &[EmitKind] = if i == 0 {
             &[
@@ -296,10 +314,16 @@ fn emit_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
                 EmitKind::TargetIr,
                 EmitKind::Ptx,
             ]
+        } else if !arch.is_nvidia() {
+            &[EmitKind::TargetIr, EmitKind::Hip]
         } else {
             &[EmitKind::TargetIr, EmitKind::Ptx]
         };
         for (si, spec) in specs.iter().enumerate() {
+            // The all-64 specialisation only where the defaults left a value unknown.
+            if si == 2 && !missing {
+                break;
+            }
             let cx = EmitContext {
                 db,
                 file,
@@ -308,17 +332,27 @@ fn emit_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
                 arch,
                 function: None,
             };
-            let mut missing = false;
             for kind in kinds {
-                if si == 1 && matches!(kind, EmitKind::GraphIr | EmitKind::ScheduleIr) {
+                if si >= 1 && matches!(kind, EmitKind::GraphIr | EmitKind::ScheduleIr) {
                     continue;
                 }
                 match emit_with(&cx, *kind) {
                     Ok(_) | Err(EmitError::Usage(_)) => {}
                     Err(EmitError::Diagnostics(d)) => {
                         assert_well_formed(text, &d);
-                        missing |= d.iter().any(|d| d.code == "E0511");
+                        missing |= si == 0 && d.iter().any(|d| d.code == "E0511");
                     }
+                }
+            }
+            // Every kernel's Target IR verifies (the query checks it only in
+            // debug builds; the fuzzer runs in release).
+            for (name, item, _) in &cx.kernels {
+                if let Ok(k) = tessera::db::target_ir(db, *item, db.options(), spec.clone()) {
+                    let verified = tessera::ir::target::verify::verify(k);
+                    assert!(
+                        verified.is_ok(),
+                        "Target IR of {name} for {arch:?} does not verify: {verified:?}"
+                    );
                 }
             }
             if kinds.contains(&EmitKind::TileIr) {
@@ -332,31 +366,30 @@ fn emit_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
                     }
                 }
             }
-            // The all-64 specialisation only where the defaults left a value unknown.
-            if !missing {
-                break;
-            }
         }
     }
 }
 
 fn report_all(db: &mut Database, file: tessera::db::SourceFile, text: &str) {
-    let spec = Specialization::new();
+    // The defaults, and the launch facts (`specialisations`).
+    let specs = specialisations(db, file);
     for arch in ARCHES {
         db.set_arch(arch);
         let db = &*db;
-        let mut rows = Vec::new();
-        for (_, item, offset) in tessera::db::file_kernels(db, file) {
-            match tessera::db::kernel_resources(db, item, offset, db.options(), &spec) {
-                Ok((r, d)) => {
-                    assert_well_formed(text, &d);
-                    rows.push(r);
+        for spec in &specs[..2] {
+            let mut rows = Vec::new();
+            for (_, item, offset) in tessera::db::file_kernels(db, file) {
+                match tessera::db::kernel_resources(db, item, offset, db.options(), spec) {
+                    Ok((r, d)) => {
+                        assert_well_formed(text, &d);
+                        rows.push(r);
+                    }
+                    Err(d) => assert_well_formed(text, &d),
                 }
-                Err(d) => assert_well_formed(text, &d),
             }
+            let _ = tessera::backend::resources::render_table(&rows);
+            let _ = tessera::backend::resources::render_json(&rows);
         }
-        let _ = tessera::backend::resources::render_table(&rows);
-        let _ = tessera::backend::resources::render_json(&rows);
     }
 }
 

@@ -232,8 +232,17 @@ impl Gen<'_> {
     }
 
     fn decorator(&mut self, grid: Option<&str>, extra: &str) -> String {
+        self.decorator_for(grid, extra, 0)
+    }
+
+    /// `@kernel` with at least enough warps that no tile of `elems` f32
+    /// elements takes more than 128 registers a thread (E0602 refuses a
+    /// tile past 255, so a generated program would not check).
+    fn decorator_for(&mut self, grid: Option<&str>, extra: &str, elems: i64) -> String {
+        let fits = |w: u32| elems <= 32 * 128 * i64::from(w);
         let w = *self.rng.pick(WARPS);
-        let warps = if self.rng.chance(1, 5) {
+        let w = if fits(w) { w } else { 8 };
+        let warps = if fits(4) && self.rng.chance(1, 5) {
             String::new()
         } else {
             format!(", num_warps={w}")
@@ -245,14 +254,15 @@ impl Gen<'_> {
     }
 
     fn kernel(&mut self) {
-        match self.rng.below(15) {
+        match self.rng.below(16) {
             0 => self.stdlib_kernel(),
             1..=4 => self.elementwise(),
             5 | 6 => self.rows(),
             7 | 8 => self.tile2d(),
             9 | 10 => self.gemm(),
             11 | 12 => self.loop_reduce(),
-            _ => self.gather(),
+            13 | 14 => self.gather(),
+            _ => self.attention(),
         }
     }
 
@@ -523,13 +533,15 @@ impl Gen<'_> {
         let name = self.fresh_kernel();
         let dt = *self.rng.pick(DOT_DTYPES);
         let d = dt.name();
-        let bm = *self.rng.pick(&[16i64, 32, 64]);
-        let bn = *self.rng.pick(&[16i64, 32, 64]);
-        let bk = *self.rng.pick(&[16i64, 32]);
-        let stages = self.rng.range(1, 3);
+        // Up to 128 x 128 x 64 and four stages: the tiles and pipelines that
+        // take wgmma and TMA on sm_90a (and MFMA/WMMA on the AMD arches).
+        let bm = *self.rng.pick(&[16i64, 32, 64, 128]);
+        let bn = *self.rng.pick(&[16i64, 32, 64, 128]);
+        let bk = *self.rng.pick(&[16i64, 32, 64]);
+        let stages = self.rng.range(1, 5);
         let bt = self.rng.chance(1, 3);
         let grid = "(cdiv(M, BM), cdiv(N, BN))";
-        let mut text = self.decorator(Some(grid), &format!(", num_stages={stages}"));
+        let mut text = self.decorator_for(Some(grid), &format!(", num_stages={stages}"), bm * bn);
         let b_ty = if bt { "\"N\", \"K\"" } else { "\"K\", \"N\"" };
         text.push_str(&format!(
             "def {name}(A: Tensor[\"M\", \"K\", {d}], B: Tensor[{b_ty}, {d}], C: Tensor[\"M\", \"N\", f32], BM: const = {bm}, BN: const = {bn}, BK: const = {bk}):\n    m0 = program_id(0) * BM\n    n0 = program_id(1) * BN\n    acc = zeros([BM, BN], f32)\n    for k in range(0, K, BK):\n        a = load(A[m0 : m0 + BM, k : k + BK])\n"
@@ -575,6 +587,52 @@ impl Gen<'_> {
             "a_{name} = {a}\nb_{name} = {b}\nc_{name} = zeros([{m}, {n}], f32)\n{name}(a_{name}, b_{name}, c_{name})\n{}",
             self.show(&format!("c_{name}"), false)
         );
+        self.host.push(host);
+    }
+
+    /// Flash attention as a user writes it: a loop over key blocks with two
+    /// dots, an online softmax and, sometimes, a causal mask (the loops
+    /// whose dots take wgmma with P from registers and q copied once by TMA
+    /// on sm_90a, `mma.sync` before it, MFMA/WMMA on the AMD arches).
+    fn attention(&mut self) {
+        let name = self.fresh_kernel();
+        let dt = *self.rng.pick(&[F16, Bf16]);
+        let d = dt.name();
+        let dh = *self.rng.pick(&[16i64, 32, 64, 128]);
+        let bm = *self.rng.pick(&[16i64, 32, 64, 128]);
+        let bn = *self.rng.pick(&[16i64, 32, 64, 128]);
+        let causal = self.rng.chance(1, 2);
+        let stages = self.rng.range(1, 3);
+        let mut text = self.decorator_for(
+            Some("(cdiv(S, BM), H)"),
+            &format!(", num_stages={stages}"),
+            bm * dh.max(bn),
+        );
+        text.push_str(&format!(
+            "def {name}(q: Tensor[\"H\", \"S\", {dh}, {d}], k: Tensor[\"H\", \"S\", {dh}, {d}], v: Tensor[\"H\", \"S\", {dh}, {d}], o: Tensor[\"H\", \"S\", {dh}, {d}], scale: f32, BM: const = {bm}, BN: const = {bn}):\n    h = program_id(1)\n    m0 = program_id(0) * BM\n    qt = load(q[h, m0 : m0 + BM, :])\n    m_i = full([BM], -inf, f32)\n    l_i = zeros([BM], f32)\n    acc = zeros([BM, {dh}], f32)\n"
+        ));
+        let end = if causal { "min(S, m0 + BM)" } else { "S" };
+        text.push_str(&format!(
+            "    for n0 in range(0, {end}, BN):\n        s = dot(qt, load(k[h, n0 : n0 + BN, :]).T) * scale\n"
+        ));
+        if causal {
+            text.push_str("        s = where(arange(m0, m0 + BM)[:, None] >= arange(n0, n0 + BN)[None, :], s, -inf)\n");
+        }
+        text.push_str(&format!(
+            "        s = where(arange(n0, n0 + BN)[None, :] < S, s, -inf)\n        m_new = maximum(m_i, max(s, axis=1))\n        p = exp(s - m_new[:, None])\n        alpha = exp(m_i - m_new)\n        l_i = l_i * alpha + sum(p, axis=1)\n        acc = acc * alpha[:, None] + dot(p.to({d}), load(v[h, n0 : n0 + BN, :]))\n        m_i = m_new\n    store(o[h, m0 : m0 + BM, :], (acc / l_i[:, None]).to({d}))\n"
+        ));
+        self.defs.push(text);
+        let heads = self.rng.range(1, 3);
+        let seq = self.rng.range(1, 100);
+        let mut host = String::new();
+        for t in ["q", "k", "v"] {
+            let x = self.host_tensor(dt, &[heads, seq, dh]);
+            host.push_str(&format!("{t}_{name} = {x}\n"));
+        }
+        host.push_str(&format!(
+            "o_{name} = zeros([{heads}, {seq}, {dh}], {d})\n{name}(q_{name}, k_{name}, v_{name}, o_{name}, 0.125)\n{}",
+            self.show(&format!("o_{name}"), false)
+        ));
         self.host.push(host);
     }
 
