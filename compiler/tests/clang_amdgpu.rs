@@ -493,9 +493,13 @@ const WORST_BOUND: f64 = 0.35;
 /// tests/codegen/memory/two_pass_streaming.tsr (25 VGPRs estimated, clang
 /// 36; 9, clang 10), both above the median of the 253 before (gfx90a's
 /// and gfx1100's medians and every arch's outliers stayed where they were).
+/// gfx90a's median a hair higher (still 11.2%) since the corpus gained the
+/// f64 transcendental kernels of tests/gpu/f64_math.tsr and
+/// tests/codegen/math/f64_from_fmas.tsr (9 an arch, 3% to 29% off, none over
+/// 35%; the outliers stayed where they were).
 fn held(arch: Arch) -> (f64, usize) {
     match arch {
-        Arch::Gfx90a => (0.1115, 20),
+        Arch::Gfx90a => (0.1125, 20),
         Arch::Gfx942 => (0.1005, 20),
         _ => (0.0915, 25),
     }

@@ -83,7 +83,6 @@ fi
 # Differences that are expected, as "TRANSCRIPT|CPU_REGEX=>GPU_REGEX|why":
 KNOWN=(
     "alloc_limits|GiB of memory is available=>GiB of memory is available|the free memory that E0713's help names changes between the two runs"
-    "generics|0\\.84134475=>E0709|f64 erf (so an f64 gelu) has no lowering for the GPU"
     "errors|E0721=>(?m)^cuda:[0-9]|\`:device cuda\` fails where the GPUs are hidden and works on the GPU"
     "errors|(?m)^cpu\$=>memory: |\`:device\` says cpu on the CPU and names the GPU and its memory on it"
     "messages|no GPU is open=>has not been tuned in this session|\`:autotune\` without a GPU says none is open; on the GPU, that the kernel was not tuned"

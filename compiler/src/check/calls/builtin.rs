@@ -173,21 +173,6 @@ impl Checker<'_> {
                     );
                     return Val::err();
                 }
-                // Kernels compute transcendentals with f32 approximations.
-                if self.in_kernel
-                    && dt == DType::F64
-                    && !matches!(id, B::Sqrt | B::Rsqrt | B::Abs | B::Relu)
-                {
-                    self.report(
-                        Diagnostic::new(
-                            "E0311",
-                            a0.expr.span,
-                            format!("`{}` on f64 is not supported in kernels", b.name),
-                        )
-                        .with_help("compute it in f32: `.to(f32)`"),
-                    );
-                    return Val::err();
-                }
                 let rdt = if id == B::Abs || dt.is_float() {
                     dt
                 } else {

@@ -5,8 +5,9 @@
 //! Values narrower than f32 are computed in f32 (or i32) registers and
 //! rounded back to their dtype after every op (`round_to_storage`), as the CPU
 //! executor does; f8 is encoded and decoded with integer ops, on every arch.
-//! Transcendentals are f32 only, built on the `.approx` `ex2`/`lg2`
-//! instructions scaled by `LOG2E` / `LN2`.
+//! Transcendentals on f32 are built on the `.approx` `ex2`/`lg2`
+//! instructions scaled by `LOG2E` / `LN2`; on f64 from FMAs and the bits
+//! (`f64_math.rs`).
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -34,6 +35,10 @@ impl<'a> Lower<'a> {
             UnaryOp::Abs => self.un(UnOp::Abs, ty, x),
             UnaryOp::Sqrt if float => self.un(UnOp::Sqrt, ty, x),
             UnaryOp::Rsqrt if float => self.un(UnOp::RsqrtApprox, ty, x),
+            _ if ty == RegTy::F64 => match self.unary_f64(u, x)? {
+                Some(y) => y,
+                None => return self.unsupported(format!("`{}` on {}", unary_name(u), d.name())),
+            },
             _ if !f32 => return self.unsupported(format!("`{}` on {}", unary_name(u), d.name())),
             // `exp` flushes results below 2^-126 to zero, as the CPU
             // executor's does; `exp2` keeps subnormals, as the CPU's does.
@@ -138,7 +143,7 @@ impl<'a> Lower<'a> {
         Some(ops)
     }
 
-    fn fma(&mut self, ty: RegTy, a: Operand, b: Operand, c: Operand) -> Operand {
+    pub(super) fn fma(&mut self, ty: RegTy, a: Operand, b: Operand, c: Operand) -> Operand {
         let a = self.materialize(ty, a);
         let dst = self.new_reg(ty);
         self.emit(Inst::Fma { dst, a, b, c });

@@ -60,6 +60,7 @@ mod control;
 mod dot_fma;
 mod elementwise;
 mod emit;
+mod f64_math;
 mod fast_path;
 mod layouts;
 mod memory;
