@@ -99,15 +99,7 @@ impl Lower<'_> {
                 let nt = self.un(UnOp::Neg, F, t);
                 let d = self.bin(BinOp::Add, F, t, Operand::Float(2.0));
                 let q = self.bin(BinOp::Div, F, nt, d);
-                // `-q` where x < 0 (ordered: NaN and -0 keep q, whose sign
-                // the NaN test below and tanh(-0) = -0 settle).
-                let neg = self.cmp(CmpOp::Lt, F, x, Operand::Float(0.0));
-                let nq = self.un(UnOp::Neg, F, q);
-                let s = self.select(F, neg, nq, q);
-                // tanh(+-0) is +-0: t = 0 gives -0 / 2.
-                let zero = self.cmp(CmpOp::Eq, F, x, Operand::Float(0.0));
-                let s = self.select(F, zero, x, s);
-                self.keep_nan(x, s)
+                self.odd(x, q)
             }
             UnaryOp::Erf => self.erf_f64(x),
             _ => return Ok(None),
@@ -171,11 +163,15 @@ impl Lower<'_> {
             let v = l.bin(BinOp::Sub, F, Operand::Float(1.0), erfc);
             l.emit(Inst::Mov { dst: y, src: v });
         });
-        let y = Operand::Reg(y);
+        self.odd(x, Operand::Reg(y))
+    }
+
+    /// An odd function's value at `x` from its value `y` at `|x|`: `-y`
+    /// where `x < 0`, `x` itself where it is +-0 (f(+-0) = +-0) or NaN.
+    fn odd(&mut self, x: Operand, y: Operand) -> Operand {
         let neg = self.cmp(CmpOp::Lt, F, x, Operand::Float(0.0));
         let ny = self.un(UnOp::Neg, F, y);
         let y = self.select(F, neg, ny, y);
-        // erf(+-0) = +-0; NaN stays.
         let zero = self.cmp(CmpOp::Eq, F, x, Operand::Float(0.0));
         let y = self.select(F, zero, x, y);
         self.keep_nan(x, y)
