@@ -483,6 +483,16 @@ fn run_emit(args: &EmitArgs, out: &mut dyn Write, err: &mut dyn Write, color: bo
             }
         }
     };
+    if kernels.is_empty() && !whole_tensor {
+        // An empty module is the right output, but say why it is empty.
+        let _ = writeln!(
+            err,
+            "note: `{shown}` has no `@kernel` functions, so `--emit {}` prints no kernel; a \
+             whole-tensor function's kernels are generated for the shapes it is called with \
+             (`--emit schedule-ir` shows them)",
+            args.emit.flag()
+        );
+    }
     let cx = EmitContext {
         db,
         file,
@@ -816,6 +826,20 @@ mod emit_tests {
             err.contains("no kernel `nope`") && err.contains("scale, rows"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_file_without_kernels_emits_an_empty_module_and_says_why() {
+        let src = "def f(x: Tensor[4, 8, f32]) -> Tensor[4, 8, f32]:\n    return softmax(x)\n";
+        let a = args(write("k0.tsr", src), EmitKind::Ptx);
+        let (code, out, err) = run(&a);
+        assert_eq!(code, EXIT_OK, "{err}");
+        assert!(out.contains(".target") && !out.contains(".entry"), "{out}");
+        assert!(
+            err.starts_with("note: ") && err.contains("so `--emit ptx` prints no kernel"),
+            "{err}"
+        );
+        assert!(err.contains("--emit schedule-ir"), "{err}");
     }
 
     #[test]
