@@ -35,7 +35,7 @@ impl<'a> Lower<'a> {
             UnaryOp::Abs => self.un(UnOp::Abs, ty, x),
             UnaryOp::Sqrt if float => self.un(UnOp::Sqrt, ty, x),
             UnaryOp::Rsqrt if float => self.un(UnOp::RsqrtApprox, ty, x),
-            _ if ty == RegTy::F64 => match self.unary_f64(u, x)? {
+            _ if ty == RegTy::F64 => match self.unary_f64(u, x) {
                 Some(y) => y,
                 None => return self.unsupported(format!("`{}` on {}", unary_name(u), d.name())),
             },

@@ -30,7 +30,7 @@
 //!   = erfc(x) e^(x^2)` as a degree-24 Chebyshev series on `[2, 6]`
 //!   ([`ERFC_SCALED`]); past 6, +-1 (erfc(6) is under half an ulp of 1).
 
-use super::{Lower, R};
+use super::Lower;
 use crate::ir::target::{BinOp, CmpOp, Inst, Operand, RegTy, UnOp};
 use crate::ir::tile::UnaryOp;
 
@@ -79,9 +79,9 @@ const ERFC_SCALED: [f64; 25] = [
 
 impl Lower<'_> {
     /// `u` of f64 `x`, or `None` where f64 has no lowering of it.
-    pub(super) fn unary_f64(&mut self, u: UnaryOp, x: Operand) -> R<Option<Operand>> {
+    pub(super) fn unary_f64(&mut self, u: UnaryOp, x: Operand) -> Option<Operand> {
         let x = self.materialize(F, x);
-        Ok(Some(match u {
+        Some(match u {
             UnaryOp::Exp => self.exp_f64(x, false),
             UnaryOp::Exp2 => self.exp_f64(x, true),
             UnaryOp::Log => self.log_f64(x, false),
@@ -102,8 +102,8 @@ impl Lower<'_> {
                 self.odd(x, q)
             }
             UnaryOp::Erf => self.erf_f64(x),
-            _ => return Ok(None),
-        }))
+            _ => return None,
+        })
     }
 
     /// `erf(x)` (module docs). Each range's series runs only where it is
@@ -118,9 +118,10 @@ impl Lower<'_> {
         });
         // |x| < 2: the Taylor series.
         let small = self.cmp(CmpOp::Lt, F, a, Operand::Float(2.0));
-        let small = self.pred(small);
+        let small = self.pred_reg(Some(small)).expect("a predicate");
         self.when(small, |l| {
             let z = l.bin(BinOp::Mul, F, a, a);
+            // (-1)^n / (n! (2n + 1)), n = 35 down to 0, rounded once.
             let c: Vec<f64> = (0..=35i32)
                 .rev()
                 .map(|n| {
@@ -143,7 +144,7 @@ impl Lower<'_> {
         let ge = self.cmp(CmpOp::Ge, F, a, Operand::Float(2.0));
         let lt = self.cmp(CmpOp::Lt, F, a, Operand::Float(6.0));
         let mid = self.bin(BinOp::And, RegTy::Pred, ge, lt);
-        let mid = self.pred(mid);
+        let mid = self.pred_reg(Some(mid)).expect("a predicate");
         self.when(mid, |l| {
             let t = l.fma(F, a, Operand::Float(0.5), Operand::Float(-2.0));
             let t2 = l.bin(BinOp::Mul, F, t, Operand::Float(2.0));
@@ -177,23 +178,16 @@ impl Lower<'_> {
         self.keep_nan(x, y)
     }
 
-    fn pred(&mut self, p: Operand) -> crate::ir::target::Reg {
-        match p {
-            Operand::Reg(r) => r,
-            _ => unreachable!("a compare of a register gives a register"),
-        }
-    }
-
     /// A NaN `x` gives itself, else `y` (the clamps drop NaN).
     fn keep_nan(&mut self, x: Operand, y: Operand) -> Operand {
         let nan = self.cmp(CmpOp::Ne, F, x, x);
         self.select(F, nan, x, y)
     }
 
-    /// `x` clamped to `+-CLAMP` and `k`, the nearest integer to `x log2(e)`
-    /// (`x` for `base2`), as an f64 and an i32; and `r`, with `x = k ln 2 + r`
-    /// (`x = k + r / ln 2` for `base2`).
-    fn reduce_ln2(&mut self, x: Operand, base2: bool) -> (Operand, Operand, Operand) {
+    /// For `x` clamped to `+-CLAMP`: `k`, the nearest integer to `x log2(e)`
+    /// (`x` for `base2`), as an i32, and `r`, with `x = k ln 2 + r` (`x = k +
+    /// r / ln 2` for `base2`).
+    fn reduce_ln2(&mut self, x: Operand, base2: bool) -> (Operand, Operand) {
         let lo = self.bin(BinOp::Max, F, x, Operand::Float(-CLAMP));
         let xc = self.bin(BinOp::Min, F, lo, Operand::Float(CLAMP));
         let half = if base2 {
@@ -216,7 +210,7 @@ impl Lower<'_> {
         let bits = self.new_reg(RegTy::U64);
         self.emit(Inst::Mov { dst: bits, src: t });
         let k = self.cvt(RegTy::I32, Operand::Reg(bits), None);
-        (kf, k, r)
+        (k, r)
     }
 
     /// `2^k` for an i32 `k` in `[-1022, 1023]`, from its exponent bits.
@@ -258,7 +252,7 @@ impl Lower<'_> {
 
     /// `e^x` (`2^x` for `base2`).
     fn exp_f64(&mut self, x: Operand, base2: bool) -> Operand {
-        let (_, k, r) = self.reduce_ln2(x, base2);
+        let (k, r) = self.reduce_ln2(x, base2);
         let p = self.horner(r, &Self::inverse_factorials(0, 13));
         let y = self.scale(p, k);
         self.keep_nan(x, y)
@@ -268,7 +262,7 @@ impl Lower<'_> {
     /// `2^k (1 + q) - 1 = 2^k q + (2^k - 1)` with `q = e^r - 1 = r (1 + r/2! +
     /// ...)`; `2^k - 1` is exact for the `k` where it matters.
     fn expm1_f64(&mut self, y: Operand) -> Operand {
-        let (_, k, r) = self.reduce_ln2(y, false);
+        let (k, r) = self.reduce_ln2(y, false);
         // (e^r - 1) / r = sum r^n / (n + 1)!, n = 0..=12.
         let c = Self::inverse_factorials(1, 13);
         let poly = self.horner(r, &c);
