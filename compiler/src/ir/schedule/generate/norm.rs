@@ -224,6 +224,12 @@ impl Lower<'_> {
         let zero = kb.cnst(Constant::Float(0.0), f);
         let one = kb.cnst(Constant::Float(1.0), f);
         let inv_n = kb.binary(BinaryOp::Div, one, count);
+        // The mean is `sum / count`, one correctly rounded division a row,
+        // not `sum * (1 / count)`: a GPU may contract that product into
+        // `x - mean` as one FMA, whose exact product error would then be the
+        // deviation of a row of equal values (0 on the CPU, +-1 normalised on
+        // the GPU for rows of -2^64). With the division an exact sum gives the
+        // exact mean and those rows normalise to 0 everywhere.
         // The shape of a chunk of `rows` (lanes, or pieces of a split row).
         let shape_of = |rows: u32| -> Vec<u32> {
             let mut t = tile1.clone();
@@ -329,11 +335,14 @@ impl Lower<'_> {
             let shape = kb.ty(lm).shape().to_vec();
             let wm = kb.binary(BinaryOp::Mul, lc, lm);
             let s = reduce_sum(kb, wm);
-            let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+            let mean = kb.binary(BinaryOp::Div, s, count);
             let mb = kb.splat(mean, &shape);
             let dm = kb.binary(BinaryOp::Sub, lm, mb);
-            let dm2 = kb.binary(BinaryOp::Mul, dm, dm);
-            let cdm = kb.binary(BinaryOp::Mul, lc, dm2);
+            // n_i dm dm, not n_i dm^2: an empty lane or piece (n_i = 0,
+            // mean_i = 0) has dm = -mean, whose square overflows f32 from
+            // 2^64 on (inf * 0 = NaN for rows of -2^64).
+            let cdm = kb.binary(BinaryOp::Mul, lc, dm);
+            let cdm = kb.binary(BinaryOp::Mul, cdm, dm);
             let tot = kb.binary(BinaryOp::Add, lm2, cdm);
             (Some(mean), reduce_sum(kb, tot))
         };
@@ -348,7 +357,7 @@ impl Lower<'_> {
             let ws = load_w(&mut kb, lo, bk32);
             let d = if layer {
                 let s = reduce_sum(&mut kb, v);
-                let mean = kb.binary(BinaryOp::Mul, s, inv_n);
+                let mean = kb.binary(BinaryOp::Div, s, count);
                 let mb = kb.splat(mean, &tile1);
                 let d = kb.binary(BinaryOp::Sub, v, mb);
                 if c.as_const() == Some(cp) {
@@ -426,9 +435,12 @@ impl Lower<'_> {
                     let fb = kb.splat(fr, &piece);
                     let step_ = kb.binary(BinaryOp::Mul, delta, fb);
                     let mean2 = kb.binary(BinaryOp::Add, mean, step_);
-                    let d2 = kb.binary(BinaryOp::Mul, delta, delta);
+                    // delta (delta g), not delta^2 g: at the first chunk g
+                    // is 0 and delta the chunk's mean, whose square overflows
+                    // f32 from 2^64 on (inf * 0 = NaN for a row of -2^64).
                     let gb = kb.splat(g, &piece);
-                    let d2g = kb.binary(BinaryOp::Mul, d2, gb);
+                    let dg = kb.binary(BinaryOp::Mul, delta, gb);
+                    let d2g = kb.binary(BinaryOp::Mul, delta, dg);
                     let m2a = kb.binary(BinaryOp::Add, m2, cm2);
                     let m22 = kb.binary(BinaryOp::Add, m2a, d2g);
                     let (mean2, m22) = if ragged {

@@ -118,27 +118,29 @@ impl<'a> Lowerer<'a> {
             );
         }
         if id == B::Mean {
-            let inv = self.constant(Constant::Float(1.0 / count as f64), rd);
+            // `sum * (1 / n)` is exact only for n a power of two; otherwise
+            // `sum / n`, correctly rounded, so that a GPU contracting the
+            // product into a following `x - mean` (one FMA) cannot make the
+            // deviation of equal values nonzero where the CPU's is 0.
+            let (op, c) = if count.is_power_of_two() {
+                (BinaryOp::Mul, 1.0 / count as f64)
+            } else {
+                (BinaryOp::Div, count as f64)
+            };
+            let k = self.constant(Constant::Float(c), rd);
             let t = self.b.ty(v).clone();
-            let inv = if t.shape().is_empty() {
-                inv
+            let k = if t.shape().is_empty() {
+                k
             } else {
                 self.b.push1(
                     OpKind::Splat {
-                        x: inv,
+                        x: k,
                         shape: t.shape().to_vec(),
                     },
                     t.clone(),
                 )
             };
-            v = self.b.push1(
-                OpKind::Binary {
-                    op: BinaryOp::Mul,
-                    a: v,
-                    b: inv,
-                },
-                t,
-            );
+            v = self.b.push1(OpKind::Binary { op, a: v, b: k }, t);
         }
         Ok(self.val(v, false))
     }
