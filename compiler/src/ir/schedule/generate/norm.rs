@@ -224,12 +224,25 @@ impl Lower<'_> {
         let zero = kb.cnst(Constant::Float(0.0), f);
         let one = kb.cnst(Constant::Float(1.0), f);
         let inv_n = kb.binary(BinaryOp::Div, one, count);
-        // The mean is `sum / count`, one correctly rounded division a row,
-        // not `sum * (1 / count)`: a GPU may contract that product into
-        // `x - mean` as one FMA, whose exact product error would then be the
-        // deviation of a row of equal values (0 on the CPU, +-1 normalised on
-        // the GPU for rows of -2^64). With the division an exact sum gives the
-        // exact mean and those rows normalise to 0 everywhere.
+        // The mean: `sum * (1 / count)` where the count is a power of two
+        // known here (the product is exact), else `sum / count`, one
+        // correctly rounded division a row. A GPU may contract an inexact
+        // product into `x - mean` as one FMA that keeps its error: the
+        // deviation of a row of equal values (0 on the CPU, +-1 normalised
+        // on the GPU for bf16 rows of -2^64). With the division an exact sum
+        // gives the exact mean. Not always: ptxas's called slow path of
+        // `div.rn` adds 16 registers where a whole row is live (48 -> 64 for
+        // 4096-wide bf16 rows), and the product cannot go wrong there.
+        let exact_inv = c
+            .as_const()
+            .is_some_and(|n| n > 0 && (n as u64).is_power_of_two());
+        let mean_of = |kb: &mut KernelBuilder, s: Value| {
+            if exact_inv {
+                kb.binary(BinaryOp::Mul, s, inv_n)
+            } else {
+                kb.binary(BinaryOp::Div, s, count)
+            }
+        };
         // The shape of a chunk of `rows` (lanes, or pieces of a split row).
         let shape_of = |rows: u32| -> Vec<u32> {
             let mut t = tile1.clone();
@@ -335,7 +348,7 @@ impl Lower<'_> {
             let shape = kb.ty(lm).shape().to_vec();
             let wm = kb.binary(BinaryOp::Mul, lc, lm);
             let s = reduce_sum(kb, wm);
-            let mean = kb.binary(BinaryOp::Div, s, count);
+            let mean = mean_of(kb, s);
             let mb = kb.splat(mean, &shape);
             let dm = kb.binary(BinaryOp::Sub, lm, mb);
             // n_i dm dm, not n_i dm^2: an empty lane or piece (n_i = 0,
@@ -357,7 +370,7 @@ impl Lower<'_> {
             let ws = load_w(&mut kb, lo, bk32);
             let d = if layer {
                 let s = reduce_sum(&mut kb, v);
-                let mean = kb.binary(BinaryOp::Div, s, count);
+                let mean = mean_of(&mut kb, s);
                 let mb = kb.splat(mean, &tile1);
                 let d = kb.binary(BinaryOp::Sub, v, mb);
                 if c.as_const() == Some(cp) {
