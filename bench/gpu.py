@@ -56,8 +56,9 @@ helpers (built once per cache folder, not per kernel) exist. Each number is
 the median of `--reps` processes.
 
 The launch overhead is `:time vadd(x, y, out)` on 16 elements: wall median minus GPU
-median. Tessera's events bracket each launch call, so its GPU time includes the
-launch's submission and the overhead is, if anything, understated. The peers' wall
+median. Tessera's events bracket the kernel alone (the stream waits at a gate until
+the launch is queued: docs/gpu.md, "What `:time` measures"), so the overhead is
+the host's whole share of a launch. The peers' wall
 time is one call + synchronize from Python.
 
 A workload that fails (a Tessera error, a missing peer such as no cuDNN backend)

@@ -24,6 +24,7 @@
 //! aligned (what the kernels' vector accesses assume).
 
 pub mod disk_cache;
+mod gate;
 pub mod jit;
 mod memory;
 pub mod nccl;
@@ -93,8 +94,9 @@ pub struct Gpu {
     kernel_ns: AtomicU64,
     /// How many kernels were launched.
     launch_count: AtomicU64,
-    /// The events around each launch (made at the first).
-    events: Mutex<Option<(CudaEvent, CudaEvent)>>,
+    /// The events around each launch and the gate that holds the stream
+    /// while a launch is queued (made at the first launch).
+    events: Mutex<Option<Timing>>,
     /// The module (`Loaded::id`) of each kernel's variant that last ran, by
     /// the kernel's name.
     last_run: Mutex<HashMap<String, u64>>,
@@ -114,6 +116,13 @@ pub struct Gpu {
     counters: Counters,
     /// The communication stream and the collectives' timings (`nccl`).
     comm: nccl::PerGpu,
+}
+
+/// The events around each launch and the stream's gate (see [`gate`]).
+struct Timing {
+    started: CudaEvent,
+    done: CudaEvent,
+    gate: Option<gate::Gate>,
 }
 
 /// Device copies of the tensors a kernel writes (see [`Gpu::save_written`]).
@@ -1269,17 +1278,32 @@ impl Gpu {
         let what = || launch_what(kernel, args, grid, threads);
         // Two events of this context, made once: creating them at every
         // launch cost microseconds of each launch.
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if events.is_none() {
+        let mut timing = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if timing.is_none() {
             let make = || self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
-            *events = Some((
-                make().map_err(|e| self.failed(&what(), e))?,
-                make().map_err(|e| self.failed(&what(), e))?,
-            ));
+            *timing = Some(Timing {
+                started: make().map_err(|e| self.failed(&what(), e))?,
+                done: make().map_err(|e| self.failed(&what(), e))?,
+                // Where the driver cannot make one, launches are timed
+                // without it (their submission included).
+                gate: self
+                    .ctx
+                    .bind_to_thread()
+                    .and_then(|()| gate::Gate::new())
+                    .ok(),
+            });
         }
-        let Some((started, done)) = events.as_ref() else {
+        let Some(Timing {
+            started,
+            done,
+            gate,
+        }) = timing.as_mut()
+        else {
             unreachable!("made above")
         };
+        // Held until the kernel and the end event are queued, released on
+        // every path out (the guard's drop), errors included.
+        let held = gate.as_mut().and_then(|g| g.hold(self.stream.cu_stream()));
         started
             .record(&self.stream)
             .map_err(|e| self.failed(&what(), e))?;
@@ -1314,7 +1338,10 @@ impl Gpu {
             }
         }
         self.launch_count.fetch_add(1, Ordering::Relaxed);
-        self.wait(done, interrupt, &what())?;
+        done.record(&self.stream)
+            .map_err(|e| self.failed(&what(), e))?;
+        drop(held);
+        self.wait_recorded(done, interrupt, &what())?;
         if let Ok(ms) = started.elapsed_ms(done) {
             self.kernel_ns
                 .fetch_add((ms as f64 * 1e6) as u64, Ordering::Relaxed);
@@ -1354,6 +1381,16 @@ impl Gpu {
     fn wait(&self, done: &CudaEvent, interrupt: &Interrupt, what: &str) -> Result<(), ExecError> {
         done.record(&self.stream)
             .map_err(|e| self.failed(what, e))?;
+        self.wait_recorded(done, interrupt, what)
+    }
+
+    /// [`Gpu::wait`] for an event already recorded after the work.
+    fn wait_recorded(
+        &self,
+        done: &CudaEvent,
+        interrupt: &Interrupt,
+        what: &str,
+    ) -> Result<(), ExecError> {
         let start = Instant::now();
         loop {
             // SAFETY: the event is alive (held by `done`) and was recorded on

@@ -897,3 +897,47 @@ fn tma_copies_give_exact_sums_at_ragged_and_empty_shapes() {
     let target = crate::ir::target::lower(&tk, Arch::Sm90a).unwrap();
     assert_eq!(target.tensor_maps.len(), 2);
 }
+
+/// The launch gate holds the stream: an event queued behind it does not
+/// complete until the guard is dropped, then does; and launches through it
+/// compute as before with a kernel time on the GPU.
+#[test]
+fn the_launch_gate_holds_the_stream_until_released() {
+    let Some((_one, gpu)) = gpu_or_skip("the_launch_gate_holds_the_stream_until_released") else {
+        return;
+    };
+    gpu.ctx.bind_to_thread().unwrap();
+    let mut g = gate::Gate::new().expect("page-locked, mapped memory");
+    let behind = gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .unwrap();
+    let query = || {
+        // SAFETY: `behind` is alive and was recorded on this context's stream.
+        unsafe { cudarc::driver::result::event::query(behind.cu_event()) }
+    };
+    match g.hold(gpu.stream.cu_stream()) {
+        Some(held) => {
+            behind.record(&gpu.stream).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(
+                query(),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)),
+                "the stream ran past the gate"
+            );
+            drop(held);
+            gpu.stream.synchronize().unwrap();
+            assert_eq!(query(), Ok(()));
+        }
+        None => eprintln!("the driver refuses stream waits: launches are timed without a gate"),
+    }
+    // Launches (each held and released at the gate) compute and are timed.
+    let ((k, args, grid), out) = vadd(1000);
+    let before = gpu.kernel_time();
+    for _ in 0..3 {
+        gpu.launch(&k, &args, grid, &Interrupt::new()).unwrap();
+    }
+    assert!(gpu.kernel_time() > before);
+    let want: Vec<f32> = (0..1000).map(|i| i as f32 + 0.5).collect();
+    assert_eq!(out.to_f32_vec(), want);
+}
