@@ -409,8 +409,17 @@ impl<'a> Lower<'a> {
                 let rb = self.remat(b, to, axes, offsets)?;
                 let (ta, da) = (self.val(a).ty, self.val(a).dtype);
                 let mut ops = Vec::with_capacity(ra.len());
+                let mut seen = super::ops::SlotMemo::default();
                 for (&x, &y) in ra.iter().zip(&rb) {
-                    ops.push(self.binary(op, ta, da, x, y).ok()?);
+                    let v = match seen.get(&[x, y]) {
+                        Some(v) => v,
+                        None => {
+                            let v = self.binary(op, ta, da, x, y).ok()?;
+                            seen.insert(&[x, y], v);
+                            v
+                        }
+                    };
+                    ops.push(v);
                 }
                 Some(ops)
             }

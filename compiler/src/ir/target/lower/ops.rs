@@ -8,6 +8,7 @@
 //! `+`, `-`, `*` and casts: the alignment proofs for vector loads and async
 //! copies start from it.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{const_operand, gcd, round_const, Lower, R, TV};
@@ -117,9 +118,18 @@ impl<'a> Lower<'a> {
                     }
                 }
                 let mut ops = Vec::with_capacity(x.ops.len());
+                let mut seen = SlotMemo::default();
                 for &o in &x.ops {
-                    let v = self.unary(*u, x.ty, x.dtype, o)?;
-                    ops.push(self.round_to_storage(v, x.dtype));
+                    let v = match seen.get(&[o]) {
+                        Some(v) => v,
+                        None => {
+                            let v = self.unary(*u, x.ty, x.dtype, o)?;
+                            let v = self.round_to_storage(v, x.dtype);
+                            seen.insert(&[o], v);
+                            v
+                        }
+                    };
+                    ops.push(v);
                 }
                 let tv = TV { ops, ..x };
                 self.define(res(0), tv);
@@ -142,16 +152,23 @@ impl<'a> Lower<'a> {
                 };
                 let mut ops = Vec::with_capacity(a.ops.len());
                 let difference = *b == BinaryOp::Sub && a.dtype == DType::F32;
+                let mut seen = SlotMemo::default();
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
+                    if let Some(v) = seen.get(&[x, y]) {
+                        ops.push(v);
+                        continue;
+                    }
                     let v = self.binary(*b, a.ty, a.dtype, x, y)?;
                     if let (true, Operand::Reg(r)) = (difference, v) {
                         self.differences.insert(r, (x, y));
                     }
-                    ops.push(if b.is_comparison() {
+                    let v = if b.is_comparison() {
                         v
                     } else {
                         self.round_to_storage(v, a.dtype)
-                    });
+                    };
+                    seen.insert(&[x, y], v);
+                    ops.push(v);
                 }
                 if a.layout.shape.is_empty() && a.dtype.is_int() {
                     let (da, db) = (self.divisor_or_constant(*av), self.divisor_or_constant(*bv));
@@ -192,8 +209,18 @@ impl<'a> Lower<'a> {
                 let c = self.val_in(*cond, &a.layout)?;
                 let bt = self.val_in(*b, &a.layout)?;
                 let mut ops = Vec::new();
+                let mut seen = SlotMemo::default();
                 for i in 0..a.ops.len() {
-                    ops.push(self.select(a.ty, c.ops[i], a.ops[i], bt.ops[i]));
+                    let key = [c.ops[i], a.ops[i], bt.ops[i]];
+                    let v = match seen.get(&key) {
+                        Some(v) => v,
+                        None => {
+                            let v = self.select(a.ty, key[0], key[1], key[2]);
+                            seen.insert(&key, v);
+                            v
+                        }
+                    };
+                    ops.push(v);
                 }
                 let tv = TV { ops, ..a };
                 self.define(res(0), tv);
@@ -377,5 +404,34 @@ impl<'a> Lower<'a> {
             OpKind::Yield(_) => unreachable!("handled by region_ops"),
         }
         Ok(())
+    }
+}
+
+/// The results of an elementwise op by its operands, within one tile: slots
+/// whose operands are the same registers or constants (a row's statistic
+/// against a broadcast column index, a splat, a mask's column compares
+/// repeated for each row of a slot's rows) share one result register
+/// instead of computing it again. Slots may share registers (a splat's do),
+/// and nothing writes a tile's registers in place.
+#[derive(Default)]
+pub(super) struct SlotMemo(HashMap<Vec<(u8, u64)>, Operand>);
+
+impl SlotMemo {
+    fn key(ops: &[Operand]) -> Vec<(u8, u64)> {
+        ops.iter()
+            .map(|o| match *o {
+                Operand::Reg(r) => (0, r.0 as u64),
+                Operand::Int(i) => (1, i as u64),
+                Operand::Float(f) => (2, f.to_bits()),
+            })
+            .collect()
+    }
+
+    pub(super) fn get(&self, ops: &[Operand]) -> Option<Operand> {
+        self.0.get(&Self::key(ops)).copied()
+    }
+
+    pub(super) fn insert(&mut self, ops: &[Operand], v: Operand) {
+        self.0.insert(Self::key(ops), v);
     }
 }
