@@ -411,15 +411,8 @@ impl<'a> Lower<'a> {
                 let mut ops = Vec::with_capacity(ra.len());
                 let mut seen = super::ops::SlotMemo::default();
                 for (&x, &y) in ra.iter().zip(&rb) {
-                    let v = match seen.get(&[x, y]) {
-                        Some(v) => v,
-                        None => {
-                            let v = self.binary(op, ta, da, x, y).ok()?;
-                            seen.insert(&[x, y], v);
-                            v
-                        }
-                    };
-                    ops.push(v);
+                    let v = seen.get_or_insert_with(&[x, y], || self.binary(op, ta, da, x, y));
+                    ops.push(v.ok()?);
                 }
                 Some(ops)
             }

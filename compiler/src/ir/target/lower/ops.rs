@@ -120,16 +120,10 @@ impl<'a> Lower<'a> {
                 let mut ops = Vec::with_capacity(x.ops.len());
                 let mut seen = SlotMemo::default();
                 for &o in &x.ops {
-                    let v = match seen.get(&[o]) {
-                        Some(v) => v,
-                        None => {
-                            let v = self.unary(*u, x.ty, x.dtype, o)?;
-                            let v = self.round_to_storage(v, x.dtype);
-                            seen.insert(&[o], v);
-                            v
-                        }
-                    };
-                    ops.push(v);
+                    ops.push(seen.get_or_insert_with(&[o], || {
+                        let v = self.unary(*u, x.ty, x.dtype, o)?;
+                        Ok(self.round_to_storage(v, x.dtype))
+                    })?);
                 }
                 let tv = TV { ops, ..x };
                 self.define(res(0), tv);
@@ -154,21 +148,17 @@ impl<'a> Lower<'a> {
                 let difference = *b == BinaryOp::Sub && a.dtype == DType::F32;
                 let mut seen = SlotMemo::default();
                 for (&x, &y) in a.ops.iter().zip(&bt.ops) {
-                    if let Some(v) = seen.get(&[x, y]) {
-                        ops.push(v);
-                        continue;
-                    }
-                    let v = self.binary(*b, a.ty, a.dtype, x, y)?;
-                    if let (true, Operand::Reg(r)) = (difference, v) {
-                        self.differences.insert(r, (x, y));
-                    }
-                    let v = if b.is_comparison() {
-                        v
-                    } else {
-                        self.round_to_storage(v, a.dtype)
-                    };
-                    seen.insert(&[x, y], v);
-                    ops.push(v);
+                    ops.push(seen.get_or_insert_with(&[x, y], || {
+                        let v = self.binary(*b, a.ty, a.dtype, x, y)?;
+                        if let (true, Operand::Reg(r)) = (difference, v) {
+                            self.differences.insert(r, (x, y));
+                        }
+                        Ok(if b.is_comparison() {
+                            v
+                        } else {
+                            self.round_to_storage(v, a.dtype)
+                        })
+                    })?);
                 }
                 if a.layout.shape.is_empty() && a.dtype.is_int() {
                     let (da, db) = (self.divisor_or_constant(*av), self.divisor_or_constant(*bv));
@@ -211,16 +201,10 @@ impl<'a> Lower<'a> {
                 let mut ops = Vec::new();
                 let mut seen = SlotMemo::default();
                 for i in 0..a.ops.len() {
-                    let key = [c.ops[i], a.ops[i], bt.ops[i]];
-                    let v = match seen.get(&key) {
-                        Some(v) => v,
-                        None => {
-                            let v = self.select(a.ty, key[0], key[1], key[2]);
-                            seen.insert(&key, v);
-                            v
-                        }
-                    };
-                    ops.push(v);
+                    let [cond, x, y] = [c.ops[i], a.ops[i], bt.ops[i]];
+                    ops.push(seen.get_or_insert_with(&[cond, x, y], || {
+                        R::Ok(self.select(a.ty, cond, x, y))
+                    })?);
                 }
                 let tv = TV { ops, ..a };
                 self.define(res(0), tv);
@@ -408,11 +392,10 @@ impl<'a> Lower<'a> {
 }
 
 /// The results of an elementwise op by its operands, within one tile: slots
-/// whose operands are the same registers or constants (a row's statistic
-/// against a broadcast column index, a splat, a mask's column compares
-/// repeated for each row of a slot's rows) share one result register
-/// instead of computing it again. Slots may share registers (a splat's do),
-/// and nothing writes a tile's registers in place.
+/// whose operands are the same registers or constants (a splat, a column
+/// mask's compare repeated for each row a thread holds) share one result
+/// register instead of computing it again. Slots may share registers (a
+/// splat's do), and nothing writes a tile's registers in place.
 #[derive(Default)]
 pub(super) struct SlotMemo(HashMap<Vec<(u8, u64)>, Operand>);
 
@@ -427,11 +410,19 @@ impl SlotMemo {
             .collect()
     }
 
-    pub(super) fn get(&self, ops: &[Operand]) -> Option<Operand> {
-        self.0.get(&Self::key(ops)).copied()
-    }
-
-    pub(super) fn insert(&mut self, ops: &[Operand], v: Operand) {
-        self.0.insert(Self::key(ops), v);
+    /// The result for `ops`: the one computed for an earlier slot, else
+    /// `compute`'s, kept for the slots after.
+    pub(super) fn get_or_insert_with<E>(
+        &mut self,
+        ops: &[Operand],
+        compute: impl FnOnce() -> Result<Operand, E>,
+    ) -> Result<Operand, E> {
+        let key = Self::key(ops);
+        if let Some(&v) = self.0.get(&key) {
+            return Ok(v);
+        }
+        let v = compute()?;
+        self.0.insert(key, v);
+        Ok(v)
     }
 }
